@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs everything ckptfs needs to build, test and run its demonstration, from Debian's
+# archive. Idempotent: packages already present are skipped by apt-get.
+set -euo pipefail
+pkgs=(build-essential meson ninja-build pkg-config
+      fuse3 libfuse3-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev libjansson-dev
+      libcriterion-dev python3-torch python3-numpy fio)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "installing: ${missing[*]}"
+	sudo_cmd=""
+	[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo_cmd apt-get update -qq
+	$sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

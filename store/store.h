@@ -1,0 +1,223 @@
+/*
+ * store.h — ckptfs chunk store: content-defined chunking, XXH3-128 digests, zstd codecs and a
+ * content-addressed directory of chunk files.
+ *
+ * The only module that knows the on-disk chunk format. Links only libxxhash and libzstd; never
+ * includes index/ or fs/, and never logs: every failure is a negative errno returned to the caller.
+ *
+ * On-disk layout under the store root ROOT (a directory owned by ckptfs):
+ *   ROOT/chunks/XX/<32 hex digits>   one file per distinct chunk, XX = first digest byte in hex
+ *   ROOT/chunks/XX/.tmp-*            temporary files of puts in progress (removed on failure,
+ *                                    swept by store_open)
+ * Chunk file = 32-byte header + payload:
+ *   0  4  magic "CKC1"
+ *   4  1  codec (enum store_codec)
+ *   5  3  reserved, zero
+ *   8  4  raw size in bytes, little-endian
+ *   12 4  payload size in bytes, little-endian
+ *   16 16 XXH3-128 digest of the raw bytes (canonical big-endian form)
+ *
+ * Invariants:
+ *   1. A chunk file exists under its final name only with its complete content: it is written to
+ *      a temporary name, fdatasync'ed, then renamed (git's object-file.c publishes the same way).
+ *   2. Bytes are never returned to a caller unless their XXH3-128 equals the digest asked for.
+ *   3. The digest identifies raw bytes only; the codec is a property of the stored copy.
+ */
+#ifndef CKPTFS_STORE_H
+#define CKPTFS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* XXH3-128 digest length in bytes. */
+#define STORE_HASH_LEN 16
+
+/*
+ * Chunker bounds in bytes. Gear rolling hash with FastCDC's normalized chunking (Xia et al.,
+ * "FastCDC", USENIX ATC 2016): no cut before MIN, a strict mask up to AVG, a loose mask after,
+ * a forced cut at MAX.
+ */
+#define STORE_CHUNK_MIN (256u * 1024u)
+#define STORE_CHUNK_AVG (1024u * 1024u)
+#define STORE_CHUNK_MAX (4u * 1024u * 1024u)
+
+/* A 16-byte XXH3-128 digest in canonical (big-endian) byte order. */
+struct store_hash {
+	uint8_t b[STORE_HASH_LEN];
+};
+
+/* How a chunk's payload is encoded. Values are stored on disk and in the index: never renumber. */
+enum store_codec {
+	STORE_CODEC_RAW = 0,      /* payload is the raw bytes */
+	STORE_CODEC_ZSTD = 1,     /* zstd frame of the raw bytes */
+	STORE_CODEC_ZSTD_BG2 = 2, /* zstd frame of the raw bytes split into 2 byte planes */
+	STORE_CODEC_ZSTD_BG4 = 3, /* zstd frame of the raw bytes split into 4 byte planes */
+};
+
+struct store;
+
+/* Options of store_open. Zero-initialise, then set what you need. */
+struct store_opts {
+	int zstd_level;         /* zstd level for new chunks; 0 means 1 */
+	size_t cache_bytes;     /* decompressed-chunk cache size in bytes; 0 means 64 MiB */
+	bool verify_dedup_hits; /* on a put whose digest already exists, compare the bytes */
+	bool read_only;         /* never create, write or delete anything */
+};
+
+/* What a put stored, or found already stored. */
+struct store_chunk_info {
+	struct store_hash hash;
+	uint32_t raw_size;    /* bytes of raw content */
+	uint32_t stored_size; /* bytes the chunk file occupies (header + payload) */
+	uint8_t codec;        /* enum store_codec */
+	bool existed;         /* put only: the chunk was already stored; nothing was written */
+};
+
+/*
+ * store_cdc_cut - length of the first content-defined chunk of buf.
+ * @buf: bytes starting at a chunk boundary.
+ * @len: bytes available in buf.
+ * @at_eof: true when no more bytes follow buf (the rest is the last chunk).
+ * Returns the chunk length in [1, min(len, STORE_CHUNK_MAX)] when a cut point lies within buf
+ * (or at_eof and len > 0), 0 when more bytes are needed (len < STORE_CHUNK_MAX and no cut found,
+ * and !at_eof) or when len == 0. Depends only on the bytes of the chunk itself, so boundaries are
+ * stable under insertions before them. Pure function: thread-safe.
+ */
+size_t store_cdc_cut(const uint8_t *buf, size_t len, bool at_eof);
+
+/*
+ * store_hash_buf - XXH3-128 of len bytes at buf into *ret. Thread-safe.
+ */
+void store_hash_buf(const void *buf, size_t len, struct store_hash *ret);
+
+/*
+ * store_hash_hex - write the 32 lowercase hex digits of h and a NUL into out (33 bytes).
+ * Returns out. Thread-safe.
+ */
+char *store_hash_hex(const struct store_hash *h, char out[2 * STORE_HASH_LEN + 1]);
+
+/*
+ * store_hash_parse - parse 32 hex digits (either case, nothing after) into *ret.
+ * Returns 0, or -EINVAL when s is not exactly 32 hex digits (*ret untouched).
+ */
+int store_hash_parse(const char *s, struct store_hash *ret);
+
+/*
+ * Streaming XXH3-128 over a byte sequence, for whole-file digests.
+ * store_hasher_new: returns an owned hasher (free with store_hasher_free), or NULL on ENOMEM.
+ * store_hasher_update: appends len bytes. store_hasher_digest: digest of all bytes appended so far;
+ * the hasher stays usable. store_hasher_reset: back to the empty sequence. store_hasher_copy:
+ * an owned copy or NULL. store_hasher_free accepts NULL. One hasher is not thread-safe.
+ */
+struct store_hasher;
+struct store_hasher *store_hasher_new(void);
+void store_hasher_update(struct store_hasher *hs, const void *buf, size_t len);
+void store_hasher_digest(const struct store_hasher *hs, struct store_hash *ret);
+void store_hasher_reset(struct store_hasher *hs);
+struct store_hasher *store_hasher_copy(const struct store_hasher *hs);
+void store_hasher_free(struct store_hasher *hs);
+
+/*
+ * store_encode - encode raw bytes for storage, choosing the codec from a sample.
+ * @raw, @len: raw bytes, len <= STORE_CHUNK_MAX.
+ * @level: zstd level (>= 1).
+ * @ret_buf: on success, an owned buffer (free()) with the payload.
+ * @ret_len: payload bytes. @ret_codec: enum store_codec chosen.
+ * Tries zstd and 2-/4-byte byte-grouping on a sample and keeps the best; falls back to RAW when
+ * the payload would not be at least 3% smaller than the raw bytes.
+ * Returns 0, -ENOMEM, or -EIO (zstd failure). Thread-safe.
+ */
+int store_encode(const void *raw, size_t len, int level, void **ret_buf, size_t *ret_len,
+		 uint8_t *ret_codec);
+
+/*
+ * store_decode - decode a payload into exactly raw_size bytes at out.
+ * Returns 0; -EINVAL for an unknown codec; -EIO when the payload is malformed or does not decode
+ * to exactly raw_size bytes. Does not check digests. Thread-safe.
+ */
+int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *out,
+		 size_t raw_size);
+
+/*
+ * store_open - open (creating when absent and !read_only) the chunk store under root.
+ * @root: the ckptfs STORE directory; chunks live in root/chunks (created mode 0700).
+ * @opts: may be NULL for defaults.
+ * @ret: on success an owned handle, released with store_close.
+ * Removes leftover temporary files (not when read_only).
+ * Returns 0, -ENOENT (read_only and no chunk directory), -ENOMEM, or the -errno of a failed
+ * mkdir/open.
+ */
+int store_open(const char *root, const struct store_opts *opts, struct store **ret);
+
+/* store_close - release a handle; NULL is accepted. Does not sync anything. */
+void store_close(struct store *st);
+
+/*
+ * store_chunk_put - store len raw bytes as one chunk, unless the same digest is already stored.
+ * @buf, @len: 1..STORE_CHUNK_MAX raw bytes.
+ * @ret: filled on success (ret->existed tells whether anything was written).
+ * Durability: the chunk file's data is fdatasync'ed before it is renamed into place; the rename
+ * itself is durable only after store_sync (which fsyncs the shard directories touched).
+ * Returns 0, -EINVAL (len out of range), -ENOSPC, -EIO, -ENOMEM, -EROFS (read_only), or the
+ * -errno of a failed write; on failure nothing is left behind. -EBADMSG when verify_dedup_hits is
+ * set and the stored chunk with that digest holds other bytes.
+ * Thread-safe: puts of the same digest from several threads are fine.
+ */
+int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_chunk_info *ret);
+
+/*
+ * store_sync - make every rename done by earlier puts durable (fsync of the shard directories
+ * touched since the last store_sync). Returns 0 or -EIO. Thread-safe.
+ */
+int store_sync(struct store *st);
+
+/*
+ * store_chunk_stat - read the header of a stored chunk into *ret (existed = true).
+ * Returns 0, -ENOENT (not stored), -EIO (header unreadable or malformed, or its digest is not h).
+ * Thread-safe.
+ */
+int store_chunk_stat(struct store *st, const struct store_hash *h, struct store_chunk_info *ret);
+
+/*
+ * store_chunk_pread - copy len bytes at offset off of the raw content of chunk h into buf.
+ * Reads through the decompressed-chunk cache; a chunk read from disk is decoded and re-hashed
+ * before any byte of it is used.
+ * Returns the number of bytes copied (less than len only at the chunk's end, 0 at or past it),
+ * -ENOENT (chunk file missing), -EBADMSG (bytes on disk do not match h), -EIO (unreadable or
+ * malformed), -ENOMEM. Thread-safe.
+ */
+ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *buf, size_t len,
+			  uint64_t off);
+
+/*
+ * store_chunk_verify - read chunk h from disk (bypassing the cache), decode and re-hash it.
+ * Returns 0 when sound, -ENOENT, -EBADMSG (digest mismatch), -EIO (malformed/unreadable), -ENOMEM.
+ * Thread-safe.
+ */
+int store_chunk_verify(struct store *st, const struct store_hash *h);
+
+/*
+ * store_chunk_delete - remove chunk h's file (and drop it from the cache).
+ * Returns 0, -ENOENT (not stored), -EROFS, or the -errno of unlink. Thread-safe.
+ */
+int store_chunk_delete(struct store *st, const struct store_hash *h);
+
+/*
+ * store_chunk_foreach - call fn(hash, stored_size, arg) for every chunk file on disk, in no
+ * particular order. Files whose names are not 32 hex digits are skipped. fn returning non-zero
+ * stops the walk and that value is returned. Returns 0 after a full walk or the -errno of a
+ * failed readdir. Not safe against concurrent deletes of the same shard (results may omit them).
+ */
+int store_chunk_foreach(struct store *st,
+			int (*fn)(const struct store_hash *h, uint64_t stored_size, void *arg),
+			void *arg);
+
+/*
+ * store_chunk_path - write the path of chunk h's file into buf (cap bytes).
+ * Returns 0 or -ENAMETOOLONG. For tests and forensics; callers must not write there.
+ */
+int store_chunk_path(const struct store *st, const struct store_hash *h, char *buf, size_t cap);
+
+#endif /* CKPTFS_STORE_H */
