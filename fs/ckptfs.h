@@ -1,0 +1,86 @@
+/*
+ * ckptfs.h — the ckptfs daemon's public interface: opening a STORE directory (ownership lock,
+ * index, chunk store) for the daemon and for ckptctl, and the daemon's entry point.
+ *
+ * A STORE directory holds:
+ *   STORE/lock      the ownership lock: the daemon holds flock(LOCK_EX) for its lifetime and
+ *                   writes its pid (decimal, newline) into it; ckptctl takes LOCK_SH to read
+ *                   while unmounted, or only probes it while mounted
+ *   STORE/index.db  the SQLite index (index/)
+ *   STORE/chunks/   chunk files (store/)
+ *   STORE/clean     present only between a clean unmount and the next mount; its absence at
+ *                   mount means the previous daemon died, and recovery sweeps orphans
+ *   STORE/ckptfs.log  the daemon's log when it runs in the background
+ *
+ * Thread-safety: a struct ckpt_repo is used by one thread at a time, except ->st (store/ is
+ * thread-safe); the daemon serialises index access itself.
+ */
+#ifndef CKPTFS_CKPTFS_H
+#define CKPTFS_CKPTFS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "index/index.h"
+#include "store/store.h"
+
+/* ckpt_repo_open flags */
+#define REPO_CREATE 0x1    /* create STORE (mode 0700) and the index if absent */
+#define REPO_EXCLUSIVE 0x2 /* take the ownership lock exclusively (the daemon, ckptctl gc) */
+#define REPO_RDONLY 0x4    /* open index and store read-only */
+
+struct ckpt_repo {
+	char *root;          /* owned: STORE path as given */
+	int lock_fd;         /* STORE/lock, holding the lock taken */
+	bool mounted;        /* another process (pid owner_pid) holds the exclusive lock */
+	pid_t owner_pid;     /* daemon pid when mounted, else 0 */
+	bool was_clean;      /* REPO_EXCLUSIVE: STORE/clean existed (previous stop was clean) */
+	struct idx *ix;      /* owned */
+	struct store *st;    /* owned */
+};
+
+/*
+ * ckpt_repo_open - open the STORE directory root.
+ * @flags: REPO_* bits. Without REPO_EXCLUSIVE the open succeeds while a daemon owns the store
+ *         (ret->mounted is then true and the handles are read-only whatever REPO_RDONLY says).
+ * @sopts: store options (may be NULL).
+ * @err, @errcap: on failure, one lowercase line saying what happened and what to do.
+ * @ret: owned handle, released with ckpt_repo_close.
+ * Refuses a STORE that group or others can write (-EPERM), and a STORE that does not exist
+ * without REPO_CREATE (-ENOENT).
+ * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and another process owns it);
+ * -EPROTO (index from a newer ckptfs or not a ckptfs index); -EIO; -ENOMEM; other -errno of
+ * mkdir/open.
+ */
+int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, char *err,
+		   size_t errcap, struct ckpt_repo **ret);
+
+/*
+ * ckpt_repo_set_clean - REPO_EXCLUSIVE only: mark (clean = true, durable) or unmark the store as
+ * cleanly stopped. Returns 0 or -errno.
+ */
+int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean);
+
+/*
+ * ckpt_repo_sweep - recovery after an unclean stop (REPO_EXCLUSIVE, writable): delete inodes left
+ * unlinked-but-open, chunk rows no file uses, and chunk files the index does not know.
+ * @ret_inodes, @ret_chunks: counts removed (may be NULL).
+ * Returns 0 or -errno (index or store failure; nothing half-done is visible: rows are removed in
+ * one transaction, files only after it commits).
+ */
+int ckpt_repo_sweep(struct ckpt_repo *r, uint64_t *ret_inodes, uint64_t *ret_chunks);
+
+/* ckpt_repo_close - close index and store, release the lock, free; NULL accepted. */
+void ckpt_repo_close(struct ckpt_repo *r);
+
+/* ckpt_now_ns - CLOCK_REALTIME in nanoseconds since the epoch. */
+int64_t ckpt_now_ns(void);
+
+/*
+ * ckptfs_main - the daemon: parse argv, open STORE, mount, serve until unmounted.
+ * Returns the process exit status (0 success, 1 failure).
+ */
+int ckptfs_main(int argc, char **argv);
+
+#endif /* CKPTFS_CKPTFS_H */

@@ -1,0 +1,7 @@
+/* main.c — the ckptfs executable: everything is in ckptfs_main (fs/daemon.c). */
+#include "fs/ckptfs.h"
+
+int main(int argc, char **argv)
+{
+	return ckptfs_main(argc, argv);
+}

@@ -1,0 +1,290 @@
+/*
+ * repo.c — opening a STORE directory: ownership lock, index, chunk store, clean marker and
+ * recovery sweep. Shared by the daemon and ckptctl.
+ *
+ * Invariants:
+ *   1. At most one process holds STORE/lock exclusively (flock), and only that process writes
+ *      the index or the chunk directory.
+ *   2. STORE/clean exists only while no daemon runs and the previous one stopped cleanly.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/ckptfs.h"
+
+int64_t ckpt_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void seterr(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !cap)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, cap, fmt, ap);
+	va_end(ap);
+}
+
+/* Read the pid written into the lock file; 0 when unreadable. */
+static pid_t read_owner(int fd)
+{
+	char buf[32] = { 0 };
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return 0;
+	return (pid_t)strtol(buf, NULL, 10);
+}
+
+static int path_join(char *buf, size_t cap, const char *root, const char *name)
+{
+	int n = snprintf(buf, cap, "%s/%s", root, name);
+
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, char *err,
+		   size_t errcap, struct ckpt_repo **ret)
+{
+	struct ckpt_repo *r;
+	struct store_opts so = { 0 };
+	struct stat stt;
+	char path[4096];
+	int rc;
+
+	r = calloc(1, sizeof(*r));
+	if (!r || !(r->root = strdup(root))) {
+		free(r);
+		seterr(err, errcap, "out of memory");
+		return -ENOMEM;
+	}
+	r->lock_fd = -1;
+	if (sopts)
+		so = *sopts;
+
+	if (stat(root, &stt) < 0) {
+		rc = -errno;
+		if (rc != -ENOENT || !(flags & REPO_CREATE)) {
+			seterr(err, errcap, "cannot use store '%s': %s%s", root, strerror(-rc),
+			       rc == -ENOENT ? " (mount it once with ckptfs to create it)" : "");
+			goto fail;
+		}
+		if (mkdir(root, 0700) < 0 || stat(root, &stt) < 0) {
+			rc = -errno;
+			seterr(err, errcap, "cannot create store '%s': %s", root, strerror(-rc));
+			goto fail;
+		}
+	}
+	if (!S_ISDIR(stt.st_mode)) {
+		rc = -ENOTDIR;
+		seterr(err, errcap, "store '%s' is not a directory", root);
+		goto fail;
+	}
+	if (stt.st_mode & (S_IWGRP | S_IWOTH)) {
+		rc = -EPERM;
+		seterr(err, errcap,
+		       "store '%s' is writable by group or others (mode %04o); run 'chmod 0700 %s'",
+		       root, (unsigned)(stt.st_mode & 07777), root);
+		goto fail;
+	}
+
+	if ((rc = path_join(path, sizeof(path), root, "lock")) < 0)
+		goto fail_path;
+	r->lock_fd = open(path, O_RDWR | O_CLOEXEC | ((flags & REPO_CREATE) ? O_CREAT : 0), 0600);
+	if (r->lock_fd < 0 && errno == ENOENT && !(flags & REPO_CREATE)) {
+		/* A store never mounted for writing has no lock file: read it as is. */
+		r->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (r->lock_fd < 0) {
+		rc = -errno;
+		seterr(err, errcap, "cannot open '%s': %s%s", path, strerror(-rc),
+		       rc == -ENOENT ? " (is this a ckptfs store?)" : "");
+		goto fail;
+	}
+	if (flags & REPO_EXCLUSIVE) {
+		if (flock(r->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+			rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			r->owner_pid = read_owner(r->lock_fd);
+			seterr(err, errcap,
+			       "store '%s' is in use by another ckptfs (pid %d); unmount it first "
+			       "(fusermount3 -u MOUNTPOINT)",
+			       root, (int)r->owner_pid);
+			goto fail;
+		}
+		char pidbuf[32];
+		int n = snprintf(pidbuf, sizeof(pidbuf), "%d\n", (int)getpid());
+
+		if (ftruncate(r->lock_fd, 0) < 0 || pwrite(r->lock_fd, pidbuf, n, 0) != n) {
+			rc = -errno;
+			seterr(err, errcap, "cannot write '%s': %s", path, strerror(-rc));
+			goto fail;
+		}
+		if ((rc = path_join(path, sizeof(path), root, "clean")) < 0)
+			goto fail_path;
+		r->was_clean = access(path, F_OK) == 0;
+	} else if (flock(r->lock_fd, LOCK_SH | LOCK_NB) < 0) {
+		if (errno != EWOULDBLOCK) {
+			rc = -errno;
+			seterr(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
+			goto fail;
+		}
+		r->mounted = true;
+		r->owner_pid = read_owner(r->lock_fd);
+		flags |= REPO_RDONLY;
+	}
+
+	if ((rc = path_join(path, sizeof(path), root, "index.db")) < 0)
+		goto fail_path;
+	rc = idx_open(path, (flags & REPO_RDONLY) ? IDX_RDONLY : 0, getuid(), getgid(),
+		      ckpt_now_ns(), &r->ix);
+	if (rc < 0) {
+		seterr(err, errcap, "cannot open index '%s': %s%s", path, strerror(-rc),
+		       rc == -EPROTO ? " (written by a newer ckptfs, or not a ckptfs index)"
+				     : rc == -ENOENT ? " (is this a ckptfs store?)" : "");
+		goto fail;
+	}
+	so.read_only = (flags & REPO_RDONLY) != 0;
+	rc = store_open(root, &so, &r->st);
+	if (rc < 0) {
+		seterr(err, errcap, "cannot open chunk store in '%s': %s", root, strerror(-rc));
+		goto fail;
+	}
+	*ret = r;
+	return 0;
+
+fail_path:
+	seterr(err, errcap, "store path '%s' is too long", root);
+fail:
+	ckpt_repo_close(r);
+	return rc;
+}
+
+int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean)
+{
+	char path[4096];
+	int fd, rc;
+
+	if ((rc = path_join(path, sizeof(path), r->root, "clean")) < 0)
+		return rc;
+	if (!clean)
+		return (unlink(path) < 0 && errno != ENOENT) ? -errno : 0;
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	rc = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	if (rc == 0) {
+		/* make the new directory entry durable */
+		fd = open(r->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		rc = fsync(fd) < 0 ? -errno : 0;
+		close(fd);
+	}
+	return rc;
+}
+
+struct sweep_ctx {
+	struct ckpt_repo *r;
+	struct store_hash *freed;
+	size_t n, cap;
+	uint64_t orphans;
+	int err;
+};
+
+static bool sweep_release(const uint8_t hash[IDX_HASH_LEN], void *arg)
+{
+	struct sweep_ctx *c = arg;
+
+	if (c->n == c->cap) {
+		size_t ncap = c->cap ? 2 * c->cap : 64;
+		struct store_hash *p = realloc(c->freed, ncap * sizeof(*p));
+
+		if (!p) {
+			c->err = -ENOMEM;
+			return true;
+		}
+		c->freed = p;
+		c->cap = ncap;
+	}
+	memcpy(c->freed[c->n++].b, hash, IDX_HASH_LEN);
+	return true;
+}
+
+static int sweep_file(const struct store_hash *h, uint64_t stored_size, void *arg)
+{
+	struct sweep_ctx *c = arg;
+	int rc = idx_chunk_exists(c->r->ix, h->b);
+
+	if (rc < 0)
+		return rc;
+	if (rc == 0) {
+		rc = store_chunk_delete(c->r->st, h);
+		if (rc < 0 && rc != -ENOENT)
+			return rc;
+		c->orphans++;
+	}
+	return 0;
+}
+
+int ckpt_repo_sweep(struct ckpt_repo *r, uint64_t *ret_inodes, uint64_t *ret_chunks)
+{
+	struct sweep_ctx c = { .r = r };
+	int rc, inodes;
+
+	if ((rc = idx_begin(r->ix)) < 0)
+		return rc;
+	inodes = idx_recover(r->ix, sweep_release, &c);
+	if (inodes < 0 || c.err < 0) {
+		idx_rollback(r->ix);
+		rc = inodes < 0 ? inodes : c.err;
+		goto out;
+	}
+	if ((rc = idx_commit(r->ix)) < 0)
+		goto out;
+	for (size_t i = 0; i < c.n; i++) {
+		rc = store_chunk_delete(r->st, &c.freed[i]);
+		if (rc < 0 && rc != -ENOENT)
+			goto out;
+	}
+	c.orphans = c.n;
+	rc = store_chunk_foreach(r->st, sweep_file, &c);
+	if (rc < 0)
+		goto out;
+	if (ret_inodes)
+		*ret_inodes = (uint64_t)inodes;
+	if (ret_chunks)
+		*ret_chunks = c.orphans;
+	rc = 0;
+out:
+	free(c.freed);
+	return rc;
+}
+
+void ckpt_repo_close(struct ckpt_repo *r)
+{
+	if (!r)
+		return;
+	store_close(r->st);
+	idx_close(r->ix);
+	if (r->lock_fd >= 0)
+		close(r->lock_fd);
+	free(r->root);
+	free(r);
+}
