@@ -1,0 +1,361 @@
+/*
+ * daemon.c — ckptfs startup and shutdown: options, the background process, the mount, the
+ * session loop, and a clean stop that leaves everything durable.
+ *
+ * Startup when not in the foreground: the parent forks at once, before any thread, SQLite
+ * connection or FUSE session exists, and waits on a pipe; the child opens the store, recovers,
+ * mounts, and writes "ok" or one error line to the pipe. So `ckptfs STORE MNT` returns only once
+ * the mount is ready, and any failure is printed by the command the user ran, with exit status 1.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "ckptfs_config.h"
+#include "fs/fs_int.h"
+
+struct cfg {
+	char *store;
+	int zstd_level;
+	unsigned cache_mb;
+	int verify_dedup;
+};
+
+#define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
+static const struct fuse_opt ck_opts[] = {
+	{ "zstd_level=%d", offsetof(struct cfg, zstd_level), 0 },
+	{ "cache_mb=%u", offsetof(struct cfg, cache_mb), 0 },
+	CK_OPT("verify_dedup", verify_dedup),
+	FUSE_OPT_END
+};
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct cfg *c = data;
+
+	if (key == FUSE_OPT_KEY_NONOPT && !c->store) {
+		c->store = strdup(arg);
+		return c->store ? 0 : -1;
+	}
+	return 1;
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] STORE MOUNTPOINT\n\n"
+	       "Mount the ckptfs store STORE (a directory, created on first use) at MOUNTPOINT.\n"
+	       "Unmount with: fusermount3 -u MOUNTPOINT\n\n"
+	       "ckptfs options:\n"
+	       "    -o zstd_level=N        zstd level for new chunks (default 1)\n"
+	       "    -o cache_mb=N          decompressed-chunk cache in MiB (default 64)\n"
+	       "    -o verify_dedup        compare bytes when a chunk is already stored\n\n",
+	       prog);
+}
+
+/* The startup status pipe (-1 in the foreground). */
+static int status_fd = -1;
+
+static void startup_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void startup_fail(const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (status_fd >= 0) {
+		dprintf(status_fd, "%s\n", line);
+		close(status_fd);
+		status_fd = -1;
+	} else {
+		fprintf(stderr, "ckptfs: %s\n", line);
+	}
+}
+
+/* Parent side: wait for the child's status line. Returns the exit status. */
+static int wait_child(pid_t pid, int fd)
+{
+	char line[1100];
+	size_t len = 0;
+	ssize_t n;
+	int status;
+
+	while (len < sizeof(line) - 1 && (n = read(fd, line + len, sizeof(line) - 1 - len)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		len += (size_t)n;
+	}
+	line[len] = 0;
+	close(fd);
+	if (strcmp(line, "ok\n") == 0)
+		return 0;
+	if (len) {
+		fprintf(stderr, "ckptfs: %s", line);
+		if (line[len - 1] != '\n')
+			fputc('\n', stderr);
+	} else {
+		waitpid(pid, &status, 0);
+		fprintf(stderr, "ckptfs: the daemon exited during startup (%s %d)\n",
+			WIFSIGNALED(status) ? "signal" : "status",
+			WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	}
+	return 1;
+}
+
+/* Is path a mount point already (per /proc/self/mountinfo)? */
+static bool is_mounted(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && getline(&line, &cap, f) > 0) {
+		char mnt[PATH_MAX];
+
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1 && strcmp(mnt, path) == 0)
+			found = true;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+static char *absolute(const char *p)
+{
+	char cwd[PATH_MAX], *r;
+
+	if (p[0] == '/')
+		return strdup(p);
+	if (!getcwd(cwd, sizeof(cwd)))
+		return NULL;
+	if (asprintf(&r, "%s/%s", cwd, p) < 0)
+		return NULL;
+	return r;
+}
+
+static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts *o)
+{
+	struct ckfs fs = { .staging_dirfd = -1 };
+	struct store_opts so = { .zstd_level = c->zstd_level,
+				 .cache_bytes = (size_t)c->cache_mb << 20,
+				 .verify_dedup_hits = c->verify_dedup != 0 };
+	struct fuse_session *se = NULL;
+	struct fuse_loop_config *lc = NULL;
+	char err[1024], path[PATH_MAX];
+	uint64_t inodes = 0, chunks = 0;
+	int rc, ret = 1;
+
+	pthread_mutex_init(&fs.mu, NULL);
+	rc = ckpt_repo_open(c->store, REPO_CREATE | REPO_EXCLUSIVE, &so, err, sizeof(err),
+			    &fs.repo);
+	if (rc < 0) {
+		startup_fail("%s", err);
+		goto out;
+	}
+	fs.ix = fs.repo->ix;
+	fs.st = fs.repo->st;
+	if (!fs.repo->was_clean) {
+		rc = ckpt_repo_sweep(fs.repo, &inodes, &chunks);
+		if (rc < 0) {
+			startup_fail("cannot recover store '%s' after an unclean stop: %s; run "
+				     "'ckptctl %s verify'", c->store, strerror(-rc), c->store);
+			goto out;
+		}
+	}
+	if ((rc = ckpt_repo_set_clean(fs.repo, false)) < 0) {
+		startup_fail("cannot update '%s/clean': %s", c->store, strerror(-rc));
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/staging", c->store);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		startup_fail("cannot create '%s': %s", path, strerror(errno));
+		goto out;
+	}
+	fs.staging_dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fs.pins = fs_pins_new();
+	if (fs.staging_dirfd < 0 || !fs.pins) {
+		startup_fail("cannot open '%s': %s", path, strerror(errno ? errno : ENOMEM));
+		goto out;
+	}
+	se = fuse_session_new(args, &ckfs_ops, sizeof(ckfs_ops), &fs);
+	if (!se) {
+		startup_fail("invalid mount options (see ckptfs --help)");
+		goto out;
+	}
+	if (fuse_set_signal_handlers(se) != 0) {
+		startup_fail("cannot install signal handlers");
+		goto out;
+	}
+	if (fuse_session_mount(se, o->mountpoint) != 0) {
+		startup_fail("cannot mount at '%s' (is /dev/fuse available and fusermount3 "
+			     "installed?)", o->mountpoint);
+		fuse_remove_signal_handlers(se);
+		goto out;
+	}
+	if (inodes || chunks)
+		fprintf(stderr, "ckptfs: recovered store '%s' after an unclean stop: removed %llu "
+			"unlinked files and %llu unreferenced chunks\n", c->store,
+			(unsigned long long)inodes, (unsigned long long)chunks);
+	if (status_fd >= 0) {
+		int devnull = open("/dev/null", O_RDWR);
+		int logfd;
+
+		snprintf(path, sizeof(path), "%s/ckptfs.log", c->store);
+		logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (devnull >= 0) {
+			dup2(devnull, 0);
+			dup2(devnull, 1);
+			close(devnull);
+		}
+		if (logfd >= 0) {
+			dup2(logfd, 2);
+			close(logfd);
+		}
+		if (chdir("/") < 0) {
+			/* not fatal: the store path is absolute */
+		}
+		if (write(status_fd, "ok\n", 3) != 3) {
+			/* the parent is gone; keep serving */
+		}
+		close(status_fd);
+		status_fd = -1;
+	}
+	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
+		o->mountpoint);
+
+	if (o->singlethread) {
+		ret = fuse_session_loop(se);
+	} else {
+		lc = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_clone_fd(lc, (unsigned)o->clone_fd);
+		fuse_loop_cfg_set_max_threads(lc, o->max_threads ? o->max_threads : 8);
+		fuse_loop_cfg_set_idle_threads(lc, o->max_idle_threads);
+		ret = fuse_session_loop_mt(se, lc);
+		fuse_loop_cfg_destroy(lc);
+	}
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	ret = ret != 0;
+out:
+	if (se)
+		fuse_session_destroy(se); /* calls op_destroy: dirty files become durable */
+	if (fs.repo && ret == 0 && ckpt_repo_set_clean(fs.repo, true) == 0)
+		fprintf(stderr, "ckptfs: stopped cleanly\n");
+	ckpt_repo_close(fs.repo);
+	fs_pins_free(fs.pins);
+	if (fs.staging_dirfd >= 0)
+		close(fs.staging_dirfd);
+	pthread_mutex_destroy(&fs.mu);
+	return ret;
+}
+
+int ckptfs_main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts o = { 0 };
+	struct cfg c = { .zstd_level = 1 };
+	char *mnt = NULL;
+	int ret = 1, pfd[2];
+
+	if (fuse_opt_parse(&args, &c, ck_opts, opt_proc) != 0)
+		goto out;
+	if (fuse_parse_cmdline(&args, &o) != 0) {
+		fprintf(stderr, "ckptfs: invalid arguments; see 'ckptfs --help'\n");
+		goto out;
+	}
+	if (o.show_help) {
+		usage(argv[0]);
+		fuse_cmdline_help();
+		fuse_lowlevel_help();
+		ret = 0;
+		goto out;
+	}
+	if (o.show_version) {
+		printf("ckptfs %s\n", CKPTFS_VERSION);
+		fuse_lowlevel_version();
+		ret = 0;
+		goto out;
+	}
+	if (!c.store || !o.mountpoint) {
+		fprintf(stderr, "ckptfs: usage: ckptfs [options] STORE MOUNTPOINT (see --help)\n");
+		goto out;
+	}
+	if (c.zstd_level < 1 || c.zstd_level > 19) {
+		fprintf(stderr, "ckptfs: zstd_level must be 1..19, not %d\n", c.zstd_level);
+		goto out;
+	}
+	char *abs_store = absolute(c.store);
+
+	mnt = realpath(o.mountpoint, NULL);
+	if (!abs_store || !mnt) {
+		fprintf(stderr, "ckptfs: mountpoint '%s': %s%s\n", o.mountpoint, strerror(errno),
+			errno == ENOENT ? " (create it with mkdir)" : "");
+		free(abs_store);
+		goto out;
+	}
+	free(c.store);
+	c.store = abs_store;
+	free(o.mountpoint);
+	o.mountpoint = mnt;
+	mnt = NULL;
+	if (is_mounted(o.mountpoint)) {
+		fprintf(stderr, "ckptfs: '%s' is already a mount point; unmount it first "
+			"(fusermount3 -u %s)\n", o.mountpoint, o.mountpoint);
+		goto out;
+	}
+	if (access("/dev/fuse", R_OK | W_OK) != 0) {
+		fprintf(stderr, "ckptfs: cannot use /dev/fuse: %s (load the fuse module, or run "
+			"where FUSE is available)\n", strerror(errno));
+		goto out;
+	}
+	/* the kernel checks permissions (chmod 0400 is enforced); the store path names the fs */
+	if (fuse_opt_add_arg(&args, "-odefault_permissions,subtype=ckptfs") != 0 ||
+	    fuse_opt_add_arg(&args, "-ofsname=ckptfs") != 0)
+		goto out;
+
+	if (!o.foreground) {
+		if (pipe2(pfd, O_CLOEXEC) < 0) {
+			perror("ckptfs: pipe");
+			goto out;
+		}
+		pid_t pid = fork();
+
+		if (pid < 0) {
+			perror("ckptfs: fork");
+			goto out;
+		}
+		if (pid > 0) {
+			close(pfd[1]);
+			ret = wait_child(pid, pfd[0]);
+			goto out;
+		}
+		close(pfd[0]);
+		status_fd = pfd[1];
+		setsid();
+	}
+	ret = serve(&c, &args, &o);
+	if (status_fd >= 0)
+		startup_fail("startup failed");
+out:
+	free(c.store);
+	free(o.mountpoint);
+	fuse_opt_free_args(&args);
+	return ret;
+}

@@ -1,0 +1,153 @@
+/*
+ * fs_int.h — private interface between the daemon's parts: the daemon state (struct ckfs),
+ * chunk pins, and the open-inode content state (struct oinode).
+ *
+ * Lock order (never take a lock to the left while holding one to the right):
+ *   oinode.lock  ->  ckfs.mu  ->  pins.mu
+ * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
+ * content state; pins.mu guards the pin table and the unlink of chunk files.
+ */
+#ifndef CKPTFS_FS_INT_H
+#define CKPTFS_FS_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fs/ckptfs.h"
+
+#define OTAB_BUCKETS 1024
+
+struct fs_pins;
+
+/* Daemon-wide state: one per mount. */
+struct ckfs {
+	struct ckpt_repo *repo;
+	struct idx *ix;          /* borrowed from repo; guarded by mu */
+	struct store *st;        /* borrowed from repo; thread-safe */
+	int staging_dirfd;       /* STORE/staging, for O_TMPFILE staging files */
+	pthread_mutex_t mu;      /* guards ix, otab; after oinode.lock, before pins.mu */
+	struct oinode *otab[OTAB_BUCKETS];
+	struct fs_pins *pins;
+	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
+};
+
+/*
+ * Content state of one regular file that is open (or being truncated). Two modes:
+ *  stream:  extents ext[0..n_ext) cover [0, ext_end); bytes [ext_end, size) are in tail.
+ *           Appends go to tail and are cut into chunks with store_cdc_cut as it fills.
+ *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size);
+ *           entered on the first write that is not an append, or a truncate that is not to 0.
+ * Invariants:
+ *   1. stream: ext_end + tail_len == size and the extents tile [0, ext_end).
+ *   2. Every chunk put since the last successful commit is listed in pins[] and pinned.
+ *   3. dirty == false means the index holds exactly this content.
+ *   4. hasher (stream mode) has consumed exactly the bytes of ext[0..n_ext), when hash_ok.
+ */
+struct oinode {
+	uint64_t ino;
+	struct oinode *next;    /* otab chain; guarded by ckfs.mu */
+	unsigned refs;          /* open handles + transient users; guarded by ckfs.mu */
+	pthread_rwlock_t lock;  /* guards everything below */
+
+	struct idx_extent *ext;
+	size_t n_ext, cap_ext;
+	uint64_t ext_end;
+	uint8_t *tail;
+	size_t tail_len, tail_cap;
+	int stage_fd;
+	uint64_t size;
+	struct store_hasher *hasher;
+	bool hash_ok;
+	struct store_hash *pins;
+	size_t n_pins, cap_pins;
+	bool dirty;
+	int err; /* sticky error of a failed chunk put, reported by write/flush/fsync */
+
+	/* Attribute overlay for getattr while dirty; readable without lock. */
+	_Atomic uint64_t ov_size;
+	_Atomic int64_t ov_mtime;
+	_Atomic bool ov_dirty;
+};
+
+/* ---- pins.c ---- */
+
+/* fs_pins_new - an empty pin table, or NULL (ENOMEM). fs_pins_free accepts NULL. */
+struct fs_pins *fs_pins_new(void);
+void fs_pins_free(struct fs_pins *p);
+
+/*
+ * fs_chunk_put - pin the digest of buf, then store it (store_chunk_put). On failure the pin is
+ * dropped. Returns 0 or the -errno of store_chunk_put. Thread-safe.
+ */
+int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, struct store_chunk_info *ret);
+
+/* fs_chunk_unpin - drop one pin of h. Thread-safe. */
+void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h);
+
+/*
+ * fs_chunk_free - delete chunk h's file unless it is pinned (a write in progress uses it).
+ * Call after the index transaction that dropped its row committed. Errors other than ENOENT are
+ * returned (the file is then an orphan, swept by recovery or ckptctl gc). Thread-safe.
+ */
+int fs_chunk_free(struct ckfs *fs, const struct store_hash *h);
+
+/* ---- oinode.c ---- */
+
+/* ckfs_now - a CLOCK_REALTIME timestamp in ns, strictly greater than any earlier one. */
+int64_t ckfs_now(struct ckfs *fs);
+
+/*
+ * oi_get - the open-inode state of regular file ino, creating and loading it from the index
+ * (extents, size) when absent; takes a reference. Caller holds fs->mu.
+ * Returns 0, -ENOENT, -ENOMEM, or an index error.
+ */
+int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret);
+
+/* oi_find - the state of ino if it exists (no reference taken), else NULL. Caller holds fs->mu. */
+struct oinode *oi_find(struct ckfs *fs, uint64_t ino);
+
+/*
+ * oi_put - drop a reference (fs->mu NOT held; takes it). On the last one: discards uncommitted
+ * chunks, frees the state, and deletes the inode from the index when its nlink is 0.
+ */
+void oi_put(struct ckfs *fs, struct oinode *oi);
+
+/*
+ * oi_read - copy up to len bytes at off into buf (read lock taken inside).
+ * Returns bytes copied (0 at or past the end), -EIO (a chunk is missing or fails its checksum;
+ * the chunk is marked bad in the index), -ENOMEM.
+ */
+ssize_t oi_read(struct ckfs *fs, struct oinode *oi, void *buf, size_t len, uint64_t off);
+
+/*
+ * oi_write - write len bytes at off (write lock taken inside). Returns len or -errno
+ * (-ENOSPC, -EIO, -EFBIG...). Bytes are readable at once; durable after oi_commit.
+ */
+ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len, uint64_t off);
+
+/* oi_truncate - set the size (write lock taken inside). Returns 0 or -errno. */
+int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size);
+
+/*
+ * oi_commit - make the content durable and record it in the index: chunks fdatasync'ed, shard
+ * directories fsync'ed, then one index transaction (synchronous=FULL). No-op when clean.
+ * Returns 0 or -errno (the in-memory content stays, still dirty, on failure).
+ */
+int oi_commit(struct ckfs *fs, struct oinode *oi);
+
+/* fs_release_collect / fs_release_finish - the idx_release_fn used by every transaction that can
+ * free chunks: collect digests in the transaction, free their files after it commits. */
+struct fs_freed {
+	struct store_hash *h;
+	size_t n, cap;
+	int err;
+};
+bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg);
+void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed);
+
+/* ---- ops.c ---- */
+extern const struct fuse_lowlevel_ops ckfs_ops;
+
+#endif /* CKPTFS_FS_INT_H */

@@ -1,0 +1,742 @@
+/*
+ * oinode.c — the content of open regular files: appends cut into chunks as they arrive, a staging
+ * file for writes at other offsets, reads of both, and the commit that makes a file's content
+ * durable and records it in the index.
+ *
+ * The modes and invariants are described on struct oinode (fs_int.h). Commit order (DESIGN.md,
+ * "Durability"): chunk data fdatasync'ed by store_chunk_put -> shard directories fsync'ed by
+ * store_sync -> one index transaction replacing the file's extents -> pins dropped -> chunk files
+ * no longer referenced are deleted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/fs_int.h"
+
+int64_t ckfs_now(struct ckfs *fs)
+{
+	int64_t now = ckpt_now_ns();
+	int64_t last = atomic_load(&fs->last_ns);
+
+	for (;;) {
+		int64_t t = now > last ? now : last + 1;
+
+		if (atomic_compare_exchange_weak(&fs->last_ns, &last, t))
+			return t;
+	}
+}
+
+/* ---- release of chunks freed by index transactions ---- */
+
+bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg)
+{
+	struct fs_freed *fr = arg;
+
+	if (fr->n == fr->cap) {
+		size_t ncap = fr->cap ? fr->cap * 2 : 32;
+		struct store_hash *p = realloc(fr->h, ncap * sizeof(*p));
+
+		if (!p) {
+			/* keep the row: the chunk stays stored, which is safe */
+			fr->err = -ENOMEM;
+			return false;
+		}
+		fr->h = p;
+		fr->cap = ncap;
+	}
+	memcpy(fr->h[fr->n++].b, hash, IDX_HASH_LEN);
+	return true;
+}
+
+void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed)
+{
+	if (committed) {
+		for (size_t i = 0; i < fr->n; i++)
+			fs_chunk_free(fs, &fr->h[i]); /* failures leave an orphan for recovery */
+	}
+	free(fr->h);
+	fr->h = NULL;
+	fr->n = fr->cap = 0;
+}
+
+/* ---- table ---- */
+
+struct oinode *oi_find(struct ckfs *fs, uint64_t ino)
+{
+	struct oinode *oi = fs->otab[ino % OTAB_BUCKETS];
+
+	while (oi && oi->ino != ino)
+		oi = oi->next;
+	return oi;
+}
+
+static void oi_free(struct oinode *oi)
+{
+	if (oi->stage_fd >= 0)
+		close(oi->stage_fd);
+	store_hasher_free(oi->hasher);
+	free(oi->ext);
+	free(oi->tail);
+	free(oi->pins);
+	pthread_rwlock_destroy(&oi->lock);
+	free(oi);
+}
+
+int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
+{
+	struct idx_inode attr;
+	struct oinode *oi = oi_find(fs, ino);
+	int rc;
+
+	if (oi) {
+		oi->refs++;
+		*ret = oi;
+		return 0;
+	}
+	if ((rc = idx_inode_get(fs->ix, ino, &attr)) < 0)
+		return rc;
+	if (!S_ISREG(attr.mode))
+		return -EISDIR;
+	oi = calloc(1, sizeof(*oi));
+	if (!oi)
+		return -ENOMEM;
+	oi->ino = ino;
+	oi->stage_fd = -1;
+	pthread_rwlock_init(&oi->lock, NULL);
+	oi->hasher = store_hasher_new();
+	if (!oi->hasher) {
+		oi_free(oi);
+		return -ENOMEM;
+	}
+	rc = idx_file_extents(fs->ix, ino, &oi->ext, &oi->n_ext);
+	if (rc < 0) {
+		oi_free(oi);
+		return rc;
+	}
+	oi->cap_ext = oi->n_ext;
+	oi->size = attr.size;
+	oi->ext_end = oi->n_ext ? oi->ext[oi->n_ext - 1].offset + oi->ext[oi->n_ext - 1].length : 0;
+	if (oi->ext_end != oi->size) {
+		/* index invariant 4 broken: refuse rather than serve wrong bytes */
+		oi_free(oi);
+		return -EIO;
+	}
+	oi->hash_ok = oi->size == 0;
+	oi->refs = 1;
+	oi->next = fs->otab[ino % OTAB_BUCKETS];
+	fs->otab[ino % OTAB_BUCKETS] = oi;
+	*ret = oi;
+	return 0;
+}
+
+/* Drop every pin taken since the last commit; delete chunk files that nothing references. */
+static void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
+{
+	for (size_t i = 0; i < oi->n_pins; i++)
+		fs_chunk_unpin(fs, &oi->pins[i]);
+	pthread_mutex_lock(&fs->mu);
+	for (size_t i = 0; i < oi->n_pins; i++) {
+		if (idx_chunk_exists(fs->ix, oi->pins[i].b) == 0)
+			fs_chunk_free(fs, &oi->pins[i]);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	oi->n_pins = 0;
+}
+
+void oi_put(struct ckfs *fs, struct oinode *oi)
+{
+	struct oinode **pp;
+	struct idx_inode attr;
+	struct fs_freed fr = { 0 };
+	bool last;
+
+	pthread_mutex_lock(&fs->mu);
+	last = --oi->refs == 0;
+	if (last) {
+		pp = &fs->otab[oi->ino % OTAB_BUCKETS];
+		while (*pp != oi)
+			pp = &(*pp)->next;
+		*pp = oi->next;
+		if (idx_inode_get(fs->ix, oi->ino, &attr) == 0 && attr.nlink == 0) {
+			bool ok = idx_begin(fs->ix) == 0 &&
+				  idx_inode_delete(fs->ix, oi->ino, fs_release_collect, &fr) == 0 &&
+				  idx_commit(fs->ix) == 0;
+
+			if (!ok)
+				idx_rollback(fs->ix); /* recovery deletes it at the next mount */
+			fs_release_finish(fs, &fr, ok);
+		}
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (last) {
+		oi_drop_pins(fs, oi);
+		oi_free(oi);
+	}
+}
+
+/* ---- helpers ---- */
+
+static int oi_note_pin(struct oinode *oi, const struct store_hash *h)
+{
+	if (oi->n_pins == oi->cap_pins) {
+		size_t ncap = oi->cap_pins ? oi->cap_pins * 2 : 16;
+		struct store_hash *p = realloc(oi->pins, ncap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		oi->pins = p;
+		oi->cap_pins = ncap;
+	}
+	oi->pins[oi->n_pins++] = *h;
+	return 0;
+}
+
+static int ext_reserve(struct idx_extent **ext, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	size_t ncap = *cap ? *cap * 2 : 64;
+
+	while (ncap < need)
+		ncap *= 2;
+	struct idx_extent *p = realloc(*ext, ncap * sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	*ext = p;
+	*cap = ncap;
+	return 0;
+}
+
+/* Put one chunk (pinned) and describe it as an extent at offset. */
+static int put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t len,
+		      uint64_t offset, struct idx_extent *ret)
+{
+	struct store_chunk_info info;
+	int rc = fs_chunk_put(fs, buf, len, &info);
+
+	if (rc < 0)
+		return rc;
+	if ((rc = oi_note_pin(oi, &info.hash)) < 0) {
+		fs_chunk_unpin(fs, &info.hash);
+		return rc;
+	}
+	ret->offset = offset;
+	ret->length = (uint32_t)len;
+	ret->stored_size = info.stored_size;
+	ret->codec = info.codec;
+	memcpy(ret->hash, info.hash.b, STORE_HASH_LEN);
+	return 0;
+}
+
+static void set_overlay(struct ckfs *fs, struct oinode *oi)
+{
+	atomic_store(&oi->ov_size, oi->size);
+	atomic_store(&oi->ov_mtime, ckfs_now(fs));
+	atomic_store(&oi->ov_dirty, true);
+	oi->dirty = true;
+}
+
+/* Stream mode: cut and put chunks from the front of tail while it holds a full window. */
+static int stream_emit(struct ckfs *fs, struct oinode *oi, bool at_eof)
+{
+	size_t pos = 0;
+	int rc = 0;
+
+	while (oi->tail_len - pos >= STORE_CHUNK_MAX || (at_eof && pos < oi->tail_len)) {
+		size_t cut = store_cdc_cut(oi->tail + pos, oi->tail_len - pos, at_eof);
+
+		if (cut == 0)
+			break;
+		if ((rc = ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) < 0)
+			break;
+		rc = put_extent(fs, oi, oi->tail + pos, cut, oi->ext_end, &oi->ext[oi->n_ext]);
+		if (rc < 0)
+			break;
+		if (oi->hash_ok)
+			store_hasher_update(oi->hasher, oi->tail + pos, cut);
+		oi->n_ext++;
+		oi->ext_end += cut;
+		pos += cut;
+	}
+	if (pos) {
+		memmove(oi->tail, oi->tail + pos, oi->tail_len - pos);
+		oi->tail_len -= pos;
+	}
+	return rc;
+}
+
+/* Copy [0, size) of the current stream content into a new staging file and switch to it. */
+static int enter_staging(struct ckfs *fs, struct oinode *oi)
+{
+	size_t bufsz = STORE_CHUNK_MAX;
+	uint8_t *buf;
+	int fd, rc = 0;
+
+	fd = openat(fs->staging_dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	buf = malloc(bufsz);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < oi->n_ext && rc == 0; i++) {
+		const struct idx_extent *e = &oi->ext[i];
+		struct store_hash h;
+		ssize_t n;
+
+		memcpy(h.b, e->hash, STORE_HASH_LEN);
+		n = store_chunk_pread(fs->st, &h, buf, e->length, 0);
+		if (n != (ssize_t)e->length)
+			rc = n < 0 ? (n == -ENOMEM ? -ENOMEM : -EIO) : -EIO;
+		else if (pwrite(fd, buf, e->length, (off_t)e->offset) != (ssize_t)e->length)
+			rc = errno ? -errno : -EIO;
+	}
+	if (rc == 0 && oi->tail_len &&
+	    pwrite(fd, oi->tail, oi->tail_len, (off_t)oi->ext_end) != (ssize_t)oi->tail_len)
+		rc = -errno;
+	if (rc == 0 && ftruncate(fd, (off_t)oi->size) < 0)
+		rc = -errno;
+	free(buf);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	oi->stage_fd = fd;
+	oi->n_ext = 0;
+	oi->ext_end = 0;
+	oi->tail_len = 0;
+	oi->hash_ok = false;
+	return 0;
+}
+
+/* Back to an empty stream. Pins of dropped chunks stay until the next commit. */
+static void reset_empty(struct oinode *oi)
+{
+	if (oi->stage_fd >= 0) {
+		close(oi->stage_fd);
+		oi->stage_fd = -1;
+	}
+	oi->n_ext = 0;
+	oi->ext_end = 0;
+	oi->tail_len = 0;
+	oi->size = 0;
+	oi->err = 0;
+	store_hasher_reset(oi->hasher);
+	oi->hash_ok = true;
+}
+
+/* ---- read, write, truncate ---- */
+
+static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t len,
+			   uint64_t off)
+{
+	size_t done = 0;
+
+	if (off >= oi->size)
+		return 0;
+	if (len > oi->size - off)
+		len = oi->size - off;
+	if (oi->stage_fd >= 0) {
+		while (done < len) {
+			ssize_t n = pread(oi->stage_fd, buf + done, len - done, (off_t)(off + done));
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				return -errno;
+			if (n == 0) { /* sparse tail beyond the staging file's end reads as zeros */
+				memset(buf + done, 0, len - done);
+				done = len;
+				break;
+			}
+			done += (size_t)n;
+		}
+		return (ssize_t)done;
+	}
+	while (done < len) {
+		uint64_t pos = off + done;
+
+		if (pos >= oi->ext_end) {
+			size_t n = len - done;
+
+			memcpy(buf + done, oi->tail + (pos - oi->ext_end), n);
+			done += n;
+			break;
+		}
+		/* binary search: last extent with offset <= pos */
+		size_t lo = 0, hi = oi->n_ext;
+
+		while (hi - lo > 1) {
+			size_t mid = (lo + hi) / 2;
+
+			if (oi->ext[mid].offset <= pos)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		const struct idx_extent *e = &oi->ext[lo];
+		struct store_hash h;
+		size_t want = len - done;
+		uint64_t in = pos - e->offset;
+		ssize_t n;
+
+		if (want > e->length - in)
+			want = e->length - in;
+		memcpy(h.b, e->hash, STORE_HASH_LEN);
+		n = store_chunk_pread(fs->st, &h, buf + done, want, in);
+		if (n != (ssize_t)want) {
+			if (n == -ENOMEM)
+				return -ENOMEM;
+			/* missing, damaged or short chunk: never return wrong bytes */
+			pthread_mutex_lock(&fs->mu);
+			if (idx_begin(fs->ix) == 0 &&
+			    (idx_chunk_mark_bad(fs->ix, h.b) < 0 || idx_commit(fs->ix) < 0))
+				idx_rollback(fs->ix);
+			pthread_mutex_unlock(&fs->mu);
+			char hex[2 * STORE_HASH_LEN + 1];
+
+			fprintf(stderr, "ckptfs: cannot read chunk '%s' of inode %llu: %s\n",
+				store_hash_hex(&h, hex), (unsigned long long)oi->ino,
+				n < 0 ? strerror((int)-n) : "short chunk");
+			return -EIO;
+		}
+		done += want;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t oi_read(struct ckfs *fs, struct oinode *oi, void *buf, size_t len, uint64_t off)
+{
+	ssize_t rc;
+
+	pthread_rwlock_rdlock(&oi->lock);
+	rc = read_locked(fs, oi, buf, len, off);
+	pthread_rwlock_unlock(&oi->lock);
+	return rc;
+}
+
+static int tail_append(struct oinode *oi, const void *buf, size_t len)
+{
+	if (oi->tail_len + len > oi->tail_cap) {
+		size_t ncap = oi->tail_cap ? oi->tail_cap : STORE_CHUNK_MAX;
+
+		while (ncap < oi->tail_len + len)
+			ncap *= 2;
+		uint8_t *p = realloc(oi->tail, ncap);
+
+		if (!p)
+			return -ENOMEM;
+		oi->tail = p;
+		oi->tail_cap = ncap;
+	}
+	memcpy(oi->tail + oi->tail_len, buf, len);
+	oi->tail_len += len;
+	return 0;
+}
+
+ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len, uint64_t off)
+{
+	ssize_t rc = (ssize_t)len;
+
+	if (off + len < off || off + len > (uint64_t)INT64_MAX)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&oi->lock);
+	if (oi->err) {
+		rc = oi->err;
+		goto out;
+	}
+	if (oi->stage_fd < 0 && off != oi->size) {
+		int r = enter_staging(fs, oi);
+
+		if (r < 0) {
+			rc = r;
+			goto out;
+		}
+	}
+	if (oi->stage_fd >= 0) {
+		size_t done = 0;
+
+		while (done < len) {
+			ssize_t n = pwrite(oi->stage_fd, (const uint8_t *)buf + done, len - done,
+					   (off_t)(off + done));
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				rc = done ? (ssize_t)done : -errno;
+				break;
+			}
+			done += (size_t)n;
+		}
+		if (done && off + done > oi->size)
+			oi->size = off + done;
+	} else {
+		int r = tail_append(oi, buf, len);
+
+		if (r < 0) {
+			rc = r;
+			goto out;
+		}
+		oi->size += len;
+		r = stream_emit(fs, oi, false);
+		if (r < 0) {
+			/* bytes stay in tail; the file cannot be committed until rewritten */
+			oi->err = r;
+			rc = r;
+		}
+	}
+	set_overlay(fs, oi);
+out:
+	pthread_rwlock_unlock(&oi->lock);
+	return rc;
+}
+
+int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size)
+{
+	int rc = 0;
+
+	if (size > (uint64_t)INT64_MAX)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&oi->lock);
+	if (size == oi->size)
+		goto out_touch;
+	if (size == 0) {
+		reset_empty(oi);
+		goto out_touch;
+	}
+	if (oi->stage_fd < 0 && (rc = enter_staging(fs, oi)) < 0)
+		goto out;
+	if (ftruncate(oi->stage_fd, (off_t)size) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	oi->size = size;
+out_touch:
+	set_overlay(fs, oi);
+out:
+	pthread_rwlock_unlock(&oi->lock);
+	return rc;
+}
+
+/* ---- commit ---- */
+
+/* Whole-file digest of [0, size) by reading it back (appends to pre-existing content). */
+static int hash_content(struct ckfs *fs, struct oinode *oi, struct store_hash *ret)
+{
+	struct store_hasher *hs = store_hasher_new();
+	size_t bufsz = STORE_CHUNK_MAX;
+	uint8_t *buf = malloc(bufsz);
+	int rc = 0;
+
+	if (!hs || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t off = 0; off < oi->size;) {
+		ssize_t n = read_locked(fs, oi, buf, bufsz, off);
+
+		if (n <= 0) {
+			rc = n < 0 ? (int)n : -EIO;
+			goto out;
+		}
+		store_hasher_update(hs, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	store_hasher_digest(hs, ret);
+out:
+	free(buf);
+	store_hasher_free(hs);
+	return rc;
+}
+
+/* Staging mode: cut the staging file into chunks; on success switch back to stream mode. */
+static int commit_staging(struct ckfs *fs, struct oinode *oi, struct idx_extent **ret_ext,
+			  size_t *ret_n, struct store_hash *ret_hash)
+{
+	size_t cap = 2 * STORE_CHUNK_MAX, have = 0, n = 0, ecap = 0;
+	uint8_t *buf = malloc(cap);
+	struct idx_extent *ext = NULL;
+	struct store_hasher *hs = store_hasher_new();
+	uint64_t pos = 0, base = 0;
+	int rc = 0;
+
+	if (!buf || !hs) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	while (base < oi->size) {
+		/* fill the window */
+		while (have < cap && pos < oi->size) {
+			size_t want = cap - have;
+
+			if (want > oi->size - pos)
+				want = (size_t)(oi->size - pos);
+			ssize_t r = pread(oi->stage_fd, buf + have, want, (off_t)pos);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0) {
+				rc = -errno;
+				goto fail;
+			}
+			if (r == 0) { /* sparse end */
+				memset(buf + have, 0, want);
+				r = (ssize_t)want;
+			}
+			have += (size_t)r;
+			pos += (uint64_t)r;
+		}
+		size_t cut = store_cdc_cut(buf, have, pos >= oi->size);
+
+		if (cut == 0) {
+			rc = -EIO;
+			goto fail;
+		}
+		if ((rc = ext_reserve(&ext, &ecap, n + 1)) < 0)
+			goto fail;
+		if ((rc = put_extent(fs, oi, buf, cut, base, &ext[n])) < 0)
+			goto fail;
+		store_hasher_update(hs, buf, cut);
+		n++;
+		base += cut;
+		memmove(buf, buf + cut, have - cut);
+		have -= cut;
+	}
+	store_hasher_digest(hs, ret_hash);
+	free(buf);
+	/* keep hs as the stream hasher: it covers exactly the new extents */
+	store_hasher_free(oi->hasher);
+	oi->hasher = hs;
+	*ret_ext = ext;
+	*ret_n = n;
+	return 0;
+fail:
+	free(buf);
+	free(ext);
+	store_hasher_free(hs);
+	return rc;
+}
+
+int oi_commit(struct ckfs *fs, struct oinode *oi)
+{
+	struct idx_extent *all = NULL, *staged = NULL;
+	struct store_hash digest;
+	struct fs_freed fr = { 0 };
+	size_t n_all = 0, n_staged = 0;
+	size_t saved_n = 0, saved_tail = 0;
+	uint64_t saved_end = 0;
+	bool from_staging = false, committed = false;
+	int rc;
+
+	pthread_rwlock_wrlock(&oi->lock);
+	if (!oi->dirty) {
+		rc = 0;
+		goto out;
+	}
+	if (oi->err) {
+		rc = oi->err;
+		goto out;
+	}
+	if (oi->stage_fd >= 0) {
+		from_staging = true;
+		if ((rc = commit_staging(fs, oi, &staged, &n_staged, &digest)) < 0)
+			goto out;
+		all = staged;
+		n_all = n_staged;
+	} else {
+		/* cut the tail as if the file ended here; the tail stays in memory so later appends
+		 * are cut as one stream, and these last extents are replaced at the next commit */
+		saved_n = oi->n_ext;
+		saved_end = oi->ext_end;
+		saved_tail = oi->tail_len;
+		struct store_hasher *keep = store_hasher_copy(oi->hasher);
+
+		if (!keep) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		uint8_t *tailcopy = NULL;
+
+		if (saved_tail && !(tailcopy = malloc(saved_tail))) {
+			store_hasher_free(keep);
+			rc = -ENOMEM;
+			goto out;
+		}
+		if (saved_tail)
+			memcpy(tailcopy, oi->tail, saved_tail);
+		rc = stream_emit(fs, oi, true);
+		if (rc == 0 && oi->hash_ok)
+			store_hasher_digest(oi->hasher, &digest);
+		else if (rc == 0)
+			rc = hash_content(fs, oi, &digest);
+		if (rc == 0) {
+			n_all = oi->n_ext;
+			all = malloc((n_all ? n_all : 1) * sizeof(*all));
+			if (!all)
+				rc = -ENOMEM;
+			else
+				memcpy(all, oi->ext, n_all * sizeof(*all));
+		}
+		/* restore the stream position: extents past saved_n are provisional */
+		oi->n_ext = saved_n;
+		oi->ext_end = saved_end;
+		if (saved_tail)
+			memcpy(oi->tail, tailcopy, saved_tail);
+		oi->tail_len = saved_tail;
+		store_hasher_free(oi->hasher);
+		oi->hasher = keep;
+		free(tailcopy);
+		if (rc < 0)
+			goto out;
+	}
+
+	rc = store_sync(fs->st);
+	if (rc < 0)
+		goto out;
+	int64_t mtime = atomic_load(&oi->ov_mtime);
+
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_begin(fs->ix);
+	if (rc == 0) {
+		rc = idx_file_set_content(fs->ix, oi->ino, all, n_all, oi->size, digest.b,
+					  mtime ? mtime : ckfs_now(fs), fs_release_collect, &fr);
+		if (rc == 0)
+			rc = idx_commit(fs->ix);
+		if (rc < 0)
+			idx_rollback(fs->ix);
+		else
+			committed = true;
+	}
+	fs_release_finish(fs, &fr, committed);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		goto out;
+
+	oi_drop_pins(fs, oi);
+	if (from_staging) {
+		close(oi->stage_fd);
+		oi->stage_fd = -1;
+		free(oi->ext);
+		oi->ext = staged;
+		oi->cap_ext = oi->n_ext = n_staged;
+		oi->ext_end = oi->size;
+		oi->tail_len = 0;
+		oi->hash_ok = true;
+		staged = all = NULL;
+	}
+	oi->dirty = false;
+	atomic_store(&oi->ov_dirty, false);
+out:
+	if (all != staged)
+		free(all);
+	free(staged);
+	pthread_rwlock_unlock(&oi->lock);
+	return rc;
+}

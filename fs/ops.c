@@ -1,0 +1,926 @@
+/*
+ * ops.c — the FUSE low-level operations: namespace (lookup, mkdir, rename, ...) in the index,
+ * file content through oinode.c.
+ *
+ * libfuse conventions (passthrough_hp.cc): handlers reply exactly once; errors are replied as a
+ * positive errno; helpers here return -errno. Every namespace change is one index transaction
+ * (durable when it returns: synchronous=FULL).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "fs/fs_int.h"
+
+/* Attribute and entry cache lifetime given to the kernel, in seconds. All changes go through
+ * this daemon, which the kernel knows about, so a short timeout only bounds staleness of
+ * st_blocks after a commit. */
+#define ATTR_TIMEOUT 1.0
+
+/* One open file description. */
+struct fh {
+	struct oinode *oi;
+	bool wrote;
+};
+
+static struct ckfs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void ts_of(int64_t ns, struct timespec *ts)
+{
+	ts->tv_sec = ns / 1000000000;
+	ts->tv_nsec = ns % 1000000000;
+}
+
+/* Fill st from the index (+ the open-file overlay). Caller holds fs->mu. */
+static int stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
+{
+	struct idx_inode a;
+	uint64_t stored = 0;
+	int rc = idx_inode_get(fs->ix, ino, &a);
+
+	if (rc < 0)
+		return rc;
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = a.mode;
+	st->st_nlink = a.nlink;
+	st->st_uid = a.uid;
+	st->st_gid = a.gid;
+	st->st_size = (off_t)a.size;
+	st->st_rdev = a.rdev;
+	st->st_blksize = 1 << 20;
+	ts_of(a.atime_ns, &st->st_atim);
+	ts_of(a.mtime_ns, &st->st_mtim);
+	ts_of(a.ctime_ns, &st->st_ctim);
+	if (S_ISREG(a.mode)) {
+		struct oinode *oi = oi_find(fs, ino);
+
+		if (idx_file_stored_bytes(fs->ix, ino, &stored) < 0)
+			stored = 0;
+		if (oi && atomic_load(&oi->ov_dirty)) {
+			uint64_t sz = atomic_load(&oi->ov_size);
+
+			st->st_size = (off_t)sz;
+			ts_of(atomic_load(&oi->ov_mtime), &st->st_mtim);
+			st->st_ctim = st->st_mtim;
+			if (stored < sz)
+				stored = sz; /* not yet compressed: count it as written */
+		}
+		st->st_blocks = (blkcnt_t)((stored + 511) / 512);
+	} else {
+		st->st_blocks = (blkcnt_t)((a.size + 511) / 512);
+	}
+	return 0;
+}
+
+static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
+{
+	struct fuse_entry_param e = { 0 };
+	int rc = stat_locked(fs, ino, &e.attr);
+
+	if (rc < 0) {
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	e.ino = ino;
+	e.attr_timeout = ATTR_TIMEOUT;
+	e.entry_timeout = ATTR_TIMEOUT;
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_entry(req, &e);
+}
+
+static int check_name(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (len == 0)
+		return -ENOENT;
+	if (len > NAME_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* Set mtime and ctime of directory dir to now. In a transaction, fs->mu held. */
+static int touch_dir(struct ckfs *fs, uint64_t dir, int64_t now, int nlink_delta)
+{
+	struct idx_inode a;
+	int rc = idx_inode_get(fs->ix, dir, &a);
+
+	if (rc < 0)
+		return rc;
+	a.mtime_ns = a.ctime_ns = now;
+	a.nlink = (uint32_t)((int64_t)a.nlink + nlink_delta);
+	return idx_inode_update(fs->ix, &a);
+}
+
+static int commit_or_rollback(struct ckfs *fs, int rc)
+{
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0)
+		idx_rollback(fs->ix);
+	return rc;
+}
+
+/* ---- lifecycle ---- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
+		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	conn->max_readahead = 1 << 20;
+}
+
+static void op_destroy(void *userdata)
+{
+	struct ckfs *fs = userdata;
+
+	/* Make every dirty file durable (a lazy unmount may leave files open). */
+	for (;;) {
+		struct oinode *dirty = NULL;
+
+		pthread_mutex_lock(&fs->mu);
+		for (unsigned i = 0; i < OTAB_BUCKETS && !dirty; i++)
+			for (struct oinode *oi = fs->otab[i]; oi && !dirty; oi = oi->next)
+				if (atomic_load(&oi->ov_dirty) && !oi->err) {
+					dirty = oi;
+					dirty->refs++;
+				}
+		pthread_mutex_unlock(&fs->mu);
+		if (!dirty)
+			break;
+		int rc = oi_commit(fs, dirty);
+
+		if (rc < 0) {
+			fprintf(stderr, "ckptfs: cannot make inode %llu durable at unmount: %s\n",
+				(unsigned long long)dirty->ino, strerror(-rc));
+			dirty->err = rc; /* do not retry forever */
+		}
+		oi_put(fs, dirty);
+	}
+}
+
+/* ---- attributes ---- */
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ckfs *fs = req_fs(req);
+	uint64_t ino;
+	int rc = check_name(name);
+
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
+	if (rc < 0) {
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	reply_entry_locked(req, fs, ino);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckfs *fs = req_fs(req);
+	struct stat st;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = stat_locked(fs, ino, &st);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct ckfs *fs = req_fs(req);
+	struct idx_inode a;
+	struct stat st;
+	int64_t now = ckfs_now(fs);
+	int rc;
+
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		struct oinode *oi;
+
+		if (fi) {
+			struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+
+			h->wrote = true;
+			oi = h->oi;
+			rc = oi_truncate(fs, oi, (uint64_t)attr->st_size);
+		} else {
+			pthread_mutex_lock(&fs->mu);
+			rc = oi_get(fs, ino, &oi);
+			pthread_mutex_unlock(&fs->mu);
+			if (rc < 0)
+				goto fail;
+			rc = oi_truncate(fs, oi, (uint64_t)attr->st_size);
+			if (rc == 0)
+				rc = oi_commit(fs, oi); /* truncate(2) without an open file: durable now */
+			oi_put(fs, oi);
+		}
+		if (rc < 0)
+			goto fail;
+	}
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_inode_get(fs->ix, ino, &a);
+	if (rc < 0)
+		goto fail_locked;
+	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+		      FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+		      FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME)) {
+		if (to_set & FUSE_SET_ATTR_MODE)
+			a.mode = (a.mode & S_IFMT) | (attr->st_mode & 07777);
+		if (to_set & FUSE_SET_ATTR_UID)
+			a.uid = attr->st_uid;
+		if (to_set & FUSE_SET_ATTR_GID)
+			a.gid = attr->st_gid;
+		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+			a.atime_ns = now;
+		else if (to_set & FUSE_SET_ATTR_ATIME)
+			a.atime_ns = (int64_t)attr->st_atim.tv_sec * 1000000000 + attr->st_atim.tv_nsec;
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			a.mtime_ns = now;
+		else if (to_set & FUSE_SET_ATTR_MTIME)
+			a.mtime_ns = (int64_t)attr->st_mtim.tv_sec * 1000000000 + attr->st_mtim.tv_nsec;
+		a.ctime_ns = now;
+		if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+			struct oinode *oi = oi_find(fs, ino);
+
+			if (oi)
+				atomic_store(&oi->ov_mtime, a.mtime_ns);
+		}
+		rc = idx_begin(fs->ix);
+		if (rc == 0)
+			rc = commit_or_rollback(fs, idx_inode_update(fs->ix, &a));
+		if (rc < 0)
+			goto fail_locked;
+	}
+	rc = stat_locked(fs, ino, &st);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		goto fail;
+	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+	return;
+fail_locked:
+	pthread_mutex_unlock(&fs->mu);
+fail:
+	fuse_reply_err(req, -rc);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct ckfs *fs = req_fs(req);
+	char buf[PATH_MAX + 1];
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_symlink_get(fs->ix, ino, buf, sizeof(buf));
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		fuse_reply_err(req, rc == -ENOENT ? EINVAL : -rc);
+	else
+		fuse_reply_readlink(req, buf);
+}
+
+/* ---- namespace ---- */
+
+/* Create an inode of the given mode under parent/name. fs->mu held; replies nothing. */
+static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char *name,
+		     mode_t mode, const char *link_target, uint64_t *ret_ino)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct idx_inode a = { 0 }, pa;
+	uint64_t ino;
+	int64_t now = ckfs_now(fs);
+	int rc = check_name(name);
+
+	if (rc < 0)
+		return rc;
+	if ((rc = idx_inode_get(fs->ix, parent, &pa)) < 0)
+		return rc;
+	if (!S_ISDIR(pa.mode))
+		return -ENOTDIR;
+	if (pa.nlink == 0)
+		return -ENOENT;
+	if (idx_dentry_lookup(fs->ix, parent, name, &ino) == 0)
+		return -EEXIST;
+	a.mode = mode;
+	a.uid = ctx->uid;
+	a.gid = (pa.mode & S_ISGID) ? pa.gid : ctx->gid;
+	if (S_ISDIR(mode) && (pa.mode & S_ISGID))
+		a.mode |= S_ISGID;
+	a.nlink = S_ISDIR(mode) ? 2 : 1;
+	a.size = link_target ? strlen(link_target) : 0;
+	a.atime_ns = a.mtime_ns = a.ctime_ns = now;
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	rc = idx_inode_create(fs->ix, &a, &ino);
+	if (rc == 0 && link_target)
+		rc = idx_symlink_set(fs->ix, ino, link_target);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, parent, name, ino);
+	if (rc == 0)
+		rc = touch_dir(fs, parent, now, S_ISDIR(mode) ? 1 : 0);
+	if ((rc = commit_or_rollback(fs, rc)) < 0)
+		return rc;
+	*ret_ino = ino;
+	return 0;
+}
+
+static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		       const char *target)
+{
+	struct ckfs *fs = req_fs(req);
+	uint64_t ino;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = make_node(req, fs, parent, name, mode, target, &ino);
+	if (rc < 0) {
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	reply_entry_locked(req, fs, ino);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	if (!S_ISREG(mode)) {
+		fuse_reply_err(req, EPERM); /* device nodes, FIFOs and sockets are not stored */
+		return;
+	}
+	node_reply(req, parent, name, mode, NULL);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	node_reply(req, parent, name, S_IFDIR | (mode & 07777), NULL);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	if (strlen(link) > PATH_MAX) {
+		fuse_reply_err(req, ENAMETOOLONG);
+		return;
+	}
+	node_reply(req, parent, name, S_IFLNK | 0777, link);
+}
+
+/*
+ * Drop one link to ino (whose dentry the caller already removed), in a transaction, fs->mu held.
+ * A file still open stays in the index with nlink 0 until its last close (oi_put).
+ */
+static int drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr)
+{
+	struct idx_inode a;
+	int rc = idx_inode_get(fs->ix, ino, &a);
+
+	if (rc < 0)
+		return rc;
+	a.nlink = S_ISDIR(a.mode) ? 0 : a.nlink - 1;
+	a.ctime_ns = now;
+	if (a.nlink == 0 && !oi_find(fs, ino))
+		return idx_inode_delete(fs->ix, ino, fs_release_collect, fr);
+	return idx_inode_update(fs->ix, &a);
+}
+
+static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
+{
+	struct ckfs *fs = req_fs(req);
+	struct fs_freed fr = { 0 };
+	struct idx_inode a;
+	uint64_t ino;
+	int64_t now = ckfs_now(fs);
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
+	if (rc == 0)
+		rc = idx_inode_get(fs->ix, ino, &a);
+	if (rc == 0 && dir && !S_ISDIR(a.mode))
+		rc = -ENOTDIR;
+	if (rc == 0 && !dir && S_ISDIR(a.mode))
+		rc = -EISDIR;
+	if (rc == 0 && dir) {
+		rc = idx_dir_is_empty(fs->ix, ino);
+		rc = rc == 1 ? 0 : rc == 0 ? -ENOTEMPTY : rc;
+	}
+	if (rc == 0 && (rc = idx_begin(fs->ix)) == 0) {
+		rc = idx_dentry_remove(fs->ix, parent, name);
+		if (rc == 0)
+			rc = drop_link(fs, ino, now, &fr);
+		if (rc == 0)
+			rc = touch_dir(fs, parent, now, dir ? -1 : 0);
+		rc = commit_or_rollback(fs, rc);
+		fs_release_finish(fs, &fr, rc == 0);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_entry(req, parent, name, false);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_entry(req, parent, name, true);
+}
+
+/* Is dir (or one of its ancestors) equal to anc? fs->mu held. */
+static int is_ancestor(struct ckfs *fs, uint64_t anc, uint64_t dir)
+{
+	for (int depth = 0; depth < 4096; depth++) {
+		uint64_t up;
+		int rc;
+
+		if (dir == anc)
+			return 1;
+		if (dir == IDX_ROOT_INO)
+			return 0;
+		if ((rc = idx_dentry_parent(fs->ix, dir, &up, NULL, 0)) < 0)
+			return rc;
+		dir = up;
+	}
+	return -ELOOP;
+}
+
+static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		     const char *newname, unsigned int flags, struct fs_freed *fr)
+{
+	struct idx_inode sa, da, npa;
+	uint64_t src, dst;
+	bool have_dst;
+	int64_t now = ckfs_now(fs);
+	int rc;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((rc = check_name(newname)) < 0)
+		return rc;
+	if ((rc = idx_dentry_lookup(fs->ix, parent, name, &src)) < 0)
+		return rc;
+	if ((rc = idx_inode_get(fs->ix, src, &sa)) < 0)
+		return rc;
+	if ((rc = idx_inode_get(fs->ix, newparent, &npa)) < 0)
+		return rc;
+	if (!S_ISDIR(npa.mode))
+		return -ENOTDIR;
+	rc = idx_dentry_lookup(fs->ix, newparent, newname, &dst);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	have_dst = rc == 0;
+	if (have_dst && dst == src)
+		return 0; /* POSIX: same file, nothing to do */
+	if (flags & RENAME_EXCHANGE) {
+		if (!have_dst)
+			return -ENOENT;
+	} else if (have_dst && (flags & RENAME_NOREPLACE)) {
+		return -EEXIST;
+	}
+	if (have_dst && (rc = idx_inode_get(fs->ix, dst, &da)) < 0)
+		return rc;
+	if (S_ISDIR(sa.mode) && parent != newparent) {
+		rc = is_ancestor(fs, src, newparent);
+		if (rc != 0)
+			return rc < 0 ? rc : -EINVAL;
+	}
+	if (flags & RENAME_EXCHANGE) {
+		if (S_ISDIR(da.mode) && parent != newparent) {
+			rc = is_ancestor(fs, dst, parent);
+			if (rc != 0)
+				return rc < 0 ? rc : -EINVAL;
+		}
+	} else if (have_dst) {
+		if (S_ISDIR(sa.mode) && !S_ISDIR(da.mode))
+			return -ENOTDIR;
+		if (!S_ISDIR(sa.mode) && S_ISDIR(da.mode))
+			return -EISDIR;
+		if (S_ISDIR(da.mode)) {
+			rc = idx_dir_is_empty(fs->ix, dst);
+			if (rc != 1)
+				return rc == 0 ? -ENOTEMPTY : rc;
+		}
+	}
+
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	if (flags & RENAME_EXCHANGE) {
+		rc = idx_dentry_remove(fs->ix, parent, name);
+		if (rc == 0)
+			rc = idx_dentry_remove(fs->ix, newparent, newname);
+		if (rc == 0)
+			rc = idx_dentry_add(fs->ix, parent, name, dst);
+		if (rc == 0)
+			rc = idx_dentry_add(fs->ix, newparent, newname, src);
+		if (rc == 0 && parent != newparent) {
+			int d = (S_ISDIR(sa.mode) ? 1 : 0) - (S_ISDIR(da.mode) ? 1 : 0);
+
+			rc = touch_dir(fs, parent, now, -d);
+			if (rc == 0)
+				rc = touch_dir(fs, newparent, now, d);
+		} else if (rc == 0) {
+			rc = touch_dir(fs, parent, now, 0);
+		}
+	} else {
+		if (have_dst) {
+			rc = idx_dentry_remove(fs->ix, newparent, newname);
+			if (rc == 0)
+				rc = drop_link(fs, dst, now, fr);
+			if (rc == 0 && S_ISDIR(da.mode))
+				rc = touch_dir(fs, newparent, now, -1);
+		}
+		if (rc == 0)
+			rc = idx_dentry_move(fs->ix, parent, name, newparent, newname);
+		if (rc == 0 && parent != newparent) {
+			int d = S_ISDIR(sa.mode) ? 1 : 0;
+
+			rc = touch_dir(fs, parent, now, -d);
+			if (rc == 0)
+				rc = touch_dir(fs, newparent, now, d);
+		} else if (rc == 0) {
+			rc = touch_dir(fs, parent, now, 0);
+		}
+	}
+	if (rc == 0 && (rc = idx_inode_get(fs->ix, src, &sa)) == 0) {
+		sa.ctime_ns = now;
+		rc = idx_inode_update(fs->ix, &sa);
+	}
+	return commit_or_rollback(fs, rc);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct ckfs *fs = req_fs(req);
+	struct fs_freed fr = { 0 };
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = do_rename(fs, parent, name, newparent, newname, flags, &fr);
+	fs_release_finish(fs, &fr, rc == 0);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct ckfs *fs = req_fs(req);
+	struct idx_inode a;
+	uint64_t other;
+	int64_t now = ckfs_now(fs);
+	int rc = check_name(newname);
+
+	pthread_mutex_lock(&fs->mu);
+	if (rc == 0)
+		rc = idx_inode_get(fs->ix, ino, &a);
+	if (rc == 0 && S_ISDIR(a.mode))
+		rc = -EPERM;
+	if (rc == 0 && a.nlink == 0)
+		rc = -ENOENT;
+	if (rc == 0 && idx_dentry_lookup(fs->ix, newparent, newname, &other) == 0)
+		rc = -EEXIST;
+	if (rc == 0 && (rc = idx_begin(fs->ix)) == 0) {
+		a.nlink++;
+		a.ctime_ns = now;
+		rc = idx_inode_update(fs->ix, &a);
+		if (rc == 0)
+			rc = idx_dentry_add(fs->ix, newparent, newname, ino);
+		if (rc == 0)
+			rc = touch_dir(fs, newparent, now, 0);
+		rc = commit_or_rollback(fs, rc);
+	}
+	if (rc < 0) {
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	reply_entry_locked(req, fs, ino);
+}
+
+/* ---- files ---- */
+
+static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
+{
+	struct fh *h = calloc(1, sizeof(*h));
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	pthread_mutex_lock(&fs->mu);
+	rc = oi_get(fs, ino, &h->oi);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0) {
+		free(h);
+		return rc;
+	}
+	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		rc = oi_truncate(fs, h->oi, 0);
+		if (rc < 0) {
+			oi_put(fs, h->oi);
+			free(h);
+			return rc;
+		}
+		h->wrote = true;
+	}
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = 0; /* close-to-open: drop pages cached from an earlier open */
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckfs *fs = req_fs(req);
+	int rc = open_handle(fs, ino, fi);
+
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+	} else if (fuse_reply_open(req, fi) == -ENOENT) {
+		/* the open was interrupted: no release will come for this handle */
+		struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+
+		oi_put(fs, h->oi);
+		free(h);
+	}
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct ckfs *fs = req_fs(req);
+	struct fuse_entry_param e = { 0 };
+	uint64_t ino;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = make_node(req, fs, parent, name, S_IFREG | (mode & 07777), NULL, &ino);
+	if (rc == 0)
+		rc = stat_locked(fs, ino, &e.attr);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc == 0)
+		rc = open_handle(fs, ino, fi);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	e.ino = ino;
+	e.attr_timeout = ATTR_TIMEOUT;
+	e.entry_timeout = ATTR_TIMEOUT;
+	fuse_reply_create(req, &e, fi);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	char *buf = malloc(size ? size : 1);
+	ssize_t n;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = oi_read(req_fs(req), h->oi, buf, size, (uint64_t)off);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	struct oinode *oi = h->oi;
+	ssize_t n;
+
+	if (fi->flags & O_APPEND) {
+		/* the kernel passes the offset it knows; the file's end is authoritative */
+		pthread_rwlock_rdlock(&oi->lock);
+		off = (off_t)oi->size;
+		pthread_rwlock_unlock(&oi->lock);
+	}
+	n = oi_write(req_fs(req), oi, buf, size, (uint64_t)off);
+	h->wrote = true;
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	int rc = h->wrote ? oi_commit(req_fs(req), h->oi) : 0;
+
+	fuse_reply_err(req, -rc);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+
+	fuse_reply_err(req, -oi_commit(req_fs(req), h->oi));
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckfs *fs = req_fs(req);
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+
+	if (h->wrote) {
+		int rc = oi_commit(fs, h->oi);
+
+		if (rc < 0)
+			fprintf(stderr, "ckptfs: cannot make inode %llu durable at close: %s\n",
+				(unsigned long long)ino, strerror(-rc));
+	}
+	oi_put(fs, h->oi);
+	free(h);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- directories ---- */
+
+struct dirbuf {
+	fuse_req_t req;
+	char *buf;
+	size_t size, len;
+};
+
+static int dir_add(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct dirbuf *d = arg;
+	struct stat st = { .st_ino = ino, .st_mode = mode & S_IFMT };
+	size_t n = fuse_add_direntry(d->req, d->buf + d->len, d->size - d->len, name, &st,
+				     (off_t)cookie + 2);
+
+	if (n > d->size - d->len)
+		return 1; /* full */
+	d->len += n;
+	return 0;
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckfs *fs = req_fs(req);
+	struct idx_inode a;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_inode_get(fs->ix, ino, &a);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc == 0 && !S_ISDIR(a.mode))
+		rc = -ENOTDIR;
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct ckfs *fs = req_fs(req);
+	struct dirbuf d = { .req = req, .size = size };
+	int rc = 0;
+
+	d.buf = malloc(size ? size : 1);
+	if (!d.buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&fs->mu);
+	/* offsets: 0 start, 1 after ".", 2 after "..", cookie + 2 after an entry */
+	if (off < 1) {
+		struct stat st = { .st_ino = ino, .st_mode = S_IFDIR };
+		size_t n = fuse_add_direntry(req, d.buf, size, ".", &st, 1);
+
+		if (n <= size)
+			d.len += n;
+		else
+			goto done;
+		off = 1;
+	}
+	if (off < 2) {
+		uint64_t up = IDX_ROOT_INO;
+		struct stat st = { .st_mode = S_IFDIR };
+
+		if (ino != IDX_ROOT_INO)
+			idx_dentry_parent(fs->ix, ino, &up, NULL, 0);
+		st.st_ino = up;
+		size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, "..", &st, 2);
+
+		if (n <= size - d.len)
+			d.len += n;
+		else
+			goto done;
+		off = 2;
+	}
+	rc = idx_dir_list(fs->ix, ino, off - 2, dir_add, &d);
+	if (rc > 0)
+		rc = 0;
+done:
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_buf(req, d.buf, d.len);
+	free(d.buf);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0); /* every namespace change is durable when it returns */
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct ckfs *fs = req_fs(req);
+	struct statvfs sv;
+
+	if (statvfs(fs->repo->root, &sv) < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	sv.f_namemax = NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+			 struct fuse_file_info *fi)
+{
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	int rc;
+
+	if (mode != 0) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	/* plain fallocate: grow to offset+length; space is not reserved (content-addressed) */
+	pthread_rwlock_rdlock(&h->oi->lock);
+	uint64_t size = h->oi->size;
+
+	pthread_rwlock_unlock(&h->oi->lock);
+	rc = 0;
+	if ((uint64_t)(offset + length) > size) {
+		rc = oi_truncate(req_fs(req), h->oi, (uint64_t)(offset + length));
+		h->wrote = true;
+	}
+	fuse_reply_err(req, -rc);
+}
+
+const struct fuse_lowlevel_ops ckfs_ops = {
+	.init = op_init,
+	.destroy = op_destroy,
+	.lookup = op_lookup,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.create = op_create,
+	.fallocate = op_fallocate,
+};

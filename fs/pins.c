@@ -1,0 +1,128 @@
+/*
+ * pins.c — chunk pins: a counted set of digests that writes in progress have put into the store
+ * but not yet committed to the index. A chunk whose index row is dropped (its last file went away)
+ * keeps its file while pinned, so a concurrent writer that found the chunk already stored (and so
+ * skipped writing it) never loses it.
+ *
+ * Invariant: the decision "unpinned, so delete the file" and the pin taken before a put's
+ * existence check are serialised by pins.mu, so a put either sees the file deleted (and writes it
+ * again) or its pin prevents the delete.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/fs_int.h"
+
+#define PIN_BUCKETS 4096
+
+struct pin {
+	struct store_hash h;
+	unsigned count;
+	struct pin *next;
+};
+
+struct fs_pins {
+	pthread_mutex_t mu; /* last in the lock order */
+	struct pin *b[PIN_BUCKETS];
+};
+
+static unsigned bucket(const struct store_hash *h)
+{
+	return ((unsigned)h->b[14] << 8 | h->b[15]) % PIN_BUCKETS;
+}
+
+struct fs_pins *fs_pins_new(void)
+{
+	struct fs_pins *p = calloc(1, sizeof(*p));
+
+	if (p)
+		pthread_mutex_init(&p->mu, NULL);
+	return p;
+}
+
+void fs_pins_free(struct fs_pins *p)
+{
+	if (!p)
+		return;
+	for (unsigned i = 0; i < PIN_BUCKETS; i++) {
+		while (p->b[i]) {
+			struct pin *n = p->b[i]->next;
+
+			free(p->b[i]);
+			p->b[i] = n;
+		}
+	}
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+}
+
+static struct pin **pin_slot(struct fs_pins *p, const struct store_hash *h)
+{
+	struct pin **pp = &p->b[bucket(h)];
+
+	while (*pp && memcmp((*pp)->h.b, h->b, STORE_HASH_LEN) != 0)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
+{
+	struct fs_pins *p = fs->pins;
+	struct pin **pp, *dead;
+
+	pthread_mutex_lock(&p->mu);
+	pp = pin_slot(p, h);
+	if (*pp && --(*pp)->count == 0) {
+		dead = *pp;
+		*pp = dead->next;
+		free(dead);
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, struct store_chunk_info *ret)
+{
+	struct fs_pins *p = fs->pins;
+	struct store_hash h;
+	struct pin **pp;
+	int rc;
+
+	store_hash_buf(buf, len, &h);
+	pthread_mutex_lock(&p->mu);
+	pp = pin_slot(p, &h);
+	if (*pp) {
+		(*pp)->count++;
+	} else {
+		struct pin *n = calloc(1, sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&p->mu);
+			return -ENOMEM;
+		}
+		n->h = h;
+		n->count = 1;
+		*pp = n;
+	}
+	pthread_mutex_unlock(&p->mu);
+
+	rc = store_chunk_put(fs->st, buf, len, ret);
+	if (rc < 0)
+		fs_chunk_unpin(fs, &h);
+	return rc;
+}
+
+int fs_chunk_free(struct ckfs *fs, const struct store_hash *h)
+{
+	struct fs_pins *p = fs->pins;
+	int rc = 0;
+
+	pthread_mutex_lock(&p->mu);
+	if (!*pin_slot(p, h)) {
+		rc = store_chunk_delete(fs->st, h);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
