@@ -1,0 +1,1760 @@
+/*
+ * ckptctl.c — the command-line tool of ckptfs: inspect and maintain a STORE directory, mounted
+ * or not.
+ *
+ *   ckptctl [--json] [--help] [--version] STORE COMMAND [ARGS]
+ *     status        what the store holds, and whether a daemon owns it
+ *     ls [PATH]     a directory's entries, or a file's extents, from the index
+ *     verify        re-read every chunk and re-hash every file
+ *     gc            remove what no file uses (only while not mounted)
+ *
+ * Invariants:
+ *   1. ckptctl never writes a store a daemon owns: without REPO_EXCLUSIVE, ckpt_repo_open opens
+ *      the index and the chunk store read-only when a daemon holds the lock.
+ *   2. ckptctl writes a store only while it holds the ownership lock exclusively
+ *      (REPO_EXCLUSIVE): verify's bad-chunk marks, gc's sweep. Every index change is made inside
+ *      one transaction.
+ *   3. Standard output carries the result only (aligned text, or one JSON document with
+ *      --json); progress and errors go to standard error, errors as one line
+ *      "ckptctl: what happened; what to do".
+ *   4. Exit status: 0 success (verify: no damage), 1 verify found damage, 2 error or bad usage.
+ *
+ * Thread-safety: single-threaded.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ckptfs_config.h"
+#include "fs/ckptfs.h"
+
+#define EXIT_OK 0
+#define EXIT_DAMAGE 1
+#define EXIT_ERROR 2
+
+/* Longest path ckptctl prints for an inode; longer ones are truncated by idx_path. */
+#define PATH_CAP 4096
+
+static bool opt_json;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Small helpers                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+static void errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* errmsg - print "ckptctl: <message>" and a newline on stderr. */
+static void errmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("ckptctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/*
+ * grow - make room for one more element in a realloc'ed array.
+ * @p: address of the array pointer; @cap: address of its capacity in elements;
+ * @n: elements in use; @size: bytes per element.
+ * Returns 0 or -ENOMEM (the array is left as it was).
+ */
+static int grow(void *p, size_t *cap, size_t n, size_t size)
+{
+	void **pp = p;
+	size_t ncap;
+	void *np;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? 2 * *cap : 64;
+	np = realloc(*pp, ncap * size);
+	if (!np)
+		return -ENOMEM;
+	*pp = np;
+	*cap = ncap;
+	return 0;
+}
+
+/*
+ * fmt_size - "1.23 GiB (1320702443 bytes)", or "512 bytes" below 1 KiB, into buf (cap bytes).
+ * Returns buf.
+ */
+static char *fmt_size(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes;
+	int u = -1;
+
+	if (bytes < 1024) {
+		snprintf(buf, cap, "%" PRIu64 " bytes", bytes);
+		return buf;
+	}
+	while (v >= 1024.0 && u < 5) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, cap, "%.2f %s (%" PRIu64 " bytes)", v, units[u], bytes);
+	return buf;
+}
+
+/* fmt_short_size - "1.2 GiB" or "512 B" into buf (cap bytes), for progress lines. Returns buf. */
+static char *fmt_short_size(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes;
+	int u = 0;
+
+	while (v >= 1024.0 && u < 6) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, cap, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+/* hex16 - the 32 lowercase hex digits of a 16-byte digest into out. Returns out. */
+static char *hex16(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1])
+{
+	struct store_hash sh;
+
+	memcpy(sh.b, h, STORE_HASH_LEN);
+	return store_hash_hex(&sh, out);
+}
+
+/* codec_name - printable name of an enum store_codec value; borrowed static string. */
+static const char *codec_name(uint8_t codec)
+{
+	switch (codec) {
+	case STORE_CODEC_RAW:
+		return "raw";
+	case STORE_CODEC_ZSTD:
+		return "zstd";
+	case STORE_CODEC_ZSTD_BG2:
+		return "zstd+bg2";
+	case STORE_CODEC_ZSTD_BG4:
+		return "zstd+bg4";
+	default:
+		return "unknown";
+	}
+}
+
+/* chunk_error_name - how a chunk failed verification, as printed; borrowed static string. */
+static const char *chunk_error_name(int err)
+{
+	switch (err) {
+	case -ENOENT:
+		return "missing";
+	case -EBADMSG:
+		return "checksum mismatch";
+	case -EIO:
+		return "unreadable";
+	default:
+		return strerror(-err);
+	}
+}
+
+/* fmt_time - nanoseconds since the epoch as ISO-8601 UTC "2024-05-01T12:00:00Z". Returns buf. */
+static char *fmt_time(int64_t ns, char *buf, size_t cap)
+{
+	time_t t = (time_t)(ns >= 0 ? ns / 1000000000 : -((-ns + 999999999) / 1000000000));
+	struct tm tm;
+
+	if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(buf, cap, "?");
+	return buf;
+}
+
+/* fmt_mode - "drwxr-xr-x"-style type and permission string (11 bytes with NUL). Returns buf. */
+static char *fmt_mode(uint32_t mode, char buf[11])
+{
+	static const char rwx[] = "rwxrwxrwx";
+	char t;
+	int i;
+
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		t = '-';
+		break;
+	case S_IFDIR:
+		t = 'd';
+		break;
+	case S_IFLNK:
+		t = 'l';
+		break;
+	case S_IFCHR:
+		t = 'c';
+		break;
+	case S_IFBLK:
+		t = 'b';
+		break;
+	case S_IFIFO:
+		t = 'p';
+		break;
+	case S_IFSOCK:
+		t = 's';
+		break;
+	default:
+		t = '?';
+		break;
+	}
+	buf[0] = t;
+	for (i = 0; i < 9; i++)
+		buf[1 + i] = (mode & (0400u >> i)) ? rwx[i] : '-';
+	if (mode & S_ISUID)
+		buf[3] = (mode & S_IXUSR) ? 's' : 'S';
+	if (mode & S_ISGID)
+		buf[6] = (mode & S_IXGRP) ? 's' : 'S';
+	if (mode & S_ISVTX)
+		buf[9] = (mode & S_IXOTH) ? 't' : 'T';
+	buf[10] = '\0';
+	return buf;
+}
+
+/* type_name - JSON name of an inode's type; borrowed static string. */
+static const char *type_name(uint32_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		return "file";
+	case S_IFDIR:
+		return "dir";
+	case S_IFLNK:
+		return "symlink";
+	default:
+		return "other";
+	}
+}
+
+/*
+ * inode_path - the path of ino from the root, or "<inode N, unlinked>" when no dentry chain
+ * reaches the root, into buf (cap bytes). Returns 0 or the -errno of the index.
+ */
+static int inode_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
+{
+	int rc = idx_path(ix, ino, buf, cap);
+
+	if (rc == -ENOENT) {
+		snprintf(buf, cap, "<inode %" PRIu64 ", unlinked>", ino);
+		return 0;
+	}
+	return rc < 0 ? rc : 0;
+}
+
+/* json_print - write obj and a newline to stdout, then drop the reference. Returns 0 or -EIO. */
+static int json_print(json_t *obj)
+{
+	int rc;
+
+	if (!obj)
+		return -ENOMEM;
+	rc = json_dumpf(obj, stdout, JSON_INDENT(2)) < 0 ? -EIO : 0;
+	fputc('\n', stdout);
+	json_decref(obj);
+	return rc;
+}
+
+/* json_u64 - a JSON integer of an unsigned count (counts never reach 2^63). */
+static json_t *json_u64(uint64_t v)
+{
+	return json_integer((json_int_t)v);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Opening the store                                                                         */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * repo_open_read - open root for reading (never writes it; read-only while mounted or not).
+ * Prints the reason on stderr on failure. Returns 0 or -errno.
+ */
+static int repo_open_read(const char *root, struct ckpt_repo **ret)
+{
+	char err[1024] = "";
+	int rc;
+
+	rc = ckpt_repo_open(root, REPO_RDONLY, NULL, err, sizeof(err), ret);
+	if (rc < 0)
+		errmsg("%s", err[0] ? err : strerror(-rc));
+	return rc;
+}
+
+/*
+ * repo_open_write - open root holding its lock exclusively when no daemon owns it, else
+ * read-only (ret->mounted set). @sopts may be NULL.
+ * @ret_writable: true when the store was opened exclusively and writable.
+ * Prints the reason on stderr on failure. Returns 0 or -errno.
+ */
+static int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
+			   bool *ret_writable)
+{
+	char err[1024] = "";
+	int rc;
+
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE, sopts, err, sizeof(err), ret);
+	if (rc == 0) {
+		*ret_writable = true;
+		return 0;
+	}
+	if (rc != -EBUSY && rc != -EACCES && rc != -EROFS) {
+		errmsg("%s", err[0] ? err : strerror(-rc));
+		return rc;
+	}
+	/* A daemon owns it (or we may not write it): fall back to reading. */
+	err[0] = '\0';
+	rc = ckpt_repo_open(root, REPO_RDONLY, sopts, err, sizeof(err), ret);
+	if (rc < 0) {
+		errmsg("%s", err[0] ? err : strerror(-rc));
+		return rc;
+	}
+	*ret_writable = false;
+	return 0;
+}
+
+/* index_error - report an index failure on stderr; returns EXIT_ERROR. */
+static int index_error(const char *root, const char *what, int rc)
+{
+	errmsg("cannot %s in the index of store '%s': %s; run 'ckptctl %s status' to check the store",
+	       what, root, strerror(-rc), root);
+	return EXIT_ERROR;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* status                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* store_is_clean - whether STORE/clean exists (the previous daemon stopped cleanly). */
+static bool store_is_clean(const char *root)
+{
+	char path[PATH_CAP];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/clean", root) >= sizeof(path))
+		return false;
+	return access(path, F_OK) == 0;
+}
+
+static int cmd_status(const char *root)
+{
+	struct ckpt_repo *r = NULL;
+	struct idx_stats s;
+	char b1[64], b2[64], b3[64];
+	bool clean = false;
+	double ratio = 0.0;
+	int rc, status = EXIT_ERROR;
+
+	if (repo_open_read(root, &r) < 0)
+		return EXIT_ERROR;
+	memset(&s, 0, sizeof(s));
+	rc = idx_stats_get(r->ix, &s);
+	if (rc < 0) {
+		status = index_error(root, "read store figures", rc);
+		goto out;
+	}
+	if (!r->mounted)
+		clean = store_is_clean(root);
+	if (s.logical_bytes)
+		ratio = (double)s.stored_bytes / (double)s.logical_bytes;
+
+	if (opt_json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "store", json_string(root));
+		json_object_set_new(o, "mounted", json_boolean(r->mounted));
+		json_object_set_new(o, "owner_pid",
+				    r->mounted ? json_integer(r->owner_pid) : json_null());
+		json_object_set_new(o, "clean", r->mounted ? json_null() : json_boolean(clean));
+		json_object_set_new(o, "files", json_u64(s.files));
+		json_object_set_new(o, "dirs", json_u64(s.dirs));
+		json_object_set_new(o, "symlinks", json_u64(s.symlinks));
+		json_object_set_new(o, "logical_bytes", json_u64(s.logical_bytes));
+		json_object_set_new(o, "chunks", json_u64(s.chunks));
+		json_object_set_new(o, "chunk_raw_bytes", json_u64(s.chunk_raw_bytes));
+		json_object_set_new(o, "stored_bytes", json_u64(s.stored_bytes));
+		json_object_set_new(o, "stored_logical_ratio",
+				    s.logical_bytes ? json_real(ratio) : json_null());
+		json_object_set_new(o, "bad_chunks", json_u64(s.bad_chunks));
+		if (json_print(o) < 0)
+			goto out;
+		status = EXIT_OK;
+		goto out;
+	}
+
+	printf("store:            %s\n", root);
+	if (r->mounted)
+		printf("state:            mounted (daemon pid %d)\n", (int)r->owner_pid);
+	else if (clean)
+		printf("state:            not mounted, clean\n");
+	else
+		printf("state:            not mounted, unclean (the last daemon did not stop cleanly;"
+		       " the next mount recovers the store)\n");
+	printf("files:            %" PRIu64 "\n", s.files);
+	printf("directories:      %" PRIu64 "\n", s.dirs);
+	printf("symlinks:         %" PRIu64 "\n", s.symlinks);
+	printf("logical size:     %s\n", fmt_size(s.logical_bytes, b1, sizeof(b1)));
+	printf("distinct chunks:  %" PRIu64 "\n", s.chunks);
+	printf("deduplicated:     %s\n", fmt_size(s.chunk_raw_bytes, b2, sizeof(b2)));
+	printf("stored size:      %s\n", fmt_size(s.stored_bytes, b3, sizeof(b3)));
+	if (s.logical_bytes)
+		printf("stored/logical:   %.3f (%.1f%%)\n", ratio, 100.0 * ratio);
+	else
+		printf("stored/logical:   - (no file data)\n");
+	if (s.bad_chunks)
+		printf("bad chunks:       %" PRIu64 " (run 'ckptctl %s verify' to list the files)\n",
+		       s.bad_chunks, root);
+	else
+		printf("bad chunks:       0\n");
+	status = EXIT_OK;
+out:
+	ckpt_repo_close(r);
+	return status;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* ls                                                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * resolve_path - the inode at path (relative to the mount root; leading '/' optional, "." and
+ * ".." understood, symlinks not followed).
+ * Returns 0, -ENOENT (a component does not exist), -ENOTDIR (a non-final component is not a
+ * directory), -ENOMEM, or another -errno of the index.
+ */
+static int resolve_path(struct idx *ix, const char *path, uint64_t *ret_ino)
+{
+	struct idx_inode in;
+	uint64_t ino = IDX_ROOT_INO;
+	char *copy, *save = NULL, *tok;
+	int rc = 0;
+
+	copy = strdup(path);
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(tok, "."))
+			continue;
+		rc = idx_inode_get(ix, ino, &in);
+		if (rc < 0)
+			goto out;
+		if (!S_ISDIR(in.mode)) {
+			rc = -ENOTDIR;
+			goto out;
+		}
+		if (!strcmp(tok, ".."))
+			rc = idx_dentry_parent(ix, ino, &ino, NULL, 0);
+		else
+			rc = idx_dentry_lookup(ix, ino, tok, &ino);
+		if (rc < 0)
+			goto out;
+	}
+	*ret_ino = ino;
+out:
+	free(copy);
+	return rc;
+}
+
+/* One listed inode. */
+struct ls_ent {
+	char *name;        /* owned */
+	char *target;      /* owned; symlinks only */
+	struct idx_inode in;
+	uint64_t stored;   /* regular files: idx_file_stored_bytes */
+};
+
+struct ls_list {
+	struct ls_ent *v;
+	size_t n, cap;
+};
+
+static void ls_list_free(struct ls_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		free(l->v[i].name);
+		free(l->v[i].target);
+	}
+	free(l->v);
+}
+
+/* idx_dir_list callback: remember name and inode; attributes are read after the walk. */
+static int ls_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct ls_list *l = arg;
+
+	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+		return -ENOMEM;
+	memset(&l->v[l->n], 0, sizeof(l->v[l->n]));
+	l->v[l->n].name = strdup(name);
+	if (!l->v[l->n].name)
+		return -ENOMEM;
+	l->v[l->n].in.ino = ino;
+	l->v[l->n].in.mode = mode;
+	l->n++;
+	return 0;
+}
+
+static int ls_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct ls_ent *)a)->name, ((const struct ls_ent *)b)->name);
+}
+
+/*
+ * ls_fill - read e->in.ino's attributes, stored bytes and symlink target into *e.
+ * Returns 0, -ENOENT (removed meanwhile), -ENOMEM or another -errno of the index.
+ */
+static int ls_fill(struct idx *ix, struct ls_ent *e)
+{
+	int rc = idx_inode_get(ix, e->in.ino, &e->in);
+
+	if (rc < 0)
+		return rc;
+	if (S_ISREG(e->in.mode)) {
+		rc = idx_file_stored_bytes(ix, e->in.ino, &e->stored);
+		if (rc < 0)
+			return rc;
+	} else if (S_ISLNK(e->in.mode)) {
+		char small[1];
+		int len = idx_symlink_get(ix, e->in.ino, small, sizeof(small));
+
+		if (len < 0)
+			return len == -ENOENT ? 0 : len;
+		e->target = malloc((size_t)len + 1);
+		if (!e->target)
+			return -ENOMEM;
+		rc = idx_symlink_get(ix, e->in.ino, e->target, (size_t)len + 1);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* ls_json_ent - the JSON object of one entry (new reference), NULL on ENOMEM. */
+static json_t *ls_json_ent(const struct ls_ent *e)
+{
+	char mode[11], tbuf[40];
+	json_t *o = json_object();
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "name", json_string(e->name));
+	json_object_set_new(o, "ino", json_u64(e->in.ino));
+	json_object_set_new(o, "type", json_string(type_name(e->in.mode)));
+	json_object_set_new(o, "mode", json_integer(e->in.mode & 07777));
+	json_object_set_new(o, "mode_string", json_string(fmt_mode(e->in.mode, mode)));
+	json_object_set_new(o, "nlink", json_integer(e->in.nlink));
+	json_object_set_new(o, "uid", json_integer(e->in.uid));
+	json_object_set_new(o, "gid", json_integer(e->in.gid));
+	json_object_set_new(o, "size", json_u64(e->in.size));
+	if (S_ISREG(e->in.mode))
+		json_object_set_new(o, "stored_bytes", json_u64(e->stored));
+	json_object_set_new(o, "mtime", json_string(fmt_time(e->in.mtime_ns, tbuf, sizeof(tbuf))));
+	json_object_set_new(o, "mtime_ns", json_integer(e->in.mtime_ns));
+	if (S_ISLNK(e->in.mode))
+		json_object_set_new(o, "target", e->target ? json_string(e->target) : json_null());
+	return o;
+}
+
+/* Column widths of a listing. */
+struct ls_widths {
+	int nlink, uid, gid, size, stored;
+};
+
+static int numw(uint64_t v)
+{
+	char b[24];
+
+	return snprintf(b, sizeof(b), "%" PRIu64, v);
+}
+
+static void ls_widths_add(struct ls_widths *w, const struct ls_ent *e)
+{
+	int n;
+
+	if ((n = numw(e->in.nlink)) > w->nlink)
+		w->nlink = n;
+	if ((n = numw(e->in.uid)) > w->uid)
+		w->uid = n;
+	if ((n = numw(e->in.gid)) > w->gid)
+		w->gid = n;
+	if ((n = numw(e->in.size)) > w->size)
+		w->size = n;
+	if (S_ISREG(e->in.mode) && (n = numw(e->stored)) > w->stored)
+		w->stored = n;
+}
+
+static void ls_print_line(const struct ls_ent *e, const struct ls_widths *w)
+{
+	char mode[11], tbuf[40], stored[24];
+
+	if (S_ISREG(e->in.mode))
+		snprintf(stored, sizeof(stored), "%" PRIu64, e->stored);
+	else
+		snprintf(stored, sizeof(stored), "-");
+	printf("%s %*" PRIu32 " %*" PRIu32 " %*" PRIu32 " %*" PRIu64 " %*s %s %s",
+	       fmt_mode(e->in.mode, mode), w->nlink, e->in.nlink, w->uid, e->in.uid, w->gid,
+	       e->in.gid, w->size, e->in.size, w->stored, stored,
+	       fmt_time(e->in.mtime_ns, tbuf, sizeof(tbuf)), e->name);
+	if (S_ISLNK(e->in.mode))
+		printf(" -> %s", e->target ? e->target : "?");
+	putchar('\n');
+}
+
+static void ls_print_header(struct ls_widths *w)
+{
+	/* The header's words are at least as wide as their columns. */
+	if (w->nlink < 5)
+		w->nlink = 5;
+	if (w->uid < 3)
+		w->uid = 3;
+	if (w->gid < 3)
+		w->gid = 3;
+	if (w->size < 4)
+		w->size = 4;
+	if (w->stored < 6)
+		w->stored = 6;
+	printf("%-10s %*s %*s %*s %*s %*s %-20s %s\n", "MODE", w->nlink, "NLINK", w->uid, "UID",
+	       w->gid, "GID", w->size, "SIZE", w->stored, "STORED", "MTIME", "NAME");
+}
+
+/* ls_dir - list directory ino. Returns an exit status. */
+static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino)
+{
+	struct ls_list l = { 0 };
+	struct ls_widths w = { 0 };
+	size_t i, kept = 0;
+	int rc, status = EXIT_ERROR;
+
+	rc = idx_dir_list(r->ix, ino, 0, ls_collect, &l);
+	if (rc < 0) {
+		status = index_error(root, "list a directory", rc);
+		goto out;
+	}
+	for (i = 0; i < l.n; i++) {
+		rc = ls_fill(r->ix, &l.v[i]);
+		if (rc == -ENOENT && r->mounted) {
+			/* removed by the daemon since the listing: drop it */
+			free(l.v[i].name);
+			free(l.v[i].target);
+			continue;
+		}
+		if (rc < 0) {
+			l.n = i + 1;
+			status = index_error(root, "read an inode", rc);
+			goto out;
+		}
+		l.v[kept++] = l.v[i];
+	}
+	l.n = kept;
+	qsort(l.v, l.n, sizeof(*l.v), ls_cmp);
+
+	if (opt_json) {
+		json_t *a = json_array();
+
+		for (i = 0; i < l.n; i++)
+			json_array_append_new(a, ls_json_ent(&l.v[i]));
+		if (json_print(a) < 0)
+			goto out;
+		status = EXIT_OK;
+		goto out;
+	}
+	for (i = 0; i < l.n; i++)
+		ls_widths_add(&w, &l.v[i]);
+	ls_print_header(&w);
+	for (i = 0; i < l.n; i++)
+		ls_print_line(&l.v[i], &w);
+	status = EXIT_OK;
+out:
+	ls_list_free(&l);
+	return status;
+}
+
+/* ls_other - show a file's line, digest and extents (or a symlink's line). Exit status. */
+static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino)
+{
+	struct ls_ent e = { 0 };
+	struct ls_widths w = { 0 };
+	struct idx_extent *ext = NULL;
+	size_t n = 0, i;
+	char path[PATH_CAP], hex[2 * STORE_HASH_LEN + 1];
+	int rc, status = EXIT_ERROR;
+
+	e.in.ino = ino;
+	rc = inode_path(r->ix, ino, path, sizeof(path));
+	if (rc < 0) {
+		status = index_error(root, "find a path", rc);
+		goto out;
+	}
+	e.name = strdup(path);
+	if (!e.name) {
+		errmsg("out of memory");
+		goto out;
+	}
+	rc = ls_fill(r->ix, &e);
+	if (rc == 0 && S_ISREG(e.in.mode))
+		rc = idx_file_extents(r->ix, ino, &ext, &n);
+	if (rc < 0) {
+		status = index_error(root, "read an inode", rc);
+		goto out;
+	}
+
+	if (opt_json) {
+		json_t *o = ls_json_ent(&e);
+
+		const char *slash = strrchr(path, '/');
+
+		/* the entry's own name, as in a directory listing; the full path beside it */
+		json_object_set_new(o, "name", json_string(slash && slash[1] ? slash + 1 : path));
+		json_object_set_new(o, "path", json_string(path));
+		if (S_ISREG(e.in.mode)) {
+			json_t *a = json_array();
+
+			json_object_set_new(o, "xxh3_128",
+					    e.in.has_hash ? json_string(hex16(e.in.hash, hex))
+							  : json_null());
+			for (i = 0; i < n; i++) {
+				json_t *x = json_object();
+
+				json_object_set_new(x, "offset", json_u64(ext[i].offset));
+				json_object_set_new(x, "length", json_integer(ext[i].length));
+				json_object_set_new(x, "stored_size",
+						    json_integer(ext[i].stored_size));
+				json_object_set_new(x, "codec",
+						    json_string(codec_name(ext[i].codec)));
+				json_object_set_new(x, "chunk",
+						    json_string(hex16(ext[i].hash, hex)));
+				json_array_append_new(a, x);
+			}
+			json_object_set_new(o, "extents", a);
+		}
+		if (json_print(o) < 0)
+			goto out;
+		status = EXIT_OK;
+		goto out;
+	}
+
+	ls_widths_add(&w, &e);
+	ls_print_header(&w);
+	ls_print_line(&e, &w);
+	if (S_ISREG(e.in.mode)) {
+		int wo = 6, wl = 6, ws = 6;
+
+		printf("\nxxh3-128: %s\n", e.in.has_hash ? hex16(e.in.hash, hex)
+							 : "(not recorded yet)");
+		printf("extents:  %zu\n", n);
+		for (i = 0; i < n; i++) {
+			int k;
+
+			if ((k = numw(ext[i].offset)) > wo)
+				wo = k;
+			if ((k = numw(ext[i].length)) > wl)
+				wl = k;
+			if ((k = numw(ext[i].stored_size)) > ws)
+				ws = k;
+		}
+		if (n)
+			printf("  %*s %*s %*s %-8s %s\n", wo, "OFFSET", wl, "LENGTH", ws, "STORED",
+			       "CODEC", "CHUNK");
+		for (i = 0; i < n; i++)
+			printf("  %*" PRIu64 " %*" PRIu32 " %*" PRIu32 " %-8s %s\n", wo,
+			       ext[i].offset, wl, ext[i].length, ws, ext[i].stored_size,
+			       codec_name(ext[i].codec), hex16(ext[i].hash, hex));
+	}
+	status = EXIT_OK;
+out:
+	free(ext);
+	free(e.name);
+	free(e.target);
+	return status;
+}
+
+static int cmd_ls(const char *root, const char *path)
+{
+	struct ckpt_repo *r = NULL;
+	struct idx_inode in;
+	uint64_t ino;
+	int rc, status = EXIT_ERROR;
+
+	if (repo_open_read(root, &r) < 0)
+		return EXIT_ERROR;
+	rc = resolve_path(r->ix, path, &ino);
+	if (rc == -ENOENT || rc == -ENOTDIR) {
+		errmsg("'%s' does not exist in store '%s'%s", path, root,
+		       rc == -ENOTDIR ? " (a component of it is not a directory)" : "");
+		goto out;
+	}
+	if (rc < 0) {
+		status = index_error(root, "look up a path", rc);
+		goto out;
+	}
+	rc = idx_inode_get(r->ix, ino, &in);
+	if (rc < 0) {
+		if (rc == -ENOENT)
+			errmsg("'%s' does not exist in store '%s'", path, root);
+		else
+			status = index_error(root, "read an inode", rc);
+		goto out;
+	}
+	if (S_ISDIR(in.mode))
+		status = ls_dir(r, root, ino);
+	else
+		status = ls_other(r, root, ino);
+out:
+	ckpt_repo_close(r);
+	return status;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* verify                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One chunk row of the index, and what verification found. */
+struct v_chunk {
+	uint8_t hash[IDX_HASH_LEN];
+	uint32_t raw_size, stored_size;
+	int64_t refs;
+	bool marked;     /* marked bad in the index before this run */
+	bool gone;       /* mounted: the row disappeared during the run (not damage) */
+	int err;         /* 0 sound, else the -errno of store_chunk_verify */
+};
+
+/* One damaged file, or one damaged chunk nobody uses. */
+struct v_damage {
+	uint64_t ino;        /* 0: a chunk no file uses */
+	char *path;          /* owned; filled before printing */
+	size_t chunk;        /* index in v_ctx.chunks, or SIZE_MAX for a whole-file failure */
+	char reason[128];    /* printed in parentheses */
+};
+
+struct v_ctx {
+	struct ckpt_repo *r;
+	const char *root;
+	bool writable;
+	struct v_chunk *chunks;
+	size_t nchunks, capchunks;
+	uint64_t total_bytes;         /* sum of stored sizes: what is read from disk */
+	struct v_damage *dmg;
+	size_t ndmg, capdmg;
+	struct v_damage *notes;       /* files using chunks marked bad that now verify clean */
+	size_t nnotes, capnotes;
+	uint64_t *files;              /* inodes of regular files reachable from the root */
+	size_t nfiles, capfiles;
+	uint64_t files_hashed, files_unhashed;
+	uint64_t marked_now, cleared_now;
+	/* progress */
+	bool tty;
+	struct timespec last;
+};
+
+/* progress - one "\r"-updated status line on stderr, at most ten times a second. */
+static void progress(struct v_ctx *c, bool force, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void progress(struct v_ctx *c, bool force, const char *fmt, ...)
+{
+	struct timespec now;
+	va_list ap;
+
+	if (!c->tty)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!force && (now.tv_sec - c->last.tv_sec) * 1000000000L + (now.tv_nsec - c->last.tv_nsec) <
+			      100000000L)
+		return;
+	c->last = now;
+	fputs("\r", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\033[K", stderr);
+	fflush(stderr);
+}
+
+static void progress_end(struct v_ctx *c)
+{
+	if (c->tty) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+	}
+}
+
+static int v_chunk_row(const uint8_t hash[IDX_HASH_LEN], uint32_t raw_size, uint32_t stored_size,
+		       uint8_t codec, int64_t refs, bool bad, void *arg)
+{
+	struct v_ctx *c = arg;
+	struct v_chunk *k;
+
+	if (grow(&c->chunks, &c->capchunks, c->nchunks, sizeof(*c->chunks)) < 0)
+		return -ENOMEM;
+	k = &c->chunks[c->nchunks++];
+	memset(k, 0, sizeof(*k));
+	memcpy(k->hash, hash, IDX_HASH_LEN);
+	k->raw_size = raw_size;
+	k->stored_size = stored_size;
+	k->refs = refs;
+	k->marked = bad;
+	c->total_bytes += stored_size;
+	return 0;
+}
+
+static int v_chunk_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, IDX_HASH_LEN); /* hash is the first member */
+}
+
+/* v_chunk_find - the chunk row with hash, or NULL. */
+static struct v_chunk *v_chunk_find(struct v_ctx *c, const uint8_t hash[IDX_HASH_LEN])
+{
+	return bsearch(hash, c->chunks, c->nchunks, sizeof(*c->chunks), v_chunk_cmp);
+}
+
+/* Add a damage (or note) record; reason is printf-formatted. Returns 0 or -ENOMEM. */
+static int v_add(struct v_damage **v, size_t *n, size_t *cap, uint64_t ino, size_t chunk,
+		 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static int v_add(struct v_damage **v, size_t *n, size_t *cap, uint64_t ino, size_t chunk,
+		 const char *fmt, ...)
+{
+	struct v_damage *d;
+	va_list ap;
+
+	if (grow(v, cap, *n, sizeof(**v)) < 0)
+		return -ENOMEM;
+	d = &(*v)[(*n)++];
+	memset(d, 0, sizeof(*d));
+	d->ino = ino;
+	d->chunk = chunk;
+	va_start(ap, fmt);
+	vsnprintf(d->reason, sizeof(d->reason), fmt, ap);
+	va_end(ap);
+	return 0;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* u64_unique - sort v[0..n) and drop duplicates; returns the new count. */
+static size_t u64_unique(uint64_t *v, size_t n)
+{
+	size_t i, k;
+
+	qsort(v, n, sizeof(*v), u64_cmp);
+	for (i = 0, k = 0; i < n; i++)
+		if (k == 0 || v[k - 1] != v[i])
+			v[k++] = v[i];
+	return k;
+}
+
+/* Users of one chunk, collected by idx_chunk_users. */
+struct v_users {
+	uint64_t *ino;
+	size_t n, cap;
+};
+
+static int v_user(uint64_t ino, uint64_t offset, void *arg)
+{
+	struct v_users *u = arg;
+
+	if (grow(&u->ino, &u->cap, u->n, sizeof(*u->ino)) < 0)
+		return -ENOMEM;
+	u->ino[u->n++] = ino;
+	return 0;
+}
+
+/*
+ * v_chunks - verify every chunk row against its file on disk (store_chunk_verify).
+ * Returns 0 or -errno of the index (-ENOMEM).
+ */
+static int v_chunks(struct v_ctx *c)
+{
+	char sdone[32], stotal[32];
+	uint64_t done_bytes = 0;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < c->nchunks; i++) {
+		struct v_chunk *k = &c->chunks[i];
+		struct store_hash h;
+
+		progress(c, i == 0, "verify: chunks %zu/%zu, %s/%s, %.0f%%", i, c->nchunks,
+			 fmt_short_size(done_bytes, sdone, sizeof(sdone)),
+			 fmt_short_size(c->total_bytes, stotal, sizeof(stotal)),
+			 c->total_bytes ? 100.0 * (double)done_bytes / (double)c->total_bytes : 0.0);
+		memcpy(h.b, k->hash, STORE_HASH_LEN);
+		k->err = store_chunk_verify(c->r->st, &h);
+		if (k->err == -ENOMEM)
+			return -ENOMEM;
+		if (k->err < 0 && !c->writable) {
+			/* The daemon may have released the chunk since we read the rows. */
+			rc = idx_chunk_exists(c->r->ix, k->hash);
+			if (rc < 0)
+				return rc;
+			if (rc == 0) {
+				k->gone = true;
+				k->err = 0;
+			}
+		}
+		done_bytes += k->stored_size;
+	}
+	progress(c, true, "verify: chunks %zu/%zu, %s, 100%%", c->nchunks, c->nchunks,
+		 fmt_short_size(c->total_bytes, stotal, sizeof(stotal)));
+	return 0;
+}
+
+/*
+ * v_chunk_users - record a damage line for every file using each failed chunk, and a note for
+ * every file using a chunk marked bad that verifies clean now. Returns 0 or -errno.
+ */
+static int v_chunk_users(struct v_ctx *c)
+{
+	struct v_users u = { 0 };
+	char hex[2 * STORE_HASH_LEN + 1];
+	int rc = 0;
+
+	for (size_t i = 0; i < c->nchunks; i++) {
+		struct v_chunk *k = &c->chunks[i];
+
+		if (k->gone || (!k->err && !k->marked))
+			continue;
+		u.n = 0;
+		rc = idx_chunk_users(c->r->ix, k->hash, v_user, &u);
+		if (rc < 0)
+			goto out;
+		u.n = u64_unique(u.ino, u.n); /* a file may use the chunk at several offsets */
+		hex16(k->hash, hex);
+		if (k->err) {
+			if (u.n == 0)
+				rc = v_add(&c->dmg, &c->ndmg, &c->capdmg, 0, i, "chunk %s: %s", hex,
+					   chunk_error_name(k->err));
+			for (size_t j = 0; j < u.n && rc == 0; j++)
+				rc = v_add(&c->dmg, &c->ndmg, &c->capdmg, u.ino[j], i,
+					   "chunk %s: %s", hex, chunk_error_name(k->err));
+		} else {
+			for (size_t j = 0; j < u.n && rc == 0; j++)
+				rc = v_add(&c->notes, &c->nnotes, &c->capnotes, u.ino[j], i,
+					   "chunk %s: marked bad in the index, verifies clean now%s",
+					   hex, c->writable ? "; mark cleared" : "");
+		}
+		if (rc < 0)
+			goto out;
+	}
+out:
+	free(u.ino);
+	return rc;
+}
+
+/*
+ * v_marks - writable only: record failed chunks as bad and clear the marks of chunks that
+ * verify clean, in one transaction. Returns 0 or -errno of the index.
+ */
+static int v_marks(struct v_ctx *c)
+{
+	uint64_t marked = 0, cleared = 0;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < c->nchunks; i++)
+		if (!c->chunks[i].err != !c->chunks[i].marked)
+			break;
+	if (i == c->nchunks)
+		return 0; /* nothing to change */
+	rc = idx_begin(c->r->ix);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < c->nchunks; i++) {
+		struct v_chunk *k = &c->chunks[i];
+
+		if (k->err && !k->marked) {
+			rc = idx_chunk_mark_bad(c->r->ix, k->hash);
+			marked++;
+		} else if (!k->err && k->marked) {
+			rc = idx_chunk_clear_bad(c->r->ix, k->hash);
+			cleared++;
+		}
+		if (rc < 0) {
+			idx_rollback(c->r->ix);
+			return rc;
+		}
+	}
+	rc = idx_commit(c->r->ix);
+	if (rc < 0)
+		return rc;
+	c->marked_now = marked;
+	c->cleared_now = cleared;
+	return 0;
+}
+
+/* Directory walk: inodes of directories still to list. */
+struct v_walk {
+	struct v_ctx *c;
+	uint64_t *dirs;
+	size_t ndirs, capdirs;
+};
+
+static int v_walk_ent(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct v_walk *w = arg;
+	struct v_ctx *c = w->c;
+
+	if (S_ISDIR(mode)) {
+		if (grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+			return -ENOMEM;
+		w->dirs[w->ndirs++] = ino;
+	} else if (S_ISREG(mode)) {
+		if (grow(&c->files, &c->capfiles, c->nfiles, sizeof(*c->files)) < 0)
+			return -ENOMEM;
+		c->files[c->nfiles++] = ino;
+	}
+	return 0;
+}
+
+/*
+ * v_collect_files - the inodes of every regular file reachable from the root, each once (hard
+ * links share an inode), into c->files. Returns 0 or -errno.
+ */
+static int v_collect_files(struct v_ctx *c)
+{
+	struct v_walk w = { .c = c };
+	int rc = 0;
+
+	if (grow(&w.dirs, &w.capdirs, 0, sizeof(*w.dirs)) < 0)
+		return -ENOMEM;
+	w.dirs[w.ndirs++] = IDX_ROOT_INO;
+	while (w.ndirs) {
+		uint64_t dir = w.dirs[--w.ndirs];
+
+		rc = idx_dir_list(c->r->ix, dir, 0, v_walk_ent, &w);
+		if (rc == -ENOENT && !c->writable)
+			rc = 0; /* removed by the daemon meanwhile */
+		if (rc < 0)
+			goto out;
+	}
+	c->nfiles = u64_unique(c->files, c->nfiles);
+out:
+	free(w.dirs);
+	return rc;
+}
+
+/* Outcome of hashing one file. */
+enum v_file_result {
+	VF_SOUND,     /* hash matches, or none recorded */
+	VF_SKIPPED,   /* uses a damaged chunk: already reported */
+	VF_GONE,      /* removed meanwhile (mounted) */
+	VF_DAMAGED,   /* reason filled */
+};
+
+/*
+ * v_hash_file - stream file ino's extents through a hasher and compare with the recorded
+ * whole-file digest.
+ * @buf: scratch buffer of STORE_CHUNK_MAX bytes. @ret_in: the attributes the check used.
+ * @reason: filled for VF_DAMAGED (cap bytes).
+ * Returns an enum v_file_result, or -errno of the index (-ENOMEM).
+ */
+static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, uint8_t *buf,
+		       struct idx_inode *ret_in, char *reason, size_t cap, uint64_t *ret_bytes)
+{
+	struct idx_extent *ext = NULL;
+	struct store_hash got, want;
+	char hex[2 * STORE_HASH_LEN + 1];
+	uint64_t pos = 0;
+	size_t n = 0, i;
+	int rc;
+
+	*ret_bytes = 0;
+	rc = idx_inode_get(c->r->ix, ino, ret_in);
+	if (rc == -ENOENT)
+		return VF_GONE;
+	if (rc < 0)
+		return rc;
+	if (!ret_in->has_hash)
+		return VF_SOUND;
+	rc = idx_file_extents(c->r->ix, ino, &ext, &n);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < n; i++) {
+		struct v_chunk *k = v_chunk_find(c, ext[i].hash);
+
+		if (k && k->err) {
+			rc = VF_SKIPPED;
+			goto out;
+		}
+	}
+	store_hasher_reset(hs);
+	for (i = 0; i < n; i++) {
+		struct store_hash h;
+		uint64_t off = 0;
+
+		if (ext[i].offset != pos) {
+			snprintf(reason, cap, "extents do not tile the file: gap or overlap at offset %" PRIu64,
+				 pos);
+			rc = VF_DAMAGED;
+			goto out;
+		}
+		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
+		while (off < ext[i].length) {
+			size_t want_len = ext[i].length - off;
+			ssize_t got_len;
+
+			if (want_len > STORE_CHUNK_MAX)
+				want_len = STORE_CHUNK_MAX;
+			got_len = store_chunk_pread(c->r->st, &h, buf, want_len, off);
+			if (got_len == -ENOMEM) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			if (got_len <= 0) {
+				snprintf(reason, cap, "chunk %s: %s while reading", hex16(h.b, hex),
+					 got_len == 0 ? "shorter than its extent"
+						      : chunk_error_name((int)got_len));
+				rc = VF_DAMAGED;
+				goto out;
+			}
+			store_hasher_update(hs, buf, (size_t)got_len);
+			off += (uint64_t)got_len;
+			*ret_bytes += (uint64_t)got_len;
+		}
+		pos += ext[i].length;
+	}
+	if (pos != ret_in->size) {
+		snprintf(reason, cap, "extents cover %" PRIu64 " of %" PRIu64 " bytes", pos,
+			 ret_in->size);
+		rc = VF_DAMAGED;
+		goto out;
+	}
+	store_hasher_digest(hs, &got);
+	memcpy(want.b, ret_in->hash, STORE_HASH_LEN);
+	if (memcmp(got.b, want.b, STORE_HASH_LEN)) {
+		snprintf(reason, cap, "whole-file hash mismatch: recorded %s", hex16(want.b, hex));
+		rc = VF_DAMAGED;
+		goto out;
+	}
+	rc = VF_SOUND;
+out:
+	free(ext);
+	return rc;
+}
+
+/* same_version - whether two reads of an inode describe the same content. */
+static bool same_version(const struct idx_inode *a, const struct idx_inode *b)
+{
+	return a->size == b->size && a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns &&
+	       a->has_hash == b->has_hash && !memcmp(a->hash, b->hash, IDX_HASH_LEN);
+}
+
+/*
+ * v_files - recompute the whole-file digest of every regular file whose chunks are all sound.
+ * Returns 0 or -errno.
+ */
+static int v_files(struct v_ctx *c)
+{
+	struct store_hasher *hs = store_hasher_new();
+	uint8_t *buf = malloc(STORE_CHUNK_MAX);
+	char sdone[32];
+	uint64_t bytes = 0;
+	int rc = 0;
+
+	if (!hs || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < c->nfiles; i++) {
+		struct idx_inode in1, in2;
+		char reason[128];
+		uint64_t fb;
+		int res, tries = 0;
+
+		progress(c, i == 0, "verify: files %zu/%zu, %s hashed, %.0f%%", i, c->nfiles,
+			 fmt_short_size(bytes, sdone, sizeof(sdone)),
+			 100.0 * (double)i / (double)c->nfiles);
+		for (;;) {
+			res = v_hash_file(c, c->files[i], hs, buf, &in1, reason, sizeof(reason),
+					  &fb);
+			bytes += fb;
+			if (res != VF_DAMAGED || c->writable || ++tries > 3)
+				break;
+			/* Mounted: the daemon may have rewritten the file while we read it. */
+			rc = idx_inode_get(c->r->ix, c->files[i], &in2);
+			if (rc == -ENOENT) {
+				res = VF_GONE;
+				break;
+			}
+			if (rc < 0)
+				goto out;
+			if (same_version(&in1, &in2))
+				break;
+		}
+		if (res < 0) {
+			rc = res;
+			goto out;
+		}
+		if (res == VF_DAMAGED) {
+			rc = v_add(&c->dmg, &c->ndmg, &c->capdmg, c->files[i], SIZE_MAX, "%s",
+				   reason);
+			if (rc < 0)
+				goto out;
+		}
+		if (res == VF_SOUND && in1.has_hash)
+			c->files_hashed++;
+		else if (res == VF_SOUND)
+			c->files_unhashed++;
+	}
+	rc = 0;
+out:
+	store_hasher_free(hs);
+	free(buf);
+	return rc;
+}
+
+static int v_damage_cmp(const void *a, const void *b)
+{
+	const struct v_damage *x = a, *y = b;
+	int d = strcmp(x->path ? x->path : "", y->path ? y->path : "");
+
+	if (d)
+		return d;
+	return strcmp(x->reason, y->reason);
+}
+
+/* v_paths - fill and sort the paths of damage records. Returns 0 or -errno. */
+static int v_paths(struct v_ctx *c, struct v_damage *v, size_t n)
+{
+	char path[PATH_CAP], hex[2 * STORE_HASH_LEN + 1];
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].ino) {
+			rc = inode_path(c->r->ix, v[i].ino, path, sizeof(path));
+			if (rc < 0)
+				return rc;
+		} else {
+			snprintf(path, sizeof(path), "<chunk %s, used by no file>",
+				 hex16(c->chunks[v[i].chunk].hash, hex));
+		}
+		v[i].path = strdup(path);
+		if (!v[i].path)
+			return -ENOMEM;
+	}
+	qsort(v, n, sizeof(*v), v_damage_cmp);
+	return 0;
+}
+
+/*
+ * v_count_files - distinct files (inodes) among damage records sorted by v_paths: one inode has
+ * one path and no two inodes share one, so the records of a file are adjacent.
+ */
+static uint64_t v_count_files(const struct v_damage *v, size_t n)
+{
+	uint64_t count = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (v[i].ino && (i == 0 || v[i - 1].ino != v[i].ino))
+			count++;
+	return count;
+}
+
+static void v_free(struct v_ctx *c)
+{
+	for (size_t i = 0; i < c->ndmg; i++)
+		free(c->dmg[i].path);
+	for (size_t i = 0; i < c->nnotes; i++)
+		free(c->notes[i].path);
+	free(c->dmg);
+	free(c->notes);
+	free(c->chunks);
+	free(c->files);
+}
+
+/* v_report - print the result, text or JSON. Returns 0 or -EIO (JSON output failed). */
+static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
+{
+	char hex[2 * STORE_HASH_LEN + 1];
+	size_t i;
+
+	if (opt_json) {
+		json_t *o = json_object(), *ac = json_array(), *af = json_array(),
+		       *an = json_array();
+
+		for (i = 0; i < c->nchunks; i++) {
+			const struct v_chunk *k = &c->chunks[i];
+			json_t *x, *users;
+
+			if (!k->err)
+				continue;
+			x = json_object();
+			users = json_array();
+			json_object_set_new(x, "chunk", json_string(hex16(k->hash, hex)));
+			json_object_set_new(x, "error", json_string(chunk_error_name(k->err)));
+			json_object_set_new(x, "refs", json_integer(k->refs));
+			json_object_set_new(x, "marked_bad",
+					    json_boolean(k->marked || c->writable));
+			for (size_t j = 0; j < c->ndmg; j++)
+				if (c->dmg[j].chunk == i && c->dmg[j].ino)
+					json_array_append_new(users, json_string(c->dmg[j].path));
+			json_object_set_new(x, "files", users);
+			json_array_append_new(ac, x);
+		}
+		for (i = 0; i < c->ndmg; i++) {
+			json_t *x;
+
+			if (!c->dmg[i].ino)
+				continue;
+			x = json_object();
+			json_object_set_new(x, "path", json_string(c->dmg[i].path));
+			json_object_set_new(x, "ino", json_u64(c->dmg[i].ino));
+			json_object_set_new(x, "reason", json_string(c->dmg[i].reason));
+			json_array_append_new(af, x);
+		}
+		for (i = 0; i < c->nnotes; i++) {
+			json_t *x = json_object();
+
+			json_object_set_new(x, "path", json_string(c->notes[i].path));
+			json_object_set_new(x, "ino", json_u64(c->notes[i].ino));
+			json_object_set_new(x, "reason", json_string(c->notes[i].reason));
+			json_array_append_new(an, x);
+		}
+		json_object_set_new(o, "store", json_string(c->root));
+		json_object_set_new(o, "mounted", json_boolean(c->r->mounted));
+		json_object_set_new(o, "owner_pid",
+				    c->r->mounted ? json_integer(c->r->owner_pid) : json_null());
+		json_object_set_new(o, "marks_recorded", json_boolean(c->writable));
+		json_object_set_new(o, "chunks", json_u64(c->nchunks));
+		json_object_set_new(o, "chunk_bytes", json_u64(c->total_bytes));
+		json_object_set_new(o, "files_checked", json_u64(c->nfiles));
+		json_object_set_new(o, "files_hashed", json_u64(c->files_hashed));
+		json_object_set_new(o, "damaged_chunk_count", json_u64(bad_chunks));
+		json_object_set_new(o, "damaged_file_count", json_u64(bad_files));
+		json_object_set_new(o, "marked_bad", json_u64(c->marked_now));
+		json_object_set_new(o, "marks_cleared", json_u64(c->cleared_now));
+		json_object_set_new(o, "damaged_chunks", ac);
+		json_object_set_new(o, "damaged_files", af);
+		json_object_set_new(o, "cleared_marks", an);
+		json_object_set_new(o, "clean", json_boolean(c->ndmg == 0));
+		return json_print(o);
+	}
+
+	if (c->r->mounted)
+		printf("verify: store is mounted by pid %d; opened read-only, bad chunks are not "
+		       "recorded in the index\n",
+		       (int)c->r->owner_pid);
+	else if (!c->writable)
+		printf("verify: cannot lock store '%s' for writing; opened read-only, bad chunks "
+		       "are not recorded in the index\n",
+		       c->root);
+	printf("verify: %zu chunks, %zu files checked: %" PRIu64 " damaged chunks, %" PRIu64
+	       " damaged files\n",
+	       c->nchunks, c->nfiles, bad_chunks, bad_files);
+	for (i = 0; i < c->ndmg; i++)
+		printf("damaged: %s (%s)\n", c->dmg[i].path, c->dmg[i].reason);
+	for (i = 0; i < c->nnotes; i++)
+		printf("note: %s (%s)\n", c->notes[i].path, c->notes[i].reason);
+	if (c->marked_now || c->cleared_now)
+		printf("verify: marked %" PRIu64 " chunks bad in the index, cleared %" PRIu64
+		       " marks\n",
+		       c->marked_now, c->cleared_now);
+	return 0;
+}
+
+static int cmd_verify(const char *root)
+{
+	struct v_ctx c = { .root = root };
+	struct store_opts so = { 0 };
+	uint64_t bad_chunks = 0, bad_files;
+	int rc, status = EXIT_ERROR;
+
+	/* verify reads every chunk once: a small cache is enough for the whole-file pass */
+	so.cache_bytes = 2 * (size_t)STORE_CHUNK_MAX;
+	if (repo_open_write(root, &so, &c.r, &c.writable) < 0)
+		return EXIT_ERROR;
+	c.tty = isatty(STDERR_FILENO);
+
+	rc = idx_chunk_foreach(c.r->ix, v_chunk_row, &c);
+	if (rc < 0) {
+		progress_end(&c);
+		status = index_error(root, "list chunks", rc);
+		goto out;
+	}
+	qsort(c.chunks, c.nchunks, sizeof(*c.chunks), v_chunk_cmp);
+	rc = v_chunks(&c);
+	if (rc == 0)
+		rc = v_chunk_users(&c);
+	if (rc == 0)
+		rc = v_collect_files(&c);
+	if (rc == 0)
+		rc = v_files(&c);
+	progress_end(&c);
+	if (rc < 0) {
+		status = index_error(root, "read files and chunks", rc);
+		goto out;
+	}
+	if (c.writable) {
+		rc = v_marks(&c);
+		if (rc < 0) {
+			errmsg("cannot record bad chunks in the index of store '%s': %s", root,
+			       strerror(-rc));
+			goto out;
+		}
+	}
+	rc = v_paths(&c, c.dmg, c.ndmg);
+	if (rc == 0)
+		rc = v_paths(&c, c.notes, c.nnotes);
+	if (rc < 0) {
+		status = index_error(root, "find paths", rc);
+		goto out;
+	}
+	for (size_t i = 0; i < c.nchunks; i++)
+		if (c.chunks[i].err)
+			bad_chunks++;
+	bad_files = v_count_files(c.dmg, c.ndmg);
+	if (v_report(&c, bad_chunks, bad_files) < 0) {
+		errmsg("cannot write the report: %s", strerror(EIO));
+		goto out;
+	}
+	status = c.ndmg ? EXIT_DAMAGE : EXIT_OK;
+out:
+	v_free(&c);
+	ckpt_repo_close(c.r);
+	return status;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* gc                                                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Chunk files on disk: all of them, or (with ix set) those the index does not know. */
+struct gc_count {
+	struct idx *ix; /* NULL: count every chunk file */
+	uint64_t files, bytes;
+};
+
+static int gc_count_file(const struct store_hash *h, uint64_t stored_size, void *arg)
+{
+	struct gc_count *g = arg;
+
+	if (g->ix) {
+		int rc = idx_chunk_exists(g->ix, h->b);
+
+		if (rc < 0)
+			return rc;
+		if (rc)
+			return 0;
+	}
+	g->files++;
+	g->bytes += stored_size;
+	return 0;
+}
+
+/* gc_mounted - count what a sweep would remove, without removing anything. Exit status. */
+static int gc_mounted(struct ckpt_repo *r, const char *root)
+{
+	struct gc_count g = { .ix = r->ix };
+	char b[64];
+	int rc;
+
+	rc = store_chunk_foreach(r->st, gc_count_file, &g);
+	if (rc < 0) {
+		errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+		return EXIT_ERROR;
+	}
+	if (opt_json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "store", json_string(root));
+		json_object_set_new(o, "mounted", json_boolean(r->mounted));
+		json_object_set_new(o, "owner_pid",
+				    r->mounted ? json_integer(r->owner_pid) : json_null());
+		json_object_set_new(o, "swept", json_false());
+		json_object_set_new(o, "unreferenced_chunk_files", json_u64(g.files));
+		json_object_set_new(o, "unreferenced_bytes", json_u64(g.bytes));
+		return json_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+	}
+	if (r->mounted)
+		printf("gc: store is mounted by pid %d; the daemon frees a file's chunks when it is "
+		       "deleted. %" PRIu64 " unreferenced chunk files (%s) remain from earlier "
+		       "crashes; unmount and run 'ckptctl %s gc' to remove them.\n",
+		       (int)r->owner_pid, g.files, fmt_size(g.bytes, b, sizeof(b)), root);
+	else
+		printf("gc: cannot lock store '%s' for writing; nothing removed. %" PRIu64
+		       " unreferenced chunk files (%s) found.\n",
+		       root, g.files, fmt_size(g.bytes, b, sizeof(b)));
+	return EXIT_OK;
+}
+
+/*
+ * gc_sweep - ckpt_repo_sweep on an exclusively held store. Bytes freed are measured as the
+ * stored size of every chunk file on disk (store_chunk_foreach) before the sweep minus after
+ * it, so they include chunks released with the unlinked inodes and refs-0 rows. Exit status.
+ */
+static int gc_sweep(struct ckpt_repo *r, const char *root)
+{
+	struct gc_count before = { 0 }, after = { 0 };
+	uint64_t inodes = 0, chunks = 0, freed;
+	char b[64];
+	int rc;
+
+	rc = store_chunk_foreach(r->st, gc_count_file, &before);
+	if (rc < 0)
+		goto fail_list;
+	rc = ckpt_repo_sweep(r, &inodes, &chunks);
+	if (rc < 0) {
+		errmsg("cannot sweep store '%s': %s; nothing half-done is visible, run "
+		       "'ckptctl %s verify' to check it",
+		       root, strerror(-rc), root);
+		return EXIT_ERROR;
+	}
+	rc = store_chunk_foreach(r->st, gc_count_file, &after);
+	if (rc < 0)
+		goto fail_list;
+	freed = before.bytes > after.bytes ? before.bytes - after.bytes : 0;
+	if (opt_json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "store", json_string(root));
+		json_object_set_new(o, "mounted", json_false());
+		json_object_set_new(o, "owner_pid", json_null());
+		json_object_set_new(o, "swept", json_true());
+		json_object_set_new(o, "inodes_removed", json_u64(inodes));
+		json_object_set_new(o, "chunk_files_removed", json_u64(chunks));
+		json_object_set_new(o, "bytes_freed", json_u64(freed));
+		json_object_set_new(o, "chunk_files", json_u64(after.files));
+		json_object_set_new(o, "chunk_bytes", json_u64(after.bytes));
+		return json_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+	}
+	printf("gc: removed %" PRIu64 " unlinked inodes and %" PRIu64 " chunk files, freed %s\n",
+	       inodes, chunks, fmt_size(freed, b, sizeof(b)));
+	printf("gc: %" PRIu64 " chunk files remain (%s)\n", after.files,
+	       fmt_size(after.bytes, b, sizeof(b)));
+	return EXIT_OK;
+
+fail_list:
+	errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+	return EXIT_ERROR;
+}
+
+static int cmd_gc(const char *root)
+{
+	struct ckpt_repo *r = NULL;
+	bool writable = false;
+	int status;
+
+	if (repo_open_write(root, NULL, &r, &writable) < 0)
+		return EXIT_ERROR;
+	status = writable ? gc_sweep(r, root) : gc_mounted(r, root);
+	ckpt_repo_close(r);
+	return status;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* main                                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: ckptctl [--json] [--help] [--version] STORE COMMAND [ARGS]\n"
+		"\n"
+		"Inspect and maintain a ckptfs STORE directory, mounted or not.\n"
+		"\n"
+		"commands:\n"
+		"  status      what the store holds, and whether a daemon owns it\n"
+		"  ls [PATH]   list a directory, or show a file's digest and extents\n"
+		"              (PATH relative to the mount root, default '/')\n"
+		"  verify      re-read every chunk and re-hash every file; exit 1 on damage\n"
+		"  gc          remove unlinked inodes and unreferenced chunks (not mounted)\n"
+		"\n"
+		"options:\n"
+		"  --json      print one JSON document instead of text\n"
+		"  -h, --help  show this help\n"
+		"  -V, --version  show the version\n"
+		"\n"
+		"exit status: 0 success, 1 verify found damage, 2 error\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("ckptctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc\n"
+	      "run 'ckptctl --help' for details\n",
+	      stderr);
+	return EXIT_ERROR;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *root, *cmd;
+	int c, nargs;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			opt_json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_OK;
+		case 'V':
+			printf("ckptctl %s\n", CKPTFS_VERSION);
+			return EXIT_OK;
+		default:
+			if (optopt)
+				return usage_error("unknown option '-%c'", optopt);
+			return usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	nargs = argc - optind;
+	if (nargs < 1)
+		return usage_error("missing STORE");
+	if (nargs < 2)
+		return usage_error("missing COMMAND");
+	root = argv[optind];
+	cmd = argv[optind + 1];
+	nargs -= 2;
+
+	if (!strcmp(cmd, "status")) {
+		if (nargs)
+			return usage_error("'status' takes no arguments");
+		return cmd_status(root);
+	}
+	if (!strcmp(cmd, "ls")) {
+		if (nargs > 1)
+			return usage_error("'ls' takes at most one PATH");
+		return cmd_ls(root, nargs ? argv[optind + 2] : "/");
+	}
+	if (!strcmp(cmd, "verify")) {
+		if (nargs)
+			return usage_error("'verify' takes no arguments");
+		return cmd_verify(root);
+	}
+	if (!strcmp(cmd, "gc")) {
+		if (nargs)
+			return usage_error("'gc' takes no arguments");
+		return cmd_gc(root);
+	}
+	return usage_error("unknown command '%s'", cmd);
+}
