@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""ckptctl on a real store: status, ls, verify and gc, mounted and unmounted, text and --json,
+and the exit codes (0 ok, 1 verify found damage, 2 error or usage).
+
+Run: /usr/bin/python3 tests/tools/test_ckptctl.py   (CKPTFS_BIN / CKPTCTL_BIN name the binaries)
+"""
+
+import sys
+import os
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import unittest  # noqa: E402
+
+import ckfs  # noqa: E402
+from ckfs import content  # noqa: E402
+
+MiB = 1 << 20
+HEADER = 32         # chunk file header; the payload starts here
+
+
+def flip(path, off):
+    with open(path, 'r+b') as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
+class CkptctlTest(unittest.TestCase):
+    def setUp(self):
+        self.m = ckfs.Mount().start()
+        m = self.m
+        os.makedirs(m.path('iter_0000100'))
+        self.model = content('model', 5 * MiB)
+        with open(m.path('iter_0000100', 'model.pt'), 'wb') as f:
+            f.write(self.model)
+        with open(m.path('iter_0000100', 'copy.pt'), 'wb') as f:
+            f.write(self.model)
+        with open(m.path('bystander.bin'), 'wb') as f:
+            f.write(content('bystander', 3 * MiB))
+        with open(m.path('latest_checkpointed_iteration.txt'), 'w') as f:
+            f.write('100')
+        os.symlink('iter_0000100', m.path('cur'))
+
+    def tearDown(self):
+        self.m.close()
+
+    def ctl(self, *args, json_out=False, rc=0):
+        r = self.m.ckptctl(*args, json_out=json_out)
+        self.assertEqual(r.returncode, rc, 'ckptctl %s exited %d, wanted %d: %s%s' %
+                         (' '.join(args), r.returncode, rc, r.stdout, r.stderr))
+        return json.loads(r.stdout) if json_out else r
+
+    def test_status_ls_mounted_and_not(self):
+        m = self.m
+        st = self.ctl('status', json_out=True)
+        self.assertTrue(st['mounted'])
+        self.assertEqual(st['owner_pid'], m.pid)
+        self.assertEqual(st['files'], 4)
+        self.assertEqual(st['symlinks'], 1)
+        self.assertEqual(st['logical_bytes'], 13 * MiB + 3)
+        self.assertLess(st['stored_bytes'], 9 * MiB)     # the copy is deduplicated
+        self.assertIn('mounted (daemon pid %d)' % m.pid, self.ctl('status').stdout)
+        ents = {e['name']: e for e in self.ctl('ls', json_out=True)}
+        self.assertEqual(set(ents), {'iter_0000100', 'bystander.bin', 'cur',
+                                     'latest_checkpointed_iteration.txt'})
+        self.assertEqual(ents['cur']['target'], 'iter_0000100')
+        self.assertEqual(ents['iter_0000100']['type'], 'dir')
+        f = self.ctl('ls', '/iter_0000100/model.pt', json_out=True)
+        self.assertEqual(f['size'], 5 * MiB)
+        self.assertEqual(sum(x['length'] for x in f['extents']), 5 * MiB)
+        self.assertEqual(len(f['xxh3_128']), 32)
+        out = self.ctl('ls', 'iter_0000100').stdout
+        self.assertIn('model.pt', out)
+        r = self.ctl('ls', 'nope', rc=2)
+        self.assertIn("'nope' does not exist in store", r.stderr)
+        m.unmount()
+        st = self.ctl('status', json_out=True)
+        self.assertFalse(st['mounted'])
+        self.assertTrue(st['clean'])
+        self.assertIn('not mounted, clean', self.ctl('status').stdout)
+
+    def test_verify_tamper(self):
+        m = self.m
+        r = self.ctl('verify')
+        self.assertIn('store is mounted by pid', r.stdout)
+        m.unmount()
+        self.ctl('verify')
+        ext = self.ctl('ls', 'iter_0000100/model.pt', json_out=True)['extents']
+        target = max(ext, key=lambda x: x['stored_size'])['chunk']
+        cpath = os.path.join(m.store, 'chunks', target[:2], target)
+        flip(cpath, HEADER + (os.path.getsize(cpath) - HEADER) // 2)
+        r = self.ctl('verify', rc=1)
+        self.assertIn('1 damaged chunks, 2 damaged files', r.stdout)
+        self.assertIn('damaged: /iter_0000100/model.pt (chunk %s: checksum mismatch)' % target,
+                      r.stdout)
+        self.assertIn('damaged: /iter_0000100/copy.pt', r.stdout)
+        self.assertNotIn('bystander', r.stdout)
+        self.assertEqual(self.ctl('status', json_out=True)['bad_chunks'], 1)
+        v = self.ctl('verify', json_out=True, rc=1)
+        self.assertEqual(v['damaged_chunk_count'], 1)
+        self.assertEqual(sorted(v['damaged_chunks'][0]['files']),
+                         ['/iter_0000100/copy.pt', '/iter_0000100/model.pt'])
+        # mounted: the same verdict, nothing recorded
+        m.start()
+        r = self.ctl('verify', rc=1)
+        self.assertIn('not recorded', r.stdout)
+        m.unmount()
+        # repaired: clean again, and the mark is cleared
+        flip(cpath, HEADER + (os.path.getsize(cpath) - HEADER) // 2)
+        r = self.ctl('verify')
+        self.assertIn('cleared 1 marks', r.stdout)
+        self.assertEqual(self.ctl('status', json_out=True)['bad_chunks'], 0)
+        # a missing chunk file
+        os.rename(cpath, cpath + '.away')
+        r = self.ctl('verify', rc=1)
+        self.assertIn('missing', r.stdout)
+        os.rename(cpath + '.away', cpath)
+        self.ctl('verify')
+
+    def test_gc(self):
+        m = self.m
+        r = self.ctl('gc')
+        self.assertIn('gc: store is mounted by pid %d' % m.pid, r.stdout)
+        m.unmount()
+        # an orphan chunk file: a copy of a real one under a name the index does not know
+        ext = self.ctl('ls', 'bystander.bin', json_out=True)['extents'][0]
+        src = os.path.join(m.store, 'chunks', ext['chunk'][:2], ext['chunk'])
+        orphan = os.path.join(m.store, 'chunks', ext['chunk'][:2], ext['chunk'][:2] + '0' * 30)
+        with open(src, 'rb') as a, open(orphan, 'wb') as b:
+            b.write(a.read())
+        g = self.ctl('gc', json_out=True)
+        self.assertTrue(g['swept'])
+        self.assertEqual(g['chunk_files_removed'], 1)
+        self.assertEqual(g['bytes_freed'], os.path.getsize(src))
+        self.assertFalse(os.path.exists(orphan))
+        self.ctl('verify')
+
+    def test_usage_and_errors(self):
+        m = self.m
+        self.assertEqual(ckfs.run([ckfs.ckptctl_bin(), '--version']).returncode, 0)
+        self.assertEqual(ckfs.run([ckfs.ckptctl_bin()]).returncode, 2)
+        self.ctl('frobnicate', rc=2)
+        self.ctl('ls', 'a', 'b', rc=2)
+        r = ckfs.run([ckfs.ckptctl_bin(), os.path.join(m.tmp, 'absent'), 'status'])
+        self.assertEqual(r.returncode, 2)
+        self.assertTrue(r.stderr.startswith('ckptctl: '), r.stderr)
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
+                                      exit=True)
+    unittest.main(verbosity=2)
