@@ -1,0 +1,949 @@
+/*
+ * chunkstore.c — the content-addressed directory of chunk files, and its read cache.
+ *
+ * Layout and chunk file format: see store.h. Publication follows git's object-file.c: write a
+ * temporary file in the destination directory, fdatasync it, rename it to its final name.
+ *
+ * Invariants:
+ *   1. A file under a final name is complete (store.h invariant 1). Temporary files are named
+ *      ".tmp-XXXXXX", live in the shard directory of their final name, are unlinked by the put
+ *      that created them on any failure, and are swept by store_open (a crash leaves them).
+ *   2. The cache holds only bytes whose XXH3-128 was checked against their digest after they were
+ *      read from disk (store.h invariant 2); a put never inserts into it.
+ *   3. Cache entries are reference counted. The table owns one reference while an entry is
+ *      linked; each reader owns one while it copies out. The entry is freed when the count drops
+ *      to zero, so eviction or delete never frees bytes a reader is copying. cache_lock guards
+ *      only the table, the LRU list, the counts and cache_used: never disk I/O, decoding or
+ *      hashing. Two threads missing the same chunk both load it; the second insert is dropped.
+ *   4. cache_used = sum of the sizes of linked entries <= cache_cap after every insert. A chunk
+ *      larger than cache_cap is served without being cached.
+ *   5. dirty[] marks shard directories whose entries changed (rename, unlink) since the last
+ *      successful store_sync; a shard is unmarked only by a store_sync whose fsync of it has
+ *      already succeeded, and is re-marked when that fsync fails.
+ *   6. A read_only store never creates, writes, renames or unlinks anything.
+ *   7. Error mapping when reading a chunk: missing file -ENOENT; open/read failures, a short file
+ *      and a malformed header -EIO; a header that is well formed but whose payload does not
+ *      decode, or decodes to bytes whose digest differs, -EBADMSG: the stored content does not
+ *      match its name, which fs/ treats as a corrupt step.
+ *
+ * Lock order: dirty_lock and cache_lock are leaves; no path holds both.
+ */
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "store/store_int.h"
+
+#define NSHARDS 256
+#define DEFAULT_CACHE_BYTES (64u * 1024u * 1024u)
+#define TMP_PREFIX ".tmp-"
+
+_Atomic int store_fault_write_errno;
+
+struct cache_ent {
+	struct store_hash hash;
+	uint8_t *data; /* size raw bytes, verified (invariant 2) */
+	uint32_t size;
+	unsigned refs;             /* guarded by cache_lock (invariant 3) */
+	bool linked;               /* in the table and the LRU list */
+	struct cache_ent *hnext;   /* bucket chain */
+	struct cache_ent *lru_prev; /* towards most recently used */
+	struct cache_ent *lru_next; /* towards least recently used */
+};
+
+struct store {
+	char *root;   /* owned */
+	char *chunks; /* owned: root + "/chunks" */
+	int zstd_level;
+	bool verify_dedup_hits;
+	bool read_only;
+
+	pthread_mutex_t dirty_lock; /* leaf lock: guards dirty */
+	bool dirty[NSHARDS];
+
+	pthread_mutex_t cache_lock; /* leaf lock: guards every field below and cache_ent refs */
+	struct cache_ent **buckets;
+	size_t nbuckets; /* power of two */
+	struct cache_ent *lru_head; /* most recently used */
+	struct cache_ent *lru_tail; /* least recently used */
+	size_t cache_used;
+	size_t cache_cap;
+};
+
+/* The fields of a chunk file header (store.h), decoded. */
+struct chunk_hdr {
+	uint8_t codec;
+	uint32_t raw_size;
+	uint32_t payload_size;
+	struct store_hash hash;
+};
+
+/* Little-endian 32-bit load and store (the header's byte order, store.h). */
+static uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+/* Serialize the 32-byte chunk file header described in store.h. */
+static void hdr_encode(const struct chunk_hdr *h, uint8_t out[STORE_HDR_LEN])
+{
+	memset(out, 0, STORE_HDR_LEN);
+	memcpy(out, "CKC1", 4);
+	out[4] = h->codec;
+	put_le32(out + 8, h->raw_size);
+	put_le32(out + 12, h->payload_size);
+	memcpy(out + 16, h->hash.b, STORE_HASH_LEN);
+}
+
+/*
+ * Parse and validate a header read from disk: magic, known codec, zero reserved bytes, raw size
+ * within the chunker bounds, a payload size a put could have written. Returns 0 or -EIO.
+ */
+static int hdr_decode(const uint8_t in[STORE_HDR_LEN], struct chunk_hdr *ret)
+{
+	struct chunk_hdr h;
+
+	if (memcmp(in, "CKC1", 4) || in[5] || in[6] || in[7])
+		return -EIO;
+	h.codec = in[4];
+	h.raw_size = get_le32(in + 8);
+	h.payload_size = get_le32(in + 12);
+	memcpy(h.hash.b, in + 16, STORE_HASH_LEN);
+	if (h.codec > STORE_CODEC_ZSTD_BG4 || h.raw_size > STORE_CHUNK_MAX)
+		return -EIO;
+	if (h.codec == STORE_CODEC_RAW ? h.payload_size != h.raw_size
+				       : h.payload_size > store_payload_bound(h.raw_size))
+		return -EIO;
+	*ret = h;
+	return 0;
+}
+
+/* Shard index of a digest: its first byte. */
+static unsigned shard_of(const struct store_hash *h)
+{
+	return h->b[0];
+}
+
+/* Write "chunks/XX" of shard s into buf (cap bytes). Returns 0 or -ENAMETOOLONG. */
+static int shard_path(const struct store *st, unsigned s, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, "%s/%02x", st->chunks, s);
+
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int store_chunk_path(const struct store *st, const struct store_hash *h, char *buf, size_t cap)
+{
+	char hex[2 * STORE_HASH_LEN + 1];
+	int n;
+
+	n = snprintf(buf, cap, "%s/%02x/%s", st->chunks, shard_of(h), store_hash_hex(h, hex));
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* Read exactly len bytes at off, retrying short reads and EINTR. -EIO on a short file. */
+static int pread_all(int fd, void *buf, size_t len, off_t off)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t r = pread(fd, p, len, off);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;
+		p += r;
+		len -= (size_t)r;
+		off += r;
+	}
+	return 0;
+}
+
+/* Write exactly len bytes, retrying short writes and EINTR. Returns 0 or -errno. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	int fault = atomic_exchange(&store_fault_write_errno, 0);
+
+	if (fault)
+		return -fault;
+	while (len) {
+		ssize_t r = write(fd, p, len);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO; /* write(2) making no progress: do not spin */
+		p += r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Errors of reading a chunk file as documented in store.h (invariant 7). */
+static int read_errno(int err)
+{
+	if (err == -ENOENT || err == -ENOMEM)
+		return err;
+	return -EIO;
+}
+
+/*
+ * Open chunk h's file and read and validate its header, including that the header's digest is h
+ * and that the file is exactly header + payload long. On success *ret_fd is an owned descriptor.
+ * Returns 0, -ENOENT, -ENOMEM or -EIO (paths fit: store_open checked their length).
+ */
+static int chunk_open(const struct store *st, const struct store_hash *h, int *ret_fd,
+		      struct chunk_hdr *ret_hdr)
+{
+	char path[PATH_MAX];
+	uint8_t raw[STORE_HDR_LEN];
+	struct chunk_hdr hdr;
+	struct stat sb;
+	int fd = -1;
+	int err;
+
+	err = store_chunk_path(st, h, path, sizeof(path));
+	if (err)
+		return err;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return read_errno(-errno);
+	err = pread_all(fd, raw, sizeof(raw), 0);
+	if (err)
+		goto fail;
+	err = hdr_decode(raw, &hdr);
+	if (err)
+		goto fail;
+	if (memcmp(hdr.hash.b, h->b, STORE_HASH_LEN)) {
+		err = -EIO;
+		goto fail;
+	}
+	if (fstat(fd, &sb) < 0 || sb.st_size != (off_t)STORE_HDR_LEN + hdr.payload_size) {
+		err = -EIO;
+		goto fail;
+	}
+	*ret_fd = fd;
+	*ret_hdr = hdr;
+	return 0;
+fail:
+	close(fd);
+	return read_errno(err);
+}
+
+/*
+ * Load chunk h from disk, decode it and check its digest (invariants 2 and 7).
+ * On success *ret_data is an owned malloc'ed buffer of *ret_size bytes (never NULL).
+ * Returns 0, -ENOENT, -EIO, -EBADMSG or -ENOMEM.
+ */
+static int chunk_load(const struct store *st, const struct store_hash *h, uint8_t **ret_data,
+		      uint32_t *ret_size)
+{
+	struct chunk_hdr hdr;
+	struct store_hash got;
+	uint8_t *payload = NULL;
+	uint8_t *data = NULL;
+	int fd = -1;
+	int err;
+
+	err = chunk_open(st, h, &fd, &hdr);
+	if (err)
+		return err;
+	data = malloc(hdr.raw_size ? hdr.raw_size : 1);
+	if (!data) {
+		err = -ENOMEM;
+		goto out;
+	}
+	if (hdr.codec == STORE_CODEC_RAW) {
+		/* RAW: read straight into the result, no copy. */
+		err = pread_all(fd, data, hdr.raw_size, STORE_HDR_LEN);
+		if (err) {
+			err = read_errno(err);
+			goto out;
+		}
+	} else {
+		payload = malloc(hdr.payload_size ? hdr.payload_size : 1);
+		if (!payload) {
+			err = -ENOMEM;
+			goto out;
+		}
+		err = pread_all(fd, payload, hdr.payload_size, STORE_HDR_LEN);
+		if (err) {
+			err = read_errno(err);
+			goto out;
+		}
+		err = store_decode(hdr.codec, payload, hdr.payload_size, data, hdr.raw_size);
+		if (err) {
+			err = err == -ENOMEM ? -ENOMEM : -EBADMSG;
+			goto out;
+		}
+	}
+	store_hash_buf(data, hdr.raw_size, &got);
+	if (memcmp(got.b, h->b, STORE_HASH_LEN)) {
+		err = -EBADMSG;
+		goto out;
+	}
+	*ret_data = data;
+	*ret_size = hdr.raw_size;
+	data = NULL;
+out:
+	free(payload);
+	free(data);
+	close(fd);
+	return err;
+}
+
+/* ---- cache (invariants 3 and 4) ---- */
+
+/* Bucket of a digest in the cache table. */
+static size_t cache_bucket(const struct store *st, const struct store_hash *h)
+{
+	uint64_t k;
+
+	memcpy(&k, h->b + 8, sizeof(k)); /* digest bytes are uniform: any 8 of them will do */
+	return (size_t)k & (st->nbuckets - 1);
+}
+
+/* Find a linked entry. Caller holds cache_lock. */
+static struct cache_ent *cache_find(struct store *st, const struct store_hash *h)
+{
+	struct cache_ent *e;
+
+	for (e = st->buckets[cache_bucket(st, h)]; e; e = e->hnext)
+		if (!memcmp(e->hash.b, h->b, STORE_HASH_LEN))
+			return e;
+	return NULL;
+}
+
+/* Unlink e from the LRU list. Caller holds cache_lock. */
+static void lru_remove(struct store *st, struct cache_ent *e)
+{
+	if (e->lru_prev)
+		e->lru_prev->lru_next = e->lru_next;
+	else
+		st->lru_head = e->lru_next;
+	if (e->lru_next)
+		e->lru_next->lru_prev = e->lru_prev;
+	else
+		st->lru_tail = e->lru_prev;
+	e->lru_prev = e->lru_next = NULL;
+}
+
+/* Make e the most recently used entry. Caller holds cache_lock. */
+static void lru_push_head(struct store *st, struct cache_ent *e)
+{
+	e->lru_prev = NULL;
+	e->lru_next = st->lru_head;
+	if (st->lru_head)
+		st->lru_head->lru_prev = e;
+	else
+		st->lru_tail = e;
+	st->lru_head = e;
+}
+
+/* Free an entry whose last reference is gone. */
+static void ent_free(struct cache_ent *e)
+{
+	free(e->data);
+	free(e);
+}
+
+/* Drop one reference; returns true when the caller must free e (outside the lock). */
+static bool ent_unref_locked(struct cache_ent *e)
+{
+	assert(e->refs > 0);
+	return --e->refs == 0;
+}
+
+/* Unlink e from table and LRU and drop the table's reference. Caller holds cache_lock. */
+static bool cache_unlink_locked(struct store *st, struct cache_ent *e)
+{
+	struct cache_ent **pp = &st->buckets[cache_bucket(st, &e->hash)];
+
+	assert(e->linked);
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	e->hnext = NULL;
+	lru_remove(st, e);
+	e->linked = false;
+	st->cache_used -= e->size;
+	return ent_unref_locked(e);
+}
+
+/* Look h up; on a hit return the entry with a reference taken for the caller. */
+static struct cache_ent *cache_get(struct store *st, const struct store_hash *h)
+{
+	struct cache_ent *e;
+
+	pthread_mutex_lock(&st->cache_lock);
+	e = cache_find(st, h);
+	if (e) {
+		e->refs++;
+		lru_remove(st, e);
+		lru_push_head(st, e);
+	}
+	pthread_mutex_unlock(&st->cache_lock);
+	return e;
+}
+
+/* Release a reference from cache_get or cache_insert. */
+static void cache_put(struct store *st, struct cache_ent *e)
+{
+	bool last;
+
+	pthread_mutex_lock(&st->cache_lock);
+	last = ent_unref_locked(e);
+	pthread_mutex_unlock(&st->cache_lock);
+	if (last)
+		ent_free(e);
+}
+
+/*
+ * Insert e (refs == 1, owned by the caller) unless an entry for its digest is already linked.
+ * Returns the entry the caller now holds a reference to: e itself (now also referenced by the
+ * table), or the existing one, in which case e has been freed. Evicts least recently used
+ * entries until cache_used <= cache_cap.
+ */
+static struct cache_ent *cache_insert(struct store *st, struct cache_ent *e)
+{
+	struct cache_ent *old, *victims = NULL, *v;
+
+	pthread_mutex_lock(&st->cache_lock);
+	old = cache_find(st, &e->hash);
+	if (old) {
+		old->refs++;
+		pthread_mutex_unlock(&st->cache_lock);
+		ent_free(e);
+		return old;
+	}
+	e->refs++; /* the table's */
+	e->linked = true;
+	e->hnext = st->buckets[cache_bucket(st, &e->hash)];
+	st->buckets[cache_bucket(st, &e->hash)] = e;
+	lru_push_head(st, e);
+	st->cache_used += e->size;
+	while (st->cache_used > st->cache_cap) {
+		v = st->lru_tail;
+		assert(v && v != e); /* e alone fits: chunk_get does not insert larger ones */
+		if (cache_unlink_locked(st, v)) {
+			v->hnext = victims;
+			victims = v;
+		}
+	}
+	pthread_mutex_unlock(&st->cache_lock);
+	while (victims) {
+		v = victims;
+		victims = v->hnext;
+		ent_free(v);
+	}
+	return e;
+}
+
+/* Drop h from the cache, if present. */
+static void cache_drop(struct store *st, const struct store_hash *h)
+{
+	struct cache_ent *e;
+	bool last = false;
+
+	pthread_mutex_lock(&st->cache_lock);
+	e = cache_find(st, h);
+	if (e)
+		last = cache_unlink_locked(st, e);
+	pthread_mutex_unlock(&st->cache_lock);
+	if (last)
+		ent_free(e);
+}
+
+/*
+ * Get chunk h's verified bytes, through the cache. On success *ret is an entry referenced for the
+ * caller (release with cache_put); it may be unlinked (too large to cache). Returns 0 or the
+ * errors of chunk_load.
+ */
+static int chunk_get(struct store *st, const struct store_hash *h, struct cache_ent **ret)
+{
+	struct cache_ent *e;
+	uint8_t *data;
+	uint32_t size;
+	int err;
+
+	e = cache_get(st, h);
+	if (e)
+		goto done;
+	err = chunk_load(st, h, &data, &size);
+	if (err)
+		return err;
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		free(data);
+		return -ENOMEM;
+	}
+	e->hash = *h;
+	e->data = data;
+	e->size = size;
+	e->refs = 1;
+	if (size <= st->cache_cap)
+		e = cache_insert(st, e);
+done:
+	*ret = e;
+	return 0;
+}
+
+/* ---- directories ---- */
+
+/* mkdir mode 0700, an existing directory is fine. Sets *created when it made one. */
+static int mkdir_0700(const char *path, bool *created)
+{
+	if (mkdir(path, 0700) == 0) {
+		*created = true;
+		return 0;
+	}
+	if (errno == EEXIST)
+		return 0;
+	return -errno;
+}
+
+/* fsync a directory. Returns 0 or -EIO (or the -errno of open). */
+static int fsync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		err = -EIO;
+	close(fd);
+	return err;
+}
+
+/* True when name is exactly 32 hex digits; parses it into *ret. */
+static bool name_is_hash(const char *name, struct store_hash *ret)
+{
+	return strlen(name) == 2 * STORE_HASH_LEN && store_hash_parse(name, ret) == 0;
+}
+
+/*
+ * Create root, root/chunks and the 256 shard directories (mode 0700) and remove temporary files
+ * left by puts that never finished (invariant 1). When something was created, fsync its parent
+ * so the layout survives a crash. Returns 0 or -errno.
+ */
+static int store_prepare(struct store *st)
+{
+	char path[PATH_MAX];
+	bool made_root = false, made_chunks = false, made_shard = false;
+	unsigned s;
+	int err;
+
+	err = mkdir_0700(st->root, &made_root);
+	if (err)
+		return err;
+	err = mkdir_0700(st->chunks, &made_chunks);
+	if (err)
+		return err;
+	for (s = 0; s < NSHARDS; s++) {
+		DIR *d;
+		struct dirent *de;
+
+		err = shard_path(st, s, path, sizeof(path));
+		if (err)
+			return err;
+		err = mkdir_0700(path, &made_shard);
+		if (err)
+			return err;
+		d = opendir(path);
+		if (!d)
+			return -errno;
+		while ((de = readdir(d))) {
+			if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)))
+				continue;
+			/* A concurrent sweeper may have won: ENOENT is fine. */
+			if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT) {
+				err = -errno;
+				closedir(d);
+				return err;
+			}
+		}
+		closedir(d);
+	}
+	if (made_shard) {
+		err = fsync_dir(st->chunks);
+		if (err)
+			return err;
+	}
+	if (made_chunks) {
+		err = fsync_dir(st->root);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+int store_open(const char *root, const struct store_opts *opts, struct store **ret)
+{
+	static const struct store_opts defaults;
+	struct store *st;
+	size_t want;
+	int err;
+
+	if (!opts)
+		opts = &defaults;
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_init(&st->dirty_lock, NULL);
+	pthread_mutex_init(&st->cache_lock, NULL);
+	st->zstd_level = opts->zstd_level > 0 ? opts->zstd_level : 1;
+	st->verify_dedup_hits = opts->verify_dedup_hits;
+	st->read_only = opts->read_only;
+	st->cache_cap = opts->cache_bytes ? opts->cache_bytes : DEFAULT_CACHE_BYTES;
+	/* About two buckets per minimum-size chunk the cache can hold; chains absorb the rest. */
+	want = st->cache_cap / (STORE_CHUNK_MIN / 2);
+	st->nbuckets = 64;
+	while (st->nbuckets < want && st->nbuckets < ((size_t)1 << 20))
+		st->nbuckets <<= 1;
+	st->buckets = calloc(st->nbuckets, sizeof(*st->buckets));
+	st->root = strdup(root);
+	if (!st->buckets || !st->root || asprintf(&st->chunks, "%s/chunks", root) < 0) {
+		st->chunks = NULL;
+		err = -ENOMEM;
+		goto fail;
+	}
+	/* Longest path built later: chunks + "/XX/" + 32 hex digits (invariant of the helpers). */
+	if (strlen(st->chunks) + 4 + 2 * STORE_HASH_LEN >= PATH_MAX) {
+		err = -ENAMETOOLONG;
+		goto fail;
+	}
+	if (st->read_only) {
+		struct stat sb;
+
+		if (stat(st->chunks, &sb) < 0) {
+			err = -errno;
+			goto fail;
+		}
+		if (!S_ISDIR(sb.st_mode)) {
+			err = -ENOTDIR;
+			goto fail;
+		}
+	} else {
+		err = store_prepare(st);
+		if (err)
+			goto fail;
+	}
+	*ret = st;
+	return 0;
+fail:
+	store_close(st);
+	return err;
+}
+
+void store_close(struct store *st)
+{
+	struct cache_ent *e, *next;
+
+	if (!st)
+		return;
+	for (e = st->lru_head; e; e = next) {
+		next = e->lru_next;
+		/* No reader may hold a reference once the handle is being closed. */
+		assert(e->refs == 1);
+		ent_free(e);
+	}
+	free(st->buckets);
+	free(st->chunks);
+	free(st->root);
+	pthread_mutex_destroy(&st->dirty_lock);
+	pthread_mutex_destroy(&st->cache_lock);
+	free(st);
+}
+
+/* Record shard s as needing an fsync at the next store_sync (invariant 5). */
+static void mark_dirty(struct store *st, unsigned s)
+{
+	pthread_mutex_lock(&st->dirty_lock);
+	st->dirty[s] = true;
+	pthread_mutex_unlock(&st->dirty_lock);
+}
+
+/* Fill a chunk info from a header. */
+static void info_from_hdr(const struct chunk_hdr *h, bool existed, struct store_chunk_info *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	ret->hash = h->hash;
+	ret->raw_size = h->raw_size;
+	ret->stored_size = STORE_HDR_LEN + h->payload_size;
+	ret->codec = h->codec;
+	ret->existed = existed;
+}
+
+/*
+ * The dedup check of a put. Returns 1 when a sound copy of h is stored (fills *ret_hdr), 0 when
+ * it must be written (absent, or a damaged copy that the put will replace), -EBADMSG when
+ * verify_dedup_hits finds a sound chunk with digest h holding other bytes (an XXH3-128
+ * collision), or -ENOMEM.
+ */
+static int put_existing(struct store *st, const struct store_hash *h, const void *buf, size_t len,
+			struct chunk_hdr *ret_hdr)
+{
+	struct chunk_hdr hdr;
+	uint8_t *data;
+	uint32_t size;
+	int fd;
+	int err;
+
+	err = chunk_open(st, h, &fd, &hdr);
+	if (err)
+		return err == -ENOMEM ? err : 0;
+	close(fd);
+	if (st->verify_dedup_hits) {
+		err = chunk_load(st, h, &data, &size);
+		if (err == -ENOMEM)
+			return err;
+		if (err)
+			return 0; /* damaged copy: rewrite it */
+		err = size == len && !memcmp(data, buf, len) ? 1 : -EBADMSG;
+		free(data);
+		if (err < 0)
+			return err;
+	}
+	*ret_hdr = hdr;
+	return 1;
+}
+
+/*
+ * Write header + payload to a new temporary file in shard s, fdatasync it and rename it to path.
+ * On failure the temporary file is gone. Returns 0 or -errno (-ENOSPC, -EIO, ...).
+ */
+static int publish(struct store *st, unsigned s, const char *path, const uint8_t *hdr,
+		   const void *payload, size_t payload_len)
+{
+	char tmp[PATH_MAX];
+	int fd = -1;
+	int err;
+	int n;
+
+	n = snprintf(tmp, sizeof(tmp), "%s/%02x/" TMP_PREFIX "XXXXXX", st->chunks, s);
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkostemp(tmp, O_CLOEXEC); /* O_CREAT | O_EXCL, mode 0600 */
+	if (fd < 0)
+		return -errno;
+	err = write_all(fd, hdr, STORE_HDR_LEN);
+	if (!err)
+		err = write_all(fd, payload, payload_len);
+	if (!err && fdatasync(fd) < 0)
+		err = -errno;
+	if (close(fd) < 0 && !err)
+		err = errno == EINTR ? -EIO : -errno;
+	if (!err && rename(tmp, path) < 0)
+		err = -errno;
+	if (err) {
+		unlink(tmp);
+		return err;
+	}
+	mark_dirty(st, s);
+	return 0;
+}
+
+int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_chunk_info *ret)
+{
+	char path[PATH_MAX];
+	uint8_t raw_hdr[STORE_HDR_LEN];
+	struct chunk_hdr hdr;
+	void *payload = NULL;
+	size_t payload_len;
+	uint8_t codec;
+	int err;
+
+	if (len == 0 || len > STORE_CHUNK_MAX)
+		return -EINVAL;
+	if (st->read_only)
+		return -EROFS;
+	store_hash_buf(buf, len, &hdr.hash);
+	err = store_chunk_path(st, &hdr.hash, path, sizeof(path));
+	if (err)
+		return err;
+	err = put_existing(st, &hdr.hash, buf, len, &hdr);
+	if (err < 0)
+		return err;
+	if (err == 1) {
+		info_from_hdr(&hdr, true, ret);
+		return 0;
+	}
+	err = store_encode(buf, len, st->zstd_level, &payload, &payload_len, &codec);
+	if (err)
+		return err;
+	hdr.codec = codec;
+	hdr.raw_size = (uint32_t)len;
+	hdr.payload_size = (uint32_t)payload_len;
+	hdr_encode(&hdr, raw_hdr);
+	err = publish(st, shard_of(&hdr.hash), path, raw_hdr, payload, payload_len);
+	free(payload);
+	if (err)
+		return err;
+	info_from_hdr(&hdr, false, ret);
+	return 0;
+}
+
+int store_sync(struct store *st)
+{
+	bool todo[NSHARDS];
+	char path[PATH_MAX];
+	unsigned s;
+	int err = 0;
+
+	pthread_mutex_lock(&st->dirty_lock);
+	memcpy(todo, st->dirty, sizeof(todo));
+	memset(st->dirty, 0, sizeof(st->dirty));
+	pthread_mutex_unlock(&st->dirty_lock);
+
+	for (s = 0; s < NSHARDS; s++) {
+		if (!todo[s])
+			continue;
+		if (shard_path(st, s, path, sizeof(path)) || fsync_dir(path)) {
+			mark_dirty(st, s); /* invariant 5: retry on the next store_sync */
+			err = -EIO;
+		}
+	}
+	return err;
+}
+
+int store_chunk_stat(struct store *st, const struct store_hash *h, struct store_chunk_info *ret)
+{
+	struct chunk_hdr hdr;
+	int fd;
+	int err;
+
+	err = chunk_open(st, h, &fd, &hdr);
+	if (err)
+		return err == -ENOENT ? err : -EIO;
+	close(fd);
+	info_from_hdr(&hdr, true, ret);
+	return 0;
+}
+
+ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *buf, size_t len,
+			  uint64_t off)
+{
+	struct cache_ent *e;
+	size_t n;
+	int err;
+
+	err = chunk_get(st, h, &e);
+	if (err)
+		return err;
+	n = 0;
+	if (off < e->size) {
+		n = e->size - (size_t)off;
+		if (n > len)
+			n = len;
+		memcpy(buf, e->data + off, n);
+	}
+	cache_put(st, e);
+	return (ssize_t)n;
+}
+
+int store_chunk_verify(struct store *st, const struct store_hash *h)
+{
+	uint8_t *data;
+	uint32_t size;
+	int err;
+
+	err = chunk_load(st, h, &data, &size);
+	if (err)
+		return err;
+	free(data);
+	return 0;
+}
+
+int store_chunk_delete(struct store *st, const struct store_hash *h)
+{
+	char path[PATH_MAX];
+	int err;
+
+	if (st->read_only)
+		return -EROFS;
+	err = store_chunk_path(st, h, path, sizeof(path));
+	if (err)
+		return err;
+	cache_drop(st, h);
+	if (unlink(path) < 0)
+		return -errno;
+	mark_dirty(st, shard_of(h));
+	return 0;
+}
+
+int store_chunk_foreach(struct store *st,
+			int (*fn)(const struct store_hash *h, uint64_t stored_size, void *arg),
+			void *arg)
+{
+	char path[PATH_MAX];
+	struct store_hash h;
+	struct dirent *de;
+	struct stat sb;
+	unsigned s;
+	DIR *d;
+	int err;
+
+	for (s = 0; s < NSHARDS; s++) {
+		err = shard_path(st, s, path, sizeof(path));
+		if (err)
+			return err;
+		d = opendir(path);
+		if (!d) {
+			if (errno == ENOENT)
+				continue; /* never created (read_only handle on a partial store) */
+			return -errno;
+		}
+		for (;;) {
+			errno = 0;
+			de = readdir(d);
+			if (!de) {
+				err = -errno;
+				break;
+			}
+			if (!name_is_hash(de->d_name, &h))
+				continue;
+			if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+			    !S_ISREG(sb.st_mode))
+				continue; /* deleted meanwhile, or not a chunk file */
+			err = fn(&h, (uint64_t)sb.st_size, arg);
+			if (err)
+				break;
+		}
+		closedir(d);
+		if (err)
+			return err;
+	}
+	return 0;
+}

@@ -1,0 +1,47 @@
+/*
+ * store_int.h — private declarations shared by the files of store/ and its unit tests.
+ * Nothing outside store/ and tests/store/ includes this header.
+ */
+#ifndef CKPTFS_STORE_INT_H
+#define CKPTFS_STORE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* Seed of the splitmix64 sequence that generated store_gear_table (ASCII "ckptfsv1"). */
+#define STORE_GEAR_SEED 0x636b707466737631ull
+
+/*
+ * The 256 64-bit Gear values of the chunker: store_gear_table[i] is the (i + 1)-th output of
+ * splitmix64 seeded with STORE_GEAR_SEED. Part of the chunk-boundary definition, hence of every
+ * digest already stored: never change it. tests/store/test_chunker.c regenerates and compares it.
+ */
+extern const uint64_t store_gear_table[256];
+
+/*
+ * Fault injection for tests (SQLite's test_vfs style): when non-zero, the next write of a chunk
+ * file fails as if write(2) had returned -1 with errno store_fault_write_errno, and the variable
+ * is reset to 0. Never set outside tests.
+ */
+extern _Atomic int store_fault_write_errno;
+
+/*
+ * store_encode_as - encode raw with the given codec, whatever the gain (store_encode's choice and
+ * 3% rule are skipped). For tests and tools that need a specific codec. Same buffer ownership,
+ * returns and thread-safety as store_encode, plus -EINVAL for an unknown codec.
+ */
+int store_encode_as(uint8_t codec, const void *raw, size_t len, int level, void **ret_buf,
+		    size_t *ret_len);
+
+/*
+ * store_payload_bound - the largest payload any codec can produce for raw_len raw bytes
+ * (store_encode itself never exceeds raw_len). Used to reject impossible chunk headers.
+ */
+size_t store_payload_bound(size_t raw_len);
+
+/* Size of the on-disk chunk file header (see store.h). */
+#define STORE_HDR_LEN 32u
+
+#endif /* CKPTFS_STORE_INT_H */

@@ -1,0 +1,227 @@
+/*
+ * test_chunker.c — store_cdc_cut: bounds, purity, determinism, average size and boundary
+ * stability under insertions (the reason for content-defined chunking, see DESIGN.md).
+ */
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store.h"
+#include "store/store_int.h"
+#include "test_util.h"
+
+#define MiB (1024u * 1024u)
+
+/* Chunk a whole buffer; returns the number of chunks, lengths in *ret_lens (owned). */
+static size_t chunk_all(const uint8_t *buf, size_t len, size_t **ret_lens)
+{
+	size_t cap = len / STORE_CHUNK_MIN + 2;
+	size_t *lens = tu_malloc(cap * sizeof(*lens));
+	size_t n = 0, off = 0;
+
+	while (off < len) {
+		size_t c = store_cdc_cut(buf + off, len - off, true);
+
+		cr_assert(c >= 1 && c <= len - off, "cut %zu at offset %zu out of range", c, off);
+		cr_assert(n < cap);
+		lens[n++] = c;
+		off += c;
+	}
+	*ret_lens = lens;
+	return n;
+}
+
+/*
+ * Chunk as a streaming writer would: windows of at most STORE_CHUNK_MAX bytes, at_eof only when
+ * the window reaches the end, growing the window by 64 KiB when the chunker asks for more.
+ */
+static size_t chunk_streaming(const uint8_t *buf, size_t len, size_t *lens, size_t cap)
+{
+	size_t n = 0, off = 0;
+
+	while (off < len) {
+		size_t avail = 64 * 1024;
+		size_t c;
+
+		for (;;) {
+			if (avail > len - off)
+				avail = len - off;
+			c = store_cdc_cut(buf + off, avail, off + avail == len);
+			if (c)
+				break;
+			cr_assert(avail < STORE_CHUNK_MAX, "no cut with a full window");
+			avail += 64 * 1024;
+		}
+		cr_assert(n < cap);
+		lens[n++] = c;
+		off += c;
+	}
+	return n;
+}
+
+static int cmp_hash(const void *a, const void *b)
+{
+	return memcmp(a, b, sizeof(struct store_hash));
+}
+
+/* Digests of the chunks of buf, sorted. */
+static struct store_hash *chunk_digests(const uint8_t *buf, size_t len, size_t *ret_n)
+{
+	size_t *lens;
+	size_t n = chunk_all(buf, len, &lens);
+	struct store_hash *hs = tu_malloc(n * sizeof(*hs));
+	size_t i, off = 0;
+
+	for (i = 0; i < n; i++) {
+		store_hash_buf(buf + off, lens[i], &hs[i]);
+		off += lens[i];
+	}
+	free(lens);
+	qsort(hs, n, sizeof(*hs), cmp_hash);
+	*ret_n = n;
+	return hs;
+}
+
+Test(chunker, gear_table_is_splitmix64)
+{
+	uint64_t s = STORE_GEAR_SEED;
+	int i;
+
+	for (i = 0; i < 256; i++)
+		cr_assert_eq(store_gear_table[i], tu_splitmix64(&s), "gear[%d] differs", i);
+}
+
+Test(chunker, small_inputs)
+{
+	uint8_t *buf = tu_malloc(STORE_CHUNK_MAX + 1);
+
+	tu_fill_random(buf, STORE_CHUNK_MAX + 1, 1);
+	cr_assert_eq(store_cdc_cut(buf, 0, false), 0);
+	cr_assert_eq(store_cdc_cut(buf, 0, true), 0);
+	cr_assert_eq(store_cdc_cut(buf, 1, true), 1);
+	cr_assert_eq(store_cdc_cut(buf, 1, false), 0);
+	cr_assert_eq(store_cdc_cut(buf, STORE_CHUNK_MIN, false), 0);
+	cr_assert_eq(store_cdc_cut(buf, STORE_CHUNK_MIN, true), STORE_CHUNK_MIN);
+	cr_assert_eq(store_cdc_cut(buf, STORE_CHUNK_MIN - 1, true), STORE_CHUNK_MIN - 1);
+	free(buf);
+}
+
+Test(chunker, forced_cut_at_max_on_constant_data)
+{
+	size_t len = 2 * STORE_CHUNK_MAX + 12345;
+	uint8_t *buf = tu_malloc(len);
+	size_t *lens;
+	size_t n;
+
+	/* Constant bytes drive the Gear hash to a fixed point: only the MAX cut fires. */
+	memset(buf, 0, len);
+	cr_assert_eq(store_cdc_cut(buf, STORE_CHUNK_MAX - 1, false), 0);
+	cr_assert_eq(store_cdc_cut(buf, STORE_CHUNK_MAX - 1, true), STORE_CHUNK_MAX - 1);
+	cr_assert_eq(store_cdc_cut(buf, STORE_CHUNK_MAX, false), STORE_CHUNK_MAX);
+	cr_assert_eq(store_cdc_cut(buf, len, false), STORE_CHUNK_MAX);
+	n = chunk_all(buf, len, &lens);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(lens[0], STORE_CHUNK_MAX);
+	cr_assert_eq(lens[1], STORE_CHUNK_MAX);
+	cr_assert_eq(lens[2], 12345);
+	free(lens);
+	free(buf);
+}
+
+Test(chunker, bounds_purity_and_determinism)
+{
+	size_t len = 96 * MiB;
+	uint8_t *buf = tu_malloc(len);
+	uint8_t *copy = tu_malloc(len);
+	size_t *lens, *lens2;
+	size_t n, n2, i, off = 0;
+
+	tu_fill_random(buf, len, 42);
+	n = chunk_all(buf, len, &lens);
+	cr_assert_gt(n, 10);
+	for (i = 0; i < n; i++) {
+		bool last = i == n - 1;
+
+		cr_assert(lens[i] <= STORE_CHUNK_MAX, "chunk %zu is %zu bytes", i, lens[i]);
+		cr_assert(last || lens[i] >= STORE_CHUNK_MIN, "chunk %zu is %zu bytes", i, lens[i]);
+		/* Pure: the cut does not depend on the bytes after it, nor on at_eof. */
+		if (!last) {
+			cr_assert_eq(store_cdc_cut(buf + off, lens[i], true), lens[i]);
+			cr_assert_eq(store_cdc_cut(buf + off, lens[i] + 1, false), lens[i]);
+		}
+		off += lens[i];
+	}
+	cr_assert_eq(off, len);
+
+	/* Deterministic: same bytes elsewhere in memory give the same chunks. */
+	memcpy(copy, buf, len);
+	n2 = chunk_all(copy, len, &lens2);
+	cr_assert_eq(n2, n);
+	cr_assert_eq(memcmp(lens, lens2, n * sizeof(*lens)), 0);
+
+	/* A streaming writer with growing windows finds the same boundaries. */
+	n2 = chunk_streaming(buf, len, lens2, n);
+	cr_assert_eq(n2, n);
+	cr_assert_eq(memcmp(lens, lens2, n * sizeof(*lens)), 0);
+	free(lens);
+	free(lens2);
+	free(copy);
+	free(buf);
+}
+
+/* Percentage of the chunks of b (by digest) that also occur among the chunks of a. */
+static double shared_pct(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen,
+			 size_t *ret_nb)
+{
+	size_t na, nb, i, hits = 0;
+	struct store_hash *ha = chunk_digests(a, alen, &na);
+	struct store_hash *hb = chunk_digests(b, blen, &nb);
+
+	for (i = 0; i < nb; i++)
+		if (bsearch(&hb[i], ha, na, sizeof(*ha), cmp_hash))
+			hits++;
+	free(ha);
+	free(hb);
+	*ret_nb = nb;
+	return 100.0 * (double)hits / (double)nb;
+}
+
+Test(chunker, average_size_and_insertion_stability, .timeout = 240)
+{
+	size_t len = 256 * MiB;
+	uint8_t *orig = tu_malloc(len);
+	uint8_t *mod = tu_malloc(len + 64);
+	size_t *lens;
+	size_t n, nb;
+	double avg, pct;
+
+	tu_fill_random(orig, len, 7);
+	n = chunk_all(orig, len, &lens);
+	free(lens);
+	avg = (double)len / (double)n;
+	fprintf(stderr, "chunker: %zu chunks over 256 MiB, average %.0f KiB\n", n, avg / 1024);
+	cr_assert(avg >= 0.5 * STORE_CHUNK_AVG && avg <= 2.0 * STORE_CHUNK_AVG,
+		  "average chunk %.0f bytes", avg);
+
+	/* 64 bytes inserted at the front. */
+	tu_fill_random(mod, 64, 99);
+	memcpy(mod + 64, orig, len);
+	pct = shared_pct(orig, len, mod, len + 64, &nb);
+	fprintf(stderr, "chunker: 64 B inserted at front: %.2f%% of %zu chunks already stored\n",
+		pct, nb);
+	cr_assert_geq(pct, 95.0, "only %.2f%% of chunks shared after a front insertion", pct);
+
+	/* 64 bytes inserted in the middle. */
+	memcpy(mod, orig, len / 2);
+	tu_fill_random(mod + len / 2, 64, 100);
+	memcpy(mod + len / 2 + 64, orig + len / 2, len - len / 2);
+	pct = shared_pct(orig, len, mod, len + 64, &nb);
+	fprintf(stderr, "chunker: 64 B inserted in the middle: %.2f%% of %zu chunks already "
+		"stored\n", pct, nb);
+	cr_assert_geq(pct, 95.0, "only %.2f%% of chunks shared after a middle insertion", pct);
+	free(mod);
+	free(orig);
+}

@@ -1,0 +1,648 @@
+/*
+ * test_chunkstore.c — the chunk directory: put/pread, dedup, stat, delete, foreach, corruption
+ * detection, temporary-file sweep, read-only mode, ENOSPC, concurrency and the read cache.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "store/store_int.h"
+#include "test_util.h"
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+
+static char root[64];
+
+static void setup(void)
+{
+	tu_mkdtemp(root);
+}
+
+static void teardown(void)
+{
+	tu_rmtree(root);
+}
+
+TestSuite(chunkstore, .init = setup, .fini = teardown);
+
+static struct store *open_store(size_t cache_bytes, bool ro)
+{
+	struct store_opts o = { .cache_bytes = cache_bytes, .read_only = ro };
+	struct store *st = NULL;
+	int err = store_open(root, &o, &st);
+
+	cr_assert_eq(err, 0, "store_open: %d", err);
+	cr_assert_not_null(st);
+	return st;
+}
+
+static struct store_hash put_ok(struct store *st, const void *buf, size_t len, bool existed)
+{
+	struct store_chunk_info info;
+	int err = store_chunk_put(st, buf, len, &info);
+
+	cr_assert_eq(err, 0, "put %zu bytes: %d", len, err);
+	cr_assert_eq(info.existed, existed);
+	cr_assert_eq(info.raw_size, len);
+	return info.hash;
+}
+
+/* Read the whole chunk back (in pieces) and compare with want. */
+static void check_chunk(struct store *st, const struct store_hash *h, const uint8_t *want,
+			size_t len)
+{
+	uint8_t *got = tu_malloc(len + 100);
+	size_t off = 0, step = 777;
+	ssize_t r;
+
+	while (off < len) {
+		r = store_chunk_pread(st, h, got + off, step, off);
+		cr_assert_gt(r, 0, "pread at %zu: %zd", off, r);
+		off += (size_t)r;
+		step = step * 5;
+	}
+	cr_assert_eq(memcmp(got, want, len), 0);
+	cr_assert_eq(store_chunk_pread(st, h, got, 100, len), 0);
+	cr_assert_eq(store_chunk_pread(st, h, got, 100, len + 5000), 0);
+	cr_assert_eq(store_chunk_pread(st, h, got, len + 100, 0), (ssize_t)len);
+	free(got);
+}
+
+/*
+ * Number of entries in the shard directories root/chunks/XX/ whose names start with prefix, or,
+ * for "", that do not start with a dot (chunk files and strangers, not temporary files).
+ */
+static int count_in_shards(const char *prefix)
+{
+	char path[256];
+	int n = 0, s;
+
+	for (s = 0; s < 256; s++) {
+		DIR *d;
+		struct dirent *de;
+
+		snprintf(path, sizeof(path), "%s/chunks/%02x", root, s);
+		d = opendir(path);
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			if (!*prefix ? de->d_name[0] != '.'
+				     : !strncmp(de->d_name, prefix, strlen(prefix)))
+				n++;
+		}
+		closedir(d);
+	}
+	return n;
+}
+
+static void flip_byte(const struct store *st, const struct store_hash *h, off_t off)
+{
+	char path[512];
+	uint8_t b;
+	int fd;
+
+	cr_assert_eq(store_chunk_path(st, h, path, sizeof(path)), 0);
+	fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x40;
+	cr_assert_eq(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+Test(chunkstore, layout_put_pread_stat)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 300 * KiB;
+	uint8_t *buf = tu_malloc(len);
+	struct store_chunk_info info, sinfo;
+	struct store_hash h;
+	char path[512], hex[33];
+	struct stat sb;
+
+	cr_assert_eq(stat(root, &sb), 0);
+	cr_assert_eq(sb.st_mode & 0777, 0700);
+	snprintf(path, sizeof(path), "%s/chunks/ff", root);
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_assert_eq(sb.st_mode & 0777, 0700);
+
+	tu_fill_random(buf, len, 1);
+	cr_assert_eq(store_chunk_put(st, buf, len, &info), 0);
+	cr_assert_eq(info.existed, false);
+	cr_assert_eq(info.codec, STORE_CODEC_RAW);
+	cr_assert_eq(info.stored_size, len + 32);
+	store_hash_buf(buf, len, &h);
+	cr_assert_eq(memcmp(&h, &info.hash, sizeof(h)), 0);
+	check_chunk(st, &h, buf, len);
+
+	cr_assert_eq(store_chunk_path(st, &h, path, sizeof(path)), 0);
+	cr_assert(strstr(path, store_hash_hex(&h, hex)));
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_assert_eq((uint64_t)sb.st_size, info.stored_size);
+	cr_assert_eq(store_chunk_path(st, &h, path, 10), -ENAMETOOLONG);
+
+	cr_assert_eq(store_chunk_stat(st, &h, &sinfo), 0);
+	cr_assert_eq(memcmp(&sinfo.hash, &h, sizeof(h)), 0);
+	cr_assert_eq(sinfo.raw_size, len);
+	cr_assert_eq(sinfo.stored_size, info.stored_size);
+	cr_assert_eq(sinfo.codec, info.codec);
+	cr_assert(sinfo.existed);
+	cr_assert_eq(store_chunk_verify(st, &h), 0);
+	cr_assert_eq(store_sync(st), 0);
+
+	/* A compressible chunk, read back through a fresh handle (cold cache). */
+	memset(buf, 'x', len);
+	h = put_ok(st, buf, len, false);
+	cr_assert_eq(store_chunk_stat(st, &h, &sinfo), 0);
+	cr_assert_eq(sinfo.codec, STORE_CODEC_ZSTD);
+	cr_assert_lt(sinfo.stored_size, 1000);
+	store_close(st);
+	st = open_store(0, false);
+	check_chunk(st, &h, buf, len);
+	cr_assert_eq(store_chunk_verify(st, &h), 0);
+
+	/* Bad lengths. */
+	cr_assert_eq(store_chunk_put(st, buf, 0, &info), -EINVAL);
+	cr_assert_eq(store_chunk_put(st, buf, STORE_CHUNK_MAX + 1, &info), -EINVAL);
+	store_close(st);
+	store_close(NULL);
+	free(buf);
+}
+
+Test(chunkstore, max_size_chunk)
+{
+	struct store *st = open_store(0, false);
+	uint8_t *buf = tu_malloc(STORE_CHUNK_MAX);
+	struct store_hash h;
+
+	tu_fill_random(buf, STORE_CHUNK_MAX, 2);
+	memset(buf, 0, STORE_CHUNK_MAX / 2);
+	h = put_ok(st, buf, STORE_CHUNK_MAX, false);
+	check_chunk(st, &h, buf, STORE_CHUNK_MAX);
+	store_close(st);
+	free(buf);
+}
+
+Test(chunkstore, dedup)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 100 * KiB;
+	uint8_t *buf = tu_malloc(len);
+	struct store_chunk_info a, b;
+
+	tu_fill_random(buf, len, 3);
+	cr_assert_eq(store_chunk_put(st, buf, len, &a), 0);
+	cr_assert_eq(a.existed, false);
+	cr_assert_eq(store_chunk_put(st, buf, len, &b), 0);
+	cr_assert_eq(b.existed, true);
+	cr_assert_eq(memcmp(&a.hash, &b.hash, sizeof(a.hash)), 0);
+	cr_assert_eq(a.stored_size, b.stored_size);
+	cr_assert_eq(a.codec, b.codec);
+	cr_assert_eq(a.raw_size, b.raw_size);
+	cr_assert_eq(count_in_shards(""), 1);
+	cr_assert_eq(count_in_shards(".tmp-"), 0);
+	store_close(st);
+
+	/* The same with verify_dedup_hits: the bytes compare equal. */
+	{
+		struct store_opts o = { .verify_dedup_hits = true };
+
+		cr_assert_eq(store_open(root, &o, &st), 0);
+		cr_assert_eq(store_chunk_put(st, buf, len, &b), 0);
+		cr_assert_eq(b.existed, true);
+		store_close(st);
+	}
+	cr_assert_eq(count_in_shards(""), 1);
+	free(buf);
+}
+
+Test(chunkstore, damaged_copy_is_replaced_by_put)
+{
+	struct store_opts o = { .verify_dedup_hits = true };
+	struct store *st;
+	size_t len = 100 * KiB;
+	uint8_t *buf = tu_malloc(len);
+	struct store_chunk_info info;
+	struct store_hash h;
+	char path[512];
+
+	cr_assert_eq(store_open(root, &o, &st), 0);
+	tu_fill_random(buf, len, 4);
+	h = put_ok(st, buf, len, false);
+
+	/* A payload byte flipped: the header is fine, only verify_dedup_hits notices. */
+	flip_byte(st, &h, 32 + 5000);
+	cr_assert_eq(store_chunk_put(st, buf, len, &info), 0);
+	cr_assert_eq(info.existed, false, "damaged copy kept");
+	cr_assert_eq(store_chunk_verify(st, &h), 0);
+
+	/* A truncated file: even a plain put rewrites it. */
+	store_close(st);
+	st = open_store(0, false);
+	cr_assert_eq(store_chunk_path(st, &h, path, sizeof(path)), 0);
+	cr_assert_eq(truncate(path, 20), 0);
+	cr_assert_eq(store_chunk_put(st, buf, len, &info), 0);
+	cr_assert_eq(info.existed, false);
+	check_chunk(st, &h, buf, len);
+	store_close(st);
+	free(buf);
+}
+
+Test(chunkstore, delete)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 10 * KiB;
+	uint8_t *buf = tu_malloc(len);
+	struct store_chunk_info info;
+	struct store_hash h;
+	uint8_t tmp[16];
+
+	tu_fill_random(buf, len, 5);
+	h = put_ok(st, buf, len, false);
+	check_chunk(st, &h, buf, len); /* now cached */
+	cr_assert_eq(store_chunk_delete(st, &h), 0);
+	cr_assert_eq(store_chunk_pread(st, &h, tmp, sizeof(tmp), 0), -ENOENT,
+		     "served after delete");
+	cr_assert_eq(store_chunk_stat(st, &h, &info), -ENOENT);
+	cr_assert_eq(store_chunk_verify(st, &h), -ENOENT);
+	cr_assert_eq(store_chunk_delete(st, &h), -ENOENT);
+	cr_assert_eq(count_in_shards(""), 0);
+	put_ok(st, buf, len, false);
+	check_chunk(st, &h, buf, len);
+	cr_assert_eq(store_sync(st), 0);
+	store_close(st);
+	free(buf);
+}
+
+struct walk {
+	struct store_hash seen[64];
+	uint64_t sizes[64];
+	int n;
+	int stop_after;
+};
+
+static int walk_fn(const struct store_hash *h, uint64_t stored_size, void *arg)
+{
+	struct walk *w = arg;
+
+	cr_assert_lt(w->n, 64);
+	w->seen[w->n] = *h;
+	w->sizes[w->n] = stored_size;
+	w->n++;
+	return w->n == w->stop_after ? 7 : 0;
+}
+
+Test(chunkstore, foreach)
+{
+	struct store *st = open_store(0, false);
+	struct store_hash hs[20];
+	uint64_t sizes[20];
+	struct walk w = { .n = 0 };
+	struct store_chunk_info info;
+	uint8_t buf[3000];
+	char path[512];
+	int i, j, fd;
+
+	for (i = 0; i < 20; i++) {
+		tu_fill_random(buf, sizeof(buf), 100 + (uint64_t)i);
+		if (i % 2)
+			memset(buf, 0, 2000);
+		cr_assert_eq(store_chunk_put(st, buf, sizeof(buf) - (size_t)i, &info), 0);
+		hs[i] = info.hash;
+		sizes[i] = info.stored_size;
+	}
+	/* A stranger in a shard directory is skipped. */
+	snprintf(path, sizeof(path), "%s/chunks/%02x/notes.txt", root, hs[0].b[0]);
+	fd = open(path, O_CREAT | O_WRONLY, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+
+	cr_assert_eq(store_chunk_foreach(st, walk_fn, &w), 0);
+	cr_assert_eq(w.n, 20);
+	for (i = 0; i < 20; i++) {
+		for (j = 0; j < w.n; j++)
+			if (!memcmp(&w.seen[j], &hs[i], sizeof(hs[i])))
+				break;
+		cr_assert_lt(j, w.n, "chunk %d not walked", i);
+		cr_assert_eq(w.sizes[j], sizes[i]);
+	}
+	w.n = 0;
+	w.stop_after = 5;
+	cr_assert_eq(store_chunk_foreach(st, walk_fn, &w), 7);
+	cr_assert_eq(w.n, 5);
+	store_close(st);
+}
+
+Test(chunkstore, tampering_is_detected)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 200 * KiB;
+	uint8_t *rnd = tu_malloc(len);
+	uint8_t *txt = tu_malloc(len);
+	struct store_chunk_info info;
+	struct store_hash hr, ht, missing;
+	char path[512];
+	uint8_t tmp[64];
+	size_t i;
+
+	tu_fill_random(rnd, len, 6);
+	for (i = 0; i < len; i++)
+		txt[i] = (uint8_t)("checkpoint"[i % 10] + (i / 4096) % 3);
+	hr = put_ok(st, rnd, len, false);
+	ht = put_ok(st, txt, len, false);
+	cr_assert_eq(store_chunk_stat(st, &ht, &info), 0);
+	cr_assert_neq(info.codec, STORE_CODEC_RAW);
+	/* Cache both in this handle: a later pread here is served from verified memory. */
+	check_chunk(st, &hr, rnd, len);
+
+	flip_byte(st, &hr, 32 + 1234);
+	flip_byte(st, &ht, 32 + info.stored_size / 2 - 16);
+	cr_assert_eq(store_chunk_pread(st, &hr, tmp, sizeof(tmp), 1200), (ssize_t)sizeof(tmp));
+	cr_assert_eq(memcmp(tmp, rnd + 1200, sizeof(tmp)), 0);
+	cr_assert_eq(store_chunk_verify(st, &hr), -EBADMSG, "verify must bypass the cache");
+	store_close(st);
+
+	st = open_store(0, false);
+	cr_assert_eq(store_chunk_pread(st, &hr, tmp, sizeof(tmp), 0), -EBADMSG);
+	cr_assert_eq(store_chunk_pread(st, &ht, tmp, sizeof(tmp), 0), -EBADMSG);
+	cr_assert_eq(store_chunk_verify(st, &hr), -EBADMSG);
+	cr_assert_eq(store_chunk_verify(st, &ht), -EBADMSG);
+	/* The header still reads fine: stat does not read the payload. */
+	cr_assert_eq(store_chunk_stat(st, &hr, &info), 0);
+
+	/* Truncated file. */
+	cr_assert_eq(store_chunk_path(st, &hr, path, sizeof(path)), 0);
+	cr_assert_eq(truncate(path, 32 + len / 2), 0);
+	{
+		ssize_t r = store_chunk_pread(st, &hr, tmp, sizeof(tmp), 0);
+
+		cr_assert(r == -EIO || r == -EBADMSG, "truncated chunk: %zd", r);
+	}
+	cr_assert_eq(store_chunk_stat(st, &hr, &info), -EIO);
+	cr_assert_eq(truncate(path, 7), 0);
+	cr_assert_eq(store_chunk_pread(st, &hr, tmp, sizeof(tmp), 0), -EIO);
+	cr_assert_eq(store_chunk_stat(st, &hr, &info), -EIO);
+
+	/* Garbled header: bad magic, then a digest that is not the file's name. */
+	cr_assert_eq(store_chunk_path(st, &ht, path, sizeof(path)), 0);
+	flip_byte(st, &ht, 0);
+	cr_assert_eq(store_chunk_stat(st, &ht, &info), -EIO);
+	cr_assert_eq(store_chunk_pread(st, &ht, tmp, sizeof(tmp), 0), -EIO);
+	flip_byte(st, &ht, 0);
+	flip_byte(st, &ht, 20);
+	cr_assert_eq(store_chunk_stat(st, &ht, &info), -EIO);
+	flip_byte(st, &ht, 20);
+	cr_assert_eq(store_chunk_stat(st, &ht, &info), 0);
+
+	/* Missing file. */
+	store_hash_buf("not stored", 10, &missing);
+	cr_assert_eq(store_chunk_pread(st, &missing, tmp, sizeof(tmp), 0), -ENOENT);
+	cr_assert_eq(store_chunk_stat(st, &missing, &info), -ENOENT);
+	cr_assert_eq(store_chunk_verify(st, &missing), -ENOENT);
+	store_close(st);
+	free(rnd);
+	free(txt);
+}
+
+Test(chunkstore, temp_files_are_swept_on_open)
+{
+	struct store *st = open_store(0, false);
+	char path[512];
+	int fd, i;
+
+	store_close(st);
+	for (i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/chunks/%02x/.tmp-abc%d", root, i * 70, i);
+		fd = open(path, O_CREAT | O_WRONLY, 0600);
+		cr_assert_geq(fd, 0);
+		cr_assert_eq(write(fd, "partial", 7), 7);
+		close(fd);
+	}
+	snprintf(path, sizeof(path), "%s/chunks/00/keep-me", root);
+	fd = open(path, O_CREAT | O_WRONLY, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(count_in_shards(".tmp-"), 3);
+
+	/* read_only leaves them alone. */
+	st = open_store(0, true);
+	store_close(st);
+	cr_assert_eq(count_in_shards(".tmp-"), 3);
+
+	st = open_store(0, false);
+	cr_assert_eq(count_in_shards(".tmp-"), 0);
+	cr_assert_eq(access(path, F_OK), 0, "a non-temporary file was removed");
+	store_close(st);
+}
+
+Test(chunkstore, read_only)
+{
+	struct store_opts ro = { .read_only = true };
+	struct store *st = NULL;
+	char missing[128];
+	uint8_t buf[5000], tmp[100];
+	struct store_chunk_info info;
+	struct store_hash h;
+	struct stat sb;
+
+	snprintf(missing, sizeof(missing), "%s/nothing-here", root);
+	cr_assert_eq(store_open(missing, &ro, &st), -ENOENT);
+	cr_assert_null(st);
+	cr_assert_neq(stat(missing, &sb), 0, "read_only open created the root");
+
+	st = open_store(0, false);
+	tu_fill_random(buf, sizeof(buf), 8);
+	h = put_ok(st, buf, sizeof(buf), false);
+	store_close(st);
+
+	st = open_store(0, true);
+	cr_assert_eq(store_chunk_put(st, buf, sizeof(buf), &info), -EROFS);
+	cr_assert_eq(store_chunk_put(st, buf + 1, 100, &info), -EROFS);
+	cr_assert_eq(store_chunk_delete(st, &h), -EROFS);
+	cr_assert_eq(store_chunk_pread(st, &h, tmp, sizeof(tmp), 10), (ssize_t)sizeof(tmp));
+	cr_assert_eq(memcmp(tmp, buf + 10, sizeof(tmp)), 0);
+	cr_assert_eq(store_chunk_verify(st, &h), 0);
+	cr_assert_eq(store_sync(st), 0);
+	store_close(st);
+	cr_assert_eq(count_in_shards(""), 1);
+}
+
+Test(chunkstore, enospc_leaves_nothing_behind)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 50 * KiB;
+	uint8_t *buf = tu_malloc(len);
+	struct store_chunk_info info;
+	struct store_hash h;
+	uint8_t tmp[10];
+
+	tu_fill_random(buf, len, 9);
+	store_hash_buf(buf, len, &h);
+	atomic_store(&store_fault_write_errno, ENOSPC);
+	cr_assert_eq(store_chunk_put(st, buf, len, &info), -ENOSPC);
+	cr_assert_eq(count_in_shards(".tmp-"), 0, "temporary file left behind");
+	cr_assert_eq(count_in_shards(""), 0);
+	cr_assert_eq(store_chunk_pread(st, &h, tmp, sizeof(tmp), 0), -ENOENT);
+	atomic_store(&store_fault_write_errno, EIO);
+	cr_assert_eq(store_chunk_put(st, buf, len, &info), -EIO);
+	cr_assert_eq(count_in_shards(".tmp-"), 0);
+	/* The fault is one-shot: the next put succeeds. */
+	put_ok(st, buf, len, false);
+	check_chunk(st, &h, buf, len);
+	store_close(st);
+	free(buf);
+}
+
+/* ---- concurrency ---- */
+
+#define NTHREADS 4
+#define NCHUNKS 48
+
+struct conc {
+	struct store *st;
+	uint8_t *data[NCHUNKS];
+	size_t len[NCHUNKS];
+	struct store_hash h[NCHUNKS];
+	atomic_int failures;
+};
+
+struct conc_arg {
+	struct conc *c;
+	int tid;
+};
+
+/* Each thread puts every chunk (same digests from 4 threads) in its own order, then reads. */
+static void *conc_worker(void *p)
+{
+	struct conc_arg *a = p;
+	struct conc *c = a->c;
+	uint8_t *tmp = malloc(STORE_CHUNK_MAX);
+	uint64_t s = 1000 + (uint64_t)a->tid;
+	int i, round;
+
+	if (!tmp) {
+		atomic_fetch_add(&c->failures, 1);
+		return NULL;
+	}
+	for (i = 0; i < NCHUNKS; i++) {
+		int k = (i * 7 + a->tid * 13) % NCHUNKS;
+		struct store_chunk_info info;
+
+		if (store_chunk_put(c->st, c->data[k], c->len[k], &info) ||
+		    memcmp(&info.hash, &c->h[k], sizeof(info.hash)))
+			atomic_fetch_add(&c->failures, 1);
+	}
+	for (round = 0; round < 300; round++) {
+		int k = (int)(tu_splitmix64(&s) % NCHUNKS);
+		size_t off = tu_splitmix64(&s) % c->len[k];
+		size_t want = c->len[k] - off;
+		ssize_t r = store_chunk_pread(c->st, &c->h[k], tmp, STORE_CHUNK_MAX, off);
+
+		if (r != (ssize_t)want || memcmp(tmp, c->data[k] + off, want))
+			atomic_fetch_add(&c->failures, 1);
+	}
+	free(tmp);
+	return NULL;
+}
+
+Test(chunkstore, concurrent_puts_and_preads, .timeout = 200)
+{
+	static struct conc c;
+	struct conc_arg args[NTHREADS];
+	pthread_t th[NTHREADS];
+	int i;
+
+	/* A cache of about 6 chunks, so that threads evict each other's entries. */
+	c.st = open_store(6 * 200 * KiB, false);
+	for (i = 0; i < NCHUNKS; i++) {
+		c.len[i] = 50 * KiB + (size_t)i * 7 * KiB;
+		c.data[i] = tu_malloc(c.len[i]);
+		tu_fill_random(c.data[i], c.len[i], 500 + (uint64_t)i);
+		if (i % 3 == 1)
+			memset(c.data[i], i, c.len[i] / 2); /* compressible ones too */
+		store_hash_buf(c.data[i], c.len[i], &c.h[i]);
+	}
+	atomic_init(&c.failures, 0);
+	for (i = 0; i < NTHREADS; i++) {
+		args[i].c = &c;
+		args[i].tid = i;
+		cr_assert_eq(pthread_create(&th[i], NULL, conc_worker, &args[i]), 0);
+	}
+	for (i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&c.failures), 0, "%d failures", atomic_load(&c.failures));
+	cr_assert_eq(count_in_shards(""), NCHUNKS);
+	cr_assert_eq(count_in_shards(".tmp-"), 0);
+	cr_assert_eq(store_sync(c.st), 0);
+	store_close(c.st);
+	for (i = 0; i < NCHUNKS; i++)
+		free(c.data[i]);
+}
+
+/* ---- cache ---- */
+
+Test(chunkstore, cache_is_lru_and_bounded)
+{
+	/* Room for two 100 KiB chunks, not three. */
+	struct store *st = open_store(250 * KiB, false);
+	size_t len = 100 * KiB, big = 400 * KiB;
+	uint8_t *a = tu_malloc(len), *b = tu_malloc(len), *c = tu_malloc(len), *d = tu_malloc(big);
+	struct store_hash ha, hb, hc, hd;
+	uint8_t tmp[32];
+
+	tu_fill_random(a, len, 21);
+	tu_fill_random(b, len, 22);
+	tu_fill_random(c, len, 23);
+	tu_fill_random(d, big, 24);
+	ha = put_ok(st, a, len, false);
+	hb = put_ok(st, b, len, false);
+	hc = put_ok(st, c, len, false);
+	hd = put_ok(st, d, big, false);
+
+	/* Read A, B, A, C: B is the least recently used and is evicted, A and C stay. */
+	check_chunk(st, &ha, a, len);
+	check_chunk(st, &hb, b, len);
+	check_chunk(st, &ha, a, len);
+	check_chunk(st, &hc, c, len);
+
+	/* Damage all files on disk: only cached chunks can still be read. */
+	flip_byte(st, &ha, 32 + 10);
+	flip_byte(st, &hb, 32 + 10);
+	flip_byte(st, &hc, 32 + 10);
+	cr_assert_eq(store_chunk_pread(st, &ha, tmp, sizeof(tmp), 0), (ssize_t)sizeof(tmp));
+	cr_assert_eq(memcmp(tmp, a, sizeof(tmp)), 0);
+	cr_assert_eq(store_chunk_pread(st, &hc, tmp, sizeof(tmp), 0), (ssize_t)sizeof(tmp));
+	cr_assert_eq(memcmp(tmp, c, sizeof(tmp)), 0);
+	cr_assert_eq(store_chunk_pread(st, &hb, tmp, sizeof(tmp), 0), -EBADMSG, "B not evicted");
+	/* A failed load inserts nothing: A and C are still cached. */
+	cr_assert_eq(store_chunk_pread(st, &ha, tmp, sizeof(tmp), 0), (ssize_t)sizeof(tmp));
+	cr_assert_eq(store_chunk_pread(st, &hc, tmp, sizeof(tmp), 0), (ssize_t)sizeof(tmp));
+
+	/* A chunk larger than the cache is served, never cached, and does not evict. */
+	check_chunk(st, &hd, d, big);
+	flip_byte(st, &hd, 32 + 10);
+	cr_assert_eq(store_chunk_pread(st, &hd, tmp, sizeof(tmp), 0), -EBADMSG);
+	cr_assert_eq(store_chunk_pread(st, &ha, tmp, sizeof(tmp), 0), (ssize_t)sizeof(tmp));
+	cr_assert_eq(store_chunk_pread(st, &hc, tmp, sizeof(tmp), 0), (ssize_t)sizeof(tmp));
+
+	/* Restore B on disk; reading B evicts A (C was used after A). */
+	flip_byte(st, &hb, 32 + 10);
+	check_chunk(st, &hb, b, len);
+	cr_assert_eq(store_chunk_pread(st, &hc, tmp, sizeof(tmp), 0), (ssize_t)sizeof(tmp));
+	cr_assert_eq(store_chunk_pread(st, &ha, tmp, sizeof(tmp), 0), -EBADMSG, "A not evicted");
+	store_close(st);
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+}

@@ -1,0 +1,291 @@
+/*
+ * test_codec.c — store_encode / store_decode: round trips of every codec, codec choice on
+ * float-like and random data, strict rejection of malformed payloads.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/store.h"
+#include "store/store_int.h"
+#include "test_util.h"
+
+#define MiB (1024u * 1024u)
+
+static const uint8_t all_codecs[] = { STORE_CODEC_RAW, STORE_CODEC_ZSTD, STORE_CODEC_ZSTD_BG2,
+				      STORE_CODEC_ZSTD_BG4 };
+
+/* Roughly normal floats, mean 0, standard deviation about 0.02 (like trained weights). */
+static float weight_like(uint64_t *s)
+{
+	double u = 0;
+	int i;
+
+	for (i = 0; i < 4; i++)
+		u += (double)(tu_splitmix64(s) >> 11) / 9007199254740992.0;
+	return (float)((u - 2.0) * 0.035);
+}
+
+/* len bytes of little-endian bf16 weights (round to nearest even from fp32). */
+static void fill_bf16(uint8_t *buf, size_t len, uint64_t seed)
+{
+	uint64_t s = seed;
+	size_t i;
+
+	for (i = 0; i + 2 <= len; i += 2) {
+		float f = weight_like(&s);
+		uint32_t bits;
+		uint16_t b;
+
+		memcpy(&bits, &f, 4);
+		b = (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+		buf[i] = (uint8_t)b;
+		buf[i + 1] = (uint8_t)(b >> 8);
+	}
+	if (i < len)
+		buf[i] = 0x3f;
+}
+
+/* len bytes of little-endian fp32 weights. */
+static void fill_fp32(uint8_t *buf, size_t len, uint64_t seed)
+{
+	uint64_t s = seed;
+	size_t i;
+
+	for (i = 0; i + 4 <= len; i += 4) {
+		float f = weight_like(&s);
+
+		memcpy(buf + i, &f, 4);
+	}
+	memset(buf + i, 0, len - i);
+}
+
+/* Text-like bytes: words from a small vocabulary. */
+static void fill_text(uint8_t *buf, size_t len, uint64_t seed)
+{
+	static const char *words[] = { "model.", "layers.", "weight ", "bias ", "attn.", "mlp.",
+				       "q_proj ", "k_proj ", "v_proj ", "\"dtype\": \"bf16\", " };
+	uint64_t s = seed;
+	size_t off = 0;
+
+	while (off < len) {
+		const char *w = words[tu_splitmix64(&s) % 10];
+		size_t n = strlen(w);
+
+		if (n > len - off)
+			n = len - off;
+		memcpy(buf + off, w, n);
+		off += n;
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Encode raw with codec, decode, compare. */
+static void round_trip_as(uint8_t codec, const uint8_t *raw, size_t len)
+{
+	void *payload = NULL;
+	size_t plen = 0;
+	uint8_t *out = tu_malloc(len);
+	int err;
+
+	err = store_encode_as(codec, raw, len, 1, &payload, &plen);
+	cr_assert_eq(err, 0, "encode codec %u len %zu: %d", codec, len, err);
+	err = store_decode(codec, payload, plen, out, len);
+	cr_assert_eq(err, 0, "decode codec %u len %zu: %d", codec, len, err);
+	cr_assert(len == 0 || memcmp(out, raw, len) == 0, "codec %u len %zu differs", codec, len);
+	free(payload);
+	free(out);
+}
+
+/* store_encode with its own choice, then decode and compare; returns the codec. */
+static uint8_t round_trip_auto(const uint8_t *raw, size_t len, size_t *ret_plen)
+{
+	void *payload = NULL;
+	size_t plen = 0;
+	uint8_t codec = 0xff;
+	uint8_t *out = tu_malloc(len);
+	int err;
+
+	err = store_encode(raw, len, 1, &payload, &plen, &codec);
+	cr_assert_eq(err, 0, "encode len %zu: %d", len, err);
+	cr_assert(codec <= STORE_CODEC_ZSTD_BG4);
+	if (codec != STORE_CODEC_RAW)
+		cr_assert(plen * 100 <= len * 97, "codec %u kept at %zu/%zu", codec, plen, len);
+	else
+		cr_assert_eq(plen, len);
+	err = store_decode(codec, payload, plen, out, len);
+	cr_assert_eq(err, 0, "decode codec %u len %zu: %d", codec, len, err);
+	cr_assert(len == 0 || memcmp(out, raw, len) == 0);
+	free(payload);
+	free(out);
+	*ret_plen = plen;
+	return codec;
+}
+
+Test(codec, round_trip_every_codec_every_size)
+{
+	static const size_t sizes[] = { 0, 1, 3, 4095, MiB, 4 * MiB };
+	uint8_t *buf = tu_malloc(4 * MiB);
+	size_t i, j, k, plen;
+
+	for (k = 0; k < 3; k++) {
+		for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			if (k == 0)
+				tu_fill_random(buf, sizes[i], i + 1);
+			else if (k == 1)
+				fill_bf16(buf, sizes[i], i + 1);
+			else
+				fill_text(buf, sizes[i], i + 1);
+			for (j = 0; j < sizeof(all_codecs); j++)
+				round_trip_as(all_codecs[j], buf, sizes[i]);
+			round_trip_auto(buf, sizes[i], &plen);
+		}
+	}
+	free(buf);
+}
+
+Test(codec, tail_bytes_of_byte_grouping)
+{
+	uint8_t buf[64];
+	size_t len, j;
+
+	/* Every length mod 2 and mod 4, so tails of 1, 2 and 3 bytes are exercised. */
+	tu_fill_random(buf, sizeof(buf), 3);
+	for (len = 0; len <= sizeof(buf); len++)
+		for (j = 0; j < sizeof(all_codecs); j++)
+			round_trip_as(all_codecs[j], buf, len);
+}
+
+Test(codec, bf16_and_fp32_use_byte_grouping)
+{
+	size_t len = 4 * MiB;
+	uint8_t *buf = tu_malloc(len);
+	uint8_t *out = tu_malloc(len);
+	void *payload;
+	size_t plen, zlen;
+	uint8_t codec;
+	double t0, t1, t2;
+
+	fill_bf16(buf, len, 11);
+	t0 = now_s();
+	cr_assert_eq(store_encode(buf, len, 1, &payload, &plen, &codec), 0);
+	t1 = now_s();
+	cr_assert_eq(store_decode(codec, payload, plen, out, len), 0);
+	t2 = now_s();
+	cr_assert_eq(memcmp(buf, out, len), 0);
+	free(payload);
+	cr_assert(store_encode_as(STORE_CODEC_ZSTD, buf, len, 1, &payload, &zlen) == 0);
+	free(payload);
+	fprintf(stderr, "codec: bf16 4 MiB -> codec %u ratio %.3f (plain zstd %.3f), "
+		"encode %.0f MB/s, decode %.0f MB/s\n", codec, (double)plen / len,
+		(double)zlen / len, len / (t1 - t0) / 1e6, len / (t2 - t1) / 1e6);
+	cr_assert(codec == STORE_CODEC_ZSTD_BG2 || codec == STORE_CODEC_ZSTD_BG4,
+		  "bf16 got codec %u", codec);
+	cr_assert_lt((double)plen / len, 0.85);
+
+	fill_fp32(buf, len, 12);
+	t0 = now_s();
+	cr_assert_eq(store_encode(buf, len, 1, &payload, &plen, &codec), 0);
+	t1 = now_s();
+	cr_assert_eq(store_decode(codec, payload, plen, out, len), 0);
+	t2 = now_s();
+	cr_assert_eq(memcmp(buf, out, len), 0);
+	free(payload);
+	cr_assert(store_encode_as(STORE_CODEC_ZSTD, buf, len, 1, &payload, &zlen) == 0);
+	free(payload);
+	fprintf(stderr, "codec: fp32 4 MiB -> codec %u ratio %.3f (plain zstd %.3f), "
+		"encode %.0f MB/s, decode %.0f MB/s\n", codec, (double)plen / len,
+		(double)zlen / len, len / (t1 - t0) / 1e6, len / (t2 - t1) / 1e6);
+	cr_assert_eq(codec, STORE_CODEC_ZSTD_BG4, "fp32 got codec %u", codec);
+	cr_assert_lt(plen, zlen);
+	free(out);
+	free(buf);
+}
+
+Test(codec, random_and_text_choices)
+{
+	size_t len = MiB;
+	uint8_t *buf = tu_malloc(len);
+	size_t plen;
+
+	tu_fill_random(buf, len, 13);
+	cr_assert_eq(round_trip_auto(buf, len, &plen), STORE_CODEC_RAW);
+	cr_assert_eq(plen, len);
+	fill_text(buf, len, 14);
+	cr_assert_eq(round_trip_auto(buf, len, &plen), STORE_CODEC_ZSTD);
+	cr_assert_lt(plen, len / 4);
+	/* Mostly random with a compressible sample region still must obey the 3% rule. */
+	tu_fill_random(buf, len, 15);
+	memset(buf + len / 2 - 40000, 0, 80000);
+	round_trip_auto(buf, len, &plen);
+	free(buf);
+}
+
+Test(codec, malformed_payloads_are_rejected, .timeout = 120)
+{
+	size_t len = 16 * 1024;
+	uint8_t *raw = tu_malloc(len);
+	uint8_t *out = tu_malloc(len + 8);
+	uint8_t *bad;
+	size_t j, i, plen, eio, total;
+	void *payload;
+	int err;
+
+	fill_bf16(raw, len / 2, 21);
+	fill_text(raw + len / 2, len / 2, 22);
+	cr_assert_eq(store_decode(7, raw, len, out, len), -EINVAL);
+	cr_assert_eq(store_decode(STORE_CODEC_RAW, raw, len - 1, out, len), -EIO);
+	cr_assert_eq(store_decode(STORE_CODEC_RAW, raw, len, out, len - 1), -EIO);
+	for (j = 1; j < sizeof(all_codecs); j++) {
+		uint8_t c = all_codecs[j];
+
+		cr_assert_eq(store_encode_as(c, raw, len, 1, &payload, &plen), 0);
+		bad = tu_malloc(plen + 16);
+		memcpy(bad, payload, plen);
+		/* Wrong expected size, either way. */
+		cr_assert_eq(store_decode(c, bad, plen, out, len - 1), -EIO);
+		cr_assert_eq(store_decode(c, bad, plen, out, len + 1), -EIO);
+		/* Every truncation. */
+		for (i = 0; i < plen; i++)
+			cr_assert_eq(store_decode(c, bad, i, out, len), -EIO,
+				     "codec %u truncated to %zu accepted", c, i);
+		/* Trailing garbage, and a second frame appended. */
+		memset(bad + plen, 0, 16);
+		cr_assert_eq(store_decode(c, bad, plen + 1, out, len), -EIO);
+		cr_assert_eq(store_decode(c, bad, plen + 16, out, len), -EIO);
+		/* Every byte garbled: an error, or (a harmless bit such as the window size) the
+		 * exact original bytes; never different bytes. */
+		eio = total = 0;
+		for (i = 0; i < plen; i++) {
+			memcpy(bad, payload, plen);
+			bad[i] ^= (uint8_t)(1u << (i % 8));
+			memset(out, 0xee, len);
+			err = store_decode(c, bad, plen, out, len);
+			total++;
+			if (err == -EIO) {
+				eio++;
+				continue;
+			}
+			cr_assert_eq(err, 0, "codec %u byte %zu: %d", c, i, err);
+			cr_assert_eq(memcmp(out, raw, len), 0,
+				     "codec %u: garbled byte %zu decoded to other bytes", c, i);
+		}
+		fprintf(stderr, "codec: %u garbled payloads rejected: %zu of %zu\n", c, eio, total);
+		cr_assert_geq(eio * 100, total * 95);
+		free(bad);
+		free(payload);
+	}
+	free(out);
+	free(raw);
+}
