@@ -827,6 +827,7 @@ struct v_chunk {
 	int64_t refs;
 	bool marked;     /* marked bad in the index before this run */
 	bool gone;       /* mounted: the row disappeared during the run (not damage) */
+	bool unused;     /* failed, but no file uses it (a note, not damage) */
 	int err;         /* 0 sound, else the -errno of store_chunk_verify */
 };
 
@@ -847,7 +848,8 @@ struct v_ctx {
 	uint64_t total_bytes;         /* sum of stored sizes: what is read from disk */
 	struct v_damage *dmg;
 	size_t ndmg, capdmg;
-	struct v_damage *notes;       /* files using chunks marked bad that now verify clean */
+	struct v_damage *notes;       /* files using chunks marked bad that verify clean now, and
+				       * failed chunks no file uses */
 	size_t nnotes, capnotes;
 	uint64_t *files;              /* inodes of regular files reachable from the root */
 	size_t nfiles, capfiles;
@@ -1037,9 +1039,12 @@ static int v_chunk_users(struct v_ctx *c)
 		u.n = u64_unique(u.ino, u.n); /* a file may use the chunk at several offsets */
 		hex16(k->hash, hex);
 		if (k->err) {
-			if (u.n == 0)
-				rc = v_add(&c->dmg, &c->ndmg, &c->capdmg, 0, i, "chunk %s: %s", hex,
-					   chunk_error_name(k->err));
+			if (u.n == 0) {
+				k->unused = true;
+				rc = v_add(&c->notes, &c->nnotes, &c->capnotes, 0, i,
+					   "%s; no file uses it, 'ckptctl %s gc' removes it",
+					   chunk_error_name(k->err), c->root);
+			}
 			for (size_t j = 0; j < u.n && rc == 0; j++)
 				rc = v_add(&c->dmg, &c->ndmg, &c->capdmg, u.ino[j], i,
 					   "chunk %s: %s", hex, chunk_error_name(k->err));
@@ -1341,7 +1346,7 @@ static int v_paths(struct v_ctx *c, struct v_damage *v, size_t n)
 			if (rc < 0)
 				return rc;
 		} else {
-			snprintf(path, sizeof(path), "<chunk %s, used by no file>",
+			snprintf(path, sizeof(path), "chunk %s",
 				 hex16(c->chunks[v[i].chunk].hash, hex));
 		}
 		v[i].path = strdup(path);
@@ -1392,7 +1397,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			const struct v_chunk *k = &c->chunks[i];
 			json_t *x, *users;
 
-			if (!k->err)
+			if (!k->err || k->unused)
 				continue;
 			x = json_object();
 			users = json_array();
@@ -1422,7 +1427,8 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			json_t *x = json_object();
 
 			json_object_set_new(x, "path", json_string(c->notes[i].path));
-			json_object_set_new(x, "ino", json_u64(c->notes[i].ino));
+			json_object_set_new(x, "ino", c->notes[i].ino ? json_u64(c->notes[i].ino)
+								      : json_null());
 			json_object_set_new(x, "reason", json_string(c->notes[i].reason));
 			json_array_append_new(an, x);
 		}
@@ -1441,7 +1447,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 		json_object_set_new(o, "marks_cleared", json_u64(c->cleared_now));
 		json_object_set_new(o, "damaged_chunks", ac);
 		json_object_set_new(o, "damaged_files", af);
-		json_object_set_new(o, "cleared_marks", an);
+		json_object_set_new(o, "notes", an);
 		json_object_set_new(o, "clean", json_boolean(c->ndmg == 0));
 		return json_print(o);
 	}
@@ -1516,7 +1522,7 @@ static int cmd_verify(const char *root)
 		goto out;
 	}
 	for (size_t i = 0; i < c.nchunks; i++)
-		if (c.chunks[i].err)
+		if (c.chunks[i].err && !c.chunks[i].unused)
 			bad_chunks++;
 	bad_files = v_count_files(c.dmg, c.ndmg);
 	if (v_report(&c, bad_chunks, bad_files) < 0) {
@@ -1627,13 +1633,13 @@ static int gc_sweep(struct ckpt_repo *r, const char *root)
 		json_object_set_new(o, "owner_pid", json_null());
 		json_object_set_new(o, "swept", json_true());
 		json_object_set_new(o, "inodes_removed", json_u64(inodes));
-		json_object_set_new(o, "chunk_files_removed", json_u64(chunks));
+		json_object_set_new(o, "chunks_removed", json_u64(chunks));
 		json_object_set_new(o, "bytes_freed", json_u64(freed));
 		json_object_set_new(o, "chunk_files", json_u64(after.files));
 		json_object_set_new(o, "chunk_bytes", json_u64(after.bytes));
 		return json_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
 	}
-	printf("gc: removed %" PRIu64 " unlinked inodes and %" PRIu64 " chunk files, freed %s\n",
+	printf("gc: removed %" PRIu64 " unlinked inodes and %" PRIu64 " chunks, freed %s\n",
 	       inodes, chunks, fmt_size(freed, b, sizeof(b)));
 	printf("gc: %" PRIu64 " chunk files remain (%s)\n", after.files,
 	       fmt_size(after.bytes, b, sizeof(b)));

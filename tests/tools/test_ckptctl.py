@@ -135,7 +135,7 @@ class CkptctlTest(unittest.TestCase):
             b.write(a.read())
         g = self.ctl('gc', json_out=True)
         self.assertTrue(g['swept'])
-        self.assertEqual(g['chunk_files_removed'], 1)
+        self.assertEqual(g['chunks_removed'], 1)
         self.assertEqual(g['bytes_freed'], os.path.getsize(src))
         self.assertFalse(os.path.exists(orphan))
         self.ctl('verify')
