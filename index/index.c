@@ -1,0 +1,579 @@
+/*
+ * index.c — opening, schema and migrations, the prepared-statement table, SQLite error
+ * conversion and transactions of the ckptfs index. The namespace lives in index_ns.c, file
+ * content and chunks in index_data.c, the invariant checker in index_check.c.
+ *
+ * Invariants (those of index.h, restated in terms of the schema below):
+ *   1. inodes has a row ino = 1 whose mode is a directory.
+ *   2. Every dentries.ino and dentries.parent is an inodes row, every parent a directory; a
+ *      directory with nlink > 0 is named by exactly one dentry, the root by none.
+ *   3. chunks.refs = number of extents rows whose hash is that chunk's (the header's
+ *      "file_chunks" are the extents rows here). A chunk at refs 0 is kept only while the
+ *      release callback wants it; idx_recover removes the rest.
+ *   4. The extents rows of a regular file, in offset order, tile [0, inodes.size): the first at 0,
+ *      each next one where the previous ends, the last ending at size; every extent's length is its
+ *      chunk's raw_size (> 0). Only regular files have extents.
+ *   5. An inode with nlink = 0 exists only while fs/ holds it open; idx_recover deletes the rest.
+ *   6. Every multi-statement mutation runs inside SAVEPOINT ix_op: it happens whole or not at all,
+ *      also inside the caller's transaction, so a failed call leaves the database as it was.
+ *   7. PRAGMA user_version is the schema version. A database at version v >= 1 has
+ *      meta('format') = 'ckptfs-index'; at version 0 it is empty (no schema objects at all).
+ *      migrations[v] takes version v to v + 1, in its own transaction, and sets user_version.
+ *
+ * Schema v1:
+ *   meta(key TEXT PRIMARY KEY, value)                       'format' -> 'ckptfs-index'
+ *   inodes(ino INTEGER PRIMARY KEY AUTOINCREMENT, mode, uid, gid, nlink, size,
+ *          atime_ns, mtime_ns, ctime_ns, rdev, hash BLOB NULL, symlink BLOB NULL)
+ *   dentries(cookie INTEGER PRIMARY KEY AUTOINCREMENT, parent -> inodes, name BLOB,
+ *            ino -> inodes, UNIQUE(parent, name)); indexes (ino), (parent, cookie)
+ *   chunks(hash BLOB PRIMARY KEY, raw_size, stored_size, codec, refs, bad, created_ns)
+ *          WITHOUT ROWID
+ *   extents(ino -> inodes, offset, length, hash -> chunks, PRIMARY KEY(ino, offset))
+ *          WITHOUT ROWID; index (hash)
+ * Names and symlink targets are BLOBs: byte-exact, compared with memcmp, never UTF-8 checked.
+ * AUTOINCREMENT makes inode numbers and readdir cookies never reused.
+ *
+ * Details index.h leaves open, decided here:
+ *   - every mutating call on an IDX_RDONLY handle returns -EROFS (idx_begin included);
+ *   - foreign keys are on: idx_inode_delete of an inode still named by a dentry, or holding
+ *     entries, and idx_dentry_add naming a missing inode or parent, fail the constraint: -EEXIST
+ *     per the conversion table; idx_inode_delete(IDX_ROOT_INO) is -EBUSY (invariant 1);
+ *   - idx_file_set_content: hash NULL records no digest; a non-regular inode, or an extent whose
+ *     chunk is known with another raw size, is -EINVAL; stored_size and codec of a known chunk
+ *     stay as first recorded;
+ *   - release NULL keeps every chunk row at refs 0 (idx_recover removes them later);
+ *   - idx_recover releases each refs-0 chunk once, including those of the inodes it deletes, and
+ *     skips an nlink-0 inode that is still named or still has entries (idx_check's business);
+ *   - idx_path returns -ELOOP after IX_MAX_DEPTH dentries (a cycle), -ENOMEM;
+ *   - callbacks (idx_dir_list, idx_chunk_foreach, idx_chunk_users, release) may call other idx_*
+ *     functions on the handle, but not the walking function itself, and must not modify the
+ *     rows being walked.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "index/index_int.h"
+
+#define IX_BUSY_TIMEOUT_MS 5000
+#define IX_CACHE_KIB "-65536" /* PRAGMA cache_size: negative = KiB, here 64 MiB */
+#define IX_FORMAT "ckptfs-index"
+
+_Static_assert(S_IFMT == IX_S_IFMT && S_IFREG == IX_S_IFREG && S_IFDIR == IX_S_IFDIR &&
+		       S_IFLNK == IX_S_IFLNK,
+	       "file type bits differ from the literals used in the SQL");
+
+/* Every statement of the module, prepared once per connection by idx_open. */
+static const char *const ix_sql[IX__COUNT] = {
+	[IX_BEGIN] = "BEGIN IMMEDIATE",
+	[IX_COMMIT] = "COMMIT",
+	[IX_ROLLBACK] = "ROLLBACK",
+	[IX_SP_BEGIN] = "SAVEPOINT ix_op",
+	[IX_SP_ROLLBACK] = "ROLLBACK TO ix_op",
+	[IX_SP_RELEASE] = "RELEASE ix_op",
+
+	[IX_INODE_GET] = "SELECT mode, uid, gid, nlink, size, atime_ns, mtime_ns, ctime_ns, rdev, "
+			 "hash FROM inodes WHERE ino = ?1",
+	[IX_INODE_CREATE] = "INSERT INTO inodes(mode, uid, gid, nlink, size, atime_ns, mtime_ns, "
+			    "ctime_ns, rdev, hash) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+	[IX_INODE_UPDATE] = "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, nlink = ?5, "
+			    "size = ?6, atime_ns = ?7, mtime_ns = ?8, ctime_ns = ?9, rdev = ?10, "
+			    "hash = ?11 WHERE ino = ?1",
+	[IX_INODE_DELETE] = "DELETE FROM inodes WHERE ino = ?1",
+	[IX_INODE_SET_CONTENT] = "UPDATE inodes SET size = ?2, hash = ?3, mtime_ns = ?4, "
+				 "ctime_ns = ?4 WHERE ino = ?1",
+	[IX_INODE_MODE] = "SELECT mode FROM inodes WHERE ino = ?1",
+	[IX_SYMLINK_SET] = "UPDATE inodes SET symlink = ?2 WHERE ino = ?1",
+	[IX_SYMLINK_GET] = "SELECT symlink FROM inodes WHERE ino = ?1 AND symlink IS NOT NULL",
+
+	[IX_DENTRY_LOOKUP] = "SELECT ino FROM dentries WHERE parent = ?1 AND name = ?2",
+	[IX_DENTRY_ADD] = "INSERT INTO dentries(parent, name, ino) VALUES(?1, ?2, ?3)",
+	[IX_DENTRY_REMOVE] = "DELETE FROM dentries WHERE parent = ?1 AND name = ?2",
+	[IX_DENTRY_MOVE] = "UPDATE dentries SET parent = ?3, name = ?4 "
+			   "WHERE parent = ?1 AND name = ?2",
+	[IX_DENTRY_PARENT] = "SELECT parent, name FROM dentries WHERE ino = ?1 "
+			     "ORDER BY cookie LIMIT 1",
+	[IX_DIR_EMPTY] = "SELECT 1 FROM dentries WHERE parent = ?1 LIMIT 1",
+	[IX_DIR_LIST] = "SELECT d.name, d.ino, i.mode, d.cookie FROM dentries d "
+			"CROSS JOIN inodes i ON i.ino = d.ino "
+			"WHERE d.parent = ?1 AND d.cookie > ?2 ORDER BY d.cookie",
+
+	[IX_EXT_LIST] = "SELECT e.offset, e.length, e.hash, c.stored_size, c.codec FROM extents e "
+			"LEFT JOIN chunks c ON c.hash = e.hash WHERE e.ino = ?1 ORDER BY e.offset",
+	/* one UPDATE for the whole file: a chunk named k times loses exactly k references */
+	[IX_EXT_DECREF] = "UPDATE chunks SET refs = refs - (SELECT count(*) FROM extents e "
+			  "WHERE e.hash = chunks.hash AND e.ino = ?1) "
+			  "WHERE hash IN (SELECT hash FROM extents WHERE ino = ?1)",
+	[IX_EXT_ZEROS] = "SELECT hash FROM chunks WHERE refs = 0 "
+			 "AND hash IN (SELECT hash FROM extents WHERE ino = ?1)",
+	[IX_EXT_DELETE] = "DELETE FROM extents WHERE ino = ?1",
+	[IX_EXT_INSERT] = "INSERT INTO extents(ino, offset, length, hash) VALUES(?1, ?2, ?3, ?4)",
+	/* no row changed (sqlite3_changes() = 0): a known chunk with another raw size */
+	[IX_CHUNK_UPSERT] = "INSERT INTO chunks(hash, raw_size, stored_size, codec, refs, bad, "
+			    "created_ns) VALUES(?1, ?2, ?3, ?4, 1, 0, ?5) "
+			    "ON CONFLICT(hash) DO UPDATE SET refs = refs + 1 "
+			    "WHERE raw_size = excluded.raw_size",
+	[IX_CHUNK_DELETE_ZERO] = "DELETE FROM chunks WHERE hash = ?1 AND refs = 0",
+	[IX_CHUNK_EXISTS] = "SELECT 1 FROM chunks WHERE hash = ?1",
+	[IX_CHUNK_SET_BAD] = "UPDATE chunks SET bad = ?2 WHERE hash = ?1",
+	[IX_CHUNK_FOREACH] = "SELECT hash, raw_size, stored_size, codec, refs, bad FROM chunks "
+			     "ORDER BY hash",
+	[IX_CHUNK_USERS] = "SELECT ino, offset FROM extents WHERE hash = ?1 ORDER BY ino, offset",
+	[IX_STORED_BYTES] = "SELECT c.stored_size, c.refs, count(*) FROM extents e "
+			    "CROSS JOIN chunks c ON c.hash = e.hash WHERE e.ino = ?1 "
+			    "GROUP BY e.hash",
+	[IX_STATS_INODES] = "SELECT coalesce(sum((mode & 61440) = 32768), 0), "
+			    "coalesce(sum((mode & 61440) = 16384), 0), "
+			    "coalesce(sum((mode & 61440) = 40960), 0), "
+			    "coalesce(sum(CASE WHEN (mode & 61440) = 32768 THEN size ELSE 0 END), "
+			    "0) "
+			    "FROM inodes",
+	[IX_STATS_CHUNKS] = "SELECT count(*), coalesce(sum(raw_size), 0), "
+			    "coalesce(sum(stored_size), 0), coalesce(sum(bad <> 0), 0) FROM chunks",
+	/* an nlink-0 inode still named or still holding entries is left to idx_check */
+	[IX_RECOVER_INODES] = "SELECT ino FROM inodes i WHERE nlink = 0 AND ino <> 1 "
+			      "AND NOT EXISTS (SELECT 1 FROM dentries d WHERE d.ino = i.ino) "
+			      "AND NOT EXISTS (SELECT 1 FROM dentries d WHERE d.parent = i.ino) "
+			      "ORDER BY ino",
+	[IX_RECOVER_CHUNKS] = "SELECT hash FROM chunks WHERE refs = 0 ORDER BY hash",
+
+	[IX_CHECK_ROOT] = "SELECT mode FROM inodes WHERE ino = 1",
+	[IX_CHECK_DENTRY_INO] = "SELECT d.parent, d.name, d.ino FROM dentries d WHERE NOT EXISTS "
+				"(SELECT 1 FROM inodes i WHERE i.ino = d.ino) LIMIT 1",
+	[IX_CHECK_DENTRY_PARENT] = "SELECT d.parent, d.name FROM dentries d "
+				   "LEFT JOIN inodes i ON i.ino = d.parent "
+				   "WHERE i.ino IS NULL OR (i.mode & 61440) <> 16384 LIMIT 1",
+	[IX_CHECK_DIR_LINKS] = "SELECT i.ino, (SELECT count(*) FROM dentries d "
+			       "WHERE d.ino = i.ino) AS n FROM inodes i "
+			       "WHERE (i.mode & 61440) = 16384 AND (i.nlink > 0 OR i.ino = 1) "
+			       "AND n <> (i.ino <> 1) LIMIT 1",
+	[IX_CHECK_REFS] = "SELECT c.hash, c.refs, (SELECT count(*) FROM extents e "
+			  "WHERE e.hash = c.hash) AS n FROM chunks c WHERE c.refs <> n LIMIT 1",
+	[IX_CHECK_EXT_CHUNK] = "SELECT e.ino, e.offset FROM extents e WHERE NOT EXISTS "
+			       "(SELECT 1 FROM chunks c WHERE c.hash = e.hash) LIMIT 1",
+	[IX_CHECK_EXT_OWNER] = "SELECT e.ino FROM extents e LEFT JOIN inodes i ON i.ino = e.ino "
+			       "WHERE i.ino IS NULL OR (i.mode & 61440) <> 32768 LIMIT 1",
+	[IX_CHECK_EXT_LENGTH] = "SELECT e.ino, e.offset, e.length, c.raw_size FROM extents e "
+				"CROSS JOIN chunks c ON c.hash = e.hash "
+				"WHERE e.length <> c.raw_size OR e.length <= 0 LIMIT 1",
+	[IX_CHECK_TILE_GAP] = "SELECT ino, offset, expect FROM (SELECT ino, offset, "
+			      "lag(offset + length, 1, 0) OVER (PARTITION BY ino ORDER BY offset) "
+			      "AS expect FROM extents) WHERE offset <> expect LIMIT 1",
+	[IX_CHECK_TILE_SIZE] = "SELECT i.ino, i.size, coalesce((SELECT sum(e.length) "
+			       "FROM extents e WHERE e.ino = i.ino), 0) AS total FROM inodes i "
+			       "WHERE (i.mode & 61440) = 32768 AND total <> i.size LIMIT 1",
+};
+
+/* ---- migrations ---- */
+
+struct ix_create_args {
+	uint32_t uid, gid;
+	int64_t now_ns;
+};
+
+struct ix_migration {
+	/* run with sqlite3_exec inside the migration's transaction; ends by setting user_version */
+	const char *sql;
+	/* optional, after sql, same transaction: values that need binding. Returns 0 or -errno. */
+	int (*fixup)(struct idx *ix, const struct ix_create_args *a);
+};
+
+static int ix_create_root(struct idx *ix, const struct ix_create_args *a);
+
+/* v0 -> v1: create the schema (see the top of this file) and the root directory. */
+static const char ix_schema_v1[] =
+	"CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+	"INSERT INTO meta(key, value) VALUES('format', '" IX_FORMAT "');"
+	"CREATE TABLE inodes("
+	" ino INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,"
+	" nlink INTEGER NOT NULL, size INTEGER NOT NULL,"
+	" atime_ns INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL,"
+	" rdev INTEGER NOT NULL DEFAULT 0,"
+	" hash BLOB, symlink BLOB);"
+	"CREATE TABLE dentries("
+	" cookie INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" parent INTEGER NOT NULL REFERENCES inodes(ino),"
+	" name BLOB NOT NULL,"
+	" ino INTEGER NOT NULL REFERENCES inodes(ino),"
+	" UNIQUE(parent, name));"
+	"CREATE INDEX dentries_ino ON dentries(ino);"
+	"CREATE INDEX dentries_parent_cookie ON dentries(parent, cookie);"
+	"CREATE TABLE chunks("
+	" hash BLOB PRIMARY KEY,"
+	" raw_size INTEGER NOT NULL, stored_size INTEGER NOT NULL, codec INTEGER NOT NULL,"
+	" refs INTEGER NOT NULL, bad INTEGER NOT NULL DEFAULT 0, created_ns INTEGER NOT NULL"
+	") WITHOUT ROWID;"
+	"CREATE TABLE extents("
+	" ino INTEGER NOT NULL REFERENCES inodes(ino),"
+	" offset INTEGER NOT NULL, length INTEGER NOT NULL,"
+	" hash BLOB NOT NULL REFERENCES chunks(hash),"
+	" PRIMARY KEY(ino, offset)) WITHOUT ROWID;"
+	"CREATE INDEX extents_hash ON extents(hash);"
+	"PRAGMA user_version = 1;";
+
+/* migrations[v] upgrades a database at user_version v to v + 1 (invariant 7). */
+static const struct ix_migration migrations[] = {
+	{ ix_schema_v1, ix_create_root },
+};
+
+_Static_assert(IX_ARRAY_SIZE(migrations) == IDX_SCHEMA_VERSION,
+	       "one migration per schema version");
+
+/* ---- error conversion and statement helpers ---- */
+
+int ix_err(struct idx *ix, int rc)
+{
+	int e;
+
+	switch (rc & 0xff) {
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_CORRUPT:
+	case SQLITE_NOTADB:
+		return -EIO;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_READONLY:
+		return -EROFS;
+	case SQLITE_CANTOPEN:
+		e = ix && ix->db ? sqlite3_system_errno(ix->db) : 0;
+		return (e == EACCES || e == EPERM) ? -EACCES : -ENOENT;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	default:
+		return -EIO;
+	}
+}
+
+void ix_done(sqlite3_stmt *st)
+{
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+}
+
+int ix_step(struct idx *ix, sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+
+	if (rc == SQLITE_ROW)
+		return 1;
+	if (rc == SQLITE_DONE)
+		return 0;
+	return ix_err(ix, rc);
+}
+
+int ix_run(struct idx *ix, sqlite3_stmt *st)
+{
+	int r = ix_step(ix, st);
+
+	ix_done(st);
+	if (r > 0)
+		return -EIO; /* a statement that should not return rows did */
+	return r;
+}
+
+int ix_bind_i64(struct idx *ix, sqlite3_stmt *st, int col, int64_t v)
+{
+	int rc = sqlite3_bind_int64(st, col, v);
+
+	return rc == SQLITE_OK ? 0 : ix_err(ix, rc);
+}
+
+int ix_bind_hash(struct idx *ix, sqlite3_stmt *st, int col, const uint8_t hash[IDX_HASH_LEN])
+{
+	int rc = sqlite3_bind_blob(st, col, hash, IDX_HASH_LEN, SQLITE_STATIC);
+
+	return rc == SQLITE_OK ? 0 : ix_err(ix, rc);
+}
+
+int ix_bind_name(struct idx *ix, sqlite3_stmt *st, int col, const char *name)
+{
+	size_t len = strlen(name);
+	int rc;
+
+	if (len > INT32_MAX)
+		return -ENAMETOOLONG;
+	/* a zero-length blob bound with a non-NULL pointer is '' (x''), never NULL */
+	rc = sqlite3_bind_blob(st, col, name, (int)len, SQLITE_STATIC);
+	return rc == SQLITE_OK ? 0 : ix_err(ix, rc);
+}
+
+int ix_column_hash(sqlite3_stmt *st, int col, uint8_t out[IDX_HASH_LEN])
+{
+	const void *p = sqlite3_column_blob(st, col);
+
+	if (!p || sqlite3_column_bytes(st, col) != IDX_HASH_LEN)
+		return -EIO;
+	memcpy(out, p, IDX_HASH_LEN);
+	return 0;
+}
+
+int ix_sp_begin(struct idx *ix)
+{
+	return ix_run(ix, ix_stmt(ix, IX_SP_BEGIN));
+}
+
+int ix_sp_end(struct idx *ix, int r)
+{
+	if (r >= 0) {
+		int rc = ix_run(ix, ix_stmt(ix, IX_SP_RELEASE));
+
+		if (rc == 0)
+			return r;
+		r = rc;
+	}
+	ix_run(ix, ix_stmt(ix, IX_SP_ROLLBACK));
+	ix_run(ix, ix_stmt(ix, IX_SP_RELEASE));
+	return r;
+}
+
+/* ---- opening ---- */
+
+/* ix_exec_const - run constant SQL text (no values) once. Returns 0 or -errno. */
+static int ix_exec_const(struct idx *ix, const char *sql)
+{
+	int rc = sqlite3_exec(ix->db, sql, NULL, NULL, NULL);
+
+	return rc == SQLITE_OK ? 0 : ix_err(ix, rc);
+}
+
+/*
+ * ix_query_i64 - first column of the first row of constant SQL text; *ret untouched when there is
+ * no row. Returns 1 (row), 0 (no row), -EPROTO (the SQL does not fit the schema), or -errno.
+ */
+static int ix_query_i64(struct idx *ix, const char *sql, int64_t *ret)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, r;
+
+	rc = sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return (rc & 0xff) == SQLITE_ERROR ? -EPROTO : ix_err(ix, rc);
+	r = ix_step(ix, st);
+	if (r > 0)
+		*ret = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return r;
+}
+
+/*
+ * ix_probe - read the schema version and check the database is a ckptfs index (invariant 7).
+ * Returns 0 and the version in *ret_version, -EPROTO (newer, or foreign), or -errno.
+ */
+static int ix_probe(struct idx *ix, int64_t *ret_version)
+{
+	int64_t version = 0, n = 0;
+	int r;
+
+	r = ix_query_i64(ix, "PRAGMA user_version", &version);
+	if (r < 0)
+		return r;
+	if (version < 0 || version > IDX_SCHEMA_VERSION)
+		return -EPROTO;
+	if (version == 0) {
+		r = ix_query_i64(ix, "SELECT count(*) FROM sqlite_master", &n);
+		if (r < 0)
+			return r;
+		if (n != 0)
+			return -EPROTO;
+	} else {
+		r = ix_query_i64(ix,
+				 "SELECT count(*) FROM meta "
+				 "WHERE key = 'format' AND value = '" IX_FORMAT "'",
+				 &n);
+		if (r < 0)
+			return r;
+		if (n != 1)
+			return -EPROTO;
+	}
+	*ret_version = version;
+	return 0;
+}
+
+static int ix_create_root(struct idx *ix, const struct ix_create_args *a)
+{
+	static const char sql[] = "INSERT INTO inodes(ino, mode, uid, gid, nlink, size, "
+				  "atime_ns, mtime_ns, ctime_ns, rdev) "
+				  "VALUES(?1, ?2, ?3, ?4, 2, 0, ?5, ?5, ?5, 0)";
+	sqlite3_stmt *st = NULL;
+	int rc, r;
+
+	rc = sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return ix_err(ix, rc);
+	if ((r = ix_bind_i64(ix, st, 1, IDX_ROOT_INO)) < 0 ||
+	    (r = ix_bind_i64(ix, st, 2, S_IFDIR | 0755)) < 0 ||
+	    (r = ix_bind_i64(ix, st, 3, a->uid)) < 0 || (r = ix_bind_i64(ix, st, 4, a->gid)) < 0 ||
+	    (r = ix_bind_i64(ix, st, 5, a->now_ns)) < 0)
+		goto out;
+	r = ix_run(ix, st);
+out:
+	sqlite3_finalize(st);
+	return r;
+}
+
+/*
+ * ix_migrate - bring a read-write database from its version up to IDX_SCHEMA_VERSION, one
+ * transaction per step. The version is read again inside each transaction: another process may
+ * have migrated (or created) the database meanwhile.
+ */
+static int ix_migrate(struct idx *ix, const struct ix_create_args *a)
+{
+	int64_t version, after;
+	int r;
+
+	for (;;) {
+		if ((r = ix_exec_const(ix, "BEGIN IMMEDIATE")) < 0)
+			return r;
+		if ((r = ix_probe(ix, &version)) < 0)
+			goto fail;
+		if (version == IDX_SCHEMA_VERSION)
+			break;
+		if ((r = ix_exec_const(ix, migrations[version].sql)) < 0)
+			goto fail;
+		if (migrations[version].fixup && (r = migrations[version].fixup(ix, a)) < 0)
+			goto fail;
+		after = -1;
+		if ((r = ix_query_i64(ix, "PRAGMA user_version", &after)) < 0)
+			goto fail;
+		if (after != version + 1) {
+			r = -EIO; /* a migration that does not set user_version */
+			goto fail;
+		}
+		if ((r = ix_exec_const(ix, "COMMIT")) < 0)
+			goto fail;
+	}
+	return ix_exec_const(ix, "COMMIT");
+fail:
+	sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);
+	return r;
+}
+
+static int ix_prepare_all(struct idx *ix)
+{
+	for (size_t i = 0; i < IX__COUNT; i++) {
+		const unsigned int pflags = SQLITE_PREPARE_PERSISTENT;
+		int rc;
+
+		assert(ix_sql[i]);
+		rc = sqlite3_prepare_v3(ix->db, ix_sql[i], -1, pflags, &ix->st[i], NULL);
+		/* SQLITE_ERROR here: the tables lack the columns this code expects */
+		if (rc != SQLITE_OK)
+			return (rc & 0xff) == SQLITE_ERROR ? -EPROTO : ix_err(ix, rc);
+	}
+	return 0;
+}
+
+int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t now_ns,
+	     struct idx **ret)
+{
+	struct ix_create_args a = { .uid = uid, .gid = gid, .now_ns = now_ns };
+	struct idx *ix;
+	int64_t version = 0, one = 0;
+	int oflags, rc, r;
+
+	ix = calloc(1, sizeof(*ix));
+	if (!ix)
+		return -ENOMEM;
+	ix->rdonly = (flags & IDX_RDONLY) != 0;
+	oflags = SQLITE_OPEN_NOMUTEX |
+		 (ix->rdonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+	rc = sqlite3_open_v2(path, &ix->db, oflags, NULL);
+	if (rc != SQLITE_OK) {
+		r = ix->db ? ix_err(ix, rc) : -ENOMEM;
+		goto fail;
+	}
+	sqlite3_extended_result_codes(ix->db, 1);
+	if ((rc = sqlite3_busy_timeout(ix->db, IX_BUSY_TIMEOUT_MS)) != SQLITE_OK) {
+		r = ix_err(ix, rc);
+		goto fail;
+	}
+	if (!ix->rdonly) {
+		sqlite3_stmt *st = NULL;
+		const unsigned char *mode;
+
+		rc = sqlite3_prepare_v2(ix->db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+		if (rc != SQLITE_OK) {
+			r = ix_err(ix, rc);
+			goto fail;
+		}
+		r = ix_step(ix, st);
+		mode = r > 0 ? sqlite3_column_text(st, 0) : NULL;
+		if (r >= 0 && (!mode || strcmp((const char *)mode, "wal") != 0))
+			r = -EIO;
+		sqlite3_finalize(st);
+		if (r < 0)
+			goto fail;
+		if ((r = ix_exec_const(ix, "PRAGMA synchronous = FULL")) < 0)
+			goto fail;
+	}
+	/*
+	 * A whole checkpoint file is one transaction of up to ~10^5 rows in three B-trees keyed by
+	 * random digests: a page cache that holds them keeps the transaction from spilling pages to
+	 * the WAL before commit. An upper bound, allocated as used.
+	 */
+	if ((r = ix_exec_const(ix, "PRAGMA cache_size = " IX_CACHE_KIB)) < 0)
+		goto fail;
+	if ((r = ix_exec_const(ix, "PRAGMA foreign_keys = ON")) < 0)
+		goto fail;
+	if ((r = ix_query_i64(ix, "PRAGMA foreign_keys", &one)) < 0)
+		goto fail;
+	if (one != 1) {
+		r = -EIO; /* built without foreign key support */
+		goto fail;
+	}
+	if ((r = ix_probe(ix, &version)) < 0)
+		goto fail;
+	if (version < IDX_SCHEMA_VERSION) {
+		if (ix->rdonly) {
+			/* an empty file is no index yet; an old one cannot be migrated here */
+			r = version == 0 ? -ENOENT : -EPROTO;
+			goto fail;
+		}
+		if ((r = ix_migrate(ix, &a)) < 0)
+			goto fail;
+	}
+	if ((r = ix_prepare_all(ix)) < 0)
+		goto fail;
+	*ret = ix;
+	return 0;
+fail:
+	idx_close(ix);
+	return r;
+}
+
+void idx_close(struct idx *ix)
+{
+	if (!ix)
+		return;
+	for (size_t i = 0; i < IX__COUNT; i++)
+		sqlite3_finalize(ix->st[i]);
+	sqlite3_close_v2(ix->db);
+	free(ix);
+}
+
+/* ---- transactions ---- */
+
+int idx_begin(struct idx *ix)
+{
+	if (ix->rdonly)
+		return -EROFS;
+	return ix_run(ix, ix_stmt(ix, IX_BEGIN));
+}
+
+int idx_commit(struct idx *ix)
+{
+	return ix_run(ix, ix_stmt(ix, IX_COMMIT));
+}
+
+void idx_rollback(struct idx *ix)
+{
+	if (!sqlite3_get_autocommit(ix->db))
+		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
+}

@@ -1,0 +1,157 @@
+/*
+ * index_int.h — private to index/: the connection handle, the table of prepared statements and
+ * the helpers every file of index/ uses to run them.
+ *
+ * Statement discipline: every statement in enum ix_stmt is prepared once in idx_open
+ * (SQLITE_PREPARE_PERSISTENT) and finalized in idx_close. A function takes one with ix_stmt(),
+ * binds, steps, and hands it back with ix_done() (reset + clear bindings) on every path, so a
+ * statement is never left mid-iteration between two API calls. A callback invoked while a
+ * statement is being walked (idx_dir_list, idx_chunk_foreach, idx_chunk_users) may call any other
+ * idx_* function on the same handle except the one walking, and must not modify the rows walked.
+ *
+ * Errors: SQLite result codes never leave this module; ix_err() converts them to -errno.
+ */
+#ifndef CKPTFS_INDEX_INT_H
+#define CKPTFS_INDEX_INT_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "index/index.h"
+
+#define IX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* S_IFMT and the type bits, as they appear as literals in the SQL of index.c (POSIX values). */
+#define IX_S_IFMT 61440 /* 0170000 */
+#define IX_S_IFREG 32768 /* 0100000 */
+#define IX_S_IFDIR 16384 /* 0040000 */
+#define IX_S_IFLNK 40960 /* 0120000 */
+
+/* idx_path: deepest chain of dentries followed before assuming a cycle. */
+#define IX_MAX_DEPTH 4096
+
+enum ix_stmt {
+	/* transactions */
+	IX_BEGIN,
+	IX_COMMIT,
+	IX_ROLLBACK,
+	IX_SP_BEGIN,
+	IX_SP_ROLLBACK,
+	IX_SP_RELEASE,
+	/* inodes */
+	IX_INODE_GET,
+	IX_INODE_CREATE,
+	IX_INODE_UPDATE,
+	IX_INODE_DELETE,
+	IX_INODE_SET_CONTENT,
+	IX_INODE_MODE,
+	IX_SYMLINK_SET,
+	IX_SYMLINK_GET,
+	/* dentries */
+	IX_DENTRY_LOOKUP,
+	IX_DENTRY_ADD,
+	IX_DENTRY_REMOVE,
+	IX_DENTRY_MOVE,
+	IX_DENTRY_PARENT,
+	IX_DIR_EMPTY,
+	IX_DIR_LIST,
+	/* extents and chunks */
+	IX_EXT_LIST,
+	IX_EXT_DECREF,
+	IX_EXT_ZEROS,
+	IX_EXT_DELETE,
+	IX_EXT_INSERT,
+	IX_CHUNK_UPSERT,
+	IX_CHUNK_DELETE_ZERO,
+	IX_CHUNK_EXISTS,
+	IX_CHUNK_SET_BAD,
+	IX_CHUNK_FOREACH,
+	IX_CHUNK_USERS,
+	IX_STORED_BYTES,
+	IX_STATS_INODES,
+	IX_STATS_CHUNKS,
+	IX_RECOVER_INODES,
+	IX_RECOVER_CHUNKS,
+	/* idx_check, one statement per kind of violation */
+	IX_CHECK_ROOT,
+	IX_CHECK_DENTRY_INO,
+	IX_CHECK_DENTRY_PARENT,
+	IX_CHECK_DIR_LINKS,
+	IX_CHECK_REFS,
+	IX_CHECK_EXT_CHUNK,
+	IX_CHECK_EXT_OWNER,
+	IX_CHECK_EXT_LENGTH,
+	IX_CHECK_TILE_GAP,
+	IX_CHECK_TILE_SIZE,
+	IX__COUNT
+};
+
+struct idx {
+	sqlite3 *db;
+	bool rdonly;
+	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
+};
+
+/* ix_err - convert the SQLite result code rc (primary or extended, != OK/ROW/DONE) to -errno. */
+int ix_err(struct idx *ix, int rc);
+
+/* ix_stmt - the prepared statement id, ready to bind (borrowed; hand back with ix_done). */
+static inline sqlite3_stmt *ix_stmt(struct idx *ix, enum ix_stmt id)
+{
+	return ix->st[id];
+}
+
+/* ix_done - reset st and clear its bindings; st may be mid-iteration. */
+void ix_done(sqlite3_stmt *st);
+
+/*
+ * ix_run - step st, which must not return rows, to completion and ix_done it.
+ * Returns 0 or -errno.
+ */
+int ix_run(struct idx *ix, sqlite3_stmt *st);
+
+/*
+ * ix_step - one step of st. Returns 1 (a row), 0 (done) or -errno. Does not reset st: the caller
+ * calls ix_done on every path.
+ */
+int ix_step(struct idx *ix, sqlite3_stmt *st);
+
+/* Binding helpers; bound pointers are SQLITE_STATIC: valid until ix_done. Return 0 or -errno. */
+int ix_bind_i64(struct idx *ix, sqlite3_stmt *st, int col, int64_t v);
+int ix_bind_hash(struct idx *ix, sqlite3_stmt *st, int col, const uint8_t hash[IDX_HASH_LEN]);
+int ix_bind_name(struct idx *ix, sqlite3_stmt *st, int col, const char *name);
+
+/* ix_column_hash - copy a 16-byte blob column into out. Returns 0 or -EIO (wrong size/NULL). */
+int ix_column_hash(sqlite3_stmt *st, int col, uint8_t out[IDX_HASH_LEN]);
+
+/*
+ * ix_sp_begin / ix_sp_end - bracket a multi-statement operation in SAVEPOINT ix_op, so it is
+ * atomic even inside the caller's larger transaction: ix_sp_end(ix, r) with r < 0 rolls the
+ * operation back and returns r; with r >= 0 it releases the savepoint and returns r, or -errno
+ * when the release fails (then it rolls back).
+ */
+int ix_sp_begin(struct idx *ix);
+int ix_sp_end(struct idx *ix, int r);
+
+/*
+ * ix_drop_extents - remove every extent of ino: refs of their chunks are decremented by the
+ * number of extents naming them; chunks reaching refs 0 are appended to *zeros (an owned array of
+ * *nzeros hashes, realloc()ed; the caller frees it) and not yet released.
+ * Returns 0 or -errno; on failure *zeros may have grown (still owned by the caller).
+ */
+int ix_drop_extents(struct idx *ix, uint64_t ino, uint8_t (**zeros)[IDX_HASH_LEN],
+		    size_t *nzeros);
+
+/*
+ * ix_release - for each hash in zeros[0..n): ask release(hash, arg); when it returns true,
+ * delete the chunk row (only if its refs is still 0). release NULL keeps every row.
+ * Returns 0 or -errno.
+ */
+int ix_release(struct idx *ix, uint8_t (*zeros)[IDX_HASH_LEN], size_t n, idx_release_fn release,
+	       void *arg);
+
+/* ix_inode_delete - idx_inode_delete without the savepoint (callers provide one). */
+int ix_inode_delete(struct idx *ix, uint64_t ino, idx_release_fn release, void *arg);
+
+#endif /* CKPTFS_INDEX_INT_H */

@@ -1,0 +1,1092 @@
+/*
+ * test_index.c — unit tests of index/ against real SQLite databases in a fresh temporary
+ * directory per test. Raw sqlite3 is used only to damage or inspect a database from outside.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "index/index.h"
+
+static char tdir[64];
+static char dbpath[128];
+static struct idx *ix;
+
+static int rm_one(const char *p, const struct stat *sb, int type, struct FTW *ftw)
+{
+	return remove(p);
+}
+
+static void setup(void)
+{
+	strcpy(tdir, "/tmp/ckidx-XXXXXX");
+	cr_assert_not_null(mkdtemp(tdir));
+	snprintf(dbpath, sizeof(dbpath), "%s/index.db", tdir);
+	ix = NULL;
+}
+
+static void setup_open(void)
+{
+	setup();
+	cr_assert_eq(idx_open(dbpath, 0, 1000, 1001, 123, &ix), 0);
+}
+
+static void teardown(void)
+{
+	idx_close(ix);
+	ix = NULL;
+	nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- helpers ---- */
+
+static void raw_exec(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	char *err = NULL;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &err), SQLITE_OK, "%s: %s", sql,
+		     err ? err : "?");
+	sqlite3_close(db);
+}
+
+static int64_t raw_i64(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	int64_t v;
+
+	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
+	cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+	v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	char buf[65536];
+	ssize_t n;
+	int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	cr_assert(in >= 0 && out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		cr_assert_eq(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+}
+
+static void mkhash(uint8_t h[IDX_HASH_LEN], uint32_t seed)
+{
+	for (int i = 0; i < IDX_HASH_LEN; i++)
+		h[i] = (uint8_t)((seed >> (8 * (i % 4))) + 31 * i + 7);
+	memcpy(h, &seed, sizeof(seed));
+}
+
+static struct idx_extent ext(uint64_t off, uint32_t len, uint32_t seed, uint32_t stored)
+{
+	struct idx_extent e = { .offset = off, .length = len, .stored_size = stored, .codec = 2 };
+
+	mkhash(e.hash, seed);
+	return e;
+}
+
+static uint64_t new_inode(uint64_t parent, const char *name, uint32_t mode)
+{
+	struct idx_inode a = {
+		.mode = mode,
+		.uid = 1000,
+		.gid = 1001,
+		.nlink = S_ISDIR(mode) ? 2 : 1,
+		.atime_ns = 5,
+		.mtime_ns = 6,
+		.ctime_ns = 7,
+	};
+	uint64_t ino = 0;
+
+	cr_assert_eq(idx_inode_create(ix, &a, &ino), 0);
+	cr_assert_gt(ino, IDX_ROOT_INO);
+	if (name)
+		cr_assert_eq(idx_dentry_add(ix, parent, name, ino), 0);
+	return ino;
+}
+
+static uint64_t new_file(uint64_t parent, const char *name)
+{
+	return new_inode(parent, name, S_IFREG | 0644);
+}
+
+struct refs_q {
+	uint8_t hash[IDX_HASH_LEN];
+	int64_t refs;
+	bool bad;
+};
+
+static int refs_cb(const uint8_t hash[IDX_HASH_LEN], uint32_t raw_size, uint32_t stored_size,
+		   uint8_t codec, int64_t refs, bool bad, void *arg)
+{
+	struct refs_q *q = arg;
+
+	if (memcmp(hash, q->hash, IDX_HASH_LEN) == 0) {
+		q->refs = refs;
+		q->bad = bad;
+		return 1;
+	}
+	return 0;
+}
+
+/* refs of chunk seed, -1 if it has no row */
+static int64_t refs(uint32_t seed)
+{
+	struct refs_q q = { .refs = -1 };
+
+	mkhash(q.hash, seed);
+	idx_chunk_foreach(ix, refs_cb, &q);
+	return q.refs;
+}
+
+struct rel_log {
+	bool answer;
+	int n;
+	uint8_t hashes[64][IDX_HASH_LEN];
+};
+
+static bool rel_cb(const uint8_t hash[IDX_HASH_LEN], void *arg)
+{
+	struct rel_log *l = arg;
+
+	cr_assert_lt(l->n, 64);
+	memcpy(l->hashes[l->n++], hash, IDX_HASH_LEN);
+	return l->answer;
+}
+
+static bool released(const struct rel_log *l, uint32_t seed)
+{
+	uint8_t h[IDX_HASH_LEN];
+	int k = 0;
+
+	mkhash(h, seed);
+	for (int i = 0; i < l->n; i++)
+		k += memcmp(l->hashes[i], h, IDX_HASH_LEN) == 0;
+	cr_assert_leq(k, 1, "chunk %u released %d times", seed, k);
+	return k == 1;
+}
+
+static void assert_check_ok(void)
+{
+	char msg[256];
+
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), 0, "%s", msg);
+}
+
+static void set_content(uint64_t ino, const struct idx_extent *e, size_t n, uint64_t size,
+			struct rel_log *log)
+{
+	uint8_t h[IDX_HASH_LEN];
+
+	mkhash(h, 0xabcdef);
+	cr_assert_eq(idx_file_set_content(ix, ino, e, n, size, h, 99, rel_cb, log), 0);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- open, schema ---- */
+
+Test(open, create_reopen_persists, .init = setup, .fini = teardown)
+{
+	struct idx_inode root, a;
+	uint64_t ino, got;
+
+	cr_assert_eq(idx_open(dbpath, 0, 1000, 1001, 123, &ix), 0);
+	cr_assert_eq(idx_inode_get(ix, IDX_ROOT_INO, &root), 0);
+	cr_assert_eq(root.ino, IDX_ROOT_INO);
+	cr_assert_eq(root.mode, S_IFDIR | 0755);
+	cr_assert_eq(root.nlink, 2);
+	cr_assert_eq(root.uid, 1000);
+	cr_assert_eq(root.gid, 1001);
+	cr_assert_eq(root.mtime_ns, 123);
+	cr_assert_eq(root.ctime_ns, 123);
+	cr_assert_eq(root.atime_ns, 123);
+	cr_assert_not(root.has_hash);
+
+	cr_assert_eq(idx_begin(ix), 0);
+	ino = new_file(IDX_ROOT_INO, "model.pt");
+	cr_assert_eq(idx_commit(ix), 0);
+	idx_close(ix);
+	ix = NULL;
+
+	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), IDX_SCHEMA_VERSION);
+
+	/* reopening does not recreate: other uid/gid/time are ignored */
+	cr_assert_eq(idx_open(dbpath, 0, 1, 2, 456, &ix), 0);
+	cr_assert_eq(idx_inode_get(ix, IDX_ROOT_INO, &root), 0);
+	cr_assert_eq(root.uid, 1000);
+	cr_assert_eq(root.mtime_ns, 123);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "model.pt", &got), 0);
+	cr_assert_eq(got, ino);
+	cr_assert_eq(idx_inode_get(ix, ino, &a), 0);
+	cr_assert_eq(a.mode, S_IFREG | 0644);
+	cr_assert_eq(a.nlink, 1);
+	cr_assert_eq(a.mtime_ns, 6);
+	assert_check_ok();
+	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM pragma_journal_mode WHERE "
+				     "journal_mode = 'wal'"),
+		     1);
+}
+
+Test(open, refuses_newer_schema, .init = setup, .fini = teardown)
+{
+	char copy[160];
+
+	snprintf(copy, sizeof(copy), "%s/copy.db", tdir);
+	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 1, &ix), 0);
+	idx_close(ix);
+	ix = NULL;
+	copy_file(dbpath, copy);
+	raw_exec(copy, "PRAGMA user_version = 99");
+
+	cr_assert_eq(idx_open(copy, 0, 0, 0, 1, &ix), -EPROTO);
+	cr_assert_null(ix);
+	cr_assert_eq(idx_open(copy, IDX_RDONLY, 0, 0, 1, &ix), -EPROTO);
+	/* untouched by the refusal */
+	cr_assert_eq(raw_i64(copy, "PRAGMA user_version"), 99);
+	/* the original is fine */
+	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 1, &ix), 0);
+}
+
+Test(open, refuses_foreign_databases, .init = setup, .fini = teardown)
+{
+	char other[160], meta[160], junk[160], empty[160], nodir[160], text[4096];
+	int fd;
+
+	snprintf(other, sizeof(other), "%s/other.db", tdir);
+	raw_exec(other, "CREATE TABLE photos(id INTEGER PRIMARY KEY, jpeg BLOB)");
+	cr_assert_eq(idx_open(other, 0, 0, 0, 1, &ix), -EPROTO);
+	cr_assert_eq(idx_open(other, IDX_RDONLY, 0, 0, 1, &ix), -EPROTO);
+	cr_assert_eq(raw_i64(other, "SELECT count(*) FROM sqlite_master"), 1, "left as found");
+
+	/* right version, wrong format tag */
+	snprintf(meta, sizeof(meta), "%s/meta.db", tdir);
+	raw_exec(meta, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+		       "INSERT INTO meta VALUES('format', 'something-else');"
+		       "PRAGMA user_version = 1;");
+	cr_assert_eq(idx_open(meta, 0, 0, 0, 1, &ix), -EPROTO);
+
+	/* not SQLite at all */
+	snprintf(junk, sizeof(junk), "%s/junk.db", tdir);
+	fd = open(junk, O_WRONLY | O_CREAT, 0600);
+	memset(text, 'x', sizeof(text));
+	cr_assert_eq(write(fd, text, sizeof(text)), (ssize_t)sizeof(text));
+	close(fd);
+	cr_assert_eq(idx_open(junk, 0, 0, 0, 1, &ix), -EIO);
+
+	/* missing: read-only does not create */
+	snprintf(nodir, sizeof(nodir), "%s/none/index.db", tdir);
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 1, &ix), -ENOENT);
+	cr_assert_eq(access(dbpath, F_OK), -1);
+	cr_assert_eq(idx_open(nodir, 0, 0, 0, 1, &ix), -ENOENT);
+
+	/* an empty file: not an index yet for a reader, created by a writer */
+	snprintf(empty, sizeof(empty), "%s/empty.db", tdir);
+	fd = open(empty, O_WRONLY | O_CREAT, 0600);
+	close(fd);
+	cr_assert_eq(idx_open(empty, IDX_RDONLY, 0, 0, 1, &ix), -ENOENT);
+	cr_assert_eq(idx_open(empty, 0, 0, 0, 1, &ix), 0);
+	assert_check_ok();
+	cr_assert_null(NULL);
+}
+
+Test(open, unreadable_is_eacces, .init = setup, .fini = teardown)
+{
+	if (geteuid() == 0)
+		cr_skip_test("root reads files whatever their mode");
+	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 1, &ix), 0);
+	idx_close(ix);
+	ix = NULL;
+	cr_assert_eq(chmod(dbpath, 0), 0);
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 1, &ix), -EACCES);
+	chmod(dbpath, 0600);
+}
+
+/* ---- namespace ---- */
+
+struct list_log {
+	int n, stop_at;
+	char names[16][32];
+	uint64_t inos[16];
+	uint32_t modes[16];
+	int64_t cookies[16];
+};
+
+static int list_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct list_log *l = arg;
+
+	cr_assert_lt(l->n, 16);
+	cr_assert_gt(cookie, 0);
+	snprintf(l->names[l->n], sizeof(l->names[0]), "%s", name);
+	l->inos[l->n] = ino;
+	l->modes[l->n] = mode;
+	l->cookies[l->n] = cookie;
+	l->n++;
+	return l->n == l->stop_at ? 7 : 0;
+}
+
+Test(ns, dentries_lookup_move_remove_list, .init = setup_open, .fini = teardown)
+{
+	struct list_log l = { 0 }, l2 = { 0 };
+	uint64_t d, fa, fb, fc, fx, got;
+	int64_t ca, cb;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	d = new_inode(IDX_ROOT_INO, "d", S_IFDIR | 0750);
+	fb = new_file(d, "b");
+	fa = new_file(d, "a");
+	fc = new_file(d, "c");
+	fx = new_file(d, "\xff\xfe-raw");
+
+	cr_assert_eq(idx_dentry_lookup(ix, d, "a", &got), 0);
+	cr_assert_eq(got, fa);
+	cr_assert_eq(idx_dentry_lookup(ix, d, "\xff\xfe-raw", &got), 0);
+	cr_assert_eq(got, fx);
+	got = 4242;
+	cr_assert_eq(idx_dentry_lookup(ix, d, "\xff\xfe-RAW", &got), -ENOENT);
+	cr_assert_eq(idx_dentry_lookup(ix, d, "A", &got), -ENOENT, "case matters");
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "a", &got), -ENOENT);
+	cr_assert_eq(got, 4242, "ret untouched on failure");
+	cr_assert_eq(idx_dentry_add(ix, d, "a", fb), -EEXIST);
+	cr_assert_eq(idx_dentry_lookup(ix, d, "a", &got), 0);
+	cr_assert_eq(got, fa, "a failed add changes nothing");
+
+	/* listing: cookie (creation) order, not name order */
+	cr_assert_eq(idx_dir_list(ix, d, 0, list_cb, &l), 0);
+	cr_assert_eq(l.n, 4);
+	cr_assert_str_eq(l.names[0], "b");
+	cr_assert_str_eq(l.names[1], "a");
+	cr_assert_str_eq(l.names[2], "c");
+	cr_assert_str_eq(l.names[3], "\xff\xfe-raw");
+	cr_assert_eq(l.inos[1], fa);
+	cr_assert_eq(l.modes[1], S_IFREG | 0644);
+	cr_assert(l.cookies[0] < l.cookies[1] && l.cookies[1] < l.cookies[2]);
+	cb = l.cookies[0];
+	ca = l.cookies[1];
+
+	/* rename keeps the cookie, in the same directory and across directories */
+	cr_assert_eq(idx_dentry_move(ix, d, "a", d, "zz"), 0);
+	cr_assert_eq(idx_dentry_lookup(ix, d, "a", &got), -ENOENT);
+	cr_assert_eq(idx_dentry_lookup(ix, d, "zz", &got), 0);
+	cr_assert_eq(got, fa);
+	cr_assert_eq(idx_dentry_move(ix, d, "b", IDX_ROOT_INO, "b2"), 0);
+	cr_assert_eq(idx_dentry_move(ix, d, "c", d, "zz"), -EEXIST);
+	cr_assert_eq(idx_dentry_move(ix, d, "nope", d, "x"), -ENOENT);
+	cr_assert_eq(idx_dentry_lookup(ix, d, "c", &got), 0, "failed move changes nothing");
+
+	memset(&l, 0, sizeof(l));
+	cr_assert_eq(idx_dir_list(ix, d, 0, list_cb, &l), 0);
+	cr_assert_eq(l.n, 3);
+	cr_assert_str_eq(l.names[0], "zz");
+	cr_assert_eq(l.cookies[0], ca);
+	memset(&l, 0, sizeof(l));
+	cr_assert_eq(idx_dir_list(ix, IDX_ROOT_INO, 0, list_cb, &l), 0);
+	cr_assert_eq(l.n, 2);
+	cr_assert_str_eq(l.names[0], "d");
+	cr_assert_str_eq(l.names[1], "b2");
+	cr_assert_eq(l.cookies[1], cb);
+
+	/* resume after a cookie; stop early with the callback's value */
+	cr_assert_eq(idx_dir_list(ix, d, ca, list_cb, &l2), 0);
+	cr_assert_eq(l2.n, 2);
+	cr_assert_str_eq(l2.names[0], "c");
+	cr_assert_str_eq(l2.names[1], "\xff\xfe-raw");
+	memset(&l2, 0, sizeof(l2));
+	l2.stop_at = 1;
+	cr_assert_eq(idx_dir_list(ix, d, 0, list_cb, &l2), 7);
+	cr_assert_eq(l2.n, 1);
+
+	/* remove */
+	cr_assert_eq(idx_dir_is_empty(ix, d), 0);
+	cr_assert_eq(idx_dentry_remove(ix, d, "c"), 0);
+	cr_assert_eq(idx_dentry_remove(ix, d, "c"), -ENOENT);
+	cr_assert_eq(idx_dentry_remove(ix, d, "zz"), 0);
+	cr_assert_eq(idx_dentry_remove(ix, d, "\xff\xfe-raw"), 0);
+	cr_assert_eq(idx_dir_is_empty(ix, d), 1);
+	cr_assert_eq(idx_dir_is_empty(ix, fc), 1);
+	/* a new entry never reuses a cookie */
+	cr_assert_eq(idx_dentry_add(ix, d, "a", fa), 0);
+	memset(&l, 0, sizeof(l));
+	cr_assert_eq(idx_dir_list(ix, d, 0, list_cb, &l), 0);
+	cr_assert_eq(l.n, 1);
+	cr_assert_gt(l.cookies[0], ca);
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+Test(ns, parent_and_path, .init = setup_open, .fini = teardown)
+{
+	uint64_t d, e, f, orphan, x, y, p = 0;
+	char buf[64];
+
+	cr_assert_eq(idx_begin(ix), 0);
+	d = new_inode(IDX_ROOT_INO, "iter_0000100", S_IFDIR | 0755);
+	e = new_inode(d, "mp_rank_00", S_IFDIR | 0755);
+	f = new_file(e, "model_optim_rng.pt");
+	orphan = new_file(0, NULL);
+	cr_assert_eq(idx_dentry_parent(ix, e, &p, buf, sizeof(buf)), 0);
+	cr_assert_eq(p, d);
+	cr_assert_str_eq(buf, "mp_rank_00");
+	cr_assert_eq(idx_dentry_parent(ix, d, &p, NULL, 0), 0);
+	cr_assert_eq(p, IDX_ROOT_INO);
+	cr_assert_eq(idx_dentry_parent(ix, IDX_ROOT_INO, &p, buf, sizeof(buf)), 0);
+	cr_assert_eq(p, IDX_ROOT_INO);
+	cr_assert_eq(idx_dentry_parent(ix, e, &p, buf, 4), 0);
+	cr_assert_str_eq(buf, "mp_");
+	p = 77;
+	cr_assert_eq(idx_dentry_parent(ix, orphan, &p, buf, sizeof(buf)), -ENOENT);
+	cr_assert_eq(p, 77);
+
+	cr_assert_eq(idx_path(ix, IDX_ROOT_INO, buf, sizeof(buf)), 1);
+	cr_assert_str_eq(buf, "/");
+	cr_assert_eq(idx_path(ix, f, buf, sizeof(buf)), 43);
+	cr_assert_str_eq(buf, "/iter_0000100/mp_rank_00/model_optim_rng.pt");
+	cr_assert_eq(idx_path(ix, f, buf, 6), 43, "full length even when truncated");
+	cr_assert_str_eq(buf, "/iter");
+	cr_assert_eq(idx_path(ix, orphan, buf, sizeof(buf)), -ENOENT);
+
+	/* a cycle that never reaches the root */
+	x = new_inode(0, NULL, S_IFDIR | 0755);
+	y = new_inode(x, "y", S_IFDIR | 0755);
+	cr_assert_eq(idx_dentry_add(ix, y, "x", x), 0);
+	cr_assert_eq(idx_path(ix, x, buf, sizeof(buf)), -ELOOP);
+	idx_rollback(ix);
+	cr_assert_eq(idx_path(ix, f, buf, sizeof(buf)), -ENOENT, "rolled back");
+}
+
+Test(ns, inode_update_delete_symlink, .init = setup_open, .fini = teardown)
+{
+	struct idx_inode a, b;
+	uint64_t f, s;
+	char buf[8];
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "f");
+	s = new_inode(IDX_ROOT_INO, "latest", S_IFLNK | 0777);
+	cr_assert_eq(idx_inode_get(ix, f, &a), 0);
+	a.mode = S_IFREG | 0600;
+	a.uid = 7;
+	a.gid = 8;
+	a.nlink = 3;
+	a.size = 1ull << 40;
+	a.atime_ns = -5;
+	a.mtime_ns = INT64_MAX;
+	a.ctime_ns = 1;
+	a.rdev = 0xdeadbeefcafeull;
+	a.has_hash = true;
+	mkhash(a.hash, 17);
+	cr_assert_eq(idx_inode_update(ix, &a), 0);
+	cr_assert_eq(idx_inode_get(ix, f, &b), 0);
+	cr_assert_eq(memcmp(&a, &b, sizeof(a)), 0);
+	a.has_hash = false;
+	a.size = 0; /* invariant 4: no extents, so size 0 */
+	cr_assert_eq(idx_inode_update(ix, &a), 0);
+	cr_assert_eq(idx_inode_get(ix, f, &b), 0);
+	cr_assert_not(b.has_hash);
+	a.ino = 9999;
+	cr_assert_eq(idx_inode_update(ix, &a), -ENOENT);
+	cr_assert_eq(idx_inode_get(ix, 9999, &b), -ENOENT);
+
+	cr_assert_eq(idx_symlink_get(ix, s, buf, sizeof(buf)), -ENOENT);
+	cr_assert_eq(idx_symlink_set(ix, s, "global_step100/\xfe"), 0);
+	cr_assert_eq(idx_symlink_get(ix, s, buf, sizeof(buf)), 16);
+	cr_assert_str_eq(buf, "global_");
+	cr_assert_eq(idx_symlink_set(ix, 9999, "x"), -ENOENT);
+
+	cr_assert_eq(idx_inode_delete(ix, 9999, NULL, NULL), -ENOENT);
+	cr_assert_eq(idx_inode_delete(ix, f, NULL, NULL), -EEXIST, "still has a dentry");
+	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "latest"), 0);
+	cr_assert_eq(idx_inode_delete(ix, s, NULL, NULL), 0);
+	cr_assert_eq(idx_inode_get(ix, s, &b), -ENOENT);
+	cr_assert_eq(idx_symlink_get(ix, s, buf, sizeof(buf)), -ENOENT);
+	cr_assert_eq(idx_inode_delete(ix, IDX_ROOT_INO, NULL, NULL), -EBUSY);
+	cr_assert_eq(idx_commit(ix), 0);
+	/* inode numbers are not reused */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_gt(new_file(IDX_ROOT_INO, "g"), s);
+	cr_assert_eq(idx_commit(ix), 0);
+	assert_check_ok();
+}
+
+/* ---- content and chunks ---- */
+
+Test(data, refcounts_exact, .init = setup_open, .fini = teardown)
+{
+	struct rel_log del = { .answer = true }, keep = { .answer = false };
+	struct idx_extent e1[] = { ext(0, 100, 'A', 50), ext(100, 10, 'B', 9),
+				   ext(110, 100, 'A', 50) };
+	struct idx_extent e2[] = { ext(0, 10, 'B', 9), ext(10, 30, 'C', 20) };
+	struct idx_extent e1b[] = { ext(0, 30, 'C', 20), ext(30, 40, 'D', 5) };
+	struct idx_extent e2b[] = { ext(0, 40, 'D', 5) };
+	struct idx_extent e2c[] = { ext(0, 10, 'B', 777), ext(10, 10, 'B', 777) };
+	struct idx_extent *got;
+	struct idx_inode a;
+	size_t n;
+	uint64_t f1, f2;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f1 = new_file(IDX_ROOT_INO, "f1");
+	f2 = new_file(IDX_ROOT_INO, "f2");
+	set_content(f1, e1, 3, 210, &del);
+	set_content(f2, e2, 2, 40, &del);
+	cr_assert_eq(refs('A'), 2, "one chunk twice in a file");
+	cr_assert_eq(refs('B'), 2, "shared by two files");
+	cr_assert_eq(refs('C'), 1);
+	cr_assert_eq(del.n, 0);
+	cr_assert_eq(idx_inode_get(ix, f1, &a), 0);
+	cr_assert_eq(a.size, 210);
+	cr_assert_eq(a.mtime_ns, 99);
+	cr_assert_eq(a.ctime_ns, 99);
+	cr_assert_eq(a.atime_ns, 5);
+	cr_assert(a.has_hash);
+	cr_assert_eq(idx_file_extents(ix, f1, &got, &n), 0);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(got[2].offset, 110);
+	cr_assert_eq(got[2].length, 100);
+	cr_assert_eq(got[2].stored_size, 50);
+	cr_assert_eq(got[2].codec, 2);
+	cr_assert_eq(memcmp(got[2].hash, e1[2].hash, IDX_HASH_LEN), 0);
+	free(got);
+	assert_check_ok();
+
+	/* replace: A leaves (twice), C and D arrive */
+	set_content(f1, e1b, 2, 70, &del);
+	cr_assert_eq(del.n, 1);
+	cr_assert(released(&del, 'A'));
+	cr_assert_eq(refs('A'), -1, "deleted: release returned true");
+	cr_assert_eq(idx_chunk_exists(ix, e1[0].hash), 0);
+	cr_assert_eq(refs('B'), 1);
+	cr_assert_eq(refs('C'), 2);
+	cr_assert_eq(refs('D'), 1);
+	assert_check_ok();
+
+	/* release says keep: B stays at refs 0 */
+	set_content(f2, e2b, 1, 40, &keep);
+	cr_assert_eq(keep.n, 1);
+	cr_assert(released(&keep, 'B'));
+	cr_assert_eq(refs('B'), 0);
+	cr_assert_eq(idx_chunk_exists(ix, e2[0].hash), 1);
+	cr_assert_eq(refs('C'), 1);
+	cr_assert_eq(refs('D'), 2);
+	assert_check_ok();
+
+	/* a kept chunk comes back; its stored size is the recorded one */
+	set_content(f2, e2c, 2, 20, &del);
+	cr_assert_eq(refs('B'), 2);
+	cr_assert_eq(refs('D'), 1);
+	cr_assert_eq(del.n, 1, "D is still used by f1");
+	cr_assert_eq(idx_file_extents(ix, f2, &got, &n), 0);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(got[0].stored_size, 9);
+	free(got);
+
+	/* empty the file */
+	set_content(f2, NULL, 0, 0, &del);
+	cr_assert(released(&del, 'B'));
+	cr_assert_eq(idx_file_extents(ix, f2, &got, &n), 0);
+	cr_assert_eq(n, 0);
+	cr_assert_null(got);
+
+	/* delete an inode: its chunks are released */
+	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "f1"), 0);
+	cr_assert_eq(idx_inode_delete(ix, f1, rel_cb, &del), 0);
+	cr_assert(released(&del, 'C'));
+	cr_assert(released(&del, 'D'));
+	cr_assert_eq(del.n, 4);
+	cr_assert_eq(refs('C'), -1);
+	cr_assert_eq(refs('D'), -1);
+	assert_check_ok();
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+struct users_log {
+	int n;
+	uint64_t ino[8], off[8];
+};
+
+static int users_cb(uint64_t ino, uint64_t offset, void *arg)
+{
+	struct users_log *u = arg;
+
+	u->ino[u->n] = ino;
+	u->off[u->n] = offset;
+	return ++u->n == 8;
+}
+
+Test(data, chunk_bad_users_stats, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e1[] = { ext(0, 10, 'B', 4), ext(10, 20, 'C', 15), ext(30, 10, 'B', 4) };
+	struct idx_extent e2[] = { ext(0, 10, 'B', 4) };
+	struct users_log u = { 0 };
+	struct idx_stats s;
+	uint8_t h[IDX_HASH_LEN];
+	uint64_t f1, f2;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f1 = new_file(IDX_ROOT_INO, "f1");
+	f2 = new_file(IDX_ROOT_INO, "f2");
+	new_inode(IDX_ROOT_INO, "dir", S_IFDIR | 0755);
+	new_inode(IDX_ROOT_INO, "link", S_IFLNK | 0777);
+	set_content(f1, e1, 3, 40, NULL);
+	set_content(f2, e2, 1, 10, NULL);
+
+	mkhash(h, 'B');
+	cr_assert_eq(idx_chunk_users(ix, h, users_cb, &u), 0);
+	cr_assert_eq(u.n, 3);
+	cr_assert(u.ino[0] == f1 && u.off[0] == 0);
+	cr_assert(u.ino[1] == f1 && u.off[1] == 30);
+	cr_assert(u.ino[2] == f2 && u.off[2] == 0);
+
+	cr_assert_eq(idx_stats_get(ix, &s), 0);
+	cr_assert_eq(s.files, 2);
+	cr_assert_eq(s.dirs, 2);
+	cr_assert_eq(s.symlinks, 1);
+	cr_assert_eq(s.logical_bytes, 50);
+	cr_assert_eq(s.chunks, 2);
+	cr_assert_eq(s.chunk_raw_bytes, 30);
+	cr_assert_eq(s.stored_bytes, 19);
+	cr_assert_eq(s.bad_chunks, 0);
+
+	cr_assert_eq(idx_chunk_mark_bad(ix, h), 0);
+	cr_assert_eq(idx_stats_get(ix, &s), 0);
+	cr_assert_eq(s.bad_chunks, 1);
+	{
+		struct refs_q q = { .refs = -1 };
+
+		memcpy(q.hash, h, IDX_HASH_LEN);
+		cr_assert_eq(idx_chunk_foreach(ix, refs_cb, &q), 1, "stops with fn's value");
+		cr_assert(q.bad);
+		cr_assert_eq(q.refs, 3);
+	}
+	cr_assert_eq(idx_chunk_clear_bad(ix, h), 0);
+	cr_assert_eq(idx_stats_get(ix, &s), 0);
+	cr_assert_eq(s.bad_chunks, 0);
+	mkhash(h, 'Z');
+	cr_assert_eq(idx_chunk_mark_bad(ix, h), -ENOENT);
+	cr_assert_eq(idx_chunk_clear_bad(ix, h), -ENOENT);
+	cr_assert_eq(idx_chunk_exists(ix, h), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+Test(data, stored_bytes_sharing, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e1[] = { ext(0, 100, 'A', 100), ext(100, 10, 'B', 10),
+				   ext(110, 10, 'B', 10) };
+	struct idx_extent e2[] = { ext(0, 100, 'A', 100), ext(100, 10, 'B', 10) };
+	struct idx_extent e3[] = { ext(0, 9, 'C', 7) };
+	struct idx_extent ex[] = { ext(0, 1000, 'X', 300) };
+	uint64_t f1, f2, f3, f4, x[3], b = 12345;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f1 = new_file(IDX_ROOT_INO, "f1");
+	f2 = new_file(IDX_ROOT_INO, "f2");
+	f3 = new_file(IDX_ROOT_INO, "f3");
+	f4 = new_file(IDX_ROOT_INO, "f4");
+	set_content(f1, e1, 3, 120, NULL);
+	set_content(f2, e2, 2, 110, NULL);
+	set_content(f3, e3, 1, 9, NULL);
+	/* A: 100 bytes, 2 refs; B: 10 bytes, 3 refs */
+	cr_assert_eq(idx_file_stored_bytes(ix, f1, &b), 0);
+	cr_assert_eq(b, 57, "50 + 2 * 10 / 3 = 56.67 -> 57, got %lu", (unsigned long)b);
+	cr_assert_eq(idx_file_stored_bytes(ix, f2, &b), 0);
+	cr_assert_eq(b, 54, "50 + 10 / 3 = 53.33 -> 54, got %lu", (unsigned long)b);
+	cr_assert_eq(idx_file_stored_bytes(ix, f3, &b), 0);
+	cr_assert_eq(b, 7);
+	cr_assert_eq(idx_file_stored_bytes(ix, f4, &b), 0);
+	cr_assert_eq(b, 0, "no extents");
+	/* thirds that add up exactly do not round up */
+	for (int i = 0; i < 3; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "x%d", i);
+		x[i] = new_file(IDX_ROOT_INO, name);
+		set_content(x[i], ex, 1, 1000, NULL);
+	}
+	cr_assert_eq(idx_file_stored_bytes(ix, x[0], &b), 0);
+	cr_assert_eq(b, 100);
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+struct snapshot {
+	int64_t ra, rb;
+	struct idx_inode a;
+	size_t n;
+};
+
+static void snap(uint64_t f, struct snapshot *s)
+{
+	struct idx_extent *e;
+
+	s->ra = refs('A');
+	s->rb = refs('B');
+	cr_assert_eq(idx_inode_get(ix, f, &s->a), 0);
+	cr_assert_eq(idx_file_extents(ix, f, &e, &s->n), 0);
+	free(e);
+}
+
+Test(data, invalid_tiling_changes_nothing, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent good[] = { ext(0, 100, 'A', 60), ext(100, 50, 'B', 30) };
+	struct idx_extent gap[] = { ext(0, 100, 'A', 60), ext(150, 50, 'B', 30) };
+	struct idx_extent overlap[] = { ext(0, 100, 'A', 60), ext(90, 50, 'B', 30) };
+	struct idx_extent late[] = { ext(10, 100, 'A', 60) };
+	struct idx_extent zero[] = { ext(0, 100, 'A', 60), ext(100, 0, 'B', 30),
+				     ext(100, 50, 'B', 30) };
+	struct idx_extent unordered[] = { ext(100, 50, 'B', 30), ext(0, 100, 'A', 60) };
+	/* a known chunk with another raw size: caught after the first rows are written */
+	struct idx_extent clash[] = { ext(0, 50, 'B', 30), ext(50, 99, 'A', 60) };
+	struct {
+		const struct idx_extent *e;
+		size_t n;
+		uint64_t size;
+	} bad[] = {
+		{ gap, 2, 200 },     { overlap, 2, 140 }, { late, 1, 110 },	  { zero, 3, 150 },
+		{ unordered, 2, 150 }, { good, 2, 149 },    { good, 2, 151 },	  { NULL, 0, 1 },
+		{ good, 1, 150 },    { clash, 2, 149 },
+	};
+	struct snapshot before, after;
+	struct rel_log log = { .answer = true };
+	uint8_t h[IDX_HASH_LEN] = { 0 };
+	uint64_t f, d;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "f");
+	d = new_inode(IDX_ROOT_INO, "d", S_IFDIR | 0755);
+	set_content(f, good, 2, 150, &log);
+	snap(f, &before);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_assert_eq(idx_file_set_content(ix, f, bad[i].e, bad[i].n, bad[i].size, h, 1000,
+						  rel_cb, &log),
+			     -EINVAL, "case %zu", i);
+		snap(f, &after);
+		cr_assert_eq(memcmp(&before, &after, sizeof(before)), 0, "case %zu changed", i);
+	}
+	cr_assert_eq(log.n, 0);
+	cr_assert_eq(idx_file_set_content(ix, d, good, 2, 150, h, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(idx_file_set_content(ix, 9999, good, 2, 150, h, 1, NULL, NULL), -ENOENT);
+	cr_assert_eq(refs('A'), 1);
+	assert_check_ok();
+	/* the transaction is still usable after the failures */
+	cr_assert_eq(idx_commit(ix), 0);
+	snap(f, &after);
+	cr_assert_eq(memcmp(&before, &after, sizeof(before)), 0);
+}
+
+Test(data, rollback_undoes, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e[] = { ext(0, 100, 'A', 60) };
+	struct idx_extent e2[] = { ext(0, 10, 'B', 6) };
+	struct idx_stats s0, s1;
+	uint64_t f, g, got;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	g = new_file(IDX_ROOT_INO, "kept");
+	set_content(g, e, 1, 100, NULL);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_stats_get(ix, &s0), 0);
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "gone");
+	set_content(f, e, 1, 100, NULL);
+	set_content(g, e2, 1, 10, NULL);
+	cr_assert_eq(idx_dentry_move(ix, IDX_ROOT_INO, "kept", IDX_ROOT_INO, "moved"), 0);
+	cr_assert_eq(refs('A'), 1);
+	idx_rollback(ix);
+	idx_rollback(ix); /* harmless without a transaction */
+
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "gone", &got), -ENOENT);
+	cr_assert_eq(idx_inode_get(ix, f, &(struct idx_inode){ 0 }), -ENOENT);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "kept", &got), 0);
+	cr_assert_eq(refs('A'), 1);
+	cr_assert_eq(refs('B'), -1);
+	cr_assert_eq(idx_stats_get(ix, &s1), 0);
+	cr_assert_eq(memcmp(&s0, &s1, sizeof(s0)), 0);
+	assert_check_ok();
+	/* and the handle still works */
+	cr_assert_eq(idx_begin(ix), 0);
+	new_file(IDX_ROOT_INO, "after");
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+Test(data, readonly_sees_commits_refuses_writes, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e[] = { ext(0, 100, 'A', 60) };
+	struct idx *ro = NULL;
+	struct idx_inode a = { .mode = S_IFREG | 0644, .nlink = 1 };
+	uint8_t h[IDX_HASH_LEN] = { 0 };
+	uint64_t f, got;
+	char msg[128];
+
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ro), 0);
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "f", &got), -ENOENT);
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "f");
+	set_content(f, e, 1, 100, NULL);
+	/* uncommitted: invisible to the reader, and the reader is not blocked */
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "f", &got), -ENOENT);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "f", &got), 0);
+	cr_assert_eq(got, f);
+	cr_assert_eq(idx_chunk_exists(ro, e[0].hash), 1);
+
+	cr_assert_eq(idx_begin(ro), -EROFS);
+	cr_assert_eq(idx_dentry_add(ro, IDX_ROOT_INO, "g", f), -EROFS);
+	cr_assert_eq(idx_inode_create(ro, &a, &got), -EROFS);
+	cr_assert_eq(idx_file_set_content(ro, f, NULL, 0, 0, h, 0, NULL, NULL), -EROFS);
+	cr_assert_eq(idx_recover(ro, NULL, NULL), -EROFS);
+	cr_assert_eq(idx_check(ro, msg, sizeof(msg)), 0, "%s", msg);
+	idx_rollback(ro);
+
+	/* a second commit is seen too */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_move(ix, IDX_ROOT_INO, "f", IDX_ROOT_INO, "f2"), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "f2", &got), 0);
+	idx_close(ro);
+
+	/* a reader alone, after the writer closed (no -wal/-shm left) */
+	idx_close(ix);
+	ix = NULL;
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ix), 0);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "f2", &got), 0);
+	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "f2"), -EROFS);
+}
+
+/* the reader in its own process (ckptctl next to the daemon): POSIX locks are per process */
+static int child_reader(uint64_t want)
+{
+	struct idx *ro = NULL;
+	uint64_t got = 0;
+
+	if (idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ro) != 0)
+		return 1;
+	if (idx_dentry_lookup(ro, IDX_ROOT_INO, "committed", &got) != 0 || got != want)
+		return 2;
+	if (idx_dentry_lookup(ro, IDX_ROOT_INO, "pending", &got) != -ENOENT)
+		return 3;
+	if (idx_begin(ro) != -EROFS || idx_dentry_remove(ro, IDX_ROOT_INO, "committed") != -EROFS)
+		return 4;
+	idx_close(ro);
+	return 0;
+}
+
+Test(data, readonly_other_process, .init = setup_open, .fini = teardown)
+{
+	uint64_t f;
+	pid_t pid;
+	int status;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "committed");
+	cr_assert_eq(idx_commit(ix), 0);
+	/* the writer holds a write transaction while the reader opens and reads */
+	cr_assert_eq(idx_begin(ix), 0);
+	new_file(IDX_ROOT_INO, "pending");
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(child_reader(f));
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status));
+	cr_assert_eq(WEXITSTATUS(status), 0, "reader step %d failed", WEXITSTATUS(status));
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+Test(data, recover_deletes_orphans, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e1[] = { ext(0, 10, 'A', 6), ext(10, 10, 'B', 6) };
+	struct idx_extent e2[] = { ext(0, 10, 'B', 6) };
+	struct idx_extent ez[] = { ext(0, 10, 'Z', 6) };
+	struct rel_log keep = { .answer = false }, del = { .answer = true };
+	struct idx_inode a;
+	uint64_t orphan, live, named;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	orphan = new_file(IDX_ROOT_INO, "orphan");
+	live = new_file(IDX_ROOT_INO, "live");
+	named = new_file(IDX_ROOT_INO, "named");
+	set_content(orphan, e1, 2, 20, NULL);
+	set_content(live, ez, 1, 10, NULL);
+	set_content(live, e2, 1, 10, &keep); /* Z kept at refs 0 */
+	cr_assert_eq(refs('Z'), 0);
+	/* unlinked while open, then the daemon crashed */
+	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "orphan"), 0);
+	cr_assert_eq(idx_inode_get(ix, orphan, &a), 0);
+	a.nlink = 0;
+	cr_assert_eq(idx_inode_update(ix, &a), 0);
+	/* nlink 0 but still named: inconsistent, left alone for idx_check */
+	cr_assert_eq(idx_inode_get(ix, named, &a), 0);
+	a.nlink = 0;
+	cr_assert_eq(idx_inode_update(ix, &a), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_recover(ix, rel_cb, &del), 1);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_inode_get(ix, orphan, &a), -ENOENT);
+	cr_assert_eq(idx_inode_get(ix, live, &a), 0);
+	cr_assert_eq(idx_inode_get(ix, named, &a), 0);
+	cr_assert_eq(del.n, 2);
+	cr_assert(released(&del, 'A'));
+	cr_assert(released(&del, 'Z'));
+	cr_assert_eq(refs('A'), -1);
+	cr_assert_eq(refs('Z'), -1);
+	cr_assert_eq(refs('B'), 1);
+	assert_check_ok();
+
+	/* nothing left to do */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_recover(ix, rel_cb, &del), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(del.n, 2);
+}
+
+Test(check, detects_corruption, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e[] = { ext(0, 10, 'A', 6), ext(10, 10, 'A', 6) };
+	char msg[256];
+	uint64_t f, d;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "f");
+	cr_assert_gt(f, IDX_ROOT_INO);
+	d = new_inode(IDX_ROOT_INO, "d", S_IFDIR | 0755);
+	set_content(f, e, 2, 20, NULL);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), 0, "%s", msg);
+
+	/* 3: a refcount off by one, written behind the index's back */
+	raw_exec(dbpath, "UPDATE chunks SET refs = refs + 1");
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
+	cr_assert(strstr(msg, "invariant 3") && strstr(msg, "refs 3 but 2"), "%s", msg);
+	raw_exec(dbpath, "UPDATE chunks SET refs = refs - 1");
+	assert_check_ok();
+
+	/* 4: size does not match the extents; then a hole */
+	raw_exec(dbpath, "UPDATE inodes SET size = size + 1 WHERE (mode & 61440) = 32768");
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
+	cr_assert(strstr(msg, "invariant 4"), "%s", msg);
+	raw_exec(dbpath, "UPDATE inodes SET size = size - 1 WHERE (mode & 61440) = 32768;"
+			 "UPDATE extents SET offset = 11 WHERE offset = 10");
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
+	cr_assert(strstr(msg, "invariant 4") && strstr(msg, "expected 10"), "%s", msg);
+	raw_exec(dbpath, "UPDATE extents SET offset = 10 WHERE offset = 11");
+	assert_check_ok();
+
+	/* 2: a directory with two names */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_add(ix, IDX_ROOT_INO, "d-again", d), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
+	cr_assert(strstr(msg, "invariant 2"), "%s", msg);
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "d-again"), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	assert_check_ok();
+
+	/* 1: no root */
+	raw_exec(dbpath, "UPDATE inodes SET mode = 33188 WHERE ino = 1");
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
+	cr_assert(strstr(msg, "invariant 1"), "%s", msg);
+}
+
+/* ---- scale ---- */
+
+#define BIG 100000
+
+static bool count_true(const uint8_t hash[IDX_HASH_LEN], void *arg)
+{
+	++*(size_t *)arg;
+	return true;
+}
+
+Test(scale, set_content_100k_extents, .init = setup_open, .fini = teardown, .timeout = 240)
+{
+	struct idx_extent *e = calloc(BIG, sizeof(*e));
+	struct idx_stats s;
+	struct idx_extent *got;
+	size_t n, nrel = 0;
+	uint64_t f, b;
+	double t0, t1, t2, t3;
+	const uint32_t len = 1 << 20;
+
+	cr_assert(e);
+	for (uint32_t i = 0; i < BIG; i++)
+		e[i] = ext((uint64_t)i * len, len, 1000000 + i, len / 2);
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "big.safetensors");
+	cr_assert_eq(idx_commit(ix), 0);
+
+	t0 = now_s();
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_file_set_content(ix, f, e, BIG, (uint64_t)BIG * len, NULL, 1, NULL, NULL),
+		     0);
+	cr_assert_eq(idx_commit(ix), 0);
+	t1 = now_s();
+
+	/* replace: every other chunk kept, the rest new, and one chunk repeated 1000 times */
+	for (uint32_t i = 0; i < BIG; i++)
+		if (i % 2)
+			mkhash(e[i].hash, i < 1000 ? 7 : 3000000 + i);
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_file_set_content(ix, f, e, BIG, (uint64_t)BIG * len, NULL, 2, NULL, NULL),
+		     0);
+	cr_assert_eq(idx_commit(ix), 0);
+	t2 = now_s();
+	cr_assert_eq(refs(7), 500);
+	cr_assert_eq(refs(1000000), 1);
+	cr_assert_eq(refs(1000001), 0, "dropped chunk kept at 0 (release NULL keeps)");
+	cr_assert_eq(idx_stats_get(ix, &s), 0);
+	cr_assert_eq(s.chunks, BIG + 1 + (BIG / 2 - 500));
+	cr_assert_eq(idx_file_extents(ix, f, &got, &n), 0);
+	cr_assert_eq(n, BIG);
+	cr_assert_eq(got[BIG - 1].offset, (uint64_t)(BIG - 1) * len);
+	free(got);
+	cr_assert_eq(idx_file_stored_bytes(ix, f, &b), 0);
+	/* chunk 7's 500 extents share its one stored copy */
+	cr_assert_eq(b, (uint64_t)(BIG - 500 + 1) * (len / 2));
+	assert_check_ok();
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "big.safetensors"), 0);
+	cr_assert_eq(idx_inode_delete(ix, f, NULL, NULL), 0);
+	cr_assert_eq(idx_recover(ix, count_true, &nrel), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	t3 = now_s();
+	cr_assert_eq(nrel, s.chunks);
+	cr_assert_eq(idx_stats_get(ix, &s), 0);
+	cr_assert_eq(s.chunks, 0);
+	fprintf(stderr,
+		"index: 100k extents: set_content new %.3f s, replace %.3f s, "
+		"delete+recover %.3f s\n",
+		t1 - t0, t2 - t1, t3 - t2);
+	cr_assert_lt(t1 - t0, 10.0);
+	cr_assert_lt(t2 - t1, 10.0);
+	free(e);
+}
