@@ -1,0 +1,479 @@
+"""ckfs.py - helpers for the ckptfs real-mount tests.
+
+Mount(store=None, opts=()) runs the real daemon on a real temporary directory:
+
+    with Mount(opts=('allow_other',)) as m:
+        open(m.path('a'), 'wb').write(b'x')
+        m.remount()
+        m.kill_daemon()       # SIGKILL, then fusermount3 -uz
+        m.remount()
+
+Binaries come from CKPTFS_BIN / CKPTCTL_BIN (default: build/fs/ckptfs and build/tools/ckptctl
+under the repository root). Temporary directories go under $CKPTFS_TEST_TMP (default /tmp) and are
+removed at the end unless CKPTFS_KEEP=1.
+
+Nothing here ever skips a test: a missing /dev/fuse, a missing fusermount3, a missing binary or a
+failed mount raises MountError with the reason, because a skipped mount test hides exactly what a
+user would hit. Every failure path unmounts and stops the daemon it started.
+"""
+
+import atexit
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MOUNT_TIMEOUT = float(os.environ.get('CKPTFS_MOUNT_TIMEOUT', '30'))
+EXIT_TIMEOUT = float(os.environ.get('CKPTFS_EXIT_TIMEOUT', '120'))
+
+
+class MountError(Exception):
+    """The mount could not be set up or torn down; the message says why."""
+
+
+def _bin(env, rel):
+    p = os.environ.get(env) or os.path.join(REPO_ROOT, rel)
+    return os.path.abspath(p)
+
+
+def ckptfs_bin():
+    return _bin('CKPTFS_BIN', 'build/fs/ckptfs')
+
+
+def ckptctl_bin():
+    return _bin('CKPTCTL_BIN', 'build/tools/ckptctl')
+
+
+def test_tmp_root():
+    return os.environ.get('CKPTFS_TEST_TMP') or '/tmp'
+
+
+def keep_tmp():
+    return os.environ.get('CKPTFS_KEEP') == '1'
+
+
+def check_fuse_usable():
+    """Raise MountError unless FUSE can be used at all on this machine."""
+    if not os.path.exists('/dev/fuse'):
+        raise MountError('/dev/fuse is missing: FUSE cannot be used here '
+                         '(load the fuse module or pass --device /dev/fuse to the container)')
+    if not stat.S_ISCHR(os.stat('/dev/fuse').st_mode):
+        raise MountError('/dev/fuse is not a character device')
+    if shutil.which('fusermount3') is None:
+        raise MountError('fusermount3 is not on PATH (install the fuse3 package)')
+    b = ckptfs_bin()
+    if not os.access(b, os.X_OK):
+        raise MountError('ckptfs binary %r is missing or not executable '
+                         '(build it with meson compile -C build, or set CKPTFS_BIN)' % b)
+
+
+def fuse_mounts():
+    """Mount points of fuse filesystems, from /proc/mounts (octal escapes decoded)."""
+    res = {}
+    with open('/proc/mounts') as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            mp = parts[1].encode().decode('unicode_escape')
+            if parts[2] == 'fuse' or parts[2].startswith('fuse.') or parts[2] == 'fuseblk':
+                res[mp] = parts[2]
+    return res
+
+
+def is_fuse_mounted(path):
+    return os.path.realpath(path) in fuse_mounts()
+
+
+def pid_alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            s = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # state is the field after the parenthesised command name
+    state = s[s.rfind(')') + 2:].split()[0]
+    return state not in ('Z', 'X')
+
+
+def wait_pid_exit(pid, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.02)
+    return not pid_alive(pid)
+
+
+def run(argv, timeout=120, check=False, **kw):
+    """subprocess.run with text capture; returns CompletedProcess."""
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise MountError('%s exited %d: %s%s' % (' '.join(argv), p.returncode, p.stdout,
+                                                  p.stderr))
+    return p
+
+
+def ckptctl(store, *args, json_out=False, timeout=300):
+    """Run ckptctl [--json] STORE args...; returns CompletedProcess (never raises on exit code)."""
+    b = ckptctl_bin()
+    if not os.access(b, os.X_OK):
+        raise MountError('ckptctl binary %r is missing or not executable '
+                         '(build it, or set CKPTCTL_BIN)' % b)
+    argv = [b] + (['--json'] if json_out else []) + [store] + list(args)
+    return run(argv, timeout=timeout)
+
+
+def chunk_files(store):
+    """{relative path: size} of every chunk file under STORE/chunks."""
+    res = {}
+    root = os.path.join(store, 'chunks')
+    for dp, dn, fn in os.walk(root):
+        for n in fn:
+            p = os.path.join(dp, n)
+            try:
+                res[os.path.relpath(p, root)] = os.lstat(p).st_size
+            except FileNotFoundError:
+                pass
+    return res
+
+
+def chunk_bytes(store):
+    return sum(chunk_files(store).values())
+
+
+def read_bytes(path):
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def file_hash(path, bs=1 << 20):
+    h = hashlib.sha1()
+    with open(path, 'rb') as f:
+        while True:
+            b = f.read(bs)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def content(key, n):
+    """Deterministic pseudo-random bytes for key (str), n bytes (SHAKE-128, ~250 MB/s)."""
+    if n <= 0:
+        return b''
+    return hashlib.shake_128(key.encode()).digest(n)
+
+
+_live = set()
+
+
+class Mount:
+    """A ckptfs mount on temporary directories; see the module comment.
+
+    store: STORE directory to use (default: a fresh one under the temp dir, created by the daemon).
+    opts: extra -o options (default_permissions is the daemon's default).
+    """
+
+    def __init__(self, store=None, opts=(), mnt=None):
+        check_fuse_usable()
+        self.tmp = tempfile.mkdtemp(prefix='ckptfs-test-', dir=test_tmp_root())
+        # other uids (the chmod/uid tests) must be able to reach the mountpoint
+        os.chmod(self.tmp, 0o755)
+        self.own_store = store is None
+        self.store = store or os.path.join(self.tmp, 'store')
+        self.mnt = mnt or os.path.join(self.tmp, 'mnt')
+        os.makedirs(self.mnt, exist_ok=True)
+        self.opts = tuple(opts)
+        self.pid = None
+        self.mounted = False
+        self.mount_count = 0
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self):
+        """Run the daemon; return once MOUNTPOINT is a fuse mount. Raises MountError."""
+        if self.mounted:
+            raise MountError('already mounted')
+        if is_fuse_mounted(self.mnt):
+            raise MountError('%s is already a fuse mount' % self.mnt)
+        argv = [ckptfs_bin()]
+        if self.opts:
+            argv += ['-o', ','.join(self.opts)]
+        argv += [self.store, self.mnt]
+        _live.add(self)
+        # a daemon that already owns STORE (a test of the refusal) is not ours to stop
+        self.foreign_pid = self._read_pid()
+        try:
+            p = run(argv, timeout=MOUNT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._cleanup_after_failed_start()
+            raise MountError('%s did not return within %.0f s' % (' '.join(argv),
+                                                                   MOUNT_TIMEOUT))
+        if p.returncode != 0:
+            self._cleanup_after_failed_start()
+            raise MountError('%s exited %d: %s' % (' '.join(argv), p.returncode,
+                                                   (p.stderr + p.stdout).strip()
+                                                   or '(no message)'))
+        deadline = time.monotonic() + MOUNT_TIMEOUT
+        while not is_fuse_mounted(self.mnt):
+            if time.monotonic() > deadline:
+                self._cleanup_after_failed_start()
+                raise MountError('ckptfs exited 0 but %s is not a fuse mount after %.0f s%s' %
+                                 (self.mnt, MOUNT_TIMEOUT, self.log_tail()))
+            time.sleep(0.02)
+        self.mounted = True
+        self.mount_count += 1
+        self.pid = self._read_pid()
+        if self.pid is None or self.pid == self.foreign_pid:
+            self.pid = self._find_pid()
+        if self.pid is None:
+            self.stop()
+            raise MountError('mounted, but cannot find the daemon pid (STORE/lock has none)')
+        return self
+
+    def _read_pid(self):
+        try:
+            with open(os.path.join(self.store, 'lock')) as f:
+                txt = f.read().strip()
+            pid = int(txt.split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def _find_pid(self):
+        p = run(['pgrep', '-f', '--', self.store], timeout=10)
+        pids = [int(x) for x in p.stdout.split() if x.strip().isdigit()]
+        pids = [x for x in pids if x != os.getpid() and pid_alive(x)]
+        return pids[0] if len(pids) == 1 else None
+
+    def _cleanup_after_failed_start(self):
+        pid = self._read_pid()
+        if pid is not None and pid == getattr(self, 'foreign_pid', None):
+            pid = None
+        if is_fuse_mounted(self.mnt):
+            run(['fusermount3', '-uz', self.mnt], timeout=30)
+        if pid is not None and not wait_pid_exit(pid, 10):
+            os.kill(pid, signal.SIGKILL)
+            wait_pid_exit(pid, 10)
+        self.mounted = False
+
+    def log_tail(self, n=20):
+        p = os.path.join(self.store, 'ckptfs.log')
+        try:
+            with open(p, errors='replace') as f:
+                lines = f.readlines()[-n:]
+        except OSError:
+            return ''
+        return '\n--- tail of %s ---\n%s' % (p, ''.join(lines))
+
+    def unmount(self, timeout=EXIT_TIMEOUT):
+        """fusermount3 -u (retrying while busy, then -uz), then wait for the daemon to exit.
+        Raises MountError if it needed the lazy unmount or the daemon did not exit."""
+        if not self.mounted:
+            return
+        problems = []
+        deadline = time.monotonic() + 15
+        while True:
+            p = run(['fusermount3', '-u', self.mnt], timeout=60)
+            if p.returncode == 0 or not is_fuse_mounted(self.mnt):
+                break
+            if 'busy' not in (p.stderr + p.stdout).lower() or time.monotonic() > deadline:
+                problems.append('fusermount3 -u failed: %s' % p.stderr.strip())
+                run(['fusermount3', '-uz', self.mnt], timeout=60)
+                break
+            time.sleep(0.1)
+        self.mounted = False
+        pid, self.pid = self.pid, None
+        if pid is not None and not wait_pid_exit(pid, timeout):
+            os.kill(pid, signal.SIGKILL)
+            wait_pid_exit(pid, 10)
+            problems.append('daemon %d did not exit within %.0f s of unmount (killed)' %
+                            (pid, timeout))
+        if is_fuse_mounted(self.mnt):
+            run(['fusermount3', '-uz', self.mnt], timeout=60)
+            problems.append('%s still mounted after unmount' % self.mnt)
+        if problems:
+            raise MountError('; '.join(problems) + self.log_tail())
+
+    def kill_daemon(self):
+        """SIGKILL the daemon, wait for it to die, clear the dead mount with fusermount3 -uz."""
+        if not self.mounted:
+            raise MountError('kill_daemon: not mounted')
+        pid, self.pid = self.pid, None
+        os.kill(pid, signal.SIGKILL)
+        if not wait_pid_exit(pid, 30):
+            raise MountError('daemon %d survived SIGKILL for 30 s' % pid)
+        run(['fusermount3', '-uz', self.mnt], timeout=60)
+        deadline = time.monotonic() + 10
+        while is_fuse_mounted(self.mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.mounted = False
+        if is_fuse_mounted(self.mnt):
+            raise MountError('%s still mounted after fusermount3 -uz' % self.mnt)
+
+    def remount(self):
+        self.unmount()
+        return self.start()
+
+    def stop(self):
+        """Best-effort teardown used on every exit path; never raises."""
+        try:
+            self.unmount()
+        except Exception as e:  # noqa: BLE001 - teardown must go on
+            sys.stderr.write('ckfs: unmount of %s: %s\n' % (self.mnt, e))
+        _live.discard(self)
+
+    def remove_tmp(self):
+        if keep_tmp():
+            sys.stderr.write('ckfs: keeping %s\n' % self.tmp)
+            return
+        if is_fuse_mounted(self.mnt):
+            return  # never rm -r through a live mount
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def close(self):
+        self.stop()
+        self.remove_tmp()
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, et, ev, tb):
+        try:
+            if et is None:
+                self.unmount()      # raises if the unmount was not clean
+            else:
+                self.stop()         # do not mask the test's own exception
+        finally:
+            _live.discard(self)
+            self.remove_tmp()
+        return False
+
+    # -- store inspection --------------------------------------------------------------------
+
+    def chunk_bytes(self):
+        return chunk_bytes(self.store)
+
+    def ckptctl(self, *args, json_out=False, timeout=300):
+        return ckptctl(self.store, *args, json_out=json_out, timeout=timeout)
+
+    def status_json(self):
+        p = self.ckptctl('status', json_out=True)
+        if p.returncode != 0:
+            return None
+        try:
+            return json.loads(p.stdout)
+        except ValueError:
+            return None
+
+
+class PlainDir:
+    """Stand-in for Mount over a plain directory (harness self-tests): same paths API,
+    remount() is a no-op."""
+
+    def __init__(self, *a, **kw):
+        self.tmp = tempfile.mkdtemp(prefix='ckptfs-plain-', dir=test_tmp_root())
+        os.chmod(self.tmp, 0o755)
+        self.mnt = os.path.join(self.tmp, 'mnt')
+        os.mkdir(self.mnt)
+        self.store = None
+        self.mounted = True
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def start(self):
+        return self
+
+    def unmount(self):
+        pass
+
+    def remount(self):
+        return self
+
+    def stop(self):
+        pass
+
+    def close(self):
+        if not keep_tmp():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    remove_tmp = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        self.close()
+        return False
+
+
+@atexit.register
+def _atexit_cleanup():
+    for m in list(_live):
+        m.stop()
+
+
+# -- running code as another user ---------------------------------------------------------------
+
+def run_as(uid, gid, fn, *args):
+    """Fork, drop to uid/gid (no supplementary groups), run fn(*args) and return its result.
+
+    Returns ('ok', value) or ('err', errno, strerror); the value must be JSON-serialisable.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            try:
+                res = ['ok', fn(*args)]
+            except OSError as e:
+                res = ['err', e.errno, e.strerror]
+            data = json.dumps(res).encode()
+        except BaseException as e:  # noqa: BLE001
+            data = json.dumps(['exc', repr(e)]).encode()
+        os.write(w, data)
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    os.waitpid(pid, 0)
+    res = json.loads(b''.join(chunks).decode() or '["exc", "child died"]')
+    if res[0] == 'exc':
+        raise AssertionError('child as uid %d failed: %s' % (uid, res[1]))
+    return tuple(res)
+
+
+def in_child(fn, *args):
+    """Fork, run fn(*args) in the child as the same user; return as run_as."""
+    return run_as(os.getuid(), os.getgid(), fn, *args)

@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+"""Crash test: SIGKILL the daemon while a writer process is writing, remount, check durability.
+
+The writer writes files in several ways (fsync at the end, fsync half-way, no fsync, rewrite of
+an fsynced file with O_TRUNC, write tmp + fsync + rename over the final name) and records, in a
+side file outside the mount, each file it starts and each fsync that returned. After the kill
+and a remount, every file must be in a state the record allows:
+  - fsynced at some point: exactly its content as of the last fsync, or a later complete version
+    (bytes that reached the daemon and were made durable on close) -- never absent, never a mix;
+  - never fsynced: absent, or a complete version (never empty or a prefix).
+The tree must be readable, `ckptctl STORE verify` must exit 0, and what a round found must still
+be there, unchanged, after the next crash.
+
+Environment: CKPTFS_CRASH_ROUNDS (default 3), CKPTFS_SEED (default 1234).
+Run: /usr/bin/python3 tests/mount/test_crash.py
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import unittest  # noqa: E402
+
+import ckfs  # noqa: E402
+from ckfs import content  # noqa: E402
+
+ROUNDS = int(os.environ.get('CKPTFS_CRASH_ROUNDS', '3'))
+SEED = int(os.environ.get('CKPTFS_SEED', '1234'))
+MiB = 1 << 20
+ABSENT = ('absent',)
+
+
+def writer(mnt, rnd, log_path, seed):
+    """Child process: write files under mnt/r<rnd>/ until the mount goes away."""
+    r = random.Random(seed)
+    with open(log_path, 'a') as log:
+        _writer(mnt, rnd, r, log, seed)
+
+
+def _writer(mnt, rnd, r, log, seed):
+
+    def rec(**kw):
+        log.write(json.dumps(kw) + '\n')
+        log.flush()
+
+    def fsync_dir(path):
+        dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def write_file(rel, key, size, flags, fsync_at):
+        path = os.path.join(mnt, rel)
+        data = content(key, size)
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | flags, 0o644)
+        try:
+            off = 0
+            while True:
+                if off == fsync_at:
+                    os.fsync(fd)
+                    fsync_dir(path)
+                    rec(ev='fsync', path=rel, key=key, len=off)
+                if off >= size:
+                    break
+                n = min(size - off, r.choice([4096, 65536, 300_000, MiB, 2 * MiB + 3]))
+                off += os.write(fd, data[off:off + n])
+        finally:
+            os.close(fd)
+
+    try:
+        base = 'r%d' % rnd
+        os.mkdir(os.path.join(mnt, base))
+        for k in range(4):
+            os.mkdir(os.path.join(mnt, base, 'd%d' % k))
+        for k in range(4):
+            fsync_dir(os.path.join(mnt, base, 'd%d' % k, 'x'))
+        fsync_dir(os.path.join(mnt, base, 'x'))
+        rec(ev='dirs', rnd=rnd)
+        durable = []
+        i = 0
+        while True:
+            i += 1
+            kind = r.choices(['fsync_end', 'fsync_mid', 'nofsync', 'rewrite', 'rename_tmp'],
+                             weights=[3, 2, 3, 2, 2])[0]
+            if kind == 'rewrite' and not durable:
+                kind = 'fsync_end'
+            key = 's%d-r%d-%d' % (seed, rnd, i)
+            size = r.choice([0, 1, 4095, r.randrange(1, 6 * MiB), r.randrange(1, 6 * MiB)])
+            if kind == 'rewrite':
+                rel = r.choice(durable)
+            else:
+                rel = '%s/d%d/f%04d.bin' % (base, i % 4, i)
+            if kind == 'rename_tmp':
+                tmp = rel + '.tmp'
+                rec(ev='start', path=tmp, key=key, size=size)
+                write_file(tmp, key, size, os.O_TRUNC, size)
+                rec(ev='rename_begin', src=tmp, dst=rel)
+                os.rename(os.path.join(mnt, tmp), os.path.join(mnt, rel))
+                fsync_dir(os.path.join(mnt, rel))
+                rec(ev='rename', src=tmp, dst=rel)
+                durable.append(rel)
+                continue
+            rec(ev='start', path=rel, key=key, size=size)
+            fsync_at = {'fsync_end': size, 'fsync_mid': size // 2, 'nofsync': -1,
+                        'rewrite': r.choice([size, -1])}[kind]
+            write_file(rel, key, size, os.O_TRUNC, fsync_at)
+            rec(ev='closed', path=rel, key=key)
+            if fsync_at >= 0:
+                durable.append(rel)
+    except OSError as e:
+        rec(ev='writer_stopped', error=str(e))
+    except BaseException:  # noqa: BLE001
+        rec(ev='writer_bug', error=traceback.format_exc())
+
+
+class Model:
+    """Acceptable states of every path the writers touched; a state is ABSENT or (key, len)."""
+
+    def __init__(self):
+        self.sizes = {}       # key -> full size
+        self.durable = {}     # path -> last fsynced state (ABSENT if never)
+        self.later = {}       # path -> states that may have superseded durable
+
+    def load(self, log_path):
+        bugs = []
+        fsyncs = 0
+        with open(log_path) as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue    # a line cut short by the kill
+                ev = e['ev']
+                if ev == 'start':
+                    p = e['path']
+                    self.sizes[e['key']] = e['size']
+                    self.durable.setdefault(p, ABSENT)
+                    self.later.setdefault(p, set()).add((e['key'], e['size']))
+                elif ev == 'fsync':
+                    p = e['path']
+                    self.durable[p] = (e['key'], e['len'])
+                    self.later[p] = {(e['key'], self.sizes[e['key']])}
+                    fsyncs += 1
+                elif ev == 'rename_begin':
+                    s, d = e['src'], e['dst']
+                    self.durable.setdefault(d, ABSENT)
+                    self.later.setdefault(d, set()).add(self.durable[s])
+                    self.later[s].add(ABSENT)
+                elif ev == 'rename':
+                    s, d = e['src'], e['dst']
+                    self.durable[d] = self.durable[s]
+                    self.later[d] = set()
+                    self.durable[s] = ABSENT
+                    self.later[s] = set()
+                elif ev == 'writer_bug':
+                    bugs.append(e['error'])
+        return fsyncs, bugs
+
+    def acceptable(self, path):
+        return {self.durable[path]} | self.later.get(path, set())
+
+
+def count_fsyncs(log_path):
+    try:
+        with open(log_path) as f:
+            return sum(1 for line in f if '"fsync"' in line)
+    except FileNotFoundError:
+        return 0
+
+
+def observe(path):
+    try:
+        with open(path, 'rb') as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def describe(state):
+    return 'absent' if state == ABSENT else '%s[:%d]' % state
+
+
+class CrashTest(unittest.TestCase):
+
+    def test_sigkill_during_writes(self):
+        os.umask(0o022)
+        m = ckfs.Mount()
+        try:
+            m.start()
+            self.rounds(m)
+            m.unmount()
+            r = ckfs.ckptctl(m.store, 'verify')
+            self.assertEqual(r.returncode, 0, 'ckptctl verify after the last clean unmount: %s%s'
+                             % (r.stdout, r.stderr))
+        finally:
+            m.close()
+
+    def rounds(self, m):
+        log_path = os.path.join(m.tmp, 'writer.log')
+        model = Model()
+        seen = {}                       # path -> bytes hash found after an earlier crash
+        for rnd in range(ROUNDS):
+            seed = SEED * 100 + rnd
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    writer(m.mnt, rnd, log_path, seed)
+                finally:
+                    os._exit(0)
+            try:
+                # let the writer get a few fsyncs done, then kill the daemon at a random moment
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    n = count_fsyncs(log_path)
+                    if n >= 3 * (rnd + 1):
+                        break
+                    if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                        pid = None
+                        break
+                    time.sleep(0.02)
+                if pid is None:
+                    with open(log_path) as f:
+                        self.fail('the writer stopped before the crash: %s' % f.read()[-2000:])
+                time.sleep(random.Random(seed).uniform(0.05, 1.0))
+                m.kill_daemon()
+            finally:
+                if pid is not None:
+                    self.reap(pid)
+            m.start()
+            fsyncs, bugs = self.reload(model, log_path)
+            self.assertEqual(bugs, [], 'writer bug:\n' + '\n'.join(bugs))
+            self.check_round(m, model, seen, rnd)
+
+    def reload(self, model, log_path):
+        fresh = Model()
+        res = fresh.load(log_path)
+        model.__dict__.update(fresh.__dict__)
+        return res
+
+    def reap(self, pid):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        self.fail('the writer was still running 30 s after the daemon was killed')
+
+    def check_round(self, m, model, seen, rnd):
+        bad = []
+        stats = {'absent': 0, 'last fsync': 0, 'complete': 0}
+        for path in sorted(model.durable):
+            got = observe(m.path(path))
+            ok = None
+            for st in model.acceptable(path):
+                if st == ABSENT:
+                    if got is None:
+                        ok = 'absent'
+                elif got is not None and len(got) == st[1] and got == content(st[0], st[1]):
+                    ok = 'last fsync' if st == model.durable[path] else 'complete'
+            if ok is None:
+                if got is None:
+                    found = 'absent'
+                elif not got:
+                    found = 'an empty file'
+                else:
+                    found = '%d bytes' % len(got)
+                    for k, sz in model.sizes.items():
+                        full = content(k, sz)
+                        if full[:len(got)] == got and len(got) <= sz:
+                            found += ' = %s[:%d] of %d' % (k, len(got), sz)
+                            break
+                    else:
+                        found += ' matching no version'
+                bad.append('%s: found %s; acceptable: %s' % (
+                    path, found, ', '.join(sorted(describe(s) for s in model.acceptable(path)))))
+            else:
+                stats[ok] += 1
+        # nothing else appeared in the writers' directories
+        for dp, dn, fn in os.walk(m.mnt):
+            for n in fn:
+                rel = os.path.relpath(os.path.join(dp, n), m.mnt)
+                if rel not in model.durable:
+                    bad.append('%s: appeared, never written' % rel)
+        # what an earlier round found is still there, unchanged
+        for path, h in seen.items():
+            got = observe(m.path(path))
+            now = None if got is None else hashlib.sha1(got).hexdigest()
+            if now != h and not path.startswith('r%d/' % rnd):
+                bad.append('%s: changed after an earlier crash (%s -> %s)' % (path, h, now))
+        self.assertEqual(bad[:20], [], 'round %d: %d files in a state the writer never made '
+                         'durable' % (rnd, len(bad)))
+        # the whole tree reads without errors
+        nbytes = 0
+        for dp, dn, fn in os.walk(m.mnt):
+            for n in fn:
+                with open(os.path.join(dp, n), 'rb') as f:
+                    nbytes += len(f.read())
+        for path in model.durable:
+            got = observe(m.path(path))
+            seen[path] = None if got is None else hashlib.sha1(got).hexdigest()
+        r = m.ckptctl('verify')
+        self.assertEqual(r.returncode, 0, 'round %d: ckptctl verify while mounted exited %d: %s%s'
+                         % (rnd, r.returncode, r.stdout, r.stderr))
+        sys.stderr.write('\n  [round %d: %d paths: %s; %d MB readable] ' %
+                         (rnd, len(model.durable),
+                          ', '.join('%s %d' % kv for kv in stats.items()), nbytes // MiB))
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
+                                      exit=True)
+    unittest.main(verbosity=2)
