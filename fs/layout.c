@@ -1,0 +1,1146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layout.c — checkpoint layouts: one table of rules, and the functions that read it.
+ *
+ * Invariants of every successful layout_classify() (asserted at its end):
+ *   1. role == ROLE_PLAIN  ⇒ step == LAYOUT_STEP_NONE, epoch == -1, step_prefix_len == 0.
+ *      kind may still be set when the path is a layout's container (MF1 `rank_N/`).
+ *   2. role ∈ {STEP_DIR, STEP_FILE, MARKER} ⇒ kind != LAYOUT_NONE and
+ *      (step >= 0 or step == LAYOUT_STEP_RELEASE).
+ *   3. role ∈ {STEP_DIR, MARKER} or a STEP_FILE of a step-directory layout ⇒ step_prefix_len > 0
+ *      and path[0, step_prefix_len) classifies as ROLE_STEP_DIR with the same step, and the
+ *      same kind unless LAYOUT_F_AMBIGUOUS (`N/commit_success.txt` is Orbax, `N/` InternEvo).
+ *      MF1 step files (no step directory) have step_prefix_len == 0.
+ *   4. role == ROLE_TRACKER ⇒ kind has a tracker; step == LAYOUT_STEP_NONE except InternEvo
+ *      `N.step` (step N); step_prefix_len == 0.
+ *   5. forced != LAYOUT_NONE ⇒ kind ∈ {LAYOUT_NONE, forced}.
+ *   6. The result depends on (path, forced) only: no state, no allocation, no I/O.
+ *
+ * Parsing never reads past the bytes it was given; every digit run is checked for int64_t
+ * overflow before it is accumulated.
+ */
+#include "fs/layout.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* How a rule recognises its steps. */
+enum rule_shape {
+	SHAPE_DIGITS_DIR, /* top-level <prefix><digits><suffix>: a step directory */
+	SHAPE_NAMED_DIR,  /* top-level <prefix> exactly: a step directory of fixed step */
+	SHAPE_RANK_DIR,   /* top-level <prefix><rank>/ holding per-rank step files (MF1) */
+};
+
+/* How a rule's tracker is named and written. */
+enum tracker_fmt {
+	TRK_NONE,
+	TRK_DECIMAL,         /* "123", root file `tracker` (MindFormers 2.0) */
+	TRK_DECIMAL_RELEASE, /* "123" or "release", root file `tracker` (Megatron) */
+	TRK_TAG,             /* "<tag_prefix>123", root file `tracker` (DeepSpeed) */
+	TRK_NAME_STEP,       /* root file "<digits><tracker>", content ignored (InternEvo) */
+	TRK_MF1_JSON,        /* `<rank dir>/<tracker>`, json.dump of three keys (MF1) */
+};
+
+typedef int (*rank_fn)(const char *name, size_t len);
+
+static int rank_distcp(const char *name, size_t len);
+static int rank_mf2(const char *name, size_t len);
+static int rank_hf_rng(const char *name, size_t len);
+
+/*
+ * One row per way a framework names a step. Rows are tried in order; the first match wins.
+ * A kind may have several rows (Megatron: iter_ and release; HF: checkpoint- and its tmp-
+ * variant; Orbax: the tmp directory and the final one). The first row of a kind that has a
+ * tracker gives the kind's tracker.
+ */
+struct layout_rule {
+	enum layout_kind kind;
+	enum rule_shape shape;
+	const char *prefix;        /* text before the digits (SHAPE_NAMED_DIR: the whole name) */
+	unsigned min_digits;       /* fewest digits: a zero-padded width is a minimum */
+	unsigned fmt_width;        /* zero-padded width the trainer writes (0 = none) */
+	const char *suffix;        /* text after the digits, or NULL */
+	bool suffix_open;          /* anything may follow suffix */
+	bool forced_only;          /* only under -o layout=<kind> */
+	int64_t fixed_step;        /* SHAPE_NAMED_DIR: the step */
+	unsigned flags;            /* LAYOUT_F_* of every path under the row */
+	const char *marker;        /* in-step commit marker, directly in the step dir, or NULL */
+	const char *tracker;       /* see enum tracker_fmt */
+	enum tracker_fmt fmt;
+	const char *tag_prefix;    /* TRK_TAG: text before the step in the tracker */
+	const char *const *exts;   /* SHAPE_RANK_DIR: step-file extensions */
+	rank_fn file_rank;         /* a step file's rank from its last component, or NULL */
+};
+
+#define LATEST_ITER "latest_checkpointed_iteration.txt"
+
+static const char *const mf1_exts[] = { ".ckpt", ".safetensors", NULL };
+
+/* The layout rules (DESIGN.md "Steps"; formats and sources in layout.h). */
+static const struct layout_rule layout_rules[] = {
+	/* Megatron-LM: iter_{:07d}/ ; legacy mp_rank_XX[_YYY]/model_optim_rng.pt, torch_dist
+	 * __R_K.distcp + .metadata + metadata.json + common.pt; root tracker, no in-step marker. */
+	{ .kind = LAYOUT_MEGATRON, .shape = SHAPE_DIGITS_DIR, .prefix = "iter_", .min_digits = 7,
+	  .fmt_width = 7, .tracker = LATEST_ITER, .fmt = TRK_DECIMAL_RELEASE,
+	  .file_rank = rank_distcp },
+	{ .kind = LAYOUT_MEGATRON, .shape = SHAPE_NAMED_DIR, .prefix = "release",
+	  .forced_only = true, .fixed_step = LAYOUT_STEP_RELEASE, .file_rank = rank_distcp },
+	/* MindFormers 2.0: iteration_{:08d}/ (7 digits in its docs), same root tracker. */
+	{ .kind = LAYOUT_MF2, .shape = SHAPE_DIGITS_DIR, .prefix = "iteration_", .min_digits = 7,
+	  .fmt_width = 8, .tracker = LATEST_ITER, .fmt = TRK_DECIMAL, .file_rank = rank_mf2 },
+	/* DeepSpeed: global_step{N}/, root `latest` holds the tag. */
+	{ .kind = LAYOUT_DEEPSPEED, .shape = SHAPE_DIGITS_DIR, .prefix = "global_step",
+	  .min_digits = 1, .tracker = "latest", .fmt = TRK_TAG, .tag_prefix = "global_step" },
+	/* Hugging Face Trainer: checkpoint-{N}/, trainer_state.json written last. */
+	{ .kind = LAYOUT_HF, .shape = SHAPE_DIGITS_DIR, .prefix = "checkpoint-", .min_digits = 1,
+	  .marker = "trainer_state.json", .file_rank = rank_hf_rng },
+	{ .kind = LAYOUT_HF, .shape = SHAPE_DIGITS_DIR, .prefix = "tmp-checkpoint-",
+	  .min_digits = 1, .flags = LAYOUT_F_TMP, .marker = "trainer_state.json",
+	  .file_rank = rank_hf_rng },
+	/* PyTorch DCP / torchtitan: step-{N}/, .metadata renamed from .metadata.tmp, last. */
+	{ .kind = LAYOUT_DCP, .shape = SHAPE_DIGITS_DIR, .prefix = "step-", .min_digits = 1,
+	  .marker = ".metadata", .file_rank = rank_distcp },
+	/* Orbax, in progress: {N}.orbax-checkpoint-tmp<anything>/, renamed to {N}/. */
+	{ .kind = LAYOUT_ORBAX, .shape = SHAPE_DIGITS_DIR, .prefix = "", .min_digits = 1,
+	  .suffix = ".orbax-checkpoint-tmp", .suffix_open = true, .flags = LAYOUT_F_TMP,
+	  .marker = "commit_success.txt" },
+	/* InternEvo: {N}/, root {N}.step written last (before Orbax: it claims all-digit names). */
+	{ .kind = LAYOUT_INTERNEVO, .shape = SHAPE_DIGITS_DIR, .prefix = "", .min_digits = 1,
+	  .tracker = ".step", .fmt = TRK_NAME_STEP },
+	/* Orbax, committed: {N}/ with commit_success.txt. */
+	{ .kind = LAYOUT_ORBAX, .shape = SHAPE_DIGITS_DIR, .prefix = "", .min_digits = 1,
+	  .marker = "commit_success.txt" },
+	/* MindFormers 1.0: rank_{r}/{prefix}-{epoch}_{step}.ckpt|.safetensors, rank_{r}/meta.json. */
+	{ .kind = LAYOUT_MF1, .shape = SHAPE_RANK_DIR, .prefix = "rank_", .min_digits = 1,
+	  .tracker = "meta.json", .fmt = TRK_MF1_JSON, .exts = mf1_exts },
+};
+
+#define N_RULES (sizeof(layout_rules) / sizeof(layout_rules[0]))
+
+static const char *const layout_names[LAYOUT_KIND_COUNT] = {
+	[LAYOUT_NONE] = "none",         [LAYOUT_MF2] = "mf2",   [LAYOUT_MEGATRON] = "megatron",
+	[LAYOUT_MF1] = "mf1",           [LAYOUT_DEEPSPEED] = "deepspeed",
+	[LAYOUT_HF] = "hf",             [LAYOUT_DCP] = "dcp",   [LAYOUT_INTERNEVO] = "internevo",
+	[LAYOUT_ORBAX] = "orbax",
+};
+
+/* ---- small helpers ------------------------------------------------------------------- */
+
+static bool kind_valid(enum layout_kind k)
+{
+	return (unsigned)k < LAYOUT_KIND_COUNT;
+}
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static bool is_ws(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* s[0, n) is one or more ASCII digits whose value fits int64_t: store it in *out. */
+static bool parse_digits(const char *s, size_t n, int64_t *out)
+{
+	int64_t v = 0;
+
+	if (n == 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (!is_digit(s[i]))
+			return false;
+		int d = s[i] - '0';
+		if (v > (INT64_MAX - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return true;
+}
+
+/* Like parse_digits() for an int rank: -1 when not digits or above INT_MAX. */
+static int parse_rank(const char *s, size_t n)
+{
+	int64_t v;
+
+	if (!parse_digits(s, n, &v) || v > INT32_MAX)
+		return -1;
+	return (int)v;
+}
+
+static bool has_prefix(const char *s, size_t n, const char *p)
+{
+	size_t pl = strlen(p);
+
+	return n >= pl && memcmp(s, p, pl) == 0;
+}
+
+static bool has_suffix(const char *s, size_t n, const char *x)
+{
+	size_t xl = strlen(x);
+
+	return n >= xl && memcmp(s + n - xl, x, xl) == 0;
+}
+
+static bool eq(const char *s, size_t n, const char *lit)
+{
+	return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+static size_t span_digits(const char *s, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && is_digit(s[i]))
+		i++;
+	return i;
+}
+
+static bool rule_applies(const struct layout_rule *r, enum layout_kind forced)
+{
+	if (forced == LAYOUT_NONE)
+		return !r->forced_only;
+	return r->kind == forced;
+}
+
+/* ---- rank of a step file, from its last component -------------------------------------- */
+
+/* `__{rank}_{k}.distcp` (torch DCP FileSystemWriter; Megatron torch_dist). */
+static int rank_distcp(const char *s, size_t n)
+{
+	if (n < 9 || !has_prefix(s, n, "__") || !has_suffix(s, n, ".distcp"))
+		return -1;
+	s += 2;
+	n -= 2 + strlen(".distcp");
+	size_t d = span_digits(s, n);
+	if (d == 0 || d + 1 >= n || s[d] != '_' || span_digits(s + d + 1, n - d - 1) != n - d - 1)
+		return -1;
+	return parse_rank(s, d);
+}
+
+/* `[prefix-]{model|opt}-{rank:07d}-{world:07d}.safetensors` (MindFormers 2.0). */
+static int rank_mf2(const char *s, size_t n)
+{
+	if (!has_suffix(s, n, ".safetensors"))
+		return -1;
+	n -= strlen(".safetensors");
+	size_t w = 0;
+	while (w < n && is_digit(s[n - 1 - w]))
+		w++;
+	if (w == 0 || w == n || s[n - 1 - w] != '-')
+		return -1;
+	n -= w + 1;
+	size_t r = 0;
+	while (r < n && is_digit(s[n - 1 - r]))
+		r++;
+	if (r == 0 || r == n || s[n - 1 - r] != '-')
+		return -1;
+	const char *rank = s + n - r;
+	n -= r + 1;
+	if (!has_suffix(s, n, "model") && !has_suffix(s, n, "opt"))
+		return -1;
+	size_t tl = has_suffix(s, n, "model") ? 5 : 3;
+	if (n > tl && s[n - tl - 1] != '-')
+		return -1;
+	return parse_rank(rank, r);
+}
+
+/* `rng_state_{process_index}.pth` (transformers Trainer._save_rng_state). */
+static int rank_hf_rng(const char *s, size_t n)
+{
+	if (n < 14 || !has_prefix(s, n, "rng_state_") || !has_suffix(s, n, ".pth"))
+		return -1;
+	return parse_rank(s + 10, n - 10 - 4);
+}
+
+/* ---- step-directory names -------------------------------------------------------------- */
+
+/* Does top-level name s[0, n) match a step-directory rule? Store its step. */
+static bool rule_match_dir(const struct layout_rule *r, const char *s, size_t n, int64_t *step)
+{
+	if (r->shape == SHAPE_NAMED_DIR) {
+		if (!eq(s, n, r->prefix))
+			return false;
+		*step = r->fixed_step;
+		return true;
+	}
+	if (r->shape != SHAPE_DIGITS_DIR || !has_prefix(s, n, r->prefix))
+		return false;
+	size_t pl = strlen(r->prefix);
+	size_t d = span_digits(s + pl, n - pl);
+	if (d < r->min_digits)
+		return false;
+	const char *rest = s + pl + d;
+	size_t rl = n - pl - d;
+	if (r->suffix == NULL) {
+		if (rl != 0)
+			return false;
+	} else if (r->suffix_open ? !has_prefix(rest, rl, r->suffix) : !eq(rest, rl, r->suffix)) {
+		return false;
+	}
+	return parse_digits(s + pl, d, step);
+}
+
+/* First step-directory rule matching s[0, n), or NULL. */
+static const struct layout_rule *match_step_dir(const char *s, size_t n, enum layout_kind forced,
+						int64_t *step)
+{
+	for (size_t i = 0; i < N_RULES; i++) {
+		const struct layout_rule *r = &layout_rules[i];
+		if (rule_applies(r, forced) && rule_match_dir(r, s, n, step))
+			return r;
+	}
+	return NULL;
+}
+
+/* ---- MF1 per-rank step files --------------------------------------------------------------- */
+
+/*
+ * `{prefix}-{epoch}_{step}{ext}[.tmp]` (MindSpore ModelCheckpoint / MindFormers 1.0
+ * CheckpointMonitor: f"{prefix}-{epoch}_{step_in_epoch}.{format}"; prefix may hold '-', '_').
+ */
+static bool mf1_file(const struct layout_rule *r, const char *s, size_t n, int64_t *epoch,
+		     int64_t *step, unsigned *flags)
+{
+	unsigned f = 0;
+	size_t el = 0;
+
+	if (has_suffix(s, n, ".tmp")) {
+		n -= 4;
+		f |= LAYOUT_F_TMP;
+	}
+	for (const char *const *e = r->exts; *e; e++) {
+		if (has_suffix(s, n, *e)) {
+			el = strlen(*e);
+			break;
+		}
+	}
+	if (el == 0)
+		return false;
+	n -= el;
+	size_t sd = 0;
+	while (sd < n && is_digit(s[n - 1 - sd]))
+		sd++;
+	if (sd == 0 || sd == n || s[n - 1 - sd] != '_')
+		return false;
+	size_t ed = 0;
+	size_t m = n - sd - 1;
+	while (ed < m && is_digit(s[m - 1 - ed]))
+		ed++;
+	if (ed == 0 || ed == m || s[m - 1 - ed] != '-')
+		return false;
+	int64_t e, st;
+	if (!parse_digits(s + m - ed, ed, &e) || !parse_digits(s + n - sd, sd, &st))
+		return false;
+	*epoch = e;
+	*step = st;
+	*flags = f;
+	return true;
+}
+
+/* ---- classify -------------------------------------------------------------------------- */
+
+struct comp {
+	const char *s;
+	size_t n;
+};
+
+int layout_classify(const char *path, enum layout_kind forced, struct layout_match *ret)
+{
+	struct comp c0 = { NULL, 0 }, c1 = { NULL, 0 }, last = { NULL, 0 };
+	size_t ncomp = 0;
+
+	if (path == NULL || ret == NULL || !kind_valid(forced))
+		return -EINVAL;
+	if (strnlen(path, LAYOUT_PATH_MAX) >= LAYOUT_PATH_MAX)
+		return -ENAMETOOLONG;
+
+	for (const char *p = path; *p;) {
+		while (*p == '/')
+			p++;
+		if (*p == '\0')
+			break;
+		const char *e = p;
+		while (*e && *e != '/')
+			e++;
+		size_t n = (size_t)(e - p);
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			return -EINVAL;
+		if (!(n == 1 && p[0] == '.')) {
+			struct comp c = { p, n };
+			if (ncomp == 0)
+				c0 = c;
+			else if (ncomp == 1)
+				c1 = c;
+			last = c;
+			ncomp++;
+		}
+		p = e;
+	}
+
+	struct layout_match m = { .kind = LAYOUT_NONE, .role = ROLE_PLAIN, .step = LAYOUT_STEP_NONE,
+				  .epoch = -1, .rank = -1, .flags = 0, .step_prefix_len = 0 };
+	if (ncomp == 0)
+		goto out;
+
+	/* 1. A step directory, and what lies inside it. */
+	int64_t step;
+	const struct layout_rule *r = match_step_dir(c0.s, c0.n, forced, &step);
+	if (r) {
+		m.kind = r->kind;
+		m.step = step;
+		m.flags = r->flags;
+		m.step_prefix_len = (size_t)(c0.s + c0.n - path);
+		/* Another kind claims the same name (all-digit: InternEvo / Orbax). */
+		const struct layout_rule *other = NULL;
+		for (const struct layout_rule *o = r + 1; o < layout_rules + N_RULES; o++) {
+			int64_t s2;
+			if (o->kind != r->kind && rule_applies(o, forced) &&
+			    rule_match_dir(o, c0.s, c0.n, &s2)) {
+				m.flags |= LAYOUT_F_AMBIGUOUS;
+				other = o;
+				break;
+			}
+		}
+		if (ncomp == 1) {
+			m.role = ROLE_STEP_DIR;
+			goto out;
+		}
+		m.role = ROLE_STEP_FILE;
+		if (has_suffix(last.s, last.n, ".tmp"))
+			m.flags |= LAYOUT_F_TMP;
+		if (ncomp == 2 && r->marker && eq(c1.s, c1.n, r->marker)) {
+			m.role = ROLE_MARKER;
+		} else if (ncomp == 2 && other && other->marker && eq(c1.s, c1.n, other->marker)) {
+			m.role = ROLE_MARKER;
+			m.kind = other->kind;
+		}
+		if (r->file_rank)
+			m.rank = r->file_rank(last.s, last.n);
+		goto out;
+	}
+
+	for (size_t i = 0; i < N_RULES; i++) {
+		r = &layout_rules[i];
+		if (!rule_applies(r, forced))
+			continue;
+
+		/* 2. Root trackers. */
+		if (ncomp == 1 && r->shape != SHAPE_RANK_DIR && r->fmt != TRK_NONE) {
+			if (r->fmt == TRK_NAME_STEP) {
+				size_t d = span_digits(c0.s, c0.n);
+				if (d > 0 && eq(c0.s + d, c0.n - d, r->tracker) &&
+				    parse_digits(c0.s, d, &step)) {
+					m.kind = r->kind;
+					m.role = ROLE_TRACKER;
+					m.step = step;
+					goto out;
+				}
+			} else if (eq(c0.s, c0.n, r->tracker)) {
+				m.kind = r->kind;
+				m.role = ROLE_TRACKER;
+				goto out;
+			}
+		}
+
+		/* 3. Per-rank directories (MF1). */
+		if (r->shape == SHAPE_RANK_DIR && has_prefix(c0.s, c0.n, r->prefix)) {
+			size_t pl = strlen(r->prefix);
+			int rank = parse_rank(c0.s + pl, c0.n - pl);
+			if (rank < 0 || c0.n - pl < r->min_digits)
+				continue;
+			m.kind = r->kind;
+			m.rank = rank;
+			if (ncomp != 2)
+				goto out;
+			if (eq(c1.s, c1.n, r->tracker)) {
+				m.role = ROLE_TRACKER;
+				goto out;
+			}
+			int64_t epoch;
+			unsigned flags;
+			if (mf1_file(r, c1.s, c1.n, &epoch, &step, &flags)) {
+				m.role = ROLE_STEP_FILE;
+				m.step = step;
+				m.epoch = epoch;
+				m.flags = flags;
+			}
+			goto out;
+		}
+	}
+
+out:
+	/* Invariants 1, 2, 4, 5 (top of file). */
+	assert(m.role != ROLE_PLAIN ||
+	       (m.step == LAYOUT_STEP_NONE && m.epoch == -1 && m.step_prefix_len == 0));
+	assert(m.role == ROLE_PLAIN || m.role == ROLE_TRACKER ||
+	       (m.kind != LAYOUT_NONE && (m.step >= 0 || m.step == LAYOUT_STEP_RELEASE)));
+	assert(m.role != ROLE_TRACKER || m.step_prefix_len == 0);
+	assert(forced == LAYOUT_NONE || m.kind == LAYOUT_NONE || m.kind == forced);
+	*ret = m;
+	return 0;
+}
+
+int layout_parse_name(const char *name, enum layout_kind forced, enum layout_kind *ret_kind,
+		      int64_t *ret_step)
+{
+	if (name == NULL || ret_kind == NULL || ret_step == NULL || !kind_valid(forced) ||
+	    strchr(name, '/'))
+		return -EINVAL;
+	int64_t step;
+	const struct layout_rule *r = match_step_dir(name, strlen(name), forced, &step);
+	if (r == NULL)
+		return 0;
+	*ret_kind = r->kind;
+	*ret_step = step;
+	return 1;
+}
+
+/* ---- bounded output ---------------------------------------------------------------------- */
+
+struct out {
+	char *buf;
+	size_t cap;
+	size_t len;
+	bool full;
+};
+
+static void out_bytes(struct out *o, const char *s, size_t n)
+{
+	if (o->full || o->cap - o->len <= n) { /* keep a byte for the NUL */
+		o->full = true;
+		return;
+	}
+	memcpy(o->buf + o->len, s, n);
+	o->len += n;
+	o->buf[o->len] = '\0';
+}
+
+static void out_str(struct out *o, const char *s)
+{
+	out_bytes(o, s, strlen(s));
+}
+
+static void out_i64(struct out *o, int64_t v, unsigned width)
+{
+	char tmp[32];
+	int n = snprintf(tmp, sizeof(tmp), "%0*" PRId64, (int)width, v);
+
+	assert(n > 0 && (size_t)n < sizeof(tmp));
+	out_bytes(o, tmp, (size_t)n);
+}
+
+static int out_done(struct out *o)
+{
+	if (o->full)
+		return -ENOSPC;
+	assert(o->len > 0 && o->len <= INT32_MAX);
+	return (int)o->len;
+}
+
+/* Room for cap bytes: -EINVAL for NULL with cap > 0; cap 0 always gives -ENOSPC. */
+static int out_init(struct out *o, char *buf, size_t cap)
+{
+	if (buf == NULL && cap > 0)
+		return -EINVAL;
+	*o = (struct out){ .buf = buf, .cap = cap, .len = 0, .full = cap == 0 };
+	if (cap > 0)
+		buf[0] = '\0';
+	return 0;
+}
+
+static const struct layout_rule *tracker_rule(enum layout_kind kind)
+{
+	for (size_t i = 0; i < N_RULES; i++)
+		if (layout_rules[i].kind == kind && layout_rules[i].fmt != TRK_NONE)
+			return &layout_rules[i];
+	return NULL;
+}
+
+int layout_step_dir_name(enum layout_kind kind, int64_t step, char *buf, size_t cap)
+{
+	struct out o;
+
+	if (!kind_valid(kind) || kind == LAYOUT_NONE || out_init(&o, buf, cap) < 0)
+		return -EINVAL;
+	if (kind == LAYOUT_MF1)
+		return -EOPNOTSUPP;
+	for (size_t i = 0; i < N_RULES; i++) {
+		const struct layout_rule *r = &layout_rules[i];
+		if (r->kind != kind || (r->flags & LAYOUT_F_TMP))
+			continue;
+		if (r->shape == SHAPE_NAMED_DIR && step == r->fixed_step) {
+			out_str(&o, r->prefix);
+			return out_done(&o);
+		}
+		if (r->shape == SHAPE_DIGITS_DIR && step >= 0) {
+			out_str(&o, r->prefix);
+			out_i64(&o, step, r->fmt_width);
+			if (r->suffix)
+				out_str(&o, r->suffix);
+			return out_done(&o);
+		}
+	}
+	return -EINVAL;
+}
+
+/* ---- trackers ---------------------------------------------------------------------------- */
+
+/* A bare file name: non-empty, no '/', no NUL, not "." or "..", at most NAME_MAX bytes. */
+static bool bare_name(const char *s, size_t n)
+{
+	return n > 0 && n <= LAYOUT_NAME_MAX && memchr(s, '/', n) == NULL &&
+	       memchr(s, '\0', n) == NULL && !eq(s, n, ".") && !eq(s, n, "..");
+}
+
+/* Decode one UTF-8 sequence at s[0, n): code point in *cp, length returned; 0 if invalid. */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	uint32_t c = s[0];
+	size_t len;
+	uint32_t min;
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	} else if (c >= 0xc2 && c <= 0xdf) {
+		len = 2, c &= 0x1f, min = 0x80;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3, c &= 0x0f, min = 0x800;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4, c &= 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = (c << 6) | (s[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return len;
+}
+
+static size_t utf8_encode(uint32_t c, char *o)
+{
+	if (c < 0x80) {
+		o[0] = (char)c;
+		return 1;
+	} else if (c < 0x800) {
+		o[0] = (char)(0xc0 | (c >> 6));
+		o[1] = (char)(0x80 | (c & 0x3f));
+		return 2;
+	} else if (c < 0x10000) {
+		o[0] = (char)(0xe0 | (c >> 12));
+		o[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+		o[2] = (char)(0x80 | (c & 0x3f));
+		return 3;
+	}
+	o[0] = (char)(0xf0 | (c >> 18));
+	o[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+	o[2] = (char)(0x80 | ((c >> 6) & 0x3f));
+	o[3] = (char)(0x80 | (c & 0x3f));
+	return 4;
+}
+
+static bool utf8_valid(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t l = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+		if (l == 0)
+			return false;
+		i += l;
+	}
+	return true;
+}
+
+/* Minimal JSON reader over [p, end) (RFC 8259, plus Python's NaN/Infinity when skipping). */
+struct jp {
+	const char *p;
+	const char *end;
+};
+
+#define JSON_DEPTH_MAX 32
+
+static void jp_ws(struct jp *j)
+{
+	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+		j->p++;
+}
+
+static bool jp_lit(struct jp *j, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
+		return false;
+	j->p += n;
+	return true;
+}
+
+static int jp_hex4(struct jp *j, uint32_t *v)
+{
+	uint32_t x = 0;
+
+	if (j->end - j->p < 4)
+		return -EINVAL;
+	for (int i = 0; i < 4; i++) {
+		char c = *j->p++;
+		x <<= 4;
+		if (c >= '0' && c <= '9')
+			x |= (uint32_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			x |= (uint32_t)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			x |= (uint32_t)(c - 'A' + 10);
+		else
+			return -EINVAL;
+	}
+	*v = x;
+	return 0;
+}
+
+/*
+ * A JSON string at j->p (which must be '"'), decoded to UTF-8 into out[0, cap) if out is not
+ * NULL (*olen = its length; *trunc set when it did not fit). Invalid UTF-8, raw control
+ * characters, bad escapes and lone surrogates are -EINVAL.
+ */
+static int jp_string(struct jp *j, char *out, size_t cap, size_t *olen, bool *trunc)
+{
+	size_t n = 0;
+
+	if (j->p >= j->end || *j->p != '"')
+		return -EINVAL;
+	j->p++;
+	if (trunc)
+		*trunc = false;
+	for (;;) {
+		if (j->p >= j->end)
+			return -EINVAL;
+		unsigned char c = (unsigned char)*j->p;
+		uint32_t cp;
+		if (c == '"') {
+			j->p++;
+			break;
+		} else if (c < 0x20) {
+			return -EINVAL;
+		} else if (c == '\\') {
+			if (j->end - j->p < 2)
+				return -EINVAL;
+			char e = j->p[1];
+			j->p += 2;
+			switch (e) {
+			case '"': cp = '"'; break;
+			case '\\': cp = '\\'; break;
+			case '/': cp = '/'; break;
+			case 'b': cp = '\b'; break;
+			case 'f': cp = '\f'; break;
+			case 'n': cp = '\n'; break;
+			case 'r': cp = '\r'; break;
+			case 't': cp = '\t'; break;
+			case 'u':
+				if (jp_hex4(j, &cp) < 0)
+					return -EINVAL;
+				if (cp >= 0xdc00 && cp <= 0xdfff)
+					return -EINVAL;
+				if (cp >= 0xd800 && cp <= 0xdbff) {
+					uint32_t lo;
+					if (!jp_lit(j, "\\u") || jp_hex4(j, &lo) < 0 ||
+					    lo < 0xdc00 || lo > 0xdfff)
+						return -EINVAL;
+					cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+				}
+				break;
+			default:
+				return -EINVAL;
+			}
+		} else {
+			size_t l = utf8_decode((const unsigned char *)j->p,
+					       (size_t)(j->end - j->p), &cp);
+			if (l == 0)
+				return -EINVAL;
+			j->p += l;
+		}
+		if (out) {
+			char enc[4];
+			size_t l = utf8_encode(cp, enc);
+			if (cap - n < l + 1) {
+				if (trunc)
+					*trunc = true;
+			} else {
+				memcpy(out + n, enc, l);
+				n += l;
+				out[n] = '\0';
+			}
+		}
+	}
+	if (olen)
+		*olen = n;
+	return 0;
+}
+
+/*
+ * A JSON number at j->p. *is_uint is set when it is a plain non-negative integer (no sign,
+ * fraction or exponent) that fits int64_t, its value in *v.
+ */
+static int jp_number(struct jp *j, bool *is_uint, int64_t *v)
+{
+	bool neg = false, frac = false;
+
+	if (j->p < j->end && *j->p == '-') {
+		neg = true;
+		j->p++;
+	}
+	const char *ds = j->p;
+	while (j->p < j->end && is_digit(*j->p))
+		j->p++;
+	size_t nd = (size_t)(j->p - ds);
+	if (nd == 0 || (nd > 1 && ds[0] == '0'))
+		return -EINVAL;
+	if (j->p < j->end && *j->p == '.') {
+		frac = true;
+		j->p++;
+		const char *fs = j->p;
+		while (j->p < j->end && is_digit(*j->p))
+			j->p++;
+		if (j->p == fs)
+			return -EINVAL;
+	}
+	if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+		frac = true;
+		j->p++;
+		if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
+			j->p++;
+		const char *es = j->p;
+		while (j->p < j->end && is_digit(*j->p))
+			j->p++;
+		if (j->p == es)
+			return -EINVAL;
+	}
+	*is_uint = !neg && !frac && parse_digits(ds, nd, v);
+	return 0;
+}
+
+static int jp_skip(struct jp *j, int depth)
+{
+	if (depth > JSON_DEPTH_MAX)
+		return -EINVAL;
+	jp_ws(j);
+	if (j->p >= j->end)
+		return -EINVAL;
+	char c = *j->p;
+	if (c == '"')
+		return jp_string(j, NULL, 0, NULL, NULL);
+	if (c == '{' || c == '[') {
+		char close = c == '{' ? '}' : ']';
+		j->p++;
+		jp_ws(j);
+		if (j->p < j->end && *j->p == close) {
+			j->p++;
+			return 0;
+		}
+		for (;;) {
+			if (c == '{') {
+				jp_ws(j);
+				if (jp_string(j, NULL, 0, NULL, NULL) < 0)
+					return -EINVAL;
+				jp_ws(j);
+				if (!jp_lit(j, ":"))
+					return -EINVAL;
+			}
+			if (jp_skip(j, depth + 1) < 0)
+				return -EINVAL;
+			jp_ws(j);
+			if (jp_lit(j, ","))
+				continue;
+			if (j->p < j->end && *j->p == close) {
+				j->p++;
+				return 0;
+			}
+			return -EINVAL;
+		}
+	}
+	if (jp_lit(j, "true") || jp_lit(j, "false") || jp_lit(j, "null") || jp_lit(j, "NaN") ||
+	    jp_lit(j, "Infinity") || jp_lit(j, "-Infinity"))
+		return 0;
+	bool u;
+	int64_t v;
+	return jp_number(j, &u, &v);
+}
+
+/* meta.json of MindFormers 1.0 (CheckpointMonitor.record_last_ckpt_to_json). */
+static int parse_mf1_json(const char *buf, size_t len, struct layout_tracker *ret)
+{
+	struct jp j = { buf, buf + len };
+	struct layout_tracker t = { .step = -1, .epoch = -1, .ckpt_file = "" };
+	bool have_step = false, have_epoch = false, have_file = false;
+	size_t flen = 0;
+
+	jp_ws(&j);
+	if (!jp_lit(&j, "{"))
+		return -EINVAL;
+	jp_ws(&j);
+	if (!jp_lit(&j, "}")) {
+		for (;;) {
+			char key[32];
+			bool trunc;
+			jp_ws(&j);
+			if (jp_string(&j, key, sizeof(key), NULL, &trunc) < 0)
+				return -EINVAL;
+			if (trunc)
+				key[0] = '\0'; /* too long to be one of ours */
+			jp_ws(&j);
+			if (!jp_lit(&j, ":"))
+				return -EINVAL;
+			jp_ws(&j);
+			bool is_step = strcmp(key, "last_step") == 0;
+			bool is_epoch = strcmp(key, "last_epoch") == 0;
+			if (is_step || is_epoch) {
+				bool u;
+				int64_t v;
+				if (j.p >= j.end || (*j.p != '-' && !is_digit(*j.p)) ||
+				    jp_number(&j, &u, &v) < 0 || !u)
+					return -EINVAL;
+				if (is_step)
+					t.step = v, have_step = true;
+				else
+					t.epoch = v, have_epoch = true;
+			} else if (strcmp(key, "last_ckpt_file") == 0) {
+				if (jp_string(&j, t.ckpt_file, sizeof(t.ckpt_file), &flen, &trunc) < 0 ||
+				    trunc)
+					return -EINVAL;
+				have_file = true;
+			} else if (jp_skip(&j, 1) < 0) {
+				return -EINVAL;
+			}
+			jp_ws(&j);
+			if (jp_lit(&j, ","))
+				continue;
+			if (jp_lit(&j, "}"))
+				break;
+			return -EINVAL;
+		}
+	}
+	jp_ws(&j);
+	if (j.p != j.end || !have_step || !have_epoch || !have_file ||
+	    !bare_name(t.ckpt_file, flen))
+		return -EINVAL;
+	*ret = t;
+	return 0;
+}
+
+int layout_tracker_parse(enum layout_kind kind, const char *name, const char *buf, size_t len,
+			 struct layout_tracker *ret)
+{
+	struct layout_tracker t = { .step = -1, .epoch = -1, .ckpt_file = "" };
+
+	if (ret == NULL || !kind_valid(kind) || kind == LAYOUT_NONE || (buf == NULL && len > 0))
+		return -EINVAL;
+	const struct layout_rule *r = tracker_rule(kind);
+	if (r == NULL)
+		return -EOPNOTSUPP;
+
+	if (r->fmt == TRK_NAME_STEP) {
+		/* InternEvo: the step is the name; the content is the trainer's pickle. */
+		if (name == NULL)
+			return -EINVAL;
+		size_t n = strlen(name);
+		size_t d = span_digits(name, n);
+		if (d == 0 || !eq(name + d, n - d, r->tracker) || !parse_digits(name, d, &t.step))
+			return -EINVAL;
+		*ret = t;
+		return 0;
+	}
+	if (len > LAYOUT_TRACKER_MAX)
+		return -EINVAL;
+	if (r->fmt == TRK_MF1_JSON) {
+		int rc = parse_mf1_json(buf, len, &t);
+		if (rc < 0)
+			return rc;
+		*ret = t;
+		return 0;
+	}
+
+	/* Megatron, MF2, DeepSpeed: one token, surrounding whitespace stripped. */
+	size_t b = 0, e = len;
+	while (b < e && is_ws(buf[b]))
+		b++;
+	while (e > b && is_ws(buf[e - 1]))
+		e--;
+	const char *s = buf + b;
+	size_t n = e - b;
+	if (r->fmt == TRK_DECIMAL_RELEASE && eq(s, n, "release")) {
+		t.step = LAYOUT_STEP_RELEASE;
+	} else if (r->fmt == TRK_TAG) {
+		size_t pl = strlen(r->tag_prefix);
+		if (!has_prefix(s, n, r->tag_prefix) || !parse_digits(s + pl, n - pl, &t.step))
+			return -EINVAL;
+	} else if (!parse_digits(s, n, &t.step)) {
+		return -EINVAL;
+	}
+	*ret = t;
+	return 0;
+}
+
+/* Python json's ensure_ascii string encoding (Lib/json/encoder.py py_encode_basestring_ascii). */
+static int out_json_string(struct out *o, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	out_bytes(o, "\"", 1);
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t l = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+		if (l == 0)
+			return -EINVAL;
+		i += l;
+		char esc[13];
+		switch (cp) {
+		case '"': out_str(o, "\\\""); continue;
+		case '\\': out_str(o, "\\\\"); continue;
+		case '\b': out_str(o, "\\b"); continue;
+		case '\f': out_str(o, "\\f"); continue;
+		case '\n': out_str(o, "\\n"); continue;
+		case '\r': out_str(o, "\\r"); continue;
+		case '\t': out_str(o, "\\t"); continue;
+		default: break;
+		}
+		if (cp >= 0x20 && cp <= 0x7e) {
+			char ch = (char)cp;
+			out_bytes(o, &ch, 1);
+			continue;
+		}
+		uint32_t u[2] = { cp, 0 };
+		int nu = 1;
+		if (cp >= 0x10000) {
+			u[0] = 0xd800 + ((cp - 0x10000) >> 10);
+			u[1] = 0xdc00 + ((cp - 0x10000) & 0x3ff);
+			nu = 2;
+		}
+		for (int k = 0; k < nu; k++) {
+			esc[0] = '\\';
+			esc[1] = 'u';
+			for (int h = 0; h < 4; h++)
+				esc[2 + h] = hex[(u[k] >> (12 - 4 * h)) & 0xf];
+			out_bytes(o, esc, 6);
+		}
+	}
+	out_bytes(o, "\"", 1);
+	return 0;
+}
+
+int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t, char *buf,
+			  size_t cap)
+{
+	struct out o;
+
+	if (t == NULL || !kind_valid(kind) || kind == LAYOUT_NONE || out_init(&o, buf, cap) < 0)
+		return -EINVAL;
+	const struct layout_rule *r = tracker_rule(kind);
+	if (r == NULL || r->fmt == TRK_NAME_STEP)
+		return -EOPNOTSUPP;
+	if (t->step == LAYOUT_STEP_RELEASE && r->fmt == TRK_DECIMAL_RELEASE) {
+		out_str(&o, "release");
+		return out_done(&o);
+	}
+	if (t->step < 0)
+		return -EINVAL;
+	switch (r->fmt) {
+	case TRK_DECIMAL:
+	case TRK_DECIMAL_RELEASE:
+		out_i64(&o, t->step, 0);
+		break;
+	case TRK_TAG:
+		out_str(&o, r->tag_prefix);
+		out_i64(&o, t->step, 0);
+		break;
+	case TRK_MF1_JSON: {
+		size_t fl = strnlen(t->ckpt_file, sizeof(t->ckpt_file));
+		if (t->epoch < 0 || fl == sizeof(t->ckpt_file) || !bare_name(t->ckpt_file, fl) ||
+		    !utf8_valid(t->ckpt_file, fl))
+			return -EINVAL;
+		/* json.dump({"last_epoch": e, "last_step": s, "last_ckpt_file": f}, fp) */
+		out_str(&o, "{\"last_epoch\": ");
+		out_i64(&o, t->epoch, 0);
+		out_str(&o, ", \"last_step\": ");
+		out_i64(&o, t->step, 0);
+		out_str(&o, ", \"last_ckpt_file\": ");
+		if (out_json_string(&o, t->ckpt_file, fl) < 0)
+			return -EINVAL;
+		out_str(&o, "}");
+		break;
+	}
+	default:
+		return -EOPNOTSUPP;
+	}
+	return out_done(&o);
+}
+
+int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf, size_t cap)
+{
+	struct out o;
+
+	if (!kind_valid(kind) || kind == LAYOUT_NONE || out_init(&o, buf, cap) < 0)
+		return -EINVAL;
+	const struct layout_rule *r = tracker_rule(kind);
+	if (r == NULL)
+		return -EOPNOTSUPP;
+	if (r->fmt == TRK_NAME_STEP) {
+		if (step < 0)
+			return -EINVAL;
+		out_i64(&o, step, 0);
+	} else if (r->fmt == TRK_MF1_JSON) {
+		if (rank < 0)
+			return -EINVAL;
+		out_str(&o, r->prefix);
+		out_i64(&o, rank, 0);
+		out_str(&o, "/");
+	}
+	out_str(&o, r->tracker);
+	return out_done(&o);
+}
+
+bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind)
+{
+	if (!kind_valid(tracker) || !kind_valid(step_kind))
+		return false;
+	const struct layout_rule *a = tracker_rule(tracker);
+	const struct layout_rule *b = tracker_rule(step_kind);
+	if (a == NULL || b == NULL)
+		return false;
+	return a == b || (a->shape != SHAPE_RANK_DIR && b->shape != SHAPE_RANK_DIR &&
+			  a->fmt != TRK_NAME_STEP && b->fmt != TRK_NAME_STEP &&
+			  strcmp(a->tracker, b->tracker) == 0);
+}
+
+const char *layout_name(enum layout_kind kind)
+{
+	return kind_valid(kind) ? layout_names[kind] : NULL;
+}
+
+int layout_from_name(const char *name, enum layout_kind *ret)
+{
+	if (name == NULL || ret == NULL)
+		return -EINVAL;
+	if (strcmp(name, "auto") == 0) {
+		*ret = LAYOUT_NONE;
+		return 0;
+	}
+	for (int k = 0; k < LAYOUT_KIND_COUNT; k++) {
+		if (strcmp(name, layout_names[k]) == 0) {
+			*ret = (enum layout_kind)k;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}

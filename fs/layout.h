@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layout.h — which checkpoint step a path belongs to, and the trainers' tracker formats.
+ *
+ * A pure module: no I/O, no allocation, no global state, libc only. Every function is
+ * thread-safe and reentrant (it reads only its arguments and a constant table).
+ *
+ * The rules live in ONE table in layout.c (`layout_rules[]`); adding a framework is one row.
+ * Sources of every name and format: ../shared/research/framework-io.md, which read
+ *   - Megatron-LM      NVIDIA/Megatron-LM megatron/training/checkpointing.py
+ *                      (`iter_{:07d}`, `release`, `mp_rank_XX[_YYY]/model_optim_rng.pt`,
+ *                      torch_dist `__R_K.distcp` + `.metadata` + `metadata.json`,
+ *                      tracker `latest_checkpointed_iteration.txt` = "123" or "release", no newline)
+ *   - MindFormers 2.0  mindspore-lab/mindformers mindformers/checkpoint/checkpoint.py
+ *                      (`iteration_{:08d}`, 7 digits in the docs; `[prefix-]model-{rank:07d}-{world:07d}
+ *                      .safetensors`; tracker `latest_checkpointed_iteration.txt` = str(step_num))
+ *   - MindFormers 1.0  mindspore-lab/mindformers mindformers/core/callback/callback.py
+ *                      CheckpointMonitor (`rank_{r}/{prefix}-{epoch}_{step_in_epoch}.ckpt|.safetensors`,
+ *                      MindSpore writes `<name>.tmp` then renames; `rank_{r}/meta.json` =
+ *                      json.dump({"last_epoch", "last_step", "last_ckpt_file"}))
+ *   - DeepSpeed        deepspeedai/DeepSpeed deepspeed/runtime/engine.py (`global_step{N}/`,
+ *                      root `latest` = the tag, `zero_to_fp32.py` copied to the root)
+ *   - Hugging Face     huggingface/transformers src/transformers/trainer.py (`checkpoint-{N}/`,
+ *                      `trainer_state.json` written last, `rng_state_{process_index}.pth`;
+ *                      `tmp-checkpoint-{N}` in the releases that renamed, #27820)
+ *   - PyTorch DCP      pytorch/torchtitan v0.2.0 (`step-{N}/`, resume = highest step-N holding
+ *                      `.metadata`); pytorch torch/distributed/checkpoint/filesystem.py
+ *                      FileSystemWriter (`__R_K.distcp`, `.metadata.tmp` → rename → `.metadata`)
+ *   - InternEvo        InternLM/InternEvo c628a8c (`<save>/<step>/`, root `{step}.step` written
+ *                      last by rank 0; auto_resume takes the highest N.step)
+ *   - Orbax            google/orbax 3ff7b24 (`<step>.orbax-checkpoint-tmp…/` renamed to `<step>/`,
+ *                      commit = `commit_success.txt` + rename)
+ *
+ * Paths are relative to the mount root, which is the trainer's save directory (Megatron
+ * `--save`, DeepSpeed `save_dir`, HF `output_dir`, MindFormers 1.0 `output/checkpoint`, …):
+ * step directories, root trackers and `rank_N/` directories are recognised only at the top level.
+ */
+#ifndef CKPTFS_LAYOUT_H
+#define CKPTFS_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One per framework. Values are stable (the index may store them); LAYOUT_NONE is 0. */
+enum layout_kind {
+	LAYOUT_NONE = 0,
+	LAYOUT_MF2,       /* MindFormers 2.0 */
+	LAYOUT_MEGATRON,  /* Megatron-LM */
+	LAYOUT_MF1,       /* MindFormers 1.0 (per-rank files, no step directory) */
+	LAYOUT_DEEPSPEED, /* DeepSpeed */
+	LAYOUT_HF,        /* Hugging Face Trainer */
+	LAYOUT_DCP,       /* PyTorch DCP / torchtitan */
+	LAYOUT_INTERNEVO, /* InternEvo */
+	LAYOUT_ORBAX,     /* Orbax */
+	LAYOUT_KIND_COUNT
+};
+
+/* What a path is to its layout. */
+enum layout_role {
+	ROLE_PLAIN,     /* belongs to no step */
+	ROLE_STEP_DIR,  /* the step directory itself, e.g. "iter_0000100" */
+	ROLE_STEP_FILE, /* a file (or subdirectory) inside a step, or an MF1 per-rank step file */
+	ROLE_MARKER,    /* the in-step commit marker (HF trainer_state.json, DCP .metadata,
+			   Orbax commit_success.txt) */
+	ROLE_TRACKER    /* a tracker naming the newest step (latest_checkpointed_iteration.txt,
+			   latest, N.step, rank_N/meta.json) */
+};
+
+/* Step value of a path with no step (plain files, most trackers). */
+#define LAYOUT_STEP_NONE ((int64_t)-1)
+/* Step value of Megatron's `release/` directory and of a tracker that reads "release". */
+#define LAYOUT_STEP_RELEASE ((int64_t)-2)
+
+/* layout_match.flags */
+#define LAYOUT_F_TMP 0x1u       /* an in-progress name that a rename will replace: Orbax
+				   `N.orbax-checkpoint-tmp-*`, HF `tmp-checkpoint-N`, a file
+				   ending in `.tmp` inside a step or an MF1 `name.ckpt.tmp` */
+#define LAYOUT_F_AMBIGUOUS 0x2u /* auto-detected all-digit step `N/`: InternEvo or Orbax; kind
+				   says INTERNEVO until `N/commit_success.txt` says ORBAX */
+
+/* Longest path accepted, in bytes, including the terminating NUL (PATH_MAX on Linux). */
+#define LAYOUT_PATH_MAX 4096
+/* Longest tracker content accepted by layout_tracker_parse(), in bytes. Real trackers are
+ * under 300 bytes; anything longer is refused without being scanned. */
+#define LAYOUT_TRACKER_MAX 4096
+/* Longest file name, in bytes, without the NUL (NAME_MAX on Linux). */
+#define LAYOUT_NAME_MAX 255
+
+struct layout_match {
+	enum layout_kind kind;  /* LAYOUT_NONE when no rule recognised the path */
+	enum layout_role role;
+	int64_t step;           /* >= 0, LAYOUT_STEP_RELEASE, or LAYOUT_STEP_NONE (-1) */
+	int64_t epoch;          /* MF1 only: the {epoch} of the file name; -1 otherwise */
+	int rank;               /* the writer's rank when the name states it, -1 otherwise */
+	unsigned flags;         /* LAYOUT_F_* */
+	size_t step_prefix_len; /* bytes of path up to and including the step directory's
+				   name, so path[0, step_prefix_len) names the step directory;
+				   0 when there is none (plain, trackers, MF1) */
+};
+
+/*
+ * layout_classify - say which layout, role, step and rank a path has, by its name alone.
+ *
+ * @path:   NUL-terminated path relative to the mount root, bytes not necessarily UTF-8, e.g.
+ *          "iter_0000100/mp_rank_00/model_optim_rng.pt". Leading, trailing and repeated '/'
+ *          and "." components are ignored; "" and "." are the root (ROLE_PLAIN).
+ * @forced: LAYOUT_NONE to auto-detect among all rules (layouts may coexist under one mount);
+ *          otherwise only that layout's rules apply and every other path is ROLE_PLAIN
+ *          (-o layout=NAME).
+ * @ret:    filled on success; untouched on failure.
+ *
+ * Rules, in table order (first match wins; see layout_rules[] in layout.c):
+ *   - a top-level name matching a step-directory pattern is ROLE_STEP_DIR; everything under it
+ *     is ROLE_STEP_FILE, except the layout's marker directly inside it (ROLE_MARKER). This holds
+ *     whether the name is a directory or a regular file: the caller, which knows the type,
+ *     treats a regular file with a step-directory name as plain.
+ *   - root trackers are ROLE_TRACKER. `latest_checkpointed_iteration.txt` is shared by Megatron
+ *     and MindFormers 2.0 (same format); auto-detection reports it as LAYOUT_MEGATRON, and
+ *     layout_tracker_shared() says which kinds of step it names. `N.step` carries step N.
+ *   - MF1: `rank_N/` is ROLE_PLAIN with kind MF1 and rank N; `rank_N/meta.json` is ROLE_TRACKER;
+ *     `rank_N/{prefix}-{epoch}_{step}.ckpt|.safetensors[.tmp]` is ROLE_STEP_FILE with that step
+ *     (the digits after the last '_'), epoch and rank N, and step_prefix_len 0. MF1's step
+ *     restarts every epoch: key its steps by (epoch, step).
+ *   - an all-digit top-level name is auto-detected as LAYOUT_INTERNEVO with LAYOUT_F_AMBIGUOUS,
+ *     except `N/commit_success.txt`, which is LAYOUT_ORBAX ROLE_MARKER (also flagged): the caller
+ *     refines the step's kind when it sees that marker or when `N/` came from renaming an Orbax
+ *     `N.orbax-checkpoint-tmp-*` directory.
+ *   - `release/` is a Megatron step (LAYOUT_STEP_RELEASE) only when forced is LAYOUT_MEGATRON:
+ *     auto-detection would otherwise hide any unrelated directory of that name.
+ *   - digit runs may carry leading zeros; their value must fit int64_t (more than INT64_MAX is
+ *     not a step: ROLE_PLAIN). Zero-padded widths are minimums, as in Python's "{:07d}":
+ *     `iter_` takes 7 or more digits, `iteration_` 7 or more. Two spellings of one number
+ *     (`iter_0000100`, `iter_00000100`) give the same step: key a step directory by its name.
+ *
+ * Returns 0 on success (including ROLE_PLAIN);
+ *   -EINVAL       path or ret is NULL, forced is out of range, or a component is "..";
+ *   -ENAMETOOLONG path is LAYOUT_PATH_MAX bytes or longer.
+ * Thread-safe; no allocation.
+ */
+int layout_classify(const char *path, enum layout_kind forced, struct layout_match *ret);
+
+/*
+ * layout_parse_name - say whether a top-level directory name is a step directory.
+ *
+ * @name:     NUL-terminated single component (no '/'), e.g. "global_step100".
+ * @forced:   as in layout_classify().
+ * @ret_kind: the layout (auto-detected all-digit names give LAYOUT_INTERNEVO); set on 1 only.
+ * @ret_step: the step, >= 0 or LAYOUT_STEP_RELEASE; set on 1 only.
+ *
+ * Returns 1 if @name is a step directory, 0 if not (outputs untouched);
+ *   -EINVAL name, ret_kind or ret_step NULL, name contains '/', or forced out of range.
+ * Thread-safe.
+ */
+int layout_parse_name(const char *name, enum layout_kind forced, enum layout_kind *ret_kind,
+		      int64_t *ret_step);
+
+/*
+ * layout_step_dir_name - the directory name a trainer gives to a step.
+ *
+ * @kind: the layout; @step: >= 0 (LAYOUT_STEP_RELEASE for Megatron gives "release").
+ * @buf, @cap: output buffer of cap bytes; NUL-terminated on success.
+ *
+ * Megatron "iter_%07lld", MindFormers 2.0 "iteration_%08lld" (the code's width), DeepSpeed
+ * "global_step%lld", HF "checkpoint-%lld", DCP "step-%lld", InternEvo and Orbax "%lld".
+ * Returns the length written, without the NUL (> 0);
+ *   -EINVAL     kind out of range or LAYOUT_NONE, step negative (other than release for Megatron),
+ *               buf NULL with cap > 0;
+ *   -EOPNOTSUPP MF1, which has no step directory;
+ *   -ENOSPC     cap too small (buf contents then unspecified).
+ */
+int layout_step_dir_name(enum layout_kind kind, int64_t step, char *buf, size_t cap);
+
+/* What a tracker says. */
+struct layout_tracker {
+	int64_t step;  /* >= 0, or LAYOUT_STEP_RELEASE (Megatron "release") */
+	int64_t epoch; /* MF1 last_epoch (>= 0); -1 for other kinds */
+	char ckpt_file[LAYOUT_NAME_MAX + 1]; /* MF1 last_ckpt_file, a bare file name, UTF-8,
+						NUL-terminated; "" for other kinds */
+};
+
+/*
+ * layout_tracker_parse - read the step a trainer's tracker names.
+ *
+ * @kind: the tracker's layout (from layout_classify()).
+ * @name: the tracker's file name (last component, e.g. "100.step"); needed for InternEvo,
+ *        whose step is in the name; ignored (may be NULL) for other kinds.
+ * @buf, @len: the tracker's content, len bytes, not NUL-terminated, may contain NULs;
+ *        buf may be NULL when len is 0.
+ * @ret:  filled on success; untouched on failure.
+ *
+ * Formats (framework-io.md; sources in the header comment):
+ *   Megatron   ASCII digits, or "release" (→ LAYOUT_STEP_RELEASE); leading/trailing ASCII
+ *              whitespace tolerated (Megatron strips), no newline required.
+ *   MF2        ASCII digits, whitespace tolerated; "release" is -EINVAL (MindFormers writes
+ *              str(step_num) only).
+ *   DeepSpeed  "global_stepN", whitespace tolerated. Other tags (save_checkpoint(tag=…)) are
+ *              not steps: -EINVAL.
+ *   InternEvo  step N from name "N.step"; the content (a torch.save pickle) is ignored.
+ *   MF1        a JSON object with integer "last_epoch" >= 0, integer "last_step" >= 0 and string
+ *              "last_ckpt_file" (a bare file name: no '/', not "." or "..", no NUL, at most
+ *              LAYOUT_NAME_MAX bytes once unescaped); other keys are skipped, a repeated key
+ *              takes its last value (as Python's json does).
+ * Digits may have leading zeros; the value must fit int64_t.
+ *
+ * Returns 0 on success;
+ *   -EINVAL     garbage: not the format above, a negative or overflowing number, a sign,
+ *               an embedded NUL, a path, len > LAYOUT_TRACKER_MAX (except InternEvo, whose
+ *               content is not read), NULL ret, NULL buf with len > 0, kind out of range or
+ *               LAYOUT_NONE, NULL or malformed name for InternEvo;
+ *   -EOPNOTSUPP the layout has no tracker (HF, DCP, Orbax: their marker is inside the step).
+ * Never reads past buf[len - 1]. Thread-safe.
+ */
+int layout_tracker_parse(enum layout_kind kind, const char *name, const char *buf, size_t len,
+			 struct layout_tracker *ret);
+
+/*
+ * layout_tracker_format - write a tracker's content, byte for byte as the trainer writes it.
+ *
+ * @kind: the layout. @t: what to say; for MF1 t->epoch and t->ckpt_file are used too.
+ * @buf, @cap: output buffer of cap bytes; NUL-terminated on success (the NUL is not content).
+ *
+ *   Megatron, MF2  "%lld" with no newline (f.write(str(iteration))); Megatron also "release".
+ *   DeepSpeed      "global_step%lld", no newline (fd.write(tag)).
+ *   MF1            Python json.dump() with default settings of a dict in insertion order:
+ *                  {"last_epoch": E, "last_step": S, "last_ckpt_file": "F"} — separators ", "
+ *                  and ": ", no newline, ensure_ascii (non-ASCII as \uXXXX, lowercase hex,
+ *                  surrogate pairs above U+FFFF; '"' '\' and control characters escaped as
+ *                  Python does, DEL as \u007f).
+ *
+ * Returns the content length in bytes (> 0);
+ *   -EINVAL     t NULL, buf NULL with cap > 0, step negative (other than release for Megatron),
+ *               MF1 epoch negative or ckpt_file empty, not valid UTF-8, or not a bare file name;
+ *               kind out of range or LAYOUT_NONE;
+ *   -EOPNOTSUPP HF, DCP, Orbax (no tracker) and InternEvo (its tracker's content is the
+ *               trainer's pickle, kept verbatim; its step is in the name: layout_tracker_path());
+ *   -ENOSPC     cap too small for content and NUL (buf contents then unspecified).
+ */
+int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t, char *buf,
+			  size_t cap);
+
+/*
+ * layout_tracker_path - the path, relative to the mount root, of a layout's tracker.
+ *
+ * @step: InternEvo only (>= 0): "N.step". @rank: MF1 only (>= 0): "rank_N/meta.json".
+ * Megatron and MF2 "latest_checkpointed_iteration.txt"; DeepSpeed "latest".
+ * Returns the length written without the NUL; -EINVAL (kind out of range or NONE, negative
+ * step/rank where used, buf NULL with cap > 0), -EOPNOTSUPP (HF, DCP, Orbax), -ENOSPC (cap
+ * too small; buf contents then unspecified). Thread-safe.
+ */
+int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf, size_t cap);
+
+/*
+ * layout_tracker_shared - whether a tracker of kind @tracker names steps of kind @step_kind.
+ *
+ * True when both layouts' rules name the same tracker file (Megatron and MindFormers 2.0 share
+ * `latest_checkpointed_iteration.txt`), and for a kind and itself when it has a tracker.
+ * Thread-safe.
+ */
+bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind);
+
+/*
+ * layout_name - the name of a layout for -o layout=NAME and for logs: "none", "mf2",
+ * "megatron", "mf1", "deepspeed", "hf", "dcp", "internevo", "orbax".
+ * Returns a static string (never freed), or NULL if kind is out of range. Thread-safe.
+ */
+const char *layout_name(enum layout_kind kind);
+
+/*
+ * layout_from_name - parse a layout name as layout_name() writes it (exact, case-sensitive;
+ * "none" and "auto" both give LAYOUT_NONE).
+ * Returns 0 and sets *ret; -EINVAL if name or ret is NULL or the name is unknown (*ret untouched).
+ */
+int layout_from_name(const char *name, enum layout_kind *ret);
+
+#endif /* CKPTFS_LAYOUT_H */
