@@ -27,6 +27,7 @@
 
 struct cfg {
 	char *store;
+	char *mnt;
 	int zstd_level;
 	unsigned cache_mb;
 	int verify_dedup;
@@ -44,9 +45,17 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 {
 	struct cfg *c = data;
 
-	if (key == FUSE_OPT_KEY_NONOPT && !c->store) {
-		c->store = strdup(arg);
-		return c->store ? 0 : -1;
+	/* STORE and MOUNTPOINT are taken here, so libfuse never parses the mountpoint itself */
+	if (key == FUSE_OPT_KEY_NONOPT && (!c->store || !c->mnt)) {
+		char **slot = !c->store ? &c->store : &c->mnt;
+
+		*slot = strdup(arg);
+		return *slot ? 0 : -1;
+	}
+	if (key == FUSE_OPT_KEY_NONOPT) {
+		fprintf(stderr, "ckptfs: unexpected argument '%s' (usage: ckptfs [options] STORE "
+			"MOUNTPOINT)\n", arg);
+		return -1;
 	}
 	return 1;
 }
@@ -246,7 +255,8 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		lc = fuse_loop_cfg_create();
 		fuse_loop_cfg_set_clone_fd(lc, (unsigned)o->clone_fd);
 		fuse_loop_cfg_set_max_threads(lc, o->max_threads ? o->max_threads : 8);
-		fuse_loop_cfg_set_idle_threads(lc, o->max_idle_threads);
+		if (o->max_idle_threads != UINT_MAX) /* UINT_MAX: libfuse's "not given" */
+			fuse_loop_cfg_set_idle_threads(lc, o->max_idle_threads);
 		ret = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
@@ -293,7 +303,7 @@ int ckptfs_main(int argc, char **argv)
 		ret = 0;
 		goto out;
 	}
-	if (!c.store || !o.mountpoint) {
+	if (!c.store || !c.mnt) {
 		fprintf(stderr, "ckptfs: usage: ckptfs [options] STORE MOUNTPOINT (see --help)\n");
 		goto out;
 	}
@@ -303,9 +313,9 @@ int ckptfs_main(int argc, char **argv)
 	}
 	char *abs_store = absolute(c.store);
 
-	mnt = realpath(o.mountpoint, NULL);
+	mnt = realpath(c.mnt, NULL);
 	if (!abs_store || !mnt) {
-		fprintf(stderr, "ckptfs: mountpoint '%s': %s%s\n", o.mountpoint, strerror(errno),
+		fprintf(stderr, "ckptfs: mountpoint '%s': %s%s\n", c.mnt, strerror(errno),
 			errno == ENOENT ? " (create it with mkdir)" : "");
 		free(abs_store);
 		goto out;
@@ -355,6 +365,7 @@ int ckptfs_main(int argc, char **argv)
 		startup_fail("startup failed");
 out:
 	free(c.store);
+	free(c.mnt);
 	free(o.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

@@ -18,6 +18,14 @@
 #include "fs/ckptfs.h"
 
 #define OTAB_BUCKETS 1024
+#define LTAB_BUCKETS 4096
+
+/* How many lookups of an inode the kernel holds (FUSE lookup count, decremented by forget). */
+struct lookup_ent {
+	uint64_t ino;
+	uint64_t n;
+	struct lookup_ent *next;
+};
 
 struct fs_pins;
 
@@ -29,6 +37,7 @@ struct ckfs {
 	int staging_dirfd;       /* STORE/staging, for O_TMPFILE staging files */
 	pthread_mutex_t mu;      /* guards ix, otab; after oinode.lock, before pins.mu */
 	struct oinode *otab[OTAB_BUCKETS];
+	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
 	struct fs_pins *pins;
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
 };
@@ -92,6 +101,12 @@ void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h);
  * returned (the file is then an orphan, swept by recovery or ckptctl gc). Thread-safe.
  */
 int fs_chunk_free(struct ckfs *fs, const struct store_hash *h);
+
+/*
+ * fs_inode_referenced - does the kernel (lookup count) or an open file still use ino? An inode
+ * with nlink 0 is deleted from the index only when it is not referenced. Caller holds fs->mu.
+ */
+bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
 
 /* ---- oinode.c ---- */
 

@@ -162,7 +162,8 @@ void oi_put(struct ckfs *fs, struct oinode *oi)
 		while (*pp != oi)
 			pp = &(*pp)->next;
 		*pp = oi->next;
-		if (idx_inode_get(fs->ix, oi->ino, &attr) == 0 && attr.nlink == 0) {
+		if (idx_inode_get(fs->ix, oi->ino, &attr) == 0 && attr.nlink == 0 &&
+		    !fs_inode_referenced(fs, oi->ino)) {
 			bool ok = idx_begin(fs->ix) == 0 &&
 				  idx_inode_delete(fs->ix, oi->ino, fs_release_collect, &fr) == 0 &&
 				  idx_commit(fs->ix) == 0;

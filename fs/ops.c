@@ -36,6 +36,88 @@ static struct ckfs *req_fs(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+/* ---- kernel lookup counts (fs->mu held) ---- */
+
+static struct lookup_ent **lookup_slot(struct ckfs *fs, uint64_t ino)
+{
+	struct lookup_ent **pp = &fs->ltab[ino % LTAB_BUCKETS];
+
+	while (*pp && (*pp)->ino != ino)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* One more kernel reference to ino, taken by every successful entry reply. */
+static void lookup_inc(struct ckfs *fs, uint64_t ino)
+{
+	struct lookup_ent **pp = lookup_slot(fs, ino);
+
+	if (!*pp) {
+		*pp = calloc(1, sizeof(**pp));
+		if (!*pp)
+			return; /* the inode then lives only until its last close or the unmount */
+		(*pp)->ino = ino;
+	}
+	(*pp)->n++;
+}
+
+bool fs_inode_referenced(struct ckfs *fs, uint64_t ino)
+{
+	return *lookup_slot(fs, ino) != NULL || oi_find(fs, ino) != NULL;
+}
+
+/* Delete ino from the index if it has no name left and nothing references it. */
+static void reap_locked(struct ckfs *fs, uint64_t ino)
+{
+	struct idx_inode a;
+	struct fs_freed fr = { 0 };
+	bool ok;
+
+	if (ino == IDX_ROOT_INO || fs_inode_referenced(fs, ino) ||
+	    idx_inode_get(fs->ix, ino, &a) < 0 || a.nlink != 0)
+		return;
+	ok = idx_begin(fs->ix) == 0 && idx_inode_delete(fs->ix, ino, fs_release_collect, &fr) == 0 &&
+	     idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix); /* left for idx_recover at unmount or the next mount */
+	fs_release_finish(fs, &fr, ok);
+}
+
+static void forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n)
+{
+	struct lookup_ent **pp = lookup_slot(fs, ino), *e = *pp;
+
+	if (!e)
+		return;
+	e->n = e->n > n ? e->n - n : 0;
+	if (e->n == 0) {
+		*pp = e->next;
+		free(e);
+		reap_locked(fs, ino);
+	}
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct ckfs *fs = req_fs(req);
+
+	pthread_mutex_lock(&fs->mu);
+	forget_locked(fs, ino, nlookup);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct ckfs *fs = req_fs(req);
+
+	pthread_mutex_lock(&fs->mu);
+	for (size_t i = 0; i < count; i++)
+		forget_locked(fs, forgets[i].ino, forgets[i].nlookup);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_none(req);
+}
+
 static void ts_of(int64_t ns, struct timespec *ts)
 {
 	ts->tv_sec = ns / 1000000000;
@@ -97,8 +179,13 @@ static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
 	e.ino = ino;
 	e.attr_timeout = ATTR_TIMEOUT;
 	e.entry_timeout = ATTR_TIMEOUT;
+	lookup_inc(fs, ino);
 	pthread_mutex_unlock(&fs->mu);
-	fuse_reply_entry(req, &e);
+	if (fuse_reply_entry(req, &e) == -ENOENT) {
+		pthread_mutex_lock(&fs->mu); /* interrupted: the kernel took no reference */
+		forget_locked(fs, ino, 1);
+		pthread_mutex_unlock(&fs->mu);
+	}
 }
 
 static int check_name(const char *name)
@@ -174,6 +261,25 @@ static void op_destroy(void *userdata)
 		}
 		oi_put(fs, dirty);
 	}
+	/* The kernel holds no inode any more: delete what is unlinked or was never committed. */
+	struct fs_freed fr = { 0 };
+	bool ok;
+
+	pthread_mutex_lock(&fs->mu);
+	ok = idx_begin(fs->ix) == 0 && idx_recover(fs->ix, fs_release_collect, &fr) >= 0 &&
+	     idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix);
+	fs_release_finish(fs, &fr, ok);
+	for (unsigned i = 0; i < LTAB_BUCKETS; i++) {
+		while (fs->ltab[i]) {
+			struct lookup_ent *n = fs->ltab[i]->next;
+
+			free(fs->ltab[i]);
+			fs->ltab[i] = n;
+		}
+	}
+	pthread_mutex_unlock(&fs->mu);
 }
 
 /* ---- attributes ---- */
@@ -308,9 +414,12 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- namespace ---- */
 
-/* Create an inode of the given mode under parent/name. fs->mu held; replies nothing. */
+/*
+ * Create an inode of the given mode under parent/name. fs->mu held; replies nothing.
+ * committed_empty: a regular file created without an open (mknod) is durable and empty at once.
+ */
 static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char *name,
-		     mode_t mode, const char *link_target, uint64_t *ret_ino)
+		     mode_t mode, const char *link_target, bool committed_empty, uint64_t *ret_ino)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct idx_inode a = { 0 }, pa;
@@ -336,6 +445,13 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 	a.nlink = S_ISDIR(mode) ? 2 : 1;
 	a.size = link_target ? strlen(link_target) : 0;
 	a.atime_ns = a.mtime_ns = a.ctime_ns = now;
+	if (S_ISREG(mode) && committed_empty) {
+		struct store_hash empty;
+
+		store_hash_buf("", 0, &empty);
+		a.has_hash = true;
+		memcpy(a.hash, empty.b, IDX_HASH_LEN);
+	}
 	if ((rc = idx_begin(fs->ix)) < 0)
 		return rc;
 	rc = idx_inode_create(fs->ix, &a, &ino);
@@ -359,7 +475,7 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
-	rc = make_node(req, fs, parent, name, mode, target, &ino);
+	rc = make_node(req, fs, parent, name, mode, target, S_ISREG(mode), &ino);
 	if (rc < 0) {
 		pthread_mutex_unlock(&fs->mu);
 		fuse_reply_err(req, -rc);
@@ -393,7 +509,8 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 /*
  * Drop one link to ino (whose dentry the caller already removed), in a transaction, fs->mu held.
- * A file still open stays in the index with nlink 0 until its last close (oi_put).
+ * An inode still open or known to the kernel stays in the index with nlink 0 until its last
+ * close (oi_put) and forget (forget_locked), as on any POSIX filesystem.
  */
 static int drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr)
 {
@@ -404,7 +521,7 @@ static int drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed
 		return rc;
 	a.nlink = S_ISDIR(a.mode) ? 0 : a.nlink - 1;
 	a.ctime_ns = now;
-	if (a.nlink == 0 && !oi_find(fs, ino))
+	if (a.nlink == 0 && !fs_inode_referenced(fs, ino))
 		return idx_inode_delete(fs->ix, ino, fs_release_collect, fr);
 	return idx_inode_update(fs->ix, &a);
 }
@@ -679,12 +796,25 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
-	rc = make_node(req, fs, parent, name, S_IFREG | (mode & 07777), NULL, &ino);
+	rc = make_node(req, fs, parent, name, S_IFREG | (mode & 07777), NULL, false, &ino);
 	if (rc == 0)
 		rc = stat_locked(fs, ino, &e.attr);
-	pthread_mutex_unlock(&fs->mu);
 	if (rc == 0)
-		rc = open_handle(fs, ino, fi);
+		lookup_inc(fs, ino);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* A created file becomes durable (even if empty) at its first close or fsync; until then a
+	 * crash leaves no trace of it (idx_recover). */
+	rc = open_handle(fs, ino, fi);
+	if (rc == 0) {
+		struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+
+		h->wrote = true;
+		rc = oi_truncate(fs, h->oi, 0);
+	}
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -901,6 +1031,8 @@ const struct fuse_lowlevel_ops ckfs_ops = {
 	.init = op_init,
 	.destroy = op_destroy,
 	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
 	.getattr = op_getattr,
 	.setattr = op_setattr,
 	.readlink = op_readlink,

@@ -133,6 +133,11 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_STATS_CHUNKS] = "SELECT count(*), coalesce(sum(raw_size), 0), "
 			    "coalesce(sum(stored_size), 0), coalesce(sum(bad <> 0), 0) FROM chunks",
 	/* an nlink-0 inode still named or still holding entries is left to idx_check */
+	/* regular files whose content was never committed (no digest): not durable, so absent */
+	[IX_RECOVER_UNCOMMITTED_DENTRIES] = "DELETE FROM dentries WHERE ino IN (SELECT ino FROM "
+					    "inodes WHERE (mode & 61440) = 32768 AND hash IS NULL)",
+	[IX_RECOVER_UNCOMMITTED_INODES] = "UPDATE inodes SET nlink = 0 "
+					  "WHERE (mode & 61440) = 32768 AND hash IS NULL",
 	[IX_RECOVER_INODES] = "SELECT ino FROM inodes i WHERE nlink = 0 AND ino <> 1 "
 			      "AND NOT EXISTS (SELECT 1 FROM dentries d WHERE d.ino = i.ino) "
 			      "AND NOT EXISTS (SELECT 1 FROM dentries d WHERE d.parent = i.ino) "

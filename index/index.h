@@ -12,7 +12,7 @@
  *   1. Inode 1 is the root directory and always exists.
  *   2. Every dentry names an existing inode; a directory has exactly one dentry (except the root,
  *      which has none).
- *   3. chunks.refs equals the number of file_chunks rows naming that chunk.
+ *   3. chunks.refs equals the number of extents rows naming that chunk.
  *   4. A regular file's extents tile [0, size) in order without gaps or overlaps.
  *   5. An inode with nlink = 0 exists only while a caller holds it open (fs/ deletes it on last
  *      close; idx_recover deletes those left by a crash).
@@ -236,9 +236,12 @@ int idx_path(struct idx *ix, uint64_t ino, char *buf, size_t cap);
 int idx_stats_get(struct idx *ix, struct idx_stats *ret);
 
 /*
- * idx_recover - after an unclean stop: delete inodes with nlink = 0 (open-unlinked files of the
- * crashed daemon) and chunk rows with refs = 0, releasing each through release(). Must run in a
- * transaction, before the filesystem is served. Returns the number of inodes deleted (>= 0).
+ * idx_recover - after an unclean stop: delete regular files whose content was never committed
+ * (no whole-file digest: created but never closed or fsynced, so never durable) together with
+ * their dentries, inodes with nlink = 0 (open-unlinked files of the crashed daemon), and chunk
+ * rows with refs = 0, releasing each through release(). Must run in a transaction, before the
+ * filesystem is served; also run at a clean unmount, when the kernel holds no inode any more.
+ * Returns the number of inodes deleted (>= 0).
  */
 int idx_recover(struct idx *ix, idx_release_fn release, void *arg);
 

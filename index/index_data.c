@@ -414,6 +414,10 @@ static int ix_recover(struct idx *ix, idx_release_fn release, void *arg)
 	sqlite3_stmt *st;
 	int r;
 
+	/* files created but never committed were not durable: unname them, then delete them */
+	if ((r = ix_run(ix, ix_stmt(ix, IX_RECOVER_UNCOMMITTED_DENTRIES))) < 0 ||
+	    (r = ix_run(ix, ix_stmt(ix, IX_RECOVER_UNCOMMITTED_INODES))) < 0)
+		goto out;
 	/* collect first: rows are not deleted under a running SELECT of the same table */
 	st = ix_stmt(ix, IX_RECOVER_INODES);
 	while ((r = ix_step(ix, st)) > 0) {

@@ -927,13 +927,16 @@ Test(data, recover_deletes_orphans, .init = setup_open, .fini = teardown)
 	struct idx_extent ez[] = { ext(0, 10, 'Z', 6) };
 	struct rel_log keep = { .answer = false }, del = { .answer = true };
 	struct idx_inode a;
-	uint64_t orphan, live, named;
+	uint64_t orphan, live, named, fresh, dir;
 
 	cr_assert_eq(idx_begin(ix), 0);
 	orphan = new_file(IDX_ROOT_INO, "orphan");
 	live = new_file(IDX_ROOT_INO, "live");
 	named = new_file(IDX_ROOT_INO, "named");
+	dir = new_inode(IDX_ROOT_INO, "dir", S_IFDIR | 0755);
+	fresh = new_file(dir, "created-never-committed"); /* no digest: never durable */
 	set_content(orphan, e1, 2, 20, NULL);
+	set_content(named, NULL, 0, 0, NULL);
 	set_content(live, ez, 1, 10, NULL);
 	set_content(live, e2, 1, 10, &keep); /* Z kept at refs 0 */
 	cr_assert_eq(refs('Z'), 0);
@@ -949,9 +952,12 @@ Test(data, recover_deletes_orphans, .init = setup_open, .fini = teardown)
 	cr_assert_eq(idx_commit(ix), 0);
 
 	cr_assert_eq(idx_begin(ix), 0);
-	cr_assert_eq(idx_recover(ix, rel_cb, &del), 1);
+	cr_assert_eq(idx_recover(ix, rel_cb, &del), 2);
 	cr_assert_eq(idx_commit(ix), 0);
 	cr_assert_eq(idx_inode_get(ix, orphan, &a), -ENOENT);
+	cr_assert_eq(idx_inode_get(ix, fresh, &a), -ENOENT);
+	cr_assert_eq(idx_dentry_lookup(ix, dir, "created-never-committed", &a.ino), -ENOENT);
+	cr_assert_eq(idx_dir_is_empty(ix, dir), 1);
 	cr_assert_eq(idx_inode_get(ix, live, &a), 0);
 	cr_assert_eq(idx_inode_get(ix, named, &a), 0);
 	cr_assert_eq(del.n, 2);
