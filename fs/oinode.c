@@ -682,7 +682,7 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 			all = malloc((n_all ? n_all : 1) * sizeof(*all));
 			if (!all)
 				rc = -ENOMEM;
-			else
+			else if (n_all)
 				memcpy(all, oi->ext, n_all * sizeof(*all));
 		}
 		/* restore the stream position: extents past saved_n are provisional */

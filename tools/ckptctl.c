@@ -1353,7 +1353,8 @@ static int v_paths(struct v_ctx *c, struct v_damage *v, size_t n)
 		if (!v[i].path)
 			return -ENOMEM;
 	}
-	qsort(v, n, sizeof(*v), v_damage_cmp);
+	if (n > 1)
+		qsort(v, n, sizeof(*v), v_damage_cmp);
 	return 0;
 }
 
