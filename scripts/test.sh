@@ -21,7 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"rm -f "${build}-asan/meson-logs/testlog.json"
+rm -f "${build}-asan/meson-logs/testlog.json"
 rc=0
 meson test -C "$build" --print-errorlogs --num-processes 1 "$@" || rc=$?
 
