@@ -1,7 +1,8 @@
 /*
  * index.c — opening, schema and migrations, the prepared-statement table, SQLite error
  * conversion and transactions of the ckptfs index. The namespace lives in index_ns.c, file
- * content and chunks in index_data.c, the invariant checker in index_check.c.
+ * content and chunks in index_data.c, steps and tracker claims in index_step.c, the invariant
+ * checker in index_check.c.
  *
  * Invariants (those of index.h, restated in terms of the schema below):
  *   1. inodes has a row ino = 1 whose mode is a directory.
@@ -14,9 +15,16 @@
  *      each next one where the previous ends, the last ending at size; every extent's length is its
  *      chunk's raw_size (> 0). Only regular files have extents.
  *   5. An inode with nlink = 0 exists only while fs/ holds it open; idx_recover deletes the rest.
- *   6. Every multi-statement mutation runs inside SAVEPOINT ix_op: it happens whole or not at all,
+ *   6. steps.dir_ino is 0 or an inodes row that is a directory; the partial UNIQUE index
+ *      steps_dir keeps non-zero values distinct. No foreign key (0 means none, and fs/ may delete
+ *      a step's directory): ix_inode_delete zeroes the dir_ino naming the inode it deletes.
+ *   7. steps.state, step_events.old_state and new_state are in [0, IDX_STEP_STATE_COUNT);
+ *      steps.kind is in [0, IDX_STEP_KIND_MAX); no event leaves IDX_STEP_PRUNED. Checked in C
+ *      before every write, not by CHECK constraints, so that idx_check can still report rows
+ *      damaged from outside. AUTOINCREMENT keeps step, event and claim ids unique forever.
+ *   8. Every multi-statement mutation runs inside SAVEPOINT ix_op: it happens whole or not at all,
  *      also inside the caller's transaction, so a failed call leaves the database as it was.
- *   7. PRAGMA user_version is the schema version. A database at version v >= 1 has
+ *   9. PRAGMA user_version is the schema version. A database at version v >= 1 has
  *      meta('format') = 'ckptfs-index'; at version 0 it is empty (no schema objects at all).
  *      migrations[v] takes version v to v + 1, in its own transaction, and sets user_version.
  *
@@ -30,7 +38,20 @@
  *          WITHOUT ROWID
  *   extents(ino -> inodes, offset, length, hash -> chunks, PRIMARY KEY(ino, offset))
  *          WITHOUT ROWID; index (hash)
+ *
+ * Schema v2 (migration v1 -> v2 adds, never rewrites):
+ *   inodes + flags INTEGER NOT NULL DEFAULT 0                 IDX_INODE_* bits; v1 rows get 0
+ *   steps(id INTEGER PRIMARY KEY AUTOINCREMENT, kind, name BLOB, step, state, dir_ino,
+ *         created_ns, sealed_ns, completed_ns, state_ns, files, logical_bytes, stored_bytes,
+ *         digest BLOB NULL, pinned); UNIQUE index (dir_ino) WHERE dir_ino <> 0,
+ *         indexes (kind, name), (state, step)
+ *   step_events(seq INTEGER PRIMARY KEY AUTOINCREMENT, step_id -> steps, ts_ns, old_state,
+ *         new_state, note BLOB NULL); index (step_id, ts_ns)
+ *   claims(id INTEGER PRIMARY KEY AUTOINCREMENT, tracker BLOB, content BLOB, length, step,
+ *         ts_ns)       content holds the first IDX_CLAIM_MAX bytes; length > length(content)
+ *                      is the "truncated" flag
  * Names and symlink targets are BLOBs: byte-exact, compared with memcmp, never UTF-8 checked.
+ * So are step names, tracker paths, claim contents and event notes.
  * AUTOINCREMENT makes inode numbers and readdir cookies never reused.
  *
  * Details index.h leaves open, decided here:
@@ -47,7 +68,14 @@
  *   - idx_path returns -ELOOP after IX_MAX_DEPTH dentries (a cycle), -ENOMEM;
  *   - callbacks (idx_dir_list, idx_chunk_foreach, idx_chunk_users, release) may call other idx_*
  *     functions on the handle, but not the walking function itself, and must not modify the
- *     rows being walked.
+ *     rows being walked; idx_step_foreach reads all steps before its first callback, so its
+ *     callback may do anything (retention prunes from inside it);
+ *   - idx_inode_create/update refuse flags outside IDX_INODE_FLAGS_ALL, and MALFORMED with VALID;
+ *   - step names and tracker paths are stored up to their first NUL, byte-exact; a step name is
+ *     1..IDX_STEP_NAME_MAX bytes; idx_step_by_name of a name or kind no step can have is -ENOENT;
+ *   - idx_step_set_state to the state the step already has appends the event, changes no time;
+ *   - idx_step_create and idx_step_set_dir check that a non-zero dir_ino is a directory
+ *     (-ENOENT, -ENOTDIR) and let the UNIQUE index refuse a second step on it (-EEXIST).
  */
 #include <assert.h>
 #include <errno.h>
@@ -60,6 +88,17 @@
 #define IX_BUSY_TIMEOUT_MS 5000
 #define IX_CACHE_KIB "-65536" /* PRAGMA cache_size: negative = KiB, here 64 MiB */
 #define IX_FORMAT "ckptfs-index"
+
+/* literals in the steps SQL below: states 1 (sealed), 2 (complete), 3 (pruned), 0..5, kinds 0..31 */
+_Static_assert(IDX_STEP_WRITING == 0 && IDX_STEP_SEALED == 1 && IDX_STEP_COMPLETE == 2 &&
+		       IDX_STEP_PRUNED == 3 && IDX_STEP_CORRUPT == 5 && IDX_STEP_STATE_COUNT == 6 &&
+		       IDX_STEP_KIND_MAX == 32,
+	       "step states or kinds differ from the literals used in the SQL");
+
+/* the columns of a step row, in the order ix_step_row (index_step.c) reads them */
+#define IX_STEP_COLS                                                                          \
+	"id, kind, name, step, state, dir_ino, created_ns, sealed_ns, completed_ns, state_ns, " \
+	"files, logical_bytes, stored_bytes, digest, pinned"
 
 _Static_assert(S_IFMT == IX_S_IFMT && S_IFREG == IX_S_IFREG && S_IFDIR == IX_S_IFDIR &&
 		       S_IFLNK == IX_S_IFLNK,
@@ -75,12 +114,13 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_SP_RELEASE] = "RELEASE ix_op",
 
 	[IX_INODE_GET] = "SELECT mode, uid, gid, nlink, size, atime_ns, mtime_ns, ctime_ns, rdev, "
-			 "hash FROM inodes WHERE ino = ?1",
+			 "hash, flags FROM inodes WHERE ino = ?1",
 	[IX_INODE_CREATE] = "INSERT INTO inodes(mode, uid, gid, nlink, size, atime_ns, mtime_ns, "
-			    "ctime_ns, rdev, hash) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+			    "ctime_ns, rdev, hash, flags) "
+			    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
 	[IX_INODE_UPDATE] = "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, nlink = ?5, "
 			    "size = ?6, atime_ns = ?7, mtime_ns = ?8, ctime_ns = ?9, rdev = ?10, "
-			    "hash = ?11 WHERE ino = ?1",
+			    "hash = ?11, flags = ?12 WHERE ino = ?1",
 	[IX_INODE_DELETE] = "DELETE FROM inodes WHERE ino = ?1",
 	[IX_INODE_SET_CONTENT] = "UPDATE inodes SET size = ?2, hash = ?3, mtime_ns = ?4, "
 				 "ctime_ns = ?4 WHERE ino = ?1",
@@ -118,6 +158,7 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CHUNK_DELETE_ZERO] = "DELETE FROM chunks WHERE hash = ?1 AND refs = 0",
 	[IX_CHUNK_EXISTS] = "SELECT 1 FROM chunks WHERE hash = ?1",
 	[IX_CHUNK_SET_BAD] = "UPDATE chunks SET bad = ?2 WHERE hash = ?1",
+	[IX_CHUNK_IS_BAD] = "SELECT bad <> 0 FROM chunks WHERE hash = ?1",
 	[IX_CHUNK_FOREACH] = "SELECT hash, raw_size, stored_size, codec, refs, bad FROM chunks "
 			     "ORDER BY hash",
 	[IX_CHUNK_USERS] = "SELECT ino, offset FROM extents WHERE hash = ?1 ORDER BY ino, offset",
@@ -144,6 +185,40 @@ static const char *const ix_sql[IX__COUNT] = {
 			      "ORDER BY ino",
 	[IX_RECOVER_CHUNKS] = "SELECT hash FROM chunks WHERE refs = 0 ORDER BY hash",
 
+	/* "AND dir_ino <> 0" lets SQLite use the partial index steps_dir */
+	[IX_INODE_STEP_UNDIR] = "UPDATE steps SET dir_ino = 0 WHERE dir_ino = ?1 AND dir_ino <> 0",
+	[IX_STEP_CREATE] = "INSERT INTO steps(kind, name, step, state, dir_ino, created_ns, "
+			   "state_ns) VALUES(?1, ?2, ?3, 0, ?4, ?5, ?5)",
+	[IX_STEP_GET] = "SELECT " IX_STEP_COLS " FROM steps WHERE id = ?1",
+	[IX_STEP_BY_DIR] = "SELECT " IX_STEP_COLS " FROM steps WHERE dir_ino = ?1 AND dir_ino <> 0",
+	[IX_STEP_BY_NAME] = "SELECT " IX_STEP_COLS " FROM steps WHERE kind = ?1 AND name = ?2 "
+			    "AND state <> 3 ORDER BY id DESC LIMIT 1",
+	[IX_STEP_STATE_OF] = "SELECT state FROM steps WHERE id = ?1",
+	/* the right-hand sides see the old row: "state <> ?2" means the state changes */
+	[IX_STEP_SET_STATE] = "UPDATE steps SET state = ?2, "
+			      "state_ns = CASE WHEN state <> ?2 THEN ?3 ELSE state_ns END, "
+			      "sealed_ns = CASE WHEN state <> ?2 AND ?2 = 1 THEN ?3 "
+			      "ELSE sealed_ns END, "
+			      "completed_ns = CASE WHEN state <> ?2 AND ?2 = 2 THEN ?3 "
+			      "ELSE completed_ns END WHERE id = ?1",
+	[IX_STEP_EVENT_ADD] = "INSERT INTO step_events(step_id, ts_ns, old_state, new_state, note) "
+			      "VALUES(?1, ?2, ?3, ?4, ?5)",
+	[IX_STEP_SET_DIR] = "UPDATE steps SET dir_ino = ?2 WHERE id = ?1",
+	[IX_STEP_SET_FIGURES] = "UPDATE steps SET files = ?2, logical_bytes = ?3, "
+				"stored_bytes = ?4, digest = ?5 WHERE id = ?1",
+	[IX_STEP_SET_PINNED] = "UPDATE steps SET pinned = ?2 WHERE id = ?1",
+	[IX_STEP_ALL] = "SELECT " IX_STEP_COLS " FROM steps ORDER BY step, id",
+	/* ?2: kind mask, bit (1 << kind); 0 = any kind */
+	[IX_STEP_NEWEST] = "SELECT " IX_STEP_COLS " FROM steps WHERE state = ?1 "
+			   "AND (?2 = 0 OR ((?2 >> kind) & 1) <> 0) "
+			   "ORDER BY step DESC, id DESC LIMIT 1",
+	[IX_STEP_EVENTS] = "SELECT ts_ns, old_state, new_state, note FROM step_events "
+			   "WHERE step_id = ?1 ORDER BY ts_ns, seq",
+	[IX_CLAIM_ADD] = "INSERT INTO claims(tracker, content, length, step, ts_ns) "
+			 "VALUES(?1, ?2, ?3, ?4, ?5)",
+	[IX_CLAIM_ALL] = "SELECT id, tracker, content, step, ts_ns FROM claims ORDER BY id",
+	[IX_CLAIM_LENGTH] = "SELECT length FROM claims WHERE id = ?1",
+
 	[IX_CHECK_ROOT] = "SELECT mode FROM inodes WHERE ino = 1",
 	[IX_CHECK_DENTRY_INO] = "SELECT d.parent, d.name, d.ino FROM dentries d WHERE NOT EXISTS "
 				"(SELECT 1 FROM inodes i WHERE i.ino = d.ino) LIMIT 1",
@@ -169,6 +244,14 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CHECK_TILE_SIZE] = "SELECT i.ino, i.size, coalesce((SELECT sum(e.length) "
 			       "FROM extents e WHERE e.ino = i.ino), 0) AS total FROM inodes i "
 			       "WHERE (i.mode & 61440) = 32768 AND total <> i.size LIMIT 1",
+	[IX_CHECK_STEP_DIR] = "SELECT s.id, s.dir_ino, i.ino IS NULL FROM steps s "
+			      "LEFT JOIN inodes i ON i.ino = s.dir_ino WHERE s.dir_ino <> 0 "
+			      "AND (i.ino IS NULL OR (i.mode & 61440) <> 16384) LIMIT 1",
+	[IX_CHECK_STEP_STATE] = "SELECT id, state, kind FROM steps WHERE state NOT BETWEEN 0 AND 5 "
+				"OR kind NOT BETWEEN 0 AND 31 LIMIT 1",
+	[IX_CHECK_EVENT_STATE] = "SELECT step_id, old_state, new_state FROM step_events "
+				 "WHERE old_state NOT BETWEEN 0 AND 5 OR new_state NOT BETWEEN 0 AND 5 "
+				 "OR (old_state = 3 AND new_state <> 3) LIMIT 1",
 };
 
 /* ---- migrations ---- */
@@ -219,9 +302,40 @@ static const char ix_schema_v1[] =
 	"CREATE INDEX extents_hash ON extents(hash);"
 	"PRAGMA user_version = 1;";
 
-/* migrations[v] upgrades a database at user_version v to v + 1 (invariant 7). */
+/*
+ * v1 -> v2: inode flags; steps, their state history, tracker claims (see the top of this file).
+ * Only adds: every v1 row stays as it was, inodes get flags 0.
+ */
+static const char ix_schema_v2[] =
+	"ALTER TABLE inodes ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;"
+	"CREATE TABLE steps("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" kind INTEGER NOT NULL, name BLOB NOT NULL, step INTEGER NOT NULL,"
+	" state INTEGER NOT NULL, dir_ino INTEGER NOT NULL DEFAULT 0,"
+	" created_ns INTEGER NOT NULL, sealed_ns INTEGER NOT NULL DEFAULT 0,"
+	" completed_ns INTEGER NOT NULL DEFAULT 0, state_ns INTEGER NOT NULL,"
+	" files INTEGER NOT NULL DEFAULT 0, logical_bytes INTEGER NOT NULL DEFAULT 0,"
+	" stored_bytes INTEGER NOT NULL DEFAULT 0,"
+	" digest BLOB, pinned INTEGER NOT NULL DEFAULT 0);"
+	"CREATE UNIQUE INDEX steps_dir ON steps(dir_ino) WHERE dir_ino <> 0;"
+	"CREATE INDEX steps_kind_name ON steps(kind, name);"
+	"CREATE INDEX steps_state_step ON steps(state, step);"
+	"CREATE TABLE step_events("
+	" seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" step_id INTEGER NOT NULL REFERENCES steps(id),"
+	" ts_ns INTEGER NOT NULL, old_state INTEGER NOT NULL, new_state INTEGER NOT NULL,"
+	" note BLOB);"
+	"CREATE INDEX step_events_step ON step_events(step_id, ts_ns);"
+	"CREATE TABLE claims("
+	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" tracker BLOB NOT NULL, content BLOB NOT NULL, length INTEGER NOT NULL,"
+	" step INTEGER NOT NULL, ts_ns INTEGER NOT NULL);"
+	"PRAGMA user_version = 2;";
+
+/* migrations[v] upgrades a database at user_version v to v + 1 (invariant 9). */
 static const struct ix_migration migrations[] = {
 	{ ix_schema_v1, ix_create_root },
+	{ ix_schema_v2, NULL },
 };
 
 _Static_assert(IX_ARRAY_SIZE(migrations) == IDX_SCHEMA_VERSION,
@@ -368,7 +482,7 @@ static int ix_query_i64(struct idx *ix, const char *sql, int64_t *ret)
 }
 
 /*
- * ix_probe - read the schema version and check the database is a ckptfs index (invariant 7).
+ * ix_probe - read the schema version and check the database is a ckptfs index (invariant 9).
  * Returns 0 and the version in *ret_version, -EPROTO (newer, or foreign), or -errno.
  */
 static int ix_probe(struct idx *ix, int64_t *ret_version)

@@ -2,6 +2,9 @@
  * index.h — ckptfs index: the SQLite database that holds the namespace (inodes, directory
  * entries), each regular file's chunk list, and the chunk table with reference counts.
  *
+ * Since schema v2 it also holds the checkpoint steps (lifecycle, figures, state history) and the
+ * claims trainers wrote into their tracker files (see DESIGN.md, "Steps").
+ *
  * The only module that contains SQL. Links only sqlite3; never includes store/ or fs/; never logs.
  *
  * Database: STORE/index.db, WAL journal, synchronous=FULL (a commit returns only when durable),
@@ -16,6 +19,24 @@
  *   4. A regular file's extents tile [0, size) in order without gaps or overlaps.
  *   5. An inode with nlink = 0 exists only while a caller holds it open (fs/ deletes it on last
  *      close; idx_recover deletes those left by a crash).
+ *   6. A step's dir_ino is 0 or names an existing directory inode, and no two steps name the same
+ *      directory. Deleting a directory inode (idx_inode_delete, idx_recover) sets the dir_ino of
+ *      its step to 0 in the same transaction.
+ *   7. A step's state, and both states of each of its events, are values of enum idx_step_state,
+ *      its kind is in [0, IDX_STEP_KIND_MAX); a pruned step never leaves IDX_STEP_PRUNED.
+ *      Step ids and claim ids are never reused.
+ *
+ * Step lifecycle (DESIGN.md, "Steps"). The index records the transitions; which to make, and
+ * when, is fs/'s policy. Main line and the usual side exits:
+ *
+ *        writing ──> sealed ──> complete ──> pruned
+ *           │          │           │           ^
+ *           └──────────┴─────┬─────┘           │
+ *                            v                 │
+ *                   incomplete | corrupt ──────┘
+ *
+ * Any state other than pruned may move to any other (an abandoned, incomplete step that a later
+ * marker seals comes back as sealed); pruned is terminal (invariant 7).
  *
  * Thread-safety: a struct idx is a single SQLite connection and is NOT thread-safe; callers
  * serialise all calls on one handle. Several processes may open the same database: one writer
@@ -35,7 +56,7 @@
 #define IDX_ROOT_INO 1
 #define IDX_HASH_LEN 16
 /* Current schema version (PRAGMA user_version). */
-#define IDX_SCHEMA_VERSION 1
+#define IDX_SCHEMA_VERSION 2
 
 struct idx;
 
@@ -53,7 +74,14 @@ struct idx_inode {
 	uint64_t rdev;
 	bool has_hash;                 /* regular files: whole-file digest recorded */
 	uint8_t hash[IDX_HASH_LEN];    /* XXH3-128 of the whole content, canonical bytes */
+	uint32_t flags;                /* IDX_INODE_* bits (schema v2; 0 for older rows) */
 };
+
+/* struct idx_inode.flags: what fs/ learned about a regular file's content. */
+#define IDX_INODE_TORN 0x1      /* the writer died with the file open (PF_EXITING at flush) */
+#define IDX_INODE_MALFORMED 0x2 /* the structure check of its known format failed */
+#define IDX_INODE_VALID 0x4     /* the structure check of its known format passed */
+#define IDX_INODE_FLAGS_ALL 0x7 /* every defined bit; others are refused (-EINVAL) */
 
 /* One extent of a regular file: bytes [offset, offset+length) are the raw bytes of a chunk. */
 struct idx_extent {
@@ -107,24 +135,27 @@ int idx_begin(struct idx *ix);
 int idx_commit(struct idx *ix);
 void idx_rollback(struct idx *ix);
 
-/* idx_inode_get - attributes of ino. Returns 0 or -ENOENT. */
+/* idx_inode_get - attributes of ino, flags included. Returns 0 or -ENOENT. */
 int idx_inode_get(struct idx *ix, uint64_t ino, struct idx_inode *ret);
 
 /*
  * idx_inode_create - insert a new inode with attributes from *attr (attr->ino ignored).
- * Inode numbers are never reused (AUTOINCREMENT). Returns 0 and the new number in *ret_ino.
+ * Inode numbers are never reused (AUTOINCREMENT). Returns 0 and the new number in *ret_ino,
+ * -EINVAL (attr->flags has a bit outside IDX_INODE_FLAGS_ALL, or both MALFORMED and VALID).
  */
 int idx_inode_create(struct idx *ix, const struct idx_inode *attr, uint64_t *ret_ino);
 
 /*
- * idx_inode_update - overwrite mode, uid, gid, nlink, size, times, rdev and hash of attr->ino.
- * Does not touch extents. Returns 0 or -ENOENT.
+ * idx_inode_update - overwrite mode, uid, gid, nlink, size, times, rdev, hash and flags of
+ * attr->ino (read-modify-write with idx_inode_get keeps the fields a caller does not mean to
+ * change). Does not touch extents. Returns 0, -ENOENT, -EINVAL (flags as for idx_inode_create).
  */
 int idx_inode_update(struct idx *ix, const struct idx_inode *attr);
 
 /*
  * idx_inode_delete - delete ino, its symlink target and its extents, releasing their chunks
- * through release(hash, arg) as they reach refs 0. Returns 0 or -ENOENT.
+ * through release(hash, arg) as they reach refs 0; a step whose dir_ino is ino gets dir_ino 0
+ * (invariant 6). Returns 0 or -ENOENT.
  */
 int idx_inode_delete(struct idx *ix, uint64_t ino, idx_release_fn release, void *arg);
 
@@ -209,6 +240,12 @@ int idx_chunk_mark_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN]);
 int idx_chunk_clear_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN]);
 
 /*
+ * idx_chunk_is_bad - whether chunk hash (16-byte XXH3-128 of its raw bytes) is marked bad.
+ * Returns 1 (bad), 0 (not bad), -ENOENT (no such chunk). Read-only.
+ */
+int idx_chunk_is_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN]);
+
+/*
  * idx_chunk_foreach - call fn(hash, raw_size, stored_size, codec, refs, bad, arg) for every chunk
  * row in hash order. fn returning non-zero stops and that value is returned.
  */
@@ -239,16 +276,216 @@ int idx_stats_get(struct idx *ix, struct idx_stats *ret);
  * idx_recover - after an unclean stop: delete regular files whose content was never committed
  * (no whole-file digest: created but never closed or fsynced, so never durable) together with
  * their dentries, inodes with nlink = 0 (open-unlinked files of the crashed daemon), and chunk
- * rows with refs = 0, releasing each through release(). Must run in a transaction, before the
+ * rows with refs = 0, releasing each through release(); a step whose directory it deletes gets
+ * dir_ino 0 (invariant 6). Must run in a transaction, before the
  * filesystem is served; also run at a clean unmount, when the kernel holds no inode any more.
  * Returns the number of inodes deleted (>= 0).
  */
 int idx_recover(struct idx *ix, idx_release_fn release, void *arg);
 
 /*
- * idx_check - verify invariants 1-4 above. Returns 0 when they hold, -EUCLEAN when one does not,
- * with a one-line description copied into msg (cap bytes).
+ * idx_check - verify invariants 1-4, 6 and 7 above. Returns 0 when they hold, -EUCLEAN when one
+ * does not, with a one-line description copied into msg (cap bytes).
  */
 int idx_check(struct idx *ix, char *msg, size_t cap);
+
+/* ---- steps (schema v2) ----
+ *
+ * A step is one checkpoint save as the trainer laid it out: a directory such as "iter_0000100"
+ * for a layout kind (fs/layout.h's enum, opaque here: an int in [0, IDX_STEP_KIND_MAX)). Rows
+ * are never deleted: a step that leaves, leaves as IDX_STEP_PRUNED, so the history stays.
+ *
+ * Common to every function of this section:
+ *   - ix is borrowed for the call; same thread-safety as every idx_* call (one caller at a time
+ *     per handle);
+ *   - mutating calls return -EROFS on an IDX_RDONLY handle, must run inside idx_begin/idx_commit
+ *     and become durable at idx_commit; a failed call changes nothing (SAVEPOINT where it writes
+ *     more than one row);
+ *   - any call may also return -EBUSY, -ENOSPC, -EIO, -ENOMEM per the conversion table above;
+ *   - a struct idx_step filled by a call is the caller's (plain data, no pointers);
+ *   - out-parameters are untouched on failure.
+ */
+
+enum idx_step_state {
+	IDX_STEP_WRITING = 0,    /* files being written, no commit marker yet */
+	IDX_STEP_SEALED = 1,     /* the trainer's commit marker was seen */
+	IDX_STEP_COMPLETE = 2,   /* every file closed normally, whole, durable and checksummed */
+	IDX_STEP_PRUNED = 3,     /* removed by retention or by the trainer; terminal */
+	IDX_STEP_INCOMPLETE = 4, /* found unfinished (abandoned, crash, remount) */
+	IDX_STEP_CORRUPT = 5,    /* a checksum or structure check failed */
+};
+#define IDX_STEP_STATE_COUNT 6
+/* kinds are bit positions of idx_step_newest's kind_mask */
+#define IDX_STEP_KIND_MAX 32
+/* longest step directory name, bytes, without the NUL */
+#define IDX_STEP_NAME_MAX 255
+/* longest state-change note kept, bytes; longer notes are truncated */
+#define IDX_STEP_NOTE_MAX 1024
+
+/* One step. Times are nanoseconds since the Unix epoch (CLOCK_REALTIME), 0 = never. */
+struct idx_step {
+	int64_t id;            /* row id, > 0, never reused */
+	int kind;              /* layout kind (fs/layout.h enum; opaque here), [0, IDX_STEP_KIND_MAX) */
+	char name[IDX_STEP_NAME_MAX + 1]; /* step directory name as the trainer wrote it, NUL-ended */
+	int64_t step;          /* step number, >= 0 */
+	int state;             /* enum idx_step_state */
+	uint64_t dir_ino;      /* inode of the step directory (0 when none / moved away) */
+	int64_t created_ns;    /* idx_step_create */
+	int64_t sealed_ns;     /* last entry into IDX_STEP_SEALED, 0 if never */
+	int64_t completed_ns;  /* last entry into IDX_STEP_COMPLETE, 0 if never */
+	int64_t state_ns;      /* last change of state (created_ns until the first) */
+	uint64_t files;        /* regular files of the step */
+	uint64_t logical_bytes; /* sum of their sizes, bytes */
+	uint64_t stored_bytes; /* store space attributable to them, bytes */
+	bool has_digest;       /* digest recorded by idx_step_set_figures */
+	uint8_t digest[IDX_HASH_LEN]; /* step digest (fs/ defines over what), 16 bytes */
+	bool pinned;           /* protected from retention */
+};
+
+/*
+ * idx_step_create - record a new step in state IDX_STEP_WRITING, created_ns = state_ns = now_ns,
+ * figures 0, no digest, not pinned.
+ * @kind: layout kind, [0, IDX_STEP_KIND_MAX).
+ * @name: step directory name, NUL-terminated, 1..IDX_STEP_NAME_MAX bytes, stored byte-exact;
+ *        borrowed for the call. Several steps may share a kind+name (a re-created directory).
+ * @step: step number, >= 0.
+ * @dir_ino: the step directory's inode, or 0 for none.
+ * @now_ns: nanoseconds since the epoch.
+ * @ret_id: the new step's id (> 0).
+ * Returns 0, -EINVAL (kind, step or empty name out of range), -ENAMETOOLONG (name), -ENOENT
+ * (dir_ino names no inode), -ENOTDIR (dir_ino is not a directory), -EEXIST (another step already
+ * has dir_ino), -EROFS.
+ */
+int idx_step_create(struct idx *ix, int kind, const char *name, int64_t step, uint64_t dir_ino,
+		    int64_t now_ns, int64_t *ret_id);
+
+/* idx_step_get - the step with this id into *ret. Returns 0 or -ENOENT. */
+int idx_step_get(struct idx *ix, int64_t id, struct idx_step *ret);
+
+/*
+ * idx_step_by_dir - the step whose dir_ino is dir_ino (at most one: invariant 6) into *ret.
+ * Returns 0 or -ENOENT (none, or dir_ino 0).
+ */
+int idx_step_by_dir(struct idx *ix, uint64_t dir_ino, struct idx_step *ret);
+
+/*
+ * idx_step_by_name - the newest (highest id) step of this kind and name that is not
+ * IDX_STEP_PRUNED into *ret. name: NUL-terminated, borrowed for the call, compared byte-exact.
+ * Returns 0 or -ENOENT (none; also for a kind or name no step can have).
+ */
+int idx_step_by_name(struct idx *ix, int kind, const char *name, struct idx_step *ret);
+
+/*
+ * idx_step_set_state - move step id to state, at now_ns (nanoseconds since the epoch), and append
+ * an event (id, now_ns, old state, state, note) to its history. When the state changes, state_ns
+ * becomes now_ns, and so does sealed_ns when entering IDX_STEP_SEALED, completed_ns when entering
+ * IDX_STEP_COMPLETE; setting the state a step already has only appends the event.
+ * @note: free text for people (why), NUL-terminated, may be NULL; borrowed for the call; kept up
+ *        to IDX_STEP_NOTE_MAX bytes.
+ * Returns 0, -ENOENT (no step id), -EINVAL (state not an enum idx_step_state value, or the step
+ * is IDX_STEP_PRUNED and state is another one), -EROFS. Step row and event change together or
+ * not at all.
+ */
+int idx_step_set_state(struct idx *ix, int64_t id, int state, int64_t now_ns, const char *note);
+
+/*
+ * idx_step_set_dir - set the step directory inode of step id (0: none, e.g. moved away).
+ * Returns 0, -ENOENT (no step id, or dir_ino names no inode), -ENOTDIR (dir_ino is not a
+ * directory), -EEXIST (another step has dir_ino), -EROFS.
+ */
+int idx_step_set_dir(struct idx *ix, int64_t id, uint64_t dir_ino);
+
+/*
+ * idx_step_set_figures - record the figures of step id: files (count), logical and stored bytes,
+ * and its 16-byte digest (NULL: none recorded, has_digest becomes false).
+ * Returns 0, -ENOENT (no step id), -EOVERFLOW (a figure above INT64_MAX), -EROFS.
+ */
+int idx_step_set_figures(struct idx *ix, int64_t id, uint64_t files, uint64_t logical,
+			 uint64_t stored, const uint8_t digest[IDX_HASH_LEN]);
+
+/* idx_step_set_pinned - pin or unpin step id. Returns 0, -ENOENT (no step id), -EROFS. */
+int idx_step_set_pinned(struct idx *ix, int64_t id, bool pinned);
+
+/*
+ * idx_step_foreach - call fn(s, arg) for every step, pruned ones included, ordered by step number,
+ * then id. The rows are read first, then fn is called on a private copy (s borrowed for the
+ * call): fn may call any idx_* function on ix, idx_step_set_* and idx_step_foreach included, and
+ * sees the steps as they were when the walk began. fn returning non-zero stops the walk and that
+ * value is returned. Returns 0 after a full walk, -ENOMEM, or fn's value.
+ */
+int idx_step_foreach(struct idx *ix, int (*fn)(const struct idx_step *s, void *arg), void *arg);
+
+/*
+ * idx_step_newest - the step in state with the highest step number (ties: highest id) into *ret.
+ * @kind_mask: bit (1u << kind) set for each kind to consider; 0 = any kind.
+ * @state: an enum idx_step_state value.
+ * Returns 0, -ENOENT (no such step), -EINVAL (state out of range).
+ */
+int idx_step_newest(struct idx *ix, uint32_t kind_mask, int state, struct idx_step *ret);
+
+/*
+ * idx_step_events - call fn(ts_ns, old_state, new_state, note, arg) for each state change of step
+ * id, in time order (ties: the order they were recorded). note is NULL when none was given,
+ * else NUL-terminated and borrowed for the call. fn may call any idx_* function except
+ * idx_step_events and idx_step_set_state for this step. fn returning non-zero stops the walk and
+ * that value is returned. Returns 0 after a full walk (also when step id has no events or does
+ * not exist), -ENOMEM, or fn's value.
+ */
+int idx_step_events(struct idx *ix, int64_t id,
+		    int (*fn)(int64_t ts_ns, int old_state, int new_state, const char *note,
+			      void *arg),
+		    void *arg);
+
+/*
+ * idx_step_state_name - "writing", "sealed", "complete", "pruned", "incomplete", "corrupt", or
+ * "unknown" for any other value. A static string (never freed). Thread-safe.
+ */
+const char *idx_step_state_name(int state);
+
+/* ---- tracker claims (schema v2) ----
+ *
+ * What a trainer wrote into a tracker file ("latest_checkpointed_iteration.txt", "latest",
+ * "rank_0/meta.json"), kept as evidence whatever it is: never trusted, never interpreted here.
+ * Same conventions as the steps section.
+ */
+
+/* bytes of a claim's content kept; the rest is dropped and the claim flagged truncated */
+#define IDX_CLAIM_MAX 4096
+/* longest tracker path, bytes, without the NUL */
+#define IDX_CLAIM_TRACKER_MAX 4095
+
+/*
+ * idx_claim_add - record that tracker was written with content.
+ * @tracker: the tracker's path relative to the mount root, NUL-terminated,
+ *           1..IDX_CLAIM_TRACKER_MAX bytes; borrowed for the call.
+ * @content, @len: the bytes written (any bytes, NULs included; content may be NULL when len is
+ *           0); borrowed for the call. The first min(len, IDX_CLAIM_MAX) bytes are stored, the
+ *           length written is kept (idx_claim_length).
+ * @step: the step number the caller parsed from content, -1 if unparseable (< -1 is -EINVAL).
+ * @now_ns: nanoseconds since the epoch.
+ * @ret_id: the new claim's id (> 0, never reused).
+ * Returns 0, -EINVAL (empty tracker, step < -1, content NULL with len > 0), -ENAMETOOLONG
+ * (tracker), -EROFS.
+ */
+int idx_claim_add(struct idx *ix, const char *tracker, const void *content, size_t len,
+		  int64_t step, int64_t now_ns, int64_t *ret_id);
+
+/*
+ * idx_claim_foreach - call fn(id, tracker, content, len, step, ts_ns, arg) for every claim in id
+ * order. tracker (NUL-terminated) and content (len bytes, at most IDX_CLAIM_MAX; not
+ * NUL-terminated; NULL when len is 0) are borrowed for the call. fn may call any idx_* function
+ * except idx_claim_foreach and idx_claim_add. fn returning non-zero stops the walk and that value
+ * is returned. Returns 0 after a full walk, -ENOMEM, or fn's value.
+ */
+int idx_claim_foreach(struct idx *ix,
+		      int (*fn)(int64_t id, const char *tracker, const void *content, size_t len,
+				int64_t step, int64_t ts_ns, void *arg),
+		      void *arg);
+
+/*
+ * idx_claim_length - the number of bytes the trainer wrote in claim id (its content was
+ * truncated when this is above IDX_CLAIM_MAX). Returns 0 and the length in *ret_len, or -ENOENT.
+ */
+int idx_claim_length(struct idx *ix, int64_t id, uint64_t *ret_len);
 
 #endif /* CKPTFS_INDEX_H */

@@ -1,5 +1,5 @@
 /*
- * index_check.c — idx_check: verify invariants 1-4 of index.h (restated for the schema in
+ * index_check.c — idx_check: verify invariants 1-4, 6 and 7 of index.h (restated for the schema in
  * index.c) and describe the first violation found. Read-only; one statement per kind of
  * violation, each stopping at its first row (LIMIT 1).
  */
@@ -96,6 +96,18 @@ static int ix_check_one(struct idx *ix, enum ix_stmt id, char *msg, size_t cap)
 		ix_msg(msg, cap, "invariant 4: inode %lld has size %lld but extents cover %lld",
 		       I(0), I(1), I(2));
 		break;
+	case IX_CHECK_STEP_DIR:
+		ix_msg(msg, cap, "invariant 6: step %lld has dir_ino %lld, %s", I(0), I(1),
+		       I(2) ? "no such inode" : "not a directory");
+		break;
+	case IX_CHECK_STEP_STATE:
+		ix_msg(msg, cap, "invariant 7: step %lld has state %lld, kind %lld", I(0), I(1),
+		       I(2));
+		break;
+	case IX_CHECK_EVENT_STATE:
+		ix_msg(msg, cap, "invariant 7: step %lld has an event from state %lld to %lld",
+		       I(0), I(1), I(2));
+		break;
 	default:
 		ix_msg(msg, cap, "check %d failed", (int)id);
 		break;
@@ -112,6 +124,7 @@ int idx_check(struct idx *ix, char *msg, size_t cap)
 		IX_CHECK_DENTRY_INO, IX_CHECK_DENTRY_PARENT, IX_CHECK_DIR_LINKS,
 		IX_CHECK_REFS,	     IX_CHECK_EXT_CHUNK,     IX_CHECK_EXT_OWNER,
 		IX_CHECK_EXT_LENGTH, IX_CHECK_TILE_GAP,	     IX_CHECK_TILE_SIZE,
+		IX_CHECK_STEP_DIR,   IX_CHECK_STEP_STATE,    IX_CHECK_EVENT_STATE,
 	};
 	sqlite3_stmt *st = ix_stmt(ix, IX_CHECK_ROOT);
 	int r;
@@ -126,7 +139,7 @@ int idx_check(struct idx *ix, char *msg, size_t cap)
 	ix_done(st);
 	if (r < 0)
 		return r;
-	/* 2-4 */
+	/* 2-4, 6, 7 */
 	for (size_t i = 0; i < IX_ARRAY_SIZE(checks); i++)
 		if ((r = ix_check_one(ix, checks[i], msg, cap)) < 0)
 			return r;

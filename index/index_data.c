@@ -1,6 +1,6 @@
 /*
  * index_data.c — file content (extents), the chunk table and its reference counts, whole-store
- * figures and crash recovery. Invariants 3, 4 and 6 of index.c are kept here:
+ * figures and crash recovery. Invariants 3, 4 and 8 of index.c are kept here:
  *
  *   refs of a chunk changes only in ix_drop_extents (minus the extents dropped, per chunk) and in
  *   idx_file_set_content (plus one per new extent), both in the same savepoint as the extents
@@ -322,6 +322,23 @@ static int ix_chunk_set_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN], bo
 int idx_chunk_mark_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
 {
 	return ix_chunk_set_bad(ix, hash, true);
+}
+
+int idx_chunk_is_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_IS_BAD);
+	int r;
+
+	if ((r = ix_bind_hash(ix, st, 1, hash)) < 0)
+		goto out;
+	r = ix_step(ix, st);
+	if (r == 0)
+		r = -ENOENT;
+	else if (r > 0)
+		r = sqlite3_column_int64(st, 0) != 0;
+out:
+	ix_done(st);
+	return r;
 }
 
 int idx_chunk_clear_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])

@@ -16,6 +16,7 @@
 
 #include <sqlite3.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "index/index.h"
@@ -66,6 +67,7 @@ enum ix_stmt {
 	IX_CHUNK_DELETE_ZERO,
 	IX_CHUNK_EXISTS,
 	IX_CHUNK_SET_BAD,
+	IX_CHUNK_IS_BAD,
 	IX_CHUNK_FOREACH,
 	IX_CHUNK_USERS,
 	IX_STORED_BYTES,
@@ -75,6 +77,24 @@ enum ix_stmt {
 	IX_RECOVER_UNCOMMITTED_INODES,
 	IX_RECOVER_INODES,
 	IX_RECOVER_CHUNKS,
+	/* steps, events and claims (index_step.c) */
+	IX_INODE_STEP_UNDIR,
+	IX_STEP_CREATE,
+	IX_STEP_GET,
+	IX_STEP_BY_DIR,
+	IX_STEP_BY_NAME,
+	IX_STEP_STATE_OF,
+	IX_STEP_SET_STATE,
+	IX_STEP_EVENT_ADD,
+	IX_STEP_SET_DIR,
+	IX_STEP_SET_FIGURES,
+	IX_STEP_SET_PINNED,
+	IX_STEP_ALL,
+	IX_STEP_NEWEST,
+	IX_STEP_EVENTS,
+	IX_CLAIM_ADD,
+	IX_CLAIM_ALL,
+	IX_CLAIM_LENGTH,
 	/* idx_check, one statement per kind of violation */
 	IX_CHECK_ROOT,
 	IX_CHECK_DENTRY_INO,
@@ -86,6 +106,9 @@ enum ix_stmt {
 	IX_CHECK_EXT_LENGTH,
 	IX_CHECK_TILE_GAP,
 	IX_CHECK_TILE_SIZE,
+	IX_CHECK_STEP_DIR,
+	IX_CHECK_STEP_STATE,
+	IX_CHECK_EVENT_STATE,
 	IX__COUNT
 };
 
@@ -152,6 +175,12 @@ int ix_drop_extents(struct idx *ix, uint64_t ino, uint8_t (**zeros)[IDX_HASH_LEN
  */
 int ix_release(struct idx *ix, uint8_t (*zeros)[IDX_HASH_LEN], size_t n, idx_release_fn release,
 	       void *arg);
+
+/*
+ * ix_copy_out - copy len bytes of src into buf (cap bytes): at most cap-1 plus a NUL. buf NULL or
+ * cap 0: nothing.
+ */
+void ix_copy_out(char *buf, size_t cap, const void *src, size_t len);
 
 /* ix_inode_delete - idx_inode_delete without the savepoint (callers provide one). */
 int ix_inode_delete(struct idx *ix, uint64_t ino, idx_release_fn release, void *arg);

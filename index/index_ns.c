@@ -10,8 +10,7 @@
 
 #include "index/index_int.h"
 
-/* ix_copy_out - copy len bytes of src into buf (cap bytes): at most cap-1 plus a NUL. */
-static void ix_copy_out(char *buf, size_t cap, const void *src, size_t len)
+void ix_copy_out(char *buf, size_t cap, const void *src, size_t len)
 {
 	size_t n;
 
@@ -50,6 +49,7 @@ int idx_inode_get(struct idx *ix, uint64_t ino, struct idx_inode *ret)
 			goto out;
 		a.has_hash = true;
 	}
+	a.flags = (uint32_t)sqlite3_column_int64(st, 10);
 	*ret = a;
 	r = 0;
 out:
@@ -57,7 +57,15 @@ out:
 	return r;
 }
 
-/* ix_bind_attr - bind mode..hash of attr to columns first..first+9 of st. */
+/* ix_flags_ok - attr flags are known bits, and not both MALFORMED and VALID. */
+static bool ix_flags_ok(uint32_t flags)
+{
+	const uint32_t both = IDX_INODE_MALFORMED | IDX_INODE_VALID;
+
+	return (flags & ~(uint32_t)IDX_INODE_FLAGS_ALL) == 0 && (flags & both) != both;
+}
+
+/* ix_bind_attr - bind mode..hash, flags of attr to columns first..first+10 of st. */
 static int ix_bind_attr(struct idx *ix, sqlite3_stmt *st, int first, const struct idx_inode *attr)
 {
 	const int64_t v[] = {
@@ -69,12 +77,15 @@ static int ix_bind_attr(struct idx *ix, sqlite3_stmt *st, int first, const struc
 
 	if (attr->size > INT64_MAX)
 		return -EFBIG;
+	if (!ix_flags_ok(attr->flags))
+		return -EINVAL;
 	for (size_t i = 0; i < IX_ARRAY_SIZE(v); i++)
 		if ((r = ix_bind_i64(ix, st, first + (int)i, v[i])) < 0)
 			return r;
-	if (attr->has_hash)
-		return ix_bind_hash(ix, st, first + (int)IX_ARRAY_SIZE(v), attr->hash);
-	return 0; /* left unbound: NULL */
+	if (attr->has_hash &&
+	    (r = ix_bind_hash(ix, st, first + (int)IX_ARRAY_SIZE(v), attr->hash)) < 0)
+		return r; /* without a hash: left unbound, NULL */
+	return ix_bind_i64(ix, st, first + (int)IX_ARRAY_SIZE(v) + 1, attr->flags);
 }
 
 int idx_inode_create(struct idx *ix, const struct idx_inode *attr, uint64_t *ret_ino)
@@ -133,6 +144,14 @@ int ix_inode_delete(struct idx *ix, uint64_t ino, idx_release_fn release, void *
 		r = -ENOENT;
 		goto out;
 	}
+	/* invariant 6: the step that had this directory has none now */
+	st = ix_stmt(ix, IX_INODE_STEP_UNDIR);
+	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0) {
+		ix_done(st);
+		goto out;
+	}
+	if ((r = ix_run(ix, st)) < 0)
+		goto out;
 	r = ix_release(ix, zeros, nzeros, release, arg);
 out:
 	free(zeros);
