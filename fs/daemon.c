@@ -24,6 +24,7 @@
 
 #include "ckptfs_config.h"
 #include "fs/fs_int.h"
+#include "fs/layout.h"
 
 struct cfg {
 	char *store;
@@ -31,6 +32,9 @@ struct cfg {
 	int zstd_level;
 	unsigned cache_mb;
 	int verify_dedup;
+	unsigned keep_max;
+	long long keep_every;
+	char *layout;
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -38,6 +42,9 @@ static const struct fuse_opt ck_opts[] = {
 	{ "zstd_level=%d", offsetof(struct cfg, zstd_level), 0 },
 	{ "cache_mb=%u", offsetof(struct cfg, cache_mb), 0 },
 	CK_OPT("verify_dedup", verify_dedup),
+	{ "keep_checkpoint_max=%u", offsetof(struct cfg, keep_max), 0 },
+	{ "keep_every=%lld", offsetof(struct cfg, keep_every), 0 },
+	{ "layout=%s", offsetof(struct cfg, layout), 0 },
 	FUSE_OPT_END
 };
 
@@ -68,7 +75,12 @@ static void usage(const char *prog)
 	       "ckptfs options:\n"
 	       "    -o zstd_level=N        zstd level for new chunks (default 1)\n"
 	       "    -o cache_mb=N          decompressed-chunk cache in MiB (default 64)\n"
-	       "    -o verify_dedup        compare bytes when a chunk is already stored\n\n",
+	       "    -o verify_dedup        compare bytes when a chunk is already stored\n"
+	       "    -o keep_checkpoint_max=N  keep the N newest complete steps (0: all, default)\n"
+	       "    -o keep_every=K        also keep every step divisible by K\n"
+	       "    -o layout=NAME         only this layout: mf2 megatron mf1 deepspeed hf dcp\n"
+	       "                           internevo orbax (default: detect each path), or\n"
+	       "                           none (no checkpoint semantics: a plain filesystem)\n\n",
 	       prog);
 }
 
@@ -172,6 +184,24 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	int rc, ret = 1;
 
 	pthread_mutex_init(&fs.mu, NULL);
+	fs.keep_max = c->keep_max;
+	fs.keep_every = c->keep_every;
+	if (c->layout && strcmp(c->layout, "none") == 0) {
+		fs.layout = -1; /* a plain deduplicating filesystem: no steps, no trackers */
+	} else if (c->layout) {
+		enum layout_kind k;
+
+		if (layout_from_name(c->layout, &k) < 0) {
+			startup_fail("unknown layout '%s' (one of: mf2 megatron mf1 deepspeed hf dcp "
+				     "internevo orbax none)", c->layout);
+			goto out;
+		}
+		fs.layout = (int)k;
+	}
+	if (c->keep_every < 0) {
+		startup_fail("keep_every must be >= 0");
+		goto out;
+	}
 	rc = ckpt_repo_open(c->store, REPO_CREATE | REPO_EXCLUSIVE, &so, err, sizeof(err),
 			    &fs.repo);
 	if (rc < 0) {
@@ -188,6 +218,12 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 			goto out;
 		}
 	}
+	fs.pins = fs_pins_new();
+	if (!fs.pins || (rc = steps_init(&fs)) < 0) {
+		startup_fail("cannot prepare the step table of '%s': %s", c->store,
+			     strerror(fs.pins ? -rc : ENOMEM));
+		goto out;
+	}
 	if ((rc = ckpt_repo_set_clean(fs.repo, false)) < 0) {
 		startup_fail("cannot update '%s/clean': %s", c->store, strerror(-rc));
 		goto out;
@@ -198,8 +234,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		goto out;
 	}
 	fs.staging_dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	fs.pins = fs_pins_new();
-	if (fs.staging_dirfd < 0 || !fs.pins) {
+	if (fs.staging_dirfd < 0) {
 		startup_fail("cannot open '%s': %s", path, strerror(errno ? errno : ENOMEM));
 		goto out;
 	}
@@ -248,6 +283,9 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	}
 	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
 		o->mountpoint);
+	if ((rc = steps_start(&fs)) < 0)
+		fprintf(stderr, "ckptfs: cannot start the step reaper: %s; abandoned steps are "
+			"judged at unmount\n", strerror(-rc));
 
 	if (o->singlethread) {
 		ret = fuse_session_loop(se);
@@ -366,6 +404,7 @@ int ckptfs_main(int argc, char **argv)
 out:
 	free(c.store);
 	free(c.mnt);
+	free(c.layout);
 	free(o.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 
 #include "fs/ckptfs.h"
 
@@ -29,6 +31,11 @@ struct lookup_ent {
 
 struct fs_pins;
 
+/* Virtual tracker inodes: VINO_BASE + layout kind (index inodes never get this high). */
+#define VINO_BASE (1ull << 56)
+
+struct step_rt;
+
 /* Daemon-wide state: one per mount. */
 struct ckfs {
 	struct ckpt_repo *repo;
@@ -40,6 +47,17 @@ struct ckfs {
 	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
 	struct fs_pins *pins;
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
+
+	/* checkpoint semantics (steps.c); guarded by mu */
+	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
+	unsigned keep_max;       /* -o keep_checkpoint_max=N, 0 = keep all */
+	int64_t keep_every;      /* -o keep_every=K, 0 = none */
+	uint64_t meta_ino;       /* /.ckptfs */
+	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
+	struct step_rt *steps_rt;
+	pthread_t reaper;
+	pthread_cond_t reaper_cv;
+	bool reaper_started, stopping;
 };
 
 /*
@@ -161,6 +179,44 @@ struct fs_freed {
 };
 bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg);
 void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed);
+
+/* ---- steps.c (fs->mu held unless said) ---- */
+
+/* steps_init - create /.ckptfs and judge what an earlier daemon left unfinished (takes mu). */
+int steps_init(struct ckfs *fs);
+/* steps_start / steps_stop - the reaper thread (no lock held). */
+int steps_start(struct ckfs *fs);
+void steps_stop(struct ckfs *fs);
+/* steps_reap - judge quiet unfinished steps; recovering: every writer is gone. */
+void steps_reap(struct ckfs *fs, bool recovering);
+/* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
+void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
+		   bool renamed);
+/* steps_on_commit - oi's content was committed by pid (torn: closed by a dying process).
+ * fs->mu NOT held; oi referenced by the caller. */
+void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+/* steps_in_meta - is ino inside /.ckptfs (read-only)? */
+bool steps_in_meta(struct ckfs *fs, uint64_t ino);
+/* Virtual trackers. steps_is_vino: is ino one. steps_tracker_name: the layout kind of the
+ * tracker parent/name, or 0. steps_vlookup: 1 and *ret_vino when parent/name is a tracker that
+ * resolves, -ENOENT when it is a tracker that does not (no complete step), 0 when not a tracker.
+ * steps_vstat: attributes of a vino (empty while no step is complete). steps_tracker_content:
+ * the bytes a reader of kind's tracker gets (returns their length), -ENOENT without a complete
+ * step. steps_vname: the current name of kind's tracker. steps_on_claim: a trainer wrote
+ * buf[0..len) into tracker name. */
+bool steps_is_vino(uint64_t ino);
+int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name);
+int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_vino);
+int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st);
+int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
+			  struct idx_step *ret_step);
+int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap);
+void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
+		    pid_t pid);
+/* fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits). Returns 0 or -errno. */
+int fs_pid_flags(pid_t pid, unsigned long *ret);
+/* fs_drop_link - drop one link of ino after its dentry was removed (ops.c); in a transaction. */
+int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr);
 
 /* ---- ops.c ---- */
 extern const struct fuse_lowlevel_ops ckfs_ops;

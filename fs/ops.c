@@ -25,11 +25,39 @@
  * st_blocks after a commit. */
 #define ATTR_TIMEOUT 1.0
 
-/* One open file description. */
+/* One open file description: a regular file (oi), or a virtual tracker (vkind != 0). */
 struct fh {
 	struct oinode *oi;
 	bool wrote;
+	int vkind;        /* layout kind of a virtual tracker handle, 0 otherwise */
+	char *vbuf;       /* tracker bytes: a snapshot for readers, the claim for writers */
+	size_t vlen, vcap;
+	bool vdirty;      /* a writer wrote since the last flush */
+	char vname[256];  /* tracker name */
 };
+
+/* Longest claim kept from a tracker write; more is accepted and dropped (the claim is junk). */
+#define CLAIM_MAX (1 << 20)
+/* PF_EXITING in /proc/PID/stat flags (include/linux/sched.h): the task is exiting. */
+#define PF_EXITING_FLAG 0x4UL
+
+static void fh_free(struct fh *h)
+{
+	free(h->vbuf);
+	free(h);
+}
+
+/* Is regular file or directory ino inside /.ckptfs? fs->mu held. */
+static bool in_meta(struct ckfs *fs, uint64_t ino)
+{
+	char p[64];
+	int n;
+
+	if (steps_in_meta(fs, ino))
+		return true;
+	n = idx_path(fs->ix, ino, p, sizeof(p));
+	return n > 0 && strncmp(p, "/.ckptfs/", 9) == 0;
+}
 
 static struct ckfs *req_fs(fuse_req_t req)
 {
@@ -238,6 +266,7 @@ static void op_destroy(void *userdata)
 {
 	struct ckfs *fs = userdata;
 
+	steps_stop(fs);
 	/* Make every dirty file durable (a lazy unmount may leave files open). */
 	for (;;) {
 		struct oinode *dirty = NULL;
@@ -266,6 +295,7 @@ static void op_destroy(void *userdata)
 	bool ok;
 
 	pthread_mutex_lock(&fs->mu);
+	steps_reap(fs, true); /* nobody writes any more: judge every unfinished step */
 	ok = idx_begin(fs->ix) == 0 && idx_recover(fs->ix, fs_release_collect, &fr) >= 0 &&
 	     idx_commit(fs->ix) == 0;
 	if (!ok)
@@ -295,6 +325,19 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	pthread_mutex_lock(&fs->mu);
+	rc = steps_vlookup(fs, parent, name, &ino);
+	if (rc != 0) {
+		struct fuse_entry_param e = { .ino = ino };
+
+		if (rc > 0)
+			rc = steps_vstat(fs, ino, &e.attr);
+		pthread_mutex_unlock(&fs->mu);
+		if (rc < 0) /* a tracker with no complete step does not exist */
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_entry(req, &e); /* timeouts 0: it changes as steps complete */
+		return;
+	}
 	rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
 	if (rc < 0) {
 		pthread_mutex_unlock(&fs->mu);
@@ -311,12 +354,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
-	rc = stat_locked(fs, ino, &st);
+	rc = steps_is_vino(ino) ? steps_vstat(fs, ino, &st) : stat_locked(fs, ino, &st);
 	pthread_mutex_unlock(&fs->mu);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+		fuse_reply_attr(req, &st, steps_is_vino(ino) ? 0 : ATTR_TIMEOUT);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
@@ -328,6 +371,22 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	int64_t now = ckfs_now(fs);
 	int rc;
 
+	if (steps_is_vino(ino)) {
+		/* trackers are virtual: a truncate before a write, or a chmod, changes nothing */
+		pthread_mutex_lock(&fs->mu);
+		rc = steps_vstat(fs, ino, &st);
+		pthread_mutex_unlock(&fs->mu);
+		if (rc < 0)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_attr(req, &st, 0);
+		return;
+	}
+	pthread_mutex_lock(&fs->mu);
+	rc = in_meta(fs, ino) ? -EROFS : 0;
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		goto fail;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		struct oinode *oi;
 
@@ -435,8 +494,12 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 		return -ENOTDIR;
 	if (pa.nlink == 0)
 		return -ENOENT;
+	if (in_meta(fs, parent))
+		return -EROFS;
 	if (idx_dentry_lookup(fs->ix, parent, name, &ino) == 0)
 		return -EEXIST;
+	if (steps_tracker_name(fs, parent, name))
+		return -EEXIST; /* a tracker name is taken by the virtual tracker */
 	a.mode = mode;
 	a.uid = ctx->uid;
 	a.gid = (pa.mode & S_ISGID) ? pa.gid : ctx->gid;
@@ -463,6 +526,7 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 		rc = touch_dir(fs, parent, now, S_ISDIR(mode) ? 1 : 0);
 	if ((rc = commit_or_rollback(fs, rc)) < 0)
 		return rc;
+	steps_on_name(fs, parent, name, ino, fuse_req_ctx(req)->pid, false);
 	*ret_ino = ino;
 	return 0;
 }
@@ -512,7 +576,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
  * An inode still open or known to the kernel stays in the index with nlink 0 until its last
  * close (oi_put) and forget (forget_locked), as on any POSIX filesystem.
  */
-static int drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr)
+int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr)
 {
 	struct idx_inode a;
 	int rc = idx_inode_get(fs->ix, ino, &a);
@@ -536,7 +600,16 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
-	rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
+	if (steps_tracker_name(fs, parent, name)) {
+		pthread_mutex_unlock(&fs->mu);
+		fprintf(stderr, "ckptfs: refused to unlink tracker '%s': trackers are virtual and "
+			"always name the newest complete step\n", name);
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	rc = in_meta(fs, parent) ? -EROFS : 0;
+	if (rc == 0)
+		rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
 	if (rc == 0)
 		rc = idx_inode_get(fs->ix, ino, &a);
 	if (rc == 0 && dir && !S_ISDIR(a.mode))
@@ -550,7 +623,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	if (rc == 0 && (rc = idx_begin(fs->ix)) == 0) {
 		rc = idx_dentry_remove(fs->ix, parent, name);
 		if (rc == 0)
-			rc = drop_link(fs, ino, now, &fr);
+			rc = fs_drop_link(fs, ino, now, &fr);
 		if (rc == 0)
 			rc = touch_dir(fs, parent, now, dir ? -1 : 0);
 		rc = commit_or_rollback(fs, rc);
@@ -601,6 +674,10 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 		return -EINVAL;
 	if ((rc = check_name(newname)) < 0)
 		return rc;
+	if (in_meta(fs, parent) || in_meta(fs, newparent))
+		return -EROFS;
+	if (steps_tracker_name(fs, newparent, newname) || steps_tracker_name(fs, parent, name))
+		return -EPERM; /* trackers are virtual: write them, do not rename them */
 	if ((rc = idx_dentry_lookup(fs->ix, parent, name, &src)) < 0)
 		return rc;
 	if ((rc = idx_inode_get(fs->ix, src, &sa)) < 0)
@@ -669,7 +746,7 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 		if (have_dst) {
 			rc = idx_dentry_remove(fs->ix, newparent, newname);
 			if (rc == 0)
-				rc = drop_link(fs, dst, now, fr);
+				rc = fs_drop_link(fs, dst, now, fr);
 			if (rc == 0 && S_ISDIR(da.mode))
 				rc = touch_dir(fs, newparent, now, -1);
 		}
@@ -702,6 +779,12 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	pthread_mutex_lock(&fs->mu);
 	rc = do_rename(fs, parent, name, newparent, newname, flags, &fr);
 	fs_release_finish(fs, &fr, rc == 0);
+	if (rc == 0) {
+		uint64_t ino;
+
+		if (idx_dentry_lookup(fs->ix, newparent, newname, &ino) == 0)
+			steps_on_name(fs, newparent, newname, ino, fuse_req_ctx(req)->pid, true);
+	}
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_err(req, -rc);
 }
@@ -719,6 +802,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		rc = idx_inode_get(fs->ix, ino, &a);
 	if (rc == 0 && S_ISDIR(a.mode))
 		rc = -EPERM;
+	if (rc == 0 && (in_meta(fs, newparent) || steps_tracker_name(fs, newparent, newname)))
+		rc = -EROFS;
 	if (rc == 0 && a.nlink == 0)
 		rc = -ENOENT;
 	if (rc == 0 && idx_dentry_lookup(fs->ix, newparent, newname, &other) == 0)
@@ -751,7 +836,10 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 	if (!h)
 		return -ENOMEM;
 	pthread_mutex_lock(&fs->mu);
-	rc = oi_get(fs, ino, &h->oi);
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && in_meta(fs, ino))
+		rc = -EROFS;
+	else
+		rc = oi_get(fs, ino, &h->oi);
 	pthread_mutex_unlock(&fs->mu);
 	if (rc < 0) {
 		free(h);
@@ -771,8 +859,56 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 	return 0;
 }
 
+/* Open a virtual tracker: readers get a snapshot, writers a claim buffer. */
+static int open_tracker(struct ckfs *fs, int kind, const char *name, struct fuse_file_info *fi)
+{
+	struct fh *h = calloc(1, sizeof(*h));
+	int rc = 0;
+
+	if (!h)
+		return -ENOMEM;
+	h->vkind = kind;
+	if (name) {
+		snprintf(h->vname, sizeof(h->vname), "%s", name);
+	} else {
+		pthread_mutex_lock(&fs->mu);
+		rc = steps_vname(fs, kind, h->vname, sizeof(h->vname));
+		pthread_mutex_unlock(&fs->mu);
+	}
+	if (rc >= 0 && (fi->flags & O_ACCMODE) == O_RDONLY) {
+		h->vcap = 4096;
+		h->vbuf = malloc(h->vcap);
+		if (!h->vbuf) {
+			rc = -ENOMEM;
+		} else {
+			pthread_mutex_lock(&fs->mu);
+			rc = steps_tracker_content(fs, kind, h->vbuf, h->vcap, NULL);
+			pthread_mutex_unlock(&fs->mu);
+			if (rc >= 0)
+				h->vlen = (size_t)rc;
+		}
+	}
+	if (rc < 0) {
+		fh_free(h);
+		return rc;
+	}
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->direct_io = 1; /* content changes as steps complete: never cache it */
+	return 0;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (steps_is_vino(ino)) {
+		int rc = open_tracker(req_fs(req), (int)(ino - VINO_BASE), NULL, fi);
+
+		if (rc < 0)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_open(req, fi);
+		return;
+	}
+	{
 	struct ckfs *fs = req_fs(req);
 	int rc = open_handle(fs, ino, fi);
 
@@ -785,6 +921,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		oi_put(fs, h->oi);
 		free(h);
 	}
+	}
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -795,6 +932,23 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	uint64_t ino;
 	int rc;
 
+	pthread_mutex_lock(&fs->mu);
+	int tk = steps_tracker_name(fs, parent, name);
+
+	pthread_mutex_unlock(&fs->mu);
+	if (tk) {
+		rc = open_tracker(fs, tk, name, fi);
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+		e.ino = VINO_BASE + (uint64_t)tk;
+		e.attr.st_ino = e.ino;
+		e.attr.st_mode = S_IFREG | 0644;
+		e.attr.st_nlink = 1;
+		fuse_reply_create(req, &e, fi); /* timeouts 0 */
+		return;
+	}
 	pthread_mutex_lock(&fs->mu);
 	rc = make_node(req, fs, parent, name, S_IFREG | (mode & 07777), NULL, false, &ino);
 	if (rc == 0)
@@ -829,8 +983,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-	char *buf = malloc(size ? size : 1);
+	char *buf;
 	ssize_t n;
+
+	if (h->vkind) {
+		size_t o = (size_t)off < h->vlen ? (size_t)off : h->vlen;
+		size_t n2 = h->vlen - o < size ? h->vlen - o : size;
+
+		fuse_reply_buf(req, h->vbuf ? h->vbuf + o : NULL, n2);
+		return;
+	}
+	buf = malloc(size ? size : 1);
 
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
@@ -851,6 +1014,34 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct oinode *oi = h->oi;
 	ssize_t n;
 
+	if (h->vkind) {
+		/* a claim: keep up to CLAIM_MAX bytes at their offsets, accept the rest */
+		uint64_t end = (uint64_t)off + size;
+
+		if ((uint64_t)off < CLAIM_MAX) {
+			size_t keep = end > CLAIM_MAX ? CLAIM_MAX - (size_t)off : size;
+
+			if ((size_t)off + keep > h->vcap) {
+				size_t nc = (size_t)off + keep;
+				char *p = realloc(h->vbuf, nc);
+
+				if (!p) {
+					fuse_reply_err(req, ENOMEM);
+					return;
+				}
+				h->vbuf = p;
+				h->vcap = nc;
+			}
+			if ((size_t)off > h->vlen)
+				memset(h->vbuf + h->vlen, 0, (size_t)off - h->vlen);
+			memcpy(h->vbuf + off, buf, keep);
+			if ((size_t)off + keep > h->vlen)
+				h->vlen = (size_t)off + keep;
+		}
+		h->vdirty = true;
+		fuse_reply_write(req, size);
+		return;
+	}
 	if (fi->flags & O_APPEND) {
 		/* the kernel passes the offset it knows; the file's end is authoritative */
 		pthread_rwlock_rdlock(&oi->lock);
@@ -867,17 +1058,47 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct ckfs *fs = req_fs(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-	int rc = h->wrote ? oi_commit(req_fs(req), h->oi) : 0;
+	pid_t pid = fuse_req_ctx(req)->pid;
+	unsigned long pflags = 0;
+	int rc = 0;
 
+	if (h->vkind) {
+		if (h->vdirty) {
+			pthread_mutex_lock(&fs->mu);
+			steps_on_claim(fs, h->vkind, h->vname, h->vbuf ? h->vbuf : "", h->vlen, pid);
+			pthread_mutex_unlock(&fs->mu);
+			h->vdirty = false;
+		}
+		fuse_reply_err(req, 0);
+		return;
+	}
+	if (h->wrote) {
+		/* DESIGN.md: a flush from an exiting process means the writer died with the file
+		 * open (the kernel flushes from do_exit): the file is torn */
+		bool torn = fs_pid_flags(pid, &pflags) == 0 && (pflags & PF_EXITING_FLAG);
+
+		rc = oi_commit(fs, h->oi);
+		if (rc == 0)
+			steps_on_commit(fs, h->oi, pid, torn);
+	}
 	fuse_reply_err(req, -rc);
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	int rc;
 
-	fuse_reply_err(req, -oi_commit(req_fs(req), h->oi));
+	if (h->vkind) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	rc = oi_commit(req_fs(req), h->oi);
+	if (rc == 0 && h->wrote)
+		steps_on_commit(req_fs(req), h->oi, fuse_req_ctx(req)->pid, false);
+	fuse_reply_err(req, -rc);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -885,6 +1106,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct ckfs *fs = req_fs(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 
+	if (h->vkind) {
+		fh_free(h);
+		fuse_reply_err(req, 0);
+		return;
+	}
 	if (h->wrote) {
 		int rc = oi_commit(fs, h->oi);
 
@@ -893,7 +1119,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 				(unsigned long long)ino, strerror(-rc));
 	}
 	oi_put(fs, h->oi);
-	free(h);
+	fh_free(h);
 	fuse_reply_err(req, 0);
 }
 
@@ -903,11 +1129,18 @@ struct dirbuf {
 	fuse_req_t req;
 	char *buf;
 	size_t size, len;
+	uint64_t hide;
 };
+
+/* readdir offsets of the virtual trackers listed after the root's entries */
+#define VOFF_BASE ((off_t)1 << 62)
 
 static int dir_add(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
 {
 	struct dirbuf *d = arg;
+
+	if (ino == d->hide)
+		return 0; /* /.ckptfs: reachable by name, not listed (like ZFS's .zfs) */
 	struct stat st = { .st_ino = ino, .st_mode = mode & S_IFMT };
 	size_t n = fuse_add_direntry(d->req, d->buf + d->len, d->size - d->len, name, &st,
 				     (off_t)cookie + 2);
@@ -925,7 +1158,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
-	rc = idx_inode_get(fs->ix, ino, &a);
+	rc = steps_is_vino(ino) ? -ENOTDIR : idx_inode_get(fs->ix, ino, &a);
 	pthread_mutex_unlock(&fs->mu);
 	if (rc == 0 && !S_ISDIR(a.mode))
 		rc = -ENOTDIR;
@@ -941,6 +1174,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct ckfs *fs = req_fs(req);
 	struct dirbuf d = { .req = req, .size = size };
 	int rc = 0;
+
+	d.hide = ino == IDX_ROOT_INO ? fs->meta_ino : 0;
 
 	d.buf = malloc(size ? size : 1);
 	if (!d.buf) {
@@ -974,9 +1209,35 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			goto done;
 		off = 2;
 	}
-	rc = idx_dir_list(fs->ix, ino, off - 2, dir_add, &d);
-	if (rc > 0)
-		rc = 0;
+	if (off < VOFF_BASE) {
+		rc = idx_dir_list(fs->ix, ino, off - 2, dir_add, &d);
+		if (rc > 0) { /* buffer full */
+			rc = 0;
+			goto done;
+		}
+		if (rc < 0)
+			goto done;
+		off = VOFF_BASE;
+	}
+	for (int k = (int)(off - VOFF_BASE) + 1; ino == IDX_ROOT_INO && k < 64; k++) {
+		char name[256], other[256];
+		struct stat st = { .st_ino = VINO_BASE + (uint64_t)k, .st_mode = S_IFREG };
+		bool dup = false;
+
+		if (steps_vname(fs, k, name, sizeof(name)) < 0)
+			continue;
+		/* layouts sharing a tracker (Megatron, MindFormers 2.0) list it once */
+		for (int j = 1; j < k && !dup; j++)
+			dup = steps_vname(fs, j, other, sizeof(other)) >= 0 && !strcmp(name, other);
+		if (dup)
+			continue;
+		size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, name, &st,
+					     VOFF_BASE + k);
+
+		if (n > size - d.len)
+			break;
+		d.len += n;
+	}
 done:
 	pthread_mutex_unlock(&fs->mu);
 	if (rc < 0)
@@ -1010,7 +1271,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	int rc;
 
-	if (mode != 0) {
+	if (mode != 0 || h->vkind) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}

@@ -478,6 +478,7 @@ struct ls_ent {
 struct ls_list {
 	struct ls_ent *v;
 	size_t n, cap;
+	uint64_t dir; /* the directory listed */
 };
 
 static void ls_list_free(struct ls_list *l)
@@ -494,6 +495,8 @@ static int ls_collect(const char *name, uint64_t ino, uint32_t mode, int64_t coo
 {
 	struct ls_list *l = arg;
 
+	if (l->dir == IDX_ROOT_INO && strcmp(name, ".ckptfs") == 0)
+		return 0; /* hidden, as in the mount: `ckptctl STORE ls .ckptfs` shows it */
 	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
 		return -ENOMEM;
 	memset(&l->v[l->n], 0, sizeof(l->v[l->n]));
@@ -632,7 +635,7 @@ static void ls_print_header(struct ls_widths *w)
 /* ls_dir - list directory ino. Returns an exit status. */
 static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino)
 {
-	struct ls_list l = { 0 };
+	struct ls_list l = { .dir = ino };
 	struct ls_widths w = { 0 };
 	size_t i, kept = 0;
 	int rc, status = EXIT_ERROR;

@@ -368,7 +368,7 @@ class DifferentialTest(unittest.TestCase):
     def test_random_ops_match_plain_directory(self):
         os.umask(0o022)
         plain = ckfs.PlainDir()
-        side = ckfs.PlainDir() if SELFTEST else ckfs.Mount()
+        side = ckfs.PlainDir() if SELFTEST else ckfs.Mount(opts=('layout=none',))
         try:
             if not SELFTEST:
                 side.start()

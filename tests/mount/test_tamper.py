@@ -77,7 +77,7 @@ def mmap_child(path, expect):
 class TamperTest(unittest.TestCase):
 
     def test_flipped_payload_byte_is_eio(self):
-        m = ckfs.Mount()
+        m = ckfs.Mount(opts=('layout=none',))  # chunk damage, not step semantics
         try:
             m.start()
             self.run_in(m)

@@ -1,0 +1,1054 @@
+/*
+ * steps.c — checkpoint semantics: which files form a step, when a step is complete, what the
+ * trackers say, what `ls` shows, and retention.
+ *
+ * States (index/index.h enum idx_step_state; DESIGN.md "Steps"):
+ *
+ *     mkdir STEPDIR          marker / tracker claim       every file whole and durable
+ *   ──────────────► writing ───────────────────► sealed ─────────────────────────► complete
+ *                     │                            │                                  │
+ *                     │ no open file, no live      │ no open file, no live writer,     │ retention
+ *                     │ writer, never sealed       │ a file torn or malformed          ▼
+ *                     └──────────► incomplete ◄────┘                                pruned
+ *                                  (moved to .ckptfs/quarantine; a later claim whose files
+ *                                   are all sound brings it back, sealed)
+ *
+ * Invariants:
+ *   1. Only complete steps are named by a tracker read or counted by retention.
+ *   2. A step is complete only if it was sealed, every regular file under its directory has a
+ *      committed digest (durable: oi_commit), none is open with uncommitted bytes, and none is
+ *      flagged IDX_INODE_TORN or IDX_INODE_MALFORMED.
+ *   3. Trackers at the mount root (latest_checkpointed_iteration.txt, latest, N.step) are
+ *      virtual: what a trainer writes is recorded as a claim and never stored as a file; what a
+ *      reader gets is the newest complete step of the tracker's layouts, in the trainer's format.
+ *      No complete step: the tracker does not exist.
+ *   4. Retention never prunes before a newer step is complete, never the newest complete step,
+ *      never a pinned one, and never counts a step that is not complete.
+ *
+ * Locking: every function here runs with fs->mu held unless its comment says otherwise.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+#include "fs/validate.h"
+
+#define META_NAME ".ckptfs"
+#define QUARANTINE_NAME "quarantine"
+/* A step with no open file whose writers are all gone is judged after this long (ns). */
+#define STEP_SETTLE_NS (1500LL * 1000 * 1000)
+
+/* Per-step facts that live only while the daemon runs. */
+struct step_rt {
+	int64_t id;
+	pid_t pids[16]; /* processes that wrote into the step (first 16) */
+	unsigned npids;
+	int64_t last_ns; /* last write/commit seen */
+	struct step_rt *next;
+};
+
+/* ---- small helpers ---- */
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("ckptfs: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static struct step_rt *rt_get(struct ckfs *fs, int64_t id, bool create)
+{
+	struct step_rt *r;
+
+	for (r = fs->steps_rt; r; r = r->next)
+		if (r->id == id)
+			return r;
+	if (!create || !(r = calloc(1, sizeof(*r))))
+		return NULL;
+	r->id = id;
+	r->next = fs->steps_rt;
+	fs->steps_rt = r;
+	return r;
+}
+
+static void rt_drop(struct ckfs *fs, int64_t id)
+{
+	for (struct step_rt **pp = &fs->steps_rt; *pp; pp = &(*pp)->next) {
+		if ((*pp)->id == id) {
+			struct step_rt *d = *pp;
+
+			*pp = d->next;
+			free(d);
+			return;
+		}
+	}
+}
+
+static void rt_note(struct ckfs *fs, int64_t id, pid_t pid)
+{
+	struct step_rt *r = rt_get(fs, id, true);
+
+	if (!r)
+		return;
+	r->last_ns = ckpt_now_ns();
+	for (unsigned i = 0; i < r->npids; i++)
+		if (r->pids[i] == pid)
+			return;
+	if (pid > 0 && r->npids < sizeof(r->pids) / sizeof(r->pids[0]))
+		r->pids[r->npids++] = pid;
+}
+
+static bool pid_alive(pid_t pid)
+{
+	char p[64];
+
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	return access(p, F_OK) == 0;
+}
+
+int fs_pid_flags(pid_t pid, unsigned long *ret)
+{
+	char path[64], buf[1024];
+	FILE *f;
+	size_t n;
+	char *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* fields after "(comm)": state ppid pgrp session tty_nr tpgid flags (proc(5)) */
+	p = strrchr(buf, ')');
+	if (!p)
+		return -EIO;
+	unsigned long flags;
+	if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1)
+		return -EIO;
+	*ret = flags;
+	return 0;
+}
+
+/* Is ino inside /.ckptfs? */
+bool steps_in_meta(struct ckfs *fs, uint64_t ino)
+{
+	for (int depth = 0; depth < 256 && ino != IDX_ROOT_INO; depth++) {
+		uint64_t up;
+
+		if (ino == fs->meta_ino)
+			return true;
+		if (idx_dentry_parent(fs->ix, ino, &up, NULL, 0) < 0)
+			return false;
+		ino = up;
+	}
+	return false;
+}
+
+/* Path of ino relative to the root without the leading '/', into buf. */
+static int rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
+{
+	char tmp[LAYOUT_PATH_MAX + 1];
+	int n = idx_path(fs->ix, ino, tmp, sizeof(tmp));
+
+	if (n < 0)
+		return n;
+	const char *p = tmp[0] == '/' ? tmp + 1 : tmp;
+	size_t len = strlen(p);
+
+	if ((size_t)n >= sizeof(tmp) || len >= cap)
+		return -ENAMETOOLONG;
+	memcpy(buf, p, len + 1);
+	return 0;
+}
+
+/* ---- the tree of a step ---- */
+
+struct walk {
+	struct ckfs *fs;
+	uint64_t *dirs;
+	size_t ndirs, capdirs;
+	/* results */
+	uint64_t files, bytes, stored;
+	unsigned open, unsound, uncommitted, bad;
+	bool check_bad;
+	struct store_hasher *digest;
+};
+
+static int bad_extent_check(struct ckfs *fs, uint64_t ino);
+
+static int walk_entry(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct walk *w = arg;
+	struct idx_inode a;
+	int rc;
+
+	if (S_ISDIR(mode)) {
+		if (w->ndirs == w->capdirs) {
+			size_t nc = w->capdirs ? 2 * w->capdirs : 16;
+			uint64_t *p = realloc(w->dirs, nc * sizeof(*p));
+
+			if (!p)
+				return -ENOMEM;
+			w->dirs = p;
+			w->capdirs = nc;
+		}
+		w->dirs[w->ndirs++] = ino;
+		return 0;
+	}
+	if (!S_ISREG(mode))
+		return 0;
+	if ((rc = idx_inode_get(w->fs->ix, ino, &a)) < 0)
+		return rc;
+	struct oinode *oi = oi_find(w->fs, ino);
+
+	if (oi && atomic_load(&oi->ov_dirty))
+		w->open++;
+	if (!a.has_hash)
+		w->uncommitted++;
+	if (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))
+		w->unsound++;
+	if (w->check_bad && bad_extent_check(w->fs, ino))
+		w->bad++;
+	w->files++;
+	w->bytes += a.size;
+	uint64_t st = 0;
+
+	if (idx_file_stored_bytes(w->fs->ix, ino, &st) == 0)
+		w->stored += st;
+	if (w->digest) {
+		store_hasher_update(w->digest, name, strlen(name) + 1);
+		store_hasher_update(w->digest, a.hash, IDX_HASH_LEN);
+	}
+	return 0;
+}
+
+/*
+ * Walk every file under dir; fills w (w->digest owned by the caller after success). Directories
+ * are listed one after another, never nested: a listing's statement is shared per handle.
+ */
+static int walk_tree(struct ckfs *fs, uint64_t dir, struct walk *w, bool check_bad)
+{
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	w->check_bad = check_bad;
+	w->fs = fs;
+	w->digest = store_hasher_new();
+	if (!w->digest)
+		return -ENOMEM;
+	rc = idx_dir_list(fs->ix, dir, 0, walk_entry, w);
+	for (size_t i = 0; rc >= 0 && i < w->ndirs; i++) /* w->dirs grows as we go */
+		rc = idx_dir_list(fs->ix, w->dirs[i], 0, walk_entry, w);
+	free(w->dirs);
+	w->dirs = NULL;
+	if (rc < 0) {
+		store_hasher_free(w->digest);
+		w->digest = NULL;
+	}
+	return rc < 0 ? rc : 0;
+}
+
+/* Has some chunk of a file under dir been found bad? 1 yes, 0 no. */
+static int tree_has_bad_chunk(struct ckfs *fs, uint64_t dir)
+{
+	struct walk w;
+
+	if (walk_tree(fs, dir, &w, true) < 0)
+		return 0;
+	store_hasher_free(w.digest);
+	return w.bad > 0;
+}
+
+/* ---- moving steps out of and back into the namespace ---- */
+
+static int move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
+{
+	char qname[300];
+	uint64_t cur;
+	int rc;
+
+	if (!s->dir_ino || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) < 0 ||
+	    cur != s->dir_ino)
+		return 0; /* not at its place in the namespace (already moved, or renamed) */
+	snprintf(qname, sizeof(qname), "%s.%" PRId64, s->name, s->id);
+	rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, fs->quarantine_ino, qname);
+	return rc;
+}
+
+static int move_back(struct ckfs *fs, const struct idx_step *s)
+{
+	char qname[300];
+	uint64_t cur;
+
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0)
+		return -EEXIST; /* the trainer re-created the name: leave the old one set aside */
+	snprintf(qname, sizeof(qname), "%s.%" PRId64, s->name, s->id);
+	return idx_dentry_move(fs->ix, fs->quarantine_ino, qname, IDX_ROOT_INO, s->name);
+}
+
+/* ---- transitions ---- */
+
+static int set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note)
+{
+	int rc = idx_step_set_state(fs->ix, s->id, state, ckfs_now(fs), note);
+
+	if (rc == 0) {
+		logf_("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
+		      idx_step_state_name(s->state), idx_step_state_name(state), note ? ": " : "",
+		      note ? note : "");
+		s->state = state;
+	}
+	return rc;
+}
+
+static void retention(struct ckfs *fs, int kind);
+
+/*
+ * Judge a quiet step (no write into it for STEP_SETTLE_NS): complete it when sealed, sound and
+ * with no file open for writing; set it aside when its writers are gone (settled) and it cannot
+ * complete. Runs its own transaction. Called by the reaper only, so a tracker written before
+ * the other ranks finish (DeepSpeed) cannot complete a step whose last files are still coming.
+ */
+static void evaluate(struct ckfs *fs, int64_t id, bool settled)
+{
+	struct idx_step s;
+	struct walk w;
+	struct store_hash dg;
+	int rc;
+
+	if (idx_step_get(fs->ix, id, &s) < 0)
+		return;
+	if (s.state != IDX_STEP_WRITING && s.state != IDX_STEP_SEALED)
+		return;
+	if (!s.dir_ino || walk_tree(fs, s.dir_ino, &w, false) < 0)
+		return;
+	store_hasher_digest(w.digest, &dg);
+	store_hasher_free(w.digest);
+	if (idx_begin(fs->ix) < 0)
+		return;
+	rc = idx_step_set_figures(fs->ix, id, w.files, w.bytes, w.stored, dg.b);
+	if (rc == 0 && s.state == IDX_STEP_SEALED && w.open == 0 && w.uncommitted == 0 &&
+	    w.unsound == 0 && w.files > 0) {
+		rc = set_state(fs, &s, IDX_STEP_COMPLETE, NULL);
+	} else if (rc == 0 && settled && w.open == 0) {
+		char note[128];
+
+		if (s.state == IDX_STEP_WRITING)
+			snprintf(note, sizeof(note), "abandoned: never sealed, no writer left");
+		else
+			snprintf(note, sizeof(note), "%u torn or malformed, %u never closed of %" PRIu64
+				 " files", w.unsound, w.uncommitted, w.files);
+		if (w.files == 0 && s.state == IDX_STEP_WRITING)
+			snprintf(note, sizeof(note), "abandoned empty");
+		rc = set_state(fs, &s, IDX_STEP_INCOMPLETE, note);
+		if (rc == 0)
+			rc = move_to_quarantine(fs, &s);
+	}
+	if (rc < 0) {
+		idx_rollback(fs->ix);
+		return;
+	}
+	if (idx_commit(fs->ix) < 0)
+		return;
+	if (s.state == IDX_STEP_COMPLETE) {
+		rt_drop(fs, id);
+		retention(fs, s.kind);
+	} else if (s.state == IDX_STEP_INCOMPLETE) {
+		rt_drop(fs, id);
+	}
+}
+
+/* ---- retention ---- */
+
+struct ret_ctx {
+	struct ckfs *fs;
+	int kind;
+	int64_t *ids;
+	size_t n, cap;
+};
+
+static int collect_complete(const struct idx_step *s, void *arg)
+{
+	struct ret_ctx *c = arg;
+
+	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE)
+		return 0;
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? 2 * c->cap : 16;
+		int64_t *p = realloc(c->ids, nc * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		c->ids = p;
+		c->cap = nc;
+	}
+	c->ids[c->n++] = s->id;
+	return 0;
+}
+
+/* Remove the whole tree under dir (entries only; dir's own dentry is the caller's). */
+static int tree_remove(struct ckfs *fs, uint64_t dir, struct fs_freed *fr, int depth);
+
+struct rm_ctx {
+	char **names;
+	uint64_t *inos;
+	uint32_t *modes;
+	size_t n, cap;
+};
+
+static int rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct rm_ctx *c = arg;
+
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? 2 * c->cap : 16;
+		char **a = realloc(c->names, nc * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		c->names = a;
+		uint64_t *b = realloc(c->inos, nc * sizeof(*b));
+
+		if (!b)
+			return -ENOMEM;
+		c->inos = b;
+		uint32_t *m = realloc(c->modes, nc * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		c->modes = m;
+		c->cap = nc;
+	}
+	if (!(c->names[c->n] = strdup(name)))
+		return -ENOMEM;
+	c->inos[c->n] = ino;
+	c->modes[c->n] = mode;
+	c->n++;
+	return 0;
+}
+
+static int tree_remove(struct ckfs *fs, uint64_t dir, struct fs_freed *fr, int depth)
+{
+	struct rm_ctx c = { 0 };
+	int rc;
+
+	if (depth > 256)
+		return -ELOOP;
+	rc = idx_dir_list(fs->ix, dir, 0, rm_collect, &c);
+	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
+		if (S_ISDIR(c.modes[i]) && (rc = tree_remove(fs, c.inos[i], fr, depth + 1)) < 0)
+			break;
+		rc = idx_dentry_remove(fs->ix, dir, c.names[i]);
+		if (rc == 0)
+			rc = fs_drop_link(fs, c.inos[i], ckfs_now(fs), fr);
+	}
+	for (size_t i = 0; i < c.n; i++)
+		free(c.names[i]);
+	free(c.names);
+	free(c.inos);
+	free(c.modes);
+	return rc < 0 ? rc : 0;
+}
+
+/* Prune one step: its tree leaves the namespace wherever it is, its state becomes pruned. */
+static int prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
+{
+	uint64_t parent, cur;
+	char name[300];
+	int rc = 0;
+
+	if (s->dir_ino && idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) == 0 &&
+	    idx_dentry_lookup(fs->ix, parent, name, &cur) == 0 && cur == s->dir_ino) {
+		rc = tree_remove(fs, s->dir_ino, fr, 0);
+		if (rc == 0)
+			rc = idx_dentry_remove(fs->ix, parent, name);
+		if (rc == 0)
+			rc = fs_drop_link(fs, s->dir_ino, ckfs_now(fs), fr);
+		if (rc == 0) {
+			struct idx_inode pa;
+
+			if ((rc = idx_inode_get(fs->ix, parent, &pa)) == 0) {
+				pa.nlink--;
+				pa.mtime_ns = pa.ctime_ns = ckfs_now(fs);
+				rc = idx_inode_update(fs->ix, &pa);
+			}
+		}
+	}
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, s->id, 0);
+	if (rc == 0)
+		rc = set_state(fs, s, IDX_STEP_PRUNED, "retention");
+	return rc;
+}
+
+static void retention(struct ckfs *fs, int kind)
+{
+	struct ret_ctx c = { .fs = fs, .kind = kind };
+	struct fs_freed fr = { 0 };
+	unsigned kept = 0;
+	bool ok = true;
+
+	if (fs->keep_max == 0)
+		return;
+	if (idx_step_foreach(fs->ix, collect_complete, &c) < 0)
+		goto out;
+	/* ids come ordered by step number ascending: keep from the newest end */
+	if (idx_begin(fs->ix) < 0)
+		goto out;
+	for (size_t i = c.n; i-- > 0 && ok;) {
+		struct idx_step s;
+
+		if (idx_step_get(fs->ix, c.ids[i], &s) < 0)
+			continue;
+		if (s.pinned || (fs->keep_every && s.step >= 0 && s.step % fs->keep_every == 0))
+			continue; /* kept, and not counted */
+		if (kept < fs->keep_max) {
+			kept++; /* keep_max >= 1, so the newest unpinned complete step is kept */
+			continue;
+		}
+		ok = prune(fs, &s, &fr) == 0;
+	}
+	ok = ok && idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix);
+	fs_release_finish(fs, &fr, ok);
+out:
+	free(c.ids);
+}
+
+/* ---- step rows from names ---- */
+
+/* The step whose directory is the top-level entry of rel (creating its row if needed). */
+static int step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
+			struct idx_step *ret)
+{
+	char dname[LAYOUT_NAME_MAX + 1];
+	uint64_t dir;
+	int64_t id;
+	int rc;
+
+	if (m->step_prefix_len == 0 || m->step_prefix_len > LAYOUT_NAME_MAX)
+		return -ENOENT;
+	memcpy(dname, rel, m->step_prefix_len);
+	dname[m->step_prefix_len] = 0;
+	if ((rc = idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir)) < 0)
+		return rc;
+	if (idx_step_by_dir(fs->ix, dir, ret) == 0)
+		return 0;
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	rc = idx_step_create(fs->ix, m->kind, dname, m->step, dir, ckfs_now(fs), &id);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	else
+		idx_rollback(fs->ix);
+	if (rc < 0)
+		return rc;
+	return idx_step_get(fs->ix, id, ret);
+}
+
+static void seal(struct ckfs *fs, struct idx_step *s, const char *why)
+{
+	if (s->state == IDX_STEP_INCOMPLETE) {
+		/* a marker for a step set aside: bring it back if its files are sound */
+		struct walk w;
+
+		if (walk_tree(fs, s->dir_ino, &w, false) < 0)
+			return;
+		store_hasher_free(w.digest);
+		if (w.unsound || w.uncommitted || w.files == 0)
+			return;
+		if (idx_begin(fs->ix) < 0)
+			return;
+		if (move_back(fs, s) < 0 || set_state(fs, s, IDX_STEP_SEALED, why) < 0 ||
+		    idx_commit(fs->ix) < 0) {
+			idx_rollback(fs->ix);
+			return;
+		}
+	} else if (s->state == IDX_STEP_WRITING) {
+		if (idx_begin(fs->ix) < 0)
+			return;
+		if (set_state(fs, s, IDX_STEP_SEALED, why) < 0 || idx_commit(fs->ix) < 0) {
+			idx_rollback(fs->ix);
+			return;
+		}
+	}
+	rt_note(fs, s->id, 0); /* the reaper judges it once it is quiet */
+}
+
+/* ---- hooks ---- */
+
+void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
+		   bool renamed)
+{
+	char rel[LAYOUT_PATH_MAX];
+	struct layout_match m;
+	struct idx_step s;
+
+	if (fs->layout < 0)
+		return;
+	if (parent == IDX_ROOT_INO) {
+		if (layout_classify(name, fs->layout, &m) < 0 || m.role != ROLE_STEP_DIR ||
+		    (m.flags & LAYOUT_F_TMP) || m.step < 0)
+			return;
+		if (step_of_path(fs, name, &m, &s) == 0)
+			rt_note(fs, s.id, pid);
+		return;
+	}
+	if (rel_path(fs, ino, rel, sizeof(rel)) < 0 || layout_classify(rel, fs->layout, &m) < 0 ||
+	    (m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || m.step_prefix_len == 0 ||
+	    step_of_path(fs, rel, &m, &s) < 0)
+		return;
+	rt_note(fs, s.id, pid);
+	/* a marker renamed into place (DCP .metadata.tmp -> .metadata) seals its step */
+	if (renamed && m.role == ROLE_MARKER)
+		seal(fs, &s, "marker");
+}
+
+struct vread {
+	struct ckfs *fs;
+	struct oinode *oi;
+};
+
+static ssize_t vread_fn(void *arg, void *buf, size_t len, uint64_t off)
+{
+	struct vread *v = arg;
+
+	return oi_read(v->fs, v->oi, buf, len, off);
+}
+
+void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
+{
+	char rel[LAYOUT_PATH_MAX], why[256] = "";
+	struct layout_match m;
+	struct idx_step s;
+	struct idx_inode a;
+	uint32_t flags = 0;
+	int rc;
+
+	/* fs->mu NOT held on entry */
+	if (fs->layout < 0)
+		return;
+	pthread_mutex_lock(&fs->mu);
+	rc = rel_path(fs, oi->ino, rel, sizeof(rel));
+	if (rc == 0)
+		rc = layout_classify(rel, fs->layout, &m);
+	bool in_step = rc == 0 && (m.role == ROLE_STEP_FILE || m.role == ROLE_MARKER) &&
+		       m.step_prefix_len > 0;
+	uint64_t size = 0;
+
+	if (in_step && idx_inode_get(fs->ix, oi->ino, &a) == 0)
+		size = a.size;
+	else
+		in_step = false;
+	pthread_mutex_unlock(&fs->mu);
+	if (!in_step)
+		return;
+
+	/* structure check without fs->mu (it reads the file) */
+	if (torn) {
+		flags |= IDX_INODE_TORN;
+	} else {
+		struct vread v = { fs, oi };
+		const char *base = strrchr(rel, '/');
+
+		rc = validate_file(base ? base + 1 : rel, size, vread_fn, &v, NULL, why,
+				   sizeof(why));
+		if (rc == 1)
+			flags |= IDX_INODE_VALID;
+		else if (rc == -EBADMSG)
+			flags |= IDX_INODE_MALFORMED;
+	}
+
+	pthread_mutex_lock(&fs->mu);
+	if (idx_inode_get(fs->ix, oi->ino, &a) == 0 && a.flags != flags) {
+		a.flags = flags;
+		if (idx_begin(fs->ix) == 0 &&
+		    (idx_inode_update(fs->ix, &a) < 0 || idx_commit(fs->ix) < 0))
+			idx_rollback(fs->ix);
+	}
+	if (flags & IDX_INODE_TORN)
+		logf_("'%s' was closed by a dying process (pid %d): torn", rel, (int)pid);
+	else if (flags & IDX_INODE_MALFORMED)
+		logf_("'%s' is malformed: %s", rel, why);
+	if (step_of_path(fs, rel, &m, &s) == 0) {
+		rt_note(fs, s.id, pid);
+		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+			seal(fs, &s, "marker");
+	}
+	pthread_mutex_unlock(&fs->mu);
+}
+
+/* ---- virtual trackers ---- */
+
+bool steps_is_vino(uint64_t ino)
+{
+	return ino >= VINO_BASE && ino < VINO_BASE + LAYOUT_KIND_COUNT;
+}
+
+/* Is name (at the root) a tracker? Returns its kind, or LAYOUT_NONE. */
+static enum layout_kind tracker_kind(struct ckfs *fs, const char *name, int64_t *ret_step)
+{
+	struct layout_match m;
+
+	if (fs->layout < 0 || layout_classify(name, fs->layout, &m) < 0 || m.role != ROLE_TRACKER ||
+	    m.kind == LAYOUT_MF1 || strchr(name, '/'))
+		return LAYOUT_NONE;
+	if (ret_step)
+		*ret_step = m.step;
+	return m.kind;
+}
+
+struct newest_ctx {
+	struct ckfs *fs;
+	enum layout_kind tracker;
+	struct idx_step best;
+	bool found;
+};
+
+static int newest_cb(const struct idx_step *s, void *arg)
+{
+	struct newest_ctx *c = arg;
+
+	if (s->state != IDX_STEP_COMPLETE || s->step < 0 ||
+	    !layout_tracker_shared(c->tracker, (enum layout_kind)s->kind))
+		return 0;
+	if (c->found && s->step < c->best.step)
+		return 0;
+	c->best = *s;
+	c->found = true;
+	return 0;
+}
+
+/* The newest complete step a tracker of this kind resolves to, skipping corrupt ones. */
+static int resolve(struct ckfs *fs, enum layout_kind tracker, struct idx_step *ret)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		struct newest_ctx c = { .fs = fs, .tracker = tracker };
+
+		if (idx_step_foreach(fs->ix, newest_cb, &c) < 0 || !c.found)
+			return -ENOENT;
+		if (c.best.dir_ino && tree_has_bad_chunk(fs, c.best.dir_ino) > 0) {
+			struct idx_step s = c.best;
+
+			if (idx_begin(fs->ix) == 0) {
+				if (set_state(fs, &s, IDX_STEP_CORRUPT, "a chunk failed its checksum") <
+					    0 ||
+				    move_to_quarantine(fs, &s) < 0 || idx_commit(fs->ix) < 0)
+					idx_rollback(fs->ix);
+			}
+			if (s.state != IDX_STEP_CORRUPT)
+				return -EIO;
+			continue;
+		}
+		*ret = c.best;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
+			  struct idx_step *ret_step)
+{
+	struct layout_tracker t = { .epoch = -1 };
+	struct idx_step s;
+	int rc = resolve(fs, (enum layout_kind)kind, &s);
+
+	if (rc < 0)
+		return rc;
+	t.step = s.step;
+	rc = layout_tracker_format((enum layout_kind)kind, &t, buf, cap);
+	if (rc == -EOPNOTSUPP)
+		rc = 0; /* InternEvo: the name says it all */
+	if (rc >= 0 && ret_step)
+		*ret_step = s;
+	return rc;
+}
+
+int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_vino)
+{
+	enum layout_kind k;
+	int64_t named = -1;
+
+	if (parent != IDX_ROOT_INO || (k = tracker_kind(fs, name, &named)) == LAYOUT_NONE)
+		return 0;
+	char buf[LAYOUT_TRACKER_MAX];
+	struct idx_step s;
+
+	if (steps_tracker_content(fs, k, buf, sizeof(buf), &s) < 0)
+		return -ENOENT;
+	if (named >= 0 && named != s.step)
+		return -ENOENT; /* InternEvo: only the newest complete N.step exists */
+	*ret_vino = VINO_BASE + k;
+	return 1;
+}
+
+int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st)
+{
+	char buf[LAYOUT_TRACKER_MAX];
+	struct idx_inode root;
+	struct idx_step s;
+	int n = steps_tracker_content(fs, (int)(vino - VINO_BASE), buf, sizeof(buf), &s);
+
+	if (n < 0) {
+		/* no complete step: the name does not resolve (steps_vlookup), but an inode the
+		 * kernel already holds (a trainer writing the tracker) stats as empty */
+		n = 0;
+		memset(&s, 0, sizeof(s));
+		s.completed_ns = ckpt_now_ns();
+	}
+	if (idx_inode_get(fs->ix, IDX_ROOT_INO, &root) < 0)
+		return -EIO;
+	memset(st, 0, sizeof(*st));
+	st->st_ino = vino;
+	st->st_mode = S_IFREG | 0644;
+	st->st_nlink = 1;
+	st->st_uid = root.uid;
+	st->st_gid = root.gid;
+	st->st_size = n;
+	st->st_blocks = (n + 511) / 512;
+	st->st_blksize = 4096;
+	st->st_mtim.tv_sec = s.completed_ns / 1000000000;
+	st->st_mtim.tv_nsec = s.completed_ns % 1000000000;
+	st->st_ctim = st->st_atim = st->st_mtim;
+	return 0;
+}
+
+int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap)
+{
+	char content[LAYOUT_TRACKER_MAX];
+	struct idx_step s;
+
+	if (steps_tracker_content(fs, kind, content, sizeof(content), &s) < 0)
+		return -ENOENT;
+	return layout_tracker_path((enum layout_kind)kind, s.step, -1, buf, cap);
+}
+
+int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name)
+{
+	return parent == IDX_ROOT_INO ? tracker_kind(fs, name, NULL) : LAYOUT_NONE;
+}
+
+void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
+		    pid_t pid)
+{
+	struct layout_tracker t;
+	int64_t id;
+	int rc = layout_tracker_parse((enum layout_kind)kind, name, buf, len, &t);
+	int64_t step = rc == 0 ? t.step : -1;
+
+	if (idx_begin(fs->ix) == 0) {
+		if (idx_claim_add(fs->ix, name, buf, len, step, ckfs_now(fs), &id) < 0 ||
+		    idx_commit(fs->ix) < 0)
+			idx_rollback(fs->ix);
+	}
+	if (rc < 0) {
+		logf_("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
+		return;
+	}
+	/* seal the named step of every layout sharing this tracker */
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
+		char dname[LAYOUT_NAME_MAX + 1];
+		struct idx_step s;
+		uint64_t dir;
+
+		if (!layout_tracker_shared((enum layout_kind)kind, (enum layout_kind)k) ||
+		    layout_step_dir_name((enum layout_kind)k, step, dname, sizeof(dname)) < 0)
+			continue;
+		if (idx_step_by_name(fs->ix, k, dname, &s) == 0) {
+			rt_note(fs, s.id, pid);
+			seal(fs, &s, "tracker claim");
+			return;
+		}
+		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir) == 0) {
+			struct layout_match m;
+
+			if (layout_classify(dname, fs->layout, &m) == 0 &&
+			    step_of_path(fs, dname, &m, &s) == 0) {
+				seal(fs, &s, "tracker claim");
+				return;
+			}
+		}
+	}
+	logf_("tracker '%s' claims step %" PRId64 ", which does not exist: claim recorded, "
+	      "trackers keep naming the newest complete step", name, step);
+}
+
+/* ---- reaper, recovery ---- */
+
+struct scan_ctx {
+	int64_t *ids;
+	size_t n, cap;
+};
+
+static int scan_open_steps(const struct idx_step *s, void *arg)
+{
+	struct scan_ctx *c = arg;
+
+	if (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_SEALED)
+		return 0;
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? 2 * c->cap : 16;
+		int64_t *p = realloc(c->ids, nc * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		c->ids = p;
+		c->cap = nc;
+	}
+	c->ids[c->n++] = s->id;
+	return 0;
+}
+
+/* One pass: judge every unfinished step whose writers are gone. recovering: all are gone. */
+void steps_reap(struct ckfs *fs, bool recovering)
+{
+	struct scan_ctx c = { 0 };
+	int64_t now = ckpt_now_ns();
+
+	if (idx_step_foreach(fs->ix, scan_open_steps, &c) < 0)
+		goto out;
+	for (size_t i = 0; i < c.n; i++) {
+		struct step_rt *r = rt_get(fs, c.ids[i], false);
+		bool settled = true;
+
+		if (!recovering) {
+			if (!r) {
+				/* first seen by this daemon: start its settle time now */
+				if ((r = rt_get(fs, c.ids[i], true)))
+					r->last_ns = now;
+				continue;
+			}
+			if (now - r->last_ns < STEP_SETTLE_NS)
+				continue;
+			for (unsigned j = 0; j < r->npids; j++)
+				if (pid_alive(r->pids[j]))
+					settled = false;
+		}
+		evaluate(fs, c.ids[i], settled);
+	}
+out:
+	free(c.ids);
+}
+
+static void *reaper_main(void *arg)
+{
+	struct ckfs *fs = arg;
+
+	pthread_mutex_lock(&fs->mu);
+	while (!fs->stopping) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&fs->reaper_cv, &fs->mu, &ts);
+		if (!fs->stopping)
+			steps_reap(fs, false);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	return NULL;
+}
+
+static int ensure_dir(struct ckfs *fs, uint64_t parent, const char *name, uint32_t mode,
+		      uint64_t *ret)
+{
+	struct idx_inode a = { 0 }, pa;
+	uint64_t ino;
+	int rc;
+
+	if (idx_dentry_lookup(fs->ix, parent, name, ret) == 0)
+		return 0;
+	if ((rc = idx_inode_get(fs->ix, parent, &pa)) < 0)
+		return rc;
+	a.mode = S_IFDIR | mode;
+	a.uid = pa.uid;
+	a.gid = pa.gid;
+	a.nlink = 2;
+	a.atime_ns = a.mtime_ns = a.ctime_ns = ckfs_now(fs);
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	rc = idx_inode_create(fs->ix, &a, &ino);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, parent, name, ino);
+	if (rc == 0) {
+		pa.nlink++;
+		rc = idx_inode_update(fs->ix, &pa);
+	}
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	else
+		idx_rollback(fs->ix);
+	if (rc == 0)
+		*ret = ino;
+	return rc;
+}
+
+int steps_init(struct ckfs *fs)
+{
+	int rc;
+
+	pthread_cond_init(&fs->reaper_cv, NULL);
+	pthread_mutex_lock(&fs->mu);
+	rc = ensure_dir(fs, IDX_ROOT_INO, META_NAME, 0555, &fs->meta_ino);
+	if (rc == 0)
+		rc = ensure_dir(fs, fs->meta_ino, QUARANTINE_NAME, 0555, &fs->quarantine_ino);
+	if (rc == 0)
+		steps_reap(fs, true); /* what an earlier daemon left unfinished */
+	pthread_mutex_unlock(&fs->mu);
+	return rc;
+}
+
+int steps_start(struct ckfs *fs)
+{
+	int rc = pthread_create(&fs->reaper, NULL, reaper_main, fs);
+
+	if (rc == 0)
+		fs->reaper_started = true;
+	return -rc;
+}
+
+void steps_stop(struct ckfs *fs)
+{
+	if (!fs->reaper_started)
+		return;
+	pthread_mutex_lock(&fs->mu);
+	fs->stopping = true;
+	pthread_cond_signal(&fs->reaper_cv);
+	pthread_mutex_unlock(&fs->mu);
+	pthread_join(fs->reaper, NULL);
+	fs->reaper_started = false;
+	while (fs->steps_rt)
+		rt_drop(fs, fs->steps_rt->id);
+}
+
+/* ---- bad chunks ---- */
+
+static int bad_extent_check(struct ckfs *fs, uint64_t ino)
+{
+	struct idx_extent *ext = NULL;
+	size_t n = 0;
+	int bad = 0;
+
+	if (idx_file_extents(fs->ix, ino, &ext, &n) < 0)
+		return 0;
+	for (size_t i = 0; i < n && !bad; i++)
+		bad = idx_chunk_is_bad(fs->ix, ext[i].hash) > 0;
+	free(ext);
+	return bad;
+}
