@@ -1,0 +1,1033 @@
+#!/usr/bin/python3
+"""trainer.py - a small but real data-parallel PyTorch training program that saves and resumes
+checkpoints with the exact file operations of a real framework (see
+../../../shared/research/framework-io.md), implemented by hand with plain POSIX/Python file I/O
+and torch.save, because the frameworks themselves are not installed.
+
+Model: a character-level transformer language model (2 layers, d=128) on
+/usr/share/common-licenses/GPL-3, CPU, deterministic seeds, one thread per rank.
+Ranks: --ranks R processes (default 2) over gloo, MASTER_ADDR=127.0.0.1 and a free port;
+gradients are averaged with all_reduce (data parallel), so every rank holds the same state.
+"Sharded" files (per-rank model/optimizer shards) hold the parameters i with i % world == rank.
+
+    trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo} --save DIR --steps N
+               --save-every K [--keep K] [--resume] [--ranks R] [--log FILE]
+               [--slow-save SECONDS]
+
+stdout (rank 0): `STEP s loss=L`, `SAVING s` (a save begins), `SAVED s` (the save is complete:
+printed after the framework's tracker/marker is written and every rank is done), `RESUMED step=S
+loss=L digest=D` or `FRESH` (no checkpoint found: starts from step 0, as the framework does).
+--log FILE (outside DIR; appended by every rank, one line per write(2)): the same events plus
+`WROTE step= rank= path= sha256=` after every file a rank finished writing (path relative to DIR,
+final name), `STATE step= digest=` (sha256 of every tensor of the full model+optimizer state at
+the save), `LOADED rank= path= sha256=` for every file read on resume. On resume, if --log is
+given, the trainer itself checks that every file it loaded hashes to the last WROTE of that path
+and that the loaded state's digest equals the STATE of that step; a mismatch is `VERIFY FAIL` and
+exit status 3. --slow-save SECONDS sleeps between the files of a save, and SECONDS/2 between the
+pieces of each file (ranks other than 0 sleep 4x as long, and DeepSpeed's rank 0 writes
+zero_to_fp32.py and `latest` without a pause, so `latest`, written by rank 0 before the barrier,
+names a step another rank is still writing, as happens with real DeepSpeed), so a test can kill
+the job in the middle of a save.
+
+Retention (--keep, 0 = none) as the framework does it: mf2 removes the oldest iteration_ dirs
+BEFORE saving, counting the new empty dir; mf1 removes the oldest .ckpt by mtime BEFORE saving
+when count >= keep; hf rotates by directory mtime after saving; dcp (torchtitan) purges the oldest
+step-N after saving, counting incomplete dirs. megatron, deepspeed and internevo keep everything.
+"""
+
+import argparse
+import datetime
+import glob
+import hashlib
+import io
+import json
+import mmap
+import os
+import random
+import re
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo')
+TEXT = '/usr/share/common-licenses/GPL-3'
+SEQ = 64
+BATCH = 8
+D_MODEL = 128
+N_LAYERS = 2
+LR = 3e-3
+TRACKER = 'latest_checkpointed_iteration.txt'
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--layout', required=True, choices=LAYOUTS)
+    p.add_argument('--save', required=True)
+    p.add_argument('--steps', type=int, required=True)
+    p.add_argument('--save-every', type=int, required=True)
+    p.add_argument('--keep', type=int, default=0)
+    p.add_argument('--resume', action='store_true')
+    p.add_argument('--ranks', type=int, default=2)
+    p.add_argument('--log', default=None)
+    p.add_argument('--slow-save', type=float, default=0.0)
+    p.add_argument('--worker-rank', type=int, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.steps < 0 or a.save_every < 1 or a.ranks < 1 or a.keep < 0:
+        p.error('bad --steps/--save-every/--ranks/--keep')
+    return a
+
+
+# -- launcher ---------------------------------------------------------------------------------
+
+def free_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def launch(args):
+    """Start one process per rank (same process group as us), wait; if one fails, stop the rest."""
+    env = dict(os.environ, MASTER_ADDR='127.0.0.1', MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(args.ranks), OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    argv = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:]
+    procs = []
+    for r in range(args.ranks):
+        procs.append(subprocess.Popen(argv + ['--worker-rank', str(r)],
+                                      env=dict(env, RANK=str(r))))
+    rc = 0
+    live = list(procs)
+    while live:
+        for p in list(live):
+            c = p.poll()
+            if c is None:
+                continue
+            live.remove(p)
+            if c != 0 and rc == 0:
+                rc = c if c > 0 else 1
+                sys.stderr.write('trainer: a rank exited with status %d; stopping the others\n'
+                                 % c)
+                for q in live:
+                    q.kill()
+        time.sleep(0.05)
+    return rc
+
+
+# -- logging ----------------------------------------------------------------------------------
+
+class Out:
+    def __init__(self, rank, log):
+        self.rank = rank
+        self.fd = None
+        if log:
+            self.fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def log(self, line):
+        if self.fd is not None:
+            os.write(self.fd, (line + '\n').encode())
+
+    def say(self, line):
+        """rank 0: stdout and log."""
+        if self.rank == 0:
+            os.write(1, (line + '\n').encode())
+            self.log(line)
+
+
+def sha256(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+# -- safetensors, by hand ---------------------------------------------------------------------
+
+def _st_dtypes():
+    import torch
+    return {torch.float32: 'F32', torch.float64: 'F64', torch.bfloat16: 'BF16',
+            torch.float16: 'F16', torch.int64: 'I64', torch.int32: 'I32', torch.uint8: 'U8'}
+
+
+def safetensors_bytes(tensors, metadata=None):
+    """The safetensors format: u64 LE header length, JSON header (dtype, shape, data_offsets),
+    padded with spaces to 8 bytes, then the raw little-endian tensor bytes."""
+    dt = _st_dtypes()
+    header = {}
+    if metadata:
+        header['__metadata__'] = {k: str(v) for k, v in metadata.items()}
+    blobs = []
+    off = 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().cpu()
+        b = t.view(-1).view(__import__('torch').uint8).numpy().tobytes() if t.numel() else b''
+        header[name] = {'dtype': dt[t.dtype], 'shape': list(t.shape),
+                        'data_offsets': [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(',', ':')).encode()
+    h += b' ' * (-len(h) % 8)
+    return struct.pack('<Q', len(h)) + h + b''.join(blobs)
+
+
+def safetensors_load(path):
+    """safe_open-like: mmap the file (MAP_PRIVATE), validate the header against the size."""
+    import torch
+    rev = {v: k for k, v in _st_dtypes().items()}
+    with open(path, 'rb') as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 8:
+            raise ValueError('%s: safetensors file too small (%d bytes)' % (path, size))
+        mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+    try:
+        n = struct.unpack('<Q', mm[:8])[0]
+        if 8 + n > size:
+            raise ValueError('%s: safetensors header too large (%d > %d)' % (path, n, size - 8))
+        header = json.loads(mm[8:8 + n])
+        meta = header.pop('__metadata__', {})
+        base = 8 + n
+        out = {}
+        end = 0
+        for name, info in header.items():
+            b, e = info['data_offsets']
+            end = max(end, e)
+            if base + e > size:
+                raise ValueError('%s: tensor %s beyond end of file (incomplete buffer)' %
+                                 (path, name))
+            buf = bytearray(mm[base + b:base + e])
+            dtype = rev[info['dtype']]
+            if buf:
+                t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
+            else:
+                t = torch.empty(0, dtype=dtype)
+            out[name] = t.reshape(info['shape']).clone()
+        if base + end != size:
+            raise ValueError('%s: safetensors size %d != header end %d' % (path, size, base + end))
+    finally:
+        mm.close()
+    return out, meta
+
+
+# -- model and data ---------------------------------------------------------------------------
+
+def build(torch):
+    import torch.nn as nn
+
+    with open(TEXT, encoding='utf-8') as f:
+        text = f.read()
+    vocab = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(vocab)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+
+    class CharLM(nn.Module):
+        def __init__(self, v):
+            super().__init__()
+            self.tok = nn.Embedding(v, D_MODEL)
+            self.pos = nn.Embedding(SEQ, D_MODEL)
+            layer = nn.TransformerEncoderLayer(D_MODEL, 4, 2 * D_MODEL, dropout=0.0,
+                                               batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, N_LAYERS)
+            self.head = nn.Linear(D_MODEL, v)
+            self.register_buffer('mask', torch.triu(torch.full((SEQ, SEQ), float('-inf')),
+                                                    diagonal=1), persistent=False)
+
+        def forward(self, x):
+            h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+            h = self.enc(h, mask=self.mask[:x.shape[1], :x.shape[1]])
+            return self.head(h)
+
+    torch.manual_seed(1234)
+    model = CharLM(len(vocab))
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    return model, opt, data
+
+
+def full_state(model, opt):
+    """Ordered {name: tensor} of the model parameters and the AdamW state, by parameter index."""
+    sd = {}
+    names = [n for n, _ in model.named_parameters()]
+    params = [p for _, p in model.named_parameters()]
+    for n, p in zip(names, params):
+        sd['model.' + n] = p.detach().clone()
+    for n, p in zip(names, params):
+        st = opt.state.get(p, {})
+        for k in ('step', 'exp_avg', 'exp_avg_sq'):
+            if k in st:
+                v = st[k]
+                sd['optim.%s.%s' % (n, k)] = (v.detach().clone() if hasattr(v, 'detach')
+                                               else __import__('torch').tensor(float(v)))
+    return sd
+
+
+def param_names(model):
+    return [n for n, _ in model.named_parameters()]
+
+
+def shard_of(sd, model, rank, world):
+    names = param_names(model)
+    mine = {n for i, n in enumerate(names) if i % world == rank}
+    def owner(k):
+        return k[6:] if k.startswith('model.') else k[6:].rsplit('.', 1)[0]
+    return {k: v for k, v in sd.items() if owner(k) in mine}
+
+
+def split_model_optim(sd):
+    return ({k: v for k, v in sd.items() if k.startswith('model.')},
+            {k: v for k, v in sd.items() if k.startswith('optim.')})
+
+
+def load_full_state(model, opt, sd):
+    names = param_names(model)
+    missing = [k for k in full_state_keys(model) if k not in sd]
+    if missing:
+        raise RuntimeError('checkpoint lacks %d tensors, e.g. %s' % (len(missing), missing[:3]))
+    model.load_state_dict({n: sd['model.' + n] for n in names})
+    osd = opt.state_dict()
+    osd['state'] = {i: {'step': sd['optim.%s.step' % n], 'exp_avg': sd['optim.%s.exp_avg' % n],
+                        'exp_avg_sq': sd['optim.%s.exp_avg_sq' % n]}
+                    for i, n in enumerate(names)}
+    opt.load_state_dict(osd)
+
+
+def full_state_keys(model):
+    keys = []
+    for n in param_names(model):
+        keys.append('model.' + n)
+    for n in param_names(model):
+        keys += ['optim.%s.%s' % (n, k) for k in ('step', 'exp_avg', 'exp_avg_sq')]
+    return keys
+
+
+def digest(sd):
+    h = hashlib.sha256()
+    for k in sorted(sd):
+        t = sd[k].detach().contiguous().cpu()
+        h.update(k.encode())
+        h.update(str(t.dtype).encode())
+        h.update(str(list(t.shape)).encode())
+        h.update(t.view(-1).view(__import__('torch').uint8).numpy().tobytes()
+                 if t.numel() else b'')
+    return h.hexdigest()
+
+
+# -- file writing with the framework's syscalls ------------------------------------------------
+
+class Saver:
+    def __init__(self, args, rank, world, out):
+        self.a = args
+        self.rank = rank
+        self.world = world
+        self.out = out
+        self.root = os.path.abspath(args.save)
+        self.slow = args.slow_save * (1.0 if rank == 0 else 4.0)
+        self.step = None
+
+    def rel(self, path):
+        return os.path.relpath(path, self.root)
+
+    def pause(self, frac=1.0):
+        if self.slow > 0:
+            time.sleep(self.slow * frac)
+
+    def pieces(self, data, n=4):
+        k = max(1, -(-len(data) // n))
+        return [data[i:i + k] for i in range(0, len(data), k)] or [b'']
+
+    def wrote(self, final_path, data):
+        self.out.log('WROTE step=%d rank=%d path=%s sha256=%s' %
+                     (self.step, self.rank, self.rel(final_path), sha256(data)))
+
+    def write(self, path, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fsync=False,
+              final=None, mode=0o644, pause=True):
+        """open(flags), sequential writes (pieces, with pauses when slow), [fsync], close."""
+        if pause:
+            self.pause()
+        fd = os.open(path, flags, mode)
+        try:
+            ps = self.pieces(data)
+            for i, piece in enumerate(ps):
+                view = memoryview(piece)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                if i + 1 < len(ps):
+                    self.pause(0.5 / len(ps))
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if final is None:
+            self.wrote(path, data)
+        return path
+
+    def write_odirect(self, path, data):
+        """DeepSpeed FastFileWriter: O_DIRECT pwrite of the aligned part from a page-aligned
+        buffer, at offsets (second half first, as parallel aio may complete), then reopen with
+        O_APPEND for the unaligned tail, fsync."""
+        self.pause()
+        align = 4096
+        n_al = len(data) // align * align
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+        except OSError:
+            # a filesystem without O_DIRECT (tmpfs): DeepSpeed would fail; write normally
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if n_al:
+                half = (n_al // align // 2) * align
+                spans = [(half, n_al), (0, half)] if half else [(0, n_al)]
+                for j, (b, e) in enumerate(spans):
+                    if e <= b:
+                        continue
+                    buf = mmap.mmap(-1, e - b)
+                    buf[:] = data[b:e]
+                    try:
+                        os.pwrite(fd, buf, b)
+                    finally:
+                        buf.close()
+                    if j + 1 < len(spans):
+                        self.pause(0.25)
+        finally:
+            os.close(fd)
+        self.pause(0.25)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            tail = data[n_al:]
+            if tail:
+                os.write(fd, tail)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.wrote(path, data)
+
+    def rename_0400(self, tmp, final, data):
+        os.rename(tmp, final)
+        os.chmod(final, 0o400)
+        self.wrote(final, data)
+
+    def json_tmp_fsync_replace(self, path, obj):
+        data = json.dumps(obj, indent=2).encode()
+        tmp = path + '.tmp'
+        self.write(tmp, data, fsync=True, final=path)
+        os.replace(tmp, path)
+        self.wrote(path, data)
+
+    def plain_text(self, path, text, pause=True):
+        """open(path, 'w').write(text): O_TRUNC, no fsync, no rename."""
+        if pause:
+            self.pause()
+        with open(path, 'w') as f:
+            f.write(text)
+        self.wrote(path, text.encode())
+
+
+def tsave_bytes(obj):
+    import torch
+    b = io.BytesIO()
+    torch.save(obj, b)
+    return b.getvalue()
+
+
+# -- the training program ---------------------------------------------------------------------
+
+class Job:
+    def __init__(self, args, rank, world):
+        import torch
+        import torch.distributed as dist
+        self.torch = torch
+        self.dist = dist
+        self.a = args
+        self.rank = rank
+        self.world = world
+        self.root = os.path.abspath(args.save)
+        self.out = Out(rank, args.log)
+        self.sv = Saver(args, rank, world, self.out)
+        torch.set_num_threads(1)
+        self.model, self.opt, self.data = build(torch)
+        self.gen = torch.Generator().manual_seed(1000 + rank)
+        self.loaded = []   # (path, sha256) read on resume
+
+    # collective helpers ------------------------------------------------------------------
+    def barrier(self):
+        self.dist.barrier()
+
+    def bcast(self, obj):
+        lst = [obj]
+        self.dist.broadcast_object_list(lst, src=0)
+        return lst[0]
+
+    def gather(self, obj):
+        lst = [None] * self.world
+        self.dist.all_gather_object(lst, obj)
+        return lst
+
+    # training -----------------------------------------------------------------------------
+    def train_step(self):
+        torch = self.torch
+        ix = torch.randint(len(self.data) - SEQ - 1, (BATCH,), generator=self.gen)
+        x = torch.stack([self.data[i:i + SEQ] for i in ix])
+        y = torch.stack([self.data[i + 1:i + SEQ + 1] for i in ix])
+        logits = self.model(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 y.reshape(-1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for p in self.model.parameters():
+            self.dist.all_reduce(p.grad)
+            p.grad.div_(self.world)
+        self.opt.step()
+        lt = loss.detach().clone()
+        self.dist.all_reduce(lt)
+        return float(lt.item() / self.world)
+
+    def run(self):
+        start, loss = 0, None
+        if self.a.resume:
+            res = self.resume()
+            if res is None:
+                self.out.say('FRESH')
+            else:
+                start, loss = res
+                sd = full_state(self.model, self.opt)
+                dg = digest(sd)
+                self.out.say('RESUMED step=%d loss=%.6f digest=%s' % (start, loss, dg))
+                for path, h in self.loaded:
+                    self.out.log('LOADED rank=%d path=%s sha256=%s' %
+                                 (self.rank, os.path.relpath(path, self.root), h))
+                self.verify(start, dg)
+        os.makedirs(self.root, exist_ok=True)
+        for step in range(start + 1, self.a.steps + 1):
+            loss = self.train_step()
+            self.out.say('STEP %d loss=%.6f' % (step, loss))
+            if step % self.a.save_every == 0:
+                self.save(step, loss)
+        self.barrier()
+
+    def verify(self, step, dg):
+        """Compare what was loaded with what the writers logged (before this run)."""
+        if not self.a.log:
+            return
+        wrote, state = {}, {}
+        with open(self.a.log, errors='replace') as f:
+            lines = f.read().splitlines()
+        # this run's own LOADED/RESUMED lines are after the last START; use what precedes it
+        cut_i = max(i for i, ln in enumerate(lines) if ln.startswith('START '))
+        for ln in lines[:cut_i]:
+            f = kv(ln)
+            if ln.startswith('WROTE '):
+                wrote[f['path']] = f['sha256']
+            elif ln.startswith('STATE '):
+                state[int(f['step'])] = f['digest']
+        bad = []
+        for path, h in self.loaded:
+            rel = os.path.relpath(path, self.root)
+            if wrote.get(rel) != h:
+                bad.append('%s: read %s, written %s' % (rel, h[:16], (wrote.get(rel) or
+                                                                      'never')[:16]))
+        if state.get(step) != dg:
+            bad.append('state digest %s != saved %s' % (dg[:16], (state.get(step) or
+                                                                  'none')[:16]))
+        if bad:
+            os.write(2, ('VERIFY FAIL rank %d step %d: %s\n' % (self.rank, step,
+                                                                '; '.join(bad))).encode())
+            self.out.log('VERIFY FAIL rank=%d step=%d' % (self.rank, step))
+            sys.exit(3)
+        self.out.say('VERIFY ok step=%d files=%d' % (step, len(self.loaded)))
+
+    # reading helpers ----------------------------------------------------------------------
+    def read_file(self, path):
+        with open(path, 'rb') as f:
+            b = f.read()
+        self.loaded.append((path, sha256(b)))
+        return b
+
+    def tload(self, path):
+        """torch.load(path) as the framework does; the file is also hashed."""
+        self.loaded.append((path, file_sha256(path)))
+        return self.torch.load(path, map_location='cpu')
+
+    def stload(self, path):
+        self.loaded.append((path, file_sha256(path)))
+        return safetensors_load(path)
+
+    def rng_state(self):
+        return {'gen': self.gen.get_state(), 'torch': self.torch.get_rng_state(),
+                'python': random.getstate()}
+
+    def set_rng(self, st):
+        self.gen.set_state(st['gen'])
+        if 'torch' in st:
+            self.torch.set_rng_state(st['torch'])
+
+    # save / resume dispatch ---------------------------------------------------------------
+    def save(self, step, loss):
+        self.out.say('SAVING %d' % step)
+        self.sv.step = step
+        sd = full_state(self.model, self.opt)
+        self.out.say('STATE step=%d digest=%s' % (step, digest(sd)))
+        getattr(self, 'save_' + self.a.layout)(step, loss, sd)
+
+    def saved(self, step, loss):
+        self.out.say('SAVED %d loss=%.6f' % (step, loss))
+
+    def resume(self):
+        return getattr(self, 'resume_' + self.a.layout)()
+
+    # ---- MindFormers 2.0 ------------------------------------------------------------------
+    def save_mf2(self, step, loss, sd):
+        d = os.path.join(self.root, 'iteration_%08d' % step)
+        if self.rank == 0:
+            os.makedirs(d, exist_ok=True)
+            os.chmod(d, 0o750)
+            if self.a.keep > 0:
+                mf2_check_max(self.root, self.a.keep)   # counts the new, empty dir
+        self.barrier()
+        os.listdir(d)  # "refresh cache"
+        shard = shard_of(sd, self.model, self.rank, self.world)
+        msd, osd = split_model_optim(shard)
+        osd = dict(osd)
+        osd['rng_state'] = self.gen.get_state()
+        files = {}
+        for kind, tens in (('model', msd), ('opt', osd)):
+            name = '%s-%07d-%07d.safetensors' % (kind, self.rank, self.world)
+            data = safetensors_bytes(tens, {'format': 'pt', 'iteration': step})
+            final = os.path.join(d, name)
+            tmp = final + '.tmp'
+            self.sv.write(tmp, data, final=final)
+            self.sv.rename_0400(tmp, final, data)
+            files[name] = sorted(tens)
+        allfiles = self.gather(files)
+        if self.rank == 0:
+            self.sv.json_tmp_fsync_replace(os.path.join(d, 'common.json'),
+                                           {'iteration': step, 'loss': loss, 'epoch': 1,
+                                            'world_size': self.world})
+            storage = {}
+            for fl in allfiles:
+                for fname, keys in fl.items():
+                    for k in keys:
+                        storage.setdefault(k, []).append({'file_name': fname})
+            self.sv.json_tmp_fsync_replace(os.path.join(d, 'metadata.json'),
+                                           {'storage_data': storage})
+        self.barrier()
+        if self.rank == 0:
+            self.sv.plain_text(os.path.join(self.root, TRACKER), str(step))
+            self.saved(step, loss)
+        self.barrier()
+
+    def resume_mf2(self):
+        tracker = os.path.join(self.root, TRACKER)
+        if not os.path.isfile(tracker):
+            return None
+        with open(tracker) as f:
+            it = int(f.read().strip())
+        d = os.path.join(self.root, 'iteration_%08d' % it)
+        if not os.path.isdir(d):
+            raise FileNotFoundError('Can not find the latest iteration weight path: %r' % d)
+        # verify_ckpt_valid: metadata.json parses, listed files exist
+        with open(os.path.join(d, 'metadata.json'), encoding='utf-8') as f:
+            md = json.load(f)
+        names = set()
+        for lst in md['storage_data'].values():
+            for s in lst:
+                if not os.path.exists(os.path.join(d, s['file_name'])):
+                    raise FileNotFoundError('%s missing in %s' % (s['file_name'], d))
+                names.add(s['file_name'])
+        sd = {}
+        for name in sorted(names):
+            t, _ = self.stload(os.path.join(d, name))
+            if name.startswith('opt-%07d-' % self.rank):
+                self.gen.set_state(t['rng_state'])
+            t.pop('rng_state', None)
+            sd.update(t)
+        common = json.loads(self.read_file(os.path.join(d, 'common.json')))
+        self.read_file(os.path.join(d, 'metadata.json'))
+        load_full_state(self.model, self.opt, sd)
+        return it, float(common['loss'])
+
+    # ---- Megatron-LM (legacy torch.save) --------------------------------------------------
+    def save_megatron(self, step, loss, sd):
+        d = os.path.join(self.root, 'iter_%07d' % step, 'mp_rank_%02d' % self.rank)
+        os.makedirs(d, exist_ok=True)
+        msd, osd = split_model_optim(shard_of(sd, self.model, self.rank, self.world))
+        obj = {'iteration': step, 'checkpoint_version': 3.0, 'model': msd, 'optimizer': osd,
+               'rng_state': [self.rng_state()], 'loss': loss}
+        self.sv.write(os.path.join(d, 'model_optim_rng.pt'), tsave_bytes(obj))
+        self.barrier()
+        if self.rank == 0:
+            self.sv.plain_text(os.path.join(self.root, TRACKER), str(step))
+            self.saved(step, loss)
+        self.barrier()
+
+    def resume_megatron(self):
+        tracker = os.path.join(self.root, TRACKER)
+        it = 0
+        if os.path.isfile(tracker):
+            with open(tracker) as f:
+                s = f.read().strip()
+            it = int(s)
+        t = self.torch.tensor([it], dtype=self.torch.long)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        it = int(t.item())
+        if it == 0:
+            return None
+        d = os.path.join(self.root, 'iter_%07d' % it)
+        sd, loss = {}, None
+        for r in range(self.world):
+            obj = self.tload(os.path.join(d, 'mp_rank_%02d' % r, 'model_optim_rng.pt'))
+            sd.update(obj['model'])
+            sd.update(obj['optimizer'])
+            if r == self.rank:
+                self.set_rng(obj['rng_state'][0])
+                loss = obj['loss']
+        load_full_state(self.model, self.opt, sd)
+        return it, float(loss)
+
+    # ---- MindFormers 1.0 / MindSpore ModelCheckpoint --------------------------------------
+    PREFIX = 'llama'
+
+    def mf1_name(self, r, step):
+        return '%s_rank_%d-%d_%d.ckpt' % (self.PREFIX, r, 1, step)
+
+    def save_mf1(self, step, loss, sd):
+        d = os.path.join(self.root, 'rank_%d' % self.rank)
+        os.makedirs(d, exist_ok=True)
+        if self.a.keep > 0:
+            ck = [os.path.join(d, n) for n in os.listdir(d) if n.endswith('.ckpt')]
+            if len(ck) >= self.a.keep:
+                ck.sort(key=os.path.getmtime)
+                os.chmod(ck[0], stat.S_IWRITE)
+                os.remove(ck[0])
+        msd, osd = split_model_optim(shard_of(sd, self.model, self.rank, self.world))
+        data = tsave_bytes({'model': msd, 'optimizer': osd, 'rng': self.rng_state(),
+                            'epoch_num': 1, 'step_num': step, 'loss': loss})
+        final = os.path.join(d, self.mf1_name(self.rank, step))
+        tmp = final + '.tmp'
+        for p in (final, tmp):
+            if os.path.exists(p):
+                os.chmod(p, stat.S_IWRITE)
+                os.remove(p)
+        self.sv.write(tmp, data, flags=os.O_WRONLY | os.O_CREAT | os.O_APPEND, final=final)
+        self.sv.rename_0400(tmp, final, data)
+        meta = {'last_epoch': 1, 'last_step': step,
+                'last_ckpt_file': os.path.basename(final)}
+        mdata = json.dumps(meta).encode()
+        self.sv.pause()
+        with tempfile.NamedTemporaryFile('wb', dir=d, delete=False) as tf:
+            tf.write(mdata)
+        os.replace(tf.name, os.path.join(d, 'meta.json'))
+        self.sv.wrote(os.path.join(d, 'meta.json'), mdata)
+        # no barrier in MindFormers 1.0: the collective below only decides when to log SAVED
+        self.barrier()
+        self.saved(step, loss)
+
+    def resume_mf1(self):
+        """tools/resume_ckpt.py: rank 0 reads every rank_x/meta.json, takes the minimum
+        (epoch, step) and the newest step at or below it present on ALL ranks; writes
+        resume_record/latest_checkpointed_iteration.txt beside the checkpoint dir."""
+        choice = None
+        if self.rank == 0:
+            rank_dirs = sorted(glob.glob(os.path.join(self.root, 'rank_*')))
+            metas, present = [], []
+            for rd in rank_dirs:
+                mp = os.path.join(rd, 'meta.json')
+                if not os.path.isfile(mp):
+                    metas = None
+                    break
+                with open(mp) as f:
+                    m = json.load(f)
+                metas.append((m['last_epoch'], m['last_step']))
+                steps = set()
+                for n in os.listdir(rd):
+                    mm = re.fullmatch(r'.*-(\d+)_(\d+)\.ckpt', n)
+                    if mm:
+                        steps.add((int(mm.group(1)), int(mm.group(2))))
+                present.append(steps)
+            if metas and len(rank_dirs) == self.world:
+                lim = min(metas)
+                common = set.intersection(*present)
+                ok = [s for s in common if s <= lim]
+                if ok:
+                    choice = max(ok)
+                    rec = os.path.join(os.path.dirname(self.root), 'resume_record')
+                    os.makedirs(rec, exist_ok=True)
+                    with open(os.path.join(rec, TRACKER), 'w') as f:
+                        f.write(str(choice[1]))
+        choice = self.bcast(choice)
+        if choice is None:
+            return None
+        ep, it = choice
+        sd, loss = {}, None
+        for r in range(self.world):
+            obj = self.tload(os.path.join(self.root, 'rank_%d' % r, '%s_rank_%d-%d_%d.ckpt'
+                                          % (self.PREFIX, r, ep, it)))
+            sd.update(obj['model'])
+            sd.update(obj['optimizer'])
+            if r == self.rank:
+                self.set_rng(obj['rng'])
+                loss = obj['loss']
+        load_full_state(self.model, self.opt, sd)
+        return it, float(loss)
+
+    # ---- DeepSpeed ------------------------------------------------------------------------
+    def save_deepspeed(self, step, loss, sd):
+        tag = 'global_step%d' % step
+        d = os.path.join(self.root, tag)
+        os.makedirs(d, exist_ok=True)
+        msd, osd = split_model_optim(sd)
+        if self.rank == 0:
+            self.sv.write_odirect(os.path.join(d, 'mp_rank_00_model_states.pt'),
+                                  tsave_bytes({'module': msd, 'global_steps': step,
+                                               'loss': loss, 'dp_world_size': self.world}))
+        mine = split_model_optim(shard_of(sd, self.model, self.rank, self.world))[1]
+        self.sv.write_odirect(
+            os.path.join(d, 'bf16_zero_pp_rank_%d_mp_rank_00_optim_states.pt' % self.rank),
+            tsave_bytes({'optimizer_state_dict': mine, 'rng': self.rng_state(),
+                         'ds_version': '0.14.0'}))
+        if self.rank == 0:
+            z = os.path.join(d, 'zero_to_fp32.py')
+            self.sv.write(z, b'#!/usr/bin/env python\n# recovery script placeholder\n',
+                          pause=False)
+            os.chmod(z, os.stat(z).st_mode | stat.S_IEXEC)
+            # rank 0 writes `latest` BEFORE the barrier, as DeepSpeed does
+            self.sv.plain_text(os.path.join(self.root, 'latest'), tag, pause=False)
+        self.barrier()
+        if self.rank == 0:
+            self.saved(step, loss)
+
+    def resume_deepspeed(self):
+        lp = os.path.join(self.root, 'latest')
+        if not os.path.isfile(lp):
+            return None
+        with open(lp) as f:
+            tag = f.read().strip()
+        d = os.path.join(self.root, tag)
+        sd = {}
+        models = sorted(glob.glob(os.path.join(d, 'mp_rank_*_model_states.pt')))
+        if not models:
+            raise FileNotFoundError('no mp_rank_*_model_states.pt in %s' % d)
+        m = self.tload(models[0])
+        sd.update(m['module'])
+        for r in range(self.world):
+            o = self.tload(os.path.join(d, 'bf16_zero_pp_rank_%d_mp_rank_00_optim_states.pt'
+                                        % r))
+            sd.update(o['optimizer_state_dict'])
+            if r == self.rank:
+                self.set_rng(o['rng'])
+        load_full_state(self.model, self.opt, sd)
+        return int(m['global_steps']), float(m['loss'])
+
+    # ---- Hugging Face Trainer -------------------------------------------------------------
+    def save_hf(self, step, loss, sd):
+        d = os.path.join(self.root, 'checkpoint-%d' % step)
+        os.makedirs(d, exist_ok=True)
+        msd, osd = split_model_optim(sd)
+        if self.rank == 0:
+            self.sv.write(os.path.join(d, 'model.safetensors'),
+                          safetensors_bytes(msd, {'format': 'pt'}))
+            self.sv.write(os.path.join(d, 'config.json'),
+                          json.dumps({'model_type': 'charlm', 'd_model': D_MODEL}).encode())
+            self.sv.write(os.path.join(d, 'optimizer.pt'), tsave_bytes(osd))
+            self.sv.write(os.path.join(d, 'scheduler.pt'), tsave_bytes({'last_epoch': step}))
+        self.sv.write(os.path.join(d, 'rng_state_%d.pth' % self.rank),
+                      tsave_bytes(self.rng_state()))
+        if self.rank == 0:
+            st = {'global_step': step, 'max_steps': self.a.steps,
+                  'log_history': [{'step': step, 'loss': loss}]}
+            self.sv.plain_text(os.path.join(d, 'trainer_state.json'), json.dumps(st, indent=2))
+            if self.a.keep > 0:
+                hf_rotate(self.root, self.a.keep)
+        self.barrier()
+        if self.rank == 0:
+            self.saved(step, loss)
+
+    def resume_hf(self):
+        d = get_last_checkpoint(self.root)
+        if d is None:
+            return None
+        t, _ = self.stload(os.path.join(d, 'model.safetensors'))
+        sd = dict(t)
+        sd.update(self.tload(os.path.join(d, 'optimizer.pt')))
+        self.set_rng(self.tload(os.path.join(d, 'rng_state_%d.pth' % self.rank)))
+        st = json.loads(self.read_file(os.path.join(d, 'trainer_state.json')))
+        load_full_state(self.model, self.opt, sd)
+        return int(st['global_step']), float(st['log_history'][-1]['loss'])
+
+    # ---- PyTorch DCP / torchtitan ---------------------------------------------------------
+    def save_dcp(self, step, loss, sd):
+        d = os.path.join(self.root, 'step-%d' % step)
+        os.makedirs(d, exist_ok=True)
+        shard = dict(shard_of(sd, self.model, self.rank, self.world))
+        obj = {'tensors': shard, 'rng': self.rng_state()}
+        if self.rank == 0:
+            obj['train_state'] = {'step': step, 'loss': loss}
+        name = '__%d_0.distcp' % self.rank
+        data = tsave_bytes(obj)
+        self.sv.write(os.path.join(d, name), data, fsync=True)
+        results = self.gather({'file': name, 'keys': sorted(shard), 'size': len(data)})
+        if self.rank == 0:
+            md = tsave_bytes({'storage_data': {k: r['file'] for r in results for k in r['keys']},
+                              'files': [r['file'] for r in results], 'step': step})
+            tmp = os.path.join(d, '.metadata.tmp')
+            self.sv.write(tmp, md, fsync=True, final=os.path.join(d, '.metadata'))
+            final = os.path.join(d, '.metadata')
+            if os.path.exists(final):
+                os.unlink(final)
+            os.rename(tmp, final)
+            self.sv.wrote(final, md)
+            self.saved(step, loss)
+            if self.a.keep > 0:
+                # torchtitan keep_latest_k: every step-N dir counts, complete or not
+                steps = sorted(int(m.group(1)) for m in
+                               (re.fullmatch(r'step-(\d+)', n) for n in os.listdir(self.root))
+                               if m)
+                for s in steps[:-self.a.keep]:
+                    shutil.rmtree(os.path.join(self.root, 'step-%d' % s))
+        self.barrier()
+
+    def resume_dcp(self):
+        if not os.path.isdir(self.root):
+            return None
+        steps = [int(m.group(1)) for m in
+                 (re.fullmatch(r'step-(\d+)', n) for n in os.listdir(self.root))
+                 if m and os.path.isfile(os.path.join(self.root, m.group(0), '.metadata'))]
+        if not steps:
+            return None
+        step = max(steps)
+        d = os.path.join(self.root, 'step-%d' % step)
+        md = self.tload(os.path.join(d, '.metadata'))
+        sd, loss = {}, None
+        for f in md['files']:
+            obj = self.tload(os.path.join(d, f))
+            sd.update(obj['tensors'])
+            if f == '__%d_0.distcp' % self.rank:
+                self.set_rng(obj['rng'])
+            if 'train_state' in obj:
+                loss = obj['train_state']['loss']
+                step = obj['train_state']['step']
+        load_full_state(self.model, self.opt, sd)
+        return step, float(loss)
+
+    # ---- InternEvo ------------------------------------------------------------------------
+    def save_internevo(self, step, loss, sd):
+        d = os.path.join(self.root, str(step))
+        os.makedirs(d, exist_ok=True)
+        msd, _ = split_model_optim(sd)
+        if self.rank == 0:
+            self.sv.write(os.path.join(d, 'model_tp0_pp0.pt'), tsave_bytes(msd))
+        osd = split_model_optim(shard_of(sd, self.model, self.rank, self.world))[1]
+        self.sv.write(os.path.join(d, 'optimizer_tp0_pp0_zo%d.pt' % self.rank),
+                      tsave_bytes({'state': osd, 'rng': self.rng_state()}))
+        if self.rank == 0:
+            self.sv.write(os.path.join(d, 'context.pt'),
+                          tsave_bytes({'step': step, 'loss': loss, 'batch_count': step}))
+        self.barrier()
+        if self.rank == 0:
+            self.sv.write(os.path.join(self.root, '%d.step' % step), tsave_bytes({'step': step}))
+            self.saved(step, loss)
+        self.barrier()
+
+    def resume_internevo(self):
+        best = None
+        for dp, dn, fn in os.walk(self.root):
+            for n in fn:
+                m = re.fullmatch(r'(\d+)\.step', n)
+                if m and (best is None or int(m.group(1)) > best):
+                    best = int(m.group(1))
+            dn[:] = []   # the markers are at the top
+        if best is None:
+            return None
+        d = os.path.join(self.root, str(best))
+        sd = dict(self.tload(os.path.join(d, 'model_tp0_pp0.pt')))
+        for r in range(self.world):
+            o = self.tload(os.path.join(d, 'optimizer_tp0_pp0_zo%d.pt' % r))
+            sd.update(o['state'])
+            if r == self.rank:
+                self.set_rng(o['rng'])
+        ctx = self.tload(os.path.join(d, 'context.pt'))
+        load_full_state(self.model, self.opt, sd)
+        return int(ctx['step']), float(ctx['loss'])
+
+
+def kv(line):
+    return dict(x.split('=', 1) for x in line.split()[1:] if '=' in x)
+
+
+def mf2_check_max(root, keep):
+    dirs = []
+    for n in os.listdir(root):
+        m = re.fullmatch(r'iteration_(\d+)', n)
+        if m and os.path.isdir(os.path.join(root, n)):
+            dirs.append((int(m.group(1)), n))
+    dirs.sort()
+    if len(dirs) <= keep:
+        return
+    for _, n in dirs[:len(dirs) - keep]:
+        shutil.rmtree(os.path.join(root, n))
+
+
+def hf_rotate(root, limit):
+    """_rotate_checkpoints(use_mtime=True): sort checkpoint-* by directory mtime (by number when
+    mtimes are within 1 s of each other), rmtree the oldest beyond save_total_limit."""
+    cps = []
+    for n in os.listdir(root):
+        m = re.fullmatch(r'checkpoint-(\d+)', n)
+        p = os.path.join(root, n)
+        if m and os.path.isdir(p):
+            cps.append((os.path.getmtime(p), int(m.group(1)), p))
+    by_mtime = sorted(cps)
+    mt = [c[0] for c in by_mtime]
+    if any(b - a < 1.0 for a, b in zip(mt, mt[1:])):
+        by_mtime = sorted(cps, key=lambda c: c[1])
+    for _, _, p in by_mtime[:max(0, len(by_mtime) - limit)]:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def get_last_checkpoint(folder):
+    if not os.path.isdir(folder):
+        return None
+    cps = [n for n in os.listdir(folder)
+           if re.search(r'^checkpoint-(\d+)$', n) and os.path.isdir(os.path.join(folder, n))]
+    if not cps:
+        return None
+    return os.path.join(folder, max(cps, key=lambda n: int(n.split('-')[1])))
+
+
+def worker(args):
+    import torch.distributed as dist
+    rank = int(os.environ['RANK'])
+    world = int(os.environ['WORLD_SIZE'])
+    dist.init_process_group('gloo', rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    job = Job(args, rank, world)
+    if rank == 0:
+        job.out.log('START layout=%s resume=%d steps=%d pid=%d' %
+                    (args.layout, int(args.resume), args.steps, os.getpid()))
+    # every rank must see START before it reads the log in verify()
+    job.barrier()
+    job.run()
+    dist.destroy_process_group()
+    return 0
+
+
+def main():
+    args = parse_args()
+    if args.worker_rank is None:
+        return launch(args)
+    return worker(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
