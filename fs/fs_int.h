@@ -218,6 +218,20 @@ int fs_pid_flags(pid_t pid, unsigned long *ret);
 /* fs_drop_link - drop one link of ino after its dentry was removed (ops.c); in a transaction. */
 int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr);
 
+/* ---- meta.c: the files of /.ckptfs (fs->mu held) ---- */
+enum { META_STATUS, META_STEPS, META_STEPS_JSON, META_METRICS, META_FILE_COUNT };
+/* Virtual inode of /.ckptfs/<file which>. */
+#define VINO_META(which) (VINO_BASE + 100 + (uint64_t)(which))
+/* meta_file_by_name - index of a /.ckptfs file name, or -1. meta_file_name - the reverse. */
+int meta_file_by_name(const char *name);
+const char *meta_file_name(int which);
+/*
+ * meta_render - the current content of /.ckptfs/<file which>.
+ * @ret_buf: owned (free()); @ret_len: bytes. Returns 0, -ENOENT (no such file), -ENOMEM, or an
+ * index error.
+ */
+int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len);
+
 /* ---- ops.c ---- */
 extern const struct fuse_lowlevel_ops ckfs_ops;
 

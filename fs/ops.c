@@ -47,6 +47,39 @@ static void fh_free(struct fh *h)
 	free(h);
 }
 
+static void ts_of(int64_t ns, struct timespec *ts);
+
+/* Which /.ckptfs file a virtual inode is, or -1. */
+static int meta_of(uint64_t ino)
+{
+	return ino >= VINO_META(0) && ino < VINO_META(META_FILE_COUNT) ? (int)(ino - VINO_META(0))
+								       : -1;
+}
+
+/* Attributes of /.ckptfs/<file which>: size of its current rendering. fs->mu held. */
+static int meta_stat(struct ckfs *fs, int which, struct stat *st)
+{
+	struct idx_inode a;
+	char *buf = NULL;
+	size_t len = 0;
+	int rc = meta_render(fs, which, &buf, &len);
+
+	free(buf);
+	if (rc < 0 || (rc = idx_inode_get(fs->ix, fs->meta_ino, &a)) < 0)
+		return rc;
+	memset(st, 0, sizeof(*st));
+	st->st_ino = VINO_META(which);
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	st->st_uid = a.uid;
+	st->st_gid = a.gid;
+	st->st_size = (off_t)len;
+	st->st_blksize = 4096;
+	ts_of(ckpt_now_ns(), &st->st_mtim);
+	st->st_atim = st->st_ctim = st->st_mtim;
+	return 0;
+}
+
 /* Is regular file or directory ino inside /.ckptfs? fs->mu held. */
 static bool in_meta(struct ckfs *fs, uint64_t ino)
 {
@@ -325,6 +358,17 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	pthread_mutex_lock(&fs->mu);
+	if (parent == fs->meta_ino && meta_file_by_name(name) >= 0) {
+		struct fuse_entry_param e = { .ino = VINO_META(meta_file_by_name(name)) };
+
+		rc = meta_stat(fs, meta_file_by_name(name), &e.attr);
+		pthread_mutex_unlock(&fs->mu);
+		if (rc < 0)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_entry(req, &e);
+		return;
+	}
 	rc = steps_vlookup(fs, parent, name, &ino);
 	if (rc != 0) {
 		struct fuse_entry_param e = { .ino = ino };
@@ -354,12 +398,15 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
-	rc = steps_is_vino(ino) ? steps_vstat(fs, ino, &st) : stat_locked(fs, ino, &st);
+	if (meta_of(ino) >= 0)
+		rc = meta_stat(fs, meta_of(ino), &st);
+	else
+		rc = steps_is_vino(ino) ? steps_vstat(fs, ino, &st) : stat_locked(fs, ino, &st);
 	pthread_mutex_unlock(&fs->mu);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_attr(req, &st, steps_is_vino(ino) ? 0 : ATTR_TIMEOUT);
+		fuse_reply_attr(req, &st, ino >= VINO_BASE ? 0 : ATTR_TIMEOUT);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
@@ -371,6 +418,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	int64_t now = ckfs_now(fs);
 	int rc;
 
+	if (meta_of(ino) >= 0) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	if (steps_is_vino(ino)) {
 		/* trackers are virtual: a truncate before a write, or a chmod, changes nothing */
 		pthread_mutex_lock(&fs->mu);
@@ -899,6 +950,33 @@ static int open_tracker(struct ckfs *fs, int kind, const char *name, struct fuse
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (meta_of(ino) >= 0) {
+		struct ckfs *fs = req_fs(req);
+		struct fh *h;
+		int rc;
+
+		if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+			fuse_reply_err(req, EROFS);
+			return;
+		}
+		if (!(h = calloc(1, sizeof(*h)))) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		h->vkind = -1; /* a snapshot to read, nothing to claim */
+		pthread_mutex_lock(&fs->mu);
+		rc = meta_render(fs, meta_of(ino), &h->vbuf, &h->vlen);
+		pthread_mutex_unlock(&fs->mu);
+		if (rc < 0) {
+			fh_free(h);
+			fuse_reply_err(req, -rc);
+			return;
+		}
+		fi->fh = (uint64_t)(uintptr_t)h;
+		fi->direct_io = 1;
+		fuse_reply_open(req, fi);
+		return;
+	}
 	if (steps_is_vino(ino)) {
 		int rc = open_tracker(req_fs(req), (int)(ino - VINO_BASE), NULL, fi);
 
@@ -1218,6 +1296,19 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (rc < 0)
 			goto done;
 		off = VOFF_BASE;
+	}
+	for (int k = (int)(off - VOFF_BASE) - 100 + 1; ino == fs->meta_ino && k < META_FILE_COUNT;
+	     k++) {
+		struct stat st = { .st_ino = VINO_META(k), .st_mode = S_IFREG };
+		size_t n;
+
+		if (k < 0)
+			k = 0;
+		n = fuse_add_direntry(req, d.buf + d.len, size - d.len, meta_file_name(k), &st,
+				      VOFF_BASE + 100 + k);
+		if (n > size - d.len)
+			break;
+		d.len += n;
 	}
 	for (int k = (int)(off - VOFF_BASE) + 1; ino == IDX_ROOT_INO && k < 64; k++) {
 		char name[256], other[256];

@@ -1,0 +1,305 @@
+/*
+ * meta.c — the read-only files of MOUNTPOINT/.ckptfs/: status, steps, steps.json, metrics.
+ * Each is rendered from the index when opened (a reader gets one consistent snapshot) and when
+ * stat'ed (for its size). The directory itself is a real directory of the index that readdir of
+ * the root does not list (like ZFS's .zfs); quarantined steps live beside these files.
+ *
+ * metrics is in the Prometheus text exposition format 0.0.4
+ * (https://prometheus.io/docs/instrumenting/exposition_formats/).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "ckptfs_config.h"
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+
+static const char *const meta_names[META_FILE_COUNT] = { "status", "steps", "steps.json",
+							  "metrics" };
+
+int meta_file_by_name(const char *name)
+{
+	for (int i = 0; i < META_FILE_COUNT; i++)
+		if (strcmp(name, meta_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *meta_file_name(int which)
+{
+	return which >= 0 && which < META_FILE_COUNT ? meta_names[which] : NULL;
+}
+
+/* A growing text buffer. */
+struct out {
+	char *buf;
+	size_t len, cap;
+	int err;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (o->err)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(o->buf ? o->buf + o->len : NULL, o->buf ? o->cap - o->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			o->err = -EIO;
+			return;
+		}
+		if (o->buf && o->len + (size_t)n < o->cap) {
+			o->len += (size_t)n;
+			return;
+		}
+		size_t nc = o->cap ? o->cap * 2 : 4096;
+
+		while (nc < o->len + (size_t)n + 1)
+			nc *= 2;
+		char *p = realloc(o->buf, nc);
+
+		if (!p) {
+			o->err = -ENOMEM;
+			return;
+		}
+		o->buf = p;
+		o->cap = nc;
+	}
+}
+
+static void iso8601(int64_t ns, char *buf, size_t cap)
+{
+	time_t t = (time_t)(ns / 1000000000);
+	struct tm tm;
+
+	if (ns <= 0 || !gmtime_r(&t, &tm)) {
+		snprintf(buf, cap, "-");
+		return;
+	}
+	strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+struct collect {
+	struct idx_step *v;
+	size_t n, cap;
+};
+
+static int collect_cb(const struct idx_step *s, void *arg)
+{
+	struct collect *c = arg;
+
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? 2 * c->cap : 32;
+		struct idx_step *p = realloc(c->v, nc * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		c->v = p;
+		c->cap = nc;
+	}
+	c->v[c->n++] = *s;
+	return 0;
+}
+
+static void render_steps(struct out *o, const struct collect *c)
+{
+	put(o, "%12s  %-24s %-10s %-10s %6s %14s %14s  %-20s %s\n", "STEP", "NAME", "LAYOUT",
+	    "STATE", "FILES", "LOGICAL", "STORED", "COMPLETED", "PIN");
+	for (size_t i = 0; i < c->n; i++) {
+		const struct idx_step *s = &c->v[i];
+		char t[32];
+
+		iso8601(s->completed_ns, t, sizeof(t));
+		put(o, "%12" PRId64 "  %-24s %-10s %-10s %6" PRIu64 " %14" PRIu64 " %14" PRIu64
+		       "  %-20s %s\n",
+		    s->step, s->name, layout_name((enum layout_kind)s->kind),
+		    idx_step_state_name(s->state), s->files, s->logical_bytes, s->stored_bytes, t,
+		    s->pinned ? "pinned" : "");
+	}
+}
+
+static int render_steps_json(struct out *o, const struct collect *c)
+{
+	json_t *a = json_array();
+	char hex[2 * IDX_HASH_LEN + 1];
+
+	if (!a)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n; i++) {
+		const struct idx_step *s = &c->v[i];
+		json_t *j = json_object();
+
+		if (!j) {
+			json_decref(a);
+			return -ENOMEM;
+		}
+		for (int k = 0; k < IDX_HASH_LEN; k++)
+			sprintf(hex + 2 * k, "%02x", s->digest[k]);
+		json_object_set_new(j, "id", json_integer(s->id));
+		json_object_set_new(j, "step", json_integer(s->step));
+		json_object_set_new(j, "name", json_string(s->name));
+		json_object_set_new(j, "layout", json_string(layout_name((enum layout_kind)s->kind)));
+		json_object_set_new(j, "state", json_string(idx_step_state_name(s->state)));
+		json_object_set_new(j, "files", json_integer((json_int_t)s->files));
+		json_object_set_new(j, "logical_bytes", json_integer((json_int_t)s->logical_bytes));
+		json_object_set_new(j, "stored_bytes", json_integer((json_int_t)s->stored_bytes));
+		json_object_set_new(j, "created_ns", json_integer(s->created_ns));
+		json_object_set_new(j, "sealed_ns", json_integer(s->sealed_ns));
+		json_object_set_new(j, "completed_ns", json_integer(s->completed_ns));
+		json_object_set_new(j, "pinned", json_boolean(s->pinned));
+		json_object_set_new(j, "digest", s->has_digest ? json_string(hex) : json_null());
+		json_array_append_new(a, j);
+	}
+	char *txt = json_dumps(a, JSON_INDENT(2));
+
+	json_decref(a);
+	if (!txt)
+		return -ENOMEM;
+	put(o, "%s\n", txt);
+	free(txt);
+	return 0;
+}
+
+static void render_status(struct ckfs *fs, struct out *o, const struct collect *c,
+			  const struct idx_stats *st)
+{
+	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
+
+	for (size_t i = 0; i < c->n; i++)
+		if (c->v[i].state >= 0 && c->v[i].state < IDX_STEP_STATE_COUNT)
+			by_state[c->v[i].state]++;
+	put(o, "ckptfs %s\n", CKPTFS_VERSION);
+	put(o, "store:              %s\n", fs->repo->root);
+	put(o, "layout:             %s\n",
+	    fs->layout < 0 ? "none (plain filesystem)"
+			   : fs->layout ? layout_name((enum layout_kind)fs->layout) : "automatic");
+	put(o, "keep_checkpoint_max: %u%s\n", fs->keep_max, fs->keep_max ? "" : " (keep all)");
+	if (fs->keep_every)
+		put(o, "keep_every:         %" PRId64 "\n", fs->keep_every);
+	put(o, "files:              %" PRIu64 "\n", st->files);
+	put(o, "logical bytes:      %" PRIu64 "\n", st->logical_bytes);
+	put(o, "stored bytes:       %" PRIu64 " (%.3f of logical)\n", st->stored_bytes,
+	    st->logical_bytes ? (double)st->stored_bytes / (double)st->logical_bytes : 0.0);
+	put(o, "bad chunks:         %" PRIu64 "%s\n", st->bad_chunks,
+	    st->bad_chunks ? " (run 'ckptctl STORE verify')" : "");
+	put(o, "steps:             ");
+	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
+		put(o, " %s %u", idx_step_state_name(s), by_state[s]);
+	put(o, "\n");
+	char shown[LAYOUT_KIND_COUNT][256];
+	int nshown = 0;
+
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
+		char name[256], content[LAYOUT_TRACKER_MAX];
+		struct idx_step s;
+		bool dup = false;
+
+		if (steps_vname(fs, k, name, sizeof(name)) < 0)
+			continue;
+		for (int j = 0; j < nshown && !dup; j++)
+			dup = strcmp(shown[j], name) == 0;
+		if (dup)
+			continue; /* a tracker shared by layouts (Megatron, MindFormers 2.0): once */
+		snprintf(shown[nshown++], sizeof(shown[0]), "%s", name);
+		if (
+		    steps_tracker_content(fs, k, content, sizeof(content), &s) < 0 ||
+		    layout_step_dir_name((enum layout_kind)k, s.step, content, sizeof(content)) < 0)
+			continue;
+		if (!layout_tracker_shared((enum layout_kind)k, (enum layout_kind)s.kind))
+			continue;
+		put(o, "resume:             %s -> step %" PRId64 " ('%s', %s)\n", name, s.step,
+		    s.name, layout_name((enum layout_kind)s.kind));
+	}
+}
+
+static void render_metrics(struct out *o, const struct collect *c, const struct idx_stats *st)
+{
+	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
+	const struct idx_step *last = NULL;
+
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->v[i].state >= 0 && c->v[i].state < IDX_STEP_STATE_COUNT)
+			by_state[c->v[i].state]++;
+		if (c->v[i].state == IDX_STEP_COMPLETE &&
+		    (!last || c->v[i].completed_ns > last->completed_ns))
+			last = &c->v[i];
+	}
+	put(o, "# HELP ckptfs_steps Checkpoint steps by lifecycle state.\n");
+	put(o, "# TYPE ckptfs_steps gauge\n");
+	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
+		put(o, "ckptfs_steps{state=\"%s\"} %u\n", idx_step_state_name(s), by_state[s]);
+	put(o, "# HELP ckptfs_logical_bytes Bytes of all regular files as written.\n");
+	put(o, "# TYPE ckptfs_logical_bytes gauge\nckptfs_logical_bytes %" PRIu64 "\n",
+	    st->logical_bytes);
+	put(o, "# HELP ckptfs_stored_bytes Bytes of chunk data on disk after dedup and "
+	       "compression.\n");
+	put(o, "# TYPE ckptfs_stored_bytes gauge\nckptfs_stored_bytes %" PRIu64 "\n",
+	    st->stored_bytes);
+	put(o, "# HELP ckptfs_chunks Distinct chunks stored.\n");
+	put(o, "# TYPE ckptfs_chunks gauge\nckptfs_chunks %" PRIu64 "\n", st->chunks);
+	put(o, "# HELP ckptfs_checksum_failures Chunks found not to match their XXH3-128.\n");
+	put(o, "# TYPE ckptfs_checksum_failures gauge\nckptfs_checksum_failures %" PRIu64 "\n",
+	    st->bad_chunks);
+	if (last) {
+		put(o, "# HELP ckptfs_last_save_seconds Step directory created to step complete, "
+		       "for the newest complete step.\n");
+		put(o, "# TYPE ckptfs_last_save_seconds gauge\nckptfs_last_save_seconds %.3f\n",
+		    (double)(last->completed_ns - last->created_ns) / 1e9);
+		put(o, "# HELP ckptfs_last_complete_step Step number of the newest complete "
+		       "step.\n");
+		put(o, "# TYPE ckptfs_last_complete_step gauge\nckptfs_last_complete_step %" PRId64
+		       "\n", last->step);
+	}
+}
+
+int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len)
+{
+	struct collect c = { 0 };
+	struct idx_stats st;
+	struct out o = { 0 };
+	int rc;
+
+	if (which < 0 || which >= META_FILE_COUNT)
+		return -ENOENT;
+	if ((rc = idx_stats_get(fs->ix, &st)) < 0 || (rc = idx_step_foreach(fs->ix, collect_cb, &c)) < 0)
+		goto out;
+	switch (which) {
+	case META_STATUS:
+		render_status(fs, &o, &c, &st);
+		break;
+	case META_STEPS:
+		render_steps(&o, &c);
+		break;
+	case META_STEPS_JSON:
+		rc = render_steps_json(&o, &c);
+		break;
+	case META_METRICS:
+		render_metrics(&o, &c, &st);
+		break;
+	}
+	if (rc == 0)
+		rc = o.err;
+	if (rc == 0 && !o.buf)
+		put(&o, "%s", "");
+	if (rc == 0 && !(rc = o.err)) {
+		*ret_buf = o.buf;
+		*ret_len = o.len;
+		o.buf = NULL;
+	}
+out:
+	free(o.buf);
+	free(c.v);
+	return rc;
+}
