@@ -7,21 +7,31 @@
  *     ls [PATH]     a directory's entries, or a file's extents, from the index
  *     verify        re-read every chunk and re-hash every file
  *     gc            remove what no file uses (only while not mounted)
+ *     steps         the checkpoint steps the daemon recorded, one line each
+ *     show STEP     one step: fields, where its directory is, files, state history
+ *     pin STEP, unpin STEP   protect a complete step from retention (only while not mounted)
+ *     export [--force] STEP DIR   copy a complete step out as plain, verified files, with the
+ *                   framework's tracker beside it
+ *     claims        what trainers wrote into their tracker files
  *
  * Invariants:
  *   1. ckptctl never writes a store a daemon owns: without REPO_EXCLUSIVE, ckpt_repo_open opens
  *      the index and the chunk store read-only when a daemon holds the lock.
  *   2. ckptctl writes a store only while it holds the ownership lock exclusively
- *      (REPO_EXCLUSIVE): verify's bad-chunk marks, gc's sweep. Every index change is made inside
+ *      (REPO_EXCLUSIVE): verify's bad-chunk marks, gc's sweep, pins. Every index change is made inside
  *      one transaction.
  *   3. Standard output carries the result only (aligned text, or one JSON document with
  *      --json); progress and errors go to standard error, errors as one line
  *      "ckptctl: what happened; what to do".
- *   4. Exit status: 0 success (verify: no damage), 1 verify found damage, 2 error or bad usage.
+ *   4. Exit status: 0 success (verify: no damage), 1 verify found damage or an exported file
+ *      did not match its recorded digest, 2 error or bad usage.
+ *   5. export never overwrites: it refuses an existing DIR/NAME, writes each file as NAME.partial
+ *      and renames it only once its whole-file XXH3-128 matches the index and it is fsynced.
  *
  * Thread-safety: single-threaded.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -38,6 +48,7 @@
 
 #include "ckptfs_config.h"
 #include "fs/ckptfs.h"
+#include "fs/layout.h"
 
 #define EXIT_OK 0
 #define EXIT_DAMAGE 1
@@ -47,6 +58,7 @@
 #define PATH_CAP 4096
 
 static bool opt_json;
+static bool opt_force;
 
 /* ---------------------------------------------------------------------------------------- */
 /* Small helpers                                                                             */
@@ -1668,6 +1680,1418 @@ static int cmd_gc(const char *root)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* steps: the step table, one step's detail, pins, export, tracker claims                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* kind_name - layout name of a step's kind, "?" when out of range; borrowed static string. */
+static const char *kind_name(int kind)
+{
+	const char *n = kind >= 0 && kind < LAYOUT_KIND_COUNT ? layout_name((enum layout_kind)kind)
+							       : NULL;
+
+	return n ? n : "?";
+}
+
+/* Steps collected by idx_step_foreach, in its order (step number, then id). */
+struct step_list {
+	struct idx_step *v;
+	size_t n, cap;
+};
+
+static int step_collect(const struct idx_step *s, void *arg)
+{
+	struct step_list *l = arg;
+
+	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+		return -ENOMEM;
+	l->v[l->n++] = *s;
+	return 0;
+}
+
+/* json_time - ISO-8601 UTC string of ns, or null for 0 (never). */
+static json_t *json_time(int64_t ns)
+{
+	char t[40];
+
+	return ns ? json_string(fmt_time(ns, t, sizeof(t))) : json_null();
+}
+
+/* step_json - every field of s as a JSON object (new reference). */
+static json_t *step_json(const struct idx_step *s)
+{
+	char hex[2 * STORE_HASH_LEN + 1];
+	json_t *o = json_object();
+
+	json_object_set_new(o, "id", json_integer(s->id));
+	json_object_set_new(o, "step", json_integer(s->step));
+	json_object_set_new(o, "name", json_string(s->name));
+	json_object_set_new(o, "kind", json_integer(s->kind));
+	json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
+	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
+	json_object_set_new(o, "dir_ino", json_u64(s->dir_ino));
+	json_object_set_new(o, "created_ns", json_integer(s->created_ns));
+	json_object_set_new(o, "created", json_time(s->created_ns));
+	json_object_set_new(o, "sealed_ns", json_integer(s->sealed_ns));
+	json_object_set_new(o, "sealed", json_time(s->sealed_ns));
+	json_object_set_new(o, "completed_ns", json_integer(s->completed_ns));
+	json_object_set_new(o, "completed", json_time(s->completed_ns));
+	json_object_set_new(o, "state_ns", json_integer(s->state_ns));
+	json_object_set_new(o, "state_changed", json_time(s->state_ns));
+	json_object_set_new(o, "files", json_u64(s->files));
+	json_object_set_new(o, "logical_bytes", json_u64(s->logical_bytes));
+	json_object_set_new(o, "stored_bytes", json_u64(s->stored_bytes));
+	json_object_set_new(o, "digest", s->has_digest ? json_string(hex16(s->digest, hex))
+						       : json_null());
+	json_object_set_new(o, "pinned", json_boolean(s->pinned));
+	return o;
+}
+
+static int cmd_steps(const char *root)
+{
+	struct ckpt_repo *r = NULL;
+	struct step_list l = { 0 };
+	int wn = 4, wname = 4, wl = 6, ws = 5, wf = 5;
+	int rc, status = EXIT_ERROR;
+	size_t i;
+
+	if (repo_open_read(root, &r) < 0)
+		return EXIT_ERROR;
+	rc = idx_step_foreach(r->ix, step_collect, &l);
+	if (rc < 0) {
+		status = index_error(root, "list steps", rc);
+		goto out;
+	}
+	if (opt_json) {
+		json_t *a = json_array();
+
+		for (i = 0; i < l.n; i++)
+			json_array_append_new(a, step_json(&l.v[i]));
+		status = json_print(a) < 0 ? EXIT_ERROR : EXIT_OK;
+		goto out;
+	}
+	if (l.n == 0) {
+		printf("no steps recorded in store '%s'\n", root);
+		status = EXIT_OK;
+		goto out;
+	}
+	for (i = 0; i < l.n; i++) {
+		const struct idx_step *s = &l.v[i];
+		int k;
+
+		if ((k = numw((uint64_t)s->step)) > wn)
+			wn = k;
+		if ((k = (int)strlen(s->name)) > wname)
+			wname = k;
+		if ((k = (int)strlen(kind_name(s->kind))) > wl)
+			wl = k;
+		if ((k = (int)strlen(idx_step_state_name(s->state))) > ws)
+			ws = k;
+		if ((k = numw(s->files)) > wf)
+			wf = k;
+	}
+	printf("%*s  %-*s  %-*s  %-*s  %*s  %10s  %10s  %-20s  %s\n", wn, "STEP", wname, "NAME", wl,
+	       "LAYOUT", ws, "STATE", wf, "FILES", "LOGICAL", "STORED", "COMPLETED", "PIN");
+	for (i = 0; i < l.n; i++) {
+		const struct idx_step *s = &l.v[i];
+		char lb[32], sb[32], tb[40];
+
+		printf("%*" PRId64 "  %-*s  %-*s  %-*s  %*" PRIu64 "  %10s  %10s  %-20s  %s\n", wn,
+		       s->step, wname, s->name, wl, kind_name(s->kind), ws,
+		       idx_step_state_name(s->state), wf, s->files,
+		       fmt_short_size(s->logical_bytes, lb, sizeof(lb)),
+		       fmt_short_size(s->stored_bytes, sb, sizeof(sb)),
+		       s->completed_ns ? fmt_time(s->completed_ns, tb, sizeof(tb)) : "-",
+		       s->pinned ? "*" : "");
+	}
+	status = EXIT_OK;
+out:
+	free(l.v);
+	ckpt_repo_close(r);
+	return status;
+}
+
+/* Steps that a STEP argument names. */
+struct step_match {
+	const char *arg;
+	bool numeric;   /* arg is a step number */
+	int64_t number; /* numeric: the number */
+	char qname[IDX_STEP_NAME_MAX + 1]; /* "NAME.ID" form: NAME, else "" */
+	int64_t qid;    /* "NAME.ID" form: ID, else 0 */
+	struct step_list found;
+};
+
+static int step_match_one(const struct idx_step *s, void *arg)
+{
+	struct step_match *m = arg;
+	bool hit;
+
+	if (m->numeric)
+		hit = s->step == m->number;
+	else
+		hit = !strcmp(s->name, m->arg) || (m->qid && s->id == m->qid &&
+						   !strcmp(s->name, m->qname));
+	return hit ? step_collect(s, &m->found) : 0;
+}
+
+/* parse_i64 - a decimal number of 1..18 digits, no sign. Returns true and *ret on success. */
+static bool parse_i64(const char *p, int64_t *ret)
+{
+	int64_t v = 0;
+	size_t n = 0;
+
+	for (; *p; p++, n++) {
+		if (*p < '0' || *p > '9' || n >= 18)
+			return false;
+		v = 10 * v + (*p - '0');
+	}
+	if (n == 0)
+		return false;
+	*ret = v;
+	return true;
+}
+
+static int step_id_desc(const void *a, const void *b)
+{
+	int64_t x = ((const struct idx_step *)a)->id, y = ((const struct idx_step *)b)->id;
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/*
+ * find_steps - the steps that arg names: a step number ("100"), a step directory name
+ * ("iter_0000100"), or a quarantined directory's name ("iter_0000200.2", NAME.ID). Newest id
+ * first, into m->found (owned by m; free m->found.v). Prints nothing.
+ * Returns the number of steps found (>= 0) or -errno of the index.
+ */
+static int find_steps(struct idx *ix, const char *arg, struct step_match *m)
+{
+	const char *dot = strrchr(arg, '.');
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	m->arg = arg;
+	m->numeric = parse_i64(arg, &m->number);
+	if (!m->numeric && dot && (size_t)(dot - arg) <= IDX_STEP_NAME_MAX &&
+	    parse_i64(dot + 1, &m->qid) && m->qid > 0) {
+		memcpy(m->qname, arg, (size_t)(dot - arg));
+		m->qname[dot - arg] = '\0';
+	} else {
+		m->qid = 0;
+	}
+	rc = idx_step_foreach(ix, step_match_one, m);
+	if (rc < 0)
+		return rc;
+	if (m->found.n > 1)
+		qsort(m->found.v, m->found.n, sizeof(*m->found.v), step_id_desc);
+	return (int)m->found.n;
+}
+
+/*
+ * pick_step - among m->found (newest first), the step an action means: the newest complete
+ * one, else the newest that is not pruned, else the newest. NULL when none was found.
+ */
+static const struct idx_step *pick_step(const struct step_match *m)
+{
+	size_t i;
+
+	for (i = 0; i < m->found.n; i++)
+		if (m->found.v[i].state == IDX_STEP_COMPLETE)
+			return &m->found.v[i];
+	for (i = 0; i < m->found.n; i++)
+		if (m->found.v[i].state != IDX_STEP_PRUNED)
+			return &m->found.v[i];
+	return m->found.n ? &m->found.v[0] : NULL;
+}
+
+/* no_such_step - report an unknown STEP; returns EXIT_ERROR. */
+static int no_such_step(const char *root, const char *arg)
+{
+	errmsg("no step '%s' in store '%s'; run 'ckptctl %s steps' to list the steps", arg, root,
+	       root);
+	return EXIT_ERROR;
+}
+
+/*
+ * step_location - where step s's directory is now, into buf (cap bytes): its path from the
+ * mount root ("/iter_0000100", "/.ckptfs/quarantine/iter_0000200.2"), "(pruned)", or
+ * "(no directory)". Returns 0 or -errno of the index.
+ */
+static int step_location(struct idx *ix, const struct idx_step *s, char *buf, size_t cap)
+{
+	int rc;
+
+	if (!s->dir_ino) {
+		snprintf(buf, cap, "%s", s->state == IDX_STEP_PRUNED ? "(pruned)" : "(no directory)");
+		return 0;
+	}
+	rc = idx_path(ix, s->dir_ino, buf, cap);
+	if (rc == -ENOENT) {
+		snprintf(buf, cap, "(directory inode %" PRIu64 " unlinked)", s->dir_ino);
+		return 0;
+	}
+	return rc < 0 ? rc : 0;
+}
+
+/* One entry under a step directory. */
+struct tree_ent {
+	char *rel;      /* owned: path relative to the step directory, "mp_rank_00/model.pt" */
+	uint64_t ino;
+	uint32_t mode;  /* type bits from the dentry listing */
+};
+
+struct tree {
+	struct tree_ent *v;
+	size_t n, cap;
+	const char *prefix; /* while listing one directory: its rel, "" for the step dir */
+};
+
+static void tree_free(struct tree *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		free(t->v[i].rel);
+	free(t->v);
+	memset(t, 0, sizeof(*t));
+}
+
+static int tree_add(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct tree *t = arg;
+	struct tree_ent *e;
+	size_t len;
+
+	if (grow(&t->v, &t->cap, t->n, sizeof(*t->v)) < 0)
+		return -ENOMEM;
+	e = &t->v[t->n];
+	len = strlen(t->prefix) + 1 + strlen(name) + 1;
+	e->rel = malloc(len);
+	if (!e->rel)
+		return -ENOMEM;
+	if (t->prefix[0])
+		snprintf(e->rel, len, "%s/%s", t->prefix, name);
+	else
+		snprintf(e->rel, len, "%s", name);
+	e->ino = ino;
+	e->mode = mode;
+	t->n++;
+	return 0;
+}
+
+static int tree_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct tree_ent *)a)->rel, ((const struct tree_ent *)b)->rel);
+}
+
+/*
+ * tree_collect - every entry under directory dir, breadth first (listings are never nested: a
+ * listing's statement is shared per handle), then sorted by relative path, so a directory comes
+ * before what it holds. A directory removed meanwhile (mounted) is skipped.
+ * Returns 0 or -errno of the index (the tree is then freed).
+ */
+static int tree_collect(struct idx *ix, uint64_t dir, struct tree *t)
+{
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	t->prefix = "";
+	rc = idx_dir_list(ix, dir, 0, tree_add, t);
+	for (size_t i = 0; rc >= 0 && i < t->n; i++) { /* t->v grows as we go */
+		char *prefix;
+
+		if (!S_ISDIR(t->v[i].mode))
+			continue;
+		prefix = strdup(t->v[i].rel); /* t->v may move while listing */
+		if (!prefix) {
+			rc = -ENOMEM;
+			break;
+		}
+		t->prefix = prefix;
+		rc = idx_dir_list(ix, t->v[i].ino, 0, tree_add, t);
+		t->prefix = "";
+		free(prefix);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	if (rc < 0) {
+		tree_free(t);
+		return rc;
+	}
+	qsort(t->v, t->n, sizeof(*t->v), tree_cmp);
+	return 0;
+}
+
+/* flags_string - "torn,malformed", "valid" or "-" for IDX_INODE_* bits into buf. Returns buf. */
+static char *flags_string(uint32_t flags, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s%s%s%s", (flags & IDX_INODE_TORN) ? "torn," : "",
+		 (flags & IDX_INODE_MALFORMED) ? "malformed," : "",
+		 (flags & IDX_INODE_VALID) ? "valid," : "", flags ? "" : "-");
+	if (flags && buf[0])
+		buf[strlen(buf) - 1] = '\0'; /* the last comma */
+	return buf;
+}
+
+static json_t *flags_json(uint32_t flags)
+{
+	json_t *a = json_array();
+
+	if (flags & IDX_INODE_TORN)
+		json_array_append_new(a, json_string("torn"));
+	if (flags & IDX_INODE_MALFORMED)
+		json_array_append_new(a, json_string("malformed"));
+	if (flags & IDX_INODE_VALID)
+		json_array_append_new(a, json_string("valid"));
+	return a;
+}
+
+/* One state change of a step. */
+struct step_event {
+	int64_t ts_ns;
+	int old_state, new_state;
+	char *note; /* owned, NULL when none */
+};
+
+struct event_list {
+	struct step_event *v;
+	size_t n, cap;
+};
+
+static int event_collect(int64_t ts_ns, int old_state, int new_state, const char *note, void *arg)
+{
+	struct event_list *l = arg;
+	struct step_event *e;
+
+	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+		return -ENOMEM;
+	e = &l->v[l->n];
+	e->ts_ns = ts_ns;
+	e->old_state = old_state;
+	e->new_state = new_state;
+	e->note = note ? strdup(note) : NULL;
+	if (note && !e->note)
+		return -ENOMEM;
+	l->n++;
+	return 0;
+}
+
+static void event_list_free(struct event_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i].note);
+	free(l->v);
+}
+
+/* One file of a step, as shown. */
+struct show_file {
+	const char *rel; /* borrowed from the tree */
+	struct idx_inode in;
+	uint64_t stored;
+};
+
+/*
+ * show_one - print (or append to the JSON array a) step s: its fields, location, files and
+ * state history. Returns 0 or -errno of the index.
+ */
+static int show_one(struct ckpt_repo *r, const struct idx_step *s, json_t *a, bool first)
+{
+	struct tree t = { 0 };
+	struct event_list ev = { 0 };
+	struct show_file *files = NULL;
+	size_t nfiles = 0, i;
+	char where[PATH_CAP], hex[2 * STORE_HASH_LEN + 1], tb[40], fb[64];
+	int rc;
+
+	rc = step_location(r->ix, s, where, sizeof(where));
+	if (rc == 0 && s->dir_ino)
+		rc = tree_collect(r->ix, s->dir_ino, &t);
+	if (rc == -ENOENT)
+		rc = 0; /* the directory went away meanwhile (mounted): no files */
+	if (rc < 0)
+		goto out;
+	files = calloc(t.n ? t.n : 1, sizeof(*files));
+	if (!files) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < t.n; i++) {
+		struct show_file *f = &files[nfiles];
+
+		if (!S_ISREG(t.v[i].mode))
+			continue;
+		f->rel = t.v[i].rel;
+		rc = idx_inode_get(r->ix, t.v[i].ino, &f->in);
+		if (rc == 0)
+			rc = idx_file_stored_bytes(r->ix, t.v[i].ino, &f->stored);
+		if (rc == -ENOENT && r->mounted)
+			continue; /* removed by the daemon since the listing */
+		if (rc < 0)
+			goto out;
+		nfiles++;
+	}
+	rc = idx_step_events(r->ix, s->id, event_collect, &ev);
+	if (rc < 0)
+		goto out;
+
+	if (a) {
+		json_t *o = step_json(s), *af = json_array(), *ah = json_array();
+
+		json_object_set_new(o, "path", json_string(where));
+		for (i = 0; i < nfiles; i++) {
+			json_t *x = json_object();
+
+			json_object_set_new(x, "path", json_string(files[i].rel));
+			json_object_set_new(x, "ino", json_u64(files[i].in.ino));
+			json_object_set_new(x, "mode", json_integer(files[i].in.mode & 07777));
+			json_object_set_new(x, "size", json_u64(files[i].in.size));
+			json_object_set_new(x, "stored_bytes", json_u64(files[i].stored));
+			json_object_set_new(x, "flags", flags_json(files[i].in.flags));
+			json_object_set_new(x, "xxh3_128",
+					    files[i].in.has_hash
+						    ? json_string(hex16(files[i].in.hash, hex))
+						    : json_null());
+			json_array_append_new(af, x);
+		}
+		for (i = 0; i < ev.n; i++) {
+			json_t *x = json_object();
+
+			json_object_set_new(x, "time", json_time(ev.v[i].ts_ns));
+			json_object_set_new(x, "ts_ns", json_integer(ev.v[i].ts_ns));
+			json_object_set_new(x, "from",
+					    json_string(idx_step_state_name(ev.v[i].old_state)));
+			json_object_set_new(x, "to",
+					    json_string(idx_step_state_name(ev.v[i].new_state)));
+			json_object_set_new(x, "note", ev.v[i].note ? json_string(ev.v[i].note)
+								    : json_null());
+			json_array_append_new(ah, x);
+		}
+		json_object_set_new(o, "files_list", af);
+		json_object_set_new(o, "history", ah);
+		json_array_append_new(a, o);
+		rc = 0;
+		goto out;
+	}
+
+	if (!first)
+		putchar('\n');
+	printf("step:        %" PRId64 "\n", s->step);
+	printf("name:        %s\n", s->name);
+	printf("id:          %" PRId64 "\n", s->id);
+	printf("layout:      %s\n", kind_name(s->kind));
+	printf("state:       %s%s\n", idx_step_state_name(s->state), s->pinned ? " (pinned)" : "");
+	printf("directory:   %s\n", where);
+	printf("created:     %s\n", fmt_time(s->created_ns, tb, sizeof(tb)));
+	printf("sealed:      %s\n", s->sealed_ns ? fmt_time(s->sealed_ns, tb, sizeof(tb)) : "-");
+	printf("completed:   %s\n",
+	       s->completed_ns ? fmt_time(s->completed_ns, tb, sizeof(tb)) : "-");
+	printf("files:       %" PRIu64 "\n", s->files);
+	printf("logical:     %s\n", fmt_size(s->logical_bytes, fb, sizeof(fb)));
+	printf("stored:      %s\n", fmt_size(s->stored_bytes, fb, sizeof(fb)));
+	printf("digest:      %s\n", s->has_digest ? hex16(s->digest, hex) : "-");
+	if (nfiles) {
+		int wsz = 4, wst = 6, wfl = 5;
+
+		for (i = 0; i < nfiles; i++) {
+			int k;
+
+			if ((k = numw(files[i].in.size)) > wsz)
+				wsz = k;
+			if ((k = numw(files[i].stored)) > wst)
+				wst = k;
+			if ((k = (int)strlen(flags_string(files[i].in.flags, fb, sizeof(fb)))) > wfl)
+				wfl = k;
+		}
+		printf("\n  %*s %*s %-*s %-32s %s\n", wsz, "SIZE", wst, "STORED", wfl, "FLAGS",
+		       "XXH3-128", "PATH");
+		for (i = 0; i < nfiles; i++)
+			printf("  %*" PRIu64 " %*" PRIu64 " %-*s %-32s %s\n", wsz, files[i].in.size,
+			       wst, files[i].stored, wfl,
+			       flags_string(files[i].in.flags, fb, sizeof(fb)),
+			       files[i].in.has_hash ? hex16(files[i].in.hash, hex) : "(none)",
+			       files[i].rel);
+	} else {
+		printf("\n  (no files)\n");
+	}
+	printf("\nhistory:\n");
+	if (!ev.n)
+		printf("  (no state changes recorded)\n");
+	for (i = 0; i < ev.n; i++)
+		printf("  %s  %s -> %s%s%s\n", fmt_time(ev.v[i].ts_ns, tb, sizeof(tb)),
+		       idx_step_state_name(ev.v[i].old_state),
+		       idx_step_state_name(ev.v[i].new_state), ev.v[i].note ? ": " : "",
+		       ev.v[i].note ? ev.v[i].note : "");
+	rc = 0;
+out:
+	free(files);
+	tree_free(&t);
+	event_list_free(&ev);
+	return rc;
+}
+
+static int cmd_show(const char *root, const char *arg)
+{
+	struct ckpt_repo *r = NULL;
+	struct step_match m;
+	json_t *a = NULL;
+	int rc, status = EXIT_ERROR;
+
+	memset(&m, 0, sizeof(m));
+	if (repo_open_read(root, &r) < 0)
+		return EXIT_ERROR;
+	rc = find_steps(r->ix, arg, &m);
+	if (rc < 0) {
+		status = index_error(root, "list steps", rc);
+		goto out;
+	}
+	if (rc == 0) {
+		status = no_such_step(root, arg);
+		goto out;
+	}
+	if (opt_json)
+		a = json_array();
+	for (size_t i = 0; i < m.found.n; i++) {
+		rc = show_one(r, &m.found.v[i], a, i == 0);
+		if (rc < 0) {
+			json_decref(a);
+			status = index_error(root, "read a step", rc);
+			goto out;
+		}
+	}
+	if (a && json_print(a) < 0)
+		goto out;
+	status = EXIT_OK;
+out:
+	free(m.found.v);
+	ckpt_repo_close(r);
+	return status;
+}
+
+/* ---- pin / unpin ---- */
+
+static int cmd_pin(const char *root, const char *arg, bool pin)
+{
+	const char *verb = pin ? "pin" : "unpin";
+	struct ckpt_repo *r = NULL;
+	struct step_match m;
+	const struct idx_step *s;
+	char err[1024] = "";
+	bool changed;
+	int rc, status = EXIT_ERROR;
+
+	memset(&m, 0, sizeof(m));
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE, NULL, err, sizeof(err), &r);
+	if (rc == -EBUSY) {
+		/* who holds it: a daemon (mounted), or another ckptctl reading it */
+		if (ckpt_repo_open(root, REPO_RDONLY, NULL, err, sizeof(err), &r) == 0 &&
+		    r->mounted)
+			errmsg("store '%s' is mounted by pid %d; %sning a step needs the store "
+			       "unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
+			       "'ckptctl %s %s %s' again",
+			       root, (int)r->owner_pid, verb, root, verb, arg);
+		else
+			errmsg("store '%s' is in use by another process; retry when it is done",
+			       root);
+		ckpt_repo_close(r);
+		return EXIT_ERROR;
+	}
+	if (rc < 0) {
+		errmsg("%s", err[0] ? err : strerror(-rc));
+		return EXIT_ERROR;
+	}
+	rc = find_steps(r->ix, arg, &m);
+	if (rc < 0) {
+		status = index_error(root, "list steps", rc);
+		goto out;
+	}
+	s = pick_step(&m);
+	if (!s) {
+		status = no_such_step(root, arg);
+		goto out;
+	}
+	if (pin && s->state != IDX_STEP_COMPLETE) {
+		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps can be "
+		       "pinned",
+		       s->step, s->name, s->id, idx_step_state_name(s->state));
+		goto out;
+	}
+	changed = s->pinned != pin;
+	if (changed) {
+		rc = idx_begin(r->ix);
+		if (rc == 0)
+			rc = idx_step_set_pinned(r->ix, s->id, pin);
+		if (rc == 0)
+			rc = idx_commit(r->ix);
+		else
+			idx_rollback(r->ix);
+		if (rc < 0) {
+			status = index_error(root, pin ? "pin a step" : "unpin a step", rc);
+			goto out;
+		}
+	}
+	if (opt_json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "id", json_integer(s->id));
+		json_object_set_new(o, "step", json_integer(s->step));
+		json_object_set_new(o, "name", json_string(s->name));
+		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
+		json_object_set_new(o, "pinned", json_boolean(pin));
+		json_object_set_new(o, "changed", json_boolean(changed));
+		if (json_print(o) < 0)
+			goto out;
+	} else {
+		printf("%s step %" PRId64 " ('%s', id %" PRId64 ")%s\n", pin ? "pinned" : "unpinned",
+		       s->step, s->name, s->id,
+		       changed ? "" : pin ? " (it was already pinned)" : " (it was not pinned)");
+	}
+	status = EXIT_OK;
+out:
+	free(m.found.v);
+	ckpt_repo_close(r);
+	return status;
+}
+
+/* ---- export ---- */
+
+/* Progress of an export, on stderr when it is a terminal. */
+struct export_ctx {
+	struct ckpt_repo *r;
+	const char *root;
+	uint64_t total, done;
+	bool tty;
+	struct timespec last;
+	uint8_t *buf;              /* STORE_CHUNK_MAX bytes */
+	struct store_hasher *hs;
+};
+
+static void export_progress(struct export_ctx *x, bool force)
+{
+	char sdone[32], stotal[32];
+	struct timespec now;
+
+	if (!x->tty)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!force && (now.tv_sec - x->last.tv_sec) * 1000000000L + (now.tv_nsec - x->last.tv_nsec) <
+			      100000000L)
+		return;
+	x->last = now;
+	fprintf(stderr, "\rexport: %s/%s, %.0f%%\033[K",
+		fmt_short_size(x->done, sdone, sizeof(sdone)),
+		fmt_short_size(x->total, stotal, sizeof(stotal)),
+		x->total ? 100.0 * (double)x->done / (double)x->total : 100.0);
+	fflush(stderr);
+}
+
+/* progress_clear - erase the progress line when stderr is a terminal. */
+static void progress_clear(bool tty)
+{
+	if (tty) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+	}
+}
+
+/* write_all - write len bytes of buf to fd. Returns 0 or -errno. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* fsync_path - open path read-only (a directory too) and fsync it. Returns 0 or -errno. */
+static int fsync_path(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+/* Outcome of exporting one file. */
+enum export_result {
+	EX_OK,        /* written, verified, renamed into place */
+	EX_DAMAGED,   /* left as .partial; reason filled */
+};
+
+/*
+ * export_file - copy regular file ino to dst: written to "dst.partial", every chunk read through
+ * store_chunk_pread (decoded and re-hashed), the whole-file XXH3-128 compared with the recorded
+ * one, fsynced, given the recorded mode and times, then renamed to dst. On a read error or a
+ * digest mismatch the bytes stay in "dst.partial" and reason says why (cap bytes).
+ * Returns an enum export_result, -errno of the index (-ENOMEM), or -errno of the destination
+ * (what failed is then in reason).
+ */
+static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char *reason,
+		       size_t cap, struct idx_inode *ret_in)
+{
+	struct idx_extent *ext = NULL;
+	struct store_hash got;
+	char partial[PATH_CAP + 16], hex[2 * STORE_HASH_LEN + 1], hex2[2 * STORE_HASH_LEN + 1];
+	uint64_t pos = 0;
+	size_t n = 0, i;
+	bool created = false;
+	int fd = -1, rc;
+
+	reason[0] = '\0';
+	rc = idx_inode_get(x->r->ix, ino, ret_in);
+	if (rc == 0)
+		rc = idx_file_extents(x->r->ix, ino, &ext, &n);
+	if (rc < 0)
+		return rc;
+	if ((size_t)snprintf(partial, sizeof(partial), "%s.partial", dst) >= sizeof(partial)) {
+		snprintf(reason, cap, "cannot create '%s.partial': %s", dst, strerror(ENAMETOOLONG));
+		rc = -ENAMETOOLONG;
+		goto out;
+	}
+	fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(reason, cap, "cannot create '%s': %s", partial, strerror(-rc));
+		goto out;
+	}
+	created = true;
+	store_hasher_reset(x->hs);
+	for (i = 0; i < n; i++) {
+		struct store_hash h;
+		uint64_t off = 0;
+
+		if (ext[i].offset != pos) {
+			snprintf(reason, cap, "extents do not tile the file: gap or overlap at offset %" PRIu64,
+				 pos);
+			rc = EX_DAMAGED;
+			goto out;
+		}
+		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
+		while (off < ext[i].length) {
+			size_t want = ext[i].length - off;
+			ssize_t got_len;
+
+			if (want > STORE_CHUNK_MAX)
+				want = STORE_CHUNK_MAX;
+			got_len = store_chunk_pread(x->r->st, &h, x->buf, want, off);
+			if (got_len == -ENOMEM) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			if (got_len <= 0) {
+				snprintf(reason, cap, "chunk %s: %s", hex16(h.b, hex),
+					 got_len == 0 ? "shorter than its extent"
+						      : chunk_error_name((int)got_len));
+				rc = EX_DAMAGED;
+				goto out;
+			}
+			rc = write_all(fd, x->buf, (size_t)got_len);
+			if (rc < 0) {
+				snprintf(reason, cap, "cannot write '%s': %s", partial,
+					 strerror(-rc));
+				goto out;
+			}
+			store_hasher_update(x->hs, x->buf, (size_t)got_len);
+			off += (uint64_t)got_len;
+			x->done += (uint64_t)got_len;
+			export_progress(x, false);
+		}
+		pos += ext[i].length;
+	}
+	if (pos != ret_in->size) {
+		snprintf(reason, cap, "extents cover %" PRIu64 " of %" PRIu64 " bytes", pos,
+			 ret_in->size);
+		rc = EX_DAMAGED;
+		goto out;
+	}
+	store_hasher_digest(x->hs, &got);
+	if (!ret_in->has_hash) {
+		snprintf(reason, cap, "no whole-file digest recorded (never closed), got %s",
+			 hex16(got.b, hex));
+		rc = EX_DAMAGED;
+		goto out;
+	}
+	if (memcmp(got.b, ret_in->hash, IDX_HASH_LEN)) {
+		snprintf(reason, cap, "whole-file xxh3-128 mismatch: recorded %s, read %s",
+			 hex16(ret_in->hash, hex), hex16(got.b, hex2));
+		rc = EX_DAMAGED;
+		goto out;
+	}
+	{
+		struct timespec ts[2] = {
+			{ .tv_sec = ret_in->atime_ns / 1000000000,
+			  .tv_nsec = ret_in->atime_ns % 1000000000 },
+			{ .tv_sec = ret_in->mtime_ns / 1000000000,
+			  .tv_nsec = ret_in->mtime_ns % 1000000000 },
+		};
+
+		if (fchmod(fd, ret_in->mode & 07777) < 0 || fsync(fd) < 0 ||
+		    futimens(fd, ts) < 0) {
+			rc = -errno;
+			snprintf(reason, cap, "cannot finish '%s': %s", partial, strerror(-rc));
+			goto out;
+		}
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		rc = -errno;
+		snprintf(reason, cap, "cannot write '%s': %s", partial, strerror(-rc));
+		goto out;
+	}
+	fd = -1;
+	if (rename(partial, dst) < 0) {
+		rc = -errno;
+		snprintf(reason, cap, "cannot rename '%s' to '%s': %s", partial, dst,
+			 strerror(-rc));
+		goto out;
+	}
+	rc = EX_OK;
+out:
+	if (fd >= 0) {
+		if (rc == EX_DAMAGED)
+			(void)fsync(fd); /* keep what was read, for a person to look at */
+		close(fd);
+	}
+	if (rc < 0 && created)
+		(void)unlink(partial); /* a failure of ours, not of the data: nothing to keep */
+	free(ext);
+	return rc;
+}
+
+/* mkdir_p - create path and its missing parents (mode 0777 & ~umask). Returns 0 or -errno. */
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_CAP];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/*
+ * export_tracker - write the framework's tracker naming step s into dir (temp file, fsync,
+ * rename), unless one there already names a newer step.
+ * @ret_path, @ret_content: what was written (or found), each cap bytes; ret_path "" when the
+ * layout has no tracker ckptctl can write. @ret_kept: true when a newer tracker was left as is.
+ * Returns 0, or -errno (what failed is printed).
+ */
+static int export_tracker(const char *dir, const struct idx_step *s, char *ret_path,
+			  char *ret_content, size_t cap, bool *ret_kept)
+{
+	struct layout_tracker t = { .step = s->step, .epoch = -1 };
+	char rel[LAYOUT_PATH_MAX], tmp[PATH_CAP + 16], old[LAYOUT_TRACKER_MAX];
+	int len, fd, rc;
+	ssize_t oldlen;
+
+	*ret_kept = false;
+	ret_path[0] = ret_content[0] = '\0';
+	if (s->kind == LAYOUT_INTERNEVO || s->kind == LAYOUT_MF1)
+		return 0; /* InternEvo's tracker is the trainer's pickle; MF1's is per rank */
+	if (layout_tracker_path((enum layout_kind)s->kind, s->step, -1, rel, sizeof(rel)) < 0)
+		return 0; /* HF, DCP, Orbax: the marker is inside the step directory */
+	len = layout_tracker_format((enum layout_kind)s->kind, &t, ret_content, cap);
+	if (len < 0) {
+		ret_content[0] = '\0';
+		return 0;
+	}
+	if ((size_t)snprintf(ret_path, cap, "%s/%s", dir, rel) >= cap ||
+	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", ret_path) >= sizeof(tmp)) {
+		errmsg("cannot write the tracker in '%s': %s", dir, strerror(ENAMETOOLONG));
+		return -ENAMETOOLONG;
+	}
+	fd = open(ret_path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		struct layout_tracker ot;
+
+		oldlen = read(fd, old, sizeof(old));
+		close(fd);
+		if (oldlen > 0 &&
+		    layout_tracker_parse((enum layout_kind)s->kind, rel, old, (size_t)oldlen, &ot) ==
+			    0 &&
+		    ot.step > s->step) {
+			*ret_kept = true;
+			snprintf(ret_content, cap, "%.*s", (int)oldlen, old);
+			return 0;
+		}
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		errmsg("cannot create '%s': %s", tmp, strerror(-rc));
+		return rc;
+	}
+	rc = write_all(fd, ret_content, (size_t)len);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, ret_path) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		errmsg("cannot write '%s': %s", ret_path, strerror(-rc));
+		(void)unlink(tmp);
+		return rc;
+	}
+	return 0;
+}
+
+/* A file that could not be exported faithfully. */
+struct export_damage {
+	char *path;   /* owned: the .partial file left behind */
+	char *reason; /* owned */
+};
+
+static int cmd_export(const char *root, const char *arg, const char *dest, bool force)
+{
+	struct export_ctx x = { .root = root };
+	struct step_match m;
+	const struct idx_step *s;
+	struct tree t = { 0 };
+	struct export_damage *dmg = NULL;
+	char **flagged = NULL; /* owned: "REL (torn)" for files the daemon flagged */
+	size_t ndmg = 0, capdmg = 0, nflagged = 0, capflagged = 0, nfiles = 0, i;
+	char top[PATH_CAP], path[PATH_CAP], tpath[PATH_CAP], tcontent[LAYOUT_TRACKER_MAX];
+	char reason[2 * PATH_CAP + 256], sb[64];
+	bool kept = false, made_top = false;
+	int rc, status = EXIT_ERROR;
+
+	memset(&m, 0, sizeof(m));
+	tpath[0] = tcontent[0] = '\0';
+	if (repo_open_read(root, &x.r) < 0)
+		return EXIT_ERROR;
+	rc = find_steps(x.r->ix, arg, &m);
+	if (rc < 0) {
+		status = index_error(root, "list steps", rc);
+		goto out;
+	}
+	s = pick_step(&m);
+	if (!s) {
+		status = no_such_step(root, arg);
+		goto out;
+	}
+	if (s->state != IDX_STEP_COMPLETE && !(s->pinned && s->state != IDX_STEP_PRUNED) &&
+	    !force) {
+		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps are "
+		       "exported: add --force to export it anyway",
+		       s->step, s->name, s->id, idx_step_state_name(s->state));
+		goto out;
+	}
+	if (!s->dir_ino) {
+		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s and has no directory any "
+		       "more; nothing to export",
+		       s->step, s->name, s->id, idx_step_state_name(s->state));
+		goto out;
+	}
+	rc = tree_collect(x.r->ix, s->dir_ino, &t);
+	if (rc < 0) {
+		status = index_error(root, "list the step's files", rc);
+		goto out;
+	}
+	for (i = 0; i < t.n; i++) {
+		struct idx_inode in;
+
+		if (!S_ISREG(t.v[i].mode))
+			continue;
+		if (idx_inode_get(x.r->ix, t.v[i].ino, &in) == 0)
+			x.total += in.size;
+	}
+	rc = mkdir_p(dest);
+	if (rc < 0) {
+		errmsg("cannot create directory '%s': %s", dest, strerror(-rc));
+		goto out;
+	}
+	if ((size_t)snprintf(top, sizeof(top), "%s/%s", dest, s->name) >= sizeof(top)) {
+		errmsg("cannot export to '%s': %s", dest, strerror(ENAMETOOLONG));
+		goto out;
+	}
+	if (mkdir(top, 0700) < 0) {
+		rc = -errno;
+		if (rc == -EEXIST)
+			errmsg("'%s' already exists; remove it or export to another directory", top);
+		else
+			errmsg("cannot create directory '%s': %s", top, strerror(-rc));
+		goto out;
+	}
+	made_top = true;
+	x.tty = isatty(STDERR_FILENO);
+	x.buf = malloc(STORE_CHUNK_MAX);
+	x.hs = store_hasher_new();
+	if (!x.buf || !x.hs) {
+		errmsg("out of memory");
+		goto out;
+	}
+	export_progress(&x, true);
+	/* t is sorted: a directory comes before what it holds */
+	for (i = 0; i < t.n; i++) {
+		struct idx_inode in;
+
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", top, t.v[i].rel) >= sizeof(path)) {
+			errmsg("cannot export '%s': %s", t.v[i].rel, strerror(ENAMETOOLONG));
+			goto out_progress;
+		}
+		if (S_ISDIR(t.v[i].mode)) {
+			if (mkdir(path, 0700) < 0) {
+				errmsg("cannot create directory '%s': %s", path, strerror(errno));
+				goto out_progress;
+			}
+		} else if (S_ISLNK(t.v[i].mode)) {
+			char target[PATH_CAP];
+
+			rc = idx_symlink_get(x.r->ix, t.v[i].ino, target, sizeof(target));
+			if (rc >= 0 && symlink(target, path) < 0) {
+				errmsg("cannot create symlink '%s': %s", path, strerror(errno));
+				goto out_progress;
+			}
+		} else if (S_ISREG(t.v[i].mode)) {
+			rc = export_file(&x, t.v[i].ino, path, reason, sizeof(reason), &in);
+			if (rc == -ENOENT && x.r->mounted)
+				continue; /* deleted by the daemon since the listing */
+			if (rc == -ENOMEM || (rc < 0 && !reason[0])) {
+				progress_clear(x.tty);
+				status = index_error(root, "read a file", rc);
+				goto out;
+			}
+			if (rc < 0) {
+				errmsg("%s", reason);
+				goto out_progress;
+			}
+			nfiles++;
+			if (in.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)) {
+				char fl[64], *note;
+
+				flags_string(in.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED), fl,
+					     sizeof(fl));
+				note = malloc(strlen(t.v[i].rel) + strlen(fl) + 4);
+				if (!note ||
+				    grow(&flagged, &capflagged, nflagged, sizeof(*flagged)) < 0) {
+					free(note);
+					errmsg("out of memory");
+					goto out_progress;
+				}
+				sprintf(note, "%s (%s)", t.v[i].rel, fl);
+				flagged[nflagged++] = note;
+			}
+			if (rc == EX_DAMAGED) {
+				if (grow(&dmg, &capdmg, ndmg, sizeof(*dmg)) < 0) {
+					errmsg("out of memory");
+					goto out_progress;
+				}
+				dmg[ndmg].path = malloc(strlen(path) + 9);
+				dmg[ndmg].reason = strdup(reason);
+				if (!dmg[ndmg].path || !dmg[ndmg].reason) {
+					free(dmg[ndmg].path);
+					free(dmg[ndmg].reason);
+					errmsg("out of memory");
+					goto out_progress;
+				}
+				sprintf(dmg[ndmg].path, "%s.partial", path);
+				ndmg++;
+			}
+		}
+	}
+	/* directories last, deepest first: their modes and times, then make them durable */
+	for (i = t.n; i-- > 0;) {
+		struct idx_inode in;
+
+		if (!S_ISDIR(t.v[i].mode) || idx_inode_get(x.r->ix, t.v[i].ino, &in) < 0 ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", top, t.v[i].rel) >= sizeof(path))
+			continue; /* too long: refused when it was created */
+		rc = fsync_path(path);
+		if (rc == 0) {
+			struct timespec ts[2] = {
+				{ .tv_sec = in.atime_ns / 1000000000,
+				  .tv_nsec = in.atime_ns % 1000000000 },
+				{ .tv_sec = in.mtime_ns / 1000000000,
+				  .tv_nsec = in.mtime_ns % 1000000000 },
+			};
+
+			if (chmod(path, in.mode & 07777) < 0 || utimensat(AT_FDCWD, path, ts, 0) < 0)
+				rc = -errno;
+		}
+		if (rc < 0) {
+			errmsg("cannot finish directory '%s': %s", path, strerror(-rc));
+			goto out_progress;
+		}
+	}
+	{
+		struct idx_inode in;
+
+		rc = fsync_path(top);
+		if (rc == 0 && idx_inode_get(x.r->ix, s->dir_ino, &in) == 0) {
+			struct timespec ts[2] = {
+				{ .tv_sec = in.atime_ns / 1000000000,
+				  .tv_nsec = in.atime_ns % 1000000000 },
+				{ .tv_sec = in.mtime_ns / 1000000000,
+				  .tv_nsec = in.mtime_ns % 1000000000 },
+			};
+
+			if (chmod(top, in.mode & 07777) < 0 || utimensat(AT_FDCWD, top, ts, 0) < 0)
+				rc = -errno;
+		}
+		if (rc < 0) {
+			errmsg("cannot finish directory '%s': %s", top, strerror(-rc));
+			goto out_progress;
+		}
+	}
+	/* the tracker only for a sound export of a complete step: a framework resumes from it */
+	if (!ndmg && s->state == IDX_STEP_COMPLETE &&
+	    export_tracker(dest, s, tpath, tcontent, sizeof(tcontent), &kept) < 0)
+		goto out_progress;
+	rc = fsync_path(dest);
+	if (rc < 0) {
+		errmsg("cannot sync directory '%s': %s", dest, strerror(-rc));
+		goto out_progress;
+	}
+	export_progress(&x, true);
+	progress_clear(x.tty);
+
+	if (opt_json) {
+		json_t *o = json_object(), *ad = json_array();
+
+		json_object_set_new(o, "id", json_integer(s->id));
+		json_object_set_new(o, "step", json_integer(s->step));
+		json_object_set_new(o, "name", json_string(s->name));
+		json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
+		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
+		json_object_set_new(o, "destination", json_string(top));
+		json_object_set_new(o, "files", json_u64(nfiles));
+		json_object_set_new(o, "bytes", json_u64(x.done));
+		if (tpath[0]) {
+			json_t *tr = json_object();
+
+			json_object_set_new(tr, "path", json_string(tpath));
+			json_object_set_new(tr, "content", json_string(tcontent));
+			json_object_set_new(tr, "kept_newer", json_boolean(kept));
+			json_object_set_new(o, "tracker", tr);
+		} else {
+			json_object_set_new(o, "tracker", json_null());
+		}
+		for (i = 0; i < ndmg; i++) {
+			json_t *d = json_object();
+
+			json_object_set_new(d, "partial", json_string(dmg[i].path));
+			json_object_set_new(d, "reason", json_string(dmg[i].reason));
+			json_array_append_new(ad, d);
+		}
+		json_object_set_new(o, "damaged", ad);
+		ad = json_array();
+		for (i = 0; i < nflagged; i++)
+			json_array_append_new(ad, json_string(flagged[i]));
+		json_object_set_new(o, "flagged", ad);
+		json_object_set_new(o, "verified", json_boolean(ndmg == 0));
+		if (json_print(o) < 0)
+			goto out;
+	} else {
+		printf("exported step %" PRId64 " ('%s', %s, %s) to %s: %zu files, %s, ", s->step,
+		       s->name, kind_name(s->kind), idx_step_state_name(s->state), top, nfiles,
+		       fmt_size(x.done, sb, sizeof(sb)));
+		if (ndmg)
+			printf("%zu did not verify\n", ndmg);
+		else
+			printf("every file verified\n");
+		for (i = 0; i < ndmg; i++)
+			printf("damaged: %s (%s); the bytes read are left in that file\n",
+			       dmg[i].path, dmg[i].reason);
+		for (i = 0; i < nflagged; i++)
+			printf("flagged: %s: the daemon judged it unsound; its bytes are what "
+			       "was written\n",
+			       flagged[i]);
+		if (tpath[0] && kept)
+			printf("tracker: %s left as is: it names a newer step (%s)\n", tpath,
+			       tcontent);
+		else if (tpath[0])
+			printf("tracker: %s = %s\n", tpath, tcontent);
+		else if (ndmg)
+			printf("tracker: not written (some files did not verify)\n");
+		else if (s->state != IDX_STEP_COMPLETE)
+			printf("tracker: not written (the step is not complete)\n");
+	}
+	if (ndmg)
+		errmsg("%zu file(s) of step %" PRId64 " did not verify; they are left with a "
+		       ".partial suffix under '%s'",
+		       ndmg, s->step, top);
+	status = ndmg ? EXIT_DAMAGE : EXIT_OK;
+	goto out;
+
+out_progress:
+	progress_clear(x.tty);
+	if (made_top)
+		errmsg("the export in '%s' is incomplete; remove it before exporting again", top);
+out:
+	for (i = 0; i < ndmg; i++) {
+		free(dmg[i].path);
+		free(dmg[i].reason);
+	}
+	free(dmg);
+	for (i = 0; i < nflagged; i++)
+		free(flagged[i]);
+	free(flagged);
+	tree_free(&t);
+	free(m.found.v);
+	free(x.buf);
+	store_hasher_free(x.hs);
+	ckpt_repo_close(x.r);
+	return status;
+}
+
+/* ---- tracker claims ---- */
+
+/*
+ * escape_bytes - printable form of len bytes: ASCII printable as is, backslash as "\\", newline,
+ * tab and CR as \n \t \r, anything else as \xNN. Stops before cap-1 bytes of output (an
+ * escape is never cut). Returns the number of input bytes consumed.
+ */
+static size_t escape_bytes(const uint8_t *p, size_t len, char *buf, size_t cap)
+{
+	size_t i, o = 0;
+
+	for (i = 0; i < len; i++) {
+		char e[5];
+		size_t el;
+
+		if (p[i] == '\\')
+			el = (size_t)snprintf(e, sizeof(e), "\\\\");
+		else if (p[i] == '\n')
+			el = (size_t)snprintf(e, sizeof(e), "\\n");
+		else if (p[i] == '\t')
+			el = (size_t)snprintf(e, sizeof(e), "\\t");
+		else if (p[i] == '\r')
+			el = (size_t)snprintf(e, sizeof(e), "\\r");
+		else if (p[i] >= 0x20 && p[i] < 0x7f)
+			el = (size_t)snprintf(e, sizeof(e), "%c", p[i]);
+		else
+			el = (size_t)snprintf(e, sizeof(e), "\\x%02x", p[i]);
+		if (o + el >= cap)
+			break;
+		memcpy(buf + o, e, el);
+		o += el;
+	}
+	buf[o] = '\0';
+	return i;
+}
+
+/* Longest claim content shown, in bytes. */
+#define CLAIM_PREVIEW 60
+
+struct claim_ctx {
+	struct idx *ix;
+	json_t *a; /* --json: the array */
+	size_t n;
+	int wtracker;
+};
+
+static int claim_row(int64_t id, const char *tracker, const void *content, size_t len,
+		     int64_t step, int64_t ts_ns, void *arg)
+{
+	struct claim_ctx *c = arg;
+	char tb[40], sbuf[24], prev[4 * CLAIM_PREVIEW + 8];
+	size_t shown = len < CLAIM_PREVIEW ? len : CLAIM_PREVIEW;
+	uint64_t written = len;
+	int rc;
+
+	rc = idx_claim_length(c->ix, id, &written);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	escape_bytes(content, shown, prev, sizeof(prev));
+	if (c->a) {
+		json_t *o = json_object();
+		char *full = malloc(4 * len + 1);
+
+		if (!full)
+			return -ENOMEM;
+		escape_bytes(content, len, full, 4 * len + 1);
+		json_object_set_new(o, "id", json_integer(id));
+		json_object_set_new(o, "time", json_time(ts_ns));
+		json_object_set_new(o, "ts_ns", json_integer(ts_ns));
+		json_object_set_new(o, "tracker", json_string(tracker));
+		json_object_set_new(o, "step", step >= 0 ? json_integer(step) : json_null());
+		json_object_set_new(o, "length", json_u64(written));
+		json_object_set_new(o, "truncated", json_boolean(written > len));
+		json_object_set_new(o, "content", json_string(full));
+		free(full);
+		json_array_append_new(c->a, o);
+		c->n++;
+		return 0;
+	}
+	if (step >= 0)
+		snprintf(sbuf, sizeof(sbuf), "%" PRId64, step);
+	else
+		snprintf(sbuf, sizeof(sbuf), "unparseable");
+	if (c->n == 0)
+		printf("%-20s  %-*s  %-11s  %s\n", "TIME", c->wtracker, "TRACKER", "STEP",
+		       "CONTENT");
+	printf("%-20s  %-*s  %-11s  \"%s\"%s\n", fmt_time(ts_ns, tb, sizeof(tb)), c->wtracker,
+	       tracker, sbuf, prev,
+	       written > shown ? "..." : "");
+	c->n++;
+	return 0;
+}
+
+static int claim_width(int64_t id, const char *tracker, const void *content, size_t len,
+		       int64_t step, int64_t ts_ns, void *arg)
+{
+	struct claim_ctx *c = arg;
+	int w = (int)strlen(tracker);
+
+	if (w > c->wtracker)
+		c->wtracker = w;
+	return 0;
+}
+
+static int cmd_claims(const char *root)
+{
+	struct ckpt_repo *r = NULL;
+	struct claim_ctx c = { 0 };
+	int rc, status = EXIT_ERROR;
+
+	if (repo_open_read(root, &r) < 0)
+		return EXIT_ERROR;
+	c.ix = r->ix;
+	c.wtracker = 7;
+	if (opt_json)
+		c.a = json_array();
+	rc = c.a ? 0 : idx_claim_foreach(r->ix, claim_width, &c);
+	if (rc == 0)
+		rc = idx_claim_foreach(r->ix, claim_row, &c);
+	if (rc < 0) {
+		json_decref(c.a);
+		status = index_error(root, "list tracker claims", rc);
+		goto out;
+	}
+	if (c.a) {
+		if (json_print(c.a) < 0)
+			goto out;
+	} else if (c.n == 0) {
+		printf("no tracker claims recorded in store '%s'\n", root);
+	}
+	status = EXIT_OK;
+out:
+	ckpt_repo_close(r);
+	return status;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* main                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
@@ -1684,13 +3108,23 @@ static void usage(FILE *f)
 		"              (PATH relative to the mount root, default '/')\n"
 		"  verify      re-read every chunk and re-hash every file; exit 1 on damage\n"
 		"  gc          remove unlinked inodes and unreferenced chunks (not mounted)\n"
+		"  steps       the checkpoint steps: state, files, sizes, completion, pins\n"
+		"  show STEP   one step's fields, directory, files and state history\n"
+		"              (STEP: a step number, or a step directory name such as iter_0000100)\n"
+		"  pin STEP, unpin STEP\n"
+		"              protect a complete step from retention, or stop (not mounted)\n"
+		"  export STEP DIR\n"
+		"              copy a complete step to DIR/NAME as plain files, each verified against\n"
+		"              its recorded digest, and write the framework's tracker in DIR\n"
+		"  claims      what trainers wrote into their tracker files\n"
 		"\n"
 		"options:\n"
 		"  --json      print one JSON document instead of text\n"
+		"  --force     export: also a step that is not complete\n"
 		"  -h, --help  show this help\n"
 		"  -V, --version  show the version\n"
 		"\n"
-		"exit status: 0 success, 1 verify found damage, 2 error\n");
+		"exit status: 0 success, 1 verify or export found damage, 2 error\n");
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -1702,7 +3136,8 @@ static int usage_error(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc\n"
+	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
+	      "               pin STEP | unpin STEP | export [--force] STEP DIR | claims\n"
 	      "run 'ckptctl --help' for details\n",
 	      stderr);
 	return EXIT_ERROR;
@@ -1712,6 +3147,7 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -1724,6 +3160,9 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'j':
 			opt_json = true;
+			break;
+		case 'f':
+			opt_force = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -1765,6 +3204,31 @@ int main(int argc, char **argv)
 		if (nargs)
 			return usage_error("'gc' takes no arguments");
 		return cmd_gc(root);
+	}
+	if (!strcmp(cmd, "steps")) {
+		if (nargs)
+			return usage_error("'steps' takes no arguments");
+		return cmd_steps(root);
+	}
+	if (!strcmp(cmd, "show")) {
+		if (nargs != 1)
+			return usage_error("'show' takes one STEP");
+		return cmd_show(root, argv[optind + 2]);
+	}
+	if (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin")) {
+		if (nargs != 1)
+			return usage_error("'%s' takes one STEP", cmd);
+		return cmd_pin(root, argv[optind + 2], cmd[0] == 'p');
+	}
+	if (!strcmp(cmd, "export")) {
+		if (nargs != 2)
+			return usage_error("'export' takes a STEP and a DIR");
+		return cmd_export(root, argv[optind + 2], argv[optind + 3], opt_force);
+	}
+	if (!strcmp(cmd, "claims")) {
+		if (nargs)
+			return usage_error("'claims' takes no arguments");
+		return cmd_claims(root);
 	}
 	return usage_error("unknown command '%s'", cmd);
 }

@@ -1,0 +1,271 @@
+#!/usr/bin/python3
+"""ckptctl's step commands on a real mount driven like Megatron-LM: steps, show, claims, export,
+pin and unpin, text and --json, and their exit codes (0 ok, 1 export found damage, 2 error).
+
+One mount for the whole class (a save and a torn save take a few seconds each to settle); the
+tests run in name order and the last ones unmount.
+
+Run: /usr/bin/python3 tests/tools/test_ckptctl_steps.py   (CKPTFS_BIN / CKPTCTL_BIN name the
+binaries)
+"""
+
+import sys
+import os
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+import ckfs  # noqa: E402
+
+PY = '/usr/bin/python3'
+TRACKER = 'latest_checkpointed_iteration.txt'
+RANK_FILE = 'mp_rank_00/model_optim_rng.pt'
+
+# Megatron's save: mkdir and torch.save of the state dict into iter_XXXXXXX/mp_rank_XX/ (the
+# reference copy goes outside the mount, for the tensor comparison after export; its bytes differ
+# only in the archive's name, which torch.save takes from the file name)
+SAVE = r'''
+import os, sys, torch
+os.makedirs(os.path.dirname(sys.argv[1]))
+torch.manual_seed(100)
+sd = {"model": {"w": torch.randn(256, 256), "b": torch.randn(256)},
+      "optimizer": {"m": torch.randn(256, 256)}, "iteration": 100}
+torch.save(sd, sys.argv[1])
+torch.save(sd, sys.argv[2])
+'''
+
+# a rank that dies in the middle of torch.save: bytes written, file still open. The step is
+# abandoned only once every process that wrote into it (its mkdir too) is gone.
+TORN = r'''
+import os, signal, sys
+os.makedirs(os.path.dirname(sys.argv[1]))
+f = open(sys.argv[1], "wb")
+f.write(b"PK\x03\x04" + os.urandom(200000))
+f.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+COMPARE = r'''
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+def eq(x, y):
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+    if isinstance(x, torch.Tensor):
+        return torch.equal(x, y)
+    return x == y
+sys.exit(0 if eq(a, b) else 3)
+'''
+
+
+def wait_for(what, fn, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError('timed out after %.0f s waiting for %s' % (timeout, what))
+        time.sleep(0.1)
+
+
+class CkptctlStepsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.m = m = ckfs.Mount().start()
+        try:
+            cls.ref = os.path.join(m.tmp, 'reference.pt')
+            subprocess.run([PY, '-c', SAVE, m.path('iter_0000100', RANK_FILE), cls.ref],
+                           check=True, timeout=120)
+            with open(m.path(TRACKER), 'w') as f:
+                f.write('100')
+
+            def tracker():
+                r = subprocess.run(['cat', m.path(TRACKER)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True, timeout=10)
+                return r.returncode == 0 and r.stdout == '100'
+            wait_for('the tracker to name step 100', tracker)
+            # step 200: the rank dies half-way through its torch.save
+            p = subprocess.run([PY, '-c', TORN, m.path('iter_0000200', RANK_FILE)],
+                               timeout=60)
+            assert p.returncode == -9, 'the torn writer exited %d' % p.returncode
+            try:
+                wait_for('step 200 to be judged incomplete',
+                         lambda: cls.show_json(cls, '200')[0]['state'] == 'incomplete')
+            except AssertionError as e:
+                raise AssertionError('%s: %s%s' % (e, m.ckptctl('show', '200').stdout,
+                                                   m.log_tail()))
+        except BaseException:
+            m.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.m.close()
+
+    def ctl(self, *args, json_out=False, rc=0):
+        r = self.m.ckptctl(*args, json_out=json_out)
+        self.assertEqual(r.returncode, rc, 'ckptctl %s exited %d, wanted %d: %s%s' %
+                         (' '.join(args), r.returncode, rc, r.stdout, r.stderr))
+        return json.loads(r.stdout) if json_out else r
+
+    def show_json(self, step):
+        r = self.m.ckptctl('show', step, json_out=True)
+        return json.loads(r.stdout) if r.returncode == 0 else [{'state': None}]
+
+    def test_1_steps(self):
+        steps = self.ctl('steps', json_out=True)
+        self.assertEqual([s['step'] for s in steps], [100, 200])
+        s = steps[0]
+        self.assertEqual((s['name'], s['layout'], s['state']),
+                         ('iter_0000100', 'megatron', 'complete'))
+        self.assertEqual(s['files'], 1)
+        self.assertEqual(s['logical_bytes'], os.path.getsize(self.m.path('iter_0000100', RANK_FILE)))
+        self.assertGreater(s['stored_bytes'], 0)
+        self.assertEqual(len(s['digest']), 32)
+        self.assertGreater(s['completed_ns'], s['sealed_ns'])
+        self.assertFalse(s['pinned'])
+        for k in ('id', 'kind', 'dir_ino', 'created_ns', 'state_ns'):
+            self.assertIn(k, s)
+        self.assertEqual(steps[1]['state'], 'incomplete')
+        out = self.ctl('steps').stdout.splitlines()
+        self.assertEqual(out[0].split(), ['STEP', 'NAME', 'LAYOUT', 'STATE', 'FILES', 'LOGICAL',
+                                          'STORED', 'COMPLETED', 'PIN'])
+        row = out[1].split()
+        self.assertEqual(row[:5], ['100', 'iter_0000100', 'megatron', 'complete', '1'])
+        self.assertRegex(out[1], r'\d\d\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ')
+        self.assertIn('incomplete', out[2])
+
+    def test_2_show(self):
+        by_number = self.ctl('show', '100', json_out=True)
+        by_name = self.ctl('show', 'iter_0000100', json_out=True)
+        self.assertEqual(by_number, by_name)
+        self.assertEqual(len(by_number), 1)
+        s = by_number[0]
+        self.assertEqual(s['path'], '/iter_0000100')
+        self.assertEqual([f['path'] for f in s['files_list']], [RANK_FILE])
+        f = s['files_list'][0]
+        self.assertEqual(f['size'], os.path.getsize(self.m.path('iter_0000100', RANK_FILE)))
+        self.assertEqual(f['flags'], ['valid'])
+        self.assertEqual(len(f['xxh3_128']), 32)
+        self.assertEqual([(h['from'], h['to']) for h in s['history']],
+                         [('writing', 'sealed'), ('sealed', 'complete')])
+        out = self.ctl('show', '100').stdout
+        self.assertIn('directory:   /iter_0000100', out)
+        self.assertIn(RANK_FILE, out)
+        self.assertIn('writing -> sealed', out)
+        self.assertIn('sealed -> complete', out)
+        r = self.ctl('show', '12345', rc=2)
+        self.assertIn("no step '12345'", r.stderr)
+        self.ctl('show', 'iter_9999999', rc=2)
+
+    def test_3_claims(self):
+        c = self.ctl('claims', json_out=True)
+        self.assertEqual(len(c), 1)
+        self.assertEqual((c[0]['tracker'], c[0]['step'], c[0]['content'], c[0]['length']),
+                         (TRACKER, 100, '100', 3))
+        out = self.ctl('claims').stdout.splitlines()
+        self.assertEqual(out[0].split(), ['TIME', 'TRACKER', 'STEP', 'CONTENT'])
+        self.assertIn('%s  100' % TRACKER, out[1])
+        self.assertIn('"100"', out[1])
+
+    def test_4_export(self):
+        dest = os.path.join(self.m.tmp, 'export', 'here')   # created with its parent
+        e = self.ctl('export', '100', dest, json_out=True)
+        self.assertTrue(e['verified'])
+        self.assertEqual(e['files'], 1)
+        exported = os.path.join(dest, 'iter_0000100', RANK_FILE)
+        self.assertEqual(ckfs.read_bytes(exported),
+                         ckfs.read_bytes(self.m.path('iter_0000100', RANK_FILE)))
+        with open(os.path.join(dest, TRACKER), 'rb') as f:
+            self.assertEqual(f.read(), b'100')
+        st, orig = os.stat(exported), os.stat(self.m.path('iter_0000100', RANK_FILE))
+        self.assertEqual(st.st_mode, orig.st_mode)
+        self.assertEqual(st.st_mtime_ns, orig.st_mtime_ns)
+        self.assertEqual(subprocess.run([PY, '-c', COMPARE, exported, self.ref],
+                                        timeout=120).returncode, 0)
+        self.assertFalse([n for _, _, fs in os.walk(dest) for n in fs if n.endswith('.partial')])
+        r = self.ctl('export', '100', dest, rc=2)      # never overwrites
+        self.assertIn('already exists', r.stderr)
+
+    def test_5_torn(self):
+        s = self.ctl('show', '200', json_out=True)[0]
+        self.assertEqual(s['state'], 'incomplete')
+        self.assertEqual(s['path'], '/.ckptfs/quarantine/iter_0000200.%d' % s['id'])
+        self.assertEqual([f['path'] for f in s['files_list']], [RANK_FILE])
+        self.assertIn('torn', s['files_list'][0]['flags'])
+        self.assertNotIn('iter_0000200', os.listdir(self.m.mnt))
+        self.assertEqual(s, self.ctl('show', 'iter_0000200.%d' % s['id'], json_out=True)[0])
+        out = self.ctl('show', 'iter_0000200').stdout
+        self.assertIn('state:       incomplete', out)
+        self.assertIn('/.ckptfs/quarantine/iter_0000200.', out)
+        self.assertRegex(out, r'\btorn\b')
+        dest = os.path.join(self.m.tmp, 'torn')
+        r = self.ctl('export', '200', dest, rc=2)
+        self.assertIn('incomplete', r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(dest, 'iter_0000200')))
+        e = self.ctl('--force', 'export', '200', dest, json_out=True)
+        self.assertEqual(e['flagged'], [RANK_FILE + ' (torn)'])
+        self.assertIsNone(e['tracker'])     # never name an incomplete step
+        self.assertFalse(os.path.exists(os.path.join(dest, TRACKER)))
+        self.ctl('pin', '200', rc=2)
+
+    def test_6_pin_mounted(self):
+        r = self.ctl('pin', '100', rc=2)
+        self.assertIn('mounted by pid %d' % self.m.pid, r.stderr)
+        self.assertIn('unmount', r.stderr)
+        self.assertFalse(self.ctl('steps', json_out=True)[0]['pinned'])
+
+    def test_7_pin_unmounted(self):
+        self.m.unmount()
+        p = self.ctl('pin', '100', json_out=True)
+        self.assertEqual((p['pinned'], p['changed']), (True, True))
+        self.assertTrue(self.ctl('steps', json_out=True)[0]['pinned'])
+        self.assertIn('*', self.ctl('steps').stdout.splitlines()[1])
+        self.assertIn('already pinned', self.ctl('pin', 'iter_0000100').stdout)
+        r = self.ctl('pin', '200', rc=2)
+        self.assertIn('is incomplete; only complete steps can be pinned', r.stderr)
+        self.ctl('pin', '777', rc=2)
+        self.assertIn('unpinned step 100', self.ctl('unpin', '100').stdout)
+        self.assertFalse(self.ctl('steps', json_out=True)[0]['pinned'])
+        # a remount sees the pins the daemon itself uses
+        self.ctl('pin', '100')
+        self.m.start()
+        self.assertTrue(self.ctl('steps', json_out=True)[0]['pinned'])
+        self.m.unmount()
+
+    def test_8_export_damaged(self):
+        self.m.unmount()
+        ext = self.ctl('ls', 'iter_0000100/' + RANK_FILE, json_out=True)['extents']
+        chunk = ext[0]['chunk']
+        cpath = os.path.join(self.m.store, 'chunks', chunk[:2], chunk)
+        good = ckfs.read_bytes(cpath)
+        bad = bytearray(good)
+        bad[32 + (len(bad) - 32) // 2] ^= 1
+        with open(cpath, 'wb') as f:
+            f.write(bad)
+        try:
+            dest = os.path.join(self.m.tmp, 'damaged')
+            r = self.ctl('export', '100', dest, rc=1)
+            self.assertIn('.partial', r.stderr)
+            self.assertIn('damaged: ', r.stdout)
+            self.assertTrue(os.path.exists(os.path.join(dest, 'iter_0000100',
+                                                        RANK_FILE + '.partial')))
+            self.assertFalse(os.path.exists(os.path.join(dest, 'iter_0000100', RANK_FILE)))
+            self.assertFalse(os.path.exists(os.path.join(dest, TRACKER)))
+        finally:
+            with open(cpath, 'wb') as f:
+                f.write(good)
+        self.ctl('export', '100', os.path.join(self.m.tmp, 'repaired'))
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
+                                      exit=True)
+    unittest.main(verbosity=2)
