@@ -54,6 +54,7 @@ struct ckfs {
 	int64_t keep_every;      /* -o keep_every=K, 0 = none */
 	uint64_t meta_ino;       /* /.ckptfs */
 	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
+	uint64_t retained_ino;   /* /.ckptfs/retained */
 	struct step_rt *steps_rt;
 	pthread_t reaper;
 	pthread_cond_t reaper_cv;
@@ -195,6 +196,10 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 /* steps_on_commit - oi's content was committed by pid (torn: closed by a dying process).
  * fs->mu NOT held; oi referenced by the caller. */
 void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+/* steps_before_remove - the trainer is about to remove parent/name: if that is (in) the newest
+ * complete step of its layout, keep a copy in /.ckptfs/retained until a newer step completes,
+ * and bring it back when a tracker read resolves to it. */
+void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
 /* steps_in_meta - is ino inside /.ckptfs (read-only)? */
 bool steps_in_meta(struct ckfs *fs, uint64_t ino);
 /* Virtual trackers. steps_is_vino: is ino one. steps_tracker_name: the layout kind of the

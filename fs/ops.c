@@ -660,6 +660,8 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	}
 	rc = in_meta(fs, parent) ? -EROFS : 0;
 	if (rc == 0)
+		steps_before_remove(fs, parent, name);
+	if (rc == 0)
 		rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
 	if (rc == 0)
 		rc = idx_inode_get(fs->ix, ino, &a);

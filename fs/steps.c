@@ -44,6 +44,7 @@
 
 #define META_NAME ".ckptfs"
 #define QUARANTINE_NAME "quarantine"
+#define RETAINED_NAME "retained"
 /* A step with no open file whose writers are all gone is judged after this long (ns). */
 #define STEP_SETTLE_NS (1500LL * 1000 * 1000)
 
@@ -98,12 +99,35 @@ static void rt_drop(struct ckfs *fs, int64_t id)
 	}
 }
 
+/*
+ * The process (thread group) of a thread: FUSE requests carry the calling thread's id, and a
+ * trainer's helper thread may exit while its process goes on writing. 0 when unknown.
+ */
+static pid_t tgid_of(pid_t tid)
+{
+	char path[64], line[128];
+	pid_t tgid = 0;
+	FILE *f;
+
+	if (tid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Tgid: %d", &tgid) == 1)
+			break;
+	fclose(f);
+	return tgid;
+}
+
 static void rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 {
 	struct step_rt *r = rt_get(fs, id, true);
 
 	if (!r)
 		return;
+	pid = tgid_of(pid);
 	r->last_ns = ckpt_now_ns();
 	for (unsigned i = 0; i < r->npids; i++)
 		if (r->pids[i] == pid)
@@ -497,6 +521,15 @@ static int prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 	return rc;
 }
 
+/* Is step s kept only in /.ckptfs/retained (the trainer deleted it)? */
+static bool is_retained(struct ckfs *fs, const struct idx_step *s)
+{
+	uint64_t parent;
+
+	return s->dir_ino && idx_dentry_parent(fs->ix, s->dir_ino, &parent, NULL, 0) == 0 &&
+	       parent == fs->retained_ino;
+}
+
 static void retention(struct ckfs *fs, int kind)
 {
 	struct ret_ctx c = { .fs = fs, .kind = kind };
@@ -504,9 +537,27 @@ static void retention(struct ckfs *fs, int kind)
 	unsigned kept = 0;
 	bool ok = true;
 
-	if (fs->keep_max == 0)
-		return;
 	if (idx_step_foreach(fs->ix, collect_complete, &c) < 0)
+		goto out;
+	/* steps the trainer deleted were kept only until a newer step is complete: now */
+	if (c.n > 1 && idx_begin(fs->ix) == 0) {
+		for (size_t i = 0; i + 1 < c.n && ok; i++) {
+			struct idx_step s;
+
+			if (idx_step_get(fs->ix, c.ids[i], &s) == 0 && !s.pinned && is_retained(fs, &s))
+				ok = prune(fs, &s, &fr) == 0;
+		}
+		ok = ok && idx_commit(fs->ix) == 0;
+		if (!ok)
+			idx_rollback(fs->ix);
+		fs_release_finish(fs, &fr, ok);
+		free(c.ids);
+		c.ids = NULL;
+		c.n = c.cap = 0;
+		if (!ok || idx_step_foreach(fs->ix, collect_complete, &c) < 0)
+			goto out;
+	}
+	if (fs->keep_max == 0)
 		goto out;
 	/* ids come ordered by step number ascending: keep from the newest end */
 	if (idx_begin(fs->ix) < 0)
@@ -563,6 +614,29 @@ static int step_of_path(struct ckfs *fs, const char *rel, const struct layout_ma
 	return idx_step_get(fs->ix, id, ret);
 }
 
+/*
+ * Does the layout write its commit marker only after every rank finished its files? Then a
+ * sealed step whose files are all closed and sound is complete at once. framework-io.md:
+ * Megatron and MindFormers 2.0 write the tracker after a barrier; the DCP coordinator renames
+ * .metadata after gathering all ranks; InternEvo's rank 0 writes N.step last; Orbax renames the
+ * step directory after all writes. DeepSpeed writes `latest` before its barrier and HF rank 0
+ * writes trainer_state.json without waiting for other ranks' files: those wait for the step to
+ * be quiet (STEP_SETTLE_NS) in the reaper.
+ */
+static bool marker_after_all_ranks(int kind)
+{
+	switch (kind) {
+	case LAYOUT_MEGATRON:
+	case LAYOUT_MF2:
+	case LAYOUT_DCP:
+	case LAYOUT_INTERNEVO:
+	case LAYOUT_ORBAX:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void seal(struct ckfs *fs, struct idx_step *s, const char *why)
 {
 	if (s->state == IDX_STEP_INCOMPLETE) {
@@ -589,7 +663,10 @@ static void seal(struct ckfs *fs, struct idx_step *s, const char *why)
 			return;
 		}
 	}
-	rt_note(fs, s->id, 0); /* the reaper judges it once it is quiet */
+	if (marker_after_all_ranks(s->kind))
+		evaluate(fs, s->id, false); /* every rank was done before the marker: judge now */
+	else
+		rt_note(fs, s->id, 0); /* the reaper judges it once it is quiet */
 }
 
 /* ---- hooks ---- */
@@ -695,6 +772,150 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	pthread_mutex_unlock(&fs->mu);
 }
 
+/* ---- the trainer deleting the newest complete step (MindFormers 2.0 with keep=1) ---- */
+
+/* Copy the tree under src into the new directory dst: inodes are new, chunks are shared. */
+static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
+{
+	struct rm_ctx c = { 0 };
+	int rc;
+
+	if (depth > 256)
+		return -ELOOP;
+	rc = idx_dir_list(fs->ix, src, 0, rm_collect, &c);
+	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
+		struct idx_inode a;
+		uint64_t ino;
+
+		if ((rc = idx_inode_get(fs->ix, c.inos[i], &a)) < 0)
+			break;
+		a.nlink = S_ISDIR(a.mode) ? 2 : 1;
+		if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
+		    (rc = idx_dentry_add(fs->ix, dst, c.names[i], ino)) < 0)
+			break;
+		if (S_ISDIR(a.mode)) {
+			struct idx_inode d;
+
+			if ((rc = idx_inode_get(fs->ix, dst, &d)) < 0)
+				break;
+			d.nlink++;
+			if ((rc = idx_inode_update(fs->ix, &d)) < 0 ||
+			    (rc = tree_clone(fs, c.inos[i], ino, depth + 1)) < 0)
+				break;
+		} else if (S_ISLNK(a.mode)) {
+			char target[LAYOUT_PATH_MAX + 1];
+
+			if ((rc = idx_symlink_get(fs->ix, c.inos[i], target, sizeof(target))) < 0 ||
+			    (rc = idx_symlink_set(fs->ix, ino, target)) < 0)
+				break;
+		} else if (S_ISREG(a.mode)) {
+			struct idx_extent *ext = NULL;
+			size_t n = 0;
+
+			if ((rc = idx_file_extents(fs->ix, c.inos[i], &ext, &n)) < 0)
+				break;
+			rc = idx_file_set_content(fs->ix, ino, ext, n, a.size,
+						  a.has_hash ? a.hash : NULL, a.mtime_ns, NULL, NULL);
+			free(ext);
+			if (rc < 0)
+				break;
+			a.ino = ino;
+			rc = idx_inode_update(fs->ix, &a); /* keep the flags and times */
+			if (rc < 0)
+				break;
+		}
+	}
+	for (size_t i = 0; i < c.n; i++)
+		free(c.names[i]);
+	free(c.names);
+	free(c.inos);
+	free(c.modes);
+	return rc < 0 ? rc : 0;
+}
+
+void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
+{
+	char rel[LAYOUT_PATH_MAX], top[LAYOUT_NAME_MAX + 1], qname[300];
+	struct idx_step s, newest;
+	struct idx_inode a;
+	uint64_t dir, clone;
+	const char *slash;
+
+	if (fs->layout < 0)
+		return;
+	if (parent == IDX_ROOT_INO) {
+		snprintf(top, sizeof(top), "%s", name);
+	} else {
+		if (rel_path(fs, parent, rel, sizeof(rel)) < 0)
+			return;
+		slash = strchr(rel, '/');
+		snprintf(top, sizeof(top), "%.*s", slash ? (int)(slash - rel) : (int)strlen(rel),
+			 rel);
+	}
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, top, &dir) < 0 ||
+	    idx_step_by_dir(fs->ix, dir, &s) < 0 || s.state != IDX_STEP_COMPLETE ||
+	    idx_step_newest(fs->ix, 1u << s.kind, IDX_STEP_COMPLETE, &newest) < 0 ||
+	    newest.id != s.id || idx_inode_get(fs->ix, dir, &a) < 0)
+		return;
+	/* keep a copy (same chunks) until a newer step is complete */
+	snprintf(qname, sizeof(qname), "%s.%" PRId64, s.name, s.id);
+	a.nlink = 2;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	int rc = idx_inode_create(fs->ix, &a, &clone);
+
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
+	if (rc == 0) {
+		struct idx_inode r;
+
+		if ((rc = idx_inode_get(fs->ix, fs->retained_ino, &r)) == 0) {
+			r.nlink++;
+			rc = idx_inode_update(fs->ix, &r);
+		}
+	}
+	if (rc == 0)
+		rc = tree_clone(fs, dir, clone, 0);
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, s.id, clone);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	else
+		idx_rollback(fs->ix);
+	if (rc == 0)
+		logf_("the trainer deletes '%s', the newest complete step: kept as "
+		      "'.ckptfs/%s/%s' until a newer step is complete", s.name, RETAINED_NAME, qname);
+}
+
+/* Put a retained step back at its name, so a resuming trainer finds what its tracker names. */
+static void restore(struct ckfs *fs, const struct idx_step *s)
+{
+	uint64_t parent, cur;
+	char name[300];
+
+	if (!s->dir_ino || idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) < 0 ||
+	    parent != fs->retained_ino || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0)
+		return;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	struct idx_inode r, root;
+	int rc = idx_dentry_move(fs->ix, fs->retained_ino, name, IDX_ROOT_INO, s->name);
+
+	if (rc == 0 && (rc = idx_inode_get(fs->ix, fs->retained_ino, &r)) == 0) {
+		r.nlink--;
+		rc = idx_inode_update(fs->ix, &r);
+	}
+	if (rc == 0 && (rc = idx_inode_get(fs->ix, IDX_ROOT_INO, &root)) == 0) {
+		root.nlink++;
+		root.mtime_ns = root.ctime_ns = ckfs_now(fs);
+		rc = idx_inode_update(fs->ix, &root);
+	}
+	if (rc == 0 && idx_commit(fs->ix) == 0)
+		logf_("restored '%s' (the newest complete step) for a resuming reader", s->name);
+	else if (rc < 0)
+		idx_rollback(fs->ix);
+}
+
 /* ---- virtual trackers ---- */
 
 bool steps_is_vino(uint64_t ino)
@@ -772,6 +993,7 @@ int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
 
 	if (rc < 0)
 		return rc;
+	restore(fs, &s);
 	t.step = s.step;
 	rc = layout_tracker_format((enum layout_kind)kind, &t, buf, cap);
 	if (rc == -EOPNOTSUPP)
@@ -1008,6 +1230,8 @@ int steps_init(struct ckfs *fs)
 	rc = ensure_dir(fs, IDX_ROOT_INO, META_NAME, 0555, &fs->meta_ino);
 	if (rc == 0)
 		rc = ensure_dir(fs, fs->meta_ino, QUARANTINE_NAME, 0555, &fs->quarantine_ino);
+	if (rc == 0)
+		rc = ensure_dir(fs, fs->meta_ino, RETAINED_NAME, 0555, &fs->retained_ino);
 	if (rc == 0)
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
 	pthread_mutex_unlock(&fs->mu);
