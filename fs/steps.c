@@ -1221,6 +1221,85 @@ static int ensure_dir(struct ckfs *fs, uint64_t parent, const char *name, uint32
 	return rc;
 }
 
+/*
+ * Re-read and re-hash every chunk of the files under dir; mark the bad ones in the index.
+ * Returns the number of bad chunks found (>= 0) or -errno.
+ */
+static int verify_tree(struct ckfs *fs, uint64_t dir, int depth)
+{
+	struct rm_ctx c = { 0 };
+	int rc, bad = 0;
+
+	if (depth > 256)
+		return -ELOOP;
+	rc = idx_dir_list(fs->ix, dir, 0, rm_collect, &c);
+	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
+		if (S_ISDIR(c.modes[i])) {
+			rc = verify_tree(fs, c.inos[i], depth + 1);
+			if (rc > 0)
+				bad += rc;
+			continue;
+		}
+		if (!S_ISREG(c.modes[i]))
+			continue;
+		struct idx_extent *ext = NULL;
+		size_t n = 0;
+
+		if ((rc = idx_file_extents(fs->ix, c.inos[i], &ext, &n)) < 0)
+			break;
+		for (size_t j = 0; j < n; j++) {
+			struct store_hash h;
+
+			memcpy(h.b, ext[j].hash, STORE_HASH_LEN);
+			if (store_chunk_verify(fs->st, &h) == 0)
+				continue;
+			bad++;
+			if (idx_begin(fs->ix) == 0 &&
+			    (idx_chunk_mark_bad(fs->ix, h.b) < 0 || idx_commit(fs->ix) < 0))
+				idx_rollback(fs->ix);
+		}
+		free(ext);
+	}
+	for (size_t i = 0; i < c.n; i++)
+		free(c.names[i]);
+	free(c.names);
+	free(c.inos);
+	free(c.modes);
+	return rc < 0 ? rc : bad;
+}
+
+/*
+ * At mount: the newest complete step of each layout is what a resume will read first, so
+ * re-hash its chunks now; a damaged one becomes corrupt and leaves the namespace, and the next
+ * newest is checked in turn. Costs one read of one step per layout in use.
+ */
+static void verify_newest(struct ckfs *fs)
+{
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
+		struct idx_step s;
+
+		for (int tries = 0; tries < 64; tries++) {
+			if (idx_step_newest(fs->ix, 1u << k, IDX_STEP_COMPLETE, &s) < 0 ||
+			    !s.dir_ino)
+				break;
+			int bad = verify_tree(fs, s.dir_ino, 0);
+
+			if (bad <= 0)
+				break;
+			char note[96];
+
+			snprintf(note, sizeof(note), "%d chunks failed their checksum at mount", bad);
+			if (idx_begin(fs->ix) < 0)
+				break;
+			if (set_state(fs, &s, IDX_STEP_CORRUPT, note) < 0 ||
+			    move_to_quarantine(fs, &s) < 0 || idx_commit(fs->ix) < 0) {
+				idx_rollback(fs->ix);
+				break;
+			}
+		}
+	}
+}
+
 int steps_init(struct ckfs *fs)
 {
 	int rc;
@@ -1232,8 +1311,10 @@ int steps_init(struct ckfs *fs)
 		rc = ensure_dir(fs, fs->meta_ino, QUARANTINE_NAME, 0555, &fs->quarantine_ino);
 	if (rc == 0)
 		rc = ensure_dir(fs, fs->meta_ino, RETAINED_NAME, 0555, &fs->retained_ino);
-	if (rc == 0)
+	if (rc == 0 && fs->layout >= 0) {
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
+		verify_newest(fs);
+	}
 	pthread_mutex_unlock(&fs->mu);
 	return rc;
 }
