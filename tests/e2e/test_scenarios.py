@@ -1,0 +1,521 @@
+#!/usr/bin/python3
+"""Checkpoint-semantics scenarios end to end, with the real 2-rank PyTorch trainer (trainer.py)
+on a real ckptfs mount. Every scenario asserts that the resumed step is a complete one and that
+its files and tensors are bit-exact with what the writers logged (test_frameworks.check_resumed).
+
+  1 daemon_kill  for each layout (CKPTFS_E2E_LAYOUTS, default all), CKPTFS_DAEMON_ROUNDS rounds
+                 (default 1): SIGKILL the DAEMON at a random moment inside a save, kill the
+                 trainer's process group, fusermount3 -uz, remount the same STORE, restart the
+                 trainer with --resume: it must land on the newest step the log says SAVED, or,
+                 for layouts whose steps complete only once quiet (mf1, deepspeed, hf: ~1.5-2.5 s
+                 after the last write), on the SAVED step before it when the newest SAVED step
+                 was still settling at the kill (said so in the output); never a torn step. The
+                 resumed job must then complete its next save. Prints
+                 `layout L: P/N daemon-kill rounds resumed to a complete step`.
+  2 corrupt      Megatron, saves 2 4 6; unmounted, one payload byte of a chunk that only step 6
+                 uses is flipped; after the remount the tracker names 4, a resume lands on 4
+                 bit-exact, step 6 is corrupt (ckptctl steps, .ckptfs/steps) and out of `ls`,
+                 and ckptctl verify exits 1 naming the damaged file.
+  3 junk_tracker Megatron, saves 2 4; junk written into latest_checkpointed_iteration.txt (not a
+                 number, "../../etc/passwd", 10 MB of random bytes, an empty write): each write
+                 succeeds or fails with an errno, the tracker still reads 4, ckptctl claims lists
+                 the junk as unparseable (step null), a resume lands on 4.
+  4 retention    Megatron with -o keep_checkpoint_max=2: a save killed half-way is not counted
+                 (the two newest complete steps stay); after 6 complete saves exactly the 2 newest
+                 remain in `ls`, the older are pruned (ckptctl steps) and their chunks reclaimed
+                 (store chunk bytes vs a keep-all run); with keep_every=4 the steps divisible by
+                 4 also remain (whether 6 is pruned too is not asserted: see the test).
+  5 abandoned    a Megatron step directory copied in completely by a process that exits without
+                 writing the tracker is quarantined (/.ckptfs/quarantine, not in `ls`); a later
+                 tracker write naming it brings it back complete, and a resume lands on it.
+
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_E2E_LAYOUTS (comma list),
+CKPTFS_DAEMON_ROUNDS (1), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15),
+CKPTFS_KEEP=1 keeps the temporary directories (STORE/ckptfs.log is the daemon log).
+Run: /usr/bin/python3 tests/e2e/test_scenarios.py [-v] [TestScenarios.test_2_corrupt]
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import queue  # noqa: E402
+import random  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+
+import ckfs  # noqa: E402
+import test_frameworks as tf  # noqa: E402
+from test_frameworks import (LogView, Trainer, check_resumed, log_size,  # noqa: E402
+                             read_log)
+
+PYTHON = tf.PYTHON
+TRACKER = 'latest_checkpointed_iteration.txt'
+DAEMON_ROUNDS = int(os.environ.get('CKPTFS_DAEMON_ROUNDS', '1'))
+SEED = tf.SEED
+SLOW = tf.SLOW
+RUN_TIMEOUT = tf.RUN_TIMEOUT
+# layouts whose marker does not follow every rank: a step completes once quiet (fs/steps.c
+# STEP_SETTLE_NS 1.5 s + the reaper's 1 s tick), so SAVED may precede completion by ~2.5 s
+SETTLING = {'mf1', 'deepspeed', 'hf'}
+SETTLE_WINDOW = 4.0
+SUMMARY = []
+
+
+def step_dir(step):
+    return 'iter_%07d' % step
+
+
+def wait_for(what, fn, timeout=20.0, extra=lambda: ''):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError('timed out after %.0f s waiting for %s%s' % (timeout, what,
+                                                                             extra()))
+        time.sleep(0.1)
+
+
+def ctl_json(store, *args):
+    r = ckfs.ckptctl(store, *args, json_out=True)
+    if r.returncode != 0:
+        raise AssertionError('ckptctl --json %s %s exited %d: %s%s' % (
+            store, ' '.join(args), r.returncode, r.stdout, r.stderr))
+    return json.loads(r.stdout)
+
+
+def steps_by_number(store):
+    """{step number: [state, ...]} from ckptctl steps (a number may have several rows)."""
+    res = {}
+    for s in ctl_json(store, 'steps'):
+        res.setdefault(s['step'], []).append(s['state'])
+    return res
+
+
+def read_tracker(m, name=TRACKER):
+    """The tracker's content, or None when it does not exist."""
+    try:
+        with open(m.path(name)) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def listing(m):
+    return sorted(os.listdir(m.mnt))
+
+
+def run_to_end(layout, save, log, steps, every, keep=0, resume=False, slow=0.0):
+    """Run a trainer to its end; returns it (closed) after asserting exit 0."""
+    t = Trainer(layout, save, log, steps=steps, every=every, keep=keep, resume=resume, slow=slow)
+    try:
+        rc = t.wait()
+        if rc != 0:
+            raise AssertionError('trainer %s exited %d%s' % (' '.join(t.argv), rc, t.tail()))
+    finally:
+        t.close()
+    return t
+
+
+def drain(tr):
+    """Lines the trainer printed that nobody read yet, with their times: [(t, line)]."""
+    out = []
+    tr.t.join(timeout=10)
+    while True:
+        try:
+            t, ln = tr.q.get_nowait()
+        except queue.Empty:
+            break
+        if ln is not None:
+            tr.lines.append(ln)
+            out.append((t, ln))
+    return out
+
+
+def daemon_log(m, n=40):
+    """The daemon log's tail and the step table, for a failure message."""
+    r = ckfs.ckptctl(m.store, 'steps')
+    return '%s\n--- ckptctl steps ---\n%s%s' % (m.log_tail(n), r.stdout, r.stderr)
+
+
+class TestScenarios(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        print('scenarios: CKPTFS_CRASH_SEED=%d, daemon-kill rounds per layout: %d, '
+              'slow-save %.2fs' % (SEED, DAEMON_ROUNDS, SLOW), flush=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        if SUMMARY:
+            print('\n' + '\n'.join(SUMMARY), flush=True)
+
+    def setUp(self):
+        self.t0 = time.monotonic()
+
+    def tearDown(self):
+        print('%s: %.1fs' % (self.id().rsplit('.', 1)[-1], time.monotonic() - self.t0),
+              flush=True)
+
+    # -- 1: the daemon SIGKILLed in the middle of a save, remount ----------------------------
+    def daemon_round(self, layout, rnd, rng):
+        keep = tf.KEEP_CRASH.get(layout, 0)
+        m = ckfs.Mount()
+        m.start()
+        try:
+            save = m.mnt
+            log = os.path.join(m.tmp, 'trainer.log')
+            kill_save = rng.choice([2, 3])
+            frac = rng.uniform(0.02, 0.98)
+            a = Trainer(layout, save, log, steps=1000, every=2, keep=keep, slow=SLOW)
+            saved_t = {}
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                nsave, t_saving, dur = 0, None, None
+                while True:
+                    t, ln = a.next_line(deadline)
+                    if ln is None:
+                        raise AssertionError('trainer exited (%s) before the kill%s' %
+                                             (a.p.wait(), a.tail()))
+                    if ln.startswith('SAVED '):
+                        saved_t[int(ln.split()[1])] = t
+                        if dur is None:
+                            dur = t - t_saving
+                    if ln.startswith('SAVING '):
+                        nsave += 1
+                        t_saving = t
+                        if nsave == kill_save:
+                            delay = frac * dur
+                            time.sleep(max(0.0, t_saving + delay - time.monotonic()))
+                            t_kill = time.monotonic()
+                            m.kill_daemon()     # SIGKILL, wait, fusermount3 -uz
+                            a.kill()            # the ranks die with ENOTCONN, or by this
+                            killed_at = (int(ln.split()[1]), delay, dur)
+                            break
+                for t, ln in drain(a):
+                    if ln.startswith('SAVED '):
+                        saved_t[int(ln.split()[1])] = t
+            finally:
+                a.close()
+            off = log_size(log)
+            before = LogView(read_log(log, 0, off))
+            note = ('daemon killed %.2fs into the save of step %d (first save took %.2fs); '
+                    'SAVED: %s' % (killed_at[1], killed_at[0], killed_at[2], before.saved))
+            if not before.saved:
+                raise AssertionError('nothing SAVED before the kill: %s' % note)
+            m.start()   # the same STORE
+            expect = max(before.saved)
+            age = t_kill - saved_t.get(expect, t_kill)
+            settling = layout in SETTLING and age < SETTLE_WINDOW
+            b = Trainer(layout, save, log, steps=1000, every=2, keep=keep, resume=True)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                resumed = None
+                while True:
+                    _, ln = b.next_line(deadline)
+                    if ln is None:
+                        raise AssertionError('resumed trainer exited with status %s: %s%s%s' %
+                                             (b.p.wait(), note, b.tail(), daemon_log(m)))
+                    if ln.startswith(('RESUMED', 'FRESH')) and resumed is None:
+                        resumed = ln
+                        if ln == 'FRESH':
+                            break
+                    if resumed and ln.startswith('SAVED '):
+                        break   # and it saved again after the resume
+                b.kill()
+                got = tf.kv(resumed).get('step') if resumed != 'FRESH' else None
+                accepted = ''
+                if (settling and got is not None and int(got) != expect and
+                        len(before.saved) > 1 and int(got) == before.saved[-2]):
+                    # step `expect` was SAVED but could not be complete yet at the kill
+                    exp = before.saved[-2]
+                    accepted = ('; step %d was SAVED only %.2fs before the kill, still settling:'
+                                ' accepted the previous SAVED step %d' % (expect, age, exp))
+                else:
+                    exp = expect
+                try:
+                    step = check_resumed(b, before, log, off, expect_step=exp)
+                except AssertionError as e:
+                    raise AssertionError('%s; %s%s' % (e, note, daemon_log(m)))
+            finally:
+                b.close()
+            # the step resumed onto is complete in the daemon's own account
+            states = [s['state'] for s in ctl_json(m.store, 'steps') if s['step'] == step]
+            if 'complete' not in states and 'pruned' not in states:
+                raise AssertionError('resumed onto step %d, whose state is %s; %s' %
+                                     (step, states, note))
+            m.unmount()
+        except BaseException:
+            m.stop()
+            raise
+        finally:
+            m.remove_tmp()
+        return 'round %d: %s; resumed to %d%s' % (rnd, note, step, accepted)
+
+    def daemon_kill(self, layout):
+        t0 = time.monotonic()
+        rng = random.Random('%d-daemon-%s' % (SEED, layout))
+        ok, fails = 0, []
+        for rnd in range(1, DAEMON_ROUNDS + 1):
+            try:
+                msg = self.daemon_round(layout, rnd, rng)
+                ok += 1
+                print('layout %s: %s' % (layout, msg), flush=True)
+            except (AssertionError, ckfs.MountError) as e:
+                fails.append('round %d: %s' % (rnd, e))
+                print('layout %s: daemon-kill round %d FAILED: %s' % (layout, rnd, e),
+                      flush=True)
+        line = 'layout %s: %d/%d daemon-kill rounds resumed to a complete step (%.1fs)' % (
+            layout, ok, DAEMON_ROUNDS, time.monotonic() - t0)
+        SUMMARY.append(line)
+        print(line, flush=True)
+        if fails:
+            self.fail('\n'.join(fails))
+
+    # -- 2: a chunk of the newest step corrupted on disk -------------------------------------
+    def test_2_corrupt(self):
+        with ckfs.Mount() as m:
+            log = os.path.join(m.tmp, 'trainer.log')
+            run_to_end('megatron', m.mnt, log, steps=6, every=2)
+            self.assertEqual(read_tracker(m), '6')
+            m.unmount()
+            chunks = {}     # step -> {chunk: file}
+            for step in (2, 4, 6):
+                files = ctl_json(m.store, 'show', str(step))[0]['files_list']
+                self.assertEqual(len(files), 2, files)
+                for f in files:
+                    rel = '%s/%s' % (step_dir(step), f['path'])
+                    for e in ctl_json(m.store, 'ls', rel)['extents']:
+                        chunks.setdefault(step, {})[e['chunk']] = rel
+            older = set(chunks[2]) | set(chunks[4])
+            only6 = sorted(c for c in chunks[6] if c not in older)
+            self.assertTrue(only6, 'no chunk belongs only to step 6: %s' % chunks)
+            victim = only6[len(only6) // 2]
+            victim_file = chunks[6][victim]
+            cpath = os.path.join(m.store, 'chunks', victim[:2], victim)
+            data = bytearray(ckfs.read_bytes(cpath))
+            self.assertGreater(len(data), 33)
+            data[32 + (len(data) - 32) // 2] ^= 0x40
+            with open(cpath, 'wb') as f:
+                f.write(data)
+            m.start()
+            info = 'corrupted chunk %s of %s%s' % (victim, victim_file, m.log_tail())
+            self.assertEqual(read_tracker(m), '4', info)
+            self.assertNotIn(step_dir(6), listing(m), info)
+            self.assertIn(step_dir(4), listing(m), info)
+            st = steps_by_number(m.store)
+            self.assertEqual(st.get(6), ['corrupt'], info)
+            self.assertEqual(st.get(4), ['complete'], info)
+            with open(m.path('.ckptfs', 'steps')) as f:
+                table = f.read()
+            row6 = [ln for ln in table.splitlines() if step_dir(6) in ln]
+            self.assertTrue(row6 and 'corrupt' in row6[0], 'step 6 in .ckptfs/steps: %s' % table)
+            # the trainer resumes onto step 4, bit-exact
+            off = log_size(log)
+            before = LogView(read_log(log, 0, off))
+            b = run_to_end('megatron', m.mnt, log, steps=6, every=2, resume=True)
+            self.assertEqual(check_resumed(b, before, log, off, expect_step=4), 4)
+            # it saved step 6 again: a fresh directory of that name, complete
+            self.assertIn('SAVED 6 ', '\n'.join(b.lines))
+            self.assertEqual(read_tracker(m), '6', m.log_tail())
+            v = m.ckptctl('verify')
+            self.assertEqual(v.returncode, 1, 'ckptctl verify: %s%s' % (v.stdout, v.stderr))
+            out = v.stdout + v.stderr
+            self.assertIn(victim_file.split('/', 1)[1], out)
+            self.assertIn(step_dir(6), out)
+
+    # -- 3: junk written into the tracker ----------------------------------------------------
+    def test_3_junk_tracker(self):
+        with ckfs.Mount() as m:
+            log = os.path.join(m.tmp, 'trainer.log')
+            run_to_end('megatron', m.mnt, log, steps=4, every=2)
+            self.assertEqual(read_tracker(m), '4')
+            junk = [('not a number', b'not a number'),
+                    ('a path', b'../../etc/passwd'),
+                    ('10 MB of random bytes', ckfs.content('junk', 10 << 20)),
+                    ('an empty write', b'')]
+            writer = ('import sys\n'
+                      'd = open(sys.argv[2], "rb").read()\n'
+                      'try:\n'
+                      '    with open(sys.argv[1], "wb") as f:\n'
+                      '        f.write(d)\n'
+                      'except OSError as e:\n'
+                      '    print("ERRNO", e.errno, e.strerror)\n'
+                      '    sys.exit(1)\n')
+            results = {}
+            for what, data in junk:
+                src = os.path.join(m.tmp, 'junk')
+                with open(src, 'wb') as f:
+                    f.write(data)
+                r = subprocess.run([PYTHON, '-c', writer, m.path(TRACKER), src],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   timeout=120)
+                self.assertIn(r.returncode, (0, 1), '%s: writer died: %s%s' %
+                              (what, r.stderr, m.log_tail()))
+                if r.returncode == 1:
+                    self.assertTrue(r.stdout.startswith('ERRNO '), r.stdout + r.stderr)
+                results[what] = 'ok' if r.returncode == 0 else r.stdout.strip()
+                self.assertTrue(ckfs.pid_alive(m.pid), 'the daemon died: %s' % m.log_tail())
+                self.assertEqual(read_tracker(m), '4', 'after writing %s (%s)%s' %
+                                 (what, results[what], m.log_tail()))
+                self.assertIn(step_dir(4), listing(m))
+            print('junk tracker writes: %s' % results, flush=True)
+            claims = ctl_json(m.store, 'claims')
+            bad = [c for c in claims if c['step'] is None]
+            for what, data in junk[:2]:
+                if results[what] == 'ok':
+                    self.assertTrue([c for c in bad if c['content'] == data.decode()],
+                                    '%s not listed as unparseable: %s' % (what, claims))
+            if results['10 MB of random bytes'] == 'ok':
+                self.assertTrue([c for c in bad if c['length'] >= 1 << 20 or
+                                 c['content'] not in ('not a number', '../../etc/passwd', '')],
+                                '10 MB of junk not listed as unparseable: %s' % claims)
+            self.assertFalse([c for c in claims if c['step'] not in (None, 2, 4)], claims)
+            off = log_size(log)
+            before = LogView(read_log(log, 0, off))
+            b = run_to_end('megatron', m.mnt, log, steps=4, every=2, resume=True)
+            self.assertEqual(check_resumed(b, before, log, off, expect_step=4), 4)
+
+    # -- 4: retention ------------------------------------------------------------------------
+    def test_4_retention(self):
+        steps_all = [2, 4, 6, 8, 10, 12]
+        # keep-all reference: the chunk bytes of 6 complete steps
+        with ckfs.Mount() as ref:
+            run_to_end('megatron', ref.mnt, os.path.join(ref.tmp, 'trainer.log'), steps=12,
+                       every=2)
+            self.assertEqual(sorted(n for n in listing(ref) if n.startswith('iter_')),
+                             [step_dir(s) for s in steps_all])
+            ref.unmount()
+            bytes_all = ref.chunk_bytes()
+        with ckfs.Mount(opts=('keep_checkpoint_max=2',)) as m:
+            log = os.path.join(m.tmp, 'trainer.log')
+            # saves 2 4 6 complete, the save of 8 killed half-way
+            a = Trainer('megatron', m.mnt, log, steps=12, every=2, slow=SLOW)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                t_saving = dur = None
+                while True:
+                    t, ln = a.next_line(deadline)
+                    if ln is None:
+                        raise AssertionError('trainer exited before the kill%s' % a.tail())
+                    if ln.startswith('SAVING '):
+                        t_saving = t
+                        if ln == 'SAVING 8':
+                            time.sleep(max(0.0, t_saving + 0.5 * dur - time.monotonic()))
+                            a.kill()
+                            break
+                    elif ln.startswith('SAVED ') and dur is None:
+                        dur = t - t_saving
+            finally:
+                a.close()
+
+            def eight_set_aside():
+                return 'incomplete' in steps_by_number(m.store).get(8, [])
+            wait_for('the killed step 8 to be judged incomplete', eight_set_aside,
+                     extra=m.log_tail)
+            st = steps_by_number(m.store)
+            self.assertEqual(sorted(n for n in listing(m) if n.startswith('iter_')),
+                             [step_dir(4), step_dir(6)],
+                             'the killed step 8 must not count: %s%s' % (st, m.log_tail()))
+            self.assertEqual((st.get(2), st.get(4), st.get(6)),
+                             (['pruned'], ['complete'], ['complete']), st)
+            self.assertEqual(read_tracker(m), '6')
+            off = log_size(log)
+            before = LogView(read_log(log, 0, off))
+            b = run_to_end('megatron', m.mnt, log, steps=12, every=2, resume=True)
+            self.assertEqual(check_resumed(b, before, log, off, expect_step=6), 6)
+            self.assertEqual(listing(m), [step_dir(10), step_dir(12), TRACKER], m.log_tail())
+            self.assertEqual(read_tracker(m), '12')
+            st = steps_by_number(m.store)
+            for s in (2, 4, 6):
+                self.assertEqual(st.get(s), ['pruned'], st)
+            self.assertEqual(sorted(st.get(8)), ['incomplete', 'pruned'], st)
+            self.assertEqual((st.get(10), st.get(12)), (['complete'], ['complete']), st)
+            stored = {s['step']: s['stored_bytes'] for s in ctl_json(m.store, 'steps')
+                      if s['state'] == 'complete'}
+            m.unmount()
+            bytes_kept = m.chunk_bytes()
+            # 2 complete steps (+ the torn step 8, set aside) out of 6: about a third
+            print('retention: chunk bytes keep-all %d, keep_checkpoint_max=2 %d (complete '
+                  'steps stored %s)' % (bytes_all, bytes_kept, stored), flush=True)
+            self.assertLess(bytes_kept, bytes_all * 0.6,
+                            'pruned space not reclaimed: %d chunk bytes with keep 2 vs %d with '
+                            'all 6 steps' % (bytes_kept, bytes_all))
+        with ckfs.Mount(opts=('keep_checkpoint_max=2', 'keep_every=4')) as m:
+            run_to_end('megatron', m.mnt, os.path.join(m.tmp, 'trainer.log'), steps=12,
+                       every=2)
+            st = steps_by_number(m.store)
+            kept = sorted(int(n[5:]) for n in listing(m) if n.startswith('iter_'))
+            print('retention keep_checkpoint_max=2,keep_every=4: kept %s, states %s' %
+                  (kept, st), flush=True)
+            # the 2 newest complete steps, and every step divisible by 4, remain; 2 is pruned.
+            # Step 6 is left open: fs/steps.c does not count keep_every steps toward
+            # keep_checkpoint_max (12 is one), so it keeps 6 and 10 as "the 2 newest"; Orbax's
+            # keep_period counts them (it would prune 6).
+            for s in (4, 8, 10, 12):
+                self.assertIn(s, kept, '%s%s' % (st, m.log_tail()))
+                self.assertEqual(st.get(s), ['complete'], st)
+            self.assertNotIn(2, kept, st)
+            self.assertEqual(st.get(2), ['pruned'], st)
+
+    # -- 5: abandoned, then sealed by a later tracker write ----------------------------------
+    def test_5_abandoned_then_sealed(self):
+        with ckfs.PlainDir() as plain, ckfs.Mount() as m:
+            # the step's files, written by the real trainer on a plain directory
+            log = os.path.join(plain.tmp, 'trainer.log')
+            run_to_end('megatron', plain.mnt, log, steps=2, every=2)
+            # a process copies the whole step in and exits without writing the tracker
+            subprocess.run(['cp', '-r', os.path.join(plain.mnt, step_dir(2)), m.mnt],
+                           check=True, timeout=60)
+            qdir = m.path('.ckptfs', 'quarantine')
+
+            def quarantined():
+                return [n for n in os.listdir(qdir) if n.startswith(step_dir(2) + '.')]
+            q = wait_for('the abandoned step to be quarantined', quarantined, timeout=15,
+                         extra=m.log_tail)
+            self.assertNotIn(step_dir(2), listing(m))
+            self.assertIsNone(read_tracker(m))
+            # readable there, byte for byte
+            rel = os.path.join('mp_rank_00', 'model_optim_rng.pt')
+            self.assertEqual(ckfs.read_bytes(os.path.join(qdir, q[0], rel)),
+                             ckfs.read_bytes(os.path.join(plain.mnt, step_dir(2), rel)))
+            self.assertEqual(steps_by_number(m.store).get(2), ['incomplete'])
+            # the tracker, written later, names it: back, sealed, complete
+            with open(m.path(TRACKER), 'w') as f:
+                f.write('2')
+            wait_for('the tracker to name step 2', lambda: read_tracker(m) == '2',
+                     extra=lambda: '%s%s' % (steps_by_number(m.store), m.log_tail()))
+            self.assertIn(step_dir(2), listing(m))
+            self.assertFalse(quarantined())
+            self.assertEqual(steps_by_number(m.store).get(2), ['complete'])
+            off = log_size(log)
+            before = LogView(read_log(log, 0, off))
+            b = run_to_end('megatron', m.mnt, log, steps=2, every=2, resume=True)
+            self.assertEqual(check_resumed(b, before, log, off, expect_step=2), 2)
+
+
+def _add(layout):
+    def t(self):
+        self.daemon_kill(layout)
+    t.__name__ = 'test_1_daemon_kill_%s' % layout
+    setattr(TestScenarios, t.__name__, t)
+
+
+for _l in tf.selected_layouts():
+    _add(_l)
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(850, exit=True)
+    unittest.main(verbosity=2)
