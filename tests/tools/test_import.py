@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""ckptctl STORE import DIR on real stores and real mounts: a plain Megatron-LM directory saved
+with torch.save (Debian's python3-torch), with a tracker naming step 20 and a torn step 30, is
+imported into a fresh store and mounted: the virtual tracker says 20, the tensors of step 20 are
+bit-exact, step 30 is set aside in /.ckptfs/quarantine, steps 10 and 20 are complete. Also: a
+second import of the same names refuses (exit 2), an import into a mounted store refuses
+(exit 2), a Hugging Face checkpoint-N with trainer_state.json imports complete, and an
+unreadable file gives exit 1 with the rest imported.
+
+Run: /usr/bin/python3 tests/tools/test_import.py   (CKPTFS_BIN / CKPTCTL_BIN name the binaries)
+"""
+
+import sys
+import os
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import unittest  # noqa: E402
+
+import ckfs  # noqa: E402
+
+PY = '/usr/bin/python3'
+TRACKER = 'latest_checkpointed_iteration.txt'
+RANK_FILE = 'mp_rank_00/model_optim_rng.pt'
+
+# Megatron's layout as a plain directory: iter_XXXXXXX/mp_rank_00/model_optim_rng.pt for steps
+# 10 and 20, the tracker naming 20, and step 30 whose torch.save was cut half-way (a rank killed
+# mid-save, no tracker written)
+MAKE_MEGATRON = r'''
+import os, sys, torch
+root = sys.argv[1]
+for step in (10, 20, 30):
+    torch.manual_seed(step)
+    sd = {"model": {"w": torch.randn(384, 384), "b": torch.randn(384)},
+          "optimizer": {"m": torch.randn(384, 384)}, "iteration": step}
+    path = os.path.join(root, "iter_%07d" % step, "mp_rank_00", "model_optim_rng.pt")
+    os.makedirs(os.path.dirname(path))
+    torch.save(sd, path)
+    if step == 30:
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.truncate(size // 2)
+with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
+    f.write("20")
+'''
+
+# Hugging Face Trainer's checkpoint-N: weights, rng state, and trainer_state.json (the marker)
+MAKE_HF = r'''
+import json, os, sys, torch
+d = os.path.join(sys.argv[1], "checkpoint-5")
+os.makedirs(d)
+torch.manual_seed(5)
+torch.save({"w": torch.randn(64, 64)}, os.path.join(d, "pytorch_model.bin"))
+torch.save({"python": 1}, os.path.join(d, "rng_state.pth"))
+with open(os.path.join(d, "trainer_state.json"), "w") as f:
+    json.dump({"global_step": 5, "log_history": []}, f)
+'''
+
+COMPARE = r'''
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+def eq(x, y):
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+    if isinstance(x, torch.Tensor):
+        return torch.equal(x, y)
+    return x == y
+sys.exit(0 if eq(a, b) else 3)
+'''
+
+
+def py(code, *args):
+    subprocess.run([PY, '-c', code] + list(args), check=True, timeout=300)
+
+
+class ImportTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        ckfs.check_fuse_usable()
+        cls.tmp = tempfile.mkdtemp(prefix='ckptfs-import-', dir=ckfs.test_tmp_root())
+        cls.src = os.path.join(cls.tmp, 'megatron')
+        os.mkdir(cls.src)
+        py(MAKE_MEGATRON, cls.src)
+
+    @classmethod
+    def tearDownClass(cls):
+        if not ckfs.keep_tmp():
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def ctl(self, store, *args, json_out=False, rc=0):
+        r = ckfs.ckptctl(store, *args, json_out=json_out)
+        self.assertEqual(r.returncode, rc, 'ckptctl %s %s exited %d, wanted %d: %s%s' %
+                         (store, ' '.join(args), r.returncode, rc, r.stdout, r.stderr))
+        return json.loads(r.stdout) if json_out and rc != 2 else r
+
+    def store(self, name):
+        return os.path.join(self.tmp, name)
+
+    def test_megatron_import_then_mount(self):
+        store = self.store('megatron-store')
+        out = self.ctl(store, 'import', self.src, json_out=True)
+        self.assertEqual(os.stat(store).st_mode & 0o777, 0o700)
+        self.assertEqual(out['files'], 3)  # the tracker is a claim, not a file
+        self.assertEqual(out['failed'], [])
+        states = {s['name']: s['state'] for s in out['steps']}
+        self.assertEqual(states, {'iter_0000010': 'complete', 'iter_0000020': 'complete',
+                                  'iter_0000030': 'writing'}, out)
+        self.assertEqual([(c['tracker'], c['step']) for c in out['claims']], [(TRACKER, 20)])
+        self.assertGreater(out['stored_bytes_added'], 0)
+        self.assertGreater(out['mb_per_s'], 0)
+        # text form of the same facts, in another store
+        text = self.ctl(self.store('megatron-text'), 'import', self.src).stdout
+        self.assertIn('iter_0000020  megatron', text)
+        self.assertIn('complete', text)
+        self.assertIn('MB/s', text)
+
+        m = ckfs.Mount(store=store)
+        try:
+            m.start()
+            r = subprocess.run(['cat', m.path(TRACKER)], stdout=subprocess.PIPE, text=True,
+                               timeout=30)
+            self.assertEqual((r.returncode, r.stdout), (0, '20'))
+            subprocess.run([PY, '-c', COMPARE, m.path('iter_0000020', RANK_FILE),
+                            os.path.join(self.src, 'iter_0000020', RANK_FILE)],
+                           check=True, timeout=120)
+            self.assertEqual(ckfs.file_hash(m.path('iter_0000010', RANK_FILE)),
+                             ckfs.file_hash(os.path.join(self.src, 'iter_0000010', RANK_FILE)))
+            root = os.listdir(m.mnt)
+            self.assertIn('iter_0000010', root)
+            self.assertIn('iter_0000020', root)
+            self.assertNotIn('iter_0000030', root)  # set aside at mount: torn, never sealed
+            q = [n for n in os.listdir(m.path('.ckptfs', 'quarantine'))
+                 if n.startswith('iter_0000030.')]
+            self.assertEqual(len(q), 1, os.listdir(m.path('.ckptfs', 'quarantine')))
+            torn = os.path.join(self.src, 'iter_0000030', RANK_FILE)
+            self.assertEqual(ckfs.read_bytes(m.path('.ckptfs', 'quarantine', q[0], RANK_FILE)),
+                             ckfs.read_bytes(torn))
+            st_src = os.stat(os.path.join(self.src, 'iter_0000020', RANK_FILE))
+            st_mnt = os.stat(m.path('iter_0000020', RANK_FILE))
+            self.assertEqual((st_mnt.st_mode, st_mnt.st_size, st_mnt.st_mtime_ns),
+                             (st_src.st_mode, st_src.st_size, st_src.st_mtime_ns))
+            steps = {s['step']: s['state'] for s in self.ctl(store, 'steps', json_out=True)}
+            self.assertEqual(steps, {10: 'complete', 20: 'complete', 30: 'incomplete'})
+            # mounted: import refuses, exit 2, and says to unmount
+            r = self.ctl(store, 'import', '--dest', '/again', self.src, rc=2)
+            self.assertIn('unmount', r.stderr)
+            m.unmount()
+        finally:
+            m.close()
+        self.ctl(store, 'verify')
+
+    def test_second_import_refuses(self):
+        store = self.store('twice')
+        self.ctl(store, 'import', self.src)
+        before = self.ctl(store, 'status', json_out=True)
+        r = self.ctl(store, 'import', self.src, rc=2)
+        self.assertIn('already exist', r.stderr)
+        self.assertEqual(self.ctl(store, 'status', json_out=True)['files'], before['files'])
+        # elsewhere in the namespace it goes in, as plain files (steps count at the root only),
+        # and its chunks are all known already
+        out = self.ctl(store, 'import', '--dest', 'copy/of', self.src, json_out=True)
+        self.assertEqual(out['files'], 4)
+        self.assertEqual(out['steps'], [])
+        self.assertEqual(out['chunks_written'], 1)  # only the tracker, a plain file here
+        self.assertGreater(out['dedup_hits'], 0)
+        self.ctl(store, 'ls', '/copy/of/iter_0000020/mp_rank_00')
+
+    def test_hf_checkpoint_is_complete(self):
+        src = self.store('hf-src')
+        os.mkdir(src)
+        py(MAKE_HF, src)
+        store = self.store('hf')
+        out = self.ctl(store, 'import', src, json_out=True)
+        self.assertEqual([(s['name'], s['layout'], s['state'], s['files'])
+                          for s in out['steps']], [('checkpoint-5', 'hf', 'complete', 3)])
+        show = self.ctl(store, 'show', '5', json_out=True)
+        self.assertEqual(show[0]['state'], 'complete')
+        with ckfs.Mount(store=store) as m:
+            self.assertEqual(sorted(os.listdir(m.path('checkpoint-5'))),
+                             ['pytorch_model.bin', 'rng_state.pth', 'trainer_state.json'])
+
+    def test_unreadable_file_exit_1(self):
+        if os.geteuid() == 0:
+            # root reads anything: use a name that cannot be opened instead (a FIFO)
+            src = self.store('fifo-src')
+            os.makedirs(os.path.join(src, 'iter_0000007', 'mp_rank_00'))
+            py(MAKE_HF, src)
+            os.mkfifo(os.path.join(src, 'iter_0000007', 'mp_rank_00', 'pipe'))
+        else:
+            src = self.store('unreadable-src')
+            os.makedirs(os.path.join(src, 'iter_0000007', 'mp_rank_00'))
+            py(MAKE_HF, src)
+            p = os.path.join(src, 'iter_0000007', 'mp_rank_00', 'pipe')
+            open(p, 'w').write('x')
+            os.chmod(p, 0)
+        with open(os.path.join(src, TRACKER), 'w') as f:
+            f.write('7')
+        out = self.ctl(self.store('partial'), 'import', src, json_out=True, rc=1)
+        self.assertEqual([f['path'] for f in out['failed']], ['iter_0000007/mp_rank_00/pipe'])
+        states = {s['name']: s['state'] for s in out['steps']}
+        # sealed by the tracker, but a file is missing: never complete
+        self.assertEqual(states, {'checkpoint-5': 'complete', 'iter_0000007': 'writing'})
+
+    def test_usage(self):
+        r = self.ctl(self.store('u'), 'import', rc=2)
+        self.assertIn("'import' takes one DIR", r.stderr)
+        r = self.ctl(self.store('u'), 'import', '/nonexistent-dir-for-ckptfs', rc=2)
+        self.assertFalse(os.path.exists(self.store('u')))
+        r = self.ctl(self.store('u'), 'steps', '--dest', 'x', rc=2)
+        self.assertIn('--dest', r.stderr)
+
+
+if __name__ == '__main__':
+    faulthandler.enable()
+    unittest.main(verbosity=2)
