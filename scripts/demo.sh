@@ -162,7 +162,8 @@ if is_mounted "$mnt" || [ -n "$(daemon_pid)" ]; then
 	unmount
 fi
 say "starting from an empty store so the run is reproducible: removing $store, $mnt, $logdir"
-rm -rf -- "$store" "$logdir"
+# (MindFormers 1.0's resume writes resume_record/ beside the checkpoint directory)
+rm -rf -- "$store" "$logdir" "$out_abs/resume_record"
 if [ -d "$mnt" ]; then rm -rf -- "$mnt"; fi
 mkdir -p -- "$mnt" "$logdir"
 
