@@ -35,6 +35,7 @@ struct cfg {
 	unsigned keep_max;
 	long long keep_every;
 	char *layout;
+	unsigned ranks;
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -45,6 +46,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "keep_checkpoint_max=%u", offsetof(struct cfg, keep_max), 0 },
 	{ "keep_every=%lld", offsetof(struct cfg, keep_every), 0 },
 	{ "layout=%s", offsetof(struct cfg, layout), 0 },
+	{ "ranks=%u", offsetof(struct cfg, ranks), 0 },
 	FUSE_OPT_END
 };
 
@@ -78,6 +80,8 @@ static void usage(const char *prog)
 	       "    -o verify_dedup        compare bytes when a chunk is already stored\n"
 	       "    -o keep_checkpoint_max=N  keep the N newest complete steps (0: all, default)\n"
 	       "    -o keep_every=K        also keep every step divisible by K\n"
+	       "    -o ranks=N             MindFormers 1.0 world size (default: the number of\n"
+	       "                           rank_N directories)\n"
 	       "    -o layout=NAME         only this layout: mf2 megatron mf1 deepspeed hf dcp\n"
 	       "                           internevo orbax (default: detect each path), or\n"
 	       "                           none (no checkpoint semantics: a plain filesystem)\n\n",
@@ -186,6 +190,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	pthread_mutex_init(&fs.mu, NULL);
 	fs.keep_max = c->keep_max;
 	fs.keep_every = c->keep_every;
+	fs.ranks = (int)c->ranks;
 	if (c->layout && strcmp(c->layout, "none") == 0) {
 		fs.layout = -1; /* a plain deduplicating filesystem: no steps, no trackers */
 	} else if (c->layout) {

@@ -33,6 +33,9 @@ struct fs_pins;
 
 /* Virtual tracker inodes: VINO_BASE + layout kind (index inodes never get this high). */
 #define VINO_BASE (1ull << 56)
+/* rank_R/meta.json of MindFormers 1.0, R < VINO_MF1_RANKS */
+#define VINO_MF1_RANKS (1u << 20)
+#define VINO_MF1_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
 
 struct step_rt;
 
@@ -52,6 +55,11 @@ struct ckfs {
 	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
 	unsigned keep_max;       /* -o keep_checkpoint_max=N, 0 = keep all */
 	int64_t keep_every;      /* -o keep_every=K, 0 = none */
+	int ranks;               /* -o ranks=N: MindFormers 1.0 world size; 0 = count rank_N dirs */
+	struct {
+		int64_t epoch, step;
+	} *mf1_claim;            /* newest meta.json claim per rank (MindFormers 1.0) */
+	int mf1_nranks;
 	uint64_t meta_ino;       /* /.ckptfs */
 	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
 	uint64_t retained_ino;   /* /.ckptfs/retained */
@@ -216,6 +224,15 @@ int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st);
 int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
 			  struct idx_step *ret_step);
 int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap);
+/* steps_vcontent - the bytes a reader of virtual tracker vino gets (length), or -ENOENT.
+ * steps_tracker_vino - the vino of kind's tracker in directory parent (0: none).
+ * steps_rank_dir - the rank of a top-level rank_N directory, or -1.
+ * steps_mf1_meta - rank's virtual meta.json (length), -ENOENT without a step complete on all
+ * ranks. */
+int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct idx_step *ret);
+uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind);
+int steps_rank_dir(struct ckfs *fs, uint64_t dir);
+int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap);
 void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
 		    pid_t pid);
 /* fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits). Returns 0 or -errno. */

@@ -19,6 +19,7 @@
 #include <fuse_lowlevel.h>
 
 #include "fs/fs_int.h"
+#include "fs/layout.h"
 
 /* Attribute and entry cache lifetime given to the kernel, in seconds. All changes go through
  * this daemon, which the kernel knows about, so a short timeout only bounds staleness of
@@ -822,6 +823,49 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 	return commit_or_rollback(fs, rc);
 }
 
+/*
+ * MindSpore publishes rank_R/meta.json with NamedTemporaryFile + os.replace: the replacing file's
+ * bytes become a claim on the (virtual) tracker and the temporary file goes away, as if renamed.
+ * fs->mu held. Returns 0 or -errno.
+ */
+static int rename_into_tracker(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent,
+			       const char *name, fuse_ino_t newparent, int kind)
+{
+	struct fs_freed fr = { 0 };
+	struct idx_inode a;
+	struct oinode *oi;
+	char buf[64 * 1024], cname[300];
+	uint64_t ino;
+	ssize_t n;
+	int rc;
+
+	if ((rc = idx_dentry_lookup(fs->ix, parent, name, &ino)) < 0 ||
+	    (rc = idx_inode_get(fs->ix, ino, &a)) < 0)
+		return rc;
+	if (!S_ISREG(a.mode))
+		return -EISDIR;
+	if ((rc = oi_get(fs, ino, &oi)) < 0)
+		return rc;
+	pthread_mutex_unlock(&fs->mu); /* oi_read may take fs->mu (bad chunk) */
+	n = oi_read(fs, oi, buf, sizeof(buf), 0);
+	oi_put(fs, oi);
+	pthread_mutex_lock(&fs->mu);
+	if (n < 0)
+		return (int)n;
+	snprintf(cname, sizeof(cname), "rank_%d/meta.json", steps_rank_dir(fs, newparent));
+	steps_on_claim(fs, kind, cname, buf, (size_t)n, fuse_req_ctx(req)->pid);
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	rc = idx_dentry_remove(fs->ix, parent, name);
+	if (rc == 0)
+		rc = fs_drop_link(fs, ino, ckfs_now(fs), &fr);
+	if (rc == 0)
+		rc = touch_dir(fs, parent, ckfs_now(fs), 0);
+	rc = commit_or_rollback(fs, rc);
+	fs_release_finish(fs, &fr, rc == 0);
+	return rc;
+}
+
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
@@ -830,6 +874,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
+	if (flags == 0 && steps_tracker_name(fs, newparent, newname) == LAYOUT_MF1 &&
+	    !steps_tracker_name(fs, parent, name)) {
+		rc = rename_into_tracker(req, fs, parent, name, newparent, LAYOUT_MF1);
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
 	rc = do_rename(fs, parent, name, newparent, newname, flags, &fr);
 	fs_release_finish(fs, &fr, rc == 0);
 	if (rc == 0) {
@@ -912,8 +963,12 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 	return 0;
 }
 
-/* Open a virtual tracker: readers get a snapshot, writers a claim buffer. */
-static int open_tracker(struct ckfs *fs, int kind, const char *name, struct fuse_file_info *fi)
+/*
+ * Open virtual tracker vino (kind: its layout, name: the name it was created by, or NULL):
+ * readers get a snapshot of what it says now, writers a buffer that becomes a claim at flush.
+ */
+static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *name,
+			struct fuse_file_info *fi)
 {
 	struct fh *h = calloc(1, sizeof(*h));
 	int rc = 0;
@@ -921,9 +976,12 @@ static int open_tracker(struct ckfs *fs, int kind, const char *name, struct fuse
 	if (!h)
 		return -ENOMEM;
 	h->vkind = kind;
-	if (name) {
+	if (name)
 		snprintf(h->vname, sizeof(h->vname), "%s", name);
-	} else {
+	else if (kind == LAYOUT_MF1)
+		snprintf(h->vname, sizeof(h->vname), "rank_%d/meta.json",
+			 (int)(vino - VINO_MF1_META(0)));
+	if (!name && kind != LAYOUT_MF1) {
 		pthread_mutex_lock(&fs->mu);
 		rc = steps_vname(fs, kind, h->vname, sizeof(h->vname));
 		pthread_mutex_unlock(&fs->mu);
@@ -935,7 +993,7 @@ static int open_tracker(struct ckfs *fs, int kind, const char *name, struct fuse
 			rc = -ENOMEM;
 		} else {
 			pthread_mutex_lock(&fs->mu);
-			rc = steps_tracker_content(fs, kind, h->vbuf, h->vcap, NULL);
+			rc = steps_vcontent(fs, vino, h->vbuf, h->vcap, NULL);
 			pthread_mutex_unlock(&fs->mu);
 			if (rc >= 0)
 				h->vlen = (size_t)rc;
@@ -980,7 +1038,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (steps_is_vino(ino)) {
-		int rc = open_tracker(req_fs(req), (int)(ino - VINO_BASE), NULL, fi);
+		int kind = ino >= VINO_MF1_META(0) ? LAYOUT_MF1 : (int)(ino - VINO_BASE);
+		int rc = open_tracker(req_fs(req), ino, kind, NULL, fi);
 
 		if (rc < 0)
 			fuse_reply_err(req, -rc);
@@ -1014,15 +1073,24 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 	pthread_mutex_lock(&fs->mu);
 	int tk = steps_tracker_name(fs, parent, name);
+	uint64_t vino = tk ? steps_tracker_vino(fs, parent, tk) : 0;
+	char cname[300];
 
+	if (tk == LAYOUT_MF1) {
+		int r = steps_rank_dir(fs, parent);
+
+		snprintf(cname, sizeof(cname), "rank_%d/%s", r, name);
+	} else {
+		snprintf(cname, sizeof(cname), "%s", name);
+	}
 	pthread_mutex_unlock(&fs->mu);
-	if (tk) {
-		rc = open_tracker(fs, tk, name, fi);
+	if (tk && vino) {
+		rc = open_tracker(fs, vino, tk, cname, fi);
 		if (rc < 0) {
 			fuse_reply_err(req, -rc);
 			return;
 		}
-		e.ino = VINO_BASE + (uint64_t)tk;
+		e.ino = vino;
 		e.attr.st_ino = e.ino;
 		e.attr.st_mode = S_IFREG | 0644;
 		e.attr.st_nlink = 1;
@@ -1311,6 +1379,19 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (n > size - d.len)
 			break;
 		d.len += n;
+	}
+	if (off < VOFF_BASE + 1 && steps_rank_dir(fs, ino) >= 0) {
+		char tmp[LAYOUT_TRACKER_MAX];
+		uint64_t v = steps_tracker_vino(fs, ino, LAYOUT_MF1);
+		struct stat st = { .st_ino = v, .st_mode = S_IFREG };
+
+		if (v && steps_vcontent(fs, v, tmp, sizeof(tmp), NULL) >= 0) {
+			size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, "meta.json",
+						     &st, VOFF_BASE + 1);
+
+			if (n <= size - d.len)
+				d.len += n;
+		}
 	}
 	for (int k = (int)(off - VOFF_BASE) + 1; ino == IDX_ROOT_INO && k < 64; k++) {
 		char name[256], other[256];

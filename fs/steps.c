@@ -342,6 +342,7 @@ static int set_state(struct ckfs *fs, struct idx_step *s, int state, const char 
 }
 
 static void retention(struct ckfs *fs, int kind);
+static void mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid);
 
 /*
  * Judge a quiet step (no write into it for STEP_SETTLE_NS): complete it when sealed, sound and
@@ -688,8 +689,14 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 			rt_note(fs, s.id, pid);
 		return;
 	}
-	if (rel_path(fs, ino, rel, sizeof(rel)) < 0 || layout_classify(rel, fs->layout, &m) < 0 ||
-	    (m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || m.step_prefix_len == 0 ||
+	if (rel_path(fs, ino, rel, sizeof(rel)) < 0 || layout_classify(rel, fs->layout, &m) < 0)
+		return;
+	if (m.kind == LAYOUT_MF1 && m.role == ROLE_STEP_FILE) {
+		if (renamed && !(m.flags & LAYOUT_F_TMP))
+			mf1_on_file(fs, &m, pid);
+		return;
+	}
+	if ((m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || m.step_prefix_len == 0 ||
 	    step_of_path(fs, rel, &m, &s) < 0)
 		return;
 	rt_note(fs, s.id, pid);
@@ -726,8 +733,9 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	rc = rel_path(fs, oi->ino, rel, sizeof(rel));
 	if (rc == 0)
 		rc = layout_classify(rel, fs->layout, &m);
+	bool mf1 = rc == 0 && m.kind == LAYOUT_MF1 && m.role == ROLE_STEP_FILE;
 	bool in_step = rc == 0 && (m.role == ROLE_STEP_FILE || m.role == ROLE_MARKER) &&
-		       m.step_prefix_len > 0;
+		       (m.step_prefix_len > 0 || mf1);
 	uint64_t size = 0;
 
 	if (in_step && idx_inode_get(fs->ix, oi->ino, &a) == 0)
@@ -764,7 +772,9 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		logf_("'%s' was closed by a dying process (pid %d): torn", rel, (int)pid);
 	else if (flags & IDX_INODE_MALFORMED)
 		logf_("'%s' is malformed: %s", rel, why);
-	if (step_of_path(fs, rel, &m, &s) == 0) {
+	if (mf1 && !(m.flags & LAYOUT_F_TMP)) {
+		mf1_on_file(fs, &m, pid);
+	} else if (!mf1 && step_of_path(fs, rel, &m, &s) == 0) {
 		rt_note(fs, s.id, pid);
 		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
 			seal(fs, &s, "marker");
@@ -916,11 +926,291 @@ static void restore(struct ckfs *fs, const struct idx_step *s)
 		idx_rollback(fs->ix);
 }
 
+/* ---- MindFormers 1.0: per-rank files, no step directory ---- */
+
+/*
+ * A MindFormers 1.0 step is (epoch, step): one file rank_R/{prefix}-{epoch}_{step}.ckpt per rank,
+ * written as name.tmp and renamed (framework-io.md, MindSpore _exec_save). The step row is named
+ * "{epoch}_{step}" and has no directory. It is complete when every rank of the world (-o ranks=N,
+ * else the number of rank_N directories) has its file under the final name, committed, closed
+ * and sound. rank_R/meta.json is virtual: it names the newest step complete on all ranks.
+ */
+
+/* The rank of directory dir if it is a top-level rank_N directory, else -1. */
+int steps_rank_dir(struct ckfs *fs, uint64_t dir)
+{
+	char name[LAYOUT_NAME_MAX + 1];
+	struct layout_match m;
+	uint64_t parent;
+
+	if (fs->layout < 0 || (fs->layout && fs->layout != LAYOUT_MF1) ||
+	    idx_dentry_parent(fs->ix, dir, &parent, name, sizeof(name)) < 0 ||
+	    parent != IDX_ROOT_INO || layout_classify(name, LAYOUT_NONE, &m) < 0 ||
+	    m.kind != LAYOUT_MF1 || m.role != ROLE_PLAIN || m.rank < 0)
+		return -1;
+	return m.rank;
+}
+
+static int count_rank_dir(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct layout_match m;
+
+	if (S_ISDIR(mode) && layout_classify(name, LAYOUT_NONE, &m) == 0 &&
+	    m.kind == LAYOUT_MF1 && m.role == ROLE_PLAIN && m.rank >= 0)
+		(*(int *)arg)++;
+	return 0;
+}
+
+static int mf1_world(struct ckfs *fs)
+{
+	int n = 0;
+
+	if (fs->ranks > 0)
+		return fs->ranks;
+	if (idx_dir_list(fs->ix, IDX_ROOT_INO, 0, count_rank_dir, &n) < 0)
+		return 0;
+	return n;
+}
+
+struct mf1_find {
+	int rank;
+	int64_t epoch, step;
+	char name[LAYOUT_NAME_MAX + 1];
+	uint64_t ino;
+	bool found;
+};
+
+static int mf1_find_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct mf1_find *f = arg;
+	char rel[LAYOUT_NAME_MAX + 32];
+	struct layout_match m;
+
+	if (!S_ISREG(mode))
+		return 0;
+	snprintf(rel, sizeof(rel), "rank_%d/%s", f->rank, name);
+	if (layout_classify(rel, LAYOUT_MF1, &m) < 0 || m.role != ROLE_STEP_FILE ||
+	    (m.flags & LAYOUT_F_TMP) || m.epoch != f->epoch || m.step != f->step)
+		return 0;
+	snprintf(f->name, sizeof(f->name), "%s", name);
+	f->ino = ino;
+	f->found = true;
+	return 1;
+}
+
+/* rank R's file of (epoch, step), if present. */
+static bool mf1_file(struct ckfs *fs, int rank, int64_t epoch, int64_t step, struct mf1_find *f)
+{
+	char dname[32];
+	uint64_t dir;
+
+	memset(f, 0, sizeof(*f));
+	f->rank = rank;
+	f->epoch = epoch;
+	f->step = step;
+	snprintf(dname, sizeof(dname), "rank_%d", rank);
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir) < 0)
+		return false;
+	idx_dir_list(fs->ix, dir, 0, mf1_find_cb, f);
+	return f->found;
+}
+
+/* Are all ranks' files of (epoch, step) present, committed, closed and sound? */
+static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step, uint64_t *ret_files,
+		      uint64_t *ret_bytes)
+{
+	int world = mf1_world(fs);
+	uint64_t bytes = 0;
+
+	if (world <= 0)
+		return false;
+	for (int r = 0; r < world; r++) {
+		struct mf1_find f;
+		struct idx_inode a;
+		struct oinode *oi;
+
+		if (!mf1_file(fs, r, epoch, step, &f) || idx_inode_get(fs->ix, f.ino, &a) < 0 ||
+		    !a.has_hash || (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+			return false;
+		if ((oi = oi_find(fs, f.ino)) && atomic_load(&oi->ov_dirty))
+			return false;
+		bytes += a.size;
+	}
+	if (ret_files)
+		*ret_files = (uint64_t)world;
+	if (ret_bytes)
+		*ret_bytes = bytes;
+	return true;
+}
+
+/* Has every rank's meta.json claimed (epoch, step) or a later step? (The MF1 commit marker.) */
+static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step)
+{
+	int world = mf1_world(fs);
+
+	if (world <= 0 || world > fs->mf1_nranks)
+		return false;
+	for (int r = 0; r < world; r++) {
+		int64_t e = fs->mf1_claim[r].epoch, st = fs->mf1_claim[r].step;
+
+		if (e < epoch || (e == epoch && st < step))
+			return false;
+	}
+	return true;
+}
+
+/* Remember rank's newest meta.json claim. Returns 0 or -ENOMEM. */
+static int mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
+{
+	if (rank < 0 || rank >= (int)VINO_MF1_RANKS)
+		return 0;
+	if (rank >= fs->mf1_nranks) {
+		int n = rank + 1;
+		void *p = realloc(fs->mf1_claim, (size_t)n * sizeof(*fs->mf1_claim));
+
+		if (!p)
+			return -ENOMEM;
+		fs->mf1_claim = p;
+		for (int i = fs->mf1_nranks; i < n; i++)
+			fs->mf1_claim[i].epoch = fs->mf1_claim[i].step = -1;
+		fs->mf1_nranks = n;
+	}
+	if (epoch > fs->mf1_claim[rank].epoch ||
+	    (epoch == fs->mf1_claim[rank].epoch && step > fs->mf1_claim[rank].step)) {
+		fs->mf1_claim[rank].epoch = epoch;
+		fs->mf1_claim[rank].step = step;
+	}
+	return 0;
+}
+
+static bool mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step)
+{
+	long long e, st;
+
+	if (s->kind != LAYOUT_MF1 || sscanf(s->name, "%lld_%lld", &e, &st) != 2)
+		return false;
+	*epoch = e;
+	*step = st;
+	return true;
+}
+
+static void mf1_judge(struct ckfs *fs, struct idx_step *sp);
+
+static int mf1_judge_cb(const struct idx_step *s, void *arg)
+{
+	struct idx_step copy = *s;
+
+	if (s->kind == LAYOUT_MF1)
+		mf1_judge(arg, &copy);
+	return 0;
+}
+
+static void mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid)
+{
+	char name[64];
+	struct idx_step s;
+	int64_t id;
+
+	snprintf(name, sizeof(name), "%" PRId64 "_%" PRId64, m->epoch, m->step);
+	if (idx_step_by_name(fs->ix, LAYOUT_MF1, name, &s) < 0) {
+		if (idx_begin(fs->ix) < 0)
+			return;
+		if (idx_step_create(fs->ix, LAYOUT_MF1, name, m->step, 0, ckfs_now(fs), &id) < 0 ||
+		    idx_commit(fs->ix) < 0) {
+			idx_rollback(fs->ix);
+			return;
+		}
+		if (idx_step_get(fs->ix, id, &s) < 0)
+			return;
+	}
+	rt_note(fs, s.id, pid);
+	mf1_judge(fs, &s);
+}
+
+/* Complete MF1 step s if every rank's file is whole and every rank's meta.json claimed it. */
+static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
+{
+	struct idx_step s = *sp;
+	uint64_t files, bytes;
+	int64_t e, st;
+
+	if (s.state != IDX_STEP_WRITING && s.state != IDX_STEP_SEALED)
+		return;
+	if (!mf1_key(&s, &e, &st) || !mf1_claimed(fs, e, st) ||
+	    !mf1_sound(fs, e, st, &files, &bytes))
+		return;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	char note[64];
+
+	snprintf(note, sizeof(note), "all %" PRIu64 " ranks written and claimed", files);
+	if (idx_step_set_figures(fs->ix, s.id, files, bytes, 0, NULL) < 0 ||
+	    set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0)
+		idx_rollback(fs->ix);
+	else
+		rt_drop(fs, s.id);
+}
+
+struct mf1_best {
+	struct ckfs *fs;
+	int64_t epoch, step;
+	bool found;
+};
+
+static int mf1_best_cb(const struct idx_step *s, void *arg)
+{
+	struct mf1_best *b = arg;
+	int64_t e, st;
+
+	if (s->state != IDX_STEP_COMPLETE || !mf1_key(s, &e, &st))
+		return 0;
+	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
+		return 0;
+	/* the trainer may have deleted it since (keep_checkpoint_max): still all there? */
+	if (!mf1_sound(b->fs, e, st, NULL, NULL))
+		return 0;
+	b->epoch = e;
+	b->step = st;
+	b->found = true;
+	return 0;
+}
+
+/* rank_R/meta.json as MindSpore writes it, naming the newest step complete on all ranks. */
+int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
+{
+	struct mf1_best b = { .fs = fs };
+	struct layout_tracker t = { 0 };
+	struct mf1_find f;
+
+	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found ||
+	    !mf1_file(fs, rank, b.epoch, b.step, &f))
+		return -ENOENT;
+	t.step = b.step;
+	t.epoch = b.epoch;
+	snprintf(t.ckpt_file, sizeof(t.ckpt_file), "%s", f.name);
+	return layout_tracker_format(LAYOUT_MF1, &t, buf, cap);
+}
+
 /* ---- virtual trackers ---- */
 
 bool steps_is_vino(uint64_t ino)
 {
-	return ino >= VINO_BASE && ino < VINO_BASE + LAYOUT_KIND_COUNT;
+	return (ino >= VINO_BASE && ino < VINO_BASE + LAYOUT_KIND_COUNT) ||
+	       (ino >= VINO_MF1_META(0) && ino < VINO_MF1_META(VINO_MF1_RANKS));
+}
+
+int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct idx_step *ret)
+{
+	if (vino >= VINO_MF1_META(0)) {
+		int n = steps_mf1_meta(fs, (int)(vino - VINO_MF1_META(0)), buf, cap);
+
+		if (n >= 0 && ret) {
+			memset(ret, 0, sizeof(*ret));
+			ret->completed_ns = ckpt_now_ns();
+		}
+		return n;
+	}
+	return steps_tracker_content(fs, (int)(vino - VINO_BASE), buf, cap, ret);
 }
 
 /* Is name (at the root) a tracker? Returns its kind, or LAYOUT_NONE. */
@@ -1008,7 +1298,19 @@ int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *
 	enum layout_kind k;
 	int64_t named = -1;
 
-	if (parent != IDX_ROOT_INO || (k = tracker_kind(fs, name, &named)) == LAYOUT_NONE)
+	if (parent != IDX_ROOT_INO) {
+		char mbuf[LAYOUT_TRACKER_MAX];
+		uint64_t v;
+
+		if (steps_tracker_name(fs, parent, name) != LAYOUT_MF1)
+			return 0;
+		v = steps_tracker_vino(fs, parent, LAYOUT_MF1);
+		if (!v || steps_vcontent(fs, v, mbuf, sizeof(mbuf), NULL) < 0)
+			return -ENOENT;
+		*ret_vino = v;
+		return 1;
+	}
+	if ((k = tracker_kind(fs, name, &named)) == LAYOUT_NONE)
 		return 0;
 	char buf[LAYOUT_TRACKER_MAX];
 	struct idx_step s;
@@ -1026,7 +1328,7 @@ int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st)
 	char buf[LAYOUT_TRACKER_MAX];
 	struct idx_inode root;
 	struct idx_step s;
-	int n = steps_tracker_content(fs, (int)(vino - VINO_BASE), buf, sizeof(buf), &s);
+	int n = steps_vcontent(fs, vino, buf, sizeof(buf), &s);
 
 	if (n < 0) {
 		/* no complete step: the name does not resolve (steps_vlookup), but an inode the
@@ -1064,7 +1366,21 @@ int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap)
 
 int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name)
 {
-	return parent == IDX_ROOT_INO ? tracker_kind(fs, name, NULL) : LAYOUT_NONE;
+	if (parent == IDX_ROOT_INO)
+		return tracker_kind(fs, name, NULL);
+	if (strcmp(name, "meta.json") == 0 && steps_rank_dir(fs, parent) >= 0)
+		return LAYOUT_MF1;
+	return LAYOUT_NONE;
+}
+
+uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind)
+{
+	if (kind == LAYOUT_MF1) {
+		int r = steps_rank_dir(fs, parent);
+
+		return r >= 0 && (unsigned)r < VINO_MF1_RANKS ? VINO_MF1_META(r) : 0;
+	}
+	return VINO_BASE + (uint64_t)kind;
 }
 
 void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
@@ -1082,6 +1398,14 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 	}
 	if (rc < 0) {
 		logf_("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
+		return;
+	}
+	if (kind == LAYOUT_MF1) {
+		int rank = -1;
+
+		/* the marker of MF1: every rank's meta.json; a step completes once all claimed it */
+		if (sscanf(name, "rank_%d/", &rank) == 1 && mf1_note_claim(fs, rank, t.epoch, t.step) == 0)
+			idx_step_foreach(fs->ix, mf1_judge_cb, fs);
 		return;
 	}
 	/* seal the named step of every layout sharing this tracker */
@@ -1300,6 +1624,20 @@ static void verify_newest(struct ckfs *fs)
 	}
 }
 
+/* idx_claim_foreach callback: MF1 meta.json claims recorded by earlier mounts. */
+static int mf1_reload_claim(int64_t id, const char *tracker, const void *content, size_t len,
+			    int64_t step, int64_t ts_ns, void *arg)
+{
+	struct ckfs *fs = arg;
+	struct layout_tracker t;
+	int rank;
+
+	if (sscanf(tracker, "rank_%d/meta.json", &rank) == 1 && content &&
+	    layout_tracker_parse(LAYOUT_MF1, "meta.json", content, len, &t) == 0)
+		mf1_note_claim(fs, rank, t.epoch, t.step);
+	return 0;
+}
+
 int steps_init(struct ckfs *fs)
 {
 	int rc;
@@ -1312,6 +1650,8 @@ int steps_init(struct ckfs *fs)
 	if (rc == 0)
 		rc = ensure_dir(fs, fs->meta_ino, RETAINED_NAME, 0555, &fs->retained_ino);
 	if (rc == 0 && fs->layout >= 0) {
+		idx_claim_foreach(fs->ix, mf1_reload_claim, fs);
+		idx_step_foreach(fs->ix, mf1_judge_cb, fs);
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
 		verify_newest(fs);
 	}
@@ -1340,6 +1680,9 @@ void steps_stop(struct ckfs *fs)
 	fs->reaper_started = false;
 	while (fs->steps_rt)
 		rt_drop(fs, fs->steps_rt->id);
+	free(fs->mf1_claim);
+	fs->mf1_claim = NULL;
+	fs->mf1_nranks = 0;
 }
 
 /* ---- bad chunks ---- */
