@@ -67,6 +67,7 @@ struct ckfs {
 	pthread_t reaper;
 	pthread_cond_t reaper_cv;
 	bool reaper_started, stopping;
+	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
 };
 
 /*

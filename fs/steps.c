@@ -299,6 +299,91 @@ static int tree_has_bad_chunk(struct ckfs *fs, uint64_t dir)
 	return w.bad > 0;
 }
 
+/* Read a committed file straight from its extents (recovery: no oinode exists). */
+struct ext_reader {
+	struct ckfs *fs;
+	struct idx_extent *ext;
+	size_t n;
+};
+
+static ssize_t ext_read(void *arg, void *buf, size_t len, uint64_t off)
+{
+	struct ext_reader *r = arg;
+	size_t done = 0;
+
+	for (size_t i = 0; i < r->n && done < len; i++) {
+		const struct idx_extent *e = &r->ext[i];
+		struct store_hash h;
+		uint64_t pos = off + done;
+
+		if (pos < e->offset || pos >= e->offset + e->length)
+			continue;
+		memcpy(h.b, e->hash, STORE_HASH_LEN);
+		size_t want = len - done;
+
+		if (want > e->offset + e->length - pos)
+			want = (size_t)(e->offset + e->length - pos);
+		ssize_t got = store_chunk_pread(r->fs->st, &h, (uint8_t *)buf + done, want,
+						pos - e->offset);
+
+		if (got != (ssize_t)want)
+			return got < 0 ? got : -EIO;
+		done += want;
+	}
+	return (ssize_t)done;
+}
+
+/* Re-check the structure of every file under dir from the store; flag the malformed. */
+static int revalidate_entry(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
+			    void *arg)
+{
+	struct walk *w = arg;
+	struct ext_reader r = { .fs = w->fs };
+	struct idx_inode a;
+	char why[128];
+
+	if (S_ISDIR(mode)) {
+		if (w->ndirs == w->capdirs) {
+			size_t nc = w->capdirs ? 2 * w->capdirs : 16;
+			uint64_t *p = realloc(w->dirs, nc * sizeof(*p));
+
+			if (!p)
+				return -ENOMEM;
+			w->dirs = p;
+			w->capdirs = nc;
+		}
+		w->dirs[w->ndirs++] = ino;
+		return 0;
+	}
+	if (!S_ISREG(mode) || idx_inode_get(w->fs->ix, ino, &a) < 0 || !a.has_hash ||
+	    (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+		return 0;
+	if (idx_file_extents(w->fs->ix, ino, &r.ext, &r.n) < 0)
+		return 0;
+	int rc = validate_file(name, a.size, ext_read, &r, NULL, why, sizeof(why));
+
+	free(r.ext);
+	if (rc == -EBADMSG || rc == -EIO) {
+		a.flags = (a.flags & ~(uint32_t)IDX_INODE_VALID) | IDX_INODE_MALFORMED;
+		if (idx_begin(w->fs->ix) == 0 &&
+		    (idx_inode_update(w->fs->ix, &a) < 0 || idx_commit(w->fs->ix) < 0))
+			idx_rollback(w->fs->ix);
+		w->unsound++;
+		logf_("recovery: '%s' (inode %" PRIu64 ") is malformed: %s", name, ino, why);
+	}
+	return 0;
+}
+
+static void revalidate_tree(struct ckfs *fs, uint64_t dir)
+{
+	struct walk w = { .fs = fs };
+	int rc = idx_dir_list(fs->ix, dir, 0, revalidate_entry, &w);
+
+	for (size_t i = 0; rc >= 0 && i < w.ndirs; i++)
+		rc = idx_dir_list(fs->ix, w.dirs[i], 0, revalidate_entry, &w);
+	free(w.dirs);
+}
+
 /* ---- moving steps out of and back into the namespace ---- */
 
 static int move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
@@ -350,18 +435,59 @@ static void mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid
  * complete. Runs its own transaction. Called by the reaper only, so a tracker written before
  * the other ranks finish (DeepSpeed) cannot complete a step whose last files are still coming.
  */
-static void evaluate(struct ckfs *fs, int64_t id, bool settled)
+static bool marker_after_all_ranks(int kind);
+
+struct newer_ctx {
+	const struct idx_step *s;
+	bool found;
+};
+
+static int newer_cb(const struct idx_step *o, void *arg)
+{
+	struct newer_ctx *c = arg;
+
+	if (o->kind == c->s->kind && o->id != c->s->id && o->step > c->s->step &&
+	    o->created_ns > c->s->sealed_ns)
+		c->found = true;
+	return 0;
+}
+
+/*
+ * Did the trainer start a newer step of the same layout after s was sealed? DeepSpeed's barrier
+ * follows `latest`, and every trainer finishes a save on all ranks before training on to the
+ * next one, so a newer step started means every rank was done with s.
+ */
+static bool newer_step_started(struct ckfs *fs, const struct idx_step *s)
+{
+	struct newer_ctx c = { .s = s };
+
+	return s->sealed_ns > 0 && idx_step_foreach(fs->ix, newer_cb, &c) == 0 && c.found;
+}
+
+static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 {
 	struct idx_step s;
 	struct walk w;
 	struct store_hash dg;
+	bool unprovable = false;
 	int rc;
 
 	if (idx_step_get(fs->ix, id, &s) < 0)
 		return;
 	if (s.state != IDX_STEP_WRITING && s.state != IDX_STEP_SEALED)
 		return;
-	if (!s.dir_ino || walk_tree(fs, s.dir_ino, &w, false) < 0)
+	if (!s.dir_ino)
+		return;
+	if (recovering) {
+		/* the daemon that saw this step being written is gone: trust no flag written
+		 * after the content, re-check every file from the store */
+		revalidate_tree(fs, s.dir_ino);
+		/* after a crash, a step whose marker may precede other ranks' files (DeepSpeed's
+		 * `latest`, HF's trainer_state.json) cannot be shown to have all its files */
+		unprovable = fs->crash_recovery && !marker_after_all_ranks(s.kind) &&
+			     !newer_step_started(fs, &s);
+	}
+	if (walk_tree(fs, s.dir_ino, &w, false) < 0)
 		return;
 	store_hasher_digest(w.digest, &dg);
 	store_hasher_free(w.digest);
@@ -369,17 +495,20 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled)
 		return;
 	rc = idx_step_set_figures(fs->ix, id, w.files, w.bytes, w.stored, dg.b);
 	if (rc == 0 && s.state == IDX_STEP_SEALED && w.open == 0 && w.uncommitted == 0 &&
-	    w.unsound == 0 && w.files > 0) {
+	    w.unsound == 0 && w.files > 0 && !unprovable) {
 		rc = set_state(fs, &s, IDX_STEP_COMPLETE, NULL);
 	} else if (rc == 0 && settled && w.open == 0) {
 		char note[128];
 
-		if (s.state == IDX_STEP_WRITING)
+		if (unprovable)
+			snprintf(note, sizeof(note), "the daemon stopped before every rank was known "
+				 "to be done");
+		else if (s.state == IDX_STEP_WRITING)
 			snprintf(note, sizeof(note), "abandoned: never sealed, no writer left");
 		else
 			snprintf(note, sizeof(note), "%u torn or malformed, %u never closed of %" PRIu64
 				 " files", w.unsound, w.uncommitted, w.files);
-		if (w.files == 0 && s.state == IDX_STEP_WRITING)
+		if (w.files == 0 && s.state == IDX_STEP_WRITING && !unprovable)
 			snprintf(note, sizeof(note), "abandoned empty");
 		rc = set_state(fs, &s, IDX_STEP_INCOMPLETE, note);
 		if (rc == 0)
@@ -665,7 +794,7 @@ static void seal(struct ckfs *fs, struct idx_step *s, const char *why)
 		}
 	}
 	if (marker_after_all_ranks(s->kind))
-		evaluate(fs, s->id, false); /* every rank was done before the marker: judge now */
+		evaluate(fs, s->id, false, false); /* every rank was done before the marker */
 	else
 		rt_note(fs, s->id, 0); /* the reaper judges it once it is quiet */
 }
@@ -1487,7 +1616,7 @@ void steps_reap(struct ckfs *fs, bool recovering)
 				if (pid_alive(r->pids[j]))
 					settled = false;
 		}
-		evaluate(fs, c.ids[i], settled);
+		evaluate(fs, c.ids[i], settled, recovering);
 	}
 out:
 	free(c.ids);
@@ -1652,7 +1781,9 @@ int steps_init(struct ckfs *fs)
 	if (rc == 0 && fs->layout >= 0) {
 		idx_claim_foreach(fs->ix, mf1_reload_claim, fs);
 		idx_step_foreach(fs->ix, mf1_judge_cb, fs);
+		fs->crash_recovery = !fs->repo->was_clean;
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
+		fs->crash_recovery = false;
 		verify_newest(fs);
 	}
 	pthread_mutex_unlock(&fs->mu);
