@@ -215,6 +215,17 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	}
 	fs.ix = fs.repo->ix;
 	fs.st = fs.repo->st;
+	if (status_fd >= 0) {
+		/* in the background, everything from here on (recovery included) goes to the log;
+		 * a startup failure still reaches the user through the status pipe */
+		snprintf(path, sizeof(path), "%s/ckptfs.log", c->store);
+		int logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+
+		if (logfd >= 0) {
+			dup2(logfd, 2);
+			close(logfd);
+		}
+	}
 	if (!fs.repo->was_clean) {
 		rc = ckpt_repo_sweep(fs.repo, &inodes, &chunks);
 		if (rc < 0) {
@@ -244,6 +255,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		goto out;
 	}
 	se = fuse_session_new(args, &ckfs_ops, sizeof(ckfs_ops), &fs);
+	fs.se = se;
 	if (!se) {
 		startup_fail("invalid mount options (see ckptfs --help)");
 		goto out;
@@ -264,18 +276,11 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 			(unsigned long long)inodes, (unsigned long long)chunks);
 	if (status_fd >= 0) {
 		int devnull = open("/dev/null", O_RDWR);
-		int logfd;
 
-		snprintf(path, sizeof(path), "%s/ckptfs.log", c->store);
-		logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 		if (devnull >= 0) {
 			dup2(devnull, 0);
 			dup2(devnull, 1);
 			close(devnull);
-		}
-		if (logfd >= 0) {
-			dup2(logfd, 2);
-			close(logfd);
 		}
 		if (chdir("/") < 0) {
 			/* not fatal: the store path is absolute */

@@ -68,6 +68,10 @@ struct ckfs {
 	pthread_cond_t reaper_cv;
 	bool reaper_started, stopping;
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
+	struct fuse_session *se; /* for kernel cache invalidation (steps_flush_inval) */
+	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
+							       kernel's dentry cache; mu */
+	size_t ninval, capinval;
 };
 
 /*
@@ -209,6 +213,10 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
  * complete step of its layout, keep a copy in /.ckptfs/retained until a newer step completes,
  * and bring it back when a tracker read resolves to it. */
 void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
+/* steps_flush_inval - tell the kernel to forget the names the engine moved or removed behind
+ * its back (pruned, quarantined, retained, restored), so their inodes are released and their
+ * space reclaimed. fs->mu NOT held (the kernel may need a directory lock a request holds). */
+void steps_flush_inval(struct ckfs *fs);
 /* steps_in_meta - is ino inside /.ckptfs (read-only)? */
 bool steps_in_meta(struct ckfs *fs, uint64_t ino);
 /* Virtual trackers. steps_is_vino: is ino one. steps_tracker_name: the layout kind of the

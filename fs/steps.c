@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fuse_lowlevel.h>
+
 #include "fs/fs_int.h"
 #include "fs/layout.h"
 #include "fs/validate.h"
@@ -199,6 +201,41 @@ static int rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
 		return -ENAMETOOLONG;
 	memcpy(buf, p, len + 1);
 	return 0;
+}
+
+/* Queue parent/name for steps_flush_inval. fs->mu held. Dropped silently on ENOMEM (the kernel
+ * then forgets it by itself later, under memory pressure or at unmount). */
+static void inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
+{
+	if (fs->ninval == fs->capinval) {
+		size_t nc = fs->capinval ? 2 * fs->capinval : 16;
+		struct inval *p = realloc(fs->inval, nc * sizeof(*p));
+
+		if (!p)
+			return;
+		fs->inval = p;
+		fs->capinval = nc;
+	}
+	fs->inval[fs->ninval].parent = parent;
+	snprintf(fs->inval[fs->ninval].name, sizeof(fs->inval[0].name), "%s", name);
+	fs->ninval++;
+}
+
+void steps_flush_inval(struct ckfs *fs)
+{
+	struct inval *v;
+	size_t n;
+
+	pthread_mutex_lock(&fs->mu);
+	v = fs->inval;
+	n = fs->ninval;
+	fs->inval = NULL;
+	fs->ninval = fs->capinval = 0;
+	pthread_mutex_unlock(&fs->mu);
+	for (size_t i = 0; fs->se && i < n; i++)
+		fuse_lowlevel_notify_inval_entry(fs->se, v[i].parent, v[i].name,
+						 strlen(v[i].name)); /* -ENOENT: not cached */
+	free(v);
 }
 
 /* ---- the tree of a step ---- */
@@ -397,6 +434,8 @@ static int move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
 		return 0; /* not at its place in the namespace (already moved, or renamed) */
 	snprintf(qname, sizeof(qname), "%s.%" PRId64, s->name, s->id);
 	rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, fs->quarantine_ino, qname);
+	if (rc == 0)
+		inval_queue(fs, IDX_ROOT_INO, s->name);
 	return rc;
 }
 
@@ -632,6 +671,8 @@ static int prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 		rc = tree_remove(fs, s->dir_ino, fr, 0);
 		if (rc == 0)
 			rc = idx_dentry_remove(fs->ix, parent, name);
+		if (rc == 0)
+			inval_queue(fs, parent, name);
 		if (rc == 0)
 			rc = fs_drop_link(fs, s->dir_ino, ckfs_now(fs), fr);
 		if (rc == 0) {
@@ -1633,8 +1674,14 @@ static void *reaper_main(void *arg)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
 		pthread_cond_timedwait(&fs->reaper_cv, &fs->mu, &ts);
-		if (!fs->stopping)
-			steps_reap(fs, false);
+		if (fs->stopping)
+			break;
+		steps_reap(fs, false);
+		if (fs->ninval) {
+			pthread_mutex_unlock(&fs->mu);
+			steps_flush_inval(fs);
+			pthread_mutex_lock(&fs->mu);
+		}
 	}
 	pthread_mutex_unlock(&fs->mu);
 	return NULL;
@@ -1814,6 +1861,9 @@ void steps_stop(struct ckfs *fs)
 	free(fs->mf1_claim);
 	fs->mf1_claim = NULL;
 	fs->mf1_nranks = 0;
+	free(fs->inval);
+	fs->inval = NULL;
+	fs->ninval = fs->capinval = 0;
 }
 
 /* ---- bad chunks ---- */

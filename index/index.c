@@ -170,7 +170,7 @@ static const char *const ix_sql[IX__COUNT] = {
 			    "coalesce(sum((mode & 61440) = 40960), 0), "
 			    "coalesce(sum(CASE WHEN (mode & 61440) = 32768 THEN size ELSE 0 END), "
 			    "0) "
-			    "FROM inodes",
+			    "FROM inodes WHERE nlink > 0", /* unlinked-but-open files are not counted */
 	[IX_STATS_CHUNKS] = "SELECT count(*), coalesce(sum(raw_size), 0), "
 			    "coalesce(sum(stored_size), 0), coalesce(sum(bad <> 0), 0) FROM chunks",
 	/* an nlink-0 inode still named or still holding entries is left to idx_check */

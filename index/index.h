@@ -92,7 +92,7 @@ struct idx_extent {
 	uint8_t hash[IDX_HASH_LEN]; /* XXH3-128 of the chunk's raw bytes */
 };
 
-/* Whole-store figures. Bytes unless said otherwise. */
+/* Whole-store figures. Bytes unless said otherwise. Inode figures count linked inodes only. */
 struct idx_stats {
 	uint64_t files, dirs, symlinks;
 	uint64_t logical_bytes;  /* sum of regular file sizes */
