@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <fuse_lowlevel.h>
+#include <jansson.h>
 
 #include "fs/fs_int.h"
 #include "fs/layout.h"
@@ -476,6 +477,79 @@ static void mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid
  */
 static bool marker_after_all_ranks(int kind);
 
+/* Every "file_name" string anywhere in j names a regular file in directory dir? */
+static bool names_exist(struct ckfs *fs, uint64_t dir, json_t *j, int depth, char *missing,
+			size_t cap)
+{
+	const char *key;
+	json_t *v;
+	size_t i;
+
+	if (depth > 32)
+		return false;
+	if (json_is_object(j)) {
+		json_object_foreach(j, key, v) {
+			if (strcmp(key, "file_name") == 0 && json_is_string(v)) {
+				const char *n = json_string_value(v);
+				struct idx_inode a;
+				uint64_t ino;
+
+				if (strchr(n, '/') || !strcmp(n, "..") ||
+				    idx_dentry_lookup(fs->ix, dir, n, &ino) < 0 ||
+				    idx_inode_get(fs->ix, ino, &a) < 0 || !S_ISREG(a.mode)) {
+					snprintf(missing, cap, "%s", n);
+					return false;
+				}
+			} else if (!names_exist(fs, dir, v, depth + 1, missing, cap)) {
+				return false;
+			}
+		}
+	} else if (json_is_array(j)) {
+		json_array_foreach(j, i, v)
+			if (!names_exist(fs, dir, v, depth + 1, missing, cap))
+				return false;
+	}
+	return true;
+}
+
+/*
+ * MindFormers 2.0's metadata.json lists the step's files (verify_ckpt_valid in mindformers
+ * checkpoint.py checks that they exist): a step whose metadata.json names a file that is not
+ * there is not complete. Returns true when there is nothing to check or every name exists.
+ * DCP's .metadata is a pickle and is not read here.
+ */
+static bool step_metadata_ok(struct ckfs *fs, const struct idx_step *s, char *missing, size_t cap)
+{
+	struct ext_reader r = { .fs = fs };
+	struct idx_inode a;
+	json_t *j;
+	uint64_t ino;
+	char *buf;
+	bool ok;
+
+	if (s->kind != LAYOUT_MF2 || idx_dentry_lookup(fs->ix, s->dir_ino, "metadata.json", &ino) < 0 ||
+	    idx_inode_get(fs->ix, ino, &a) < 0 || !S_ISREG(a.mode) || !a.has_hash ||
+	    a.size > (64u << 20))
+		return true;
+	if (!(buf = malloc(a.size ? a.size : 1)))
+		return true; /* cannot check now: the reaper tries again */
+	if (idx_file_extents(fs->ix, ino, &r.ext, &r.n) < 0 ||
+	    ext_read(&r, buf, a.size, 0) != (ssize_t)a.size) {
+		free(r.ext);
+		free(buf);
+		snprintf(missing, cap, "metadata.json (unreadable)");
+		return false;
+	}
+	free(r.ext);
+	j = json_loadb(buf, a.size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	free(buf);
+	if (!j)
+		return true; /* malformed JSON is flagged by the structure check */
+	ok = names_exist(fs, s->dir_ino, j, 0, missing, cap);
+	json_decref(j);
+	return ok;
+}
+
 struct newer_ctx {
 	const struct idx_step *s;
 	bool found;
@@ -533,8 +607,19 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 	if (idx_begin(fs->ix) < 0)
 		return;
 	rc = idx_step_set_figures(fs->ix, id, w.files, w.bytes, w.stored, dg.b);
+	char missing[256] = "";
+	bool listed_ok = true;
+
+	if (s.state == IDX_STEP_SEALED && w.open == 0 && w.uncommitted == 0 && w.unsound == 0 &&
+	    w.files > 0 && !unprovable && !step_metadata_ok(fs, &s, missing, sizeof(missing))) {
+		listed_ok = false;
+		w.unsound++; /* judged like a malformed file */
+		if (settled)
+			logf_("step '%s': metadata.json names '%s', which is not in the step",
+			      s.name, missing);
+	}
 	if (rc == 0 && s.state == IDX_STEP_SEALED && w.open == 0 && w.uncommitted == 0 &&
-	    w.unsound == 0 && w.files > 0 && !unprovable) {
+	    w.unsound == 0 && w.files > 0 && !unprovable && listed_ok) {
 		rc = set_state(fs, &s, IDX_STEP_COMPLETE, NULL);
 	} else if (rc == 0 && settled && w.open == 0) {
 		char note[128];
