@@ -1272,10 +1272,10 @@ static bool mf1_file(struct ckfs *fs, int rank, int64_t epoch, int64_t step, str
 
 /* Are all ranks' files of (epoch, step) present, committed, closed and sound? */
 static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step, uint64_t *ret_files,
-		      uint64_t *ret_bytes)
+		      uint64_t *ret_bytes, uint64_t *ret_stored)
 {
 	int world = mf1_world(fs);
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, stored = 0;
 
 	if (world <= 0)
 		return false;
@@ -1290,11 +1290,17 @@ static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step, uint64_t *re
 		if ((oi = oi_find(fs, f.ino)) && atomic_load(&oi->ov_dirty))
 			return false;
 		bytes += a.size;
+		uint64_t st = 0;
+
+		if (idx_file_stored_bytes(fs->ix, f.ino, &st) == 0)
+			stored += st;
 	}
 	if (ret_files)
 		*ret_files = (uint64_t)world;
 	if (ret_bytes)
 		*ret_bytes = bytes;
+	if (ret_stored)
+		*ret_stored = stored;
 	return true;
 }
 
@@ -1386,20 +1392,20 @@ static void mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid
 static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 {
 	struct idx_step s = *sp;
-	uint64_t files, bytes;
+	uint64_t files, bytes, stored;
 	int64_t e, st;
 
 	if (s.state != IDX_STEP_WRITING && s.state != IDX_STEP_SEALED)
 		return;
 	if (!mf1_key(&s, &e, &st) || !mf1_claimed(fs, e, st) ||
-	    !mf1_sound(fs, e, st, &files, &bytes))
+	    !mf1_sound(fs, e, st, &files, &bytes, &stored))
 		return;
 	if (idx_begin(fs->ix) < 0)
 		return;
 	char note[64];
 
 	snprintf(note, sizeof(note), "all %" PRIu64 " ranks written and claimed", files);
-	if (idx_step_set_figures(fs->ix, s.id, files, bytes, 0, NULL) < 0 ||
+	if (idx_step_set_figures(fs->ix, s.id, files, bytes, stored, NULL) < 0 ||
 	    set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0)
 		idx_rollback(fs->ix);
 	else
@@ -1422,7 +1428,7 @@ static int mf1_best_cb(const struct idx_step *s, void *arg)
 	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
 		return 0;
 	/* the trainer may have deleted it since (keep_checkpoint_max): still all there? */
-	if (!mf1_sound(b->fs, e, st, NULL, NULL))
+	if (!mf1_sound(b->fs, e, st, NULL, NULL, NULL))
 		return 0;
 	b->epoch = e;
 	b->step = st;
