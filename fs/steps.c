@@ -204,19 +204,32 @@ static int rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
 	return 0;
 }
 
+/*
+ * Make room for one more element in the array *vp of *cap elements of elem bytes, n in use.
+ * Returns 0 or -ENOMEM (the array is unchanged).
+ */
+static int grow(void *vp, size_t *cap, size_t n, size_t elem)
+{
+	void **v = vp;
+
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : 16;
+	void *p = realloc(*v, nc * elem);
+
+	if (!p)
+		return -ENOMEM;
+	*v = p;
+	*cap = nc;
+	return 0;
+}
+
 /* Queue parent/name for steps_flush_inval. fs->mu held. Dropped silently on ENOMEM (the kernel
  * then forgets it by itself later, under memory pressure or at unmount). */
 static void inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 {
-	if (fs->ninval == fs->capinval) {
-		size_t nc = fs->capinval ? 2 * fs->capinval : 16;
-		struct inval *p = realloc(fs->inval, nc * sizeof(*p));
-
-		if (!p)
-			return;
-		fs->inval = p;
-		fs->capinval = nc;
-	}
+	if (grow(&fs->inval, &fs->capinval, fs->ninval, sizeof(*fs->inval)) < 0)
+		return;
 	fs->inval[fs->ninval].parent = parent;
 	snprintf(fs->inval[fs->ninval].name, sizeof(fs->inval[0].name), "%s", name);
 	fs->ninval++;
@@ -261,15 +274,8 @@ static int walk_entry(const char *name, uint64_t ino, uint32_t mode, int64_t coo
 	int rc;
 
 	if (S_ISDIR(mode)) {
-		if (w->ndirs == w->capdirs) {
-			size_t nc = w->capdirs ? 2 * w->capdirs : 16;
-			uint64_t *p = realloc(w->dirs, nc * sizeof(*p));
-
-			if (!p)
-				return -ENOMEM;
-			w->dirs = p;
-			w->capdirs = nc;
-		}
+		if (grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+			return -ENOMEM;
 		w->dirs[w->ndirs++] = ino;
 		return 0;
 	}
@@ -381,15 +387,8 @@ static int revalidate_entry(const char *name, uint64_t ino, uint32_t mode, int64
 	char why[128];
 
 	if (S_ISDIR(mode)) {
-		if (w->ndirs == w->capdirs) {
-			size_t nc = w->capdirs ? 2 * w->capdirs : 16;
-			uint64_t *p = realloc(w->dirs, nc * sizeof(*p));
-
-			if (!p)
-				return -ENOMEM;
-			w->dirs = p;
-			w->capdirs = nc;
-		}
+		if (grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+			return -ENOMEM;
 		w->dirs[w->ndirs++] = ino;
 		return 0;
 	}
@@ -667,15 +666,8 @@ static int collect_complete(const struct idx_step *s, void *arg)
 
 	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE)
 		return 0;
-	if (c->n == c->cap) {
-		size_t nc = c->cap ? 2 * c->cap : 16;
-		int64_t *p = realloc(c->ids, nc * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		c->ids = p;
-		c->cap = nc;
-	}
+	if (grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+		return -ENOMEM;
 	c->ids[c->n++] = s->id;
 	return 0;
 }
@@ -1710,15 +1702,8 @@ static int scan_open_steps(const struct idx_step *s, void *arg)
 
 	if (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_SEALED)
 		return 0;
-	if (c->n == c->cap) {
-		size_t nc = c->cap ? 2 * c->cap : 16;
-		int64_t *p = realloc(c->ids, nc * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		c->ids = p;
-		c->cap = nc;
-	}
+	if (grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+		return -ENOMEM;
 	c->ids[c->n++] = s->id;
 	return 0;
 }
