@@ -119,8 +119,10 @@ struct fs_pins *fs_pins_new(void);
 void fs_pins_free(struct fs_pins *p);
 
 /*
- * fs_chunk_put - pin the digest of buf, then store it (store_chunk_put). On failure the pin is
- * dropped. Returns 0 or the -errno of store_chunk_put. Thread-safe.
+ * fs_chunk_put - pin the digest of buf, then store it (store_chunk_put). A stored copy the index
+ * marks bad is deleted and written again (never a dedup target), and the mark cleared. On
+ * failure the pin is dropped. Returns 0 or the -errno of store_chunk_put. Thread-safe; takes
+ * fs->mu, so the caller must not hold it.
  */
 int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, struct store_chunk_info *ret);
 

@@ -9,6 +9,7 @@
  * again) or its pin prevents the delete.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,9 +107,30 @@ int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, struct store_chun
 	}
 	pthread_mutex_unlock(&p->mu);
 
+	/* never deduplicate onto a copy known to be damaged: write the chunk again, which repairs
+	 * every file that shares it */
+	pthread_mutex_lock(&fs->mu);
+	bool bad = idx_chunk_is_bad(fs->ix, h.b) > 0;
+
+	if (bad)
+		store_chunk_delete(fs->st, &h);
+	pthread_mutex_unlock(&fs->mu);
 	rc = store_chunk_put(fs->st, buf, len, ret);
-	if (rc < 0)
+	if (rc < 0) {
 		fs_chunk_unpin(fs, &h);
+		return rc;
+	}
+	if (bad) {
+		pthread_mutex_lock(&fs->mu);
+		if (idx_begin(fs->ix) == 0 &&
+		    (idx_chunk_clear_bad(fs->ix, h.b) < 0 || idx_commit(fs->ix) < 0))
+			idx_rollback(fs->ix);
+		pthread_mutex_unlock(&fs->mu);
+		char hex[2 * STORE_HASH_LEN + 1];
+
+		fprintf(stderr, "ckptfs: chunk '%s' was damaged on disk; written again from new "
+			"data\n", store_hash_hex(&h, hex));
+	}
 	return rc;
 }
 

@@ -55,6 +55,7 @@
 struct step_rt {
 	int64_t id;
 	pid_t pids[16]; /* processes that wrote into the step (first 16) */
+	unsigned long long starts[16]; /* their start times (proc(5) field 22): pids are reused */
 	unsigned npids;
 	int64_t last_ns; /* last write/commit seen */
 	struct step_rt *next;
@@ -124,6 +125,8 @@ static pid_t tgid_of(pid_t tid)
 	return tgid;
 }
 
+static int pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
+
 static void rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 {
 	struct step_rt *r = rt_get(fs, id, true);
@@ -135,16 +138,53 @@ static void rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 	for (unsigned i = 0; i < r->npids; i++)
 		if (r->pids[i] == pid)
 			return;
-	if (pid > 0 && r->npids < sizeof(r->pids) / sizeof(r->pids[0]))
+	char state;
+	unsigned long long start;
+
+	if (pid > 0 && r->npids < sizeof(r->pids) / sizeof(r->pids[0]) &&
+	    pid_stat(pid, &state, &start) == 0) {
+		r->starts[r->npids] = start;
 		r->pids[r->npids++] = pid;
+	}
 }
 
-static bool pid_alive(pid_t pid)
+/*
+ * State and start time (clock ticks since boot) of process pid, from /proc/PID/stat (proc(5):
+ * field 3 state, field 22 starttime). Returns 0 or -errno.
+ */
+static int pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start)
 {
-	char p[64];
+	char path[64], buf[1024];
+	unsigned long long start;
+	char state;
+	size_t n;
+	FILE *f;
+	char *p;
 
-	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-	return access(p, F_OK) == 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "re")))
+		return -errno;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	if (!(p = strrchr(buf, ')')) ||
+	    sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+			  "%*d %*d %llu", &state, &start) != 2)
+		return -EIO;
+	*ret_state = state;
+	*ret_start = start;
+	return 0;
+}
+
+/* Is the process that had this pid and start time still running (not a zombie)? */
+static bool pid_alive(pid_t pid, unsigned long long start)
+{
+	unsigned long long now_start;
+	char state;
+
+	if (pid_stat(pid, &state, &now_start) < 0)
+		return false;
+	return now_start == start && state != 'Z' && state != 'X';
 }
 
 int fs_pid_flags(pid_t pid, unsigned long *ret)
@@ -1730,7 +1770,7 @@ void steps_reap(struct ckfs *fs, bool recovering)
 			if (now - r->last_ns < STEP_SETTLE_NS)
 				continue;
 			for (unsigned j = 0; j < r->npids; j++)
-				if (pid_alive(r->pids[j]))
+				if (pid_alive(r->pids[j], r->starts[j]))
 					settled = false;
 		}
 		evaluate(fs, c.ids[i], settled, recovering);
