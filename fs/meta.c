@@ -172,9 +172,48 @@ static int render_steps_json(struct out *o, const struct collect *c)
 	return 0;
 }
 
+struct claim_scan {
+	const struct collect *steps;
+	uint64_t total, junk, unfulfilled;
+	char last[3][160]; /* the newest unfulfilled claims, for a person to read */
+};
+
+/* Did any step with this number ever complete (complete, or pruned after completing)? */
+static bool step_completed(const struct collect *c, int64_t step)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (c->v[i].step == step &&
+		    (c->v[i].state == IDX_STEP_COMPLETE ||
+		     (c->v[i].state == IDX_STEP_PRUNED && c->v[i].completed_ns > 0)))
+			return true;
+	return false;
+}
+
+static int claim_cb(int64_t id, const char *tracker, const void *content, size_t len, int64_t step,
+		    int64_t ts_ns, void *arg)
+{
+	struct claim_scan *cs = arg;
+	char t[32];
+
+	cs->total++;
+	if (step < 0) {
+		cs->junk++;
+		return 0;
+	}
+	if (step_completed(cs->steps, step))
+		return 0;
+	cs->unfulfilled++;
+	iso8601(ts_ns, t, sizeof(t));
+	memmove(cs->last[0], cs->last[1], sizeof(cs->last[0]) * 2);
+	snprintf(cs->last[2], sizeof(cs->last[2]), "%s '%s' claimed step %" PRId64, t, tracker,
+		 step);
+	return 0;
+}
+
 static void render_status(struct ckfs *fs, struct out *o, const struct collect *c,
 			  const struct idx_stats *st)
 {
+	struct claim_scan cs = { .steps = c };
 	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
 
 	for (size_t i = 0; i < c->n; i++)
@@ -198,6 +237,13 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
 		put(o, " %s %u", idx_step_state_name(s), by_state[s]);
 	put(o, "\n");
+	if (idx_claim_foreach(fs->ix, claim_cb, &cs) == 0) {
+		put(o, "tracker claims:     %" PRIu64 " recorded, %" PRIu64 " not a step, %" PRIu64
+		       " naming a step that never completed\n", cs.total, cs.junk, cs.unfulfilled);
+		for (int i = 0; i < 3; i++)
+			if (cs.last[i][0])
+				put(o, "  %s\n", cs.last[i]);
+	}
 	char shown[LAYOUT_KIND_COUNT][256];
 	int nshown = 0;
 
