@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Every framework layout, end to end, with a real 2-rank PyTorch training job (trainer.py).
 
-For each layout (mf2 megatron mf1 deepspeed hf dcp internevo):
+For each layout (mf2 megatron mf1 deepspeed hf dcp internevo orbax):
   plain   - harness self-test on a plain temporary directory: train with saves (and the
             framework's own retention), then --resume: it must land on the last saved step, the
             loaded files must hash to what the writers logged, the state digest and loss must
@@ -42,11 +42,11 @@ import ckfs  # noqa: E402
 
 TRAINER = os.path.join(HERE, 'trainer.py')
 PYTHON = '/usr/bin/python3'
-LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo')
+LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'orbax')
 # the framework's own retention where it has one; mf2 with keep=1 deletes the newest complete
 # step before writing the next one, which ckptfs must survive
-KEEP_PLAIN = {'mf2': 2, 'mf1': 2, 'hf': 2, 'dcp': 2}
-KEEP_CRASH = {'mf2': 1, 'mf1': 2, 'hf': 2, 'dcp': 2}
+KEEP_PLAIN = {'mf2': 2, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2}
+KEEP_CRASH = {'mf2': 1, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2}
 ROUNDS = int(os.environ.get('CKPTFS_CRASH_ROUNDS', '2'))
 SEED = int(os.environ.get('CKPTFS_CRASH_SEED') or random.SystemRandom().randrange(1 << 30))
 SLOW = float(os.environ.get('CKPTFS_SLOW_SAVE', '0.15'))
@@ -232,6 +232,8 @@ def expected_listing(layout, steps, keep, ranks=2):
         return sorted('step-%d' % s for s in kept)
     if layout == 'internevo':
         return sorted(['%d' % s for s in kept] + ['%d.step' % s for s in kept])
+    if layout == 'orbax':
+        return sorted('%d' % s for s in kept)
     raise ValueError(layout)
 
 

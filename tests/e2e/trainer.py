@@ -10,7 +10,7 @@ Ranks: --ranks R processes (default 2) over gloo, MASTER_ADDR=127.0.0.1 and a fr
 gradients are averaged with all_reduce (data parallel), so every rank holds the same state.
 "Sharded" files (per-rank model/optimizer shards) hold the parameters i with i % world == rank.
 
-    trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo} --save DIR --steps N
+    trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo,orbax} --save DIR --steps N
                --save-every K [--keep K] [--resume] [--ranks R] [--log FILE]
                [--slow-save SECONDS]
 
@@ -32,7 +32,8 @@ the job in the middle of a save.
 Retention (--keep, 0 = none) as the framework does it: mf2 removes the oldest iteration_ dirs
 BEFORE saving, counting the new empty dir; mf1 removes the oldest .ckpt by mtime BEFORE saving
 when count >= keep; hf rotates by directory mtime after saving; dcp (torchtitan) purges the oldest
-step-N after saving, counting incomplete dirs. megatron, deepspeed and internevo keep everything.
+step-N after saving, counting incomplete dirs; orbax (max_to_keep) removes the oldest committed
+step dirs after the commit. megatron, deepspeed and internevo keep everything.
 """
 
 import argparse
@@ -54,7 +55,7 @@ import sys
 import tempfile
 import time
 
-LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo')
+LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'orbax')
 TEXT = '/usr/share/common-licenses/GPL-3'
 SEQ = 64
 BATCH = 8
@@ -959,6 +960,71 @@ class Job:
         ctx = self.tload(os.path.join(d, 'context.pt'))
         load_full_state(self.model, self.opt, sd)
         return int(ctx['step']), float(ctx['loss'])
+
+
+    # ---- Orbax CheckpointManager ----------------------------------------------------------
+    ORBAX_COMMIT = 'commit_success.txt'
+
+    def save_orbax(self, step, loss, sd):
+        """rank 0 creates {step}.orbax-checkpoint-tmp-{random}/; every rank writes its shard
+        into it; after all ranks, rank 0 writes commit_success.txt inside and renames the dir
+        to {step}/ (the commit); then max_to_keep retention."""
+        tmp = None
+        if self.rank == 0:
+            tmp = os.path.join(self.root, '%d.orbax-checkpoint-tmp-%d' %
+                               (step, random.SystemRandom().randrange(10 ** 9, 10 ** 10)))
+            os.makedirs(tmp)
+        tmp = self.bcast(tmp)
+        self.barrier()
+        final_dir = os.path.join(self.root, str(step))
+        shard = dict(shard_of(sd, self.model, self.rank, self.world))
+        obj = {'tensors': shard, 'rng': self.rng_state()}
+        if self.rank == 0:
+            obj['train_state'] = {'step': step, 'loss': loss}
+        name = 'shard_%d.pt' % self.rank
+        data = tsave_bytes(obj)
+        self.sv.write(os.path.join(tmp, name), data, final=os.path.join(final_dir, name))
+        self.sv.wrote(os.path.join(final_dir, name), data)
+        self.barrier()
+        if self.rank == 0:
+            cdata = ('Checkpoint commit was successful to %s' % final_dir).encode()
+            self.sv.write(os.path.join(tmp, self.ORBAX_COMMIT), cdata,
+                          final=os.path.join(final_dir, self.ORBAX_COMMIT))
+            os.rename(tmp, final_dir)
+            self.sv.wrote(os.path.join(final_dir, self.ORBAX_COMMIT), cdata)
+            self.saved(step, loss)
+            if self.a.keep > 0:
+                steps = orbax_steps(self.root)
+                for s in steps[:-self.a.keep]:
+                    shutil.rmtree(os.path.join(self.root, str(s)))
+        self.barrier()
+
+    def resume_orbax(self):
+        """CheckpointManager.latest_step(): all-digit dirs holding commit_success.txt."""
+        steps = orbax_steps(self.root)
+        if not steps:
+            return None
+        step = steps[-1]
+        d = os.path.join(self.root, str(step))
+        sd, loss = {}, None
+        for r in range(self.world):
+            obj = self.tload(os.path.join(d, 'shard_%d.pt' % r))
+            sd.update(obj['tensors'])
+            if r == self.rank:
+                self.set_rng(obj['rng'])
+            if 'train_state' in obj:
+                loss = obj['train_state']['loss']
+                step = obj['train_state']['step']
+        load_full_state(self.model, self.opt, sd)
+        return step, float(loss)
+
+
+def orbax_steps(root):
+    """Committed Orbax steps, ascending."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(n) for n in os.listdir(root)
+                  if n.isdigit() and os.path.isfile(os.path.join(root, n, Job.ORBAX_COMMIT)))
 
 
 def kv(line):
