@@ -1189,6 +1189,75 @@ enum v_file_result {
 	VF_DAMAGED,   /* reason filled */
 };
 
+/* Takes each piece a stream_extents() read: returns 0, or -errno with reason filled. */
+typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
+
+/*
+ * stream_extents - read the extents ext[0..n) of a file of size bytes in order through the
+ * store (every chunk re-hashed by store_chunk_pread), in pieces of at most STORE_CHUNK_MAX bytes
+ * into buf, feeding each piece to sink and to hs (reset first).
+ * @what: appended to the reason of a chunk that cannot be read ("" or " while reading").
+ * Returns 0 (all read; *ret_digest is the whole-file XXH3-128), 1 (damaged: extents that do not
+ * tile [0, size), or a chunk missing, short or failing its checksum; reason says which), -ENOMEM,
+ * or the -errno of sink. Not thread-safe for one hs/buf.
+ */
+static int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
+			  uint8_t *buf, struct store_hasher *hs, stream_sink sink, void *arg,
+			  const char *what, char *reason, size_t cap, struct store_hash *ret_digest)
+{
+	char hex[2 * STORE_HASH_LEN + 1];
+	uint64_t pos = 0;
+	int rc;
+
+	store_hasher_reset(hs);
+	for (size_t i = 0; i < n; i++) {
+		struct store_hash h;
+		uint64_t off = 0;
+
+		if (ext[i].offset != pos) {
+			snprintf(reason, cap,
+				 "extents do not tile the file: gap or overlap at offset %" PRIu64, pos);
+			return 1;
+		}
+		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
+		while (off < ext[i].length) {
+			size_t want = ext[i].length - off;
+			ssize_t got;
+
+			if (want > STORE_CHUNK_MAX)
+				want = STORE_CHUNK_MAX;
+			got = store_chunk_pread(st, &h, buf, want, off);
+			if (got == -ENOMEM)
+				return -ENOMEM;
+			if (got <= 0) {
+				snprintf(reason, cap, "chunk %s: %s%s", hex16(h.b, hex),
+					 got == 0 ? "shorter than its extent"
+						  : chunk_error_name((int)got),
+					 what);
+				return 1;
+			}
+			if ((rc = sink(buf, (size_t)got, arg, reason, cap)) < 0)
+				return rc;
+			store_hasher_update(hs, buf, (size_t)got);
+			off += (uint64_t)got;
+		}
+		pos += ext[i].length;
+	}
+	if (pos != size) {
+		snprintf(reason, cap, "extents cover %" PRIu64 " of %" PRIu64 " bytes", pos, size);
+		return 1;
+	}
+	store_hasher_digest(hs, ret_digest);
+	return 0;
+}
+
+/* stream_sink of verify: count the bytes read (arg: uint64_t). */
+static int count_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
+{
+	*(uint64_t *)arg += len;
+	return 0;
+}
+
 /*
  * v_hash_file - stream file ino's extents through a hasher and compare with the recorded
  * whole-file digest.
@@ -1202,7 +1271,6 @@ static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, u
 	struct idx_extent *ext = NULL;
 	struct store_hash got, want;
 	char hex[2 * STORE_HASH_LEN + 1];
-	uint64_t pos = 0;
 	size_t n = 0, i;
 	int rc;
 
@@ -1225,46 +1293,10 @@ static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, u
 			goto out;
 		}
 	}
-	store_hasher_reset(hs);
-	for (i = 0; i < n; i++) {
-		struct store_hash h;
-		uint64_t off = 0;
-
-		if (ext[i].offset != pos) {
-			snprintf(reason, cap, "extents do not tile the file: gap or overlap at offset %" PRIu64,
-				 pos);
-			rc = VF_DAMAGED;
-			goto out;
-		}
-		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
-		while (off < ext[i].length) {
-			size_t want_len = ext[i].length - off;
-			ssize_t got_len;
-
-			if (want_len > STORE_CHUNK_MAX)
-				want_len = STORE_CHUNK_MAX;
-			got_len = store_chunk_pread(c->r->st, &h, buf, want_len, off);
-			if (got_len == -ENOMEM) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			if (got_len <= 0) {
-				snprintf(reason, cap, "chunk %s: %s while reading", hex16(h.b, hex),
-					 got_len == 0 ? "shorter than its extent"
-						      : chunk_error_name((int)got_len));
-				rc = VF_DAMAGED;
-				goto out;
-			}
-			store_hasher_update(hs, buf, (size_t)got_len);
-			off += (uint64_t)got_len;
-			*ret_bytes += (uint64_t)got_len;
-		}
-		pos += ext[i].length;
-	}
-	if (pos != ret_in->size) {
-		snprintf(reason, cap, "extents cover %" PRIu64 " of %" PRIu64 " bytes", pos,
-			 ret_in->size);
-		rc = VF_DAMAGED;
+	rc = stream_extents(c->r->st, ext, n, ret_in->size, buf, hs, count_sink, ret_bytes,
+			    " while reading", reason, cap, &got);
+	if (rc != 0) {
+		rc = rc == 1 ? VF_DAMAGED : rc;
 		goto out;
 	}
 	store_hasher_digest(hs, &got);
@@ -2439,6 +2471,27 @@ enum export_result {
 	EX_DAMAGED,   /* left as .partial; reason filled */
 };
 
+struct export_sink_arg {
+	struct export_ctx *x;
+	int fd;
+	const char *partial;
+};
+
+/* stream_sink of export: write the piece to the .partial file, count it, show progress. */
+static int export_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
+{
+	struct export_sink_arg *a = arg;
+	int rc = write_all(a->fd, buf, len);
+
+	if (rc < 0) {
+		snprintf(reason, cap, "cannot write '%s': %s", a->partial, strerror(-rc));
+		return rc;
+	}
+	a->x->done += (uint64_t)len;
+	export_progress(a->x, false);
+	return 0;
+}
+
 /*
  * export_file - copy regular file ino to dst: written to "dst.partial", every chunk read through
  * store_chunk_pread (decoded and re-hashed), the whole-file XXH3-128 compared with the recorded
@@ -2453,8 +2506,7 @@ static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char
 	struct idx_extent *ext = NULL;
 	struct store_hash got;
 	char partial[PATH_CAP + 16], hex[2 * STORE_HASH_LEN + 1], hex2[2 * STORE_HASH_LEN + 1];
-	uint64_t pos = 0;
-	size_t n = 0, i;
+	size_t n = 0;
 	bool created = false;
 	int fd = -1, rc;
 
@@ -2476,53 +2528,12 @@ static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char
 		goto out;
 	}
 	created = true;
-	store_hasher_reset(x->hs);
-	for (i = 0; i < n; i++) {
-		struct store_hash h;
-		uint64_t off = 0;
+	struct export_sink_arg sa = { .x = x, .fd = fd, .partial = partial };
 
-		if (ext[i].offset != pos) {
-			snprintf(reason, cap, "extents do not tile the file: gap or overlap at offset %" PRIu64,
-				 pos);
-			rc = EX_DAMAGED;
-			goto out;
-		}
-		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
-		while (off < ext[i].length) {
-			size_t want = ext[i].length - off;
-			ssize_t got_len;
-
-			if (want > STORE_CHUNK_MAX)
-				want = STORE_CHUNK_MAX;
-			got_len = store_chunk_pread(x->r->st, &h, x->buf, want, off);
-			if (got_len == -ENOMEM) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			if (got_len <= 0) {
-				snprintf(reason, cap, "chunk %s: %s", hex16(h.b, hex),
-					 got_len == 0 ? "shorter than its extent"
-						      : chunk_error_name((int)got_len));
-				rc = EX_DAMAGED;
-				goto out;
-			}
-			rc = write_all(fd, x->buf, (size_t)got_len);
-			if (rc < 0) {
-				snprintf(reason, cap, "cannot write '%s': %s", partial,
-					 strerror(-rc));
-				goto out;
-			}
-			store_hasher_update(x->hs, x->buf, (size_t)got_len);
-			off += (uint64_t)got_len;
-			x->done += (uint64_t)got_len;
-			export_progress(x, false);
-		}
-		pos += ext[i].length;
-	}
-	if (pos != ret_in->size) {
-		snprintf(reason, cap, "extents cover %" PRIu64 " of %" PRIu64 " bytes", pos,
-			 ret_in->size);
-		rc = EX_DAMAGED;
+	rc = stream_extents(x->r->st, ext, n, ret_in->size, x->buf, x->hs, export_sink, &sa, "",
+			    reason, cap, &got);
+	if (rc != 0) {
+		rc = rc == 1 ? EX_DAMAGED : rc;
 		goto out;
 	}
 	store_hasher_digest(x->hs, &got);
