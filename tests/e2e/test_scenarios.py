@@ -321,6 +321,13 @@ class TestScenarios(unittest.TestCase):
                 table = f.read()
             row6 = [ln for ln in table.splitlines() if step_dir(6) in ln]
             self.assertTrue(row6 and 'corrupt' in row6[0], 'step 6 in .ckptfs/steps: %s' % table)
+            # verify finds the damage now: once the trainer saves step 6 again, identical bytes
+            # rewrite the chunk (ckptfs never deduplicates onto a chunk marked bad)
+            v = m.ckptctl('verify')
+            self.assertEqual(v.returncode, 1, 'ckptctl verify: %s%s' % (v.stdout, v.stderr))
+            out = v.stdout + v.stderr
+            self.assertIn(victim_file.split('/', 1)[1], out)
+            self.assertIn(step_dir(6), out)
             # the trainer resumes onto step 4, bit-exact
             off = log_size(log)
             before = LogView(read_log(log, 0, off))
@@ -329,11 +336,6 @@ class TestScenarios(unittest.TestCase):
             # it saved step 6 again: a fresh directory of that name, complete
             self.assertIn('SAVED 6 ', '\n'.join(b.lines))
             self.assertEqual(read_tracker(m), '6', m.log_tail())
-            v = m.ckptctl('verify')
-            self.assertEqual(v.returncode, 1, 'ckptctl verify: %s%s' % (v.stdout, v.stderr))
-            out = v.stdout + v.stderr
-            self.assertIn(victim_file.split('/', 1)[1], out)
-            self.assertIn(step_dir(6), out)
 
     # -- 3: junk written into the tracker ----------------------------------------------------
     def test_3_junk_tracker(self):
