@@ -245,7 +245,8 @@ class TestScenarios(unittest.TestCase):
                 else:
                     exp = expect
                 try:
-                    step = check_resumed(b, before, log, off, expect_step=exp)
+                    step = check_resumed(b, before, log, off, expect_step=exp,
+                                         killed_step=killed_at[0])
                 except AssertionError as e:
                     raise AssertionError('%s; %s%s' % (e, note, daemon_log(m)))
             finally:

@@ -351,11 +351,19 @@ class Saver:
         self.out.log('WROTE step=%d rank=%d path=%s sha256=%s' %
                      (self.step, self.rank, self.rel(final_path), sha256(data)))
 
+    def intend(self, final_path, data):
+        """Log `WILL` before the first byte of a file goes out: a kill can land after the file
+        is whole (and the step complete) but before its WROTE line, so the checkers accept
+        bytes equal to the last intended content too (a torn file never equals it)."""
+        self.out.log('WILL step=%d rank=%d path=%s sha256=%s' %
+                     (self.step, self.rank, self.rel(final_path), sha256(data)))
+
     def write(self, path, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fsync=False,
               final=None, mode=0o644, pause=True):
         """open(flags), sequential writes (pieces, with pauses when slow), [fsync], close."""
         if pause:
             self.pause()
+        self.intend(final or path, data)
         fd = os.open(path, flags, mode)
         try:
             ps = self.pieces(data)
@@ -379,6 +387,7 @@ class Saver:
         buffer, at offsets (second half first, as parallel aio may complete), then reopen with
         O_APPEND for the unaligned tail, fsync."""
         self.pause()
+        self.intend(path, data)
         align = 4096
         n_al = len(data) // align * align
         try:
@@ -430,6 +439,7 @@ class Saver:
         """open(path, 'w').write(text): O_TRUNC, no fsync, no rename."""
         if pause:
             self.pause()
+        self.intend(path, text.encode())
         with open(path, 'w') as f:
             f.write(text)
         self.wrote(path, text.encode())
@@ -521,7 +531,7 @@ class Job:
         """Compare what was loaded with what the writers logged (before this run)."""
         if not self.a.log:
             return
-        wrote, state = {}, {}
+        wrote, will, state = {}, {}, {}
         with open(self.a.log, errors='replace') as f:
             lines = f.read().splitlines()
         # this run's own LOADED/RESUMED lines are after the last START; use what precedes it
@@ -530,12 +540,14 @@ class Job:
             f = kv(ln)
             if ln.startswith('WROTE '):
                 wrote[f['path']] = f['sha256']
+            elif ln.startswith('WILL '):
+                will[f['path']] = f['sha256']
             elif ln.startswith('STATE '):
                 state[int(f['step'])] = f['digest']
         bad = []
         for path, h in self.loaded:
             rel = os.path.relpath(path, self.root)
-            if wrote.get(rel) != h:
+            if h not in (wrote.get(rel), will.get(rel)):
                 bad.append('%s: read %s, written %s' % (rel, h[:16], (wrote.get(rel) or
                                                                       'never')[:16]))
         if state.get(step) != dg:
@@ -726,6 +738,7 @@ class Job:
                 'last_ckpt_file': os.path.basename(final)}
         mdata = json.dumps(meta).encode()
         self.sv.pause()
+        self.sv.intend(os.path.join(d, 'meta.json'), mdata)
         with tempfile.NamedTemporaryFile('wb', dir=d, delete=False) as tf:
             tf.write(mdata)
         os.replace(tf.name, os.path.join(d, 'meta.json'))
