@@ -19,7 +19,11 @@
  *
  * Invariants:
  *   1. A chunk file exists under its final name only with its complete content: it is written to
- *      a temporary name, fdatasync'ed, then renamed (git's object-file.c publishes the same way).
+ *      a temporary name, then renamed (git's object-file.c publishes the same way). It is durable
+ *      once a store_sync that started after its put returned; until then a crash of the machine
+ *      (not of the process) may leave it short or zeroed under its final name. Callers must
+ *      therefore reference a chunk durably (fs/: an index row) only after such a store_sync,
+ *      and remove unreferenced chunk files after an unclean stop (fs/repo.c does, at mount).
  *   2. Bytes are never returned to a caller unless their XXH3-128 equals the digest asked for.
  *   3. The digest identifies raw bytes only; the codec is a property of the stored copy.
  */
@@ -158,8 +162,8 @@ void store_close(struct store *st);
  * store_chunk_put - store len raw bytes as one chunk, unless the same digest is already stored.
  * @buf, @len: 1..STORE_CHUNK_MAX raw bytes.
  * @ret: filled on success (ret->existed tells whether anything was written).
- * Durability: the chunk file's data is fdatasync'ed before it is renamed into place; the rename
- * itself is durable only after store_sync (which fsyncs the shard directories touched).
+ * Durability: none by itself; the chunk (data and name) is durable after the next store_sync.
+ * Its writeback starts at once (sync_file_range), so that store_sync has little left to wait for.
  * Returns 0, -EINVAL (len out of range), -ENOSPC, -EIO, -ENOMEM, -EROFS (read_only), or the
  * -errno of a failed write; on failure nothing is left behind. -EBADMSG when verify_dedup_hits is
  * set and the stored chunk with that digest holds other bytes.
@@ -168,8 +172,12 @@ void store_close(struct store *st);
 int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_chunk_info *ret);
 
 /*
- * store_sync - make every rename done by earlier puts durable (fsync of the shard directories
- * touched since the last store_sync). Returns 0 or -EIO. Thread-safe.
+ * store_sync - make every chunk put (data and name) and every delete that returned before this
+ * call durable: one syncfs(2) of the filesystem holding the store, skipped when a concurrent
+ * store_sync already covered them. Flushes other dirty data of that filesystem too (the cost of
+ * batching; one flush per commit instead of one fdatasync per chunk). No-op on a read_only store.
+ * Returns 0 or -EIO (the writeback of some data failed; the same puts are synced again by the next
+ * call). Thread-safe; concurrent calls are serialized.
  */
 int store_sync(struct store *st);
 
