@@ -36,6 +36,7 @@ struct cfg {
 	long long keep_every;
 	char *layout;
 	unsigned ranks;
+	char *write_buffer;
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -47,6 +48,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "keep_every=%lld", offsetof(struct cfg, keep_every), 0 },
 	{ "layout=%s", offsetof(struct cfg, layout), 0 },
 	{ "ranks=%u", offsetof(struct cfg, ranks), 0 },
+	{ "write_buffer=%s", offsetof(struct cfg, write_buffer), 0 },
 	FUSE_OPT_END
 };
 
@@ -84,8 +86,44 @@ static void usage(const char *prog)
 	       "                           rank_N directories)\n"
 	       "    -o layout=NAME         only this layout: mf2 megatron mf1 deepspeed hf dcp\n"
 	       "                           internevo orbax (default: detect each path), or\n"
-	       "                           none (no checkpoint semantics: a plain filesystem)\n\n",
+	       "                           none (no checkpoint semantics: a plain filesystem)\n"
+	       "    -o write_buffer=SIZE   bytes of written data being chunked and compressed\n"
+	       "                           in the background (K, M, G suffixes; default RAM/64\n"
+	       "                           within 64M..1G); writers wait when it is full\n\n",
 	       prog);
+}
+
+/*
+ * parse_size - "N", "NK", "NM" or "NG" (powers of 1024) into bytes.
+ * Returns 0, or -EINVAL (empty, not a number, unknown suffix, zero, overflow).
+ */
+static int parse_size(const char *s, size_t *ret)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end == 'i' || *end == 'I' || *end == 'b' || *end == 'B')
+		end++; /* "MiB", "MB": the same powers of 1024 */
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end || v == 0 || v > (SIZE_MAX >> shift))
+		return -EINVAL;
+	*ret = (size_t)v << shift;
+	return 0;
 }
 
 /* The startup status pipe (-1 in the foreground). */
@@ -207,6 +245,13 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		startup_fail("keep_every must be >= 0");
 		goto out;
 	}
+	size_t wbuf = wb_default_budget();
+
+	if (c->write_buffer && parse_size(c->write_buffer, &wbuf) < 0) {
+		startup_fail("write_buffer '%s' is not a size (a positive number of bytes, with an "
+			     "optional K, M or G suffix)", c->write_buffer);
+		goto out;
+	}
 	rc = ckpt_repo_open(c->store, REPO_CREATE | REPO_EXCLUSIVE, &so, err, sizeof(err),
 			    &fs.repo);
 	if (rc < 0) {
@@ -293,6 +338,11 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	}
 	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
 		o->mountpoint);
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if ((rc = wb_start(&fs, wbuf, ncpu > 0 ? (unsigned)ncpu : 1)) < 0)
+		fprintf(stderr, "ckptfs: cannot start the write-back workers: %s; chunks are stored "
+			"by the writing requests\n", strerror(-rc));
 	if ((rc = steps_start(&fs)) < 0)
 		fprintf(stderr, "ckptfs: cannot start the step reaper: %s; abandoned steps are "
 			"judged at unmount\n", strerror(-rc));
@@ -314,6 +364,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 out:
 	if (se)
 		fuse_session_destroy(se); /* calls op_destroy: dirty files become durable */
+	wb_stop(&fs);
 	if (fs.repo && ret == 0 && ckpt_repo_set_clean(fs.repo, true) == 0)
 		fprintf(stderr, "ckptfs: stopped cleanly\n");
 	ckpt_repo_close(fs.repo);
@@ -415,6 +466,7 @@ out:
 	free(c.store);
 	free(c.mnt);
 	free(c.layout);
+	free(c.write_buffer);
 	free(o.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

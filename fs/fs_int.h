@@ -4,8 +4,11 @@
  *
  * Lock order (never take a lock to the left while holding one to the right):
  *   oinode.lock  ->  ckfs.mu  ->  pins.mu
+ *   oinode.lock  ->  ckfs.mu  ->  wb_pool.mu (a leaf: meta.c reads its figures under mu);
+ *   oinode.lock -> oinode.fly_mu (leaf)
  * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
- * content state; pins.mu guards the pin table and the unlink of chunk files.
+ * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards the
+ * done/err/buf fields of a file's in-flight chunks (wb.c) and fly_busy.
  */
 #ifndef CKPTFS_FS_INT_H
 #define CKPTFS_FS_INT_H
@@ -38,6 +41,7 @@ struct fs_pins;
 #define VINO_MF1_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
 
 struct step_rt;
+struct wb_pool;
 
 /* Daemon-wide state: one per mount. */
 struct ckfs {
@@ -49,6 +53,7 @@ struct ckfs {
 	struct oinode *otab[OTAB_BUCKETS];
 	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
 	struct fs_pins *pins;
+	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
 
 	/* checkpoint semantics (steps.c); guarded by mu */
@@ -75,16 +80,40 @@ struct ckfs {
 };
 
 /*
+ * One chunk cut from a file being written, on its way to the store through the write-back pool
+ * (wb.c). off/len/oi/next are set by the writer and then fixed; buf, done, err and info change
+ * under oi->fly_mu (wb.c invariant 2). Owned by the oinode's in-flight list; freed at harvest.
+ */
+struct fly_job {
+	struct fly_job *next;   /* the file's in-flight list, in file order (oinode.lock) */
+	struct fly_job *qnext;  /* the pool's queue (wb_pool.mu) */
+	struct oinode *oi;
+	uint64_t off;           /* file offset, bytes */
+	uint32_t len;           /* bytes, 1..STORE_CHUNK_MAX */
+	uint8_t *buf;           /* the raw bytes until done (owned, freed by the worker) */
+	bool done;
+	int err;                /* when done: 0 or the -errno of fs_chunk_put */
+	struct store_chunk_info info; /* when done and err == 0: the stored chunk, pinned */
+};
+
+/*
  * Content state of one regular file that is open (or being truncated). Two modes:
- *  stream:  extents ext[0..n_ext) cover [0, ext_end); bytes [ext_end, size) are in tail.
- *           Appends go to tail and are cut into chunks with store_cdc_cut as it fills.
+ *  stream:  extents ext[0..n_ext) cover [0, ext_end); the in-flight chunks fly_head.. (stored
+ *           by the write-back pool, not yet harvested into ext) cover [ext_end, fly_end);
+ *           bytes [fly_end, size) are in tail, fly_end being the end of fly_tail (ext_end when
+ *           nothing is in flight). Appends go to tail and are cut into chunks with
+ *           store_cdc_cut as it fills.
  *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size);
  *           entered on the first write that is not an append, or a truncate that is not to 0.
  * Invariants:
- *   1. stream: ext_end + tail_len == size and the extents tile [0, ext_end).
+ *   1. stream: fly_end + tail_len == size, the extents tile [0, ext_end) and the in-flight
+ *      chunks tile [ext_end, fly_end) — unless fly_lost (a chunk in flight failed: err is set,
+ *      bytes past ext_end are gone and reads of them fail until a truncate to 0).
  *   2. Every chunk put since the last successful commit is listed in pins[] and pinned.
  *   3. dirty == false means the index holds exactly this content.
- *   4. hasher (stream mode) has consumed exactly the bytes of ext[0..n_ext), when hash_ok.
+ *   4. hasher (stream mode) has consumed exactly the bytes [0, fly_end), when hash_ok.
+ *   5. Commit, staging, truncate and the last oi_put first drain the in-flight chunks (wait for
+ *      fly_busy == 0, harvest), so only oi_write and reads ever see a non-empty fly list.
  */
 struct oinode {
 	uint64_t ino;
@@ -105,6 +134,11 @@ struct oinode {
 	size_t n_pins, cap_pins;
 	bool dirty;
 	int err; /* sticky error of a failed chunk put, reported by write/flush/fsync */
+	struct fly_job *fly_head, *fly_tail; /* in-flight chunks, file order */
+	bool fly_lost;          /* invariant 1's exception */
+	pthread_mutex_t fly_mu; /* leaf: guards fly_busy and each job's buf/done/err/info */
+	pthread_cond_t fly_cv;  /* a job of this file finished */
+	unsigned fly_busy;      /* jobs submitted and not finished */
 
 	/* Attribute overlay for getattr while dirty; readable without lock. */
 	_Atomic uint64_t ov_size;
@@ -141,6 +175,28 @@ int fs_chunk_free(struct ckfs *fs, const struct store_hash *h);
  * with nlink 0 is deleted from the index only when it is not referenced. Caller holds fs->mu.
  */
 bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
+
+/* ---- wb.c: the write-back pool ---- */
+
+/*
+ * wb_start - start nthreads (1..16) workers storing chunks with a budget of `budget` bytes of raw
+ * chunk data in flight; sets fs->wb. Returns 0, -EINVAL (0 budget or threads), -ENOMEM, or the
+ * -errno of pthread_create when not even one worker could start. Call before serving requests.
+ */
+int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads);
+/* wb_stop - run every queued job, join the workers, free the pool (NULL fs->wb is fine). Call
+ * after the last request (op_destroy's commits). */
+void wb_stop(struct ckfs *fs);
+/*
+ * wb_submit - queue job j (its oinode's fly_busy already counts it); waits while the budget is
+ * used up (backpressure). Never fails. Caller holds j->oi's write lock and no other lock.
+ */
+void wb_submit(struct wb_pool *p, struct fly_job *j);
+/* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
+void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,
+		unsigned *ret_threads);
+/* wb_default_budget - the default -o write_buffer: RAM/64 clamped to [64 MiB, 1 GiB], bytes. */
+size_t wb_default_budget(void);
 
 /* ---- oinode.c ---- */
 

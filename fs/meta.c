@@ -233,6 +233,15 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	    st->logical_bytes ? (double)st->stored_bytes / (double)st->logical_bytes : 0.0);
 	put(o, "bad chunks:         %" PRIu64 "%s\n", st->bad_chunks,
 	    st->bad_chunks ? " (run 'ckptctl STORE verify')" : "");
+	size_t wb_budget, wb_used, wb_peak;
+	unsigned wb_threads;
+
+	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_peak, &wb_threads);
+	if (wb_threads)
+		put(o, "write buffer:       %zu MiB, %u workers, %zu MiB in flight now, peak %zu "
+		       "MiB\n", wb_budget >> 20, wb_threads, wb_used >> 20, wb_peak >> 20);
+	else
+		put(o, "write buffer:       none (chunks stored by the writing requests)\n");
 	put(o, "steps:             ");
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
 		put(o, " %s %u", idx_step_state_name(s), by_state[s]);
@@ -270,7 +279,8 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	}
 }
 
-static void render_metrics(struct out *o, const struct collect *c, const struct idx_stats *st)
+static void render_metrics(struct ckfs *fs, struct out *o, const struct collect *c,
+			   const struct idx_stats *st)
 {
 	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
 	const struct idx_step *last = NULL;
@@ -298,6 +308,16 @@ static void render_metrics(struct out *o, const struct collect *c, const struct 
 	put(o, "# HELP ckptfs_checksum_failures Chunks found not to match their XXH3-128.\n");
 	put(o, "# TYPE ckptfs_checksum_failures gauge\nckptfs_checksum_failures %" PRIu64 "\n",
 	    st->bad_chunks);
+	size_t wb_budget, wb_used, wb_peak;
+	unsigned wb_threads;
+
+	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_peak, &wb_threads);
+	put(o, "# HELP ckptfs_write_buffer_bytes Written bytes being chunked and compressed in the "
+	       "background (now, peak, budget).\n");
+	put(o, "# TYPE ckptfs_write_buffer_bytes gauge\n");
+	put(o, "ckptfs_write_buffer_bytes{kind=\"in_flight\"} %zu\n", wb_used);
+	put(o, "ckptfs_write_buffer_bytes{kind=\"peak\"} %zu\n", wb_peak);
+	put(o, "ckptfs_write_buffer_bytes{kind=\"budget\"} %zu\n", wb_budget);
 	if (last) {
 		put(o, "# HELP ckptfs_last_save_seconds Step directory created to step complete, "
 		       "for the newest complete step.\n");
@@ -332,7 +352,7 @@ int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len)
 		rc = render_steps_json(&o, &c);
 		break;
 	case META_METRICS:
-		render_metrics(&o, &c, &st);
+		render_metrics(fs, &o, &c, &st);
 		break;
 	}
 	if (rc == 0)

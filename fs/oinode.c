@@ -3,10 +3,11 @@
  * file for writes at other offsets, reads of both, and the commit that makes a file's content
  * durable and records it in the index.
  *
- * The modes and invariants are described on struct oinode (fs_int.h). Commit order (DESIGN.md,
- * "Durability"): chunk data fdatasync'ed by store_chunk_put -> shard directories fsync'ed by
- * store_sync -> one index transaction replacing the file's extents -> pins dropped -> chunk files
- * no longer referenced are deleted.
+ * The modes and invariants are described on struct oinode (fs_int.h). Appended chunks are
+ * stored by the write-back pool (wb.c) while the writer goes on; commit drains them first.
+ * Commit order (DESIGN.md, "Durability"): every chunk put -> store_sync (one syncfs: chunk data
+ * and names durable) -> one index transaction replacing the file's extents -> pins dropped ->
+ * chunk files no longer referenced are deleted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -77,6 +78,9 @@ struct oinode *oi_find(struct ckfs *fs, uint64_t ino)
 
 static void oi_free(struct oinode *oi)
 {
+	/* drained by the caller (invariant 5): no job left */
+	pthread_mutex_destroy(&oi->fly_mu);
+	pthread_cond_destroy(&oi->fly_cv);
 	if (oi->stage_fd >= 0)
 		close(oi->stage_fd);
 	store_hasher_free(oi->hasher);
@@ -108,6 +112,8 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 	oi->ino = ino;
 	oi->stage_fd = -1;
 	pthread_rwlock_init(&oi->lock, NULL);
+	pthread_mutex_init(&oi->fly_mu, NULL);
+	pthread_cond_init(&oi->fly_cv, NULL);
 	oi->hasher = store_hasher_new();
 	if (!oi->hasher) {
 		oi_free(oi);
@@ -148,6 +154,100 @@ static void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
 	oi->n_pins = 0;
 }
 
+/* ---- chunks in flight (write-back) ---- */
+
+/* The end of the in-flight range: where tail starts (invariant 1). */
+static uint64_t fly_end(const struct oinode *oi)
+{
+	return oi->fly_tail ? oi->fly_tail->off + oi->fly_tail->len : oi->ext_end;
+}
+
+static int ext_reserve(struct idx_extent **ext, size_t *cap, size_t need);
+static int oi_note_pin(struct oinode *oi, const struct store_hash *h);
+
+/*
+ * Move finished in-flight chunks, in file order, into the extents (their pins into pins[]);
+ * stop at the first one not finished. A failed one sets err and fly_lost; the pins of the
+ * chunks stored after it are still collected (dropped at the next commit or the last put).
+ * Caller holds the write lock.
+ */
+static void fly_harvest(struct ckfs *fs, struct oinode *oi)
+{
+	struct fly_job *j;
+
+	while ((j = oi->fly_head)) {
+		bool done;
+
+		pthread_mutex_lock(&oi->fly_mu);
+		done = j->done;
+		pthread_mutex_unlock(&oi->fly_mu);
+		if (!done)
+			break;
+		int rc = j->err;
+
+		if (rc == 0 && (rc = oi_note_pin(oi, &j->info.hash)) < 0)
+			fs_chunk_unpin(fs, &j->info.hash);
+		if (rc == 0 && !oi->fly_lost &&
+		    (rc = ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) == 0) {
+			struct idx_extent *e = &oi->ext[oi->n_ext++];
+
+			e->offset = j->off;
+			e->length = j->len;
+			e->stored_size = j->info.stored_size;
+			e->codec = j->info.codec;
+			memcpy(e->hash, j->info.hash.b, STORE_HASH_LEN);
+			oi->ext_end = j->off + j->len;
+		}
+		if (rc < 0 && !oi->fly_lost) {
+			oi->fly_lost = true;
+			if (!oi->err)
+				oi->err = rc;
+		}
+		oi->fly_head = j->next;
+		if (!oi->fly_head)
+			oi->fly_tail = NULL;
+		free(j);
+	}
+}
+
+/* Wait until no chunk of oi is in flight, then harvest them all. Caller holds the write lock. */
+static void fly_drain(struct ckfs *fs, struct oinode *oi)
+{
+	pthread_mutex_lock(&oi->fly_mu);
+	while (oi->fly_busy)
+		pthread_cond_wait(&oi->fly_cv, &oi->fly_mu);
+	pthread_mutex_unlock(&oi->fly_mu);
+	fly_harvest(fs, oi);
+}
+
+/*
+ * Hand chunk [tail + pos, +len) to the write-back pool as the next in-flight chunk. Waits while
+ * the pool is full. Returns 0 or -ENOMEM (nothing queued). Caller holds the write lock.
+ */
+static int fly_submit(struct ckfs *fs, struct oinode *oi, const uint8_t *bytes, size_t len)
+{
+	struct fly_job *j = calloc(1, sizeof(*j));
+
+	if (!j || !(j->buf = malloc(len))) {
+		free(j);
+		return -ENOMEM;
+	}
+	memcpy(j->buf, bytes, len);
+	j->oi = oi;
+	j->off = fly_end(oi);
+	j->len = (uint32_t)len;
+	if (oi->fly_tail)
+		oi->fly_tail->next = j;
+	else
+		oi->fly_head = j;
+	oi->fly_tail = j;
+	pthread_mutex_lock(&oi->fly_mu);
+	oi->fly_busy++;
+	pthread_mutex_unlock(&oi->fly_mu);
+	wb_submit(fs->wb, j);
+	return 0;
+}
+
 void oi_put(struct ckfs *fs, struct oinode *oi)
 {
 	struct oinode **pp;
@@ -175,6 +275,9 @@ void oi_put(struct ckfs *fs, struct oinode *oi)
 	}
 	pthread_mutex_unlock(&fs->mu);
 	if (last) {
+		pthread_rwlock_wrlock(&oi->lock);
+		fly_drain(fs, oi);
+		pthread_rwlock_unlock(&oi->lock);
 		oi_drop_pins(fs, oi);
 		oi_free(oi);
 	}
@@ -243,17 +346,30 @@ static void set_overlay(struct ckfs *fs, struct oinode *oi)
 	oi->dirty = true;
 }
 
-/* Stream mode: cut and put chunks from the front of tail while it holds a full window. */
+/*
+ * Stream mode: cut chunks from the front of tail while it holds a full window (all of it when
+ * at_eof). Not at_eof and with a write-back pool, the chunks go to the pool (in flight);
+ * otherwise they are stored here, which requires nothing in flight (invariant 5).
+ */
 static int stream_emit(struct ckfs *fs, struct oinode *oi, bool at_eof)
 {
 	size_t pos = 0;
 	int rc = 0;
+	bool async = fs->wb && !at_eof;
 
 	while (oi->tail_len - pos >= STORE_CHUNK_MAX || (at_eof && pos < oi->tail_len)) {
 		size_t cut = store_cdc_cut(oi->tail + pos, oi->tail_len - pos, at_eof);
 
 		if (cut == 0)
 			break;
+		if (async) {
+			if ((rc = fly_submit(fs, oi, oi->tail + pos, cut)) < 0)
+				break;
+			if (oi->hash_ok)
+				store_hasher_update(oi->hasher, oi->tail + pos, cut);
+			pos += cut;
+			continue;
+		}
 		if ((rc = ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) < 0)
 			break;
 		rc = put_extent(fs, oi, oi->tail + pos, cut, oi->ext_end, &oi->ext[oi->n_ext]);
@@ -279,6 +395,9 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 	uint8_t *buf;
 	int fd, rc = 0;
 
+	fly_drain(fs, oi);
+	if (oi->fly_lost)
+		return oi->err; /* the bytes past ext_end are gone */
 	fd = openat(fs->staging_dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
@@ -318,8 +437,10 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 }
 
 /* Back to an empty stream. Pins of dropped chunks stay until the next commit. */
-static void reset_empty(struct oinode *oi)
+static void reset_empty(struct ckfs *fs, struct oinode *oi)
 {
+	fly_drain(fs, oi);
+	oi->fly_lost = false;
 	if (oi->stage_fd >= 0) {
 		close(oi->stage_fd);
 		oi->stage_fd = -1;
@@ -361,36 +482,68 @@ static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, siz
 		}
 		return (ssize_t)done;
 	}
+	uint64_t fend = fly_end(oi);
+
 	while (done < len) {
 		uint64_t pos = off + done;
 
-		if (pos >= oi->ext_end) {
+		if (pos >= oi->ext_end && oi->fly_lost)
+			return oi->err; /* invariant 1's exception: these bytes are gone */
+		if (pos >= fend) {
 			size_t n = len - done;
 
-			memcpy(buf + done, oi->tail + (pos - oi->ext_end), n);
+			memcpy(buf + done, oi->tail + (pos - fend), n);
 			done += n;
 			break;
 		}
-		/* binary search: last extent with offset <= pos */
-		size_t lo = 0, hi = oi->n_ext;
-
-		while (hi - lo > 1) {
-			size_t mid = (lo + hi) / 2;
-
-			if (oi->ext[mid].offset <= pos)
-				lo = mid;
-			else
-				hi = mid;
-		}
-		const struct idx_extent *e = &oi->ext[lo];
 		struct store_hash h;
 		size_t want = len - done;
-		uint64_t in = pos - e->offset;
+		uint64_t in;
 		ssize_t n;
 
-		if (want > e->length - in)
-			want = e->length - in;
-		memcpy(h.b, e->hash, STORE_HASH_LEN);
+		if (pos >= oi->ext_end) {
+			/* in flight: the raw bytes while the pool works on them, else the stored chunk */
+			struct fly_job *j = oi->fly_head;
+
+			while (j && j->off + j->len <= pos)
+				j = j->next;
+			if (!j)
+				return -EIO; /* invariant 1 says this cannot be */
+			in = pos - j->off;
+			if (want > j->len - in)
+				want = j->len - in;
+			pthread_mutex_lock(&oi->fly_mu);
+			if (!j->done) {
+				memcpy(buf + done, j->buf + in, want);
+				pthread_mutex_unlock(&oi->fly_mu);
+				done += want;
+				continue;
+			}
+			int err = j->err;
+
+			h = j->info.hash;
+			pthread_mutex_unlock(&oi->fly_mu);
+			if (err)
+				return err == -ENOMEM ? -ENOMEM : -EIO;
+		} else {
+			/* binary search: last extent with offset <= pos */
+			size_t lo = 0, hi = oi->n_ext;
+
+			while (hi - lo > 1) {
+				size_t mid = (lo + hi) / 2;
+
+				if (oi->ext[mid].offset <= pos)
+					lo = mid;
+				else
+					hi = mid;
+			}
+			const struct idx_extent *e = &oi->ext[lo];
+
+			in = pos - e->offset;
+			if (want > e->length - in)
+				want = e->length - in;
+			memcpy(h.b, e->hash, STORE_HASH_LEN);
+		}
 		n = store_chunk_pread(fs->st, &h, buf + done, want, in);
 		if (n != (ssize_t)want) {
 			if (n == -ENOMEM)
@@ -449,6 +602,7 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 	if (off + len < off || off + len > (uint64_t)INT64_MAX)
 		return -EFBIG;
 	pthread_rwlock_wrlock(&oi->lock);
+	fly_harvest(fs, oi);
 	if (oi->err) {
 		rc = oi->err;
 		goto out;
@@ -509,7 +663,7 @@ int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size)
 	if (size == oi->size)
 		goto out_touch;
 	if (size == 0) {
-		reset_empty(oi);
+		reset_empty(fs, oi);
 		goto out_touch;
 	}
 	if (oi->stage_fd < 0 && (rc = enter_staging(fs, oi)) < 0)
@@ -637,6 +791,7 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 	int rc;
 
 	pthread_rwlock_wrlock(&oi->lock);
+	fly_drain(fs, oi);
 	if (!oi->dirty) {
 		rc = 0;
 		goto out;

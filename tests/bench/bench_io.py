@@ -1,14 +1,19 @@
 #!/usr/bin/python3
 """Benchmark (not a test): ckptfs against the backing disk written directly, same run, same disk.
 
-Prints, for REPS repetitions each, medians and ckptfs/direct ratios of:
-  - torch.save of a ~1 GiB bf16 state dict (trainer-visible time, i.e. until close returns;
-    ckptfs's close returns only when the file is durable), and the time until durable for the
-    direct write (save + fsync of the file);
-  - cold torch.load (page cache dropped) of that file;
-  - fio sequential 1 MiB write (with end_fsync) and cold read of a 1 GiB file;
-  - stored/logical bytes of the bf16 checkpoint in the store (ckptctl status --json).
-Usage: scripts/bench.sh [--size-mib N] [--reps N]
+Prints, for REPS repetitions each, medians and ckptfs/direct ratios of (issue 5's list):
+  1. torch.save of a bf16 state dict of --size-mib (trainer-visible time, i.e. until close
+     returns; ckptfs's close returns only when the file is durable) vs the direct write to the
+     page cache;
+  2. save-to-durable: the same ckptfs save vs direct torch.save + fsync;
+  3. cold torch.load (page cache dropped) of that file;
+  4. stored/logical bytes: the bf16 weights; fp32 Adam moments (exp_avg, exp_avg_sq); a 5-step
+     LoRA-style run (95% frozen bf16 weights, 5% changing every step), from the store's growth
+     (ckptctl status --json) over the logical bytes written;
+  5. fio sequential 1 MiB write (with end_fsync) and cold read;
+  6. the daemon's peak RSS (VmHWM) vs its write buffer (-o write_buffer, printed);
+  7. daemon CPU seconds (user+sys, /proc/PID/stat) per GB saved.
+Usage: scripts/bench.sh [--size-mib N] [--reps N] [--write-buffer SIZE]
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -42,6 +47,63 @@ def make_state(size_mib):
     return sd
 
 
+def make_adam(size_mib):
+    """fp32 Adam moments of a model: exp_avg ~ N(0, 1e-3), exp_avg_sq ~ exp_avg^2 + noise."""
+    import torch
+    g = torch.Generator().manual_seed(1)
+    n = size_mib * (1 << 20) // 8          # two fp32 tensors per element
+    per = 8 << 20
+    sd, left, i = {}, n, 0
+    while left > 0:
+        k = min(per, left)
+        m = torch.randn(k, generator=g) * 1e-3
+        sd[f'state.{i}.exp_avg'] = m
+        sd[f'state.{i}.exp_avg_sq'] = m * m + torch.rand(k, generator=g) * 1e-8
+        left -= k
+        i += 1
+    return sd
+
+
+def lora_steps(sd, steps=5, frac=0.05):
+    """Yield `steps` state dicts: the tensors of the first 95% of the bytes stay frozen, the
+    rest change at every step (as LoRA adapters or unfrozen layers do)."""
+    import torch
+    g = torch.Generator().manual_seed(2)
+    keys = list(sd)
+    total = sum(sd[k].numel() for k in keys)
+    frozen, acc = [], 0
+    for k in keys:
+        if acc + sd[k].numel() > total * (1 - frac):
+            break
+        frozen.append(k)
+        acc += sd[k].numel()
+    cur = dict(sd)
+    for s in range(steps):
+        for k in keys[len(frozen):]:
+            cur[k] = (torch.randn(sd[k].numel(), generator=g) * 0.02).to(torch.bfloat16)
+        yield cur
+
+
+def proc_cpu_s(pid):
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def proc_hwm_mib(pid):
+    with open(f'/proc/{pid}/status') as f:
+        for ln in f:
+            if ln.startswith('VmHWM:'):
+                return int(ln.split()[1]) / 1024
+    return float('nan')
+
+
+def stored_bytes(m):
+    st = json.loads(subprocess.run([ckfs.ckptctl_bin(), '--json', m.store, 'status'],
+                                   check=True, capture_output=True, text=True).stdout)
+    return st['stored_bytes']
+
+
 def torch_save(sd, path, fsync):
     import torch
     with open(path, 'wb') as f:
@@ -69,6 +131,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--size-mib', type=int, default=1024)
     ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--write-buffer', default=None, help='-o write_buffer for the mount')
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit('bench: run as root (it drops the page cache between runs)')
@@ -82,7 +145,9 @@ def main():
         rows.setdefault(name, []).append(v)
 
     os.environ['CKPTFS_TEST_TMP'] = base
-    with ckfs.Mount() as m:
+    opts = (f'write_buffer={a.write_buffer}',) if a.write_buffer else ()
+    with ckfs.Mount(opts=opts) as m:
+        cpu_s, saved_b = 0.0, 0
         for r in range(a.reps):
             pd, pm = os.path.join(direct, 'model.pt'), os.path.join(m.mnt, f'model{r}.pt')
             drop_caches()
@@ -91,16 +156,32 @@ def main():
             drop_caches()
             add('torch.save s (direct, +fsync: durable)', timed(lambda: torch_save(sd, pd, True)))
             drop_caches()
+            c0, b0 = proc_cpu_s(m.pid), stored_bytes(m) if r == 0 else 0
             add('torch.save s (ckptfs, durable at close)', timed(lambda: torch_save(sd, pm, False)))
+            cpu_s += proc_cpu_s(m.pid) - c0
+            saved_b += os.path.getsize(pm)
             drop_caches()
             add('torch.load s (direct, cold)', timed(lambda: torch_load(pd)))
             drop_caches()
             add('torch.load s (ckptfs, cold)', timed(lambda: torch_load(pm)))
             os.unlink(pd)
             if r == 0:
-                st = json.loads(subprocess.run([ckfs.ckptctl_bin(), '--json', m.store, 'status'],
-                                               check=True, capture_output=True, text=True).stdout)
-                add('bf16 stored/logical', st['stored_bytes'] / max(1, st['logical_bytes']))
+                add('bf16 stored/logical', (stored_bytes(m) - b0) / os.path.getsize(pm))
+                # fp32 Adam moments, half the size of the weights
+                pa = os.path.join(m.mnt, 'adam.pt')
+                b1 = stored_bytes(m)
+                torch_save(make_adam(max(1, a.size_mib // 2)), pa, False)
+                add('fp32 Adam stored/logical', (stored_bytes(m) - b1) / os.path.getsize(pa))
+                os.unlink(pa)
+                # LoRA-style: 5 steps, 95% of the weights frozen
+                b1, logical = stored_bytes(m), 0
+                for s, lsd in enumerate(lora_steps(sd)):
+                    pl = os.path.join(m.mnt, f'lora_step{s}.pt')
+                    torch_save(lsd, pl, False)
+                    logical += os.path.getsize(pl)
+                add('LoRA 5-step stored/logical', (stored_bytes(m) - b1) / logical)
+                for s in range(5):
+                    os.unlink(os.path.join(m.mnt, f'lora_step{s}.pt'))
             os.unlink(pm)
             fd_, fm_ = os.path.join(direct, 'fio.dat'), os.path.join(m.mnt, 'fio.dat')
             drop_caches()
@@ -113,6 +194,16 @@ def main():
             add('fio read MB/s (ckptfs, cold)', fio(fm_, 'read', a.size_mib))
             os.unlink(fd_)
             os.unlink(fm_)
+        add('daemon peak RSS MiB (VmHWM)', proc_hwm_mib(m.pid))
+        add('daemon CPU s per GB saved', cpu_s / (saved_b / 1e9))
+        wbuf = None
+        try:
+            with open(m.path('.ckptfs', 'status')) as f:
+                for ln in f:
+                    if 'write buffer' in ln:
+                        wbuf = ln.strip()
+        except OSError:
+            pass
     shutil.rmtree(direct, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -127,6 +218,10 @@ def main():
     print(f'  cold torch.load                             {r("torch.load s (ckptfs, cold)", "torch.load s (direct, cold)"):6.2f}x')
     print(f'  fio write throughput                        {r("fio write MB/s (ckptfs)", "fio write MB/s (direct)"):6.2f}x')
     print(f'  fio cold read throughput                    {r("fio read MB/s (ckptfs, cold)", "fio read MB/s (direct, cold)"):6.2f}x')
+    print('targets (issue 5): save <= 1.1x, durable <= 0.9x, cold load <= 1.0x, bf16 <= 0.72, '
+          'Adam <= 0.92, LoRA <= 0.25, RSS <= write buffer + 64 MiB')
+    if wbuf:
+        print(f'  {wbuf}')
 
 
 if __name__ == '__main__':
