@@ -50,6 +50,8 @@
 #define RETAINED_NAME "retained"
 /* A step with no open file whose writers are all gone is judged after this long (ns). */
 #define STEP_SETTLE_NS (1500LL * 1000 * 1000)
+/* How often the reaper looks at unfinished steps (ns, < 1 s). */
+#define REAP_PERIOD_NS (250L * 1000 * 1000)
 
 /* Per-step facts that live only while the daemon runs. */
 struct step_rt {
@@ -58,6 +60,7 @@ struct step_rt {
 	unsigned long long starts[16]; /* their start times (proc(5) field 22): pids are reused */
 	unsigned npids;
 	int64_t last_ns; /* last write/commit seen */
+	bool torn;       /* a file of the step was closed by a dying writer: it cannot complete */
 	struct step_rt *next;
 };
 
@@ -1065,6 +1068,15 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		rt_note(fs, s.id, pid);
 		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
 			seal(fs, &s, "marker");
+		struct step_rt *r;
+
+		if ((flags & IDX_INODE_TORN) && (r = rt_get(fs, s.id, false))) {
+			/* a killed job: judge the step as soon as its writers are gone, without the
+			 * settle time, so that a resumer scanning for the newest directory (Hugging
+			 * Face, torchtitan) restarted at once does not find it */
+			r->torn = true;
+			pthread_cond_signal(&fs->reaper_cv);
+		}
 	}
 	pthread_mutex_unlock(&fs->mu);
 }
@@ -1767,7 +1779,7 @@ void steps_reap(struct ckfs *fs, bool recovering)
 					r->last_ns = now;
 				continue;
 			}
-			if (now - r->last_ns < STEP_SETTLE_NS)
+			if (now - r->last_ns < STEP_SETTLE_NS && !r->torn)
 				continue;
 			for (unsigned j = 0; j < r->npids; j++)
 				if (pid_alive(r->pids[j], r->starts[j]))
@@ -1788,7 +1800,11 @@ static void *reaper_main(void *arg)
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		ts.tv_nsec += REAP_PERIOD_NS;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
 		pthread_cond_timedwait(&fs->reaper_cv, &fs->mu, &ts);
 		if (fs->stopping)
 			break;
