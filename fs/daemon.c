@@ -406,6 +406,12 @@ int ckptfs_main(int argc, char **argv)
 		fprintf(stderr, "ckptfs: usage: ckptfs [options] STORE MOUNTPOINT (see --help)\n");
 		goto out;
 	}
+	char ferr[512];
+
+	if (ckpt_fault_init(ferr, sizeof(ferr)) < 0) {
+		fprintf(stderr, "ckptfs: %s\n", ferr);
+		goto out;
+	}
 	if (c.zstd_level < 1 || c.zstd_level > 19) {
 		fprintf(stderr, "ckptfs: zstd_level must be 1..19, not %d\n", c.zstd_level);
 		goto out;

@@ -57,8 +57,13 @@ bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg)
 void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed)
 {
 	if (committed) {
-		for (size_t i = 0; i < fr->n; i++)
+		if (fr->n)
+			ckpt_fault("commit-after-index");
+		for (size_t i = 0; i < fr->n; i++) {
+			if (i)
+				ckpt_fault("chunk-free");
 			fs_chunk_free(fs, &fr->h[i]); /* failures leave an orphan for recovery */
+		}
 	}
 	free(fr->h);
 	fr->h = NULL;
@@ -856,6 +861,7 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 	rc = store_sync(fs->st);
 	if (rc < 0)
 		goto out;
+	ckpt_fault("commit-before-index");
 	int64_t mtime = atomic_load(&oi->ov_mtime);
 
 	pthread_mutex_lock(&fs->mu);
@@ -863,6 +869,8 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 	if (rc == 0) {
 		rc = idx_file_set_content(fs->ix, oi->ino, all, n_all, oi->size, digest.b,
 					  mtime ? mtime : ckfs_now(fs), fs_release_collect, &fr);
+		if (rc == 0)
+			ckpt_fault("commit-mid-txn");
 		if (rc == 0)
 			rc = idx_commit(fs->ix);
 		if (rc < 0)

@@ -235,6 +235,8 @@ static int sweep_file(const struct store_hash *h, uint64_t stored_size, void *ar
 	if (rc < 0)
 		return rc;
 	if (rc == 0) {
+		if (c->orphans > c->n)
+			ckpt_fault("sweep-orphan");
 		rc = store_chunk_delete(c->r->st, h);
 		if (rc < 0 && rc != -ENOENT)
 			return rc;
@@ -258,6 +260,8 @@ int ckpt_repo_sweep(struct ckpt_repo *r, uint64_t *ret_inodes, uint64_t *ret_chu
 	}
 	if ((rc = idx_commit(r->ix)) < 0)
 		goto out;
+	if (c.n)
+		ckpt_fault("sweep-after-commit");
 	for (size_t i = 0; i < c.n; i++) {
 		rc = store_chunk_delete(r->st, &c.freed[i]);
 		if (rc < 0 && rc != -ENOENT)

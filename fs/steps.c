@@ -684,6 +684,8 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 		idx_rollback(fs->ix);
 		return;
 	}
+	if (s.state == IDX_STEP_COMPLETE)
+		ckpt_fault("step-complete-txn");
 	if (idx_commit(fs->ix) < 0)
 		return;
 	if (s.state == IDX_STEP_COMPLETE) {
@@ -865,10 +867,14 @@ static void retention(struct ckfs *fs, int kind)
 			continue;
 		}
 		ok = prune(fs, &s, &fr) == 0;
+		if (ok)
+			ckpt_fault("retention-txn");
 	}
 	ok = ok && idx_commit(fs->ix) == 0;
 	if (!ok)
 		idx_rollback(fs->ix);
+	if (ok && fr.n)
+		ckpt_fault("retention-after");
 	fs_release_finish(fs, &fr, ok);
 out:
 	free(c.ids);
@@ -1963,6 +1969,9 @@ int steps_init(struct ckfs *fs)
 		fs->crash_recovery = !fs->repo->was_clean;
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
 		fs->crash_recovery = false;
+		/* a daemon killed inside retention left more complete steps than it keeps */
+		for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
+			retention(fs, k);
 		verify_newest(fs);
 	}
 	pthread_mutex_unlock(&fs->mu);

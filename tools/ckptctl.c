@@ -4508,6 +4508,12 @@ int main(int argc, char **argv)
 	const char *root, *cmd;
 	int c, nargs;
 
+	char ferr[512];
+
+	if (ckpt_fault_init(ferr, sizeof(ferr)) < 0) {
+		fprintf(stderr, "ckptctl: %s\n", ferr);
+		return EXIT_ERROR;
+	}
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
 		switch (c) {

@@ -196,6 +196,7 @@ class Mount:
         self.mnt = mnt or os.path.join(self.tmp, 'mnt')
         os.makedirs(self.mnt, exist_ok=True)
         self.opts = tuple(opts)
+        self.env = {}            # extra environment for the daemon (CKPTFS_FAULT, ...)
         self.pid = None
         self.mounted = False
         self.mount_count = 0
@@ -221,7 +222,7 @@ class Mount:
         # a daemon that already owns STORE (a test of the refusal) is not ours to stop
         self.foreign_pid = self._read_pid()
         try:
-            p = run(argv, timeout=MOUNT_TIMEOUT)
+            p = run(argv, timeout=MOUNT_TIMEOUT, env=dict(os.environ, **self.env))
         except subprocess.TimeoutExpired:
             self._cleanup_after_failed_start()
             raise MountError('%s did not return within %.0f s' % (' '.join(argv),
@@ -327,6 +328,24 @@ class Mount:
         self.mounted = False
         if is_fuse_mounted(self.mnt):
             raise MountError('%s still mounted after fusermount3 -uz' % self.mnt)
+
+    def wait_daemon_death(self, timeout=30):
+        """The daemon is expected to die on its own (an injected fault): wait for it, clear the
+        dead mount with fusermount3 -uz. Returns True if it died within timeout; else leaves
+        everything as it was and returns False."""
+        if not self.mounted:
+            raise MountError('wait_daemon_death: not mounted')
+        if not wait_pid_exit(self.pid, timeout):
+            return False
+        self.pid = None
+        run(['fusermount3', '-uz', self.mnt], timeout=60)
+        deadline = time.monotonic() + 10
+        while is_fuse_mounted(self.mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.mounted = False
+        if is_fuse_mounted(self.mnt):
+            raise MountError('%s still mounted after fusermount3 -uz' % self.mnt)
+        return True
 
     def remount(self):
         self.unmount()

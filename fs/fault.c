@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fault.c — crash-point injection for the torture suite (tests/torture/test_faults.py), after
+ * SQLite's crash tests: CKPTFS_FAULT=point[:n][,point[:n]...] makes the process SIGKILL itself
+ * the n-th time (default 1) it reaches a named point, so recovery can be tested at exactly the
+ * moments a power cut or an OOM kill could hit.
+ *
+ * Invariants:
+ *   1. Without CKPTFS_FAULT, ckpt_fault() costs one relaxed atomic load and does nothing.
+ *   2. Every point name passed to ckpt_fault() is in points[] (assert), and ckpt_fault_init()
+ *      refuses a CKPTFS_FAULT naming anything else, so a typo never silently tests nothing.
+ *   3. The kill is SIGKILL to the whole process: no atexit, no destructors, no flush of anything
+ *      but the one log line written before it (stderr is unbuffered).
+ */
+#include <assert.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs/ckptfs.h"
+
+/* The named points; where each sits is said next to its call. */
+static const char *const points[] = {
+	"commit-before-index", /* oinode.c: chunks durable, the index does not name them yet */
+	"commit-mid-txn",      /* oinode.c: file's new extents written, COMMIT not yet run */
+	"commit-after-index",  /* oinode.c: committed, chunks the old content freed not deleted */
+	"chunk-free",          /* oinode.c: between deleting two freed chunk files */
+	"step-complete-txn",   /* steps.c: step set complete, COMMIT not yet run */
+	"retention-txn",       /* steps.c: a step pruned by retention, COMMIT not yet run */
+	"retention-after",     /* steps.c: retention committed, its chunks not deleted yet */
+	"sweep-after-commit",  /* repo.c: recovery/gc committed, freed chunks not deleted */
+	"sweep-orphan",        /* repo.c: recovery/gc between deleting two orphan chunk files */
+};
+#define NPOINTS (sizeof(points) / sizeof(points[0]))
+
+static atomic_bool armed;
+static unsigned want[NPOINTS];       /* 0: not armed; else the hit that kills */
+static atomic_uint hits[NPOINTS];
+
+static int point_id(const char *name, size_t len)
+{
+	for (size_t i = 0; i < NPOINTS; i++)
+		if (strlen(points[i]) == len && memcmp(points[i], name, len) == 0)
+			return (int)i;
+	return -1;
+}
+
+int ckpt_fault_init(char *err, size_t errcap)
+{
+	const char *v = getenv("CKPTFS_FAULT");
+
+	if (!v || !*v)
+		return 0;
+	for (const char *p = v; *p;) {
+		size_t len = strcspn(p, ",");
+		size_t nlen = strcspn(p, ",:");
+		int id = point_id(p, nlen);
+		unsigned long n = 1;
+
+		if (nlen < len) {
+			char *end;
+
+			errno = 0;
+			n = strtoul(p + nlen + 1, &end, 10);
+			if (errno || end != p + len || n == 0 || n > 1000000)
+				id = -1;
+		}
+		if (id < 0) {
+			size_t off = 0;
+
+			off += (size_t)snprintf(err, errcap, "CKPTFS_FAULT: '%.*s' is not "
+						"point[:n>0]; points:", (int)len, p);
+			for (size_t i = 0; i < NPOINTS && off < errcap; i++)
+				off += (size_t)snprintf(err + off, errcap - off, " %s", points[i]);
+			return -EINVAL;
+		}
+		want[id] = (unsigned)n;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	atomic_store(&armed, true);
+	return 0;
+}
+
+void ckpt_fault(const char *point)
+{
+	if (!atomic_load_explicit(&armed, memory_order_relaxed))
+		return;
+	int id = point_id(point, strlen(point));
+
+	assert(id >= 0);
+	if (id < 0 || !want[id])
+		return;
+	unsigned h = atomic_fetch_add(&hits[id], 1) + 1;
+
+	if (h != want[id])
+		return;
+	fprintf(stderr, "ckptfs: fault injection: killing pid %d at '%s' (hit %u)\n",
+		(int)getpid(), point, h);
+	kill(getpid(), SIGKILL);
+	pause();
+}
