@@ -71,6 +71,28 @@ int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean);
  */
 int ckpt_repo_sweep(struct ckpt_repo *r, uint64_t *ret_inodes, uint64_t *ret_chunks);
 
+/*
+ * CKPT_RESERVE_BYTES - size of STORE/reserve, space held back so that a full disk can still be
+ * emptied: deleting files writes the index (SQLite WAL pages), and on a disk with no free byte
+ * that fails with ENOSPC, leaving the user unable to free anything. 8 MiB covers the WAL of
+ * removing thousands of files (a WAL frame is one 4 KiB page plus 24 bytes; sqlite.org/wal.html).
+ */
+#define CKPT_RESERVE_BYTES (8ULL << 20)
+
+/*
+ * ckpt_repo_reserve - make STORE/reserve hold CKPT_RESERVE_BYTES allocated bytes (posix_fallocate
+ * on a temporary file, fdatasync, rename); a no-op when it already does.
+ * Returns 0; -ENOSPC (not enough free space: no reserve is left behind); other -errno.
+ * Not thread-safe against itself: the daemon calls it under fs->mu.
+ */
+int ckpt_repo_reserve(struct ckpt_repo *r);
+
+/*
+ * ckpt_repo_release_reserve - delete STORE/reserve, giving its space back to the disk so that a
+ * removal which failed with ENOSPC can be retried. Returns true if a reserve was released.
+ */
+bool ckpt_repo_release_reserve(struct ckpt_repo *r);
+
 /* ckpt_repo_close - close index and store, release the lock, free; NULL accepted. */
 void ckpt_repo_close(struct ckpt_repo *r);
 

@@ -285,6 +285,10 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 			     strerror(fs.pins ? -rc : ENOMEM));
 		goto out;
 	}
+	if ((rc = ckpt_repo_reserve(fs.repo)) < 0)
+		fprintf(stderr, "ckptfs: cannot set aside the %llu MiB reserve in '%s': %s; on a "
+			"full disk, removing files may fail until space is freed elsewhere\n",
+			CKPT_RESERVE_BYTES >> 20, c->store, strerror(-rc));
 	if ((rc = ckpt_repo_set_clean(fs.repo, false)) < 0) {
 		startup_fail("cannot update '%s/clean': %s", c->store, strerror(-rc));
 		goto out;

@@ -642,10 +642,28 @@ int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr
 	return idx_inode_update(fs->ix, &a);
 }
 
+/* The removal's one transaction; fs->mu held. Returns 0 or -errno (nothing changed). */
+static int remove_txn(struct ckfs *fs, fuse_ino_t parent, const char *name, uint64_t ino,
+		      int64_t now, bool dir)
+{
+	struct fs_freed fr = { 0 };
+	int rc = idx_begin(fs->ix);
+
+	if (rc < 0)
+		return rc;
+	rc = idx_dentry_remove(fs->ix, parent, name);
+	if (rc == 0)
+		rc = fs_drop_link(fs, ino, now, &fr);
+	if (rc == 0)
+		rc = touch_dir(fs, parent, now, dir ? -1 : 0);
+	rc = commit_or_rollback(fs, rc);
+	fs_release_finish(fs, &fr, rc == 0);
+	return rc;
+}
+
 static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct ckfs *fs = req_fs(req);
-	struct fs_freed fr = { 0 };
 	struct idx_inode a;
 	uint64_t ino;
 	int64_t now = ckfs_now(fs);
@@ -674,15 +692,19 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 		rc = idx_dir_is_empty(fs->ix, ino);
 		rc = rc == 1 ? 0 : rc == 0 ? -ENOTEMPTY : rc;
 	}
-	if (rc == 0 && (rc = idx_begin(fs->ix)) == 0) {
-		rc = idx_dentry_remove(fs->ix, parent, name);
-		if (rc == 0)
-			rc = fs_drop_link(fs, ino, now, &fr);
-		if (rc == 0)
-			rc = touch_dir(fs, parent, now, dir ? -1 : 0);
-		rc = commit_or_rollback(fs, rc);
-		fs_release_finish(fs, &fr, rc == 0);
+	if (rc == 0) {
+		rc = remove_txn(fs, parent, name, ino, now, dir);
+		/* a full disk: the index cannot grow its WAL to record the removal; give back
+		 * the reserve (STORE/reserve) and try once more, so space can always be freed */
+		if (rc == -ENOSPC && ckpt_repo_release_reserve(fs->repo)) {
+			fprintf(stderr, "ckptfs: store full: released the %llu MiB reserve to "
+				"remove '%s'; it comes back once space is free\n",
+				CKPT_RESERVE_BYTES >> 20, name);
+			rc = remove_txn(fs, parent, name, ino, now, dir);
+		}
 	}
+	if (rc == 0 && !dir)
+		ckpt_repo_reserve(fs->repo); /* back as soon as there is room; no-op when held */
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_err(req, -rc);
 }

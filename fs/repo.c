@@ -175,6 +175,38 @@ fail:
 	return rc;
 }
 
+int ckpt_repo_reserve(struct ckpt_repo *r)
+{
+	char path[4096], tmp[4200];
+	struct stat stt;
+	int fd, rc;
+
+	if ((rc = path_join(path, sizeof(path), r->root, "reserve")) < 0)
+		return rc;
+	if (stat(path, &stt) == 0 && (uint64_t)stt.st_size == CKPT_RESERVE_BYTES)
+		return 0;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	rc = -posix_fallocate(fd, 0, CKPT_RESERVE_BYTES);
+	if (rc == 0 && fdatasync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc < 0)
+		unlink(tmp);
+	return rc;
+}
+
+bool ckpt_repo_release_reserve(struct ckpt_repo *r)
+{
+	char path[4096];
+
+	return path_join(path, sizeof(path), r->root, "reserve") == 0 && unlink(path) == 0;
+}
+
 int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean)
 {
 	char path[4096];
