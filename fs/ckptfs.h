@@ -29,6 +29,9 @@
 #define REPO_CREATE 0x1    /* create STORE (mode 0700) and the index if absent */
 #define REPO_EXCLUSIVE 0x2 /* take the ownership lock exclusively (the daemon, ckptctl gc) */
 #define REPO_RDONLY 0x4    /* open index and store read-only */
+#define REPO_CHECK 0x8     /* refuse a damaged index file (PRAGMA quick_check): -EUCLEAN */
+#define REPO_SALVAGE 0x10  /* REPO_EXCLUSIVE, for fsck: an index that cannot be opened (-EIO)
+			    * leaves ix NULL and index_err set instead of failing */
 
 struct ckpt_repo {
 	char *root;          /* owned: STORE path as given */
@@ -36,7 +39,8 @@ struct ckpt_repo {
 	bool mounted;        /* another process (pid owner_pid) holds the exclusive lock */
 	pid_t owner_pid;     /* daemon pid when mounted, else 0 */
 	bool was_clean;      /* REPO_EXCLUSIVE: STORE/clean existed (previous stop was clean) */
-	struct idx *ix;      /* owned */
+	struct idx *ix;      /* owned; NULL only with REPO_SALVAGE when index_err < 0 */
+	int index_err;       /* REPO_SALVAGE: idx_open's error, else 0 */
 	struct store *st;    /* owned */
 };
 
@@ -50,6 +54,7 @@ struct ckpt_repo {
  * Refuses a STORE that group or others can write (-EPERM), and a STORE that does not exist
  * without REPO_CREATE (-ENOENT).
  * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and another process owns it);
+ * -EUCLEAN (REPO_CHECK and the index file is damaged);
  * -EPROTO (index from a newer ckptfs or not a ckptfs index); -EIO; -ENOMEM; other -errno of
  * mkdir/open.
  */

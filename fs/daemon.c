@@ -252,7 +252,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 			     "optional K, M or G suffix)", c->write_buffer);
 		goto out;
 	}
-	rc = ckpt_repo_open(c->store, REPO_CREATE | REPO_EXCLUSIVE, &so, err, sizeof(err),
+	rc = ckpt_repo_open(c->store, REPO_CREATE | REPO_EXCLUSIVE | REPO_CHECK, &so, err, sizeof(err),
 			    &fs.repo);
 	if (rc < 0) {
 		startup_fail("%s", err);

@@ -153,11 +153,28 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 		goto fail_path;
 	rc = idx_open(path, (flags & REPO_RDONLY) ? IDX_RDONLY : 0, getuid(), getgid(),
 		      ckpt_now_ns(), &r->ix);
-	if (rc < 0) {
-		seterr(err, errcap, "cannot open index '%s': %s%s", path, strerror(-rc),
+	if (rc == -EIO && (flags & REPO_SALVAGE)) {
+		r->index_err = rc; /* fsck salvages what it can */
+	} else if (rc < 0) {
+		seterr(err, errcap, "cannot open index '%s': %s%s%s%s%s", path, strerror(-rc),
 		       rc == -EPROTO ? " (written by a newer ckptfs, or not a ckptfs index)"
-				     : rc == -ENOENT ? " (is this a ckptfs store?)" : "");
+				     : rc == -ENOENT ? " (is this a ckptfs store?)" : "",
+		       rc == -EIO ? "; the index file is damaged: with the store unmounted, run "
+				    "'ckptctl " : "",
+		       rc == -EIO ? root : "", rc == -EIO ? " fsck' to rebuild it" : "");
 		goto fail;
+	}
+	if (r->ix && (flags & REPO_CHECK)) {
+		char msg[256] = "";
+
+		rc = idx_integrity(r->ix, true, msg, sizeof(msg));
+		if (rc < 0) {
+			seterr(err, errcap, "index '%s' is damaged (%s); nothing was changed: with "
+			       "the store unmounted, run 'ckptctl %s fsck' to rebuild it from what "
+			       "is still readable", path, rc == -EUCLEAN ? msg : strerror(-rc),
+			       root);
+			goto fail;
+		}
 	}
 	so.read_only = (flags & REPO_RDONLY) != 0;
 	rc = store_open(root, &so, &r->st);

@@ -87,7 +87,6 @@
 
 #define IX_BUSY_TIMEOUT_MS 5000
 #define IX_CACHE_KIB "-65536" /* PRAGMA cache_size: negative = KiB, here 64 MiB */
-#define IX_FORMAT "ckptfs-index"
 
 /* literals in the steps SQL below: states 1 (sealed), 2 (complete), 3 (pruned), 0..5, kinds 0..31 */
 _Static_assert(IDX_STEP_WRITING == 0 && IDX_STEP_SEALED == 1 && IDX_STEP_COMPLETE == 2 &&

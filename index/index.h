@@ -289,6 +289,77 @@ int idx_recover(struct idx *ix, idx_release_fn release, void *arg);
  */
 int idx_check(struct idx *ix, char *msg, size_t cap);
 
+/* ---- damage to the index file itself (index_salvage.c) ---- */
+
+/*
+ * idx_integrity - SQLite's check of the database file: PRAGMA quick_check (quick: b-tree
+ * structure and page links, O(pages)) or PRAGMA integrity_check (also every index against its
+ * table). Read-only.
+ * @msg, @cap: on -EUCLEAN, SQLite's first finding (or its error message).
+ * Returns 0 (whole), -EUCLEAN (damaged), -ENOMEM, -EBUSY.
+ */
+int idx_integrity(struct idx *ix, bool quick, char *msg, size_t cap);
+
+#define IDX_SALVAGE_TABLES 7 /* meta inodes dentries extents steps step_events claims */
+
+/* What idx_salvage read from one table of the damaged index. */
+struct idx_salvage_table {
+	uint64_t copied;         /* rows copied */
+	uint64_t damaged_ranges; /* runs of damaged pages skipped (their rows are lost) */
+	bool unreadable;         /* the table could not be read at all */
+};
+
+struct idx_salvage_report {
+	struct idx_salvage_table table[IDX_SALVAGE_TABLES];
+	uint64_t extents_from_index; /* extents the table had lost, found in its extents_hash index */
+};
+
+/* idx_salvage_table_name - name of table i of struct idx_salvage_report; borrowed, static. */
+const char *idx_salvage_table_name(int i);
+
+/*
+ * idx_salvage - copy every row still readable from the damaged index file src_path (opened
+ * read-only, never written) into dst, a fresh index just made by idx_open. Rows on damaged pages
+ * are skipped and counted; the chunks table is not copied (idx_repair rebuilds it). dst must then
+ * go through idx_repair before it is used. One transaction on dst.
+ * Returns 0 (*ret filled), -EROFS (dst read-only), -ENOMEM, -ENOSPC, -EIO (dst failed).
+ */
+int idx_salvage(struct idx *dst, const char *src_path, struct idx_salvage_report *ret);
+
+/* Callbacks of idx_repair; arg is passed back. */
+struct idx_repair_ops {
+	/*
+	 * chunk_info - is the chunk with this digest in the chunk store? 1: yes, *raw_size (bytes),
+	 * *stored_size (bytes) and *codec filled; 0: no; < 0: -errno, stops the repair.
+	 */
+	int (*chunk_info)(const uint8_t hash[IDX_HASH_LEN], uint32_t *raw_size,
+			  uint32_t *stored_size, uint8_t *codec, void *arg);
+	/* lost - one loss, described in a line (borrowed for the call); ino 0 if none */
+	void (*lost)(uint64_t ino, const char *line, void *arg);
+	void *arg;
+};
+
+struct idx_repair_stats {
+	uint64_t dentries_dropped; /* names whose inode or directory was gone */
+	uint64_t extents_dropped;  /* extents of gone inodes, or past a file's size */
+	uint64_t chunks_added;     /* chunk rows rebuilt from the chunk store */
+	uint64_t chunks_missing;   /* digests named by extents with no chunk file (marked bad) */
+	uint64_t chunks_dropped;   /* chunk rows no extent names */
+	uint64_t files_damaged;    /* regular files with ranges lost (reads there fail: EIO) */
+	uint64_t bytes_lost;       /* bytes in those ranges */
+	uint64_t relinked;         /* inodes linked again under /lost+found */
+	uint64_t nlink_fixed;      /* inodes whose link count was recounted */
+	uint64_t steps_reset;      /* steps whose directory was gone */
+};
+
+/*
+ * idx_repair - make the index consistent (the invariants at the top of index_salvage.c, which
+ * idx_check then verifies), reporting every loss through ops->lost. Idempotent: on a consistent
+ * index it changes nothing and reports nothing. One transaction.
+ * Returns 0 (*ret filled), -EROFS, -ENOMEM, -ENOSPC, -EIO, or ops->chunk_info's error.
+ */
+int idx_repair(struct idx *ix, const struct idx_repair_ops *ops, struct idx_repair_stats *ret);
+
 /* ---- steps (schema v2) ----
  *
  * A step is one checkpoint save as the trainer laid it out: a directory such as "iter_0000100"

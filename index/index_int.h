@@ -23,6 +23,9 @@
 
 #define IX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* meta.format: what marks a database as a ckptfs index (invariant 9) */
+#define IX_FORMAT "ckptfs-index"
+
 /* S_IFMT and the type bits, as they appear as literals in the SQL of index.c (POSIX values). */
 #define IX_S_IFMT 61440 /* 0170000 */
 #define IX_S_IFREG 32768 /* 0100000 */

@@ -353,8 +353,13 @@ static int repo_open_write(const char *root, const struct store_opts *sopts, str
 /* index_error - report an index failure on stderr; returns EXIT_ERROR. */
 static int index_error(const char *root, const char *what, int rc)
 {
-	errmsg("cannot %s in the index of store '%s': %s; run 'ckptctl %s status' to check the store",
-	       what, root, strerror(-rc), root);
+	if (rc == -EIO)
+		errmsg("cannot %s in the index of store '%s': %s; the index file is damaged: "
+		       "with the store unmounted, run 'ckptctl %s fsck' to rebuild it from what is "
+		       "still readable", what, root, strerror(-rc), root);
+	else
+		errmsg("cannot %s in the index of store '%s': %s; run 'ckptctl %s status' to "
+		       "check the store", what, root, strerror(-rc), root);
 	return EXIT_ERROR;
 }
 
@@ -1546,6 +1551,32 @@ static int cmd_verify(const char *root)
 	if (repo_open_write(root, &so, &c.r, &c.writable) < 0)
 		return EXIT_ERROR;
 	c.tty = isatty(STDERR_FILENO);
+	{
+		char msg[512];
+
+		rc = idx_integrity(c.r->ix, false, msg, sizeof(msg));
+		if (rc == -EUCLEAN) {
+			if (opt_json) {
+				json_t *o = json_object();
+
+				json_object_set_new(o, "store", json_string(root));
+				json_object_set_new(o, "index_damaged", json_string(msg));
+				json_object_set_new(o, "clean", json_false());
+				json_print(o);
+			} else {
+				printf("damaged: index file '%s/index.db' (%s)\n", root, msg);
+			}
+			errmsg("the index of store '%s' is damaged; with the store unmounted, run "
+			       "'ckptctl %s fsck' to rebuild it from what is still readable", root,
+			       root);
+			status = EXIT_DAMAGE;
+			goto out;
+		}
+		if (rc < 0) {
+			status = index_error(root, "check the database file", rc);
+			goto out;
+		}
+	}
 
 	rc = idx_chunk_foreach(c.r->ix, v_chunk_row, &c);
 	if (rc < 0) {
@@ -1720,6 +1751,314 @@ static int cmd_gc(const char *root)
 		return EXIT_ERROR;
 	status = writable ? gc_sweep(r, root) : gc_mounted(r, root);
 	ckpt_repo_close(r);
+	return status;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* fsck                                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+struct fsck_ctx {
+	struct ckpt_repo *r;
+	char **lost; /* owned lines */
+	size_t nlost, caplost;
+};
+
+static int fsck_chunk_info(const uint8_t hash[IDX_HASH_LEN], uint32_t *raw_size,
+			   uint32_t *stored_size, uint8_t *codec, void *arg)
+{
+	struct fsck_ctx *c = arg;
+	struct store_chunk_info ci;
+	struct store_hash h;
+	int rc;
+
+	memcpy(h.b, hash, IDX_HASH_LEN);
+	rc = store_chunk_stat(c->r->st, &h, &ci);
+	if (rc == -ENOENT || rc == -EBADMSG || rc == -EIO)
+		return 0; /* missing or unreadable header: marked bad, verify names the files */
+	if (rc < 0)
+		return rc;
+	*raw_size = ci.raw_size;
+	*stored_size = ci.stored_size;
+	*codec = ci.codec;
+	return 1;
+}
+
+static void fsck_lost(uint64_t ino, const char *line, void *arg)
+{
+	struct fsck_ctx *c = arg;
+	char path[1024] = "", *dup;
+
+	if (ino && c->r->ix && idx_path(c->r->ix, ino, path, sizeof(path)) > 0) {
+		size_t n = strlen(line) + strlen(path) + 8;
+
+		dup = malloc(n);
+		if (dup)
+			snprintf(dup, n, "%s: %s", path, line);
+	} else {
+		dup = strdup(line);
+	}
+	if (!dup || grow(&c->lost, &c->caplost, c->nlost, sizeof(*c->lost)) < 0) {
+		free(dup);
+		return;
+	}
+	c->lost[c->nlost++] = dup;
+}
+
+/* fsck_sync_dir - fsync directory path (the renames of the index files). */
+static int fsck_sync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+/*
+ * fsck_salvage - the index file is damaged: copy what is readable into STORE/index.db.salvage,
+ * repair it, then swap it in; the damaged file is kept as index.db.damaged-TIME (with its -wal).
+ * The exclusive lock is held throughout, so no daemon sees a half-made index.
+ */
+static int fsck_salvage(struct fsck_ctx *c, const char *root, char *kept, size_t keptcap)
+{
+	char db[4096], tmp[4200], aside[4200], from[4300], to[4400], t[32];
+	struct idx_salvage_report rep;
+	struct idx_repair_stats rs;
+	struct idx *nix = NULL;
+	time_t now = time(NULL);
+	int rc;
+
+	snprintf(db, sizeof(db), "%s/index.db", root);
+	snprintf(tmp, sizeof(tmp), "%s.salvage", db);
+	strftime(t, sizeof(t), "%Y%m%dT%H%M%S", gmtime(&now));
+	snprintf(aside, sizeof(aside), "%s.damaged-%s", db, t);
+	for (const char *sfx = ""; sfx; sfx = !*sfx ? "-wal" : !strcmp(sfx, "-wal") ? "-shm" : NULL) {
+		snprintf(from, sizeof(from), "%s%s", tmp, sfx);
+		unlink(from); /* an earlier fsck that was interrupted */
+	}
+	rc = idx_open(tmp, 0, getuid(), getgid(), ckpt_now_ns(), &nix);
+	if (rc < 0) {
+		errmsg("cannot create '%s': %s; nothing was changed", tmp, strerror(-rc));
+		return rc;
+	}
+	rc = idx_salvage(nix, db, &rep);
+	if (rc < 0) {
+		errmsg("cannot salvage the damaged index '%s' into '%s': %s; nothing was changed",
+		       db, tmp, strerror(-rc));
+		goto fail;
+	}
+	for (int i = 0; i < IDX_SALVAGE_TABLES; i++) {
+		const struct idx_salvage_table *x = &rep.table[i];
+
+		if (!opt_json)
+			printf("fsck: table %-11s %8" PRIu64 " rows copied%s%s\n",
+			       idx_salvage_table_name(i), x->copied,
+			       x->unreadable ? ", unreadable: every row lost" : "",
+			       x->damaged_ranges ? ", rows on damaged pages lost" : "");
+		if (x->unreadable || x->damaged_ranges) {
+			char line[160];
+
+			snprintf(line, sizeof(line), "index table '%s': %s",
+				 idx_salvage_table_name(i),
+				 x->unreadable ? "unreadable, every row lost"
+					       : "rows on damaged pages lost");
+			fsck_lost(0, line, c);
+		}
+	}
+	if (!opt_json && rep.extents_from_index)
+		printf("fsck: %" PRIu64 " extents recovered from the table's extents_hash index\n",
+		       rep.extents_from_index);
+	struct ckpt_repo tmp_repo = *c->r;
+
+	tmp_repo.ix = nix; /* fsck_lost resolves paths in the new index */
+	struct fsck_ctx nc = *c;
+
+	nc.r = &tmp_repo;
+	struct idx_repair_ops ops = { fsck_chunk_info, fsck_lost, &nc };
+
+	rc = idx_repair(nix, &ops, &rs);
+	c->lost = nc.lost;
+	c->nlost = nc.nlost;
+	c->caplost = nc.caplost;
+	if (rc < 0) {
+		errmsg("cannot repair the salvaged index '%s': %s; nothing was changed", tmp,
+		       strerror(-rc));
+		goto fail;
+	}
+	idx_close(nix);
+	nix = NULL;
+	/* swap: the damaged file (and its WAL, which belongs to it by name) aside, the new in */
+	idx_close(c->r->ix);
+	c->r->ix = NULL;
+	for (const char *sfx = ""; sfx; sfx = !*sfx ? "-wal" : !strcmp(sfx, "-wal") ? "-shm" : NULL) {
+		snprintf(from, sizeof(from), "%s%s", db, sfx);
+		snprintf(to, sizeof(to), "%s%s", aside, sfx);
+		if (rename(from, to) < 0 && errno != ENOENT) {
+			rc = -errno;
+			errmsg("cannot move '%s' aside: %s; the salvaged index is '%s'", from,
+			       strerror(-rc), tmp);
+			return rc;
+		}
+	}
+	if (rename(tmp, db) < 0) {
+		rc = -errno;
+		errmsg("cannot move '%s' to '%s': %s; the damaged index is kept as '%s': rename "
+		       "'%s' to '%s' by hand", tmp, db, strerror(-rc), aside, tmp, db);
+		return rc;
+	}
+	fsck_sync_dir(root);
+	snprintf(kept, keptcap, "%s", aside);
+	rc = idx_open(db, 0, getuid(), getgid(), ckpt_now_ns(), &c->r->ix);
+	if (rc < 0)
+		errmsg("cannot open the rebuilt index '%s': %s", db, strerror(-rc));
+	return rc;
+fail:
+	idx_close(nix);
+	for (const char *sfx = ""; sfx; sfx = !*sfx ? "-wal" : !strcmp(sfx, "-wal") ? "-shm" : NULL) {
+		snprintf(from, sizeof(from), "%s%s", tmp, sfx);
+		unlink(from);
+	}
+	return rc;
+}
+
+static int cmd_fsck(const char *root)
+{
+	struct fsck_ctx c = { 0 };
+	struct idx_repair_stats rs = { 0 };
+	char err[1024] = "", msg[512] = "", kept[4400] = "";
+	uint64_t inodes = 0, chunks = 0;
+	bool damaged_index = false;
+	int rc, status = EXIT_ERROR, vstatus;
+
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | REPO_SALVAGE, NULL, err, sizeof(err), &c.r);
+	if (rc < 0) {
+		errmsg("%s%s", err[0] ? err : strerror(-rc),
+		       rc == -EBUSY ? "; fsck needs the store unmounted" : "");
+		return EXIT_ERROR;
+	}
+	/* 1. the index file: SQLite's integrity check, salvage when it fails */
+	if (c.r->index_err < 0) {
+		damaged_index = true;
+		snprintf(msg, sizeof(msg), "cannot be opened: %s", strerror(-c.r->index_err));
+	} else {
+		rc = idx_integrity(c.r->ix, false, msg, sizeof(msg));
+		if (rc == -EUCLEAN)
+			damaged_index = true;
+		else if (rc < 0) {
+			errmsg("cannot check the index of store '%s': %s", root, strerror(-rc));
+			goto out;
+		}
+	}
+	if (!opt_json)
+		printf("fsck: index: %s%s\n", damaged_index ? "damaged: " : "whole",
+		       damaged_index ? msg : "");
+	if (damaged_index) {
+		char line[640];
+
+		snprintf(line, sizeof(line), "index file damaged (%s)", msg);
+		fsck_lost(0, line, &c);
+		if (fsck_salvage(&c, root, kept, sizeof(kept)) < 0)
+			goto out;
+		if (!opt_json)
+			printf("fsck: index rebuilt from what was readable; the damaged file is kept "
+			       "as '%s'\n", kept);
+	} else {
+		/* 2. a whole file can still break the index's own invariants */
+		char why[512];
+
+		if (idx_check(c.r->ix, why, sizeof(why)) == -EUCLEAN) {
+			struct idx_repair_ops ops = { fsck_chunk_info, fsck_lost, &c };
+
+			if (!opt_json)
+				printf("fsck: index inconsistent: %s\n", why);
+			rc = idx_repair(c.r->ix, &ops, &rs);
+			if (rc < 0) {
+				errmsg("cannot repair the index of store '%s': %s; nothing was "
+				       "changed", root, strerror(-rc));
+				goto out;
+			}
+		}
+	}
+	{
+		char why[512];
+
+		if (idx_check(c.r->ix, why, sizeof(why)) == -EUCLEAN) {
+			errmsg("the index of store '%s' is still inconsistent after repair: %s", root,
+			       why);
+			goto out;
+		}
+	}
+	/* 3. unlinked inodes, chunk rows and files nothing uses; after a salvage the chunk files
+	 * the new index does not name are kept: with the damaged file, they are all that is left
+	 * of what it lost */
+	if (damaged_index) {
+		struct gc_count g = { .ix = c.r->ix };
+		char b[64];
+
+		rc = store_chunk_foreach(c.r->st, gc_count_file, &g);
+		if (rc < 0) {
+			errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+			goto out;
+		}
+		if (!opt_json && g.files)
+			printf("fsck: kept %" PRIu64 " chunk files (%s) no file names any more, for "
+			       "whoever examines the damaged index; 'ckptctl %s gc' deletes them\n",
+			       g.files, fmt_size(g.bytes, b, sizeof(b)), root);
+	} else {
+		rc = ckpt_repo_sweep(c.r, &inodes, &chunks);
+		if (rc < 0) {
+			errmsg("cannot sweep store '%s': %s", root, strerror(-rc));
+			goto out;
+		}
+	}
+	if (!opt_json) {
+		if (!damaged_index)
+			printf("fsck: removed %" PRIu64 " unlinked inodes and %" PRIu64
+			       " unreferenced chunks\n", inodes, chunks);
+		for (size_t i = 0; i < c.nlost; i++)
+			printf("lost: %s\n", c.lost[i]);
+	}
+	ckpt_repo_close(c.r);
+	c.r = NULL;
+	/* 4. every chunk and file re-read: bad chunks are recorded, damaged files named */
+	if (!opt_json)
+		printf("fsck: verifying every chunk and file\n");
+	vstatus = opt_json ? EXIT_OK : cmd_verify(root);
+	if (opt_json) {
+		json_t *o = json_object(), *a = json_array();
+
+		for (size_t i = 0; i < c.nlost; i++)
+			json_array_append_new(a, json_string(c.lost[i]));
+		json_object_set_new(o, "store", json_string(root));
+		json_object_set_new(o, "index_damaged", json_boolean(damaged_index));
+		json_object_set_new(o, "index_message", damaged_index ? json_string(msg)
+								      : json_null());
+		json_object_set_new(o, "damaged_index_kept_as", kept[0] ? json_string(kept)
+									 : json_null());
+		json_object_set_new(o, "inodes_removed", json_u64(inodes));
+		json_object_set_new(o, "chunks_removed", json_u64(chunks));
+		json_object_set_new(o, "lost", a);
+		if (json_print(o) < 0)
+			goto out;
+	}
+	if (vstatus == EXIT_ERROR)
+		goto out;
+	status = (c.nlost || damaged_index || vstatus == EXIT_DAMAGE) ? EXIT_DAMAGE : EXIT_OK;
+	if (!opt_json)
+		printf("fsck: %s\n", status == EXIT_OK ? "clean" :
+		       vstatus == EXIT_OK ? "damage found and repaired: every file left verifies "
+		       "whole; the lines 'lost:' above say what could not be kept" :
+		       "damage found: the lines 'lost:' and 'damaged:' above say what; steps with "
+		       "damaged files are no longer resolved by trackers");
+out:
+	for (size_t i = 0; i < c.nlost; i++)
+		free(c.lost[i]);
+	free(c.lost);
+	ckpt_repo_close(c.r);
 	return status;
 }
 
@@ -4452,6 +4791,9 @@ static void usage(FILE *f)
 		"              (PATH relative to the mount root, default '/')\n"
 		"  verify      re-read every chunk and re-hash every file; exit 1 on damage\n"
 		"  gc          remove unlinked inodes and unreferenced chunks (not mounted)\n"
+		"  fsck        check and repair (not mounted): the index file (a damaged one is\n"
+		"              rebuilt from its readable rows, the old kept aside), the index's\n"
+		"              consistency, orphans, then verify; says what was lost; exit 1 if so\n"
 		"  steps       the checkpoint steps: state, files, sizes, completion, pins\n"
 		"  show STEP   one step's fields, directory, files and state history\n"
 		"              (STEP: a step number, or a step directory name such as iter_0000100)\n"
@@ -4474,7 +4816,7 @@ static void usage(FILE *f)
 		"  -h, --help  show this help\n"
 		"  -V, --version  show the version\n"
 		"\n"
-		"exit status: 0 success, 1 verify or export found damage, or import could not read\n"
+		"exit status: 0 success, 1 verify, fsck or export found damage, or import could not read\n"
 		"             some file, 2 error\n");
 }
 
@@ -4577,6 +4919,11 @@ int main(int argc, char **argv)
 		if (nargs)
 			return usage_error("'gc' takes no arguments");
 		return cmd_gc(root);
+	}
+	if (!strcmp(cmd, "fsck")) {
+		if (nargs)
+			return usage_error("'fsck' takes no arguments");
+		return cmd_fsck(root);
 	}
 	if (!strcmp(cmd, "steps")) {
 		if (nargs)
