@@ -625,9 +625,20 @@ static int ix_fix_orphans(struct idx *ix, const struct idx_repair_ops *ops,
 		r = 0;
 		if (ino == lf)
 			continue;
+		/* a step's directory goes back where its step row says, under its own name */
+		struct idx_step stp;
+		uint64_t other;
+		uint64_t parent = lf;
+
 		snprintf(name, sizeof(name), "#%llu", (unsigned long long)ino);
+		if (idx_step_by_dir(ix, ino, &stp) == 0 && stp.name[0] &&
+		    strlen(stp.name) < sizeof(name) &&
+		    idx_dentry_lookup(ix, IDX_ROOT_INO, stp.name, &other) == -ENOENT) {
+			parent = IDX_ROOT_INO;
+			snprintf(name, sizeof(name), "%s", stp.name);
+		}
 		sqlite3_reset(add);
-		sqlite3_bind_int64(add, 1, (int64_t)lf);
+		sqlite3_bind_int64(add, 1, (int64_t)parent);
 		sqlite3_bind_blob(add, 2, name, (int)strlen(name), SQLITE_TRANSIENT);
 		sqlite3_bind_int64(add, 3, (int64_t)ino);
 		if (sqlite3_step(add) != SQLITE_DONE) {
@@ -635,8 +646,8 @@ static int ix_fix_orphans(struct idx *ix, const struct idx_repair_ops *ops,
 			break;
 		}
 		s->relinked++;
-		ix_lost(ops, ino, "inode %llu had lost its name: now /lost+found/%s",
-			(unsigned long long)ino, name);
+		ix_lost(ops, ino, "inode %llu had lost its name: now %s%s", (unsigned long long)ino,
+			parent == lf ? "/lost+found/" : "/", name);
 		r = 0;
 	}
 	if (r == SQLITE_DONE)
@@ -677,6 +688,36 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 		if ((r = idx_step_set_state(ix, ids[i], IDX_STEP_INCOMPLETE, ix_now(),
 					    "index repair: directory lost")) < 0)
 			return r;
+	/* a complete step whose tree no longer holds the files and bytes it was completed with
+	 * lost some of them (names, or whole inodes) */
+	n = 0;
+	r = ix_prep(ix, "WITH RECURSIVE t(ino) AS (SELECT s.dir_ino UNION ALL SELECT d.ino FROM "
+			"dentries d JOIN t ON d.parent = t.ino) SELECT s.id, s.name FROM steps s "
+			"WHERE s.state = 2 AND s.dir_ino <> 0 AND (SELECT count(*) || '/' || "
+			"coalesce(sum(i.size), 0) FROM t JOIN inodes i ON i.ino = t.ino WHERE "
+			"(i.mode & 61440) = 32768) <> s.files || '/' || s.logical_bytes", &st);
+	if (r < 0) {
+		/* older SQLite without correlated CTEs: skip this check */
+		r = 0;
+		goto done;
+	}
+	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *name = (const char *)sqlite3_column_text(st, 1);
+
+		ix_lost(ops, 0, "step '%s': files of it were lost; no longer complete",
+			name ? name : "?");
+		if (n < 256)
+			ids[n++] = sqlite3_column_int64(st, 0);
+		s->steps_reset++;
+	}
+	sqlite3_finalize(st);
+	if (r != SQLITE_DONE)
+		return ix_err(ix, r);
+	for (size_t i = 0; i < n; i++)
+		if ((r = idx_step_set_state(ix, ids[i], IDX_STEP_INCOMPLETE, ix_now(),
+					    "index repair: files lost")) < 0)
+			return r;
+done:
 	return ix_exec(ix, "UPDATE steps SET dir_ino = 0 WHERE dir_ino <> 0 AND dir_ino NOT IN "
 			   "(SELECT ino FROM inodes);"
 			   "DELETE FROM step_events WHERE step_id NOT IN (SELECT id FROM steps);");

@@ -1925,6 +1925,98 @@ fail:
 	return rc;
 }
 
+/* Root entries collected by fsck_steps. */
+struct fsck_root_ent {
+	char name[256];
+	uint64_t ino;
+	uint32_t mode;
+};
+
+struct fsck_roots {
+	struct fsck_root_ent *v;
+	size_t n, cap;
+};
+
+static int fsck_root_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
+			     void *arg)
+{
+	struct fsck_roots *l = arg;
+
+	if (!S_ISDIR(mode) || strlen(name) >= sizeof(l->v[0].name))
+		return 0;
+	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+		return -ENOMEM;
+	snprintf(l->v[l->n].name, sizeof(l->v[0].name), "%s", name);
+	l->v[l->n].ino = ino;
+	l->v[l->n].mode = mode;
+	l->n++;
+	return 0;
+}
+
+static int fsck_claim_max(int64_t id, const char *tracker, const void *content, size_t len,
+			  int64_t step, int64_t ts_ns, void *arg)
+{
+	int64_t *max = arg;
+
+	if (step > *max)
+		*max = step;
+	return 0;
+}
+
+/*
+ * fsck_steps - after a salvage that lost step rows: every step directory at the root without a
+ * row gets one again. It is sealed when a recorded tracker claim names it or a later step (the
+ * claims survived), so the daemon judges it at the next mount (complete if every file is whole);
+ * without that evidence it stays unsealed, and the daemon quarantines it as abandoned.
+ * Returns the number of rows made, or -errno.
+ */
+static int fsck_steps(struct fsck_ctx *c)
+{
+	struct fsck_roots l = { 0 };
+	int64_t claimed = -1, now = ckpt_now_ns();
+	int rc, made = 0;
+
+	rc = idx_dir_list(c->r->ix, IDX_ROOT_INO, 0, fsck_root_collect, &l);
+	if (rc >= 0)
+		rc = idx_claim_foreach(c->r->ix, fsck_claim_max, &claimed);
+	if (rc >= 0)
+		rc = idx_begin(c->r->ix);
+	for (size_t i = 0; rc >= 0 && i < l.n; i++) {
+		enum layout_kind kind;
+		struct idx_step st;
+		int64_t step, id;
+		char line[512];
+
+		if (layout_parse_name(l.v[i].name, LAYOUT_NONE, &kind, &step) != 1)
+			continue;
+		if (idx_step_by_dir(c->r->ix, l.v[i].ino, &st) == 0)
+			continue;
+		rc = idx_step_create(c->r->ix, kind, l.v[i].name, step, l.v[i].ino, now, &id);
+		if (rc < 0)
+			break;
+		made++;
+		if (step >= 0 && claimed >= step) {
+			rc = idx_step_set_state(c->r->ix, id, IDX_STEP_SEALED, now,
+						"fsck: record lost with the index; sealed again by "
+						"a recorded tracker claim");
+			snprintf(line, sizeof(line), "step '%s': its record was lost with the index; "
+				 "sealed again by a tracker claim (step %lld), judged at the next "
+				 "mount", l.v[i].name, (long long)claimed);
+		} else {
+			snprintf(line, sizeof(line), "step '%s': its record was lost with the index "
+				 "and nothing shows it was finished; the next mount quarantines it "
+				 "(/.ckptfs/quarantine, files kept)", l.v[i].name);
+		}
+		fsck_lost(0, line, c);
+	}
+	if (rc >= 0)
+		rc = idx_commit(c->r->ix);
+	if (rc < 0)
+		idx_rollback(c->r->ix);
+	free(l.v);
+	return rc < 0 ? rc : made;
+}
+
 static int cmd_fsck(const char *root)
 {
 	struct fsck_ctx c = { 0 };
@@ -1966,6 +2058,12 @@ static int cmd_fsck(const char *root)
 		if (!opt_json)
 			printf("fsck: index rebuilt from what was readable; the damaged file is kept "
 			       "as '%s'\n", kept);
+		rc = fsck_steps(&c);
+		if (rc < 0) {
+			errmsg("cannot record the steps of store '%s' again: %s", root,
+			       strerror(-rc));
+			goto out;
+		}
 	} else {
 		/* 2. a whole file can still break the index's own invariants */
 		char why[512];
