@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""The crash loop: for each layout, CKPTFS_TORTURE_ROUNDS rounds (default 20) of a real 2-rank
+PyTorch training job (tests/e2e/trainer.py, gloo) on one ckptfs mount, SIGKILLed at a random
+moment of a save; every 5th round the daemon is SIGKILLed too (then fusermount3 -uz and a remount
+of the same STORE). Each round's job is the previous round's resume: it starts with --resume, and
+the framework's own resume logic must land on a complete step, bit-exact (file sha256s against
+what the writers logged, state digest, loss: test_frameworks.check_resumed); then it trains on
+and is killed inside one of its next saves.
+
+Rounds are chained (one trainer start per round), so 20 rounds x 8 layouts take ~15 min on 2
+cores. Prints per layout `layout L: P/N rounds resumed to a complete step (D daemon kills)`.
+
+The step resumed onto must be the newest SAVED one, or the killed step when its files were all
+whole (see check_resumed), or - after a daemon kill, for layouts whose steps complete only once
+quiet (mf1 deepspeed hf, test_scenarios.SETTLING) - the SAVED step before it when the newest was
+SAVED under SETTLE_WINDOW seconds before the kill.
+
+Environment: CKPTFS_BIN, CKPTCTL_BIN, CKPTFS_TORTURE_ROUNDS (20), CKPTFS_E2E_LAYOUTS (default
+all), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15), CKPTFS_KEEP=1.
+Run: /usr/bin/python3 tests/torture/test_crash_loop.py [-v]      (200+ rounds by hand:
+CKPTFS_TORTURE_ROUNDS=200 scripts/torture.sh)
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'e2e'))
+sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+
+import ckfs  # noqa: E402
+import test_frameworks as tf  # noqa: E402
+import test_scenarios as ts  # noqa: E402
+from test_frameworks import LogView, Trainer, check_resumed, log_size, read_log  # noqa: E402
+
+ROUNDS = int(os.environ.get('CKPTFS_TORTURE_ROUNDS', '20'))
+SEED = tf.SEED
+SLOW = tf.SLOW
+RUN_TIMEOUT = tf.RUN_TIMEOUT
+SUMMARY = []
+
+
+class TestCrashLoop(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        print('crash loop: CKPTFS_CRASH_SEED=%d, %d rounds per layout, every 5th also kills '
+              'the daemon, slow-save %.2fs' % (SEED, ROUNDS, SLOW), flush=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        if SUMMARY:
+            print('\n' + '\n'.join(SUMMARY), flush=True)
+
+    def loop(self, layout):
+        t0 = time.monotonic()
+        rng = random.Random('%d-loop-%s' % (SEED, layout))
+        keep = tf.KEEP_CRASH.get(layout, 0)
+        ok, fails, dkills = 0, [], 0
+        m = ckfs.Mount()
+        m.start()
+        log = os.path.join(m.tmp, 'trainer.log')
+        dur = None              # how long a save takes (the first one measured)
+        saved_t = {}            # step -> time its SAVED line was read
+        pending = None          # what the next trainer's resume is checked against
+        tr = None
+        try:
+            for rnd in range(1, ROUNDS + 2):
+                tr = Trainer(layout, m.mnt, log, steps=1000000, every=2, keep=keep,
+                             slow=SLOW, resume=rnd > 1)
+                deadline = time.monotonic() + RUN_TIMEOUT
+                carry = []      # lines check_resume read that the kill loop must see
+                # 1. the resume of the previous round's kill
+                if pending:
+                    try:
+                        carry = self.check_resume(tr, log, pending, deadline, m)
+                        ok += 1
+                        print('layout %s: %s' % (layout, pending['msg']), flush=True)
+                    except AssertionError as e:
+                        fails.append('round %d: %s' % (rnd - 1, e))
+                        print('layout %s: round %d FAILED: %s' % (layout, rnd - 1, e),
+                              flush=True)
+                    pending = None
+                if rnd > ROUNDS:
+                    break
+                # 2. kill it inside one of its next saves
+                daemon = rnd % 5 == 0
+                kill_save = rng.choice([2, 3] if dur is None else [1, 2])
+                frac = rng.uniform(*tf.FRAC)
+                nsave, t_saving = 0, None
+                while True:
+                    t, ln = carry.pop(0) if carry else tr.next_line(deadline)
+                    if ln is None:
+                        raise AssertionError('round %d: trainer exited (%s) before the kill%s'
+                                             % (rnd, tr.p.wait(), tr.tail()))
+                    if ln.startswith('SAVED '):
+                        saved_t[int(ln.split()[1])] = t
+                        if dur is None and t_saving is not None:
+                            dur = t - t_saving
+                    elif ln.startswith('SAVING '):
+                        nsave += 1
+                        t_saving = t
+                        if nsave == kill_save and dur is not None:
+                            delay = frac * dur
+                            time.sleep(max(0.0, t_saving + delay - time.monotonic()))
+                            t_kill = time.monotonic()
+                            if daemon:
+                                m.kill_daemon()
+                                dkills += 1
+                            tr.kill()
+                            killed = int(ln.split()[1])
+                            break
+                for t, ln in ts.drain(tr):
+                    if ln.startswith('SAVED '):
+                        saved_t[int(ln.split()[1])] = t
+                tr.close()
+                tr = None
+                if daemon:
+                    m.start()
+                off = log_size(log)
+                before = LogView(read_log(log, 0, off))
+                expect = max(before.saved)
+                age = t_kill - saved_t.get(expect, t_kill)
+                settling = daemon and layout in ts.SETTLING and age < ts.SETTLE_WINDOW
+                prev = sorted(set(before.saved))
+                pending = {
+                    'before': before, 'off': off, 'expect': expect, 'killed': killed,
+                    'alt': prev[-2] if settling and len(prev) > 1 else None,
+                    'msg': 'round %d: %s killed %.2fs into the save of step %d (a save takes '
+                           '%.2fs); newest SAVED %d' % (rnd, 'daemon and trainer' if daemon
+                                                        else 'trainer', delay, killed, dur,
+                                                        expect),
+                }
+        finally:
+            if tr is not None:
+                tr.close()
+            m.close()
+        line = 'layout %s: %d/%d rounds resumed to a complete step (%d daemon kills, %.1fs)' % (
+            layout, ok, ROUNDS, dkills, time.monotonic() - t0)
+        SUMMARY.append(line)
+        print(line, flush=True)
+        if fails:
+            self.fail('\n'.join(fails))
+
+    def check_resume(self, tr, log, p, deadline, m):
+        """Read until the resumed job's first SAVING (its LOADED lines are in the log by
+        then), then check where it resumed. Returns [(t, that SAVING line)] for the caller."""
+        resumed = None
+        while True:
+            t, ln = tr.next_line(deadline)
+            if ln is None:
+                raise AssertionError('resumed trainer exited with status %s: %s%s%s' %
+                                     (tr.p.wait(), p['msg'], tr.tail(), ts.daemon_log(m)))
+            if ln.startswith(('RESUMED', 'FRESH')) and resumed is None:
+                resumed = ln
+                if ln == 'FRESH':
+                    break
+            if resumed and ln.startswith('SAVING '):
+                break
+        got = tf.kv(resumed).get('step') if resumed != 'FRESH' else None
+        exp = p['expect']
+        if p['alt'] is not None and got is not None and int(got) == p['alt']:
+            exp = p['alt']
+            p['msg'] += '; newest SAVED step still settling at the daemon kill: accepted %d' % exp
+        try:
+            step = check_resumed(tr, p['before'], log, p['off'], expect_step=exp,
+                                 killed_step=p['killed'])
+        except AssertionError as e:
+            raise AssertionError('%s; %s%s' % (e, p['msg'], ts.daemon_log(m)))
+        p['msg'] += '; resumed to %d' % step
+        return [(t, ln)] if ln and ln.startswith('SAVING ') else []
+
+
+def _add(layout):
+    def t(self):
+        self.loop(layout)
+    t.__name__ = 'test_%s' % layout
+    setattr(TestCrashLoop, t.__name__, t)
+
+
+for _l in tf.selected_layouts():
+    _add(_l)
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(5400, exit=True)
+    unittest.main(verbosity=2)
