@@ -164,6 +164,8 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 		       rc == -EIO ? root : "", rc == -EIO ? " fsck' to rebuild it" : "");
 		goto fail;
 	}
+	if (r->ix && !(flags & REPO_RDONLY))
+		chmod(path, 0600); /* SQLite creates it 0644; only the owner reads the index */
 	if (r->ix && (flags & REPO_CHECK)) {
 		char msg[256] = "";
 

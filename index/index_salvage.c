@@ -560,15 +560,21 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 			/* too fragmented to patch range by range: the whole file is lost */
 			ix_lost(ops, ino, "file inode %llu: more than 64 ranges lost; the file is "
 				"emptied", (unsigned long long)ino);
-			char sql[128];
+			sqlite3_stmt *e = NULL;
 
-			snprintf(sql, sizeof(sql), "DELETE FROM extents WHERE ino = %llu",
-				 (unsigned long long)ino);
-			r = ix_exec(ix, sql);
+			r = ix_prep(ix, "DELETE FROM extents WHERE ino = ?1; ", &e);
 			if (r == 0) {
-				snprintf(sql, sizeof(sql), "UPDATE inodes SET size = 0 WHERE "
-					 "ino = %llu", (unsigned long long)ino);
-				r = ix_exec(ix, sql);
+				sqlite3_bind_int64(e, 1, (int64_t)ino);
+				r = sqlite3_step(e) == SQLITE_DONE ? 0 : -EIO;
+				sqlite3_finalize(e);
+				e = NULL;
+			}
+			if (r == 0)
+				r = ix_prep(ix, "UPDATE inodes SET size = 0 WHERE ino = ?1", &e);
+			if (r == 0) {
+				sqlite3_bind_int64(e, 1, (int64_t)ino);
+				r = sqlite3_step(e) == SQLITE_DONE ? 0 : -EIO;
+				sqlite3_finalize(e);
 			}
 			s->files_damaged++;
 			continue;
