@@ -567,7 +567,8 @@ static int check_safetensors(struct vctx *c)
 		ts[nt].end = en;
 		nt++;
 	}
-	qsort(ts, nt, sizeof(*ts), st_cmp);
+	if (nt)
+		qsort(ts, nt, sizeof(*ts), st_cmp);
 	uint64_t at = 0;
 	for (size_t i = 0; i < nt; i++) {
 		if (ts[i].begin != at) {

@@ -690,7 +690,8 @@ static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino)
 		l.v[kept++] = l.v[i];
 	}
 	l.n = kept;
-	qsort(l.v, l.n, sizeof(*l.v), ls_cmp);
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), ls_cmp);
 
 	if (opt_json) {
 		json_t *a = json_array();
@@ -986,7 +987,8 @@ static size_t u64_unique(uint64_t *v, size_t n)
 {
 	size_t i, k;
 
-	qsort(v, n, sizeof(*v), u64_cmp);
+	if (n)
+		qsort(v, n, sizeof(*v), u64_cmp);
 	for (i = 0, k = 0; i < n; i++)
 		if (k == 0 || v[k - 1] != v[i])
 			v[k++] = v[i];
@@ -1584,7 +1586,8 @@ static int cmd_verify(const char *root)
 		status = index_error(root, "list chunks", rc);
 		goto out;
 	}
-	qsort(c.chunks, c.nchunks, sizeof(*c.chunks), v_chunk_cmp);
+	if (c.nchunks)
+		qsort(c.chunks, c.nchunks, sizeof(*c.chunks), v_chunk_cmp);
 	rc = v_chunks(&c);
 	if (rc == 0)
 		rc = v_chunk_users(&c);
@@ -2496,7 +2499,8 @@ static int tree_collect(struct idx *ix, uint64_t dir, struct tree *t)
 		tree_free(t);
 		return rc;
 	}
-	qsort(t->v, t->n, sizeof(*t->v), tree_cmp);
+	if (t->n)
+		qsort(t->v, t->n, sizeof(*t->v), tree_cmp);
 	return 0;
 }
 
