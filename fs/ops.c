@@ -293,6 +293,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	/* Leave clearing set-user-ID and set-group-ID on write, truncate and chown by a caller
+	 * without CAP_FSETID to the kernel (a setattr of the mode), whatever libfuse's default:
+	 * we do not know the caller's capabilities. */
+	conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
 	conn->max_readahead = 1 << 20;
 }
 
@@ -682,6 +686,8 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 		steps_before_remove(fs, parent, name);
 	if (rc == 0)
 		rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
+	if (rc == 0 && ino == fs->meta_ino)
+		rc = -EROFS;
 	if (rc == 0)
 		rc = idx_inode_get(fs->ix, ino, &a);
 	if (rc == 0 && dir && !S_ISDIR(a.mode))
@@ -766,6 +772,8 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
 	have_dst = rc == 0;
+	if (src == fs->meta_ino || (have_dst && dst == fs->meta_ino))
+		return -EROFS; /* /.ckptfs stays where it is: moved, it would be an ordinary dir */
 	if (have_dst && dst == src)
 		return 0; /* POSIX: same file, nothing to do */
 	if (flags & RENAME_EXCHANGE) {

@@ -299,6 +299,70 @@ static json_t *json_u64(uint64_t v)
 	return json_integer((json_int_t)v);
 }
 
+/* utf8_seq - length of the valid UTF-8 sequence (RFC 3629: no overlong form, no surrogate)
+ * at p (n bytes left, n > 0), or 0 when p[0] does not start one. */
+static size_t utf8_seq(const uint8_t *p, size_t n)
+{
+	/* the second byte's range excludes overlong forms (e0, f0), surrogates (ed) and code
+	 * points above U+10FFFF (f4) */
+	uint8_t lo = p[0] == 0xe0 ? 0xa0 : p[0] == 0xf0 ? 0x90 : 0x80;
+	uint8_t hi = p[0] == 0xed ? 0x9f : p[0] == 0xf4 ? 0x8f : 0xbf;
+	size_t len;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xbf))
+			return 0;
+	return len;
+}
+
+/*
+ * json_name - a JSON string of a file name or path (new reference). Names are bytes and JSON
+ * strings UTF-8 (json_string returns NULL on anything else, which would drop the key), so each
+ * byte that is not part of valid UTF-8 becomes U+FFFD. NULL only on ENOMEM.
+ */
+static json_t *json_name(const char *name)
+{
+	const uint8_t *p = (const uint8_t *)name;
+	size_t n = strlen(name), o = 0;
+	json_t *j = json_string(name);
+	char *buf;
+
+	if (j)
+		return j;
+	buf = malloc(3 * n + 1);
+	if (!buf)
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		size_t k = utf8_seq(p + i, n - i);
+
+		if (k) {
+			memcpy(buf + o, p + i, k);
+			o += k;
+			i += k;
+		} else {
+			memcpy(buf + o, "\xef\xbf\xbd", 3); /* U+FFFD */
+			o += 3;
+			i++;
+		}
+	}
+	buf[o] = '\0';
+	j = json_string(buf);
+	free(buf);
+	return j;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Opening the store                                                                         */
 /* ---------------------------------------------------------------------------------------- */
@@ -581,7 +645,7 @@ static json_t *ls_json_ent(const struct ls_ent *e)
 
 	if (!o)
 		return NULL;
-	json_object_set_new(o, "name", json_string(e->name));
+	json_object_set_new(o, "name", json_name(e->name));
 	json_object_set_new(o, "ino", json_u64(e->in.ino));
 	json_object_set_new(o, "type", json_string(type_name(e->in.mode)));
 	json_object_set_new(o, "mode", json_integer(e->in.mode & 07777));
@@ -595,7 +659,7 @@ static json_t *ls_json_ent(const struct ls_ent *e)
 	json_object_set_new(o, "mtime", json_string(fmt_time(e->in.mtime_ns, tbuf, sizeof(tbuf))));
 	json_object_set_new(o, "mtime_ns", json_integer(e->in.mtime_ns));
 	if (S_ISLNK(e->in.mode))
-		json_object_set_new(o, "target", e->target ? json_string(e->target) : json_null());
+		json_object_set_new(o, "target", e->target ? json_name(e->target) : json_null());
 	return o;
 }
 
@@ -749,8 +813,8 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino)
 		const char *slash = strrchr(path, '/');
 
 		/* the entry's own name, as in a directory listing; the full path beside it */
-		json_object_set_new(o, "name", json_string(slash && slash[1] ? slash + 1 : path));
-		json_object_set_new(o, "path", json_string(path));
+		json_object_set_new(o, "name", json_name(slash && slash[1] ? slash + 1 : path));
+		json_object_set_new(o, "path", json_name(path));
 		if (S_ISREG(e.in.mode)) {
 			json_t *a = json_array();
 
@@ -1475,7 +1539,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 					    json_boolean(k->marked || c->writable));
 			for (size_t j = 0; j < c->ndmg; j++)
 				if (c->dmg[j].chunk == i && c->dmg[j].ino)
-					json_array_append_new(users, json_string(c->dmg[j].path));
+					json_array_append_new(users, json_name(c->dmg[j].path));
 			json_object_set_new(x, "files", users);
 			json_array_append_new(ac, x);
 		}
@@ -1485,7 +1549,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			if (!c->dmg[i].ino)
 				continue;
 			x = json_object();
-			json_object_set_new(x, "path", json_string(c->dmg[i].path));
+			json_object_set_new(x, "path", json_name(c->dmg[i].path));
 			json_object_set_new(x, "ino", json_u64(c->dmg[i].ino));
 			json_object_set_new(x, "reason", json_string(c->dmg[i].reason));
 			json_array_append_new(af, x);
@@ -1493,7 +1557,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 		for (i = 0; i < c->nnotes; i++) {
 			json_t *x = json_object();
 
-			json_object_set_new(x, "path", json_string(c->notes[i].path));
+			json_object_set_new(x, "path", json_name(c->notes[i].path));
 			json_object_set_new(x, "ino", c->notes[i].ino ? json_u64(c->notes[i].ino)
 								      : json_null());
 			json_object_set_new(x, "reason", json_string(c->notes[i].reason));
@@ -2133,7 +2197,7 @@ static int cmd_fsck(const char *root)
 		json_t *o = json_object(), *a = json_array();
 
 		for (size_t i = 0; i < c.nlost; i++)
-			json_array_append_new(a, json_string(c.lost[i]));
+			json_array_append_new(a, json_name(c.lost[i]));
 		json_object_set_new(o, "store", json_string(root));
 		json_object_set_new(o, "index_damaged", json_boolean(damaged_index));
 		json_object_set_new(o, "index_message", damaged_index ? json_string(msg)
@@ -2208,7 +2272,7 @@ static json_t *step_json(const struct idx_step *s)
 
 	json_object_set_new(o, "id", json_integer(s->id));
 	json_object_set_new(o, "step", json_integer(s->step));
-	json_object_set_new(o, "name", json_string(s->name));
+	json_object_set_new(o, "name", json_name(s->name));
 	json_object_set_new(o, "kind", json_integer(s->kind));
 	json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
 	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
@@ -2619,11 +2683,11 @@ static int show_one(struct ckpt_repo *r, const struct idx_step *s, json_t *a, bo
 	if (a) {
 		json_t *o = step_json(s), *af = json_array(), *ah = json_array();
 
-		json_object_set_new(o, "path", json_string(where));
+		json_object_set_new(o, "path", json_name(where));
 		for (i = 0; i < nfiles; i++) {
 			json_t *x = json_object();
 
-			json_object_set_new(x, "path", json_string(files[i].rel));
+			json_object_set_new(x, "path", json_name(files[i].rel));
 			json_object_set_new(x, "ino", json_u64(files[i].in.ino));
 			json_object_set_new(x, "mode", json_integer(files[i].in.mode & 07777));
 			json_object_set_new(x, "size", json_u64(files[i].in.size));
@@ -2816,7 +2880,7 @@ static int cmd_pin(const char *root, const char *arg, bool pin)
 
 		json_object_set_new(o, "id", json_integer(s->id));
 		json_object_set_new(o, "step", json_integer(s->step));
-		json_object_set_new(o, "name", json_string(s->name));
+		json_object_set_new(o, "name", json_name(s->name));
 		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 		json_object_set_new(o, "pinned", json_boolean(pin));
 		json_object_set_new(o, "changed", json_boolean(changed));
@@ -3335,7 +3399,7 @@ static int cmd_export(const char *root, const char *arg, const char *dest, bool 
 
 		json_object_set_new(o, "id", json_integer(s->id));
 		json_object_set_new(o, "step", json_integer(s->step));
-		json_object_set_new(o, "name", json_string(s->name));
+		json_object_set_new(o, "name", json_name(s->name));
 		json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
 		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 		json_object_set_new(o, "destination", json_string(top));
@@ -3354,14 +3418,14 @@ static int cmd_export(const char *root, const char *arg, const char *dest, bool 
 		for (i = 0; i < ndmg; i++) {
 			json_t *d = json_object();
 
-			json_object_set_new(d, "partial", json_string(dmg[i].path));
+			json_object_set_new(d, "partial", json_name(dmg[i].path));
 			json_object_set_new(d, "reason", json_string(dmg[i].reason));
 			json_array_append_new(ad, d);
 		}
 		json_object_set_new(o, "damaged", ad);
 		ad = json_array();
 		for (i = 0; i < nflagged; i++)
-			json_array_append_new(ad, json_string(flagged[i]));
+			json_array_append_new(ad, json_name(flagged[i]));
 		json_object_set_new(o, "flagged", ad);
 		json_object_set_new(o, "verified", json_boolean(ndmg == 0));
 		if (json_print(o) < 0)
@@ -4591,7 +4655,7 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 			json_t *so = json_object();
 
 			json_object_set_new(so, "id", s->id ? json_integer(s->id) : json_null());
-			json_object_set_new(so, "name", json_string(c->v[s->ent].name));
+			json_object_set_new(so, "name", json_name(c->v[s->ent].name));
 			json_object_set_new(so, "step", json_integer(s->step));
 			json_object_set_new(so, "layout", json_string(kind_name(s->kind)));
 			json_object_set_new(so, "files", json_u64(s->files));
@@ -4608,7 +4672,7 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		for (i = 0; i < c->nclaims; i++) {
 			json_t *co = json_object();
 
-			json_object_set_new(co, "tracker", json_string(c->v[c->claims[i].ent].rel));
+			json_object_set_new(co, "tracker", json_name(c->v[c->claims[i].ent].rel));
 			json_object_set_new(co, "content", json_string(c->claims[i].content));
 			json_object_set_new(co, "step", c->claims[i].step >= 0
 								? json_integer(c->claims[i].step)
@@ -4621,14 +4685,14 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		for (i = 0; i < c->nfail; i++) {
 			json_t *fo = json_object();
 
-			json_object_set_new(fo, "path", json_string(c->fail[i].path));
+			json_object_set_new(fo, "path", json_name(c->fail[i].path));
 			json_object_set_new(fo, "reason", json_string(c->fail[i].reason));
 			json_array_append_new(a, fo);
 		}
 		json_object_set_new(o, "failed", a);
 		a = json_array();
 		for (i = 0; i < c->nskipped; i++)
-			json_array_append_new(a, json_string(c->skipped[i]));
+			json_array_append_new(a, json_name(c->skipped[i]));
 		json_object_set_new(o, "skipped", a);
 		json_print(o);
 		return;
