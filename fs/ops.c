@@ -1168,7 +1168,18 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		size_t o = (size_t)off < h->vlen ? (size_t)off : h->vlen;
 		size_t n2 = h->vlen - o < size ? h->vlen - o : size;
 
-		fuse_reply_buf(req, h->vbuf ? h->vbuf + o : NULL, n2);
+		/* Reply from a copy: the reader may close the file as soon as the kernel has the
+		 * reply, and the release, on another thread, frees h->vbuf while this writev
+		 * returns (ASan checks the iovec after the call: tests/torture/test_concurrency) */
+		buf = malloc(n2 ? n2 : 1);
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		if (n2)
+			memcpy(buf, h->vbuf + o, n2);
+		fuse_reply_buf(req, buf, n2);
+		free(buf);
 		return;
 	}
 	buf = malloc(size ? size : 1);

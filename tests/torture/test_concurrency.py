@@ -480,6 +480,8 @@ class Child:
 
     def poll(self):
         """Drain the pipe; reap the child once it exited. True when it is done."""
+        if self.status is not None:
+            return True
         while True:
             try:
                 b = os.read(self.fd, 65536)
@@ -488,24 +490,23 @@ class Child:
             if not b:
                 break
             self.buf.append(b)
-        if self.status is None:
-            pid, st = os.waitpid(self.pid, os.WNOHANG)
-            if pid == 0:
-                return False
-            self.status = st
-            os.set_blocking(self.fd, True)
-            while True:
-                b = os.read(self.fd, 65536)
-                if not b:
-                    break
-                self.buf.append(b)
-            os.close(self.fd)
-            txt = b''.join(self.buf).decode(errors='replace')
-            try:
-                self.result = json.loads(txt) if txt else {'exc': '%s: died (status %d) with '
-                                                           'no report' % (self.name, st)}
-            except ValueError:
-                self.result = {'exc': '%s: unreadable report %r' % (self.name, txt[:300])}
+        pid, st = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            return False
+        self.status = st
+        os.set_blocking(self.fd, True)
+        while True:
+            b = os.read(self.fd, 65536)
+            if not b:
+                break
+            self.buf.append(b)
+        os.close(self.fd)
+        txt = b''.join(self.buf).decode(errors='replace')
+        try:
+            self.result = json.loads(txt) if txt else {'exc': '%s: died (status %d) with '
+                                                       'no report' % (self.name, st)}
+        except ValueError:
+            self.result = {'exc': '%s: unreadable report %r' % (self.name, txt[:300])}
         return True
 
     def kill(self):
@@ -704,7 +705,7 @@ class ConcurrencyTest(unittest.TestCase):
                 stopping_since = now
             if not ckfs.pid_alive(m.pid):
                 board.stop()
-                return 'the daemon died during the run' + m.log_tail()
+                return 'the daemon died during the run' + m.log_tail(100)
             for slot in range(board.n):
                 t, pid, what = board.read(slot)
                 if t and now - t > HANG:
@@ -732,6 +733,6 @@ class ConcurrencyTest(unittest.TestCase):
 
 
 if __name__ == '__main__':
-    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '1500')),
-                                      exit=True)
+    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT',
+                                                         str(int(SECONDS) + 900))), exit=True)
     unittest.main(verbosity=2)

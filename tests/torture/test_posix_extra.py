@@ -1140,4 +1140,7 @@ class StoreTest(unittest.TestCase):
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '1100')),
                                       exit=True)
-    unittest.main(verbosity=2)
+    res = unittest.main(verbosity=2, exit=False).result
+    print('posix-extra: %d tests, %d failures, %d errors, %d skipped' %
+          (res.testsRun, len(res.failures), len(res.errors), len(res.skipped)))
+    sys.exit(0 if res.wasSuccessful() else 1)
