@@ -909,6 +909,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		rc = rename_into_tracker(req, fs, parent, name, newparent, LAYOUT_MF1);
 		pthread_mutex_unlock(&fs->mu);
 		fuse_reply_err(req, -rc);
+		/* the kernel now has newname pointing at the renamed (dropped) inode: forget it,
+		 * so the next lookup finds the virtual meta.json. After the reply, so the rename
+		 * has the directory lock it needs to finish; this call waits for it. */
+		if (rc == 0 && fs->se)
+			fuse_lowlevel_notify_inval_entry(fs->se, newparent, newname, strlen(newname));
 		return;
 	}
 	rc = do_rename(fs, parent, name, newparent, newname, flags, &fr);

@@ -781,8 +781,9 @@ static int tree_remove(struct ckfs *fs, uint64_t dir, struct fs_freed *fr, int d
 	return rc < 0 ? rc : 0;
 }
 
-/* Prune one step: its tree leaves the namespace wherever it is, its state becomes pruned. */
-static int prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
+/* Remove step s's directory tree from wherever it is (the namespace, quarantine, retained);
+ * its dir_ino becomes 0. Chunks no longer referenced are added to fr. In a transaction. */
+static int drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 {
 	uint64_t parent, cur;
 	char name[300];
@@ -809,6 +810,16 @@ static int prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 	}
 	if (rc == 0)
 		rc = idx_step_set_dir(fs->ix, s->id, 0);
+	if (rc == 0)
+		s->dir_ino = 0;
+	return rc;
+}
+
+/* Prune one step: its tree leaves the namespace wherever it is, its state becomes pruned. */
+static int prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
+{
+	int rc = drop_tree(fs, s, fr);
+
 	if (rc == 0)
 		rc = set_state(fs, s, IDX_STEP_PRUNED, "retention");
 	return rc;
@@ -1148,6 +1159,8 @@ static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 	return rc < 0 ? rc : 0;
 }
 
+static void mf1_before_remove(struct ckfs *fs, int rank, const char *name);
+
 void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 {
 	char rel[LAYOUT_PATH_MAX], top[LAYOUT_NAME_MAX + 1], qname[300];
@@ -1155,9 +1168,14 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	struct idx_inode a;
 	uint64_t dir, clone;
 	const char *slash;
+	int rank;
 
 	if (fs->layout < 0)
 		return;
+	if (parent != IDX_ROOT_INO && (rank = steps_rank_dir(fs, parent)) >= 0) {
+		mf1_before_remove(fs, rank, name);
+		return;
+	}
 	if (parent == IDX_ROOT_INO) {
 		snprintf(top, sizeof(top), "%s", name);
 	} else {
@@ -1203,11 +1221,13 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 }
 
 /* Put a retained step back at its name, so a resuming trainer finds what its tracker names. */
-static void restore(struct ckfs *fs, const struct idx_step *s)
+static void restore(struct ckfs *fs, struct idx_step *s)
 {
 	uint64_t parent, cur;
 	char name[300];
 
+	if (s->kind == LAYOUT_MF1)
+		return; /* per-rank files, no directory: mf1_restore, from a meta.json read */
 	if (!s->dir_ino || idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) < 0 ||
 	    parent != fs->retained_ino || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0)
 		return;
@@ -1465,6 +1485,7 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 struct mf1_best {
 	struct ckfs *fs;
 	int64_t epoch, step;
+	struct idx_step s;
 	bool found;
 };
 
@@ -1477,13 +1498,182 @@ static int mf1_best_cb(const struct idx_step *s, void *arg)
 		return 0;
 	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
 		return 0;
-	/* the trainer may have deleted it since (keep_checkpoint_max): still all there? */
-	if (!mf1_sound(b->fs, e, st, NULL, NULL, NULL))
+	/* the trainer may have deleted it since (keep_checkpoint_max): still all there, or kept
+	 * in /.ckptfs/retained because it was the newest (mf1_before_remove)? */
+	if (!is_retained(b->fs, s) && !mf1_sound(b->fs, e, st, NULL, NULL, NULL))
 		return 0;
 	b->epoch = e;
 	b->step = st;
+	b->s = *s;
 	b->found = true;
 	return 0;
+}
+
+/* Make dir `name` under parent with the attributes of template tmpl. In a transaction. */
+static int clone_dir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t tmpl,
+		     uint64_t *ret)
+{
+	struct idx_inode a, pa;
+	int rc;
+
+	if ((rc = idx_inode_get(fs->ix, tmpl, &a)) < 0 ||
+	    (rc = idx_inode_get(fs->ix, parent, &pa)) < 0)
+		return rc;
+	a.nlink = 2;
+	if ((rc = idx_inode_create(fs->ix, &a, ret)) < 0 ||
+	    (rc = idx_dentry_add(fs->ix, parent, name, *ret)) < 0)
+		return rc;
+	pa.nlink++;
+	return idx_inode_update(fs->ix, &pa);
+}
+
+/* A second inode with the same content (extents, chunks), attributes and flags as file src,
+ * readable by its owner, named dir/name. In a transaction. */
+static int clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *name)
+{
+	struct idx_extent *ext = NULL;
+	struct idx_inode a;
+	uint64_t ino;
+	size_t n = 0;
+	int rc;
+
+	if ((rc = idx_inode_get(fs->ix, src, &a)) < 0)
+		return rc;
+	a.nlink = 1;
+	a.mode |= S_IRUSR; /* MindSpore makes a .ckpt 0200 (S_IWRITE) before it removes it */
+	if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
+	    (rc = idx_dentry_add(fs->ix, dir, name, ino)) < 0 ||
+	    (rc = idx_file_extents(fs->ix, src, &ext, &n)) < 0)
+		return rc;
+	rc = idx_file_set_content(fs->ix, ino, ext, n, a.size, a.has_hash ? a.hash : NULL,
+				  a.mtime_ns, NULL, NULL);
+	free(ext);
+	if (rc < 0)
+		return rc;
+	a.ino = ino;
+	return idx_inode_update(fs->ix, &a); /* keep the flags and times */
+}
+
+/*
+ * The trainer unlinks rank_R/name. MindSpore's keep_checkpoint_max deletes the oldest .ckpt of
+ * each rank BEFORE it saves (framework-io.md), so after a crash in the save that follows, the
+ * newest complete step can be gone from some ranks and no step is complete on all of them. When
+ * name is a file of the newest complete MF1 step, keep every rank's file of that step (same
+ * chunks) as /.ckptfs/retained/{epoch}_{step}.{id}/rank_R/name, the step's directory, until a
+ * newer step is complete (retention prunes it) or a meta.json read brings the files back
+ * (mf1_restore). Best effort: on an index error the unlink goes on and nothing is kept.
+ */
+static void mf1_before_remove(struct ckfs *fs, int rank, const char *name)
+{
+	char rel[LAYOUT_NAME_MAX + 32], qname[300];
+	struct mf1_best b = { .fs = fs };
+	struct layout_match m;
+	uint64_t top;
+	int world = mf1_world(fs), rc;
+
+	snprintf(rel, sizeof(rel), "rank_%d/%s", rank, name);
+	if (layout_classify(rel, LAYOUT_MF1, &m) < 0 || m.role != ROLE_STEP_FILE ||
+	    (m.flags & LAYOUT_F_TMP) || world <= 0)
+		return;
+	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found || b.epoch != m.epoch ||
+	    b.step != m.step || is_retained(fs, &b.s) || b.s.dir_ino)
+		return;
+	snprintf(qname, sizeof(qname), "%s.%" PRId64, b.s.name, b.s.id);
+	if (idx_begin(fs->ix) < 0)
+		return;
+	rc = clone_dir(fs, fs->retained_ino, qname, IDX_ROOT_INO, &top);
+	for (int r = 0; rc == 0 && r < world; r++) {
+		char dname[32];
+		struct mf1_find f;
+		uint64_t rdir, cdir;
+
+		snprintf(dname, sizeof(dname), "rank_%d", r);
+		if (!mf1_file(fs, r, m.epoch, m.step, &f) ||
+		    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0) {
+			rc = -ENOENT;
+			break;
+		}
+		rc = clone_dir(fs, top, dname, rdir, &cdir);
+		if (rc == 0)
+			rc = clone_file(fs, f.ino, cdir, f.name);
+	}
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, b.s.id, top);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	else
+		idx_rollback(fs->ix);
+	if (rc == 0)
+		logf_("the trainer deletes '%s' of step '%s', the newest complete step: all ranks' "
+		      "files kept in '.ckptfs/%s/%s' until a newer step is complete", rel,
+		      b.s.name, RETAINED_NAME, qname);
+}
+
+struct one_file {
+	char name[LAYOUT_NAME_MAX + 1];
+	uint64_t ino;
+	bool found;
+};
+
+static int one_file_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct one_file *o = arg;
+
+	if (!S_ISREG(mode))
+		return 0;
+	snprintf(o->name, sizeof(o->name), "%s", name);
+	o->ino = ino;
+	o->found = true;
+	return 1;
+}
+
+/*
+ * Put the retained files of MF1 step s back into the rank directories that lack them, so the
+ * trainer's resume (it lists rank_R/ for the step meta.json names) finds them; then drop the
+ * retained copy. A name taken meanwhile keeps its file (the retained one is dropped with the
+ * rest). Best effort, like restore().
+ */
+static void mf1_restore(struct ckfs *fs, struct idx_step *s)
+{
+	struct fs_freed fr = { 0 };
+	int64_t e, st;
+	int world = mf1_world(fs), rc = 0, back = 0;
+
+	if (!is_retained(fs, s) || !mf1_key(s, &e, &st) || world <= 0 || idx_begin(fs->ix) < 0)
+		return;
+	for (int r = 0; rc == 0 && r < world; r++) {
+		char dname[32];
+		struct one_file o = { 0 };
+		struct mf1_find f;
+		struct idx_inode d;
+		uint64_t rdir, cdir, cur;
+
+		snprintf(dname, sizeof(dname), "rank_%d", r);
+		if (mf1_file(fs, r, e, st, &f) ||
+		    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0 ||
+		    idx_dentry_lookup(fs->ix, s->dir_ino, dname, &cdir) < 0 ||
+		    idx_dir_list(fs->ix, cdir, 0, one_file_cb, &o) < 0 || !o.found ||
+		    idx_dentry_lookup(fs->ix, rdir, o.name, &cur) == 0)
+			continue;
+		rc = idx_dentry_move(fs->ix, cdir, o.name, rdir, o.name);
+		if (rc == 0 && (rc = idx_inode_get(fs->ix, rdir, &d)) == 0) {
+			d.mtime_ns = d.ctime_ns = ckfs_now(fs);
+			rc = idx_inode_update(fs->ix, &d);
+		}
+		if (rc == 0) {
+			inval_queue(fs, rdir, o.name);
+			back++;
+		}
+	}
+	if (rc == 0)
+		rc = drop_tree(fs, s, &fr);
+	rc = rc == 0 ? idx_commit(fs->ix) : rc;
+	if (rc < 0)
+		idx_rollback(fs->ix);
+	fs_release_finish(fs, &fr, rc == 0);
+	if (rc == 0)
+		logf_("restored step '%s' (the newest complete step): %d rank file(s) put back for a "
+		      "resuming reader", s->name, back);
 }
 
 /* rank_R/meta.json as MindSpore writes it, naming the newest step complete on all ranks. */
@@ -1493,8 +1683,10 @@ int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
 	struct layout_tracker t = { 0 };
 	struct mf1_find f;
 
-	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found ||
-	    !mf1_file(fs, rank, b.epoch, b.step, &f))
+	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found)
+		return -ENOENT;
+	mf1_restore(fs, &b.s);
+	if (!mf1_file(fs, rank, b.epoch, b.step, &f))
 		return -ENOENT;
 	t.step = b.step;
 	t.epoch = b.epoch;

@@ -183,14 +183,16 @@ def log_size(path):
         return 0
 
 
-def check_resumed(tr, before, log_path, log_off, expect_step=None, killed_step=None):
+def check_resumed(tr, before, log_path, log_off, expect_step=None, killed_step=None,
+                  unlogged=()):
     """Assert the trainer resumed onto a complete step, bit-exact. Returns the step.
 
     The expected step is `expect_step` (default: the newest SAVED). `killed_step`, the step
     whose save the kill interrupted, is accepted instead when it is newer: the kill can land
     after the save's last file (the marker) is whole but before the trainer logs WROTE/SAVED,
     and then the step is rightly complete; it must still load bit-exact with what the writers
-    meant to write (a torn file never hashes to that)."""
+    meant to write (a torn file never hashes to that). `unlogged`: such steps accepted in
+    earlier rounds (a chained crash loop), checked the same way."""
     resumed = [ln for ln in tr.lines if ln.startswith(('RESUMED', 'FRESH'))]
     if not resumed:
         raise AssertionError('no RESUMED line%s' % tr.tail())
@@ -202,8 +204,8 @@ def check_resumed(tr, before, log_path, log_off, expect_step=None, killed_step=N
     newest = max(before.saved) if before.saved else None
     if expect_step is None:
         expect_step = newest
-    finished_unlogged = (killed_step is not None and step == killed_step and
-                         (newest is None or killed_step > newest))
+    finished_unlogged = ((killed_step is not None and step == killed_step and
+                          (newest is None or killed_step > newest)) or step in unlogged)
     if step not in before.saved and not finished_unlogged:
         raise AssertionError('resumed onto step %d, which was never SAVED (complete steps: %s)'
                              % (step, before.saved))

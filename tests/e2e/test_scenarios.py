@@ -28,6 +28,15 @@ its files and tensors are bit-exact with what the writers logged (test_framework
   5 abandoned    a Megatron step directory copied in completely by a process that exits without
                  writing the tracker is quarantined (/.ckptfs/quarantine, not in `ls`); a later
                  tracker write naming it brings it back complete, and a resume lands on it.
+  6 mf1_keep     MindFormers 1.0 file operations (MindSpore's keep_checkpoint_max deletes the
+                 oldest .ckpt of each rank BEFORE it saves): a job saved step 2 on both ranks,
+                 wrote both step-4 files and died before meta.json; the restarted job, re-saving
+                 4, deletes 1_2 and 1_4 on both ranks (0200 first, as MindSpore does) and dies
+                 again with rank 1's file half-written. Both meta.json still name step 2, both
+                 1_2 files are back in `ls` bit-exact and readable, /.ckptfs/retained is empty
+                 again; a later complete step 4 is named next, and deleting 1_2 then keeps
+                 nothing. (The files also come back when the job writes meta.json: os.replace
+                 looks the name up, which reads the virtual file.)
 
 Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_E2E_LAYOUTS (comma list),
 CKPTFS_DAEMON_ROUNDS (1), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15),
@@ -503,6 +512,95 @@ class TestScenarios(unittest.TestCase):
             before = LogView(read_log(log, 0, off))
             b = run_to_end('megatron', m.mnt, log, steps=2, every=2, resume=True)
             self.assertEqual(check_resumed(b, before, log, off, expect_step=2), 2)
+
+    def test_6_mf1_keep_before_save(self):
+        def name(r, step):
+            return 'rank_%d/llama_rank_%d-1_%d.ckpt' % (r, r, step)
+
+        def save_file(m, r, step, data):
+            tmp = m.path(name(r, step) + '.tmp')
+            with open(tmp, 'wb') as f:
+                f.write(data)
+            os.rename(tmp, m.path(name(r, step)))
+            os.chmod(m.path(name(r, step)), 0o400)
+
+        def meta(m, r, step):
+            tmp = m.path('rank_%d' % r, 'tmpmeta')
+            with open(tmp, 'w') as f:
+                json.dump({'last_epoch': 1, 'last_step': step,
+                           'last_ckpt_file': os.path.basename(name(r, step))}, f)
+            os.replace(tmp, m.path('rank_%d' % r, 'meta.json'))
+
+        def read_meta(m, r):
+            try:
+                with open(m.path('rank_%d' % r, 'meta.json')) as f:
+                    return json.load(f)['last_step']
+            except FileNotFoundError:
+                return None
+
+        def remove(m, rel):
+            os.chmod(m.path(rel), 0o200)
+            os.remove(m.path(rel))
+
+        def torn(m, rel):
+            code = ('import os, sys, time\n'
+                    'fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n'
+                    'os.write(fd, b"x" * 65536)\nprint("w", flush=True)\ntime.sleep(60)\n')
+            with subprocess.Popen([PYTHON, '-c', code, m.path(rel)],
+                                  stdout=subprocess.PIPE) as p:
+                p.stdout.readline()
+                p.kill()
+
+        data = {(r, st): os.urandom(300000 + r * 1000 + st) for r in (0, 1) for st in (2, 4)}
+        with ckfs.Mount() as m:
+            for r in (0, 1):
+                os.mkdir(m.path('rank_%d' % r))
+            for r in (0, 1):
+                save_file(m, r, 2, data[(r, 2)])
+            for r in (0, 1):
+                meta(m, r, 2)
+            wait_for('step 2 to complete',
+                     lambda: steps_by_number(m.store).get(2) == ['complete'], extra=m.log_tail)
+            for r in (0, 1):        # the first job dies before its step-4 meta.json
+                save_file(m, r, 4, data[(r, 4)])
+            for r in (0, 1):        # the restarted job re-saves 4: oldest first, then 4
+                remove(m, name(r, 2))
+                remove(m, name(r, 4))
+            self.assertIn('kept in', m.log_tail())
+            self.assertEqual(len(os.listdir(m.path('.ckptfs', 'retained'))), 1)
+            save_file(m, 0, 4, data[(0, 4)])
+            torn(m, name(1, 4) + '.tmp')
+            wait_for('the torn file to be judged', lambda: 'torn' in m.log_tail(),
+                     extra=m.log_tail)
+            # the resuming job: meta.json, then the files it names
+            self.assertEqual([read_meta(m, r) for r in (0, 1)], [2, 2], m.log_tail())
+            for r in (0, 1):
+                self.assertIn(os.path.basename(name(r, 2)), os.listdir(m.path('rank_%d' % r)),
+                              m.log_tail())
+                self.assertTrue(os.stat(m.path(name(r, 2))).st_mode & 0o400)
+                self.assertEqual(ckfs.read_bytes(m.path(name(r, 2))), data[(r, 2)])
+            self.assertEqual(os.listdir(m.path('.ckptfs', 'retained')), [])
+            self.assertIn("restored step '1_2'", m.log_tail())
+            # it re-saves 4 (its keep_checkpoint_max=2 deletes nothing: 1_2 is the only .ckpt)
+            for r in (0, 1):
+                if os.path.exists(m.path(name(r, 4))):
+                    remove(m, name(r, 4))
+                save_file(m, r, 4, data[(r, 4)])
+            for r in (0, 1):
+                meta(m, r, 4)
+            wait_for('step 4 to complete',
+                     lambda: steps_by_number(m.store).get(4) == ['complete'], extra=m.log_tail)
+            self.assertEqual([read_meta(m, r) for r in (0, 1)], [4, 4])
+            # its next save deletes 1_2 (no longer the newest): nothing is kept
+            for r in (0, 1):
+                remove(m, name(r, 2))
+            self.assertEqual(os.listdir(m.path('.ckptfs', 'retained')), [])
+            self.assertEqual([read_meta(m, r) for r in (0, 1)], [4, 4])
+            for r in (0, 1):
+                self.assertEqual(sorted(os.listdir(m.path('rank_%d' % r))),
+                                 [os.path.basename(name(r, 4)), 'meta.json'])
+            r = ckfs.ckptctl(m.store, 'verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 def _add(layout):

@@ -179,6 +179,31 @@ def content(key, n):
 _live = set()
 
 
+def tree_dump(root, small=512):
+    """`ls -lR`-like text of a tree for a failure message: mode, size, mtime (ns) and name of
+    every entry, and the contents of files up to `small` bytes (trackers, markers, meta.json)."""
+    out = []
+    for dp, dn, fn in os.walk(root):
+        dn.sort()
+        for n in sorted(dn) + sorted(fn):
+            p = os.path.join(dp, n)
+            try:
+                st = os.lstat(p)
+            except OSError as e:
+                out.append('%s: %s' % (os.path.relpath(p, root), e.strerror))
+                continue
+            line = '%o %10d %d %s' % (st.st_mode, st.st_size, st.st_mtime_ns,
+                                       os.path.relpath(p, root))
+            if n in fn and st.st_size <= small:
+                try:
+                    with open(p, 'rb') as f:
+                        line += '  = %r' % f.read()
+                except OSError as e:
+                    line += '  (%s)' % e.strerror
+            out.append(line)
+    return '\n'.join(out)
+
+
 class Mount:
     """A ckptfs mount on temporary directories; see the module comment.
 

@@ -71,6 +71,7 @@ class TestCrashLoop(unittest.TestCase):
         dur = None              # how long a save takes (the first one measured)
         saved_t = {}            # step -> time its SAVED line was read
         pending = None          # what the next trainer's resume is checked against
+        unlogged = set()        # killed steps found whole and resumed onto (never SAVED)
         tr = None
         try:
             for rnd in range(1, ROUNDS + 2):
@@ -127,11 +128,13 @@ class TestCrashLoop(unittest.TestCase):
                     m.start()
                 off = log_size(log)
                 before = LogView(read_log(log, 0, off))
-                expect = max(before.saved)
+                expect = max(set(before.saved) | unlogged)
                 age = t_kill - saved_t.get(expect, t_kill)
                 settling = daemon and layout in ts.SETTLING and age < ts.SETTLE_WINDOW
+                before.saved += [s for s in sorted(unlogged) if s not in before.saved]
                 prev = sorted(set(before.saved))
                 pending = {
+                    'tree': ckfs.tree_dump(m.mnt), 'unlogged': unlogged,
                     'before': before, 'off': off, 'expect': expect, 'killed': killed,
                     'alt': prev[-2] if settling and len(prev) > 1 else None,
                     'msg': 'round %d: %s killed %.2fs into the save of step %d (a save takes '
@@ -172,9 +175,12 @@ class TestCrashLoop(unittest.TestCase):
             p['msg'] += '; newest SAVED step still settling at the daemon kill: accepted %d' % exp
         try:
             step = check_resumed(tr, p['before'], log, p['off'], expect_step=exp,
-                                 killed_step=p['killed'])
+                                 killed_step=p['killed'], unlogged=p['unlogged'])
         except AssertionError as e:
-            raise AssertionError('%s; %s%s' % (e, p['msg'], ts.daemon_log(m)))
+            raise AssertionError('%s; %s\n--- the save directory before the resume ---\n%s%s'
+                                 % (e, p['msg'], p['tree'], ts.daemon_log(m)))
+        if step == p['killed'] and step not in p['before'].saved:
+            p['unlogged'].add(step)     # complete, though its SAVED line was never written
         p['msg'] += '; resumed to %d' % step
         return [(t, ln)] if ln and ln.startswith('SAVING ') else []
 
