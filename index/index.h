@@ -306,6 +306,8 @@ int idx_integrity(struct idx *ix, bool quick, char *msg, size_t cap);
 struct idx_salvage_table {
 	uint64_t copied;         /* rows copied */
 	uint64_t damaged_ranges; /* runs of damaged pages skipped (their rows are lost) */
+	uint64_t rejected;       /* rows read but refused by the fresh index's constraints (a
+				  * NULL in a NOT NULL column, a duplicate key): lost */
 	bool unreadable;         /* the table could not be read at all */
 };
 

@@ -216,11 +216,14 @@ static int ix_copy_table(struct idx *ix, const char *src, const struct ix_table 
 			for (int i = 0; i < ncols; i++)
 				sqlite3_bind_value(ins, i + 1, sqlite3_column_value(o.row, i + 2));
 			r = sqlite3_step(ins);
-			if (r != SQLITE_DONE) {
+			if ((r & 0xff) == SQLITE_CONSTRAINT) {
+				ret->rejected++; /* e.g. NULL where the schema says NOT NULL */
+			} else if (r != SQLITE_DONE) {
 				r = ix_err(ix, r);
 				goto out;
+			} else {
+				ret->copied++;
 			}
-			ret->copied++;
 			if (na < a || (na == a && nb <= b))
 				break; /* a damaged page returned keys out of order: stop here */
 			a = na;
@@ -298,9 +301,10 @@ static int ix_extents_from_index(struct idx *ix, const char *src, uint64_t *ret_
 		sqlite3_reset(ins);
 		for (int i = 0; i < 3; i++)
 			sqlite3_bind_value(ins, i + 1, sqlite3_column_value(o.row, i));
-		if ((r = sqlite3_step(ins)) != SQLITE_DONE)
+		if ((r = sqlite3_step(ins)) != SQLITE_DONE && (r & 0xff) != SQLITE_CONSTRAINT)
 			break;
-		*ret_added += (uint64_t)sqlite3_changes(ix->db);
+		if (r == SQLITE_DONE)
+			*ret_added += (uint64_t)sqlite3_changes(ix->db);
 	}
 	r = (r == SQLITE_ROW || r == SQLITE_DONE || (r & 0xff) == SQLITE_CORRUPT) ? 0
 										: ix_err(ix, r);

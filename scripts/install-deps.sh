@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config
       fuse3 libfuse3-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev libjansson-dev
-      libcriterion-dev python3-torch python3-numpy fio)
+      libcriterion-dev python3-torch python3-numpy fio
+      clang libclang-rt-14-dev)   # libFuzzer and the sanitizers' runtimes: scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing (apt-get), builds with warnings as errors, runs
 # every meson test (unit, mount, e2e, torture's fast subset, fuzz replay), the 20-round crash
-# loop, then unit, mount and torture again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# loop, 60 s of libFuzzer per fuzz target, then unit, mount and torture again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 # Idempotent; leaves no mount or process behind.
 # Usage: scripts/test.sh [extra meson test args, e.g. --suite unit]
 set -euo pipefail
@@ -41,6 +42,19 @@ if [ -z "${CKPTFS_NO_LONG:-}" ] && [ $# -eq 0 ]; then
 	fi
 fi
 
+# Fuzzing: each libFuzzer target of tests/fuzz/ for CKPTFS_FUZZ_SECONDS (60) from its committed
+# corpus, under ASan+UBSan; a crasher fails the run and is kept in tests/fuzz/corpus/<target>/.
+# Opt out with CKPTFS_NO_FUZZ=1.
+rm -f "$build/fuzz.ok" "$build/fuzz.log"
+if [ -z "${CKPTFS_NO_FUZZ:-}" ] && [ $# -eq 0 ]; then
+	echo "== fuzz: ${CKPTFS_FUZZ_SECONDS:-60}s per target"
+	if CKPTFS_FUZZ_BUILD="${build}-fuzz" bash scripts/fuzz.sh 2>&1 | tee "$build/fuzz.log"; then
+		touch "$build/fuzz.ok"
+	else
+		rc=1
+	fi
+fi
+
 # Second pass: the daemon, ckptctl and the unit tests built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (STYLE.md), any finding fatal. Set CKPTFS_NO_SANITIZE=1 to skip.
 if [ -z "${CKPTFS_NO_SANITIZE:-}" ] && [ $# -eq 0 ]; then
@@ -60,12 +74,13 @@ fi
 /usr/bin/python3 - "$build/meson-logs/testlog.json" "${build}-asan/meson-logs/testlog.json" <<'PY'
 import json, os, sys
 ok = bad = skip = 0
-long_log = os.path.join(os.path.dirname(os.path.dirname(sys.argv[1])), 'torture-long.log')
-if os.path.exists(long_log):
-    if os.path.exists(long_log[:-4] + '.ok'):
-        ok += 1
-    else:
-        bad += 1
+for extra in ('torture-long.log', 'fuzz.log'):
+    extra_log = os.path.join(os.path.dirname(os.path.dirname(sys.argv[1])), extra)
+    if os.path.exists(extra_log):
+        if os.path.exists(extra_log[:-4] + '.ok'):
+            ok += 1
+        else:
+            bad += 1
 for log in sys.argv[1:]:
     if not os.path.exists(log):
         continue

@@ -1922,10 +1922,11 @@ static int fsck_salvage(struct fsck_ctx *c, const char *root, char *kept, size_t
 		const struct idx_salvage_table *x = &rep.table[i];
 
 		if (!opt_json)
-			printf("fsck: table %-11s %8" PRIu64 " rows copied%s%s\n",
+			printf("fsck: table %-11s %8" PRIu64 " rows copied%s%s%s\n",
 			       idx_salvage_table_name(i), x->copied,
 			       x->unreadable ? ", unreadable: every row lost" : "",
-			       x->damaged_ranges ? ", rows on damaged pages lost" : "");
+			       x->damaged_ranges ? ", rows on damaged pages lost" : "",
+			       x->rejected ? ", malformed rows lost" : "");
 		if (x->unreadable || x->damaged_ranges) {
 			char line[160];
 
@@ -1933,6 +1934,14 @@ static int fsck_salvage(struct fsck_ctx *c, const char *root, char *kept, size_t
 				 idx_salvage_table_name(i),
 				 x->unreadable ? "unreadable, every row lost"
 					       : "rows on damaged pages lost");
+			fsck_lost(0, line, c);
+		}
+		if (x->rejected) {
+			char line[160];
+
+			snprintf(line, sizeof(line), "index table '%s': %" PRIu64 " malformed rows "
+				 "(a missing value or a duplicate key) lost",
+				 idx_salvage_table_name(i), x->rejected);
 			fsck_lost(0, line, c);
 		}
 	}

@@ -1,14 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target for fs/layout.c: layout_classify() and layout_tracker_parse() on arbitrary
- * bytes, checking the module's invariants and the tracker parse → format → parse round trip.
- * Not built by meson. Build and run (clang with compiler-rt):
- *
- *   clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
- *         tests/fs/fuzz_layout.c fs/layout.c -o /tmp/fuzz_layout
- *   mkdir -p /tmp/fuzz_corpus && /tmp/fuzz_layout -max_total_time=30 /tmp/fuzz_corpus
- *
+ * libFuzzer target for fs/layout.c (the layout/path classifier and the tracker parsers):
+ * layout_classify() and layout_tracker_parse() on arbitrary bytes, checking the module's
+ * invariants and the tracker parse -> format -> parse round trip.
  * The first input byte picks the forced layout; the rest is the path / tracker content.
+ * Fuzzed by scripts/fuzz.sh (clang -fsanitize=fuzzer); its seed corpus, corpus/layout/, is
+ * replayed by meson's unit suite (replay.c).
  */
 #include <errno.h>
 #include <stdint.h>
