@@ -61,7 +61,8 @@ and MATE (uid 1002) in group 1500, OTHER (uid 1003, group 1600); the mount has a
   MetaTest (ckptfs only)
     readonly              in /.ckptfs: create, open for write, truncate, unlink, rename in/out/
                           within, mkdir, rmdir, symlink, link, chmod, chown, utime: EROFS for
-                          root (the daemon), EACCES for others (the kernel, modes 0555/0444)
+                          root (the daemon), for others the kernel's EACCES (modes 0555/0444),
+                          EPERM for chmod, chown and utime to a given time (not the owner)
     not_movable           /.ckptfs itself cannot be renamed, removed, replaced by a rename or
                           exchanged (EROFS), a new ".ckptfs" is EEXIST; it is still not listed
                           and still works after a remount
@@ -1041,17 +1042,19 @@ class MetaTest(Base):
             ('rename quarantine out', os.rename, (q, self.p('q'))),
             ('symlink', os.symlink, ('x', os.path.join(meta, 'l'))),
             ('link in', os.link, (self.p('f'), os.path.join(meta, 'f'))),
+            ('utime status to now', os.utime, (st,)),
+            # the kernel refuses others these by ownership (EPERM), the rest by mode (EACCES)
             ('chmod .ckptfs', os.chmod, (meta, 0o777)),
             ('chmod status', os.chmod, (st, 0o666)),
             ('chown quarantine', os.chown, (q, 1, 1)),
-            ('utime status', os.utime, (st, (1, 1))),
+            ('utime status to a given time', os.utime, (st, (1, 1))),
         ]
         rows = []
         for what, fn, args in ops:
             rows.append((what + ' as root', outcome(fn, *args), 'EROFS'))
-            got = as_user(OTHER, fn, *args)
-            rows.append((what + ' as other', got if got not in ('EACCES', 'EPERM', 'EROFS')
-                         else 'refused', 'refused'))
+            rows.append((what + ' as other', as_user(OTHER, fn, *args),
+                         'EPERM' if what.startswith(('chmod', 'chown', 'utime status to a'))
+                         else 'EACCES'))
         self.assertTable(rows, 'writes into /.ckptfs')
         self.assertTrue(os.path.exists(self.p('f')))
         self.assertIn('store:', rfile(st).decode())
