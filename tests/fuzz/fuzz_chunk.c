@@ -21,14 +21,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(x)                                                                                \
-	do {                                                                                    \
-		if (!(x))                                                                       \
-			abort();                                                                \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 static struct store *st;
 

@@ -22,17 +22,7 @@
 #include <unistd.h>
 
 #include "index/index.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(x)                                                                                \
-	do {                                                                                    \
-		if (!(x)) {                                                                     \
-			fprintf(stderr, "fuzz_index: CHECK failed: %s (line %d)\n", #x,         \
-				__LINE__);                                                      \
-			abort();                                                                \
-		}                                                                               \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define WALK_MAX 4096 /* entries visited per input: bounds the time a cyclic tree can take */
 

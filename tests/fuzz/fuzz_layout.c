@@ -13,14 +13,7 @@
 #include <string.h>
 
 #include "fs/layout.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(x)                                                                                \
-	do {                                                                                    \
-		if (!(x))                                                                       \
-			abort();                                                                \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

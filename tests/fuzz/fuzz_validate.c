@@ -14,14 +14,7 @@
 #include <string.h>
 
 #include "fs/validate.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(x)                                                                                \
-	do {                                                                                    \
-		if (!(x))                                                                       \
-			abort();                                                                \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 struct buf {
 	const uint8_t *p;
