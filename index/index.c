@@ -481,8 +481,31 @@ static int ix_query_i64(struct idx *ix, const char *sql, int64_t *ret)
 }
 
 /*
+ * ix_damaged_or_foreign - the format row is missing or unreadable: a database SQLite finds
+ * whole is another program's (-EPROTO); one whose b-trees are not whole is a damaged ckptfs
+ * index (-EIO), which fsck can salvage. A page of garbage in the meta table can read back as
+ * rows without SQLite reporting SQLITE_CORRUPT, hence the quick_check.
+ */
+static int ix_damaged_or_foreign(struct idx *ix)
+{
+	sqlite3_stmt *st = NULL;
+	const unsigned char *res;
+	int rc, r;
+
+	rc = sqlite3_prepare_v2(ix->db, "PRAGMA quick_check(1)", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return -EIO;
+	r = ix_step(ix, st);
+	res = r > 0 ? sqlite3_column_text(st, 0) : NULL;
+	r = res && strcmp((const char *)res, "ok") == 0 ? -EPROTO : -EIO;
+	sqlite3_finalize(st);
+	return r;
+}
+
+/*
  * ix_probe - read the schema version and check the database is a ckptfs index (invariant 9).
- * Returns 0 and the version in *ret_version, -EPROTO (newer, or foreign), or -errno.
+ * Returns 0 and the version in *ret_version, -EPROTO (newer, or foreign), -EIO (a ckptfs index
+ * whose format row is unreadable: damaged), or -errno.
  */
 static int ix_probe(struct idx *ix, int64_t *ret_version)
 {
@@ -505,10 +528,10 @@ static int ix_probe(struct idx *ix, int64_t *ret_version)
 				 "SELECT count(*) FROM meta "
 				 "WHERE key = 'format' AND value = '" IX_FORMAT "'",
 				 &n);
-		if (r < 0)
+		if (r < 0 && r != -EPROTO)
 			return r;
-		if (n != 1)
-			return -EPROTO;
+		if (r < 0 || n != 1)
+			return ix_damaged_or_foreign(ix);
 	}
 	*ret_version = version;
 	return 0;

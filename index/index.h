@@ -117,7 +117,8 @@ typedef bool (*idx_release_fn)(const uint8_t hash[IDX_HASH_LEN], void *arg);
  * Creates the schema (root directory mode 0755) or migrates an older one. Refuses a database
  * newer than this code.
  * Returns 0, -ENOENT (RDONLY and no database), -EPROTO (schema version newer than
- * IDX_SCHEMA_VERSION, or not a ckptfs index), -EIO, -EBUSY, -ENOMEM, -EACCES.
+ * IDX_SCHEMA_VERSION, or not a ckptfs index), -EIO (the file is damaged, including a
+ * format row that cannot be read back: run fsck), -EBUSY, -ENOMEM, -EACCES.
  */
 int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t now_ns,
 	     struct idx **ret);

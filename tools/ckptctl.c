@@ -383,18 +383,20 @@ static int repo_open_read(const char *root, struct ckpt_repo **ret)
 }
 
 /*
- * repo_open_write - open root holding its lock exclusively when no daemon owns it, else
- * read-only (ret->mounted set). @sopts may be NULL.
+ * repo_open_write_flags - open root holding its lock exclusively when no daemon owns it, else
+ * read-only (ret->mounted set). @sopts may be NULL. @flags: 0 or REPO_SALVAGE (exclusive open
+ * only: an index that cannot be opened leaves ret->ix NULL and ret->index_err set).
+ * repo_open_write is repo_open_write_flags with flags 0.
  * @ret_writable: true when the store was opened exclusively and writable.
  * Prints the reason on stderr on failure. Returns 0 or -errno.
  */
-static int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
-			   bool *ret_writable)
+static int repo_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
+				 struct ckpt_repo **ret, bool *ret_writable)
 {
 	char err[1024] = "";
 	int rc;
 
-	rc = ckpt_repo_open(root, REPO_EXCLUSIVE, sopts, err, sizeof(err), ret);
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | flags, sopts, err, sizeof(err), ret);
 	if (rc == 0) {
 		*ret_writable = true;
 		return 0;
@@ -412,6 +414,12 @@ static int repo_open_write(const char *root, const struct store_opts *sopts, str
 	}
 	*ret_writable = false;
 	return 0;
+}
+
+static int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
+			   bool *ret_writable)
+{
+	return repo_open_write_flags(root, sopts, 0, ret, ret_writable);
 }
 
 /* index_error - report an index failure on stderr; returns EXIT_ERROR. */
@@ -1614,13 +1622,19 @@ static int cmd_verify(const char *root)
 
 	/* verify reads every chunk once: a small cache is enough for the whole-file pass */
 	so.cache_bytes = 2 * (size_t)STORE_CHUNK_MAX;
-	if (repo_open_write(root, &so, &c.r, &c.writable) < 0)
+	if (repo_open_write_flags(root, &so, REPO_SALVAGE, &c.r, &c.writable) < 0)
 		return EXIT_ERROR;
 	c.tty = isatty(STDERR_FILENO);
 	{
 		char msg[512];
 
-		rc = idx_integrity(c.r->ix, false, msg, sizeof(msg));
+		if (c.r->index_err < 0) {
+			/* damage that keeps SQLite from opening the file at all (its header pages) */
+			snprintf(msg, sizeof(msg), "cannot be opened: %s", strerror(-c.r->index_err));
+			rc = -EUCLEAN;
+		} else {
+			rc = idx_integrity(c.r->ix, false, msg, sizeof(msg));
+		}
 		if (rc == -EUCLEAN) {
 			if (opt_json) {
 				json_t *o = json_object();
