@@ -29,6 +29,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -592,6 +593,149 @@ static bool step_metadata_ok(struct ckfs *fs, const struct idx_step *s, char *mi
 	return ok;
 }
 
+/*
+ * Layouts whose step directories hold the same file names at every step and whose marker may
+ * precede other ranks' files (framework-io.md: DeepSpeed writes `latest` before its barrier, HF
+ * rank 0 writes trainer_state.json without waiting for the other ranks' rng_state_R.pth). A rank
+ * that has not yet created its file leaves no trace; the previous complete step's names are the
+ * only record of what the step should hold.
+ */
+static bool names_repeat(int kind)
+{
+	return kind == LAYOUT_DEEPSPEED || kind == LAYOUT_HF;
+}
+
+struct prev_ctx {
+	const struct idx_step *s;
+	struct idx_step best;
+	bool found;
+};
+
+static int prev_cb(const struct idx_step *o, void *arg)
+{
+	struct prev_ctx *c = arg;
+
+	if (o->kind == c->s->kind && o->id != c->s->id && o->state == IDX_STEP_COMPLETE &&
+	    o->dir_ino && o->step < c->s->step && (!c->found || o->step > c->best.step)) {
+		c->best = *o;
+		c->found = true;
+	}
+	return 0;
+}
+
+/*
+ * The name a file of step `from` has at step `to`: every run of digits whose value is from's
+ * number becomes to's (zero-padded to the run's width when the run starts with 0), so HF's nested
+ * checkpoint-N/global_stepN/ directory matches. Returns 0, or -ENAMETOOLONG.
+ */
+static int renumber(const char *name, int64_t from, int64_t to, char *buf, size_t cap)
+{
+	size_t o = 0;
+
+	for (const char *p = name; *p;) {
+		size_t n = strspn(p, "0123456789");
+		int w;
+
+		if (n == 0) {
+			if (o + 1 >= cap)
+				return -ENAMETOOLONG;
+			buf[o++] = *p++;
+			continue;
+		}
+		char digits[32];
+		int64_t v = -1;
+
+		if (n < sizeof(digits) - 1) {
+			memcpy(digits, p, n);
+			digits[n] = '\0';
+			v = strtoll(digits, NULL, 10);
+		}
+		if (v == from && n < sizeof(digits) - 1)
+			w = snprintf(buf + o, cap - o, "%0*" PRId64, p[0] == '0' ? (int)n : 0, to);
+		else
+			w = snprintf(buf + o, cap - o, "%.*s", (int)n, p);
+		if (w < 0 || (size_t)w >= cap - o)
+			return -ENAMETOOLONG;
+		o += (size_t)w;
+		p += n;
+	}
+	buf[o] = '\0';
+	return 0;
+}
+
+struct names_walk {
+	struct ckfs *fs;
+	int64_t from, to;  /* step numbers of the previous step and of the one judged */
+	uint64_t (*pairs)[2]; /* [previous step's directory, same directory in this step] */
+	size_t n, cap;
+	uint64_t cur;      /* this step's directory matching the one being listed */
+	char *missing;
+	size_t mcap;
+};
+
+static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct names_walk *w = arg;
+	char want[NAME_MAX + 1];
+	struct idx_inode a;
+	uint64_t mine;
+
+	(void)cookie;
+	if (!S_ISDIR(mode) && !S_ISREG(mode))
+		return 0;
+	if (renumber(name, w->from, w->to, want, sizeof(want)) < 0)
+		return 0; /* no name it could have here */
+	if (idx_dentry_lookup(w->fs->ix, w->cur, want, &mine) < 0 ||
+	    idx_inode_get(w->fs->ix, mine, &a) < 0 || (S_ISDIR(mode) != S_ISDIR(a.mode))) {
+		snprintf(w->missing, w->mcap, "%s", want);
+		return 1;
+	}
+	if (S_ISDIR(mode)) {
+		if (grow(&w->pairs, &w->cap, w->n, sizeof(*w->pairs)) < 0)
+			return -ENOMEM;
+		w->pairs[w->n][0] = ino;
+		w->pairs[w->n][1] = mine;
+		w->n++;
+	}
+	return 0;
+}
+
+/*
+ * Does step s hold every file and directory name of the newest complete step of its layout
+ * before it (names renumbered)? Only for names_repeat layouts; a world size that shrank on
+ * resume makes the check fail until a newer step starts (newer_step_started).
+ * @missing: receives the first name not found, NUL-terminated, truncated to cap.
+ * Returns 1 (all there, or no previous step), 0 (one missing), or -ENOMEM / -EIO.
+ */
+static int has_previous_names(struct ckfs *fs, const struct idx_step *s, char *missing,
+			      size_t cap)
+{
+	struct prev_ctx pc = { .s = s };
+	struct names_walk w = { .fs = fs, .missing = missing, .mcap = cap };
+	int rc;
+
+	if ((rc = idx_step_foreach(fs->ix, prev_cb, &pc)) < 0)
+		return rc;
+	if (!pc.found)
+		return 1;
+	w.from = pc.best.step;
+	w.to = s->step;
+	w.cur = s->dir_ino;
+	rc = idx_dir_list(fs->ix, pc.best.dir_ino, 0, names_cb, &w);
+	for (size_t i = 0; rc == 0 && i < w.n; i++) { /* w.pairs grows as we go */
+		w.cur = w.pairs[i][1];
+		rc = idx_dir_list(fs->ix, w.pairs[i][0], 0, names_cb, &w);
+	}
+	free(w.pairs);
+	if (rc == 1) {
+		size_t l = strlen(missing);
+
+		snprintf(missing + l, cap - l, " (in step %" PRId64 ")", pc.best.step);
+		return 0;
+	}
+	return rc < 0 ? rc : 1;
+}
+
 struct newer_ctx {
 	const struct idx_step *s;
 	bool found;
@@ -646,6 +790,14 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 		return;
 	store_hasher_digest(w.digest, &dg);
 	store_hasher_free(w.digest);
+
+	char absent[NAME_MAX + 64] = "";
+	int have = 1;
+
+	if (names_repeat(s.kind) && s.state == IDX_STEP_SEALED && w.open == 0 && !unprovable &&
+	    !newer_step_started(fs, &s) &&
+	    (have = has_previous_names(fs, &s, absent, sizeof(absent))) < 0)
+		return; /* cannot tell now: the reaper tries again */
 	if (idx_begin(fs->ix) < 0)
 		return;
 	rc = idx_step_set_figures(fs->ix, id, w.files, w.bytes, w.stored, dg.b);
@@ -661,7 +813,7 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 			      s.name, missing);
 	}
 	if (rc == 0 && s.state == IDX_STEP_SEALED && w.open == 0 && w.uncommitted == 0 &&
-	    w.unsound == 0 && w.files > 0 && !unprovable && listed_ok) {
+	    w.unsound == 0 && w.files > 0 && !unprovable && listed_ok && have) {
 		rc = set_state(fs, &s, IDX_STEP_COMPLETE, NULL);
 	} else if (rc == 0 && settled && w.open == 0) {
 		char note[128];
@@ -669,6 +821,9 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 		if (unprovable)
 			snprintf(note, sizeof(note), "the daemon stopped before every rank was known "
 				 "to be done");
+		else if (!have && w.unsound == 0 && w.uncommitted == 0)
+			snprintf(note, sizeof(note), "no writer left and '%.60s' never written: a "
+				 "rank did not save", absent);
 		else if (s.state == IDX_STEP_WRITING)
 			snprintf(note, sizeof(note), "abandoned: never sealed, no writer left");
 		else

@@ -37,6 +37,11 @@ its files and tensors are bit-exact with what the writers logged (test_framework
                  again; a later complete step 4 is named next, and deleting 1_2 then keeps
                  nothing. (The files also come back when the job writes meta.json: os.replace
                  looks the name up, which reads the virtual file.)
+  7 ds_rank      DeepSpeed's rank 0 writes `latest` before the barrier: a step 4 whose rank 1
+                 never created its optimizer shard (rank 0 saved and exited) is set aside and
+                 `latest` stays on 2 (the missing name is logged); a live job's step 6 waits,
+                 sealed, for its late rank 1 file, then completes; a job resumed on fewer ranks
+                 has its step 8 complete once step 10 starts.
 
 Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_E2E_LAYOUTS (comma list),
 CKPTFS_DAEMON_ROUNDS (1), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15),
@@ -599,6 +604,71 @@ class TestScenarios(unittest.TestCase):
             for r in (0, 1):
                 self.assertEqual(sorted(os.listdir(m.path('rank_%d' % r))),
                                  [os.path.basename(name(r, 4)), 'meta.json'])
+            r = ckfs.ckptctl(m.store, 'verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_7_deepspeed_rank_missing(self):
+        files = ['mp_rank_00_model_states.pt', 'bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt',
+                 'bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt']
+        rank0 = files[:2]
+        # DeepSpeed's rank 0: its files, then `latest`, before the barrier (framework-io.md)
+        save = ('import os, sys, torch\n'
+                'd = os.path.join(sys.argv[1], "global_step" + sys.argv[2])\n'
+                'os.makedirs(d, exist_ok=True)\n'
+                'for n in sys.argv[3:]:\n'
+                '    torch.save({"w": torch.full((64, 64), float(sys.argv[2])), "n": n},'
+                ' os.path.join(d, n))\n'
+                'with open(os.path.join(sys.argv[1], "latest"), "w") as f:\n'
+                '    f.write("global_step" + sys.argv[2])\n')
+
+        def write(m, step, names, tag=True, alive=False):
+            """alive: write from this (still running) process, else from one that exits"""
+            if alive:
+                import torch
+                d = m.path('global_step%d' % step)
+                os.makedirs(d, exist_ok=True)
+                for n in names:
+                    torch.save({'w': torch.full((64, 64), float(step)), 'n': n},
+                               os.path.join(d, n))
+            else:
+                assert tag
+                subprocess.run([PYTHON, '-c', save, m.mnt, str(step)] + names, check=True,
+                               timeout=120)
+                return
+            if tag:
+                with open(m.path('latest'), 'w') as f:
+                    f.write('global_step%d' % step)
+
+        def state(m, step):
+            return steps_by_number(m.store).get(step)
+
+        with ckfs.Mount() as m:
+            write(m, 2, files, alive=True)
+            wait_for('step 2 to complete', lambda: state(m, 2) == ['complete'],
+                     extra=m.log_tail)
+            # a job whose rank 1 died before creating its file; rank 0 saved and exited
+            write(m, 4, rank0)
+            wait_for('step 4 to be set aside', lambda: state(m, 4) == ['incomplete'],
+                     extra=lambda: '%s%s' % (state(m, 4), m.log_tail()))
+            self.assertIn("'bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt (in step 2)' never "
+                          "written", m.log_tail())
+            self.assertEqual(read_tracker(m, 'latest'), 'global_step2')
+            self.assertNotIn('global_step4', listing(m))
+            # a live job whose rank 1 is slow: the step waits for its file, then completes
+            write(m, 6, rank0, alive=True)
+            time.sleep(3.5)         # past the settle time (1.5 s) and two reaper ticks
+            self.assertEqual(state(m, 6), ['sealed'], m.log_tail())
+            self.assertEqual(read_tracker(m, 'latest'), 'global_step2')
+            write(m, 6, files[2:], tag=False, alive=True)
+            wait_for('step 6 to complete', lambda: read_tracker(m, 'latest') == 'global_step6',
+                     extra=m.log_tail)
+            # a job resumed on fewer ranks: its first step completes once the next one starts
+            write(m, 8, rank0, alive=True)
+            time.sleep(3.5)
+            self.assertEqual(read_tracker(m, 'latest'), 'global_step6')
+            write(m, 10, rank0[:1], tag=False, alive=True)
+            wait_for('step 8 to complete', lambda: read_tracker(m, 'latest') == 'global_step8',
+                     extra=m.log_tail)
             r = ckfs.ckptctl(m.store, 'verify')
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
