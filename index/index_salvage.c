@@ -35,6 +35,13 @@
 
 #include "index/index_int.h"
 
+/*
+ * Most lost bytes of one file patched with placeholder extents (4 MiB each, so at most 65536
+ * rows): 256 GiB, above any single checkpoint shard we know of. A file whose holes add up to more
+ * (in practice a damaged size) is emptied instead, as a file with more than 64 holes is.
+ */
+#define IX_HOLES_MAX ((uint64_t)65536 * (4u << 20))
+
 /* First 4 bytes of a "lost" chunk's digest; the other 12 are the inode and the offset / 4 KiB. */
 static const uint8_t IX_LOST_MAGIC[4] = { 0xff, 0x10, 0x57, 0x00 };
 
@@ -531,6 +538,15 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 		} else if (at < size) {
 			more = true;
 		}
+		uint64_t gap_total = 0;
+
+		for (size_t g = 0; g < ng; g++)
+			gap_total += gap[g].len;
+		if (gap_total > IX_HOLES_MAX) {
+			/* a size no extent backs (a damaged row): too much to patch piece by piece */
+			more = true;
+			ng = 0;
+		}
 		for (size_t g = 0; g < ng && r == 0; g++) {
 			/* one lost chunk per 4 MiB piece: raw sizes fit a uint32 like real ones */
 			for (uint64_t o = gap[g].off; o < gap[g].off + gap[g].len && r == 0;) {
@@ -562,7 +578,7 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 		}
 		if (more && r == 0) {
 			/* too fragmented to patch range by range: the whole file is lost */
-			ix_lost(ops, ino, "file inode %llu: more than 64 ranges lost; the file is "
+			ix_lost(ops, ino, "file inode %llu: more than 64 ranges or 256 GiB lost; the file is "
 				"emptied", (unsigned long long)ino);
 			sqlite3_stmt *e = NULL;
 
