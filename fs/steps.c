@@ -642,15 +642,15 @@ static int renumber(const char *name, int64_t from, int64_t to, char *buf, size_
 			buf[o++] = *p++;
 			continue;
 		}
-		char digits[32];
-		int64_t v = -1;
+		char digits[20]; /* INT64_MAX has 19 digits */
+		bool match = false;
 
-		if (n < sizeof(digits) - 1) {
+		if (n < sizeof(digits)) {
 			memcpy(digits, p, n);
 			digits[n] = '\0';
-			v = strtoll(digits, NULL, 10);
+			match = strtoll(digits, NULL, 10) == from;
 		}
-		if (v == from && n < sizeof(digits) - 1)
+		if (match)
 			w = snprintf(buf + o, cap - o, "%0*" PRId64, p[0] == '0' ? (int)n : 0, to);
 		else
 			w = snprintf(buf + o, cap - o, "%.*s", (int)n, p);

@@ -482,24 +482,13 @@ static int ix_query_i64(struct idx *ix, const char *sql, int64_t *ret)
 
 /*
  * ix_damaged_or_foreign - the format row is missing or unreadable: a database SQLite finds
- * whole is another program's (-EPROTO); one whose b-trees are not whole is a damaged ckptfs
- * index (-EIO), which fsck can salvage. A page of garbage in the meta table can read back as
- * rows without SQLite reporting SQLITE_CORRUPT, hence the quick_check.
+ * whole (idx_integrity, quick_check) is another program's (-EPROTO); one whose b-trees are not
+ * whole is a damaged ckptfs index (-EIO), which fsck can salvage. A page of garbage in the meta
+ * table can read back as rows without SQLite reporting SQLITE_CORRUPT, hence the check.
  */
 static int ix_damaged_or_foreign(struct idx *ix)
 {
-	sqlite3_stmt *st = NULL;
-	const unsigned char *res;
-	int rc, r;
-
-	rc = sqlite3_prepare_v2(ix->db, "PRAGMA quick_check(1)", -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return -EIO;
-	r = ix_step(ix, st);
-	res = r > 0 ? sqlite3_column_text(st, 0) : NULL;
-	r = res && strcmp((const char *)res, "ok") == 0 ? -EPROTO : -EIO;
-	sqlite3_finalize(st);
-	return r;
+	return idx_integrity(ix, true, NULL, 0) == 0 ? -EPROTO : -EIO;
 }
 
 /*
