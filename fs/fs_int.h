@@ -55,6 +55,7 @@ struct ckfs {
 	struct fs_pins *pins;
 	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
+	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */
 
 	/* checkpoint semantics (steps.c); guarded by mu */
 	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
@@ -100,15 +101,19 @@ struct fly_job {
  * Content state of one regular file that is open (or being truncated). Two modes:
  *  stream:  extents ext[0..n_ext) cover [0, ext_end); the in-flight chunks fly_head.. (stored
  *           by the write-back pool, not yet harvested into ext) cover [ext_end, fly_end);
- *           bytes [fly_end, size) are in tail, fly_end being the end of fly_tail (ext_end when
- *           nothing is in flight). Appends go to tail and are cut into chunks with
- *           store_cdc_cut as it fills.
+ *           bytes [fly_end, data_end) are in tail, fly_end being the end of fly_tail (ext_end
+ *           when nothing is in flight) and data_end = fly_end + tail_len; bytes [data_end, size)
+ *           are zeros not yet cut (a file grown by truncate or fallocate, as fio and
+ *           preallocating writers do before writing it in order). A write at data_end is an
+ *           append: it goes to tail, which is cut into chunks with store_cdc_cut as it fills.
  *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size);
- *           entered on the first write that is not an append, or a truncate that is not to 0.
+ *           entered on the first write that is not at data_end, or a truncate below data_end
+ *           that is not to 0.
  * Invariants:
- *   1. stream: fly_end + tail_len == size, the extents tile [0, ext_end) and the in-flight
- *      chunks tile [ext_end, fly_end) — unless fly_lost (a chunk in flight failed: err is set,
- *      bytes past ext_end are gone and reads of them fail until a truncate to 0).
+ *   1. stream: data_end <= size, the extents tile [0, ext_end) and the in-flight chunks tile
+ *      [ext_end, fly_end) — unless fly_lost (a chunk in flight failed: err is set, bytes past
+ *      ext_end are gone and reads of them fail until a truncate to 0). Commit first appends the
+ *      zeros [data_end, size) to the stream, so the index never sees a gap.
  *   2. Every chunk put since the last successful commit is listed in pins[] and pinned.
  *   3. dirty == false means the index holds exactly this content.
  *   4. hasher (stream mode) has consumed exactly the bytes [0, fly_end), when hash_ok.

@@ -242,6 +242,8 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 		       "MiB\n", wb_budget >> 20, wb_threads, wb_used >> 20, wb_peak >> 20);
 	else
 		put(o, "write buffer:       none (chunks stored by the writing requests)\n");
+	put(o, "staging copies:     %" PRIu64 " (files written out of order, cut at close)\n",
+	    atomic_load(&fs->n_staging));
 	put(o, "steps:             ");
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
 		put(o, " %s %u", idx_step_state_name(s), by_state[s]);
@@ -318,6 +320,10 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 	put(o, "ckptfs_write_buffer_bytes{kind=\"in_flight\"} %zu\n", wb_used);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"peak\"} %zu\n", wb_peak);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"budget\"} %zu\n", wb_budget);
+	put(o, "# HELP ckptfs_staging_copies_total Files switched to a staging copy because a write "
+	       "was not in order (they are cut into chunks at close, on the closing request).\n");
+	put(o, "# TYPE ckptfs_staging_copies_total counter\nckptfs_staging_copies_total %" PRIu64
+	       "\n", atomic_load(&fs->n_staging));
 	if (last) {
 		put(o, "# HELP ckptfs_last_save_seconds Step directory created to step complete, "
 		       "for the newest complete step.\n");

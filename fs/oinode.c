@@ -96,6 +96,40 @@ static void oi_free(struct oinode *oi)
 	free(oi);
 }
 
+/*
+ * A file grown by truncate or fallocate and closed before it was written (fio lays out its files
+ * so) ends in chunks of zeros. Leave them out of the stream: bytes [data_end, size) read as zeros
+ * (invariant 1), so writing the file in order from the end of its data is an append and stays
+ * on the write-back stream, and commit stores the zeros again (deduplicated against these). A
+ * chunk is taken for zeros only when it is stored at least 64 times smaller than its length (a
+ * cheap test no float tensor passes; a short last chunk, stored raw, is always looked at) and its
+ * digest is that of zeros of its length.
+ */
+#define ZERO_TEST_FREE (64u * 1024u) /* bytes: hashing this many zeros costs microseconds */
+static void trim_zero_tail(struct oinode *oi)
+{
+	uint8_t *zeros = NULL;
+
+	while (oi->n_ext) {
+		const struct idx_extent *e = &oi->ext[oi->n_ext - 1];
+		struct store_hash h;
+
+		if (e->length > STORE_CHUNK_MAX ||
+		    (e->length > ZERO_TEST_FREE && e->stored_size > e->length / 64))
+			break;
+		if (!zeros && !(zeros = calloc(1, STORE_CHUNK_MAX)))
+			break; /* keep them: the stream is only slower */
+		store_hash_buf(zeros, e->length, &h);
+		if (memcmp(h.b, e->hash, STORE_HASH_LEN) != 0)
+			break;
+		oi->ext_end = e->offset;
+		oi->n_ext--;
+	}
+	free(zeros);
+	if (oi->n_ext == 0) /* the stream starts at 0: its digest can be kept as it is written */
+		oi->hash_ok = true;
+}
+
 int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 {
 	struct idx_inode attr;
@@ -138,6 +172,7 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 		return -EIO;
 	}
 	oi->hash_ok = oi->size == 0;
+	trim_zero_tail(oi);
 	oi->refs = 1;
 	oi->next = fs->otab[ino % OTAB_BUCKETS];
 	fs->otab[ino % OTAB_BUCKETS] = oi;
@@ -165,6 +200,12 @@ static void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
 static uint64_t fly_end(const struct oinode *oi)
 {
 	return oi->fly_tail ? oi->fly_tail->off + oi->fly_tail->len : oi->ext_end;
+}
+
+/* The end of the bytes written so far; zeros follow up to size (invariant 1). */
+static uint64_t data_end(const struct oinode *oi)
+{
+	return fly_end(oi) + oi->tail_len;
 }
 
 static int ext_reserve(struct idx_extent **ext, size_t *cap, size_t need);
@@ -434,6 +475,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 		return rc;
 	}
 	oi->stage_fd = fd;
+	atomic_fetch_add(&fs->n_staging, 1);
 	oi->n_ext = 0;
 	oi->ext_end = 0;
 	oi->tail_len = 0;
@@ -495,9 +537,18 @@ static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, siz
 		if (pos >= oi->ext_end && oi->fly_lost)
 			return oi->err; /* invariant 1's exception: these bytes are gone */
 		if (pos >= fend) {
+			/* the tail, then the zeros of a file grown past its data (invariant 1) */
+			uint64_t in_tail = pos - fend;
 			size_t n = len - done;
 
-			memcpy(buf + done, oi->tail + (pos - fend), n);
+			if (in_tail < oi->tail_len) {
+				size_t m = n < oi->tail_len - in_tail ? n : (size_t)(oi->tail_len - in_tail);
+
+				memcpy(buf + done, oi->tail + in_tail, m);
+				done += m;
+				n -= m;
+			}
+			memset(buf + done, 0, n);
 			done += n;
 			break;
 		}
@@ -581,6 +632,7 @@ ssize_t oi_read(struct ckfs *fs, struct oinode *oi, void *buf, size_t len, uint6
 	return rc;
 }
 
+/* Append len bytes of buf (zeros when buf is NULL) to tail. Returns 0 or -ENOMEM. */
 static int tail_append(struct oinode *oi, const void *buf, size_t len)
 {
 	if (oi->tail_len + len > oi->tail_cap) {
@@ -595,7 +647,10 @@ static int tail_append(struct oinode *oi, const void *buf, size_t len)
 		oi->tail = p;
 		oi->tail_cap = ncap;
 	}
-	memcpy(oi->tail + oi->tail_len, buf, len);
+	if (buf)
+		memcpy(oi->tail + oi->tail_len, buf, len);
+	else
+		memset(oi->tail + oi->tail_len, 0, len);
 	oi->tail_len += len;
 	return 0;
 }
@@ -612,7 +667,7 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 		rc = oi->err;
 		goto out;
 	}
-	if (oi->stage_fd < 0 && off != oi->size) {
+	if (oi->stage_fd < 0 && off != data_end(oi)) {
 		int r = enter_staging(fs, oi);
 
 		if (r < 0) {
@@ -644,7 +699,8 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 			rc = r;
 			goto out;
 		}
-		oi->size += len;
+		if (data_end(oi) > oi->size)
+			oi->size = data_end(oi);
 		r = stream_emit(fs, oi, false);
 		if (r < 0) {
 			/* bytes stay in tail; the file cannot be committed until rewritten */
@@ -671,6 +727,11 @@ int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size)
 		reset_empty(fs, oi);
 		goto out_touch;
 	}
+	if (oi->stage_fd < 0 && size >= data_end(oi)) {
+		/* grow, or shrink within the zeros: nothing written is cut (invariant 1) */
+		oi->size = size;
+		goto out_touch;
+	}
 	if (oi->stage_fd < 0 && (rc = enter_staging(fs, oi)) < 0)
 		goto out;
 	if (ftruncate(oi->stage_fd, (off_t)size) < 0) {
@@ -686,6 +747,30 @@ out:
 }
 
 /* ---- commit ---- */
+
+/*
+ * Stream mode: append the zeros [data_end, size) to the stream, cut like written bytes (a run of
+ * zeros is one maximal chunk stored once), so that data_end == size. Returns 0 or the -errno of
+ * a chunk put, also left in err. Caller holds the write lock.
+ */
+static int stream_fill_zeros(struct ckfs *fs, struct oinode *oi)
+{
+	int rc = 0;
+
+	while (rc == 0 && data_end(oi) < oi->size) {
+		uint64_t gap = oi->size - data_end(oi);
+
+		rc = tail_append(oi, NULL, gap < STORE_CHUNK_MAX ? (size_t)gap : STORE_CHUNK_MAX);
+		if (rc == 0)
+			rc = stream_emit(fs, oi, false);
+	}
+	fly_drain(fs, oi);
+	if (rc == 0 && oi->fly_lost)
+		rc = oi->err;
+	if (rc < 0 && !oi->err)
+		oi->err = rc;
+	return rc;
+}
 
 /* Whole-file digest of [0, size) by reading it back (appends to pre-existing content). */
 static int hash_content(struct ckfs *fs, struct oinode *oi, struct store_hash *ret)
@@ -812,6 +897,8 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 		all = staged;
 		n_all = n_staged;
 	} else {
+		if ((rc = stream_fill_zeros(fs, oi)) < 0)
+			goto out;
 		/* cut the tail as if the file ended here; the tail stays in memory so later appends
 		 * are cut as one stream, and these last extents are replaced at the next commit */
 		saved_n = oi->n_ext;

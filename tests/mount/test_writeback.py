@@ -109,6 +109,77 @@ class WritebackTest(unittest.TestCase):
             os.close(fd)
         self.assertEqual(read_all(p), bytes(data))
 
+    def staging_copies(self):
+        m = re.search(r'staging copies: +(\d+)', self.status())
+        self.assertIsNotNone(m, self.status())
+        return int(m.group(1))
+
+    def test_preallocated_then_written_in_order(self):
+        # fio and preallocating writers: fallocate (or ftruncate) to the final size, then write
+        # from offset 0 in order. The writes are appends to the data written so far and stay
+        # on the write-back stream (no staging copy); the zeros past them read as zeros.
+        data = content('wb-prealloc', 21 * MiB + 4321)
+        size = 32 * MiB + 5
+        p = self.m.path('prealloc.bin')
+        before = self.staging_copies()
+        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            self.assertEqual(os.fstat(fd).st_size, size)
+            for i in range(0, len(data), MiB):
+                os.write(fd, data[i:i + MiB])
+                if i == 10 * MiB:
+                    # another reader sees the bytes so far (in flight or in the tail), then zeros
+                    self.assertEqual(read_all(p), data[:i + MiB] + bytes(size - i - MiB))
+            self.assertEqual(os.fstat(fd).st_size, size)
+            self.assertEqual(read_all(p), data + bytes(size - len(data)))
+            # a truncate inside the zeros, then more in order
+            os.ftruncate(fd, len(data) + 100)
+            os.write(fd, b'end')
+            os.fsync(fd)
+            self.assertEqual(read_all(p), data + b'end' + bytes(97))
+        finally:
+            os.close(fd)
+        self.assertEqual(self.staging_copies(), before, 'in-order writes took a staging copy')
+        # fio's own sequence: lay the file out (fallocate, close), reopen it, write it in order
+        r = self.m.path('laidout.bin')
+        fd = os.open(r, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.posix_fallocate(fd, 0, size)
+        os.close(fd)
+        self.assertEqual(read_all(r), bytes(size))
+        fd = os.open(r, os.O_RDWR)
+        try:
+            for i in range(0, len(data), MiB):
+                os.write(fd, data[i:i + MiB])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_all(r), data + bytes(size - len(data)))
+        self.assertEqual(self.staging_copies(), before, 'writing a laid-out file took a staging copy')
+        # a grown file whose zeros are never written commits them (as one stored zero chunk)
+        q = self.m.path('sparse.bin')
+        fd = os.open(q, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b'head')
+            os.ftruncate(fd, 9 * MiB + 3)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_all(q), b'head' + bytes(9 * MiB - 1))
+        self.assertEqual(self.staging_copies(), before)
+        # a write past the data (into the zeros) is out of order: the staging copy, exact bytes
+        fd = os.open(q, os.O_RDWR)
+        try:
+            os.pwrite(fd, b'mid', 5 * MiB)
+        finally:
+            os.close(fd)
+        self.assertEqual(self.staging_copies(), before + 1)
+        self.assertEqual(read_all(q), b'head' + bytes(5 * MiB - 4) + b'mid' + bytes(4 * MiB))
+        self.m.stop()
+        self.m.start()
+        self.assertEqual(read_all(p), data + b'end' + bytes(97))
+        self.assertEqual(read_all(r), data + bytes(size - len(data)))
+        self.assertEqual(read_all(q), b'head' + bytes(5 * MiB - 4) + b'mid' + bytes(4 * MiB))
+
     def test_parallel_writers_share_the_budget(self):
         names = ['par%d.bin' % i for i in range(6)]
         datas = {n: content('wb-' + n, 12 * MiB + 1000 * i) for i, n in enumerate(names)}
