@@ -200,6 +200,49 @@ static bool is_mounted(const char *path)
 	return found;
 }
 
+/*
+ * The read_ahead_kb file of the mount at path: the major:minor field of its newest line in
+ * /proc/self/mountinfo (proc(5)). Leaves out empty when there is none.
+ */
+static void find_bdi(const char *path, char *out, size_t cap)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t lcap = 0;
+
+	out[0] = '\0';
+	if (!f)
+		return;
+	while (getline(&line, &lcap, f) > 0) {
+		char mnt[PATH_MAX], dev[32];
+
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) == 2 && strcmp(mnt, path) == 0)
+			snprintf(out, cap, "/sys/class/bdi/%s/read_ahead_kb", dev);
+	}
+	free(line);
+	fclose(f);
+}
+
+void fs_tune_read_ahead(struct ckfs *fs)
+{
+	char val[16];
+	int fd, n, err = 0;
+
+	if (atomic_exchange(&fs->ra_tuned, true) || !fs->bdi_ra[0])
+		return;
+	n = snprintf(val, sizeof(val), "%d\n", FS_READ_AHEAD_KB);
+	errno = 0;
+	fd = open(fs->bdi_ra, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, val, (size_t)n) != n)
+		err = errno ? errno : EIO;
+	if (fd >= 0)
+		close(fd);
+	if (err)
+		fprintf(stderr, "ckptfs: kernel read-ahead left at its default (cannot write %d to "
+			"'%s': %s); sequential reads are slower. As root: echo %d > %s\n",
+			FS_READ_AHEAD_KB, fs->bdi_ra, strerror(err), FS_READ_AHEAD_KB, fs->bdi_ra);
+}
+
 static char *absolute(const char *p)
 {
 	char cwd[PATH_MAX], *r;
@@ -319,6 +362,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		fuse_remove_signal_handlers(se);
 		goto out;
 	}
+	find_bdi(o->mountpoint, fs.bdi_ra, sizeof(fs.bdi_ra));
 	if (inodes || chunks)
 		fprintf(stderr, "ckptfs: recovered store '%s' after an unclean stop: removed %llu "
 			"unlinked files and %llu unreferenced chunks\n", c->store,

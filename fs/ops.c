@@ -974,6 +974,7 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 
 	if (!h)
 		return -ENOMEM;
+	fs_tune_read_ahead(fs);
 	pthread_mutex_lock(&fs->mu);
 	struct idx_inode attr;
 	bool privs = false;

@@ -180,6 +180,16 @@ class WritebackTest(unittest.TestCase):
         self.assertEqual(read_all(r), data + bytes(size - len(data)))
         self.assertEqual(read_all(q), b'head' + bytes(5 * MiB - 4) + b'mid' + bytes(4 * MiB))
 
+    def test_read_ahead_raised(self):
+        # the kernel's 128 KiB read-ahead is raised to 4 MiB (FS_READ_AHEAD_KB) once a file is
+        # opened, so sequential readers keep several requests in flight
+        p = self.m.path('ra.bin')
+        write_seq(p, content('wb-ra', 3 * MiB))
+        self.assertEqual(read_all(p), content('wb-ra', 3 * MiB))
+        dev = os.stat(self.m.mnt).st_dev
+        with open('/sys/class/bdi/%d:%d/read_ahead_kb' % (os.major(dev), os.minor(dev))) as f:
+            self.assertEqual(int(f.read()), 4096)
+
     def test_parallel_writers_share_the_budget(self):
         names = ['par%d.bin' % i for i in range(6)]
         datas = {n: content('wb-' + n, 12 * MiB + 1000 * i) for i, n in enumerate(names)}
