@@ -17,7 +17,10 @@
  *      linked; each reader owns one while it copies out. The entry is freed when the count drops
  *      to zero, so eviction or delete never frees bytes a reader is copying. cache_lock guards
  *      only the table, the LRU list, the counts and cache_used: never disk I/O, decoding or
- *      hashing. Two threads missing the same chunk both load it; the second insert is dropped.
+ *      hashing. A thread that misses a chunk another thread is loading (listed in loading)
+ *      waits on load_cv for that load to end, then looks again: concurrent requests for one
+ *      chunk (kernel read-ahead keeps several in flight) decode it once. A loader always
+ *      unlists itself and broadcasts, on failure too; the waiter then loads it itself.
  *   4. cache_used = sum of the sizes of linked entries <= cache_cap after every insert. A chunk
  *      larger than cache_cap is served without being cached.
  *   5. dirty[] marks shard directories whose entries changed (rename, unlink) since the last
@@ -69,6 +72,12 @@ struct cache_ent {
 	struct cache_ent *lru_next; /* towards least recently used */
 };
 
+/* A chunk being read from disk by some thread (invariant 3); lives on that thread's stack. */
+struct loading {
+	struct store_hash hash;
+	struct loading *next;
+};
+
 struct store {
 	char *root;   /* owned */
 	char *chunks; /* owned: root + "/chunks" */
@@ -91,6 +100,9 @@ struct store {
 	struct cache_ent *lru_tail; /* least recently used */
 	size_t cache_used;
 	size_t cache_cap;
+	struct loading *loading;    /* chunks being loaded (invariant 3) */
+	pthread_cond_t load_cv;     /* a load ended; with cache_lock */
+	uint64_t hits, loads;       /* store_cache_figures */
 };
 
 /* The fields of a chunk file header (store.h), decoded. */
@@ -413,23 +425,7 @@ static bool cache_unlink_locked(struct store *st, struct cache_ent *e)
 	return ent_unref_locked(e);
 }
 
-/* Look h up; on a hit return the entry with a reference taken for the caller. */
-static struct cache_ent *cache_get(struct store *st, const struct store_hash *h)
-{
-	struct cache_ent *e;
-
-	pthread_mutex_lock(&st->cache_lock);
-	e = cache_find(st, h);
-	if (e) {
-		e->refs++;
-		lru_remove(st, e);
-		lru_push_head(st, e);
-	}
-	pthread_mutex_unlock(&st->cache_lock);
-	return e;
-}
-
-/* Release a reference from cache_get or cache_insert. */
+/* Release a reference from chunk_get or cache_insert. */
 static void cache_put(struct store *st, struct cache_ent *e)
 {
 	bool last;
@@ -509,24 +505,56 @@ static int chunk_get(struct store *st, const struct store_hash *h, struct cache_
 	uint32_t size;
 	int err;
 
-	e = cache_get(st, h);
-	if (e)
-		goto done;
+	struct loading me, **pp;
+
+	pthread_mutex_lock(&st->cache_lock);
+	for (;;) {
+		struct loading *l;
+
+		e = cache_find(st, h);
+		if (e) {
+			st->hits++;
+			e->refs++;
+			lru_remove(st, e);
+			lru_push_head(st, e);
+			pthread_mutex_unlock(&st->cache_lock);
+			*ret = e;
+			return 0;
+		}
+		for (l = st->loading; l && memcmp(l->hash.b, h->b, STORE_HASH_LEN); l = l->next)
+			;
+		if (!l)
+			break;
+		pthread_cond_wait(&st->load_cv, &st->cache_lock);
+	}
+	me.hash = *h;
+	me.next = st->loading;
+	st->loading = &me;
+	st->loads++;
+	pthread_mutex_unlock(&st->cache_lock);
+
 	err = chunk_load(st, h, &data, &size);
+	e = NULL;
+	if (!err && !(e = calloc(1, sizeof(*e)))) {
+		free(data);
+		err = -ENOMEM;
+	}
+	if (!err) {
+		e->hash = *h;
+		e->data = data;
+		e->size = size;
+		e->refs = 1;
+		if (size <= st->cache_cap)
+			e = cache_insert(st, e);
+	}
+	pthread_mutex_lock(&st->cache_lock);
+	for (pp = &st->loading; *pp != &me; pp = &(*pp)->next)
+		;
+	*pp = me.next;
+	pthread_cond_broadcast(&st->load_cv);
+	pthread_mutex_unlock(&st->cache_lock);
 	if (err)
 		return err;
-	e = calloc(1, sizeof(*e));
-	if (!e) {
-		free(data);
-		return -ENOMEM;
-	}
-	e->hash = *h;
-	e->data = data;
-	e->size = size;
-	e->refs = 1;
-	if (size <= st->cache_cap)
-		e = cache_insert(st, e);
-done:
 	*ret = e;
 	return 0;
 }
@@ -635,6 +663,7 @@ int store_open(const char *root, const struct store_opts *opts, struct store **r
 		return -ENOMEM;
 	pthread_mutex_init(&st->dirty_lock, NULL);
 	pthread_mutex_init(&st->cache_lock, NULL);
+	pthread_cond_init(&st->load_cv, NULL);
 	pthread_mutex_init(&st->sync_lock, NULL);
 	st->root_fd = -1;
 	st->zstd_level = opts->zstd_level > 0 ? opts->zstd_level : 1;
@@ -706,6 +735,7 @@ void store_close(struct store *st)
 	pthread_mutex_destroy(&st->sync_lock);
 	pthread_mutex_destroy(&st->dirty_lock);
 	pthread_mutex_destroy(&st->cache_lock);
+	pthread_cond_destroy(&st->load_cv);
 	free(st);
 }
 
@@ -910,6 +940,14 @@ ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *bu
 	}
 	cache_put(st, e);
 	return (ssize_t)n;
+}
+
+void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loads)
+{
+	pthread_mutex_lock(&st->cache_lock);
+	*ret_hits = st->hits;
+	*ret_loads = st->loads;
+	pthread_mutex_unlock(&st->cache_lock);
 }
 
 int store_chunk_verify(struct store *st, const struct store_hash *h)

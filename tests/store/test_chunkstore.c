@@ -646,3 +646,81 @@ Test(chunkstore, cache_is_lru_and_bounded)
 	free(c);
 	free(d);
 }
+
+/* ---- concurrent misses of one chunk (invariant 3: one load, the others wait for it) ---- */
+
+#define NREADERS 6
+
+struct same_arg {
+	struct store *st;
+	struct store_hash h;
+	const uint8_t *want;
+	size_t len;
+	pthread_barrier_t *go;
+	ssize_t rc;
+	bool same;
+};
+
+static void *same_reader(void *p)
+{
+	struct same_arg *a = p;
+	uint8_t *got = tu_malloc(a->len);
+
+	pthread_barrier_wait(a->go);
+	a->rc = store_chunk_pread(a->st, &a->h, got, a->len, 0);
+	a->same = a->rc == (ssize_t)a->len && memcmp(got, a->want, a->len) == 0;
+	free(got);
+	return NULL;
+}
+
+/* Start NREADERS threads reading chunk h at the same moment; return how many loads it took. */
+static uint64_t read_together(struct store *st, const struct store_hash *h, const uint8_t *want,
+			      size_t len, struct same_arg *args)
+{
+	pthread_t th[NREADERS];
+	pthread_barrier_t go;
+	uint64_t hits0, loads0, hits, loads;
+
+	store_cache_figures(st, &hits0, &loads0);
+	pthread_barrier_init(&go, NULL, NREADERS);
+	for (int i = 0; i < NREADERS; i++) {
+		args[i] = (struct same_arg){ .st = st, .h = *h, .want = want, .len = len, .go = &go };
+		cr_assert_eq(pthread_create(&th[i], NULL, same_reader, &args[i]), 0);
+	}
+	for (int i = 0; i < NREADERS; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&go);
+	store_cache_figures(st, &hits, &loads);
+	cr_assert_eq((hits - hits0) + (loads - loads0), NREADERS, "every read counted once");
+	return loads - loads0;
+}
+
+Test(chunkstore, concurrent_misses_load_once)
+{
+	struct store *st = open_store(64 * MiB, false);
+	size_t len = STORE_CHUNK_MAX;
+	uint8_t *a = tu_malloc(len);
+	struct same_arg args[NREADERS];
+	struct store_hash h;
+	uint64_t loads;
+
+	tu_fill_random(a, len, 31);
+	h = put_ok(st, a, len, false);
+	/* a 4 MiB chunk takes milliseconds to load: the other readers arrive while it loads */
+	loads = read_together(st, &h, a, len, args);
+	for (int i = 0; i < NREADERS; i++)
+		cr_assert(args[i].same, "reader %d: rc %zd or wrong bytes", i, args[i].rc);
+	cr_assert_eq(loads, 1, "%llu loads of one chunk read by %d threads at once",
+		     (unsigned long long)loads, NREADERS);
+
+	/* a failing load: every waiter gets the error (each retries the load itself), none hangs */
+	struct store *st2 = open_store(64 * MiB, false);
+
+	flip_byte(st2, &h, 32 + 1000);
+	read_together(st2, &h, a, len, args);
+	for (int i = 0; i < NREADERS; i++)
+		cr_assert_eq(args[i].rc, -EBADMSG, "reader %d: %zd", i, args[i].rc);
+	store_close(st2);
+	store_close(st);
+	free(a);
+}
