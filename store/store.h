@@ -126,7 +126,8 @@ void store_hasher_free(struct store_hasher *hs);
 /*
  * store_encode - encode raw bytes for storage, choosing the codec from a sample.
  * @raw, @len: raw bytes, len <= STORE_CHUNK_MAX.
- * @level: zstd level (>= 1).
+ * @level: zstd level (>= 1); at 1, byte-grouped payloads are entropy-coded only (codec.c,
+ *         BG_ENTROPY_LEVEL), plain zstd payloads use level 1.
  * @ret_buf: on success, an owned buffer (free()) with the payload.
  * @ret_len: payload bytes. @ret_codec: enum store_codec chosen.
  * Tries zstd and 2-/4-byte byte-grouping on a sample and keeps the best; falls back to RAW when
