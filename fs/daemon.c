@@ -89,8 +89,8 @@ static void usage(const char *prog)
 	       "                           internevo orbax (default: detect each path), or\n"
 	       "                           none (no checkpoint semantics: a plain filesystem)\n"
 	       "    -o write_buffer=SIZE   bytes of written data being chunked and compressed\n"
-	       "                           in the background (K, M, G suffixes; default RAM/64\n"
-	       "                           within 64M..1G); writers wait when it is full\n\n",
+	       "                           in the background (K, M, G suffixes; default RAM/8\n"
+	       "                           within 64M..16G); writers wait when it is full\n\n",
 	       prog);
 }
 
@@ -403,6 +403,9 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	if ((rc = wb_start(&fs, wbuf, ncpu > 0 ? (unsigned)ncpu : 1)) < 0)
 		fprintf(stderr, "ckptfs: cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
+	if ((rc = cq_start(&fs)) < 0)
+		fprintf(stderr, "ckptfs: cannot start the committer: %s; close() waits until the "
+			"file is durable\n", strerror(-rc));
 	if ((rc = steps_start(&fs)) < 0)
 		fprintf(stderr, "ckptfs: cannot start the step reaper: %s; abandoned steps are "
 			"judged at unmount\n", strerror(-rc));
@@ -424,6 +427,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 out:
 	if (se)
 		fuse_session_destroy(se); /* calls op_destroy: dirty files become durable */
+	cq_stop(&fs);
 	wb_stop(&fs);
 	if (fs.repo && ret == 0 && ckpt_repo_set_clean(fs.repo, true) == 0)
 		fprintf(stderr, "ckptfs: stopped cleanly\n");

@@ -42,6 +42,7 @@ struct fs_pins;
 
 struct step_rt;
 struct wb_pool;
+struct commit_q;
 
 /* Daemon-wide state: one per mount. */
 struct ckfs {
@@ -54,6 +55,7 @@ struct ckfs {
 	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
 	struct fs_pins *pins;
 	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
+	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
 	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */
 	char bdi_ra[64];         /* /sys/class/bdi/MAJ:MIN/read_ahead_kb of the mount, or "" */
@@ -220,8 +222,35 @@ void wb_submit(struct wb_pool *p, struct fly_job *j);
 /* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
 void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,
 		unsigned *ret_threads);
-/* wb_default_budget - the default -o write_buffer: RAM/64 clamped to [64 MiB, 1 GiB], bytes. */
+/*
+ * wb_default_budget - the default -o write_buffer: RAM/8 clamped to [64 MiB, 16 GiB], bytes.
+ * RAM/8 is about the kernel's own allowance for dirty page cache before background write-back
+ * starts (vm.dirty_background_ratio, 10% of available memory, Documentation/admin-guide/sysctl/
+ * vm.rst): a save as large as what the page cache would absorb returns at memory speed.
+ */
 size_t wb_default_budget(void);
+
+/* ---- commit.c: the close-time committer ---- */
+
+/*
+ * cq_start - start the committer thread; sets fs->cq. Returns 0, -ENOMEM, or the -errno of
+ * pthread_create. Call before serving requests. Without it, flush commits on its own thread.
+ */
+int cq_start(struct ckfs *fs);
+/* cq_stop - run every queued commit, join the thread, free the queue (NULL fs->cq is fine).
+ * Call after the last request, before op_destroy's own commits and steps_stop. No lock held. */
+void cq_stop(struct ckfs *fs);
+/*
+ * cq_submit - queue a commit of oi (then steps_on_commit(oi, pid, torn)) and return at once;
+ * takes its own reference on oi. Returns 0, -ENOSYS (no committer), -ENOMEM or -ESHUTDOWN;
+ * on error nothing is queued and the caller commits itself. Caller holds no lock.
+ */
+int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+/* cq_busy - is a commit queued or running? Any lock may be held (cq's lock is a leaf). */
+bool cq_busy(struct ckfs *fs);
+/* cq_wait_idle - wait until every commit queued before the call has finished (returns at once
+ * without a committer). Caller holds no lock: the commits take oinode locks and fs->mu. */
+void cq_wait_idle(struct ckfs *fs);
 
 /* ---- oinode.c ---- */
 
@@ -266,6 +295,9 @@ int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size);
  * Returns 0 or -errno (the in-memory content stays, still dirty, on failure).
  */
 int oi_commit(struct ckfs *fs, struct oinode *oi);
+
+/* oi_error - the sticky error of oi (0 or -errno; read lock taken inside). */
+int oi_error(struct oinode *oi);
 
 /* fs_release_collect / fs_release_finish - the idx_release_fn used by every transaction that can
  * free chunks: collect digests in the transaction, free their files after it commits. */

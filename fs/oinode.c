@@ -106,11 +106,11 @@ static void oi_free(struct oinode *oi)
  * digest is that of zeros of its length.
  */
 #define ZERO_TEST_FREE (64u * 1024u) /* bytes: hashing this many zeros costs microseconds */
-static void trim_zero_tail(struct oinode *oi)
+static void trim_zero_tail(struct oinode *oi, uint64_t floor)
 {
 	uint8_t *zeros = NULL;
 
-	while (oi->n_ext) {
+	while (oi->n_ext && oi->ext[oi->n_ext - 1].offset >= floor) {
 		const struct idx_extent *e = &oi->ext[oi->n_ext - 1];
 		struct store_hash h;
 
@@ -128,6 +128,41 @@ static void trim_zero_tail(struct oinode *oi)
 	free(zeros);
 	if (oi->n_ext == 0) /* the stream starts at 0: its digest can be kept as it is written */
 		oi->hash_ok = true;
+}
+
+static void fly_drain(struct ckfs *fs, struct oinode *oi);
+
+/*
+ * Stream mode, a write at off below data_end: when every byte from off to data_end is a zero
+ * kept in trailing zero chunks and the tail, drop them, so that the write is an append. This is
+ * trim_zero_tail's case for a file whose state stayed in memory between its layout and its
+ * writes (the committer still held it when fio reopened it). Content is unchanged: bytes past
+ * data_end read as zeros (invariant 1). Caller holds the write lock.
+ */
+static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
+{
+	size_t n_ext = oi->n_ext;
+	uint64_t ext_end = oi->ext_end;
+
+	fly_drain(fs, oi);
+	if (oi->fly_lost || oi->ext_end < off)
+		return;
+	for (size_t i = 0; i < oi->tail_len; i++)
+		if (oi->tail[i])
+			return;
+	trim_zero_tail(oi, off);
+	if (oi->ext_end != off) { /* not all zeros, or no chunk boundary at off: as it was */
+		oi->n_ext = n_ext;
+		oi->ext_end = ext_end;
+		return;
+	}
+	oi->tail_len = 0;
+	if (oi->n_ext == 0) {
+		store_hasher_reset(oi->hasher);
+		oi->hash_ok = true; /* invariant 4: nothing consumed, fly_end 0 */
+	} else if (oi->n_ext != n_ext) {
+		oi->hash_ok = false; /* the hasher has consumed the zeros dropped */
+	}
 }
 
 int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
@@ -172,7 +207,7 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 		return -EIO;
 	}
 	oi->hash_ok = oi->size == 0;
-	trim_zero_tail(oi);
+	trim_zero_tail(oi, 0);
 	oi->refs = 1;
 	oi->next = fs->otab[ino % OTAB_BUCKETS];
 	fs->otab[ino % OTAB_BUCKETS] = oi;
@@ -667,6 +702,8 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 		rc = oi->err;
 		goto out;
 	}
+	if (oi->stage_fd < 0 && off < data_end(oi))
+		trim_zeros_from(fs, oi, off);
 	if (oi->stage_fd < 0 && off != data_end(oi)) {
 		int r = enter_staging(fs, oi);
 
@@ -867,6 +904,16 @@ fail:
 	free(ext);
 	store_hasher_free(hs);
 	return rc;
+}
+
+int oi_error(struct oinode *oi)
+{
+	int err;
+
+	pthread_rwlock_rdlock(&oi->lock);
+	err = oi->err;
+	pthread_rwlock_unlock(&oi->lock);
+	return err;
 }
 
 int oi_commit(struct ckfs *fs, struct oinode *oi)

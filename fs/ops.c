@@ -304,6 +304,7 @@ static void op_destroy(void *userdata)
 {
 	struct ckfs *fs = userdata;
 
+	cq_stop(fs); /* the commits of closed files first: they report to the step engine */
 	steps_stop(fs);
 	/* Make every dirty file durable (a lazy unmount may leave files open). */
 	for (;;) {
@@ -363,6 +364,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	pthread_mutex_lock(&fs->mu);
+	if (cq_busy(fs) && (parent == fs->meta_ino || steps_tracker_name(fs, parent, name))) {
+		/* a tracker or status read waits for the commits of closed files (commit.c) */
+		pthread_mutex_unlock(&fs->mu);
+		cq_wait_idle(fs);
+		pthread_mutex_lock(&fs->mu);
+	}
 	if (parent == fs->meta_ino && meta_file_by_name(name) >= 0) {
 		struct fuse_entry_param e = { .ino = VINO_META(meta_file_by_name(name)) };
 
@@ -402,6 +409,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	int rc;
 
+	if (ino >= VINO_BASE)
+		cq_wait_idle(fs); /* trackers and /.ckptfs files: see op_lookup */
 	pthread_mutex_lock(&fs->mu);
 	if (meta_of(ino) >= 0)
 		rc = meta_stat(fs, meta_of(ino), &st);
@@ -1035,6 +1044,7 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 		pthread_mutex_unlock(&fs->mu);
 	}
 	if (rc >= 0 && (fi->flags & O_ACCMODE) == O_RDONLY) {
+		cq_wait_idle(fs); /* the steps of files closed before this open (commit.c) */
 		h->vcap = 4096;
 		h->vbuf = malloc(h->vcap);
 		if (!h->vbuf) {
@@ -1072,6 +1082,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			return;
 		}
 		h->vkind = -1; /* a snapshot to read, nothing to claim */
+		cq_wait_idle(fs);
 		pthread_mutex_lock(&fs->mu);
 		rc = meta_render(fs, meta_of(ino), &h->vbuf, &h->vlen);
 		pthread_mutex_unlock(&fs->mu);
@@ -1286,6 +1297,13 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * open (the kernel flushes from do_exit): the file is torn */
 		bool torn = fs_pid_flags(pid, &pflags) == 0 && (pflags & PF_EXITING_FLAG);
 
+		/* close() returns once the bytes are in memory: the committer makes them durable
+		 * and tells the step engine (commit.c). An error already known is reported here. */
+		rc = oi_error(h->oi);
+		if (rc == 0 && cq_submit(fs, h->oi, pid, torn) == 0) {
+			fuse_reply_err(req, 0);
+			return;
+		}
 		rc = oi_commit(fs, h->oi);
 		if (rc == 0)
 			steps_on_commit(fs, h->oi, pid, torn);

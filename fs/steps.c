@@ -1240,6 +1240,10 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		rt_note(fs, s.id, pid);
 		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
 			seal(fs, &s, "marker");
+		else if (s.state == IDX_STEP_SEALED && marker_after_all_ranks(s.kind))
+			/* a file closed before the marker and committed after it (commit.c): the
+			 * step may be complete now, without waiting for the reaper */
+			evaluate(fs, s.id, false, false);
 		struct step_rt *r;
 
 		if ((flags & IDX_INODE_TORN) && (r = rt_get(fs, s.id, false))) {

@@ -180,11 +180,11 @@ size_t wb_default_budget(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 	size_t ram = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)4 << 30;
-	size_t b = ram / 64;
+	size_t b = ram / 8;
 
 	if (b < ((size_t)64 << 20))
 		b = (size_t)64 << 20;
-	if (b > ((size_t)1 << 30))
-		b = (size_t)1 << 30;
+	if (b > ((size_t)16 << 30))
+		b = (size_t)16 << 30;
 	return b;
 }

@@ -422,6 +422,13 @@ class Mount:
     def ckptctl(self, *args, json_out=False, timeout=300):
         return ckptctl(self.store, *args, json_out=json_out, timeout=timeout)
 
+    def settle(self):
+        """Wait until every file closed so far is durable and in the index (close() returns
+        before that, fs/commit.c; an open of .ckptfs/status waits for the committer), so that
+        ckptctl, which reads the index, sees them."""
+        with open(self.path('.ckptfs', 'status'), 'rb') as f:
+            f.read()
+
     def status_json(self):
         p = self.ckptctl('status', json_out=True)
         if p.returncode != 0:

@@ -13,6 +13,13 @@ workers: backpressure), check that
   - .ckptfs/status reports the buffer and its peak never exceeded it by more than one chunk;
   - a bad -o write_buffer value is refused with one clear line.
 
+CloseBeforeDurableTest (fs/commit.c: close() returns once the bytes are in the daemon, a
+committer makes them durable afterwards), with a Megatron-style step:
+  - a tracker read right after the trainer closed its shard and wrote the tracker already
+    names the new step (the read waits for the committer), and the shard reads back;
+  - a daemon killed after the shard's close() returned but before the shard was durable leaves
+    the tracker on the previous step, and that step loads.
+
 Run: /usr/bin/python3 tests/mount/test_writeback.py
 """
 
@@ -21,6 +28,7 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import json  # noqa: E402
 import mmap  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
@@ -155,6 +163,26 @@ class WritebackTest(unittest.TestCase):
         finally:
             os.close(fd)
         self.assertEqual(read_all(r), data + bytes(size - len(data)))
+        # the same while the file's state stays in memory from the layout to the writes (here a
+        # reader holds it open; the committer does the same between a close and its commit)
+        q = self.m.path('laidout-held.bin')
+        fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        keep = os.open(q, os.O_RDONLY)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            os.close(fd)
+            self.assertEqual(read_all(q), bytes(size))
+            fd = os.open(q, os.O_RDWR)
+            try:
+                for i in range(0, len(data), MiB):
+                    os.write(fd, data[i:i + MiB])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.assertEqual(os.pread(keep, 64, len(data) - 32), data[-32:] + bytes(32))
+        finally:
+            os.close(keep)
+        self.assertEqual(read_all(q), data + bytes(size - len(data)))
         self.assertEqual(self.staging_copies(), before, 'writing a laid-out file took a staging copy')
         # a grown file whose zeros are never written commits them (as one stored zero chunk)
         q = self.m.path('sparse.bin')
@@ -234,6 +262,74 @@ class WritebackTest(unittest.TestCase):
             self.assertIn("write_buffer 'lots' is not a size", msg)
         finally:
             m.close()
+
+
+TRACKER = 'latest_checkpointed_iteration.txt'
+
+
+def torch_save_shard(mnt, it, key, n):
+    """Megatron's save of one rank: mkdir iter_XXXXXXX/mp_rank_00, torch.save, close. The
+    archive is written with os.write and os.close, which raise on an error (torch.save's own
+    file writer ignores the result of close)."""
+    import io
+    import torch
+    d = os.path.join(mnt, 'iter_%07d' % it, 'mp_rank_00')
+    os.makedirs(d)
+    t = torch.frombuffer(bytearray(content(key, n)), dtype=torch.uint8)
+    buf = io.BytesIO()
+    torch.save({'w': t, 'iteration': it}, buf)
+    write_seq(os.path.join(d, 'model_optim_rng.pt'), buf.getbuffer())
+    return t
+
+
+def torch_load_shard(mnt, it):
+    import torch
+    return torch.load(os.path.join(mnt, 'iter_%07d' % it, 'mp_rank_00', 'model_optim_rng.pt'))
+
+
+def step_states(m):
+    r = m.ckptctl('steps', json_out=True)
+    if r.returncode != 0:
+        raise AssertionError('ckptctl steps exited %d: %s' % (r.returncode, r.stderr))
+    return {s['step']: s['state'] for s in json.loads(r.stdout)}
+
+
+class CloseBeforeDurableTest(unittest.TestCase):
+    def test_tracker_read_after_close_names_the_new_step(self):
+        with ckfs.Mount() as m:
+            for it in (10, 20):
+                # 96 MiB of incompressible bytes: a commit of tens of ms at least, far longer
+                # than the tracker write and read that follow
+                t = torch_save_shard(m.mnt, it, 'cbd-%d' % it, 96 * MiB)
+                with open(m.path(TRACKER), 'w') as f:
+                    f.write(str(it))
+                self.assertEqual(read_all(m.path(TRACKER)), str(it).encode())
+                self.assertTrue(bool((torch_load_shard(m.mnt, it)['w'] == t).all()))
+            self.assertEqual(step_states(m).get(20), 'complete')
+
+    def test_killed_before_durable_keeps_the_previous_step(self):
+        with ckfs.Mount() as m:
+            torch_save_shard(m.mnt, 10, 'cbd-kill-10', 4 * MiB)
+            with open(m.path(TRACKER), 'w') as f:
+                f.write('10')
+            self.assertEqual(read_all(m.path(TRACKER)), b'10')
+            m.unmount()
+            # the next commit of a file kills the daemon: chunks stored, index not yet told
+            m.env = {'CKPTFS_FAULT': 'commit-before-index'}
+            m.start()
+            # close() returns before the shard is durable: the save looks done to the trainer
+            torch_save_shard(m.mnt, 20, 'cbd-kill-20', 64 * MiB)
+            try:
+                with open(m.path(TRACKER), 'w') as f:
+                    f.write('20')
+            except OSError:
+                pass  # the daemon may already be gone
+            self.assertTrue(m.wait_daemon_death(), 'the fault point was not reached')
+            m.env = {}
+            m.start()
+            self.assertEqual(read_all(m.path(TRACKER)), b'10')
+            self.assertEqual(torch_load_shard(m.mnt, 10)['iteration'], 10)
+            self.assertNotEqual(step_states(m).get(20), 'complete')
 
 
 if __name__ == '__main__':

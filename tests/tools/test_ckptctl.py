@@ -46,6 +46,7 @@ class CkptctlTest(unittest.TestCase):
         with open(m.path('latest_checkpointed_iteration.txt'), 'w') as f:
             f.write('100')
         os.symlink('iter_0000100', m.path('cur'))
+        m.settle()  # ckptctl reads the index: what is durable
 
     def tearDown(self):
         self.m.close()

@@ -1,0 +1,203 @@
+/*
+ * commit.c — the close-time committer: one thread that makes files closed by their writers
+ * durable (oi_commit: in-flight chunks stored, chunk files synced, extents in the index) and
+ * then tells the step engine (steps_on_commit), so that close() returns once the bytes are in
+ * ckptfs's memory instead of once they are on disk.
+ *
+ * What still waits for durability (DESIGN.md "Steps", issue 5):
+ *   - fsync and fdatasync (op_fsync commits itself), and unmount (cq_stop before op_destroy's
+ *     own commits);
+ *   - a step: its files count as open until committed (steps.c walk_entry: ov_dirty), so it
+ *     is not complete before every file is durable, and a tracker never names it before;
+ *   - a reader of a tracker or of /.ckptfs: ops.c first waits for the commits of the files
+ *     closed before (cq_wait_idle), so a tracker read after the trainer's close() and tracker
+ *     write sees the step it wrote as soon as that step is durable, never an older answer
+ *     (close-to-open).
+ * Readers of the files themselves need nothing: the open inode holds the bytes not yet durable.
+ *
+ * A commit that fails (store full, I/O error) is logged with the file's inode; its error stays
+ * on the inode (oinode.err), so an fsync of another handle reports it, and the step holding
+ * the file never completes. close() itself cannot report it: as on a local filesystem with a
+ * page cache, write-back errors reach fsync, not close.
+ *
+ * Invariants:
+ *   1. busy == jobs queued + the job running; cv_idle is broadcast after every job.
+ *   2. Each job holds one reference on its oinode (taken by cq_submit, dropped after the
+ *      commit), so the inode's state outlives the last handle.
+ *   3. cq_stop runs every queued job before the thread exits.
+ *   4. Jobs run one at a time in submission order, so when done >= n the first n jobs ever
+ *      queued have finished: cq_wait_idle waits for the closes before it, not for a trainer
+ *      that goes on closing files while it waits.
+ *
+ * Lock order: cq.mu is a leaf (taken under fs->mu by cq_busy); the thread holds no lock while
+ * it commits.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/fs_int.h"
+
+struct cjob {
+	struct cjob *next;
+	struct oinode *oi;
+	pid_t pid;  /* the closing process, for the step engine */
+	bool torn;  /* closed by a dying process */
+};
+
+struct commit_q {
+	struct ckfs *fs;
+	pthread_mutex_t mu;      /* guards everything below */
+	pthread_cond_t cv_work;  /* a job was queued, or stopping */
+	pthread_cond_t cv_idle;  /* busy reached 0 */
+	struct cjob *head, *tail;
+	unsigned busy;           /* invariant 1 */
+	uint64_t queued, done;   /* jobs ever queued / ever finished (FIFO: done counts a prefix) */
+	bool stopping;
+	pthread_t thread;
+};
+
+static void *cq_main(void *arg)
+{
+	struct commit_q *q = arg;
+	struct ckfs *fs = q->fs;
+
+	for (;;) {
+		struct cjob *j;
+
+		pthread_mutex_lock(&q->mu);
+		while (!q->head && !q->stopping)
+			pthread_cond_wait(&q->cv_work, &q->mu);
+		j = q->head;
+		if (!j) { /* stopping and nothing left (invariant 3) */
+			pthread_mutex_unlock(&q->mu);
+			return NULL;
+		}
+		q->head = j->next;
+		if (!q->head)
+			q->tail = NULL;
+		pthread_mutex_unlock(&q->mu);
+
+		int rc = oi_commit(fs, j->oi);
+
+		if (rc == 0)
+			steps_on_commit(fs, j->oi, j->pid, j->torn);
+		else
+			fprintf(stderr, "ckptfs: cannot make inode %llu durable after its close: %s; "
+				"the step holding it will not complete (fsync reports the error)\n",
+				(unsigned long long)j->oi->ino, strerror(-rc));
+		oi_put(fs, j->oi);
+		free(j);
+
+		pthread_mutex_lock(&q->mu);
+		q->busy--;
+		q->done++;
+		pthread_cond_broadcast(&q->cv_idle);
+		pthread_mutex_unlock(&q->mu);
+	}
+}
+
+int cq_start(struct ckfs *fs)
+{
+	struct commit_q *q = calloc(1, sizeof(*q));
+	int rc;
+
+	if (!q)
+		return -ENOMEM;
+	q->fs = fs;
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_cond_init(&q->cv_work, NULL);
+	pthread_cond_init(&q->cv_idle, NULL);
+	rc = pthread_create(&q->thread, NULL, cq_main, q);
+	if (rc != 0) {
+		pthread_cond_destroy(&q->cv_idle);
+		pthread_cond_destroy(&q->cv_work);
+		pthread_mutex_destroy(&q->mu);
+		free(q);
+		return -rc;
+	}
+	fs->cq = q;
+	return 0;
+}
+
+void cq_stop(struct ckfs *fs)
+{
+	struct commit_q *q = fs->cq;
+
+	if (!q)
+		return;
+	pthread_mutex_lock(&q->mu);
+	q->stopping = true;
+	pthread_cond_signal(&q->cv_work);
+	pthread_mutex_unlock(&q->mu);
+	pthread_join(q->thread, NULL);
+	fs->cq = NULL;
+	pthread_cond_destroy(&q->cv_idle);
+	pthread_cond_destroy(&q->cv_work);
+	pthread_mutex_destroy(&q->mu);
+	free(q);
+}
+
+int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
+{
+	struct commit_q *q = fs->cq;
+	struct cjob *j;
+
+	if (!q)
+		return -ENOSYS;
+	if (!(j = calloc(1, sizeof(*j))))
+		return -ENOMEM;
+	j->oi = oi;
+	j->pid = pid;
+	j->torn = torn;
+	pthread_mutex_lock(&fs->mu);
+	oi->refs++; /* invariant 2 */
+	pthread_mutex_unlock(&fs->mu);
+	pthread_mutex_lock(&q->mu);
+	if (q->stopping) { /* no request arrives after op_destroy; kept for safety */
+		pthread_mutex_unlock(&q->mu);
+		oi_put(fs, oi);
+		free(j);
+		return -ESHUTDOWN;
+	}
+	if (q->tail)
+		q->tail->next = j;
+	else
+		q->head = j;
+	q->tail = j;
+	q->busy++;
+	q->queued++;
+	pthread_cond_signal(&q->cv_work);
+	pthread_mutex_unlock(&q->mu);
+	return 0;
+}
+
+bool cq_busy(struct ckfs *fs)
+{
+	struct commit_q *q = fs->cq;
+	bool busy;
+
+	if (!q)
+		return false;
+	pthread_mutex_lock(&q->mu);
+	busy = q->busy > 0;
+	pthread_mutex_unlock(&q->mu);
+	return busy;
+}
+
+void cq_wait_idle(struct ckfs *fs)
+{
+	struct commit_q *q = fs->cq;
+
+	if (!q)
+		return;
+	pthread_mutex_lock(&q->mu);
+	uint64_t upto = q->queued; /* not the closes that come while waiting (invariant 4) */
+
+	while (q->done < upto)
+		pthread_cond_wait(&q->cv_idle, &q->mu);
+	pthread_mutex_unlock(&q->mu);
+}
