@@ -286,6 +286,49 @@ fail:
 }
 
 /*
+ * Each thread that loads chunks keeps the buffer it reads compressed payloads into: a fresh
+ * malloc of up to 4 MiB per load is a fresh mapping in the daemon (mmap threshold 128 KiB,
+ * fs/daemon.c) that page-faults while the file is read into it. Freed by the key's destructor
+ * at thread exit.
+ */
+static pthread_key_t payload_key;
+static pthread_once_t payload_once = PTHREAD_ONCE_INIT;
+static bool payload_key_ok;
+
+struct payload_buf {
+	size_t cap;
+	uint8_t b[];
+};
+
+static void payload_key_init(void)
+{
+	payload_key_ok = pthread_key_create(&payload_key, free) == 0;
+}
+
+/* This thread's payload buffer of at least len bytes, or NULL (no memory). */
+static uint8_t *thread_payload_buf(size_t len)
+{
+	struct payload_buf *p;
+
+	pthread_once(&payload_once, payload_key_init);
+	if (!payload_key_ok)
+		return NULL;
+	p = pthread_getspecific(payload_key);
+	if (!p || p->cap < len) {
+		struct payload_buf *n = malloc(sizeof(*n) + (len ? len : 1));
+
+		if (!n || pthread_setspecific(payload_key, n) != 0) {
+			free(n);
+			return NULL;
+		}
+		free(p);
+		p = n;
+		p->cap = len ? len : 1;
+	}
+	return p->b;
+}
+
+/*
  * Load chunk h from disk, decode it and check its digest (invariants 2 and 7).
  * On success *ret_data is an owned malloc'ed buffer of *ret_size bytes (never NULL).
  * Returns 0, -ENOENT, -EIO, -EBADMSG or -ENOMEM.
@@ -295,7 +338,7 @@ static int chunk_load(const struct store *st, const struct store_hash *h, uint8_
 {
 	struct chunk_hdr hdr;
 	struct store_hash got;
-	uint8_t *payload = NULL;
+	uint8_t *payload = NULL; /* this thread's (thread_payload_buf), not freed here */
 	uint8_t *data = NULL;
 	int fd = -1;
 	int err;
@@ -316,7 +359,7 @@ static int chunk_load(const struct store *st, const struct store_hash *h, uint8_
 			goto out;
 		}
 	} else {
-		payload = malloc(hdr.payload_size ? hdr.payload_size : 1);
+		payload = thread_payload_buf(hdr.payload_size);
 		if (!payload) {
 			err = -ENOMEM;
 			goto out;
@@ -341,7 +384,6 @@ static int chunk_load(const struct store *st, const struct store_hash *h, uint8_
 	*ret_size = hdr.raw_size;
 	data = NULL;
 out:
-	free(payload);
 	free(data);
 	close(fd);
 	return err;
