@@ -95,7 +95,7 @@ struct fly_job {
 	struct oinode *oi;
 	uint64_t off;           /* file offset, bytes */
 	uint32_t len;           /* bytes, 1..STORE_CHUNK_MAX */
-	uint8_t *buf;           /* the raw bytes until done (owned, freed by the worker) */
+	uint8_t *buf;           /* the raw bytes until done (wb_buf_get; the worker takes it back) */
 	bool done;
 	int err;                /* when done: 0 or the -errno of fs_chunk_put */
 	struct store_chunk_info info; /* when done and err == 0: the stored chunk, pinned */
@@ -219,6 +219,12 @@ void wb_stop(struct ckfs *fs);
  * used up (backpressure). Never fails. Caller holds j->oi's write lock and no other lock.
  */
 void wb_submit(struct wb_pool *p, struct fly_job *j);
+/*
+ * wb_buf_get - a buffer of STORE_CHUNK_MAX bytes for a job's raw bytes, reused from the ones
+ * workers were done with (up to 8 kept) or new; NULL when out of memory. The worker that stores
+ * the job takes it back (or frees it). Thread-safe; takes the pool's lock.
+ */
+uint8_t *wb_buf_get(struct wb_pool *p);
 /* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
 void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,
 		unsigned *ret_threads);

@@ -6,7 +6,8 @@
  * fly_job, appends the job to its file's in-flight list and hands it to wb_submit, which waits
  * while the pool's budget is used up (backpressure: writers wait, never fail). A worker takes the
  * oldest job, stores it (fs_chunk_put: XXH3-128, codec choice, zstd, chunk file, pin), then
- * publishes the result on the job under the file's fly_mu and frees the raw bytes.
+ * publishes the result on the job under the file's fly_mu and keeps the raw bytes' buffer for
+ * the next job (wb_buf_get, up to WB_KEEP_BUFS).
  *
  * Invariants:
  *   1. used == the sum of len over jobs submitted and not yet finished by a worker; a submit
@@ -32,6 +33,14 @@
 
 #define WB_MAX_THREADS 16
 
+/*
+ * Chunk buffers (STORE_CHUNK_MAX bytes each) kept for reuse after a worker is done with them: a
+ * fresh one per chunk is a fresh mapping (mmap threshold 128 KiB, daemon.c) that page-faults
+ * while the writer copies into it. 8 buffers: the two windows a writer's tail cuts at a time for
+ * a few writers; at most 32 MiB kept, outside the write buffer.
+ */
+#define WB_KEEP_BUFS 8
+
 struct wb_pool {
 	struct ckfs *fs;
 	pthread_mutex_t mu;     /* guards everything below */
@@ -41,6 +50,8 @@ struct wb_pool {
 	size_t used, budget;    /* bytes (invariant 1) */
 	size_t peak;            /* highest used seen, bytes */
 	bool stopping;
+	uint8_t *keep[WB_KEEP_BUFS]; /* free chunk buffers for wb_buf_get */
+	unsigned n_keep;
 	unsigned nthreads;
 	pthread_t threads[WB_MAX_THREADS];
 };
@@ -75,13 +86,18 @@ static void *wb_main(void *arg)
 			j->info = info;
 		j->err = rc;
 		j->done = true;
-		free(j->buf);
+		uint8_t *buf = j->buf;
+
 		j->buf = NULL;
 		oi->fly_busy--;
 		pthread_cond_broadcast(&oi->fly_cv);
 		pthread_mutex_unlock(&oi->fly_mu); /* invariant 2: j and oi are off limits now */
 
 		pthread_mutex_lock(&p->mu);
+		if (p->n_keep < WB_KEEP_BUFS)
+			p->keep[p->n_keep++] = buf;
+		else
+			free(buf);
 		p->used -= len;
 		pthread_cond_broadcast(&p->cv_space);
 		pthread_mutex_unlock(&p->mu);
@@ -136,10 +152,23 @@ void wb_stop(struct ckfs *fs)
 	for (unsigned i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
 	fs->wb = NULL;
+	while (p->n_keep)
+		free(p->keep[--p->n_keep]);
 	pthread_cond_destroy(&p->cv_space);
 	pthread_cond_destroy(&p->cv_work);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
+}
+
+uint8_t *wb_buf_get(struct wb_pool *p)
+{
+	uint8_t *b = NULL;
+
+	pthread_mutex_lock(&p->mu);
+	if (p->n_keep)
+		b = p->keep[--p->n_keep];
+	pthread_mutex_unlock(&p->mu);
+	return b ? b : malloc(STORE_CHUNK_MAX);
 }
 
 void wb_submit(struct wb_pool *p, struct fly_job *j)

@@ -877,7 +877,7 @@ int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_
 	char path[PATH_MAX];
 	uint8_t raw_hdr[STORE_HDR_LEN];
 	struct chunk_hdr hdr;
-	void *payload = NULL;
+	const void *payload = NULL; /* this thread's (store_encode_tls) or buf itself */
 	size_t payload_len;
 	uint8_t codec;
 	int err;
@@ -897,7 +897,7 @@ int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_
 		info_from_hdr(&hdr, true, ret);
 		return 0;
 	}
-	err = store_encode(buf, len, st->zstd_level, &payload, &payload_len, &codec);
+	err = store_encode_tls(buf, len, st->zstd_level, &payload, &payload_len, &codec);
 	if (err)
 		return err;
 	hdr.codec = codec;
@@ -905,7 +905,6 @@ int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_
 	hdr.payload_size = (uint32_t)payload_len;
 	hdr_encode(&hdr, raw_hdr);
 	err = publish(st, shard_of(&hdr.hash), path, raw_hdr, payload, payload_len);
-	free(payload);
 	if (err)
 		return err;
 	info_from_hdr(&hdr, false, ret);

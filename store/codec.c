@@ -76,6 +76,8 @@ struct codec_tls {
 	uint8_t *scratch; /* byte planes of a whole chunk */
 	size_t scratch_cap;
 	uint8_t *sample_dst; /* ZSTD_compressBound(SAMPLE_LEN) bytes */
+	uint8_t *out;        /* store_encode_tls's payloads */
+	size_t out_cap;
 	uint8_t sample_planes[SAMPLE_LEN];
 };
 
@@ -94,6 +96,7 @@ static void tls_free(void *p)
 	ZSTD_freeDCtx(t->dctx);
 	free(t->scratch);
 	free(t->sample_dst);
+	free(t->out);
 	free(t);
 }
 
@@ -394,12 +397,13 @@ static int choose_codec(struct codec_tls *t, const uint8_t *raw, size_t len, int
 }
 
 /*
- * Encode raw with codec into a new buffer of at most cap bytes (cap >= len for RAW).
- * Returns 0 with *ret_buf (owned) and *ret_len set, 1 when the payload would exceed cap,
- * -EINVAL (unknown codec), -ENOMEM or -EIO.
+ * Encode raw with codec into a new buffer of at most cap bytes (cap >= len for RAW); with tls,
+ * into this thread's t->out instead (a RAW payload is then raw itself, not copied).
+ * Returns 0 with *ret_buf (owned unless tls) and *ret_len set, 1 when the payload would exceed
+ * cap, -EINVAL (unknown codec), -ENOMEM or -EIO.
  */
 static int encode_with(uint8_t codec, const void *raw, size_t len, int level, size_t cap,
-		       void **ret_buf, size_t *ret_len)
+		       bool tls, void **ret_buf, size_t *ret_len)
 {
 	struct codec_tls *t;
 	const void *src = raw;
@@ -410,6 +414,12 @@ static int encode_with(uint8_t codec, const void *raw, size_t len, int level, si
 
 	if (codec > STORE_CODEC_ZSTD_BG4)
 		return -EINVAL;
+	if (codec == STORE_CODEC_RAW && tls) {
+		assert(cap >= len);
+		*ret_buf = (void *)raw;
+		*ret_len = len;
+		return 0;
+	}
 	if (codec == STORE_CODEC_RAW) {
 		assert(cap >= len);
 		out = malloc(len ? len : 1);
@@ -431,12 +441,23 @@ static int encode_with(uint8_t codec, const void *raw, size_t len, int level, si
 		bg_split(raw, len, w, t->scratch);
 		src = t->scratch;
 	}
-	out = malloc(cap ? cap : 1);
-	if (!out)
+	if (tls) {
+		if (t->out_cap < cap) {
+			uint8_t *n = realloc(t->out, cap ? cap : 1);
+
+			if (!n)
+				return -ENOMEM;
+			t->out = n;
+			t->out_cap = cap;
+		}
+		out = t->out;
+	} else if (!(out = malloc(cap ? cap : 1))) {
 		return -ENOMEM;
+	}
 	r = zstd_frame(t, out, cap, src, len, w, level);
 	if (r <= 0) {
-		free(out);
+		if (!tls)
+			free(out);
 		return r < 0 ? (int)r : 1;
 	}
 	*ret_buf = out;
@@ -458,11 +479,11 @@ int store_encode_as(uint8_t codec, const void *raw, size_t len, int level, void 
 	if (level < 1)
 		level = 1;
 	/* cap is enough for anything: 1 cannot come back. */
-	return encode_with(codec, raw, len, level, cap, ret_buf, ret_len);
+	return encode_with(codec, raw, len, level, cap, false, ret_buf, ret_len);
 }
 
-int store_encode(const void *raw, size_t len, int level, void **ret_buf, size_t *ret_len,
-		 uint8_t *ret_codec)
+static int encode(const void *raw, size_t len, int level, bool tls, void **ret_buf,
+		  size_t *ret_len, uint8_t *ret_codec)
 {
 	struct codec_tls *t;
 	/* Largest payload that is at least 3% smaller than len (invariant 2). */
@@ -481,7 +502,7 @@ int store_encode(const void *raw, size_t len, int level, void **ret_buf, size_t 
 			return codec;
 	}
 	if (codec != STORE_CODEC_RAW) {
-		err = encode_with((uint8_t)codec, raw, len, level, cap, ret_buf, ret_len);
+		err = encode_with((uint8_t)codec, raw, len, level, cap, tls, ret_buf, ret_len);
 		if (err <= 0) {
 			if (!err)
 				*ret_codec = (uint8_t)codec;
@@ -489,9 +510,26 @@ int store_encode(const void *raw, size_t len, int level, void **ret_buf, size_t 
 		}
 		codec = STORE_CODEC_RAW; /* did not shrink by 3% */
 	}
-	err = encode_with(STORE_CODEC_RAW, raw, len, level, len, ret_buf, ret_len);
+	err = encode_with(STORE_CODEC_RAW, raw, len, level, len, tls, ret_buf, ret_len);
 	if (!err)
 		*ret_codec = STORE_CODEC_RAW;
+	return err;
+}
+
+int store_encode(const void *raw, size_t len, int level, void **ret_buf, size_t *ret_len,
+		 uint8_t *ret_codec)
+{
+	return encode(raw, len, level, false, ret_buf, ret_len, ret_codec);
+}
+
+int store_encode_tls(const void *raw, size_t len, int level, const void **ret_buf,
+		     size_t *ret_len, uint8_t *ret_codec)
+{
+	void *b = NULL;
+	int err = encode(raw, len, level, true, &b, ret_len, ret_codec);
+
+	if (!err)
+		*ret_buf = b;
 	return err;
 }
 

@@ -138,6 +138,15 @@ int store_encode(const void *raw, size_t len, int level, void **ret_buf, size_t 
 		 uint8_t *ret_codec);
 
 /*
+ * store_encode_tls - store_encode into a buffer owned by the calling thread (no allocation per
+ * call, no page faults on a fresh mapping): *ret_buf stays valid until the thread's next
+ * store_encode_tls or its exit; for a RAW payload it is raw itself. Same choice, returns and
+ * errors as store_encode. Thread-safe (each thread has its own buffer).
+ */
+int store_encode_tls(const void *raw, size_t len, int level, const void **ret_buf,
+		     size_t *ret_len, uint8_t *ret_codec);
+
+/*
  * store_decode - decode a payload into exactly raw_size bytes at out.
  * Returns 0; -EINVAL for an unknown codec; -EIO when the payload is malformed or does not decode
  * to exactly raw_size bytes. Does not check digests. Thread-safe.

@@ -232,6 +232,43 @@ Test(codec, random_and_text_choices)
 	free(buf);
 }
 
+/* store_encode_tls: the same payloads as store_encode, in one buffer of the thread reused from
+ * call to call (so a payload is gone at the next call), RAW as the raw bytes themselves. */
+Test(codec, thread_buffer_encode_matches)
+{
+	size_t len = 4 * MiB;
+	uint8_t *bf = tu_malloc(len), *fp = tu_malloc(len), *rnd = tu_malloc(MiB);
+	uint8_t *out = tu_malloc(len);
+	const void *t1, *t2;
+	void *own;
+	size_t l1, l2, lown;
+	uint8_t c1, c2, cown;
+
+	fill_bf16(bf, len, 21);
+	fill_fp32(fp, len, 22);
+	tu_fill_random(rnd, MiB, 23);
+	cr_assert_eq(store_encode_tls(bf, len, 1, &t1, &l1, &c1), 0);
+	cr_assert_eq(store_encode(bf, len, 1, &own, &lown, &cown), 0);
+	cr_assert_eq(c1, cown);
+	cr_assert_eq(l1, lown);
+	cr_assert_eq(memcmp(t1, own, l1), 0, "the thread's payload differs from store_encode's");
+	free(own);
+	cr_assert_eq(store_decode(c1, t1, l1, out, len), 0);
+	cr_assert_eq(memcmp(out, bf, len), 0);
+	cr_assert_eq(store_encode_tls(fp, len, 1, &t2, &l2, &c2), 0);
+	cr_assert_eq(t2, t1, "the thread's buffer was not reused");
+	cr_assert_eq(store_decode(c2, t2, l2, out, len), 0);
+	cr_assert_eq(memcmp(out, fp, len), 0);
+	cr_assert_eq(store_encode_tls(rnd, MiB, 1, &t1, &l1, &c1), 0);
+	cr_assert_eq(c1, STORE_CODEC_RAW);
+	cr_assert_eq(t1, (const void *)rnd, "a RAW payload is the raw bytes, not a copy");
+	cr_assert_eq(l1, MiB);
+	free(out);
+	free(rnd);
+	free(fp);
+	free(bf);
+}
+
 Test(codec, malformed_payloads_are_rejected, .timeout = 120)
 {
 	size_t len = 16 * 1024;
