@@ -6,6 +6,8 @@
  *   oinode.lock  ->  ckfs.mu  ->  pins.mu
  *   oinode.lock  ->  ckfs.mu  ->  wb_pool.mu (a leaf: meta.c reads its figures under mu);
  *   oinode.lock -> oinode.fly_mu (leaf)
+ *   ckfs.mu -> commit_q.mu (a leaf: cq_busy under mu); cq_wait_idle is called with no lock
+ *   held, since the commits it waits for take oinode.lock and ckfs.mu
  * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
  * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards the
  * done/err/buf fields of a file's in-flight chunks (wb.c) and fly_busy.
