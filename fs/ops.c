@@ -1186,49 +1186,6 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	fuse_reply_create(req, &e, fi);
 }
 
-/*
- * Each FUSE thread keeps its read reply buffer: a fresh 1 MiB malloc per request is a fresh
- * mapping (the daemon's mmap threshold is 128 KiB, daemon.c) that page-faults on every use;
- * those faults and the unmaps were the largest item of a cold sequential read's profile. Freed
- * by the key's destructor when libfuse retires the thread.
- */
-static pthread_key_t rbuf_key;
-static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
-static bool rbuf_key_ok;
-
-struct rbuf {
-	size_t cap;
-	char b[];
-};
-
-static void rbuf_key_init(void)
-{
-	rbuf_key_ok = pthread_key_create(&rbuf_key, free) == 0;
-}
-
-/* A buffer of at least size bytes owned by this thread, or NULL (no memory). */
-static char *thread_read_buf(size_t size)
-{
-	struct rbuf *r;
-
-	pthread_once(&rbuf_once, rbuf_key_init);
-	if (!rbuf_key_ok)
-		return NULL;
-	r = pthread_getspecific(rbuf_key);
-	if (!r || r->cap < size) {
-		struct rbuf *n = malloc(sizeof(*n) + (size ? size : 1));
-
-		if (!n || pthread_setspecific(rbuf_key, n) != 0) {
-			free(n);
-			return NULL;
-		}
-		free(r);
-		r = n;
-		r->cap = size ? size : 1;
-	}
-	return r->b;
-}
-
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -1254,7 +1211,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		free(buf);
 		return;
 	}
-	buf = thread_read_buf(size);
+	/* this thread's: a fresh 1 MiB malloc per request page-faults (store_thread_buf) */
+	buf = store_thread_buf(STORE_TBUF_READ, size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;

@@ -286,46 +286,65 @@ fail:
 }
 
 /*
- * Each thread that loads chunks keeps the buffer it reads compressed payloads into: a fresh
- * malloc of up to 4 MiB per load is a fresh mapping in the daemon (mmap threshold 128 KiB,
- * fs/daemon.c) that page-faults while the file is read into it. Freed by the key's destructor
- * at thread exit.
+ * Per-thread buffers (store_thread_buf): a fresh malloc of 1-4 MiB per chunk load or read reply
+ * is a fresh mapping in the daemon (mmap threshold 128 KiB, fs/daemon.c) that page-faults while
+ * it is filled; these stay mapped. Freed by the key's destructor at thread exit.
  */
-static pthread_key_t payload_key;
-static pthread_once_t payload_once = PTHREAD_ONCE_INIT;
-static bool payload_key_ok;
-
-struct payload_buf {
-	size_t cap;
-	uint8_t b[];
+struct thread_bufs {
+	struct {
+		size_t cap;
+		void *p;
+	} slot[STORE_TBUF_SLOTS];
 };
 
-static void payload_key_init(void)
+static pthread_key_t tbuf_key;
+static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
+static bool tbuf_key_ok;
+
+static void tbuf_free(void *arg)
 {
-	payload_key_ok = pthread_key_create(&payload_key, free) == 0;
+	struct thread_bufs *t = arg;
+
+	for (unsigned i = 0; i < STORE_TBUF_SLOTS; i++)
+		free(t->slot[i].p);
+	free(t);
 }
 
-/* This thread's payload buffer of at least len bytes, or NULL (no memory). */
-static uint8_t *thread_payload_buf(size_t len)
+static void tbuf_key_init(void)
 {
-	struct payload_buf *p;
+	tbuf_key_ok = pthread_key_create(&tbuf_key, tbuf_free) == 0;
+}
 
-	pthread_once(&payload_once, payload_key_init);
-	if (!payload_key_ok)
+void *store_thread_buf(unsigned slot, size_t len)
+{
+	struct thread_bufs *t;
+
+	if (slot >= STORE_TBUF_SLOTS)
 		return NULL;
-	p = pthread_getspecific(payload_key);
-	if (!p || p->cap < len) {
-		struct payload_buf *n = malloc(sizeof(*n) + (len ? len : 1));
-
-		if (!n || pthread_setspecific(payload_key, n) != 0) {
-			free(n);
+	pthread_once(&tbuf_once, tbuf_key_init);
+	if (!tbuf_key_ok)
+		return NULL;
+	t = pthread_getspecific(tbuf_key);
+	if (!t) {
+		if (!(t = calloc(1, sizeof(*t))))
+			return NULL;
+		if (pthread_setspecific(tbuf_key, t) != 0) {
+			free(t);
 			return NULL;
 		}
-		free(p);
-		p = n;
-		p->cap = len ? len : 1;
 	}
-	return p->b;
+	if (!len)
+		len = 1;
+	if (t->slot[slot].cap < len) {
+		void *n = malloc(len); /* not realloc: the old bytes are not needed */
+
+		if (!n)
+			return NULL;
+		free(t->slot[slot].p);
+		t->slot[slot].p = n;
+		t->slot[slot].cap = len;
+	}
+	return t->slot[slot].p;
 }
 
 /*
@@ -338,7 +357,7 @@ static int chunk_load(const struct store *st, const struct store_hash *h, uint8_
 {
 	struct chunk_hdr hdr;
 	struct store_hash got;
-	uint8_t *payload = NULL; /* this thread's (thread_payload_buf), not freed here */
+	uint8_t *payload = NULL; /* this thread's (store_thread_buf), not freed here */
 	uint8_t *data = NULL;
 	int fd = -1;
 	int err;
@@ -359,7 +378,7 @@ static int chunk_load(const struct store *st, const struct store_hash *h, uint8_
 			goto out;
 		}
 	} else {
-		payload = thread_payload_buf(hdr.payload_size);
+		payload = store_thread_buf(STORE_TBUF_PAYLOAD, hdr.payload_size);
 		if (!payload) {
 			err = -ENOMEM;
 			goto out;

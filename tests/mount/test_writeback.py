@@ -42,8 +42,8 @@ MiB = 1 << 20
 CHUNK_MAX = 4 * MiB     # STORE_CHUNK_MAX: a job can be this large
 
 
-def write_seq(path, data, bs=MiB, fsync=False):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_seq(path, data, bs=MiB, fsync=False, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
+    fd = os.open(path, flags, 0o644)
     try:
         mv = memoryview(data)
         for i in range(0, len(data), bs):
@@ -149,40 +149,27 @@ class WritebackTest(unittest.TestCase):
         finally:
             os.close(fd)
         self.assertEqual(self.staging_copies(), before, 'in-order writes took a staging copy')
-        # fio's own sequence: lay the file out (fallocate, close), reopen it, write it in order
-        r = self.m.path('laidout.bin')
-        fd = os.open(r, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.posix_fallocate(fd, 0, size)
-        os.close(fd)
-        self.assertEqual(read_all(r), bytes(size))
-        fd = os.open(r, os.O_RDWR)
-        try:
-            for i in range(0, len(data), MiB):
-                os.write(fd, data[i:i + MiB])
-            os.fsync(fd)
-        finally:
+        def lay_out_then_write(path):
+            # fio's own sequence: lay the file out (fallocate, close), reopen, write in order
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.posix_fallocate(fd, 0, size)
             os.close(fd)
-        self.assertEqual(read_all(r), data + bytes(size - len(data)))
+            self.assertEqual(read_all(path), bytes(size))
+            write_seq(path, data, fsync=True, flags=os.O_RDWR)
+            self.assertEqual(read_all(path), data + bytes(size - len(data)))
+
+        r = self.m.path('laidout.bin')
+        lay_out_then_write(r)
         # the same while the file's state stays in memory from the layout to the writes (here a
         # reader holds it open; the committer does the same between a close and its commit)
         q = self.m.path('laidout-held.bin')
-        fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.close(os.open(q, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         keep = os.open(q, os.O_RDONLY)
         try:
-            os.posix_fallocate(fd, 0, size)
-            os.close(fd)
-            self.assertEqual(read_all(q), bytes(size))
-            fd = os.open(q, os.O_RDWR)
-            try:
-                for i in range(0, len(data), MiB):
-                    os.write(fd, data[i:i + MiB])
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            lay_out_then_write(q)
             self.assertEqual(os.pread(keep, 64, len(data) - 32), data[-32:] + bytes(32))
         finally:
             os.close(keep)
-        self.assertEqual(read_all(q), data + bytes(size - len(data)))
         self.assertEqual(self.staging_copies(), before, 'writing a laid-out file took a staging copy')
         # a grown file whose zeros are never written commits them (as one stored zero chunk)
         q = self.m.path('sparse.bin')
