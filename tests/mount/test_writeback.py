@@ -11,6 +11,7 @@ workers: backpressure), check that
   - several writers at once, each with its own file, all complete (no deadlock on the shared
     budget) and their bytes are not mixed;
   - .ckptfs/status reports the buffer and its peak never exceeded it by more than one chunk;
+  - the workers run at nice 10, the daemon's other threads at its own nice;
   - a bad -o write_buffer value is refused with one clear line.
 
 CloseBeforeDurableTest (fs/commit.c: close() returns once the bytes are in the daemon, a
@@ -239,6 +240,24 @@ class WritebackTest(unittest.TestCase):
         self.assertLessEqual(peak << 20, max(2 * MiB, CHUNK_MAX) + CHUNK_MAX)
         metrics = read_all(self.m.path('.ckptfs', 'metrics')).decode()
         self.assertIn('ckptfs_write_buffer_bytes{kind="budget"} %d' % (2 * MiB), metrics)
+
+    def test_workers_yield_to_the_trainer(self):
+        # the write-back workers run at nice 10 (wb.c WB_NICE), every other thread of the
+        # daemon (the FUSE threads serving the trainer's writes) at the daemon's own
+        m = re.search(r'(\d+) workers', self.status())
+        self.assertIsNotNone(m)
+        workers = int(m.group(1))
+        def nice_of(tid):
+            with open('/proc/%d/task/%s/stat' % (self.m.pid, tid)) as f:
+                stat = f.read()
+            # proc(5): field 19 is nice; fields are counted after the ')' closing comm
+            return int(stat[stat.rindex(')') + 2:].split()[16])
+
+        base = nice_of(self.m.pid)  # the main thread: the nice the daemon was started with
+        self.assertNotEqual(base, 10, 'run the test at a nice other than 10')
+        nice = [nice_of(t) for t in os.listdir('/proc/%d/task' % self.m.pid)]
+        self.assertEqual(nice.count(10), workers, nice)
+        self.assertEqual(nice.count(base), len(nice) - workers, nice)
 
     def test_bad_write_buffer_is_refused(self):
         m = ckfs.Mount(opts=('write_buffer=lots',))
