@@ -21,7 +21,7 @@
  * page cache, write-back errors reach fsync, not close.
  *
  * Invariants:
- *   1. busy == jobs queued + the job running; cv_idle is broadcast after every job.
+ *   1. queued - done == jobs waiting + the job running; cv_idle is broadcast after every job.
  *   2. Each job holds one reference on its oinode (taken by cq_submit, dropped after the
  *      commit), so the inode's state outlives the last handle.
  *   3. cq_stop runs every queued job before the thread exits.
@@ -52,9 +52,8 @@ struct commit_q {
 	struct ckfs *fs;
 	pthread_mutex_t mu;      /* guards everything below */
 	pthread_cond_t cv_work;  /* a job was queued, or stopping */
-	pthread_cond_t cv_idle;  /* busy reached 0 */
+	pthread_cond_t cv_idle;  /* a job finished (cq_wait_idle) */
 	struct cjob *head, *tail;
-	unsigned busy;           /* invariant 1 */
 	uint64_t queued, done;   /* jobs ever queued / ever finished (FIFO: done counts a prefix) */
 	bool stopping;
 	pthread_t thread;
@@ -93,7 +92,6 @@ static void *cq_main(void *arg)
 		free(j);
 
 		pthread_mutex_lock(&q->mu);
-		q->busy--;
 		q->done++;
 		pthread_cond_broadcast(&q->cv_idle);
 		pthread_mutex_unlock(&q->mu);
@@ -168,7 +166,6 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	else
 		q->head = j;
 	q->tail = j;
-	q->busy++;
 	q->queued++;
 	pthread_cond_signal(&q->cv_work);
 	pthread_mutex_unlock(&q->mu);
@@ -183,7 +180,7 @@ bool cq_busy(struct ckfs *fs)
 	if (!q)
 		return false;
 	pthread_mutex_lock(&q->mu);
-	busy = q->busy > 0;
+	busy = q->queued != q->done;
 	pthread_mutex_unlock(&q->mu);
 	return busy;
 }

@@ -109,6 +109,7 @@ static void oi_free(struct oinode *oi)
 static void trim_zero_tail(struct oinode *oi, uint64_t floor)
 {
 	uint8_t *zeros = NULL;
+	size_t n_before = oi->n_ext;
 
 	while (oi->n_ext && oi->ext[oi->n_ext - 1].offset >= floor) {
 		const struct idx_extent *e = &oi->ext[oi->n_ext - 1];
@@ -126,8 +127,12 @@ static void trim_zero_tail(struct oinode *oi, uint64_t floor)
 		oi->n_ext--;
 	}
 	free(zeros);
-	if (oi->n_ext == 0) /* the stream starts at 0: its digest can be kept as it is written */
-		oi->hash_ok = true;
+	if (oi->n_ext == 0) { /* the stream starts at 0: its digest can be kept as it is written */
+		store_hasher_reset(oi->hasher);
+		oi->hash_ok = true; /* invariant 4: nothing consumed, fly_end 0 */
+	} else if (oi->n_ext != n_before) {
+		oi->hash_ok = false; /* the hasher has consumed the zeros dropped */
+	}
 }
 
 static void fly_drain(struct ckfs *fs, struct oinode *oi);
@@ -143,6 +148,7 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 {
 	size_t n_ext = oi->n_ext;
 	uint64_t ext_end = oi->ext_end;
+	bool hash_ok = oi->hash_ok;
 
 	fly_drain(fs, oi);
 	if (oi->fly_lost || oi->ext_end < off)
@@ -154,15 +160,10 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 	if (oi->ext_end != off) { /* not all zeros, or no chunk boundary at off: as it was */
 		oi->n_ext = n_ext;
 		oi->ext_end = ext_end;
+		oi->hash_ok = hash_ok; /* n_ext > 0 here: the hasher was not reset */
 		return;
 	}
 	oi->tail_len = 0;
-	if (oi->n_ext == 0) {
-		store_hasher_reset(oi->hasher);
-		oi->hash_ok = true; /* invariant 4: nothing consumed, fly_end 0 */
-	} else if (oi->n_ext != n_ext) {
-		oi->hash_ok = false; /* the hasher has consumed the zeros dropped */
-	}
 }
 
 int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
