@@ -329,6 +329,9 @@ void steps_reap(struct ckfs *fs, bool recovering);
 /* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed);
+/* steps_is_marker - is ino a step's commit marker where it is now (Orbax commit_success.txt,
+ * HF trainer_state.json, ...)? Takes fs->mu; false without checkpoint semantics. */
+bool steps_is_marker(struct ckfs *fs, uint64_t ino);
 /* steps_on_commit - oi's content was committed by pid (torn: closed by a dying process).
  * fs->mu NOT held; oi referenced by the caller. */
 void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);

@@ -1297,9 +1297,14 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		bool torn = fs_pid_flags(pid, &pflags) == 0 && (pflags & PF_EXITING_FLAG);
 
 		/* close() returns once the bytes are in memory: the committer makes them durable
-		 * and tells the step engine (commit.c). An error already known is reported here. */
+		 * and tells the step engine (commit.c). An error already known is reported here.
+		 * A step's marker is committed here, before the close returns: the engine judges it
+		 * at the path it has when committed, and trainers rename the step directory right
+		 * after (Orbax's tmp dir, HF's tmp-checkpoint-N), where it would no longer be the
+		 * marker of the step it seals. Markers are small. */
 		rc = oi_error(h->oi);
-		if (rc == 0 && cq_submit(fs, h->oi, pid, torn) == 0) {
+		if (rc == 0 && !steps_is_marker(fs, h->oi->ino) &&
+		    cq_submit(fs, h->oi, pid, torn) == 0) {
 			fuse_reply_err(req, 0);
 			return;
 		}

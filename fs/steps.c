@@ -1179,6 +1179,21 @@ static ssize_t vread_fn(void *arg, void *buf, size_t len, uint64_t off)
 	return oi_read(v->fs, v->oi, buf, len, off);
 }
 
+bool steps_is_marker(struct ckfs *fs, uint64_t ino)
+{
+	char rel[LAYOUT_PATH_MAX];
+	struct layout_match m;
+	bool r;
+
+	if (fs->layout < 0)
+		return false;
+	pthread_mutex_lock(&fs->mu);
+	r = rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
+	    layout_classify(rel, fs->layout, &m) == 0 && m.role == ROLE_MARKER;
+	pthread_mutex_unlock(&fs->mu);
+	return r;
+}
+
 void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 {
 	char rel[LAYOUT_PATH_MAX], why[256] = "";
