@@ -320,14 +320,18 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 	put(o, "ckptfs_write_buffer_bytes{kind=\"in_flight\"} %zu\n", wb_used);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"peak\"} %zu\n", wb_peak);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"budget\"} %zu\n", wb_budget);
-	uint64_t hits, loads;
+	uint64_t hits, loads, recycled;
 
-	store_cache_figures(fs->st, &hits, &loads);
+	store_cache_figures(fs->st, &hits, &loads, &recycled);
 	put(o, "# HELP ckptfs_chunk_reads_total Chunk lookups by readers: served from the "
 	       "decompressed-chunk cache, or read from disk, decoded and re-hashed.\n");
 	put(o, "# TYPE ckptfs_chunk_reads_total counter\n");
 	put(o, "ckptfs_chunk_reads_total{from=\"cache\"} %" PRIu64 "\n", hits);
 	put(o, "ckptfs_chunk_reads_total{from=\"disk\"} %" PRIu64 "\n", loads);
+	put(o, "# HELP ckptfs_chunk_buffers_recycled_total Chunk loads that decoded into the "
+	       "buffer of an evicted cache entry instead of a new allocation.\n");
+	put(o, "# TYPE ckptfs_chunk_buffers_recycled_total counter\n"
+	       "ckptfs_chunk_buffers_recycled_total %" PRIu64 "\n", recycled);
 	put(o, "# HELP ckptfs_staging_copies_total Files switched to a staging copy because a write "
 	       "was not in order (they are cut into chunks at close, on the closing request).\n");
 	put(o, "# TYPE ckptfs_staging_copies_total counter\nckptfs_staging_copies_total %" PRIu64

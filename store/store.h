@@ -225,9 +225,12 @@ ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *bu
  * store_cache_figures - what the read cache has done since store_open: *ret_hits reads of a
  * chunk served from the cache (a read that waited for another thread's load of the same chunk
  * counts as a hit), *ret_loads chunks read from disk, decoded and re-hashed for it (failed loads
- * included). Counts of chunk lookups, not bytes. Thread-safe.
+ * included), *ret_recycled loads (and verifications) that decoded into the buffer of an evicted
+ * entry instead of a new allocation (at most 8 such buffers are kept, 32 MiB at most). Counts of
+ * chunk lookups, not bytes. Thread-safe.
  */
-void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loads);
+void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loads,
+			 uint64_t *ret_recycled);
 
 /*
  * store_chunk_verify - read chunk h from disk (bypassing the cache), decode and re-hash it.
