@@ -69,6 +69,7 @@
 #define TMP_PREFIX ".tmp-"
 
 _Atomic int store_fault_write_errno;
+_Atomic int store_fault_direct_einval;
 
 struct cache_ent {
 	struct store_hash hash;
@@ -484,8 +485,15 @@ again:
 		goto out;
 	}
 	for (got = 0; got < size;) {
-		ssize_t r = pread(fd, buf + got, want - got, (off_t)got);
+		ssize_t r;
 
+		if (direct && atomic_load(&store_fault_direct_einval) > 0) {
+			atomic_fetch_sub(&store_fault_direct_einval, 1);
+			r = -1;
+			errno = EINVAL;
+		} else {
+			r = pread(fd, buf + got, want - got, (off_t)got);
+		}
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EINVAL && direct) {

@@ -28,6 +28,13 @@ extern const uint64_t store_gear_table[256];
 extern _Atomic int store_fault_write_errno;
 
 /*
+ * Fault injection for tests: while non-zero, each O_DIRECT read of a chunk file fails as if the
+ * filesystem refused it (EINVAL), so the load falls back to the page cache, and the variable is
+ * decremented. Never set outside tests.
+ */
+extern _Atomic int store_fault_direct_einval;
+
+/*
  * store_encode_as - encode raw with the given codec, whatever the gain (store_encode's choice and
  * 3% rule are skipped). For tests and tools that need a specific codec. Same buffer ownership,
  * returns and thread-safety as store_encode, plus -EINVAL for an unknown codec.

@@ -131,7 +131,7 @@ def fio(path, rw, size_mib):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--size-mib', type=int, default=2048)  # issue 5: a ~2 GiB state
-    ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--reps', type=int, default=5)
     ap.add_argument('--write-buffer', default=None, help='-o write_buffer for the mount')
     a = ap.parse_args()
     if os.geteuid() != 0:

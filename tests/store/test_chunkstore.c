@@ -680,6 +680,35 @@ Test(chunkstore, evicted_buffers_are_recycled)
 		free(data[i]);
 }
 
+/*
+ * A filesystem that refuses O_DIRECT reads (EINVAL) is read through the page cache: the bytes
+ * and the damage checks are the same either way.
+ */
+Test(chunkstore, refused_direct_reads_fall_back)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 300 * KiB + 123; /* not a multiple of the O_DIRECT alignment */
+	uint8_t *a = tu_malloc(len), *b = tu_malloc(len);
+	struct store_hash ha, hb;
+
+	tu_fill_random(a, len, 41);
+	memset(b, 7, len); /* compresses: a zstd payload */
+	ha = put_ok(st, a, len, false);
+	hb = put_ok(st, b, len, false);
+	atomic_store(&store_fault_direct_einval, 2);
+	check_chunk(st, &ha, a, len);
+	check_chunk(st, &hb, b, len);
+	cr_assert_eq(atomic_load(&store_fault_direct_einval), 0, "both loads tried O_DIRECT first");
+	flip_byte(st, &ha, 32 + 10);
+	atomic_store(&store_fault_direct_einval, 1);
+	cr_assert_eq(store_chunk_verify(st, &ha), -EBADMSG, "damage found through the fallback");
+	cr_assert_eq(store_chunk_verify(st, &hb), 0);
+	atomic_store(&store_fault_direct_einval, 0);
+	store_close(st);
+	free(a);
+	free(b);
+}
+
 /* ---- concurrent misses of one chunk (invariant 3: one load, the others wait for it) ---- */
 
 #define NREADERS 6
