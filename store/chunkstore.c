@@ -262,8 +262,23 @@ static int read_errno(int err)
 }
 
 /*
- * Open chunk h's file and read and validate its header, including that the header's digest is h
- * and that the file is exactly header + payload long. On success *ret_fd is an owned descriptor.
+ * Validate the header raw of chunk h's file, file_size bytes long: well formed (hdr_decode), its
+ * digest is h, and the file is exactly header + payload long. Returns 0 or -EIO.
+ */
+static int hdr_check(const uint8_t raw[STORE_HDR_LEN], const struct store_hash *h,
+		     off_t file_size, struct chunk_hdr *ret)
+{
+	struct chunk_hdr hdr;
+
+	if (hdr_decode(raw, &hdr) < 0 || memcmp(hdr.hash.b, h->b, STORE_HASH_LEN) ||
+	    file_size != (off_t)STORE_HDR_LEN + hdr.payload_size)
+		return -EIO;
+	*ret = hdr;
+	return 0;
+}
+
+/*
+ * Open chunk h's file and read and validate its header (hdr_check). On success *ret_fd is an owned descriptor.
  * Returns 0, -ENOENT, -ENOMEM or -EIO (paths fit: store_open checked their length).
  */
 static int chunk_open(const struct store *st, const struct store_hash *h, int *ret_fd,
@@ -285,17 +300,13 @@ static int chunk_open(const struct store *st, const struct store_hash *h, int *r
 	err = pread_all(fd, raw, sizeof(raw), 0);
 	if (err)
 		goto fail;
-	err = hdr_decode(raw, &hdr);
+	if (fstat(fd, &sb) < 0) {
+		err = -EIO;
+		goto fail;
+	}
+	err = hdr_check(raw, h, sb.st_size, &hdr);
 	if (err)
 		goto fail;
-	if (memcmp(hdr.hash.b, h->b, STORE_HASH_LEN)) {
-		err = -EIO;
-		goto fail;
-	}
-	if (fstat(fd, &sb) < 0 || sb.st_size != (off_t)STORE_HDR_LEN + hdr.payload_size) {
-		err = -EIO;
-		goto fail;
-	}
 	*ret_fd = fd;
 	*ret_hdr = hdr;
 	return 0;
@@ -441,12 +452,13 @@ static void buf_put(struct store *st, uint8_t *p, uint32_t cap)
 
 /*
  * Read all of chunk h's file (header and payload) into this thread's STORE_TBUF_PAYLOAD buffer
- * and validate the header as chunk_open does. The file is read with O_DIRECT, in one request
- * rounded up to DIRECT_ALIGN: the bytes land in a buffer the daemon already has mapped instead
- * of in fresh page-cache pages copied from there, which cost 27% of the daemon's CPU in a cold
- * 1 GiB torch.load (perf); it also checks what is on the disk, not a cached copy (the kernel
- * writes back dirty pages of the range first, so a just-written chunk reads correctly). A
- * filesystem that refuses O_DIRECT (EINVAL at open or read) is read through the page cache.
+ * and validate its header (hdr_check). The file is read with O_DIRECT, in one request rounded up
+ * to DIRECT_ALIGN: the bytes land in a buffer the daemon already has mapped instead of in fresh
+ * page-cache pages copied from there, which cost 27% of the daemon's CPU in a cold 1 GiB
+ * torch.load (perf); it also checks what is on the disk, not a cached copy (the kernel writes
+ * back dirty pages of the range first, so a just-written chunk reads correctly). Whatever
+ * O_DIRECT cannot do (EINVAL at open, or at a read: a filesystem without it, an offset left
+ * unaligned by a short read) goes on through the page cache.
  * On success *ret_file points at the file's bytes (not owned; valid until this thread's next
  * store_thread_buf(STORE_TBUF_PAYLOAD)). Returns 0, -ENOENT, -ENOMEM or -EIO.
  */
@@ -454,12 +466,11 @@ static int chunk_read_whole(const struct store *st, const struct store_hash *h,
 			    struct chunk_hdr *ret_hdr, uint8_t **ret_file)
 {
 	char path[PATH_MAX];
-	struct chunk_hdr hdr;
 	struct stat sb;
 	uint8_t *buf;
 	size_t size, want, got;
 	bool direct = true;
-	int fd, err;
+	int fd, fl, err;
 
 	err = store_chunk_path(st, h, path, sizeof(path));
 	if (err)
@@ -477,8 +488,7 @@ static int chunk_read_whole(const struct store *st, const struct store_hash *h,
 		goto out;
 	}
 	size = (size_t)sb.st_size;
-again:
-	want = direct ? (size + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN : size;
+	want = (size + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN; /* past EOF: a short read */
 	buf = store_thread_buf(STORE_TBUF_PAYLOAD, want);
 	if (!buf) {
 		err = -ENOMEM;
@@ -497,44 +507,26 @@ again:
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EINVAL && direct) {
-			/* this filesystem takes O_DIRECT opens but not these reads */
-			int nfd = open(path, O_RDONLY | O_CLOEXEC);
-
-			if (nfd < 0) {
-				err = read_errno(-errno);
+			if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) < 0) {
+				err = -EIO;
 				goto out;
 			}
-			close(fd);
-			fd = nfd;
 			direct = false;
-			goto again;
+			continue;
 		}
 		if (r < 0) {
 			err = read_errno(-errno);
 			goto out;
 		}
-		if (r == 0)
-			break;
-		got += (size_t)r;
-		if (direct && got < size && got % DIRECT_ALIGN) {
-			err = -EIO; /* a short O_DIRECT read before the end: cannot go on aligned */
+		if (r == 0) {
+			err = -EIO; /* the file shrank under us */
 			goto out;
 		}
+		got += (size_t)r;
 	}
-	if (got < size) {
-		err = -EIO; /* the file shrank under us */
-		goto out;
-	}
-	err = hdr_decode(buf, &hdr);
-	if (err)
-		goto out;
-	if (memcmp(hdr.hash.b, h->b, STORE_HASH_LEN) ||
-	    size != (size_t)STORE_HDR_LEN + hdr.payload_size) {
-		err = -EIO;
-		goto out;
-	}
-	*ret_hdr = hdr;
-	*ret_file = buf;
+	err = hdr_check(buf, h, (off_t)size, ret_hdr);
+	if (!err)
+		*ret_file = buf;
 out:
 	close(fd);
 	return err;
