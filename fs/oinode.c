@@ -1009,9 +1009,11 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 	if (rc < 0)
 		goto out;
 	ckpt_fault("commit-before-index");
+	pthread_mutex_lock(&fs->mu);
+	/* read under fs->mu: op_setattr stores a utimensat's mtime and writes the index row
+	 * under it, so a commit racing a utimensat cannot write back the older write time */
 	int64_t mtime = atomic_load(&oi->ov_mtime);
 
-	pthread_mutex_lock(&fs->mu);
 	rc = idx_begin(fs->ix);
 	if (rc == 0) {
 		rc = idx_file_set_content(fs->ix, oi->ino, all, n_all, oi->size, digest.b,

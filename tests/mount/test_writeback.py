@@ -19,7 +19,8 @@ committer makes them durable afterwards), with a Megatron-style step:
   - a tracker read right after the trainer closed its shard and wrote the tracker already
     names the new step (the read waits for the committer), and the shard reads back;
   - a daemon killed after the shard's close() returned but before the shard was durable leaves
-    the tracker on the previous step, and that step loads.
+    the tracker on the previous step, and that step loads;
+  - a utimensat right after a close, with the commit still running, is the mtime kept.
 
 Run: /usr/bin/python3 tests/mount/test_writeback.py
 """
@@ -336,6 +337,43 @@ class CloseBeforeDurableTest(unittest.TestCase):
             self.assertEqual(read_all(m.path(TRACKER)), b'10')
             self.assertEqual(torch_load_shard(m.mnt, 10)['iteration'], 10)
             self.assertNotEqual(step_states(m).get(20), 'complete')
+
+
+    def test_utime_right_after_close_outlives_the_commit(self):
+        """A utimensat issued while the file's commit is in flight is what the index keeps.
+
+        Regression (CI of stop 11, ASan): the committer read the write-time mtime before
+        taking fs->mu, a utimensat stored its mtime and wrote the index row meanwhile, and the
+        commit then wrote the older time back. Racy by nature, so many files on two threads:
+        before the fix, 7-21 of 300-600 files came back with their write time.
+        """
+        base = 1_650_000_000_000_000_002
+        data = content('utime', 256 * 1024)
+        with ckfs.Mount() as m:
+            d = m.path('utime')
+            os.mkdir(d)
+
+            def writer(t):
+                for i in range(200):
+                    p = os.path.join(d, 'f%d_%d' % (t, i))
+                    with open(p, 'wb') as f:
+                        f.write(data)
+                    os.utime(p, ns=(base, base + i))
+
+            threads = [threading.Thread(target=writer, args=(t,)) for t in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            m.remount()
+            wrong = []
+            for t in range(2):
+                for i in range(200):
+                    p = os.path.join(d, 'f%d_%d' % (t, i))
+                    got = os.stat(p).st_mtime_ns
+                    if got != base + i:
+                        wrong.append((os.path.basename(p), got))
+            self.assertEqual(wrong, [])
 
 
 if __name__ == '__main__':
