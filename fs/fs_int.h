@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "fs/ckptfs.h"
 
@@ -111,7 +112,9 @@ struct fly_job {
  *           when nothing is in flight) and data_end = fly_end + tail_len; bytes [data_end, size)
  *           are zeros not yet cut (a file grown by truncate or fallocate, as fio and
  *           preallocating writers do before writing it in order). A write at data_end is an
- *           append: it goes to tail, which is cut into chunks with store_cdc_cut as it fills.
+ *           append: the chunker (store_cdc_feed) reads its bytes where they arrive; those up to
+ *           a cut complete the tail, which then goes whole to the pool as a chunk, and the
+ *           rest start the next tail.
  *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size);
  *           entered on the first write that is not at data_end, or a truncate below data_end
  *           that is not to 0.
@@ -125,6 +128,9 @@ struct fly_job {
  *   4. hasher (stream mode) has consumed exactly the bytes [0, fly_end), when hash_ok.
  *   5. Commit, staging, truncate and the last oi_put first drain the in-flight chunks (wait for
  *      fly_busy == 0, harvest), so only oi_write and reads ever see a non-empty fly list.
+ *   6. stream, unless err: tail_len == cdc.len < STORE_CHUNK_MAX, and tail_len is 0 at a chunk
+ *      boundary (ext_end or fly_end is one); every change of the tail but an append is a
+ *      tail_clear. (After a failed chunk put the tail holds that whole chunk and err is set.)
  */
 struct oinode {
 	uint64_t ino;
@@ -135,8 +141,9 @@ struct oinode {
 	struct idx_extent *ext;
 	size_t n_ext, cap_ext;
 	uint64_t ext_end;
-	uint8_t *tail;
-	size_t tail_len, tail_cap;
+	uint8_t *tail;          /* STORE_CHUNK_MAX bytes (wb_buf_get, or malloc without a pool) */
+	size_t tail_len;        /* == cdc.len: the tail is the start of one chunk, never more */
+	struct store_cdc cdc;   /* the chunker's state over the tail (store_cdc_feed) */
 	int stage_fd;
 	uint64_t size;
 	struct store_hasher *hasher;
@@ -222,9 +229,10 @@ void wb_stop(struct ckfs *fs);
  */
 void wb_submit(struct wb_pool *p, struct fly_job *j);
 /*
- * wb_buf_get - a buffer of STORE_CHUNK_MAX bytes for a job's raw bytes, reused from the ones
- * workers were done with (up to 8 kept) or new; NULL when out of memory. The worker that stores
- * the job takes it back (or frees it). Thread-safe; takes the pool's lock.
+ * wb_buf_get - a buffer of STORE_CHUNK_MAX bytes for a file's tail, which becomes a job's raw
+ * bytes (oinode.c tail_emit), reused from the ones workers were done with (up to 8 kept) or
+ * new; NULL when out of memory. The caller owns it (free(3) it, or hand it to a job); the
+ * worker that stores the job takes it back (or frees it). Thread-safe; takes the pool's lock.
  */
 uint8_t *wb_buf_get(struct wb_pool *p);
 /* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
@@ -287,6 +295,30 @@ void oi_put(struct ckfs *fs, struct oinode *oi);
  * the chunk is marked bad in the index), -ENOMEM.
  */
 ssize_t oi_read(struct ckfs *fs, struct oinode *oi, void *buf, size_t len, uint64_t off);
+
+/* A read's bytes as segments, most of them in place in the chunk cache (oi_read_iov). */
+#define OI_READV_MAX 16
+struct oi_readv {
+	struct iovec iov[OI_READV_MAX]; /* iov[0..n): the bytes read, in order */
+	int n;
+	struct store_hold *hold[OI_READV_MAX]; /* hold[0..n_hold): what keeps them valid */
+	int n_hold;
+};
+
+/*
+ * oi_read_iov - oi_read without copying what the chunk cache holds: read up to len bytes at off
+ * as segments rv->iov[0..rv->n) (at most OI_READV_MAX), each either in place in a cached chunk
+ * (held: store_chunk_hold) or in scratch (len bytes, caller's), where the bytes that are not in
+ * a stored chunk (the tail, in-flight chunks, zeros, a staging file) and any past the segment
+ * limit are copied, at their offset from off. Returns what oi_read returns; rv is then valid
+ * (rv->n == 0 for 0 bytes or an error) and the caller must call oi_readv_release after it has
+ * used the segments, on success or not. The segments stay valid after the read lock is gone.
+ */
+ssize_t oi_read_iov(struct ckfs *fs, struct oinode *oi, uint8_t *scratch, size_t len,
+		    uint64_t off, struct oi_readv *rv);
+
+/* oi_readv_release - drop the holds of an oi_read_iov and empty rv. */
+void oi_readv_release(struct ckfs *fs, struct oi_readv *rv);
 
 /*
  * oi_write - write len bytes at off (write lock taken inside). Returns len or -errno

@@ -96,6 +96,13 @@ static void oi_free(struct oinode *oi)
 	free(oi);
 }
 
+/* The bytes since the last cut go back to the chunker: at a chunk boundary again. */
+static void tail_clear(struct oinode *oi)
+{
+	oi->tail_len = 0;
+	oi->cdc = (struct store_cdc){ 0 };
+}
+
 /*
  * A file grown by truncate or fallocate and closed before it was written (fio lays out its files
  * so) ends in chunks of zeros. Leave them out of the stream: bytes [data_end, size) read as zeros
@@ -163,7 +170,7 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 		oi->hash_ok = hash_ok; /* n_ext > 0 here: the hasher was not reset */
 		return;
 	}
-	oi->tail_len = 0;
+	tail_clear(oi);
 }
 
 int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
@@ -302,34 +309,6 @@ static void fly_drain(struct ckfs *fs, struct oinode *oi)
 	fly_harvest(fs, oi);
 }
 
-/*
- * Hand chunk [tail + pos, +len) to the write-back pool as the next in-flight chunk. Waits while
- * the pool is full. Returns 0 or -ENOMEM (nothing queued). Caller holds the write lock.
- */
-static int fly_submit(struct ckfs *fs, struct oinode *oi, const uint8_t *bytes, size_t len)
-{
-	struct fly_job *j = calloc(1, sizeof(*j));
-
-	if (!j || !(j->buf = wb_buf_get(fs->wb))) { /* fly_submit needs the pool (stream_emit) */
-		free(j);
-		return -ENOMEM;
-	}
-	memcpy(j->buf, bytes, len);
-	j->oi = oi;
-	j->off = fly_end(oi);
-	j->len = (uint32_t)len;
-	if (oi->fly_tail)
-		oi->fly_tail->next = j;
-	else
-		oi->fly_head = j;
-	oi->fly_tail = j;
-	pthread_mutex_lock(&oi->fly_mu);
-	oi->fly_busy++;
-	pthread_mutex_unlock(&oi->fly_mu);
-	wb_submit(fs->wb, j);
-	return 0;
-}
-
 void oi_put(struct ckfs *fs, struct oinode *oi)
 {
 	struct oinode **pp;
@@ -429,57 +408,94 @@ static void set_overlay(struct ckfs *fs, struct oinode *oi)
 }
 
 /*
- * Cutting starts when the tail holds this much and goes on while a full window
- * (STORE_CHUNK_MAX) is left; what is left is then moved to the front of the tail. Starting at
- * one window, each ~1 MiB chunk cut moved the ~3 MiB after it (memmove was 6% of the daemon's
- * CPU in a torch.save); starting at two, a round cuts about a window and moves about one.
+ * Stream mode: the tail is one whole chunk (the chunker cut it, or the stream ends here). With a
+ * write-back pool and !inline_put, hand the tail's buffer itself to the pool as the next
+ * in-flight chunk and start the tail over in another buffer (waits while the pool is full);
+ * otherwise store the chunk here, which requires nothing in flight (invariant 5), and keep the
+ * buffer. Either way the chunk's bytes are never copied on the writer's thread. Returns 0 or
+ * -ENOMEM or the -errno of a chunk put; on error the tail is unchanged. Caller holds the write
+ * lock.
  */
-#define TAIL_EMIT_AT (2u * STORE_CHUNK_MAX)
+static int tail_emit(struct ckfs *fs, struct oinode *oi, bool inline_put)
+{
+	size_t len = oi->tail_len;
+	int rc;
+
+	if (fs->wb && !inline_put) {
+		struct fly_job *j = calloc(1, sizeof(*j));
+		uint8_t *next = j ? wb_buf_get(fs->wb) : NULL;
+
+		if (!next) {
+			free(j);
+			return -ENOMEM;
+		}
+		if (oi->hash_ok) /* before the job is queued: a worker may recycle buf once done */
+			store_hasher_update(oi->hasher, oi->tail, len);
+		j->buf = oi->tail;
+		j->oi = oi;
+		j->off = fly_end(oi);
+		j->len = (uint32_t)len;
+		if (oi->fly_tail)
+			oi->fly_tail->next = j;
+		else
+			oi->fly_head = j;
+		oi->fly_tail = j;
+		pthread_mutex_lock(&oi->fly_mu);
+		oi->fly_busy++;
+		pthread_mutex_unlock(&oi->fly_mu);
+		oi->tail = next;
+		oi->tail_len = 0;
+		wb_submit(fs->wb, j);
+		return 0;
+	}
+	if ((rc = ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) < 0)
+		return rc;
+	rc = put_extent(fs, oi, oi->tail, len, oi->ext_end, &oi->ext[oi->n_ext]);
+	if (rc < 0)
+		return rc;
+	if (oi->hash_ok)
+		store_hasher_update(oi->hasher, oi->tail, len);
+	oi->n_ext++;
+	oi->ext_end += len;
+	oi->tail_len = 0;
+	return 0;
+}
 
 /*
- * Stream mode: cut chunks from the front of tail while it holds a full window, once it holds
- * TAIL_EMIT_AT (all of it when at_eof). Not at_eof and with a write-back pool, the chunks go to
- * the pool (in flight); otherwise they are stored here, which requires nothing in flight
- * (invariant 5).
+ * Stream mode: append len bytes (zeros when buf is NULL) to the stream. The chunker looks at the
+ * bytes where they arrive, so each byte is copied once, into the tail, and only up to a cut: the
+ * tail then goes whole to tail_emit and the bytes after the cut start the next tail. (Cutting
+ * a tail of two windows instead, copying each chunk into a job buffer and moving the rest to the
+ * front, copied each byte three times on the FUSE thread.) Returns 0 or the
+ * -errno of tail_emit; then the bytes before the failed chunk are in the stream, the chunk
+ * itself is in the tail and the bytes after it are not taken. Caller holds the write lock.
  */
-static int stream_emit(struct ckfs *fs, struct oinode *oi, bool at_eof)
+static int stream_append(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t len)
 {
-	size_t pos = 0;
-	int rc = 0;
-	bool async = fs->wb && !at_eof;
+	static const uint8_t zeros[64 * 1024];
 
-	if (!at_eof && oi->tail_len < TAIL_EMIT_AT)
-		return 0;
+	if (!oi->tail && !(oi->tail = fs->wb ? wb_buf_get(fs->wb) : malloc(STORE_CHUNK_MAX)))
+		return -ENOMEM;
+	while (len) {
+		const uint8_t *src = buf ? buf : zeros;
+		size_t n = buf || len < sizeof(zeros) ? len : sizeof(zeros);
+		size_t cut = store_cdc_feed(&oi->cdc, src, n);
+		size_t take = cut ? cut : n;
 
-	while (oi->tail_len - pos >= STORE_CHUNK_MAX || (at_eof && pos < oi->tail_len)) {
-		size_t cut = store_cdc_cut(oi->tail + pos, oi->tail_len - pos, at_eof);
+		/* tail_len == cdc.len < STORE_CHUNK_MAX before, and feed stops at the forced cut */
+		memcpy(oi->tail + oi->tail_len, src, take);
+		oi->tail_len += take;
+		len -= take;
+		if (buf)
+			buf += take;
+		if (cut) {
+			int rc = tail_emit(fs, oi, false);
 
-		if (cut == 0)
-			break;
-		if (async) {
-			if ((rc = fly_submit(fs, oi, oi->tail + pos, cut)) < 0)
-				break;
-			if (oi->hash_ok)
-				store_hasher_update(oi->hasher, oi->tail + pos, cut);
-			pos += cut;
-			continue;
+			if (rc < 0)
+				return rc;
 		}
-		if ((rc = ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) < 0)
-			break;
-		rc = put_extent(fs, oi, oi->tail + pos, cut, oi->ext_end, &oi->ext[oi->n_ext]);
-		if (rc < 0)
-			break;
-		if (oi->hash_ok)
-			store_hasher_update(oi->hasher, oi->tail + pos, cut);
-		oi->n_ext++;
-		oi->ext_end += cut;
-		pos += cut;
 	}
-	if (pos) {
-		memmove(oi->tail, oi->tail + pos, oi->tail_len - pos);
-		oi->tail_len -= pos;
-	}
-	return rc;
+	return 0;
 }
 
 /* Copy [0, size) of the current stream content into a new staging file and switch to it. */
@@ -526,7 +542,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 	atomic_fetch_add(&fs->n_staging, 1);
 	oi->n_ext = 0;
 	oi->ext_end = 0;
-	oi->tail_len = 0;
+	tail_clear(oi);
 	oi->hash_ok = false;
 	return 0;
 }
@@ -542,7 +558,7 @@ static void reset_empty(struct ckfs *fs, struct oinode *oi)
 	}
 	oi->n_ext = 0;
 	oi->ext_end = 0;
-	oi->tail_len = 0;
+	tail_clear(oi);
 	oi->size = 0;
 	oi->err = 0;
 	store_hasher_reset(oi->hasher);
@@ -551,8 +567,53 @@ static void reset_empty(struct ckfs *fs, struct oinode *oi)
 
 /* ---- read, write, truncate ---- */
 
+/*
+ * Note buf[0, len) as the next segment of rv (rv may be NULL: plain copy). Bytes in the caller's
+ * scratch buffer, laid out like the reply, extend the previous segment when they follow it.
+ */
+static void rv_add(struct oi_readv *rv, const uint8_t *p, size_t len)
+{
+	if (!rv || len == 0)
+		return;
+	if (rv->n && (const uint8_t *)rv->iov[rv->n - 1].iov_base + rv->iov[rv->n - 1].iov_len == p) {
+		rv->iov[rv->n - 1].iov_len += len;
+		return;
+	}
+	rv->iov[rv->n].iov_base = (void *)p;
+	rv->iov[rv->n].iov_len = len;
+	rv->n++;
+}
+
+/*
+ * want bytes at offset in of chunk h: in place (held) when rv has room for that segment and one
+ * more (the copies after it then merge into one), else copied to dst. Returns the bytes there
+ * (short only at the chunk's end) or store_chunk_pread's errors.
+ */
+static ssize_t chunk_bytes(struct ckfs *fs, const struct store_hash *h, uint8_t *dst, size_t want,
+			   uint64_t in, struct oi_readv *rv)
+{
+	const uint8_t *data;
+	size_t size;
+	struct store_hold *hold;
+	ssize_t n;
+	int err;
+
+	if (!rv || rv->n >= OI_READV_MAX - 2) {
+		n = store_chunk_pread(fs->st, h, dst, want, in);
+		if (n > 0)
+			rv_add(rv, dst, (size_t)n);
+		return n;
+	}
+	if ((err = store_chunk_hold(fs->st, h, &data, &size, &hold)) < 0)
+		return err;
+	rv->hold[rv->n_hold++] = hold;
+	n = in < size ? (ssize_t)(size - in < want ? size - in : want) : 0;
+	rv_add(rv, data + in, (size_t)n);
+	return n;
+}
+
 static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t len,
-			   uint64_t off)
+			   uint64_t off, struct oi_readv *rv)
 {
 	size_t done = 0;
 
@@ -575,6 +636,7 @@ static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, siz
 			}
 			done += (size_t)n;
 		}
+		rv_add(rv, buf, done);
 		return (ssize_t)done;
 	}
 	uint64_t fend = fly_end(oi);
@@ -593,10 +655,12 @@ static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, siz
 				size_t m = n < oi->tail_len - in_tail ? n : (size_t)(oi->tail_len - in_tail);
 
 				memcpy(buf + done, oi->tail + in_tail, m);
+				rv_add(rv, buf + done, m);
 				done += m;
 				n -= m;
 			}
 			memset(buf + done, 0, n);
+			rv_add(rv, buf + done, n);
 			done += n;
 			break;
 		}
@@ -620,6 +684,7 @@ static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, siz
 			if (!j->done) {
 				memcpy(buf + done, j->buf + in, want);
 				pthread_mutex_unlock(&oi->fly_mu);
+				rv_add(rv, buf + done, want);
 				done += want;
 				continue;
 			}
@@ -648,7 +713,7 @@ static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, siz
 				want = e->length - in;
 			memcpy(h.b, e->hash, STORE_HASH_LEN);
 		}
-		n = store_chunk_pread(fs->st, &h, buf + done, want, in);
+		n = chunk_bytes(fs, &h, buf + done, want, in, rv);
 		if (n != (ssize_t)want) {
 			if (n == -ENOMEM)
 				return -ENOMEM;
@@ -675,32 +740,30 @@ ssize_t oi_read(struct ckfs *fs, struct oinode *oi, void *buf, size_t len, uint6
 	ssize_t rc;
 
 	pthread_rwlock_rdlock(&oi->lock);
-	rc = read_locked(fs, oi, buf, len, off);
+	rc = read_locked(fs, oi, buf, len, off, NULL);
 	pthread_rwlock_unlock(&oi->lock);
 	return rc;
 }
 
-/* Append len bytes of buf (zeros when buf is NULL) to tail. Returns 0 or -ENOMEM. */
-static int tail_append(struct oinode *oi, const void *buf, size_t len)
+ssize_t oi_read_iov(struct ckfs *fs, struct oinode *oi, uint8_t *scratch, size_t len,
+		    uint64_t off, struct oi_readv *rv)
 {
-	if (oi->tail_len + len > oi->tail_cap) {
-		size_t ncap = oi->tail_cap ? oi->tail_cap : STORE_CHUNK_MAX;
+	ssize_t rc;
 
-		while (ncap < oi->tail_len + len)
-			ncap *= 2;
-		uint8_t *p = realloc(oi->tail, ncap);
+	rv->n = rv->n_hold = 0;
+	pthread_rwlock_rdlock(&oi->lock);
+	rc = read_locked(fs, oi, scratch, len, off, rv);
+	pthread_rwlock_unlock(&oi->lock);
+	if (rc <= 0)
+		rv->n = 0; /* the holds stay until oi_readv_release */
+	return rc;
+}
 
-		if (!p)
-			return -ENOMEM;
-		oi->tail = p;
-		oi->tail_cap = ncap;
-	}
-	if (buf)
-		memcpy(oi->tail + oi->tail_len, buf, len);
-	else
-		memset(oi->tail + oi->tail_len, 0, len);
-	oi->tail_len += len;
-	return 0;
+void oi_readv_release(struct ckfs *fs, struct oi_readv *rv)
+{
+	while (rv->n_hold > 0)
+		store_chunk_release(fs->st, rv->hold[--rv->n_hold]);
+	rv->n = 0;
 }
 
 ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len, uint64_t off)
@@ -743,17 +806,12 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 		if (done && off + done > oi->size)
 			oi->size = off + done;
 	} else {
-		int r = tail_append(oi, buf, len);
+		int r = stream_append(fs, oi, buf, len);
 
-		if (r < 0) {
-			rc = r;
-			goto out;
-		}
 		if (data_end(oi) > oi->size)
 			oi->size = data_end(oi);
-		r = stream_emit(fs, oi, false);
 		if (r < 0) {
-			/* bytes stay in tail; the file cannot be committed until rewritten */
+			/* a chunk stays in tail; the file cannot be committed until rewritten */
 			oi->err = r;
 			rc = r;
 		}
@@ -810,9 +868,7 @@ static int stream_fill_zeros(struct ckfs *fs, struct oinode *oi)
 	while (rc == 0 && data_end(oi) < oi->size) {
 		uint64_t gap = oi->size - data_end(oi);
 
-		rc = tail_append(oi, NULL, gap < STORE_CHUNK_MAX ? (size_t)gap : STORE_CHUNK_MAX);
-		if (rc == 0)
-			rc = stream_emit(fs, oi, false);
+		rc = stream_append(fs, oi, NULL, gap < STORE_CHUNK_MAX ? (size_t)gap : STORE_CHUNK_MAX);
 	}
 	fly_drain(fs, oi);
 	if (rc == 0 && oi->fly_lost)
@@ -835,7 +891,7 @@ static int hash_content(struct ckfs *fs, struct oinode *oi, struct store_hash *r
 		goto out;
 	}
 	for (uint64_t off = 0; off < oi->size;) {
-		ssize_t n = read_locked(fs, oi, buf, bufsz, off);
+		ssize_t n = read_locked(fs, oi, buf, bufsz, off, NULL);
 
 		if (n <= 0) {
 			rc = n < 0 ? (int)n : -EIO;
@@ -959,8 +1015,9 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 	} else {
 		if ((rc = stream_fill_zeros(fs, oi)) < 0)
 			goto out;
-		/* cut the tail as if the file ended here; the tail stays in memory so later appends
-		 * are cut as one stream, and these last extents are replaced at the next commit */
+		/* store the tail as the last chunk, as if the file ended here; the tail stays in
+		 * memory so later appends are cut as one stream, and this last extent is replaced at
+		 * the next commit (tail_emit inline leaves the tail's bytes and the chunker as they are) */
 		saved_n = oi->n_ext;
 		saved_end = oi->ext_end;
 		saved_tail = oi->tail_len;
@@ -970,16 +1027,7 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 			rc = -ENOMEM;
 			goto out;
 		}
-		uint8_t *tailcopy = NULL;
-
-		if (saved_tail && !(tailcopy = malloc(saved_tail))) {
-			store_hasher_free(keep);
-			rc = -ENOMEM;
-			goto out;
-		}
-		if (saved_tail)
-			memcpy(tailcopy, oi->tail, saved_tail);
-		rc = stream_emit(fs, oi, true);
+		rc = saved_tail ? tail_emit(fs, oi, true) : 0;
 		if (rc == 0 && oi->hash_ok)
 			store_hasher_digest(oi->hasher, &digest);
 		else if (rc == 0)
@@ -995,12 +1043,9 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 		/* restore the stream position: extents past saved_n are provisional */
 		oi->n_ext = saved_n;
 		oi->ext_end = saved_end;
-		if (saved_tail)
-			memcpy(oi->tail, tailcopy, saved_tail);
 		oi->tail_len = saved_tail;
 		store_hasher_free(oi->hasher);
 		oi->hasher = keep;
-		free(tailcopy);
 		if (rc < 0)
 			goto out;
 	}
@@ -1040,7 +1085,7 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 		oi->ext = staged;
 		oi->cap_ext = oi->n_ext = n_staged;
 		oi->ext_end = oi->size;
-		oi->tail_len = 0;
+		tail_clear(oi);
 		oi->hash_ok = true;
 		staged = all = NULL;
 	}

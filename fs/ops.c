@@ -1217,11 +1217,22 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = oi_read(req_fs(req), h->oi, buf, size, (uint64_t)off);
+	/*
+	 * The reply's bytes stay where the chunk cache has them: the kernel copies them once,
+	 * from the iovec. Copying them into buf first was 7.6% of the daemon's CPU in a cold
+	 * torch.load. fuse_reply_iov writes the reply before it returns; the holds go after it.
+	 */
+	struct ckfs *fs = req_fs(req); /* req is gone after the reply */
+	struct oi_readv rv;
+
+	n = oi_read_iov(fs, h->oi, (uint8_t *)buf, size, (uint64_t)off, &rv);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
+	else if (rv.n == 0)
+		fuse_reply_buf(req, NULL, 0);
 	else
-		fuse_reply_buf(req, buf, (size_t)n); /* copied to the kernel before it returns */
+		fuse_reply_iov(req, rv.iov, rv.n);
+	oi_readv_release(fs, &rv);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,

@@ -2,8 +2,9 @@
  * wb.c — the write-back pool: worker threads that hash, compress and store the chunks cut from
  * files being written, off the FUSE threads, with a bounded amount of memory in flight.
  *
- * A writer (oinode.c, under its file's write lock) cuts a chunk, copies it into a struct
- * fly_job, appends the job to its file's in-flight list and hands it to wb_submit, which waits
+ * A writer (oinode.c, under its file's write lock) fills its tail buffer up to a chunk cut,
+ * hands that buffer to a struct fly_job (and takes a new one from wb_buf_get for the next tail),
+ * appends the job to its file's in-flight list and hands it to wb_submit, which waits
  * while the pool's budget is used up (backpressure: writers wait, never fail). A worker takes the
  * oldest job, stores it (fs_chunk_put: XXH3-128, codec choice, zstd, chunk file, pin), then
  * publishes the result on the job under the file's fly_mu and keeps the raw bytes' buffer for
@@ -37,8 +38,8 @@
 /*
  * Chunk buffers (STORE_CHUNK_MAX bytes each) kept for reuse after a worker is done with them: a
  * fresh one per chunk is a fresh mapping (mmap threshold 128 KiB, daemon.c) that page-faults
- * while the writer copies into it. 8 buffers: the two windows a writer's tail cuts at a time for
- * a few writers; at most 32 MiB kept, outside the write buffer.
+ * while the writer copies into it. 8 buffers, for a few writers each starting a new tail per
+ * chunk; at most 32 MiB kept, outside the write buffer.
  */
 #define WB_KEEP_BUFS 8
 

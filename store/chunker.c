@@ -133,33 +133,33 @@ const uint64_t store_gear_table[256] = {
 };
 
 /*
- * Scan buf[from, to) with mask, continuing the hash *fp. Returns the index just past the first
- * byte after which (fp & mask) == 0, or 0 when there is none (from >= 1 so 0 is unambiguous).
- * Unrolled by 4: the hash chain (fp * 2 + gear) is the critical path, the tests are off it.
+ * Scan p[0, n) with mask, continuing the hash *fp. Returns the length up to and including the
+ * first byte after which (fp & mask) == 0, in 1..n, or 0 when there is none (then *fp is the
+ * hash after p[n - 1]). Unrolled by 4: the hash chain (fp * 2 + gear) is the critical path, the
+ * tests are off it.
  */
-static size_t gear_scan(const uint8_t *buf, size_t from, size_t to, uint64_t mask, uint64_t *fp)
+static size_t gear_scan(const uint8_t *p, size_t n, uint64_t mask, uint64_t *fp)
 {
 	const uint64_t *g = store_gear_table;
 	uint64_t h = *fp;
-	size_t i = from;
+	size_t i = 0;
 
-	assert(from >= 1);
-	for (; i + 4 <= to; i += 4) {
-		h = (h << 1) + g[buf[i]];
+	for (; i + 4 <= n; i += 4) {
+		h = (h << 1) + g[p[i]];
 		if (!(h & mask))
 			return i + 1;
-		h = (h << 1) + g[buf[i + 1]];
+		h = (h << 1) + g[p[i + 1]];
 		if (!(h & mask))
 			return i + 2;
-		h = (h << 1) + g[buf[i + 2]];
+		h = (h << 1) + g[p[i + 2]];
 		if (!(h & mask))
 			return i + 3;
-		h = (h << 1) + g[buf[i + 3]];
+		h = (h << 1) + g[p[i + 3]];
 		if (!(h & mask))
 			return i + 4;
 	}
-	for (; i < to; i++) {
-		h = (h << 1) + g[buf[i]];
+	for (; i < n; i++) {
+		h = (h << 1) + g[p[i]];
 		if (!(h & mask))
 			return i + 1;
 	}
@@ -167,25 +167,54 @@ static size_t gear_scan(const uint8_t *buf, size_t from, size_t to, uint64_t mas
 	return 0;
 }
 
+/* Chunk positions [from, to) of the current chunk, buf[0] being position at, with mask. */
+static size_t scan_range(const uint8_t *buf, size_t at, size_t from, size_t to, uint64_t mask,
+			 uint64_t *fp)
+{
+	size_t c;
+
+	if (from >= to)
+		return 0;
+	c = gear_scan(buf + (from - at), to - from, mask, fp);
+	return c ? from - at + c : 0;
+}
+
+size_t store_cdc_feed(struct store_cdc *st, const uint8_t *buf, size_t len)
+{
+	size_t at = st->len; /* chunk position of buf[0] */
+	size_t n = len < STORE_CHUNK_MAX - at ? len : STORE_CHUNK_MAX - at;
+	size_t end = at + n;
+	uint64_t fp = st->fp;
+	size_t cut;
+
+	assert(at < STORE_CHUNK_MAX);
+	/* invariant 2: positions below STORE_CHUNK_MIN are not hashed; invariant 3: the masks */
+	cut = scan_range(buf, at, at > STORE_CHUNK_MIN ? at : STORE_CHUNK_MIN,
+			 end < STORE_CHUNK_AVG ? end : STORE_CHUNK_AVG, MASK_S, &fp);
+	if (!cut)
+		cut = scan_range(buf, at, at > STORE_CHUNK_AVG ? at : STORE_CHUNK_AVG, end, MASK_L,
+				 &fp);
+	if (!cut && end == STORE_CHUNK_MAX)
+		cut = n;
+	if (cut) {
+		st->len = 0;
+		st->fp = 0;
+		return cut;
+	}
+	st->len = end;
+	st->fp = fp;
+	return 0;
+}
+
 size_t store_cdc_cut(const uint8_t *buf, size_t len, bool at_eof)
 {
-	size_t n = len < STORE_CHUNK_MAX ? len : STORE_CHUNK_MAX;
-	size_t normal = n < STORE_CHUNK_AVG ? n : STORE_CHUNK_AVG;
-	uint64_t fp = 0;
+	struct store_cdc st = { 0 };
 	size_t cut;
 
 	if (len == 0)
 		return 0;
-	if (n <= STORE_CHUNK_MIN)
-		return at_eof ? n : 0;
-
-	cut = gear_scan(buf, STORE_CHUNK_MIN, normal, MASK_S, &fp);
+	cut = store_cdc_feed(&st, buf, len);
 	if (cut)
 		return cut;
-	cut = gear_scan(buf, normal, n, MASK_L, &fp);
-	if (cut)
-		return cut;
-	if (n == STORE_CHUNK_MAX || at_eof)
-		return n;
-	return 0;
+	return at_eof ? len : 0; /* no cut: len < STORE_CHUNK_MAX */
 }

@@ -1176,6 +1176,26 @@ ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *bu
 	return (ssize_t)n;
 }
 
+int store_chunk_hold(struct store *st, const struct store_hash *h, const uint8_t **ret_data,
+		     size_t *ret_size, struct store_hold **ret_hold)
+{
+	struct cache_ent *e;
+	int err = chunk_get(st, h, &e);
+
+	if (err)
+		return err;
+	*ret_data = e->data; /* immutable while referenced (invariant 3) */
+	*ret_size = e->size;
+	*ret_hold = (struct store_hold *)e;
+	return 0;
+}
+
+void store_chunk_release(struct store *st, struct store_hold *hold)
+{
+	if (hold)
+		cache_put(st, (struct cache_ent *)hold);
+}
+
 void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loads,
 			 uint64_t *ret_recycled)
 {

@@ -92,6 +92,27 @@ struct store_chunk_info {
 size_t store_cdc_cut(const uint8_t *buf, size_t len, bool at_eof);
 
 /*
+ * The chunker's state within one chunk, for a writer that feeds bytes as they arrive. Zero it
+ * ({0}) at a chunk boundary; store_cdc_feed keeps it.
+ */
+struct store_cdc {
+	size_t len;  /* bytes of the current chunk fed so far, 0..STORE_CHUNK_MAX - 1 */
+	uint64_t fp; /* Gear hash of the chunk's bytes [STORE_CHUNK_MIN, len) */
+};
+
+/*
+ * store_cdc_feed - feed the next bytes of the current chunk; find its end if it lies in them.
+ * @st: state after the chunk's first st->len bytes (zeroed at a chunk boundary).
+ * @buf, @len: the bytes that follow them (len may be 0).
+ * Returns 0 when the chunk does not end within buf (all len bytes belong to it; st now counts
+ * them), or k in [1, len]: buf[0, k) ends the chunk, buf[k] starts the next one, and st is
+ * zeroed for it. Cuts are exactly store_cdc_cut's: feeding a stream in pieces of any size gives
+ * the same chunks as store_cdc_cut on the whole, and each byte is hashed at most once, so a
+ * writer need not buffer bytes past a cut. Touches only *st: thread-safe for distinct st.
+ */
+size_t store_cdc_feed(struct store_cdc *st, const uint8_t *buf, size_t len);
+
+/*
  * store_hash_buf - XXH3-128 of len bytes at buf into *ret. Thread-safe.
  */
 void store_hash_buf(const void *buf, size_t len, struct store_hash *ret);
@@ -221,6 +242,25 @@ void *store_thread_buf(unsigned slot, size_t len);
  */
 ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *buf, size_t len,
 			  uint64_t off);
+
+/* A reference to one chunk's decoded bytes in the read cache (store_chunk_hold). */
+struct store_hold;
+
+/*
+ * store_chunk_hold - the raw content of chunk h, in place in the decompressed-chunk cache, for a
+ * reader that hands the bytes on without copying them (fs/ops.c replies to a FUSE read with an
+ * iovec into the cache). Loads, decodes and re-hashes the chunk like store_chunk_pread.
+ * On success *ret_data points to *ret_size (1..STORE_CHUNK_MAX) verified bytes that stay valid
+ * and unchanged until store_chunk_release(st, *ret_hold), even if the entry is evicted or the
+ * chunk deleted meanwhile; the caller owns the hold and must release it exactly once. Holds
+ * count against nothing: keep them for one request. Returns 0, -ENOENT, -EBADMSG, -EIO,
+ * -ENOMEM as store_chunk_pread. Thread-safe.
+ */
+int store_chunk_hold(struct store *st, const struct store_hash *h, const uint8_t **ret_data,
+		     size_t *ret_size, struct store_hold **ret_hold);
+
+/* store_chunk_release - drop a hold from store_chunk_hold (NULL is a no-op). Thread-safe. */
+void store_chunk_release(struct store *st, struct store_hold *hold);
 
 /*
  * store_cache_figures - what the read cache has done since store_open: *ret_hits reads of a

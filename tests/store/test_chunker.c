@@ -225,3 +225,56 @@ Test(chunker, average_size_and_insertion_stability, .timeout = 240)
 	free(mod);
 	free(orig);
 }
+
+/*
+ * store_cdc_feed: a stream fed in pieces of any size (single bytes, odd sizes, 1 MiB like FUSE
+ * writes, pieces longer than STORE_CHUNK_MAX) is cut exactly where store_cdc_cut cuts the whole,
+ * both in random bytes and in a run of zeros (only forced cuts at STORE_CHUNK_MAX).
+ */
+Test(chunker, feeding_in_pieces_cuts_like_the_whole, .timeout = 120)
+{
+	size_t len = 40 * MiB + 777;
+	uint8_t *buf = tu_malloc(len);
+	size_t *lens, n;
+	static const size_t pieces[] = { 1, 7, 4096, 65536 + 3, MiB, 3 * MiB + 1, 5 * MiB };
+
+	tu_fill_random(buf, len, 42);
+	memset(buf + 20 * MiB, 0, 9 * MiB + 5); /* forced cuts in the middle */
+	n = chunk_all(buf, len, &lens);
+	cr_assert_gt(n, 20);
+	for (size_t p = 0; p < sizeof(pieces) / sizeof(pieces[0]); p++) {
+		struct store_cdc st = { 0 };
+		size_t off = 0, start = 0, k = 0;
+		uint64_t seed = p + 1;
+
+		while (off < len) {
+			/* 1-byte pieces only over the first 2 MiB: they are slow */
+			size_t want = pieces[p] == 1 && off > 2 * MiB ? MiB - 5 : pieces[p];
+
+			if (p == 2) /* random sizes 1..2 MiB */
+				want = 1 + (size_t)(tu_splitmix64(&seed) % (2 * MiB));
+			if (want > len - off)
+				want = len - off;
+			size_t c = store_cdc_feed(&st, buf + off, want);
+
+			if (c == 0) {
+				off += want;
+				continue;
+			}
+			cr_assert(c <= want, "piece %zu: cut %zu past the %zu bytes fed", pieces[p], c, want);
+			cr_assert(k < n, "piece %zu: more chunks than store_cdc_cut's %zu", pieces[p], n);
+			cr_assert_eq(off + c - start, lens[k], "piece %zu: chunk %zu is %zu bytes, not %zu",
+				     pieces[p], k, off + c - start, lens[k]);
+			cr_assert_eq(st.len, 0);
+			k++;
+			off += c;
+			start = off;
+		}
+		/* the last chunk ends at EOF without a cut point */
+		cr_assert_eq(k, n - 1, "piece %zu: %zu cuts, want %zu", pieces[p], k, n - 1);
+		cr_assert_eq(len - start, lens[n - 1]);
+		cr_assert_eq(st.len, len - start);
+	}
+	free(lens);
+	free(buf);
+}

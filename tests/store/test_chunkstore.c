@@ -786,3 +786,52 @@ Test(chunkstore, concurrent_misses_load_once)
 	store_close(st);
 	free(a);
 }
+
+/*
+ * store_chunk_hold: the bytes are the chunk's, in place in the cache, and stay valid and
+ * unchanged while held although the entry is evicted (a two-chunk cache, then other chunks
+ * read), its buffer would be recycled, and the chunk file is deleted; a damaged chunk is
+ * refused as by store_chunk_pread.
+ */
+Test(chunkstore, held_bytes_outlive_eviction_and_delete)
+{
+	enum { N = 6 };
+	struct store *st = open_store(2 * 300 * KiB, false);
+	uint8_t *data[N];
+	size_t len = 300 * KiB - 17;
+	struct store_hash h[N];
+	const uint8_t *p;
+	size_t size;
+	struct store_hold *hold, *h2;
+	uint64_t hits, loads, rec;
+
+	for (int i = 0; i < N; i++) {
+		data[i] = tu_malloc(len);
+		tu_fill_random(data[i], len, 300 + (unsigned)i);
+		h[i] = put_ok(st, data[i], len, false);
+	}
+	cr_assert_eq(store_chunk_hold(st, &h[0], &p, &size, &hold), 0);
+	cr_assert_eq(size, len);
+	cr_assert(memcmp(p, data[0], len) == 0);
+	/* a second hold of a cached chunk is the same bytes, not a copy */
+	const uint8_t *p2;
+
+	cr_assert_eq(store_chunk_hold(st, &h[0], &p2, &size, &h2), 0);
+	cr_assert_eq(p2, p);
+	store_cache_figures(st, &hits, &loads, &rec);
+	cr_assert(hits == 1 && loads == 1, "hits %" PRIu64 " loads %" PRIu64, hits, loads);
+	store_chunk_release(st, h2);
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 1; i < N; i++)
+			check_chunk(st, &h[i], data[i], len);
+	cr_assert_eq(store_chunk_delete(st, &h[0]), 0);
+	cr_assert(memcmp(p, data[0], len) == 0, "held bytes changed after eviction and delete");
+	store_chunk_release(st, hold);
+	store_chunk_release(st, NULL);
+	cr_assert_eq(store_chunk_hold(st, &h[0], &p, &size, &hold), -ENOENT);
+	flip_byte(st, &h[1], 32 + 10); /* not cached: h[4] and h[5] were read last */
+	cr_assert_eq(store_chunk_hold(st, &h[1], &p, &size, &hold), -EBADMSG);
+	store_close(st);
+	for (int i = 0; i < N; i++)
+		free(data[i]);
+}
