@@ -214,15 +214,25 @@ def main():
     shutil.rmtree(direct, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f'\nckptfs benchmark: {a.size_mib} MiB, {a.reps} reps, medians, store and direct '
-          f'dir on the same disk ({base})')
+    print(f'\nckptfs benchmark: {a.size_mib} MiB, {a.reps} reps, medians (min-max), store and '
+          f'direct dir on the same disk ({base})')
     for k, v in med.items():
-        print(f'  {k:45s} {v:10.3f}')
-    print('ratios (ckptfs / direct):')
+        spread = f'({min(rows[k]):.3f}-{max(rows[k]):.3f})' if len(rows[k]) > 1 else ''
+        print(f'  {k:45s} {v:10.3f}  {spread}')
+    print('ratios (ckptfs / direct), of the medians, then per rep (direct and ckptfs run back to '
+          'back in each rep):')
     r = lambda x, y: med[x] / med[y]
-    print(f'  save, trainer-visible vs direct page cache  {r("torch.save s (ckptfs, close returned)", "torch.save s (direct, to page cache)"):6.2f}x')
-    print(f'  save-to-durable vs direct save+fsync        {r("torch.save s (ckptfs, then fsync: durable)", "torch.save s (direct, +fsync: durable)"):6.2f}x')
-    print(f'  cold torch.load                             {r("torch.load s (ckptfs, cold)", "torch.load s (direct, cold)"):6.2f}x')
+
+    def per_rep(x, y):
+        return ' '.join(f'{cx / cy:.2f}' for cx, cy in zip(rows[x], rows[y]))
+
+    for label, x, y in (
+            ('save, trainer-visible vs direct page cache',
+             'torch.save s (ckptfs, close returned)', 'torch.save s (direct, to page cache)'),
+            ('save-to-durable vs direct save+fsync',
+             'torch.save s (ckptfs, then fsync: durable)', 'torch.save s (direct, +fsync: durable)'),
+            ('cold torch.load', 'torch.load s (ckptfs, cold)', 'torch.load s (direct, cold)')):
+        print(f'  {label:43s} {r(x, y):6.2f}x   per rep: {per_rep(x, y)}')
     print(f'  fio write throughput                        {r("fio write MB/s (ckptfs)", "fio write MB/s (direct)"):6.2f}x')
     print(f'  fio cold read throughput                    {r("fio read MB/s (ckptfs, cold)", "fio read MB/s (direct, cold)"):6.2f}x')
     print('targets (issue 5): save <= 1.1x, durable <= 0.9x, cold load <= 1.0x, bf16 <= 0.72, '
