@@ -13,7 +13,8 @@
  *      declares raw_size as its content size. Anything else is -EIO, never a crash.
  *   2. store_encode returns a non-RAW codec only when the payload is at most 97% of len.
  *      Every zstd frame carries its content size and an XXH64 checksum of its content (4 bytes),
- *      so a garbled payload fails in zstd rather than only at the caller's digest check.
+ *      so a garbled payload fails in zstd rather than only at the caller's digest check;
+ *      store_decode_digested, for a caller that does that check, skips this one.
  *   3. Each thread owns one struct codec_tls (zstd contexts and scratch buffers), created on first
  *      use and freed by the pthread key destructor when the thread exits; nothing is shared, so
  *      there is no lock.
@@ -536,13 +537,20 @@ int store_encode_tls(const void *raw, size_t len, int level, const void **ret_bu
 	return err;
 }
 
-/* Decode one zstd frame filling payload_len into exactly raw_size bytes at dst (invariant 1). */
+/*
+ * Decode one zstd frame filling payload_len into exactly raw_size bytes at dst (invariant 1);
+ * check_sum: verify the frame's XXH64 content checksum (invariant 2).
+ */
 static int zstd_decode_exact(struct codec_tls *t, const void *payload, size_t payload_len,
-			     void *dst, size_t raw_size)
+			     void *dst, size_t raw_size, bool check_sum)
 {
 	unsigned long long fcs;
 	size_t r;
 
+	r = ZSTD_DCtx_setParameter(t->dctx, ZSTD_d_forceIgnoreChecksum,
+				   check_sum ? ZSTD_d_validateChecksum : ZSTD_d_ignoreChecksum);
+	if (ZSTD_isError(r))
+		return -EIO;
 	fcs = ZSTD_getFrameContentSize(payload, payload_len);
 	if (fcs == ZSTD_CONTENTSIZE_ERROR || fcs == ZSTD_CONTENTSIZE_UNKNOWN || fcs != raw_size)
 		return -EIO;
@@ -555,8 +563,8 @@ static int zstd_decode_exact(struct codec_tls *t, const void *payload, size_t pa
 	return 0;
 }
 
-int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *out,
-		 size_t raw_size)
+static int decode(uint8_t codec, const void *payload, size_t payload_len, void *out,
+		  size_t raw_size, bool check_sum)
 {
 	struct codec_tls *t;
 	unsigned w = codec_width(codec);
@@ -580,13 +588,25 @@ int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *o
 	if (!t)
 		return -ENOMEM;
 	if (!w)
-		return zstd_decode_exact(t, payload, payload_len, out, raw_size);
+		return zstd_decode_exact(t, payload, payload_len, out, raw_size, check_sum);
 	err = tls_scratch(t, raw_size);
 	if (err)
 		return err;
-	err = zstd_decode_exact(t, payload, payload_len, t->scratch, raw_size);
+	err = zstd_decode_exact(t, payload, payload_len, t->scratch, raw_size, check_sum);
 	if (err)
 		return err;
 	bg_join(t->scratch, raw_size, w, out);
 	return 0;
+}
+
+int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *out,
+		 size_t raw_size)
+{
+	return decode(codec, payload, payload_len, out, raw_size, true);
+}
+
+int store_decode_digested(uint8_t codec, const void *payload, size_t payload_len, void *out,
+			  size_t raw_size)
+{
+	return decode(codec, payload, payload_len, out, raw_size, false);
 }

@@ -326,3 +326,38 @@ Test(codec, malformed_payloads_are_rejected, .timeout = 120)
 	free(out);
 	free(raw);
 }
+
+/*
+ * The frame's XXH64 content checksum: store_decode checks it, store_decode_digested (whose caller
+ * checks the XXH3-128 of the output itself) does not. A frame whose last 4 bytes, the checksum,
+ * are damaged: store_decode -EIO, store_decode_digested the right bytes. Both decode every codec
+ * of an intact frame to the same bytes.
+ */
+Test(codec, digested_decode_skips_only_the_frame_checksum)
+{
+	size_t len = 1 * MiB + 6;
+	uint8_t *buf = tu_malloc(len), *out = tu_malloc(len);
+	static const uint8_t codecs[] = { STORE_CODEC_ZSTD, STORE_CODEC_ZSTD_BG2,
+					  STORE_CODEC_ZSTD_BG4 };
+
+	fill_bf16(buf, len, 77);
+	for (size_t i = 0; i < sizeof(codecs); i++) {
+		void *payload;
+		size_t plen;
+
+		cr_assert_eq(store_encode_as(codecs[i], buf, len, 1, &payload, &plen), 0);
+		memset(out, 0, len);
+		cr_assert_eq(store_decode_digested(codecs[i], payload, plen, out, len), 0);
+		cr_assert(memcmp(buf, out, len) == 0, "codec %u", codecs[i]);
+		((uint8_t *)payload)[plen - 1] ^= 0x5a; /* the checksum's last byte */
+		cr_assert_eq(store_decode(codecs[i], payload, plen, out, len), -EIO,
+			     "codec %u: a wrong checksum passed store_decode", codecs[i]);
+		memset(out, 0, len);
+		cr_assert_eq(store_decode_digested(codecs[i], payload, plen, out, len), 0,
+			     "codec %u", codecs[i]);
+		cr_assert(memcmp(buf, out, len) == 0, "codec %u", codecs[i]);
+		free(payload);
+	}
+	free(buf);
+	free(out);
+}
