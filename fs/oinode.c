@@ -575,8 +575,10 @@ static void rv_add(struct oi_readv *rv, const uint8_t *p, size_t len)
 {
 	if (!rv || len == 0)
 		return;
-	if (rv->n && (const uint8_t *)rv->iov[rv->n - 1].iov_base + rv->iov[rv->n - 1].iov_len == p) {
-		rv->iov[rv->n - 1].iov_len += len;
+	struct iovec *last = rv->n ? &rv->iov[rv->n - 1] : NULL;
+
+	if (last && (const uint8_t *)last->iov_base + last->iov_len == p) {
+		last->iov_len += len;
 		return;
 	}
 	rv->iov[rv->n].iov_base = (void *)p;
@@ -1017,7 +1019,7 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 			goto out;
 		/* store the tail as the last chunk, as if the file ended here; the tail stays in
 		 * memory so later appends are cut as one stream, and this last extent is replaced at
-		 * the next commit (tail_emit inline leaves the tail's bytes and the chunker as they are) */
+		 * the next commit (tail_emit inline leaves the tail's bytes and the chunker alone) */
 		saved_n = oi->n_ext;
 		saved_end = oi->ext_end;
 		saved_tail = oi->tail_len;

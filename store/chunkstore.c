@@ -278,7 +278,8 @@ static int hdr_check(const uint8_t raw[STORE_HDR_LEN], const struct store_hash *
 }
 
 /*
- * Open chunk h's file and read and validate its header (hdr_check). On success *ret_fd is an owned descriptor.
+ * Open chunk h's file and read and validate its header (hdr_check). On success *ret_fd is an
+ * owned descriptor.
  * Returns 0, -ENOENT, -ENOMEM or -EIO (paths fit: store_open checked their length).
  */
 static int chunk_open(const struct store *st, const struct store_hash *h, int *ret_fd,
@@ -507,7 +508,8 @@ static int chunk_read_whole(const struct store *st, const struct store_hash *h,
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EINVAL && direct) {
-			if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) < 0) {
+			fl = fcntl(fd, F_GETFL);
+			if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) < 0) {
 				err = -EIO;
 				goto out;
 			}

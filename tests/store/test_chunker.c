@@ -236,7 +236,8 @@ Test(chunker, feeding_in_pieces_cuts_like_the_whole, .timeout = 120)
 	size_t len = 40 * MiB + 777;
 	uint8_t *buf = tu_malloc(len);
 	size_t *lens, n;
-	static const size_t pieces[] = { 1, 7, 4096, 65536 + 3, MiB, 3 * MiB + 1, 5 * MiB };
+	/* bytes per piece; 0: random sizes 1..2 MiB */
+	static const size_t pieces[] = { 1, 7, 0, 65536 + 3, MiB, 3 * MiB + 1, 5 * MiB };
 
 	tu_fill_random(buf, len, 42);
 	memset(buf + 20 * MiB, 0, 9 * MiB + 5); /* forced cuts in the middle */
@@ -251,7 +252,7 @@ Test(chunker, feeding_in_pieces_cuts_like_the_whole, .timeout = 120)
 			/* 1-byte pieces only over the first 2 MiB: they are slow */
 			size_t want = pieces[p] == 1 && off > 2 * MiB ? MiB - 5 : pieces[p];
 
-			if (p == 2) /* random sizes 1..2 MiB */
+			if (pieces[p] == 0)
 				want = 1 + (size_t)(tu_splitmix64(&seed) % (2 * MiB));
 			if (want > len - off)
 				want = len - off;
@@ -261,10 +262,13 @@ Test(chunker, feeding_in_pieces_cuts_like_the_whole, .timeout = 120)
 				off += want;
 				continue;
 			}
-			cr_assert(c <= want, "piece %zu: cut %zu past the %zu bytes fed", pieces[p], c, want);
-			cr_assert(k < n, "piece %zu: more chunks than store_cdc_cut's %zu", pieces[p], n);
-			cr_assert_eq(off + c - start, lens[k], "piece %zu: chunk %zu is %zu bytes, not %zu",
-				     pieces[p], k, off + c - start, lens[k]);
+			cr_assert(c <= want, "piece %zu: cut %zu past the %zu bytes fed", pieces[p], c,
+				  want);
+			cr_assert(k < n, "piece %zu: more chunks than store_cdc_cut's %zu", pieces[p],
+				  n);
+			cr_assert_eq(off + c - start, lens[k],
+				     "piece %zu: chunk %zu is %zu bytes, not %zu", pieces[p], k,
+				     off + c - start, lens[k]);
 			cr_assert_eq(st.len, 0);
 			k++;
 			off += c;
