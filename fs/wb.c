@@ -74,6 +74,7 @@ static void *wb_main(void *arg)
 
 	/* best effort: a worker that keeps the daemon's priority only competes harder */
 	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), WB_NICE);
+	(void)pthread_setname_np(pthread_self(), "ckptfs-wb"); /* for top -H and perf; best effort */
 	for (;;) {
 		struct fly_job *j;
 

@@ -1031,8 +1031,90 @@ static int put_existing(struct store *st, const struct store_hash *h, const void
 }
 
 /*
- * Write header + payload to a new temporary file in shard s, start its writeback, and rename it
- * to path (durable at the next store_sync, invariant 8). On failure the temporary file is gone.
+ * One O_DIRECT write of len bytes (a multiple of DIRECT_ALIGN) at offset off of fd, retrying
+ * short writes and EINTR. Returns the bytes written: len, or fewer when the filesystem refused
+ * O_DIRECT (EINVAL: no O_DIRECT support, or a short write left the offset unaligned), after which
+ * the caller writes the rest through the page cache. *ret_err gets 0 or the -errno of any other
+ * failure.
+ */
+static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err)
+{
+	size_t done = 0;
+
+	*ret_err = 0;
+	while (done < len) {
+		ssize_t r;
+
+		if (atomic_load(&store_fault_direct_einval) > 0) {
+			atomic_fetch_sub(&store_fault_direct_einval, 1);
+			r = -1;
+			errno = EINVAL;
+		} else {
+			r = pwrite(fd, buf + done, len - done, (off_t)done);
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EINVAL)
+			break;
+		if (r < 0) {
+			*ret_err = -errno;
+			break;
+		}
+		if (r == 0) {
+			*ret_err = -EIO; /* no progress: do not spin */
+			break;
+		}
+		done += (size_t)r;
+	}
+	return done;
+}
+
+/*
+ * Write a new chunk file's bytes, header then payload, to fd (empty, offset 0). Its whole
+ * DIRECT_ALIGN blocks go with O_DIRECT from this thread's STORE_TBUF_WRITE buffer (header and
+ * payload copied into it), the last partial block through the page cache. Written through the
+ * page cache alone, the kernel's copy into freshly allocated page-cache pages
+ * (copy_folio_from_iter_atomic, clear_page) took 32% of the daemon's CPU in a 1 GiB torch.save
+ * (perf, 2-core VM), and the pages are then written back anyway; O_DIRECT moves the bytes from a
+ * buffer the worker has mapped already. On this VM's disk, fio 1 MiB sequential writes of 1 GiB:
+ * 1521 MB/s at 10% system CPU with O_DIRECT, 945 MB/s at 58% buffered. Whatever O_DIRECT cannot
+ * do (a filesystem without it, tmpfs before Linux 6.6 for one) goes through the page cache.
+ * Durability is store_sync's either way: O_DIRECT does not flush the disk's cache or commit the
+ * file's size. Returns 0 or -errno (-ENOSPC, -EIO, ...).
+ */
+static int write_chunk_file(int fd, const uint8_t *hdr, const void *payload, size_t payload_len)
+{
+	size_t size = STORE_HDR_LEN + payload_len;
+	size_t whole = size / DIRECT_ALIGN * DIRECT_ALIGN, done = 0;
+	uint8_t *b = whole ? store_thread_buf(STORE_TBUF_WRITE, whole) : NULL;
+	int fl = b ? fcntl(fd, F_GETFL) : -1;
+	int err = 0;
+
+	if (atomic_load(&store_fault_write_errno))
+		return write_all(fd, hdr, STORE_HDR_LEN); /* fails as the test asked */
+	if (fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0) {
+		memcpy(b, hdr, STORE_HDR_LEN);
+		memcpy(b + STORE_HDR_LEN, payload, whole - STORE_HDR_LEN);
+		done = pwrite_direct(fd, b, whole, &err);
+		if (fcntl(fd, F_SETFL, fl) < 0 && !err)
+			err = -errno;
+		if (err)
+			return err;
+		if (lseek(fd, (off_t)done, SEEK_SET) < 0)
+			return -errno;
+	}
+	if (done < STORE_HDR_LEN) {
+		if ((err = write_all(fd, hdr + done, STORE_HDR_LEN - done)) < 0)
+			return err;
+		done = STORE_HDR_LEN;
+	}
+	return write_all(fd, (const uint8_t *)payload + (done - STORE_HDR_LEN), size - done);
+}
+
+/*
+ * Write header + payload to a new temporary file in shard s (write_chunk_file), start the
+ * writeback of what went through the page cache, and rename it to path (durable at the next
+ * store_sync, invariant 8). On failure the temporary file is gone.
  * Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
 static int publish(struct store *st, unsigned s, const char *path, const uint8_t *hdr,
@@ -1049,9 +1131,7 @@ static int publish(struct store *st, unsigned s, const char *path, const uint8_t
 	fd = mkostemp(tmp, O_CLOEXEC); /* O_CREAT | O_EXCL, mode 0600 */
 	if (fd < 0)
 		return -errno;
-	err = write_all(fd, hdr, STORE_HDR_LEN);
-	if (!err)
-		err = write_all(fd, payload, payload_len);
+	err = write_chunk_file(fd, hdr, payload, payload_len);
 	/* start writeback now so the disk works while the writer goes on; store_sync waits for it */
 	if (!err)
 		(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);

@@ -28,9 +28,9 @@ extern const uint64_t store_gear_table[256];
 extern _Atomic int store_fault_write_errno;
 
 /*
- * Fault injection for tests: while non-zero, each O_DIRECT read of a chunk file fails as if the
- * filesystem refused it (EINVAL), so the load falls back to the page cache, and the variable is
- * decremented. Never set outside tests.
+ * Fault injection for tests: while non-zero, each O_DIRECT read or write of a chunk file fails as
+ * if the filesystem refused it (EINVAL), so the load or put falls back to the page cache, and the
+ * variable is decremented. Never set outside tests.
  */
 extern _Atomic int store_fault_direct_einval;
 

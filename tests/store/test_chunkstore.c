@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "store/store.h"
@@ -678,6 +681,85 @@ Test(chunkstore, evicted_buffers_are_recycled)
 	store_close(st);
 	for (int i = 0; i < N; i++)
 		free(data[i]);
+}
+
+/*
+ * Pages of chunk h's file in the page cache: *whole of those in its whole 4 KiB blocks (the
+ * O_DIRECT part of a put), *last of its last partial block (0 or 1). mincore(2) on a mapping.
+ */
+static void cached_pages(const struct store *st, const struct store_hash *h, size_t *whole,
+			 size_t *last)
+{
+	char path[512];
+	struct stat sb;
+	unsigned char vec[1100];
+	size_t pages, full;
+	void *m;
+	int fd;
+
+	cr_assert_eq(store_chunk_path(st, h, path, sizeof(path)), 0);
+	fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fstat(fd, &sb), 0);
+	pages = ((size_t)sb.st_size + 4095) / 4096;
+	full = (size_t)sb.st_size / 4096;
+	cr_assert_leq(pages, sizeof(vec));
+	m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert_neq(m, MAP_FAILED);
+	cr_assert_eq(mincore(m, (size_t)sb.st_size, vec), 0);
+	*whole = *last = 0;
+	for (size_t i = 0; i < pages; i++) {
+		if (i < full)
+			*whole += vec[i] & 1;
+		else
+			*last += vec[i] & 1;
+	}
+	munmap(m, (size_t)sb.st_size);
+	close(fd);
+}
+
+/*
+ * A put writes a chunk file's whole 4 KiB blocks with O_DIRECT, around the page cache, and its
+ * last partial block through it: for file sizes below, at and around block boundaries, the whole
+ * blocks are not in the page cache afterwards and the chunk reads back intact. A filesystem that
+ * refuses O_DIRECT writes (EINVAL) gets the whole file through the page cache.
+ */
+Test(chunkstore, puts_write_whole_blocks_around_the_page_cache)
+{
+	static const size_t lens[] = { 1, 4064 - 1, 4064, 4064 + 1, 8192 - 32, 300 * KiB + 123,
+				       STORE_CHUNK_MAX };
+	struct store *st = open_store(0, false);
+	uint8_t *a = tu_malloc(STORE_CHUNK_MAX);
+	struct statfs sf;
+	bool observable;
+	size_t whole, last;
+
+	/* on tmpfs every page is memory: the O_DIRECT path runs but cannot be told apart */
+	cr_assert_eq(statfs(root, &sf), 0);
+	observable = sf.f_type != TMPFS_MAGIC;
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		struct store_hash h;
+
+		tu_fill_random(a, lens[i], 50 + i); /* random: a RAW payload, file = 32 + len bytes */
+		h = put_ok(st, a, lens[i], false);
+		cached_pages(st, &h, &whole, &last);
+		if (observable)
+			cr_assert_eq(whole, 0, "len %zu: %zu whole blocks in the page cache", lens[i],
+				     whole);
+		cr_assert_eq(last, (32 + lens[i]) % 4096 ? 1 : 0, "len %zu: last block cached %zu",
+			     lens[i], last);
+		check_chunk(st, &h, a, lens[i]);
+	}
+	tu_fill_random(a, 300 * KiB, 70);
+	atomic_store(&store_fault_direct_einval, 1);
+	struct store_hash h = put_ok(st, a, 300 * KiB, false);
+
+	cr_assert_eq(atomic_load(&store_fault_direct_einval), 0, "the put tried O_DIRECT first");
+	cached_pages(st, &h, &whole, &last);
+	cr_assert_eq(whole, (32 + 300 * KiB) / 4096, "refused: all through the page cache");
+	check_chunk(st, &h, a, 300 * KiB);
+	store_close(st);
+	free(a);
 }
 
 /*
