@@ -21,6 +21,7 @@
  * 1 - exp(-768 Ki / 4 Mi) ~ 0.17, else AVG plus ~256 KiB: about 1.1 MiB on average.
  */
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -133,12 +134,12 @@ const uint64_t store_gear_table[256] = {
 };
 
 /*
- * Scan p[0, n) with mask, continuing the hash *fp. Returns the length up to and including the
- * first byte after which (fp & mask) == 0, in 1..n, or 0 when there is none (then *fp is the
- * hash after p[n - 1]). Unrolled by 4: the hash chain (fp * 2 + gear) is the critical path, the
+ * Scan p[0, n) with mask, continuing the hash *h. Returns the length up to and including the
+ * first byte after which (hash & mask) == 0, in 1..n, or 0 when there is none (then *h is the
+ * hash after p[n - 1]). Unrolled by 4: the hash chain (h * 2 + gear) is the critical path, the
  * tests are off it.
  */
-static size_t gear_scan(const uint8_t *p, size_t n, uint64_t mask, uint64_t *fp)
+static size_t gear_scan_scalar(const uint8_t *p, size_t n, uint64_t mask, uint64_t *fp)
 {
 	const uint64_t *g = store_gear_table;
 	uint64_t h = *fp;
@@ -163,6 +164,112 @@ static size_t gear_scan(const uint8_t *p, size_t n, uint64_t mask, uint64_t *fp)
 		if (!(h & mask))
 			return i + 1;
 	}
+	*fp = h;
+	return 0;
+}
+
+_Atomic int store_cdc_scalar_only;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/*
+ * The Gear hash after a byte depends only on the 64 bytes up to it (each byte's table value is
+ * shifted left once per later byte, out of 64 bits after 64), so stripes of a buffer can be
+ * hashed side by side, each started from 0 GEAR_WARM bytes before it, and give exactly the hashes
+ * of a scan from the start (the idea of SS-CDC, F. Ni and S. Jiang, "SS-CDC: A Two-stage Parallel
+ * Content-Defined Chunking for Deduplicating Backup Storage", SYSTOR 2019). Stripes of 2 KiB,
+ * so the warm-up costs 3%.
+ */
+#define GEAR_WARM 64u
+#define GEAR_LANES 8u
+#define GEAR_STRIPE 2048u
+#define GEAR_BLOCK (GEAR_LANES * GEAR_STRIPE)
+
+/*
+ * Skip blocks of GEAR_BLOCK bytes of p, from p[i] (i >= GEAR_WARM: the warm-up reads the bytes
+ * before it, which must be bytes of the same scan), in which no byte is a cut for mask: 8 stripes
+ * at once with AVX-512 gathers of the data and of store_gear_table. Returns the position of the
+ * first block that has a cut, or the first that does not fit in n; *fp gets the hash after the
+ * byte before it (the last lane's, when a block was skipped). Where the cut is inside that block
+ * is left to gear_scan_scalar: this is a filter for the many blocks without one (the chance of a
+ * cut is 2^-18 to 2^-22 per byte). About twice the speed of gear_scan_scalar on this VM's Xeon
+ * (measured by test chunker.vector_filter_skips_like_the_scalar_scan, which prints both).
+ */
+__attribute__((target("avx512f"))) static size_t gear_skip_avx512(const uint8_t *p, size_t i,
+								   size_t n, uint64_t mask,
+								   uint64_t *fp)
+{
+	const __m512i off = _mm512_setr_epi64(0, GEAR_STRIPE, 2 * GEAR_STRIPE, 3 * GEAR_STRIPE,
+					      4 * GEAR_STRIPE, 5 * GEAR_STRIPE, 6 * GEAR_STRIPE,
+					      7 * GEAR_STRIPE);
+	const __m512i m = _mm512_set1_epi64((long long)mask);
+	const __m512i lo = _mm512_set1_epi64(0xff);
+	const void *g = store_gear_table;
+
+	for (; i + GEAR_BLOCK <= n; i += GEAR_BLOCK) {
+		const uint8_t *b = p + i - GEAR_WARM;
+		__m512i h = _mm512_setzero_si512();
+		__mmask8 hit = 0;
+		uint64_t last[GEAR_LANES];
+		size_t j;
+
+		for (j = 0; j < GEAR_WARM; j += 8) {
+			__m512i d = _mm512_i64gather_epi64(off, b + j, 1);
+
+			for (unsigned t = 0; t < 8; t++, d = _mm512_srli_epi64(d, 8))
+				h = _mm512_add_epi64(_mm512_slli_epi64(h, 1),
+						     _mm512_i64gather_epi64(_mm512_and_si512(d, lo),
+									    g, 8));
+		}
+		for (; j < GEAR_WARM + GEAR_STRIPE; j += 8) {
+			__m512i d = _mm512_i64gather_epi64(off, b + j, 1);
+
+			for (unsigned t = 0; t < 8; t++, d = _mm512_srli_epi64(d, 8)) {
+				h = _mm512_add_epi64(_mm512_slli_epi64(h, 1),
+						     _mm512_i64gather_epi64(_mm512_and_si512(d, lo),
+									    g, 8));
+				hit |= _mm512_testn_epi64_mask(h, m);
+			}
+		}
+		if (hit)
+			break;
+		_mm512_storeu_si512(last, h);
+		*fp = last[GEAR_LANES - 1];
+	}
+	return i;
+}
+
+/* Whether this CPU runs gear_skip_avx512 (cpuid once), and tests have not turned it off. */
+static bool gear_vector_ok(void)
+{
+	static _Atomic int ok = -1;
+	int v = atomic_load_explicit(&ok, memory_order_relaxed);
+
+	if (v < 0) {
+		__builtin_cpu_init();
+		v = __builtin_cpu_supports("avx512f") ? 1 : 0;
+		atomic_store_explicit(&ok, v, memory_order_relaxed);
+	}
+	return v && !atomic_load_explicit(&store_cdc_scalar_only, memory_order_relaxed);
+}
+#endif
+
+/* gear_scan_scalar's contract; long scans skip cut-free blocks with gear_skip_avx512 first. */
+static size_t gear_scan(const uint8_t *p, size_t n, uint64_t mask, uint64_t *fp)
+{
+	uint64_t h = *fp;
+	size_t i = 0, c;
+
+#ifdef GEAR_BLOCK
+	if (n >= GEAR_WARM + GEAR_BLOCK && gear_vector_ok()) {
+		if ((c = gear_scan_scalar(p, GEAR_WARM, mask, &h)))
+			return c;
+		i = gear_skip_avx512(p, GEAR_WARM, n, mask, &h);
+	}
+#endif
+	if ((c = gear_scan_scalar(p + i, n - i, mask, &h)))
+		return i + c;
 	*fp = h;
 	return 0;
 }

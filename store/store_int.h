@@ -28,6 +28,12 @@ extern const uint64_t store_gear_table[256];
 extern _Atomic int store_fault_write_errno;
 
 /*
+ * For tests and measurements: when non-zero, the chunker scans with its scalar loop only, not
+ * with its AVX-512 filter (chunker.c). Never set outside tests.
+ */
+extern _Atomic int store_cdc_scalar_only;
+
+/*
  * Fault injection for tests: while non-zero, each O_DIRECT read or write of a chunk file fails as
  * if the filesystem refused it (EINVAL), so the load or put falls back to the page cache, and the
  * variable is decremented. Never set outside tests.
