@@ -253,6 +253,18 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/*
+ * The test hook store_fault_direct_einval: true, and one fewer left, when this O_DIRECT read or
+ * write is to fail as if the filesystem refused it (EINVAL).
+ */
+static bool direct_refused_by_test(void)
+{
+	if (atomic_load(&store_fault_direct_einval) <= 0)
+		return false;
+	atomic_fetch_sub(&store_fault_direct_einval, 1);
+	return true;
+}
+
 /* Errors of reading a chunk file as documented in store.h (invariant 7). */
 static int read_errno(int err)
 {
@@ -498,8 +510,7 @@ static int chunk_read_whole(const struct store *st, const struct store_hash *h,
 	for (got = 0; got < size;) {
 		ssize_t r;
 
-		if (direct && atomic_load(&store_fault_direct_einval) > 0) {
-			atomic_fetch_sub(&store_fault_direct_einval, 1);
+		if (direct && direct_refused_by_test()) {
 			r = -1;
 			errno = EINVAL;
 		} else {
@@ -1031,7 +1042,7 @@ static int put_existing(struct store *st, const struct store_hash *h, const void
 }
 
 /*
- * One O_DIRECT write of len bytes (a multiple of DIRECT_ALIGN) at offset off of fd, retrying
+ * One O_DIRECT write of buf's len bytes (a multiple of DIRECT_ALIGN) at offset 0 of fd, retrying
  * short writes and EINTR. Returns the bytes written: len, or fewer when the filesystem refused
  * O_DIRECT (EINVAL: no O_DIRECT support, or a short write left the offset unaligned), after which
  * the caller writes the rest through the page cache. *ret_err gets 0 or the -errno of any other
@@ -1045,8 +1056,7 @@ static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err
 	while (done < len) {
 		ssize_t r;
 
-		if (atomic_load(&store_fault_direct_einval) > 0) {
-			atomic_fetch_sub(&store_fault_direct_einval, 1);
+		if (direct_refused_by_test()) {
 			r = -1;
 			errno = EINVAL;
 		} else {
@@ -1078,7 +1088,8 @@ static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err
  * (perf, 2-core VM), and the pages are then written back anyway; O_DIRECT moves the bytes from a
  * buffer the worker has mapped already. On this VM's disk, fio 1 MiB sequential writes of 1 GiB:
  * 1521 MB/s at 10% system CPU with O_DIRECT, 945 MB/s at 58% buffered. Whatever O_DIRECT cannot
- * do (a filesystem without it, tmpfs before Linux 6.6 for one) goes through the page cache.
+ * do (a filesystem without it, tmpfs before Linux 6.6 for one), or a thread that cannot get its
+ * buffer (ENOMEM), goes through the page cache.
  * Durability is store_sync's either way: O_DIRECT does not flush the disk's cache or commit the
  * file's size. Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */

@@ -229,10 +229,8 @@ enum { STORE_TBUF_PAYLOAD, STORE_TBUF_READ, STORE_TBUF_WRITE, STORE_TBUF_SLOTS }
  * store_thread_buf - a buffer of at least len bytes owned by the calling thread, one per slot
  * (enum above), reused from call to call (its bytes are not kept when it has to grow) and freed
  * when the thread exits; page-aligned (chunk files are read into it and written from it with
- * O_DIRECT). Returns NULL
- * for a bad slot or when out of memory. Thread-safe: each
- * thread has its own; a buffer must not be used by another thread or after the next call with
- * the same slot.
+ * O_DIRECT). Returns NULL for a bad slot or when out of memory. Thread-safe: each thread has its
+ * own; a buffer must not be used by another thread or after the next call with the same slot.
  */
 void *store_thread_buf(unsigned slot, size_t len);
 
