@@ -116,9 +116,13 @@ def wait_pid_exit(pid, timeout):
 
 
 def run(argv, timeout=120, check=False, **kw):
-    """subprocess.run with text capture; returns CompletedProcess."""
+    """subprocess.run with text capture; returns CompletedProcess.
+
+    Output is decoded with surrogateescape, as Python decodes file names: ckptctl prints names
+    as the bytes they are (fsck's "lost:" lines after a damaged index can hold any), and a strict
+    decode would raise instead of letting the test look at them."""
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout, **kw)
+                       errors='surrogateescape', timeout=timeout, **kw)
     if check and p.returncode != 0:
         raise MountError('%s exited %d: %s%s' % (' '.join(argv), p.returncode, p.stdout,
                                                   p.stderr))
