@@ -134,8 +134,8 @@ const uint64_t store_gear_table[256] = {
 };
 
 /*
- * Scan p[0, n) with mask, continuing the hash *h. Returns the length up to and including the
- * first byte after which (hash & mask) == 0, in 1..n, or 0 when there is none (then *h is the
+ * Scan p[0, n) with mask, continuing the hash *fp. Returns the length up to and including the
+ * first byte after which (hash & mask) == 0, in 1..n, or 0 when there is none (then *fp is the
  * hash after p[n - 1]). Unrolled by 4: the hash chain (h * 2 + gear) is the critical path, the
  * tests are off it.
  */
@@ -187,6 +187,25 @@ _Atomic int store_cdc_scalar_only;
 #define GEAR_BLOCK (GEAR_LANES * GEAR_STRIPE)
 
 /*
+ * The 8 lanes' hashes h after the 8 bytes of each lane in d (lowest byte first); with hit, the
+ * lanes whose hash after any of them is a cut for m are or'ed into *hit.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline __m512i
+gear_lanes8(__m512i h, __m512i d, __m512i m, __mmask8 *hit)
+{
+	const __m512i lo = _mm512_set1_epi64(0xff);
+
+	for (unsigned t = 0; t < 8; t++, d = _mm512_srli_epi64(d, 8)) {
+		h = _mm512_add_epi64(_mm512_slli_epi64(h, 1),
+				     _mm512_i64gather_epi64(_mm512_and_si512(d, lo),
+							    store_gear_table, 8));
+		if (hit)
+			*hit |= _mm512_testn_epi64_mask(h, m);
+	}
+	return h;
+}
+
+/*
  * Skip blocks of GEAR_BLOCK bytes of p, from p[i] (i >= GEAR_WARM: the warm-up reads the bytes
  * before it, which must be bytes of the same scan), in which no byte is a cut for mask: 8 stripes
  * at once with AVX-512 gathers of the data and of store_gear_table. Returns the position of the
@@ -194,7 +213,7 @@ _Atomic int store_cdc_scalar_only;
  * byte before it (the last lane's, when a block was skipped). Where the cut is inside that block
  * is left to gear_scan_scalar: this is a filter for the many blocks without one (the chance of a
  * cut is 2^-18 to 2^-22 per byte). About twice the speed of gear_scan_scalar on this VM's Xeon
- * (measured by test chunker.vector_filter_skips_like_the_scalar_scan, which prints both).
+ * (measured by test chunker.vector_filter_cuts_like_the_plain_gear, which prints both).
  */
 __attribute__((target("avx512f"))) static size_t gear_skip_avx512(const uint8_t *p, size_t i,
 								   size_t n, uint64_t mask,
@@ -204,8 +223,6 @@ __attribute__((target("avx512f"))) static size_t gear_skip_avx512(const uint8_t 
 					      4 * GEAR_STRIPE, 5 * GEAR_STRIPE, 6 * GEAR_STRIPE,
 					      7 * GEAR_STRIPE);
 	const __m512i m = _mm512_set1_epi64((long long)mask);
-	const __m512i lo = _mm512_set1_epi64(0xff);
-	const void *g = store_gear_table;
 
 	for (; i + GEAR_BLOCK <= n; i += GEAR_BLOCK) {
 		const uint8_t *b = p + i - GEAR_WARM;
@@ -214,24 +231,10 @@ __attribute__((target("avx512f"))) static size_t gear_skip_avx512(const uint8_t 
 		uint64_t last[GEAR_LANES];
 		size_t j;
 
-		for (j = 0; j < GEAR_WARM; j += 8) {
-			__m512i d = _mm512_i64gather_epi64(off, b + j, 1);
-
-			for (unsigned t = 0; t < 8; t++, d = _mm512_srli_epi64(d, 8))
-				h = _mm512_add_epi64(_mm512_slli_epi64(h, 1),
-						     _mm512_i64gather_epi64(_mm512_and_si512(d, lo),
-									    g, 8));
-		}
-		for (; j < GEAR_WARM + GEAR_STRIPE; j += 8) {
-			__m512i d = _mm512_i64gather_epi64(off, b + j, 1);
-
-			for (unsigned t = 0; t < 8; t++, d = _mm512_srli_epi64(d, 8)) {
-				h = _mm512_add_epi64(_mm512_slli_epi64(h, 1),
-						     _mm512_i64gather_epi64(_mm512_and_si512(d, lo),
-									    g, 8));
-				hit |= _mm512_testn_epi64_mask(h, m);
-			}
-		}
+		for (j = 0; j < GEAR_WARM; j += 8)
+			h = gear_lanes8(h, _mm512_i64gather_epi64(off, b + j, 1), m, NULL);
+		for (; j < GEAR_WARM + GEAR_STRIPE; j += 8)
+			h = gear_lanes8(h, _mm512_i64gather_epi64(off, b + j, 1), m, &hit);
 		if (hit)
 			break;
 		_mm512_storeu_si512(last, h);

@@ -229,11 +229,18 @@ static int pread_all(int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
+/* The test hook store_fault_write_errno: the errno this chunk file write is to fail with (0:
+ * none), taken once. */
+static int write_fault_by_test(void)
+{
+	return atomic_exchange(&store_fault_write_errno, 0);
+}
+
 /* Write exactly len bytes, retrying short writes and EINTR. Returns 0 or -errno. */
 static int write_all(int fd, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
-	int fault = atomic_exchange(&store_fault_write_errno, 0);
+	int fault = write_fault_by_test();
 
 	if (fault)
 		return -fault;
@@ -1051,9 +1058,10 @@ static int put_existing(struct store *st, const struct store_hash *h, const void
 static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err)
 {
 	size_t done = 0;
+	int fault = write_fault_by_test();
 
-	*ret_err = 0;
-	while (done < len) {
+	*ret_err = -fault;
+	while (!fault && done < len) {
 		ssize_t r;
 
 		if (direct_refused_by_test()) {
@@ -1101,8 +1109,6 @@ static int write_chunk_file(int fd, const uint8_t *hdr, const void *payload, siz
 	int fl = b ? fcntl(fd, F_GETFL) : -1;
 	int err = 0;
 
-	if (atomic_load(&store_fault_write_errno))
-		return write_all(fd, hdr, STORE_HDR_LEN); /* fails as the test asked */
 	if (fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0) {
 		memcpy(b, hdr, STORE_HDR_LEN);
 		memcpy(b + STORE_HDR_LEN, payload, whole - STORE_HDR_LEN);
