@@ -5,12 +5,12 @@
  * Lock order (never take a lock to the left while holding one to the right):
  *   oinode.lock  ->  ckfs.mu  ->  pins.mu
  *   oinode.lock  ->  ckfs.mu  ->  wb_pool.mu (a leaf: meta.c reads its figures under mu);
- *   oinode.lock -> oinode.fly_mu (leaf)
+ *   oinode.lock -> oinode.fly_mu (a leaf: the pool's lock is taken after releasing it)
  *   ckfs.mu -> commit_q.mu (a leaf: cq_busy under mu); cq_wait_idle is called with no lock
  *   held, since the commits it waits for take oinode.lock and ckfs.mu
  * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
- * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards the
- * done/err/buf fields of a file's in-flight chunks (wb.c) and fly_busy.
+ * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards what the
+ * writer, the file's cutter, the workers and readers share (struct oinode, invariant 6).
  */
 #ifndef CKPTFS_FS_INT_H
 #define CKPTFS_FS_INT_H
@@ -88,75 +88,113 @@ struct ckfs {
 };
 
 /*
+ * A buffer of bytes appended to a file (oinode.c stream_append), in file order: WB_SEG bytes of
+ * capacity, or exactly one chunk's bytes when a chunk that spans two segments is copied out of
+ * them (oinode.c cut_emit). Shared by the file's segment list and the jobs pointing into it;
+ * freed, and its bytes given back to the pool's budget (wb_release), with the last reference.
+ */
+struct seg {
+	struct seg *next;       /* the file's segment list (oinode.fly_mu) */
+	uint64_t off;           /* file offset of buf[0] */
+	size_t len;             /* bytes written, charged to the budget; only the writer (holding
+				   oinode.lock for writing) grows it, under fly_mu */
+	size_t cap;             /* bytes */
+	size_t resident;        /* bytes of buf charged to the budget: len for a fresh buffer, cap
+				   for one reused from the pool (wb_seg_get); as len */
+	_Atomic unsigned refs;  /* the list's + one per job whose buf points into buf */
+	uint8_t *buf;
+};
+
+/*
+ * Segment capacity, bytes: STORE_CHUNK_MAX, so that a chunk (at most that long) spans at most
+ * two segments. A chunk that does (about one in four at the 1 MiB average chunk) is copied out
+ * of them by the cutter, on a worker; the others are stored from the segment in place.
+ */
+#define WB_SEG (2 * STORE_CHUNK_MAX)
+
+/*
  * One chunk cut from a file being written, on its way to the store through the write-back pool
- * (wb.c). off/len/oi/next are set by the writer and then fixed; buf, done, err and info change
+ * (wb.c). off/len/oi/seg are set by the cutter and then fixed; buf, done, err and info change
  * under oi->fly_mu (wb.c invariant 2). Owned by the oinode's in-flight list; freed at harvest.
  */
 struct fly_job {
-	struct fly_job *next;   /* the file's in-flight list, in file order (oinode.lock) */
+	struct fly_job *next;   /* the file's in-flight list, in file order (oinode.fly_mu) */
 	struct fly_job *qnext;  /* the pool's queue (wb_pool.mu) */
 	struct oinode *oi;
 	uint64_t off;           /* file offset, bytes */
 	uint32_t len;           /* bytes, 1..STORE_CHUNK_MAX */
-	uint8_t *buf;           /* the raw bytes until done (wb_buf_get; the worker takes it back) */
+	uint8_t *buf;           /* the raw bytes, inside seg, until done */
+	struct seg *seg;        /* holds a reference until done (then NULL) */
 	bool done;
 	int err;                /* when done: 0 or the -errno of fs_chunk_put */
 	struct store_chunk_info info; /* when done and err == 0: the stored chunk, pinned */
 };
 
+/* Cutter states (oinode.cut_state). */
+enum { CUT_IDLE, CUT_QUEUED, CUT_RUNNING };
+
 /*
  * Content state of one regular file that is open (or being truncated). Two modes:
  *  stream:  extents ext[0..n_ext) cover [0, ext_end); the in-flight chunks fly_head.. (stored
- *           by the write-back pool, not yet harvested into ext) cover [ext_end, fly_end);
- *           bytes [fly_end, data_end) are in tail, fly_end being the end of fly_tail (ext_end
- *           when nothing is in flight) and data_end = fly_end + tail_len; bytes [data_end, size)
- *           are zeros not yet cut (a file grown by truncate or fallocate, as fio and
- *           preallocating writers do before writing it in order). A write at data_end is an
- *           append: the chunker (store_cdc_feed) reads its bytes where they arrive; those up to
- *           a cut complete the tail, which then goes whole to the pool as a chunk, and the
- *           rest start the next tail.
+ *           by the write-back pool, not yet harvested into ext) cover [ext_end, cut_start);
+ *           bytes [cut_start, data_end) are in the segments seg_head.. (which may also hold
+ *           bytes before cut_start that in-flight chunks point into); bytes [data_end, size) are
+ *           zeros not yet cut (a file grown by truncate or fallocate, as fio and preallocating
+ *           writers do before writing it in order). A write at data_end is an append: the
+ *           writer copies its bytes into the segments and nothing else; the file's cutter (on a
+ *           worker, or inline) feeds them to the chunker and the hasher, and each chunk it cuts
+ *           goes to the pool as a job.
  *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size);
  *           entered on the first write that is not at data_end, or a truncate below data_end
  *           that is not to 0.
  * Invariants:
  *   1. stream: data_end <= size, the extents tile [0, ext_end) and the in-flight chunks tile
- *      [ext_end, fly_end) — unless fly_lost (a chunk in flight failed: err is set, bytes past
+ *      [ext_end, cut_start) — unless fly_lost (a chunk in flight failed: err is set, bytes past
  *      ext_end are gone and reads of them fail until a truncate to 0). Commit first appends the
  *      zeros [data_end, size) to the stream, so the index never sees a gap.
  *   2. Every chunk put since the last successful commit is listed in pins[] and pinned.
  *   3. dirty == false means the index holds exactly this content.
- *   4. hasher (stream mode) has consumed exactly the bytes [0, fly_end), when hash_ok.
- *   5. Commit, staging, truncate and the last oi_put first drain the in-flight chunks (wait for
- *      fly_busy == 0, harvest), so only oi_write and reads ever see a non-empty fly list.
- *   6. stream, unless err: tail_len == cdc.len < STORE_CHUNK_MAX, and tail_len is 0 at a chunk
- *      boundary (ext_end or fly_end is one); every change of the tail but an append is a
- *      tail_clear. (After a failed chunk put the tail holds that whole chunk and err is set.)
+ *   4. The chunker's state cdc covers [cut_start, cut_start + cdc.len) (cdc.len <
+ *      STORE_CHUNK_MAX), and hasher, when hash_ok, has consumed exactly [0, cut_start +
+ *      cdc.len). Both belong to the cutter while cut_state != CUT_IDLE.
+ *   5. Commit, staging, truncate and the last oi_put first drain (fly_drain: wait for the
+ *      cutter, cut the rest inline, wait for fly_busy == 0, harvest), so cdc then covers
+ *      exactly [cut_start, data_end), nothing is in flight, and the mode can change.
+ *   6. Only the writer (holding lock for writing) appends to the segment list, grows data_end
+ *      and schedules the cutter; the cutter (holding no oinode lock: writers wait for budget
+ *      with it held) advances cut_start, appends jobs and drops segments below cut_start but
+ *      never seg_tail. Both do so under fly_mu, where readers see them.
  */
 struct oinode {
 	uint64_t ino;
 	struct oinode *next;    /* otab chain; guarded by ckfs.mu */
 	unsigned refs;          /* open handles + transient users; guarded by ckfs.mu */
-	pthread_rwlock_t lock;  /* guards everything below */
+	pthread_rwlock_t lock;  /* guards everything below but the fly_mu part */
 
 	struct idx_extent *ext;
 	size_t n_ext, cap_ext;
 	uint64_t ext_end;
-	uint8_t *tail;          /* STORE_CHUNK_MAX bytes (wb_buf_get, or malloc without a pool) */
-	size_t tail_len;        /* == cdc.len: the tail is the start of one chunk, never more */
-	struct store_cdc cdc;   /* the chunker's state over the tail (store_cdc_feed) */
 	int stage_fd;
 	uint64_t size;
-	struct store_hasher *hasher;
+	struct store_hasher *hasher; /* invariant 4 */
 	bool hash_ok;
 	struct store_hash *pins;
 	size_t n_pins, cap_pins;
 	bool dirty;
-	int err; /* sticky error of a failed chunk put, reported by write/flush/fsync */
-	struct fly_job *fly_head, *fly_tail; /* in-flight chunks, file order */
+	int err; /* sticky error of a failed chunk put or cut, reported by write/flush/fsync */
 	bool fly_lost;          /* invariant 1's exception */
-	pthread_mutex_t fly_mu; /* leaf: guards fly_busy and each job's buf/done/err/info */
-	pthread_cond_t fly_cv;  /* a job of this file finished */
+	struct store_cdc cdc;   /* invariant 4 */
+
+	pthread_mutex_t fly_mu; /* a leaf: guards the fields below */
+	pthread_cond_t fly_cv;  /* a job of this file finished, or its cutter went idle */
+	struct fly_job *fly_head, *fly_tail; /* in-flight chunks, file order */
 	unsigned fly_busy;      /* jobs submitted and not finished */
+	struct seg *seg_head, *seg_tail; /* invariant 6 */
+	uint64_t cut_start;     /* start of the chunk being cut: end of the in-flight range */
+	uint64_t data_end;      /* end of the bytes written; zeros follow up to size */
+	int cut_state;          /* CUT_IDLE, CUT_QUEUED (in the pool's queue), CUT_RUNNING */
+	int cut_err;            /* the cutter stopped: -ENOMEM (moved to err by the harvest) */
+	struct oinode *cut_qnext; /* the pool's cutter queue (wb_pool.mu) */
 
 	/* Attribute overlay for getattr while dirty; readable without lock. */
 	_Atomic uint64_t ov_size;
@@ -215,26 +253,42 @@ bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
 /* ---- wb.c: the write-back pool ---- */
 
 /*
- * wb_start - start nthreads (1..16) workers storing chunks with a budget of `budget` bytes of raw
- * chunk data in flight; sets fs->wb. Returns 0, -EINVAL (0 budget or threads), -ENOMEM, or the
- * -errno of pthread_create when not even one worker could start. Call before serving requests.
+ * wb_start - start nthreads (1..16) workers cutting and storing chunks with a budget of
+ * `budget` bytes of written data in memory (wb.c invariant 1); sets fs->wb. Returns 0, -EINVAL
+ * (0 budget or threads), -ENOMEM, or the -errno of pthread_create when not even one worker could
+ * start. Call before serving requests.
  */
 int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads);
-/* wb_stop - run every queued job, join the workers, free the pool (NULL fs->wb is fine). Call
- * after the last request (op_destroy's commits). */
+/* wb_stop - run every queued cutter and job, join the workers, free the pool (NULL fs->wb is
+ * fine). Call after the last request (op_destroy's commits). */
 void wb_stop(struct ckfs *fs);
-/*
- * wb_submit - queue job j (its oinode's fly_busy already counts it); waits while the budget is
- * used up (backpressure). Never fails. Caller holds j->oi's write lock and no other lock.
- */
+/* wb_submit - queue job j (its oinode's fly_busy already counts it) and return; never waits,
+ * never fails. Any lock but pool.mu may be held. */
 void wb_submit(struct wb_pool *p, struct fly_job *j);
+/* wb_cut_schedule - queue a run of oi's cutter (oi_cut_run), which the caller has just moved
+ * from CUT_IDLE to CUT_QUEUED under oi->fly_mu; returns at once. Caller holds oi's write lock
+ * and not fly_mu. */
+void wb_cut_schedule(struct wb_pool *p, struct oinode *oi);
 /*
- * wb_buf_get - a buffer of STORE_CHUNK_MAX bytes for a file's tail, which becomes a job's raw
- * bytes (oinode.c tail_emit), reused from the ones workers were done with (up to 8 kept) or
- * new; NULL when out of memory. The caller owns it (free(3) it, or hand it to a job); the
- * worker that stores the job takes it back (or frees it). Thread-safe; takes the pool's lock.
+ * wb_reserve - charge n bytes about to be written into a segment to the budget; waits while
+ * used + n > budget and the pool has work that will free some (backpressure: writers wait, never
+ * fail). wb_charge - the same without waiting (the cutter's copy of a chunk spanning two
+ * segments: it cannot wait for the writers it serves). wb_release - give n bytes back (a segment
+ * freed). NULL p: no-ops. Thread-safe; take the pool's lock (a leaf).
  */
-uint8_t *wb_buf_get(struct wb_pool *p);
+void wb_reserve(struct wb_pool *p, size_t n);
+void wb_charge(struct wb_pool *p, size_t n);
+void wb_release(struct wb_pool *p, size_t n);
+/*
+ * wb_seg_get - a WB_SEG-byte buffer kept from a freed segment, all its pages resident and
+ * already counted in the budget (so the segment's resident is WB_SEG), or NULL (none kept, or
+ * NULL p: malloc a fresh one). The caller owns it until wb_seg_free.
+ * wb_seg_free - free a segment's buffer of cap bytes of which resident are charged: kept for
+ * reuse when it is a WB_SEG buffer fully resident, else freed and resident bytes given back.
+ * NULL p: free(3). Thread-safe; take the pool's lock (a leaf).
+ */
+uint8_t *wb_seg_get(struct wb_pool *p);
+void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident);
 /* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
 void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,
 		unsigned *ret_threads);
@@ -269,6 +323,20 @@ bool cq_busy(struct ckfs *fs);
 void cq_wait_idle(struct ckfs *fs);
 
 /* ---- oinode.c ---- */
+
+/*
+ * oi_cut_run - a worker runs oi's queued cutter (wb.c): feeds the bytes written since its last
+ * run to the chunker and the hasher, and submits each chunk cut as a job, until it has caught
+ * up with data_end; then sets cut_state back to CUT_IDLE, after which the caller must not touch
+ * oi (it may be freed). A failure to allocate stops it with cut_err set. No lock held.
+ */
+void oi_cut_run(struct ckfs *fs, struct oinode *oi);
+/*
+ * oi_job_run - store job j (fs_chunk_put), publish the result on it under its file's fly_mu
+ * and drop its segment reference; the caller must not touch j or its file afterwards. No lock
+ * held.
+ */
+void oi_job_run(struct ckfs *fs, struct fly_job *j);
 
 /* ckfs_now - a CLOCK_REALTIME timestamp in ns, strictly greater than any earlier one. */
 int64_t ckfs_now(struct ckfs *fs);

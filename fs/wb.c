@@ -1,31 +1,40 @@
 /*
- * wb.c — the write-back pool: worker threads that hash, compress and store the chunks cut from
- * files being written, off the FUSE threads, with a bounded amount of memory in flight.
+ * wb.c — the write-back pool: worker threads that cut, hash, compress and store the bytes
+ * appended to files being written, off the FUSE threads, with a bounded amount of memory in
+ * flight.
  *
- * A writer (oinode.c, under its file's write lock) fills its tail buffer up to a chunk cut,
- * hands that buffer to a struct fly_job (and takes a new one from wb_buf_get for the next tail),
- * appends the job to its file's in-flight list and hands it to wb_submit, which waits
- * while the pool's budget is used up (backpressure: writers wait, never fail). A worker takes the
- * oldest job, stores it (fs_chunk_put: XXH3-128, codec choice, zstd, chunk file, pin), then
- * publishes the result on the job under the file's fly_mu and keeps the raw bytes' buffer for
- * the next job (wb_buf_get, up to WB_KEEP_BUFS).
+ * A writer (oinode.c, under its file's write lock) only copies its bytes into the file's
+ * segments (struct seg), after wb_reserve has charged them to the pool's budget, and schedules
+ * the file's cutter (wb_cut_schedule). A worker runs the cutter (oi_cut_run): it feeds the new
+ * bytes to the chunker and the file's hasher and queues each chunk it cuts as a job
+ * (wb_submit). A worker takes a job (oi_job_run): XXH3-128, codec choice, zstd, chunk file, pin,
+ * then publishes the result on the job. A segment is freed when the last chunk cut from it is
+ * stored and the cutter is past it (wb_seg_free): its buffer is kept for the next segment when
+ * all its pages were touched, else unmapped and its bytes given back to the budget.
  *
  * Invariants:
- *   1. used == the sum of len over jobs submitted and not yet finished by a worker; a submit
- *      waits while used + len > budget, unless used == 0 (a job larger than the budget still runs).
- *   2. A job's buf is valid until done is set; both change only under its file's fly_mu, and the
- *      worker never touches the job or its oinode after releasing fly_mu (the file may be freed as
- *      soon as fly_busy reaches 0).
- *   3. Jobs are taken in submission order; any worker may finish any job, so files harvest their
- *      jobs in file order and stop at the first one not yet done.
- *   4. wb_stop runs every job already queued before the workers exit.
+ *   1. used == the resident bytes of the segments alive (seg.resident) + WB_SEG per kept
+ *      buffer: a bound on the memory the written data takes. A reserve frees kept buffers, then
+ *      waits, while used + n > budget and the pool has work queued or running (that work frees
+ *      segments); with the pool idle it goes on, so the bytes a file holds that cannot be freed
+ *      before more are written (the chunk being cut, at most two segments) never block it.
+ *   2. active == the cutters and jobs queued or running; cv_space is signalled when used goes
+ *      down and when active reaches 0.
+ *   3. Cutters are taken before jobs (a cutter's chunks feed the jobs), each in the order
+ *      queued; any worker may finish any job, so files harvest their jobs in file order and
+ *      stop at the first one not yet done.
+ *   4. wb_stop runs every cutter and job already queued before the workers exit.
+ *   5. keep[0..n_keep) are WB_SEG-byte buffers whose pages are all resident; once the pool has
+ *      been idle (active == 0) for WB_IDLE_TRIM_S, all but WB_KEEP_IDLE of them are freed.
  *
- * Lock order: oinode.lock -> pool.mu (wb_submit is called with the file's write lock held);
- * a worker takes fly_mu and pool.mu one after the other, never together, and no other lock.
+ * Lock order: oinode.lock -> pool.mu (wb_reserve is called with the file's write lock held);
+ * pool.mu is a leaf, never taken with a file's fly_mu held. A cutter or job never takes an
+ * oinode lock: the writers it would wait for may be waiting in wb_reserve for it.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +43,6 @@
 #include "fs/fs_int.h"
 
 #define WB_MAX_THREADS 16
-
-/*
- * Chunk buffers (STORE_CHUNK_MAX bytes each) kept for reuse after a worker is done with them: a
- * fresh one per chunk is a fresh mapping (mmap threshold 128 KiB, daemon.c) that page-faults
- * while the writer copies into it. 8 buffers, for a few writers each starting a new tail per
- * chunk; at most 32 MiB kept, outside the write buffer.
- */
-#define WB_KEEP_BUFS 8
 
 /*
  * Workers run at this nice value (setpriority(2) on the thread; Linux nice is per thread): the
@@ -53,20 +54,45 @@
  */
 #define WB_NICE 10
 
+/*
+ * Segment buffers kept when the pool goes idle, WB_SEG bytes each (invariant 5): a fresh
+ * buffer is a fresh mapping (mmap threshold 128 KiB, daemon.c) whose pages fault while the
+ * writer copies into it, and the kernel zeroes each one (clear_page_erms was 16% of the daemon's
+ * samples in a 1 GiB torch.save without reuse). While the pool is busy, every fully touched
+ * buffer is kept (within the budget, invariant 1); after a second idle, 8 (32 MiB) stay, for the
+ * next save's first segments and the small files written between saves. (Trimming at once when
+ * the pool caught up with the writer, which it does many times in a save, left most segments
+ * fresh: 281k page faults in a 1 GiB torch.save, about one per page.)
+ */
+#define WB_KEEP_IDLE 8
+#define WB_IDLE_TRIM_S 1
+
 struct wb_pool {
 	struct ckfs *fs;
 	pthread_mutex_t mu;     /* guards everything below */
-	pthread_cond_t cv_work; /* a job was queued, or stopping */
-	pthread_cond_t cv_space; /* used went down */
-	struct fly_job *head, *tail;
+	pthread_cond_t cv_work; /* a cutter or job was queued, or stopping */
+	pthread_cond_t cv_space; /* used went down, or active reached 0 */
+	struct oinode *cut_head, *cut_tail; /* files whose cutter is queued (cut_qnext) */
+	struct fly_job *head, *tail;        /* jobs queued (qnext) */
 	size_t used, budget;    /* bytes (invariant 1) */
 	size_t peak;            /* highest used seen, bytes */
+	unsigned active;        /* invariant 2 */
+	uint8_t **keep;         /* invariant 5; room for budget / WB_SEG + 1 */
+	size_t n_keep, cap_keep;
 	bool stopping;
-	uint8_t *keep[WB_KEEP_BUFS]; /* free chunk buffers for wb_buf_get */
-	unsigned n_keep;
 	unsigned nthreads;
 	pthread_t threads[WB_MAX_THREADS];
 };
+
+/* Free the kept buffers but WB_KEEP_IDLE (invariant 5). Pool lock held: a few munmaps. */
+static void trim_keep_locked(struct wb_pool *p)
+{
+	while (p->n_keep > WB_KEEP_IDLE) {
+		free(p->keep[--p->n_keep]);
+		p->used -= WB_SEG;
+	}
+	pthread_cond_broadcast(&p->cv_space);
+}
 
 static void *wb_main(void *arg)
 {
@@ -76,45 +102,45 @@ static void *wb_main(void *arg)
 	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), WB_NICE);
 	(void)pthread_setname_np(pthread_self(), "ckptfs-wb"); /* for top -H and perf; best effort */
 	for (;;) {
-		struct fly_job *j;
+		struct oinode *oi = NULL;
+		struct fly_job *j = NULL;
 
 		pthread_mutex_lock(&p->mu);
-		while (!p->head && !p->stopping)
+		while (!p->cut_head && !p->head && !p->stopping) {
+			if (p->active == 0 && p->n_keep > WB_KEEP_IDLE) {
+				struct timespec ts;
+
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_sec += WB_IDLE_TRIM_S;
+				if (pthread_cond_timedwait(&p->cv_work, &p->mu, &ts) == ETIMEDOUT &&
+				    p->active == 0 && !p->cut_head && !p->head)
+					trim_keep_locked(p);
+				continue;
+			}
 			pthread_cond_wait(&p->cv_work, &p->mu);
-		j = p->head;
-		if (!j) { /* stopping and nothing left (invariant 4) */
+		}
+		if ((oi = p->cut_head)) {
+			p->cut_head = oi->cut_qnext;
+			if (!p->cut_head)
+				p->cut_tail = NULL;
+		} else if ((j = p->head)) {
+			p->head = j->qnext;
+			if (!p->head)
+				p->tail = NULL;
+		} else { /* stopping and nothing left (invariant 4) */
 			pthread_mutex_unlock(&p->mu);
 			return NULL;
 		}
-		p->head = j->qnext;
-		if (!p->head)
-			p->tail = NULL;
 		pthread_mutex_unlock(&p->mu);
 
-		struct store_chunk_info info;
-		int rc = fs_chunk_put(p->fs, j->buf, j->len, &info);
-		size_t len = j->len;
-		struct oinode *oi = j->oi;
-
-		pthread_mutex_lock(&oi->fly_mu);
-		if (rc == 0)
-			j->info = info;
-		j->err = rc;
-		j->done = true;
-		uint8_t *buf = j->buf;
-
-		j->buf = NULL;
-		oi->fly_busy--;
-		pthread_cond_broadcast(&oi->fly_cv);
-		pthread_mutex_unlock(&oi->fly_mu); /* invariant 2: j and oi are off limits now */
+		if (oi)
+			oi_cut_run(p->fs, oi); /* oi is off limits once it returns */
+		else
+			oi_job_run(p->fs, j);  /* so is j */
 
 		pthread_mutex_lock(&p->mu);
-		if (p->n_keep < WB_KEEP_BUFS)
-			p->keep[p->n_keep++] = buf;
-		else
-			free(buf);
-		p->used -= len;
-		pthread_cond_broadcast(&p->cv_space);
+		if (--p->active == 0)
+			pthread_cond_broadcast(&p->cv_space);
 		pthread_mutex_unlock(&p->mu);
 	}
 }
@@ -133,6 +159,11 @@ int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads)
 		return -ENOMEM;
 	p->fs = fs;
 	p->budget = budget;
+	p->cap_keep = budget / WB_SEG + 1;
+	if (!(p->keep = calloc(p->cap_keep, sizeof(*p->keep)))) {
+		free(p);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv_work, NULL);
 	pthread_cond_init(&p->cv_space, NULL);
@@ -143,6 +174,7 @@ int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads)
 				pthread_cond_destroy(&p->cv_space);
 				pthread_cond_destroy(&p->cv_work);
 				pthread_mutex_destroy(&p->mu);
+				free(p->keep);
 				free(p);
 				return -rc;
 			}
@@ -169,38 +201,110 @@ void wb_stop(struct ckfs *fs)
 	fs->wb = NULL;
 	while (p->n_keep)
 		free(p->keep[--p->n_keep]);
+	free(p->keep);
 	pthread_cond_destroy(&p->cv_space);
 	pthread_cond_destroy(&p->cv_work);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
 
-uint8_t *wb_buf_get(struct wb_pool *p)
-{
-	uint8_t *b = NULL;
-
-	pthread_mutex_lock(&p->mu);
-	if (p->n_keep)
-		b = p->keep[--p->n_keep];
-	pthread_mutex_unlock(&p->mu);
-	return b ? b : malloc(STORE_CHUNK_MAX);
-}
-
 void wb_submit(struct wb_pool *p, struct fly_job *j)
 {
 	pthread_mutex_lock(&p->mu);
-	while (p->used > 0 && p->used + j->len > p->budget)
-		pthread_cond_wait(&p->cv_space, &p->mu);
-	p->used += j->len;
-	if (p->used > p->peak)
-		p->peak = p->used;
 	j->qnext = NULL;
 	if (p->tail)
 		p->tail->qnext = j;
 	else
 		p->head = j;
 	p->tail = j;
+	p->active++;
 	pthread_cond_signal(&p->cv_work);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void wb_cut_schedule(struct wb_pool *p, struct oinode *oi)
+{
+	pthread_mutex_lock(&p->mu);
+	oi->cut_qnext = NULL;
+	if (p->cut_tail)
+		p->cut_tail->cut_qnext = oi;
+	else
+		p->cut_head = oi;
+	p->cut_tail = oi;
+	p->active++;
+	pthread_cond_signal(&p->cv_work);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void charge_locked(struct wb_pool *p, size_t n)
+{
+	p->used += n;
+	if (p->used > p->peak)
+		p->peak = p->used;
+}
+
+void wb_reserve(struct wb_pool *p, size_t n)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	while (p->used > 0 && p->used + n > p->budget && (p->n_keep || p->active > 0)) {
+		if (p->n_keep) { /* a kept buffer is memory nobody writes: give it back first */
+			free(p->keep[--p->n_keep]);
+			p->used -= WB_SEG;
+			continue;
+		}
+		pthread_cond_wait(&p->cv_space, &p->mu);
+	}
+	charge_locked(p, n);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void wb_charge(struct wb_pool *p, size_t n)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	charge_locked(p, n);
+	pthread_mutex_unlock(&p->mu);
+}
+
+uint8_t *wb_seg_get(struct wb_pool *p)
+{
+	uint8_t *buf = NULL;
+
+	if (!p)
+		return NULL;
+	pthread_mutex_lock(&p->mu);
+	if (p->n_keep)
+		buf = p->keep[--p->n_keep]; /* stays counted in used: the new segment's resident */
+	pthread_mutex_unlock(&p->mu);
+	return buf;
+}
+
+void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident)
+{
+	if (p && cap == WB_SEG && resident == WB_SEG) {
+		pthread_mutex_lock(&p->mu);
+		if (p->n_keep < p->cap_keep && !p->stopping) {
+			p->keep[p->n_keep++] = buf; /* stays counted (invariant 1) */
+			buf = NULL;
+		}
+		pthread_mutex_unlock(&p->mu);
+	}
+	if (buf) {
+		free(buf);
+		wb_release(p, resident);
+	}
+}
+
+void wb_release(struct wb_pool *p, size_t n)
+{
+	if (!p || n == 0)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->used -= n < p->used ? n : p->used;
+	pthread_cond_broadcast(&p->cv_space);
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -214,7 +318,7 @@ void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t 
 	}
 	pthread_mutex_lock(&p->mu);
 	*ret_budget = p->budget;
-	*ret_used = p->used;
+	*ret_used = p->used - p->n_keep * WB_SEG; /* the kept buffers hold no data */
 	*ret_peak = p->peak;
 	*ret_threads = p->nthreads;
 	pthread_mutex_unlock(&p->mu);
