@@ -114,8 +114,10 @@ struct seg {
 
 /*
  * One chunk cut from a file being written, on its way to the store through the write-back pool
- * (wb.c). off/len/oi/seg are set by the cutter and then fixed; buf, done, err and info change
- * under oi->fly_mu (wb.c invariant 2). Owned by the oinode's in-flight list; freed at harvest.
+ * (wb.c). off/len/oi/seg are set by the cutter and then fixed; buf, seg, done, err and info
+ * change under oi->fly_mu, and the worker that sets done never touches the job or its oinode
+ * after releasing fly_mu (the file may be freed as soon as fly_busy reaches 0). Owned by the
+ * oinode's in-flight list; freed at harvest.
  */
 struct fly_job {
 	struct fly_job *next;   /* the file's in-flight list, in file order (oinode.fly_mu) */
@@ -377,7 +379,7 @@ struct oi_readv {
  * oi_read_iov - oi_read without copying what the chunk cache holds: read up to len bytes at off
  * as segments rv->iov[0..rv->n) (at most OI_READV_MAX), each either in place in a cached chunk
  * (held: store_chunk_hold) or in scratch (len bytes, caller's), where the bytes that are not in
- * a stored chunk (the tail, in-flight chunks, zeros, a staging file) and any past the segment
+ * a stored chunk (bytes not yet cut, in-flight chunks, zeros, a staging file) and any past the segment
  * limit are copied, at their offset from off. Returns what oi_read returns; rv is then valid
  * (rv->n == 0 for 0 bytes or an error) and the caller must call oi_readv_release after it has
  * used the segments, on success or not. The segments stay valid after the read lock is gone.

@@ -271,7 +271,7 @@ static void fly_drain(struct ckfs *fs, struct oinode *oi);
 
 /*
  * Stream mode, a write at off below data_end: when every byte from off to data_end is a zero
- * kept in trailing zero chunks and the tail, drop them, so that the write is an append. This is
+ * kept in trailing zero chunks and the chunk being cut, drop them, so that the write is an append. This is
  * trim_zero_tail's case for a file whose state stayed in memory between its layout and its
  * writes (the committer still held it when fio reopened it). Content is unchanged: bytes past
  * data_end read as zeros (invariant 1). Caller holds the write lock.
@@ -442,20 +442,21 @@ static void fly_harvest(struct ckfs *fs, struct oinode *oi)
 static void cut_loop(struct ckfs *fs, struct oinode *oi);
 
 /*
- * Start oi's cutter if it is idle and at least CUT_KICK bytes (force: one) wait for it: queued
- * in the pool, or run here when there is no pool. Caller holds the write lock, not fly_mu.
+ * Start oi's cutter if it is idle and at least min_bytes (>= 1) wait for it: queued in the
+ * pool, or run on this thread when inline or there is no pool. Caller holds the write lock, not
+ * fly_mu.
  */
-static void cut_kick(struct ckfs *fs, struct oinode *oi, bool force)
+static void cut_kick(struct ckfs *fs, struct oinode *oi, uint64_t min_bytes, bool inline_cut)
 {
-	bool go;
+	bool go, queue = fs->wb && !inline_cut;
 
 	pthread_mutex_lock(&oi->fly_mu);
 	go = oi->cut_state == CUT_IDLE && !oi->cut_err &&
-	     oi->data_end - oi->cut_start - oi->cdc.len >= (force ? 1 : CUT_KICK);
+	     oi->data_end - oi->cut_start - oi->cdc.len >= min_bytes;
 	if (go)
-		oi->cut_state = fs->wb ? CUT_QUEUED : CUT_RUNNING;
+		oi->cut_state = queue ? CUT_QUEUED : CUT_RUNNING;
 	pthread_mutex_unlock(&oi->fly_mu);
-	if (go && fs->wb)
+	if (go && queue)
 		wb_cut_schedule(fs->wb, oi);
 	else if (go)
 		cut_loop(fs, oi);
@@ -467,18 +468,13 @@ static void cut_kick(struct ckfs *fs, struct oinode *oi, bool force)
  */
 static void fly_drain(struct ckfs *fs, struct oinode *oi)
 {
-	bool go;
-
 	pthread_mutex_lock(&oi->fly_mu);
 	while (oi->cut_state != CUT_IDLE)
 		pthread_cond_wait(&oi->fly_cv, &oi->fly_mu);
-	/* cut the rest here rather than hand it to the pool: this thread would only wait */
-	go = !oi->cut_err && oi->data_end > oi->cut_start + oi->cdc.len;
-	if (go)
-		oi->cut_state = CUT_RUNNING;
 	pthread_mutex_unlock(&oi->fly_mu);
-	if (go)
-		cut_loop(fs, oi);
+	/* cut the rest here rather than hand it to the pool: this thread would only wait (only a
+	 * writer, and this thread holds the write lock, can start the cutter meanwhile) */
+	cut_kick(fs, oi, 1, true);
 	pthread_mutex_lock(&oi->fly_mu);
 	while (oi->fly_busy)
 		pthread_cond_wait(&oi->fly_cv, &oi->fly_mu);
@@ -602,7 +598,7 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j)
 	j->seg = NULL;
 	oi->fly_busy--;
 	pthread_cond_broadcast(&oi->fly_cv);
-	pthread_mutex_unlock(&oi->fly_mu); /* j and oi are off limits now (wb.c invariant 2) */
+	pthread_mutex_unlock(&oi->fly_mu); /* j and oi are off limits now (struct fly_job) */
 	seg_put(fs, sg);
 }
 
@@ -763,7 +759,7 @@ static int stream_append(struct ckfs *fs, struct oinode *oi, const uint8_t *buf,
 		len -= n;
 		if (buf)
 			buf += n;
-		cut_kick(fs, oi, !fs->wb);
+		cut_kick(fs, oi, fs->wb ? CUT_KICK : 1, false);
 	}
 	return 0;
 }
