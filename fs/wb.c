@@ -24,8 +24,10 @@
  *      queued; any worker may finish any job, so files harvest their jobs in file order and
  *      stop at the first one not yet done.
  *   4. wb_stop runs every cutter and job already queued before the workers exit.
- *   5. keep[0..n_keep) are WB_SEG-byte buffers whose pages are all resident; once the pool has
- *      been idle (active == 0) for WB_IDLE_TRIM_S, all but WB_KEEP_IDLE of them are freed.
+ *   5. keep[0..n_keep) are WB_SEG-byte buffers no segment uses, all of whose pages were touched;
+ *      keep[0..n_lazy) of them have been handed to the kernel with MADV_FREE (it may reclaim
+ *      their pages under memory pressure; a write takes a page back), keep[n_lazy..n_keep) not
+ *      yet. Once the pool has been idle (active == 0) for WB_IDLE_LAZY_S, n_lazy = n_keep.
  *
  * Lock order: oinode.lock -> pool.mu (wb_reserve is called with the file's write lock held);
  * pool.mu is a leaf, never taken with a file's fly_mu held. A cutter or job never takes an
@@ -33,6 +35,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <stdio.h>
@@ -55,17 +58,20 @@
 #define WB_NICE 10
 
 /*
- * Segment buffers kept when the pool goes idle, WB_SEG bytes each (invariant 5): a fresh
- * buffer is a fresh mapping (mmap threshold 128 KiB, daemon.c) whose pages fault while the
- * writer copies into it, and the kernel zeroes each one (clear_page_erms was 16% of the daemon's
- * samples in a 1 GiB torch.save without reuse). While the pool is busy, every fully touched
- * buffer is kept (within the budget, invariant 1); after a second idle, 8 (32 MiB) stay, for the
- * next save's first segments and the small files written between saves. (Trimming at once when
- * the pool caught up with the writer, which it does many times in a save, left most segments
- * fresh: 281k page faults in a 1 GiB torch.save, about one per page.)
+ * Segment buffers are kept between saves (invariant 5): a fresh buffer is a fresh mapping (mmap
+ * threshold 128 KiB, daemon.c) whose pages the kernel must fault in and zero while the writer
+ * copies into it (clear_page_erms and exc_page_fault were 13% of the daemon's samples in a
+ * 1 GiB torch.save, on the FUSE threads, when buffers were trimmed to 8 after each save). Every
+ * fully touched buffer is kept, within the budget (invariant 1), so the next save of the same
+ * size writes into pages already mapped. Kept memory must not be memory the machine cannot get
+ * back, so after WB_IDLE_LAZY_S of idleness the kept buffers are given to the kernel with
+ * MADV_FREE (Linux 4.5): under memory pressure it reclaims their pages instead of swapping
+ * anything; otherwise they stay mapped, and the next write into one only sets its dirty bit
+ * (madvise(2); jemalloc's default purge works the same way). Trimming to 8 at once when the
+ * pool caught up with the writer, which it does many times in a save, left most segments fresh:
+ * 281k page faults in a 1 GiB torch.save, about one per page.
  */
-#define WB_KEEP_IDLE 8
-#define WB_IDLE_TRIM_S 1
+#define WB_IDLE_LAZY_S 1
 
 struct wb_pool {
 	struct ckfs *fs;
@@ -78,20 +84,41 @@ struct wb_pool {
 	size_t peak;            /* highest used seen, bytes */
 	unsigned active;        /* invariant 2 */
 	uint8_t **keep;         /* invariant 5; room for budget / WB_SEG + 1 */
-	size_t n_keep, cap_keep;
+	size_t n_keep, n_lazy, cap_keep;
 	bool stopping;
 	unsigned nthreads;
 	pthread_t threads[WB_MAX_THREADS];
 };
 
-/* Free the kept buffers but WB_KEEP_IDLE (invariant 5). Pool lock held: a few munmaps. */
-static void trim_keep_locked(struct wb_pool *p)
+/*
+ * MADV_FREE the kept buffers not yet given to the kernel (invariant 5). Pool lock held, so no
+ * writer can take one of them meanwhile: a write into a page racing with MADV_FREE could be
+ * dropped with it. The pool is idle; this is a page-table walk over at most the budget (measured
+ * in the commit that added it). Best effort: a kernel without MADV_FREE (EINVAL) keeps them as
+ * they are. The malloc'd buffer's first partial page holds malloc's header and is left alone.
+ */
+static void lazy_keep_locked(struct wb_pool *p)
 {
-	while (p->n_keep > WB_KEEP_IDLE) {
-		free(p->keep[--p->n_keep]);
-		p->used -= WB_SEG;
+	long psz = sysconf(_SC_PAGESIZE);
+	uintptr_t mask = psz > 0 ? (uintptr_t)psz - 1 : 4095;
+
+	for (; p->n_lazy < p->n_keep; p->n_lazy++) {
+		uintptr_t b = (uintptr_t)p->keep[p->n_lazy];
+		uintptr_t start = (b + mask) & ~mask, end = (b + WB_SEG) & ~mask;
+
+		if (end > start)
+			(void)madvise((void *)start, end - start, MADV_FREE);
 	}
-	pthread_cond_broadcast(&p->cv_space);
+}
+
+/* Take the top kept buffer (n_keep > 0). Pool lock held. */
+static uint8_t *pop_keep_locked(struct wb_pool *p)
+{
+	uint8_t *buf = p->keep[--p->n_keep];
+
+	if (p->n_lazy > p->n_keep)
+		p->n_lazy = p->n_keep;
+	return buf;
 }
 
 static void *wb_main(void *arg)
@@ -107,14 +134,14 @@ static void *wb_main(void *arg)
 
 		pthread_mutex_lock(&p->mu);
 		while (!p->cut_head && !p->head && !p->stopping) {
-			if (p->active == 0 && p->n_keep > WB_KEEP_IDLE) {
+			if (p->active == 0 && p->n_lazy < p->n_keep) {
 				struct timespec ts;
 
 				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_sec += WB_IDLE_TRIM_S;
+				ts.tv_sec += WB_IDLE_LAZY_S;
 				if (pthread_cond_timedwait(&p->cv_work, &p->mu, &ts) == ETIMEDOUT &&
 				    p->active == 0 && !p->cut_head && !p->head)
-					trim_keep_locked(p);
+					lazy_keep_locked(p);
 				continue;
 			}
 			pthread_cond_wait(&p->cv_work, &p->mu);
@@ -200,7 +227,7 @@ void wb_stop(struct ckfs *fs)
 		pthread_join(p->threads[i], NULL);
 	fs->wb = NULL;
 	while (p->n_keep)
-		free(p->keep[--p->n_keep]);
+		free(pop_keep_locked(p)); /* the workers are gone: nobody else holds p */
 	free(p->keep);
 	pthread_cond_destroy(&p->cv_space);
 	pthread_cond_destroy(&p->cv_work);
@@ -250,7 +277,7 @@ void wb_reserve(struct wb_pool *p, size_t n)
 	pthread_mutex_lock(&p->mu);
 	while (p->used > 0 && p->used + n > p->budget && (p->n_keep || p->active > 0)) {
 		if (p->n_keep) { /* a kept buffer is memory nobody writes: give it back first */
-			free(p->keep[--p->n_keep]);
+			free(pop_keep_locked(p));
 			p->used -= WB_SEG;
 			continue;
 		}
@@ -277,7 +304,7 @@ uint8_t *wb_seg_get(struct wb_pool *p)
 		return NULL;
 	pthread_mutex_lock(&p->mu);
 	if (p->n_keep)
-		buf = p->keep[--p->n_keep]; /* stays counted in used: the new segment's resident */
+		buf = pop_keep_locked(p); /* stays counted in used: the new segment's resident */
 	pthread_mutex_unlock(&p->mu);
 	return buf;
 }
