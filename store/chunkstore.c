@@ -171,7 +171,7 @@ static int hdr_decode(const uint8_t in[STORE_HDR_LEN], struct chunk_hdr *ret)
 	h.raw_size = get_le32(in + 8);
 	h.payload_size = get_le32(in + 12);
 	memcpy(h.hash.b, in + 16, STORE_HASH_LEN);
-	if (h.codec > STORE_CODEC_ZSTD_BG4 || h.raw_size > STORE_CHUNK_MAX)
+	if (h.codec > STORE_CODEC_MAX || h.raw_size > STORE_CHUNK_MAX)
 		return -EIO;
 	if (h.codec == STORE_CODEC_RAW ? h.payload_size != h.raw_size
 				       : h.payload_size > store_payload_bound(h.raw_size))

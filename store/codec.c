@@ -1,5 +1,7 @@
 /*
- * codec.c — payload codecs of chunk files: RAW, zstd, and zstd after 2-/4-byte byte-grouping.
+ * codec.c — payload codecs of chunk files: RAW, zstd, and 2-/4-byte byte-grouping, each byte
+ * plane stored raw or as its own zstd frame (PLANES2/4, what new chunks of float data get) or
+ * all planes in one zstd frame (ZSTD_BG2/4, what chunks written before got; still decoded).
  *
  * Byte-grouping (the "byte plane" split of ZipNN, arXiv 2411.05239): the raw bytes are read as
  * n = len / w words of w bytes and written as w planes of n bytes, plane p holding byte p of every
@@ -12,15 +14,27 @@
  *      are exactly raw_size long; zstd payloads are exactly one frame that fills payload_len and
  *      declares raw_size as its content size. Anything else is -EIO, never a crash.
  *   2. store_encode returns a non-RAW codec only when the payload is at most 97% of len.
- *      Every zstd frame carries its content size and an XXH64 checksum of its content (4 bytes),
- *      so a garbled payload fails in zstd rather than only at the caller's digest check;
- *      store_decode_digested, for a caller that does that check, skips this one.
+ *      Every zstd frame carries its content size. A ZSTD or ZSTD_BG2/4 frame also carries an
+ *      XXH64 checksum of its content (4 bytes), so a garbled payload fails in zstd rather than
+ *      only at the caller's digest check; store_decode_digested, for a caller that does that
+ *      check, skips this one. A PLANES payload has no checksum of its own (invariant 5): its
+ *      integrity is the chunk's XXH3-128 digest, which the chunk store checks on every read
+ *      (store.h invariant 2), as it does for RAW.
  *   3. Each thread owns one struct codec_tls (zstd contexts and scratch buffers), created on first
  *      use and freed by the pthread key destructor when the thread exits; nothing is shared, so
  *      there is no lock.
  *   4. In a byte-grouped frame no zstd block holds bytes of two planes: each block gets its own
  *      entropy tables, which is where the gain of grouping comes from (zstd blocks are up to
  *      128 KiB, so without this a 16 KiB sample or a small chunk would show no gain at all).
+ *   5. A PLANES payload of raw_size bytes in w planes of n = raw_size / w bytes is: w stored
+ *      lengths (u32 little-endian, plane 0 first), then each plane's bytes in order, then the
+ *      raw_size % w tail bytes unchanged. A stored length of n means the plane is stored raw; one
+ *      below n means a zstd frame (content size n, no checksum) that long; above n is malformed.
+ *      The encoder compresses only the planes whose sample shrank (a mantissa plane of float
+ *      data does not), so zstd never spends a histogram, a literal copy and a checksum on a
+ *      plane it would store raw: on 1 MiB bf16 chunks (/tmp/zb/pl.c of the session notes) one
+ *      frame of both planes encoded at 1145-1185 MB/s, without its checksum 1264-1277 MB/s, the
+ *      exponent plane alone (the other copied) 1455-1474 MB/s, same ratio 0.6697.
  */
 #include <assert.h>
 #include <errno.h>
@@ -59,6 +73,9 @@
 
 /* Byte-grouping must beat plain zstd on the sample by 1/64 to be worth its transposition. */
 #define BG_MARGIN_SHIFT 6
+
+/* A PLANES payload's header, bytes: one u32 stored length per plane (invariant 5). */
+#define PLANES_HDR(w) (4u * (w))
 
 /*
  * Byte planes at the default level (1) are entropy-coded rather than LZ-compressed: zstd's fast
@@ -292,31 +309,51 @@ static unsigned codec_width(uint8_t codec)
 {
 	switch (codec) {
 	case STORE_CODEC_ZSTD_BG2:
+	case STORE_CODEC_PLANES2:
 		return 2;
 	case STORE_CODEC_ZSTD_BG4:
+	case STORE_CODEC_PLANES4:
 		return 4;
 	default:
 		return 0;
 	}
 }
 
+static bool codec_is_planes(uint8_t codec)
+{
+	return codec == STORE_CODEC_PLANES2 || codec == STORE_CODEC_PLANES4;
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
 /*
- * Compress len bytes at src into dst (cap bytes) as one zstd frame with its content size and an
- * XXH64 content checksum (so store_decode rejects a garbled payload itself, invariant 1).
+ * Compress len bytes at src into dst (cap bytes) as one zstd frame with its content size.
  * When w > 0, src holds w byte planes of len / w bytes (then the tail): the frame is flushed at
- * each plane's end so that no zstd block straddles two planes (invariant 4), and at level 1 the
- * planes are entropy-coded only (BG_ENTROPY_LEVEL).
+ * each plane's end so that no zstd block straddles two planes (invariant 4). When plane, src is
+ * one byte plane of a PLANES payload. Byte planes at level 1 are entropy-coded only
+ * (BG_ENTROPY_LEVEL). Every frame but a plane's carries an XXH64 content checksum (invariant 2).
  * Returns the frame size, 0 when it does not fit in cap, or -EIO.
  */
 static ssize_t zstd_frame(struct codec_tls *t, void *dst, size_t cap, const void *src, size_t len,
-			  unsigned w, int level)
+			  unsigned w, int level, bool plane)
 {
 	ZSTD_outBuffer out = { dst, cap, 0 };
-	size_t plane = w ? len / w : 0;
+	size_t plane_len = w ? len / w : 0;
 	unsigned p;
 	size_t r;
 
-	bool entropy = w && level <= 1;
+	bool entropy = (w || plane) && level <= 1;
 
 	r = ZSTD_CCtx_reset(t->cctx, ZSTD_reset_session_only);
 	if (!ZSTD_isError(r))
@@ -327,7 +364,7 @@ static ssize_t zstd_frame(struct codec_tls *t, void *dst, size_t cap, const void
 		r = ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_literalCompressionMode,
 					   entropy ? ZSTD_ps_enable : ZSTD_ps_auto);
 	if (!ZSTD_isError(r))
-		r = ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_checksumFlag, 1);
+		r = ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_checksumFlag, !plane);
 	if (!ZSTD_isError(r) && !w)
 		r = ZSTD_compress2(t->cctx, dst, cap, src, len);
 	if (!ZSTD_isError(r) && w)
@@ -337,8 +374,8 @@ static ssize_t zstd_frame(struct codec_tls *t, void *dst, size_t cap, const void
 		ZSTD_EndDirective mode = p < w ? ZSTD_e_flush : ZSTD_e_end;
 		ZSTD_inBuffer in;
 
-		in.src = (const uint8_t *)src + p * plane;
-		in.size = p < w ? plane : len - w * plane;
+		in.src = (const uint8_t *)src + p * plane_len;
+		in.size = p < w ? plane_len : len - w * plane_len;
 		in.pos = 0;
 
 		do {
@@ -362,12 +399,55 @@ static ssize_t zstd_frame(struct codec_tls *t, void *dst, size_t cap, const void
 }
 
 /*
- * Trial-compress a sample of raw with each zstd codec and return the best one, or RAW when even
- * the best does not shrink the sample by 1/2^SAMPLE_GIVE_UP_SHIFT. Returns a codec or -EIO.
+ * Encode w byte planes of n = len / w bytes at src (then the tail) as a PLANES payload
+ * (invariant 5) into dst (cap bytes): plane p as a zstd frame when bit p of mask is set and the
+ * frame comes out shorter than the plane, else raw. Returns the payload size, 0 when it does
+ * not fit in cap, or -EIO.
  */
-static int choose_codec(struct codec_tls *t, const uint8_t *raw, size_t len, int level)
+static ssize_t planes_payload(struct codec_tls *t, uint8_t *dst, size_t cap, const uint8_t *src,
+			      size_t len, unsigned w, int level, unsigned mask)
 {
-	static const uint8_t bg[] = { STORE_CODEC_ZSTD_BG2, STORE_CODEC_ZSTD_BG4 };
+	size_t n = len / w, tail = len - w * n, pos = PLANES_HDR(w);
+
+	if (cap < pos)
+		return 0;
+	for (unsigned p = 0; p < w; p++) {
+		const uint8_t *plane = src + p * n;
+		size_t stored = n;
+
+		if ((mask >> p & 1) && n > 1 && cap > pos) {
+			/* a frame must be shorter than the plane: a stored length of n means raw */
+			size_t fcap = cap - pos < n - 1 ? cap - pos : n - 1;
+			ssize_t r = zstd_frame(t, dst + pos, fcap, plane, n, 0, level, true);
+
+			if (r < 0)
+				return r;
+			if (r > 0)
+				stored = (size_t)r;
+		}
+		if (stored == n) {
+			if (cap - pos < n)
+				return 0;
+			memcpy(dst + pos, plane, n);
+		}
+		put_le32(dst + 4 * p, (uint32_t)stored);
+		pos += stored;
+	}
+	if (cap - pos < tail)
+		return 0;
+	memcpy(dst + pos, src + w * n, tail);
+	return (ssize_t)(pos + tail);
+}
+
+/*
+ * Trial-compress a sample of raw plainly and as byte planes of 2 and 4 bytes and return the
+ * best codec (PLANES2/4 with *ret_mask, the planes worth compressing), or RAW when even the
+ * best does not shrink the sample by 1/2^SAMPLE_GIVE_UP_SHIFT. Returns a codec or -EIO.
+ */
+static int choose_codec(struct codec_tls *t, const uint8_t *raw, size_t len, int level,
+			unsigned *ret_mask)
+{
+	static const uint8_t planes[] = { STORE_CODEC_PLANES2, STORE_CODEC_PLANES4 };
 	size_t cap = ZSTD_compressBound(SAMPLE_LEN);
 	const uint8_t *s = raw;
 	size_t slen = len;
@@ -375,24 +455,38 @@ static int choose_codec(struct codec_tls *t, const uint8_t *raw, size_t len, int
 	int best = STORE_CODEC_ZSTD;
 	size_t i;
 
+	*ret_mask = 0;
 	if (len > SAMPLE_LEN) {
 		/* 4-aligned so the sample's words are the chunk's words. */
 		s = raw + (((len - SAMPLE_LEN) / 2) & ~(size_t)3);
 		slen = SAMPLE_LEN;
 	}
-	best_len = zstd_frame(t, t->sample_dst, cap, s, slen, 0, level);
+	best_len = zstd_frame(t, t->sample_dst, cap, s, slen, 0, level, false);
 	if (best_len <= 0)
 		return -EIO; /* cap is the bound: 0 cannot happen */
-	for (i = 0; i < sizeof(bg); i++) {
-		bg_split(s, slen, codec_width(bg[i]), t->sample_planes);
-		r = zstd_frame(t, t->sample_dst, cap, t->sample_planes, slen, codec_width(bg[i]),
-			       level);
-		if (r <= 0)
-			return -EIO;
-		if (best == STORE_CODEC_ZSTD ? r < best_len - (best_len >> BG_MARGIN_SHIFT)
-					     : r < best_len) {
-			best = bg[i];
-			best_len = r;
+	for (i = 0; i < sizeof(planes); i++) {
+		unsigned w = codec_width(planes[i]), mask = 0;
+		size_t n = slen / w;
+		ssize_t total = (ssize_t)(PLANES_HDR(w) + slen - w * n);
+
+		bg_split(s, slen, w, t->sample_planes);
+		for (unsigned p = 0; p < w; p++) {
+			r = zstd_frame(t, t->sample_dst, cap, t->sample_planes + p * n, n, 0, level,
+				       true);
+			if (r <= 0 && n > 0)
+				return -EIO;
+			if (n > 0 && (size_t)r < n - (n >> SAMPLE_GIVE_UP_SHIFT)) {
+				mask |= 1u << p;
+				total += r;
+			} else {
+				total += (ssize_t)n;
+			}
+		}
+		if (best == STORE_CODEC_ZSTD ? total < best_len - (best_len >> BG_MARGIN_SHIFT)
+					     : total < best_len) {
+			best = planes[i];
+			best_len = total;
+			*ret_mask = mask;
 		}
 	}
 	if ((size_t)best_len >= slen - (slen >> SAMPLE_GIVE_UP_SHIFT))
@@ -402,12 +496,13 @@ static int choose_codec(struct codec_tls *t, const uint8_t *raw, size_t len, int
 
 /*
  * Encode raw with codec into a new buffer of at most cap bytes (cap >= len for RAW); with tls,
- * into this thread's t->out instead (a RAW payload is then raw itself, not copied).
+ * into this thread's t->out instead (a RAW payload is then raw itself, not copied). For a PLANES
+ * codec, mask says which planes to try compressing (invariant 5).
  * Returns 0 with *ret_buf (owned unless tls) and *ret_len set, 1 when the payload would exceed
  * cap, -EINVAL (unknown codec), -ENOMEM or -EIO.
  */
 static int encode_with(uint8_t codec, const void *raw, size_t len, int level, size_t cap,
-		       bool tls, void **ret_buf, size_t *ret_len)
+		       bool tls, unsigned mask, void **ret_buf, size_t *ret_len)
 {
 	struct codec_tls *t;
 	const void *src = raw;
@@ -416,7 +511,7 @@ static int encode_with(uint8_t codec, const void *raw, size_t len, int level, si
 	ssize_t r;
 	int err = 0;
 
-	if (codec > STORE_CODEC_ZSTD_BG4)
+	if (codec > STORE_CODEC_MAX)
 		return -EINVAL;
 	if (codec == STORE_CODEC_RAW && tls) {
 		assert(cap >= len);
@@ -458,7 +553,10 @@ static int encode_with(uint8_t codec, const void *raw, size_t len, int level, si
 	} else if (!(out = malloc(cap ? cap : 1))) {
 		return -ENOMEM;
 	}
-	r = zstd_frame(t, out, cap, src, len, w, level);
+	if (codec_is_planes(codec))
+		r = planes_payload(t, out, cap, src, len, w, level, mask);
+	else
+		r = zstd_frame(t, out, cap, src, len, w, level, false);
 	if (r <= 0) {
 		if (!tls)
 			free(out);
@@ -471,7 +569,8 @@ static int encode_with(uint8_t codec, const void *raw, size_t len, int level, si
 
 size_t store_payload_bound(size_t raw_len)
 {
-	/* The flushes of a byte-grouped frame add up to 4 block headers of 3 bytes (invariant 4). */
+	/* The flushes of a byte-grouped frame add up to 4 block headers of 3 bytes (invariant 4);
+	 * a PLANES payload is at most raw_len + PLANES_HDR(4) (invariant 5). */
 	return ZSTD_compressBound(raw_len) + 64;
 }
 
@@ -482,8 +581,8 @@ int store_encode_as(uint8_t codec, const void *raw, size_t len, int level, void 
 
 	if (level < 1)
 		level = 1;
-	/* cap is enough for anything: 1 cannot come back. */
-	return encode_with(codec, raw, len, level, cap, false, ret_buf, ret_len);
+	/* cap is enough for anything: 1 cannot come back. Every plane is tried. */
+	return encode_with(codec, raw, len, level, cap, false, 0xf, ret_buf, ret_len);
 }
 
 static int encode(const void *raw, size_t len, int level, bool tls, void **ret_buf,
@@ -493,6 +592,7 @@ static int encode(const void *raw, size_t len, int level, bool tls, void **ret_b
 	/* Largest payload that is at least 3% smaller than len (invariant 2). */
 	size_t cap = len / 100 * 97 + len % 100 * 97 / 100;
 	int codec = STORE_CODEC_RAW;
+	unsigned mask = 0;
 	int err;
 
 	if (level < 1)
@@ -501,12 +601,12 @@ static int encode(const void *raw, size_t len, int level, bool tls, void **ret_b
 		t = tls_get();
 		if (!t)
 			return -ENOMEM;
-		codec = choose_codec(t, raw, len, level);
+		codec = choose_codec(t, raw, len, level, &mask);
 		if (codec < 0)
 			return codec;
 	}
 	if (codec != STORE_CODEC_RAW) {
-		err = encode_with((uint8_t)codec, raw, len, level, cap, tls, ret_buf, ret_len);
+		err = encode_with((uint8_t)codec, raw, len, level, cap, tls, mask, ret_buf, ret_len);
 		if (err <= 0) {
 			if (!err)
 				*ret_codec = (uint8_t)codec;
@@ -514,7 +614,7 @@ static int encode(const void *raw, size_t len, int level, bool tls, void **ret_b
 		}
 		codec = STORE_CODEC_RAW; /* did not shrink by 3% */
 	}
-	err = encode_with(STORE_CODEC_RAW, raw, len, level, len, tls, ret_buf, ret_len);
+	err = encode_with(STORE_CODEC_RAW, raw, len, level, len, tls, 0, ret_buf, ret_len);
 	if (!err)
 		*ret_codec = STORE_CODEC_RAW;
 	return err;
@@ -563,6 +663,43 @@ static int zstd_decode_exact(struct codec_tls *t, const void *payload, size_t pa
 	return 0;
 }
 
+/*
+ * Decode a PLANES payload (invariant 5) of raw_size bytes in w planes into t->scratch as planes
+ * (then the tail), ready for bg_join. Returns 0, -EIO (malformed) or -ENOMEM.
+ */
+static int planes_decode(struct codec_tls *t, const uint8_t *payload, size_t payload_len,
+			 size_t raw_size, unsigned w)
+{
+	size_t n = raw_size / w, tail = raw_size - w * n, pos = PLANES_HDR(w);
+	size_t stored[4];
+	int err;
+
+	if (payload_len < pos)
+		return -EIO;
+	for (unsigned p = 0; p < w; p++) {
+		stored[p] = get_le32(payload + 4 * p);
+		if (stored[p] > n || stored[p] > payload_len - pos)
+			return -EIO;
+		pos += stored[p];
+	}
+	if (payload_len - pos != tail)
+		return -EIO;
+	err = tls_scratch(t, raw_size);
+	if (err)
+		return err;
+	pos = PLANES_HDR(w);
+	for (unsigned p = 0; p < w; p++) {
+		if (stored[p] == n)
+			memcpy(t->scratch + p * n, payload + pos, n);
+		else if ((err = zstd_decode_exact(t, payload + pos, stored[p], t->scratch + p * n, n,
+						  false)))
+			return err;
+		pos += stored[p];
+	}
+	memcpy(t->scratch + w * n, payload + pos, tail);
+	return 0;
+}
+
 static int decode(uint8_t codec, const void *payload, size_t payload_len, void *out,
 		  size_t raw_size, bool check_sum)
 {
@@ -580,6 +717,8 @@ static int decode(uint8_t codec, const void *payload, size_t payload_len, void *
 	case STORE_CODEC_ZSTD:
 	case STORE_CODEC_ZSTD_BG2:
 	case STORE_CODEC_ZSTD_BG4:
+	case STORE_CODEC_PLANES2:
+	case STORE_CODEC_PLANES4:
 		break;
 	default:
 		return -EINVAL;
@@ -589,10 +728,14 @@ static int decode(uint8_t codec, const void *payload, size_t payload_len, void *
 		return -ENOMEM;
 	if (!w)
 		return zstd_decode_exact(t, payload, payload_len, out, raw_size, check_sum);
-	err = tls_scratch(t, raw_size);
-	if (err)
-		return err;
-	err = zstd_decode_exact(t, payload, payload_len, t->scratch, raw_size, check_sum);
+	if (codec_is_planes(codec)) {
+		err = planes_decode(t, payload, payload_len, raw_size, w);
+	} else {
+		err = tls_scratch(t, raw_size);
+		if (!err)
+			err = zstd_decode_exact(t, payload, payload_len, t->scratch, raw_size,
+						check_sum);
+	}
 	if (err)
 		return err;
 	bg_join(t->scratch, raw_size, w, out);

@@ -58,7 +58,12 @@ enum store_codec {
 	STORE_CODEC_ZSTD = 1,     /* zstd frame of the raw bytes */
 	STORE_CODEC_ZSTD_BG2 = 2, /* zstd frame of the raw bytes split into 2 byte planes */
 	STORE_CODEC_ZSTD_BG4 = 3, /* zstd frame of the raw bytes split into 4 byte planes */
+	STORE_CODEC_PLANES2 = 4,  /* 2 byte planes, each raw or its own zstd frame (codec.c) */
+	STORE_CODEC_PLANES4 = 5,  /* 4 byte planes, each raw or its own zstd frame (codec.c) */
 };
+
+/* The highest enum store_codec value; a chunk header naming a higher one is malformed. */
+#define STORE_CODEC_MAX STORE_CODEC_PLANES4
 
 struct store;
 

@@ -173,6 +173,10 @@ static const char *codec_name(uint8_t codec)
 		return "zstd+bg2";
 	case STORE_CODEC_ZSTD_BG4:
 		return "zstd+bg4";
+	case STORE_CODEC_PLANES2:
+		return "planes2";
+	case STORE_CODEC_PLANES4:
+		return "planes4";
 	default:
 		return "unknown";
 	}
