@@ -99,8 +99,9 @@ struct seg {
 	size_t len;             /* bytes written, charged to the budget; only the writer (holding
 				   oinode.lock for writing) grows it, under fly_mu */
 	size_t cap;             /* bytes */
-	size_t resident;        /* bytes of buf charged to the budget: len for a fresh buffer, cap
-				   for one reused from the pool (wb_seg_get); as len */
+	size_t resident;        /* bytes of buf charged to the budget: len for a fresh segment
+				   buffer, cap for one reused from the pool (wb_seg_get) and for
+				   a spanning chunk's copy */
 	_Atomic unsigned refs;  /* the list's + one per job whose buf points into buf */
 	uint8_t *buf;
 };
@@ -282,14 +283,15 @@ void wb_reserve(struct wb_pool *p, size_t n);
 void wb_charge(struct wb_pool *p, size_t n);
 void wb_release(struct wb_pool *p, size_t n);
 /*
- * wb_seg_get - a WB_SEG-byte buffer kept from a freed segment, all its pages resident and
- * already counted in the budget (so the segment's resident is WB_SEG), or NULL (none kept, or
- * NULL p: malloc a fresh one). The caller owns it until wb_seg_free.
+ * wb_seg_get - a buffer of size bytes (WB_SEG, or STORE_CHUNK_MAX for the copy of a chunk
+ * spanning two segments) kept from a freed segment, all its pages resident and already counted
+ * in the budget (so the segment's resident is size), or NULL (none kept, another size, or NULL
+ * p: malloc a fresh one). The caller owns it until wb_seg_free.
  * wb_seg_free - free a segment's buffer of cap bytes of which resident are charged: kept for
- * reuse when it is a WB_SEG buffer fully resident, else freed and resident bytes given back.
+ * reuse when it is fully resident and of a kept size, else freed and resident bytes given back.
  * NULL p: free(3). Thread-safe; take the pool's lock (a leaf).
  */
-uint8_t *wb_seg_get(struct wb_pool *p);
+uint8_t *wb_seg_get(struct wb_pool *p, size_t size);
 void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident);
 /* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
 void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,

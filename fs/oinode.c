@@ -121,9 +121,9 @@ static void seg_populate(uint8_t *buf, size_t len)
 }
 
 /*
- * An empty segment at file offset off with room for at least cap (<= WB_SEG) bytes, one
- * reference: a buffer the pool kept (WB_SEG bytes, all charged: resident == cap), else a fresh
- * one of cap bytes (nothing charged yet). NULL on ENOMEM.
+ * An empty segment at file offset off with room for cap (WB_SEG or STORE_CHUNK_MAX) bytes, one
+ * reference: a buffer of that size the pool kept (all charged: resident == cap), else a fresh
+ * one (nothing charged yet). NULL on ENOMEM.
  */
 static struct seg *seg_new(struct ckfs *fs, uint64_t off, size_t cap)
 {
@@ -131,12 +131,12 @@ static struct seg *seg_new(struct ckfs *fs, uint64_t off, size_t cap)
 
 	if (!sg)
 		return NULL;
-	if ((sg->buf = wb_seg_get(fs->wb))) {
-		cap = sg->resident = WB_SEG;
+	if ((sg->buf = wb_seg_get(fs->wb, cap))) {
+		sg->resident = cap;
 	} else {
 		sg->resident = 0;
 		sg->buf = malloc(cap);
-		if (sg->buf && cap == WB_SEG)
+		if (sg->buf)
 			seg_populate(sg->buf, cap);
 		if (!sg->buf) {
 			free(sg);
@@ -629,17 +629,18 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 		j->buf = sg->buf + (start - sg->off);
 	} else {
 		/* sg is full and not the tail, so sg->len and sg->next are fixed, and neither it
-		 * nor the next one (which holds end) goes before cut_start passes them */
-		struct seg *own = seg_new(fs, start, len);
+		 * nor the next one (which holds end) goes before cut_start passes them. The copy's
+		 * buffer is a whole STORE_CHUNK_MAX, charged whole, so the pool can keep it. */
+		struct seg *own = seg_new(fs, start, STORE_CHUNK_MAX);
 		size_t a = (size_t)(sg->off + sg->len - start);
 
 		if (!own) {
 			free(j);
 			return -ENOMEM;
 		}
-		if (own->resident < len) {
-			wb_charge(fs->wb, len - own->resident);
-			own->resident = len;
+		if (own->resident < own->cap) {
+			wb_charge(fs->wb, own->cap - own->resident);
+			own->resident = own->cap;
 		}
 		own->len = len;
 		memcpy(own->buf, sg->buf + (start - sg->off), a);

@@ -13,7 +13,7 @@
  * all its pages were touched, else unmapped and its bytes given back to the budget.
  *
  * Invariants:
- *   1. used == the resident bytes of the segments alive (seg.resident) + WB_SEG per kept
+ *   1. used == the resident bytes of the segments alive (seg.resident) + the size of each kept
  *      buffer: a bound on the memory the written data takes. A reserve frees kept buffers, then
  *      waits, while used + n > budget and the pool has work queued or running (that work frees
  *      segments); with the pool idle it goes on, so the bytes a file holds that cannot be freed
@@ -24,10 +24,12 @@
  *      queued; any worker may finish any job, so files harvest their jobs in file order and
  *      stop at the first one not yet done.
  *   4. wb_stop runs every cutter and job already queued before the workers exit.
- *   5. keep[0..n_keep) are WB_SEG-byte buffers no segment uses, all of whose pages were touched;
- *      keep[0..n_lazy) of them have been handed to the kernel with MADV_FREE (it may reclaim
- *      their pages under memory pressure; a write takes a page back), keep[n_lazy..n_keep) not
- *      yet. Once the pool has been idle (active == 0) for WB_IDLE_LAZY_S, n_lazy = n_keep.
+ *   5. Each keep list holds buffers of one size (WB_SEG for segments, STORE_CHUNK_MAX for the
+ *      copies of chunks spanning two segments) that no segment uses, all of whose pages were
+ *      touched: v[0..n). v[0..n_lazy) of them have been handed to the kernel with MADV_FREE (it
+ *      may reclaim their pages under memory pressure; a write takes a page back),
+ *      v[n_lazy..n) not yet. Once the pool has been idle (active == 0) for WB_IDLE_LAZY_S,
+ *      n_lazy = n in both.
  *
  * Lock order: oinode.lock -> pool.mu (wb_reserve is called with the file's write lock held);
  * pool.mu is a leaf, never taken with a file's fly_mu held. A cutter or job never takes an
@@ -69,9 +71,18 @@
  * anything; otherwise they stay mapped, and the next write into one only sets its dirty bit
  * (madvise(2); jemalloc's default purge works the same way). Trimming to 8 at once when the
  * pool caught up with the writer, which it does many times in a save, left most segments fresh:
- * 281k page faults in a 1 GiB torch.save, about one per page.
+ * 281k page faults in a 1 GiB torch.save, about one per page. The copies of spanning chunks,
+ * one per segment boundary, have a list of their own: taking WB_SEG buffers for them, or fresh
+ * ones of their length, left 45 of 256 buffers fresh in each 1 GiB save.
  */
 #define WB_IDLE_LAZY_S 1
+
+/* Buffers of one size kept for reuse (invariant 5). */
+struct keep_list {
+	uint8_t **v;  /* room for cap */
+	size_t n, n_lazy, cap;
+	size_t size;  /* bytes of each buffer */
+};
 
 struct wb_pool {
 	struct ckfs *fs;
@@ -83,42 +94,56 @@ struct wb_pool {
 	size_t used, budget;    /* bytes (invariant 1) */
 	size_t peak;            /* highest used seen, bytes */
 	unsigned active;        /* invariant 2 */
-	uint8_t **keep;         /* invariant 5; room for budget / WB_SEG + 1 */
-	size_t n_keep, n_lazy, cap_keep;
+	struct keep_list keep[2]; /* invariant 5: [0] WB_SEG, [1] STORE_CHUNK_MAX bytes each */
 	bool stopping;
 	unsigned nthreads;
 	pthread_t threads[WB_MAX_THREADS];
 };
 
 /*
- * MADV_FREE the kept buffers not yet given to the kernel (invariant 5). Pool lock held, so no
- * writer can take one of them meanwhile: a write into a page racing with MADV_FREE could be
- * dropped with it. The pool is idle; this is a page-table walk over at most the budget (measured
- * in the commit that added it). Best effort: a kernel without MADV_FREE (EINVAL) keeps them as
- * they are. The malloc'd buffer's first partial page holds malloc's header and is left alone.
+ * MADV_FREE the kept buffers of k not yet given to the kernel (invariant 5). Pool lock held, so
+ * no writer can take one of them meanwhile: a write into a page racing with MADV_FREE could be
+ * dropped with it. The pool is idle; this is a page-table walk over at most the budget. Best
+ * effort: a kernel without MADV_FREE (EINVAL) keeps them as they are. The malloc'd buffer's
+ * first partial page holds malloc's header and is left alone.
  */
-static void lazy_keep_locked(struct wb_pool *p)
+static void lazy_keep_locked(struct keep_list *k)
 {
 	long psz = sysconf(_SC_PAGESIZE);
 	uintptr_t mask = psz > 0 ? (uintptr_t)psz - 1 : 4095;
 
-	for (; p->n_lazy < p->n_keep; p->n_lazy++) {
-		uintptr_t b = (uintptr_t)p->keep[p->n_lazy];
-		uintptr_t start = (b + mask) & ~mask, end = (b + WB_SEG) & ~mask;
+	for (; k->n_lazy < k->n; k->n_lazy++) {
+		uintptr_t b = (uintptr_t)k->v[k->n_lazy];
+		uintptr_t start = (b + mask) & ~mask, end = (b + k->size) & ~mask;
 
 		if (end > start)
 			(void)madvise((void *)start, end - start, MADV_FREE);
 	}
 }
 
-/* Take the top kept buffer (n_keep > 0). Pool lock held. */
-static uint8_t *pop_keep_locked(struct wb_pool *p)
+/* Take the top kept buffer of k (k->n > 0). Pool lock held. */
+static uint8_t *pop_keep_locked(struct keep_list *k)
 {
-	uint8_t *buf = p->keep[--p->n_keep];
+	uint8_t *buf = k->v[--k->n];
 
-	if (p->n_lazy > p->n_keep)
-		p->n_lazy = p->n_keep;
+	if (k->n_lazy > k->n)
+		k->n_lazy = k->n;
 	return buf;
+}
+
+/* The keep list of buffers of size bytes, or NULL when that size is not kept. */
+static struct keep_list *keep_of(struct wb_pool *p, size_t size)
+{
+	for (int i = 0; i < 2; i++)
+		if (p->keep[i].size == size)
+			return &p->keep[i];
+	return NULL;
+}
+
+/* Whether some kept buffer is not yet given to the kernel. Pool lock held. */
+static bool keep_warm_locked(const struct wb_pool *p)
+{
+	return p->keep[0].n_lazy < p->keep[0].n || p->keep[1].n_lazy < p->keep[1].n;
 }
 
 static void *wb_main(void *arg)
@@ -134,14 +159,16 @@ static void *wb_main(void *arg)
 
 		pthread_mutex_lock(&p->mu);
 		while (!p->cut_head && !p->head && !p->stopping) {
-			if (p->active == 0 && p->n_lazy < p->n_keep) {
+			if (p->active == 0 && keep_warm_locked(p)) {
 				struct timespec ts;
 
 				clock_gettime(CLOCK_REALTIME, &ts);
 				ts.tv_sec += WB_IDLE_LAZY_S;
 				if (pthread_cond_timedwait(&p->cv_work, &p->mu, &ts) == ETIMEDOUT &&
-				    p->active == 0 && !p->cut_head && !p->head)
-					lazy_keep_locked(p);
+				    p->active == 0 && !p->cut_head && !p->head) {
+					lazy_keep_locked(&p->keep[0]);
+					lazy_keep_locked(&p->keep[1]);
+				}
 				continue;
 			}
 			pthread_cond_wait(&p->cv_work, &p->mu);
@@ -186,8 +213,15 @@ int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads)
 		return -ENOMEM;
 	p->fs = fs;
 	p->budget = budget;
-	p->cap_keep = budget / WB_SEG + 1;
-	if (!(p->keep = calloc(p->cap_keep, sizeof(*p->keep)))) {
+	p->keep[0].size = WB_SEG;
+	p->keep[1].size = STORE_CHUNK_MAX;
+	for (int i = 0; i < 2; i++) {
+		p->keep[i].cap = budget / p->keep[i].size + 1;
+		p->keep[i].v = calloc(p->keep[i].cap, sizeof(*p->keep[i].v));
+	}
+	if (!p->keep[0].v || !p->keep[1].v) {
+		free(p->keep[0].v);
+		free(p->keep[1].v);
 		free(p);
 		return -ENOMEM;
 	}
@@ -201,7 +235,8 @@ int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads)
 				pthread_cond_destroy(&p->cv_space);
 				pthread_cond_destroy(&p->cv_work);
 				pthread_mutex_destroy(&p->mu);
-				free(p->keep);
+				free(p->keep[0].v);
+				free(p->keep[1].v);
 				free(p);
 				return -rc;
 			}
@@ -226,9 +261,11 @@ void wb_stop(struct ckfs *fs)
 	for (unsigned i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
 	fs->wb = NULL;
-	while (p->n_keep)
-		free(pop_keep_locked(p)); /* the workers are gone: nobody else holds p */
-	free(p->keep);
+	for (int i = 0; i < 2; i++) { /* the workers are gone: nobody else holds p */
+		while (p->keep[i].n)
+			free(pop_keep_locked(&p->keep[i]));
+		free(p->keep[i].v);
+	}
 	pthread_cond_destroy(&p->cv_space);
 	pthread_cond_destroy(&p->cv_work);
 	pthread_mutex_destroy(&p->mu);
@@ -275,10 +312,14 @@ void wb_reserve(struct wb_pool *p, size_t n)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->mu);
-	while (p->used > 0 && p->used + n > p->budget && (p->n_keep || p->active > 0)) {
-		if (p->n_keep) { /* a kept buffer is memory nobody writes: give it back first */
-			free(pop_keep_locked(p));
-			p->used -= WB_SEG;
+	while (p->used > 0 && p->used + n > p->budget &&
+	       (p->keep[0].n || p->keep[1].n || p->active > 0)) {
+		/* a kept buffer is memory nobody writes: give it back first */
+		struct keep_list *k = p->keep[1].n ? &p->keep[1] : p->keep[0].n ? &p->keep[0] : NULL;
+
+		if (k) {
+			free(pop_keep_locked(k));
+			p->used -= k->size;
 			continue;
 		}
 		pthread_cond_wait(&p->cv_space, &p->mu);
@@ -296,25 +337,28 @@ void wb_charge(struct wb_pool *p, size_t n)
 	pthread_mutex_unlock(&p->mu);
 }
 
-uint8_t *wb_seg_get(struct wb_pool *p)
+uint8_t *wb_seg_get(struct wb_pool *p, size_t size)
 {
+	struct keep_list *k;
 	uint8_t *buf = NULL;
 
 	if (!p)
 		return NULL;
 	pthread_mutex_lock(&p->mu);
-	if (p->n_keep)
-		buf = pop_keep_locked(p); /* stays counted in used: the new segment's resident */
+	if ((k = keep_of(p, size)) && k->n)
+		buf = pop_keep_locked(k); /* stays counted in used: the new segment's resident */
 	pthread_mutex_unlock(&p->mu);
 	return buf;
 }
 
 void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident)
 {
-	if (p && cap == WB_SEG && resident == WB_SEG) {
+	struct keep_list *k = p && resident == cap ? keep_of(p, cap) : NULL;
+
+	if (k) {
 		pthread_mutex_lock(&p->mu);
-		if (p->n_keep < p->cap_keep && !p->stopping) {
-			p->keep[p->n_keep++] = buf; /* stays counted (invariant 1) */
+		if (k->n < k->cap && !p->stopping) {
+			k->v[k->n++] = buf; /* stays counted (invariant 1) */
 			buf = NULL;
 		}
 		pthread_mutex_unlock(&p->mu);
@@ -345,7 +389,8 @@ void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t 
 	}
 	pthread_mutex_lock(&p->mu);
 	*ret_budget = p->budget;
-	*ret_used = p->used - p->n_keep * WB_SEG; /* the kept buffers hold no data */
+	/* the kept buffers hold no data */
+	*ret_used = p->used - p->keep[0].n * p->keep[0].size - p->keep[1].n * p->keep[1].size;
 	*ret_peak = p->peak;
 	*ret_threads = p->nthreads;
 	pthread_mutex_unlock(&p->mu);
