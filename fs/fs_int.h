@@ -100,8 +100,8 @@ struct seg {
 				   oinode.lock for writing) grows it, under fly_mu */
 	size_t cap;             /* bytes */
 	size_t resident;        /* bytes of buf charged to the budget: len for a fresh segment
-				   buffer, cap for one reused from the pool (wb_seg_get) and for
-				   a spanning chunk's copy */
+				   buffer, cap for one reused from the pool (wb_seg_get); for a
+				   spanning chunk's copy, the most it held */
 	_Atomic unsigned refs;  /* the list's + one per job whose buf points into buf */
 	uint8_t *buf;
 };
@@ -284,14 +284,16 @@ void wb_charge(struct wb_pool *p, size_t n);
 void wb_release(struct wb_pool *p, size_t n);
 /*
  * wb_seg_get - a buffer of size bytes (WB_SEG, or STORE_CHUNK_MAX for the copy of a chunk
- * spanning two segments) kept from a freed segment, all its pages resident and already counted
- * in the budget (so the segment's resident is size), or NULL (none kept, another size, or NULL
- * p: malloc a fresh one). The caller owns it until wb_seg_free.
- * wb_seg_free - free a segment's buffer of cap bytes of which resident are charged: kept for
- * reuse when it is fully resident and of a kept size, else freed and resident bytes given back.
- * NULL p: free(3). Thread-safe; take the pool's lock (a leaf).
+ * spanning two segments) kept from a freed segment, with *ret_charged bytes of it already
+ * counted in the budget (they cover every page of it touched: the segment's resident), or NULL
+ * and 0 (none kept, another size, or NULL p: malloc a fresh one). The caller owns it until
+ * wb_seg_free.
+ * wb_seg_free - free a segment's buffer of cap bytes of which resident are charged (and no page
+ * beyond them touched, except in a fresh WB_SEG buffer, populated whole): kept for reuse when of
+ * a kept size (a WB_SEG one only when all of it is charged), else freed and resident bytes
+ * given back. NULL p: free(3). Thread-safe; take the pool's lock (a leaf).
  */
-uint8_t *wb_seg_get(struct wb_pool *p, size_t size);
+uint8_t *wb_seg_get(struct wb_pool *p, size_t size, size_t *ret_charged);
 void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident);
 /* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
 void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,

@@ -13,8 +13,8 @@
  * all its pages were touched, else unmapped and its bytes given back to the budget.
  *
  * Invariants:
- *   1. used == the resident bytes of the segments alive (seg.resident) + the size of each kept
- *      buffer: a bound on the memory the written data takes. A reserve frees kept buffers, then
+ *   1. used == the resident bytes of the segments alive (seg.resident) + the charged bytes of
+ *      each kept buffer: a bound on the memory the written data takes. A reserve frees kept buffers, then
  *      waits, while used + n > budget and the pool has work queued or running (that work frees
  *      segments); with the pool idle it goes on, so the bytes a file holds that cannot be freed
  *      before more are written (the chunk being cut, at most two segments) never block it.
@@ -25,11 +25,13 @@
  *      stop at the first one not yet done.
  *   4. wb_stop runs every cutter and job already queued before the workers exit.
  *   5. Each keep list holds buffers of one size (WB_SEG for segments, STORE_CHUNK_MAX for the
- *      copies of chunks spanning two segments) that no segment uses, all of whose pages were
- *      touched: v[0..n). v[0..n_lazy) of them have been handed to the kernel with MADV_FREE (it
- *      may reclaim their pages under memory pressure; a write takes a page back),
- *      v[n_lazy..n) not yet. Once the pool has been idle (active == 0) for WB_IDLE_LAZY_S,
- *      n_lazy = n in both.
+ *      copies of chunks spanning two segments) that no segment uses, v[0..n), each with the
+ *      bytes charged for it, which cover every page of it ever touched (a WB_SEG buffer is
+ *      kept only when all of it is charged, as a fresh one is populated whole; a copy's buffer
+ *      is touched only as far as it is charged). v[0..n_lazy) have been handed to the kernel
+ *      with MADV_FREE (it may reclaim their pages under memory pressure; a write takes a page
+ *      back), v[n_lazy..n) not yet. Once the pool has been idle (active == 0) for
+ *      WB_IDLE_LAZY_S, n_lazy = n in both.
  *
  * Lock order: oinode.lock -> pool.mu (wb_reserve is called with the file's write lock held);
  * pool.mu is a leaf, never taken with a file's fly_mu held. A cutter or job never takes an
@@ -77,11 +79,18 @@
  */
 #define WB_IDLE_LAZY_S 1
 
+/* A buffer kept for reuse and the bytes charged for it (invariant 5). */
+struct kept {
+	uint8_t *buf;
+	size_t charged;
+};
+
 /* Buffers of one size kept for reuse (invariant 5). */
 struct keep_list {
-	uint8_t **v;  /* room for cap */
+	struct kept *v; /* room for cap */
 	size_t n, n_lazy, cap;
-	size_t size;  /* bytes of each buffer */
+	size_t size;    /* bytes of each buffer */
+	size_t charged; /* sum of v[0..n).charged */
 };
 
 struct wb_pool {
@@ -113,22 +122,25 @@ static void lazy_keep_locked(struct keep_list *k)
 	uintptr_t mask = psz > 0 ? (uintptr_t)psz - 1 : 4095;
 
 	for (; k->n_lazy < k->n; k->n_lazy++) {
-		uintptr_t b = (uintptr_t)k->v[k->n_lazy];
-		uintptr_t start = (b + mask) & ~mask, end = (b + k->size) & ~mask;
+		uintptr_t b = (uintptr_t)k->v[k->n_lazy].buf;
+		uintptr_t start = (b + mask) & ~mask, end = (b + k->v[k->n_lazy].charged) & ~mask;
 
 		if (end > start)
 			(void)madvise((void *)start, end - start, MADV_FREE);
 	}
 }
 
-/* Take the top kept buffer of k (k->n > 0). Pool lock held. */
-static uint8_t *pop_keep_locked(struct keep_list *k)
+/* Take the top kept buffer of k (k->n > 0), its charged bytes to *ret_charged (still counted
+ * in used). Pool lock held. */
+static uint8_t *pop_keep_locked(struct keep_list *k, size_t *ret_charged)
 {
-	uint8_t *buf = k->v[--k->n];
+	struct kept e = k->v[--k->n];
 
 	if (k->n_lazy > k->n)
 		k->n_lazy = k->n;
-	return buf;
+	k->charged -= e.charged;
+	*ret_charged = e.charged;
+	return e.buf;
 }
 
 /* The keep list of buffers of size bytes, or NULL when that size is not kept. */
@@ -262,8 +274,10 @@ void wb_stop(struct ckfs *fs)
 		pthread_join(p->threads[i], NULL);
 	fs->wb = NULL;
 	for (int i = 0; i < 2; i++) { /* the workers are gone: nobody else holds p */
+		size_t charged;
+
 		while (p->keep[i].n)
-			free(pop_keep_locked(&p->keep[i]));
+			free(pop_keep_locked(&p->keep[i], &charged));
 		free(p->keep[i].v);
 	}
 	pthread_cond_destroy(&p->cv_space);
@@ -318,8 +332,10 @@ void wb_reserve(struct wb_pool *p, size_t n)
 		struct keep_list *k = p->keep[1].n ? &p->keep[1] : p->keep[0].n ? &p->keep[0] : NULL;
 
 		if (k) {
-			free(pop_keep_locked(k));
-			p->used -= k->size;
+			size_t charged;
+
+			free(pop_keep_locked(k, &charged));
+			p->used -= charged;
 			continue;
 		}
 		pthread_cond_wait(&p->cv_space, &p->mu);
@@ -337,28 +353,31 @@ void wb_charge(struct wb_pool *p, size_t n)
 	pthread_mutex_unlock(&p->mu);
 }
 
-uint8_t *wb_seg_get(struct wb_pool *p, size_t size)
+uint8_t *wb_seg_get(struct wb_pool *p, size_t size, size_t *ret_charged)
 {
 	struct keep_list *k;
 	uint8_t *buf = NULL;
 
+	*ret_charged = 0;
 	if (!p)
 		return NULL;
 	pthread_mutex_lock(&p->mu);
-	if ((k = keep_of(p, size)) && k->n)
-		buf = pop_keep_locked(k); /* stays counted in used: the new segment's resident */
+	if ((k = keep_of(p, size)) && k->n) /* stays counted in used: the segment's resident */
+		buf = pop_keep_locked(k, ret_charged);
 	pthread_mutex_unlock(&p->mu);
 	return buf;
 }
 
 void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident)
 {
-	struct keep_list *k = p && resident == cap ? keep_of(p, cap) : NULL;
+	struct keep_list *k = p && resident ? keep_of(p, cap) : NULL;
 
-	if (k) {
+	if (k && (resident == cap || cap != WB_SEG)) { /* invariant 5 */
 		pthread_mutex_lock(&p->mu);
 		if (k->n < k->cap && !p->stopping) {
-			k->v[k->n++] = buf; /* stays counted (invariant 1) */
+			k->v[k->n].buf = buf; /* stays counted (invariant 1) */
+			k->v[k->n++].charged = resident;
+			k->charged += resident;
 			buf = NULL;
 		}
 		pthread_mutex_unlock(&p->mu);
@@ -390,7 +409,7 @@ void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t 
 	pthread_mutex_lock(&p->mu);
 	*ret_budget = p->budget;
 	/* the kept buffers hold no data */
-	*ret_used = p->used - p->keep[0].n * p->keep[0].size - p->keep[1].n * p->keep[1].size;
+	*ret_used = p->used - p->keep[0].charged - p->keep[1].charged;
 	*ret_peak = p->peak;
 	*ret_threads = p->nthreads;
 	pthread_mutex_unlock(&p->mu);
