@@ -9,6 +9,8 @@
  *   ROOT/chunks/XX/<32 hex digits>   one file per distinct chunk, XX = first digest byte in hex
  *   ROOT/chunks/XX/.tmp-*            temporary files of puts in progress (removed on failure,
  *                                    swept by store_open)
+ *   ROOT/chunks/XX/.free-*           empty files of deleted chunks, for the next puts to write
+ *                                    into (chunkstore.c invariant 10; swept by store_open)
  * Chunk file = 32-byte header + payload:
  *   0  4  magic "CKC1"
  *   4  1  codec (enum store_codec)

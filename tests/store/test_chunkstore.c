@@ -262,6 +262,82 @@ Test(chunkstore, damaged_copy_is_replaced_by_put)
 	free(buf);
 }
 
+/* Size in bytes of the first entry of the shard directories whose name starts with prefix, and
+ * its inode number in *ret_ino; -1 when there is none. */
+static off_t first_in_shards(const char *prefix, ino_t *ret_ino)
+{
+	char path[512];
+
+	for (int s = 0; s < 256; s++) {
+		DIR *d;
+		struct dirent *de;
+		struct stat sb;
+
+		snprintf(path, sizeof(path), "%s/chunks/%02x", root, s);
+		if (!(d = opendir(path)))
+			continue;
+		while ((de = readdir(d))) {
+			if (strncmp(de->d_name, prefix, strlen(prefix)))
+				continue;
+			snprintf(path, sizeof(path), "%s/chunks/%02x/%s", root, s, de->d_name);
+			closedir(d);
+			cr_assert_eq(stat(path, &sb), 0);
+			*ret_ino = sb.st_ino;
+			return sb.st_size;
+		}
+		closedir(d);
+	}
+	return -1;
+}
+
+/*
+ * A deleted chunk's file becomes an empty free file (chunkstore.c invariant 10) that the next
+ * put writes into under its own name, so no inode is freed and allocated; store_open sweeps
+ * free files left over.
+ */
+Test(chunkstore, deleted_files_are_reused)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 300 * KiB;
+	uint8_t *a = tu_malloc(len), *b = tu_malloc(len);
+	struct store_hash ha, hb;
+	char path[512];
+	struct stat sb;
+	ino_t ino, free_ino;
+
+	tu_fill_random(a, len, 31);
+	tu_fill_random(b, len, 32);
+	ha = put_ok(st, a, len, false);
+	cr_assert_eq(store_chunk_path(st, &ha, path, sizeof(path)), 0);
+	cr_assert_eq(stat(path, &sb), 0);
+	ino = sb.st_ino;
+	cr_assert_eq(store_chunk_delete(st, &ha), 0);
+	cr_assert_eq(count_in_shards(""), 0);
+	cr_assert_eq(first_in_shards(".free-", &free_ino), 0, "the free file is not empty");
+	cr_assert_eq(free_ino, ino);
+	hb = put_ok(st, b, len, false);
+	cr_assert_eq(count_in_shards(".free-"), 0);
+	cr_assert_eq(store_chunk_path(st, &hb, path, sizeof(path)), 0);
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_assert_eq(sb.st_ino, ino, "the put did not reuse the deleted chunk's file");
+	check_chunk(st, &hb, b, len);
+	/* a was deleted, and its bytes are gone with it */
+	cr_assert_eq(store_chunk_verify(st, &ha), -ENOENT);
+	cr_assert_eq(store_sync(st), 0);
+	/* a free file left at close is swept by the next open */
+	cr_assert_eq(store_chunk_delete(st, &hb), 0);
+	cr_assert_eq(count_in_shards(".free-"), 1);
+	store_close(st);
+	st = open_store(0, false);
+	cr_assert_eq(count_in_shards(".free-"), 0);
+	cr_assert_eq(count_in_shards(""), 0);
+	put_ok(st, a, len, false);
+	check_chunk(st, &ha, a, len);
+	store_close(st);
+	free(a);
+	free(b);
+}
+
 Test(chunkstore, delete)
 {
 	struct store *st = open_store(0, false);
