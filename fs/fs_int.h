@@ -295,9 +295,12 @@ void wb_release(struct wb_pool *p, size_t n);
  */
 uint8_t *wb_seg_get(struct wb_pool *p, size_t size, size_t *ret_charged);
 void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident);
-/* wb_figures - budget, bytes in flight now, peak bytes in flight, workers (all 0 for NULL p). */
-void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,
-		unsigned *ret_threads);
+/*
+ * wb_figures - budget, bytes in flight now, bytes of buffers kept for reuse now (wb.c invariant
+ * 5), peak of the two together, workers; all bytes, all 0 for NULL p.
+ */
+void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_kept,
+		size_t *ret_peak, unsigned *ret_threads);
 /*
  * wb_default_budget - the default -o write_buffer: RAM/8 clamped to [64 MiB, 16 GiB], bytes.
  * RAM/8 is about the kernel's own allowance for dirty page cache before background write-back

@@ -233,13 +233,14 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	    st->logical_bytes ? (double)st->stored_bytes / (double)st->logical_bytes : 0.0);
 	put(o, "bad chunks:         %" PRIu64 "%s\n", st->bad_chunks,
 	    st->bad_chunks ? " (run 'ckptctl STORE verify')" : "");
-	size_t wb_budget, wb_used, wb_peak;
+	size_t wb_budget, wb_used, wb_kept, wb_peak;
 	unsigned wb_threads;
 
-	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_peak, &wb_threads);
+	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
 	if (wb_threads)
-		put(o, "write buffer:       %zu MiB, %u workers, %zu MiB in flight now, peak %zu "
-		       "MiB\n", wb_budget >> 20, wb_threads, wb_used >> 20, wb_peak >> 20);
+		put(o, "write buffer:       %zu MiB, %u workers, %zu MiB in flight now, %zu MiB kept "
+		       "for reuse, peak %zu MiB\n", wb_budget >> 20, wb_threads, wb_used >> 20,
+		    wb_kept >> 20, wb_peak >> 20);
 	else
 		put(o, "write buffer:       none (chunks stored by the writing requests)\n");
 	put(o, "staging copies:     %" PRIu64 " (files written out of order, cut at close)\n",
@@ -310,14 +311,15 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 	put(o, "# HELP ckptfs_checksum_failures Chunks found not to match their XXH3-128.\n");
 	put(o, "# TYPE ckptfs_checksum_failures gauge\nckptfs_checksum_failures %" PRIu64 "\n",
 	    st->bad_chunks);
-	size_t wb_budget, wb_used, wb_peak;
+	size_t wb_budget, wb_used, wb_kept, wb_peak;
 	unsigned wb_threads;
 
-	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_peak, &wb_threads);
+	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
 	put(o, "# HELP ckptfs_write_buffer_bytes Written bytes being chunked and compressed in the "
-	       "background (now, peak, budget).\n");
+	       "background, buffers kept for the next writes (now), peak of both, budget.\n");
 	put(o, "# TYPE ckptfs_write_buffer_bytes gauge\n");
 	put(o, "ckptfs_write_buffer_bytes{kind=\"in_flight\"} %zu\n", wb_used);
+	put(o, "ckptfs_write_buffer_bytes{kind=\"kept\"} %zu\n", wb_kept);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"peak\"} %zu\n", wb_peak);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"budget\"} %zu\n", wb_budget);
 	uint64_t hits, loads, recycled;

@@ -374,7 +374,8 @@ void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident)
 
 	if (k && (resident == cap || cap != WB_SEG)) { /* invariant 5 */
 		pthread_mutex_lock(&p->mu);
-		if (k->n < k->cap && !p->stopping) {
+		/* kept within the budget: idle memory never exceeds it */
+		if (k->n < k->cap && !p->stopping && p->used <= p->budget) {
 			k->v[k->n].buf = buf; /* stays counted (invariant 1) */
 			k->v[k->n++].charged = resident;
 			k->charged += resident;
@@ -398,18 +399,19 @@ void wb_release(struct wb_pool *p, size_t n)
 	pthread_mutex_unlock(&p->mu);
 }
 
-void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_peak,
-		unsigned *ret_threads)
+void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_kept,
+		size_t *ret_peak, unsigned *ret_threads)
 {
 	if (!p) {
-		*ret_budget = *ret_used = *ret_peak = 0;
+		*ret_budget = *ret_used = *ret_kept = *ret_peak = 0;
 		*ret_threads = 0;
 		return;
 	}
 	pthread_mutex_lock(&p->mu);
 	*ret_budget = p->budget;
 	/* the kept buffers hold no data */
-	*ret_used = p->used - p->keep[0].charged - p->keep[1].charged;
+	*ret_kept = p->keep[0].charged + p->keep[1].charged;
+	*ret_used = p->used - *ret_kept;
 	*ret_peak = p->peak;
 	*ret_threads = p->nthreads;
 	pthread_mutex_unlock(&p->mu);

@@ -233,9 +233,10 @@ class WritebackTest(unittest.TestCase):
         write_seq(self.m.path('for-status.bin'), content('wb-status', 16 * MiB))
         st = self.status()
         m = re.search(r'write buffer: +(\d+) MiB, (\d+) workers, (\d+) MiB in flight now, '
-                      r'peak (\d+) MiB', st)
+                      r'(\d+) MiB kept for reuse, peak (\d+) MiB', st)
         self.assertIsNotNone(m, st)
-        budget, workers, _, peak = (int(x) for x in m.groups())
+        budget, workers, _, kept, peak = (int(x) for x in m.groups())
+        self.assertLessEqual(kept, budget)
         self.assertEqual(budget, 2)
         self.assertGreaterEqual(workers, 1)
         self.assertGreater(peak, 0)
