@@ -238,9 +238,10 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 
 	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
 	if (wb_threads)
-		put(o, "write buffer:       %zu MiB, %u workers, %zu MiB in flight now, %zu MiB kept "
-		       "for reuse, peak %zu MiB\n", wb_budget >> 20, wb_threads, wb_used >> 20,
-		    wb_kept >> 20, wb_peak >> 20);
+		put(o,
+		    "write buffer:       %zu MiB, %u workers, %zu MiB in flight now, %zu MiB kept "
+		    "for reuse, peak %zu MiB\n",
+		    wb_budget >> 20, wb_threads, wb_used >> 20, wb_kept >> 20, wb_peak >> 20);
 	else
 		put(o, "write buffer:       none (chunks stored by the writing requests)\n");
 	put(o, "staging copies:     %" PRIu64 " (files written out of order, cut at close)\n",

@@ -14,10 +14,11 @@
  *
  * Invariants:
  *   1. used == the resident bytes of the segments alive (seg.resident) + the charged bytes of
- *      each kept buffer: a bound on the memory the written data takes. A reserve frees kept buffers, then
- *      waits, while used + n > budget and the pool has work queued or running (that work frees
- *      segments); with the pool idle it goes on, so the bytes a file holds that cannot be freed
- *      before more are written (the chunk being cut, at most two segments) never block it.
+ *      each kept buffer: a bound on the memory the written data takes. A reserve frees kept
+ *      buffers, then waits, while used + n > budget and the pool has work queued or running
+ *      (that work frees segments); with the pool idle it goes on, so the bytes a file holds
+ *      that cannot be freed before more are written (the chunk being cut, at most two
+ *      segments) never block it.
  *   2. active == the cutters and jobs queued or running; cv_space is signalled when used goes
  *      down and when active reaches 0.
  *   3. Cutters are taken before jobs (a cutter's chunks feed the jobs), each in the order
@@ -329,9 +330,9 @@ void wb_reserve(struct wb_pool *p, size_t n)
 	while (p->used > 0 && p->used + n > p->budget &&
 	       (p->keep[0].n || p->keep[1].n || p->active > 0)) {
 		/* a kept buffer is memory nobody writes: give it back first */
-		struct keep_list *k = p->keep[1].n ? &p->keep[1] : p->keep[0].n ? &p->keep[0] : NULL;
+		struct keep_list *k = p->keep[1].n ? &p->keep[1] : &p->keep[0];
 
-		if (k) {
+		if (k->n) {
 			size_t charged;
 
 			free(pop_keep_locked(k, &charged));

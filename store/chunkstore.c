@@ -152,28 +152,14 @@ struct chunk_hdr {
 	struct store_hash hash;
 };
 
-/* Little-endian 32-bit load and store (the header's byte order, store.h). */
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
-}
-
 /* Serialize the 32-byte chunk file header described in store.h. */
 static void hdr_encode(const struct chunk_hdr *h, uint8_t out[STORE_HDR_LEN])
 {
 	memset(out, 0, STORE_HDR_LEN);
 	memcpy(out, "CKC1", 4);
 	out[4] = h->codec;
-	put_le32(out + 8, h->raw_size);
-	put_le32(out + 12, h->payload_size);
+	store_put_le32(out + 8, h->raw_size);
+	store_put_le32(out + 12, h->payload_size);
 	memcpy(out + 16, h->hash.b, STORE_HASH_LEN);
 }
 
@@ -188,8 +174,8 @@ static int hdr_decode(const uint8_t in[STORE_HDR_LEN], struct chunk_hdr *ret)
 	if (memcmp(in, "CKC1", 4) || in[5] || in[6] || in[7])
 		return -EIO;
 	h.codec = in[4];
-	h.raw_size = get_le32(in + 8);
-	h.payload_size = get_le32(in + 12);
+	h.raw_size = store_get_le32(in + 8);
+	h.payload_size = store_get_le32(in + 12);
 	memcpy(h.hash.b, in + 16, STORE_HASH_LEN);
 	if (h.codec > STORE_CODEC_MAX || h.raw_size > STORE_CHUNK_MAX)
 		return -EIO;

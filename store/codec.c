@@ -214,15 +214,15 @@ static size_t bg_split_simd(const uint8_t *restrict in, size_t n, unsigned w,
 	return i;
 }
 
-static size_t bg_join_simd(const uint8_t *restrict in, size_t n, unsigned w,
+static size_t bg_join_simd(const uint8_t *const pl[4], size_t n, unsigned w,
 			   uint8_t *restrict out)
 {
 	size_t i = 0;
 
 	if (w == 2) {
 		for (; i + 16 <= n; i += 16) {
-			__m128i a = _mm_loadu_si128((const __m128i *)(in + i));
-			__m128i b = _mm_loadu_si128((const __m128i *)(in + n + i));
+			__m128i a = _mm_loadu_si128((const __m128i *)(pl[0] + i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(pl[1] + i));
 
 			_mm_storeu_si128((__m128i *)(out + 2 * i), _mm_unpacklo_epi8(a, b));
 			_mm_storeu_si128((__m128i *)(out + 2 * i + 16), _mm_unpackhi_epi8(a, b));
@@ -230,10 +230,10 @@ static size_t bg_join_simd(const uint8_t *restrict in, size_t n, unsigned w,
 		return i;
 	}
 	for (; i + 16 <= n; i += 16) {
-		__m128i p0 = _mm_loadu_si128((const __m128i *)(in + i));
-		__m128i p1 = _mm_loadu_si128((const __m128i *)(in + n + i));
-		__m128i p2 = _mm_loadu_si128((const __m128i *)(in + 2 * n + i));
-		__m128i p3 = _mm_loadu_si128((const __m128i *)(in + 3 * n + i));
+		__m128i p0 = _mm_loadu_si128((const __m128i *)(pl[0] + i));
+		__m128i p1 = _mm_loadu_si128((const __m128i *)(pl[1] + i));
+		__m128i p2 = _mm_loadu_si128((const __m128i *)(pl[2] + i));
+		__m128i p3 = _mm_loadu_si128((const __m128i *)(pl[3] + i));
 		__m128i t0 = _mm_unpacklo_epi8(p0, p1), t1 = _mm_unpackhi_epi8(p0, p1);
 		__m128i t2 = _mm_unpacklo_epi8(p2, p3), t3 = _mm_unpackhi_epi8(p2, p3);
 
@@ -251,7 +251,7 @@ static size_t bg_split_simd(const uint8_t *restrict in, size_t n, unsigned w,
 	return 0;
 }
 
-static size_t bg_join_simd(const uint8_t *restrict in, size_t n, unsigned w,
+static size_t bg_join_simd(const uint8_t *const pl[4], size_t n, unsigned w,
 			   uint8_t *restrict out)
 {
 	return 0;
@@ -281,27 +281,32 @@ static void bg_split(const uint8_t *restrict in, size_t len, unsigned w, uint8_t
 		memcpy(out + n * w, in + n * w, len - n * w);
 }
 
-/* Inverse of bg_split. */
-static void bg_join(const uint8_t *restrict in, size_t len, unsigned w, uint8_t *restrict out)
+/*
+ * Inverse of bg_split, from planes anywhere: pl[0..w) are the w planes of n = len / w bytes each,
+ * tail the len % w bytes after them. The planes of a PLANES payload stored raw are joined
+ * straight from the payload (invariant 5), without a copy into the scratch buffer first.
+ */
+static void bg_join(const uint8_t *const pl[4], const uint8_t *tail, size_t len, unsigned w,
+		    uint8_t *restrict out)
 {
 	size_t n = len / w;
-	size_t i = bg_join_simd(in, n, w, out);
+	size_t i = bg_join_simd(pl, n, w, out);
 
 	if (w == 2) {
 		for (; i < n; i++) {
-			out[2 * i] = in[i];
-			out[2 * i + 1] = in[n + i];
+			out[2 * i] = pl[0][i];
+			out[2 * i + 1] = pl[1][i];
 		}
 	} else {
 		for (; i < n; i++) {
-			out[4 * i] = in[i];
-			out[4 * i + 1] = in[n + i];
-			out[4 * i + 2] = in[2 * n + i];
-			out[4 * i + 3] = in[3 * n + i];
+			out[4 * i] = pl[0][i];
+			out[4 * i + 1] = pl[1][i];
+			out[4 * i + 2] = pl[2][i];
+			out[4 * i + 3] = pl[3][i];
 		}
 	}
 	if (len > n * w)
-		memcpy(out + n * w, in + n * w, len - n * w);
+		memcpy(out + n * w, tail, len - n * w);
 }
 
 /* Word width of a byte-grouped codec, 0 for the others. */
@@ -322,19 +327,6 @@ static unsigned codec_width(uint8_t codec)
 static bool codec_is_planes(uint8_t codec)
 {
 	return codec == STORE_CODEC_PLANES2 || codec == STORE_CODEC_PLANES4;
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
 }
 
 /*
@@ -430,7 +422,7 @@ static ssize_t planes_payload(struct codec_tls *t, uint8_t *dst, size_t cap, con
 				return 0;
 			memcpy(dst + pos, plane, n);
 		}
-		put_le32(dst + 4 * p, (uint32_t)stored);
+		store_put_le32(dst + 4 * p, (uint32_t)stored);
 		pos += stored;
 	}
 	if (cap - pos < tail)
@@ -606,7 +598,8 @@ static int encode(const void *raw, size_t len, int level, bool tls, void **ret_b
 			return codec;
 	}
 	if (codec != STORE_CODEC_RAW) {
-		err = encode_with((uint8_t)codec, raw, len, level, cap, tls, mask, ret_buf, ret_len);
+		err = encode_with((uint8_t)codec, raw, len, level, cap, tls, mask, ret_buf,
+				  ret_len);
 		if (err <= 0) {
 			if (!err)
 				*ret_codec = (uint8_t)codec;
@@ -664,11 +657,13 @@ static int zstd_decode_exact(struct codec_tls *t, const void *payload, size_t pa
 }
 
 /*
- * Decode a PLANES payload (invariant 5) of raw_size bytes in w planes into t->scratch as planes
- * (then the tail), ready for bg_join. Returns 0, -EIO (malformed) or -ENOMEM.
+ * Decode a PLANES payload (invariant 5) of raw_size bytes in w planes: the compressed planes
+ * into t->scratch (plane p at p * n), and pl[0..w) and *ret_tail set to where each plane and the
+ * tail are, in t->scratch or in the payload itself, ready for bg_join. Returns 0, -EIO
+ * (malformed) or -ENOMEM.
  */
 static int planes_decode(struct codec_tls *t, const uint8_t *payload, size_t payload_len,
-			 size_t raw_size, unsigned w)
+			 size_t raw_size, unsigned w, const uint8_t *pl[4], const uint8_t **ret_tail)
 {
 	size_t n = raw_size / w, tail = raw_size - w * n, pos = PLANES_HDR(w);
 	size_t stored[4];
@@ -677,7 +672,7 @@ static int planes_decode(struct codec_tls *t, const uint8_t *payload, size_t pay
 	if (payload_len < pos)
 		return -EIO;
 	for (unsigned p = 0; p < w; p++) {
-		stored[p] = get_le32(payload + 4 * p);
+		stored[p] = store_get_le32(payload + 4 * p);
 		if (stored[p] > n || stored[p] > payload_len - pos)
 			return -EIO;
 		pos += stored[p];
@@ -689,14 +684,15 @@ static int planes_decode(struct codec_tls *t, const uint8_t *payload, size_t pay
 		return err;
 	pos = PLANES_HDR(w);
 	for (unsigned p = 0; p < w; p++) {
-		if (stored[p] == n)
-			memcpy(t->scratch + p * n, payload + pos, n);
-		else if ((err = zstd_decode_exact(t, payload + pos, stored[p], t->scratch + p * n, n,
-						  false)))
+		uint8_t *dst = t->scratch + p * n;
+
+		pl[p] = stored[p] == n ? payload + pos : dst;
+		if (stored[p] < n &&
+		    (err = zstd_decode_exact(t, payload + pos, stored[p], dst, n, false)))
 			return err;
 		pos += stored[p];
 	}
-	memcpy(t->scratch + w * n, payload + pos, tail);
+	*ret_tail = payload + pos;
 	return 0;
 }
 
@@ -705,6 +701,7 @@ static int decode(uint8_t codec, const void *payload, size_t payload_len, void *
 {
 	struct codec_tls *t;
 	unsigned w = codec_width(codec);
+	const uint8_t *pl[4], *tail;
 	int err;
 
 	switch (codec) {
@@ -729,16 +726,19 @@ static int decode(uint8_t codec, const void *payload, size_t payload_len, void *
 	if (!w)
 		return zstd_decode_exact(t, payload, payload_len, out, raw_size, check_sum);
 	if (codec_is_planes(codec)) {
-		err = planes_decode(t, payload, payload_len, raw_size, w);
+		err = planes_decode(t, payload, payload_len, raw_size, w, pl, &tail);
 	} else {
 		err = tls_scratch(t, raw_size);
 		if (!err)
 			err = zstd_decode_exact(t, payload, payload_len, t->scratch, raw_size,
 						check_sum);
+		for (unsigned p = 0; p < w && !err; p++)
+			pl[p] = t->scratch + p * (raw_size / w);
+		tail = err ? NULL : t->scratch + w * (raw_size / w);
 	}
 	if (err)
 		return err;
-	bg_join(t->scratch, raw_size, w, out);
+	bg_join(pl, tail, raw_size, w, out);
 	return 0;
 }
 

@@ -158,8 +158,9 @@ void store_hasher_free(struct store_hasher *hs);
  *         BG_ENTROPY_LEVEL), plain zstd payloads use level 1.
  * @ret_buf: on success, an owned buffer (free()) with the payload.
  * @ret_len: payload bytes. @ret_codec: enum store_codec chosen.
- * Tries zstd and 2-/4-byte byte-grouping on a sample and keeps the best; falls back to RAW when
- * the payload would not be at least 3% smaller than the raw bytes.
+ * Tries zstd and 2-/4-byte byte planes (STORE_CODEC_PLANES2/4: each plane compressed only when
+ * its sample shrinks) on a sample and keeps the best; falls back to RAW when the payload would
+ * not be at least 3% smaller than the raw bytes.
  * Returns 0, -ENOMEM, or -EIO (zstd failure). Thread-safe.
  */
 int store_encode(const void *raw, size_t len, int level, void **ret_buf, size_t *ret_len,
@@ -177,7 +178,8 @@ int store_encode_tls(const void *raw, size_t len, int level, const void **ret_bu
 /*
  * store_decode - decode a payload into exactly raw_size bytes at out.
  * Returns 0; -EINVAL for an unknown codec; -EIO when the payload is malformed or does not decode
- * to exactly raw_size bytes. Does not check digests. Thread-safe.
+ * to exactly raw_size bytes (or a zstd frame's own checksum fails; PLANES payloads have none).
+ * Does not check digests. Thread-safe.
  */
 int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *out,
 		 size_t raw_size);

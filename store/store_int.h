@@ -10,6 +10,23 @@
 
 #include "store/store.h"
 
+/*
+ * Little-endian 32-bit load and store: the byte order of the chunk file header (store.h) and of
+ * a PLANES payload's stored lengths (codec.c invariant 5). p holds at least 4 bytes.
+ */
+static inline uint32_t store_get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline void store_put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
 /* Seed of the splitmix64 sequence that generated store_gear_table (ASCII "ckptfsv1"). */
 #define STORE_GEAR_SEED 0x636b707466737631ull
 
@@ -51,7 +68,8 @@ int store_encode_as(uint8_t codec, const void *raw, size_t len, int level, void 
 /*
  * store_decode_digested - store_decode for a caller that checks the XXH3-128 of the decoded bytes
  * itself (chunkstore.c chunk_load, invariant 2): zstd's own XXH64 of the frame content is not
- * verified (it is still written by every encode, and store_decode still checks it). Decoding a
+ * verified (every encode but a PLANES one, which has none, still writes it, and store_decode still
+ * checks it). Decoding a
  * 1 MiB bf16 chunk went from 4.08 to 5.07 GB/s (64 MiB of bf16 randn*0.02, best of 7; the
  * /tmp/decb.c of the session notes). Same returns and thread-safety as store_decode; a damaged
  * payload may decode without an error, to bytes whose digest the caller then rejects.

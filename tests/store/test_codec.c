@@ -333,7 +333,8 @@ Test(codec, malformed_payloads_are_rejected, .timeout = 120)
 			if (!has_checksum(c)) {
 				/* the header: one u32 per plane */
 				cr_assert_geq(i, c == STORE_CODEC_PLANES2 ? 8u : 16u,
-					      "codec %u: garbled stored length %zu accepted", c, i / 4);
+					      "codec %u: garbled stored length %zu accepted", c,
+					      i / 4);
 				continue;
 			}
 			cr_assert_eq(memcmp(out, raw, len), 0,
