@@ -53,7 +53,11 @@ struct ckpt_repo {
  * @ret: owned handle, released with ckpt_repo_close.
  * Refuses a STORE that group or others can write (-EPERM), and a STORE that does not exist
  * without REPO_CREATE (-ENOENT).
- * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and another process owns it);
+ * With REPO_EXCLUSIVE, a lock whose holder is gone or exiting (a daemon just SIGKILLed, whose
+ * last thread still holds it for 1-2 s; a ckptctl reading) is waited for, up to 30 s, polling
+ * every 20 ms; a live owner is refused at once.
+ * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and a live process owns it, or
+ * the wait ran out);
  * -EUCLEAN (REPO_CHECK and the index file is damaged);
  * -EPROTO (index from a newer ckptfs or not a ckptfs index); -EIO; -ENOMEM; other -errno of
  * mkdir/open.

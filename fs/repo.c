@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,21 @@ static void seterr(char *err, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
+/*
+ * How long an exclusive open waits for a lock whose holder is gone or exiting, in seconds. A
+ * killed daemon lets go 1-2 s after SIGKILL on the CI machine (see owner_exiting); 30 s leaves
+ * room for one that was in the middle of O_DIRECT writes to a slow disk.
+ */
+#define LOCK_WAIT_S 30
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Read the pid written into the lock file; 0 when unreadable. */
 static pid_t read_owner(int fd)
 {
@@ -50,6 +66,62 @@ static pid_t read_owner(int fd)
 	if (n <= 0)
 		return 0;
 	return (pid_t)strtol(buf, NULL, 10);
+}
+
+/*
+ * Whether the process whose pid is in the lock file is gone or exiting: /proc/PID is missing,
+ * or its thread-group leader is a zombie (state Z or X). PID 0 (no pid written) counts as gone.
+ *
+ * A SIGKILLed daemon's leader thread is a zombie at once, but the lock is released only when
+ * its last thread has torn down the address space and closed its files: 1.1-2.0 s after
+ * SIGKILL for a daemon that had just taken 600 MiB of writes on the CI machine (2 cores).
+ */
+static bool owner_exiting(pid_t pid)
+{
+	char path[64], buf[512];
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = '\0';
+	/* "pid (comm) S ...": the state follows the last ')' (comm may hold any byte) */
+	const char *rp = strrchr(buf, ')');
+
+	return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/*
+ * Take the exclusive ownership lock on fd, waiting up to LOCK_WAIT_S while its holder is gone or
+ * exiting (a daemon just killed, or a ckptctl reading). Returns 0; -EBUSY with *owner set when
+ * a live process holds it or the wait ran out; other -errno of flock.
+ */
+static int lock_exclusive(int fd, pid_t *owner)
+{
+	const int64_t deadline = mono_ns() + (int64_t)LOCK_WAIT_S * 1000000000;
+
+	for (;;) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK)
+			return -errno;
+		*owner = read_owner(fd);
+		if (!owner_exiting(*owner) || mono_ns() > deadline)
+			return -EBUSY;
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
 }
 
 static int path_join(char *buf, size_t cap, const char *root, const char *name)
@@ -118,13 +190,28 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 		goto fail;
 	}
 	if (flags & REPO_EXCLUSIVE) {
-		if (flock(r->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-			rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-			r->owner_pid = read_owner(r->lock_fd);
-			seterr(err, errcap,
-			       "store '%s' is in use by another ckptfs (pid %d); unmount it first "
-			       "(fusermount3 -u MOUNTPOINT)",
-			       root, (int)r->owner_pid);
+		pid_t owner = 0;
+
+		if ((rc = lock_exclusive(r->lock_fd, &owner)) == -EBUSY) {
+			r->owner_pid = owner;
+			if (!owner_exiting(owner))
+				seterr(err, errcap,
+				       "store '%s' is in use by another ckptfs (pid %d); unmount it "
+				       "first (fusermount3 -u MOUNTPOINT)",
+				       root, (int)owner);
+			else if (owner > 0)
+				seterr(err, errcap,
+				       "store '%s' is still locked %d s after its ckptfs (pid %d) began "
+				       "to exit; wait until 'ps -p %d' shows nothing, then retry",
+				       root, LOCK_WAIT_S, (int)owner, (int)owner);
+			else
+				seterr(err, errcap,
+				       "store '%s' is locked by another process (a ckptctl reading it?) "
+				       "for more than %d s; find it with 'fuser -v %s/lock' and retry",
+				       root, LOCK_WAIT_S, root);
+			goto fail;
+		} else if (rc < 0) {
+			seterr(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
 			goto fail;
 		}
 		char pidbuf[32];

@@ -94,16 +94,34 @@ def is_fuse_mounted(path):
     return os.path.realpath(path) in fuse_mounts()
 
 
-def pid_alive(pid):
-    """True while pid exists and is not a zombie."""
+def _task_state(path):
     try:
-        with open('/proc/%d/stat' % pid) as f:
+        with open(path) as f:
             s = f.read()
     except (FileNotFoundError, ProcessLookupError):
-        return False
+        return None
     # state is the field after the parenthesised command name
-    state = s[s.rfind(')') + 2:].split()[0]
-    return state not in ('Z', 'X')
+    return s[s.rfind(')') + 2:].split()[0]
+
+
+def pid_alive(pid):
+    """True while any thread of process pid exists and is not a zombie.
+
+    A SIGKILLed multithreaded daemon's leader is a zombie at once, while its last thread still
+    tears down the address space and only then closes its files (the store lock): 1-2 s on the
+    CI machine. Looking at the leader alone let a test remount while the old daemon still held
+    the lock."""
+    state = _task_state('/proc/%d/stat' % pid)
+    if state is None:
+        return False
+    if state not in ('Z', 'X'):
+        return True
+    try:
+        tids = os.listdir('/proc/%d/task' % pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return any(_task_state('/proc/%d/task/%s/stat' % (pid, t)) not in (None, 'Z', 'X')
+               for t in tids)
 
 
 def wait_pid_exit(pid, timeout):

@@ -11,6 +11,10 @@ and a remount, every file must be in a state the record allows:
 The tree must be readable, `ckptctl STORE verify` must exit 0, and what a round found must still
 be there, unchanged, after the next crash.
 
+LockTest: a mount while the previous owner of STORE is exiting (its leader a zombie, a thread
+still holding STORE/lock) or while a reader holds it shared waits for the lock; a live owner is
+refused at once, by pid.
+
 Environment: CKPTFS_CRASH_ROUNDS (default 3), CKPTFS_SEED (default 1234).
 Run: /usr/bin/python3 tests/mount/test_crash.py
 """
@@ -20,11 +24,14 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import fcntl  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import signal  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 import unittest  # noqa: E402
@@ -316,6 +323,96 @@ class CrashTest(unittest.TestCase):
         sys.stderr.write('\n  [round %d: %d paths: %s; %d MB readable] ' %
                          (rnd, len(model.durable),
                           ', '.join('%s %d' % kv for kv in stats.items()), nbytes // MiB))
+
+
+
+# A process that takes STORE/lock as a daemon does and holds it for argv[2] seconds. With
+# argv[3] 'die' its main thread exits alone (the raw exit syscall, the GIL released by ctypes),
+# so that the leader is a zombie while a second thread keeps the lock: the state a SIGKILLed
+# daemon is in while its last thread tears down its memory. With 'live' it stays a live owner.
+OWNER = r"""
+import ctypes, fcntl, os, platform, sys, threading, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.pwrite(fd, b'%d\n' % os.getpid(), 0)
+def hold():
+    time.sleep(float(sys.argv[2]))
+    os._exit(0)
+threading.Thread(target=hold).start()
+print('locked', flush=True)
+if sys.argv[3] == 'die':
+    ctypes.CDLL(None).syscall({'x86_64': 60, 'aarch64': 93}[platform.machine()], 0)
+"""
+
+
+class LockTest(unittest.TestCase):
+    """A mount right after the previous owner of STORE died waits for the lock instead of
+    refusing; a live owner is still refused at once."""
+
+    HOLD = 2.0
+
+    def test_mount_waits_for_an_exiting_owner(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            with open(m.path('a'), 'wb') as f:
+                f.write(b'kept')
+            m.unmount()
+            lock = os.path.join(m.store, 'lock')
+
+            # the leader is a zombie, another thread holds the lock for HOLD s
+            p = subprocess.Popen([sys.executable, '-c', OWNER, lock, str(self.HOLD), 'die'],
+                                 stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(p.stdout.readline().strip(), 'locked')
+                deadline = time.monotonic() + 10
+                while ckfs._task_state('/proc/%d/stat' % p.pid) != 'Z':
+                    self.assertLess(time.monotonic(), deadline, 'the leader never exited')
+                    time.sleep(0.01)
+                self.assertTrue(ckfs.pid_alive(p.pid), 'a zombie leader with a live thread '
+                                'is a process still alive')
+                t0 = time.monotonic()
+                m.start()
+                waited = time.monotonic() - t0
+                self.assertFalse(ckfs.pid_alive(p.pid))
+                self.assertGreater(waited, self.HOLD / 2,
+                                   'mounted while the old owner still held the lock')
+                with open(m.path('a'), 'rb') as f:
+                    self.assertEqual(f.read(), b'kept')
+                m.unmount()
+            finally:
+                p.kill()
+                p.wait()
+
+            # a reader's shared lock (ckptctl while unmounted), the lock file naming a pid
+            # that is gone: the mount waits until it is released
+            fd = os.open(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                threading.Timer(self.HOLD, fcntl.flock, (fd, fcntl.LOCK_UN)).start()
+                t0 = time.monotonic()
+                m.start()
+                self.assertGreater(time.monotonic() - t0, self.HOLD / 2)
+                m.unmount()
+            finally:
+                os.close(fd)
+
+            # a live owner: refused at once, naming its pid
+            p = subprocess.Popen([sys.executable, '-c', OWNER, lock, '60', 'live'],
+                                 stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(p.stdout.readline().strip(), 'locked')
+                t0 = time.monotonic()
+                with self.assertRaises(ckfs.MountError) as cm:
+                    m.start()
+                self.assertLess(time.monotonic() - t0, 10)
+                self.assertIn('in use by another ckptfs (pid %d)' % p.pid, str(cm.exception))
+            finally:
+                p.kill()
+                p.wait()
+        finally:
+            m.close()
 
 
 if __name__ == '__main__':
