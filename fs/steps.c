@@ -1394,21 +1394,62 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 		      "'.ckptfs/%s/%s' until a newer step is complete", s.name, RETAINED_NAME, qname);
 }
 
-/* Put a retained step back at its name, so a resuming trainer finds what its tracker names. */
+/*
+ * Whether directory ino, at the step's name, is what the trainer left of the step when its
+ * deletion was cut short (steps_before_remove moved the step to its clone): no step row owns
+ * it, or only one that is over (incomplete, corrupt, pruned). A step being written or sealed
+ * under that name (the trainer saving the same step again) is never taken away.
+ */
+static bool is_leftover(struct ckfs *fs, uint64_t ino)
+{
+	struct idx_step o;
+
+	if (idx_step_by_dir(fs->ix, ino, &o) < 0)
+		return true;
+	return o.state != IDX_STEP_WRITING && o.state != IDX_STEP_SEALED &&
+	       o.state != IDX_STEP_COMPLETE;
+}
+
+/*
+ * Put a retained step back at its name, so a resuming trainer finds what its tracker names. A
+ * deletion cut short (the trainer killed after removing some of the step's files) leaves part of
+ * the step at the name: that part is set aside in /.ckptfs/quarantine as NAME.partial-ID (its
+ * files are all in the retained copy), and the whole step takes its place.
+ */
 static void restore(struct ckfs *fs, struct idx_step *s)
 {
 	uint64_t parent, cur;
-	char name[300];
+	char name[300], pname[320];
+	bool partial;
 
 	if (s->kind == LAYOUT_MF1)
 		return; /* per-rank files, no directory: mf1_restore, from a meta.json read */
 	if (!s->dir_ino || idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) < 0 ||
-	    parent != fs->retained_ino || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0)
+	    parent != fs->retained_ino)
+		return;
+	partial = idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0;
+	if (partial && !is_leftover(fs, cur))
 		return;
 	if (idx_begin(fs->ix) < 0)
 		return;
-	struct idx_inode r, root;
-	int rc = idx_dentry_move(fs->ix, fs->retained_ino, name, IDX_ROOT_INO, s->name);
+	struct idx_inode r, root, q;
+	int rc = 0;
+
+	if (partial) {
+		snprintf(pname, sizeof(pname), "%s.partial-%" PRId64, s->name, s->id);
+		rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, fs->quarantine_ino, pname);
+		if (rc == 0 && (rc = idx_inode_get(fs->ix, fs->quarantine_ino, &q)) == 0) {
+			q.nlink++;
+			q.mtime_ns = q.ctime_ns = ckfs_now(fs);
+			rc = idx_inode_update(fs->ix, &q);
+		}
+		if (rc == 0 && (rc = idx_inode_get(fs->ix, IDX_ROOT_INO, &root)) == 0) {
+			root.nlink--;
+			rc = idx_inode_update(fs->ix, &root);
+		}
+	}
+	if (rc == 0)
+		rc = idx_dentry_move(fs->ix, fs->retained_ino, name, IDX_ROOT_INO, s->name);
 
 	if (rc == 0 && (rc = idx_inode_get(fs->ix, fs->retained_ino, &r)) == 0) {
 		r.nlink--;
@@ -1419,10 +1460,19 @@ static void restore(struct ckfs *fs, struct idx_step *s)
 		root.mtime_ns = root.ctime_ns = ckfs_now(fs);
 		rc = idx_inode_update(fs->ix, &root);
 	}
-	if (rc == 0 && idx_commit(fs->ix) == 0)
-		logf_("restored '%s' (the newest complete step) for a resuming reader", s->name);
-	else if (rc < 0)
+	if (rc == 0 && idx_commit(fs->ix) == 0) {
+		if (partial) {
+			inval_queue(fs, IDX_ROOT_INO, s->name); /* the kernel has the part cached */
+			logf_("restored '%s' (the newest complete step) for a resuming reader; what "
+			      "the trainer had not yet deleted of it is in '.ckptfs/quarantine/%s'",
+			      s->name, pname);
+		} else {
+			logf_("restored '%s' (the newest complete step) for a resuming reader",
+			      s->name);
+		}
+	} else if (rc < 0) {
 		idx_rollback(fs->ix);
+	}
 }
 
 /* ---- MindFormers 1.0: per-rank files, no step directory ---- */

@@ -518,6 +518,48 @@ class TestScenarios(unittest.TestCase):
             b = run_to_end('megatron', m.mnt, log, steps=2, every=2, resume=True)
             self.assertEqual(check_resumed(b, before, log, off, expect_step=2), 2)
 
+    def test_5b_deletion_of_newest_cut_short(self):
+        """The trainer starts deleting the newest complete step (its keep-last-N cleanup) and is
+        killed after removing some of its files: the resuming reader finds the whole step, and
+        what was left at the name is set aside, not lost."""
+        with ckfs.Mount() as m:
+            log = os.path.join(m.tmp, 'trainer.log')
+            run_to_end('megatron', m.mnt, log, steps=2, every=2)
+            wait_for('step 2 to complete', lambda: read_tracker(m) == '2', extra=m.log_tail)
+            top = m.path(step_dir(2))
+            before = {}
+            for dp, _, fn in os.walk(top):
+                for n in fn:
+                    p = os.path.join(dp, n)
+                    before[os.path.relpath(p, top)] = ckfs.read_bytes(p)
+            self.assertGreaterEqual(len(before), 2, before.keys())
+            gone = sorted(before)[0]
+            os.remove(os.path.join(top, gone))      # the deletion, cut short after one file
+            self.assertIn('kept as', m.log_tail())
+            # the resuming reader: the tracker, then the step it names, whole and bit-exact
+            self.assertEqual(read_tracker(m), '2')
+            after = {}
+            for dp, _, fn in os.walk(top):
+                for n in fn:
+                    p = os.path.join(dp, n)
+                    after[os.path.relpath(p, top)] = ckfs.read_bytes(p)
+            self.assertEqual(sorted(after), sorted(before), m.log_tail())
+            self.assertTrue(after == before, 'restored bytes differ')
+            self.assertIn('restored', m.log_tail())
+            q = [n for n in os.listdir(m.path('.ckptfs', 'quarantine'))
+                 if n.startswith(step_dir(2) + '.partial-')]
+            self.assertEqual(len(q), 1, m.log_tail())
+            self.assertNotIn(gone, [os.path.relpath(os.path.join(dp, n),
+                                                    m.path('.ckptfs', 'quarantine', q[0]))
+                                    for dp, _, fn in os.walk(m.path('.ckptfs', 'quarantine',
+                                                                    q[0])) for n in fn])
+            off = log_size(log)
+            prev = LogView(read_log(log, 0, off))
+            b = run_to_end('megatron', m.mnt, log, steps=2, every=2, resume=True)
+            self.assertEqual(check_resumed(b, prev, log, off, expect_step=2), 2)
+            r = ckfs.ckptctl(m.store, 'verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_6_mf1_keep_before_save(self):
         def name(r, step):
             return 'rank_%d/llama_rank_%d-1_%d.ckpt' % (r, r, step)
