@@ -38,6 +38,7 @@ struct cfg {
 	char *layout;
 	unsigned ranks;
 	char *write_buffer;
+	char *defer_compress;
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -50,6 +51,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "layout=%s", offsetof(struct cfg, layout), 0 },
 	{ "ranks=%u", offsetof(struct cfg, ranks), 0 },
 	{ "write_buffer=%s", offsetof(struct cfg, write_buffer), 0 },
+	{ "defer_compress=%s", offsetof(struct cfg, defer_compress), 0 },
 	FUSE_OPT_END
 };
 
@@ -90,7 +92,11 @@ static void usage(const char *prog)
 	       "                           none (no checkpoint semantics: a plain filesystem)\n"
 	       "    -o write_buffer=SIZE   bytes of written data being chunked and compressed\n"
 	       "                           in the background (K, M, G suffixes; default RAM/8\n"
-	       "                           within 64M..16G); writers wait when it is full\n\n",
+	       "                           within 64M..16G); writers wait when it is full\n"
+	       "    -o defer_compress=WHEN auto (default): while the workers fall behind a\n"
+	       "                           writer and the disk is faster than compressing,\n"
+	       "                           store chunks raw and compress them when idle;\n"
+	       "                           never; always\n\n",
 	       prog);
 }
 
@@ -295,6 +301,17 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 			goto out;
 		}
 		fs.layout = (int)k;
+	}
+	if (!c->defer_compress || strcmp(c->defer_compress, "auto") == 0) {
+		fs.defer = FS_DEFER_AUTO;
+	} else if (strcmp(c->defer_compress, "never") == 0) {
+		fs.defer = FS_DEFER_NEVER;
+	} else if (strcmp(c->defer_compress, "always") == 0) {
+		fs.defer = FS_DEFER_ALWAYS;
+	} else {
+		startup_fail("defer_compress must be auto, never or always, not '%s'",
+			     c->defer_compress);
+		goto out;
 	}
 	if (c->keep_every < 0) {
 		startup_fail("keep_every must be >= 0");
@@ -536,6 +553,7 @@ out:
 	free(c.store);
 	free(c.mnt);
 	free(c.layout);
+	free(c.defer_compress);
 	free(c.write_buffer);
 	free(o.mountpoint);
 	fuse_opt_free_args(&args);

@@ -47,6 +47,9 @@ struct step_rt;
 struct wb_pool;
 struct commit_q;
 
+/* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
+enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
+
 /* Daemon-wide state: one per mount. */
 struct ckfs {
 	struct ckpt_repo *repo;
@@ -63,6 +66,9 @@ struct ckfs {
 	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */
 	char bdi_ra[64];         /* /sys/class/bdi/MAJ:MIN/read_ahead_kb of the mount, or "" */
 	_Atomic bool ra_tuned;   /* fs_tune_read_ahead has run */
+	int defer;               /* -o defer_compress: FS_DEFER_AUTO, _NEVER or _ALWAYS */
+	_Atomic uint64_t n_deferred; /* chunks the workers stored raw for later (STORE_PUT_DEFER) */
+	_Atomic uint64_t n_recoded;  /* deferred chunks compressed since the mount */
 
 	/* checkpoint semantics (steps.c); guarded by mu */
 	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
@@ -230,12 +236,13 @@ struct fs_pins *fs_pins_new(void);
 void fs_pins_free(struct fs_pins *p);
 
 /*
- * fs_chunk_put - pin the digest of buf, then store it (store_chunk_put). A stored copy the index
- * marks bad is deleted and written again (never a dedup target), and the mark cleared. On
- * failure the pin is dropped. Returns 0 or the -errno of store_chunk_put. Thread-safe; takes
- * fs->mu, so the caller must not hold it.
+ * fs_chunk_put - pin the digest of buf, then store it (store_chunk_put_hashed with flags: 0 or
+ * STORE_PUT_DEFER). A stored copy the index marks bad is deleted and written again (never a
+ * dedup target), and the mark cleared. On failure the pin is dropped. Returns 0 or the -errno
+ * of store_chunk_put. Thread-safe; takes fs->mu, so the caller must not hold it.
  */
-int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, struct store_chunk_info *ret);
+int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
+		 struct store_chunk_info *ret);
 
 /* fs_chunk_unpin - drop one pin of h. Thread-safe. */
 void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h);
@@ -295,6 +302,28 @@ void wb_release(struct wb_pool *p, size_t n);
  */
 uint8_t *wb_seg_get(struct wb_pool *p, size_t size, size_t *ret_charged);
 void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident);
+/*
+ * wb_should_defer - whether the job a worker is about to store should go to disk raw
+ * (STORE_PUT_DEFER), to be compressed when the pool is idle: -o defer_compress=always; or
+ * auto and the workers are behind (at least WB_DEFER_QUEUE jobs wait) and store_defer_pays.
+ * NULL p: false. Thread-safe; takes the pool's lock (a leaf).
+ * wb_note_deferred - a worker stored a chunk deferred: the pool will look for deferred chunks
+ * to compress once idle (fs_recode_idle). Thread-safe.
+ */
+bool wb_should_defer(struct wb_pool *p);
+void wb_note_deferred(struct wb_pool *p);
+/* wb_busy - whether the pool has a cutter or job queued or running, or is stopping: an idle
+ * task (fs_recode_idle) should yield. NULL p: false. Thread-safe. */
+bool wb_busy(struct wb_pool *p);
+/*
+ * fs_recode_idle - compress chunks stored deferred (store_chunk_recode), a batch at a time,
+ * recording each one's new codec and stored size in the index, until none is left or the pool
+ * has work again (wb_busy). A chunk whose bytes no longer match its digest is marked bad.
+ * Returns true when deferred chunks may remain (it yielded to work), false when none is left
+ * or a failure (logged) makes trying again now pointless. Runs on a worker; takes fs->mu per
+ * batch, never for a chunk's I/O.
+ */
+bool fs_recode_idle(struct ckfs *fs);
 /*
  * wb_figures - budget, bytes in flight now, bytes of buffers kept for reuse now (wb.c invariant
  * 5), peak of the two together, workers; all bytes, all 0 for NULL p.

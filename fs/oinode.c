@@ -554,7 +554,7 @@ static int put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, si
 		      uint64_t offset, struct idx_extent *ret)
 {
 	struct store_chunk_info info;
-	int rc = fs_chunk_put(fs, buf, len, &info);
+	int rc = fs_chunk_put(fs, buf, len, 0, &info);
 
 	if (rc < 0)
 		return rc;
@@ -583,8 +583,12 @@ static void set_overlay(struct ckfs *fs, struct oinode *oi)
 void oi_job_run(struct ckfs *fs, struct fly_job *j)
 {
 	struct store_chunk_info info;
-	int rc = fs_chunk_put(fs, j->buf, j->len, &info);
+	int rc = fs_chunk_put(fs, j->buf, j->len,
+			      wb_should_defer(fs->wb) ? STORE_PUT_DEFER : 0, &info);
 	struct oinode *oi = j->oi;
+
+	if (rc == 0 && !info.existed && info.codec == STORE_CODEC_DEFERRED)
+		atomic_fetch_add(&fs->n_deferred, 1);
 	struct seg *sg = j->seg;
 
 	pthread_mutex_lock(&oi->fly_mu);
@@ -1352,6 +1356,12 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 	pthread_mutex_unlock(&fs->mu);
 	if (rc < 0)
 		goto out;
+	for (size_t i = 0; i < n_all; i++) {
+		if (all[i].codec == STORE_CODEC_DEFERRED) {
+			wb_note_deferred(fs->wb); /* now in the index, where the recoder looks */
+			break;
+		}
+	}
 
 	oi_drop_pins(fs, oi);
 	if (from_staging) {

@@ -82,7 +82,8 @@ void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
 	pthread_mutex_unlock(&p->mu);
 }
 
-int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, struct store_chunk_info *ret)
+int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
+		 struct store_chunk_info *ret)
 {
 	struct fs_pins *p = fs->pins;
 	struct store_hash h;
@@ -115,7 +116,7 @@ int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, struct store_chun
 	if (bad)
 		store_chunk_delete(fs->st, &h);
 	pthread_mutex_unlock(&fs->mu);
-	rc = store_chunk_put(fs->st, buf, len, ret);
+	rc = store_chunk_put_hashed(fs->st, buf, len, &h, flags, ret);
 	if (rc < 0) {
 		fs_chunk_unpin(fs, &h);
 		return rc;
@@ -147,4 +148,91 @@ int fs_chunk_free(struct ckfs *fs, const struct store_hash *h)
 	}
 	pthread_mutex_unlock(&p->mu);
 	return rc;
+}
+
+/* Digests fs_recode_idle takes from the index at a time (one query, one transaction). */
+#define RECODE_BATCH 32
+
+bool fs_recode_idle(struct ckfs *fs)
+{
+	uint8_t (*hs)[IDX_HASH_LEN] = malloc(RECODE_BATCH * sizeof(*hs));
+	struct {
+		uint8_t codec;
+		uint32_t stored;
+	} got[RECODE_BATCH];
+	bool ok[RECODE_BATCH];
+	bool more = false;
+	char hex[2 * STORE_HASH_LEN + 1];
+
+	if (!hs)
+		return true; /* try again at the next idle period */
+	for (;;) {
+		unsigned done = 0;
+		int n, rc = 0;
+
+		memset(ok, 0, sizeof(ok));
+		pthread_mutex_lock(&fs->mu);
+		n = idx_chunks_with_codec(fs->ix, STORE_CODEC_DEFERRED, hs, RECODE_BATCH);
+		pthread_mutex_unlock(&fs->mu);
+		if (n <= 0) {
+			if (n < 0)
+				fprintf(stderr, "ckptfs: cannot list deferred chunks: %s; they stay "
+					"uncompressed until the next mount\n", strerror(-n));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct store_hash h;
+			struct store_chunk_info info;
+
+			if (wb_busy(fs->wb)) {
+				more = true;
+				break;
+			}
+			memcpy(h.b, hs[i], STORE_HASH_LEN);
+			rc = store_chunk_recode(fs->st, &h, &info);
+			if (rc == 0) {
+				ok[i] = true;
+				got[i].codec = info.codec;
+				got[i].stored = (uint32_t)info.stored_size;
+				done++;
+			} else if (rc == -ENOENT) {
+				/* freed meanwhile; a missing file of a live chunk is verify's */
+			} else if (rc == -EBADMSG) {
+				pthread_mutex_lock(&fs->mu);
+				if (idx_begin(fs->ix) == 0 &&
+				    (idx_chunk_mark_bad(fs->ix, hs[i]) < 0 || idx_commit(fs->ix) < 0))
+					idx_rollback(fs->ix);
+				pthread_mutex_unlock(&fs->mu);
+				fprintf(stderr, "ckptfs: chunk '%s' is damaged on disk (its bytes do not "
+					"match its digest); marked bad, not compressed: run 'ckptctl "
+					"STORE verify' to see which files it holds\n",
+					store_hash_hex(&h, hex));
+				done++; /* marked bad: no longer listed */
+			} else {
+				fprintf(stderr, "ckptfs: cannot compress deferred chunk '%s': %s; "
+					"deferred chunks stay uncompressed (readable) until the next "
+					"idle period\n", store_hash_hex(&h, hex), strerror(-rc));
+				break;
+			}
+		}
+		pthread_mutex_lock(&fs->mu);
+		if (idx_begin(fs->ix) == 0) {
+			int r = 0;
+
+			for (int i = 0; i < n && r == 0; i++)
+				if (ok[i] && (r = idx_chunk_set_stored(fs->ix, hs[i], got[i].codec,
+								       got[i].stored)) == -ENOENT)
+					r = 0; /* freed since: nothing to record */
+			if (r < 0 || idx_commit(fs->ix) < 0)
+				idx_rollback(fs->ix);
+		}
+		pthread_mutex_unlock(&fs->mu);
+		atomic_fetch_add(&fs->n_recoded, done);
+		/* stop on a failure, a yield, or a batch that changed nothing (a row whose file is
+		 * missing stays listed: verify reports it) */
+		if (more || (rc < 0 && rc != -ENOENT && rc != -EBADMSG) || done == 0)
+			break;
+	}
+	free(hs);
+	return more;
 }

@@ -158,6 +158,10 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CHUNK_EXISTS] = "SELECT 1 FROM chunks WHERE hash = ?1",
 	[IX_CHUNK_SET_BAD] = "UPDATE chunks SET bad = ?2 WHERE hash = ?1",
 	[IX_CHUNK_IS_BAD] = "SELECT bad <> 0 FROM chunks WHERE hash = ?1",
+	[IX_CHUNK_SET_STORED] = "UPDATE chunks SET codec = ?2, stored_size = ?3 WHERE hash = ?1",
+	[IX_CHUNK_WITH_CODEC] = "SELECT hash FROM chunks WHERE codec = ?1 AND bad = 0 LIMIT ?2",
+	[IX_CHUNK_CODEC_TOTALS] = "SELECT count(*), coalesce(sum(stored_size), 0) FROM chunks "
+				  "WHERE codec = ?1",
 	[IX_CHUNK_FOREACH] = "SELECT hash, raw_size, stored_size, codec, refs, bad FROM chunks "
 			     "ORDER BY hash",
 	[IX_CHUNK_USERS] = "SELECT ino, offset FROM extents WHERE hash = ?1 ORDER BY ino, offset",

@@ -241,6 +241,28 @@ int idx_chunk_mark_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN]);
 int idx_chunk_clear_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN]);
 
 /*
+ * idx_chunk_set_stored - record that chunk hash is now stored as codec (enum store_codec) in
+ * stored_size bytes (its file was rewritten: store_chunk_recode). Returns 0, -ENOENT (no such
+ * chunk: it was freed meanwhile), -EROFS, -EIO.
+ */
+int idx_chunk_set_stored(struct idx *ix, const uint8_t hash[IDX_HASH_LEN], uint8_t codec,
+			 uint32_t stored_size);
+
+/*
+ * idx_chunks_with_codec - up to max digests of chunks stored as codec and not marked bad, in
+ * no particular order, into out[0..n). A full scan of the chunk table (no index on codec): about
+ * a millisecond per 10k chunks. Returns n (0..max) or -EIO. Read-only.
+ */
+int idx_chunks_with_codec(struct idx *ix, uint8_t codec, uint8_t (*out)[IDX_HASH_LEN],
+			  size_t max);
+
+/*
+ * idx_chunk_codec_totals - the number of chunks stored as codec and their stored bytes (sum of
+ * stored_size) into *ret_n, *ret_bytes. A full scan of the chunk table. Returns 0 or -EIO.
+ */
+int idx_chunk_codec_totals(struct idx *ix, uint8_t codec, uint64_t *ret_n, uint64_t *ret_bytes);
+
+/*
  * idx_chunk_is_bad - whether chunk hash (16-byte XXH3-128 of its raw bytes) is marked bad.
  * Returns 1 (bad), 0 (not bad), -ENOENT (no such chunk). Read-only.
  */

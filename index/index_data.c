@@ -346,6 +346,63 @@ int idx_chunk_clear_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
 	return ix_chunk_set_bad(ix, hash, false);
 }
 
+int idx_chunk_set_stored(struct idx *ix, const uint8_t hash[IDX_HASH_LEN], uint8_t codec,
+			 uint32_t stored_size)
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_SET_STORED);
+	int r;
+
+	if (ix->rdonly)
+		return -EROFS;
+	if ((r = ix_bind_hash(ix, st, 1, hash)) < 0 || (r = ix_bind_i64(ix, st, 2, codec)) < 0 ||
+	    (r = ix_bind_i64(ix, st, 3, stored_size)) < 0) {
+		ix_done(st);
+		return r;
+	}
+	if ((r = ix_run(ix, st)) < 0)
+		return r;
+	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+}
+
+int idx_chunks_with_codec(struct idx *ix, uint8_t codec, uint8_t (*out)[IDX_HASH_LEN],
+			  size_t max)
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_WITH_CODEC);
+	size_t n = 0;
+	int r;
+
+	if ((r = ix_bind_i64(ix, st, 1, codec)) < 0 ||
+	    (r = ix_bind_i64(ix, st, 2, (int64_t)max)) < 0)
+		goto out;
+	while (n < max && (r = ix_step(ix, st)) > 0) {
+		if ((r = ix_column_hash(st, 0, out[n])) < 0)
+			break;
+		n++;
+	}
+out:
+	ix_done(st);
+	return r < 0 ? r : (int)n;
+}
+
+int idx_chunk_codec_totals(struct idx *ix, uint8_t codec, uint64_t *ret_n, uint64_t *ret_bytes)
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_CODEC_TOTALS);
+	int r;
+
+	if ((r = ix_bind_i64(ix, st, 1, codec)) < 0)
+		goto out;
+	if ((r = ix_step(ix, st)) > 0) {
+		*ret_n = (uint64_t)sqlite3_column_int64(st, 0);
+		*ret_bytes = (uint64_t)sqlite3_column_int64(st, 1);
+		r = 0;
+	} else if (r == 0) {
+		r = -EIO; /* an aggregate always has a row */
+	}
+out:
+	ix_done(st);
+	return r;
+}
+
 int idx_chunk_foreach(struct idx *ix,
 		      int (*fn)(const uint8_t hash[IDX_HASH_LEN], uint32_t raw_size,
 				uint32_t stored_size, uint8_t codec, int64_t refs, bool bad,

@@ -50,6 +50,12 @@
  *      decode, or decodes to bytes whose digest differs, -EBADMSG: the stored content does not
  *      match its name, which fs/ treats as a corrupt step.
  *
+ *  11. enc_ps, wr_ps and ratio_ppm are exponential moving averages (weight 1/8 per put, 0 until
+ *      the first sample) of what puts took: the wall time of store_encode_tls per raw byte,
+ *      of writing and publishing the file per stored byte, and the stored/raw ratio of the
+ *      encoded puts. Updates race (load, mix, store, relaxed): a lost sample is harmless to a
+ *      heuristic (store_defer_pays).
+ *
  * Lock order: sync_lock -> dirty_lock; dirty_lock and cache_lock are leaves; no path holds
  * cache_lock with either of the others.
  */
@@ -66,6 +72,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/store.h"
@@ -114,6 +121,10 @@ struct store {
 	int root_fd;                /* the root directory, for syncfs(2); -1 when read_only */
 	pthread_mutex_t sync_lock;  /* serializes store_sync; guards synced_gen (invariant 8) */
 	_Atomic uint64_t put_gen;   /* publications so far */
+	/* invariant 11: moving averages of the puts' wall time, picoseconds per byte */
+	_Atomic uint64_t enc_ps;    /* encoding, per raw byte */
+	_Atomic uint64_t wr_ps;     /* writing the file, per stored byte */
+	_Atomic uint64_t ratio_ppm; /* stored / raw bytes of the encoded puts, parts per million */
 	uint64_t synced_gen;        /* publications known durable */
 
 	pthread_mutex_t cache_lock; /* leaf lock: guards every field below and cache_ent refs */
@@ -179,7 +190,7 @@ static int hdr_decode(const uint8_t in[STORE_HDR_LEN], struct chunk_hdr *ret)
 	memcpy(h.hash.b, in + 16, STORE_HASH_LEN);
 	if (h.codec > STORE_CODEC_MAX || h.raw_size > STORE_CHUNK_MAX)
 		return -EIO;
-	if (h.codec == STORE_CODEC_RAW ? h.payload_size != h.raw_size
+	if (store_codec_is_raw(h.codec) ? h.payload_size != h.raw_size
 				       : h.payload_size > store_payload_bound(h.raw_size))
 		return -EIO;
 	*ret = h;
@@ -579,7 +590,7 @@ static int chunk_load(struct store *st, const struct store_hash *h, uint8_t **re
 	data = buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap);
 	if (!data)
 		return -ENOMEM;
-	if (hdr.codec == STORE_CODEC_RAW) {
+	if (store_codec_is_raw(hdr.codec)) {
 		memcpy(data, file + STORE_HDR_LEN, hdr.raw_size);
 	} else {
 		/* the XXH3-128 below is the check (invariant 2): zstd's own is skipped */
@@ -1182,8 +1193,24 @@ static int free_take(struct store *st, char *tmp, size_t cap, unsigned *ret_s)
  * path (durable at the next store_sync, invariant 8). On failure the file written is gone.
  * Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Mix sample v into the moving average *avg (invariant 11). */
+static void ewma(_Atomic uint64_t *avg, uint64_t v)
+{
+	uint64_t a = atomic_load_explicit(avg, memory_order_relaxed);
+
+	atomic_store_explicit(avg, a ? a - a / 8 + v / 8 : v, memory_order_relaxed);
+}
+
 static int publish(struct store *st, unsigned s, const char *path, const uint8_t *hdr,
-		   const void *payload, size_t payload_len)
+		   const void *payload, size_t payload_len, bool swap)
 {
 	char tmp[PATH_MAX];
 	unsigned from = s;
@@ -1201,17 +1228,25 @@ static int publish(struct store *st, unsigned s, const char *path, const uint8_t
 			return -errno;
 	}
 	err = write_chunk_file(fd, hdr, payload, payload_len);
-	/* start writeback now so the disk works while the writer goes on; store_sync waits for it */
-	if (!err)
+	/* start writeback now so the disk works while the writer goes on; store_sync waits for it.
+	 * A swap replaces a durable copy: the new one must be durable before its name is. */
+	if (!err && swap && fdatasync(fd) < 0)
+		err = -errno;
+	else if (!err)
 		(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	if (close(fd) < 0 && !err)
 		err = errno == EINTR ? -EIO : -errno;
-	if (!err && rename(tmp, path) < 0)
+	if (!err && swap) {
+		/* the old copy goes to tmp's name; without an old copy (deleted) nothing moves */
+		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) < 0)
+			err = errno == ENOENT ? -ENOENT : -errno;
+	} else if (!err && rename(tmp, path) < 0) {
 		err = -errno;
-	if (err) {
-		unlink(tmp);
-		return err;
 	}
+	if (err || swap)
+		unlink(tmp);
+	if (err)
+		return err;
 	mark_dirty(st, s);
 	if (from != s)
 		mark_dirty(st, from);
@@ -1220,6 +1255,18 @@ static int publish(struct store *st, unsigned s, const char *path, const uint8_t
 }
 
 int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_chunk_info *ret)
+{
+	struct store_hash h;
+
+	if (len == 0 || len > STORE_CHUNK_MAX)
+		return -EINVAL;
+	store_hash_buf(buf, len, &h);
+	return store_chunk_put_hashed(st, buf, len, &h, 0, ret);
+}
+
+int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
+			   const struct store_hash *h, unsigned flags,
+			   struct store_chunk_info *ret)
 {
 	char path[PATH_MAX];
 	uint8_t raw_hdr[STORE_HDR_LEN];
@@ -1233,7 +1280,7 @@ int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_
 		return -EINVAL;
 	if (st->read_only)
 		return -EROFS;
-	store_hash_buf(buf, len, &hdr.hash);
+	hdr.hash = *h;
 	err = store_chunk_path(st, &hdr.hash, path, sizeof(path));
 	if (err)
 		return err;
@@ -1244,17 +1291,84 @@ int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_
 		info_from_hdr(&hdr, true, ret);
 		return 0;
 	}
-	err = store_encode_tls(buf, len, st->zstd_level, &payload, &payload_len, &codec);
-	if (err)
-		return err;
+	uint64_t t0 = now_ns(), t1;
+
+	if (flags & STORE_PUT_DEFER) {
+		payload = buf;
+		payload_len = len;
+		codec = STORE_CODEC_DEFERRED;
+	} else {
+		err = store_encode_tls(buf, len, st->zstd_level, &payload, &payload_len, &codec);
+		if (err)
+			return err;
+		t1 = now_ns();
+		ewma(&st->enc_ps, (t1 - t0) * 1000 / len);
+		ewma(&st->ratio_ppm, (uint64_t)payload_len * 1000000 / len);
+		t0 = t1;
+	}
 	hdr.codec = codec;
 	hdr.raw_size = (uint32_t)len;
 	hdr.payload_size = (uint32_t)payload_len;
 	hdr_encode(&hdr, raw_hdr);
-	err = publish(st, shard_of(&hdr.hash), path, raw_hdr, payload, payload_len);
+	err = publish(st, shard_of(&hdr.hash), path, raw_hdr, payload, payload_len, false);
 	if (err)
 		return err;
+	ewma(&st->wr_ps, (now_ns() - t0) * 1000 / (payload_len + STORE_HDR_LEN));
 	info_from_hdr(&hdr, false, ret);
+	return 0;
+}
+
+bool store_defer_pays(struct store *st)
+{
+	uint64_t enc = atomic_load_explicit(&st->enc_ps, memory_order_relaxed);
+	uint64_t wr = atomic_load_explicit(&st->wr_ps, memory_order_relaxed);
+	uint64_t ratio = atomic_load_explicit(&st->ratio_ppm, memory_order_relaxed);
+
+	if (!enc || !wr || !ratio)
+		return false;
+	/* raw costs wr per byte; encoded, enc + wr * ratio */
+	return wr * (1000000 - (ratio < 1000000 ? ratio : 1000000)) / 1000000 < enc;
+}
+
+int store_chunk_recode(struct store *st, const struct store_hash *h,
+		       struct store_chunk_info *ret)
+{
+	char path[PATH_MAX];
+	uint8_t raw_hdr[STORE_HDR_LEN];
+	struct chunk_hdr hdr;
+	struct store_hash got;
+	const void *payload;
+	size_t payload_len;
+	uint8_t codec, *file;
+	int err;
+
+	if (st->read_only)
+		return -EROFS;
+	err = chunk_read_whole(st, h, &hdr, &file);
+	if (err)
+		return err;
+	if (hdr.codec != STORE_CODEC_DEFERRED) {
+		info_from_hdr(&hdr, true, ret);
+		return 0;
+	}
+	store_hash_buf(file + STORE_HDR_LEN, hdr.raw_size, &got);
+	if (memcmp(got.b, h->b, STORE_HASH_LEN))
+		return -EBADMSG;
+	/* file stays in this thread's STORE_TBUF_PAYLOAD slot: the encoder and the write below
+	 * use buffers of their own (codec.c's, STORE_TBUF_WRITE) */
+	err = store_encode_tls(file + STORE_HDR_LEN, hdr.raw_size, st->zstd_level, &payload,
+			       &payload_len, &codec);
+	if (!err)
+		err = store_chunk_path(st, h, path, sizeof(path));
+	if (!err) {
+		hdr.codec = codec;
+		hdr.payload_size = (uint32_t)payload_len;
+		hdr_encode(&hdr, raw_hdr);
+		err = publish(st, shard_of(h), path, raw_hdr, payload, payload_len, true);
+	}
+	if (err)
+		return err;
+	info_from_hdr(&hdr, true, ret);
 	return 0;
 }
 

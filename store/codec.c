@@ -706,6 +706,7 @@ static int decode(uint8_t codec, const void *payload, size_t payload_len, void *
 
 	switch (codec) {
 	case STORE_CODEC_RAW:
+	case STORE_CODEC_DEFERRED:
 		if (payload_len != raw_size)
 			return -EIO;
 		if (raw_size)

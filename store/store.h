@@ -62,10 +62,18 @@ enum store_codec {
 	STORE_CODEC_ZSTD_BG4 = 3, /* zstd frame of the raw bytes split into 4 byte planes */
 	STORE_CODEC_PLANES2 = 4,  /* 2 byte planes, each raw or its own zstd frame (codec.c) */
 	STORE_CODEC_PLANES4 = 5,  /* 4 byte planes, each raw or its own zstd frame (codec.c) */
+	STORE_CODEC_DEFERRED = 6, /* payload is the raw bytes, not yet tried for compression: put
+				   * with STORE_PUT_DEFER, encoded later by store_chunk_recode */
 };
 
 /* The highest enum store_codec value; a chunk header naming a higher one is malformed. */
-#define STORE_CODEC_MAX STORE_CODEC_PLANES4
+#define STORE_CODEC_MAX STORE_CODEC_DEFERRED
+
+/* Whether a payload of this codec is the raw bytes themselves. */
+static inline int store_codec_is_raw(unsigned codec)
+{
+	return codec == STORE_CODEC_RAW || codec == STORE_CODEC_DEFERRED;
+}
 
 struct store;
 
@@ -210,6 +218,48 @@ void store_close(struct store *st);
  * Thread-safe: puts of the same digest from several threads are fine.
  */
 int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_chunk_info *ret);
+
+/* store_chunk_put_hashed flags */
+#define STORE_PUT_DEFER 0x1 /* store a new chunk raw, as STORE_CODEC_DEFERRED, without trying
+			     * to compress it: store_chunk_recode does that later */
+
+/*
+ * store_chunk_put_hashed - store_chunk_put for a caller that has already computed h, the
+ * XXH3-128 of the len bytes at buf (store_hash_buf), saving a second pass over them. h is
+ * trusted: a wrong digest stores the bytes under a name that is not theirs, which every later
+ * read reports as -EBADMSG. @flags: 0 or STORE_PUT_DEFER (a chunk already stored is left as it
+ * is either way). Same returns and thread-safety as store_chunk_put.
+ */
+int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
+			   const struct store_hash *h, unsigned flags,
+			   struct store_chunk_info *ret);
+
+/*
+ * store_defer_pays - whether a worker that must keep up with a writer gets a chunk stored
+ * sooner by putting it raw (STORE_PUT_DEFER) than by compressing it first: from moving
+ * averages of the recent puts' wall time (weight 1/8 per put), true when the time to encode a
+ * byte exceeds the time to write the bytes compression would have saved (write time per
+ * stored byte x (1 - stored/raw)). Wall time includes waiting for the CPU, so a worker
+ * starved by the trainer counts as slow, and a disk slower than the compressor says no.
+ * False until an encoded put has been measured. Thread-safe, lock-free.
+ */
+bool store_defer_pays(struct store *st);
+
+/*
+ * store_chunk_recode - compress a chunk stored as STORE_CODEC_DEFERRED: read and check it
+ * (XXH3-128), encode it as store_chunk_put would (RAW when that does not pay), write the new
+ * file, fdatasync it, and swap it in for the old one atomically (renameat2 RENAME_EXCHANGE), so
+ * a reader sees one or the other and a crash at any point leaves a complete copy under the
+ * name. A chunk deleted meanwhile stays deleted: the swap needs the old name to exist.
+ * @ret: the chunk as stored on return (ret->codec is never STORE_CODEC_DEFERRED on success).
+ * Returns 0 (also when the chunk was not deferred: nothing is written, ret describes it),
+ * -ENOENT (no such chunk, or deleted meanwhile), -EBADMSG (its bytes do not match its digest:
+ * left as it is), -EIO, -ENOSPC, -ENOMEM, -EROFS, or another -errno of the write; on failure
+ * the old file is left as it was. The new copy's name is durable after the next store_sync.
+ * Thread-safe, also against puts, reads and deletes of the same chunk.
+ */
+int store_chunk_recode(struct store *st, const struct store_hash *h,
+		       struct store_chunk_info *ret);
 
 /*
  * store_sync - make every chunk put (data and name) and every delete that returned before this

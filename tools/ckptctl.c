@@ -167,6 +167,8 @@ static const char *codec_name(uint8_t codec)
 	switch (codec) {
 	case STORE_CODEC_RAW:
 		return "raw";
+	case STORE_CODEC_DEFERRED:
+		return "deferred";
 	case STORE_CODEC_ZSTD:
 		return "zstd";
 	case STORE_CODEC_ZSTD_BG2:

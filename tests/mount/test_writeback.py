@@ -36,6 +36,7 @@ import mmap  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 import unittest  # noqa: E402
 
 import ckfs  # noqa: E402
@@ -273,6 +274,124 @@ class WritebackTest(unittest.TestCase):
                 m.start()
             msg = str(cm.exception)
             self.assertIn("write_buffer 'lots' is not a size", msg)
+        finally:
+            m.close()
+
+
+def text_data(seed, n):
+    """n bytes that zstd shrinks well (numbered lines), different per seed."""
+    out, i = [], 0
+    size = 0
+    while size < n:
+        line = b'%s line %09d of a checkpoint shard\n' % (seed.encode(), i)
+        out.append(line)
+        size += len(line)
+        i += 1
+    return b''.join(out)[:n]
+
+
+def status_figures(m):
+    """(deferred chunks now, deferred since mount, compressed since mount, stored, logical)."""
+    st = read_all(m.path('.ckptfs', 'status')).decode()
+    d = re.search(r'deferred chunks: +(\d+) \(\d+ MiB stored raw.*since mount (\d+) deferred, '
+                  r'(\d+) compressed', st)
+    s = re.search(r'stored bytes: +(\d+)', st)
+    lg = re.search(r'logical bytes: +(\d+)', st)
+    assert d and s and lg, st
+    return tuple(int(x) for x in d.groups()) + (int(s.group(1)), int(lg.group(1)))
+
+
+def extent_codecs(store, name):
+    """The codec of each extent of /name, from the index (ckptctl, mounted or not)."""
+    r = ckfs.ckptctl(store, 'ls', name, json_out=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [e['codec'] for e in json.loads(r.stdout)['extents']]
+
+
+class DeferTest(unittest.TestCase):
+    """-o defer_compress: chunks stored raw while the workers are behind, compressed when idle
+    (store_chunk_recode swaps the compressed file in), also after a daemon was killed."""
+
+    def wait_compressed(self, m, timeout=60):
+        deadline = time.monotonic() + timeout
+        while True:
+            f = status_figures(m)
+            if f[0] == 0:
+                return f
+            self.assertLess(time.monotonic(), deadline, 'deferred chunks left: %r%s'
+                            % (f, m.log_tail()))
+            time.sleep(0.1)
+
+    def test_always_then_compressed_when_idle(self):
+        with ckfs.Mount(opts=('defer_compress=always', 'layout=none')) as m:
+            data = text_data('a', 24 * MiB + 999)
+            write_seq(m.path('a.bin'), data, fsync=True)
+            self.assertEqual(read_all(m.path('a.bin')), data)
+            f = self.wait_compressed(m)
+            ncodec = extent_codecs(m.store, 'a.bin')
+            # every chunk the workers stored went to disk raw (the last one, cut at close,
+            # is stored by the closing request)
+            self.assertGreaterEqual(f[1], len(ncodec) - 1, (f, ncodec))
+            self.assertEqual(f[1], f[2], f)                 # and every one was compressed
+            self.assertNotIn('deferred', ncodec)
+            self.assertLess(f[3], f[4] // 4, 'stored %d of %d logical bytes' % (f[3], f[4]))
+            self.assertEqual(read_all(m.path('a.bin')), data)
+            # a file deleted before its chunks are compressed leaves nothing behind
+            write_seq(m.path('b.bin'), text_data('b', 12 * MiB), fsync=True)
+            os.unlink(m.path('b.bin'))
+            self.wait_compressed(m)
+            r = m.ckptctl('verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            m.unmount()
+            r = ckfs.ckptctl(m.store, 'fsck')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn('removed 0 unlinked inodes and 0 unreferenced chunks', r.stdout)
+
+    def test_killed_daemon_leaves_them_to_the_next_mount(self):
+        m = ckfs.Mount(opts=('defer_compress=always', 'layout=none'))
+        try:
+            m.start()
+            data = text_data('k', 16 * MiB)
+            write_seq(m.path('k.bin'), data, fsync=True)
+            m.kill_daemon()                 # within the second the pool waits before compressing
+            codecs = extent_codecs(m.store, 'k.bin')
+            self.assertTrue(codecs)
+            m.opts = ('defer_compress=never', 'layout=none')    # compressing is not deferring
+            m.start()
+            self.assertEqual(read_all(m.path('k.bin')), data)
+            f = self.wait_compressed(m)
+            self.assertEqual(f[1], 0, f)
+            self.assertEqual(f[2], codecs.count('deferred'), (f, codecs))
+            self.assertNotIn('deferred', extent_codecs(m.store, 'k.bin'))
+            self.assertEqual(read_all(m.path('k.bin')), data)
+            m.unmount()
+            r = ckfs.ckptctl(m.store, 'verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        finally:
+            m.close()
+
+    def test_auto_defers_only_when_behind(self):
+        # one small file, written slowly: the workers are never behind, nothing is deferred
+        with ckfs.Mount(opts=('layout=none',)) as m:
+            fd = os.open(m.path('slow.bin'), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                for i in range(8):
+                    os.write(fd, text_data('s%d' % i, MiB))
+                    time.sleep(0.05)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            f = status_figures(m)
+            self.assertEqual(f[1], 0, f)
+            self.assertIn('defer_compress=auto', read_all(m.path('.ckptfs', 'status')).decode())
+
+    def test_bad_value_is_refused(self):
+        m = ckfs.Mount(opts=('defer_compress=sometimes',))
+        try:
+            with self.assertRaises(ckfs.MountError) as cm:
+                m.start()
+            self.assertIn("defer_compress must be auto, never or always, not 'sometimes'",
+                          str(cm.exception))
         finally:
             m.close()
 

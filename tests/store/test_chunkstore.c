@@ -183,6 +183,143 @@ Test(chunkstore, layout_put_pread_stat)
 	free(buf);
 }
 
+/* store_chunk_put_hashed stores under the digest given: the right one gives the same chunk as
+ * store_chunk_put; a wrong one is caught by every read of that name, never returned as data. */
+Test(chunkstore, put_hashed)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 200 * KiB;
+	uint8_t *buf = tu_malloc(len), *out = tu_malloc(len);
+	struct store_chunk_info info;
+	struct store_hash h, wrong;
+
+	tu_fill_random(buf, len, 7);
+	store_hash_buf(buf, len, &h);
+	cr_assert_eq(store_chunk_put_hashed(st, buf, len, &h, 0, &info), 0);
+	cr_assert_not(info.existed);
+	cr_assert_eq(memcmp(&info.hash, &h, sizeof(h)), 0);
+	check_chunk(st, &h, buf, len);
+	cr_assert_eq(store_chunk_put(st, buf, len, &info), 0);
+	cr_assert(info.existed, "the same bytes by store_chunk_put are a dedup hit");
+
+	wrong = h;
+	wrong.b[0] ^= 1;
+	buf[0] ^= 1; /* other bytes than those h names */
+	cr_assert_eq(store_chunk_put_hashed(st, buf, len, &wrong, 0, &info), 0);
+	cr_assert_eq(store_chunk_pread(st, &wrong, out, len, 0), -EBADMSG);
+	cr_assert_eq(store_chunk_verify(st, &wrong), -EBADMSG);
+	cr_assert_eq(store_chunk_put_hashed(st, buf, 0, &h, 0, &info), -EINVAL);
+	store_close(st);
+	free(buf);
+	free(out);
+}
+
+/* No file but final names in chunks/XX: no temporary or free file left behind. */
+static void assert_shard_clean(const struct store *st, const struct store_hash *h)
+{
+	char path[512];
+	DIR *d;
+	struct dirent *e;
+
+	cr_assert_eq(store_chunk_path(st, h, path, sizeof(path)), 0);
+	*strrchr(path, '/') = '\0';
+	cr_assert_not_null(d = opendir(path));
+	while ((e = readdir(d)))
+		cr_assert_neq(e->d_name[0] == '.' && e->d_name[1] && e->d_name[1] != '.', true,
+			      "left behind: %s/%s", path, e->d_name);
+	closedir(d);
+}
+
+static ino_t chunk_ino(const struct store *st, const struct store_hash *h)
+{
+	char path[512];
+	struct stat sb;
+
+	cr_assert_eq(store_chunk_path(st, h, path, sizeof(path)), 0);
+	cr_assert_eq(stat(path, &sb), 0);
+	return sb.st_ino;
+}
+
+/* A deferred put stores the raw bytes at once; store_chunk_recode compresses them in place
+ * later, keeps them readable throughout, and leaves a chunk deleted meanwhile deleted. */
+Test(chunkstore, deferred_put_and_recode)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 512 * KiB;
+	uint8_t *buf = tu_malloc(len), *noise = tu_malloc(len);
+	struct store_chunk_info info;
+	struct store_hash h, hn;
+	char path[512];
+	ino_t ino;
+
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i % 251 < 200 ? 'a' : i);
+	store_hash_buf(buf, len, &h);
+	cr_assert_eq(store_chunk_put_hashed(st, buf, len, &h, STORE_PUT_DEFER, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_DEFERRED);
+	cr_assert_eq(info.stored_size, len + STORE_HDR_LEN);
+	check_chunk(st, &h, buf, len);
+	cr_assert_eq(store_chunk_verify(st, &h), 0);
+	/* a second put of the same bytes, not deferred, is a dedup hit: nothing changes */
+	cr_assert_eq(store_chunk_put(st, buf, len, &info), 0);
+	cr_assert(info.existed);
+	cr_assert_eq(info.codec, STORE_CODEC_DEFERRED);
+
+	ino = chunk_ino(st, &h);
+	cr_assert_eq(store_chunk_recode(st, &h, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_ZSTD);
+	cr_assert_lt(info.stored_size, len / 4);
+	cr_assert_neq(chunk_ino(st, &h), ino, "a new file was swapped in");
+	assert_shard_clean(st, &h);
+	store_close(st);
+	st = open_store(0, false); /* cold cache: read from the new file */
+	check_chunk(st, &h, buf, len);
+	cr_assert_eq(store_chunk_stat(st, &h, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_ZSTD);
+	/* not deferred (any more): nothing is written */
+	ino = chunk_ino(st, &h);
+	cr_assert_eq(store_chunk_recode(st, &h, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_ZSTD);
+	cr_assert_eq(chunk_ino(st, &h), ino);
+
+	/* incompressible: recoded to RAW */
+	tu_fill_random(noise, len, 3);
+	store_hash_buf(noise, len, &hn);
+	cr_assert_eq(store_chunk_put_hashed(st, noise, len, &hn, STORE_PUT_DEFER, &info), 0);
+	cr_assert_eq(store_chunk_recode(st, &hn, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_RAW);
+	check_chunk(st, &hn, noise, len);
+	assert_shard_clean(st, &hn);
+
+	/* deleted before the recode: stays deleted */
+	cr_assert_eq(store_chunk_delete(st, &hn), 0);
+	cr_assert_eq(store_chunk_put_hashed(st, noise, len, &hn, STORE_PUT_DEFER, &info), 0);
+	cr_assert_eq(store_chunk_delete(st, &hn), 0);
+	cr_assert_eq(store_chunk_recode(st, &hn, &info), -ENOENT);
+	cr_assert_eq(store_chunk_path(st, &hn, path, sizeof(path)), 0);
+	cr_assert_eq(access(path, F_OK), -1);
+
+	/* damaged on disk: refused, left as it is */
+	cr_assert_eq(store_chunk_put_hashed(st, noise, len, &hn, STORE_PUT_DEFER, &info), 0);
+	int fd = open(path, O_WRONLY);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pwrite(fd, "X", 1, STORE_HDR_LEN + 100), 1);
+	close(fd);
+	ino = chunk_ino(st, &hn);
+	cr_assert_eq(store_chunk_recode(st, &hn, &info), -EBADMSG);
+	cr_assert_eq(chunk_ino(st, &hn), ino);
+	cr_assert_eq(store_chunk_stat(st, &hn, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_DEFERRED);
+	cr_assert_eq(store_chunk_recode(st, &h, &info), 0);
+	store_close(st);
+	st = open_store(0, true);
+	cr_assert_eq(store_chunk_recode(st, &h, &info), -EROFS);
+	store_close(st);
+	free(buf);
+	free(noise);
+}
+
 Test(chunkstore, max_size_chunk)
 {
 	struct store *st = open_store(0, false);
