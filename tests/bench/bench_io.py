@@ -10,11 +10,14 @@ Prints, for REPS repetitions each, medians and ckptfs/direct ratios of (issue 5'
   3. cold torch.load (page cache dropped) of that file;
   4. stored/logical bytes: the bf16 weights; fp32 Adam moments (exp_avg, exp_avg_sq); a 5-step
      LoRA-style run (95% frozen bf16 weights, 5% changing every step), from the store's growth
-     (ckptctl status --json) over the logical bytes written;
+     (ckptctl status --json) over the logical bytes written, once the chunks stored raw while
+     the workers were behind (-o defer_compress) are compressed; the bf16 figure also right
+     after durable, and how long after durable the compression ended;
   5. fio sequential 1 MiB write (with end_fsync) and cold read;
   6. the daemon's peak RSS (VmHWM) vs its write buffer (-o write_buffer, printed);
-  7. daemon CPU seconds (user+sys, /proc/PID/stat) per GB saved.
+  7. daemon CPU seconds (user+sys, /proc/PID/stat) per GB saved, deferred compression included.
 Usage: scripts/bench.sh [--size-mib N] [--reps N] [--write-buffer SIZE]
+                        [--defer-compress auto|never|always]
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -105,6 +108,26 @@ def stored_bytes(m):
     return st['stored_bytes']
 
 
+def deferred_chunks(m):
+    """Chunks the daemon stored raw, to compress when idle (-o defer_compress), from status."""
+    with open(m.path('.ckptfs', 'status')) as f:
+        for ln in f:
+            if ln.startswith('deferred chunks:'):
+                return int(ln.split()[2])
+    return 0
+
+
+def wait_compressed(m, timeout=600):
+    """Wait until no chunk is deferred; seconds waited (the daemon compresses them once its
+    workers have been idle 1 s)."""
+    t0 = time.perf_counter()
+    while deferred_chunks(m):
+        if time.perf_counter() - t0 > timeout:
+            sys.exit('bench: deferred chunks still not compressed after %d s' % timeout)
+        time.sleep(0.05)
+    return time.perf_counter() - t0
+
+
 def torch_save(sd, path, fsync):
     import torch
     with open(path, 'wb') as f:
@@ -133,6 +156,8 @@ def main():
     ap.add_argument('--size-mib', type=int, default=2048)  # issue 5: a ~2 GiB state
     ap.add_argument('--reps', type=int, default=5)
     ap.add_argument('--write-buffer', default=None, help='-o write_buffer for the mount')
+    ap.add_argument('--defer-compress', default=None, choices=('auto', 'never', 'always'),
+                    help='-o defer_compress for the mounts (default: the daemon\'s, auto)')
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit('bench: run as root (it drops the page cache between runs)')
@@ -146,7 +171,8 @@ def main():
         rows.setdefault(name, []).append(v)
 
     os.environ['CKPTFS_TEST_TMP'] = base
-    opts = (f'write_buffer={a.write_buffer}',) if a.write_buffer else ()
+    opts = ((f'write_buffer={a.write_buffer}',) if a.write_buffer else ()) + \
+        ((f'defer_compress={a.defer_compress}',) if a.defer_compress else ())
     with ckfs.Mount(opts=opts) as m:
         cpu_s, saved_b = 0.0, 0
         for r in range(a.reps):
@@ -167,6 +193,12 @@ def main():
             t2 = time.perf_counter()
             add('torch.save s (ckptfs, close returned)', t1 - t0)
             add('torch.save s (ckptfs, then fsync: durable)', t2 - t0)
+            if r == 0:
+                add('bf16 stored/logical right after durable',
+                    (stored_bytes(m) - b0) / os.path.getsize(pm))
+            # chunks stored raw while the workers were behind are compressed once they are
+            # idle: wait for that before the loads, and count its CPU
+            add('compressed s after durable (deferred chunks)', wait_compressed(m))
             cpu_s += proc_cpu_s(m.pid) - c0
             saved_b += os.path.getsize(pm)
             drop_caches()
@@ -181,6 +213,7 @@ def main():
                 with ckfs.Mount(opts=opts) as m2:
                     pa = os.path.join(m2.mnt, 'adam.pt')
                     torch_save(make_adam(max(1, a.size_mib // 2)), pa, True)  # durable: counted
+                    wait_compressed(m2)
                     add('fp32 Adam stored/logical', stored_bytes(m2) / os.path.getsize(pa))
                 with ckfs.Mount(opts=opts) as m3:
                     logical = 0
@@ -188,6 +221,7 @@ def main():
                         pl = os.path.join(m3.mnt, f'lora_step{s}.pt')
                         torch_save(lsd, pl, True)
                         logical += os.path.getsize(pl)
+                    wait_compressed(m3)
                     add('LoRA 5-step stored/logical', stored_bytes(m3) / logical)
             os.unlink(pm)
             fd_, fm_ = os.path.join(direct, 'fio.dat'), os.path.join(m.mnt, 'fio.dat')
