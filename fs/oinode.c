@@ -583,9 +583,12 @@ static void set_overlay(struct ckfs *fs, struct oinode *oi)
 void oi_job_run(struct ckfs *fs, struct fly_job *j)
 {
 	struct store_chunk_info info;
-	int rc = fs_chunk_put(fs, j->buf, j->len,
-			      wb_should_defer(fs->wb) ? STORE_PUT_DEFER : 0, &info);
+	unsigned flags = wb_should_defer(fs->wb) ? STORE_PUT_DEFER : 0;
+	int rc = fs_chunk_put(fs, j->buf, j->len, flags, &info);
 	struct oinode *oi = j->oi;
+
+	if (rc == -ENOSPC && flags) /* the raw copy did not fit: a compressed one may */
+		rc = fs_chunk_put(fs, j->buf, j->len, 0, &info);
 
 	if (rc == 0 && !info.existed && info.codec == STORE_CODEC_DEFERRED)
 		atomic_fetch_add(&fs->n_deferred, 1);

@@ -8,6 +8,9 @@
  *
  * Invariants:
  *   1. A file under a final name was written completely before its rename (store.h invariant 1);
+ *      one that replaces an existing copy (store_chunk_recode) was also fdatasync'd, and takes
+ *      its place by renameat2(RENAME_EXCHANGE), which fails when the old name is gone (a delete
+ *      won the race), so a recode never brings a deleted chunk back;
  *      it is durable once a store_sync that started after the put returned. Temporary files are
  *      named ".tmp-XXXXXX", live in the shard directory of their final name, are unlinked by the
  *      put that created them on any failure, and are swept by store_open (a crash leaves them).

@@ -27,7 +27,8 @@
  *      therefore reference a chunk durably (fs/: an index row) only after such a store_sync,
  *      and remove unreferenced chunk files after an unclean stop (fs/repo.c does, at mount).
  *   2. Bytes are never returned to a caller unless their XXH3-128 equals the digest asked for.
- *   3. The digest identifies raw bytes only; the codec is a property of the stored copy.
+ *   3. The digest identifies raw bytes only; the codec is a property of the stored copy, which
+ *      store_chunk_recode may replace (a STORE_CODEC_DEFERRED copy by a compressed one).
  */
 #ifndef CKPTFS_STORE_H
 #define CKPTFS_STORE_H
