@@ -1190,12 +1190,6 @@ static int free_take(struct store *st, char *tmp, size_t cap, unsigned *ret_s)
 	}
 }
 
-/*
- * Write header + payload to a free file (invariant 10) or else a new temporary file in shard s
- * (write_chunk_file), start the writeback of what went through the page cache, and rename it to
- * path (durable at the next store_sync, invariant 8). On failure the file written is gone.
- * Returns 0 or -errno (-ENOSPC, -EIO, ...).
- */
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -1212,6 +1206,14 @@ static void ewma(_Atomic uint64_t *avg, uint64_t v)
 	atomic_store_explicit(avg, a ? a - a / 8 + v / 8 : v, memory_order_relaxed);
 }
 
+/*
+ * Write header + payload to a free file (invariant 10) or else a new temporary file in shard s
+ * (write_chunk_file), start the writeback of what went through the page cache, and rename it to
+ * path (durable at the next store_sync, invariant 8). With swap (store_chunk_recode), the file is
+ * fdatasync'd instead and exchanged with the copy at path (-ENOENT, nothing changed, when there
+ * is none), and the old copy unlinked. On failure the file written is gone.
+ * Returns 0 or -errno (-ENOSPC, -EIO, ...).
+ */
 static int publish(struct store *st, unsigned s, const char *path, const uint8_t *hdr,
 		   const void *payload, size_t payload_len, bool swap)
 {
