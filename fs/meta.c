@@ -21,6 +21,8 @@
 #include "fs/fs_int.h"
 #include "fs/layout.h"
 
+_Static_assert(STORE_CODEC_MAX < IDX_STATS_CODECS, "struct idx_stats breaks out every codec");
+
 static const char *const meta_names[META_FILE_COUNT] = { "status", "steps", "steps.json",
 							  "metrics" };
 
@@ -246,15 +248,13 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 		put(o, "write buffer:       none (chunks stored by the writing requests)\n");
 	put(o, "staging copies:     %" PRIu64 " (files written out of order, cut at close)\n",
 	    atomic_load(&fs->n_staging));
-	uint64_t dn = 0, db = 0;
-
-	if (idx_chunk_codec_totals(fs->ix, STORE_CODEC_DEFERRED, &dn, &db) == 0)
-		put(o, "deferred chunks:    %" PRIu64 " (%" PRIu64 " MiB stored raw, to compress when "
-		       "the workers are idle); since mount %" PRIu64 " deferred, %" PRIu64
-		       " compressed; defer_compress=%s\n", dn, db >> 20,
-		    atomic_load(&fs->n_deferred), atomic_load(&fs->n_recoded),
-		    fs->defer == FS_DEFER_NEVER ? "never"
-		    : fs->defer == FS_DEFER_ALWAYS ? "always" : "auto");
+	put(o, "deferred chunks:    %" PRIu64 " (%" PRIu64 " MiB stored raw, to compress when "
+	       "the workers are idle); since mount %" PRIu64 " deferred, %" PRIu64
+	       " compressed; defer_compress=%s\n", st->codec_chunks[STORE_CODEC_DEFERRED],
+	    st->codec_stored_bytes[STORE_CODEC_DEFERRED] >> 20, atomic_load(&fs->n_deferred),
+	    atomic_load(&fs->n_recoded),
+	    fs->defer == FS_DEFER_NEVER ? "never"
+	    : fs->defer == FS_DEFER_ALWAYS ? "always" : "auto");
 	put(o, "steps:             ");
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
 		put(o, " %s %u", idx_step_state_name(s), by_state[s]);

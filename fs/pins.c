@@ -155,22 +155,20 @@ int fs_chunk_free(struct ckfs *fs, const struct store_hash *h)
 
 bool fs_recode_idle(struct ckfs *fs)
 {
-	uint8_t (*hs)[IDX_HASH_LEN] = malloc(RECODE_BATCH * sizeof(*hs));
+	uint8_t hs[RECODE_BATCH][IDX_HASH_LEN]; /* 512 bytes: the stack holds it */
 	struct {
+		bool ok;       /* compressed: record codec and stored below */
 		uint8_t codec;
 		uint32_t stored;
 	} got[RECODE_BATCH];
-	bool ok[RECODE_BATCH];
 	bool more = false;
 	char hex[2 * STORE_HASH_LEN + 1];
 
-	if (!hs)
-		return true; /* try again at the next idle period */
 	for (;;) {
 		unsigned done = 0;
 		int n, rc = 0;
 
-		memset(ok, 0, sizeof(ok));
+		memset(got, 0, sizeof(got));
 		pthread_mutex_lock(&fs->mu);
 		n = idx_chunks_with_codec(fs->ix, STORE_CODEC_DEFERRED, hs, RECODE_BATCH);
 		pthread_mutex_unlock(&fs->mu);
@@ -191,7 +189,7 @@ bool fs_recode_idle(struct ckfs *fs)
 			memcpy(h.b, hs[i], STORE_HASH_LEN);
 			rc = store_chunk_recode(fs->st, &h, &info);
 			if (rc == 0) {
-				ok[i] = true;
+				got[i].ok = true;
 				got[i].codec = info.codec;
 				got[i].stored = (uint32_t)info.stored_size;
 				done++;
@@ -220,8 +218,8 @@ bool fs_recode_idle(struct ckfs *fs)
 			int r = 0;
 
 			for (int i = 0; i < n && r == 0; i++)
-				if (ok[i] && (r = idx_chunk_set_stored(fs->ix, hs[i], got[i].codec,
-								       got[i].stored)) == -ENOENT)
+				if (got[i].ok && (r = idx_chunk_set_stored(fs->ix, hs[i], got[i].codec,
+									   got[i].stored)) == -ENOENT)
 					r = 0; /* freed since: nothing to record */
 			if (r < 0 || idx_commit(fs->ix) < 0)
 				idx_rollback(fs->ix);
@@ -233,6 +231,5 @@ bool fs_recode_idle(struct ckfs *fs)
 		if (more || (rc < 0 && rc != -ENOENT && rc != -EBADMSG) || done == 0)
 			break;
 	}
-	free(hs);
 	return more;
 }

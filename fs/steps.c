@@ -467,6 +467,21 @@ static void revalidate_tree(struct ckfs *fs, uint64_t dir)
 
 /* ---- moving steps out of and back into the namespace ---- */
 
+/* Add delta to directory dir's link count (subdirectories moved in or out); touch: also set
+ * its mtime and ctime to now (its entries changed). In a transaction, fs->mu held. */
+static int dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch)
+{
+	struct idx_inode d;
+	int rc = idx_inode_get(fs->ix, dir, &d);
+
+	if (rc < 0)
+		return rc;
+	d.nlink = (uint32_t)((int64_t)d.nlink + delta);
+	if (touch)
+		d.mtime_ns = d.ctime_ns = ckfs_now(fs);
+	return idx_inode_update(fs->ix, &d);
+}
+
 static int move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
 {
 	char qname[300];
@@ -953,15 +968,8 @@ static int drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 			inval_queue(fs, parent, name);
 		if (rc == 0)
 			rc = fs_drop_link(fs, s->dir_ino, ckfs_now(fs), fr);
-		if (rc == 0) {
-			struct idx_inode pa;
-
-			if ((rc = idx_inode_get(fs->ix, parent, &pa)) == 0) {
-				pa.nlink--;
-				pa.mtime_ns = pa.ctime_ns = ckfs_now(fs);
-				rc = idx_inode_update(fs->ix, &pa);
-			}
-		}
+		if (rc == 0)
+			rc = dir_links_add(fs, parent, -1, true);
 	}
 	if (rc == 0)
 		rc = idx_step_set_dir(fs->ix, s->id, 0);
@@ -1294,12 +1302,7 @@ static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 		    (rc = idx_dentry_add(fs->ix, dst, c.names[i], ino)) < 0)
 			break;
 		if (S_ISDIR(a.mode)) {
-			struct idx_inode d;
-
-			if ((rc = idx_inode_get(fs->ix, dst, &d)) < 0)
-				break;
-			d.nlink++;
-			if ((rc = idx_inode_update(fs->ix, &d)) < 0 ||
+			if ((rc = dir_links_add(fs, dst, 1, false)) < 0 ||
 			    (rc = tree_clone(fs, c.inos[i], ino, depth + 1)) < 0)
 				break;
 		} else if (S_ISLNK(a.mode)) {
@@ -1373,14 +1376,8 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 
 	if (rc == 0)
 		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
-	if (rc == 0) {
-		struct idx_inode r;
-
-		if ((rc = idx_inode_get(fs->ix, fs->retained_ino, &r)) == 0) {
-			r.nlink++;
-			rc = idx_inode_update(fs->ix, &r);
-		}
-	}
+	if (rc == 0)
+		rc = dir_links_add(fs, fs->retained_ino, 1, false);
 	if (rc == 0)
 		rc = tree_clone(fs, dir, clone, 0);
 	if (rc == 0)
@@ -1432,34 +1429,21 @@ static void restore(struct ckfs *fs, struct idx_step *s)
 		return;
 	if (idx_begin(fs->ix) < 0)
 		return;
-	struct idx_inode r, root, q;
 	int rc = 0;
 
 	if (partial) {
+		/* the part leaves root for quarantine; the step takes its place below */
 		snprintf(pname, sizeof(pname), "%s.partial-%" PRId64, s->name, s->id);
 		rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, fs->quarantine_ino, pname);
-		if (rc == 0 && (rc = idx_inode_get(fs->ix, fs->quarantine_ino, &q)) == 0) {
-			q.nlink++;
-			q.mtime_ns = q.ctime_ns = ckfs_now(fs);
-			rc = idx_inode_update(fs->ix, &q);
-		}
-		if (rc == 0 && (rc = idx_inode_get(fs->ix, IDX_ROOT_INO, &root)) == 0) {
-			root.nlink--;
-			rc = idx_inode_update(fs->ix, &root);
-		}
+		if (rc == 0)
+			rc = dir_links_add(fs, fs->quarantine_ino, 1, true);
 	}
 	if (rc == 0)
 		rc = idx_dentry_move(fs->ix, fs->retained_ino, name, IDX_ROOT_INO, s->name);
-
-	if (rc == 0 && (rc = idx_inode_get(fs->ix, fs->retained_ino, &r)) == 0) {
-		r.nlink--;
-		rc = idx_inode_update(fs->ix, &r);
-	}
-	if (rc == 0 && (rc = idx_inode_get(fs->ix, IDX_ROOT_INO, &root)) == 0) {
-		root.nlink++;
-		root.mtime_ns = root.ctime_ns = ckfs_now(fs);
-		rc = idx_inode_update(fs->ix, &root);
-	}
+	if (rc == 0)
+		rc = dir_links_add(fs, fs->retained_ino, -1, false);
+	if (rc == 0)
+		rc = dir_links_add(fs, IDX_ROOT_INO, partial ? 0 : 1, true);
 	if (rc == 0 && idx_commit(fs->ix) == 0) {
 		if (partial) {
 			inval_queue(fs, IDX_ROOT_INO, s->name); /* the kernel has the part cached */

@@ -104,6 +104,11 @@ _Static_assert(S_IFMT == IX_S_IFMT && S_IFREG == IX_S_IFREG && S_IFDIR == IX_S_I
 	       "file type bits differ from the literals used in the SQL");
 
 /* Every statement of the module, prepared once per connection by idx_open. */
+/* two more columns of IX_STATS_CHUNKS: chunks stored as codec c and their stored bytes */
+#define STATS_CODEC(c)                                                                 \
+	", coalesce(sum(codec = " #c "), 0), "                                             \
+	"coalesce(sum(CASE WHEN codec = " #c " THEN stored_size ELSE 0 END), 0)"
+
 static const char *const ix_sql[IX__COUNT] = {
 	[IX_BEGIN] = "BEGIN IMMEDIATE",
 	[IX_COMMIT] = "COMMIT",
@@ -160,8 +165,6 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CHUNK_IS_BAD] = "SELECT bad <> 0 FROM chunks WHERE hash = ?1",
 	[IX_CHUNK_SET_STORED] = "UPDATE chunks SET codec = ?2, stored_size = ?3 WHERE hash = ?1",
 	[IX_CHUNK_WITH_CODEC] = "SELECT hash FROM chunks WHERE codec = ?1 AND bad = 0 LIMIT ?2",
-	[IX_CHUNK_CODEC_TOTALS] = "SELECT count(*), coalesce(sum(stored_size), 0) FROM chunks "
-				  "WHERE codec = ?1",
 	[IX_CHUNK_FOREACH] = "SELECT hash, raw_size, stored_size, codec, refs, bad FROM chunks "
 			     "ORDER BY hash",
 	[IX_CHUNK_USERS] = "SELECT ino, offset FROM extents WHERE hash = ?1 ORDER BY ino, offset",
@@ -174,8 +177,12 @@ static const char *const ix_sql[IX__COUNT] = {
 			    "coalesce(sum(CASE WHEN (mode & 61440) = 32768 THEN size ELSE 0 END), "
 			    "0) "
 			    "FROM inodes WHERE nlink > 0", /* unlinked-but-open files are not counted */
+	/* one scan: totals, then chunks and stored bytes of codecs 0..IDX_STATS_CODECS-1 */
 	[IX_STATS_CHUNKS] = "SELECT count(*), coalesce(sum(raw_size), 0), "
-			    "coalesce(sum(stored_size), 0), coalesce(sum(bad <> 0), 0) FROM chunks",
+			    "coalesce(sum(stored_size), 0), coalesce(sum(bad <> 0), 0)"
+			    STATS_CODEC(0) STATS_CODEC(1) STATS_CODEC(2) STATS_CODEC(3)
+			    STATS_CODEC(4) STATS_CODEC(5) STATS_CODEC(6) STATS_CODEC(7)
+			    " FROM chunks",
 	/* an nlink-0 inode still named or still holding entries is left to idx_check */
 	/* regular files whose content was never committed (no digest): not durable, so absent */
 	[IX_RECOVER_UNCOMMITTED_DENTRIES] = "DELETE FROM dentries WHERE ino IN (SELECT ino FROM "

@@ -93,6 +93,8 @@ struct idx_extent {
 };
 
 /* Whole-store figures. Bytes unless said otherwise. Inode figures count linked inodes only. */
+#define IDX_STATS_CODECS 8 /* codecs broken out in struct idx_stats (index.c STATS_CODEC) */
+
 struct idx_stats {
 	uint64_t files, dirs, symlinks;
 	uint64_t logical_bytes;  /* sum of regular file sizes */
@@ -100,6 +102,10 @@ struct idx_stats {
 	uint64_t chunk_raw_bytes; /* sum of distinct chunks' raw sizes */
 	uint64_t stored_bytes;   /* sum of distinct chunks' stored sizes */
 	uint64_t bad_chunks;     /* chunks marked bad by idx_chunk_mark_bad */
+	/* chunks stored as codec c (store/'s enum, opaque here) and the sum of their stored sizes,
+	 * for c < IDX_STATS_CODECS; a larger codec is counted in the totals above only */
+	uint64_t codec_chunks[IDX_STATS_CODECS];
+	uint64_t codec_stored_bytes[IDX_STATS_CODECS];
 };
 
 /*
@@ -257,12 +263,6 @@ int idx_chunks_with_codec(struct idx *ix, uint8_t codec, uint8_t (*out)[IDX_HASH
 			  size_t max);
 
 /*
- * idx_chunk_codec_totals - the number of chunks stored as codec and their stored bytes (sum of
- * stored_size) into *ret_n, *ret_bytes. A full scan of the chunk table. Returns 0 or -EIO.
- */
-int idx_chunk_codec_totals(struct idx *ix, uint8_t codec, uint64_t *ret_n, uint64_t *ret_bytes);
-
-/*
  * idx_chunk_is_bad - whether chunk hash (16-byte XXH3-128 of its raw bytes) is marked bad.
  * Returns 1 (bad), 0 (not bad), -ENOENT (no such chunk). Read-only.
  */
@@ -292,7 +292,10 @@ int idx_chunk_users(struct idx *ix, const uint8_t hash[IDX_HASH_LEN],
  */
 int idx_path(struct idx *ix, uint64_t ino, char *buf, size_t cap);
 
-/* idx_stats_get - whole-store figures into *ret. Returns 0. */
+/*
+ * idx_stats_get - whole-store figures into *ret: one scan of the inode table and one of the
+ * chunk table. Returns 0 or a negative errno of ix_err (-EIO, -EBUSY, -ENOMEM). Read-only.
+ */
 int idx_stats_get(struct idx *ix, struct idx_stats *ret);
 
 /*

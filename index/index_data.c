@@ -384,25 +384,6 @@ out:
 	return r < 0 ? r : (int)n;
 }
 
-int idx_chunk_codec_totals(struct idx *ix, uint8_t codec, uint64_t *ret_n, uint64_t *ret_bytes)
-{
-	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_CODEC_TOTALS);
-	int r;
-
-	if ((r = ix_bind_i64(ix, st, 1, codec)) < 0)
-		goto out;
-	if ((r = ix_step(ix, st)) > 0) {
-		*ret_n = (uint64_t)sqlite3_column_int64(st, 0);
-		*ret_bytes = (uint64_t)sqlite3_column_int64(st, 1);
-		r = 0;
-	} else if (r == 0) {
-		r = -EIO; /* an aggregate always has a row */
-	}
-out:
-	ix_done(st);
-	return r;
-}
-
 int idx_chunk_foreach(struct idx *ix,
 		      int (*fn)(const uint8_t hash[IDX_HASH_LEN], uint32_t raw_size,
 				uint32_t stored_size, uint8_t codec, int64_t refs, bool bad,
@@ -471,6 +452,10 @@ int idx_stats_get(struct idx *ix, struct idx_stats *ret)
 		s.chunk_raw_bytes = (uint64_t)sqlite3_column_int64(st, 1);
 		s.stored_bytes = (uint64_t)sqlite3_column_int64(st, 2);
 		s.bad_chunks = (uint64_t)sqlite3_column_int64(st, 3);
+		for (int c = 0; c < IDX_STATS_CODECS; c++) {
+			s.codec_chunks[c] = (uint64_t)sqlite3_column_int64(st, 4 + 2 * c);
+			s.codec_stored_bytes[c] = (uint64_t)sqlite3_column_int64(st, 5 + 2 * c);
+		}
 	}
 	ix_done(st);
 	if (r <= 0)
