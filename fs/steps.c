@@ -494,6 +494,10 @@ static int move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
 	snprintf(qname, sizeof(qname), "%s.%" PRId64, s->name, s->id);
 	rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, fs->quarantine_ino, qname);
 	if (rc == 0)
+		rc = dir_links_add(fs, IDX_ROOT_INO, -1, true);
+	if (rc == 0)
+		rc = dir_links_add(fs, fs->quarantine_ino, 1, true);
+	if (rc == 0)
 		inval_queue(fs, IDX_ROOT_INO, s->name);
 	return rc;
 }
@@ -506,7 +510,13 @@ static int move_back(struct ckfs *fs, const struct idx_step *s)
 	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0)
 		return -EEXIST; /* the trainer re-created the name: leave the old one set aside */
 	snprintf(qname, sizeof(qname), "%s.%" PRId64, s->name, s->id);
-	return idx_dentry_move(fs->ix, fs->quarantine_ino, qname, IDX_ROOT_INO, s->name);
+	int rc = idx_dentry_move(fs->ix, fs->quarantine_ino, qname, IDX_ROOT_INO, s->name);
+
+	if (rc == 0)
+		rc = dir_links_add(fs, fs->quarantine_ino, -1, true);
+	if (rc == 0)
+		rc = dir_links_add(fs, IDX_ROOT_INO, 1, true);
+	return rc;
 }
 
 /* ---- transitions ---- */

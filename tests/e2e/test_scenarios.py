@@ -500,6 +500,9 @@ class TestScenarios(unittest.TestCase):
                          extra=m.log_tail)
             self.assertNotIn(step_dir(2), listing(m))
             self.assertIsNone(read_tracker(m))
+            # link counts follow the move (find and ls -l rely on them)
+            wait_for('directory link counts to agree', lambda: not ckfs.dir_link_errors(m.mnt),
+                     timeout=5, extra=lambda: str(ckfs.dir_link_errors(m.mnt)))
             # readable there, byte for byte
             rel = os.path.join('mp_rank_00', 'model_optim_rng.pt')
             self.assertEqual(ckfs.read_bytes(os.path.join(qdir, q[0], rel)),
@@ -513,6 +516,8 @@ class TestScenarios(unittest.TestCase):
             self.assertIn(step_dir(2), listing(m))
             self.assertFalse(quarantined())
             self.assertEqual(steps_by_number(m.store).get(2), ['complete'])
+            wait_for('directory link counts to agree', lambda: not ckfs.dir_link_errors(m.mnt),
+                     timeout=5, extra=lambda: str(ckfs.dir_link_errors(m.mnt)))
             off = log_size(log)
             before = LogView(read_log(log, 0, off))
             b = run_to_end('megatron', m.mnt, log, steps=2, every=2, resume=True)
@@ -553,6 +558,8 @@ class TestScenarios(unittest.TestCase):
                                                     m.path('.ckptfs', 'quarantine', q[0]))
                                     for dp, _, fn in os.walk(m.path('.ckptfs', 'quarantine',
                                                                     q[0])) for n in fn])
+            wait_for('directory link counts to agree', lambda: not ckfs.dir_link_errors(m.mnt),
+                     timeout=5, extra=lambda: str(ckfs.dir_link_errors(m.mnt)))
             off = log_size(log)
             prev = LogView(read_log(log, 0, off))
             b = run_to_end('megatron', m.mnt, log, steps=2, every=2, resume=True)

@@ -180,6 +180,24 @@ def read_bytes(path):
         return f.read()
 
 
+def dir_link_errors(top):
+    """Directories of the mount at top, /.ckptfs and what it holds included, whose link count
+    is not 2 + their subdirectories, as 'path: nlink N, M subdirectories' strings; [] when all
+    agree (POSIX: '.', the entry in the parent, each subdirectory's '..'). /.ckptfs is not
+    listed in the root but is one of its subdirectories."""
+    bad = []
+    meta = os.path.join(top, '.ckptfs')
+    for t in (top, meta):
+        for dp, dns, _ in os.walk(t):
+            n = os.lstat(dp).st_nlink
+            subs = sum(1 for d in dns if not os.path.islink(os.path.join(dp, d)))
+            if dp == top and '.ckptfs' not in dns:
+                subs += 1
+            if n != 2 + subs:
+                bad.append('%s: nlink %d, %d subdirectories' % (dp, n, subs))
+    return bad
+
+
 def file_hash(path, bs=1 << 20):
     h = hashlib.sha1()
     with open(path, 'rb') as f:
