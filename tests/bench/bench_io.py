@@ -19,7 +19,7 @@ Prints, for REPS repetitions each, medians and ckptfs/direct ratios of (issue 5'
 Usage: scripts/bench.sh [--size-mib N] [--reps N] [--write-buffer SIZE]
                         [--defer-compress auto|never|always]
 """
-import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, contextlib, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
 import ckfs  # noqa: E402
@@ -128,6 +128,21 @@ def wait_compressed(m, timeout=600):
     return time.perf_counter() - t0
 
 
+@contextlib.contextmanager
+def evidence_on_failure(m):
+    """On an exception: print the daemon's log tail, the root as listed and as indexed, and keep
+    the mount's directory (store, log) for a look afterwards."""
+    try:
+        yield
+    except BaseException:
+        os.environ['CKPTFS_KEEP'] = '1'
+        sys.stderr.write('bench: failed; daemon log tail:\n%s\nroot: %s\n%s\n' % (
+            m.log_tail(60), sorted(os.listdir(m.mnt)),
+            subprocess.run([ckfs.ckptctl_bin(), m.store, 'ls'], capture_output=True,
+                           text=True).stdout))
+        raise
+
+
 def torch_save(sd, path, fsync):
     import torch
     with open(path, 'wb') as f:
@@ -173,7 +188,7 @@ def main():
     os.environ['CKPTFS_TEST_TMP'] = base
     opts = ((f'write_buffer={a.write_buffer}',) if a.write_buffer else ()) + \
         ((f'defer_compress={a.defer_compress}',) if a.defer_compress else ())
-    with ckfs.Mount(opts=opts) as m:
+    with ckfs.Mount(opts=opts) as m, evidence_on_failure(m):
         cpu_s, saved_b = 0.0, 0
         for r in range(a.reps):
             pd, pm = os.path.join(direct, 'model.pt'), os.path.join(m.mnt, f'model{r}.pt')
