@@ -13,6 +13,12 @@
 
 #include <xxhash.h>
 
+#include "ckptfs_config.h"
+#if CKPTFS_XXH_DISPATCH
+/* XXH3_128bits and XXH3_128bits_update become libxxhash's runtime-dispatched versions (AVX2,
+ * AVX-512 when the CPU has them): the same digests, sooner (meson.build) */
+#include <xxh_x86dispatch.h>
+#endif
 #include "store/store.h"
 
 _Static_assert(sizeof(XXH128_canonical_t) == STORE_HASH_LEN, "XXH3-128 is 16 bytes");
