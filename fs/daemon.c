@@ -39,6 +39,7 @@ struct cfg {
 	unsigned ranks;
 	char *write_buffer;
 	char *defer_compress;
+	unsigned workers;
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -52,6 +53,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "ranks=%u", offsetof(struct cfg, ranks), 0 },
 	{ "write_buffer=%s", offsetof(struct cfg, write_buffer), 0 },
 	{ "defer_compress=%s", offsetof(struct cfg, defer_compress), 0 },
+	{ "workers=%u", offsetof(struct cfg, workers), 0 },
 	FUSE_OPT_END
 };
 
@@ -96,7 +98,9 @@ static void usage(const char *prog)
 	       "    -o defer_compress=WHEN auto (default): while the workers fall behind a\n"
 	       "                           writer and the disk is faster than compressing,\n"
 	       "                           store chunks raw and compress them when idle;\n"
-	       "                           never; always\n\n",
+	       "                           never; always\n"
+	       "    -o workers=N           write-back worker threads, 1..16 (default, or 0:\n"
+	       "                           2 per CPU, at most 16)\n\n",
 	       prog);
 }
 
@@ -317,6 +321,13 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		startup_fail("keep_every must be >= 0");
 		goto out;
 	}
+	unsigned nworkers = c->workers ? c->workers : wb_default_threads();
+
+	if (c->workers > 16) {
+		startup_fail("workers must be 1..16 (write-back worker threads), not %u",
+			     c->workers);
+		goto out;
+	}
 	size_t wbuf = wb_default_budget();
 
 	if (c->write_buffer && parse_size(c->write_buffer, &wbuf) < 0) {
@@ -415,9 +426,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	}
 	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
 		o->mountpoint);
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if ((rc = wb_start(&fs, wbuf, ncpu > 0 ? (unsigned)ncpu : 1)) < 0)
+	if ((rc = wb_start(&fs, wbuf, nworkers)) < 0)
 		fprintf(stderr, "ckptfs: cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
 	if ((rc = cq_start(&fs)) < 0)

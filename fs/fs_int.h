@@ -337,6 +337,11 @@ void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t 
  * vm.rst): a save as large as what the page cache would absorb returns at memory speed.
  */
 size_t wb_default_budget(void);
+/*
+ * wb_default_threads - the default -o workers: WB_WORKERS_PER_CPU (2) per online CPU, at most
+ * 16 (wb_start's limit). Two per CPU because a worker waits for each chunk's disk write (wb.c).
+ */
+unsigned wb_default_threads(void);
 
 /* ---- commit.c: the close-time committer ---- */
 

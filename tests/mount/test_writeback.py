@@ -267,6 +267,31 @@ class WritebackTest(unittest.TestCase):
         self.assertEqual(nice.count(10), workers, nice)
         self.assertEqual(nice.count(base), len(nice) - workers, nice)
 
+    def test_workers_option(self):
+        # -o workers=N sets the pool's size (default 2 per CPU, wb.c WB_WORKERS_PER_CPU); the
+        # workers store what is written, bit-exact; out of 1..16 is refused, by name
+        with ckfs.Mount(opts=('workers=3',)) as m:
+            data = content('workers3', 24 * MiB)
+            write_seq(m.path('w3.bin'), data, fsync=True)
+            self.assertEqual(read_all(m.path('w3.bin')), data)
+            st = read_all(m.path('.ckptfs', 'status')).decode()
+            self.assertRegex(st, r'write buffer: +\d+ MiB, 3 workers,')
+            with open('/proc/%d/task/%d/comm' % (m.pid, m.pid)) as f:
+                self.assertEqual(f.read().strip(), 'ckptfs')
+            wb = [t for t in os.listdir('/proc/%d/task' % m.pid)
+                  if read_all('/proc/%d/task/%s/comm' % (m.pid, t)).strip() == b'ckptfs-wb']
+            self.assertEqual(len(wb), 3)
+        st = self.status()
+        self.assertRegex(st, r'write buffer: +\d+ MiB, %d workers,'
+                         % min(16, 2 * os.cpu_count()))
+        m = ckfs.Mount(opts=('workers=17',))
+        try:
+            with self.assertRaises(ckfs.MountError) as cm:
+                m.start()
+            self.assertIn('workers must be 1..16', str(cm.exception))
+        finally:
+            m.close()
+
     def test_bad_write_buffer_is_refused(self):
         m = ckfs.Mount(opts=('write_buffer=lots',))
         try:
