@@ -13,10 +13,9 @@
 
 #include <xxhash.h>
 
-#include "ckptfs_config.h"
-#if CKPTFS_XXH_DISPATCH
+#ifdef CKPTFS_XXH_DISPATCH
 /* XXH3_128bits and XXH3_128bits_update become libxxhash's runtime-dispatched versions (AVX2,
- * AVX-512 when the CPU has them): the same digests, sooner (meson.build) */
+ * AVX-512 when the CPU has them): the same digests, sooner (meson.build sets it) */
 #include <xxh_x86dispatch.h>
 #endif
 #include "store/store.h"
