@@ -321,13 +321,13 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		startup_fail("keep_every must be >= 0");
 		goto out;
 	}
-	unsigned nworkers = c->workers ? c->workers : wb_default_threads();
-
-	if (c->workers > 16) {
-		startup_fail("workers must be 1..16 (write-back worker threads), not %u",
-			     c->workers);
+	if (c->workers > WB_MAX_THREADS) {
+		startup_fail("workers must be 1..%d (write-back worker threads), not %u",
+			     WB_MAX_THREADS, c->workers);
 		goto out;
 	}
+	unsigned nworkers = c->workers ? c->workers : wb_default_threads();
+
 	size_t wbuf = wb_default_budget();
 
 	if (c->write_buffer && parse_size(c->write_buffer, &wbuf) < 0) {

@@ -262,8 +262,11 @@ bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
 
 /* ---- wb.c: the write-back pool ---- */
 
+/* Most workers a pool runs (wb_start caps nthreads; -o workers refuses more). */
+#define WB_MAX_THREADS 16
+
 /*
- * wb_start - start nthreads (1..16) workers cutting and storing chunks with a budget of
+ * wb_start - start nthreads (1..WB_MAX_THREADS, capped) workers cutting and storing chunks with a budget of
  * `budget` bytes of written data in memory (wb.c invariant 1); sets fs->wb. Returns 0, -EINVAL
  * (0 budget or threads), -ENOMEM, or the -errno of pthread_create when not even one worker could
  * start. Call before serving requests.
@@ -339,7 +342,7 @@ void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t 
 size_t wb_default_budget(void);
 /*
  * wb_default_threads - the default -o workers: WB_WORKERS_PER_CPU (2) per online CPU, at most
- * 16 (wb_start's limit). Two per CPU because a worker waits for each chunk's disk write (wb.c).
+ * WB_MAX_THREADS. Two per CPU because a worker waits for each chunk's disk write (wb.c).
  */
 unsigned wb_default_threads(void);
 

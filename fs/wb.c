@@ -64,8 +64,6 @@
 
 #include "fs/fs_int.h"
 
-#define WB_MAX_THREADS 16
-
 /*
  * Default workers per online CPU. A worker that stores a chunk waits for its O_DIRECT write,
  * so workers are not all on the CPU at once: on the 2-core VM, with one worker per CPU, the

@@ -104,7 +104,9 @@ _Static_assert(S_IFMT == IX_S_IFMT && S_IFREG == IX_S_IFREG && S_IFDIR == IX_S_I
 	       "file type bits differ from the literals used in the SQL");
 
 /* Every statement of the module, prepared once per connection by idx_open. */
-/* two more columns of IX_STATS_CHUNKS: chunks stored as codec c and their stored bytes */
+/* two more columns of IX_STATS_CHUNKS: chunks stored as codec c and their stored bytes; the
+ * statement lists codecs 0..7 */
+_Static_assert(IDX_STATS_CODECS == 8, "IX_STATS_CHUNKS has STATS_CODEC(0..7)");
 #define STATS_CODEC(c)                                                                 \
 	", coalesce(sum(codec = " #c "), 0), "                                             \
 	"coalesce(sum(CASE WHEN codec = " #c " THEN stored_size ELSE 0 END), 0)"
