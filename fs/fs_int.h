@@ -472,6 +472,16 @@ int steps_start(struct ckfs *fs);
 void steps_stop(struct ckfs *fs);
 /* steps_reap - judge quiet unfinished steps; recovering: every writer is gone. */
 void steps_reap(struct ckfs *fs, bool recovering);
+/*
+ * steps_settle_due - is there an unfinished step whose recorded writers are all gone?
+ * steps_settle_now - judge those steps at once (DESIGN.md "Abandoned steps": a listing or lookup
+ * by a reader settles abandonment, so a trainer restarted at once never sees an abandoned step;
+ * the reaper's timer is only the background sweep). The caller waits for the commit queue
+ * between the two (cq_wait_idle, fs->mu released), so a file closed by a writer that exited is
+ * committed before its step is judged. Both with fs->mu held.
+ */
+bool steps_settle_due(struct ckfs *fs);
+void steps_settle_now(struct ckfs *fs);
 /* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed);
@@ -485,6 +495,22 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
  * complete step of its layout, keep a copy in /.ckptfs/retained until a newer step completes,
  * and bring it back when a tracker read resolves to it. */
 void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
+/*
+ * steps_before_change - something under directory dir is about to change (an entry created,
+ * removed or renamed): if dir is in an InternEvo snapshot slot whose version is complete, keep
+ * that version (a clone sharing its chunks, in /.ckptfs/retained) until the slot's new version
+ * completes, and start the new version (steps.c, "InternEvo snapshot slots"). Best effort: on an
+ * index error it logs and the change goes on unprotected. fs->mu held.
+ */
+void steps_before_change(struct ckfs *fs, uint64_t dir);
+/* steps_before_write - file ino is about to be written or truncated: steps_before_change of
+ * its directory. fs->mu held. */
+void steps_before_write(struct ckfs *fs, uint64_t ino);
+/* steps_slot_home - is dir InternEvo's `snapshot/`, the directory of the slots? fs->mu held. */
+bool steps_slot_home(struct ckfs *fs, uint64_t dir);
+/* steps_dir_name - is parent/name a step directory's name (a top-level step name, `snapshot`, or
+ * a slot in it), whose entry may change under the kernel's cache? fs->mu held. */
+bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name);
 /* steps_flush_inval - tell the kernel to forget the names the engine moved or removed behind
  * its back (pruned, quarantined, retained, restored), so their inodes are released and their
  * space reclaimed. fs->mu NOT held (the kernel may need a directory lock a request holds). */

@@ -10,9 +10,10 @@
  *   3. role ∈ {STEP_DIR, MARKER} or a STEP_FILE of a step-directory layout ⇒ step_prefix_len > 0
  *      and path[0, step_prefix_len) classifies as ROLE_STEP_DIR with the same step, and the
  *      same kind unless LAYOUT_F_AMBIGUOUS (`N/commit_success.txt` is Orbax, `N/` InternEvo).
+ *      InternEvo slots (LAYOUT_F_SLOT) are step directories at depth 2, `snapshot/K`.
  *      MF1 step files (no step directory) have step_prefix_len == 0.
- *   4. role == ROLE_TRACKER ⇒ kind has a tracker; step == LAYOUT_STEP_NONE except InternEvo
- *      `N.step` (step N); step_prefix_len == 0.
+ *   4. role == ROLE_TRACKER ⇒ kind has a tracker; step == LAYOUT_STEP_NONE;
+ *      step_prefix_len == 0.
  *   5. forced != LAYOUT_NONE ⇒ kind ∈ {LAYOUT_NONE, forced}.
  *   6. The result depends on (path, forced) only: no state, no allocation, no I/O.
  *
@@ -40,7 +41,6 @@ enum tracker_fmt {
 	TRK_DECIMAL,         /* "123", root file `tracker` (MindFormers 2.0) */
 	TRK_DECIMAL_RELEASE, /* "123" or "release", root file `tracker` (Megatron) */
 	TRK_TAG,             /* "<tag_prefix>123", root file `tracker` (DeepSpeed) */
-	TRK_NAME_STEP,       /* root file "<digits><tracker>", content ignored (InternEvo) */
 	TRK_MF1_JSON,        /* `<rank dir>/<tracker>`, json.dump of three keys (MF1) */
 };
 
@@ -67,7 +67,9 @@ struct layout_rule {
 	bool forced_only;          /* only under -o layout=<kind> */
 	int64_t fixed_step;        /* SHAPE_NAMED_DIR: the step */
 	unsigned flags;            /* LAYOUT_F_* of every path under the row */
-	const char *marker;        /* in-step commit marker, directly in the step dir, or NULL */
+	const char *marker;        /* in-step commit marker, directly in the step dir, or NULL;
+				      with marker_step, the suffix after the step's digits */
+	bool marker_step;          /* the marker is "<step><marker>" (InternEvo `N/N.step`) */
 	const char *tracker;       /* see enum tracker_fmt */
 	enum tracker_fmt fmt;
 	const char *tag_prefix;    /* TRK_TAG: text before the step in the tracker */
@@ -107,9 +109,10 @@ static const struct layout_rule layout_rules[] = {
 	{ .kind = LAYOUT_ORBAX, .shape = SHAPE_DIGITS_DIR, .prefix = "", .min_digits = 1,
 	  .suffix = ".orbax-checkpoint-tmp", .suffix_open = true, .flags = LAYOUT_F_TMP,
 	  .marker = "commit_success.txt" },
-	/* InternEvo: {N}/, root {N}.step written last (before Orbax: it claims all-digit names). */
+	/* InternEvo: {N}/ sealed by {N}/{N}.step, written last by the log rank (before Orbax: it
+	 * claims all-digit names); snapshot slots `snapshot/K/` are handled in layout_classify. */
 	{ .kind = LAYOUT_INTERNEVO, .shape = SHAPE_DIGITS_DIR, .prefix = "", .min_digits = 1,
-	  .tracker = ".step", .fmt = TRK_NAME_STEP },
+	  .marker = ".step", .marker_step = true },
 	/* Orbax, committed: {N}/ with commit_success.txt. */
 	{ .kind = LAYOUT_ORBAX, .shape = SHAPE_DIGITS_DIR, .prefix = "", .min_digits = 1,
 	  .marker = "commit_success.txt" },
@@ -343,12 +346,64 @@ static bool mf1_file(const struct layout_rule *r, const char *s, size_t n, int64
 	return true;
 }
 
-/* ---- classify -------------------------------------------------------------------------- */
-
+/* One path component: s[0, n), not NUL-terminated. */
 struct comp {
 	const char *s;
 	size_t n;
 };
+
+/* Is s[0, n) the in-step marker of rule r for step `step`? */
+static bool marker_match(const struct layout_rule *r, int64_t step, const char *s, size_t n)
+{
+	int64_t v;
+	size_t d;
+
+	if (!r->marker_step)
+		return eq(s, n, r->marker);
+	d = span_digits(s, n);
+	return d > 0 && eq(s + d, n - d, r->marker) && parse_digits(s, d, &v) && v == step;
+}
+
+/*
+ * InternEvo's snapshot slots (checkpoint_manager.py, CheckpointManager.try_save_checkpoint:
+ * `os.path.join(self.save_ckpt_folder, "snapshot", str(self.snapshot_counter))`): path
+ * components c0 == "snapshot" and c1 all digits make c1 a slot, a step directory at depth 2;
+ * any "<digits>.step" directly inside it is a marker (a slot keeps the markers of the steps it
+ * held before). Returns true and fills m when the path is in a slot or is `snapshot/` itself.
+ */
+static bool slot_classify(const char *path, struct comp c0, struct comp c1, struct comp last,
+			  size_t ncomp, struct layout_match *m)
+{
+	int64_t k, v;
+	size_t d;
+
+	if (!eq(c0.s, c0.n, LAYOUT_SLOT_DIR))
+		return false;
+	if (ncomp == 1) {
+		m->kind = LAYOUT_INTERNEVO; /* the slots' container: plain */
+		return true;
+	}
+	if (!parse_digits(c1.s, c1.n, &k) || span_digits(c1.s, c1.n) != c1.n)
+		return false;
+	m->kind = LAYOUT_INTERNEVO;
+	m->step = k;
+	m->flags = LAYOUT_F_SLOT;
+	m->step_prefix_len = (size_t)(c1.s + c1.n - path);
+	if (ncomp == 2) {
+		m->role = ROLE_STEP_DIR;
+		return true;
+	}
+	m->role = ROLE_STEP_FILE;
+	if (has_suffix(last.s, last.n, ".tmp"))
+		m->flags |= LAYOUT_F_TMP;
+	d = span_digits(last.s, last.n);
+	if (ncomp == 3 && d > 0 && eq(last.s + d, last.n - d, ".step") &&
+	    parse_digits(last.s, d, &v))
+		m->role = ROLE_MARKER;
+	return true;
+}
+
+/* ---- classify -------------------------------------------------------------------------- */
 
 int layout_classify(const char *path, enum layout_kind forced, struct layout_match *ret)
 {
@@ -388,6 +443,11 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 	if (ncomp == 0)
 		goto out;
 
+	/* 0. InternEvo's snapshot slots (a directory of step directories). */
+	if ((forced == LAYOUT_NONE || forced == LAYOUT_INTERNEVO) &&
+	    slot_classify(path, c0, c1, last, ncomp, &m))
+		goto out;
+
 	/* 1. A step directory, and what lies inside it. */
 	int64_t step;
 	const struct layout_rule *r = match_step_dir(c0.s, c0.n, forced, &step);
@@ -414,9 +474,10 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 		m.role = ROLE_STEP_FILE;
 		if (has_suffix(last.s, last.n, ".tmp"))
 			m.flags |= LAYOUT_F_TMP;
-		if (ncomp == 2 && r->marker && eq(c1.s, c1.n, r->marker)) {
+		if (ncomp == 2 && r->marker && marker_match(r, step, c1.s, c1.n)) {
 			m.role = ROLE_MARKER;
-		} else if (ncomp == 2 && other && other->marker && eq(c1.s, c1.n, other->marker)) {
+		} else if (ncomp == 2 && other && other->marker &&
+			   marker_match(other, step, c1.s, c1.n)) {
 			m.role = ROLE_MARKER;
 			m.kind = other->kind;
 		}
@@ -432,16 +493,7 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 
 		/* 2. Root trackers. */
 		if (ncomp == 1 && r->shape != SHAPE_RANK_DIR && r->fmt != TRK_NONE) {
-			if (r->fmt == TRK_NAME_STEP) {
-				size_t d = span_digits(c0.s, c0.n);
-				if (d > 0 && eq(c0.s + d, c0.n - d, r->tracker) &&
-				    parse_digits(c0.s, d, &step)) {
-					m.kind = r->kind;
-					m.role = ROLE_TRACKER;
-					m.step = step;
-					goto out;
-				}
-			} else if (eq(c0.s, c0.n, r->tracker)) {
+			if (eq(c0.s, c0.n, r->tracker)) {
 				m.kind = r->kind;
 				m.role = ROLE_TRACKER;
 				goto out;
@@ -950,17 +1002,6 @@ int layout_tracker_parse(enum layout_kind kind, const char *name, const char *bu
 	if (r == NULL)
 		return -EOPNOTSUPP;
 
-	if (r->fmt == TRK_NAME_STEP) {
-		/* InternEvo: the step is the name; the content is the trainer's pickle. */
-		if (name == NULL)
-			return -EINVAL;
-		size_t n = strlen(name);
-		size_t d = span_digits(name, n);
-		if (d == 0 || !eq(name + d, n - d, r->tracker) || !parse_digits(name, d, &t.step))
-			return -EINVAL;
-		*ret = t;
-		return 0;
-	}
 	if (len > LAYOUT_TRACKER_MAX)
 		return -EINVAL;
 	if (r->fmt == TRK_MF1_JSON) {
@@ -1047,7 +1088,7 @@ int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t,
 	if (t == NULL || !kind_valid(kind) || kind == LAYOUT_NONE || out_init(&o, buf, cap) < 0)
 		return -EINVAL;
 	const struct layout_rule *r = tracker_rule(kind);
-	if (r == NULL || r->fmt == TRK_NAME_STEP)
+	if (r == NULL)
 		return -EOPNOTSUPP;
 	if (t->step == LAYOUT_STEP_RELEASE && r->fmt == TRK_DECIMAL_RELEASE) {
 		out_str(&o, "release");
@@ -1095,11 +1136,8 @@ int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf
 	const struct layout_rule *r = tracker_rule(kind);
 	if (r == NULL)
 		return -EOPNOTSUPP;
-	if (r->fmt == TRK_NAME_STEP) {
-		if (step < 0)
-			return -EINVAL;
-		out_i64(&o, step, 0);
-	} else if (r->fmt == TRK_MF1_JSON) {
+	(void)step;
+	if (r->fmt == TRK_MF1_JSON) {
 		if (rank < 0)
 			return -EINVAL;
 		out_str(&o, r->prefix);
@@ -1119,7 +1157,6 @@ bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind)
 	if (a == NULL || b == NULL)
 		return false;
 	return a == b || (a->shape != SHAPE_RANK_DIR && b->shape != SHAPE_RANK_DIR &&
-			  a->fmt != TRK_NAME_STEP && b->fmt != TRK_NAME_STEP &&
 			  strcmp(a->tracker, b->tracker) == 0);
 }
 

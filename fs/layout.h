@@ -26,8 +26,13 @@
  *   - PyTorch DCP      pytorch/torchtitan v0.2.0 (`step-{N}/`, resume = highest step-N holding
  *                      `.metadata`); pytorch torch/distributed/checkpoint/filesystem.py
  *                      FileSystemWriter (`__R_K.distcp`, `.metadata.tmp` → rename → `.metadata`)
- *   - InternEvo        InternLM/InternEvo c628a8c (`<save>/<step>/`, root `{step}.step` written
- *                      last by rank 0; auto_resume takes the highest N.step)
+ *   - InternEvo        InternLM/InternEvo c628a8c internlm/checkpoint/checkpoint_manager.py
+ *                      CheckpointManager.save_checkpoint (`<save>/<step>/`, sealed by
+ *                      `<step>/<step>.step` which the log rank torch.saves INSIDE the folder after
+ *                      a barrier; snapshot slots `<save>/snapshot/{0,1}/` rewritten in place,
+ *                      each save adding its `M.step` beside the old ones; resume,
+ *                      query_latest_snapshot_step_local: os.walk, the folder holding the highest
+ *                      `N.step` wins). No root tracker.
  *   - Orbax            google/orbax 3ff7b24 (`<step>.orbax-checkpoint-tmp…/` renamed to `<step>/`,
  *                      commit = `commit_success.txt` + rename)
  *
@@ -64,7 +69,7 @@ enum layout_role {
 	ROLE_MARKER,    /* the in-step commit marker (HF trainer_state.json, DCP .metadata,
 			   Orbax commit_success.txt) */
 	ROLE_TRACKER    /* a tracker naming the newest step (latest_checkpointed_iteration.txt,
-			   latest, N.step, rank_N/meta.json) */
+			   latest, rank_N/meta.json) */
 };
 
 /* Step value of a path with no step (plain files, most trackers). */
@@ -76,8 +81,14 @@ enum layout_role {
 #define LAYOUT_F_TMP 0x1u       /* an in-progress name that a rename will replace: Orbax
 				   `N.orbax-checkpoint-tmp-*`, HF `tmp-checkpoint-N`, a file
 				   ending in `.tmp` inside a step or an MF1 `name.ckpt.tmp` */
+#define LAYOUT_F_SLOT 0x4u      /* InternEvo snapshot slot `snapshot/K/` (K all digits, the
+				   match's step): a step directory rewritten in place, whose
+				   markers "<digits>.step" inside it name the steps it held */
 #define LAYOUT_F_AMBIGUOUS 0x2u /* auto-detected all-digit step `N/`: InternEvo or Orbax; kind
 				   says INTERNEVO until `N/commit_success.txt` says ORBAX */
+
+/* InternEvo's directory of snapshot slots, at the mount root. */
+#define LAYOUT_SLOT_DIR "snapshot"
 
 /* Longest path accepted, in bytes, including the terminating NUL (PATH_MAX on Linux). */
 #define LAYOUT_PATH_MAX 4096
@@ -117,7 +128,11 @@ struct layout_match {
  *     treats a regular file with a step-directory name as plain.
  *   - root trackers are ROLE_TRACKER. `latest_checkpointed_iteration.txt` is shared by Megatron
  *     and MindFormers 2.0 (same format); auto-detection reports it as LAYOUT_MEGATRON, and
- *     layout_tracker_shared() says which kinds of step it names. `N.step` carries step N.
+ *     layout_tracker_shared() says which kinds of step it names.
+ *   - InternEvo: `N/N.step` (the digits equal N) is ROLE_MARKER of step N. `snapshot/K/` (K all
+ *     digits) is a slot: ROLE_STEP_DIR with step K and LAYOUT_F_SLOT, step_prefix_len covering
+ *     "snapshot/K"; `snapshot/K/<digits>.step` is its ROLE_MARKER, anything else under it
+ *     ROLE_STEP_FILE; `snapshot` itself is ROLE_PLAIN with kind LAYOUT_INTERNEVO.
  *   - MF1: `rank_N/` is ROLE_PLAIN with kind MF1 and rank N; `rank_N/meta.json` is ROLE_TRACKER;
  *     `rank_N/{prefix}-{epoch}_{step}.ckpt|.safetensors[.tmp]` is ROLE_STEP_FILE with that step
  *     (the digits after the last '_'), epoch and rank N, and step_prefix_len 0. MF1's step
@@ -183,8 +198,7 @@ struct layout_tracker {
  * layout_tracker_parse - read the step a trainer's tracker names.
  *
  * @kind: the tracker's layout (from layout_classify()).
- * @name: the tracker's file name (last component, e.g. "100.step"); needed for InternEvo,
- *        whose step is in the name; ignored (may be NULL) for other kinds.
+ * @name: the tracker's file name; unused (may be NULL), kept for callers' symmetry.
  * @buf, @len: the tracker's content, len bytes, not NUL-terminated, may contain NULs;
  *        buf may be NULL when len is 0.
  * @ret:  filled on success; untouched on failure.
@@ -196,7 +210,6 @@ struct layout_tracker {
  *              str(step_num) only).
  *   DeepSpeed  "global_stepN", whitespace tolerated. Other tags (save_checkpoint(tag=…)) are
  *              not steps: -EINVAL.
- *   InternEvo  step N from name "N.step"; the content (a torch.save pickle) is ignored.
  *   MF1        a JSON object with integer "last_epoch" >= 0, integer "last_step" >= 0 and string
  *              "last_ckpt_file" (a bare file name: no '/', not "." or "..", no NUL, at most
  *              LAYOUT_NAME_MAX bytes once unescaped); other keys are skipped, a repeated key
@@ -205,10 +218,10 @@ struct layout_tracker {
  *
  * Returns 0 on success;
  *   -EINVAL     garbage: not the format above, a negative or overflowing number, a sign,
- *               an embedded NUL, a path, len > LAYOUT_TRACKER_MAX (except InternEvo, whose
- *               content is not read), NULL ret, NULL buf with len > 0, kind out of range or
- *               LAYOUT_NONE, NULL or malformed name for InternEvo;
- *   -EOPNOTSUPP the layout has no tracker (HF, DCP, Orbax: their marker is inside the step).
+ *               an embedded NUL, a path, len > LAYOUT_TRACKER_MAX, NULL ret, NULL buf with
+ *               len > 0, kind out of range or LAYOUT_NONE;
+ *   -EOPNOTSUPP the layout has no tracker (HF, DCP, Orbax, InternEvo: their marker is inside
+ *               the step).
  * Never reads past buf[len - 1]. Thread-safe.
  */
 int layout_tracker_parse(enum layout_kind kind, const char *name, const char *buf, size_t len,
@@ -232,8 +245,7 @@ int layout_tracker_parse(enum layout_kind kind, const char *name, const char *bu
  *   -EINVAL     t NULL, buf NULL with cap > 0, step negative (other than release for Megatron),
  *               MF1 epoch negative or ckpt_file empty, not valid UTF-8, or not a bare file name;
  *               kind out of range or LAYOUT_NONE;
- *   -EOPNOTSUPP HF, DCP, Orbax (no tracker) and InternEvo (its tracker's content is the
- *               trainer's pickle, kept verbatim; its step is in the name: layout_tracker_path());
+ *   -EOPNOTSUPP HF, DCP, Orbax, InternEvo (no tracker);
  *   -ENOSPC     cap too small for content and NUL (buf contents then unspecified).
  */
 int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t, char *buf,
@@ -242,10 +254,10 @@ int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t,
 /*
  * layout_tracker_path - the path, relative to the mount root, of a layout's tracker.
  *
- * @step: InternEvo only (>= 0): "N.step". @rank: MF1 only (>= 0): "rank_N/meta.json".
+ * @step: unused. @rank: MF1 only (>= 0): "rank_N/meta.json".
  * Megatron and MF2 "latest_checkpointed_iteration.txt"; DeepSpeed "latest".
  * Returns the length written without the NUL; -EINVAL (kind out of range or NONE, negative
- * step/rank where used, buf NULL with cap > 0), -EOPNOTSUPP (HF, DCP, Orbax), -ENOSPC (cap
+ * rank where used, buf NULL with cap > 0), -EOPNOTSUPP (HF, DCP, Orbax, InternEvo), -ENOSPC (cap
  * too small; buf contents then unspecified). Thread-safe.
  */
 int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf, size_t cap);

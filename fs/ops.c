@@ -228,7 +228,8 @@ static int stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 	return 0;
 }
 
-static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
+/* Reply an entry for ino, cached by the kernel for tmo seconds; unlocks fs->mu. */
+static void reply_entry_tmo(fuse_req_t req, struct ckfs *fs, uint64_t ino, double tmo)
 {
 	struct fuse_entry_param e = { 0 };
 	int rc = stat_locked(fs, ino, &e.attr);
@@ -239,8 +240,8 @@ static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
 		return;
 	}
 	e.ino = ino;
-	e.attr_timeout = ATTR_TIMEOUT;
-	e.entry_timeout = ATTR_TIMEOUT;
+	e.attr_timeout = tmo;
+	e.entry_timeout = tmo;
 	lookup_inc(fs, ino);
 	pthread_mutex_unlock(&fs->mu);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
@@ -248,6 +249,11 @@ static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
 		forget_locked(fs, ino, 1);
 		pthread_mutex_unlock(&fs->mu);
 	}
+}
+
+static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
+{
+	reply_entry_tmo(req, fs, ino, ATTR_TIMEOUT);
 }
 
 static int check_name(const char *name)
@@ -353,6 +359,23 @@ static void op_destroy(void *userdata)
 
 /* ---- attributes ---- */
 
+/*
+ * A lookup or listing of the root (or of InternEvo's `snapshot/`): judge first every unfinished
+ * step whose writers are all gone, once the files they closed are committed. fs->mu held; it is
+ * released while waiting for the commit queue.
+ */
+static void settle_for_reader(struct ckfs *fs)
+{
+	if (!steps_settle_due(fs))
+		return;
+	if (cq_busy(fs)) {
+		pthread_mutex_unlock(&fs->mu);
+		cq_wait_idle(fs);
+		pthread_mutex_lock(&fs->mu);
+	}
+	steps_settle_now(fs);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ckfs *fs = req_fs(req);
@@ -364,6 +387,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	pthread_mutex_lock(&fs->mu);
+	bool step_dir = steps_dir_name(fs, parent, name);
+
+	if (parent == IDX_ROOT_INO || step_dir)
+		settle_for_reader(fs);
 	if (cq_busy(fs) && (parent == fs->meta_ino || steps_tracker_name(fs, parent, name))) {
 		/* a tracker or status read waits for the commits of closed files (commit.c) */
 		pthread_mutex_unlock(&fs->mu);
@@ -400,7 +427,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	reply_entry_locked(req, fs, ino);
+	/* a step directory's name may move to quarantine or get a kept version back at any time
+	 * (steps.c): the kernel asks again at every path walk rather than keep a stale dentry */
+	reply_entry_tmo(req, fs, ino, step_dir ? 0.0 : ATTR_TIMEOUT);
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -455,6 +484,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		struct oinode *oi;
 
+		pthread_mutex_lock(&fs->mu);
+		steps_before_write(fs, ino); /* an InternEvo slot keeps its complete version */
+		pthread_mutex_unlock(&fs->mu);
 		if (fi) {
 			struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 
@@ -565,6 +597,7 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 		return -EEXIST;
 	if (steps_tracker_name(fs, parent, name))
 		return -EEXIST; /* a tracker name is taken by the virtual tracker */
+	steps_before_change(fs, parent); /* an InternEvo slot keeps its complete version */
 	a.mode = mode;
 	a.uid = ctx->uid;
 	a.gid = (pa.mode & S_ISGID) ? pa.gid : ctx->gid;
@@ -695,6 +728,8 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 		steps_before_remove(fs, parent, name);
 	if (rc == 0)
 		rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
+	if (rc == 0)
+		steps_before_change(fs, parent);
 	if (rc == 0 && ino == fs->meta_ino)
 		rc = -EROFS;
 	if (rc == 0)
@@ -785,6 +820,9 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 		return -EROFS; /* /.ckptfs stays where it is: moved, it would be an ordinary dir */
 	if (have_dst && dst == src)
 		return 0; /* POSIX: same file, nothing to do */
+	steps_before_change(fs, parent);
+	if (newparent != parent)
+		steps_before_change(fs, newparent);
 	if (flags & RENAME_EXCHANGE) {
 		if (!have_dst)
 			return -ENOENT;
@@ -956,6 +994,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		rc = -ENOENT;
 	if (rc == 0 && idx_dentry_lookup(fs->ix, newparent, newname, &other) == 0)
 		rc = -EEXIST;
+	if (rc == 0)
+		steps_before_change(fs, newparent);
 	if (rc == 0 && (rc = idx_begin(fs->ix)) == 0) {
 		a.nlink++;
 		a.ctime_ns = now;
@@ -992,6 +1032,8 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 		rc = -EROFS;
 	else
 		rc = oi_get(fs, ino, &h->oi);
+	if (rc == 0 && (fi->flags & O_ACCMODE) != O_RDONLY)
+		steps_before_write(fs, ino); /* an InternEvo slot keeps its complete version */
 	if (rc == 0 && idx_inode_get(fs->ix, ino, &attr) == 0)
 		privs = (attr.mode & (S_ISUID | S_ISGID)) != 0;
 	pthread_mutex_unlock(&fs->mu);
@@ -1297,6 +1339,9 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if (h->vkind) {
 		if (h->vdirty) {
+			/* the files closed before the tracker are durable before its claim is
+			 * judged: the step it names can complete at once */
+			cq_wait_idle(fs);
 			pthread_mutex_lock(&fs->mu);
 			steps_on_claim(fs, h->vkind, h->vname, h->vbuf ? h->vbuf : "", h->vlen, pid);
 			pthread_mutex_unlock(&fs->mu);
@@ -1317,11 +1362,15 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * after (Orbax's tmp dir, HF's tmp-checkpoint-N), where it would no longer be the
 		 * marker of the step it seals. Markers are small. */
 		rc = oi_error(h->oi);
-		if (rc == 0 && !steps_is_marker(fs, h->oi->ino) &&
-		    cq_submit(fs, h->oi, pid, torn) == 0) {
+		bool marker = rc == 0 && steps_is_marker(fs, h->oi->ino);
+
+		if (rc == 0 && !marker && cq_submit(fs, h->oi, pid, torn) == 0) {
 			fuse_reply_err(req, 0);
 			return;
 		}
+		if (marker && !torn)
+			cq_wait_idle(fs); /* the files closed before the marker are durable first,
+					     so the step it seals can complete before close returns */
 		rc = oi_commit(fs, h->oi);
 		if (rc == 0)
 			steps_on_commit(fs, h->oi, pid, torn);
@@ -1426,6 +1475,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	pthread_mutex_lock(&fs->mu);
+	if (off == 0)
+		settle_for_reader(fs);
 	/* offsets: 0 start, 1 after ".", 2 after "..", cookie + 2 after an entry */
 	if (off < 1) {
 		struct stat st = { .st_ino = ino, .st_mode = S_IFDIR };

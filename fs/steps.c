@@ -482,40 +482,113 @@ static int dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch)
 	return idx_inode_update(fs->ix, &d);
 }
 
+/* Is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place? */
+static bool is_slot(const struct idx_step *s)
+{
+	return s->kind == LAYOUT_INTERNEVO && strchr(s->name, '/') != NULL;
+}
+
+/* The directory at path rel (relative to the root, '/'-separated), into *ret. -errno. */
+static int lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret)
+{
+	char comp[LAYOUT_NAME_MAX + 1];
+	uint64_t cur = IDX_ROOT_INO;
+	int rc;
+
+	for (const char *p = rel; *p;) {
+		size_t n = strcspn(p, "/");
+
+		if (n > LAYOUT_NAME_MAX)
+			return -ENAMETOOLONG;
+		if (n > 0) {
+			memcpy(comp, p, n);
+			comp[n] = '\0';
+			if ((rc = idx_dentry_lookup(fs->ix, cur, comp, &cur)) < 0)
+				return rc;
+		}
+		p += n + (p[n] == '/');
+	}
+	*ret = cur;
+	return 0;
+}
+
+/*
+ * Where a step named `name` lives in the namespace: its parent directory and its entry name
+ * there (borrowed from name). Top-level steps live in the root; a slot "snapshot/K" lives in
+ * `snapshot/` as "K". Returns 0, or -errno when the parent is gone.
+ */
+static int step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
+		     const char **ret_leaf)
+{
+	const char *slash = strrchr(name, '/');
+	char up[LAYOUT_PATH_MAX];
+	int rc;
+
+	if (!slash) {
+		*ret_parent = IDX_ROOT_INO;
+		*ret_leaf = name;
+		return 0;
+	}
+	if ((size_t)(slash - name) >= sizeof(up))
+		return -ENAMETOOLONG;
+	memcpy(up, name, (size_t)(slash - name));
+	up[slash - name] = '\0';
+	if ((rc = lookup_path(fs, up, ret_parent)) == 0)
+		*ret_leaf = slash + 1;
+	return rc;
+}
+
+/* "NAME.ID" (id >= 0) or "NAME" for /.ckptfs/quarantine and /.ckptfs/retained, every '/' of
+ * NAME as '-'. */
+static void flat_name(const char *name, int64_t id, char *buf, size_t cap)
+{
+	if (id >= 0)
+		snprintf(buf, cap, "%s.%" PRId64, name, id);
+	else
+		snprintf(buf, cap, "%s", name);
+	for (char *p = buf; *p; p++)
+		if (*p == '/')
+			*p = '-';
+}
+
 static int move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
 {
 	char qname[300];
-	uint64_t cur;
+	const char *leaf;
+	uint64_t cur, home;
 	int rc;
 
-	if (!s->dir_ino || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) < 0 ||
-	    cur != s->dir_ino)
+	if (!s->dir_ino || step_home(fs, s->name, &home, &leaf) < 0 ||
+	    idx_dentry_lookup(fs->ix, home, leaf, &cur) < 0 || cur != s->dir_ino)
 		return 0; /* not at its place in the namespace (already moved, or renamed) */
-	snprintf(qname, sizeof(qname), "%s.%" PRId64, s->name, s->id);
-	rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, fs->quarantine_ino, qname);
+	flat_name(s->name, s->id, qname, sizeof(qname));
+	rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, qname);
 	if (rc == 0)
-		rc = dir_links_add(fs, IDX_ROOT_INO, -1, true);
+		rc = dir_links_add(fs, home, -1, true);
 	if (rc == 0)
 		rc = dir_links_add(fs, fs->quarantine_ino, 1, true);
 	if (rc == 0)
-		inval_queue(fs, IDX_ROOT_INO, s->name);
+		inval_queue(fs, home, leaf);
 	return rc;
 }
 
 static int move_back(struct ckfs *fs, const struct idx_step *s)
 {
 	char qname[300];
-	uint64_t cur;
+	const char *leaf;
+	uint64_t cur, home;
+	int rc;
 
-	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0)
+	if ((rc = step_home(fs, s->name, &home, &leaf)) < 0)
+		return rc;
+	if (idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0)
 		return -EEXIST; /* the trainer re-created the name: leave the old one set aside */
-	snprintf(qname, sizeof(qname), "%s.%" PRId64, s->name, s->id);
-	int rc = idx_dentry_move(fs->ix, fs->quarantine_ino, qname, IDX_ROOT_INO, s->name);
-
+	flat_name(s->name, s->id, qname, sizeof(qname));
+	rc = idx_dentry_move(fs->ix, fs->quarantine_ino, qname, home, leaf);
 	if (rc == 0)
 		rc = dir_links_add(fs, fs->quarantine_ino, -1, true);
 	if (rc == 0)
-		rc = dir_links_add(fs, IDX_ROOT_INO, 1, true);
+		rc = dir_links_add(fs, home, 1, true);
 	return rc;
 }
 
@@ -536,6 +609,8 @@ static int set_state(struct ckfs *fs, struct idx_step *s, int state, const char 
 
 static void retention(struct ckfs *fs, int kind);
 static void mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid);
+static void slot_done(struct ckfs *fs, const struct idx_step *s);
+static void slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
 
 /*
  * Judge a quiet step (no write into it for STEP_SETTLE_NS): complete it when sealed, sound and
@@ -730,7 +805,7 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
  * before it (names renumbered)? Only for names_repeat layouts; a world size that shrank on
  * resume makes the check fail until a newer step starts (newer_step_started).
  * @missing: receives the first name not found, NUL-terminated, truncated to cap.
- * Returns 1 (all there, or no previous step), 0 (one missing), or -ENOMEM / -EIO.
+ * Returns 1 (all there), 2 (no previous complete step), 0 (one missing), or -ENOMEM / -EIO.
  */
 static int has_previous_names(struct ckfs *fs, const struct idx_step *s, char *missing,
 			      size_t cap)
@@ -742,7 +817,7 @@ static int has_previous_names(struct ckfs *fs, const struct idx_step *s, char *m
 	if ((rc = idx_step_foreach(fs->ix, prev_cb, &pc)) < 0)
 		return rc;
 	if (!pc.found)
-		return 1;
+		return 2;
 	w.from = pc.best.step;
 	w.to = s->step;
 	w.cur = s->dir_ino;
@@ -788,7 +863,14 @@ static bool newer_step_started(struct ckfs *fs, const struct idx_step *s)
 	return s->sealed_ns > 0 && idx_step_foreach(fs->ix, newer_cb, &c) == 0 && c.found;
 }
 
-static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
+/*
+ * Judge step id. settled: its writers are gone; recovering: the daemon that saw it written is
+ * gone; quiet: nothing was written into it for STEP_SETTLE_NS, or its writers are gone (the
+ * reaper, steps_settle_now). A DeepSpeed or HF step (names_repeat) with a previous complete step
+ * completes as soon as it holds all that step's names, closed and durable; the first one waits
+ * until it is quiet, since nothing says which files it should hold.
+ */
+static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bool quiet)
 {
 	struct idx_step s;
 	struct walk w;
@@ -802,27 +884,29 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 		return;
 	if (!s.dir_ino)
 		return;
-	if (recovering) {
+	if (recovering)
 		/* the daemon that saw this step being written is gone: trust no flag written
 		 * after the content, re-check every file from the store */
 		revalidate_tree(fs, s.dir_ino);
-		/* after a crash, a step whose marker may precede other ranks' files (DeepSpeed's
-		 * `latest`, HF's trainer_state.json) cannot be shown to have all its files */
-		unprovable = fs->crash_recovery && !marker_after_all_ranks(s.kind) &&
-			     !newer_step_started(fs, &s);
-	}
 	if (walk_tree(fs, s.dir_ino, &w, false) < 0)
 		return;
 	store_hasher_digest(w.digest, &dg);
 	store_hasher_free(w.digest);
 
 	char absent[NAME_MAX + 64] = "";
-	int have = 1;
+	int have = 1; /* 1: every name of the previous complete step is here; 2: there is none */
 
-	if (names_repeat(s.kind) && s.state == IDX_STEP_SEALED && w.open == 0 && !unprovable &&
+	if (names_repeat(s.kind) && s.state == IDX_STEP_SEALED && w.open == 0 &&
 	    !newer_step_started(fs, &s) &&
 	    (have = has_previous_names(fs, &s, absent, sizeof(absent))) < 0)
 		return; /* cannot tell now: the reaper tries again */
+	/* after a crash, a step whose marker may precede other ranks' files (DeepSpeed's `latest`,
+	 * HF's trainer_state.json) has all its files only if it holds every name of the previous
+	 * complete step, or a newer step was started */
+	unprovable = recovering && fs->crash_recovery && !marker_after_all_ranks(s.kind) &&
+		     !newer_step_started(fs, &s) && have != 1;
+	if (have == 2 && !quiet)
+		have = 0; /* the first step of its layout: complete once quiet */
 	if (idx_begin(fs->ix) < 0)
 		return;
 	rc = idx_step_set_figures(fs->ix, id, w.files, w.bytes, w.stored, dg.b);
@@ -846,7 +930,7 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 		if (unprovable)
 			snprintf(note, sizeof(note), "the daemon stopped before every rank was known "
 				 "to be done");
-		else if (!have && w.unsound == 0 && w.uncommitted == 0)
+		else if (!have && absent[0] && w.unsound == 0 && w.uncommitted == 0)
 			snprintf(note, sizeof(note), "no writer left and '%.60s' never written: a "
 				 "rank did not save", absent);
 		else if (s.state == IDX_STEP_WRITING)
@@ -870,9 +954,13 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering)
 		return;
 	if (s.state == IDX_STEP_COMPLETE) {
 		rt_drop(fs, id);
+		if (is_slot(&s))
+			slot_done(fs, &s);
 		retention(fs, s.kind);
 	} else if (s.state == IDX_STEP_INCOMPLETE) {
 		rt_drop(fs, id);
+		if (is_slot(&s))
+			slot_done(fs, &s);
 	}
 }
 
@@ -889,8 +977,8 @@ static int collect_complete(const struct idx_step *s, void *arg)
 {
 	struct ret_ctx *c = arg;
 
-	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE)
-		return 0;
+	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || is_slot(s))
+		return 0; /* a slot's old versions go when its new one completes (slot_done) */
 	if (grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
 		return -ENOMEM;
 	c->ids[c->n++] = s->id;
@@ -1066,26 +1154,28 @@ out:
 
 /* ---- step rows from names ---- */
 
-/* The step whose directory is the top-level entry of rel (creating its row if needed). */
+/* The step whose directory is rel[0, m->step_prefix_len) (creating its row if needed). */
 static int step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
 			struct idx_step *ret)
 {
-	char dname[LAYOUT_NAME_MAX + 1];
+	char dname[LAYOUT_PATH_MAX];
 	uint64_t dir;
 	int64_t id;
 	int rc;
 
-	if (m->step_prefix_len == 0 || m->step_prefix_len > LAYOUT_NAME_MAX)
+	if (m->step_prefix_len == 0 || m->step_prefix_len >= sizeof(dname))
 		return -ENOENT;
 	memcpy(dname, rel, m->step_prefix_len);
 	dname[m->step_prefix_len] = 0;
-	if ((rc = idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir)) < 0)
+	if ((rc = lookup_path(fs, dname, &dir)) < 0)
 		return rc;
 	if (idx_step_by_dir(fs->ix, dir, ret) == 0)
 		return 0;
 	if ((rc = idx_begin(fs->ix)) < 0)
 		return rc;
-	rc = idx_step_create(fs->ix, m->kind, dname, m->step, dir, ckfs_now(fs), &id);
+	/* a slot's number is its newest sealed version's (slot_number); 0 until sealed */
+	rc = idx_step_create(fs->ix, m->kind, dname, (m->flags & LAYOUT_F_SLOT) ? 0 : m->step,
+			     dir, ckfs_now(fs), &id);
 	if (rc == 0)
 		rc = idx_commit(fs->ix);
 	else
@@ -1144,10 +1234,13 @@ static void seal(struct ckfs *fs, struct idx_step *s, const char *why)
 			return;
 		}
 	}
-	if (marker_after_all_ranks(s->kind))
-		evaluate(fs, s->id, false, false); /* every rank was done before the marker */
-	else
-		rt_note(fs, s->id, 0); /* the reaper judges it once it is quiet */
+	if (marker_after_all_ranks(s->kind)) {
+		evaluate(fs, s->id, false, false, false); /* every rank was done before the marker */
+	} else {
+		rt_note(fs, s->id, 0); /* else the reaper judges it once it is quiet */
+		if (names_repeat(s->kind))
+			evaluate(fs, s->id, false, false, false); /* all the last step's names? */
+	}
 }
 
 /* ---- hooks ---- */
@@ -1171,6 +1264,11 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	}
 	if (rel_path(fs, ino, rel, sizeof(rel)) < 0 || layout_classify(rel, fs->layout, &m) < 0)
 		return;
+	if ((m.flags & LAYOUT_F_SLOT) && m.role == ROLE_STEP_DIR) {
+		if (step_of_path(fs, rel, &m, &s) == 0)
+			rt_note(fs, s.id, pid);
+		return;
+	}
 	if (m.kind == LAYOUT_MF1 && m.role == ROLE_STEP_FILE) {
 		if (renamed && !(m.flags & LAYOUT_F_TMP))
 			mf1_on_file(fs, &m, pid);
@@ -1271,12 +1369,17 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		mf1_on_file(fs, &m, pid);
 	} else if (!mf1 && step_of_path(fs, rel, &m, &s) == 0) {
 		rt_note(fs, s.id, pid);
-		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
+			if (m.flags & LAYOUT_F_SLOT)
+				slot_number(fs, &s, strrchr(rel, '/') + 1);
 			seal(fs, &s, "marker");
-		else if (s.state == IDX_STEP_SEALED && marker_after_all_ranks(s.kind))
-			/* a file closed before the marker and committed after it (commit.c): the
-			 * step may be complete now, without waiting for the reaper */
-			evaluate(fs, s.id, false, false);
+		}
+		else if (s.state == IDX_STEP_SEALED &&
+			 (marker_after_all_ranks(s.kind) || names_repeat(s.kind)))
+			/* a file closed before the marker and committed after it (commit.c), or
+			 * the last rank's file after DeepSpeed's `latest`: the step may be complete
+			 * now, without waiting for the reaper */
+			evaluate(fs, s.id, false, false, false);
 		struct step_rt *r;
 
 		if ((flags & IDX_INODE_TORN) && (r = rt_get(fs, s.id, false))) {
@@ -1378,7 +1481,7 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	    newest.id != s.id || idx_inode_get(fs->ix, dir, &a) < 0)
 		return;
 	/* keep a copy (same chunks) until a newer step is complete */
-	snprintf(qname, sizeof(qname), "%s.%" PRId64, s.name, s.id);
+	flat_name(s.name, s.id, qname, sizeof(qname));
 	a.nlink = 2;
 	if (idx_begin(fs->ix) < 0)
 		return;
@@ -1431,10 +1534,13 @@ static void restore(struct ckfs *fs, struct idx_step *s)
 
 	if (s->kind == LAYOUT_MF1)
 		return; /* per-rank files, no directory: mf1_restore, from a meta.json read */
+	const char *leaf;
+	uint64_t home;
+
 	if (!s->dir_ino || idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) < 0 ||
-	    parent != fs->retained_ino)
+	    parent != fs->retained_ino || step_home(fs, s->name, &home, &leaf) < 0)
 		return;
-	partial = idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) == 0;
+	partial = idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0;
 	if (partial && !is_leftover(fs, cur))
 		return;
 	if (idx_begin(fs->ix) < 0)
@@ -1442,21 +1548,24 @@ static void restore(struct ckfs *fs, struct idx_step *s)
 	int rc = 0;
 
 	if (partial) {
-		/* the part leaves root for quarantine; the step takes its place below */
-		snprintf(pname, sizeof(pname), "%s.partial-%" PRId64, s->name, s->id);
-		rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, fs->quarantine_ino, pname);
+		/* the part leaves its home for quarantine; the step takes its place below */
+		char flat[300];
+
+		flat_name(s->name, -1, flat, sizeof(flat));
+		snprintf(pname, sizeof(pname), "%s.partial-%" PRId64, flat, s->id);
+		rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, pname);
 		if (rc == 0)
 			rc = dir_links_add(fs, fs->quarantine_ino, 1, true);
 	}
 	if (rc == 0)
-		rc = idx_dentry_move(fs->ix, fs->retained_ino, name, IDX_ROOT_INO, s->name);
+		rc = idx_dentry_move(fs->ix, fs->retained_ino, name, home, leaf);
 	if (rc == 0)
 		rc = dir_links_add(fs, fs->retained_ino, -1, false);
 	if (rc == 0)
-		rc = dir_links_add(fs, IDX_ROOT_INO, partial ? 0 : 1, true);
+		rc = dir_links_add(fs, home, partial ? 0 : 1, true);
 	if (rc == 0 && idx_commit(fs->ix) == 0) {
 		if (partial) {
-			inval_queue(fs, IDX_ROOT_INO, s->name); /* the kernel has the part cached */
+			inval_queue(fs, home, leaf); /* the kernel has the part cached */
 			logf_("restored '%s' (the newest complete step) for a resuming reader; what "
 			      "the trainer had not yet deleted of it is in '.ckptfs/quarantine/%s'",
 			      s->name, pname);
@@ -1467,6 +1576,186 @@ static void restore(struct ckfs *fs, struct idx_step *s)
 	} else if (rc < 0) {
 		idx_rollback(fs->ix);
 	}
+}
+
+/* ---- InternEvo snapshot slots: a step directory rewritten in place ---- */
+
+/*
+ * InternEvo's snapshot saves rewrite `snapshot/K/` in place and then add `M.step` beside the
+ * markers of the steps the slot held before (tests/traces/internevo.md). Its resume loads the
+ * folder holding the highest `.step` as it is, so a save cut short in a slot whose old marker
+ * is the newest would be loaded torn. A slot is therefore versioned:
+ *   1. Each version is a step row named "snapshot/K"; its number is the marker that sealed it
+ *      (0 until sealed).
+ *   2. The first change under a slot whose version is complete (steps_before_change) keeps that
+ *      version: its tree is cloned (same chunks) into /.ckptfs/retained and its row moves
+ *      there; a new row, writing, owns the directory the trainer rewrites.
+ *   3. The new version completes like any step (its marker, every file whole and durable):
+ *      then the kept versions of the slot are pruned (slot_done).
+ *   4. The new version set aside (its writers gone unsealed, or a file torn): it goes to
+ *      quarantine and the newest kept version is put back at the slot's name (restore()), so
+ *      a resume sees the slot's last complete version, files and markers together.
+ * Slots are not counted by retention and never pruned by it.
+ */
+
+/* Set slot s's number from the name of the marker sealing it ("<digits>.step"). */
+static void slot_number(struct ckfs *fs, struct idx_step *s, const char *marker)
+{
+	long long v;
+	char tail;
+
+	if (sscanf(marker, "%lld.ste%c", &v, &tail) != 2 || tail != 'p' || v < 0 || v == s->step)
+		return;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	if (idx_step_set_number(fs->ix, s->id, v) < 0 || idx_commit(fs->ix) < 0) {
+		idx_rollback(fs->ix);
+		return;
+	}
+	s->step = v;
+}
+
+struct slot_ctx {
+	const struct idx_step *s;
+	int64_t *ids;
+	size_t n, cap;
+};
+
+static int slot_kept_cb(const struct idx_step *o, void *arg)
+{
+	struct slot_ctx *c = arg;
+
+	if (o->id == c->s->id || o->kind != c->s->kind || strcmp(o->name, c->s->name) != 0 ||
+	    o->state != IDX_STEP_COMPLETE)
+		return 0;
+	if (grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+		return -ENOMEM;
+	c->ids[c->n++] = o->id;
+	return 0;
+}
+
+/*
+ * Slot s was judged: complete, its kept versions are pruned (invariant 3); set aside, the
+ * newest kept version takes its place again (invariant 4).
+ */
+static void slot_done(struct ckfs *fs, const struct idx_step *s)
+{
+	struct slot_ctx c = { .s = s };
+	struct fs_freed fr = { 0 };
+	struct idx_step o, best = { .id = 0 };
+	bool ok = true;
+
+	if (idx_step_foreach(fs->ix, slot_kept_cb, &c) < 0 || c.n == 0)
+		goto out;
+	if (s->state == IDX_STEP_INCOMPLETE) {
+		for (size_t i = 0; i < c.n; i++)
+			if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && is_retained(fs, &o) &&
+			    (!best.id || o.step > best.step || (o.step == best.step && o.id > best.id)))
+				best = o;
+		if (best.id)
+			restore(fs, &best);
+		goto out;
+	}
+	if (idx_begin(fs->ix) < 0)
+		goto out;
+	for (size_t i = 0; i < c.n && ok; i++)
+		if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && !o.pinned && is_retained(fs, &o))
+			ok = prune(fs, &o, &fr) == 0;
+	ok = ok && idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix);
+	fs_release_finish(fs, &fr, ok);
+out:
+	free(c.ids);
+}
+
+/*
+ * The slot holding directory dir (dir itself or its parent), if dir is in a slot: its directory
+ * inode, or 0. Cheap when there are no slots: one lookup of `snapshot` in the root.
+ */
+static uint64_t slot_of_dir(struct ckfs *fs, uint64_t dir)
+{
+	uint64_t snap, up, upup;
+
+	if (fs->layout < 0 || (fs->layout && fs->layout != LAYOUT_INTERNEVO) ||
+	    dir == IDX_ROOT_INO || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &snap) < 0 ||
+	    idx_dentry_parent(fs->ix, dir, &up, NULL, 0) < 0)
+		return 0;
+	if (up == snap)
+		return dir;
+	if (up != IDX_ROOT_INO && idx_dentry_parent(fs->ix, up, &upup, NULL, 0) == 0 && upup == snap)
+		return up;
+	return 0;
+}
+
+bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name)
+{
+	enum layout_kind k;
+	int64_t step;
+
+	if (fs->layout < 0)
+		return false;
+	if (parent == IDX_ROOT_INO)
+		return layout_parse_name(name, fs->layout, &k, &step) == 1 ||
+		       strcmp(name, LAYOUT_SLOT_DIR) == 0;
+	return steps_slot_home(fs, parent);
+}
+
+bool steps_slot_home(struct ckfs *fs, uint64_t dir)
+{
+	uint64_t snap;
+
+	return fs->layout >= 0 && (!fs->layout || fs->layout == LAYOUT_INTERNEVO) &&
+	       dir != IDX_ROOT_INO &&
+	       idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &snap) == 0 && snap == dir;
+}
+
+void steps_before_change(struct ckfs *fs, uint64_t dir)
+{
+	char qname[300];
+	struct idx_step s;
+	struct idx_inode a;
+	uint64_t slot = slot_of_dir(fs, dir), clone;
+	int64_t id;
+	int rc;
+
+	if (!slot || idx_step_by_dir(fs->ix, slot, &s) < 0 || s.state != IDX_STEP_COMPLETE ||
+	    !is_slot(&s) || idx_inode_get(fs->ix, slot, &a) < 0)
+		return;
+	flat_name(s.name, s.id, qname, sizeof(qname));
+	a.nlink = 2;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	rc = idx_inode_create(fs->ix, &a, &clone);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
+	if (rc == 0)
+		rc = dir_links_add(fs, fs->retained_ino, 1, false);
+	if (rc == 0)
+		rc = tree_clone(fs, slot, clone, 0);
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, s.id, clone);
+	if (rc == 0)
+		rc = idx_step_create(fs->ix, LAYOUT_INTERNEVO, s.name, 0, slot, ckfs_now(fs), &id);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	else
+		idx_rollback(fs->ix);
+	if (rc == 0)
+		logf_("slot '%s' is being rewritten: its last complete version (step %" PRId64 ") is "
+		      "kept as '.ckptfs/%s/%s' and comes back if the new one is not completed",
+		      s.name, s.step, RETAINED_NAME, qname);
+	else
+		logf_("slot '%s': cannot keep its last complete version before it is rewritten: %s",
+		      s.name, strerror(-rc));
+}
+
+void steps_before_write(struct ckfs *fs, uint64_t ino)
+{
+	uint64_t parent;
+
+	if (fs->layout >= 0 && idx_dentry_parent(fs->ix, ino, &parent, NULL, 0) == 0)
+		steps_before_change(fs, parent);
 }
 
 /* ---- MindFormers 1.0: per-rank files, no step directory ---- */
@@ -2201,10 +2490,47 @@ void steps_reap(struct ckfs *fs, bool recovering)
 				if (pid_alive(r->pids[j], r->starts[j]))
 					settled = false;
 		}
-		evaluate(fs, c.ids[i], settled, recovering);
+		evaluate(fs, c.ids[i], settled, recovering, true);
 	}
 out:
 	free(c.ids);
+}
+
+/* Unfinished steps whose recorded writers are all gone, into ids (at most cap). */
+static size_t orphaned_steps(struct ckfs *fs, int64_t *ids, size_t cap)
+{
+	size_t n = 0;
+
+	for (struct step_rt *r = fs->steps_rt; r && n < cap; r = r->next) {
+		bool alive = false;
+
+		for (unsigned j = 0; j < r->npids && !alive; j++)
+			alive = pid_alive(r->pids[j], r->starts[j]);
+		if (r->npids > 0 && !alive)
+			ids[n++] = r->id;
+	}
+	return n;
+}
+
+bool steps_settle_due(struct ckfs *fs)
+{
+	int64_t id;
+
+	return fs->layout >= 0 && fs->steps_rt && orphaned_steps(fs, &id, 1) > 0;
+}
+
+void steps_settle_now(struct ckfs *fs)
+{
+	int64_t ids[64];
+	size_t n;
+
+	if (fs->layout < 0 || !fs->steps_rt)
+		return;
+	n = orphaned_steps(fs, ids, sizeof(ids) / sizeof(ids[0]));
+	for (size_t i = 0; i < n; i++)
+		evaluate(fs, ids[i], true, false, true);
+	if (n && fs->ninval)
+		pthread_cond_signal(&fs->reaper_cv); /* it tells the kernel what left the namespace */
 }
 
 static void *reaper_main(void *arg)

@@ -216,6 +216,7 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_STEP_EVENT_ADD] = "INSERT INTO step_events(step_id, ts_ns, old_state, new_state, note) "
 			      "VALUES(?1, ?2, ?3, ?4, ?5)",
 	[IX_STEP_SET_DIR] = "UPDATE steps SET dir_ino = ?2 WHERE id = ?1",
+	[IX_STEP_SET_NUMBER] = "UPDATE steps SET step = ?2 WHERE id = ?1",
 	[IX_STEP_SET_FIGURES] = "UPDATE steps SET files = ?2, logical_bytes = ?3, "
 				"stored_bytes = ?4, digest = ?5 WHERE id = ?1",
 	[IX_STEP_SET_PINNED] = "UPDATE steps SET pinned = ?2 WHERE id = ?1",

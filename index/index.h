@@ -495,6 +495,14 @@ int idx_step_set_state(struct idx *ix, int64_t id, int state, int64_t now_ns, co
 int idx_step_set_dir(struct idx *ix, int64_t id, uint64_t dir_ino);
 
 /*
+ * idx_step_set_number - set the step number of step id (a versioned step, e.g. an InternEvo
+ * snapshot slot, takes the number of the marker that sealed its newest version).
+ * @step: >= 0, LAYOUT_STEP_RELEASE (-2) or -1 (none yet); not checked.
+ * Returns 0, -ENOENT (no step id), -EROFS, -EIO. Not thread-safe (the index's own rule).
+ */
+int idx_step_set_number(struct idx *ix, int64_t id, int64_t step);
+
+/*
  * idx_step_set_figures - record the figures of step id: files (count), logical and stored bytes,
  * and its 16-byte digest (NULL: none recorded, has_digest becomes false).
  * Returns 0, -ENOENT (no step id), -EOVERFLOW (a figure above INT64_MAX), -EROFS.

@@ -258,6 +258,22 @@ int idx_step_set_dir(struct idx *ix, int64_t id, uint64_t dir_ino)
 	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
 }
 
+int idx_step_set_number(struct idx *ix, int64_t id, int64_t step)
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_SET_NUMBER);
+	int r;
+
+	if (ix->rdonly)
+		return -EROFS;
+	if ((r = ix_bind_i64(ix, st, 1, id)) < 0 || (r = ix_bind_i64(ix, st, 2, step)) < 0) {
+		ix_done(st);
+		return r;
+	}
+	if ((r = ix_run(ix, st)) < 0)
+		return r;
+	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+}
+
 int idx_step_set_figures(struct idx *ix, int64_t id, uint64_t files, uint64_t logical,
 			 uint64_t stored, const uint8_t digest[IDX_HASH_LEN])
 {

@@ -43,7 +43,8 @@ import ckfs  # noqa: E402
 
 TRAINER = os.path.join(HERE, 'trainer.py')
 PYTHON = '/usr/bin/python3'
-LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'orbax')
+LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'internevo-snap',
+           'orbax')
 # the framework's own retention where it has one; mf2 with keep=1 deletes the newest complete
 # step before writing the next one, which ckptfs must survive
 KEEP_PLAIN = {'mf2': 2, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2}
@@ -153,6 +154,10 @@ class LogView:
         self.wrote = {}          # path -> sha256 (last)
         self.will = {}           # path -> sha256 (last intended, logged before the write)
         self.state = {}          # step -> digest (last)
+        # (step, path) -> sha256: a slot (InternEvo snapshot/K) holds the same paths at every
+        # step, so what a resumed step's files must hash to is what that step wrote
+        self.wrote_at = {}
+        self.will_at = {}
         self.loss = {}           # step -> loss string (last STEP line)
         for ln in text.splitlines():
             w = ln.split(' ', 1)[0]
@@ -161,8 +166,10 @@ class LogView:
                 self.saved.append(int(ln.split()[1]))
             elif w == 'WROTE':
                 self.wrote[f['path']] = f['sha256']
+                self.wrote_at[(int(f['step']), f['path'])] = f['sha256']
             elif w == 'WILL':
                 self.will[f['path']] = f['sha256']
+                self.will_at[(int(f['step']), f['path'])] = f['sha256']
             elif w == 'STATE':
                 self.state[int(f['step'])] = f['digest']
             elif w == 'STEP':
@@ -224,11 +231,16 @@ def check_resumed(tr, before, log_path, log_off, expect_step=None, killed_step=N
         raise AssertionError('no LOADED lines in the log after the resume')
     # a SAVED step's files must equal their last WROTE; the killed step's, their last intent
     want = before.will if finished_unlogged else before.wrote
+    want_at = before.will_at if finished_unlogged else before.wrote_at
+
+    def ok_hashes(p):
+        if (step, p) in want_at or (step, p) in before.wrote_at:
+            return (want_at.get((step, p)), before.wrote_at.get((step, p)))
+        return (want.get(p), before.wrote.get(p))
     bad = ['%s (rank %s): read %s, written %s' % (x['path'], x['rank'], x['sha256'][:16],
-                                                   (want.get(x['path']) or
+                                                   (ok_hashes(x['path'])[0] or
                                                     'never completely')[:16])
-           for x in loaded if x['sha256'] not in (want.get(x['path']),
-                                                  before.wrote.get(x['path']))]
+           for x in loaded if x['sha256'] not in ok_hashes(x['path'])]
     if bad:
         raise AssertionError('step %d: files not bit-exact: %s' % (step, '; '.join(bad)))
     return step
@@ -250,7 +262,9 @@ def expected_listing(layout, steps, keep, ranks=2):
     if layout == 'dcp':
         return sorted('step-%d' % s for s in kept)
     if layout == 'internevo':
-        return sorted(['%d' % s for s in kept] + ['%d.step' % s for s in kept])
+        return sorted('%d' % s for s in kept)
+    if layout == 'internevo-snap':
+        return ['snapshot']
     if layout == 'orbax':
         return sorted('%d' % s for s in kept)
     raise ValueError(layout)

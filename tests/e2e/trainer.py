@@ -10,7 +10,8 @@ Ranks: --ranks R processes (default 2) over gloo, MASTER_ADDR=127.0.0.1 and a fr
 gradients are averaged with all_reduce (data parallel), so every rank holds the same state.
 "Sharded" files (per-rank model/optimizer shards) hold the parameters i with i % world == rank.
 
-    trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo,orbax} --save DIR --steps N
+    trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo,internevo-snap,orbax}
+               --save DIR --steps N
                --save-every K [--keep K] [--resume] [--ranks R] [--log FILE]
                [--slow-save SECONDS]
 
@@ -55,7 +56,8 @@ import sys
 import tempfile
 import time
 
-LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'orbax')
+LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'internevo-snap',
+           'orbax')
 TEXT = '/usr/share/common-licenses/GPL-3'
 SEQ = 64
 BATCH = 8
@@ -538,16 +540,18 @@ class Job:
         cut_i = max(i for i, ln in enumerate(lines) if ln.startswith('START '))
         for ln in lines[:cut_i]:
             f = kv(ln)
+            # keyed by (step, path) too: a slot (InternEvo snapshot/K) reuses its paths
             if ln.startswith('WROTE '):
-                wrote[f['path']] = f['sha256']
+                wrote[f['path']] = wrote[(int(f['step']), f['path'])] = f['sha256']
             elif ln.startswith('WILL '):
-                will[f['path']] = f['sha256']
+                will[f['path']] = will[(int(f['step']), f['path'])] = f['sha256']
             elif ln.startswith('STATE '):
                 state[int(f['step'])] = f['digest']
         bad = []
         for path, h in self.loaded:
             rel = os.path.relpath(path, self.root)
-            if h not in (wrote.get(rel), will.get(rel)):
+            key = (step, rel) if (step, rel) in wrote or (step, rel) in will else rel
+            if h not in (wrote.get(key), will.get(key)):
                 bad.append('%s: read %s, written %s' % (rel, h[:16], (wrote.get(rel) or
                                                                       'never')[:16]))
         if state.get(step) != dg:
@@ -591,13 +595,13 @@ class Job:
         self.sv.step = step
         sd = full_state(self.model, self.opt)
         self.out.say('STATE step=%d digest=%s' % (step, digest(sd)))
-        getattr(self, 'save_' + self.a.layout)(step, loss, sd)
+        getattr(self, 'save_' + self.a.layout.replace('-', '_'))(step, loss, sd)
 
     def saved(self, step, loss):
         self.out.say('SAVED %d loss=%.6f' % (step, loss))
 
     def resume(self):
-        return getattr(self, 'resume_' + self.a.layout)()
+        return getattr(self, 'resume_' + self.a.layout.replace('-', '_'))()
 
     # ---- MindFormers 2.0 ------------------------------------------------------------------
     def save_mf2(self, step, loss, sd):
@@ -935,35 +939,61 @@ class Job:
         return step, float(loss)
 
     # ---- InternEvo ------------------------------------------------------------------------
+    # tests/traces/internevo.md: InternLM/InternEvo c628a8c internlm/checkpoint/
+    # checkpoint_manager.py, CheckpointManager.try_save_checkpoint / save_checkpoint, and
+    # query_latest_snapshot_step_local for the resume.
+    def ie_folder(self, step):
+        """try_save_checkpoint: a normal save goes to <save>/<step>; a snapshot save to
+        <save>/snapshot/<snapshot_counter>, the counter starting at -1 in every launch and
+        advancing (counter + 1) % 2 per snapshot. `internevo-snap` saves every step as a
+        snapshot into slot 0, as each launch's first snapshot does: the slot that may hold
+        the newest step is overwritten in place."""
+        if self.a.layout == 'internevo-snap':
+            return os.path.join(self.root, 'snapshot', '0')
+        return os.path.join(self.root, str(step))
+
     def save_internevo(self, step, loss, sd):
-        d = os.path.join(self.root, str(step))
+        d = self.ie_folder(step)
+        # llm_save -> LocalClient: os.makedirs(dirname, exist_ok=True), then torch.save
         os.makedirs(d, exist_ok=True)
         msd, _ = split_model_optim(sd)
         if self.rank == 0:
+            # save_model_checkpoint: model_tp{tp}_pp{pp}.pt by the dp-rank-0 of each (tp, pp)
             self.sv.write(os.path.join(d, 'model_tp0_pp0.pt'), tsave_bytes(msd))
+        # save_optimizer_checkpoint: optimizer_tp{tp}_pp{pp}_zo{zo}.pt on every rank
         osd = split_model_optim(shard_of(sd, self.model, self.rank, self.world))[1]
         self.sv.write(os.path.join(d, 'optimizer_tp0_pp0_zo%d.pt' % self.rank),
                       tsave_bytes({'state': osd, 'rng': self.rng_state()}))
         if self.rank == 0:
+            # the log rank: sampler.pt, schedulder.pt (sic), context.pt
+            self.sv.write(os.path.join(d, 'sampler.pt'), tsave_bytes({'batch_count': step}))
+            self.sv.write(os.path.join(d, 'schedulder.pt'), tsave_bytes({'last_epoch': step}))
             self.sv.write(os.path.join(d, 'context.pt'),
                           tsave_bytes({'step': step, 'loss': loss, 'batch_count': step}))
         self.barrier()
         if self.rank == 0:
-            self.sv.write(os.path.join(self.root, '%d.step' % step), tsave_bytes({'step': step}))
+            # llm_save(os.path.join(folder, f"{step}.step"), saved_obj=dict({"step": step}))
+            self.sv.write(os.path.join(d, '%d.step' % step), tsave_bytes({'step': step}))
             self.saved(step, loss)
         self.barrier()
 
+    save_internevo_snap = save_internevo
+
     def resume_internevo(self):
-        best = None
-        for dp, dn, fn in os.walk(self.root):
-            for n in fn:
-                m = re.fullmatch(r'(\d+)\.step', n)
-                if m and (best is None or int(m.group(1)) > best):
-                    best = int(m.group(1))
-            dn[:] = []   # the markers are at the top
-        if best is None:
+        """query_latest_snapshot_step_local: os.walk the whole save folder; the folder holding
+        the highest N.step (strictly greater than the best so far, from 0) wins, and its files
+        are loaded as they are."""
+        max_step, max_path = 0, None
+        for root, _, files in os.walk(self.root, followlinks=True):
+            for fn in files:
+                fn = fn.strip(' ')
+                if fn.endswith('.step'):
+                    st = int(fn.rsplit('.', maxsplit=1)[0])
+                    if max_step < st:
+                        max_step, max_path = st, root
+        if max_path is None:
             return None
-        d = os.path.join(self.root, str(best))
+        d = max_path
         sd = dict(self.tload(os.path.join(d, 'model_tp0_pp0.pt')))
         for r in range(self.world):
             o = self.tload(os.path.join(d, 'optimizer_tp0_pp0_zo%d.pt' % r))
@@ -974,6 +1004,7 @@ class Job:
         load_full_state(self.model, self.opt, sd)
         return int(ctx['step']), float(ctx['loss'])
 
+    resume_internevo_snap = resume_internevo
 
     # ---- Orbax CheckpointManager ----------------------------------------------------------
     ORBAX_COMMIT = 'commit_success.txt'

@@ -19,6 +19,7 @@
 #define NS LAYOUT_STEP_NONE
 #define TMP LAYOUT_F_TMP
 #define AMB LAYOUT_F_AMBIGUOUS
+#define SLOT LAYOUT_F_SLOT
 
 /* ---- classify: table ------------------------------------------------------------------- */
 
@@ -162,7 +163,26 @@ static const struct pcase path_cases[] = {
 	P("100", A, IE, ROLE_STEP_DIR, 100, -1, AMB, 3),
 	P("100/model_tp0_pp0.pt", A, IE, ROLE_STEP_FILE, 100, -1, AMB, 3),
 	P("100/commit_success.txt", A, ORB, ROLE_MARKER, 100, -1, AMB, 3),
-	P("100.step", A, IE, ROLE_TRACKER, 100, -1, 0, 0),
+	/* InternEvo seals N/ with N/N.step, written inside the folder by the log rank
+	 * (InternLM/InternEvo c628a8c checkpoint_manager.py save_checkpoint; see
+	 * tests/traces/internevo.md); no root tracker */
+	P("100/100.step", A, IE, ROLE_MARKER, 100, -1, AMB, 3),
+	P("100/99.step", A, IE, ROLE_STEP_FILE, 100, -1, AMB, 3),
+	P("100/0100.step", A, IE, ROLE_MARKER, 100, -1, AMB, 3),
+	P("100/100.step", IE, IE, ROLE_MARKER, 100, -1, 0, 3),
+	P("100/100.step", ORB, ORB, ROLE_STEP_FILE, 100, -1, 0, 3),
+	PLAIN("100.step", A),
+	/* snapshot slots: snapshot/K/ is a step directory at depth 2 */
+	P("snapshot", A, IE, ROLE_PLAIN, NS, -1, 0, 0),
+	P("snapshot/0", A, IE, ROLE_STEP_DIR, 0, -1, SLOT, 10),
+	P("snapshot/1/model_tp0_pp0.pt", A, IE, ROLE_STEP_FILE, 1, -1, SLOT, 10),
+	P("snapshot/1/12.step", A, IE, ROLE_MARKER, 1, -1, SLOT, 10),
+	P("snapshot/1/x.pt.tmp", A, IE, ROLE_STEP_FILE, 1, -1, SLOT | TMP, 10),
+	P("snapshot/1/sub/12.step", A, IE, ROLE_STEP_FILE, 1, -1, SLOT, 10),
+	P("snapshot/1", IE, IE, ROLE_STEP_DIR, 1, -1, SLOT, 10),
+	PLAIN("snapshot/1", MEG),
+	PLAIN("snapshot/x", A),
+	PLAIN("snapshot/1x/a", A),
 	P("100", IE, IE, ROLE_STEP_DIR, 100, -1, 0, 3),
 	P("100/commit_success.txt", IE, IE, ROLE_STEP_FILE, 100, -1, 0, 3),
 	P("100", ORB, ORB, ROLE_STEP_DIR, 100, -1, 0, 3),
@@ -481,15 +501,8 @@ static const struct tcase tracker_cases[] = {
 	T_BAD(DS, "global_step 100"),
 	T_BAD(DS, "global_step18446744073709551616"),
 	T_BAD(DS, "../../etc/passwd"),
-	/* InternEvo: the name */
-	{ IE, "100.step", "\x80\x02}q\0junk", 9, 0, 100, -1, "" },
-	{ IE, "0.step", "", 0, 0, 0, -1, "" },
-	{ IE, "abc.step", "", 0, -EINVAL, 0, 0, NULL },
-	{ IE, ".step", "", 0, -EINVAL, 0, 0, NULL },
-	{ IE, "100.step.tmp", "", 0, -EINVAL, 0, 0, NULL },
-	{ IE, "../100.step", "", 0, -EINVAL, 0, 0, NULL },
-	{ IE, "99999999999999999999.step", "", 0, -EINVAL, 0, 0, NULL },
-	{ IE, NULL, "", 0, -EINVAL, 0, 0, NULL },
+	/* InternEvo: no tracker (its marker is inside the step) */
+	{ IE, "100.step", "\x80\x02}q\0junk", 9, -EOPNOTSUPP, 0, 0, NULL },
 	/* MindFormers 1.0 meta.json */
 	MF1J("{\"last_epoch\": 3, \"last_step\": 100, \"last_ckpt_file\": \"llama_rank_0-3_100.ckpt\"}",
 	     100, 3, "llama_rank_0-3_100.ckpt"),
@@ -595,8 +608,7 @@ Test(layout, tracker_parse_bad_args)
 	cr_assert_eq(layout_tracker_parse(LAYOUT_MEGATRON, NULL, "1", 1, NULL), -EINVAL);
 	cr_assert_eq(layout_tracker_parse(LAYOUT_MEGATRON, NULL, NULL, 1, &t), -EINVAL);
 	cr_assert_eq(layout_tracker_parse(LAYOUT_MEGATRON, NULL, NULL, 0, &t), -EINVAL);
-	cr_assert_eq(layout_tracker_parse(LAYOUT_INTERNEVO, "5.step", NULL, 0, &t), 0);
-	cr_assert_eq(t.step, 5);
+	cr_assert_eq(layout_tracker_parse(LAYOUT_INTERNEVO, "5.step", NULL, 0, &t), -EOPNOTSUPP);
 }
 
 /* 10 MB of junk of several kinds, to every kind's parser. */
@@ -618,16 +630,13 @@ Test(layout, tracker_parse_10mb_junk)
 		for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
 			struct layout_tracker t;
 			int rc = layout_tracker_parse((enum layout_kind)k, "junk", b, n, &t);
-			if (k == LAYOUT_HF || k == LAYOUT_DCP || k == LAYOUT_ORBAX)
+			if (k == LAYOUT_HF || k == LAYOUT_DCP || k == LAYOUT_ORBAX ||
+			    k == LAYOUT_INTERNEVO)
 				cr_assert_eq(rc, -EOPNOTSUPP);
 			else
 				cr_assert_eq(rc, -EINVAL, "variant %d kind %s: %d", variant,
 					     layout_name((enum layout_kind)k), rc);
 		}
-		/* InternEvo ignores the content: the name decides. */
-		struct layout_tracker t;
-		cr_assert_eq(layout_tracker_parse(LAYOUT_INTERNEVO, "12.step", b, n, &t), 0);
-		cr_assert_eq(t.step, 12);
 	}
 	/* Right at the cap: 4096 bytes of whitespace around a number is accepted, 4097 is not. */
 	memset(b, ' ', LAYOUT_TRACKER_MAX + 1);
@@ -751,7 +760,8 @@ Test(layout, tracker_round_trips)
 			char buf[512], path[64];
 			int rc = layout_tracker_format(kind, &t, buf, sizeof(buf));
 			int prc = layout_tracker_path(kind, steps[i], 3, path, sizeof(path));
-			if (kind == LAYOUT_HF || kind == LAYOUT_DCP || kind == LAYOUT_ORBAX) {
+			if (kind == LAYOUT_HF || kind == LAYOUT_DCP || kind == LAYOUT_ORBAX ||
+			    kind == LAYOUT_INTERNEVO) {
 				cr_assert_eq(rc, -EOPNOTSUPP);
 				cr_assert_eq(prc, -EOPNOTSUPP);
 				continue;
@@ -763,13 +773,6 @@ Test(layout, tracker_round_trips)
 			cr_assert_eq(m.role, ROLE_TRACKER, "'%s'", path);
 			cr_assert_eq(m.kind, kind);
 			struct layout_tracker back;
-			if (kind == LAYOUT_INTERNEVO) {
-				cr_assert_eq(rc, -EOPNOTSUPP);
-				cr_assert_eq(m.step, steps[i]);
-				cr_assert_eq(layout_tracker_parse(kind, path, "", 0, &back), 0);
-				cr_assert_eq(back.step, steps[i]);
-				continue;
-			}
 			cr_assert_gt(rc, 0);
 			cr_assert_eq(layout_tracker_parse(kind, path, buf, (size_t)rc, &back), 0,
 				     "%s '%s'", layout_name(kind), buf);
@@ -809,10 +812,8 @@ Test(layout, tracker_paths)
 	cr_assert_str_eq(b, "latest");
 	cr_assert_eq(layout_tracker_path(LAYOUT_MF1, -1, 3, b, sizeof(b)), 16);
 	cr_assert_str_eq(b, "rank_3/meta.json");
-	cr_assert_eq(layout_tracker_path(LAYOUT_INTERNEVO, 100, -1, b, sizeof(b)), 8);
-	cr_assert_str_eq(b, "100.step");
+	cr_assert_eq(layout_tracker_path(LAYOUT_INTERNEVO, 100, -1, b, sizeof(b)), -EOPNOTSUPP);
 	cr_assert_eq(layout_tracker_path(LAYOUT_MF1, -1, -1, b, sizeof(b)), -EINVAL);
-	cr_assert_eq(layout_tracker_path(LAYOUT_INTERNEVO, -1, -1, b, sizeof(b)), -EINVAL);
 	cr_assert_eq(layout_tracker_path(LAYOUT_HF, 1, 1, b, sizeof(b)), -EOPNOTSUPP);
 	cr_assert_eq(layout_tracker_path(LAYOUT_NONE, 1, 1, b, sizeof(b)), -EINVAL);
 	cr_assert_eq(layout_tracker_path(LAYOUT_DEEPSPEED, 1, 1, b, 6), -ENOSPC);
