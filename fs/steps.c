@@ -1076,10 +1076,15 @@ static int drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 	return rc;
 }
 
+static int mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct fs_freed *fr);
+
 /* Prune one step: its tree leaves the namespace wherever it is, its state becomes pruned. */
 static int prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 {
 	int rc = drop_tree(fs, s, fr);
+
+	if (rc == 0 && s->kind == LAYOUT_MF1)
+		rc = mf1_drop_files(fs, s, fr); /* its rank files, from the rank directories */
 
 	if (rc == 0)
 		rc = set_state(fs, s, IDX_STEP_PRUNED, "retention");
@@ -1093,6 +1098,37 @@ static bool is_retained(struct ckfs *fs, const struct idx_step *s)
 
 	return s->dir_ino && idx_dentry_parent(fs->ix, s->dir_ino, &parent, NULL, 0) == 0 &&
 	       parent == fs->retained_ino;
+}
+
+static bool mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step);
+
+/* Sort MF1 step ids by (epoch, step), ascending (insertion sort: a few hundred at most). */
+static void mf1_order(struct ckfs *fs, int64_t *ids, size_t n)
+{
+	int64_t (*key)[3] = calloc(n ? n : 1, sizeof(*key));
+	struct idx_step s;
+
+	if (!key)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		key[i][0] = key[i][1] = -1;
+		key[i][2] = ids[i];
+		if (idx_step_get(fs->ix, ids[i], &s) == 0)
+			mf1_key(&s, &key[i][0], &key[i][1]);
+	}
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && (key[j - 1][0] > key[j][0] ||
+					     (key[j - 1][0] == key[j][0] && key[j - 1][1] > key[j][1]));
+		     j--) {
+			int64_t t[3];
+
+			memcpy(t, key[j], sizeof(t));
+			memcpy(key[j], key[j - 1], sizeof(t));
+			memcpy(key[j - 1], t, sizeof(t));
+		}
+	for (size_t i = 0; i < n; i++)
+		ids[i] = key[i][2];
+	free(key);
 }
 
 static void retention(struct ckfs *fs, int kind)
@@ -1124,6 +1160,8 @@ static void retention(struct ckfs *fs, int kind)
 	}
 	if (fs->keep_max == 0)
 		goto out;
+	if (kind == LAYOUT_MF1)
+		mf1_order(fs, c.ids, c.n); /* its step number restarts every epoch */
 	/* ids come ordered by step number ascending: keep from the newest end */
 	if (idx_begin(fs->ix) < 0)
 		goto out;
@@ -1983,10 +2021,46 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 
 	snprintf(note, sizeof(note), "all %" PRIu64 " ranks written and claimed", files);
 	if (idx_step_set_figures(fs->ix, s.id, files, bytes, stored, NULL) < 0 ||
-	    set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0)
+	    set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0) {
 		idx_rollback(fs->ix);
-	else
-		rt_drop(fs, s.id);
+		return;
+	}
+	rt_drop(fs, s.id);
+	retention(fs, LAYOUT_MF1); /* -o keep_checkpoint_max: now that a newer step is complete */
+}
+
+/*
+ * Remove MF1 step s's file from every rank directory (retention): each rank's
+ * {prefix}-{epoch}_{step}.ckpt|.safetensors under its final name, including a relaunch's
+ * {prefix}_N-... of the same step (MindSpore ModelCheckpoint adds _N to a prefix already used,
+ * tests/traces/mf1.md). In the caller's transaction; freed chunks go to fr.
+ */
+static int mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct fs_freed *fr)
+{
+	int64_t e, st;
+	int world = mf1_world(fs), rc = 0;
+
+	if (!mf1_key(s, &e, &st))
+		return 0;
+	for (int r = 0; rc == 0 && r < world; r++) {
+		char dname[32];
+		struct mf1_find f;
+		uint64_t rdir;
+
+		snprintf(dname, sizeof(dname), "rank_%d", r);
+		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0)
+			continue;
+		for (int k = 0; rc == 0 && k < 16 && mf1_file(fs, r, e, st, &f); k++) {
+			rc = idx_dentry_remove(fs->ix, rdir, f.name);
+			if (rc == 0)
+				rc = fs_drop_link(fs, f.ino, ckfs_now(fs), fr);
+			if (rc == 0)
+				rc = dir_links_add(fs, rdir, 0, true);
+			if (rc == 0)
+				inval_queue(fs, rdir, f.name);
+		}
+	}
+	return rc;
 }
 
 struct mf1_best {

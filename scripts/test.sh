@@ -28,7 +28,7 @@ rm -f "${build}-asan/meson-logs/testlog.json" "$build/torture-long.ok" "$build/t
 rc=0
 meson test -C "$build" --print-errorlogs --num-processes 1 "$@" || rc=$?
 
-# The crash loop at full length (issue 6: 20 rounds per layout in CI; ~17 min on 2 cores): every
+# The crash loop at full length (issue 6: 20 rounds per layout in CI; ~19 min on 2 cores): every
 # layout's real trainer SIGKILLed inside a save 20 times, the daemon every 5th time. Opt out with
 # CKPTFS_NO_LONG=1; scripts/torture.sh runs it (and the rest) longer still.
 if [ -z "${CKPTFS_NO_LONG:-}" ] && [ $# -eq 0 ]; then

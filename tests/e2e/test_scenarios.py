@@ -656,6 +656,59 @@ class TestScenarios(unittest.TestCase):
             r = ckfs.ckptctl(m.store, 'verify')
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def test_6c_mf1_retention_by_ckptfs(self):
+        """-o keep_checkpoint_max=2 prunes MindFormers 1.0 steps (issue 18): every rank's
+        .ckpt of a step, nothing else, only once a newer step is complete on every rank."""
+        def ckpts(m):
+            return {r: sorted(n for n in os.listdir(m.path('rank_%d' % r))
+                              if n.endswith('.ckpt')) for r in (0, 1)}
+
+        def want(steps):
+            return {r: sorted('llama_rank_%d-1_%d.ckpt' % (r, s) for s in steps)
+                    for r in (0, 1)}
+        with ckfs.Mount(opts=('keep_checkpoint_max=2',)) as m:
+            log = os.path.join(m.tmp, 'trainer.log')
+            # 6 saves, 2 ranks, the trainer's own keep_checkpoint_max off
+            run_to_end('mf1', m.mnt, log, steps=12, every=2)
+            wait_for('steps 10 and 12 only on every rank',
+                     lambda: ckpts(m) == want([10, 12]), extra=lambda: '%s%s' % (
+                         ckpts(m), m.log_tail()))
+            for r in (0, 1):
+                self.assertIn('meta.json', os.listdir(m.path('rank_%d' % r)))
+            st = steps_by_number(m.store)
+            self.assertEqual([st.get(n) for n in (2, 4, 6, 8, 10, 12)],
+                             [['pruned']] * 4 + [['complete']] * 2, st)
+            # a save killed half-way prunes nothing: 10 and 12 stay on every rank
+            a = Trainer('mf1', m.mnt, log, steps=100, every=2, resume=True, slow=SLOW)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                while True:
+                    t, ln = a.next_line(deadline)
+                    if ln is None:
+                        raise AssertionError('trainer exited before the kill%s' % a.tail())
+                    if ln == 'SAVING 14':
+                        time.sleep(SLOW * 2)
+                        a.kill()
+                        break
+            finally:
+                a.close()
+            time.sleep(2.5)     # past the reaper's quiet period
+            got = ckpts(m)
+            for r in (0, 1):
+                for s_ in (10, 12):
+                    self.assertIn('llama_rank_%d-1_%d.ckpt' % (r, s_), got[r],
+                                  'a killed save pruned step %d: %s%s' % (s_, got,
+                                                                         m.log_tail()))
+            off = log_size(log)
+            before = LogView(read_log(log, 0, off))
+            b = run_to_end('mf1', m.mnt, log, steps=16, every=2, resume=True)
+            self.assertEqual(check_resumed(b, before, log, off, expect_step=12), 12)
+            wait_for('steps 14 and 16 only on every rank',
+                     lambda: ckpts(m) == want([14, 16]), extra=lambda: '%s%s' % (
+                         ckpts(m), m.log_tail()))
+            r = ckfs.ckptctl(m.store, 'verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_7_deepspeed_rank_missing(self):
         files = ['mp_rank_00_model_states.pt', 'bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt',
                  'bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt']
