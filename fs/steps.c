@@ -1487,6 +1487,32 @@ static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 	return rc < 0 ? rc : 0;
 }
 
+/*
+ * Keep complete step s: a copy of its tree (new inodes, the same chunks) as
+ * /.ckptfs/retained/NAME.ID, which becomes the step's directory; the tree at s->dir_ino (its
+ * attributes in *dir_attr) is left to the trainer. qname receives NAME.ID. In a transaction.
+ * Returns 0 or -errno.
+ */
+static int keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode *dir_attr,
+		     char *qname, size_t cap)
+{
+	uint64_t clone;
+	int rc;
+
+	flat_name(s->name, s->id, qname, cap);
+	dir_attr->nlink = 2;
+	rc = idx_inode_create(fs->ix, dir_attr, &clone);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
+	if (rc == 0)
+		rc = dir_links_add(fs, fs->retained_ino, 1, false);
+	if (rc == 0)
+		rc = tree_clone(fs, s->dir_ino, clone, 0);
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, s->id, clone);
+	return rc;
+}
+
 static void mf1_before_remove(struct ckfs *fs, int rank, const char *name);
 
 void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
@@ -1494,7 +1520,7 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	char rel[LAYOUT_PATH_MAX], top[LAYOUT_NAME_MAX + 1], qname[300];
 	struct idx_step s, newest;
 	struct idx_inode a;
-	uint64_t dir, clone;
+	uint64_t dir;
 	const char *slash;
 	int rank;
 
@@ -1519,20 +1545,10 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	    newest.id != s.id || idx_inode_get(fs->ix, dir, &a) < 0)
 		return;
 	/* keep a copy (same chunks) until a newer step is complete */
-	flat_name(s.name, s.id, qname, sizeof(qname));
-	a.nlink = 2;
 	if (idx_begin(fs->ix) < 0)
 		return;
-	int rc = idx_inode_create(fs->ix, &a, &clone);
+	int rc = keep_copy(fs, &s, &a, qname, sizeof(qname));
 
-	if (rc == 0)
-		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
-	if (rc == 0)
-		rc = dir_links_add(fs, fs->retained_ino, 1, false);
-	if (rc == 0)
-		rc = tree_clone(fs, dir, clone, 0);
-	if (rc == 0)
-		rc = idx_step_set_dir(fs->ix, s.id, clone);
 	if (rc == 0)
 		rc = idx_commit(fs->ix);
 	else
@@ -1753,26 +1769,16 @@ void steps_before_change(struct ckfs *fs, uint64_t dir)
 	char qname[300];
 	struct idx_step s;
 	struct idx_inode a;
-	uint64_t slot = slot_of_dir(fs, dir), clone;
+	uint64_t slot = slot_of_dir(fs, dir);
 	int64_t id;
 	int rc;
 
 	if (!slot || idx_step_by_dir(fs->ix, slot, &s) < 0 || s.state != IDX_STEP_COMPLETE ||
 	    !is_slot(&s) || idx_inode_get(fs->ix, slot, &a) < 0)
 		return;
-	flat_name(s.name, s.id, qname, sizeof(qname));
-	a.nlink = 2;
 	if (idx_begin(fs->ix) < 0)
 		return;
-	rc = idx_inode_create(fs->ix, &a, &clone);
-	if (rc == 0)
-		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
-	if (rc == 0)
-		rc = dir_links_add(fs, fs->retained_ino, 1, false);
-	if (rc == 0)
-		rc = tree_clone(fs, slot, clone, 0);
-	if (rc == 0)
-		rc = idx_step_set_dir(fs->ix, s.id, clone);
+	rc = keep_copy(fs, &s, &a, qname, sizeof(qname));
 	if (rc == 0)
 		rc = idx_step_create(fs->ix, LAYOUT_INTERNEVO, s.name, 0, slot, ckfs_now(fs), &id);
 	if (rc == 0)
