@@ -1283,6 +1283,32 @@ static void seal(struct ckfs *fs, struct idx_step *s, const char *why)
 
 /* ---- hooks ---- */
 
+/*
+ * Orbax on a local filesystem commits a step by renaming `<step>.orbax-checkpoint-tmp` to
+ * `<step>`, with no commit file (orbax atomicity.py AtomicRenameTemporaryPath.finalize;
+ * tests/traces/orbax.md). Directory ino was just renamed to root/name: if it is an Orbax step
+ * still under its tmp name, the step takes the final name and is sealed. Returns whether it was.
+ */
+static bool orbax_renamed(struct ckfs *fs, uint64_t ino, const char *name, pid_t pid)
+{
+	struct layout_match was;
+	struct idx_step s;
+
+	if (idx_step_by_dir(fs->ix, ino, &s) < 0 || s.kind != LAYOUT_ORBAX ||
+	    layout_classify(s.name, fs->layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP))
+		return false;
+	if (idx_begin(fs->ix) < 0)
+		return false;
+	if (idx_step_set_name(fs->ix, s.id, name) < 0 || idx_commit(fs->ix) < 0) {
+		idx_rollback(fs->ix);
+		return false;
+	}
+	snprintf(s.name, sizeof(s.name), "%s", name);
+	rt_note(fs, s.id, pid);
+	seal(fs, &s, "renamed from its tmp name");
+	return true;
+}
+
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed)
 {
@@ -1295,6 +1321,8 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	if (parent == IDX_ROOT_INO) {
 		if (layout_classify(name, fs->layout, &m) < 0 || m.role != ROLE_STEP_DIR ||
 		    (m.flags & LAYOUT_F_TMP) || m.step < 0)
+			return;
+		if (renamed && orbax_renamed(fs, ino, name, pid))
 			return;
 		if (step_of_path(fs, name, &m, &s) == 0)
 			rt_note(fs, s.id, pid);

@@ -217,6 +217,7 @@ static const char *const ix_sql[IX__COUNT] = {
 			      "VALUES(?1, ?2, ?3, ?4, ?5)",
 	[IX_STEP_SET_DIR] = "UPDATE steps SET dir_ino = ?2 WHERE id = ?1",
 	[IX_STEP_SET_NUMBER] = "UPDATE steps SET step = ?2 WHERE id = ?1",
+	[IX_STEP_SET_NAME] = "UPDATE steps SET name = ?2 WHERE id = ?1",
 	[IX_STEP_SET_FIGURES] = "UPDATE steps SET files = ?2, logical_bytes = ?3, "
 				"stored_bytes = ?4, digest = ?5 WHERE id = ?1",
 	[IX_STEP_SET_PINNED] = "UPDATE steps SET pinned = ?2 WHERE id = ?1",

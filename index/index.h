@@ -503,6 +503,14 @@ int idx_step_set_dir(struct idx *ix, int64_t id, uint64_t dir_ino);
 int idx_step_set_number(struct idx *ix, int64_t id, int64_t step);
 
 /*
+ * idx_step_set_name - rename step id (its directory was renamed: Orbax commits a step by
+ * renaming `N.orbax-checkpoint-tmp` to `N`).
+ * @name: NUL-terminated, 1..IDX_STEP_NAME_MAX bytes, stored byte-exact; borrowed for the call.
+ * Returns 0, -EINVAL (empty or NULL name), -ENAMETOOLONG, -ENOENT (no step id), -EROFS, -EIO.
+ */
+int idx_step_set_name(struct idx *ix, int64_t id, const char *name);
+
+/*
  * idx_step_set_figures - record the figures of step id: files (count), logical and stored bytes,
  * and its 16-byte digest (NULL: none recorded, has_digest becomes false).
  * Returns 0, -ENOENT (no step id), -EOVERFLOW (a figure above INT64_MAX), -EROFS.

@@ -274,6 +274,27 @@ int idx_step_set_number(struct idx *ix, int64_t id, int64_t step)
 	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
 }
 
+int idx_step_set_name(struct idx *ix, int64_t id, const char *name)
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_SET_NAME);
+	size_t len = name ? strlen(name) : 0;
+	int r;
+
+	if (ix->rdonly)
+		return -EROFS;
+	if (len == 0)
+		return -EINVAL;
+	if (len > IDX_STEP_NAME_MAX)
+		return -ENAMETOOLONG;
+	if ((r = ix_bind_i64(ix, st, 1, id)) < 0 || (r = ix_bind_bytes(ix, st, 2, name, len)) < 0) {
+		ix_done(st);
+		return r;
+	}
+	if ((r = ix_run(ix, st)) < 0)
+		return r;
+	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+}
+
 int idx_step_set_figures(struct idx *ix, int64_t id, uint64_t files, uint64_t logical,
 			 uint64_t stored, const uint8_t digest[IDX_HASH_LEN])
 {

@@ -1007,20 +1007,23 @@ class Job:
     resume_internevo_snap = resume_internevo
 
     # ---- Orbax CheckpointManager ----------------------------------------------------------
-    ORBAX_COMMIT = 'commit_success.txt'
+    # tests/traces/orbax.md: google/orbax checkpoint_manager.py CheckpointManager.save,
+    # checkpointer.py Checkpointer.save, _src/path/atomicity.py (local filesystem:
+    # AtomicRenameTemporaryPath, no commit file), _src/path/step.py (latest_step).
+    ORBAX_TMP = '.orbax-checkpoint-tmp'
 
     def save_orbax(self, step, loss, sd):
-        """rank 0 creates {step}.orbax-checkpoint-tmp-{random}/; every rank writes its shard
-        into it; after all ranks, rank 0 writes commit_success.txt inside and renames the dir
-        to {step}/ (the commit); then max_to_keep retention."""
-        tmp = None
-        if self.rank == 0:
-            tmp = os.path.join(self.root, '%d.orbax-checkpoint-tmp-%d' %
-                               (step, random.SystemRandom().randrange(10 ** 9, 10 ** 10)))
-            os.makedirs(tmp)
-        tmp = self.bcast(tmp)
-        self.barrier()
+        """The primary host creates {step}.orbax-checkpoint-tmp/ (a leftover of that name is
+        rmtree'd first: _create_tmp_directory); every host writes its shards into it; after a
+        barrier the primary host renames it to {step}/ (the commit on a local filesystem);
+        then max_to_keep retention, after the commit."""
+        tmp = os.path.join(self.root, '%d%s' % (step, self.ORBAX_TMP))
         final_dir = os.path.join(self.root, str(step))
+        if self.rank == 0:
+            if os.path.isdir(tmp):
+                shutil.rmtree(tmp)
+            os.makedirs(tmp)
+        self.barrier()
         shard = dict(shard_of(sd, self.model, self.rank, self.world))
         obj = {'tensors': shard, 'rng': self.rng_state()}
         if self.rank == 0:
@@ -1031,11 +1034,8 @@ class Job:
         self.sv.wrote(os.path.join(final_dir, name), data)
         self.barrier()
         if self.rank == 0:
-            cdata = ('Checkpoint commit was successful to %s' % final_dir).encode()
-            self.sv.write(os.path.join(tmp, self.ORBAX_COMMIT), cdata,
-                          final=os.path.join(final_dir, self.ORBAX_COMMIT))
-            os.rename(tmp, final_dir)
-            self.sv.wrote(os.path.join(final_dir, self.ORBAX_COMMIT), cdata)
+            self.sv.pause()
+            os.rename(tmp, final_dir)     # AtomicRenameTemporaryPath.finalize
             self.saved(step, loss)
             if self.a.keep > 0:
                 steps = orbax_steps(self.root)
@@ -1044,7 +1044,8 @@ class Job:
         self.barrier()
 
     def resume_orbax(self):
-        """CheckpointManager.latest_step(): all-digit dirs holding commit_success.txt."""
+        """CheckpointManager.latest_step(): the highest finalized step directory (all-digit
+        name; on a local filesystem, finalized = no tmp suffix: step.py is_checkpoint_finalized)."""
         steps = orbax_steps(self.root)
         if not steps:
             return None
@@ -1064,11 +1065,12 @@ class Job:
 
 
 def orbax_steps(root):
-    """Committed Orbax steps, ascending."""
+    """Finalized Orbax steps, ascending (step.py checkpoint_steps: all-digit directories; a
+    tmp directory's name is not all digits)."""
     if not os.path.isdir(root):
         return []
     return sorted(int(n) for n in os.listdir(root)
-                  if n.isdigit() and os.path.isfile(os.path.join(root, n, Job.ORBAX_COMMIT)))
+                  if n.isdigit() and os.path.isdir(os.path.join(root, n)))
 
 
 def kv(line):
