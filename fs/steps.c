@@ -726,7 +726,8 @@ static int prev_cb(const struct idx_step *o, void *arg)
 /*
  * The name a file of step `from` has at step `to`: every run of digits whose value is from's
  * number becomes to's (zero-padded to the run's width when the run starts with 0), so HF's nested
- * checkpoint-N/global_stepN/ directory matches. Returns 0, or -ENAMETOOLONG.
+ * checkpoint-N/global_stepN/ directory matches (names_cb also tries the name unchanged). Returns
+ * 0, or -ENAMETOOLONG.
  */
 static int renumber(const char *name, int64_t from, int64_t to, char *buf, size_t cap)
 {
@@ -785,6 +786,11 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 		return 0;
 	if (renumber(name, w->from, w->to, want, sizeof(want)) < 0)
 		return 0; /* no name it could have here */
+	/* a digit run equal to the step by chance (DeepSpeed's "bf16_" at step 16) is not the
+	 * step number: the name unchanged counts too */
+	if (idx_dentry_lookup(w->fs->ix, w->cur, want, &mine) < 0 && strcmp(want, name) != 0 &&
+	    idx_dentry_lookup(w->fs->ix, w->cur, name, &mine) == 0)
+		snprintf(want, sizeof(want), "%s", name);
 	if (idx_dentry_lookup(w->fs->ix, w->cur, want, &mine) < 0 ||
 	    idx_inode_get(w->fs->ix, mine, &a) < 0 || (S_ISDIR(mode) != S_ISDIR(a.mode))) {
 		snprintf(w->missing, w->mcap, "%s", want);
@@ -927,9 +933,13 @@ static void evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering,
 	} else if (rc == 0 && settled && w.open == 0) {
 		char note[128];
 
-		if (unprovable)
+		if (unprovable && absent[0])
 			snprintf(note, sizeof(note), "the daemon stopped before every rank was known "
-				 "to be done");
+				 "to be done: '%.40s' is missing", absent);
+		else if (unprovable)
+			snprintf(note, sizeof(note), "the daemon stopped before every rank was known "
+				 "to be done (%s)", have == 2 ? "no earlier complete step to compare with" :
+				 "files still open");
 		else if (!have && absent[0] && w.unsound == 0 && w.uncommitted == 0)
 			snprintf(note, sizeof(note), "no writer left and '%.60s' never written: a "
 				 "rank did not save", absent);

@@ -70,10 +70,12 @@ def kv(line):
 class Trainer:
     """One trainer.py job in its own session (process group); stdout lines are timestamped."""
 
-    def __init__(self, layout, save, log, steps, every, keep=0, resume=False, slow=0.0):
+    def __init__(self, layout, save, log, steps, every, keep=0, resume=False, slow=0.0,
+                 exit_in_save=0):
         self.argv = [PYTHON, TRAINER, '--layout', layout, '--save', save, '--steps', str(steps),
                      '--save-every', str(every), '--keep', str(keep), '--log', log,
-                     '--slow-save', str(slow)] + (['--resume'] if resume else [])
+                     '--slow-save', str(slow)] + (['--resume'] if resume else []) + (
+                         ['--exit-in-save', str(exit_in_save)] if exit_in_save else [])
         self.errf = tempfile.TemporaryFile()
         env = dict(os.environ, PYTHONUNBUFFERED='1', PYTHONDONTWRITEBYTECODE='1')
         self.p = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self.errf,

@@ -773,6 +773,20 @@ class TestScenarios(unittest.TestCase):
                      extra=m.log_tail)
             r = ckfs.ckptctl(m.store, 'verify')
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            # issue 18: a step holding every name of the previous complete step completes
+            # when `latest` is closed, not after a quiet period, even where a digit run of a
+            # name equals the step number (bf16_ at step 16); a daemon killed right after
+            # loses nothing that returned
+            for step in (14, 16, 18):
+                write(m, step, files, alive=True)
+                self.assertEqual(state(m, step), ['complete'],
+                                 'step %d not complete when latest was closed%s'
+                                 % (step, m.log_tail()))
+            write(m, 20, files, alive=True)
+            m.kill_daemon()
+            m.start()
+            self.assertEqual(state(m, 20), ['complete'], m.log_tail())
+            self.assertEqual(read_tracker(m, 'latest'), 'global_step20')
 
 
 def _add(layout):

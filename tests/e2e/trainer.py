@@ -13,7 +13,7 @@ gradients are averaged with all_reduce (data parallel), so every rank holds the 
     trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo,internevo-snap,orbax}
                --save DIR --steps N
                --save-every K [--keep K] [--resume] [--ranks R] [--log FILE]
-               [--slow-save SECONDS]
+               [--slow-save SECONDS] [--exit-in-save N]
 
 stdout (rank 0): `STEP s loss=L`, `SAVING s` (a save begins), `SAVED s` (the save is complete:
 printed after the framework's tracker/marker is written and every rank is done), `RESUMED step=S
@@ -78,6 +78,9 @@ def parse_args(argv=None):
     p.add_argument('--ranks', type=int, default=2)
     p.add_argument('--log', default=None)
     p.add_argument('--slow-save', type=float, default=0.0)
+    p.add_argument('--exit-in-save', type=int, default=0,
+                   help='rank 0 calls os._exit(17) right after its first file of the Nth save '
+                        'of this run (a torn save with no file torn by a kill)')
     p.add_argument('--worker-rank', type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.steps < 0 or a.save_every < 1 or a.ranks < 1 or a.keep < 0:
@@ -337,6 +340,7 @@ class Saver:
         self.root = os.path.abspath(args.save)
         self.slow = args.slow_save * (1.0 if rank == 0 else 4.0)
         self.step = None
+        self.nsave = 0     # saves begun by this run
 
     def rel(self, path):
         return os.path.relpath(path, self.root)
@@ -352,6 +356,9 @@ class Saver:
     def wrote(self, final_path, data):
         self.out.log('WROTE step=%d rank=%d path=%s sha256=%s' %
                      (self.step, self.rank, self.rel(final_path), sha256(data)))
+        if self.rank == 0 and self.a.exit_in_save and self.nsave == self.a.exit_in_save:
+            self.out.log('EXIT rank=0 step=%d after %s' % (self.step, self.rel(final_path)))
+            os._exit(17)   # its files are closed; the launcher stops the other ranks
 
     def intend(self, final_path, data):
         """Log `WILL` before the first byte of a file goes out: a kill can land after the file
@@ -593,6 +600,7 @@ class Job:
     def save(self, step, loss):
         self.out.say('SAVING %d' % step)
         self.sv.step = step
+        self.sv.nsave += 1
         sd = full_state(self.model, self.opt)
         self.out.say('STATE step=%d digest=%s' % (step, digest(sd)))
         getattr(self, 'save_' + self.a.layout.replace('-', '_'))(step, loss, sd)

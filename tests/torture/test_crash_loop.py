@@ -60,9 +60,11 @@ class TestCrashLoop(unittest.TestCase):
         if SUMMARY:
             print('\n' + '\n'.join(SUMMARY), flush=True)
 
-    def loop(self, layout):
+    def loop(self, layout, after_saved=False):
+        """after_saved: every round SIGKILLs the daemon (and the job) 0-1 s after a save
+        returned (its SAVED line), and the resume must land on that save."""
         t0 = time.monotonic()
-        rng = random.Random('%d-loop-%s' % (SEED, layout))
+        rng = random.Random('%d-loop-%s%s' % (SEED, layout, '-saved' if after_saved else ''))
         keep = tf.KEEP_CRASH.get(layout, 0)
         ok, fails, dkills = 0, [], 0
         m = ckfs.Mount()
@@ -75,8 +77,16 @@ class TestCrashLoop(unittest.TestCase):
         tr = None
         try:
             for rnd in range(1, ROUNDS + 2):
+                daemon = after_saved or rnd % 5 == 0
+                # every 4th round (not a daemon kill): rank 0 exits by itself right after its
+                # first file of the save, its files closed normally, and the resume starts
+                # 0.1 s after the whole job is gone (issue 18: no race with a fast restart)
+                torn_exit = not after_saved and not daemon and rnd % 4 == 2
+                kill_save = rng.choice([2, 3] if dur is None else [1, 2])
+                frac = rng.uniform(*tf.FRAC)
                 tr = Trainer(layout, m.mnt, log, steps=1000000, every=2, keep=keep,
-                             slow=SLOW, resume=rnd > 1)
+                             slow=SLOW, resume=rnd > 1,
+                             exit_in_save=kill_save if torn_exit and rnd <= ROUNDS else 0)
                 deadline = time.monotonic() + RUN_TIMEOUT
                 carry = []      # lines check_resume read that the kill loop must see
                 # 1. the resume of the previous round's kill
@@ -92,24 +102,44 @@ class TestCrashLoop(unittest.TestCase):
                     pending = None
                 if rnd > ROUNDS:
                     break
-                # 2. kill it inside one of its next saves
-                daemon = rnd % 5 == 0
-                kill_save = rng.choice([2, 3] if dur is None else [1, 2])
-                frac = rng.uniform(*tf.FRAC)
-                nsave, t_saving = 0, None
+                # 2. kill it inside one of its next saves (or just after one, or let rank 0
+                # exit in one)
+                nsave, t_saving, what = 0, None, None
                 while True:
                     t, ln = carry.pop(0) if carry else tr.next_line(deadline)
                     if ln is None:
+                        if torn_exit and nsave == kill_save:
+                            # rank 0 exited; the launcher stopped the other ranks
+                            tr.p.wait(timeout=60)
+                            wait_group_gone(tr)
+                            t_kill = time.monotonic()
+                            delay = t_kill - t_saving
+                            killed = int(saving_line.split()[1])
+                            what = 'rank 0 exited after its first file'
+                            break
                         raise AssertionError('round %d: trainer exited (%s) before the kill%s'
                                              % (rnd, tr.p.wait(), tr.tail()))
                     if ln.startswith('SAVED '):
                         saved_t[int(ln.split()[1])] = t
                         if dur is None and t_saving is not None:
                             dur = t - t_saving
+                        if after_saved and nsave >= kill_save and dur is not None:
+                            delay = rng.uniform(0.0, 1.0)
+                            time.sleep(max(0.0, t + delay - time.monotonic()))
+                            t_kill = time.monotonic()
+                            m.kill_daemon()
+                            dkills += 1
+                            tr.kill()
+                            killed = int(ln.split()[1])
+                            what = 'daemon and trainer killed %.2fs after SAVED %d' % (
+                                delay, killed)
+                            break
                     elif ln.startswith('SAVING '):
                         nsave += 1
                         t_saving = t
-                        if nsave == kill_save and dur is not None:
+                        saving_line = ln
+                        if nsave == kill_save and dur is not None and not torn_exit and \
+                                not after_saved:
                             delay = frac * dur
                             time.sleep(max(0.0, t_saving + delay - time.monotonic()))
                             t_kill = time.monotonic()
@@ -126,28 +156,36 @@ class TestCrashLoop(unittest.TestCase):
                 tr = None
                 if daemon:
                     m.start()
+                if torn_exit:
+                    time.sleep(0.1)
                 off = log_size(log)
                 before = LogView(read_log(log, 0, off))
                 expect = max(set(before.saved) | unlogged)
                 age = t_kill - saved_t.get(expect, t_kill)
-                settling = daemon and layout in ts.SETTLING and age < ts.SETTLE_WINDOW
+                # issue 18: a step whose save returned is never lost to a daemon crash, however
+                # soon after; only the first step of a DeepSpeed / HF store has nothing to be
+                # compared with and completes once quiet
+                settling = (daemon and layout in ts.SETTLING and age < ts.SETTLE_WINDOW and
+                            not after_saved and len(before.saved) < 2)
                 before.saved += [s for s in sorted(unlogged) if s not in before.saved]
                 prev = sorted(set(before.saved))
                 pending = {
                     'tree': ckfs.tree_dump(m.mnt), 'unlogged': unlogged,
                     'before': before, 'off': off, 'expect': expect, 'killed': killed,
                     'alt': prev[-2] if settling and len(prev) > 1 else None,
-                    'msg': 'round %d: %s killed %.2fs into the save of step %d (a save takes '
-                           '%.2fs); newest SAVED %d' % (rnd, 'daemon and trainer' if daemon
-                                                        else 'trainer', delay, killed, dur,
-                                                        expect),
+                    'msg': ('round %d: %s (step %d; a save takes %.2fs); newest SAVED %d' % (
+                        rnd, what, killed, dur, expect)) if what else
+                    ('round %d: %s killed %.2fs into the save of step %d (a save takes '
+                     '%.2fs); newest SAVED %d' % (rnd, 'daemon and trainer' if daemon
+                                                  else 'trainer', delay, killed, dur, expect)),
                 }
         finally:
             if tr is not None:
                 tr.close()
             m.close()
-        line = 'layout %s: %d/%d rounds resumed to a complete step (%d daemon kills, %.1fs)' % (
-            layout, ok, ROUNDS, dkills, time.monotonic() - t0)
+        line = 'layout %s%s: %d/%d rounds resumed to a complete step (%d daemon kills, %.1fs)' % (
+            layout, ' (daemon killed after SAVED)' if after_saved else '', ok, ROUNDS, dkills,
+            time.monotonic() - t0)
         SUMMARY.append(line)
         print(line, flush=True)
         if fails:
@@ -185,11 +223,29 @@ class TestCrashLoop(unittest.TestCase):
         return [(t, ln)] if ln and ln.startswith('SAVING ') else []
 
 
+def wait_group_gone(tr, timeout=30):
+    """Wait until no process of the trainer's process group is left."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(tr.p.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+    raise AssertionError('the job did not end within %ds after rank 0 exited' % timeout)
+
+
 def _add(layout):
     def t(self):
         self.loop(layout)
     t.__name__ = 'test_%s' % layout
     setattr(TestCrashLoop, t.__name__, t)
+    if layout in ('deepspeed', 'hf'):
+        # issue 18: a daemon kill within 1 s after a save returned resumes on that save
+        def t2(self):
+            self.loop(layout, after_saved=True)
+        t2.__name__ = 'test_%s_saved_daemon_kill' % layout
+        setattr(TestCrashLoop, t2.__name__, t2)
 
 
 for _l in tf.selected_layouts():
