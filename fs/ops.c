@@ -643,7 +643,8 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	reply_entry_locked(req, fs, ino);
+	/* a step directory's entry is not cached by the kernel (op_lookup) */
+	reply_entry_tmo(req, fs, ino, steps_dir_name(fs, parent, name) ? 0.0 : ATTR_TIMEOUT);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)

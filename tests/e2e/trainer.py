@@ -78,6 +78,9 @@ def parse_args(argv=None):
     p.add_argument('--ranks', type=int, default=2)
     p.add_argument('--log', default=None)
     p.add_argument('--slow-save', type=float, default=0.0)
+    p.add_argument('--ds-fast-writer', action='store_true',
+                   help="deepspeed: DeepSpeed's optional FastFileWriter engine (O_DIRECT) "
+                        'instead of the default torch.save')
     p.add_argument('--exit-in-save', type=int, default=0,
                    help='rank 0 calls os._exit(17) right after its first file of the Nth save '
                         'of this run (a torn save with no file torn by a kill)')
@@ -437,11 +440,18 @@ class Saver:
         os.chmod(final, 0o400)
         self.wrote(final, data)
 
-    def json_tmp_fsync_replace(self, path, obj):
+    def json_named_tmp_replace(self, path, obj):
+        """tempfile.NamedTemporaryFile('w', dir=..., delete=False) (O_EXCL, 0600, random
+        name), write, flush, fsync, os.replace (MindFormers CommonInfo.save_common,
+        save_metadata)."""
         data = json.dumps(obj, indent=2).encode()
-        tmp = path + '.tmp'
-        self.write(tmp, data, fsync=True, final=path)
-        os.replace(tmp, path)
+        self.pause()
+        self.intend(path, data)
+        with tempfile.NamedTemporaryFile('wb', dir=os.path.dirname(path), delete=False) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(f.name, path)
         self.wrote(path, data)
 
     def plain_text(self, path, text, pause=True):
@@ -452,6 +462,20 @@ class Saver:
         with open(path, 'w') as f:
             f.write(text)
         self.wrote(path, text.encode())
+
+
+def ms_exec_save(sv, final, ext, data):
+    """MindSpore _exec_save, the newer version (tests/traces/mf1.md, mindspore_test 00281fe):
+    an existing final file and tmp file are made writable and removed, the bytes go to
+    `name.replace(ext, '.tmp')` (opened 'ab': O_APPEND), os.rename to the final name,
+    os.chmod(final, S_IRUSR). No fsync."""
+    tmp = final[:-len(ext)] + '.tmp'
+    for p in (final, tmp):
+        if os.path.exists(p):
+            os.chmod(p, stat.S_IWUSR)
+            os.remove(p)
+    sv.write(tmp, data, flags=os.O_WRONLY | os.O_CREAT | os.O_APPEND, final=final)
+    sv.rename_0400(tmp, final, data)
 
 
 def tsave_bytes(obj):
@@ -612,45 +636,49 @@ class Job:
         return getattr(self, 'resume_' + self.a.layout.replace('-', '_'))()
 
     # ---- MindFormers 2.0 ------------------------------------------------------------------
+    # tests/traces/mf2.md: mindspore-lab/mindformers 8d9e5d7 mindformers/checkpoint/
+    # checkpoint.py save_checkpoint, utils.py check_checkpoints_dir_max_num; MindSpore
+    # _exec_save (tests/traces/mf1.md) for each safetensors file.
     def save_mf2(self, step, loss, sd):
         d = os.path.join(self.root, 'iteration_%08d' % step)
         if self.rank == 0:
             os.makedirs(d, exist_ok=True)
-            os.chmod(d, 0o750)
-            if self.a.keep > 0:
-                mf2_check_max(self.root, self.a.keep)   # counts the new, empty dir
+            os.chmod(d, 0o750)       # set_safe_mode_for_file_or_dir (mode unverified)
         self.barrier()
-        os.listdir(d)  # "refresh cache"
+        if self.rank == 0 and self.a.keep > 0:
+            mf2_check_max(self.root, self.a.keep)   # counts the new, empty dir
+        self.barrier()
         shard = shard_of(sd, self.model, self.rank, self.world)
         msd, osd = split_model_optim(shard)
         osd = dict(osd)
         osd['rng_state'] = self.gen.get_state()
-        files = {}
         for kind, tens in (('model', msd), ('opt', osd)):
             name = '%s-%07d-%07d.safetensors' % (kind, self.rank, self.world)
             data = safetensors_bytes(tens, {'format': 'pt', 'iteration': step})
             final = os.path.join(d, name)
-            tmp = final + '.tmp'
-            self.sv.write(tmp, data, final=final)
-            self.sv.rename_0400(tmp, final, data)
-            files[name] = sorted(tens)
-        allfiles = self.gather(files)
+            ms_exec_save(self.sv, final, '.safetensors', data)
         if self.rank == 0:
-            self.sv.json_tmp_fsync_replace(os.path.join(d, 'common.json'),
+            self.sv.json_named_tmp_replace(os.path.join(d, 'common.json'),
                                            {'iteration': step, 'loss': loss, 'epoch': 1,
                                             'world_size': self.world})
+            # save_metadata from the global strategy, known before any rank's file exists:
+            # metadata.json may appear while other ranks still write theirs
             storage = {}
-            for fl in allfiles:
-                for fname, keys in fl.items():
-                    for k in keys:
+            for r in range(self.world):
+                rshard = shard_of(sd, self.model, r, self.world)
+                rm, ro = split_model_optim(rshard)
+                for kind, keys in (('model', list(rm)), ('opt', list(ro) + ['rng_state'])):
+                    fname = '%s-%07d-%07d.safetensors' % (kind, r, self.world)
+                    for k in sorted(keys):
                         storage.setdefault(k, []).append({'file_name': fname})
-            self.sv.json_tmp_fsync_replace(os.path.join(d, 'metadata.json'),
+            self.sv.json_named_tmp_replace(os.path.join(d, 'metadata.json'),
                                            {'storage_data': storage})
-        self.barrier()
+        self.barrier()   # "Rank_0 is saving 'metadata.json' ..."
+        self.barrier()   # "All ranks for sync save checkpoint."
         if self.rank == 0:
             self.sv.plain_text(os.path.join(self.root, TRACKER), str(step))
             self.saved(step, loss)
-        self.barrier()
+        self.barrier()   # not MindFormers': SAVED means every rank is done
 
     def resume_mf2(self):
         tracker = os.path.join(self.root, TRACKER)
@@ -702,7 +730,15 @@ class Job:
         if os.path.isfile(tracker):
             with open(tracker) as f:
                 s = f.read().strip()
-            it = int(s)
+            try:
+                it = int(s)
+            except ValueError:
+                # read_metadata: "ERROR: Invalid metadata file ..."; sys.exit() on every rank
+                # (tests/traces/megatron.md)
+                if s != 'release':
+                    print('ERROR: Invalid metadata file %s. Exiting' % tracker, flush=True)
+                    sys.exit()
+                raise
         t = self.torch.tensor([it], dtype=self.torch.long)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         it = int(t.item())
@@ -721,16 +757,47 @@ class Job:
         return it, float(loss)
 
     # ---- MindFormers 1.0 / MindSpore ModelCheckpoint --------------------------------------
+    # tests/traces/mf1.md: mindformers 00745ca core/callback/callback.py CheckpointMonitor;
+    # mindspore 01df72b train/callback/_checkpoint.py ModelCheckpoint, CheckpointManager,
+    # _chg_ckpt_file_name_if_same_exist; _exec_save (newer: tmp + rename + 0400).
     PREFIX = 'llama'
 
-    def mf1_name(self, r, step):
-        return '%s_rank_%d-%d_%d.ckpt' % (self.PREFIX, r, 1, step)
+    def mf1_prefix(self):
+        """This launch's prefix: {PREFIX}_rank_{r}, with MindSpore's suffix _N when .ckpt files
+        of that prefix already exist (ModelCheckpoint.__init__ ->
+        _chg_ckpt_file_name_if_same_exist), computed once per launch."""
+        if getattr(self, '_mf1_prefix', None) is None:
+            d = os.path.join(self.root, 'rank_%d' % self.rank)
+            prefix = '%s_rank_%d' % (self.PREFIX, self.rank)
+            suffix = 0
+            for fn in (os.listdir(d) if os.path.isdir(d) else []):
+                if os.path.splitext(fn)[1] != '.ckpt' or fn.endswith('_breakpoint.ckpt'):
+                    continue
+                if fn.find(prefix) == 0 and not fn[len(prefix)].isalpha():
+                    i = fn[len(prefix):].find('-')
+                    if i == 0:
+                        suffix = max(suffix, 1)
+                    elif i != -1 and fn[len(prefix) + 1:len(prefix) + i].isdigit():
+                        suffix = max(suffix, int(fn[len(prefix) + 1:len(prefix) + i]) + 1)
+            self._mf1_prefix = prefix + ('_%d' % suffix if suffix else '')
+        return self._mf1_prefix
 
     def save_mf1(self, step, loss, sd):
         d = os.path.join(self.root, 'rank_%d' % self.rank)
+        prefix = self.mf1_prefix()
         os.makedirs(d, exist_ok=True)
+        if not getattr(self, '_mf1_graph', False):
+            # ModelCheckpoint.step_end: {prefix}-graph.meta once per launch
+            g = os.path.join(d, prefix + '-graph.meta')
+            if os.path.isfile(g):
+                os.remove(g)
+            self.sv.write(g, b'graph of the network', pause=False)
+            self._mf1_graph = True
         if self.a.keep > 0:
-            ck = [os.path.join(d, n) for n in os.listdir(d) if n.endswith('.ckpt')]
+            # CheckpointManager: this prefix's .ckpt files only; the oldest by mtime, BEFORE
+            # saving, when keep_checkpoint_max <= their number
+            ck = [os.path.join(d, n) for n in os.listdir(d)
+                  if n.endswith('.ckpt') and n.startswith(prefix + '-')]
             if len(ck) >= self.a.keep:
                 ck.sort(key=os.path.getmtime)
                 os.chmod(ck[0], stat.S_IWRITE)
@@ -738,14 +805,9 @@ class Job:
         msd, osd = split_model_optim(shard_of(sd, self.model, self.rank, self.world))
         data = tsave_bytes({'model': msd, 'optimizer': osd, 'rng': self.rng_state(),
                             'epoch_num': 1, 'step_num': step, 'loss': loss})
-        final = os.path.join(d, self.mf1_name(self.rank, step))
-        tmp = final + '.tmp'
-        for p in (final, tmp):
-            if os.path.exists(p):
-                os.chmod(p, stat.S_IWRITE)
-                os.remove(p)
-        self.sv.write(tmp, data, flags=os.O_WRONLY | os.O_CREAT | os.O_APPEND, final=final)
-        self.sv.rename_0400(tmp, final, data)
+        final = os.path.join(d, '%s-%d_%d.ckpt' % (prefix, 1, step))
+        ms_exec_save(self.sv, final, '.ckpt', data)
+        # record_last_ckpt_to_json: NamedTemporaryFile + os.replace, no fsync
         meta = {'last_epoch': 1, 'last_step': step,
                 'last_ckpt_file': os.path.basename(final)}
         mdata = json.dumps(meta).encode()
@@ -758,6 +820,14 @@ class Job:
         # no barrier in MindFormers 1.0: the collective below only decides when to log SAVED
         self.barrier()
         self.saved(step, loss)
+
+    def mf1_file(self, r, ep, it):
+        """Rank r's .ckpt of (epoch, step), whatever launch's prefix wrote it (the newest by
+        mtime when several did), or None."""
+        d = os.path.join(self.root, 'rank_%d' % r)
+        found = [os.path.join(d, n) for n in os.listdir(d)
+                 if re.fullmatch(r'%s_rank_%d(_\d+)?-%d_%d\.ckpt' % (self.PREFIX, r, ep, it), n)]
+        return max(found, key=os.path.getmtime) if found else None
 
     def resume_mf1(self):
         """tools/resume_ckpt.py: rank 0 reads every rank_x/meta.json, takes the minimum
@@ -797,8 +867,7 @@ class Job:
         ep, it = choice
         sd, loss = {}, None
         for r in range(self.world):
-            obj = self.tload(os.path.join(self.root, 'rank_%d' % r, '%s_rank_%d-%d_%d.ckpt'
-                                          % (self.PREFIX, r, ep, it)))
+            obj = self.tload(self.mf1_file(r, ep, it))
             sd.update(obj['model'])
             sd.update(obj['optimizer'])
             if r == self.rank:
@@ -808,21 +877,29 @@ class Job:
         return it, float(loss)
 
     # ---- DeepSpeed ------------------------------------------------------------------------
+    # tests/traces/deepspeed.md: deepspeedai/DeepSpeed 007cca6 deepspeed/runtime/engine.py
+    # save_checkpoint, _save_checkpoint, _save_zero_checkpoint, _copy_recovery_script; the
+    # default TorchCheckpointEngine (torch.save). --ds-fast-writer: the optional FastFileWriter
+    # engine (O_DIRECT pwrites, not traced).
     def save_deepspeed(self, step, loss, sd):
         tag = 'global_step%d' % step
         d = os.path.join(self.root, tag)
-        os.makedirs(d, exist_ok=True)
+        if self.rank == 0:
+            os.makedirs(self.root, exist_ok=True)
+        self.barrier()
+        os.makedirs(d, exist_ok=True)       # _create_checkpoint_file, every rank
         msd, osd = split_model_optim(sd)
+        write = self.sv.write_odirect if self.a.ds_fast_writer else self.sv.write
         if self.rank == 0:
-            self.sv.write_odirect(os.path.join(d, 'mp_rank_00_model_states.pt'),
-                                  tsave_bytes({'module': msd, 'global_steps': step,
-                                               'loss': loss, 'dp_world_size': self.world}))
+            write(os.path.join(d, 'mp_rank_00_model_states.pt'),
+                  tsave_bytes({'module': msd, 'global_steps': step, 'loss': loss,
+                               'dp_world_size': self.world}))
         mine = split_model_optim(shard_of(sd, self.model, self.rank, self.world))[1]
-        self.sv.write_odirect(
-            os.path.join(d, 'bf16_zero_pp_rank_%d_mp_rank_00_optim_states.pt' % self.rank),
-            tsave_bytes({'optimizer_state_dict': mine, 'rng': self.rng_state(),
-                         'ds_version': '0.14.0'}))
+        write(os.path.join(d, 'bf16_zero_pp_rank_%d_mp_rank_00_optim_states.pt' % self.rank),
+              tsave_bytes({'optimizer_state_dict': mine, 'rng': self.rng_state(),
+                           'ds_version': '0.14.0'}))
         if self.rank == 0:
+            # copyfile(src, <tag>/zero_to_fp32.py); chmod +x
             z = os.path.join(d, 'zero_to_fp32.py')
             self.sv.write(z, b'#!/usr/bin/env python\n# recovery script placeholder\n',
                           pause=False)
@@ -856,18 +933,25 @@ class Job:
         return int(m['global_steps']), float(m['loss'])
 
     # ---- Hugging Face Trainer -------------------------------------------------------------
+    # tests/traces/hf.md: huggingface/transformers 000945a src/transformers/trainer.py
+    # Trainer._save_checkpoint, _save, _save_rng_state, _rotate_checkpoints; trainer_utils.py
+    # get_last_checkpoint.
     def save_hf(self, step, loss, sd):
         d = os.path.join(self.root, 'checkpoint-%d' % step)
-        os.makedirs(d, exist_ok=True)
         msd, osd = split_model_optim(sd)
-        if self.rank == 0:
+        if self.rank == 0:      # should_save: _save -> save_pretrained, training_args.bin
+            os.makedirs(d, exist_ok=True)
             self.sv.write(os.path.join(d, 'model.safetensors'),
                           safetensors_bytes(msd, {'format': 'pt'}))
             self.sv.write(os.path.join(d, 'config.json'),
                           json.dumps({'model_type': 'charlm', 'd_model': D_MODEL}).encode())
+            self.sv.write(os.path.join(d, 'training_args.bin'),
+                          tsave_bytes({'output_dir': self.root, 'save_total_limit': self.a.keep}))
             self.sv.write(os.path.join(d, 'optimizer.pt'), tsave_bytes(osd))
             self.sv.write(os.path.join(d, 'scheduler.pt'), tsave_bytes({'last_epoch': step}))
-        self.sv.write(os.path.join(d, 'rng_state_%d.pth' % self.rank),
+        # _save_rng_state: every rank makedirs (it may arrive before process 0 made it)
+        os.makedirs(d, exist_ok=True)
+        self.sv.write(os.path.join(d, hf_rng_name(self.rank, self.world)),
                       tsave_bytes(self.rng_state()))
         if self.rank == 0:
             st = {'global_step': step, 'max_steps': self.a.steps,
@@ -886,7 +970,7 @@ class Job:
         t, _ = self.stload(os.path.join(d, 'model.safetensors'))
         sd = dict(t)
         sd.update(self.tload(os.path.join(d, 'optimizer.pt')))
-        self.set_rng(self.tload(os.path.join(d, 'rng_state_%d.pth' % self.rank)))
+        self.set_rng(self.tload(os.path.join(d, hf_rng_name(self.rank, self.world))))
         st = json.loads(self.read_file(os.path.join(d, 'trainer_state.json')))
         load_full_state(self.model, self.opt, sd)
         return int(st['global_step']), float(st['log_history'][-1]['loss'])
@@ -914,25 +998,27 @@ class Job:
             os.rename(tmp, final)
             self.sv.wrote(final, md)
             self.saved(step, loss)
-            if self.a.keep > 0:
-                # torchtitan keep_latest_k: every step-N dir counts, complete or not
-                steps = sorted(int(m.group(1)) for m in
-                               (re.fullmatch(r'step-(\d+)', n) for n in os.listdir(self.root))
-                               if m)
-                for s in steps[:-self.a.keep]:
-                    shutil.rmtree(os.path.join(self.root, 'step-%d' % s))
-        self.barrier()
+        self.barrier()          # dcp.save ends with a collective on every rank
+        if self.rank == 0 and self.a.keep > 0:
+            # torchtitan CheckpointManager._purge_stale_checkpoints (tests/traces/dcp.md),
+            # after the save: every step-N dir counts, complete or not; re.search on names
+            steps = sorted(int(m.group(1)) for m in
+                           (re.search(r'step-(\d+)', n) for n in os.listdir(self.root)) if m)
+            for s in steps[:-self.a.keep]:
+                shutil.rmtree(os.path.join(self.root, 'step-%d' % s), ignore_errors=True)
 
     def resume_dcp(self):
         if not os.path.isdir(self.root):
             return None
-        steps = [int(m.group(1)) for m in
-                 (re.fullmatch(r'step-(\d+)', n) for n in os.listdir(self.root))
-                 if m and os.path.isfile(os.path.join(self.root, m.group(0), '.metadata'))]
+        # torchtitan CheckpointManager._find_load_step: re.search(r"step-(\d+)") on each name,
+        # the highest whose directory holds .metadata
+        steps = [(int(m.group(1)), n) for n in os.listdir(self.root)
+                 for m in [re.search(r'step-(\d+)', n)]
+                 if m and os.path.isfile(os.path.join(self.root, n, '.metadata'))]
         if not steps:
             return None
-        step = max(steps)
-        d = os.path.join(self.root, 'step-%d' % step)
+        step, name = max(steps)
+        d = os.path.join(self.root, name)
         md = self.tload(os.path.join(d, '.metadata'))
         sd, loss = {}, None
         for f in md['files']:
@@ -1098,20 +1184,26 @@ def mf2_check_max(root, keep):
         shutil.rmtree(os.path.join(root, n))
 
 
+def hf_rng_name(rank, world):
+    """_save_rng_state: rng_state.pth on one process, else rng_state_{process_index}.pth."""
+    return 'rng_state.pth' if world <= 1 else 'rng_state_%d.pth' % rank
+
+
 def hf_rotate(root, limit):
-    """_rotate_checkpoints(use_mtime=True): sort checkpoint-* by directory mtime (by number when
-    mtimes are within 1 s of each other), rmtree the oldest beyond save_total_limit."""
+    """_rotate_checkpoints(use_mtime=True) / _sorted_checkpoints: every checkpoint-* directory,
+    sorted by its mtime; by the number in its name instead when the newest and the oldest
+    mtimes are less than 1 s apart; rmtree(ignore_errors=True) the oldest beyond
+    save_total_limit."""
     cps = []
-    for n in os.listdir(root):
-        m = re.fullmatch(r'checkpoint-(\d+)', n)
-        p = os.path.join(root, n)
-        if m and os.path.isdir(p):
-            cps.append((os.path.getmtime(p), int(m.group(1)), p))
-    by_mtime = sorted(cps)
-    mt = [c[0] for c in by_mtime]
-    if any(b - a < 1.0 for a, b in zip(mt, mt[1:])):
-        by_mtime = sorted(cps, key=lambda c: c[1])
-    for _, _, p in by_mtime[:max(0, len(by_mtime) - limit)]:
+    for p in glob.glob(os.path.join(root, 'checkpoint-*')):
+        if os.path.isdir(p):
+            cps.append((os.path.getmtime(p), p))
+    ordered = sorted(cps)
+    if len(ordered) > 1 and ordered[-1][0] - ordered[0][0] < 1.0:
+        num = [(int(m.group(1)), p) for _, p in ordered
+               for m in [re.match(r'.*checkpoint-([0-9]+)', p)] if m]
+        ordered = sorted(num)
+    for _, p in ordered[:max(0, len(ordered) - limit)]:
         shutil.rmtree(p, ignore_errors=True)
 
 

@@ -104,7 +104,7 @@ class TestCrashLoop(unittest.TestCase):
                     break
                 # 2. kill it inside one of its next saves (or just after one, or let rank 0
                 # exit in one)
-                nsave, t_saving, what = 0, None, None
+                nsave, t_saving, what, saving_line = 0, None, None, None
                 while True:
                     t, ln = carry.pop(0) if carry else tr.next_line(deadline)
                     if ln is None:

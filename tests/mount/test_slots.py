@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""InternEvo snapshot slots and settling abandonment when asked (issue 18), on a real mount,
+without a trainer (tests/e2e and the crash loop drive the real sequences):
+
+- a slot `snapshot/K/` whose version is complete and that a writer starts rewriting in place,
+  then dies, shows its last complete version to the next reader at once, files and markers
+  together, bit-exact; the same after the daemon is killed in the middle of the rewrite;
+- a rewrite that completes (its `M.step` written last) replaces the old version, whose copy
+  in .ckptfs/retained goes;
+- a step directory whose writer exits unsealed leaves the root listing at the very next
+  listing or lookup by someone else, with no timer in between (Hugging Face's
+  get_last_checkpoint right after a crash).
+
+The slot sequence follows InternLM/InternEvo c628a8c internlm/checkpoint/checkpoint_manager.py
+CheckpointManager.save_checkpoint (tests/traces/internevo.md): files torch.saved in place into
+the folder, a barrier, then the log rank's `<step>.step` in the same folder.
+
+Run: /usr/bin/python3 tests/mount/test_slots.py
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+import ckfs  # noqa: E402
+
+PYTHON = '/usr/bin/python3'
+FILES = ('model_tp0_pp0.pt', 'optimizer_tp0_pp0_zo0.pt', 'context.pt')
+
+# A writer that rewrites the slot's files in place, the first one whole and the second half-way,
+# then dies (os._exit from inside the write: the kernel flushes from an exiting process).
+REWRITE = '''
+import os, sys
+d, step = sys.argv[1], int(sys.argv[2])
+def body(name):
+    return (b"%s at step %d;" % (name.encode(), step)) * 20000
+with open(os.path.join(d, "model_tp0_pp0.pt"), "wb") as f:
+    f.write(body("model_tp0_pp0.pt"))
+fd = os.open(os.path.join(d, "optimizer_tp0_pp0_zo0.pt"), os.O_WRONLY | os.O_TRUNC)
+os.write(fd, body("optimizer_tp0_pp0_zo0.pt")[:100000])
+print("torn", flush=True)
+if len(sys.argv) > 3:
+    sys.stdin.readline()        # the test kills the daemon meanwhile
+os._exit(9)
+'''
+
+
+def wait_for(fn, timeout, what, extra=lambda: ''):
+    deadline = time.monotonic() + timeout
+    while not fn():
+        if time.monotonic() > deadline:
+            raise AssertionError('timed out waiting for %s%s' % (what, extra()))
+        time.sleep(0.05)
+
+
+def body(name, step):
+    return (b'%s at step %d;' % (name.encode(), step)) * 20000
+
+
+def save_slot(d, step):
+    """One InternEvo save into slot directory d: files in place, then `<step>.step`."""
+    os.makedirs(d, exist_ok=True)
+    for n in FILES:
+        with open(os.path.join(d, n), 'wb') as f:
+            f.write(body(n, step))
+    with open(os.path.join(d, '%d.step' % step), 'wb') as f:
+        f.write(b'step %d' % step)
+
+
+def slot_view(d):
+    """{name: bytes} of every file in slot d, as a resuming reader sees it."""
+    return {n: ckfs.read_bytes(os.path.join(d, n)) for n in sorted(os.listdir(d))}
+
+
+def expected(steps_markers, step):
+    v = {n: body(n, step) for n in FILES}
+    for s in steps_markers:
+        v['%d.step' % s] = b'step %d' % s
+    return v
+
+
+class SlotTest(unittest.TestCase):
+    maxDiff = 2000
+
+    def test_1_rewrite_cut_short_shows_last_complete_version(self):
+        with ckfs.Mount() as m:
+            d = m.path('snapshot', '0')
+            save_slot(d, 2)
+            wait_for(lambda: 'sealed -> complete' in m.log_tail(), 20, 'slot 0 to complete',
+                     m.log_tail)
+            self.assertEqual(slot_view(d), expected([2], 2))
+            # a later launch's first snapshot overwrites slot 0 and dies half-way
+            p = subprocess.run([PYTHON, '-c', REWRITE, d, '4'], stdout=subprocess.PIPE,
+                               timeout=60)
+            self.assertEqual(p.returncode, 9)
+            # the next reader, at once: the last complete version, files and markers together
+            self.assertEqual(sorted(os.listdir(m.path('snapshot'))), ['0'])
+            self.assertEqual(slot_view(d), expected([2], 2), m.log_tail())
+            self.assertIn("slot 'snapshot/0' is being rewritten", m.log_tail())
+            self.assertIn('restored', m.log_tail())
+            self.assertEqual(len(os.listdir(m.path('.ckptfs', 'quarantine'))), 1)
+            self.assertEqual(os.listdir(m.path('.ckptfs', 'retained')), [])
+            # a rewrite that completes replaces it; the kept copy goes
+            save_slot(d, 6)
+            self.assertEqual(slot_view(d), expected([2, 6], 6))
+            wait_for(lambda: os.listdir(m.path('.ckptfs', 'retained')) == [], 20,
+                     'the kept version to go once the new one is complete', m.log_tail)
+            r = ckfs.ckptctl(m.store, 'verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_2_daemon_killed_during_rewrite(self):
+        with ckfs.Mount() as m:
+            d = m.path('snapshot', '1')
+            save_slot(d, 2)
+            save_slot(d, 4)
+            self.assertEqual(slot_view(d), expected([2, 4], 4))
+            with subprocess.Popen([PYTHON, '-c', REWRITE, d, '6', 'wait'], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE) as p:
+                self.assertEqual(p.stdout.readline(), b'torn\n')
+                m.kill_daemon()
+                p.stdin.close()
+                p.wait(timeout=60)
+            m.start()
+            self.assertEqual(slot_view(m.path('snapshot', '1')), expected([2, 4], 4),
+                             m.log_tail())
+
+    def test_3_abandoned_step_leaves_listing_at_once(self):
+        with ckfs.Mount() as m:
+            for step in (10, 20):
+                d = m.path('checkpoint-%d' % step)
+                os.mkdir(d)
+                with open(os.path.join(d, 'config.json'), 'w') as f:
+                    f.write('{"step": %d}' % step)
+                if step == 10:
+                    with open(os.path.join(d, 'trainer_state.json'), 'w') as f:
+                        f.write('{"global_step": 10}')
+            # checkpoint-20's writer: a process that exits after config.json, unsealed
+            code = ('import os, sys\nd = sys.argv[1]\nos.mkdir(d)\n'
+                    'open(os.path.join(d, "config.json"), "w").write("{}")\nos._exit(0)\n')
+            subprocess.run([PYTHON, '-c', code, m.path('checkpoint-30')], check=True,
+                           timeout=60)
+            t0 = time.monotonic()
+            names = sorted(os.listdir(m.mnt))
+            # checkpoint-20 was written by this test process, which lives: it stays
+            self.assertEqual(names, ['checkpoint-10', 'checkpoint-20'],
+                             'listed %.3fs after the writer exited%s' % (
+                                 time.monotonic() - t0, m.log_tail()))
+            self.assertFalse(os.path.exists(m.path('checkpoint-30')))
+            self.assertEqual([n.split('.')[0] for n in
+                              os.listdir(m.path('.ckptfs', 'quarantine'))], ['checkpoint-30'])
+            self.assertIn("step 'checkpoint-30' (hf): writing -> incomplete", m.log_tail())
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(500, exit=True)
+    unittest.main(verbosity=2)
