@@ -26,7 +26,7 @@
  *   - PyTorch DCP      pytorch/torchtitan v0.2.0 (`step-{N}/`, resume = highest step-N holding
  *                      `.metadata`); pytorch torch/distributed/checkpoint/filesystem.py
  *                      FileSystemWriter (`__R_K.distcp`, `.metadata.tmp` → rename → `.metadata`)
- *   - InternEvo        InternLM/InternEvo c628a8c internlm/checkpoint/checkpoint_manager.py
+ *   - InternEvo        InternLM/InternEvo 05bbd8f internlm/checkpoint/checkpoint_manager.py
  *                      CheckpointManager.save_checkpoint (`<save>/<step>/`, sealed by
  *                      `<step>/<step>.step` which the log rank torch.saves INSIDE the folder after
  *                      a barrier; snapshot slots `<save>/snapshot/{0,1}/` rewritten in place,

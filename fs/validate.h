@@ -52,7 +52,9 @@ enum validate_format {
 /*
  * validate_file - check that a file of a known checkpoint format is structurally whole.
  * @name: the file's base name, NUL-terminated; it picks the format, case-insensitively:
- *	"*.safetensors" → safetensors, "*.json" → JSON, "*.distcp" → not checked (a PyTorch DCP
+ *	"*.safetensors" → safetensors, "*.json" → JSON unless its content starts with "PK\x03\x04"
+ *	(InternEvo torch.saves topo_tp{tp}_pp{pp}.json: then a zip, as below), "*.distcp" → not
+ *	checked (a PyTorch DCP
  *	data file is a run of torch.save items whose zip offsets are relative to each item; the
  *	step's ".metadata" says what it must hold). Any other name whose content starts with the
  *	local file header signature "PK\x03\x04" is a zip, checked as torch.save wrote it

@@ -661,10 +661,12 @@ class TestScenarios(unittest.TestCase):
         """-o keep_checkpoint_max=2 prunes MindFormers 1.0 steps (issue 18): every rank's
         .ckpt of a step, nothing else, only once a newer step is complete on every rank."""
         def ckpts(m):
-            """{rank: sorted steps of its .ckpt files, whatever launch's prefix}"""
-            return {r: sorted(int(x.group(1)) for x in (
+            """{rank: sorted steps of its .ckpt files, whatever launch's prefix (a killed
+            launch may leave a whole file of a step the next launch saves again under its own
+            prefix, as on any disk: pruning the step removes both)}"""
+            return {r: sorted(set(int(x.group(1)) for x in (
                 re.fullmatch(r'llama_rank_%d(?:_\d+)?-1_(\d+)\.ckpt' % r, n)
-                for n in os.listdir(m.path('rank_%d' % r))) if x) for r in (0, 1)}
+                for n in os.listdir(m.path('rank_%d' % r))) if x)) for r in (0, 1)}
 
         def want(steps):
             return {r: sorted(steps) for r in (0, 1)}

@@ -1033,7 +1033,7 @@ class Job:
         return step, float(loss)
 
     # ---- InternEvo ------------------------------------------------------------------------
-    # tests/traces/internevo.md: InternLM/InternEvo c628a8c internlm/checkpoint/
+    # tests/traces/internevo.md: InternLM/InternEvo 05bbd8f internlm/checkpoint/
     # checkpoint_manager.py, CheckpointManager.try_save_checkpoint / save_checkpoint, and
     # query_latest_snapshot_step_local for the resume.
     def ie_folder(self, step):
@@ -1048,12 +1048,17 @@ class Job:
 
     def save_internevo(self, step, loss, sd):
         d = self.ie_folder(step)
+        self.barrier()
         # llm_save -> LocalClient: os.makedirs(dirname, exist_ok=True), then torch.save
         os.makedirs(d, exist_ok=True)
         msd, _ = split_model_optim(sd)
         if self.rank == 0:
-            # save_model_checkpoint: model_tp{tp}_pp{pp}.pt by the dp-rank-0 of each (tp, pp)
+            # save_model_checkpoint: model_tp{tp}_pp{pp}.pt and topo_tp{tp}_pp{pp}.json (a
+            # torch.save despite its name) by the dp-rank-0 of each (tp, pp); then a barrier
             self.sv.write(os.path.join(d, 'model_tp0_pp0.pt'), tsave_bytes(msd))
+            self.sv.write(os.path.join(d, 'topo_tp0_pp0.json'),
+                          tsave_bytes({'tp': 0, 'pp': 0, 'world': self.world}), pause=False)
+        self.barrier()
         # save_optimizer_checkpoint: optimizer_tp{tp}_pp{pp}_zo{zo}.pt on every rank
         osd = split_model_optim(shard_of(sd, self.model, self.rank, self.world))[1]
         self.sv.write(os.path.join(d, 'optimizer_tp0_pp0_zo%d.pt' % self.rank),

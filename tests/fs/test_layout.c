@@ -164,7 +164,7 @@ static const struct pcase path_cases[] = {
 	P("100/model_tp0_pp0.pt", A, IE, ROLE_STEP_FILE, 100, -1, AMB, 3),
 	P("100/commit_success.txt", A, ORB, ROLE_MARKER, 100, -1, AMB, 3),
 	/* InternEvo seals N/ with N/N.step, written inside the folder by the log rank
-	 * (InternLM/InternEvo c628a8c checkpoint_manager.py save_checkpoint; see
+	 * (InternLM/InternEvo 05bbd8f checkpoint_manager.py save_checkpoint; see
 	 * tests/traces/internevo.md); no root tracker */
 	P("100/100.step", A, IE, ROLE_MARKER, 100, -1, AMB, 3),
 	P("100/99.step", A, IE, ROLE_STEP_FILE, 100, -1, AMB, 3),

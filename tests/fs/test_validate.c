@@ -176,6 +176,10 @@ Test(torch, whole_files_pass, .init = mk_tmpdir, .fini = rm_tmpdir)
 		cr_expect_eq(vmem("pytorch_model.bin", p, n), 1, "%s", why);
 		cr_expect_eq(vmem("model_optim_rng", p, n), 1, "%s", why);
 		cr_expect_eq(vmem("RNG_STATE.PTH", p, n), 1, "%s", why);
+		/* InternEvo's topo_tp0_pp0.json is a torch.save (tests/traces/internevo.md) */
+		cr_expect_eq(vmem("topo_tp0_pp0.json", p, n), 1, "%s", why);
+		cr_expect_eq(fmt, VF_TORCH_ZIP);
+		cr_expect_eq(vmem("topo_tp0_pp0.json", p, n - 1), -EBADMSG);
 		/* reads in small pieces are reassembled */
 		struct mem m = { .p = p, .n = n, .chunk = 5 };
 		cr_expect_eq(validate_file("x.pt", n, mem_rd, &m, NULL, NULL, 0), 1);

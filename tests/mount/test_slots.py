@@ -11,7 +11,7 @@ without a trainer (tests/e2e and the crash loop drive the real sequences):
   listing or lookup by someone else, with no timer in between (Hugging Face's
   get_last_checkpoint right after a crash).
 
-The slot sequence follows InternLM/InternEvo c628a8c internlm/checkpoint/checkpoint_manager.py
+The slot sequence follows InternLM/InternEvo 05bbd8f internlm/checkpoint/checkpoint_manager.py
 CheckpointManager.save_checkpoint (tests/traces/internevo.md): files torch.saved in place into
 the folder, a barrier, then the log rank's `<step>.step` in the same folder.
 
@@ -155,6 +155,25 @@ class SlotTest(unittest.TestCase):
             self.assertEqual([n.split('.')[0] for n in
                               os.listdir(m.path('.ckptfs', 'quarantine'))], ['checkpoint-30'])
             self.assertIn("step 'checkpoint-30' (hf): writing -> incomplete", m.log_tail())
+
+    def test_4_retention_prunes_steps_not_slots(self):
+        """-o keep_checkpoint_max prunes InternEvo steps; slots are not counted and never
+        pruned; a `<step>_hf/` conversion folder is part of nothing and stays."""
+        with ckfs.Mount(opts=('keep_checkpoint_max=2',)) as m:
+            save_slot(m.path('snapshot', '0'), 1)
+            for step in (2, 4, 6, 8):
+                save_slot(m.path(str(step)), step)
+                if step == 6:
+                    os.mkdir(m.path('6_hf'))
+                    with open(m.path('6_hf', 'model.safetensors'), 'wb') as f:
+                        f.write(b'converted')
+            wait_for(lambda: sorted(os.listdir(m.mnt)) == ['6', '6_hf', '8', 'snapshot'], 20,
+                     'steps 2 and 4 to be pruned', lambda: '%s%s' % (os.listdir(m.mnt),
+                                                                    m.log_tail()))
+            self.assertEqual(slot_view(m.path('snapshot', '0')), expected([1], 1))
+            self.assertEqual(slot_view(m.path('8')), expected([8], 8))
+            self.assertEqual(ckfs.read_bytes(m.path('6_hf', 'model.safetensors')),
+                             b'converted')
 
 
 if __name__ == '__main__':
