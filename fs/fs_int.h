@@ -511,6 +511,9 @@ bool steps_slot_home(struct ckfs *fs, uint64_t dir);
 /* steps_dir_name - is parent/name a step directory's name (a top-level step name, `snapshot`, or
  * a slot in it), whose entry may change under the kernel's cache? fs->mu held. */
 bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name);
+/* steps_commit_rename - is renaming root/name a layout's commit (Orbax's
+ * `N.orbax-checkpoint-tmp`)? Pure: reads only fs->layout; no lock needed. */
+bool steps_commit_rename(const struct ckfs *fs, const char *name);
 /* steps_flush_inval - tell the kernel to forget the names the engine moved or removed behind
  * its back (pruned, quarantined, retained, restored), so their inodes are released and their
  * space reclaimed. fs->mu NOT held (the kernel may need a directory lock a request holds). */

@@ -951,6 +951,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	struct fs_freed fr = { 0 };
 	int rc;
 
+	if (parent == IDX_ROOT_INO && newparent == IDX_ROOT_INO && steps_commit_rename(fs, name))
+		cq_wait_idle(fs); /* the files closed before Orbax's commit rename are durable first,
+				     so its step completes before the rename returns */
 	pthread_mutex_lock(&fs->mu);
 	if (flags == 0 && steps_tracker_name(fs, newparent, newname) == LAYOUT_MF1 &&
 	    !steps_tracker_name(fs, parent, name)) {

@@ -1202,6 +1202,38 @@ out:
 
 /* ---- step rows from names ---- */
 
+struct older_ctx {
+	int kind;
+	int64_t step;
+	int64_t ids[16];
+	size_t n;
+};
+
+static int older_sealed_cb(const struct idx_step *o, void *arg)
+{
+	struct older_ctx *c = arg;
+
+	if (o->kind == c->kind && o->state == IDX_STEP_SEALED && o->step < c->step &&
+	    c->n < sizeof(c->ids) / sizeof(c->ids[0]))
+		c->ids[c->n++] = o->id;
+	return 0;
+}
+
+/*
+ * A DeepSpeed or HF step `step` was just started: every rank is done with the sealed steps
+ * before it (newer_step_started), which may complete now rather than once quiet, so the new
+ * step has a complete one to be compared with when its own marker comes.
+ */
+static void judge_older_sealed(struct ckfs *fs, int kind, int64_t step)
+{
+	struct older_ctx c = { .kind = kind, .step = step };
+
+	if (idx_step_foreach(fs->ix, older_sealed_cb, &c) < 0)
+		return;
+	for (size_t i = 0; i < c.n; i++)
+		evaluate(fs, c.ids[i], false, false, false);
+}
+
 /* The step whose directory is rel[0, m->step_prefix_len) (creating its row if needed). */
 static int step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
 			struct idx_step *ret)
@@ -1230,6 +1262,8 @@ static int step_of_path(struct ckfs *fs, const char *rel, const struct layout_ma
 		idx_rollback(fs->ix);
 	if (rc < 0)
 		return rc;
+	if (names_repeat(m->kind))
+		judge_older_sealed(fs, m->kind, m->step);
 	return idx_step_get(fs->ix, id, ret);
 }
 
@@ -1778,6 +1812,14 @@ static uint64_t slot_of_dir(struct ckfs *fs, uint64_t dir)
 	if (up != IDX_ROOT_INO && idx_dentry_parent(fs->ix, up, &upup, NULL, 0) == 0 && upup == snap)
 		return up;
 	return 0;
+}
+
+bool steps_commit_rename(const struct ckfs *fs, const char *name)
+{
+	struct layout_match m;
+
+	return fs->layout >= 0 && layout_classify(name, fs->layout, &m) == 0 &&
+	       m.kind == LAYOUT_ORBAX && m.role == ROLE_STEP_DIR && (m.flags & LAYOUT_F_TMP);
 }
 
 bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name)
