@@ -18,7 +18,7 @@
  *   2. A step is complete only if it was sealed, every regular file under its directory has a
  *      committed digest (durable: oi_commit), none is open with uncommitted bytes, and none is
  *      flagged IDX_INODE_TORN or IDX_INODE_MALFORMED.
- *   3. Trackers at the mount root (latest_checkpointed_iteration.txt, latest, N.step) are
+ *   3. Trackers (root latest_checkpointed_iteration.txt and latest, rank_N/meta.json) are
  *      virtual: what a trainer writes is recorded as a claim and never stored as a file; what a
  *      reader gets is the newest complete step of the tracker's layouts, in the trainer's format.
  *      No complete step: the tracker does not exist.
@@ -2384,15 +2384,13 @@ int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct
 }
 
 /* Is name (at the root) a tracker? Returns its kind, or LAYOUT_NONE. */
-static enum layout_kind tracker_kind(struct ckfs *fs, const char *name, int64_t *ret_step)
+static enum layout_kind tracker_kind(struct ckfs *fs, const char *name)
 {
 	struct layout_match m;
 
 	if (fs->layout < 0 || layout_classify(name, fs->layout, &m) < 0 || m.role != ROLE_TRACKER ||
 	    m.kind == LAYOUT_MF1 || strchr(name, '/'))
 		return LAYOUT_NONE;
-	if (ret_step)
-		*ret_step = m.step;
 	return m.kind;
 }
 
@@ -2456,8 +2454,6 @@ int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
 	restore(fs, &s);
 	t.step = s.step;
 	rc = layout_tracker_format((enum layout_kind)kind, &t, buf, cap);
-	if (rc == -EOPNOTSUPP)
-		rc = 0; /* InternEvo: the name says it all */
 	if (rc >= 0 && ret_step)
 		*ret_step = s;
 	return rc;
@@ -2466,7 +2462,6 @@ int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
 int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_vino)
 {
 	enum layout_kind k;
-	int64_t named = -1;
 
 	if (parent != IDX_ROOT_INO) {
 		char mbuf[LAYOUT_TRACKER_MAX];
@@ -2480,15 +2475,13 @@ int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *
 		*ret_vino = v;
 		return 1;
 	}
-	if ((k = tracker_kind(fs, name, &named)) == LAYOUT_NONE)
+	if ((k = tracker_kind(fs, name)) == LAYOUT_NONE)
 		return 0;
 	char buf[LAYOUT_TRACKER_MAX];
 	struct idx_step s;
 
 	if (steps_tracker_content(fs, k, buf, sizeof(buf), &s) < 0)
 		return -ENOENT;
-	if (named >= 0 && named != s.step)
-		return -ENOENT; /* InternEvo: only the newest complete N.step exists */
 	*ret_vino = VINO_BASE + k;
 	return 1;
 }
@@ -2537,7 +2530,7 @@ int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap)
 int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name)
 {
 	if (parent == IDX_ROOT_INO)
-		return tracker_kind(fs, name, NULL);
+		return tracker_kind(fs, name);
 	if (strcmp(name, "meta.json") == 0 && steps_rank_dir(fs, parent) >= 0)
 		return LAYOUT_MF1;
 	return LAYOUT_NONE;

@@ -114,14 +114,19 @@ class Trainer:
         except ProcessLookupError:
             pass
         self.p.wait(timeout=60)
-        # the ranks are in the same group; wait until none is left
-        deadline = time.monotonic() + 30
+        self.wait_gone()
+
+    def wait_gone(self, timeout=30):
+        """Wait until no process of the job's group (launcher and every rank) is left;
+        returns whether none is."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 os.killpg(self.p.pid, 0)
             except ProcessLookupError:
-                break
-            time.sleep(0.02)
+                return True
+            time.sleep(0.01)
+        return False
 
     def wait(self, timeout=RUN_TIMEOUT):
         deadline = time.monotonic() + timeout

@@ -10,13 +10,24 @@ and is killed inside one of its next saves.
 Rounds are chained (one trainer start per round), so 20 rounds x 8 layouts take ~15 min on 2
 cores. Prints per layout `layout L: P/N rounds resumed to a complete step (D daemon kills)`.
 
+Every 4th round that kills no daemon, rank 0 instead exits by itself (os._exit) right after its
+first file of the save, no file torn by a kill, and the next trainer starts 0.1 s after the last
+process of the job is gone (issue 18: a restart faster than any timer never lands on the
+abandoned step). DeepSpeed and Hugging Face get a second loop, test_<layout>_saved_daemon_kill,
+whose every round SIGKILLs the daemon 0-1 s after a save returned (its SAVED line): the resume
+must land on that save.
+
 The step resumed onto must be the newest SAVED one, or the killed step when its files were all
-whole (see check_resumed), or - after a daemon kill, for layouts whose steps complete only once
-quiet (mf1 deepspeed hf, test_scenarios.SETTLING) - the SAVED step before it when the newest was
-SAVED under SETTLE_WINDOW seconds before the kill.
+whole (see check_resumed): a save that returned is never lost, daemon kills included.
+
+CKPTFS_CRASH_PLAIN=1 runs the same loop on a plain directory (no ckptfs, no daemon kills) as the
+baseline a user has today: a round whose resume is not a complete step is counted, not failed,
+and the summary says how many rounds resumed torn (issue 18 asks this of internevo-snap:
+`CKPTFS_CRASH_PLAIN=1 CKPTFS_E2E_LAYOUTS=internevo-snap ... test_crash_loop.py`).
 
 Environment: CKPTFS_BIN, CKPTCTL_BIN, CKPTFS_TORTURE_ROUNDS (20), CKPTFS_E2E_LAYOUTS (default
-all), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15), CKPTFS_KEEP=1.
+all), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15), CKPTFS_KEEP=1,
+CKPTFS_CRASH_PLAIN.
 Run: /usr/bin/python3 tests/torture/test_crash_loop.py [-v]      (200+ rounds by hand:
 CKPTFS_TORTURE_ROUNDS=200 scripts/torture.sh)
 """
@@ -44,6 +55,7 @@ ROUNDS = int(os.environ.get('CKPTFS_TORTURE_ROUNDS', '20'))
 SEED = tf.SEED
 SLOW = tf.SLOW
 RUN_TIMEOUT = tf.RUN_TIMEOUT
+PLAIN = os.environ.get('CKPTFS_CRASH_PLAIN') == '1'
 SUMMARY = []
 
 
@@ -52,8 +64,9 @@ class TestCrashLoop(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        print('crash loop: CKPTFS_CRASH_SEED=%d, %d rounds per layout, every 5th also kills '
-              'the daemon, slow-save %.2fs' % (SEED, ROUNDS, SLOW), flush=True)
+        print('crash loop: CKPTFS_CRASH_SEED=%d, %d rounds per layout, %s, slow-save %.2fs' % (
+            SEED, ROUNDS, 'on a PLAIN DIRECTORY (baseline, no ckptfs)' if PLAIN else
+            'every 5th also kills the daemon', SLOW), flush=True)
 
     @classmethod
     def tearDownClass(cls):
@@ -67,7 +80,7 @@ class TestCrashLoop(unittest.TestCase):
         rng = random.Random('%d-loop-%s%s' % (SEED, layout, '-saved' if after_saved else ''))
         keep = tf.KEEP_CRASH.get(layout, 0)
         ok, fails, dkills = 0, [], 0
-        m = ckfs.Mount()
+        m = ckfs.PlainDir() if PLAIN else ckfs.Mount()
         m.start()
         log = os.path.join(m.tmp, 'trainer.log')
         dur = None              # how long a save takes (the first one measured)
@@ -77,7 +90,7 @@ class TestCrashLoop(unittest.TestCase):
         tr = None
         try:
             for rnd in range(1, ROUNDS + 2):
-                daemon = after_saved or rnd % 5 == 0
+                daemon = not PLAIN and (after_saved or rnd % 5 == 0)
                 # every 4th round (not a daemon kill): rank 0 exits by itself right after its
                 # first file of the save, its files closed normally, and the resume starts
                 # 0.1 s after the whole job is gone (issue 18: no race with a fast restart)
@@ -102,20 +115,30 @@ class TestCrashLoop(unittest.TestCase):
                     pending = None
                 if rnd > ROUNDS:
                     break
+                if PLAIN and tr.p.poll() is not None:
+                    # the resume of a torn save crashed the trainer; the next round starts a
+                    # new chain (pending stays None: nothing to compare with)
+                    tr.close()
+                    tr = None
+                    continue
                 # 2. kill it inside one of its next saves (or just after one, or let rank 0
                 # exit in one)
-                nsave, t_saving, what, saving_line = 0, None, None, None
+                nsave, t_saving, what, saving_line, t_kill = 0, None, None, None, None
                 while True:
                     t, ln = carry.pop(0) if carry else tr.next_line(deadline)
                     if ln is None:
                         if torn_exit and nsave == kill_save:
                             # rank 0 exited; the launcher stopped the other ranks
                             tr.p.wait(timeout=60)
-                            wait_group_gone(tr)
+                            if not tr.wait_gone():
+                                raise AssertionError('round %d: the job did not end within 30 s '
+                                                     'after rank 0 exited' % rnd)
                             t_kill = time.monotonic()
                             delay = t_kill - t_saving
                             killed = int(saving_line.split()[1])
                             what = 'rank 0 exited after its first file'
+                            break
+                        if PLAIN:
                             break
                         raise AssertionError('round %d: trainer exited (%s) before the kill%s'
                                              % (rnd, tr.p.wait(), tr.tail()))
@@ -149,6 +172,12 @@ class TestCrashLoop(unittest.TestCase):
                             tr.kill()
                             killed = int(ln.split()[1])
                             break
+                if PLAIN and what is None and t_kill is None:
+                    if not fails or not fails[-1].startswith('round %d:' % (rnd - 1)):
+                        fails.append('round %d: the resumed trainer exited' % (rnd - 1))
+                    tr.close()
+                    tr = None
+                    continue
                 for t, ln in ts.drain(tr):
                     if ln.startswith('SAVED '):
                         saved_t[int(ln.split()[1])] = t
@@ -161,18 +190,10 @@ class TestCrashLoop(unittest.TestCase):
                 off = log_size(log)
                 before = LogView(read_log(log, 0, off))
                 expect = max(set(before.saved) | unlogged)
-                age = t_kill - saved_t.get(expect, t_kill)
-                # issue 18: a step whose save returned is never lost to a daemon crash, however
-                # soon after; only the first step of a DeepSpeed / HF store has nothing to be
-                # compared with and completes once quiet
-                settling = (daemon and layout in ts.SETTLING and age < ts.SETTLE_WINDOW and
-                            not after_saved and len(before.saved) < 2)
                 before.saved += [s for s in sorted(unlogged) if s not in before.saved]
-                prev = sorted(set(before.saved))
                 pending = {
                     'tree': ckfs.tree_dump(m.mnt), 'unlogged': unlogged,
                     'before': before, 'off': off, 'expect': expect, 'killed': killed,
-                    'alt': prev[-2] if settling and len(prev) > 1 else None,
                     'msg': ('round %d: %s (step %d; a save takes %.2fs); newest SAVED %d' % (
                         rnd, what, killed, dur, expect)) if what else
                     ('round %d: %s killed %.2fs into the save of step %d (a save takes '
@@ -186,9 +207,13 @@ class TestCrashLoop(unittest.TestCase):
         line = 'layout %s%s: %d/%d rounds resumed to a complete step (%d daemon kills, %.1fs)' % (
             layout, ' (daemon killed after SAVED)' if after_saved else '', ok, ROUNDS, dkills,
             time.monotonic() - t0)
+        if PLAIN:
+            line = ('layout %s on a plain directory: %d/%d rounds resumed to a complete step, '
+                    '%d resumed torn or failed to resume (%.1fs)' % (
+                        layout, ok, ROUNDS, len(fails), time.monotonic() - t0))
         SUMMARY.append(line)
         print(line, flush=True)
-        if fails:
+        if fails and not PLAIN:
             self.fail('\n'.join(fails))
 
     def check_resume(self, tr, log, p, deadline, m):
@@ -206,11 +231,7 @@ class TestCrashLoop(unittest.TestCase):
                     break
             if resumed and ln.startswith('SAVING '):
                 break
-        got = tf.kv(resumed).get('step') if resumed != 'FRESH' else None
         exp = p['expect']
-        if p['alt'] is not None and got is not None and int(got) == p['alt']:
-            exp = p['alt']
-            p['msg'] += '; newest SAVED step still settling at the daemon kill: accepted %d' % exp
         try:
             step = check_resumed(tr, p['before'], log, p['off'], expect_step=exp,
                                  killed_step=p['killed'], unlogged=p['unlogged'])
@@ -223,24 +244,12 @@ class TestCrashLoop(unittest.TestCase):
         return [(t, ln)] if ln and ln.startswith('SAVING ') else []
 
 
-def wait_group_gone(tr, timeout=30):
-    """Wait until no process of the trainer's process group is left."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(tr.p.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.01)
-    raise AssertionError('the job did not end within %ds after rank 0 exited' % timeout)
-
-
 def _add(layout):
     def t(self):
         self.loop(layout)
     t.__name__ = 'test_%s' % layout
     setattr(TestCrashLoop, t.__name__, t)
-    if layout in ('deepspeed', 'hf'):
+    if layout in ('deepspeed', 'hf') and not PLAIN:
         # issue 18: a daemon kill within 1 s after a save returned resumes on that save
         def t2(self):
             self.loop(layout, after_saved=True)
