@@ -86,6 +86,15 @@ int ckpt_repo_sweep(struct ckpt_repo *r, uint64_t *ret_inodes, uint64_t *ret_chu
  * that fails with ENOSPC, leaving the user unable to free anything. 8 MiB covers the WAL of
  * removing thousands of files (a WAL frame is one 4 KiB page plus 24 bytes; sqlite.org/wal.html).
  */
+/*
+ * The largest file size ckptfs takes: 16 TiB - 4 KiB, ext4's limit with 4 KiB blocks
+ * (ext4_max_size in the kernel's fs/ext4/super.c; measured: ftruncate to 2^44 - 4096 succeeds
+ * and 2^44 - 4095 is EFBIG on this machine's ext4), because the staging file of an
+ * out-of-order writer lives on the store's filesystem. A larger size, by truncate, fallocate or
+ * a write, is EFBIG at once.
+ */
+#define CKPTFS_MAX_FILE_SIZE ((1ULL << 44) - 4096)
+
 #define CKPT_RESERVE_BYTES (8ULL << 20)
 
 /*

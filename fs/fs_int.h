@@ -153,14 +153,16 @@ enum { CUT_IDLE, CUT_QUEUED, CUT_RUNNING };
  *           writer copies its bytes into the segments and nothing else; the file's cutter (on a
  *           worker, or inline) feeds them to the chunker and the hasher, and each chunk it cuts
  *           goes to the pool as a job.
- *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size);
- *           entered on the first write that is not at data_end, or a truncate below data_end
- *           that is not to 0.
+ *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size), a
+ *           sparse file whose holes are the file's (SEEK_DATA/SEEK_HOLE find them at commit);
+ *           entered on the first write that is not at data_end, a truncate below data_end
+ *           that is not to 0, or a hole punched (fallocate).
  * Invariants:
- *   1. stream: data_end <= size, the extents tile [0, ext_end) and the in-flight chunks tile
+ *   1. stream: data_end <= size, the extents lie in [0, ext_end) in order (a gap between them,
+ *      or after the last one up to ext_end, is a hole: zeros) and the in-flight chunks tile
  *      [ext_end, cut_start) — unless fly_lost (a chunk in flight failed: err is set, bytes past
- *      ext_end are gone and reads of them fail until a truncate to 0). Commit first appends the
- *      zeros [data_end, size) to the stream, so the index never sees a gap.
+ *      ext_end are gone and reads of them fail until a truncate to 0). Commit records the
+ *      zeros [data_end, size) as a hole (no chunk, O(1) in its length).
  *   2. Every chunk put since the last successful commit is listed in pins[] and pinned.
  *   3. dirty == false means the index holds exactly this content.
  *   4. The chunker's state cdc covers [cut_start, cut_start + cdc.len) (cdc.len <
@@ -440,8 +442,28 @@ void oi_readv_release(struct ckfs *fs, struct oi_readv *rv);
  */
 ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len, uint64_t off);
 
-/* oi_truncate - set the size (write lock taken inside). Returns 0 or -errno. */
+/*
+ * oi_truncate - set the size (write lock taken inside). Growing adds a hole: O(1) in its length.
+ * Returns 0, -EFBIG (size above CKPTFS_MAX_FILE_SIZE), or -errno of the staging file.
+ */
 int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size);
+
+/*
+ * oi_punch - make [off, off + len) a hole (zeros, no chunk), within the current size; the size
+ * is unchanged (fallocate PUNCH_HOLE|KEEP_SIZE, and ZERO_RANGE). Enters staging: costs the
+ * file's data once, never the hole's length. Returns 0, -EFBIG (off + len overflows), or
+ * -errno of the staging file (-ENOSPC...).
+ */
+int oi_punch(struct ckfs *fs, struct oinode *oi, uint64_t off, uint64_t len);
+
+/*
+ * oi_seek_data - lseek(2)'s SEEK_DATA (data true) or SEEK_HOLE (false) from off: the first
+ * offset >= off in data, or in a hole (the end of the file counts as a hole), read lock taken
+ * inside. Holes are the ranges no chunk backs (and the staging file's holes); O(log extents).
+ * Returns 0 with *ret_off set, -ENXIO (off at or past the size, or no data after off), or the
+ * -errno of lseek on the staging file.
+ */
+int oi_seek_data(struct oinode *oi, uint64_t off, bool data, uint64_t *ret_off);
 
 /*
  * oi_commit - make the content durable and record it in the index: chunks fdatasync'ed, shard

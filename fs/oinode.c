@@ -342,11 +342,13 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 	oi->cap_ext = oi->n_ext;
 	oi->size = attr.size;
 	oi->ext_end = oi->n_ext ? oi->ext[oi->n_ext - 1].offset + oi->ext[oi->n_ext - 1].length : 0;
-	if (oi->ext_end != oi->size) {
+	if (oi->ext_end > oi->size ||
+	    (oi->ext_end != oi->size && !(attr.flags & IDX_INODE_SPARSE))) {
 		/* index invariant 4 broken: refuse rather than serve wrong bytes */
 		oi_free(fs, oi);
 		return -EIO;
 	}
+	/* a sparse file's trailing hole [ext_end, size) is the zeros after data_end (invariant 1) */
 	oi->hash_ok = oi->size == 0;
 	trim_zero_tail(oi, 0);
 	oi->cut_start = oi->data_end = oi->ext_end; /* no lock: nobody else sees oi yet */
@@ -896,6 +898,25 @@ static ssize_t chunk_bytes(struct ckfs *fs, const struct store_hash *h, uint8_t 
 	return n;
 }
 
+/*
+ * ext_find - index of the last extent with offset <= pos, 0 when there is none (then
+ * ext[0].offset > pos, or n_ext == 0): O(log n_ext). Caller holds the lock.
+ */
+static size_t ext_find(const struct oinode *oi, uint64_t pos)
+{
+	size_t lo = 0, hi = oi->n_ext;
+
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+
+		if (oi->ext[mid].offset <= pos)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t len,
 			   uint64_t off, struct oi_readv *rv)
 {
@@ -979,19 +1000,24 @@ static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, siz
 			if (err)
 				return err == -ENOMEM ? -ENOMEM : -EIO;
 		} else {
-			/* binary search: last extent with offset <= pos */
-			size_t lo = 0, hi = oi->n_ext;
+			size_t lo = ext_find(oi, pos);
+			const struct idx_extent *e = lo < oi->n_ext ? &oi->ext[lo] : NULL;
 
-			while (hi - lo > 1) {
-				size_t mid = (lo + hi) / 2;
+			if (!e || pos < e->offset || pos >= e->offset + e->length) {
+				/* a hole (invariant 1): zeros up to the next extent, or ext_end */
+				uint64_t end = oi->ext_end;
 
-				if (oi->ext[mid].offset <= pos)
-					lo = mid;
-				else
-					hi = mid;
+				if (e && pos >= e->offset)
+					e = lo + 1 < oi->n_ext ? &oi->ext[lo + 1] : NULL;
+				if (e)
+					end = e->offset;
+				if (want > end - pos)
+					want = (size_t)(end - pos);
+				memset(buf + done, 0, want);
+				rv_add(rv, buf + done, want);
+				done += want;
+				continue;
 			}
-			const struct idx_extent *e = &oi->ext[lo];
-
 			in = pos - e->offset;
 			if (want > e->length - in)
 				want = e->length - in;
@@ -1054,7 +1080,7 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 {
 	ssize_t rc = (ssize_t)len;
 
-	if (off + len < off || off + len > (uint64_t)INT64_MAX)
+	if (off + len < off || off + len > CKPTFS_MAX_FILE_SIZE)
 		return -EFBIG;
 	pthread_rwlock_wrlock(&oi->lock);
 	fly_harvest(fs, oi);
@@ -1110,7 +1136,7 @@ int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size)
 {
 	int rc = 0;
 
-	if (size > (uint64_t)INT64_MAX)
+	if (size > CKPTFS_MAX_FILE_SIZE)
 		return -EFBIG;
 	pthread_rwlock_wrlock(&oi->lock);
 	if (size == oi->size)
@@ -1138,31 +1164,106 @@ out:
 	return rc;
 }
 
-/* ---- commit ---- */
-
-/*
- * Stream mode: append the zeros [data_end, size) to the stream, cut like written bytes (a run of
- * zeros is one maximal chunk stored once), so that data_end == size. Returns 0 or the -errno of
- * a chunk put, also left in err. Caller holds the write lock.
- */
-static int stream_fill_zeros(struct ckfs *fs, struct oinode *oi)
+int oi_punch(struct ckfs *fs, struct oinode *oi, uint64_t off, uint64_t len)
 {
 	int rc = 0;
 
-	while (rc == 0 && oi->data_end < oi->size) {
-		uint64_t gap = oi->size - oi->data_end;
-
-		rc = stream_append(fs, oi, NULL, gap < WB_SEG ? (size_t)gap : WB_SEG);
-	}
-	fly_drain(fs, oi);
-	if (rc == 0 && oi->fly_lost)
+	if (off + len < off)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&oi->lock);
+	fly_harvest(fs, oi);
+	if (oi->err) {
 		rc = oi->err;
-	if (rc < 0 && !oi->err)
-		oi->err = rc;
+		goto out;
+	}
+	uint64_t end = off + len < oi->size ? off + len : oi->size;
+
+	if (off >= end || (oi->stage_fd < 0 && off >= oi->data_end))
+		goto out; /* nothing there, or zeros already (invariant 1) */
+	if (oi->stage_fd < 0 && (rc = enter_staging(fs, oi)) < 0)
+		goto out;
+	if (fallocate(oi->stage_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+		      (off_t)(end - off)) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	set_overlay(fs, oi);
+out:
+	pthread_rwlock_unlock(&oi->lock);
 	return rc;
 }
 
-/* Whole-file digest of [0, size) by reading it back (appends to pre-existing content). */
+/* ---- commit ---- */
+
+/*
+ * stream_next - stream mode, pos < size: the first offset >= pos in data (data true) or in a hole
+ * (false), or size when there is none. Data: the extents, and the bytes [ext_end, data_end) not
+ * yet stored; holes: the gaps between extents, up to ext_end, and [data_end, size) (invariant
+ * 1). Adjacent extents are one run of data. Caller holds the lock; drained or not, the ranges
+ * are the same (in-flight chunks tile [ext_end, cut_start)).
+ */
+static uint64_t stream_next(const struct oinode *oi, uint64_t pos, bool data)
+{
+	if (pos >= oi->data_end)
+		return data ? oi->size : pos;
+	if (pos >= oi->ext_end)
+		return data ? pos : oi->data_end;
+	size_t i = ext_find(oi, pos);
+	const struct idx_extent *e = oi->n_ext ? &oi->ext[i] : NULL;
+	bool in = e && pos >= e->offset && pos < e->offset + e->length;
+
+	if (data) {
+		size_t j = e && pos >= e->offset ? i + 1 : i;
+
+		if (in)
+			return pos;
+		if (j < oi->n_ext)
+			return oi->ext[j].offset;
+		return oi->data_end > oi->ext_end ? oi->ext_end : oi->size;
+	}
+	if (!in)
+		return pos;
+	uint64_t end = e->offset + e->length;
+	size_t j = i + 1;
+
+	while (j < oi->n_ext && oi->ext[j].offset == end)
+		end += oi->ext[j++].length;
+	if (j == oi->n_ext && end == oi->ext_end)
+		end = oi->data_end; /* the bytes not yet stored follow */
+	return end;
+}
+
+int oi_seek_data(struct oinode *oi, uint64_t off, bool data, uint64_t *ret_off)
+{
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&oi->lock);
+	if (off >= oi->size) {
+		rc = -ENXIO;
+	} else if (oi->stage_fd >= 0) {
+		off_t r = lseek(oi->stage_fd, (off_t)off, data ? SEEK_DATA : SEEK_HOLE);
+
+		if (r < 0)
+			rc = -errno;
+		else
+			*ret_off = (uint64_t)r < oi->size ? (uint64_t)r : oi->size;
+	} else {
+		uint64_t r = stream_next(oi, off, data);
+
+		if (data && r >= oi->size)
+			rc = -ENXIO;
+		else
+			*ret_off = r;
+	}
+	pthread_rwlock_unlock(&oi->lock);
+	return rc;
+}
+
+/*
+ * Stream mode: whole-file digest of [0, size) by reading its data back and recording each hole
+ * (store_hasher_hole), the runs as stream_next finds them, so that the digest is the one verify
+ * computes from the committed extents.
+ */
 static int hash_content(struct ckfs *fs, struct oinode *oi, struct store_hash *ret)
 {
 	struct store_hasher *hs = store_hasher_new();
@@ -1174,15 +1275,24 @@ static int hash_content(struct ckfs *fs, struct oinode *oi, struct store_hash *r
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (uint64_t off = 0; off < oi->size;) {
-		ssize_t n = read_locked(fs, oi, buf, bufsz, off, NULL);
+	for (uint64_t pos = 0; pos < oi->size;) {
+		uint64_t d = stream_next(oi, pos, true), h;
 
-		if (n <= 0) {
-			rc = n < 0 ? (int)n : -EIO;
-			goto out;
+		store_hasher_hole(hs, pos, d - pos);
+		if (d >= oi->size)
+			break;
+		h = stream_next(oi, d, false);
+		for (pos = d; pos < h;) {
+			size_t want = h - pos < bufsz ? (size_t)(h - pos) : bufsz;
+			ssize_t n = read_locked(fs, oi, buf, want, pos, NULL);
+
+			if (n <= 0) {
+				rc = n < 0 ? (int)n : -EIO;
+				goto out;
+			}
+			store_hasher_update(hs, buf, (size_t)n);
+			pos += (uint64_t)n;
 		}
-		store_hasher_update(hs, buf, (size_t)n);
-		off += (uint64_t)n;
 	}
 	store_hasher_digest(hs, ret);
 out:
@@ -1191,66 +1301,142 @@ out:
 	return rc;
 }
 
-/* Staging mode: cut the staging file into chunks; on success switch back to stream mode. */
-static int commit_staging(struct ckfs *fs, struct oinode *oi, struct idx_extent **ret_ext,
-			  size_t *ret_n, struct store_hash *ret_hash)
+/*
+ * A hole of the staging file shorter than this is stored as zeros inside the data around it
+ * rather than as a hole, so that a writer's scattered small writes do not cut the file into
+ * many small chunks. 64 KiB: well under the chunker's average (store.h STORE_CHUNK_AVG).
+ */
+#define STAGE_HOLE_MIN (64u << 10)
+
+/*
+ * stage_run - the next run of data of the staging file at or after pos, holes shorter than
+ * STAGE_HOLE_MIN included: [*ret_start, *ret_end), both <= size. Returns 1 (a run), 0 (none)
+ * or -errno of lseek.
+ */
+static int stage_run(int fd, uint64_t pos, uint64_t size, uint64_t *ret_start, uint64_t *ret_end)
 {
-	size_t cap = 2 * STORE_CHUNK_MAX, have = 0, n = 0, ecap = 0;
-	uint8_t *buf = malloc(cap);
-	struct idx_extent *ext = NULL;
-	struct store_hasher *hs = store_hasher_new();
-	uint64_t pos = 0, base = 0;
-	int rc = 0;
+	off_t d = lseek(fd, (off_t)pos, SEEK_DATA), first = d, h;
 
-	if (!buf || !hs) {
-		rc = -ENOMEM;
-		goto fail;
+	if (d < 0)
+		return errno == ENXIO ? 0 : -errno;
+	if ((uint64_t)d >= size)
+		return 0;
+	for (;;) {
+		if ((h = lseek(fd, d, SEEK_HOLE)) < 0)
+			return -errno;
+		if ((uint64_t)h >= size) {
+			h = (off_t)size;
+			break;
+		}
+		off_t next = lseek(fd, h, SEEK_DATA);
+
+		if (next < 0 && errno != ENXIO)
+			return -errno;
+		if (next < 0 || (uint64_t)next >= size || next - h >= (off_t)STAGE_HOLE_MIN)
+			break;
+		d = next; /* a short hole: the run goes on */
 	}
-	while (base < oi->size) {
-		/* fill the window */
-		while (have < cap && pos < oi->size) {
-			size_t want = cap - have;
+	*ret_start = (uint64_t)first;
+	*ret_end = (uint64_t)h;
+	return 1;
+}
 
-			if (want > oi->size - pos)
-				want = (size_t)(oi->size - pos);
+/*
+ * stage_cut - cut the staging file's bytes [start, end) into chunks (the chunker restarted at
+ * start, the last chunk ending at end), appending them to *ext (n used, cap allocated) and their
+ * bytes to hs. buf: 2 * STORE_CHUNK_MAX bytes of scratch. Returns 0 or -errno.
+ */
+static int stage_cut(struct ckfs *fs, struct oinode *oi, uint64_t start, uint64_t end,
+		     uint8_t *buf, struct idx_extent **ext, size_t *n, size_t *cap,
+		     struct store_hasher *hs)
+{
+	size_t bufcap = 2 * STORE_CHUNK_MAX, have = 0;
+	uint64_t pos = start, base = start;
+	int rc;
+
+	while (base < end) {
+		/* fill the window */
+		while (have < bufcap && pos < end) {
+			size_t want = bufcap - have;
+
+			if (want > end - pos)
+				want = (size_t)(end - pos);
 			ssize_t r = pread(oi->stage_fd, buf + have, want, (off_t)pos);
 
 			if (r < 0 && errno == EINTR)
 				continue;
-			if (r < 0) {
-				rc = -errno;
-				goto fail;
-			}
-			if (r == 0) { /* sparse end */
+			if (r < 0)
+				return -errno;
+			if (r == 0) { /* past the staging file's end: zeros */
 				memset(buf + have, 0, want);
 				r = (ssize_t)want;
 			}
 			have += (size_t)r;
 			pos += (uint64_t)r;
 		}
-		size_t cut = store_cdc_cut(buf, have, pos >= oi->size);
+		size_t cut = store_cdc_cut(buf, have, pos >= end);
 
-		if (cut == 0) {
-			rc = -EIO;
-			goto fail;
-		}
-		if ((rc = ext_reserve(&ext, &ecap, n + 1)) < 0)
-			goto fail;
-		if ((rc = put_extent(fs, oi, buf, cut, base, &ext[n])) < 0)
-			goto fail;
+		if (cut == 0)
+			return -EIO;
+		if ((rc = ext_reserve(ext, cap, *n + 1)) < 0)
+			return rc;
+		if ((rc = put_extent(fs, oi, buf, cut, base, &(*ext)[*n])) < 0)
+			return rc;
 		store_hasher_update(hs, buf, cut);
-		n++;
+		(*n)++;
 		base += cut;
 		memmove(buf, buf + cut, have - cut);
 		have -= cut;
 	}
-	store_hasher_digest(hs, ret_hash);
+	return 0;
+}
+
+/*
+ * Staging mode: cut the staging file's data into chunks, its holes (SEEK_DATA / SEEK_HOLE, those
+ * of STAGE_HOLE_MIN and more) left as gaps between the extents: O(data), not O(size). On success
+ * *ret_hash is the whole-file digest, *ret_end the end of the last extent (0: none), and
+ * oi->hasher covers [0, *ret_end) (interior holes recorded), ready for the stream to go on there.
+ */
+static int commit_staging(struct ckfs *fs, struct oinode *oi, struct idx_extent **ret_ext,
+			  size_t *ret_n, struct store_hash *ret_hash, uint64_t *ret_end)
+{
+	uint8_t *buf = malloc(2 * STORE_CHUNK_MAX);
+	struct idx_extent *ext = NULL;
+	struct store_hasher *hs = store_hasher_new(), *whole = NULL;
+	uint64_t pos = 0;
+	size_t n = 0, ecap = 0;
+	int rc = 0;
+
+	if (!buf || !hs) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	while (pos < oi->size) {
+		uint64_t start = 0, end = 0;
+
+		if ((rc = stage_run(oi->stage_fd, pos, oi->size, &start, &end)) < 0)
+			goto fail;
+		if (rc == 0)
+			break;
+		store_hasher_hole(hs, pos, start - pos);
+		if ((rc = stage_cut(fs, oi, start, end, buf, &ext, &n, &ecap, hs)) < 0)
+			goto fail;
+		pos = end;
+	}
+	rc = 0;
+	if (!(whole = store_hasher_copy(hs))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	store_hasher_hole(whole, pos, oi->size - pos);
+	store_hasher_digest(whole, ret_hash);
+	store_hasher_free(whole);
 	free(buf);
-	/* keep hs as the stream hasher: it covers exactly the new extents */
 	store_hasher_free(oi->hasher);
 	oi->hasher = hs;
 	*ret_ext = ext;
 	*ret_n = n;
+	*ret_end = pos;
 	return 0;
 fail:
 	free(buf);
@@ -1273,6 +1459,7 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 {
 	struct idx_extent *all = NULL, *staged = NULL;
 	struct store_hash digest;
+	uint64_t staged_end = 0;
 	struct fs_freed fr = { 0 };
 	size_t n_all = 0, n_staged = 0;
 	bool from_staging = false, committed = false;
@@ -1290,13 +1477,15 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 	}
 	if (oi->stage_fd >= 0) {
 		from_staging = true;
-		if ((rc = commit_staging(fs, oi, &staged, &n_staged, &digest)) < 0)
+		if ((rc = commit_staging(fs, oi, &staged, &n_staged, &digest, &staged_end)) < 0)
 			goto out;
 		all = staged;
 		n_all = n_staged;
 	} else {
-		if ((rc = stream_fill_zeros(fs, oi)) < 0)
+		if (oi->fly_lost) {
+			rc = oi->err ? oi->err : -EIO;
 			goto out;
+		}
 		/* drained: the extents end at cut_start, and the chunk being cut, [cut_start,
 		 * data_end), is stored as the last one, as if the file ended here. It stays in the
 		 * segments so later appends are cut as one stream, and this provisional last extent
@@ -1327,10 +1516,21 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 				goto out;
 			n_all++;
 		}
-		if (oi->hash_ok)
-			store_hasher_digest(oi->hasher, &digest);
-		else if ((rc = hash_content(fs, oi, &digest)) < 0)
+		if (oi->hash_ok) {
+			/* [data_end, size) is a hole (invariant 1), recorded in a copy: the
+			 * stream goes on at data_end */
+			struct store_hasher *whole = store_hasher_copy(oi->hasher);
+
+			if (!whole) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			store_hasher_hole(whole, oi->data_end, oi->size - oi->data_end);
+			store_hasher_digest(whole, &digest);
+			store_hasher_free(whole);
+		} else if ((rc = hash_content(fs, oi, &digest)) < 0) {
 			goto out;
+		}
 	}
 
 	rc = store_sync(fs->st);
@@ -1373,8 +1573,8 @@ int oi_commit(struct ckfs *fs, struct oinode *oi)
 		free(oi->ext);
 		oi->ext = staged;
 		oi->cap_ext = oi->n_ext = n_staged;
-		oi->ext_end = oi->size;
-		stream_cut_back(fs, oi, oi->size);
+		oi->ext_end = staged_end;
+		stream_cut_back(fs, oi, staged_end); /* [staged_end, size): the trailing hole */
 		oi->hash_ok = true;
 		staged = all = NULL;
 	}

@@ -1589,27 +1589,82 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/*
+ * fallocate(2) as ext4 takes it, on a file whose bytes are content-addressed: no space is
+ * reserved (a later write can still find the disk full: README "Limits"). Mode 0 grows the
+ * size, FALLOC_FL_KEEP_SIZE alone changes nothing, PUNCH_HOLE (with KEEP_SIZE, as the kernel
+ * requires) and ZERO_RANGE make the range a hole (zeros, no chunk), ZERO_RANGE growing the
+ * size unless KEEP_SIZE. Other modes (COLLAPSE_RANGE, INSERT_RANGE, UNSHARE_RANGE) are
+ * EOPNOTSUPP. An end past CKPTFS_MAX_FILE_SIZE is EFBIG. Each costs O(1) in the range's
+ * length; a hole punched into stored data costs a copy of the file's data once (oi_punch).
+ */
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
 			 struct fuse_file_info *fi)
 {
+	const int known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-	int rc;
+	struct ckfs *fs = req_fs(req);
+	uint64_t end = (uint64_t)offset + (uint64_t)length;
+	int rc = 0;
 
-	if (mode != 0 || h->vkind) {
+	if ((mode & ~known) || h->vkind || !h->oi ||
+	    ((mode & FALLOC_FL_PUNCH_HOLE) && (mode & FALLOC_FL_ZERO_RANGE))) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
-	/* plain fallocate: grow to offset+length; space is not reserved (content-addressed) */
-	pthread_rwlock_rdlock(&h->oi->lock);
-	uint64_t size = h->oi->size;
-
-	pthread_rwlock_unlock(&h->oi->lock);
-	rc = 0;
-	if ((uint64_t)(offset + length) > size) {
-		rc = oi_truncate(req_fs(req), h->oi, (uint64_t)(offset + length));
+	if (offset < 0 || length <= 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (end < (uint64_t)offset || end > CKPTFS_MAX_FILE_SIZE) {
+		fuse_reply_err(req, EFBIG);
+		return;
+	}
+	if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+		rc = oi_punch(fs, h->oi, (uint64_t)offset, (uint64_t)length);
 		h->wrote = true;
 	}
+	if (rc == 0 && !(mode & FALLOC_FL_KEEP_SIZE)) {
+		pthread_rwlock_rdlock(&h->oi->lock);
+		uint64_t size = h->oi->size;
+
+		pthread_rwlock_unlock(&h->oi->lock);
+		if (end > size) {
+			rc = oi_truncate(fs, h->oi, end);
+			h->wrote = true;
+		}
+	}
 	fuse_reply_err(req, -rc);
+}
+
+/*
+ * lseek(2)'s SEEK_DATA and SEEK_HOLE (the kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself):
+ * a regular file's holes are the ranges no chunk backs (oi_seek_data); a virtual file is all
+ * data. ENXIO at or past the end, as ext4.
+ */
+static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	uint64_t r = 0;
+	int rc;
+
+	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (h->vkind || !h->oi) {
+		if ((uint64_t)off >= h->vlen)
+			rc = -ENXIO;
+		else
+			rc = 0, r = whence == SEEK_DATA ? (uint64_t)off : h->vlen;
+	} else {
+		rc = oi_seek_data(h->oi, (uint64_t)off, whence == SEEK_DATA, &r);
+	}
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_lseek(req, (off_t)r);
 }
 
 const struct fuse_lowlevel_ops ckfs_ops = {
@@ -1640,4 +1695,5 @@ const struct fuse_lowlevel_ops ckfs_ops = {
 	.statfs = op_statfs,
 	.create = op_create,
 	.fallocate = op_fallocate,
+	.lseek = op_lseek,
 };

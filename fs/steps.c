@@ -404,8 +404,17 @@ static ssize_t ext_read(void *arg, void *buf, size_t len, uint64_t off)
 		struct store_hash h;
 		uint64_t pos = off + done;
 
-		if (pos < e->offset || pos >= e->offset + e->length)
+		if (pos >= e->offset + e->length)
 			continue;
+		if (pos < e->offset) { /* a hole (index invariant 4): zeros */
+			size_t z = e->offset - pos < len - done ? (size_t)(e->offset - pos) : len - done;
+
+			memset((uint8_t *)buf + done, 0, z);
+			done += z;
+			if (done == len)
+				break;
+			pos += z;
+		}
 		memcpy(h.b, e->hash, STORE_HASH_LEN);
 		size_t want = len - done;
 
@@ -418,7 +427,9 @@ static ssize_t ext_read(void *arg, void *buf, size_t len, uint64_t off)
 			return got < 0 ? got : -EIO;
 		done += want;
 	}
-	return (ssize_t)done;
+	/* the callers ask within the file's size: what no extent covers is its trailing hole */
+	memset((uint8_t *)buf + done, 0, len - done);
+	return (ssize_t)len;
 }
 
 /* Re-check the structure of every file under dir from the store; flag the malformed. */

@@ -11,8 +11,9 @@
  *   3. chunks.refs = number of extents rows whose hash is that chunk's (the header's
  *      "file_chunks" are the extents rows here). A chunk at refs 0 is kept only while the
  *      release callback wants it; idx_recover removes the rest.
- *   4. The extents rows of a regular file, in offset order, tile [0, inodes.size): the first at 0,
- *      each next one where the previous ends, the last ending at size; every extent's length is its
+ *   4. The extents rows of a regular file, in offset order, lie in [0, inodes.size) without
+ *      overlaps; without IDX_INODE_SPARSE (flags & 8) they tile it: the first at 0, each next
+ *      one where the previous ends, the last ending at size. Every extent's length is its
  *      chunk's raw_size (> 0). Only regular files have extents.
  *   5. An inode with nlink = 0 exists only while fs/ holds it open; idx_recover deletes the rest.
  *   6. steps.dir_ino is 0 or an inodes row that is a directory; the partial UNIQUE index
@@ -126,10 +127,10 @@ static const char *const ix_sql[IX__COUNT] = {
 			    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
 	[IX_INODE_UPDATE] = "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, nlink = ?5, "
 			    "size = ?6, atime_ns = ?7, mtime_ns = ?8, ctime_ns = ?9, rdev = ?10, "
-			    "hash = ?11, flags = ?12 WHERE ino = ?1",
+			    "hash = ?11, flags = (?12 & ~8) | (flags & 8) WHERE ino = ?1",
 	[IX_INODE_DELETE] = "DELETE FROM inodes WHERE ino = ?1",
 	[IX_INODE_SET_CONTENT] = "UPDATE inodes SET size = ?2, hash = ?3, mtime_ns = ?4, "
-				 "ctime_ns = ?4 WHERE ino = ?1",
+				 "ctime_ns = ?4, flags = (flags & ~8) | ?5 WHERE ino = ?1",
 	[IX_INODE_MODE] = "SELECT mode FROM inodes WHERE ino = ?1",
 	[IX_SYMLINK_SET] = "UPDATE inodes SET symlink = ?2 WHERE ino = ?1",
 	[IX_SYMLINK_GET] = "SELECT symlink FROM inodes WHERE ino = ?1 AND symlink IS NOT NULL",
@@ -252,12 +253,17 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CHECK_EXT_LENGTH] = "SELECT e.ino, e.offset, e.length, c.raw_size FROM extents e "
 				"CROSS JOIN chunks c ON c.hash = e.hash "
 				"WHERE e.length <> c.raw_size OR e.length <= 0 LIMIT 1",
-	[IX_CHECK_TILE_GAP] = "SELECT ino, offset, expect FROM (SELECT ino, offset, "
+	[IX_CHECK_TILE_GAP] = "SELECT x.ino, x.offset, x.expect FROM (SELECT ino, offset, "
 			      "lag(offset + length, 1, 0) OVER (PARTITION BY ino ORDER BY offset) "
-			      "AS expect FROM extents) WHERE offset <> expect LIMIT 1",
-	[IX_CHECK_TILE_SIZE] = "SELECT i.ino, i.size, coalesce((SELECT sum(e.length) "
-			       "FROM extents e WHERE e.ino = i.ino), 0) AS total FROM inodes i "
-			       "WHERE (i.mode & 61440) = 32768 AND total <> i.size LIMIT 1",
+			      "AS expect FROM extents) x JOIN inodes i ON i.ino = x.ino "
+			      "WHERE CASE WHEN i.flags & 8 THEN x.offset < x.expect "
+			      "ELSE x.offset <> x.expect END LIMIT 1",
+	[IX_CHECK_TILE_SIZE] = "SELECT i.ino, i.size, CASE WHEN i.flags & 8 THEN "
+			       "coalesce((SELECT max(e.offset + e.length) FROM extents e "
+			       "WHERE e.ino = i.ino), 0) ELSE coalesce((SELECT sum(e.length) "
+			       "FROM extents e WHERE e.ino = i.ino), 0) END AS total FROM inodes i "
+			       "WHERE (i.mode & 61440) = 32768 AND CASE WHEN i.flags & 8 THEN "
+			       "total > i.size ELSE total <> i.size END LIMIT 1",
 	[IX_CHECK_STEP_DIR] = "SELECT s.id, s.dir_ino, i.ino IS NULL FROM steps s "
 			      "LEFT JOIN inodes i ON i.ino = s.dir_ino WHERE s.dir_ino <> 0 "
 			      "AND (i.ino IS NULL OR (i.mode & 61440) <> 16384) LIMIT 1",

@@ -16,7 +16,9 @@
  *   2. Every dentry names an existing inode; a directory has exactly one dentry (except the root,
  *      which has none).
  *   3. chunks.refs equals the number of extents rows naming that chunk.
- *   4. A regular file's extents tile [0, size) in order without gaps or overlaps.
+ *   4. A regular file's extents lie in [0, size) in offset order without overlaps. Without
+ *      IDX_INODE_SPARSE they tile [0, size) (no gaps); with it, every gap is a hole, read as
+ *      zeros (DESIGN.md "Files and chunks": holes are metadata).
  *   5. An inode with nlink = 0 exists only while a caller holds it open (fs/ deletes it on last
  *      close; idx_recover deletes those left by a crash).
  *   6. A step's dir_ino is 0 or names an existing directory inode, and no two steps name the same
@@ -81,7 +83,11 @@ struct idx_inode {
 #define IDX_INODE_TORN 0x1      /* the writer died with the file open (PF_EXITING at flush) */
 #define IDX_INODE_MALFORMED 0x2 /* the structure check of its known format failed */
 #define IDX_INODE_VALID 0x4     /* the structure check of its known format passed */
-#define IDX_INODE_FLAGS_ALL 0x7 /* every defined bit; others are refused (-EINVAL) */
+/* the file has holes: ranges of [0, size) no extent covers, which read as zeros (invariant 4).
+ * Set and cleared by idx_file_set_content alone; idx_inode_create and idx_inode_update ignore
+ * this bit in what they are given and keep the stored one. */
+#define IDX_INODE_SPARSE 0x8
+#define IDX_INODE_FLAGS_ALL 0xf /* every defined bit; others are refused (-EINVAL) */
 
 /* One extent of a regular file: bytes [offset, offset+length) are the raw bytes of a chunk. */
 struct idx_extent {
@@ -221,10 +227,14 @@ int idx_file_extents(struct idx *ix, uint64_t ino, struct idx_extent **ret, size
 
 /*
  * idx_file_set_content - replace the content of regular file ino in one step: its extents become
- * ext[0..n) (which must tile [0, size)), its size and whole-file digest are set, its mtime and
- * ctime set to mtime_ns. New chunks are inserted with refs 1, known ones get refs + 1; the old
- * extents' chunks get refs - 1 and are released through release() at 0.
- * Returns 0, -ENOENT (no such inode), -EINVAL (extents do not tile [0, size)).
+ * ext[0..n) (in offset order, each length > 0, no overlap, all inside [0, size)), its size and
+ * whole-file digest are set, its mtime and ctime set to mtime_ns. Gaps between the extents (and
+ * before the first, after the last) are holes: the inode gets IDX_INODE_SPARSE when there is
+ * one and loses it when there is none. New chunks are inserted with refs 1, known ones get
+ * refs + 1; the old extents' chunks get refs - 1 and are released through release() at 0.
+ * Cost: O(n), whatever the holes' lengths.
+ * Returns 0, -ENOENT (no such inode), -EINVAL (extents out of order, overlapping, empty or past
+ * size; size above INT64_MAX).
  */
 int idx_file_set_content(struct idx *ix, uint64_t ino, const struct idx_extent *ext, size_t n,
 			 uint64_t size, const uint8_t hash[IDX_HASH_LEN], int64_t mtime_ns,

@@ -89,11 +89,13 @@ static int ix_check_one(struct idx *ix, enum ix_stmt id, char *msg, size_t cap)
 		       I(0), I(1), I(2), I(3));
 		break;
 	case IX_CHECK_TILE_GAP:
-		ix_msg(msg, cap, "invariant 4: inode %lld has an extent at %lld, expected %lld",
+		ix_msg(msg, cap, "invariant 4: inode %lld has an extent at %lld, expected %lld "
+				 "(sparse: not below)",
 		       I(0), I(1), I(2));
 		break;
 	case IX_CHECK_TILE_SIZE:
-		ix_msg(msg, cap, "invariant 4: inode %lld has size %lld but extents cover %lld",
+		ix_msg(msg, cap, "invariant 4: inode %lld has size %lld but extents cover %lld "
+				 "(sparse: end at)",
 		       I(0), I(1), I(2));
 		break;
 	case IX_CHECK_STEP_DIR:

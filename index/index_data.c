@@ -146,25 +146,32 @@ out:
 	return r;
 }
 
-/* ix_tiles - true if ext[0..n) tile [0, size) in order, every length > 0, size storable. */
-static bool ix_tiles(const struct idx_extent *ext, size_t n, uint64_t size)
+/*
+ * ix_layout - check that ext[0..n) lie in [0, size) in order, without overlaps, every length
+ * > 0, size storable (invariant 4). Returns 0 (they tile [0, size)), 1 (valid, with holes) or
+ * -EINVAL.
+ */
+static int ix_layout(const struct idx_extent *ext, size_t n, uint64_t size)
 {
 	uint64_t end = 0;
+	bool gaps = false;
 
 	if (size > INT64_MAX)
-		return false;
+		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
-		if (ext[i].offset != end || ext[i].length == 0 || ext[i].length > size - end)
-			return false;
-		end += ext[i].length;
+		if (ext[i].offset < end || ext[i].length == 0 || ext[i].offset > size ||
+		    ext[i].length > size - ext[i].offset)
+			return -EINVAL;
+		gaps |= ext[i].offset != end;
+		end = ext[i].offset + ext[i].length;
 	}
-	return end == size;
+	return gaps || end != size ? 1 : 0;
 }
 
 /* ix_set_content - idx_file_set_content inside the caller's savepoint (see the top). */
 static int ix_set_content(struct idx *ix, uint64_t ino, const struct idx_extent *ext, size_t n,
 			  uint64_t size, const uint8_t hash[IDX_HASH_LEN], int64_t mtime_ns,
-			  idx_release_fn release, void *arg)
+			  bool sparse, idx_release_fn release, void *arg)
 {
 	uint8_t(*zeros)[IDX_HASH_LEN] = NULL;
 	size_t nzeros = 0;
@@ -224,7 +231,8 @@ static int ix_set_content(struct idx *ix, uint64_t ino, const struct idx_extent 
 	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0 ||
 	    (r = ix_bind_i64(ix, st, 2, (int64_t)size)) < 0 ||
 	    (hash && (r = ix_bind_hash(ix, st, 3, hash)) < 0) ||
-	    (r = ix_bind_i64(ix, st, 4, mtime_ns)) < 0)
+	    (r = ix_bind_i64(ix, st, 4, mtime_ns)) < 0 ||
+	    (r = ix_bind_i64(ix, st, 5, sparse ? IDX_INODE_SPARSE : 0)) < 0)
 		goto out_st;
 	if ((r = ix_run(ix, st)) < 0)
 		goto out;
@@ -243,15 +251,15 @@ int idx_file_set_content(struct idx *ix, uint64_t ino, const struct idx_extent *
 			 uint64_t size, const uint8_t hash[IDX_HASH_LEN], int64_t mtime_ns,
 			 idx_release_fn release, void *arg)
 {
-	int r;
+	int r, holes;
 
 	if (ix->rdonly)
 		return -EROFS;
-	if (!ix_tiles(ext, n, size))
-		return -EINVAL;
+	if ((holes = ix_layout(ext, n, size)) < 0)
+		return holes;
 	if ((r = ix_sp_begin(ix)) < 0)
 		return r;
-	r = ix_set_content(ix, ino, ext, n, size, hash, mtime_ns, release, arg);
+	r = ix_set_content(ix, ino, ext, n, size, hash, mtime_ns, holes > 0, release, arg);
 	return ix_sp_end(ix, r);
 }
 

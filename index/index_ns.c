@@ -85,7 +85,10 @@ static int ix_bind_attr(struct idx *ix, sqlite3_stmt *st, int first, const struc
 	if (attr->has_hash &&
 	    (r = ix_bind_hash(ix, st, first + (int)IX_ARRAY_SIZE(v), attr->hash)) < 0)
 		return r; /* without a hash: left unbound, NULL */
-	return ix_bind_i64(ix, st, first + (int)IX_ARRAY_SIZE(v) + 1, attr->flags);
+	/* IDX_INODE_SPARSE is idx_file_set_content's: a new inode has no extents, an update
+	 * keeps the stored bit (IX_INODE_UPDATE) */
+	return ix_bind_i64(ix, st, first + (int)IX_ARRAY_SIZE(v) + 1,
+			   attr->flags & ~(uint32_t)IDX_INODE_SPARSE);
 }
 
 int idx_inode_create(struct idx *ix, const struct idx_inode *attr, uint64_t *ret_ino)

@@ -466,13 +466,15 @@ static int ix_fix_chunks(struct idx *ix, const struct idx_repair_ops *ops,
 	return r;
 }
 
-/* 3. ranges of regular files no extent covers get "lost" chunks (invariant 3) */
+/* 3. ranges of regular files no extent covers get "lost" chunks (invariant 3); in a sparse file
+ * (IDX_INODE_SPARSE) they are holes and stay, and its whole-file digest, which records each
+ * hole, tells verify if an extent was lost */
 static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 			struct idx_repair_stats *s)
 {
 	sqlite3_stmt *files = NULL, *ext = NULL, *ch = NULL, *ins = NULL, *del = NULL;
-	int r = ix_prep(ix, "SELECT ino, size FROM inodes WHERE (mode & 61440) = 32768 AND "
-			    "hash IS NOT NULL", &files);
+	int r = ix_prep(ix, "SELECT ino, size, flags FROM inodes WHERE (mode & 61440) = 32768 "
+			    "AND hash IS NOT NULL", &files);
 
 	if (r == 0)
 		r = ix_prep(ix, "SELECT offset, length FROM extents WHERE ino = ?1 ORDER BY offset",
@@ -488,6 +490,7 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 	while (r == 0 && (r = sqlite3_step(files)) == SQLITE_ROW) {
 		uint64_t ino = (uint64_t)sqlite3_column_int64(files, 0);
 		uint64_t size = (uint64_t)sqlite3_column_int64(files, 1), at = 0, lost = 0;
+		bool sparse = (sqlite3_column_int64(files, 2) & IDX_INODE_SPARSE) != 0;
 
 		/* gaps: [at, next offset); extents past size are dropped */
 		struct {
@@ -504,7 +507,7 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 
 			if (off >= size || off < at)
 				break; /* past the end, or overlapping: dropped below */
-			if (off > at) {
+			if (off > at && !sparse) {
 				if (ng < 64) {
 					gap[ng].off = at;
 					gap[ng].len = off - at;
@@ -531,11 +534,13 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 			break;
 		}
 		s->extents_dropped += (uint64_t)sqlite3_changes(ix->db);
-		if (at < size && ng < 64) {
+		if (sparse || at >= size) {
+			/* holes, or no gap at the end */
+		} else if (ng < 64) {
 			gap[ng].off = at;
 			gap[ng].len = size - at;
 			ng++;
-		} else if (at < size) {
+		} else {
 			more = true;
 		}
 		uint64_t gap_total = 0;

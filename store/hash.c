@@ -109,6 +109,19 @@ void store_hasher_update(struct store_hasher *hs, const void *buf, size_t len)
 	(void)XXH3_128bits_update(hs->state, buf, len);
 }
 
+void store_hasher_hole(struct store_hasher *hs, uint64_t offset, uint64_t length)
+{
+	uint8_t rec[STORE_HOLE_RECORD] = { 'c', 'k', 'p', 't', 'H', 'O', 'L', 'E' };
+
+	if (length == 0)
+		return;
+	for (int i = 0; i < 8; i++) {
+		rec[8 + i] = (uint8_t)(offset >> (8 * i));
+		rec[16 + i] = (uint8_t)(length >> (8 * i));
+	}
+	store_hasher_update(hs, rec, sizeof(rec));
+}
+
 void store_hasher_digest(const struct store_hasher *hs, struct store_hash *ret)
 {
 	hash_from_xxh(XXH3_128bits_digest(hs->state), ret);

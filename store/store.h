@@ -161,6 +161,19 @@ struct store_hasher *store_hasher_copy(const struct store_hasher *hs);
 void store_hasher_free(struct store_hasher *hs);
 
 /*
+ * The whole-file digest of a sparse file. A file's digest is XXH3-128 over its bytes in order,
+ * except that each hole (a maximal range [offset, offset + length) that no chunk backs, length
+ * > 0) contributes, instead of its zeros, the STORE_HOLE_RECORD-byte record
+ * "ckptHOLE" | le64 offset | le64 length. A file without holes keeps the plain XXH3-128 of its
+ * bytes; a hole of any length costs O(1) to digest (ckptfs allows files of 16 TiB). The same
+ * bytes stored with and without a hole have different digests: the digest vouches for the
+ * stored representation, which is what verify re-reads.
+ * store_hasher_hole appends the record of one hole (length 0: nothing). Not thread-safe.
+ */
+#define STORE_HOLE_RECORD 24
+void store_hasher_hole(struct store_hasher *hs, uint64_t offset, uint64_t length);
+
+/*
  * store_encode - encode raw bytes for storage, choosing the codec from a sample.
  * @raw, @len: raw bytes, len <= STORE_CHUNK_MAX.
  * @level: zstd level (>= 1); at 1, byte-grouped payloads are entropy-coded only (codec.c,

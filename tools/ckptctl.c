@@ -1274,36 +1274,48 @@ enum v_file_result {
 	VF_DAMAGED,   /* reason filled */
 };
 
-/* Takes each piece a stream_extents() read: returns 0, or -errno with reason filled. */
+/* Takes each piece a stream_extents() read (buf NULL: a hole of len bytes, index invariant 4):
+ * returns 0, or -errno with reason filled. */
 typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
 
 /*
  * stream_extents - read the extents ext[0..n) of a file of size bytes in order through the
  * store (every chunk re-hashed by store_chunk_pread), in pieces of at most STORE_CHUNK_MAX bytes
- * into buf, feeding each piece to sink and to hs (reset first).
+ * into buf, feeding each piece to sink and to hs (reset first); a sparse file's holes go to sink
+ * as (NULL, length) and to hs as store_hasher_hole records (store.h: the digest of a sparse
+ * file).
  * @what: appended to the reason of a chunk that cannot be read ("" or " while reading").
- * Returns 0 (all read; *ret_digest is the whole-file XXH3-128), 1 (damaged: extents that do not
- * tile [0, size), or a chunk missing, short or failing its checksum; reason says which), -ENOMEM,
- * or the -errno of sink. Not thread-safe for one hs/buf.
+ * Returns 0 (all read; *ret_digest is the whole-file digest), 1 (damaged: extents that do not
+ * tile [0, size) (a gap allowed only when sparse), or a chunk missing, short or failing its
+ * checksum; reason says which), -ENOMEM, or the -errno of sink. Not thread-safe for one hs/buf.
  */
 static int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
-			  uint8_t *buf, struct store_hasher *hs, stream_sink sink, void *arg,
-			  const char *what, char *reason, size_t cap, struct store_hash *ret_digest)
+			  bool sparse, uint8_t *buf, struct store_hasher *hs, stream_sink sink,
+			  void *arg, const char *what, char *reason, size_t cap,
+			  struct store_hash *ret_digest)
 {
 	char hex[2 * STORE_HASH_LEN + 1];
 	uint64_t pos = 0;
 	int rc;
 
 	store_hasher_reset(hs);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i <= n; i++) {
 		struct store_hash h;
-		uint64_t off = 0;
+		uint64_t off = 0, at = i < n ? ext[i].offset : size;
 
-		if (ext[i].offset != pos) {
+		if (at < pos || (at > pos && !sparse)) {
 			snprintf(reason, cap,
 				 "extents do not tile the file: gap or overlap at offset %" PRIu64, pos);
 			return 1;
 		}
+		if (at > pos) {
+			if ((rc = sink(NULL, at - pos, arg, reason, cap)) < 0)
+				return rc;
+			store_hasher_hole(hs, pos, at - pos);
+			pos = at;
+		}
+		if (i == n)
+			break;
 		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
 		while (off < ext[i].length) {
 			size_t want = ext[i].length - off;
@@ -1339,7 +1351,8 @@ static int stream_extents(struct store *st, const struct idx_extent *ext, size_t
 /* stream_sink of verify: count the bytes read (arg: uint64_t). */
 static int count_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
 {
-	*(uint64_t *)arg += len;
+	if (buf)
+		*(uint64_t *)arg += len;
 	return 0;
 }
 
@@ -1378,7 +1391,8 @@ static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, u
 			goto out;
 		}
 	}
-	rc = stream_extents(c->r->st, ext, n, ret_in->size, buf, hs, count_sink, ret_bytes,
+	rc = stream_extents(c->r->st, ext, n, ret_in->size, ret_in->flags & IDX_INODE_SPARSE, buf,
+			    hs, count_sink, ret_bytes,
 			    " while reading", reason, cap, &got);
 	if (rc != 0) {
 		rc = rc == 1 ? VF_DAMAGED : rc;
@@ -3015,7 +3029,14 @@ struct export_sink_arg {
 static int export_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
 {
 	struct export_sink_arg *a = arg;
-	int rc = write_all(a->fd, buf, len);
+	int rc = 0;
+
+	if (!buf) { /* a hole stays one: skipped here, the size set by export_file */
+		if (lseek(a->fd, (off_t)len, SEEK_CUR) < 0)
+			rc = -errno;
+	} else {
+		rc = write_all(a->fd, buf, len);
+	}
 
 	if (rc < 0) {
 		snprintf(reason, cap, "cannot write '%s': %s", a->partial, strerror(-rc));
@@ -3064,7 +3085,8 @@ static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char
 	created = true;
 	struct export_sink_arg sa = { .x = x, .fd = fd, .partial = partial };
 
-	rc = stream_extents(x->r->st, ext, n, ret_in->size, x->buf, x->hs, export_sink, &sa, "",
+	rc = stream_extents(x->r->st, ext, n, ret_in->size, ret_in->flags & IDX_INODE_SPARSE,
+			    x->buf, x->hs, export_sink, &sa, "",
 			    reason, cap, &got);
 	if (rc != 0) {
 		rc = rc == 1 ? EX_DAMAGED : rc;
@@ -3091,7 +3113,8 @@ static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char
 			  .tv_nsec = ret_in->mtime_ns % 1000000000 },
 		};
 
-		if (fchmod(fd, ret_in->mode & 07777) < 0 || fsync(fd) < 0 ||
+		if (ftruncate(fd, (off_t)ret_in->size) < 0 || /* a trailing hole */
+		    fchmod(fd, ret_in->mode & 07777) < 0 || fsync(fd) < 0 ||
 		    futimens(fd, ts) < 0) {
 			rc = -errno;
 			snprintf(reason, cap, "cannot finish '%s': %s", partial, strerror(-rc));
