@@ -213,6 +213,41 @@ struct oinode {
 	_Atomic bool ov_dirty;
 };
 
+/* ---- xattr.c: extended attributes and POSIX ACLs (the index keeps them with the inode) ---- */
+
+/*
+ * fs_xattr_set / get / list / remove - setxattr(2) and friends on inode ino (not virtual),
+ * taking fs->mu. Names: user.*, trusted.*, security.*, system.posix_acl_access and
+ * system.posix_acl_default (others -EOPNOTSUPP); limits of idx_xattr_* (name 255 bytes, value
+ * 64 KiB). set: flags IDX_XATTR_CREATE / IDX_XATTR_REPLACE; an access ACL also sets the mode's
+ * permission bits, and one the mode says all of is not stored; -EINVAL (a malformed ACL),
+ * -EACCES (a default ACL on a non-directory), -EEXIST, -ENODATA, -E2BIG, -ERANGE. get: the
+ * value's length, copied when cap > 0; -ENODATA, -ERANGE. list: the NUL-separated names' length;
+ * -ERANGE. remove: 0 or -ENODATA. set and remove update the ctime; each is one transaction.
+ */
+int fs_xattr_set(struct ckfs *fs, uint64_t ino, const char *name, const void *value, size_t len,
+		 int flags);
+int fs_xattr_get(struct ckfs *fs, uint64_t ino, const char *name, void *buf, size_t cap);
+ssize_t fs_xattr_list(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
+int fs_xattr_remove(struct ckfs *fs, uint64_t ino, const char *name);
+
+/*
+ * fs_acl_chmod - after a chmod to mode, rewrite ino's access ACL, if any, to match (its
+ * USER_OBJ, MASK or GROUP_OBJ, OTHER entries). Caller holds fs->mu, in a transaction.
+ * Returns 0 or -errno of the index (-ENOMEM).
+ */
+int fs_acl_chmod(struct ckfs *fs, uint64_t ino, uint32_t mode);
+
+/*
+ * fs_acl_inherit - node ino, just created in directory parent with *mode (type and the mode
+ * the caller asked for): with a default ACL on parent, give ino its access ACL (and a directory
+ * the default ACL too) and mask *mode by it (posix_acl_create in the kernel's fs/posix_acl.c);
+ * without one, clear umask's bits from *mode. Caller holds fs->mu, in a transaction, and
+ * writes *mode back. Returns 0 or -errno of the index (-ENOMEM).
+ */
+int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mode,
+		   uint32_t umask);
+
 /* ---- daemon.c ---- */
 
 /*

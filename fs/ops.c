@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <fuse_lowlevel.h>
@@ -303,6 +304,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * without CAP_FSETID to the kernel (a setattr of the mode), whatever libfuse's default:
 	 * we do not know the caller's capabilities. */
 	conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+	/* POSIX ACLs: the kernel caches and enforces them, ckptfs stores them and keeps the mode
+	 * and inheritance in step (xattr.c); the umask is then ours to apply (make_node), since a
+	 * default ACL replaces it */
+	if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK))
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
 	conn->max_readahead = 1 << 20;
 }
 
@@ -537,8 +543,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 		rc = idx_begin(fs->ix);
 		if (rc == 0)
-			rc = commit_or_rollback(fs, idx_inode_update(fs->ix, &a));
-		if (rc < 0)
+			rc = idx_inode_update(fs->ix, &a);
+		if (rc == 0 && (to_set & FUSE_SET_ATTR_MODE))
+			rc = fs_acl_chmod(fs, ino, a.mode); /* an access ACL follows the mode */
+		if ((rc = commit_or_rollback(fs, rc)) < 0)
 			goto fail_locked;
 	}
 	rc = stat_locked(fs, ino, &st);
@@ -575,7 +583,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
  * committed_empty: a regular file created without an open (mknod) is durable and empty at once.
  */
 static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char *name,
-		     mode_t mode, const char *link_target, bool committed_empty, uint64_t *ret_ino)
+		     mode_t mode, dev_t rdev, const char *link_target, bool committed_empty,
+		     uint64_t *ret_ino)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct idx_inode a = { 0 }, pa;
@@ -605,6 +614,7 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 		a.mode |= S_ISGID;
 	a.nlink = S_ISDIR(mode) ? 2 : 1;
 	a.size = link_target ? strlen(link_target) : 0;
+	a.rdev = S_ISCHR(mode) || S_ISBLK(mode) ? (uint64_t)rdev : 0;
 	a.atime_ns = a.mtime_ns = a.ctime_ns = now;
 	if (S_ISREG(mode) && committed_empty) {
 		struct store_hash empty;
@@ -616,6 +626,16 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 	if ((rc = idx_begin(fs->ix)) < 0)
 		return rc;
 	rc = idx_inode_create(fs->ix, &a, &ino);
+	if (rc == 0 && !link_target) {
+		/* a default ACL of the parent, else the umask (FUSE_CAP_DONT_MASK: ours) */
+		uint32_t mode0 = a.mode;
+
+		rc = fs_acl_inherit(fs, parent, ino, &a.mode, ctx->umask);
+		if (rc == 0 && a.mode != mode0) {
+			a.ino = ino;
+			rc = idx_inode_update(fs->ix, &a);
+		}
+	}
 	if (rc == 0 && link_target)
 		rc = idx_symlink_set(fs->ix, ino, link_target);
 	if (rc == 0)
@@ -630,14 +650,14 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 }
 
 static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		       const char *target)
+		       dev_t rdev, const char *target)
 {
 	struct ckfs *fs = req_fs(req);
 	uint64_t ino;
 	int rc;
 
 	pthread_mutex_lock(&fs->mu);
-	rc = make_node(req, fs, parent, name, mode, target, S_ISREG(mode), &ino);
+	rc = make_node(req, fs, parent, name, mode, rdev, target, S_ISREG(mode), &ino);
 	if (rc < 0) {
 		pthread_mutex_unlock(&fs->mu);
 		fuse_reply_err(req, -rc);
@@ -647,18 +667,25 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	reply_entry_tmo(req, fs, ino, steps_dir_name(fs, parent, name) ? 0.0 : ATTR_TIMEOUT);
 }
 
+/*
+ * mknod(2): a regular file (durable and empty at once), or a FIFO, socket, character or block
+ * device node: metadata only (mode, owner, times, rdev for devices) in the index, no content.
+ * The kernel opens such nodes itself (a FIFO's buffer, the device's driver) as on ext4; whether
+ * devices may be opened is the mount's `nodev`. Checkpoint semantics ignore them.
+ */
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	if (!S_ISREG(mode)) {
-		fuse_reply_err(req, EPERM); /* device nodes, FIFOs and sockets are not stored */
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) && !S_ISCHR(mode) &&
+	    !S_ISBLK(mode)) {
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	node_reply(req, parent, name, mode, NULL);
+	node_reply(req, parent, name, mode, rdev, NULL);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	node_reply(req, parent, name, S_IFDIR | (mode & 07777), NULL);
+	node_reply(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -667,7 +694,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 		fuse_reply_err(req, ENAMETOOLONG);
 		return;
 	}
-	node_reply(req, parent, name, S_IFLNK | 0777, link);
+	node_reply(req, parent, name, S_IFLNK | 0777, 0, link);
 }
 
 /*
@@ -1206,7 +1233,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	pthread_mutex_lock(&fs->mu);
-	rc = make_node(req, fs, parent, name, S_IFREG | (mode & 07777), NULL, false, &ino);
+	rc = make_node(req, fs, parent, name, S_IFREG | (mode & 07777), 0, NULL, false, &ino);
 	if (rc == 0)
 		rc = stat_locked(fs, ino, &e.attr);
 	if (rc == 0)
@@ -1667,6 +1694,101 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 		fuse_reply_lseek(req, (off_t)r);
 }
 
+/* ---- extended attributes (xattr.c keeps them) ---- */
+
+/* A virtual inode (trackers, /.ckptfs) has no attributes and takes none. fs->mu not held. */
+static bool xa_virtual(struct ckfs *fs, fuse_ino_t ino)
+{
+	bool v;
+
+	if (ino >= VINO_BASE)
+		return true;
+	pthread_mutex_lock(&fs->mu);
+	v = in_meta(fs, ino);
+	pthread_mutex_unlock(&fs->mu);
+	return v;
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	struct ckfs *fs = req_fs(req);
+	int f = (flags & XATTR_CREATE ? IDX_XATTR_CREATE : 0) |
+		(flags & XATTR_REPLACE ? IDX_XATTR_REPLACE : 0);
+	int rc;
+
+	if (flags & ~(XATTR_CREATE | XATTR_REPLACE))
+		rc = -EINVAL;
+	else if (xa_virtual(fs, ino))
+		rc = ino >= VINO_BASE ? -EPERM : -EROFS;
+	else
+		rc = fs_xattr_set(fs, ino, name, value, size, f);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct ckfs *fs = req_fs(req);
+	char *buf = NULL;
+	int rc;
+
+	if (xa_virtual(fs, ino)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	rc = fs_xattr_get(fs, ino, name, buf, size);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)rc);
+	else
+		fuse_reply_buf(req, buf, (size_t)rc);
+	free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct ckfs *fs = req_fs(req);
+	char *buf = NULL;
+	ssize_t rc;
+
+	if (xa_virtual(fs, ino)) {
+		if (size)
+			fuse_reply_buf(req, NULL, 0);
+		else
+			fuse_reply_xattr(req, 0);
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	rc = fs_xattr_list(fs, ino, buf, size);
+	if (rc < 0)
+		fuse_reply_err(req, (int)-rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)rc);
+	else
+		fuse_reply_buf(req, buf, (size_t)rc);
+	free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct ckfs *fs = req_fs(req);
+	int rc;
+
+	if (xa_virtual(fs, ino))
+		rc = ino >= VINO_BASE ? -EPERM : -EROFS;
+	else
+		rc = fs_xattr_remove(fs, ino, name);
+	fuse_reply_err(req, -rc);
+}
+
 const struct fuse_lowlevel_ops ckfs_ops = {
 	.init = op_init,
 	.destroy = op_destroy,
@@ -1696,4 +1818,8 @@ const struct fuse_lowlevel_ops ckfs_ops = {
 	.create = op_create,
 	.fallocate = op_fallocate,
 	.lseek = op_lseek,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
 };

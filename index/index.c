@@ -51,6 +51,9 @@
  *   claims(id INTEGER PRIMARY KEY AUTOINCREMENT, tracker BLOB, content BLOB, length, step,
  *         ts_ns)       content holds the first IDX_CLAIM_MAX bytes; length > length(content)
  *                      is the "truncated" flag
+ * Schema v3 (migration v2 -> v3 adds):
+ *   xattrs(id INTEGER PRIMARY KEY, ino -> inodes ON DELETE CASCADE, name BLOB, value BLOB,
+ *          UNIQUE(ino, name))        extended attributes; id keeps listxattr in creation order
  * Names and symlink targets are BLOBs: byte-exact, compared with memcmp, never UTF-8 checked.
  * So are step names, tracker paths, claim contents and event notes.
  * AUTOINCREMENT makes inode numbers and readdir cookies never reused.
@@ -234,6 +237,12 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CLAIM_ALL] = "SELECT id, tracker, content, step, ts_ns FROM claims ORDER BY id",
 	[IX_CLAIM_LENGTH] = "SELECT length FROM claims WHERE id = ?1",
 
+	[IX_XATTR_GET] = "SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2",
+	[IX_XATTR_LIST] = "SELECT name FROM xattrs WHERE ino = ?1 ORDER BY id",
+	[IX_XATTR_INSERT] = "INSERT OR IGNORE INTO xattrs(ino, name, value) VALUES(?1, ?2, ?3)",
+	[IX_XATTR_UPDATE] = "UPDATE xattrs SET value = ?3 WHERE ino = ?1 AND name = ?2",
+	[IX_XATTR_DELETE] = "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2",
+
 	[IX_CHECK_ROOT] = "SELECT mode FROM inodes WHERE ino = 1",
 	[IX_CHECK_DENTRY_INO] = "SELECT d.parent, d.name, d.ino FROM dentries d WHERE NOT EXISTS "
 				"(SELECT 1 FROM inodes i WHERE i.ino = d.ino) LIMIT 1",
@@ -352,10 +361,23 @@ static const char ix_schema_v2[] =
 	" step INTEGER NOT NULL, ts_ns INTEGER NOT NULL);"
 	"PRAGMA user_version = 2;";
 
+/*
+ * v2 -> v3: extended attributes (see the top of this file). Only adds. Rows go with their inode
+ * (ON DELETE CASCADE).
+ */
+static const char ix_schema_v3[] =
+	"CREATE TABLE xattrs("
+	" id INTEGER PRIMARY KEY,"
+	" ino INTEGER NOT NULL REFERENCES inodes(ino) ON DELETE CASCADE,"
+	" name BLOB NOT NULL, value BLOB NOT NULL,"
+	" UNIQUE(ino, name));"
+	"PRAGMA user_version = 3;";
+
 /* migrations[v] upgrades a database at user_version v to v + 1 (invariant 9). */
 static const struct ix_migration migrations[] = {
 	{ ix_schema_v1, ix_create_root },
 	{ ix_schema_v2, NULL },
+	{ ix_schema_v3, NULL },
 };
 
 _Static_assert(IX_ARRAY_SIZE(migrations) == IDX_SCHEMA_VERSION,

@@ -54,11 +54,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define IDX_ROOT_INO 1
 #define IDX_HASH_LEN 16
 /* Current schema version (PRAGMA user_version). */
-#define IDX_SCHEMA_VERSION 2
+#define IDX_SCHEMA_VERSION 3
 
 struct idx;
 
@@ -325,6 +326,43 @@ int idx_recover(struct idx *ix, idx_release_fn release, void *arg);
  */
 int idx_check(struct idx *ix, char *msg, size_t cap);
 
+/* ---- extended attributes (schema v3, index_xattr.c) ----
+ * An inode's attributes are (name, value) pairs: name a NUL-terminated string of 1 to
+ * IDX_XATTR_NAME_MAX bytes (namespace prefix included), value 0 to IDX_XATTR_VALUE_MAX bytes of
+ * any content, both stored byte-exact. Limits are ext4's and the VFS's (XATTR_NAME_MAX 255,
+ * XATTR_SIZE_MAX 65536 in <linux/limits.h>). Which namespaces exist is fs/'s business. Deleting
+ * the inode deletes them. Not thread-safe (the handle's rule).
+ */
+#define IDX_XATTR_NAME_MAX 255
+#define IDX_XATTR_VALUE_MAX 65536
+#define IDX_XATTR_CREATE 0x1  /* XATTR_CREATE: fail with -EEXIST if name exists */
+#define IDX_XATTR_REPLACE 0x2 /* XATTR_REPLACE: fail with -ENODATA if it does not */
+
+/*
+ * idx_xattr_set - set attribute name of ino to value[0..len), per flags (0, IDX_XATTR_CREATE or
+ * IDX_XATTR_REPLACE). Returns 0, -EEXIST, -ENODATA (flags), -ERANGE (name empty or too long),
+ * -E2BIG (len > IDX_XATTR_VALUE_MAX), -EINVAL (both flags), -ENOENT (no such inode), -EROFS.
+ */
+int idx_xattr_set(struct idx *ix, uint64_t ino, const char *name, const void *value, size_t len,
+		  int flags);
+
+/*
+ * idx_xattr_get - copy attribute name's value into buf (cap bytes). cap 0: only its length.
+ * Returns the value's length (>= 0), -ENODATA (no such attribute), -ERANGE (cap > 0 and too
+ * small; buf untouched).
+ */
+int idx_xattr_get(struct idx *ix, uint64_t ino, const char *name, void *buf, size_t cap);
+
+/*
+ * idx_xattr_list - the names of ino's attributes, each NUL-terminated, concatenated into buf
+ * (cap bytes), in creation order (listxattr(2)'s format). cap 0: only the length needed.
+ * Returns the bytes of the list (>= 0), -ERANGE (cap > 0 and too small), -ENOMEM.
+ */
+ssize_t idx_xattr_list(struct idx *ix, uint64_t ino, char *buf, size_t cap);
+
+/* idx_xattr_remove - remove attribute name. Returns 0, -ENODATA, -EROFS. */
+int idx_xattr_remove(struct idx *ix, uint64_t ino, const char *name);
+
 /* ---- damage to the index file itself (index_salvage.c) ---- */
 
 /*
@@ -336,7 +374,7 @@ int idx_check(struct idx *ix, char *msg, size_t cap);
  */
 int idx_integrity(struct idx *ix, bool quick, char *msg, size_t cap);
 
-#define IDX_SALVAGE_TABLES 7 /* meta inodes dentries extents steps step_events claims */
+#define IDX_SALVAGE_TABLES 8 /* meta inodes dentries extents steps step_events claims xattrs */
 
 /* What idx_salvage read from one table of the damaged index. */
 struct idx_salvage_table {

@@ -102,6 +102,12 @@ enum ix_stmt {
 	IX_CLAIM_ADD,
 	IX_CLAIM_ALL,
 	IX_CLAIM_LENGTH,
+	/* extended attributes (index_xattr.c) */
+	IX_XATTR_GET,
+	IX_XATTR_LIST,
+	IX_XATTR_INSERT,
+	IX_XATTR_UPDATE,
+	IX_XATTR_DELETE,
 	/* idx_check, one statement per kind of violation */
 	IX_CHECK_ROOT,
 	IX_CHECK_DENTRY_INO,

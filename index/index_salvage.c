@@ -116,6 +116,7 @@ static const struct ix_table ix_tables[IDX_SALVAGE_TABLES] = {
 	  "files, logical_bytes, stored_bytes, digest, pinned" },
 	{ "step_events", "seq", NULL, "seq, step_id, ts_ns, old_state, new_state, note" },
 	{ "claims", "id", NULL, "id, tracker, content, length, step, ts_ns" },
+	{ "xattrs", "id", NULL, "id, ino, name, value" },
 };
 
 const char *idx_salvage_table_name(int i)

@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config
       fuse3 libfuse3-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev libjansson-dev
       libcriterion-dev python3-torch python3-numpy fio
+      acl attr   # setfacl/getfacl, setfattr/getfattr: tests/mount/test_xattr.py
       clang libclang-rt-14-dev)   # libFuzzer and the sanitizers' runtimes: scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do

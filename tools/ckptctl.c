@@ -3343,7 +3343,14 @@ static int cmd_export(const char *root, const char *arg, const char *dest, bool 
 				errmsg("cannot create symlink '%s': %s", path, strerror(errno));
 				goto out_progress;
 			}
-		} else if (S_ISREG(t.v[i].mode)) {
+		} else if (!S_ISREG(t.v[i].mode)) {
+			/* a FIFO, socket or device node: made again, with its device number */
+			if (idx_inode_get(x.r->ix, t.v[i].ino, &in) == 0 &&
+			    mknod(path, in.mode & (S_IFMT | 0777), (dev_t)in.rdev) < 0) {
+				errmsg("cannot create '%s': %s", path, strerror(errno));
+				goto out_progress;
+			}
+		} else {
 			rc = export_file(&x, t.v[i].ino, path, reason, sizeof(reason), &in);
 			if (rc == -ENOENT && x.r->mounted)
 				continue; /* deleted by the daemon since the listing */
@@ -4938,9 +4945,16 @@ static int cmd_import(const char *root, const char *dest, const char *src)
 			c.symlinks++;
 			continue;
 		}
-		if (imp_fail_add(&c, e->step, e->rel, "not a regular file, directory or symlink: "
-				 "not imported") < 0)
-			goto out_oom;
+		/* a FIFO, socket or device node: its metadata, as the daemon keeps it (mknod) */
+		imp_attr(&e->st, &a);
+		if (S_ISCHR(e->st.st_mode) || S_ISBLK(e->st.st_mode))
+			a.rdev = (uint64_t)e->st.st_rdev;
+		rc = imp_inode(&c, parent, e->name, &a, NULL, &e->ino);
+		if (rc < 0) {
+			progress_clear(c.tty);
+			index_error(root, "create a special file", rc);
+			goto out_rollback;
+		}
 	}
 	/* 5. the steps' states, the destination's times, durable */
 	rc = imp_judge(&c);

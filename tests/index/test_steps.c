@@ -788,7 +788,7 @@ static const char v1_ddl[] =
 	"INSERT INTO extents VALUES(3, 0, 5, x'ffeeddccbbaa99887766554433221100');"
 	"PRAGMA user_version = 1;";
 
-Test(migrate, v1_to_v2_keeps_rows, .init = setup, .fini = teardown)
+Test(migrate, v1_to_v3_keeps_rows, .init = setup, .fini = teardown)
 {
 	struct idx_extent *e = NULL;
 	struct idx_inode a;
@@ -807,7 +807,7 @@ Test(migrate, v1_to_v2_keeps_rows, .init = setup, .fini = teardown)
 
 	cr_assert_eq(idx_open(dbpath, 0, 1, 2, 999, &ix), 0);
 	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), IDX_SCHEMA_VERSION);
-	cr_assert_eq(IDX_SCHEMA_VERSION, 2);
+	cr_assert_eq(IDX_SCHEMA_VERSION, 3);
 	check_ok();
 	cr_assert_eq(idx_inode_get(ix, IDX_ROOT_INO, &a), 0);
 	cr_assert_eq(a.uid, 1000, "not recreated");
@@ -837,6 +837,7 @@ Test(migrate, v1_to_v2_keeps_rows, .init = setup, .fini = teardown)
 	cr_assert_eq(idx_step_set_state(ix, id, IDX_STEP_SEALED, 1001, NULL), 0);
 	ino = new_inode(2, "other.pt", S_IFREG | 0644);
 	cr_assert_eq(ino, 5);
+	cr_assert_eq(idx_xattr_set(ix, 3, "user.v3", "x", 1, 0), 0);
 	cr_assert_eq(idx_commit(ix), 0);
 	idx_close(ix);
 	ix = NULL;
@@ -868,32 +869,84 @@ Test(migrate, failed_migration_changes_nothing, .init = setup, .fini = teardown)
 	/* once the obstacle is gone, the same database migrates */
 	raw_exec(dbpath, "DROP TABLE claims");
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 2);
+	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 3);
 	check_ok();
 }
 
-Test(migrate, fresh_database_is_v2, .init = setup, .fini = teardown)
+Test(migrate, fresh_database_is_v3, .init = setup, .fini = teardown)
 {
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 2);
+	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 3);
 	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
-				     "AND name IN ('steps', 'step_events', 'claims')"),
-		     3);
+				     "AND name IN ('steps', 'step_events', 'claims', 'xattrs')"),
+		     4);
 	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM pragma_table_info('inodes') "
 				     "WHERE name = 'flags'"),
 		     1);
 }
 
-Test(migrate, refuses_v3, .init = setup, .fini = teardown)
+Test(migrate, refuses_v4, .init = setup, .fini = teardown)
 {
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
 	idx_close(ix);
 	ix = NULL;
-	raw_exec(dbpath, "PRAGMA user_version = 3");
+	raw_exec(dbpath, "PRAGMA user_version = 4");
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), -EPROTO);
 	cr_assert_null(ix);
 	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ix), -EPROTO);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 3, "left as found");
+	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 4, "left as found");
+}
+
+/* ---- extended attributes (schema v3) ---- */
+
+Test(xattr, set_get_list_remove_and_go_with_the_inode, .init = setup_open, .fini = teardown)
+{
+	char name[IDX_XATTR_NAME_MAX + 2], buf[64];
+	static char big[IDX_XATTR_VALUE_MAX + 1];
+	uint64_t f;
+
+	f = new_inode(IDX_ROOT_INO, "f", S_IFREG | 0644); /* setup_open began a transaction */
+	cr_assert_eq(idx_xattr_set(ix, f, "user.a", "one", 3, 0), 0);
+	cr_assert_eq(idx_xattr_set(ix, f, "trusted.b", "", 0, IDX_XATTR_CREATE), 0);
+	cr_assert_eq(idx_xattr_set(ix, f, "user.a", "x", 1, IDX_XATTR_CREATE), -EEXIST);
+	cr_assert_eq(idx_xattr_set(ix, f, "user.no", "x", 1, IDX_XATTR_REPLACE), -ENODATA);
+	cr_assert_eq(idx_xattr_set(ix, f, "user.a", "x", 1,
+				   IDX_XATTR_CREATE | IDX_XATTR_REPLACE), -EINVAL);
+	cr_assert_eq(idx_xattr_set(ix, f, "", "x", 1, 0), -ERANGE);
+	memset(name, 'n', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	cr_assert_eq(idx_xattr_set(ix, f, name, "x", 1, 0), -ERANGE);
+	name[IDX_XATTR_NAME_MAX] = '\0';
+	cr_assert_eq(idx_xattr_set(ix, f, name, "x", 1, 0), 0, "255 bytes is the limit");
+	cr_assert_eq(idx_xattr_set(ix, f, "user.big", big, sizeof(big), 0), -E2BIG);
+	cr_assert_eq(idx_xattr_set(ix, f, "user.big", big, IDX_XATTR_VALUE_MAX, 0), 0);
+	cr_assert_eq(idx_xattr_set(ix, 9999, "user.a", "x", 1, 0), -ENOENT);
+	/* get: length query, copy, short buffer */
+	cr_assert_eq(idx_xattr_get(ix, f, "user.a", NULL, 0), 3);
+	cr_assert_eq(idx_xattr_get(ix, f, "user.a", buf, sizeof(buf)), 3);
+	cr_assert_eq(memcmp(buf, "one", 3), 0);
+	cr_assert_eq(idx_xattr_get(ix, f, "user.a", buf, 2), -ERANGE);
+	cr_assert_eq(idx_xattr_get(ix, f, "trusted.b", buf, sizeof(buf)), 0);
+	cr_assert_eq(idx_xattr_get(ix, f, "user.none", buf, sizeof(buf)), -ENODATA);
+	/* replace keeps the listing order */
+	cr_assert_eq(idx_xattr_set(ix, f, "user.a", "two", 3, IDX_XATTR_REPLACE), 0);
+	cr_assert_eq(idx_xattr_get(ix, f, "user.a", buf, sizeof(buf)), 3);
+	cr_assert_eq(memcmp(buf, "two", 3), 0);
+	cr_assert_eq(idx_xattr_remove(ix, f, name), 0);
+	cr_assert_eq(idx_xattr_remove(ix, f, name), -ENODATA);
+	/* list: "user.a\0trusted.b\0user.big\0" = 7 + 10 + 9 */
+	cr_assert_eq(idx_xattr_list(ix, f, NULL, 0), 26);
+	cr_assert_eq(idx_xattr_list(ix, f, buf, 25), -ERANGE);
+	cr_assert_eq(idx_xattr_list(ix, f, buf, sizeof(buf)), 26);
+	cr_assert_eq(memcmp(buf, "user.a\0trusted.b\0user.big\0", 26), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	check_ok();
+	/* they go with the inode */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "f"), 0);
+	cr_assert_eq(idx_inode_delete(ix, f, NULL, NULL), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM xattrs"), 0);
 }
 
 /* ---- idx_check on steps ---- */
