@@ -95,6 +95,9 @@ class TestCorruption(unittest.TestCase):
                     g = torch.Generator().manual_seed(step * 10 + r)
                     torch.save({'w': torch.randn(300, 1000, generator=g), 'it': step}, p)
                     cls.written[rank_path(step, r)] = sha_file(p)
+                    # an extended attribute, so the xattrs table (schema v3) has live pages:
+                    # an empty table's page overwritten past its header is still a valid page
+                    os.setxattr(p, 'user.ckptfs.test', b'step %d rank %d' % (step, r))
                 with open(m.path(TRACKER), 'w') as f:
                     f.write(str(step))
                 deadline = time.monotonic() + 30
