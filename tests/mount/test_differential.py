@@ -3,7 +3,14 @@
 plain temporary directory and to a ckptfs mount; every result and errno must match, and the two
 trees must be identical byte for byte (read() and mmap), before and after a remount.
 
-Environment: CKPTFS_SEED (default 1234), CKPTFS_OPS (default 3000),
+A second run (test_io_modes_and_holes, CKPTFS_IO_OPS ops, default 1500) writes through every
+I/O interface a trainer may use, chosen per write: pwrite, a MAP_SHARED mapping, O_DIRECT
+(4 KiB-aligned), Linux AIO and io_uring (tests/mount/iomode.c, IOMODE_BIN), and adds holes and
+huge offsets (issue 19): fallocate PUNCH_HOLE and ZERO_RANGE, writes at 2, 16 and 256 GiB. A
+file past BIG bytes is compared on windows (its first and last 8 MiB and 8 MiB around each far
+offset), where the ops that write into such a file land.
+
+Environment: CKPTFS_SEED (default 1234), CKPTFS_OPS (default 3000), CKPTFS_IO_OPS (1500),
 CKPTFS_DIFF_SELFTEST=1 runs both sides on plain directories (checks the harness itself).
 
 Run: /usr/bin/python3 tests/mount/test_differential.py
@@ -13,6 +20,7 @@ import sys
 
 sys.dont_write_bytecode = True
 
+import ctypes  # noqa: E402
 import errno  # noqa: E402
 import faulthandler  # noqa: E402
 import hashlib  # noqa: E402
@@ -20,6 +28,7 @@ import mmap  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import stat  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
@@ -27,6 +36,7 @@ import ckfs  # noqa: E402
 
 SEED = int(os.environ.get('CKPTFS_SEED', '1234'))
 OPS = int(os.environ.get('CKPTFS_OPS', '3000'))
+IO_OPS = int(os.environ.get('CKPTFS_IO_OPS', '1500'))
 SELFTEST = os.environ.get('CKPTFS_DIFF_SELFTEST') == '1'
 MiB = 1 << 20
 
@@ -51,26 +61,113 @@ def sha(b):
     return hashlib.sha1(b).hexdigest()[:16]
 
 
+# files past BIG bytes (grown by a far write) are read on windows, not whole
+BIG = 64 * MiB
+WIN = 8 * MiB
+FAR = [1 << 31, 1 << 34, 1 << 38]
+
+
+def windows(size):
+    """[(start, end)] of a file of size bytes to read: all of it, or for a file past BIG its
+    first and last WIN bytes and WIN around each FAR offset below size, merged."""
+    if size <= BIG:
+        return [(0, size)] if size else []
+    w = sorted([(0, WIN), (size - WIN, size)] +
+               [(b - WIN // 2, min(size, b + WIN // 2)) for b in FAR if b < size])
+    out = []
+    for a, b in w:
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def read_all_fd(fd):
     out = []
-    off = 0
-    while True:
-        b = os.pread(fd, MiB, off)
-        if not b:
-            return b''.join(out)
-        out.append(b)
-        off += len(b)
+    w = windows(os.fstat(fd).st_size)
+    if not w:
+        os.pread(fd, 1, 0)      # an empty file reads b''; a directory raises EISDIR
+    for a, b in w:
+        off = a
+        while off < b:
+            chunk = os.pread(fd, min(MiB, b - off), off)
+            if not chunk:
+                break
+            out.append(chunk)
+            off += len(chunk)
+        if b < a or off < b:
+            break
+    return b''.join(out)
 
 
 def mmap_all_fd(fd):
-    size = os.fstat(fd).st_size
-    if size == 0:
-        return b''
-    m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-    try:
-        return m[:]
-    finally:
-        m.close()
+    out = []
+    for a, b in windows(os.fstat(fd).st_size):
+        base = a - a % mmap.ALLOCATIONGRANULARITY
+        m = mmap.mmap(fd, b - base, mmap.MAP_SHARED, mmap.PROT_READ, offset=base)
+        try:
+            out.append(m[a - base:])
+        finally:
+            m.close()
+    return b''.join(out)
+
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE = 0x01, 0x02, 0x10
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+def fallocate(fd, mode, off, length):
+    if _libc.fallocate(fd, mode, off, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def iomode_bin():
+    b = os.environ.get('IOMODE_BIN') or os.path.join(
+        os.path.dirname(ckfs.ckptfs_bin()), '..', 'tests', 'mount', 'iomode')
+    if not os.access(b, os.X_OK):
+        raise ckfs.MountError('iomode helper %r is missing (build it, or set IOMODE_BIN)' % b)
+    return b
+
+
+def write_mode(path, fd, data, off, mode):
+    """Write data at off of the open file fd (path) through mode; returns the size after."""
+    if mode == 'mmap' and data:
+        end = off + len(data)
+        if os.fstat(fd).st_size < end:
+            os.ftruncate(fd, end)       # a mapping cannot grow the file
+        base = off - off % mmap.ALLOCATIONGRANULARITY
+        m = mmap.mmap(fd, end - base, mmap.MAP_SHARED, offset=base)
+        try:
+            m[off - base:end - base] = data
+            m.flush()
+        finally:
+            m.close()
+    elif mode == 'odirect' and len(data) >= 4096:
+        # O_DIRECT wants offset, length and buffer aligned: 4 KiB, the data cut to whole blocks
+        off -= off % 4096
+        n = len(data) - len(data) % 4096
+        buf = mmap.mmap(-1, n)          # page-aligned
+        buf[:] = data[:n]
+        dfd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        try:
+            done = 0
+            while done < n:
+                done += os.pwrite(dfd, memoryview(buf)[done:], off + done)
+        finally:
+            os.close(dfd)
+            buf.close()
+    elif mode in ('aio', 'uring'):
+        r = subprocess.run([iomode_bin(), mode, path, str(off)], input=data,
+                           stdout=subprocess.PIPE, timeout=60)
+        word, val = r.stdout.decode().split()
+        if word == 'err':
+            raise OSError(int(val), os.strerror(int(val)))
+    else:
+        write_all(fd, data, off)
+    return os.fstat(fd).st_size
 
 
 def write_all(fd, data, off=None):
@@ -101,14 +198,31 @@ def apply(root, op):
             finally:
                 os.close(fd)
         if kind == 'write':
-            _, rel, where, data = op
+            _, rel, where, data = op[:4]
+            mode = op[4] if len(op) > 4 else 'pwrite'
             fd = os.open(P(rel), os.O_RDWR)
             try:
                 size = os.fstat(fd).st_size
                 off = {'start': 0, 'end': size}.get(where[0])
-                if off is None:
-                    off = int(where[1] * size) if where[0] == 'inside' else size + where[1]
-                write_all(fd, data, off)
+                if off is None and where[0] == 'far':
+                    off = where[1]
+                elif off is None and where[0] == 'inside':
+                    # inside a file past BIG: in its first window, where it is compared
+                    off = int(where[1] * (size if size <= BIG else WIN - len(data)))
+                elif off is None:
+                    off = size + where[1]
+                return ('ok', write_mode(P(rel), fd, data, max(off, 0), mode))
+            finally:
+                os.close(fd)
+        if kind in ('punch', 'zero_range'):
+            _, rel, frac, length, keep = op
+            fd = os.open(P(rel), os.O_RDWR)
+            try:
+                size = os.fstat(fd).st_size
+                off = int(frac * min(size, WIN))
+                mode = (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE if kind == 'punch' else
+                        FALLOC_FL_ZERO_RANGE | (FALLOC_FL_KEEP_SIZE if keep else 0))
+                fallocate(fd, mode, off, length)
                 return ('ok', os.fstat(fd).st_size)
             finally:
                 os.close(fd)
@@ -228,10 +342,15 @@ def scan(root):
     return out
 
 
+IO_MODES = ['pwrite', 'mmap', 'odirect', 'aio', 'uring']
+IO_WEIGHTS = dict(WEIGHTS, punch=4, zero_range=3, far_write=2)
+
+
 class Gen:
-    def __init__(self, seed):
+    def __init__(self, seed, io=False):
         self.r = random.Random(seed)
         self.n = 0
+        self.io = io            # I/O modes per write, holes and far offsets
 
     def data(self):
         r = self.r
@@ -273,7 +392,15 @@ class Gen:
 
     def next(self, ents):
         r = self.r
-        kind = r.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        w = IO_WEIGHTS if self.io else WEIGHTS
+        kind = r.choices(list(w), weights=list(w.values()))[0]
+        if kind == 'far_write':
+            d = ckfs.content('far-%d' % r.randrange(1 << 20), r.randrange(1, 64 * 1024))
+            return ('write', self.pick(ents, 'f'), ('far', r.choice(FAR) + r.randrange(MiB)),
+                    d, r.choice(IO_MODES))
+        if kind in ('punch', 'zero_range'):
+            return (kind, self.pick(ents, 'f'), r.random(), r.randrange(1, 3 * MiB),
+                    r.random() < 0.5)
         if kind == 'create':
             flags = 0
             for f, pr in ((os.O_TRUNC, 0.5), (os.O_EXCL, 0.15), (os.O_APPEND, 0.15)):
@@ -283,6 +410,8 @@ class Gen:
         if kind == 'write':
             where = r.choice([('start',), ('end',), ('inside', r.random()), ('inside', r.random()),
                               ('beyond', r.randrange(1, 3 * MiB))])
+            if self.io:
+                return (kind, self.pick(ents, 'f'), where, self.data(), r.choice(IO_MODES))
             return (kind, self.pick(ents, 'f'), where, self.data())
         if kind == 'append':
             return (kind, self.pick(ents, 'f'), self.data())
@@ -366,13 +495,19 @@ def tree_diff(a, b):
 class DifferentialTest(unittest.TestCase):
 
     def test_random_ops_match_plain_directory(self):
+        self.differential(OPS, io=False)
+
+    def test_io_modes_and_holes(self):
+        self.differential(IO_OPS, io=True)
+
+    def differential(self, ops, io):
         os.umask(0o022)
         plain = ckfs.PlainDir()
         side = ckfs.PlainDir() if SELFTEST else ckfs.Mount(opts=('layout=none',))
         try:
             if not SELFTEST:
                 side.start()
-            self.run_ops(plain, side)
+            self.run_ops(plain, side, ops, io)
             # unmount, remount, compare again
             side.remount()
             self.compare(plain.path('t'), side.path('t'), 'after the final remount')
@@ -386,31 +521,39 @@ class DifferentialTest(unittest.TestCase):
         self.assertEqual(d[:20], [], 'trees differ %s (%d differences, seed %d)' %
                          (when, len(d), SEED))
 
-    def run_ops(self, plain, side):
+    def run_ops(self, plain, side, ops, io):
         a, b = plain.path('t'), side.path('t')
         os.mkdir(a)
         os.mkdir(b)
-        g = Gen(SEED)
+        g = Gen(SEED, io)
         hist = []
         counts = {}
         t0 = time.monotonic()
-        for i in range(OPS):
+        for i in range(ops):
             op = g.next(scan(a))
             ra = apply(a, op)
             rb = apply(b, op)
             hist.append('%5d %r -> %r' % (i, show(op), ra))
             counts[op[0]] = counts.get(op[0], 0) + (ra[0] == 'ok')
+            if op[0] == 'write' and len(op) > 4 and ra[0] == 'ok':
+                key = 'far write' if op[2][0] == 'far' else 'write via ' + op[4]
+                counts[key] = counts.get(key, 0) + 1
             if ra != rb:
                 self.fail('op %d (seed %d) differs:\n  op     %r\n  plain  %r\n  ckptfs %r\n'
                           'last ops:\n%s' % (i, SEED, show(op), ra, rb, '\n'.join(hist[-25:])))
-            if i == OPS // 2:
+            if i == ops // 2:
                 self.compare(a, b, 'after %d ops' % (i + 1))
                 side.remount()
                 self.compare(a, b, 'after %d ops and a remount' % (i + 1))
-        self.compare(a, b, 'after %d ops' % OPS)
+        self.compare(a, b, 'after %d ops' % ops)
+        if io:
+            # the run did what it is for: every interface wrote, and far writes made huge files
+            for key in ['write via ' + m for m in IO_MODES] + ['far write', 'punch',
+                                                               'zero_range']:
+                self.assertGreater(counts.get(key, 0), 0, '%s never succeeded' % key)
         n = len(scan(a))
         sys.stderr.write('\n  [seed %d: %d ops in %.1f s, %d entries at the end; successful: %s] ' %
-                         (SEED, OPS, time.monotonic() - t0, n,
+                         (SEED, ops, time.monotonic() - t0, n,
                           ', '.join('%s %d' % kv for kv in sorted(counts.items()))))
 
 
