@@ -517,9 +517,14 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	rc = idx_inode_get(fs->ix, ino, &a);
 	if (rc < 0)
 		goto fail_locked;
-	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
-		      FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
-		      FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME)) {
+	/*
+	 * A request with no attribute at all is the kernel's ATTR_CTIME alone (chown(f, -1, -1):
+	 * FUSE carries FATTR_CTIME only with a write-back cache): the ctime moves, as on ext4.
+	 */
+	if (to_set == 0 || (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+				      FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+				      FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW |
+				      FUSE_SET_ATTR_CTIME))) {
 		if (to_set & FUSE_SET_ATTR_MODE)
 			a.mode = (a.mode & S_IFMT) | (attr->st_mode & 07777);
 		if (to_set & FUSE_SET_ATTR_UID)
