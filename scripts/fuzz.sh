@@ -30,7 +30,7 @@ sources() {
 	chunk) echo tests/fuzz/fuzz_chunk.c store/chunker.c store/hash.c store/codec.c \
 		store/chunkstore.c "$(pkg-config --libs libxxhash libzstd)" -lpthread ;;
 	index) echo tests/fuzz/fuzz_index.c index/index.c index/index_ns.c index/index_data.c \
-		index/index_step.c index/index_check.c index/index_salvage.c \
+		index/index_step.c index/index_check.c index/index_salvage.c index/index_xattr.c \
 		"$(pkg-config --libs sqlite3)" ;;
 	*) echo "fuzz.sh: unknown target '$1'" >&2; return 1 ;;
 	esac
