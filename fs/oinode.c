@@ -1302,46 +1302,6 @@ out:
 }
 
 /*
- * A hole of the staging file shorter than this is stored as zeros inside the data around it
- * rather than as a hole, so that a writer's scattered small writes do not cut the file into
- * many small chunks. 64 KiB: well under the chunker's average (store.h STORE_CHUNK_AVG).
- */
-#define STAGE_HOLE_MIN (64u << 10)
-
-/*
- * stage_run - the next run of data of the staging file at or after pos, holes shorter than
- * STAGE_HOLE_MIN included: [*ret_start, *ret_end), both <= size. Returns 1 (a run), 0 (none)
- * or -errno of lseek.
- */
-static int stage_run(int fd, uint64_t pos, uint64_t size, uint64_t *ret_start, uint64_t *ret_end)
-{
-	off_t d = lseek(fd, (off_t)pos, SEEK_DATA), first = d, h;
-
-	if (d < 0)
-		return errno == ENXIO ? 0 : -errno;
-	if ((uint64_t)d >= size)
-		return 0;
-	for (;;) {
-		if ((h = lseek(fd, d, SEEK_HOLE)) < 0)
-			return -errno;
-		if ((uint64_t)h >= size) {
-			h = (off_t)size;
-			break;
-		}
-		off_t next = lseek(fd, h, SEEK_DATA);
-
-		if (next < 0 && errno != ENXIO)
-			return -errno;
-		if (next < 0 || (uint64_t)next >= size || next - h >= (off_t)STAGE_HOLE_MIN)
-			break;
-		d = next; /* a short hole: the run goes on */
-	}
-	*ret_start = (uint64_t)first;
-	*ret_end = (uint64_t)h;
-	return 1;
-}
-
-/*
  * stage_cut - cut the staging file's bytes [start, end) into chunks (the chunker restarted at
  * start, the last chunk ending at end), appending them to *ext (n used, cap allocated) and their
  * bytes to hs. buf: 2 * STORE_CHUNK_MAX bytes of scratch. Returns 0 or -errno.
@@ -1393,7 +1353,7 @@ static int stage_cut(struct ckfs *fs, struct oinode *oi, uint64_t start, uint64_
 
 /*
  * Staging mode: cut the staging file's data into chunks, its holes (SEEK_DATA / SEEK_HOLE, those
- * of STAGE_HOLE_MIN and more) left as gaps between the extents: O(data), not O(size). On success
+ * of STORE_HOLE_MIN and more) left as gaps between the extents: O(data), not O(size). On success
  * *ret_hash is the whole-file digest, *ret_end the end of the last extent (0: none), and
  * oi->hasher covers [0, *ret_end) (interior holes recorded), ready for the stream to go on there.
  */
@@ -1414,7 +1374,7 @@ static int commit_staging(struct ckfs *fs, struct oinode *oi, struct idx_extent 
 	while (pos < oi->size) {
 		uint64_t start = 0, end = 0;
 
-		if ((rc = stage_run(oi->stage_fd, pos, oi->size, &start, &end)) < 0)
+		if ((rc = store_data_run(oi->stage_fd, pos, oi->size, &start, &end)) < 0)
 			goto fail;
 		if (rc == 0)
 			break;

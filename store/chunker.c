@@ -26,8 +26,39 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <errno.h>
+#include <unistd.h>
+
 #include "store/store.h"
 #include "store/store_int.h"
+
+int store_data_run(int fd, uint64_t pos, uint64_t size, uint64_t *ret_start, uint64_t *ret_end)
+{
+	off_t d = lseek(fd, (off_t)pos, SEEK_DATA), first = d, h;
+
+	if (d < 0)
+		return errno == ENXIO ? 0 : -errno;
+	if ((uint64_t)d >= size)
+		return 0;
+	for (;;) {
+		if ((h = lseek(fd, d, SEEK_HOLE)) < 0)
+			return -errno;
+		if ((uint64_t)h >= size) {
+			h = (off_t)size;
+			break;
+		}
+		off_t next = lseek(fd, h, SEEK_DATA);
+
+		if (next < 0 && errno != ENXIO)
+			return -errno;
+		if (next < 0 || (uint64_t)next >= size || next - h >= (off_t)STORE_HOLE_MIN)
+			break;
+		d = next; /* a short hole: the run goes on */
+	}
+	*ret_start = (uint64_t)first;
+	*ret_end = (uint64_t)h;
+	return 1;
+}
 
 /* Top 22 bits: strict mask before STORE_CHUNK_AVG (log2(AVG) + 2 bits, FastCDC level 2). */
 #define MASK_S (~0ull << (64 - 22))

@@ -108,6 +108,23 @@ struct store_chunk_info {
 size_t store_cdc_cut(const uint8_t *buf, size_t len, bool at_eof);
 
 /*
+ * A hole of a sparse file shorter than this is chunked as zeros inside the data around it rather
+ * than kept as a hole, so that scattered small writes do not cut a file into many small chunks.
+ * 64 KiB: well under the chunker's average chunk.
+ */
+#define STORE_HOLE_MIN (64u << 10)
+
+/*
+ * store_data_run - the next run of data of the open file fd at or after pos, by lseek(2)
+ * SEEK_DATA / SEEK_HOLE, holes shorter than STORE_HOLE_MIN included in the run: [*ret_start,
+ * *ret_end), both <= size (the file's size as the caller knows it). What to chunk of a sparse
+ * file, and what is a hole (store_hasher_hole); a filesystem without SEEK_DATA reports all of
+ * the file as data. Returns 1 (a run), 0 (no data at or after pos) or -errno of lseek.
+ * Thread-safe (moves no file offset).
+ */
+int store_data_run(int fd, uint64_t pos, uint64_t size, uint64_t *ret_start, uint64_t *ret_end);
+
+/*
  * The chunker's state within one chunk, for a writer that feeds bytes as they arrive. Zero it
  * ({0}) at a chunk boundary; store_cdc_feed keeps it.
  */

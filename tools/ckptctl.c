@@ -4228,91 +4228,130 @@ static int imp_file(struct imp_ctx *c, size_t i, uint64_t parent)
 	}
 	store_hasher_reset(c->hs);
 	c->next = 0;
-	while (!eof || have) {
-		struct imp_pool pool = { .st = c->r->st };
-		size_t off = 0, k;
+	/* each run of data (store_data_run: holes of a sparse file stay holes, as the daemon keeps
+	 * them), cut like the daemon cuts a file: the chunker restarts at each run */
+	for (uint64_t end = 0, hole_at = 0;; hole_at = end) {
+		uint64_t start = 0;
+		int more = store_data_run(fd, hole_at, (uint64_t)st.st_size, &start, &end);
 
-		while (!eof && have < IMPORT_WINDOW) {
-			ssize_t n = read(fd, c->buf + have, IMPORT_WINDOW - have);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				rc = imp_fail_add(c, e->step, e->rel, "cannot read at offset %" PRIu64
-						  ": %s", pos + have, strerror(errno));
-				close(fd);
-				return rc;
-			}
-			if (n == 0)
-				eof = true;
-			have += (size_t)n;
-		}
-		/* cut the window, each cut over at most 2 * STORE_CHUNK_MAX bytes (a chunk's
-		 * boundary depends only on its own bytes: the same cuts as the daemon's) */
-		for (;;) {
-			size_t avail = have - off, win = 2 * (size_t)STORE_CHUNK_MAX, cut;
-			bool last = eof && avail <= win;
-
-			cut = store_cdc_cut(c->buf + off, avail < win ? avail : win, last);
-			if (cut == 0)
-				break;
-			assert(c->nputs < IMPORT_WINDOW / STORE_CHUNK_MIN + 1);
-			c->puts[c->nputs].p = c->buf + off;
-			c->puts[c->nputs].len = cut;
-			c->puts[c->nputs].rc = 0;
-			c->nputs++;
-			off += cut;
-		}
-		pool.v = c->puts;
-		pool.n = c->nputs;
-		rc = imp_pool_run(&pool);
-		if (rc < 0) {
-			errmsg("cannot start threads: %s", strerror(-rc));
+		if (more < 0) {
+			rc = imp_fail_add(c, e->step, e->rel, "cannot find its data: %s",
+					  strerror(-more));
 			close(fd);
 			return rc;
 		}
-		for (k = 0; k < c->nputs; k++) {
-			const struct imp_put *u = &c->puts[k];
-
-			if (u->rc < 0) {
-				errmsg("cannot store a chunk of '%s' in store '%s': %s", e->rel,
-				       c->root, strerror(-u->rc));
-				c->nputs = 0;
-				close(fd);
-				return u->rc;
-			}
-			if (grow(&c->ext, &c->capext, c->next, sizeof(*c->ext)) < 0) {
-				c->nputs = 0;
-				close(fd);
-				return -ENOMEM;
-			}
-			c->ext[c->next].offset = pos;
-			c->ext[c->next].length = (uint32_t)u->len;
-			c->ext[c->next].stored_size = u->info.stored_size;
-			c->ext[c->next].codec = u->info.codec;
-			memcpy(c->ext[c->next].hash, u->info.hash.b, IDX_HASH_LEN);
-			c->next++;
-			if (u->info.existed) {
-				c->dedup_hits++;
-			} else {
-				c->chunks_written++;
-				c->stored_added += u->info.stored_size;
-			}
-			store_hasher_update(c->hs, u->p, u->len);
-			pos += u->len;
-			c->done += u->len;
+		if (!more) {
+			store_hasher_hole(c->hs, hole_at, (uint64_t)st.st_size - hole_at);
+			break;
 		}
-		c->nputs = 0;
-		import_progress(c, false);
-		memmove(c->buf, c->buf + off, have - off);
-		have -= off;
+		store_hasher_hole(c->hs, hole_at, start - hole_at);
+		pos = start;
+		eof = false;
+		have = 0;
+		while (!eof || have) {
+			struct imp_pool pool = { .st = c->r->st };
+			size_t off = 0, k;
+
+			while (!eof && have < IMPORT_WINDOW) {
+				uint64_t at = pos + have;
+				size_t want = IMPORT_WINDOW - have;
+				ssize_t n;
+
+				if (want > end - at)
+					want = (size_t)(end - at);
+				n = want ? pread(fd, c->buf + have, want, (off_t)at) : 0;
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n < 0) {
+					rc = imp_fail_add(c, e->step, e->rel, "cannot read at offset %"
+							  PRIu64 ": %s", at, strerror(errno));
+					close(fd);
+					return rc;
+				}
+				if (n == 0 && want) {
+					rc = imp_fail_add(c, e->step, e->rel, "changed while being read "
+							  "(%" PRIu64 " bytes at open, ended at %" PRIu64 ")",
+							  (uint64_t)st.st_size, at);
+					close(fd);
+					return rc;
+				}
+				if (at + (uint64_t)n >= end)
+					eof = true;
+				have += (size_t)n;
+			}
+			/* cut the window, each cut over at most 2 * STORE_CHUNK_MAX bytes (a chunk's
+			 * boundary depends only on its own bytes: the same cuts as the daemon's) */
+			for (;;) {
+				size_t avail = have - off, win = 2 * (size_t)STORE_CHUNK_MAX, cut;
+				bool last = eof && avail <= win;
+
+				cut = store_cdc_cut(c->buf + off, avail < win ? avail : win, last);
+				if (cut == 0)
+					break;
+				assert(c->nputs < IMPORT_WINDOW / STORE_CHUNK_MIN + 1);
+				c->puts[c->nputs].p = c->buf + off;
+				c->puts[c->nputs].len = cut;
+				c->puts[c->nputs].rc = 0;
+				c->nputs++;
+				off += cut;
+			}
+			pool.v = c->puts;
+			pool.n = c->nputs;
+			rc = imp_pool_run(&pool);
+			if (rc < 0) {
+				errmsg("cannot start threads: %s", strerror(-rc));
+				close(fd);
+				return rc;
+			}
+			for (k = 0; k < c->nputs; k++) {
+				const struct imp_put *u = &c->puts[k];
+
+				if (u->rc < 0) {
+					errmsg("cannot store a chunk of '%s' in store '%s': %s", e->rel,
+					       c->root, strerror(-u->rc));
+					c->nputs = 0;
+					close(fd);
+					return u->rc;
+				}
+				if (grow(&c->ext, &c->capext, c->next, sizeof(*c->ext)) < 0) {
+					c->nputs = 0;
+					close(fd);
+					return -ENOMEM;
+				}
+				c->ext[c->next].offset = pos;
+				c->ext[c->next].length = (uint32_t)u->len;
+				c->ext[c->next].stored_size = u->info.stored_size;
+				c->ext[c->next].codec = u->info.codec;
+				memcpy(c->ext[c->next].hash, u->info.hash.b, IDX_HASH_LEN);
+				c->next++;
+				if (u->info.existed) {
+					c->dedup_hits++;
+				} else {
+					c->chunks_written++;
+					c->stored_added += u->info.stored_size;
+				}
+				store_hasher_update(c->hs, u->p, u->len);
+				pos += u->len;
+				c->done += u->len;
+			}
+			c->nputs = 0;
+			import_progress(c, false);
+			memmove(c->buf, c->buf + off, have - off);
+			have -= off;
+		}
 	}
-	if (pos != (uint64_t)st.st_size) {
-		rc = imp_fail_add(c, e->step, e->rel, "changed while being read (%" PRIu64 " bytes at open, %"
-				  PRIu64 " read)", (uint64_t)st.st_size, pos);
-		close(fd);
-		return rc;
+	{
+		struct stat now;
+
+		if (fstat(fd, &now) < 0 || now.st_size != st.st_size) {
+			rc = imp_fail_add(c, e->step, e->rel, "changed while being read (%" PRIu64
+					  " bytes at open, %" PRIu64 " now)", (uint64_t)st.st_size,
+					  (uint64_t)now.st_size);
+			close(fd);
+			return rc;
+		}
 	}
+	pos = (uint64_t)st.st_size;
 	store_hasher_digest(c->hs, &whole);
 	imp_attr(&st, &a);
 	if (e->in_step) {

@@ -22,6 +22,7 @@ import shutil  # noqa: E402
 import stat  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 import unittest  # noqa: E402
 
 import ckfs  # noqa: E402
@@ -240,6 +241,49 @@ class ImportTest(unittest.TestCase):
             st = os.lstat(m.path('checkpoint-5', 'null'))
             self.assertTrue(stat.S_ISCHR(st.st_mode))
             self.assertEqual(st.st_rdev, os.makedev(1, 3))
+
+    def test_sparse_file_keeps_its_holes(self):
+        """A sparse file imports in O(data): 100 GiB with 2 MiB of data (issue 19), reads back
+        through a mount, and exports as a sparse file."""
+        src = self.store('sparse-src')
+        os.makedirs(src)
+        py(MAKE_HF, src)
+        a, b = os.urandom(1 << 20), os.urandom(1 << 20)
+        fd = os.open(os.path.join(src, 'checkpoint-5', 'sparse.bin'), os.O_WRONLY | os.O_CREAT,
+                     0o644)
+        os.pwrite(fd, a, 0)
+        os.pwrite(fd, b, 50 << 30)
+        os.ftruncate(fd, 100 << 30)
+        os.close(fd)
+        store = self.store('sparse')
+        t = time.monotonic()
+        out = self.ctl(store, 'import', src, json_out=True)
+        self.assertLess(time.monotonic() - t, 30, 'import read the holes')
+        self.assertEqual({s['name']: s['state'] for s in out['steps']},
+                         {'checkpoint-5': 'complete'})
+        self.ctl(store, 'verify')
+        with ckfs.Mount(store=store) as m:
+            p = m.path('checkpoint-5', 'sparse.bin')
+            self.assertEqual(os.stat(p).st_size, 100 << 30)
+            self.assertLess(os.stat(p).st_blocks * 512, 8 << 20)
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(fd, 1 << 20, 0), a)
+                self.assertEqual(os.pread(fd, 1 << 20, 50 << 30), b)
+                self.assertEqual(os.pread(fd, 4096, 20 << 30), bytes(4096))
+                self.assertEqual(os.lseek(fd, 1 << 20, os.SEEK_DATA), 50 << 30)
+            finally:
+                os.close(fd)
+        dest = self.store('sparse-export')
+        t = time.monotonic()
+        self.ctl(store, 'export', 'checkpoint-5', dest)
+        self.assertLess(time.monotonic() - t, 30, 'export wrote the holes')
+        p = os.path.join(dest, 'checkpoint-5', 'sparse.bin')
+        self.assertEqual(os.stat(p).st_size, 100 << 30)
+        self.assertLess(os.stat(p).st_blocks * 512, 8 << 20)
+        with open(p, 'rb') as f:
+            f.seek(50 << 30)
+            self.assertEqual(f.read(1 << 20), b)
 
     def test_usage(self):
         r = self.ctl(self.store('u'), 'import', rc=2)
