@@ -1076,15 +1076,22 @@ void oi_readv_release(struct ckfs *fs, struct oi_readv *rv)
 	rv->n = 0;
 }
 
+/* Take oi's write lock (held on return, also on failure) and harvest the finished chunks.
+ * Returns 0, or the file's sticky error. */
+static int wrlock_harvest(struct ckfs *fs, struct oinode *oi)
+{
+	pthread_rwlock_wrlock(&oi->lock);
+	fly_harvest(fs, oi);
+	return oi->err;
+}
+
 ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len, uint64_t off)
 {
 	ssize_t rc = (ssize_t)len;
 
 	if (off + len < off || off + len > CKPTFS_MAX_FILE_SIZE)
 		return -EFBIG;
-	pthread_rwlock_wrlock(&oi->lock);
-	fly_harvest(fs, oi);
-	if (oi->err) {
+	if (wrlock_harvest(fs, oi) < 0) {
 		rc = oi->err;
 		goto out;
 	}
@@ -1170,12 +1177,8 @@ int oi_punch(struct ckfs *fs, struct oinode *oi, uint64_t off, uint64_t len)
 
 	if (off + len < off)
 		return -EFBIG;
-	pthread_rwlock_wrlock(&oi->lock);
-	fly_harvest(fs, oi);
-	if (oi->err) {
-		rc = oi->err;
+	if ((rc = wrlock_harvest(fs, oi)) < 0)
 		goto out;
-	}
 	uint64_t end = off + len < oi->size ? off + len : oi->size;
 
 	if (off >= end || (oi->stage_fd < 0 && off >= oi->data_end))

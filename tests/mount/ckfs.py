@@ -21,6 +21,7 @@ import atexit
 import errno
 import hashlib
 import json
+import ctypes
 import os
 import shutil
 import signal
@@ -173,6 +174,21 @@ def chunk_files(store):
 
 def chunk_bytes(store):
     return sum(chunk_files(store).values())
+
+
+# fallocate(2) modes, <linux/falloc.h>
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+FALLOC_FL_ZERO_RANGE = 0x10
+
+
+def fallocate(fd, mode, off, length):
+    """fallocate(2) with every mode (os.posix_fallocate has none); raises OSError."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    if libc.fallocate(fd, mode, off, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
 
 
 def read_bytes(path):

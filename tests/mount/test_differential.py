@@ -20,7 +20,6 @@ import sys
 
 sys.dont_write_bytecode = True
 
-import ctypes  # noqa: E402
 import errno  # noqa: E402
 import faulthandler  # noqa: E402
 import hashlib  # noqa: E402
@@ -113,15 +112,10 @@ def mmap_all_fd(fd):
     return b''.join(out)
 
 
-FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE = 0x01, 0x02, 0x10
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-
-
-def fallocate(fd, mode, off, length):
-    if _libc.fallocate(fd, mode, off, length) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
+FALLOC_FL_KEEP_SIZE = ckfs.FALLOC_FL_KEEP_SIZE
+FALLOC_FL_PUNCH_HOLE = ckfs.FALLOC_FL_PUNCH_HOLE
+FALLOC_FL_ZERO_RANGE = ckfs.FALLOC_FL_ZERO_RANGE
+fallocate = ckfs.fallocate
 
 
 def iomode_bin():

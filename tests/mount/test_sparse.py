@@ -21,7 +21,6 @@ import sys
 
 sys.dont_write_bytecode = True
 
-import ctypes  # noqa: E402
 import errno  # noqa: E402
 import faulthandler  # noqa: E402
 import os  # noqa: E402
@@ -38,18 +37,10 @@ PiB = 1 << 50
 MAX_FILE_SIZE = (1 << 44) - 4096     # fs/ckptfs.h CKPTFS_MAX_FILE_SIZE
 FAST = 1.0                           # seconds any of these operations may take
 
-FALLOC_FL_KEEP_SIZE = 0x01           # <linux/falloc.h>
-FALLOC_FL_PUNCH_HOLE = 0x02
-FALLOC_FL_ZERO_RANGE = 0x10
-
-libc = ctypes.CDLL(None, use_errno=True)
-libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-
-
-def fallocate(fd, mode, off, length):
-    if libc.fallocate(fd, mode, off, length) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
+FALLOC_FL_KEEP_SIZE = ckfs.FALLOC_FL_KEEP_SIZE
+FALLOC_FL_PUNCH_HOLE = ckfs.FALLOC_FL_PUNCH_HOLE
+FALLOC_FL_ZERO_RANGE = ckfs.FALLOC_FL_ZERO_RANGE
+fallocate = ckfs.fallocate
 
 
 def timed(fn, *a):

@@ -121,11 +121,8 @@ class TestCrashLoop(unittest.TestCase):
                 if PLAIN and tr.p.poll() is not None:
                     # the resume of a torn save crashed the trainer, as it would again at every
                     # restart: the next round starts a new job in an emptied directory
-                    tr.close()
-                    tr = None
-                    plain_wipe(m.mnt, log)
-                    unlogged.clear()
-                    fresh = True
+                    plain_restart(tr, m, log, unlogged)
+                    tr, fresh = None, True
                     continue
                 # 2. kill it inside one of its next saves (or just after one, or let rank 0
                 # exit in one)
@@ -181,11 +178,8 @@ class TestCrashLoop(unittest.TestCase):
                 if PLAIN and what is None and t_kill is None:
                     if not fails or not fails[-1].startswith('round %d:' % (rnd - 1)):
                         fails.append('round %d: the resumed trainer exited' % (rnd - 1))
-                    tr.close()
-                    tr = None
-                    plain_wipe(m.mnt, log)
-                    unlogged.clear()
-                    fresh = True
+                    plain_restart(tr, m, log, unlogged)
+                    tr, fresh = None, True
                     continue
                 for t, ln in ts.drain(tr):
                     if ln.startswith('SAVED '):
@@ -258,10 +252,13 @@ class TestCrashLoop(unittest.TestCase):
         return [(t, ln)] if ln and ln.startswith('SAVING ') else []
 
 
-def plain_wipe(top, log):
-    """Empty a plain save directory (kept: the trainer log lives beside it) and the log: the
-    next job starts from nothing."""
+def plain_restart(tr, m, log, unlogged):
+    """Plain directory: close the dead job, empty the save directory (kept: the trainer log
+    lives beside it), the log and the unlogged steps: the next job starts from nothing."""
+    tr.close()
     open(log, 'w').close()
+    unlogged.clear()
+    top = m.mnt
     for name in os.listdir(top):
         p = os.path.join(top, name)
         if os.path.isdir(p) and not os.path.islink(p):
