@@ -213,6 +213,12 @@ struct oinode {
 	_Atomic bool ov_dirty;
 };
 
+/*
+ * fs_commit_or_rollback - end the transaction the caller began: commit when rc == 0, else (or
+ * when the commit fails) roll back. Returns rc, or the commit's -errno. fs->mu held.
+ */
+int fs_commit_or_rollback(struct ckfs *fs, int rc);
+
 /* ---- xattr.c: extended attributes and POSIX ACLs (the index keeps them with the inode) ---- */
 
 /*
@@ -494,7 +500,8 @@ int oi_punch(struct ckfs *fs, struct oinode *oi, uint64_t off, uint64_t len);
 /*
  * oi_seek_data - lseek(2)'s SEEK_DATA (data true) or SEEK_HOLE (false) from off: the first
  * offset >= off in data, or in a hole (the end of the file counts as a hole), read lock taken
- * inside. Holes are the ranges no chunk backs (and the staging file's holes); O(log extents).
+ * inside. Holes are the ranges no chunk backs (and the staging file's holes); O(log extents)
+ * to find off, plus the contiguous extents after it for SEEK_HOLE.
  * Returns 0 with *ret_off set, -ENXIO (off at or past the size, or no data after off), or the
  * -errno of lseek on the staging file.
  */

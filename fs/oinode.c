@@ -227,10 +227,10 @@ static void stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end)
 }
 
 /*
- * A file grown by truncate or fallocate and closed before it was written (fio lays out its files
- * so) ends in chunks of zeros. Leave them out of the stream: bytes [data_end, size) read as zeros
- * (invariant 1), so writing the file in order from the end of its data is an append and stays
- * on the write-back stream, and commit stores the zeros again (deduplicated against these). A
+ * A file whose zeros were stored as chunks (written as zeros, or grown by a store that predates
+ * holes) ends in chunks of zeros. Leave them out of the stream: bytes [data_end, size) read as
+ * zeros (invariant 1), so writing the file in order from the end of its data is an append and
+ * stays on the write-back stream, and commit records what is left of them as a hole. A
  * chunk is taken for zeros only when it is stored at least 64 times smaller than its length (a
  * cheap test no float tensor passes; a short last chunk, stored raw, is always looked at) and its
  * digest is that of zeros of its length.

@@ -281,7 +281,7 @@ static int touch_dir(struct ckfs *fs, uint64_t dir, int64_t now, int nlink_delta
 	return idx_inode_update(fs->ix, &a);
 }
 
-static int commit_or_rollback(struct ckfs *fs, int rc)
+int fs_commit_or_rollback(struct ckfs *fs, int rc)
 {
 	if (rc == 0)
 		rc = idx_commit(fs->ix);
@@ -551,7 +551,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			rc = idx_inode_update(fs->ix, &a);
 		if (rc == 0 && (to_set & FUSE_SET_ATTR_MODE))
 			rc = fs_acl_chmod(fs, ino, a.mode); /* an access ACL follows the mode */
-		if ((rc = commit_or_rollback(fs, rc)) < 0)
+		if ((rc = fs_commit_or_rollback(fs, rc)) < 0)
 			goto fail_locked;
 	}
 	rc = stat_locked(fs, ino, &st);
@@ -647,7 +647,7 @@ static int make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const c
 		rc = idx_dentry_add(fs->ix, parent, name, ino);
 	if (rc == 0)
 		rc = touch_dir(fs, parent, now, S_ISDIR(mode) ? 1 : 0);
-	if ((rc = commit_or_rollback(fs, rc)) < 0)
+	if ((rc = fs_commit_or_rollback(fs, rc)) < 0)
 		return rc;
 	steps_on_name(fs, parent, name, ino, fuse_req_ctx(req)->pid, false);
 	*ret_ino = ino;
@@ -735,7 +735,7 @@ static int remove_txn(struct ckfs *fs, fuse_ino_t parent, const char *name, uint
 		rc = fs_drop_link(fs, ino, now, &fr);
 	if (rc == 0)
 		rc = touch_dir(fs, parent, now, dir ? -1 : 0);
-	rc = commit_or_rollback(fs, rc);
+	rc = fs_commit_or_rollback(fs, rc);
 	fs_release_finish(fs, &fr, rc == 0);
 	return rc;
 }
@@ -930,7 +930,7 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 		sa.ctime_ns = now;
 		rc = idx_inode_update(fs->ix, &sa);
 	}
-	return commit_or_rollback(fs, rc);
+	return fs_commit_or_rollback(fs, rc);
 }
 
 /*
@@ -971,7 +971,7 @@ static int rename_into_tracker(fuse_req_t req, struct ckfs *fs, fuse_ino_t paren
 		rc = fs_drop_link(fs, ino, ckfs_now(fs), &fr);
 	if (rc == 0)
 		rc = touch_dir(fs, parent, ckfs_now(fs), 0);
-	rc = commit_or_rollback(fs, rc);
+	rc = fs_commit_or_rollback(fs, rc);
 	fs_release_finish(fs, &fr, rc == 0);
 	return rc;
 }
@@ -1040,7 +1040,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 			rc = idx_dentry_add(fs->ix, newparent, newname, ino);
 		if (rc == 0)
 			rc = touch_dir(fs, newparent, now, 0);
-		rc = commit_or_rollback(fs, rc);
+		rc = fs_commit_or_rollback(fs, rc);
 	}
 	if (rc < 0) {
 		pthread_mutex_unlock(&fs->mu);

@@ -136,16 +136,6 @@ static int xa_kind(const char *name)
 	return -EOPNOTSUPP;
 }
 
-/* commit, or roll back on rc < 0; returns rc or the commit's error. fs->mu held. */
-static int xa_finish(struct ckfs *fs, int rc)
-{
-	if (rc == 0)
-		rc = idx_commit(fs->ix);
-	if (rc < 0)
-		idx_rollback(fs->ix);
-	return rc;
-}
-
 /* the inode's ctime to now, and its mode to mode when mode_set; in the transaction, mu held */
 static int xa_touch(struct ckfs *fs, uint64_t ino, bool mode_set, uint32_t mode)
 {
@@ -204,7 +194,7 @@ int fs_xattr_set(struct ckfs *fs, uint64_t ino, const char *name, const void *va
 	}
 	if (rc == 0)
 		rc = xa_touch(fs, ino, mode_set, mode);
-	rc = xa_finish(fs, rc);
+	rc = fs_commit_or_rollback(fs, rc);
 out:
 	pthread_mutex_unlock(&fs->mu);
 	return rc;
@@ -243,25 +233,46 @@ int fs_xattr_remove(struct ckfs *fs, uint64_t ino, const char *name)
 		rc = idx_xattr_remove(fs->ix, ino, name);
 		if (rc == 0)
 			rc = xa_touch(fs, ino, false, 0);
-		rc = xa_finish(fs, rc);
+		rc = fs_commit_or_rollback(fs, rc);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	return rc;
 }
 
+/*
+ * acl_load - ino's ACL name into an owned buffer (*ret, free()) sized to it. Returns its length,
+ * -ENODATA (none: nothing allocated, the common case, one indexed lookup), -ENOMEM or the
+ * index's -errno. fs->mu held.
+ */
+static int acl_load(struct ckfs *fs, uint64_t ino, const char *name, uint8_t **ret)
+{
+	int n = idx_xattr_get(fs->ix, ino, name, NULL, 0);
+	uint8_t *v;
+
+	if (n <= 0)
+		return n == 0 ? -ENODATA : n; /* an empty value is no ACL */
+	if (!(v = malloc((size_t)n)))
+		return -ENOMEM;
+	if ((n = idx_xattr_get(fs->ix, ino, name, v, (size_t)n)) < 0) {
+		free(v);
+		return n;
+	}
+	*ret = v;
+	return n;
+}
+
 int fs_acl_chmod(struct ckfs *fs, uint64_t ino, uint32_t mode)
 {
-	uint8_t *v = malloc(IDX_XATTR_VALUE_MAX);
-	int n, rc = 0;
+	uint8_t *v = NULL;
+	int n = acl_load(fs, ino, XA_ACCESS, &v), rc = 0;
 
-	if (!v)
-		return -ENOMEM;
-	n = idx_xattr_get(fs->ix, ino, XA_ACCESS, v, IDX_XATTR_VALUE_MAX);
-	if (n >= 0 && acl_valid(v, (size_t)n) && n > ACL_HDR) {
+	if (n == -ENODATA)
+		return 0;
+	if (n < 0)
+		return n;
+	if (acl_valid(v, (size_t)n) && n > ACL_HDR) {
 		acl_set_mode(v, (size_t)n, mode, false);
 		rc = idx_xattr_set(fs->ix, ino, XA_ACCESS, v, (size_t)n, IDX_XATTR_REPLACE);
-	} else if (n < 0 && n != -ENODATA) {
-		rc = n;
 	}
 	free(v);
 	return rc;
@@ -270,19 +281,14 @@ int fs_acl_chmod(struct ckfs *fs, uint64_t ino, uint32_t mode)
 int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mode,
 		   uint32_t umask)
 {
-	uint8_t *v = malloc(IDX_XATTR_VALUE_MAX);
-	int n, rc = 0;
+	uint8_t *v = NULL;
+	int n = acl_load(fs, parent, XA_DEFAULT, &v), rc = 0;
 
-	if (!v)
-		return -ENOMEM;
-	n = idx_xattr_get(fs->ix, parent, XA_DEFAULT, v, IDX_XATTR_VALUE_MAX);
-	if (n == -ENODATA || (n >= 0 && (!acl_valid(v, (size_t)n) || n == ACL_HDR))) {
+	if (n < 0 && n != -ENODATA)
+		return n;
+	if (n == -ENODATA || !acl_valid(v, (size_t)n) || n == ACL_HDR) {
 		/* no default ACL: the umask applies, as without ACLs */
 		*mode &= ~(umask & 0777u);
-		goto out;
-	}
-	if (n < 0) {
-		rc = n;
 		goto out;
 	}
 	if (S_ISDIR(*mode) && (rc = idx_xattr_set(fs->ix, ino, XA_DEFAULT, v, (size_t)n, 0)) < 0)

@@ -120,7 +120,7 @@ size_t store_cdc_cut(const uint8_t *buf, size_t len, bool at_eof);
  * *ret_end), both <= size (the file's size as the caller knows it). What to chunk of a sparse
  * file, and what is a hole (store_hasher_hole); a filesystem without SEEK_DATA reports all of
  * the file as data. Returns 1 (a run), 0 (no data at or after pos) or -errno of lseek.
- * Thread-safe (moves no file offset).
+ * Moves fd's file offset (lseek): callers read with pread.
  */
 int store_data_run(int fd, uint64_t pos, uint64_t size, uint64_t *ret_start, uint64_t *ret_end);
 
