@@ -138,4 +138,16 @@ int ckpt_fault_init(char *err, size_t errcap);
  */
 void ckpt_fault(const char *point);
 
+/*
+ * ckpt_extents_pread - read len bytes at offset off of a committed file from its extents ext[n]
+ * (idx_file_extents order: ascending, non-overlapping; gaps are holes and read as zeros), each
+ * chunk verified by store_chunk_pread. The caller asks within the file's size: bytes past the
+ * last extent are its trailing hole (zeros). buf, ext borrowed for the call. Thread-safe as the
+ * store is.
+ * Returns len, or -EIO (a chunk shorter than its extent), or store_chunk_pread's -errno
+ * (-EBADMSG a chunk failed its checksum, -ENOENT a chunk file is missing, -ENOMEM).
+ */
+ssize_t ckpt_extents_pread(struct store *st, const struct idx_extent *ext, size_t n, void *buf,
+			   size_t len, uint64_t off);
+
 #endif /* CKPTFS_CKPTFS_H */

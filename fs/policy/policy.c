@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * policy.c — the checkpoint policy (rules in policy.h): entries, sealing, completeness,
+ * figures and digest, the step report.
+ */
+#include "fs/policy/policy.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fs/ckptfs.h"
+
+/* the largest metadata.json policy_listed_names reads, bytes */
+#define POLICY_METADATA_MAX (64u << 20)
+/* how deep policy_listed_names looks into metadata.json for "file_name" keys */
+#define POLICY_JSON_DEPTH 32
+
+static int grow(void *vp, size_t *cap, size_t n, size_t elem)
+{
+	void **p = vp;
+	size_t nc;
+	void *q;
+
+	if (n < *cap)
+		return 0;
+	nc = *cap ? 2 * *cap : 16;
+	q = realloc(*p, nc * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = nc;
+	return 0;
+}
+
+/* ---- 1. entries ---- */
+
+enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind forced,
+				  struct layout_match *ret_match)
+{
+	struct layout_match m;
+	bool top = !strchr(rel, '/');
+
+	if (layout_classify(rel, forced, &m) < 0)
+		return POLICY_OTHER;
+	if (ret_match)
+		*ret_match = m;
+	if (top && S_ISREG(mode) && m.role == ROLE_TRACKER && m.kind != LAYOUT_MF1)
+		return POLICY_TRACKER;
+	if (top && S_ISDIR(mode) && m.role == ROLE_STEP_DIR && !(m.flags & LAYOUT_F_TMP) &&
+	    m.step >= 0)
+		return POLICY_STEP_DIR;
+	if (S_ISREG(mode) && m.step_prefix_len > 0 && m.role == ROLE_MARKER)
+		return POLICY_MARKER;
+	if (S_ISREG(mode) && m.step_prefix_len > 0 && m.role == ROLE_STEP_FILE)
+		return POLICY_STEP_FILE;
+	return POLICY_OTHER;
+}
+
+/* ---- 2. sealing ---- */
+
+enum policy_seal policy_claim_seals(enum layout_kind tracker, int64_t claim_step,
+				    enum layout_kind kind, int64_t step, bool history)
+{
+	if (claim_step < 0 || step < 0 || !layout_tracker_shared(tracker, kind))
+		return POLICY_SEAL_NONE;
+	if (step == claim_step)
+		return POLICY_SEAL_NAMED;
+	if (step < claim_step && !history)
+		return POLICY_SEAL_LATER;
+	return POLICY_SEAL_NONE;
+}
+
+enum layout_kind policy_claim_kind(const char *rel, enum layout_kind forced)
+{
+	struct layout_match m;
+
+	if (policy_entry_of(rel, S_IFREG, forced, &m) != POLICY_TRACKER)
+		return LAYOUT_NONE;
+	return m.kind;
+}
+
+bool policy_marker_after_all_ranks(enum layout_kind kind)
+{
+	switch (kind) {
+	case LAYOUT_MEGATRON:
+	case LAYOUT_MF2:
+	case LAYOUT_DCP:
+	case LAYOUT_INTERNEVO:
+	case LAYOUT_ORBAX:
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool policy_names_repeat(enum layout_kind kind)
+{
+	return kind == LAYOUT_DEEPSPEED || kind == LAYOUT_HF;
+}
+
+/* ---- 3. completeness ---- */
+
+/* why a step that is not complete cannot become complete (f->settled) */
+static void incomplete_why(const struct policy_facts *f, char *why, size_t cap)
+{
+	if (f->unprovable && f->absent[0])
+		snprintf(why, cap, "the daemon stopped before every rank was known to be done: "
+			 "'%.40s' is missing", f->absent);
+	else if (f->unprovable)
+		snprintf(why, cap, "the daemon stopped before every rank was known to be done (%s)",
+			 f->previous == POLICY_PREV_NONE ? "no earlier complete step to compare with"
+							 : "files still open");
+	else if (!f->sealed)
+		snprintf(why, cap, f->files ? "abandoned: never sealed, no writer left"
+					    : "abandoned empty");
+	else if (f->files == 0)
+		snprintf(why, cap, "sealed, but holds no file");
+	else if (f->unreadable)
+		snprintf(why, cap, "%u of %" PRIu64 " files could not be read", f->unreadable,
+			 f->files);
+	else if (f->unsound || f->uncommitted)
+		snprintf(why, cap, "%u torn or malformed, %u never closed of %" PRIu64 " files",
+			 f->unsound, f->uncommitted, f->files);
+	else if (f->unlisted[0])
+		snprintf(why, cap, "metadata.json names '%.60s', which is not in the step",
+			 f->unlisted);
+	else if (f->previous == POLICY_PREV_MISSING && f->absent[0])
+		snprintf(why, cap, "no writer left and '%.60s' never written: a rank did not save",
+			 f->absent);
+	else
+		snprintf(why, cap, "not every rank is known to be done");
+}
+
+enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t cap)
+{
+	bool prev_ok = f->previous == POLICY_PREV_ALL || (f->previous == POLICY_PREV_NONE && f->quiet);
+
+	if (f->sealed && f->files > 0 && f->open == 0 && f->uncommitted == 0 && f->unsound == 0 &&
+	    f->unreadable == 0 && !f->unlisted[0] && !f->unprovable && prev_ok) {
+		snprintf(why, cap, "every file whole");
+		return POLICY_COMPLETE;
+	}
+	if (!f->settled || f->open) {
+		snprintf(why, cap, "waiting for its writers");
+		return POLICY_WAIT;
+	}
+	incomplete_why(f, why, cap);
+	return POLICY_INCOMPLETE;
+}
+
+struct prev_ctx {
+	const struct idx_step *s;
+	struct idx_step best;
+	bool found;
+};
+
+static int prev_cb(const struct idx_step *o, void *arg)
+{
+	struct prev_ctx *c = arg;
+
+	if (o->kind == c->s->kind && o->id != c->s->id && o->state == IDX_STEP_COMPLETE &&
+	    o->dir_ino && o->step < c->s->step && (!c->found || o->step > c->best.step)) {
+		c->best = *o;
+		c->found = true;
+	}
+	return 0;
+}
+
+/*
+ * The name a file of step `from` has at step `to`: every run of digits whose value is from's
+ * number becomes to's (zero-padded to the run's width when the run starts with 0), so HF's nested
+ * checkpoint-N/global_stepN/ directory matches. Returns 0, or -ENAMETOOLONG.
+ */
+static int renumber(const char *name, int64_t from, int64_t to, char *buf, size_t cap)
+{
+	size_t o = 0;
+
+	for (const char *p = name; *p;) {
+		size_t n = strspn(p, "0123456789");
+		char digits[20]; /* INT64_MAX has 19 digits */
+		bool match = false;
+		int w;
+
+		if (n == 0) {
+			if (o + 1 >= cap)
+				return -ENAMETOOLONG;
+			buf[o++] = *p++;
+			continue;
+		}
+		if (n < sizeof(digits)) {
+			memcpy(digits, p, n);
+			digits[n] = '\0';
+			match = strtoll(digits, NULL, 10) == from;
+		}
+		if (match)
+			w = snprintf(buf + o, cap - o, "%0*" PRId64, p[0] == '0' ? (int)n : 0, to);
+		else
+			w = snprintf(buf + o, cap - o, "%.*s", (int)n, p);
+		if (w < 0 || (size_t)w >= cap - o)
+			return -ENAMETOOLONG;
+		o += (size_t)w;
+		p += n;
+	}
+	buf[o] = '\0';
+	return 0;
+}
+
+struct names_walk {
+	struct idx *ix;
+	int64_t from, to;      /* step numbers of the previous step and of the one judged */
+	uint64_t (*pairs)[2];  /* [previous step's directory, same directory in this step] */
+	size_t n, cap;
+	uint64_t cur;          /* this step's directory matching the one being listed */
+	char *missing;
+	size_t mcap;
+};
+
+static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct names_walk *w = arg;
+	char want[NAME_MAX + 1];
+	struct idx_inode a;
+	uint64_t mine;
+
+	(void)cookie;
+	if (!S_ISDIR(mode) && !S_ISREG(mode))
+		return 0;
+	if (renumber(name, w->from, w->to, want, sizeof(want)) < 0)
+		return 0; /* no name it could have here */
+	/* a digit run equal to the step by chance (DeepSpeed's "bf16_" at step 16) is not the
+	 * step number: the name unchanged counts too */
+	if (idx_dentry_lookup(w->ix, w->cur, want, &mine) < 0 && strcmp(want, name) != 0 &&
+	    idx_dentry_lookup(w->ix, w->cur, name, &mine) == 0)
+		snprintf(want, sizeof(want), "%s", name);
+	if (idx_dentry_lookup(w->ix, w->cur, want, &mine) < 0 ||
+	    idx_inode_get(w->ix, mine, &a) < 0 || (S_ISDIR(mode) != S_ISDIR(a.mode))) {
+		snprintf(w->missing, w->mcap, "%s", want);
+		return 1;
+	}
+	if (S_ISDIR(mode)) {
+		if (grow(&w->pairs, &w->cap, w->n, sizeof(*w->pairs)) < 0)
+			return -ENOMEM;
+		w->pairs[w->n][0] = ino;
+		w->pairs[w->n][1] = mine;
+		w->n++;
+	}
+	return 0;
+}
+
+int policy_previous_names(struct idx *ix, const struct idx_step *s, char *missing, size_t cap)
+{
+	struct prev_ctx pc = { .s = s };
+	struct names_walk w = { .ix = ix, .missing = missing, .mcap = cap };
+	int rc;
+
+	if ((rc = idx_step_foreach(ix, prev_cb, &pc)) < 0)
+		return rc;
+	if (!pc.found)
+		return POLICY_PREV_NONE;
+	w.from = pc.best.step;
+	w.to = s->step;
+	w.cur = s->dir_ino;
+	rc = idx_dir_list(ix, pc.best.dir_ino, 0, names_cb, &w);
+	for (size_t i = 0; rc == 0 && i < w.n; i++) { /* w.pairs grows as we go */
+		w.cur = w.pairs[i][1];
+		rc = idx_dir_list(ix, w.pairs[i][0], 0, names_cb, &w);
+	}
+	free(w.pairs);
+	if (rc == 1) {
+		size_t l = strlen(missing);
+
+		snprintf(missing + l, cap - l, " (in step %" PRId64 ")", pc.best.step);
+		return POLICY_PREV_MISSING;
+	}
+	return rc < 0 ? rc : POLICY_PREV_ALL;
+}
+
+/* Every "file_name" string anywhere in j names a regular file in directory dir? */
+static bool names_exist(struct idx *ix, uint64_t dir, json_t *j, int depth, char *missing,
+			size_t cap)
+{
+	const char *key;
+	json_t *v;
+	size_t i;
+
+	if (depth > POLICY_JSON_DEPTH)
+		return false;
+	if (json_is_object(j)) {
+		json_object_foreach(j, key, v) {
+			if (strcmp(key, "file_name") == 0 && json_is_string(v)) {
+				const char *n = json_string_value(v);
+				struct idx_inode a;
+				uint64_t ino;
+
+				if (strchr(n, '/') || !strcmp(n, "..") ||
+				    idx_dentry_lookup(ix, dir, n, &ino) < 0 ||
+				    idx_inode_get(ix, ino, &a) < 0 || !S_ISREG(a.mode)) {
+					snprintf(missing, cap, "%s", n);
+					return false;
+				}
+			} else if (!names_exist(ix, dir, v, depth + 1, missing, cap)) {
+				return false;
+			}
+		}
+	} else if (json_is_array(j)) {
+		json_array_foreach(j, i, v)
+			if (!names_exist(ix, dir, v, depth + 1, missing, cap))
+				return false;
+	}
+	return true;
+}
+
+int policy_listed_names(struct idx *ix, struct store *st, const struct idx_step *s, char *missing,
+			size_t cap)
+{
+	struct idx_extent *ext = NULL;
+	struct idx_inode a;
+	size_t n = 0;
+	uint64_t ino;
+	json_t *j;
+	char *buf;
+	bool ok;
+
+	if (s->kind != LAYOUT_MF2 || idx_dentry_lookup(ix, s->dir_ino, "metadata.json", &ino) < 0 ||
+	    idx_inode_get(ix, ino, &a) < 0 || !S_ISREG(a.mode) || !a.has_hash ||
+	    a.size > POLICY_METADATA_MAX)
+		return 1;
+	if (!(buf = malloc(a.size ? a.size : 1)))
+		return -ENOMEM;
+	if (idx_file_extents(ix, ino, &ext, &n) < 0 ||
+	    ckpt_extents_pread(st, ext, n, buf, a.size, 0) != (ssize_t)a.size) {
+		free(ext);
+		free(buf);
+		snprintf(missing, cap, "metadata.json (unreadable)");
+		return 0;
+	}
+	free(ext);
+	j = json_loadb(buf, a.size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	free(buf);
+	if (!j)
+		return 1;
+	ok = names_exist(ix, s->dir_ino, j, 0, missing, cap);
+	json_decref(j);
+	return ok ? 1 : 0;
+}
+
+/* ---- 4. figures and digest ---- */
+
+struct walk {
+	struct idx *ix;
+	policy_file_fn fn;
+	void *arg;
+	uint64_t *dirs;
+	size_t ndirs, capdirs;
+	struct policy_figures fig;
+	struct store_hasher *digest;
+};
+
+static int walk_entry(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct walk *w = arg;
+	struct idx_inode a;
+	uint64_t stored = 0;
+	int rc;
+
+	(void)cookie;
+	if (S_ISDIR(mode)) {
+		if (grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+			return -ENOMEM;
+		w->dirs[w->ndirs++] = ino;
+		return 0;
+	}
+	if (!S_ISREG(mode))
+		return 0;
+	if ((rc = idx_inode_get(w->ix, ino, &a)) < 0)
+		return rc;
+	if (w->fn && (rc = w->fn(ino, &a, w->arg)) != 0)
+		return rc;
+	w->fig.files++;
+	w->fig.bytes += a.size;
+	if (idx_file_stored_bytes(w->ix, ino, &stored) == 0)
+		w->fig.stored += stored;
+	store_hasher_update(w->digest, name, strlen(name) + 1);
+	store_hasher_update(w->digest, a.hash, IDX_HASH_LEN);
+	return 0;
+}
+
+int policy_step_walk(struct idx *ix, uint64_t dir, policy_file_fn fn, void *arg,
+		     struct policy_figures *ret)
+{
+	struct walk w = { .ix = ix, .fn = fn, .arg = arg };
+	int rc;
+
+	if (!(w.digest = store_hasher_new()))
+		return -ENOMEM;
+	/* directories one after another, never nested: a listing's statement is one per handle */
+	rc = idx_dir_list(ix, dir, 0, walk_entry, &w);
+	for (size_t i = 0; rc == 0 && i < w.ndirs; i++) /* w.dirs grows as we go */
+		rc = idx_dir_list(ix, w.dirs[i], 0, walk_entry, &w);
+	if (rc == 0) {
+		store_hasher_digest(w.digest, &w.fig.digest);
+		*ret = w.fig;
+	}
+	free(w.dirs);
+	store_hasher_free(w.digest);
+	return rc;
+}
+
+/* ---- 5. reporting ---- */
+
+char *policy_time_iso(int64_t ns, char *buf, size_t cap)
+{
+	/* floor division: a time before the epoch belongs to the second that starts before it */
+	int64_t sec = ns >= 0 ? ns / 1000000000 : -((-(ns + 1)) / 1000000000) - 1;
+	time_t t = (time_t)sec;
+	struct tm tm;
+
+	if (cap < 21 || !gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(buf, cap, "?");
+	return buf;
+}
+
+/* utf8_seq - length of the valid UTF-8 sequence (RFC 3629: no overlong form, no surrogate)
+ * at p (n bytes left, n > 0), or 0 when p[0] does not start one. */
+static size_t utf8_seq(const uint8_t *p, size_t n)
+{
+	/* the second byte's range excludes overlong forms (e0, f0), surrogates (ed) and code
+	 * points above U+10FFFF (f4) */
+	uint8_t lo = p[0] == 0xe0 ? 0xa0 : p[0] == 0xf0 ? 0x90 : 0x80;
+	uint8_t hi = p[0] == 0xed ? 0x9f : p[0] == 0xf4 ? 0x8f : 0xbf;
+	size_t len;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xbf))
+			return 0;
+	return len;
+}
+
+json_t *policy_json_name(const char *name)
+{
+	const uint8_t *p = (const uint8_t *)name;
+	size_t n = strlen(name), o = 0;
+	json_t *j = json_string(name);
+	char *buf;
+
+	if (j)
+		return j;
+	if (!(buf = malloc(3 * n + 1)))
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		size_t k = utf8_seq(p + i, n - i);
+
+		if (k) {
+			memcpy(buf + o, p + i, k);
+			o += k;
+			i += k;
+		} else {
+			memcpy(buf + o, "\xef\xbf\xbd", 3); /* U+FFFD */
+			o += 3;
+			i++;
+		}
+	}
+	buf[o] = '\0';
+	j = json_string(buf);
+	free(buf);
+	return j;
+}
+
+/* a step time as JSON: ISO-8601, or null for 0 (never) */
+static json_t *json_step_time(int64_t ns)
+{
+	char t[40];
+
+	return ns ? json_string(policy_time_iso(ns, t, sizeof(t))) : json_null();
+}
+
+json_t *policy_step_json(const struct idx_step *s)
+{
+	char hex[2 * STORE_HASH_LEN + 1];
+	struct store_hash dg;
+	const char *layout = s->kind >= 0 && s->kind < LAYOUT_KIND_COUNT
+				     ? layout_name((enum layout_kind)s->kind) : NULL;
+	json_t *o = json_object();
+
+	if (!o)
+		return NULL;
+	memcpy(dg.b, s->digest, STORE_HASH_LEN);
+	store_hash_hex(&dg, hex);
+	json_object_set_new(o, "id", json_integer(s->id));
+	json_object_set_new(o, "step", json_integer(s->step));
+	json_object_set_new(o, "name", policy_json_name(s->name));
+	json_object_set_new(o, "kind", json_integer(s->kind));
+	json_object_set_new(o, "layout", json_string(layout ? layout : "?"));
+	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
+	json_object_set_new(o, "dir_ino", json_integer((json_int_t)s->dir_ino));
+	json_object_set_new(o, "created_ns", json_integer(s->created_ns));
+	json_object_set_new(o, "created", json_step_time(s->created_ns));
+	json_object_set_new(o, "sealed_ns", json_integer(s->sealed_ns));
+	json_object_set_new(o, "sealed", json_step_time(s->sealed_ns));
+	json_object_set_new(o, "completed_ns", json_integer(s->completed_ns));
+	json_object_set_new(o, "completed", json_step_time(s->completed_ns));
+	json_object_set_new(o, "state_ns", json_integer(s->state_ns));
+	json_object_set_new(o, "state_changed", json_step_time(s->state_ns));
+	json_object_set_new(o, "files", json_integer((json_int_t)s->files));
+	json_object_set_new(o, "logical_bytes", json_integer((json_int_t)s->logical_bytes));
+	json_object_set_new(o, "stored_bytes", json_integer((json_int_t)s->stored_bytes));
+	json_object_set_new(o, "digest", s->has_digest ? json_string(hex) : json_null());
+	json_object_set_new(o, "pinned", json_boolean(s->pinned));
+	return o;
+}

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * policy.h — the checkpoint policy: what an entry is to its step, which steps a tracker claim
+ * seals, when a step is complete, a step's figures and digest, and how a step is reported.
+ *
+ * The daemon (fs/steps), `ckptctl import` and `ckptctl fsck` all judge steps through this
+ * module and nothing else, so a store is judged the same way whichever of them looks at it.
+ *
+ * Pure: no FUSE, no daemon state, no logging. Functions read the index (and, for the names a
+ * step's metadata lists, the store) through the handles they are given; they never write.
+ * Thread-safety is the handles' (an idx handle is used by one thread at a time).
+ *
+ * The rules (DESIGN.md, "Steps"; sources in layout.h and tests/traces/):
+ *
+ *  1. Entries. A step directory is a top-level directory whose name is a layout's step pattern
+ *     (not an in-progress name, a non-negative step). A file under it is a step file; the
+ *     layout's commit marker directly inside it (DCP .metadata, HF trainer_state.json, InternEvo
+ *     N/N.step, Orbax commit_success.txt) is its marker. A top-level regular file that is a
+ *     layout's tracker is a tracker, and what a trainer writes into it is a claim.
+ *
+ *  2. Sealing. A step is sealed by its whole marker (closed, not torn, not malformed), or by a
+ *     claim that names it, of a tracker its layout shares (layout_tracker_shared). Trainers
+ *     write one claim per save, and the index keeps every claim it saw; so where the claims are
+ *     known (the daemon, and fsck, which reads the recorded claims) a claim seals exactly the
+ *     step it names: an earlier step nobody claimed is a save that did not finish. A plain
+ *     directory (import) keeps only the last write of each tracker, so there the one claim left
+ *     stands for every earlier step of the layouts sharing it: the trainer claimed each of them
+ *     in turn before overwriting the tracker.
+ *
+ *  3. Completeness. A sealed step is complete when it holds at least one file, every file is
+ *     closed, committed and sound (not torn, not malformed, readable), every name its own
+ *     metadata lists is there (MindFormers 2.0 metadata.json), and, for layouts whose marker
+ *     may precede other ranks' files (DeepSpeed, Hugging Face), it holds every name of the
+ *     previous complete step of its layout, or, when there is none, nothing was written into it
+ *     for a while (the caller's `quiet`). A step that cannot be complete once its writers are
+ *     gone is incomplete; the daemon sets it aside, import leaves that to the daemon's first
+ *     mount (which owns the namespace).
+ *
+ *  4. Figures and digest. A step's figures are the count, logical bytes and stored bytes of its
+ *     regular files; its digest is XXH3-128 over, for each regular file in listing order
+ *     (directories one after another, breadth first), its name with the NUL and its 16-byte
+ *     whole-file digest.
+ */
+#ifndef CKPTFS_POLICY_H
+#define CKPTFS_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "fs/layout.h"
+#include "index/index.h"
+#include "store/store.h"
+
+/* ---- 1. entries ---- */
+
+enum policy_entry {
+	POLICY_OTHER = 0, /* part of no step (or of an MF1 step, judged per rank by the daemon) */
+	POLICY_TRACKER,   /* a top-level tracker file: its content is a claim */
+	POLICY_STEP_DIR,  /* a step's directory */
+	POLICY_STEP_FILE, /* a file of a step */
+	POLICY_MARKER,    /* a step's commit marker: a file of the step that seals it once whole */
+};
+
+/*
+ * policy_entry_of - what the entry at rel (relative to the mount root, as layout_classify takes
+ * it) of type mode (S_IFMT bits) is to the policy, rule 1.
+ * @forced: the layout forced by -o layout, or LAYOUT_NONE to recognise any.
+ * @ret_match: when not NULL, receives layout_classify's match (untouched when it fails).
+ * Returns a policy_entry; POLICY_OTHER for a path layout_classify rejects. Thread-safe.
+ */
+enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind forced,
+				  struct layout_match *ret_match);
+
+/* ---- 2. sealing ---- */
+
+enum policy_seal {
+	POLICY_SEAL_NONE = 0,  /* the claim says nothing of this step */
+	POLICY_SEAL_NAMED = 1, /* the claim names this step */
+	POLICY_SEAL_LATER = 2, /* the claim names a later step and stands for this one (no history) */
+};
+
+/*
+ * policy_claim_seals - does a claim of step claim_step, written into a tracker of layout
+ * tracker, seal step `step` of layout kind (rule 2)?
+ * @history: true when every claim the trainer wrote is known (the daemon, fsck), false when
+ *           only the last one is (import of a plain directory).
+ * Returns a policy_seal; POLICY_SEAL_NONE for a claim that is not a step (claim_step < 0) or a
+ * step without a number (step < 0). Thread-safe.
+ */
+enum policy_seal policy_claim_seals(enum layout_kind tracker, int64_t claim_step,
+				    enum layout_kind kind, int64_t step, bool history);
+
+/*
+ * policy_claim_kind - the layout of the tracker at path rel (relative to the mount root), as
+ * claims record it; LAYOUT_NONE when rel is not a top-level tracker or is MF1's per-rank
+ * meta.json (MF1 steps are sealed per rank by the daemon, not by this rule). Thread-safe.
+ */
+enum layout_kind policy_claim_kind(const char *rel, enum layout_kind forced);
+
+/*
+ * policy_marker_after_all_ranks - does layout kind write its commit marker only after every rank
+ * finished its files (framework-io.md: Megatron and MindFormers 2.0 write the tracker after a
+ * barrier; the DCP coordinator renames .metadata after gathering all ranks; InternEvo's log rank
+ * writes N/N.step after a barrier; Orbax renames the step directory after all writes)? Then a
+ * sealed step whose files are all closed and sound is complete at once. DeepSpeed writes
+ * `latest` before its barrier and HF rank 0 writes trainer_state.json without waiting for the
+ * other ranks' files. Thread-safe.
+ */
+bool policy_marker_after_all_ranks(enum layout_kind kind);
+
+/*
+ * policy_names_repeat - do layout kind's step directories hold the same names at every step,
+ * with a marker that may precede other ranks' files (DeepSpeed, Hugging Face)? The previous
+ * complete step's names are then the only record of what a step should hold. Thread-safe.
+ */
+bool policy_names_repeat(enum layout_kind kind);
+
+/* ---- 3. completeness ---- */
+
+/* What a caller knows of a sealed or unsealed step; see policy_judge. */
+struct policy_facts {
+	bool sealed;            /* rule 2 */
+	bool settled;           /* no writer of the step is left (import: always) */
+	bool quiet;             /* nothing written into it for a while, or settled */
+	bool unprovable;        /* after a daemon crash: every rank cannot be shown to be done */
+	uint64_t files;         /* regular files under its directory */
+	unsigned open;          /* files a writer still holds with unflushed data */
+	unsigned uncommitted;   /* files never closed: no whole-file digest yet */
+	unsigned unsound;       /* torn or malformed files */
+	unsigned unreadable;    /* files whose bytes could not be read (import) */
+	int previous;           /* policy_previous_names's answer; POLICY_PREV_ALL for layouts
+				 * whose names need not repeat */
+	const char *absent;     /* with POLICY_PREV_MISSING: the first name absent, else "" */
+	const char *unlisted;   /* a name the step's metadata lists that it lacks, or "" */
+};
+
+enum policy_prev {
+	POLICY_PREV_MISSING = 0, /* a name of the previous complete step is absent */
+	POLICY_PREV_ALL = 1,     /* every name is there (or the layout's names need not repeat) */
+	POLICY_PREV_NONE = 2,    /* no earlier complete step of the layout to compare with */
+};
+
+enum policy_verdict {
+	POLICY_WAIT = 0,       /* not complete yet; it may become complete */
+	POLICY_COMPLETE = 1,
+	POLICY_INCOMPLETE = 2, /* it cannot become complete: set it aside */
+};
+
+/*
+ * policy_judge - rule 3 on the facts f.
+ * @why: receives why, NUL-terminated, truncated to cap: for POLICY_COMPLETE a short account,
+ *       otherwise what is missing or wrong (the text a step's event log keeps). cap >= 1.
+ * Returns a policy_verdict: POLICY_INCOMPLETE only when f->settled. Thread-safe.
+ */
+enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t cap);
+
+/*
+ * policy_previous_names - does the step with row s (its kind, id, step and dir_ino) hold every
+ * file and directory name of the newest complete step of its layout before it? A name of the
+ * previous step is matched with every run of digits equal to that step's number renumbered to
+ * s's (zero-padded to the run's width when it starts with 0), or unchanged.
+ * @missing: receives the first name not found (with " (in step N)"), NUL-terminated, truncated.
+ * Returns POLICY_PREV_ALL, POLICY_PREV_NONE, POLICY_PREV_MISSING, or -ENOMEM / -errno of the index.
+ */
+int policy_previous_names(struct idx *ix, const struct idx_step *s, char *missing, size_t cap);
+
+/*
+ * policy_listed_names - does step s hold every file its own metadata lists? MindFormers 2.0's
+ * metadata.json lists the step's files ("file_name" anywhere in it; verify_ckpt_valid in
+ * mindformers checkpoint/checkpoint.py @ 8d9e5d7 checks that they exist). Other layouts, a step
+ * without a committed metadata.json, or one over 64 MiB have nothing to check. Malformed JSON is
+ * the structure check's to flag, not this one's.
+ * @missing: receives the first listed name not there, NUL-terminated, truncated to cap.
+ * Returns 1 (nothing missing), 0 (a name is missing, or metadata.json cannot be read), or
+ * -ENOMEM (nothing could be checked now).
+ */
+int policy_listed_names(struct idx *ix, struct store *st, const struct idx_step *s, char *missing,
+			size_t cap);
+
+/* ---- 4. figures and digest ---- */
+
+struct policy_figures {
+	uint64_t files;           /* regular files */
+	uint64_t bytes;           /* their logical sizes, bytes */
+	uint64_t stored;          /* their stored bytes (idx_file_stored_bytes) */
+	struct store_hash digest; /* rule 4 */
+};
+
+/*
+ * policy_file_fn - called by policy_step_walk for every regular file, with its row a (borrowed
+ * for the call); the caller counts what it needs (open, torn, bad chunks). Non-zero stops the
+ * walk and is returned.
+ */
+typedef int (*policy_file_fn)(uint64_t ino, const struct idx_inode *a, void *arg);
+
+/*
+ * policy_step_walk - the figures and digest of the tree under directory dir (rule 4), calling
+ * fn (may be NULL) for every regular file.
+ * Returns 0 and *ret, -ENOMEM, -errno of the index, or fn's non-zero value (*ret untouched).
+ */
+int policy_step_walk(struct idx *ix, uint64_t dir, policy_file_fn fn, void *arg,
+		     struct policy_figures *ret);
+
+/* ---- 5. reporting ---- */
+
+/*
+ * policy_time_iso - nanoseconds since the epoch as ISO-8601 UTC "2024-05-01T12:00:00Z", whole
+ * seconds rounded toward the past (so -1 ns is 1969-12-31T23:59:59Z, and 0 is the epoch: a file
+ * time). A step time of 0 means never: callers print "-" (text) or null (JSON) for it, as
+ * policy_step_json does. Returns buf; "?" when cap < 21 or the year does not fit. cap >= 2.
+ * Thread-safe.
+ */
+char *policy_time_iso(int64_t ns, char *buf, size_t cap);
+
+/*
+ * policy_json_name - a file or step name as a JSON string: the name itself when it is UTF-8,
+ * otherwise with each byte outside a valid UTF-8 sequence (RFC 3629) replaced by U+FFFD, since
+ * json_string refuses anything but UTF-8 and the key would be lost.
+ * Returns a new reference, or NULL on allocation failure.
+ */
+json_t *policy_json_name(const char *name);
+
+/*
+ * policy_step_json - every field of step row s as a JSON object, the one schema that
+ * `ckptctl steps --json` and MOUNT/.ckptfs/steps.json print: id, step, name, kind, layout,
+ * state, dir_ino, created_ns/created, sealed_ns/sealed, completed_ns/completed,
+ * state_ns/state_changed (ISO-8601 or null for never), files, logical_bytes, stored_bytes,
+ * digest (32 hex digits or null), pinned. Returns a new reference, or NULL on allocation failure.
+ */
+json_t *policy_step_json(const struct idx_step *s);
+
+#endif /* CKPTFS_POLICY_H */

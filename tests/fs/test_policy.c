@@ -1,0 +1,307 @@
+/*
+ * test_policy.c — unit tests of the checkpoint policy (fs/policy/policy.c): entries, which
+ * steps a claim seals, the completeness verdict, the previous step's names, step figures and
+ * digest, the step report. Real SQLite indexes in a fresh temporary directory per test.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/policy/policy.h"
+
+static char tdir[64];
+static struct idx *ix;
+
+static int rm_one(const char *p, const struct stat *sb, int type, struct FTW *ftw)
+{
+	(void)sb;
+	(void)type;
+	(void)ftw;
+	return remove(p);
+}
+
+static void setup(void)
+{
+	char db[128];
+
+	strcpy(tdir, "/tmp/ckpolicy-XXXXXX");
+	cr_assert_not_null(mkdtemp(tdir));
+	snprintf(db, sizeof(db), "%s/index.db", tdir);
+	cr_assert_eq(idx_open(db, 0, 0, 0, 1, &ix), 0);
+}
+
+static void teardown(void)
+{
+	idx_close(ix);
+	nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* a directory or a committed regular file (one extent with a digest from its name) */
+static uint64_t mk(uint64_t parent, const char *name, bool dir, uint32_t flags)
+{
+	struct idx_inode a = { .mode = (dir ? S_IFDIR | 0755 : S_IFREG | 0644), .nlink = 1,
+			       .flags = flags };
+	uint64_t ino;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_inode_create(ix, &a, &ino), 0);
+	cr_assert_eq(idx_dentry_add(ix, parent, name, ino), 0);
+	if (!dir) {
+		struct idx_extent e = { .offset = 0, .length = 100, .stored_size = 40 };
+		uint8_t h[IDX_HASH_LEN] = { 0 };
+
+		snprintf((char *)e.hash, sizeof(e.hash), "%s", name);
+		snprintf((char *)h, sizeof(h), "f:%s", name);
+		cr_assert_eq(idx_file_set_content(ix, ino, &e, 1, 100, h, 1, NULL, NULL), 0);
+	}
+	cr_assert_eq(idx_commit(ix), 0);
+	return ino;
+}
+
+static int64_t mkstep(int kind, const char *name, int64_t step, uint64_t dir, int state)
+{
+	int64_t id;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_step_create(ix, kind, name, step, dir, 1, &id), 0);
+	if (state != IDX_STEP_WRITING)
+		cr_assert_eq(idx_step_set_state(ix, id, state, 2, "test"), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	return id;
+}
+
+/* ---- 1. entries ---- */
+
+Test(policy, entries)
+{
+	struct layout_match m;
+
+	cr_assert_eq(policy_entry_of("iter_0000010", S_IFDIR, LAYOUT_NONE, &m), POLICY_STEP_DIR);
+	cr_assert_eq(m.kind, LAYOUT_MEGATRON);
+	cr_assert_eq(policy_entry_of("iter_0000010", S_IFREG, LAYOUT_NONE, NULL), POLICY_OTHER);
+	cr_assert_eq(policy_entry_of("iter_0000010/mp_rank_00/model_optim_rng.pt", S_IFREG,
+				     LAYOUT_NONE, NULL), POLICY_STEP_FILE);
+	cr_assert_eq(policy_entry_of("latest_checkpointed_iteration.txt", S_IFREG, LAYOUT_NONE,
+				     NULL), POLICY_TRACKER);
+	cr_assert_eq(policy_entry_of("latest", S_IFREG, LAYOUT_NONE, NULL), POLICY_TRACKER);
+	cr_assert_eq(policy_entry_of("latest", S_IFDIR, LAYOUT_NONE, NULL), POLICY_OTHER);
+	cr_assert_eq(policy_entry_of("step-20/.metadata", S_IFREG, LAYOUT_NONE, NULL),
+		     POLICY_MARKER);
+	cr_assert_eq(policy_entry_of("checkpoint-30/trainer_state.json", S_IFREG, LAYOUT_NONE,
+				     NULL), POLICY_MARKER);
+	cr_assert_eq(policy_entry_of("40/40.step", S_IFREG, LAYOUT_NONE, NULL), POLICY_MARKER);
+	/* an in-progress name and MF1's per-rank meta.json are not this rule's */
+	cr_assert_eq(policy_entry_of("tmp-checkpoint-30", S_IFDIR, LAYOUT_NONE, NULL),
+		     POLICY_OTHER);
+	cr_assert_eq(policy_entry_of("rank_0/meta.json", S_IFREG, LAYOUT_NONE, NULL), POLICY_OTHER);
+	/* a forced layout recognises only its own names */
+	cr_assert_eq(policy_entry_of("iter_0000010", S_IFDIR, LAYOUT_HF, NULL), POLICY_OTHER);
+	cr_assert_eq(policy_claim_kind("latest", LAYOUT_NONE), LAYOUT_DEEPSPEED);
+	cr_assert_eq(policy_claim_kind("iter_0000010/x", LAYOUT_NONE), LAYOUT_NONE);
+}
+
+/* ---- 2. sealing ---- */
+
+Test(policy, claim_seals)
+{
+	/* with history a claim seals exactly the step it names */
+	cr_assert_eq(policy_claim_seals(LAYOUT_MEGATRON, 20, LAYOUT_MEGATRON, 20, true),
+		     POLICY_SEAL_NAMED);
+	cr_assert_eq(policy_claim_seals(LAYOUT_MEGATRON, 20, LAYOUT_MEGATRON, 10, true),
+		     POLICY_SEAL_NONE);
+	/* without it, the last claim stands for the earlier steps, never the later ones */
+	cr_assert_eq(policy_claim_seals(LAYOUT_MEGATRON, 20, LAYOUT_MEGATRON, 10, false),
+		     POLICY_SEAL_LATER);
+	cr_assert_eq(policy_claim_seals(LAYOUT_MEGATRON, 20, LAYOUT_MEGATRON, 30, false),
+		     POLICY_SEAL_NONE);
+	/* the tracker file Megatron and MindFormers 2.0 share seals both; DeepSpeed's does not */
+	cr_assert_eq(policy_claim_seals(LAYOUT_MEGATRON, 20, LAYOUT_MF2, 20, true),
+		     POLICY_SEAL_NAMED);
+	cr_assert_eq(policy_claim_seals(LAYOUT_DEEPSPEED, 20, LAYOUT_MEGATRON, 20, true),
+		     POLICY_SEAL_NONE);
+	cr_assert_eq(policy_claim_seals(LAYOUT_DEEPSPEED, 20, LAYOUT_MEGATRON, 10, false),
+		     POLICY_SEAL_NONE);
+	/* a claim that is not a step seals nothing */
+	cr_assert_eq(policy_claim_seals(LAYOUT_MEGATRON, -1, LAYOUT_MEGATRON, 10, false),
+		     POLICY_SEAL_NONE);
+}
+
+/* ---- 3. completeness ---- */
+
+static struct policy_facts whole(void)
+{
+	return (struct policy_facts){ .sealed = true, .settled = true, .quiet = true, .files = 3,
+				      .previous = POLICY_PREV_ALL, .absent = "", .unlisted = "" };
+}
+
+Test(policy, judge)
+{
+	struct policy_facts f = whole();
+	char why[256];
+
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_COMPLETE);
+	f.sealed = false;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert(strstr(why, "never sealed"), "%s", why);
+	f.files = 0;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert_str_eq(why, "abandoned empty");
+	f = whole();
+	f.files = 0;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert(strstr(why, "holds no file"), "%s", why);
+	f = whole();
+	f.unsound = 1;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert(strstr(why, "1 torn or malformed"), "%s", why);
+	f.settled = false; /* a writer may still replace it */
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_WAIT);
+	f = whole();
+	f.unreadable = 2;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert(strstr(why, "2 of 3 files could not be read"), "%s", why);
+	f = whole();
+	f.open = 1; /* never set aside while a file is held open, even settled */
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_WAIT);
+	f = whole();
+	f.unlisted = "model-0000001-0000002.safetensors";
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert(strstr(why, "metadata.json names"), "%s", why);
+	/* repeating layouts: a missing name of the previous step; no previous step needs quiet */
+	f = whole();
+	f.previous = POLICY_PREV_MISSING;
+	f.absent = "mp_rank_01_model_states.pt (in step 10)";
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert(strstr(why, "a rank did not save"), "%s", why);
+	f = whole();
+	f.previous = POLICY_PREV_NONE;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_COMPLETE);
+	f.quiet = f.settled = false;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_WAIT);
+	f = whole();
+	f.unprovable = true;
+	f.previous = POLICY_PREV_NONE;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	cr_assert(strstr(why, "no earlier complete step"), "%s", why);
+}
+
+/* ---- previous names, figures, digest (on a real index) ---- */
+
+Test(policy, previous_names, .init = setup, .fini = teardown)
+{
+	uint64_t d10 = mk(IDX_ROOT_INO, "global_step10", true, 0);
+	uint64_t d20 = mk(IDX_ROOT_INO, "global_step20", true, 0);
+	struct idx_step s20;
+	char missing[256] = "";
+	int64_t id20;
+
+	mk(d10, "mp_rank_00_model_states.pt", false, 0);
+	mk(d10, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", false, 0);
+	mk(d10, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", false, 0);
+	id20 = mkstep(LAYOUT_DEEPSPEED, "global_step20", 20, d20, IDX_STEP_SEALED);
+	cr_assert_eq(idx_step_get(ix, id20, &s20), 0);
+	/* no complete step before it yet */
+	cr_assert_eq(policy_previous_names(ix, &s20, missing, sizeof(missing)), POLICY_PREV_NONE);
+	mkstep(LAYOUT_DEEPSPEED, "global_step10", 10, d10, IDX_STEP_COMPLETE);
+	mk(d20, "mp_rank_00_model_states.pt", false, 0);
+	mk(d20, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", false, 0);
+	cr_assert_eq(policy_previous_names(ix, &s20, missing, sizeof(missing)),
+		     POLICY_PREV_MISSING);
+	cr_assert_str_eq(missing, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt (in step 10)");
+	mk(d20, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", false, 0);
+	cr_assert_eq(policy_previous_names(ix, &s20, missing, sizeof(missing)), POLICY_PREV_ALL);
+}
+
+Test(policy, previous_names_renumbered, .init = setup, .fini = teardown)
+{
+	uint64_t d10 = mk(IDX_ROOT_INO, "checkpoint-10", true, 0);
+	uint64_t d20 = mk(IDX_ROOT_INO, "checkpoint-20", true, 0);
+	struct idx_step s20;
+	char missing[256] = "";
+	int64_t id20;
+
+	mk(mk(d10, "global_step10", true, 0), "mp_rank_00_model_states.pt", false, 0);
+	mkstep(LAYOUT_HF, "checkpoint-10", 10, d10, IDX_STEP_COMPLETE);
+	id20 = mkstep(LAYOUT_HF, "checkpoint-20", 20, d20, IDX_STEP_SEALED);
+	cr_assert_eq(idx_step_get(ix, id20, &s20), 0);
+	mk(mk(d20, "global_step20", true, 0), "mp_rank_00_model_states.pt", false, 0);
+	cr_assert_eq(policy_previous_names(ix, &s20, missing, sizeof(missing)), POLICY_PREV_ALL,
+		     "%s", missing);
+}
+
+static int count_torn(uint64_t ino, const struct idx_inode *a, void *arg)
+{
+	(void)ino;
+	if (a->flags & IDX_INODE_TORN)
+		(*(unsigned *)arg)++;
+	return 0;
+}
+
+Test(policy, figures_and_digest, .init = setup, .fini = teardown)
+{
+	uint64_t a = mk(IDX_ROOT_INO, "iter_0000010", true, 0);
+	uint64_t b = mk(IDX_ROOT_INO, "iter_0000020", true, 0);
+	struct policy_figures fa, fb;
+	unsigned torn = 0;
+
+	mk(mk(a, "mp_rank_00", true, 0), "model_optim_rng.pt", false, 0);
+	mk(a, "extra.bin", false, IDX_INODE_TORN);
+	cr_assert_eq(policy_step_walk(ix, a, count_torn, &torn, &fa), 0);
+	cr_assert_eq(fa.files, 2);
+	cr_assert_eq(fa.bytes, 200);
+	cr_assert_eq(fa.stored, 80);
+	cr_assert_eq(torn, 1);
+	/* the same names and contents elsewhere give the same digest; another name does not */
+	mk(mk(b, "mp_rank_00", true, 0), "model_optim_rng.pt", false, 0);
+	mk(b, "extra.bin", false, 0);
+	cr_assert_eq(policy_step_walk(ix, b, NULL, NULL, &fb), 0);
+	cr_assert_eq(memcmp(fa.digest.b, fb.digest.b, STORE_HASH_LEN), 0);
+	mk(b, "more.bin", false, 0);
+	cr_assert_eq(policy_step_walk(ix, b, NULL, NULL, &fb), 0);
+	cr_assert_eq(fb.files, 3);
+	cr_assert_neq(memcmp(fa.digest.b, fb.digest.b, STORE_HASH_LEN), 0);
+}
+
+/* ---- 5. reporting ---- */
+
+Test(policy, time_iso)
+{
+	char b[40];
+
+	cr_assert_str_eq(policy_time_iso(0, b, sizeof(b)), "1970-01-01T00:00:00Z");
+	cr_assert_str_eq(policy_time_iso(-1, b, sizeof(b)), "1969-12-31T23:59:59Z");
+	cr_assert_str_eq(policy_time_iso(-1000000000, b, sizeof(b)), "1969-12-31T23:59:59Z");
+	cr_assert_str_eq(policy_time_iso(1714564800999999999, b, sizeof(b)),
+			 "2024-05-01T12:00:00Z");
+	cr_assert_str_eq(policy_time_iso(0, b, 10), "?");
+}
+
+Test(policy, step_json)
+{
+	struct idx_step s = { .id = 7, .kind = LAYOUT_MEGATRON, .step = 10,
+			      .state = IDX_STEP_COMPLETE, .created_ns = 1714564800000000000,
+			      .files = 2, .has_digest = true };
+	json_t *j, *n;
+
+	snprintf(s.name, sizeof(s.name), "iter_\xff" "0000010");
+	j = policy_step_json(&s);
+	cr_assert_not_null(j);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "name")),
+			 "iter_\xef\xbf\xbd" "0000010");
+	cr_assert_str_eq(json_string_value(json_object_get(j, "layout")), "megatron");
+	cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "complete");
+	cr_assert_str_eq(json_string_value(json_object_get(j, "created")), "2024-05-01T12:00:00Z");
+	cr_assert(json_is_null(json_object_get(j, "sealed")));
+	cr_assert_str_eq(json_string_value(json_object_get(j, "digest")),
+			 "00000000000000000000000000000000");
+	cr_assert_eq(json_integer_value(json_object_get(j, "files")), 2);
+	json_decref(j);
+	n = policy_json_name("ok");
+	cr_assert_str_eq(json_string_value(n), "ok");
+	json_decref(n);
+}
