@@ -20,6 +20,7 @@
 #include "ckptfs_config.h"
 #include "fs/fs_int.h"
 #include "fs/layout.h"
+#include "fs/policy/policy.h"
 
 _Static_assert(STORE_CODEC_MAX < IDX_STATS_CODECS, "struct idx_stats breaks out every codec");
 
@@ -81,16 +82,13 @@ static void put(struct out *o, const char *fmt, ...)
 	}
 }
 
+/* a step time for people: ISO-8601, or "-" for 0 (never) */
 static void iso8601(int64_t ns, char *buf, size_t cap)
 {
-	time_t t = (time_t)(ns / 1000000000);
-	struct tm tm;
-
-	if (ns <= 0 || !gmtime_r(&t, &tm)) {
+	if (ns == 0)
 		snprintf(buf, cap, "-");
-		return;
-	}
-	strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	else
+		policy_time_iso(ns, buf, cap);
 }
 
 struct collect {
@@ -135,37 +133,19 @@ static void render_steps(struct out *o, const struct collect *c)
 static int render_steps_json(struct out *o, const struct collect *c)
 {
 	json_t *a = json_array();
-	char hex[2 * IDX_HASH_LEN + 1];
+	char *txt;
 
 	if (!a)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->n; i++) {
-		const struct idx_step *s = &c->v[i];
-		json_t *j = json_object();
+		json_t *j = policy_step_json(&c->v[i]);
 
-		if (!j) {
+		if (!j || json_array_append_new(a, j) < 0) {
 			json_decref(a);
 			return -ENOMEM;
 		}
-		for (int k = 0; k < IDX_HASH_LEN; k++)
-			sprintf(hex + 2 * k, "%02x", s->digest[k]);
-		json_object_set_new(j, "id", json_integer(s->id));
-		json_object_set_new(j, "step", json_integer(s->step));
-		json_object_set_new(j, "name", json_string(s->name));
-		json_object_set_new(j, "layout", json_string(layout_name((enum layout_kind)s->kind)));
-		json_object_set_new(j, "state", json_string(idx_step_state_name(s->state)));
-		json_object_set_new(j, "files", json_integer((json_int_t)s->files));
-		json_object_set_new(j, "logical_bytes", json_integer((json_int_t)s->logical_bytes));
-		json_object_set_new(j, "stored_bytes", json_integer((json_int_t)s->stored_bytes));
-		json_object_set_new(j, "created_ns", json_integer(s->created_ns));
-		json_object_set_new(j, "sealed_ns", json_integer(s->sealed_ns));
-		json_object_set_new(j, "completed_ns", json_integer(s->completed_ns));
-		json_object_set_new(j, "pinned", json_boolean(s->pinned));
-		json_object_set_new(j, "digest", s->has_digest ? json_string(hex) : json_null());
-		json_array_append_new(a, j);
 	}
-	char *txt = json_dumps(a, JSON_INDENT(2));
-
+	txt = json_dumps(a, JSON_INDENT(2));
 	json_decref(a);
 	if (!txt)
 		return -ENOMEM;

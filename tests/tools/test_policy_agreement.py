@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""The daemon, `ckptctl import` and `ckptctl fsck` judge the same checkpoints the same way: they
+all call the one policy module (fs/policy/policy.h). For each layout, the same trainer sequence
+is written three ways, and the states of the steps compared once the store has been mounted:
+
+  live    written through a mounted ckptfs, claim after claim;
+  import  written into a plain directory (where only the last tracker write survives), then
+          `ckptctl import` into a fresh store;
+  fsck    the imported store with its step records deleted (as a salvage that lost them
+          would leave it), rebuilt by `ckptctl fsck` from the directories, the recorded
+          claims and the markers.
+
+The cases, one store per layout, each with a step the layout's own evidence shows complete and
+steps that are not:
+  megatron   10, 20 complete; 30 claimed by the tracker but its file torn half-way
+             (malformed); 40 whole but never claimed
+  deepspeed  10 complete; 20 claimed by `latest` but one rank's optimizer shard never written
+             (the previous complete step's names are the record of what a step holds)
+  mf2        10 complete; 20 claimed, but its metadata.json lists a file that is not there
+             (mindformers checkpoint.py verify_ckpt_valid checks the listed files exist)
+  dcp        10 sealed by its .metadata (renamed into place last); 20 without one
+
+Before the policy module, import judged deepspeed 20 and mf2 20 complete (it checked neither
+the previous step's names nor metadata.json), and fsck sealed steps only from tracker claims,
+of any layout, so it set aside every DCP step.
+
+Run: /usr/bin/python3 tests/tools/test_policy_agreement.py  (CKPTFS_BIN / CKPTCTL_BIN)
+"""
+
+import sys
+import os
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+import ckfs  # noqa: E402
+
+PY = '/usr/bin/python3'
+
+# One trainer sequence per layout, written into ROOT (a mount or a plain directory) in order,
+# trackers included; file formats as the frameworks write them (tests/traces/).
+WRITER = r'''
+import io, json, os, struct, sys, torch
+layout, root = sys.argv[1], sys.argv[2]
+
+def tsave(path, step):
+    torch.manual_seed(step)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save({"w": torch.randn(64, 64), "step": step}, path)
+
+def torn(path, step):
+    tsave(path, step)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+
+def text(path, s):
+    with open(path, "w") as f:
+        f.write(s)
+
+def safetensors(path, step):
+    t = torch.full((16,), float(step))
+    b = t.numpy().tobytes()
+    h = json.dumps({"w": {"dtype": "F32", "shape": [16], "data_offsets": [0, len(b)]}},
+                   separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b)
+
+if layout == "megatron":
+    for step in (10, 20, 30, 40):
+        f = os.path.join(root, "iter_%07d" % step, "mp_rank_00", "model_optim_rng.pt")
+        (torn if step == 30 else tsave)(f, step)
+        if step != 40:
+            text(os.path.join(root, "latest_checkpointed_iteration.txt"), str(step))
+elif layout == "deepspeed":
+    for step in (10, 20):
+        d = os.path.join(root, "global_step%d" % step)
+        tsave(os.path.join(d, "mp_rank_00_model_states.pt"), step)
+        tsave(os.path.join(d, "zero_pp_rank_0_mp_rank_00_optim_states.pt"), step)
+        if step == 10:
+            tsave(os.path.join(d, "zero_pp_rank_1_mp_rank_00_optim_states.pt"), step)
+        text(os.path.join(root, "latest"), "global_step%d" % step)
+elif layout == "mf2":
+    names = ["model-%07d-0000002.safetensors" % r for r in (0, 1)]
+    for step in (10, 20):
+        d = os.path.join(root, "iteration_%08d" % step)
+        for r, n in enumerate(names):
+            if step == 10 or r == 0:
+                safetensors(os.path.join(d, n), step)
+        text(os.path.join(d, "metadata.json"),
+             json.dumps({"storage_data": {"w": [{"file_name": n} for n in names]}}))
+        text(os.path.join(root, "latest_checkpointed_iteration.txt"), str(step))
+elif layout == "dcp":
+    for step in (10, 20):
+        d = os.path.join(root, "step-%d" % step)
+        for r in (0, 1):
+            tsave(os.path.join(d, "__%d_0.distcp" % r), step)
+        if step == 10:
+            tsave(os.path.join(d, ".metadata.tmp"), step)
+            os.rename(os.path.join(d, ".metadata.tmp"), os.path.join(d, ".metadata"))
+'''
+
+EXPECT = {
+    'megatron': {10: 'complete', 20: 'complete', 30: 'incomplete', 40: 'incomplete'},
+    'deepspeed': {10: 'complete', 20: 'incomplete'},
+    'mf2': {10: 'complete', 20: 'incomplete'},
+    'dcp': {10: 'complete', 20: 'incomplete'},
+}
+
+
+def write(layout, root):
+    subprocess.run([PY, '-c', WRITER, layout, root], check=True, timeout=300)
+
+
+def ctl(store, *args, rc=(0,)):
+    r = ckfs.ckptctl(store, *args, json_out=True)
+    if r.returncode not in rc:
+        raise AssertionError('ckptctl %s %s exited %d: %s%s' % (store, ' '.join(args),
+                                                              r.returncode, r.stdout, r.stderr))
+    return json.loads(r.stdout) if r.stdout.strip() else None
+
+
+def states(store):
+    return {s['step']: s['state'] for s in ctl(store, 'steps')}
+
+
+def judged(store, m, timeout=60):
+    """Wait (mounted) until the daemon has judged every step: none writing or sealed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m.settle()
+        st = states(store)
+        if all(v not in ('writing', 'sealed') for v in st.values()):
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError('steps still unjudged after %ds: %s' % (timeout, st))
+        time.sleep(0.3)
+
+
+def mount_and_judge(store):
+    m = ckfs.Mount(store=store)
+    try:
+        m.start()
+        judged(store, m)
+        m.unmount()
+    finally:
+        m.close()
+    return states(store)
+
+
+class PolicyAgreementTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        ckfs.check_fuse_usable()
+        cls.tmp = tempfile.mkdtemp(prefix='ckptfs-policy-', dir=ckfs.test_tmp_root())
+
+    @classmethod
+    def tearDownClass(cls):
+        if not ckfs.keep_tmp():
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def live(self, layout):
+        store = os.path.join(self.tmp, layout + '-live')
+        m = ckfs.Mount(store=store)
+        try:
+            m.start()
+            write(layout, m.mnt)
+            judged(store, m)
+            m.unmount()
+        finally:
+            m.close()
+        return mount_and_judge(store)
+
+    def imported(self, layout):
+        src = os.path.join(self.tmp, layout + '-plain')
+        os.mkdir(src)
+        write(layout, src)
+        store = os.path.join(self.tmp, layout + '-import')
+        out = ctl(store, 'import', src)
+        self.assertEqual(out['failed'], [], out)
+        # import does not set a step aside (the daemon owns the namespace): what is not
+        # complete stays writing or sealed until the first mount
+        for s in out['steps']:
+            want = EXPECT[layout][s['step']]
+            self.assertEqual(s['state'] == 'complete', want == 'complete',
+                             'import judged %s %s: %s' % (layout, s['name'], s))
+        # the fsck copy starts from the imported store before its first mount
+        copy = os.path.join(self.tmp, layout + '-fsck')
+        shutil.copytree(store, copy, symlinks=True)
+        return mount_and_judge(store), copy
+
+    def fscked(self, store):
+        db = sqlite3.connect(os.path.join(store, 'index.db'))
+        with db:
+            db.execute('DELETE FROM step_events')
+            db.execute('DELETE FROM steps')
+        db.close()
+        self.assertEqual(states(store), {})
+        ctl(store, 'fsck', rc=(0, 1))
+        return mount_and_judge(store)
+
+    def check(self, layout):
+        live = self.live(layout)
+        imp, copy = self.imported(layout)
+        fsck = self.fscked(copy)
+        self.assertEqual(live, EXPECT[layout], 'live mount')
+        self.assertEqual(imp, EXPECT[layout], 'import, then mount')
+        self.assertEqual(fsck, EXPECT[layout], 'fsck, then mount')
+
+    def test_megatron(self):
+        self.check('megatron')
+
+    def test_deepspeed(self):
+        self.check('deepspeed')
+
+    def test_mf2(self):
+        self.check('mf2')
+
+    def test_dcp(self):
+        self.check('dcp')
+
+
+if __name__ == '__main__':
+    faulthandler.enable()
+    unittest.main(verbosity=2)
