@@ -296,304 +296,407 @@ struct export_damage {
 	char *reason; /* owned */
 };
 
-static int export_run(const char *root, const char *arg, const char *dest, bool force,
-		      bool json)
-{
-	struct export_ctx x = { .root = root };
-	struct step_match m;
-	const struct idx_step *s;
-	struct tree t = { 0 };
-	struct export_damage *dmg = NULL;
-	char **flagged = NULL; /* owned: "REL (torn)" for files the daemon flagged */
-	size_t ndmg = 0, capdmg = 0, nflagged = 0, capflagged = 0, nfiles = 0, i;
-	char top[PATH_CAP], path[PATH_CAP], tpath[PATH_CAP], tcontent[LAYOUT_TRACKER_MAX];
-	char reason[2 * PATH_CAP + 256], sb[64];
-	bool kept = false, made_top = false;
-	int rc, status = EXIT_ERROR;
+/* One export: the step, what is under its directory, and what happened to each file. */
+struct export_job {
+	struct export_ctx x;
+	const char *dest;          /* DIR */
+	const struct idx_step *s;  /* borrowed from the step_match of export_run */
+	struct tree t;
+	struct export_damage *dmg;
+	size_t ndmg, capdmg;
+	char **flagged;            /* owned: "REL (torn)" for files the daemon flagged */
+	size_t nflagged, capflagged;
+	size_t nfiles;
+	bool made_top;             /* top was created: an incomplete export is left there */
+	bool kept;                 /* the tracker in DIR names a newer step and was kept */
+	char top[PATH_CAP];        /* DIR/NAME */
+	char tpath[PATH_CAP];      /* the tracker written, "" when none */
+	char tcontent[LAYOUT_TRACKER_MAX];
+};
 
-	memset(&m, 0, sizeof(m));
-	tpath[0] = tcontent[0] = '\0';
-	if (repo_open_read(root, &x.r) < 0)
-		return EXIT_ERROR;
-	rc = find_steps(x.r->ix, arg, &m);
-	if (rc < 0) {
-		status = index_error(root, "list steps", rc);
-		goto out;
-	}
-	s = pick_step(&m);
-	if (!s) {
-		status = no_such_step(root, arg);
-		goto out;
-	}
+/*
+ * export_find - the step that arg names (m: owned by the caller, free m->found.v), refused
+ * unless complete (or pinned and not pruned, or force) and still with a directory; then every
+ * entry under it into j->t and the bytes of its regular files into j->x.total.
+ * Returns 0, or -1 when the export cannot go on (printed).
+ */
+static int export_find(struct export_job *j, const char *arg, bool force, struct step_match *m)
+{
+	const char *root = j->x.root;
+	const struct idx_step *s;
+	int rc;
+
+	rc = find_steps(j->x.r->ix, arg, m);
+	if (rc < 0)
+		return index_error(root, "list steps", rc), -1;
+	s = j->s = pick_step(m);
+	if (!s)
+		return no_such_step(root, arg), -1;
 	if (s->state != IDX_STEP_COMPLETE && !(s->pinned && s->state != IDX_STEP_PRUNED) &&
 	    !force) {
 		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps are "
 		       "exported: add --force to export it anyway",
 		       s->step, s->name, s->id, idx_step_state_name(s->state));
-		goto out;
+		return -1;
 	}
 	if (!s->dir_ino) {
 		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s and has no directory any "
 		       "more; nothing to export",
 		       s->step, s->name, s->id, idx_step_state_name(s->state));
-		goto out;
+		return -1;
 	}
-	rc = tree_collect(x.r->ix, s->dir_ino, &t);
-	if (rc < 0) {
-		status = index_error(root, "list the step's files", rc);
-		goto out;
-	}
-	for (i = 0; i < t.n; i++) {
+	rc = tree_collect(j->x.r->ix, s->dir_ino, &j->t);
+	if (rc < 0)
+		return index_error(root, "list the step's files", rc), -1;
+	for (size_t i = 0; i < j->t.n; i++) {
 		struct idx_inode in;
 
-		if (!S_ISREG(t.v[i].mode))
+		if (!S_ISREG(j->t.v[i].mode))
 			continue;
-		if (idx_inode_get(x.r->ix, t.v[i].ino, &in) == 0)
-			x.total += in.size;
+		if (idx_inode_get(j->x.r->ix, j->t.v[i].ino, &in) == 0)
+			j->x.total += in.size;
 	}
-	rc = mkdir_p(dest);
+	return 0;
+}
+
+/* export_make_top - create DIR (with its parents) and DIR/NAME, which must not exist.
+ * Returns 0, or -1 (printed). */
+static int export_make_top(struct export_job *j)
+{
+	int rc;
+
+	rc = mkdir_p(j->dest);
 	if (rc < 0) {
-		errmsg("cannot create directory '%s': %s", dest, strerror(-rc));
-		goto out;
+		errmsg("cannot create directory '%s': %s", j->dest, strerror(-rc));
+		return -1;
 	}
-	if ((size_t)snprintf(top, sizeof(top), "%s/%s", dest, s->name) >= sizeof(top)) {
-		errmsg("cannot export to '%s': %s", dest, strerror(ENAMETOOLONG));
-		goto out;
+	if ((size_t)snprintf(j->top, sizeof(j->top), "%s/%s", j->dest, j->s->name) >=
+	    sizeof(j->top)) {
+		errmsg("cannot export to '%s': %s", j->dest, strerror(ENAMETOOLONG));
+		return -1;
 	}
-	if (mkdir(top, 0700) < 0) {
+	if (mkdir(j->top, 0700) < 0) {
 		rc = -errno;
 		if (rc == -EEXIST)
-			errmsg("'%s' already exists; remove it or export to another directory", top);
+			errmsg("'%s' already exists; remove it or export to another directory",
+			       j->top);
 		else
-			errmsg("cannot create directory '%s': %s", top, strerror(-rc));
-		goto out;
+			errmsg("cannot create directory '%s': %s", j->top, strerror(-rc));
+		return -1;
 	}
-	made_top = true;
-	ctl_progress_init(&x.prog);
-	x.buf = malloc(STORE_CHUNK_MAX);
-	x.hs = store_hasher_new();
-	if (!x.buf || !x.hs) {
+	j->made_top = true;
+	return 0;
+}
+
+/* export_note - remember a file the daemon flagged (in.flags torn or malformed) and a file that
+ * did not verify (rc EX_DAMAGED, left as path.partial, why in reason). Returns 0 or -1
+ * (out of memory, printed). */
+static int export_note(struct export_job *j, const char *rel, const char *path, int rc,
+		       const struct idx_inode *in, const char *reason)
+{
+	if (in->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)) {
+		char fl[64], *note;
+
+		flags_string(in->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED), fl, sizeof(fl));
+		note = malloc(strlen(rel) + strlen(fl) + 4);
+		if (!note || grow(&j->flagged, &j->capflagged, j->nflagged, sizeof(*j->flagged)) < 0) {
+			free(note);
+			errmsg("out of memory");
+			return -1;
+		}
+		sprintf(note, "%s (%s)", rel, fl);
+		j->flagged[j->nflagged++] = note;
+	}
+	if (rc == EX_DAMAGED) {
+		struct export_damage *d;
+
+		if (grow(&j->dmg, &j->capdmg, j->ndmg, sizeof(*j->dmg)) < 0) {
+			errmsg("out of memory");
+			return -1;
+		}
+		d = &j->dmg[j->ndmg];
+		d->path = malloc(strlen(path) + 9);
+		d->reason = strdup(reason);
+		if (!d->path || !d->reason) {
+			free(d->path);
+			free(d->reason);
+			errmsg("out of memory");
+			return -1;
+		}
+		sprintf(d->path, "%s.partial", path);
+		j->ndmg++;
+	}
+	return 0;
+}
+
+/*
+ * export_entry - make entry j->t.v[i] under DIR/NAME: a directory, a symlink, a special file,
+ * or a regular file copied and verified (export_file).
+ * Returns 0, -1 (the export stops, printed), or -2 (an index error, printed, with the progress
+ * line erased).
+ */
+static int export_entry(struct export_job *j, size_t i)
+{
+	const struct tree_ent *te = &j->t.v[i];
+	char path[PATH_CAP], reason[2 * PATH_CAP + 256];
+	struct idx_inode in;
+	int rc;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", j->top, te->rel) >= sizeof(path)) {
+		errmsg("cannot export '%s': %s", te->rel, strerror(ENAMETOOLONG));
+		return -1;
+	}
+	if (S_ISDIR(te->mode)) {
+		if (mkdir(path, 0700) < 0) {
+			errmsg("cannot create directory '%s': %s", path, strerror(errno));
+			return -1;
+		}
+	} else if (S_ISLNK(te->mode)) {
+		char target[PATH_CAP];
+
+		rc = idx_symlink_get(j->x.r->ix, te->ino, target, sizeof(target));
+		if (rc >= 0 && symlink(target, path) < 0) {
+			errmsg("cannot create symlink '%s': %s", path, strerror(errno));
+			return -1;
+		}
+	} else if (!S_ISREG(te->mode)) {
+		/* a FIFO, socket or device node: made again, with its device number */
+		if (idx_inode_get(j->x.r->ix, te->ino, &in) == 0 &&
+		    mknod(path, in.mode & (S_IFMT | 0777), (dev_t)in.rdev) < 0) {
+			errmsg("cannot create '%s': %s", path, strerror(errno));
+			return -1;
+		}
+	} else {
+		rc = export_file(&j->x, te->ino, path, reason, sizeof(reason), &in);
+		if (rc == -ENOENT && j->x.r->mounted)
+			return 0; /* deleted by the daemon since the listing */
+		if (rc == -ENOMEM || (rc < 0 && !reason[0])) {
+			ctl_progress_clear(&j->x.prog);
+			index_error(j->x.root, "read a file", rc);
+			return -2;
+		}
+		if (rc < 0) {
+			errmsg("%s", reason);
+			return -1;
+		}
+		j->nfiles++;
+		return export_note(j, te->rel, path, rc, &in, reason);
+	}
+	return 0;
+}
+
+/* dir_set_attrs - give directory path the permission bits and times of in.
+ * Returns 0 or -errno of chmod(2) or utimensat(2). */
+static int dir_set_attrs(const char *path, const struct idx_inode *in)
+{
+	struct timespec ts[2] = {
+		{ .tv_sec = in->atime_ns / 1000000000, .tv_nsec = in->atime_ns % 1000000000 },
+		{ .tv_sec = in->mtime_ns / 1000000000, .tv_nsec = in->mtime_ns % 1000000000 },
+	};
+
+	if (chmod(path, in->mode & 07777) < 0 || utimensat(AT_FDCWD, path, ts, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+/* export_finish_dirs - directories last, deepest first, then DIR/NAME itself: make each
+ * durable, then give it its modes and times. Returns 0, or -1 (printed). */
+static int export_finish_dirs(struct export_job *j)
+{
+	char path[PATH_CAP];
+	struct idx_inode in;
+	int rc;
+
+	for (size_t i = j->t.n; i-- > 0;) {
+		if (!S_ISDIR(j->t.v[i].mode) || idx_inode_get(j->x.r->ix, j->t.v[i].ino, &in) < 0 ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", j->top, j->t.v[i].rel) >=
+			    sizeof(path))
+			continue; /* too long: refused when it was created */
+		rc = fsync_path(path);
+		if (rc == 0)
+			rc = dir_set_attrs(path, &in);
+		if (rc < 0) {
+			errmsg("cannot finish directory '%s': %s", path, strerror(-rc));
+			return -1;
+		}
+	}
+	rc = fsync_path(j->top);
+	if (rc == 0 && idx_inode_get(j->x.r->ix, j->s->dir_ino, &in) == 0)
+		rc = dir_set_attrs(j->top, &in);
+	if (rc < 0) {
+		errmsg("cannot finish directory '%s': %s", j->top, strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* export_report_json - the result as one JSON document. Returns 0 or -EIO (output failed). */
+static int export_report_json(const struct export_job *j)
+{
+	const struct idx_step *s = j->s;
+	json_t *o = json_object(), *ad = json_array();
+	size_t i;
+
+	json_object_set_new(o, "id", json_integer(s->id));
+	json_object_set_new(o, "step", json_integer(s->step));
+	json_object_set_new(o, "name", json_name(s->name));
+	json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
+	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
+	json_object_set_new(o, "destination", json_string(j->top));
+	json_object_set_new(o, "files", json_u64(j->nfiles));
+	json_object_set_new(o, "bytes", json_u64(j->x.done));
+	if (j->tpath[0]) {
+		json_t *tr = json_object();
+
+		json_object_set_new(tr, "path", json_string(j->tpath));
+		json_object_set_new(tr, "content", json_string(j->tcontent));
+		json_object_set_new(tr, "kept_newer", json_boolean(j->kept));
+		json_object_set_new(o, "tracker", tr);
+	} else {
+		json_object_set_new(o, "tracker", json_null());
+	}
+	for (i = 0; i < j->ndmg; i++) {
+		json_t *d = json_object();
+
+		json_object_set_new(d, "partial", json_name(j->dmg[i].path));
+		json_object_set_new(d, "reason", json_string(j->dmg[i].reason));
+		json_array_append_new(ad, d);
+	}
+	json_object_set_new(o, "damaged", ad);
+	ad = json_array();
+	for (i = 0; i < j->nflagged; i++)
+		json_array_append_new(ad, json_name(j->flagged[i]));
+	json_object_set_new(o, "flagged", ad);
+	json_object_set_new(o, "verified", json_boolean(j->ndmg == 0));
+	return json_print(o);
+}
+
+/* export_report_text - the result as text on stdout. */
+static void export_report_text(const struct export_job *j)
+{
+	const struct idx_step *s = j->s;
+	char sb[64];
+	size_t i;
+
+	printf("exported step %" PRId64 " ('%s', %s, %s) to %s: %zu files, %s, ", s->step,
+	       s->name, kind_name(s->kind), idx_step_state_name(s->state), j->top, j->nfiles,
+	       fmt_size(j->x.done, sb, sizeof(sb)));
+	if (j->ndmg)
+		printf("%zu did not verify\n", j->ndmg);
+	else
+		printf("every file verified\n");
+	for (i = 0; i < j->ndmg; i++)
+		printf("damaged: %s (%s); the bytes read are left in that file\n", j->dmg[i].path,
+		       j->dmg[i].reason);
+	for (i = 0; i < j->nflagged; i++)
+		printf("flagged: %s: the daemon judged it unsound; its bytes are what "
+		       "was written\n",
+		       j->flagged[i]);
+	if (j->tpath[0] && j->kept)
+		printf("tracker: %s left as is: it names a newer step (%s)\n", j->tpath,
+		       j->tcontent);
+	else if (j->tpath[0])
+		printf("tracker: %s = %s\n", j->tpath, j->tcontent);
+	else if (j->ndmg)
+		printf("tracker: not written (some files did not verify)\n");
+	else if (s->state != IDX_STEP_COMPLETE)
+		printf("tracker: not written (the step is not complete)\n");
+}
+
+/* export_job_free - what j owns (not j itself, nor its store). */
+static void export_job_free(struct export_job *j)
+{
+	size_t i;
+
+	for (i = 0; i < j->ndmg; i++) {
+		free(j->dmg[i].path);
+		free(j->dmg[i].reason);
+	}
+	free(j->dmg);
+	for (i = 0; i < j->nflagged; i++)
+		free(j->flagged[i]);
+	free(j->flagged);
+	tree_free(&j->t);
+	free(j->x.buf);
+	store_hasher_free(j->x.hs);
+}
+
+/*
+ * export_copy - copy every entry of the step, finish its directories, write the tracker (only
+ * for a sound export of a complete step: a framework resumes from it) and make DIR durable.
+ * Returns 0, -1 (the export stops, printed; the progress line is still up), or -2 (printed,
+ * the progress line erased).
+ */
+static int export_copy(struct export_job *j)
+{
+	int rc;
+
+	/* t is sorted: a directory comes before what it holds */
+	for (size_t i = 0; i < j->t.n; i++)
+		if ((rc = export_entry(j, i)) < 0)
+			return rc;
+	if (export_finish_dirs(j) < 0)
+		return -1;
+	if (!j->ndmg && j->s->state == IDX_STEP_COMPLETE &&
+	    export_tracker(j->dest, j->s, j->tpath, j->tcontent, sizeof(j->tcontent), &j->kept) < 0)
+		return -1;
+	rc = fsync_path(j->dest);
+	if (rc < 0) {
+		errmsg("cannot sync directory '%s': %s", j->dest, strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+static int export_run(const char *root, const char *arg, const char *dest, bool force,
+		      bool json)
+{
+	struct export_job j = { .x = { .root = root }, .dest = dest };
+	struct step_match m;
+	int rc, status = EXIT_ERROR;
+
+	memset(&m, 0, sizeof(m));
+	if (repo_open_read(root, &j.x.r) < 0)
+		return EXIT_ERROR;
+	if (export_find(&j, arg, force, &m) < 0 || export_make_top(&j) < 0)
+		goto out;
+	ctl_progress_init(&j.x.prog);
+	j.x.buf = malloc(STORE_CHUNK_MAX);
+	j.x.hs = store_hasher_new();
+	if (!j.x.buf || !j.x.hs) {
 		errmsg("out of memory");
 		goto out;
 	}
-	export_progress(&x, true);
-	/* t is sorted: a directory comes before what it holds */
-	for (i = 0; i < t.n; i++) {
-		struct idx_inode in;
-
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", top, t.v[i].rel) >= sizeof(path)) {
-			errmsg("cannot export '%s': %s", t.v[i].rel, strerror(ENAMETOOLONG));
-			goto out_progress;
-		}
-		if (S_ISDIR(t.v[i].mode)) {
-			if (mkdir(path, 0700) < 0) {
-				errmsg("cannot create directory '%s': %s", path, strerror(errno));
-				goto out_progress;
-			}
-		} else if (S_ISLNK(t.v[i].mode)) {
-			char target[PATH_CAP];
-
-			rc = idx_symlink_get(x.r->ix, t.v[i].ino, target, sizeof(target));
-			if (rc >= 0 && symlink(target, path) < 0) {
-				errmsg("cannot create symlink '%s': %s", path, strerror(errno));
-				goto out_progress;
-			}
-		} else if (!S_ISREG(t.v[i].mode)) {
-			/* a FIFO, socket or device node: made again, with its device number */
-			if (idx_inode_get(x.r->ix, t.v[i].ino, &in) == 0 &&
-			    mknod(path, in.mode & (S_IFMT | 0777), (dev_t)in.rdev) < 0) {
-				errmsg("cannot create '%s': %s", path, strerror(errno));
-				goto out_progress;
-			}
-		} else {
-			rc = export_file(&x, t.v[i].ino, path, reason, sizeof(reason), &in);
-			if (rc == -ENOENT && x.r->mounted)
-				continue; /* deleted by the daemon since the listing */
-			if (rc == -ENOMEM || (rc < 0 && !reason[0])) {
-				ctl_progress_clear(&x.prog);
-				status = index_error(root, "read a file", rc);
-				goto out;
-			}
-			if (rc < 0) {
-				errmsg("%s", reason);
-				goto out_progress;
-			}
-			nfiles++;
-			if (in.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)) {
-				char fl[64], *note;
-
-				flags_string(in.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED), fl,
-					     sizeof(fl));
-				note = malloc(strlen(t.v[i].rel) + strlen(fl) + 4);
-				if (!note ||
-				    grow(&flagged, &capflagged, nflagged, sizeof(*flagged)) < 0) {
-					free(note);
-					errmsg("out of memory");
-					goto out_progress;
-				}
-				sprintf(note, "%s (%s)", t.v[i].rel, fl);
-				flagged[nflagged++] = note;
-			}
-			if (rc == EX_DAMAGED) {
-				if (grow(&dmg, &capdmg, ndmg, sizeof(*dmg)) < 0) {
-					errmsg("out of memory");
-					goto out_progress;
-				}
-				dmg[ndmg].path = malloc(strlen(path) + 9);
-				dmg[ndmg].reason = strdup(reason);
-				if (!dmg[ndmg].path || !dmg[ndmg].reason) {
-					free(dmg[ndmg].path);
-					free(dmg[ndmg].reason);
-					errmsg("out of memory");
-					goto out_progress;
-				}
-				sprintf(dmg[ndmg].path, "%s.partial", path);
-				ndmg++;
-			}
-		}
-	}
-	/* directories last, deepest first: their modes and times, then make them durable */
-	for (i = t.n; i-- > 0;) {
-		struct idx_inode in;
-
-		if (!S_ISDIR(t.v[i].mode) || idx_inode_get(x.r->ix, t.v[i].ino, &in) < 0 ||
-		    (size_t)snprintf(path, sizeof(path), "%s/%s", top, t.v[i].rel) >= sizeof(path))
-			continue; /* too long: refused when it was created */
-		rc = fsync_path(path);
-		if (rc == 0) {
-			struct timespec ts[2] = {
-				{ .tv_sec = in.atime_ns / 1000000000,
-				  .tv_nsec = in.atime_ns % 1000000000 },
-				{ .tv_sec = in.mtime_ns / 1000000000,
-				  .tv_nsec = in.mtime_ns % 1000000000 },
-			};
-
-			if (chmod(path, in.mode & 07777) < 0 || utimensat(AT_FDCWD, path, ts, 0) < 0)
-				rc = -errno;
-		}
-		if (rc < 0) {
-			errmsg("cannot finish directory '%s': %s", path, strerror(-rc));
-			goto out_progress;
-		}
-	}
-	{
-		struct idx_inode in;
-
-		rc = fsync_path(top);
-		if (rc == 0 && idx_inode_get(x.r->ix, s->dir_ino, &in) == 0) {
-			struct timespec ts[2] = {
-				{ .tv_sec = in.atime_ns / 1000000000,
-				  .tv_nsec = in.atime_ns % 1000000000 },
-				{ .tv_sec = in.mtime_ns / 1000000000,
-				  .tv_nsec = in.mtime_ns % 1000000000 },
-			};
-
-			if (chmod(top, in.mode & 07777) < 0 || utimensat(AT_FDCWD, top, ts, 0) < 0)
-				rc = -errno;
-		}
-		if (rc < 0) {
-			errmsg("cannot finish directory '%s': %s", top, strerror(-rc));
-			goto out_progress;
-		}
-	}
-	/* the tracker only for a sound export of a complete step: a framework resumes from it */
-	if (!ndmg && s->state == IDX_STEP_COMPLETE &&
-	    export_tracker(dest, s, tpath, tcontent, sizeof(tcontent), &kept) < 0)
+	export_progress(&j.x, true);
+	rc = export_copy(&j);
+	if (rc == -2)
+		goto out;
+	if (rc < 0)
 		goto out_progress;
-	rc = fsync_path(dest);
-	if (rc < 0) {
-		errmsg("cannot sync directory '%s': %s", dest, strerror(-rc));
-		goto out_progress;
-	}
-	export_progress(&x, true);
-	ctl_progress_clear(&x.prog);
+	export_progress(&j.x, true);
+	ctl_progress_clear(&j.x.prog);
 
 	if (json) {
-		json_t *o = json_object(), *ad = json_array();
-
-		json_object_set_new(o, "id", json_integer(s->id));
-		json_object_set_new(o, "step", json_integer(s->step));
-		json_object_set_new(o, "name", json_name(s->name));
-		json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
-		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
-		json_object_set_new(o, "destination", json_string(top));
-		json_object_set_new(o, "files", json_u64(nfiles));
-		json_object_set_new(o, "bytes", json_u64(x.done));
-		if (tpath[0]) {
-			json_t *tr = json_object();
-
-			json_object_set_new(tr, "path", json_string(tpath));
-			json_object_set_new(tr, "content", json_string(tcontent));
-			json_object_set_new(tr, "kept_newer", json_boolean(kept));
-			json_object_set_new(o, "tracker", tr);
-		} else {
-			json_object_set_new(o, "tracker", json_null());
-		}
-		for (i = 0; i < ndmg; i++) {
-			json_t *d = json_object();
-
-			json_object_set_new(d, "partial", json_name(dmg[i].path));
-			json_object_set_new(d, "reason", json_string(dmg[i].reason));
-			json_array_append_new(ad, d);
-		}
-		json_object_set_new(o, "damaged", ad);
-		ad = json_array();
-		for (i = 0; i < nflagged; i++)
-			json_array_append_new(ad, json_name(flagged[i]));
-		json_object_set_new(o, "flagged", ad);
-		json_object_set_new(o, "verified", json_boolean(ndmg == 0));
-		if (json_print(o) < 0)
+		if (export_report_json(&j) < 0)
 			goto out;
 	} else {
-		printf("exported step %" PRId64 " ('%s', %s, %s) to %s: %zu files, %s, ", s->step,
-		       s->name, kind_name(s->kind), idx_step_state_name(s->state), top, nfiles,
-		       fmt_size(x.done, sb, sizeof(sb)));
-		if (ndmg)
-			printf("%zu did not verify\n", ndmg);
-		else
-			printf("every file verified\n");
-		for (i = 0; i < ndmg; i++)
-			printf("damaged: %s (%s); the bytes read are left in that file\n",
-			       dmg[i].path, dmg[i].reason);
-		for (i = 0; i < nflagged; i++)
-			printf("flagged: %s: the daemon judged it unsound; its bytes are what "
-			       "was written\n",
-			       flagged[i]);
-		if (tpath[0] && kept)
-			printf("tracker: %s left as is: it names a newer step (%s)\n", tpath,
-			       tcontent);
-		else if (tpath[0])
-			printf("tracker: %s = %s\n", tpath, tcontent);
-		else if (ndmg)
-			printf("tracker: not written (some files did not verify)\n");
-		else if (s->state != IDX_STEP_COMPLETE)
-			printf("tracker: not written (the step is not complete)\n");
+		export_report_text(&j);
 	}
-	if (ndmg)
+	if (j.ndmg)
 		errmsg("%zu file(s) of step %" PRId64 " did not verify; they are left with a "
 		       ".partial suffix under '%s'",
-		       ndmg, s->step, top);
-	status = ndmg ? EXIT_DAMAGE : EXIT_OK;
+		       j.ndmg, j.s->step, j.top);
+	status = j.ndmg ? EXIT_DAMAGE : EXIT_OK;
 	goto out;
 
 out_progress:
-	ctl_progress_clear(&x.prog);
-	if (made_top)
-		errmsg("the export in '%s' is incomplete; remove it before exporting again", top);
+	ctl_progress_clear(&j.x.prog);
+	if (j.made_top)
+		errmsg("the export in '%s' is incomplete; remove it before exporting again", j.top);
 out:
-	for (i = 0; i < ndmg; i++) {
-		free(dmg[i].path);
-		free(dmg[i].reason);
-	}
-	free(dmg);
-	for (i = 0; i < nflagged; i++)
-		free(flagged[i]);
-	free(flagged);
-	tree_free(&t);
+	export_job_free(&j);
 	free(m.found.v);
-	free(x.buf);
-	store_hasher_free(x.hs);
-	ckpt_repo_close(x.r);
+	ckpt_repo_close(j.x.r);
 	return status;
 }
 

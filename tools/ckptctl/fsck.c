@@ -277,10 +277,134 @@ static int fsck_steps(struct fsck_ctx *c)
 	return rc < 0 ? rc : made;
 }
 
+/*
+ * fsck_index - steps 1 and 2: SQLite's integrity check of the index file, salvaged when it
+ * fails (*ret_damaged set, why in msg, msgcap bytes; the damaged file's new name in kept,
+ * keptcap bytes), else idx_check and idx_repair of the index's own invariants; then the index
+ * must pass idx_check. Returns 0, or -1 (printed).
+ */
+static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, char *msg,
+		      size_t msgcap, char *kept, size_t keptcap)
+{
+	struct idx_repair_stats rs = { 0 };
+	bool damaged_index = false;
+	char why[512];
+	int rc;
+
+	if (c->r->index_err < 0) {
+		damaged_index = true;
+		snprintf(msg, msgcap, "cannot be opened: %s", strerror(-c->r->index_err));
+	} else {
+		rc = idx_integrity(c->r->ix, false, msg, msgcap);
+		if (rc == -EUCLEAN)
+			damaged_index = true;
+		else if (rc < 0) {
+			errmsg("cannot check the index of store '%s': %s", root, strerror(-rc));
+			return -1;
+		}
+	}
+	*ret_damaged = damaged_index;
+	if (!c->json)
+		printf("fsck: index: %s%s\n", damaged_index ? "damaged: " : "whole",
+		       damaged_index ? msg : "");
+	if (damaged_index) {
+		char line[640];
+
+		snprintf(line, sizeof(line), "index file damaged (%s)", msg);
+		fsck_lost(0, line, c);
+		if (fsck_salvage(c, root, kept, keptcap) < 0)
+			return -1;
+		if (!c->json)
+			printf("fsck: index rebuilt from what was readable; the damaged file is kept "
+			       "as '%s'\n", kept);
+		rc = fsck_steps(c);
+		if (rc < 0) {
+			errmsg("cannot record the steps of store '%s' again: %s", root,
+			       strerror(-rc));
+			return -1;
+		}
+	} else if (idx_check(c->r->ix, why, sizeof(why)) == -EUCLEAN) {
+		/* 2. a whole file can still break the index's own invariants */
+		struct idx_repair_ops ops = { fsck_chunk_info, fsck_lost, c };
+
+		if (!c->json)
+			printf("fsck: index inconsistent: %s\n", why);
+		rc = idx_repair(c->r->ix, &ops, &rs);
+		if (rc < 0) {
+			errmsg("cannot repair the index of store '%s': %s; nothing was "
+			       "changed", root, strerror(-rc));
+			return -1;
+		}
+	}
+	if (idx_check(c->r->ix, why, sizeof(why)) == -EUCLEAN) {
+		errmsg("the index of store '%s' is still inconsistent after repair: %s", root, why);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * fsck_sweep - step 3: unlinked inodes, chunk rows and files nothing uses (counts into
+ * *inodes, *chunks); after a salvage (damaged_index) the chunk files the new index does not
+ * name are kept: with the damaged file, they are all that is left of what it lost.
+ * Returns 0, or -1 (printed).
+ */
+static int fsck_sweep(struct fsck_ctx *c, const char *root, bool damaged_index, uint64_t *inodes,
+		      uint64_t *chunks)
+{
+	int rc;
+
+	if (damaged_index) {
+		struct gc_count g = { .ix = c->r->ix };
+		char b[64];
+
+		rc = store_chunk_foreach(c->r->st, gc_count_file, &g);
+		if (rc < 0) {
+			errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+			return -1;
+		}
+		if (!c->json && g.files)
+			printf("fsck: kept %" PRIu64 " chunk files (%s) no file names any more, for "
+			       "whoever examines the damaged index; 'ckptctl %s gc' deletes them\n",
+			       g.files, fmt_size(g.bytes, b, sizeof(b)), root);
+	} else {
+		rc = ckpt_repo_sweep(c->r, inodes, chunks);
+		if (rc < 0) {
+			errmsg("cannot sweep store '%s': %s", root, strerror(-rc));
+			return -1;
+		}
+	}
+	if (!c->json) {
+		if (!damaged_index)
+			printf("fsck: removed %" PRIu64 " unlinked inodes and %" PRIu64
+			       " unreferenced chunks\n", *inodes, *chunks);
+		for (size_t i = 0; i < c->nlost; i++)
+			printf("lost: %s\n", c->lost[i]);
+	}
+	return 0;
+}
+
+/* fsck_report_json - the result as one JSON document. Returns 0 or -EIO (output failed). */
+static int fsck_report_json(const struct fsck_ctx *c, const char *root, bool damaged_index,
+			    const char *msg, const char *kept, uint64_t inodes, uint64_t chunks)
+{
+	json_t *o = json_object(), *a = json_array();
+
+	for (size_t i = 0; i < c->nlost; i++)
+		json_array_append_new(a, json_name(c->lost[i]));
+	json_object_set_new(o, "store", json_string(root));
+	json_object_set_new(o, "index_damaged", json_boolean(damaged_index));
+	json_object_set_new(o, "index_message", damaged_index ? json_string(msg) : json_null());
+	json_object_set_new(o, "damaged_index_kept_as", kept[0] ? json_string(kept) : json_null());
+	json_object_set_new(o, "inodes_removed", json_u64(inodes));
+	json_object_set_new(o, "chunks_removed", json_u64(chunks));
+	json_object_set_new(o, "lost", a);
+	return json_print(o);
+}
+
 static int fsck_run(const char *root, bool json)
 {
 	struct fsck_ctx c = { .json = json };
-	struct idx_repair_stats rs = { 0 };
 	char err[1024] = "", msg[512] = "", kept[4400] = "";
 	uint64_t inodes = 0, chunks = 0;
 	bool damaged_index = false;
@@ -292,117 +416,20 @@ static int fsck_run(const char *root, bool json)
 		       rc == -EBUSY ? "; fsck needs the store unmounted" : "");
 		return EXIT_ERROR;
 	}
-	/* 1. the index file: SQLite's integrity check, salvage when it fails */
-	if (c.r->index_err < 0) {
-		damaged_index = true;
-		snprintf(msg, sizeof(msg), "cannot be opened: %s", strerror(-c.r->index_err));
-	} else {
-		rc = idx_integrity(c.r->ix, false, msg, sizeof(msg));
-		if (rc == -EUCLEAN)
-			damaged_index = true;
-		else if (rc < 0) {
-			errmsg("cannot check the index of store '%s': %s", root, strerror(-rc));
-			goto out;
-		}
-	}
-	if (!json)
-		printf("fsck: index: %s%s\n", damaged_index ? "damaged: " : "whole",
-		       damaged_index ? msg : "");
-	if (damaged_index) {
-		char line[640];
-
-		snprintf(line, sizeof(line), "index file damaged (%s)", msg);
-		fsck_lost(0, line, &c);
-		if (fsck_salvage(&c, root, kept, sizeof(kept)) < 0)
-			goto out;
-		if (!json)
-			printf("fsck: index rebuilt from what was readable; the damaged file is kept "
-			       "as '%s'\n", kept);
-		rc = fsck_steps(&c);
-		if (rc < 0) {
-			errmsg("cannot record the steps of store '%s' again: %s", root,
-			       strerror(-rc));
-			goto out;
-		}
-	} else {
-		/* 2. a whole file can still break the index's own invariants */
-		char why[512];
-
-		if (idx_check(c.r->ix, why, sizeof(why)) == -EUCLEAN) {
-			struct idx_repair_ops ops = { fsck_chunk_info, fsck_lost, &c };
-
-			if (!json)
-				printf("fsck: index inconsistent: %s\n", why);
-			rc = idx_repair(c.r->ix, &ops, &rs);
-			if (rc < 0) {
-				errmsg("cannot repair the index of store '%s': %s; nothing was "
-				       "changed", root, strerror(-rc));
-				goto out;
-			}
-		}
-	}
-	{
-		char why[512];
-
-		if (idx_check(c.r->ix, why, sizeof(why)) == -EUCLEAN) {
-			errmsg("the index of store '%s' is still inconsistent after repair: %s", root,
-			       why);
-			goto out;
-		}
-	}
-	/* 3. unlinked inodes, chunk rows and files nothing uses; after a salvage the chunk files
-	 * the new index does not name are kept: with the damaged file, they are all that is left
-	 * of what it lost */
-	if (damaged_index) {
-		struct gc_count g = { .ix = c.r->ix };
-		char b[64];
-
-		rc = store_chunk_foreach(c.r->st, gc_count_file, &g);
-		if (rc < 0) {
-			errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
-			goto out;
-		}
-		if (!json && g.files)
-			printf("fsck: kept %" PRIu64 " chunk files (%s) no file names any more, for "
-			       "whoever examines the damaged index; 'ckptctl %s gc' deletes them\n",
-			       g.files, fmt_size(g.bytes, b, sizeof(b)), root);
-	} else {
-		rc = ckpt_repo_sweep(c.r, &inodes, &chunks);
-		if (rc < 0) {
-			errmsg("cannot sweep store '%s': %s", root, strerror(-rc));
-			goto out;
-		}
-	}
-	if (!json) {
-		if (!damaged_index)
-			printf("fsck: removed %" PRIu64 " unlinked inodes and %" PRIu64
-			       " unreferenced chunks\n", inodes, chunks);
-		for (size_t i = 0; i < c.nlost; i++)
-			printf("lost: %s\n", c.lost[i]);
-	}
+	/* 1. and 2.: the index file, then the index's invariants */
+	if (fsck_index(&c, root, &damaged_index, msg, sizeof(msg), kept, sizeof(kept)) < 0)
+		goto out;
+	/* 3. what nothing uses */
+	if (fsck_sweep(&c, root, damaged_index, &inodes, &chunks) < 0)
+		goto out;
 	ckpt_repo_close(c.r);
 	c.r = NULL;
 	/* 4. every chunk and file re-read: bad chunks are recorded, damaged files named */
 	if (!json)
 		printf("fsck: verifying every chunk and file\n");
 	vstatus = json ? EXIT_OK : verify_run(root, false);
-	if (json) {
-		json_t *o = json_object(), *a = json_array();
-
-		for (size_t i = 0; i < c.nlost; i++)
-			json_array_append_new(a, json_name(c.lost[i]));
-		json_object_set_new(o, "store", json_string(root));
-		json_object_set_new(o, "index_damaged", json_boolean(damaged_index));
-		json_object_set_new(o, "index_message", damaged_index ? json_string(msg)
-								      : json_null());
-		json_object_set_new(o, "damaged_index_kept_as", kept[0] ? json_string(kept)
-									 : json_null());
-		json_object_set_new(o, "inodes_removed", json_u64(inodes));
-		json_object_set_new(o, "chunks_removed", json_u64(chunks));
-		json_object_set_new(o, "lost", a);
-		if (json_print(o) < 0)
-			goto out;
-	}
+	if (json && fsck_report_json(&c, root, damaged_index, msg, kept, inodes, chunks) < 0)
+		goto out;
 	if (vstatus == EXIT_ERROR)
 		goto out;
 	status = (c.nlost || damaged_index || vstatus == EXIT_DAMAGE) ? EXIT_DAMAGE : EXIT_OK;

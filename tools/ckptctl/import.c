@@ -27,130 +27,9 @@
 #include "fs/validate.h"
 
 #include "ctl.h"
+#include "import_int.h"
 
-/* ---- import ---- */
-
-/*
- * import copies a plain checkpoint directory into the store as the daemon would have recorded
- * it had the trainer written through a mount:
- *   1. DIR is scanned first (lstat, never following a symlink; a symlink is copied as one), so
- *      nothing is written when DIR is unusable or a top-level name is already taken.
- *   2. Each regular file is read IMPORT_WINDOW bytes at a time and cut with store_cdc_cut over
- *      at most 2 * STORE_CHUNK_MAX bytes per cut (the daemon's boundaries); the window's chunks
- *      are put with store_chunk_put by IMPORT_THREADS threads, the whole-file XXH3-128 taken
- *      in order; its inode, dentry and extents go into the index with
- *      idx_file_set_content, several files per transaction, each transaction committed only
- *      after store_sync made its chunks' renames durable.
- *   3. Only at the mount root (no --dest, or --dest /): top-level trackers become claims (never
- *      files: steps.c invariant 3); each top-level step directory gets a step row when it is
- *      created; files under a step directory get IDX_INODE_VALID / IDX_INODE_MALFORMED from
- *      validate_file, as steps_on_commit gives them.
- *   4. A step is sealed by a tracker naming it or a later step of a layout sharing that tracker
- *      (a trainer saves in step order, and a plain directory keeps only the last tracker), or by
- *      its sound in-step marker. Sealed, with every file read and whole: complete. Sealed with a
- *      malformed file: sealed (the daemon's recovery sets it aside with its reason). Otherwise,
- *      or when a file could not be read: writing, which recovery sets aside as incomplete.
- *   5. STORE/clean is removed first; it is put back at the end only when it was there (or the
- *      store is new) and every file was read, so an interrupted or partial import leaves chunks
- *      for the next mount's sweep.
- */
-
-/* Bytes read from a file at a time: its chunks are put in parallel (>= 2 * STORE_CHUNK_MAX). */
-#define IMPORT_WINDOW (32u << 20)
-/* Most threads putting chunks (one per online CPU up to this). */
-#define IMPORT_THREADS 8
-/* Files committed per index transaction, and bytes. */
-#define IMPORT_TXN_FILES 256
-#define IMPORT_TXN_BYTES (256ull << 20)
-/* Deepest directory nesting imported. */
-#define IMPORT_DEPTH_MAX 256
-/* Largest tracker file read whole (InternEvo's N.step is a small pickle). */
-#define IMPORT_TRACKER_MAX (16u << 20)
-
-/* One entry of DIR, in pre-order: a directory comes before what it holds. */
-struct imp_ent {
-	char *rel;      /* owned: path relative to DIR */
-	const char *name; /* borrowed from rel: the last component */
-	struct stat st; /* lstat at scan time */
-	size_t parent;  /* index of the parent entry, SIZE_MAX at DIR's top level */
-	int step;       /* index in imp_ctx.steps of the step it belongs to (or is), -1 none */
-	bool tracker;   /* a top-level tracker: recorded as a claim, not stored */
-	bool in_step;   /* validated as steps_on_commit validates (a step file or marker) */
-	bool marker;    /* the layout's in-step commit marker */
-	uint64_t ino;   /* created inode, 0 until then (or when it failed) */
-};
-
-/* One step directory at DIR's top level. */
-struct imp_step {
-	size_t ent;              /* its entry */
-	enum layout_kind kind;
-	int64_t step;
-	int64_t id;              /* step row, 0 until created */
-	char sealed_by[128];     /* why it is sealed, "" when not */
-	uint64_t files, bytes;   /* files imported into it, their bytes */
-	unsigned malformed, failed; /* files that failed the structure check / could not be read */
-	int state;               /* enum idx_step_state it was left in */
-	char bad[256];           /* the first malformed file and why, "" when none */
-	char why[512];           /* note recorded with that state */
-};
-
-/* A top-level tracker. */
-struct imp_claim {
-	size_t ent;
-	enum layout_kind kind;
-	char content[64]; /* printable preview */
-	int64_t step;     /* parsed, -1 when not a step */
-	unsigned sealed;  /* steps it sealed */
-};
-
-/* A file or directory that could not be imported. */
-struct imp_fail {
-	char *path;   /* owned: relative to DIR */
-	char *reason; /* owned */
-};
-
-struct imp_ctx {
-	const char *root, *src;
-	bool json; /* --json */
-	struct ckpt_repo *r;
-	bool at_root; /* the destination is the mount root: steps and trackers apply */
-	uint64_t dest_ino;
-	struct imp_ent *v;
-	size_t n, cap;
-	struct imp_step *steps;
-	size_t nsteps, capsteps;
-	struct imp_claim *claims;
-	size_t nclaims, capclaims;
-	struct imp_fail *fail;
-	size_t nfail, capfail;
-	char **skipped; /* owned: top-level names not imported (".ckptfs") */
-	size_t nskipped, capskipped;
-	/* the file being read */
-	uint8_t *buf; /* IMPORT_WINDOW bytes */
-	struct imp_put *puts; /* IMPORT_WINDOW / STORE_CHUNK_MIN + 1 of them */
-	size_t nputs;
-	struct store_hasher *hs;
-	struct idx_extent *ext;
-	size_t next, capext;
-	/* the open transaction */
-	bool in_txn;
-	unsigned txn_files;
-	uint64_t txn_bytes;
-	/* figures */
-	uint64_t files, dirs, symlinks, logical, stored_added, chunks_written, dedup_hits;
-	uint64_t total, done; /* bytes of regular files to read, and read */
-	struct ctl_progress prog;
-	struct timespec start;
-};
-
-/*
- * imp_fail_add - record that rel could not be imported, and why (printf-style); step is the
- * index of the step it belongs to (which then cannot complete), -1 for none.
- * Returns 0 or -ENOMEM.
- */
-static int imp_fail_add(struct imp_ctx *c, int step, const char *rel, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int imp_fail_add(struct imp_ctx *c, int step, const char *rel, const char *fmt, ...)
+int imp_fail_add(struct imp_ctx *c, int step, const char *rel, const char *fmt, ...)
 {
 	char reason[PATH_CAP + 256];
 	va_list ap;
@@ -212,8 +91,7 @@ static double imp_mbps(const struct imp_ctx *c, double secs)
 	return secs > 0 ? (double)c->done / 1e6 / secs : 0.0;
 }
 
-/* import_progress - "import: DONE/TOTAL, PERCENT, RATE MB/s" on the progress line. */
-static void import_progress(struct imp_ctx *c, bool force)
+void import_progress(struct imp_ctx *c, bool force)
 {
 	char sdone[32], stotal[32];
 
@@ -379,376 +257,6 @@ out:
 	free(names);
 	closedir(dir);
 	return rc;
-}
-
-/* imp_release - idx_file_set_content's release callback: new files release nothing. */
-static bool imp_release(const uint8_t hash[IDX_HASH_LEN], void *arg)
-{
-	(void)hash;
-	(void)arg;
-	return false;
-}
-
-/* imp_txn - make sure a transaction is open. Returns 0 or -errno of the index. */
-static int imp_txn(struct imp_ctx *c)
-{
-	int rc;
-
-	if (c->in_txn)
-		return 0;
-	if ((rc = idx_begin(c->r->ix)) < 0)
-		return rc;
-	c->in_txn = true;
-	c->txn_files = 0;
-	c->txn_bytes = 0;
-	return 0;
-}
-
-/*
- * imp_commit - make the chunks put so far durable (store_sync), then commit the open
- * transaction, if any. Returns 0, -EIO (store_sync), or -errno of the index (rolled back).
- */
-static int imp_commit(struct imp_ctx *c)
-{
-	int rc;
-
-	if (!c->in_txn)
-		return 0;
-	c->in_txn = false;
-	rc = store_sync(c->r->st);
-	if (rc == 0)
-		rc = idx_commit(c->r->ix);
-	if (rc < 0)
-		idx_rollback(c->r->ix);
-	return rc;
-}
-
-/* imp_inode - create inode *a named name in directory parent (open transaction); a directory
- * adds a link to its parent. Returns 0 or -errno of the index. */
-static int imp_inode(struct imp_ctx *c, uint64_t parent, const char *name, struct idx_inode *a,
-		     const char *target, uint64_t *ret_ino)
-{
-	uint64_t ino;
-	int rc;
-
-	if ((rc = imp_txn(c)) < 0)
-		return rc;
-	rc = idx_inode_create(c->r->ix, a, &ino);
-	if (rc == 0 && target)
-		rc = idx_symlink_set(c->r->ix, ino, target);
-	if (rc == 0)
-		rc = idx_dentry_add(c->r->ix, parent, name, ino);
-	if (rc == 0 && S_ISDIR(a->mode)) {
-		struct idx_inode pa;
-
-		rc = idx_inode_get(c->r->ix, parent, &pa);
-		if (rc == 0) {
-			pa.nlink++;
-			rc = idx_inode_update(c->r->ix, &pa);
-		}
-	}
-	if (rc == 0)
-		*ret_ino = ino;
-	return rc;
-}
-
-/* imp_attr - the attributes of source st for a new inode. */
-static void imp_attr(const struct stat *st, struct idx_inode *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->mode = (uint32_t)st->st_mode;
-	a->uid = (uint32_t)st->st_uid;
-	a->gid = (uint32_t)st->st_gid;
-	a->nlink = S_ISDIR(st->st_mode) ? 2 : 1;
-	a->atime_ns = (int64_t)st->st_atim.tv_sec * 1000000000 + st->st_atim.tv_nsec;
-	a->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-	a->ctime_ns = a->mtime_ns;
-}
-
-/* imp_pread - validate_read_fn over a source file descriptor. */
-static ssize_t imp_pread(void *arg, void *buf, size_t len, uint64_t off)
-{
-	int fd = *(int *)arg;
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
-
-/* One chunk to put. */
-struct imp_put {
-	const uint8_t *p; /* borrowed: bytes in imp_ctx.buf */
-	size_t len;
-	struct store_chunk_info info;
-	int rc; /* store_chunk_put's */
-};
-
-/* Puts shared by the workers of one window. */
-struct imp_pool {
-	struct store *st;
-	struct imp_put *v;
-	size_t n;
-	atomic_size_t next; /* the next put to take */
-};
-
-static void *imp_worker(void *arg)
-{
-	struct imp_pool *pool = arg;
-	size_t i;
-
-	while ((i = atomic_fetch_add(&pool->next, 1)) < pool->n)
-		pool->v[i].rc = store_chunk_put(pool->st, pool->v[i].p, pool->v[i].len,
-						 &pool->v[i].info);
-	return NULL;
-}
-
-/*
- * imp_pool_run - put pool->v[0..n) with one thread per online CPU, at most IMPORT_THREADS
- * (store_chunk_put is thread-safe; each compresses and fdatasyncs its chunk, and those overlap).
- * Each put's result is in its rc. Returns 0 (when a thread cannot start, the calling thread
- * does the remaining puts itself).
- */
-static int imp_pool_run(struct imp_pool *pool)
-{
-	pthread_t t[IMPORT_THREADS];
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t nt = cpus < 1 ? 1 : cpus > IMPORT_THREADS ? IMPORT_THREADS : (size_t)cpus;
-	size_t started = 0;
-
-	if (nt > pool->n)
-		nt = pool->n;
-	atomic_store(&pool->next, 0);
-	for (size_t i = 1; i < nt; i++) {
-		if (pthread_create(&t[started], NULL, imp_worker, pool) != 0)
-			break;
-		started++;
-	}
-	imp_worker(pool); /* the calling thread works too */
-	for (size_t i = 0; i < started; i++)
-		pthread_join(t[i], NULL);
-	return 0;
-}
-
-/*
- * imp_file - import regular file c->v[i]: chunks into the store, then its inode, dentry and
- * extents into the open transaction. A file that cannot be read (or changes while read) is
- * recorded as a failure and left out.
- * Returns 0 (imported or recorded as failed), -ENOMEM, or -errno of the store or the index
- * (fatal; what failed is printed).
- */
-static int imp_file(struct imp_ctx *c, size_t i, uint64_t parent)
-{
-	struct imp_ent *e = &c->v[i];
-	char path[PATH_CAP], why[256] = "";
-	struct store_hash whole;
-	struct idx_inode a;
-	struct stat st;
-	uint64_t pos = 0;
-	size_t have = 0;
-	bool eof = false;
-	int fd, rc = 0;
-
-	snprintf(path, sizeof(path), "%s/%s", c->src, e->rel); /* length checked by imp_scan */
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return imp_fail_add(c, e->step, e->rel, "cannot open: %s", strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		rc = imp_fail_add(c, e->step, e->rel, "cannot stat: %s", strerror(errno));
-		close(fd);
-		return rc;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return imp_fail_add(c, e->step, e->rel, "no longer a regular file");
-	}
-	store_hasher_reset(c->hs);
-	c->next = 0;
-	/* each run of data (store_data_run: holes of a sparse file stay holes, as the daemon keeps
-	 * them), cut like the daemon cuts a file: the chunker restarts at each run */
-	for (uint64_t end = 0, hole_at = 0;; hole_at = end) {
-		uint64_t start = 0;
-		int more = store_data_run(fd, hole_at, (uint64_t)st.st_size, &start, &end);
-
-		if (more < 0) {
-			rc = imp_fail_add(c, e->step, e->rel, "cannot find its data: %s",
-					  strerror(-more));
-			close(fd);
-			return rc;
-		}
-		if (!more) {
-			store_hasher_hole(c->hs, hole_at, (uint64_t)st.st_size - hole_at);
-			break;
-		}
-		store_hasher_hole(c->hs, hole_at, start - hole_at);
-		pos = start;
-		eof = false;
-		have = 0;
-		while (!eof || have) {
-			struct imp_pool pool = { .st = c->r->st };
-			size_t off = 0, k;
-
-			while (!eof && have < IMPORT_WINDOW) {
-				uint64_t at = pos + have;
-				size_t want = IMPORT_WINDOW - have;
-				ssize_t n;
-
-				if (want > end - at)
-					want = (size_t)(end - at);
-				n = want ? pread(fd, c->buf + have, want, (off_t)at) : 0;
-				if (n < 0 && errno == EINTR)
-					continue;
-				if (n < 0) {
-					rc = imp_fail_add(c, e->step, e->rel, "cannot read at offset %"
-							  PRIu64 ": %s", at, strerror(errno));
-					close(fd);
-					return rc;
-				}
-				if (n == 0 && want) {
-					rc = imp_fail_add(c, e->step, e->rel, "changed while being read "
-							  "(%" PRIu64 " bytes at open, ended at %" PRIu64 ")",
-							  (uint64_t)st.st_size, at);
-					close(fd);
-					return rc;
-				}
-				if (at + (uint64_t)n >= end)
-					eof = true;
-				have += (size_t)n;
-			}
-			/* cut the window, each cut over at most 2 * STORE_CHUNK_MAX bytes (a chunk's
-			 * boundary depends only on its own bytes: the same cuts as the daemon's) */
-			for (;;) {
-				size_t avail = have - off, win = 2 * (size_t)STORE_CHUNK_MAX, cut;
-				bool last = eof && avail <= win;
-
-				cut = store_cdc_cut(c->buf + off, avail < win ? avail : win, last);
-				if (cut == 0)
-					break;
-				assert(c->nputs < IMPORT_WINDOW / STORE_CHUNK_MIN + 1);
-				c->puts[c->nputs].p = c->buf + off;
-				c->puts[c->nputs].len = cut;
-				c->puts[c->nputs].rc = 0;
-				c->nputs++;
-				off += cut;
-			}
-			pool.v = c->puts;
-			pool.n = c->nputs;
-			rc = imp_pool_run(&pool);
-			if (rc < 0) {
-				errmsg("cannot start threads: %s", strerror(-rc));
-				close(fd);
-				return rc;
-			}
-			for (k = 0; k < c->nputs; k++) {
-				const struct imp_put *u = &c->puts[k];
-
-				if (u->rc < 0) {
-					errmsg("cannot store a chunk of '%s' in store '%s': %s", e->rel,
-					       c->root, strerror(-u->rc));
-					c->nputs = 0;
-					close(fd);
-					return u->rc;
-				}
-				if (grow(&c->ext, &c->capext, c->next, sizeof(*c->ext)) < 0) {
-					c->nputs = 0;
-					close(fd);
-					return -ENOMEM;
-				}
-				c->ext[c->next].offset = pos;
-				c->ext[c->next].length = (uint32_t)u->len;
-				c->ext[c->next].stored_size = u->info.stored_size;
-				c->ext[c->next].codec = u->info.codec;
-				memcpy(c->ext[c->next].hash, u->info.hash.b, IDX_HASH_LEN);
-				c->next++;
-				if (u->info.existed) {
-					c->dedup_hits++;
-				} else {
-					c->chunks_written++;
-					c->stored_added += u->info.stored_size;
-				}
-				store_hasher_update(c->hs, u->p, u->len);
-				pos += u->len;
-				c->done += u->len;
-			}
-			c->nputs = 0;
-			import_progress(c, false);
-			memmove(c->buf, c->buf + off, have - off);
-			have -= off;
-		}
-	}
-	{
-		struct stat now;
-
-		if (fstat(fd, &now) < 0 || now.st_size != st.st_size) {
-			rc = imp_fail_add(c, e->step, e->rel, "changed while being read (%" PRIu64
-					  " bytes at open, %" PRIu64 " now)", (uint64_t)st.st_size,
-					  (uint64_t)now.st_size);
-			close(fd);
-			return rc;
-		}
-	}
-	pos = (uint64_t)st.st_size;
-	store_hasher_digest(c->hs, &whole);
-	imp_attr(&st, &a);
-	if (e->in_step) {
-		rc = validate_file(e->name, pos, imp_pread, &fd, NULL, why, sizeof(why));
-		if (rc == 1) {
-			a.flags = IDX_INODE_VALID;
-		} else if (rc == -EBADMSG) {
-			a.flags = IDX_INODE_MALFORMED;
-		} else if (rc < 0) {
-			rc = imp_fail_add(c, e->step, e->rel, "cannot read for its structure check: %s",
-					  strerror(-rc));
-			close(fd);
-			return rc;
-		}
-	}
-	close(fd);
-	rc = imp_inode(c, parent, e->name, &a, NULL, &e->ino);
-	if (rc == 0)
-		rc = idx_file_set_content(c->r->ix, e->ino, c->ext, c->next, pos, whole.b,
-					  a.mtime_ns, imp_release, NULL);
-	if (rc < 0) {
-		e->ino = 0;
-		errmsg("cannot record '%s' in the index of store '%s': %s", e->rel, c->root,
-		       strerror(-rc));
-		return rc;
-	}
-	c->files++;
-	c->logical += pos;
-	c->txn_files++;
-	c->txn_bytes += pos;
-	if (e->step >= 0) {
-		struct imp_step *s = &c->steps[e->step];
-
-		s->files++;
-		s->bytes += pos;
-		if (a.flags & IDX_INODE_MALFORMED) {
-			s->malformed++;
-			if (!s->bad[0])
-				snprintf(s->bad, sizeof(s->bad), "'%s' is malformed: %s", e->name,
-					 why);
-		}
-		if (e->marker && !(a.flags & IDX_INODE_MALFORMED) && !s->sealed_by[0])
-			snprintf(s->sealed_by, sizeof(s->sealed_by), "marker '%s'", e->name);
-	}
-	if (c->txn_files >= IMPORT_TXN_FILES || c->txn_bytes >= IMPORT_TXN_BYTES) {
-		rc = imp_commit(c);
-		if (rc < 0) {
-			errmsg("cannot commit to store '%s': %s", c->root, strerror(-rc));
-			return rc;
-		}
-	}
-	return 0;
 }
 
 /* imp_read_small - read regular file path whole (at most IMPORT_TRACKER_MAX bytes).
@@ -1181,47 +689,200 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		printf("failed: %s: %s\n", c->fail[i].path, c->fail[i].reason);
 }
 
-static int import_run(const char *root, const char *dest, const char *src, bool json)
+/*
+ * imp_prepare - step 1: check that src is a directory, note whether dest is the mount root,
+ * scan src, and allocate the buffers for reading files.
+ * Returns 0, or -1 when the import cannot begin (printed).
+ */
+static int imp_prepare(struct imp_ctx *c, const char *dest)
 {
-	struct imp_ctx c = { .root = root, .src = src, .json = json };
-	char **taken = NULL;
-	size_t ntaken = 0, captaken = 0, i;
-	bool created = false, restore_clean = false;
+	const char *src = c->src;
 	struct stat st;
-	int rc, status = EXIT_ERROR;
 
-	clock_gettime(CLOCK_MONOTONIC, &c.start);
 	if (stat(src, &st) < 0) {
 		errmsg("cannot import '%s': %s", src, strerror(errno));
-		return EXIT_ERROR;
+		return -1;
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		errmsg("cannot import '%s': %s", src, strerror(ENOTDIR));
-		return EXIT_ERROR;
+		return -1;
 	}
 	/* --dest: anything but the root turns steps and trackers into plain files */
-	c.at_root = true;
+	c->at_root = true;
 	for (const char *p = dest; *p; p++)
 		if (*p != '/' && !(*p == '.' && (p[1] == '/' || !p[1]) && (p == dest || p[-1] == '/')))
-			c.at_root = false;
-	/* 1. scan DIR before touching the store */
-	rc = imp_scan(&c, "", SIZE_MAX, 0);
+			c->at_root = false;
+	/* scan DIR before touching the store */
+	if (imp_scan(c, "", SIZE_MAX, 0) < 0) {
+		errmsg("out of memory");
+		return -1;
+	}
+	if (!c->n && c->nfail) {
+		errmsg("cannot import '%s': %s", src, c->fail[0].reason);
+		return -1;
+	}
+	ctl_progress_init(&c->prog);
+	c->buf = malloc(IMPORT_WINDOW);
+	c->puts = calloc(IMPORT_WINDOW / STORE_CHUNK_MIN + 1, sizeof(*c->puts));
+	c->hs = store_hasher_new();
+	if (!c->buf || !c->puts || !c->hs) {
+		errmsg("out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * imp_check_taken - step 2: refuse names already taken at the destination (trackers are
+ * virtual: never). Returns 0, or -1 (printed).
+ */
+static int imp_check_taken(struct imp_ctx *c, const char *dest)
+{
+	const char **taken = NULL; /* borrowed from c->v */
+	size_t ntaken = 0, captaken = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < c->n && rc == 0; i++) {
+		uint64_t ino;
+
+		if (c->v[i].parent != SIZE_MAX || c->v[i].tracker)
+			continue;
+		rc = idx_dentry_lookup(c->r->ix, c->dest_ino, c->v[i].name, &ino);
+		if (rc == -ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (rc < 0) {
+			index_error(c->root, "look up a name", rc);
+		} else if (grow(&taken, &captaken, ntaken, sizeof(*taken)) < 0) {
+			errmsg("out of memory");
+			rc = -ENOMEM;
+		} else {
+			taken[ntaken++] = c->v[i].rel;
+			rc = 0;
+		}
+	}
+	if (rc == 0 && ntaken) {
+		errmsg("%zu name(s) of '%s' already exist at '%s' in store '%s' (%s%s); import "
+		       "never replaces anything: remove them through a mount, or import with "
+		       "--dest PATH",
+		       ntaken, c->src, dest, c->root, taken[0], ntaken > 1 ? ", ..." : "");
+		rc = -EEXIST;
+	}
+	free(taken);
+	return rc < 0 ? -1 : 0;
+}
+
+/* How imp_entry stops the import. */
+enum imp_stop {
+	IMP_GO,       /* go on */
+	IMP_OOM,      /* out of memory: not printed yet */
+	IMP_PROGRESS, /* printed; the progress line is still up */
+	IMP_ROLLBACK, /* printed; the progress line erased */
+};
+
+/* imp_special - create entry e (a directory, a symlink, a FIFO, socket or device node) in
+ * directory parent. */
+static enum imp_stop imp_special(struct imp_ctx *c, struct imp_ent *e, uint64_t parent)
+{
+	const char *what = "create a special file";
+	struct idx_inode a;
+	int rc;
+
+	imp_attr(&e->st, &a);
+	if (S_ISDIR(e->st.st_mode)) {
+		what = "create a directory";
+		rc = imp_inode(c, parent, e->name, &a, NULL, &e->ino);
+		if (rc == 0 && e->parent == SIZE_MAX && e->step >= 0) {
+			struct imp_step *s = &c->steps[e->step];
+
+			rc = idx_step_create(c->r->ix, s->kind, e->name, s->step, e->ino,
+					     ckpt_now_ns(), &s->id);
+		}
+		if (rc == 0)
+			c->dirs++;
+	} else if (S_ISLNK(e->st.st_mode)) {
+		char path[PATH_CAP], target[PATH_CAP];
+		ssize_t n;
+
+		what = "create a symlink";
+		snprintf(path, sizeof(path), "%s/%s", c->src, e->rel);
+		n = readlink(path, target, sizeof(target) - 1);
+		if (n < 0)
+			return imp_fail_add(c, e->step, e->rel, "cannot read symlink: %s",
+					    strerror(errno)) < 0 ? IMP_OOM : IMP_GO;
+		target[n] = '\0';
+		a.size = (uint64_t)n;
+		rc = imp_inode(c, parent, e->name, &a, target, &e->ino);
+		if (rc == 0)
+			c->symlinks++;
+	} else {
+		/* a FIFO, socket or device node: its metadata, as the daemon keeps it (mknod) */
+		if (S_ISCHR(e->st.st_mode) || S_ISBLK(e->st.st_mode))
+			a.rdev = (uint64_t)e->st.st_rdev;
+		rc = imp_inode(c, parent, e->name, &a, NULL, &e->ino);
+	}
 	if (rc < 0) {
-		errmsg("out of memory");
-		goto out;
+		ctl_progress_clear(&c->prog);
+		index_error(c->root, what, rc);
+		return IMP_ROLLBACK;
 	}
-	if (!c.n && c.nfail) {
-		errmsg("cannot import '%s': %s", src, c.fail[0].reason);
-		goto out;
+	return IMP_GO;
+}
+
+/* imp_entry - step 4 for entry c->v[i] (in pre-order, so its parent exists already). */
+static enum imp_stop imp_entry(struct imp_ctx *c, size_t i)
+{
+	struct imp_ent *e = &c->v[i];
+	uint64_t parent = e->parent == SIZE_MAX ? c->dest_ino : c->v[e->parent].ino;
+	int rc;
+
+	if (e->tracker)
+		return IMP_GO;
+	assert(parent); /* a directory that cannot be created stops the import */
+	if (!S_ISREG(e->st.st_mode))
+		return imp_special(c, e, parent);
+	rc = imp_file(c, i, parent);
+	if (rc == -ENOMEM)
+		return IMP_OOM;
+	return rc < 0 ? IMP_PROGRESS : IMP_GO;
+}
+
+/* imp_finish - step 5: the steps' states and the destination's times, committed durably.
+ * Returns 0, or the -errno of the store or the index (printed). */
+static int imp_finish(struct imp_ctx *c)
+{
+	int rc;
+
+	rc = imp_judge(c);
+	if (rc == 0 && (rc = imp_txn(c)) == 0) {
+		struct idx_inode d;
+
+		rc = idx_inode_get(c->r->ix, c->dest_ino, &d);
+		if (rc == 0) {
+			d.mtime_ns = d.ctime_ns = ckpt_now_ns();
+			rc = idx_inode_update(c->r->ix, &d);
+		}
 	}
-	ctl_progress_init(&c.prog);
-	c.buf = malloc(IMPORT_WINDOW);
-	c.puts = calloc(IMPORT_WINDOW / STORE_CHUNK_MIN + 1, sizeof(*c.puts));
-	c.hs = store_hasher_new();
-	if (!c.buf || !c.puts || !c.hs) {
-		errmsg("out of memory");
-		goto out;
+	if (rc == 0)
+		rc = imp_commit(c);
+	if (rc < 0) {
+		ctl_progress_clear(&c->prog);
+		index_error(c->root, "record the steps", rc);
 	}
+	return rc;
+}
+
+static int import_run(const char *root, const char *dest, const char *src, bool json)
+{
+	struct imp_ctx c = { .root = root, .src = src, .json = json };
+	bool created = false, restore_clean = false;
+	enum imp_stop stop = IMP_GO;
+	int rc, status = EXIT_ERROR;
+
+	clock_gettime(CLOCK_MONOTONIC, &c.start);
+	if (imp_prepare(&c, dest) < 0)
+		goto out;
 	if (imp_open(&c, &created) != EXIT_OK)
 		goto out;
 	restore_clean = created || c.r->was_clean;
@@ -1235,32 +896,8 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 			index_error(root, "create the destination", rc);
 		goto out_rollback;
 	}
-	/* 2. refuse names already taken at the destination (trackers are virtual: never) */
-	for (i = 0; i < c.n; i++) {
-		uint64_t ino;
-
-		if (c.v[i].parent != SIZE_MAX || c.v[i].tracker)
-			continue;
-		rc = idx_dentry_lookup(c.r->ix, c.dest_ino, c.v[i].name, &ino);
-		if (rc == -ENOENT)
-			continue;
-		if (rc < 0) {
-			index_error(root, "look up a name", rc);
-			goto out_rollback;
-		}
-		if (grow(&taken, &captaken, ntaken, sizeof(*taken)) < 0) {
-			errmsg("out of memory");
-			goto out_rollback;
-		}
-		taken[ntaken++] = c.v[i].rel;
-	}
-	if (ntaken) {
-		errmsg("%zu name(s) of '%s' already exist at '%s' in store '%s' (%s%s); import "
-		       "never replaces anything: remove them through a mount, or import with "
-		       "--dest PATH",
-		       ntaken, src, dest, root, taken[0], ntaken > 1 ? ", ..." : "");
+	if (imp_check_taken(&c, dest) < 0)
 		goto out_rollback;
-	}
 	/* until the import is over, the next mount sweeps what an interrupted one left */
 	rc = ckpt_repo_set_clean(c.r, false);
 	if (rc < 0) {
@@ -1272,92 +909,14 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 		goto out_rollback;
 	/* 4. the tree, in pre-order */
 	import_progress(&c, true);
-	for (i = 0; i < c.n; i++) {
-		struct imp_ent *e = &c.v[i];
-		uint64_t parent = e->parent == SIZE_MAX ? c.dest_ino : c.v[e->parent].ino;
-		struct idx_inode a;
-
-		if (e->tracker)
-			continue;
-		assert(parent); /* a directory that cannot be created stops the import */
-		if (S_ISREG(e->st.st_mode)) {
-			rc = imp_file(&c, i, parent);
-			if (rc == -ENOMEM)
-				goto out_oom;
-			if (rc < 0)
-				goto out_progress;
-			continue;
-		}
-		if (S_ISDIR(e->st.st_mode)) {
-			imp_attr(&e->st, &a);
-			rc = imp_inode(&c, parent, e->name, &a, NULL, &e->ino);
-			if (rc == 0 && e->parent == SIZE_MAX && e->step >= 0) {
-				struct imp_step *s = &c.steps[e->step];
-
-				rc = idx_step_create(c.r->ix, s->kind, e->name, s->step, e->ino,
-						     ckpt_now_ns(), &s->id);
-			}
-			if (rc < 0) {
-				ctl_progress_clear(&c.prog);
-				index_error(root, "create a directory", rc);
-				goto out_rollback;
-			}
-			c.dirs++;
-			continue;
-		}
-		if (S_ISLNK(e->st.st_mode)) {
-			char path[PATH_CAP], target[PATH_CAP];
-			ssize_t n;
-
-			snprintf(path, sizeof(path), "%s/%s", src, e->rel);
-			n = readlink(path, target, sizeof(target) - 1);
-			if (n < 0) {
-				if (imp_fail_add(&c, e->step, e->rel, "cannot read symlink: %s",
-						 strerror(errno)) < 0)
-					goto out_oom;
-				continue;
-			}
-			target[n] = '\0';
-			imp_attr(&e->st, &a);
-			a.size = (uint64_t)n;
-			rc = imp_inode(&c, parent, e->name, &a, target, &e->ino);
-			if (rc < 0) {
-				ctl_progress_clear(&c.prog);
-				index_error(root, "create a symlink", rc);
-				goto out_rollback;
-			}
-			c.symlinks++;
-			continue;
-		}
-		/* a FIFO, socket or device node: its metadata, as the daemon keeps it (mknod) */
-		imp_attr(&e->st, &a);
-		if (S_ISCHR(e->st.st_mode) || S_ISBLK(e->st.st_mode))
-			a.rdev = (uint64_t)e->st.st_rdev;
-		rc = imp_inode(&c, parent, e->name, &a, NULL, &e->ino);
-		if (rc < 0) {
-			ctl_progress_clear(&c.prog);
-			index_error(root, "create a special file", rc);
-			goto out_rollback;
-		}
-	}
-	/* 5. the steps' states, the destination's times, durable */
-	rc = imp_judge(&c);
-	if (rc == 0 && (rc = imp_txn(&c)) == 0) {
-		struct idx_inode d;
-
-		rc = idx_inode_get(c.r->ix, c.dest_ino, &d);
-		if (rc == 0) {
-			d.mtime_ns = d.ctime_ns = ckpt_now_ns();
-			rc = idx_inode_update(c.r->ix, &d);
-		}
-	}
-	if (rc == 0)
-		rc = imp_commit(&c);
-	if (rc < 0) {
-		ctl_progress_clear(&c.prog);
-		index_error(root, "record the steps", rc);
+	for (size_t i = 0; i < c.n && stop == IMP_GO; i++)
+		stop = imp_entry(&c, i);
+	if (stop == IMP_OOM)
+		goto out_oom;
+	if (stop == IMP_PROGRESS)
+		goto out_progress;
+	if (stop == IMP_ROLLBACK || imp_finish(&c) < 0)
 		goto out_rollback;
-	}
 	import_progress(&c, true);
 	ctl_progress_clear(&c.prog);
 	if (restore_clean && !c.nfail && (rc = ckpt_repo_set_clean(c.r, true)) < 0)
@@ -1384,7 +943,6 @@ out_rollback:
 		       "steps are set aside at the next mount",
 		       root);
 out:
-	free(taken);
 	ckpt_repo_close(c.r);
 	imp_free(&c);
 	return status;

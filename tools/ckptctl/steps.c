@@ -371,87 +371,123 @@ struct show_file {
 };
 
 /*
- * show_one - print (or append to the JSON array a) step s: its fields, location, files and
- * state history. Returns 0 or -errno of the index.
+ * show_collect - the regular files under step s's directory (tree t, owned by the caller) into
+ * files[0..*ret_n) (t.n entries allocated, owned by the caller: free(); rel borrowed from t).
+ * Returns 0, -ENOMEM, or -errno of the index.
  */
-static int show_one(struct ckpt_repo *r, const struct idx_step *s, json_t *a, bool first)
+static int show_collect(struct ckpt_repo *r, const struct idx_step *s, struct tree *t,
+			struct show_file **ret_files, size_t *ret_n)
 {
-	struct tree t = { 0 };
-	struct event_list ev = { 0 };
-	struct show_file *files = NULL;
-	size_t nfiles = 0, i;
-	char where[PATH_CAP], hex[2 * STORE_HASH_LEN + 1], tb[40], fb[64];
-	int rc;
+	struct show_file *files;
+	size_t nfiles = 0;
+	int rc = 0;
 
-	rc = step_location(r->ix, s, where, sizeof(where));
-	if (rc == 0 && s->dir_ino)
-		rc = tree_collect(r->ix, s->dir_ino, &t);
+	if (s->dir_ino)
+		rc = tree_collect(r->ix, s->dir_ino, t);
 	if (rc == -ENOENT)
 		rc = 0; /* the directory went away meanwhile (mounted): no files */
 	if (rc < 0)
-		goto out;
-	files = calloc(t.n ? t.n : 1, sizeof(*files));
-	if (!files) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (i = 0; i < t.n; i++) {
+		return rc;
+	files = calloc(t->n ? t->n : 1, sizeof(*files));
+	if (!files)
+		return -ENOMEM;
+	*ret_files = files;
+	for (size_t i = 0; i < t->n; i++) {
 		struct show_file *f = &files[nfiles];
 
-		if (!S_ISREG(t.v[i].mode))
+		if (!S_ISREG(t->v[i].mode))
 			continue;
-		f->rel = t.v[i].rel;
-		rc = idx_inode_get(r->ix, t.v[i].ino, &f->in);
+		f->rel = t->v[i].rel;
+		rc = idx_inode_get(r->ix, t->v[i].ino, &f->in);
 		if (rc == 0)
-			rc = idx_file_stored_bytes(r->ix, t.v[i].ino, &f->stored);
+			rc = idx_file_stored_bytes(r->ix, t->v[i].ino, &f->stored);
 		if (rc == -ENOENT && r->mounted)
 			continue; /* removed by the daemon since the listing */
 		if (rc < 0)
-			goto out;
+			return rc;
 		nfiles++;
 	}
-	rc = idx_step_events(r->ix, s->id, event_collect, &ev);
-	if (rc < 0)
-		goto out;
+	*ret_n = nfiles;
+	return 0;
+}
 
-	if (a) {
-		json_t *o = step_json(s), *af = json_array(), *ah = json_array();
+/* show_json - step s (directory where, its files and history) as one object appended to a. */
+static void show_json(const struct idx_step *s, const char *where,
+		      const struct show_file *files, size_t nfiles, const struct event_list *ev,
+		      json_t *a)
+{
+	json_t *o = step_json(s), *af = json_array(), *ah = json_array();
+	char hex[2 * STORE_HASH_LEN + 1];
+	size_t i;
 
-		json_object_set_new(o, "path", json_name(where));
-		for (i = 0; i < nfiles; i++) {
-			json_t *x = json_object();
+	json_object_set_new(o, "path", json_name(where));
+	for (i = 0; i < nfiles; i++) {
+		json_t *x = json_object();
 
-			json_object_set_new(x, "path", json_name(files[i].rel));
-			json_object_set_new(x, "ino", json_u64(files[i].in.ino));
-			json_object_set_new(x, "mode", json_integer(files[i].in.mode & 07777));
-			json_object_set_new(x, "size", json_u64(files[i].in.size));
-			json_object_set_new(x, "stored_bytes", json_u64(files[i].stored));
-			json_object_set_new(x, "flags", flags_json(files[i].in.flags));
-			json_object_set_new(x, "xxh3_128",
-					    files[i].in.has_hash
-						    ? json_string(hex16(files[i].in.hash, hex))
-						    : json_null());
-			json_array_append_new(af, x);
-		}
-		for (i = 0; i < ev.n; i++) {
-			json_t *x = json_object();
-
-			json_object_set_new(x, "time", json_time(ev.v[i].ts_ns));
-			json_object_set_new(x, "ts_ns", json_integer(ev.v[i].ts_ns));
-			json_object_set_new(x, "from",
-					    json_string(idx_step_state_name(ev.v[i].old_state)));
-			json_object_set_new(x, "to",
-					    json_string(idx_step_state_name(ev.v[i].new_state)));
-			json_object_set_new(x, "note", ev.v[i].note ? json_string(ev.v[i].note)
-								    : json_null());
-			json_array_append_new(ah, x);
-		}
-		json_object_set_new(o, "files_list", af);
-		json_object_set_new(o, "history", ah);
-		json_array_append_new(a, o);
-		rc = 0;
-		goto out;
+		json_object_set_new(x, "path", json_name(files[i].rel));
+		json_object_set_new(x, "ino", json_u64(files[i].in.ino));
+		json_object_set_new(x, "mode", json_integer(files[i].in.mode & 07777));
+		json_object_set_new(x, "size", json_u64(files[i].in.size));
+		json_object_set_new(x, "stored_bytes", json_u64(files[i].stored));
+		json_object_set_new(x, "flags", flags_json(files[i].in.flags));
+		json_object_set_new(x, "xxh3_128",
+				    files[i].in.has_hash ? json_string(hex16(files[i].in.hash, hex))
+							 : json_null());
+		json_array_append_new(af, x);
 	}
+	for (i = 0; i < ev->n; i++) {
+		json_t *x = json_object();
+
+		json_object_set_new(x, "time", json_time(ev->v[i].ts_ns));
+		json_object_set_new(x, "ts_ns", json_integer(ev->v[i].ts_ns));
+		json_object_set_new(x, "from", json_string(idx_step_state_name(ev->v[i].old_state)));
+		json_object_set_new(x, "to", json_string(idx_step_state_name(ev->v[i].new_state)));
+		json_object_set_new(x, "note", ev->v[i].note ? json_string(ev->v[i].note)
+							     : json_null());
+		json_array_append_new(ah, x);
+	}
+	json_object_set_new(o, "files_list", af);
+	json_object_set_new(o, "history", ah);
+	json_array_append_new(a, o);
+}
+
+/* show_files_text - the files of a step as an aligned table, or "(no files)". */
+static void show_files_text(const struct show_file *files, size_t nfiles)
+{
+	char hex[2 * STORE_HASH_LEN + 1], fb[64];
+	int wsz = 4, wst = 6, wfl = 5;
+	size_t i;
+
+	if (!nfiles) {
+		printf("\n  (no files)\n");
+		return;
+	}
+	for (i = 0; i < nfiles; i++) {
+		int k;
+
+		if ((k = numw(files[i].in.size)) > wsz)
+			wsz = k;
+		if ((k = numw(files[i].stored)) > wst)
+			wst = k;
+		if ((k = (int)strlen(flags_string(files[i].in.flags, fb, sizeof(fb)))) > wfl)
+			wfl = k;
+	}
+	printf("\n  %*s %*s %-*s %-32s %s\n", wsz, "SIZE", wst, "STORED", wfl, "FLAGS",
+	       "XXH3-128", "PATH");
+	for (i = 0; i < nfiles; i++)
+		printf("  %*" PRIu64 " %*" PRIu64 " %-*s %-32s %s\n", wsz, files[i].in.size, wst,
+		       files[i].stored, wfl, flags_string(files[i].in.flags, fb, sizeof(fb)),
+		       files[i].in.has_hash ? hex16(files[i].in.hash, hex) : "(none)",
+		       files[i].rel);
+}
+
+/* show_text - step s (directory where, its files and history) as text; a blank line first
+ * unless it is the first step shown. */
+static void show_text(const struct idx_step *s, const char *where,
+		      const struct show_file *files, size_t nfiles, const struct event_list *ev,
+		      bool first)
+{
+	char hex[2 * STORE_HASH_LEN + 1], tb[40], fb[64];
 
 	if (!first)
 		putchar('\n');
@@ -469,39 +505,41 @@ static int show_one(struct ckpt_repo *r, const struct idx_step *s, json_t *a, bo
 	printf("logical:     %s\n", fmt_size(s->logical_bytes, fb, sizeof(fb)));
 	printf("stored:      %s\n", fmt_size(s->stored_bytes, fb, sizeof(fb)));
 	printf("digest:      %s\n", s->has_digest ? hex16(s->digest, hex) : "-");
-	if (nfiles) {
-		int wsz = 4, wst = 6, wfl = 5;
-
-		for (i = 0; i < nfiles; i++) {
-			int k;
-
-			if ((k = numw(files[i].in.size)) > wsz)
-				wsz = k;
-			if ((k = numw(files[i].stored)) > wst)
-				wst = k;
-			if ((k = (int)strlen(flags_string(files[i].in.flags, fb, sizeof(fb)))) > wfl)
-				wfl = k;
-		}
-		printf("\n  %*s %*s %-*s %-32s %s\n", wsz, "SIZE", wst, "STORED", wfl, "FLAGS",
-		       "XXH3-128", "PATH");
-		for (i = 0; i < nfiles; i++)
-			printf("  %*" PRIu64 " %*" PRIu64 " %-*s %-32s %s\n", wsz, files[i].in.size,
-			       wst, files[i].stored, wfl,
-			       flags_string(files[i].in.flags, fb, sizeof(fb)),
-			       files[i].in.has_hash ? hex16(files[i].in.hash, hex) : "(none)",
-			       files[i].rel);
-	} else {
-		printf("\n  (no files)\n");
-	}
+	show_files_text(files, nfiles);
 	printf("\nhistory:\n");
-	if (!ev.n)
+	if (!ev->n)
 		printf("  (no state changes recorded)\n");
-	for (i = 0; i < ev.n; i++)
-		printf("  %s  %s -> %s%s%s\n", fmt_time(ev.v[i].ts_ns, tb, sizeof(tb)),
-		       idx_step_state_name(ev.v[i].old_state),
-		       idx_step_state_name(ev.v[i].new_state), ev.v[i].note ? ": " : "",
-		       ev.v[i].note ? ev.v[i].note : "");
-	rc = 0;
+	for (size_t i = 0; i < ev->n; i++)
+		printf("  %s  %s -> %s%s%s\n", fmt_time(ev->v[i].ts_ns, tb, sizeof(tb)),
+		       idx_step_state_name(ev->v[i].old_state),
+		       idx_step_state_name(ev->v[i].new_state), ev->v[i].note ? ": " : "",
+		       ev->v[i].note ? ev->v[i].note : "");
+}
+
+/*
+ * show_one - print (or append to the JSON array a) step s: its fields, location, files and
+ * state history. Returns 0 or -errno of the index.
+ */
+static int show_one(struct ckpt_repo *r, const struct idx_step *s, json_t *a, bool first)
+{
+	struct tree t = { 0 };
+	struct event_list ev = { 0 };
+	struct show_file *files = NULL;
+	size_t nfiles = 0;
+	char where[PATH_CAP];
+	int rc;
+
+	rc = step_location(r->ix, s, where, sizeof(where));
+	if (rc == 0)
+		rc = show_collect(r, s, &t, &files, &nfiles);
+	if (rc == 0)
+		rc = idx_step_events(r->ix, s->id, event_collect, &ev);
+	if (rc < 0)
+		goto out;
+	if (a)
+		show_json(s, where, files, nfiles, &ev, a);
+	else
+		show_text(s, where, files, nfiles, &ev, first);
 out:
 	free(files);
 	tree_free(&t);
