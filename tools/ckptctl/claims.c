@@ -20,8 +20,6 @@
 
 #include "ctl.h"
 
-/* ---- tracker claims ---- */
-
 size_t escape_bytes(const uint8_t *p, size_t len, char *buf, size_t cap)
 {
 	size_t i, o = 0;
@@ -150,7 +148,6 @@ out:
 	ckpt_repo_close(r);
 	return status;
 }
-
 
 int cmd_claims(const struct ctl_opts *o)
 {

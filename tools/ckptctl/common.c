@@ -209,11 +209,6 @@ int inode_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 	return rc < 0 ? rc : 0;
 }
 
-/* json_print - write obj and a newline to stdout, then drop the reference. Returns 0 or -EIO. */
-
-/* Opening the store                                                                         */
-/* ---------------------------------------------------------------------------------------- */
-
 int repo_open_read(const char *root, struct ckpt_repo **ret)
 {
 	char err[1024] = "";
@@ -226,7 +221,7 @@ int repo_open_read(const char *root, struct ckpt_repo **ret)
 }
 
 int repo_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
-				 struct ckpt_repo **ret, bool *ret_writable)
+			  struct ckpt_repo **ret, bool *ret_writable)
 {
 	char err[1024] = "";
 	int rc;
@@ -252,7 +247,7 @@ int repo_open_write_flags(const char *root, const struct store_opts *sopts, int 
 }
 
 int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
-			   bool *ret_writable)
+		    bool *ret_writable)
 {
 	return repo_open_write_flags(root, sopts, 0, ret, ret_writable);
 }
@@ -269,8 +264,6 @@ int index_error(const char *root, const char *what, int rc)
 	return EXIT_ERROR;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-
 int numw(uint64_t v)
 {
 	char b[24];
@@ -278,15 +271,14 @@ int numw(uint64_t v)
 	return snprintf(b, sizeof(b), "%" PRIu64, v);
 }
 
-
 /* Takes each piece a stream_extents() read (buf NULL: a hole of len bytes, index invariant 4):
  * returns 0, or -errno with reason filled. */
 typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
 
 int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
-			  bool sparse, uint8_t *buf, struct store_hasher *hs, stream_sink sink,
-			  void *arg, const char *what, char *reason, size_t cap,
-			  struct store_hash *ret_digest)
+		   bool sparse, uint8_t *buf, struct store_hasher *hs, stream_sink sink,
+		   void *arg, const char *what, char *reason, size_t cap,
+		   struct store_hash *ret_digest)
 {
 	char hex[2 * STORE_HASH_LEN + 1];
 	uint64_t pos = 0;
@@ -341,7 +333,6 @@ int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uin
 	store_hasher_digest(hs, ret_digest);
 	return 0;
 }
-
 
 int fsync_path(const char *path)
 {

@@ -24,8 +24,6 @@
 
 #include "ctl.h"
 
-/* ---- export ---- */
-
 /* Progress of an export, on stderr when it is a terminal. */
 struct export_ctx {
 	struct ckpt_repo *r;
@@ -699,7 +697,6 @@ out:
 	ckpt_repo_close(j.x.r);
 	return status;
 }
-
 
 int cmd_export(const struct ctl_opts *o)
 {

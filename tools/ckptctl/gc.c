@@ -138,8 +138,6 @@ static int gc_run(const char *root, bool json)
 	return status;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-
 int cmd_gc(const struct ctl_opts *o)
 {
 	if (o->argc)

@@ -376,7 +376,7 @@ static int imp_claims(struct imp_ctx *c)
 	return 0;
 }
 
-/* imp_walk_ctx: the figures of a step as steps.c's walk_tree computes them. */
+/* imp_walk_ctx: the figures of a step as fs/steps.c's walk_tree computes them. */
 struct imp_walk {
 	struct idx *ix;
 	uint64_t *dirs;

@@ -97,8 +97,6 @@ json_t *json_name(const char *name)
 	return j;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-
 json_t *json_time(int64_t ns)
 {
 	char t[40];

@@ -21,8 +21,6 @@
 
 #include "ctl.h"
 
-/* ---- pin / unpin ---- */
-
 static int pin_run(const char *root, const char *arg, bool pin, bool json)
 {
 	const char *verb = pin ? "pin" : "unpin";
@@ -105,7 +103,6 @@ out:
 	ckpt_repo_close(r);
 	return status;
 }
-
 
 int cmd_pin(const struct ctl_opts *o)
 {

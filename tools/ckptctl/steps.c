@@ -585,7 +585,6 @@ out:
 	return status;
 }
 
-
 int cmd_steps(const struct ctl_opts *o)
 {
 	if (o->argc)
