@@ -5,14 +5,9 @@
  * export never overwrites: it refuses an existing DIR/NAME, writes each file as NAME.partial
  * and renames it only once its whole-file XXH3-128 matches the index and it is fsynced.
  */
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +15,6 @@
 #include <unistd.h>
 
 #include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 

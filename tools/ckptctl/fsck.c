@@ -2,14 +2,8 @@
  * fsck.c — ckptctl fsck: check and repair a store that is not mounted: salvage a damaged
  * index file, check the index's consistency and orphans, then verify.
  */
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +11,6 @@
 #include <unistd.h>
 
 #include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 

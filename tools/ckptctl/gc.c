@@ -2,22 +2,9 @@
  * gc.c — ckptctl gc: remove unlinked inodes and unreferenced chunks (only while not
  * mounted); while mounted, count what a sweep would remove.
  */
-#include <assert.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 

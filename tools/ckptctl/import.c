@@ -14,17 +14,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 #include "import_int.h"

@@ -2,22 +2,12 @@
  * out.c — ckptctl's output: JSON documents through jansson, and the one progress line on
  * stderr that verify, export and import update.
  */
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 

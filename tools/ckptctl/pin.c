@@ -2,22 +2,11 @@
  * pin.c — ckptctl pin STEP, unpin STEP: protect a complete step from retention, or stop
  * (only while not mounted).
  */
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 

@@ -2,22 +2,14 @@
  * steps.c — ckptctl steps and show: the checkpoint steps the daemon recorded, and one step
  * in detail; also finding the steps a STEP argument names (pin and export use it).
  */
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 

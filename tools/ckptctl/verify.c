@@ -2,22 +2,13 @@
  * verify.c — ckptctl verify: re-read every chunk and re-hash every file; bad chunks are
  * marked (and cleared once sound) when the store can be written.
  */
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-#include "fs/layout.h"
-#include "fs/validate.h"
 
 #include "ctl.h"
 
