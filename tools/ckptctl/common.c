@@ -1,0 +1,339 @@
+/*
+ * common.c — helpers every ckptctl command uses: error lines, growing arrays, formatting
+ * sizes, times, modes and digests, opening a store, and reading a file's extents through the
+ * store (verify and export).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+void errmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("ckptctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int grow(void *p, size_t *cap, size_t n, size_t size)
+{
+	void **pp = p;
+	size_t ncap;
+	void *np;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? 2 * *cap : 64;
+	np = realloc(*pp, ncap * size);
+	if (!np)
+		return -ENOMEM;
+	*pp = np;
+	*cap = ncap;
+	return 0;
+}
+
+char *fmt_size(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes;
+	int u = -1;
+
+	if (bytes < 1024) {
+		snprintf(buf, cap, "%" PRIu64 " bytes", bytes);
+		return buf;
+	}
+	while (v >= 1024.0 && u < 5) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, cap, "%.2f %s (%" PRIu64 " bytes)", v, units[u], bytes);
+	return buf;
+}
+
+char *fmt_short_size(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes;
+	int u = 0;
+
+	while (v >= 1024.0 && u < 6) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, cap, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+char *hex16(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1])
+{
+	struct store_hash sh;
+
+	memcpy(sh.b, h, STORE_HASH_LEN);
+	return store_hash_hex(&sh, out);
+}
+
+const char *codec_name(uint8_t codec)
+{
+	switch (codec) {
+	case STORE_CODEC_RAW:
+		return "raw";
+	case STORE_CODEC_DEFERRED:
+		return "deferred";
+	case STORE_CODEC_ZSTD:
+		return "zstd";
+	case STORE_CODEC_ZSTD_BG2:
+		return "zstd+bg2";
+	case STORE_CODEC_ZSTD_BG4:
+		return "zstd+bg4";
+	case STORE_CODEC_PLANES2:
+		return "planes2";
+	case STORE_CODEC_PLANES4:
+		return "planes4";
+	default:
+		return "unknown";
+	}
+}
+
+const char *chunk_error_name(int err)
+{
+	switch (err) {
+	case -ENOENT:
+		return "missing";
+	case -EBADMSG:
+		return "checksum mismatch";
+	case -EIO:
+		return "unreadable";
+	default:
+		return strerror(-err);
+	}
+}
+
+char *fmt_time(int64_t ns, char *buf, size_t cap)
+{
+	time_t t = (time_t)(ns >= 0 ? ns / 1000000000 : -((-ns + 999999999) / 1000000000));
+	struct tm tm;
+
+	if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(buf, cap, "?");
+	return buf;
+}
+
+char *fmt_mode(uint32_t mode, char buf[11])
+{
+	static const char rwx[] = "rwxrwxrwx";
+	char t;
+	int i;
+
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		t = '-';
+		break;
+	case S_IFDIR:
+		t = 'd';
+		break;
+	case S_IFLNK:
+		t = 'l';
+		break;
+	case S_IFCHR:
+		t = 'c';
+		break;
+	case S_IFBLK:
+		t = 'b';
+		break;
+	case S_IFIFO:
+		t = 'p';
+		break;
+	case S_IFSOCK:
+		t = 's';
+		break;
+	default:
+		t = '?';
+		break;
+	}
+	buf[0] = t;
+	for (i = 0; i < 9; i++)
+		buf[1 + i] = (mode & (0400u >> i)) ? rwx[i] : '-';
+	if (mode & S_ISUID)
+		buf[3] = (mode & S_IXUSR) ? 's' : 'S';
+	if (mode & S_ISGID)
+		buf[6] = (mode & S_IXGRP) ? 's' : 'S';
+	if (mode & S_ISVTX)
+		buf[9] = (mode & S_IXOTH) ? 't' : 'T';
+	buf[10] = '\0';
+	return buf;
+}
+
+const char *type_name(uint32_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		return "file";
+	case S_IFDIR:
+		return "dir";
+	case S_IFLNK:
+		return "symlink";
+	default:
+		return "other";
+	}
+}
+
+int inode_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
+{
+	int rc = idx_path(ix, ino, buf, cap);
+
+	if (rc == -ENOENT) {
+		snprintf(buf, cap, "<inode %" PRIu64 ", unlinked>", ino);
+		return 0;
+	}
+	return rc < 0 ? rc : 0;
+}
+
+int repo_open_read(const char *root, struct ckpt_repo **ret)
+{
+	char err[1024] = "";
+	int rc;
+
+	rc = ckpt_repo_open(root, REPO_RDONLY, NULL, err, sizeof(err), ret);
+	if (rc < 0)
+		errmsg("%s", err[0] ? err : strerror(-rc));
+	return rc;
+}
+
+int repo_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
+			  struct ckpt_repo **ret, bool *ret_writable)
+{
+	char err[1024] = "";
+	int rc;
+
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | flags, sopts, err, sizeof(err), ret);
+	if (rc == 0) {
+		*ret_writable = true;
+		return 0;
+	}
+	if (rc != -EBUSY && rc != -EACCES && rc != -EROFS) {
+		errmsg("%s", err[0] ? err : strerror(-rc));
+		return rc;
+	}
+	/* A daemon owns it (or we may not write it): fall back to reading. */
+	err[0] = '\0';
+	rc = ckpt_repo_open(root, REPO_RDONLY, sopts, err, sizeof(err), ret);
+	if (rc < 0) {
+		errmsg("%s", err[0] ? err : strerror(-rc));
+		return rc;
+	}
+	*ret_writable = false;
+	return 0;
+}
+
+int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
+		    bool *ret_writable)
+{
+	return repo_open_write_flags(root, sopts, 0, ret, ret_writable);
+}
+
+int index_error(const char *root, const char *what, int rc)
+{
+	if (rc == -EIO)
+		errmsg("cannot %s in the index of store '%s': %s; the index file is damaged: "
+		       "with the store unmounted, run 'ckptctl %s fsck' to rebuild it from what is "
+		       "still readable", what, root, strerror(-rc), root);
+	else
+		errmsg("cannot %s in the index of store '%s': %s; run 'ckptctl %s status' to "
+		       "check the store", what, root, strerror(-rc), root);
+	return EXIT_ERROR;
+}
+
+int numw(uint64_t v)
+{
+	char b[24];
+
+	return snprintf(b, sizeof(b), "%" PRIu64, v);
+}
+
+/* Takes each piece a stream_extents() read (buf NULL: a hole of len bytes, index invariant 4):
+ * returns 0, or -errno with reason filled. */
+typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
+
+int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
+		   bool sparse, uint8_t *buf, struct store_hasher *hs, stream_sink sink,
+		   void *arg, const char *what, char *reason, size_t cap,
+		   struct store_hash *ret_digest)
+{
+	char hex[2 * STORE_HASH_LEN + 1];
+	uint64_t pos = 0;
+	int rc;
+
+	store_hasher_reset(hs);
+	for (size_t i = 0; i <= n; i++) {
+		struct store_hash h;
+		uint64_t off = 0, at = i < n ? ext[i].offset : size;
+
+		if (at < pos || (at > pos && !sparse)) {
+			snprintf(reason, cap,
+				 "extents do not tile the file: gap or overlap at offset %" PRIu64, pos);
+			return 1;
+		}
+		if (at > pos) {
+			if ((rc = sink(NULL, at - pos, arg, reason, cap)) < 0)
+				return rc;
+			store_hasher_hole(hs, pos, at - pos);
+			pos = at;
+		}
+		if (i == n)
+			break;
+		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
+		while (off < ext[i].length) {
+			size_t want = ext[i].length - off;
+			ssize_t got;
+
+			if (want > STORE_CHUNK_MAX)
+				want = STORE_CHUNK_MAX;
+			got = store_chunk_pread(st, &h, buf, want, off);
+			if (got == -ENOMEM)
+				return -ENOMEM;
+			if (got <= 0) {
+				snprintf(reason, cap, "chunk %s: %s%s", hex16(h.b, hex),
+					 got == 0 ? "shorter than its extent"
+						  : chunk_error_name((int)got),
+					 what);
+				return 1;
+			}
+			if ((rc = sink(buf, (size_t)got, arg, reason, cap)) < 0)
+				return rc;
+			store_hasher_update(hs, buf, (size_t)got);
+			off += (uint64_t)got;
+		}
+		pos += ext[i].length;
+	}
+	if (pos != size) {
+		snprintf(reason, cap, "extents cover %" PRIu64 " of %" PRIu64 " bytes", pos, size);
+		return 1;
+	}
+	store_hasher_digest(hs, ret_digest);
+	return 0;
+}
+
+int fsync_path(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}

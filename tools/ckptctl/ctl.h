@@ -1,0 +1,343 @@
+/*
+ * ctl.h — what the commands of ckptctl share: the parsed options, the command signature, the
+ * helpers of common.c (opening a store, error lines, formatting, reading a file's extents) and
+ * the output module out.c (JSON through jansson, the progress line).
+ *
+ * Conventions of every command (main.c lists them in its command table):
+ *   1. A command is int cmd_NAME(const struct ctl_opts *o) and returns the exit status
+ *      (EXIT_OK, EXIT_DAMAGE, EXIT_ERROR), never -errno.
+ *   2. Standard output carries the result only (aligned text, or one JSON document when
+ *      o->json); progress and errors go to standard error, errors as one line
+ *      "ckptctl: what happened; what to do" (errmsg).
+ *   3. A command checks its own operands (o->argc, o->argv) and reports a wrong count with
+ *      usage_error.
+ *
+ * Thread-safety: everything here is for the main thread, except stream_extents, which is
+ * reentrant for distinct hs/buf.
+ */
+#ifndef CKPTCTL_CTL_H
+#define CKPTCTL_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "fs/ckptfs.h"
+
+#define EXIT_OK 0
+#define EXIT_DAMAGE 1
+#define EXIT_ERROR 2
+
+/* Longest path ckptctl prints for an inode; longer ones are truncated by idx_path. */
+#define PATH_CAP 4096
+
+/* The command line, parsed once by main and read-only afterwards. */
+struct ctl_opts {
+	const char *root;  /* STORE: the store directory */
+	const char *cmd;   /* COMMAND as typed ("pin" and "unpin" share one function) */
+	int argc;          /* operands after COMMAND */
+	char **argv;       /* argv[0..argc): borrowed from main's argv */
+	bool json;         /* --json: one JSON document on stdout */
+	bool force;        /* --force (export only) */
+	const char *dest;  /* --dest PATH (import only), NULL when not given */
+};
+
+/* ---- commands (one file each; main.c dispatches through its table) ---- */
+
+/*
+ * cmd_status, cmd_ls, ... - run one command on o->root with o's options and operands.
+ * Returns the exit status: EXIT_OK, EXIT_DAMAGE (verify, fsck, export, import: see main.c's
+ * usage text) or EXIT_ERROR (an error, reported on stderr, or bad usage).
+ */
+int cmd_status(const struct ctl_opts *o);
+int cmd_ls(const struct ctl_opts *o);
+int cmd_verify(const struct ctl_opts *o);
+int cmd_gc(const struct ctl_opts *o);
+int cmd_fsck(const struct ctl_opts *o);
+int cmd_steps(const struct ctl_opts *o);
+int cmd_show(const struct ctl_opts *o);
+int cmd_pin(const struct ctl_opts *o);
+int cmd_export(const struct ctl_opts *o);
+int cmd_claims(const struct ctl_opts *o);
+int cmd_import(const struct ctl_opts *o);
+
+/*
+ * usage_error - print "ckptctl: <message>", the short usage and a pointer to --help on stderr.
+ * Returns EXIT_ERROR, for "return usage_error(...)".
+ */
+int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * verify_run - verify's work without its operand check: re-read every chunk of the store at
+ * root and re-hash every file, marking or clearing bad chunks when the store can be written.
+ * @json: print the report as one JSON document instead of text.
+ * Returns EXIT_OK (no damage), EXIT_DAMAGE or EXIT_ERROR (reported on stderr).
+ */
+int verify_run(const char *root, bool json);
+
+/* ---- common.c: messages ---- */
+
+/* errmsg - print "ckptctl: <message>" and a newline on stderr. */
+void errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * index_error - report a failure of the index of store root on stderr, with what to do next
+ * (fsck for -EIO, which means a damaged index file; status otherwise).
+ * @what: the action that failed, worded to follow "cannot" ("list the steps").
+ * @rc: the -errno of the index.
+ * Returns EXIT_ERROR.
+ */
+int index_error(const char *root, const char *what, int rc);
+
+/* ---- common.c: memory ---- */
+
+/*
+ * grow - make room for one more element in a realloc'ed array.
+ * @p: address of the array pointer; @cap: address of its capacity in elements;
+ * @n: elements in use; @size: bytes per element.
+ * Returns 0 or -ENOMEM (the array is left as it was).
+ */
+int grow(void *p, size_t *cap, size_t n, size_t size);
+
+/* ---- common.c: formatting (each returns its buf, or a borrowed static string) ---- */
+
+/*
+ * fmt_size - "1.23 GiB (1320702443 bytes)", or "512 bytes" below 1 KiB, into buf (cap bytes).
+ * Returns buf.
+ */
+char *fmt_size(uint64_t bytes, char *buf, size_t cap);
+
+/* fmt_short_size - "1.2 GiB" or "512 B" into buf (cap bytes), for progress lines. Returns buf. */
+char *fmt_short_size(uint64_t bytes, char *buf, size_t cap);
+
+/* hex16 - the 32 lowercase hex digits of a 16-byte digest into out. Returns out. */
+char *hex16(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1]);
+
+/* codec_name - printable name of an enum store_codec value; borrowed static string. */
+const char *codec_name(uint8_t codec);
+
+/* chunk_error_name - how a chunk failed verification, as printed; borrowed static string. */
+const char *chunk_error_name(int err);
+
+/*
+ * fmt_time - @ns nanoseconds since the epoch as ISO-8601 UTC "2024-05-01T12:00:00Z", into buf
+ * (cap bytes). Returns buf.
+ */
+char *fmt_time(int64_t ns, char *buf, size_t cap);
+
+/* fmt_mode - "drwxr-xr-x"-style type and permission string (11 bytes with NUL). Returns buf. */
+char *fmt_mode(uint32_t mode, char buf[11]);
+
+/* type_name - JSON name of an inode's type ("file", "dir", ...); borrowed static string. */
+const char *type_name(uint32_t mode);
+
+/* numw - the number of decimal digits of v, for column widths. */
+int numw(uint64_t v);
+
+/* ---- common.c: the store ---- */
+
+/*
+ * inode_path - the path of ino from the root, or "<inode N, unlinked>" when no dentry chain
+ * reaches the root, into buf (cap bytes). Returns 0 or the -errno of the index.
+ */
+int inode_path(struct idx *ix, uint64_t ino, char *buf, size_t cap);
+
+/*
+ * repo_open_read - open root for reading (never writes it; read-only while mounted or not).
+ * @ret: the open store, owned by the caller (ckpt_repo_close); untouched on failure.
+ * Prints the reason on stderr on failure. Returns 0 or the -errno of ckpt_repo_open.
+ */
+int repo_open_read(const char *root, struct ckpt_repo **ret);
+
+/*
+ * repo_open_write_flags - open root holding its lock exclusively when no daemon owns it, else
+ * read-only (ret->mounted set). @sopts may be NULL. @flags: 0 or REPO_SALVAGE (exclusive open
+ * only: an index that cannot be opened leaves ret->ix NULL and ret->index_err set).
+ * @ret: the open store, owned by the caller (ckpt_repo_close).
+ * @ret_writable: true when the store was opened exclusively and writable.
+ * Prints the reason on stderr on failure. Returns 0 or the -errno of ckpt_repo_open.
+ */
+int repo_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
+			  struct ckpt_repo **ret, bool *ret_writable);
+
+/* repo_open_write - repo_open_write_flags with flags 0. */
+int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
+		    bool *ret_writable);
+
+/*
+ * fsync_path - open path read-only (a file or a directory) and fsync it.
+ * Returns 0 or -errno of open(2) or fsync(2).
+ */
+int fsync_path(const char *path);
+
+/*
+ * Takes each piece a stream_extents() read (buf NULL: a hole of len bytes, index invariant 4):
+ * returns 0, or -errno with reason (cap bytes) filled.
+ */
+typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
+
+/*
+ * stream_extents - read the extents ext[0..n) of a file of size bytes in order through the
+ * store (every chunk re-hashed by store_chunk_pread), in pieces of at most STORE_CHUNK_MAX bytes
+ * into buf, feeding each piece to sink and to hs (reset first); a sparse file's holes go to sink
+ * as (NULL, length) and to hs as store_hasher_hole records (store.h: the digest of a sparse
+ * file).
+ * @what: appended to the reason of a chunk that cannot be read ("" or " while reading").
+ * @reason: cap bytes, filled when 1 or a sink error is returned.
+ * Returns 0 (all read; *ret_digest is the whole-file digest), 1 (damaged: extents that do not
+ * tile [0, size) (a gap allowed only when sparse), or a chunk missing, short or failing its
+ * checksum; reason says which), -ENOMEM, or the -errno of sink. Not thread-safe for one hs/buf.
+ */
+int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
+		   bool sparse, uint8_t *buf, struct store_hasher *hs, stream_sink sink, void *arg,
+		   const char *what, char *reason, size_t cap, struct store_hash *ret_digest);
+
+/* ---- out.c: JSON ---- */
+
+/*
+ * json_print - write obj (indented) and a newline to stdout, then drop the reference.
+ * Returns 0, -ENOMEM when obj is NULL (a failed constructor), or -EIO when writing failed.
+ */
+int json_print(json_t *obj);
+
+/* json_u64 - a JSON integer of an unsigned count (counts never reach 2^63); new reference. */
+json_t *json_u64(uint64_t v);
+
+/*
+ * json_name - a JSON string of a file name or path (new reference). Names are bytes and JSON
+ * strings UTF-8 (json_string returns NULL on anything else, which would drop the key), so each
+ * byte that is not part of valid UTF-8 becomes U+FFFD. NULL only on ENOMEM.
+ */
+json_t *json_name(const char *name);
+
+/* json_time - ISO-8601 UTC string of ns, or null for 0 (never); new reference. */
+json_t *json_time(int64_t ns);
+
+/* ---- out.c: the progress line ---- */
+
+/*
+ * One "\r"-updated status line on stderr, printed only when stderr is a terminal and at most
+ * ten times a second. Callers format their own text:
+ *	if (ctl_progress_due(&p, force))
+ *		ctl_progress_line(&p, "verify: chunks %zu/%zu", i, n);
+ * and erase the line with ctl_progress_clear before printing anything else on stderr.
+ */
+struct ctl_progress {
+	bool tty;             /* stderr is a terminal */
+	struct timespec last; /* CLOCK_MONOTONIC time of the last line printed */
+};
+
+/* ctl_progress_init - set p up for the current stderr; nothing printed yet. */
+void ctl_progress_init(struct ctl_progress *p);
+
+/*
+ * ctl_progress_due - whether a line should be printed now: stderr is a terminal and either
+ * @force or at least 100 ms passed since the last line. When true, records now as the time of
+ * the last line.
+ */
+bool ctl_progress_due(struct ctl_progress *p, bool force);
+
+/* ctl_progress_line - print "\r", the formatted line and an erase-to-end-of-line on stderr. */
+void ctl_progress_line(const struct ctl_progress *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ctl_progress_clear - erase the progress line when stderr is a terminal. */
+void ctl_progress_clear(const struct ctl_progress *p);
+
+/* ---- gc.c, shared with fsck ---- */
+
+/* Chunk files on disk: all of them, or (with ix set) those the index does not know. */
+struct gc_count {
+	struct idx *ix; /* NULL: count every chunk file */
+	uint64_t files, bytes;
+};
+
+/*
+ * gc_count_file - store_chunk_foreach callback counting one chunk file into arg (a struct
+ * gc_count), skipping chunks the index knows when arg->ix is set.
+ * Returns 0 or the -errno of idx_chunk_exists.
+ */
+int gc_count_file(const struct store_hash *h, uint64_t stored_size, void *arg);
+
+/* ---- steps.c: finding steps, shared with show, pin and export ---- */
+
+/* kind_name - layout name of a step's kind, "?" when out of range; borrowed static string. */
+const char *kind_name(int kind);
+
+/* Steps collected by idx_step_foreach, in its order (step number, then id). */
+struct step_list {
+	struct idx_step *v;
+	size_t n, cap;
+};
+
+/* Steps that a STEP argument names. */
+struct step_match {
+	const char *arg;
+	bool numeric;   /* arg is a step number */
+	int64_t number; /* numeric: the number */
+	char qname[IDX_STEP_NAME_MAX + 1]; /* "NAME.ID" form: NAME, else "" */
+	int64_t qid;    /* "NAME.ID" form: ID, else 0 */
+	struct step_list found;
+};
+
+/*
+ * find_steps - the steps that arg names: a step number ("100"), a step directory name
+ * ("iter_0000100"), or a quarantined directory's name ("iter_0000200.2", NAME.ID). Newest id
+ * first, into m->found (owned by m; free m->found.v). Prints nothing.
+ * Returns the number of steps found (>= 0), -ENOMEM, or -errno of the index.
+ */
+int find_steps(struct idx *ix, const char *arg, struct step_match *m);
+
+/*
+ * pick_step - among m->found (newest first), the step an action means: the newest complete
+ * one, else the newest that is not pruned, else the newest. NULL when none was found.
+ * Returns a pointer into m->found, borrowed while m is.
+ */
+const struct idx_step *pick_step(const struct step_match *m);
+
+/* no_such_step - report an unknown STEP arg of store root on stderr; returns EXIT_ERROR. */
+int no_such_step(const char *root, const char *arg);
+
+/* One entry under a step directory. */
+struct tree_ent {
+	char *rel;      /* owned: path relative to the step directory, "mp_rank_00/model.pt" */
+	uint64_t ino;
+	uint32_t mode;  /* type bits from the dentry listing */
+};
+
+struct tree {
+	struct tree_ent *v;
+	size_t n, cap;
+	const char *prefix; /* while listing one directory: its rel, "" for the step dir */
+};
+
+/* tree_free - free t's entries and array (not t itself); t may be empty. */
+void tree_free(struct tree *t);
+
+/*
+ * tree_collect - every entry under directory dir into t (owned by the caller: tree_free),
+ * breadth first (listings are never nested: a listing's statement is shared per handle), then
+ * sorted by relative path, so a directory comes before what it holds. A directory removed
+ * meanwhile (mounted) is skipped.
+ * Returns 0, -ENOMEM, or -errno of the index (the tree is then freed).
+ */
+int tree_collect(struct idx *ix, uint64_t dir, struct tree *t);
+
+/* flags_string - "torn,malformed", "valid" or "-" for IDX_INODE_* bits into buf. Returns buf. */
+char *flags_string(uint32_t flags, char *buf, size_t cap);
+
+/* ---- claims.c, shared with import ---- */
+
+/*
+ * escape_bytes - printable form of len bytes of p into buf (cap bytes, NUL-terminated): ASCII
+ * printable as is, backslash as "\\", newline, tab and CR as \n \t \r, anything else as \xNN.
+ * Stops before cap-1 bytes of output (an escape is never cut).
+ * Returns the number of input bytes consumed.
+ */
+size_t escape_bytes(const uint8_t *p, size_t len, char *buf, size_t cap);
+
+#endif /* CKPTCTL_CTL_H */

@@ -1,0 +1,448 @@
+/*
+ * fsck.c — ckptctl fsck: check and repair a store that is not mounted: salvage a damaged
+ * index file, check the index's consistency and orphans, then verify.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/layout.h"
+
+#include "ctl.h"
+
+struct fsck_ctx {
+	struct ckpt_repo *r;
+	bool json; /* --json */
+	char **lost; /* owned lines */
+	size_t nlost, caplost;
+};
+
+static int fsck_chunk_info(const uint8_t hash[IDX_HASH_LEN], uint32_t *raw_size,
+			   uint32_t *stored_size, uint8_t *codec, void *arg)
+{
+	struct fsck_ctx *c = arg;
+	struct store_chunk_info ci;
+	struct store_hash h;
+	int rc;
+
+	memcpy(h.b, hash, IDX_HASH_LEN);
+	rc = store_chunk_stat(c->r->st, &h, &ci);
+	if (rc == -ENOENT || rc == -EBADMSG || rc == -EIO)
+		return 0; /* missing or unreadable header: marked bad, verify names the files */
+	if (rc < 0)
+		return rc;
+	*raw_size = ci.raw_size;
+	*stored_size = ci.stored_size;
+	*codec = ci.codec;
+	return 1;
+}
+
+static void fsck_lost(uint64_t ino, const char *line, void *arg)
+{
+	struct fsck_ctx *c = arg;
+	char path[1024] = "", *dup;
+
+	if (ino && c->r->ix && idx_path(c->r->ix, ino, path, sizeof(path)) > 0) {
+		size_t n = strlen(line) + strlen(path) + 8;
+
+		dup = malloc(n);
+		if (dup)
+			snprintf(dup, n, "%s: %s", path, line);
+	} else {
+		dup = strdup(line);
+	}
+	if (!dup || grow(&c->lost, &c->caplost, c->nlost, sizeof(*c->lost)) < 0) {
+		free(dup);
+		return;
+	}
+	c->lost[c->nlost++] = dup;
+}
+
+/*
+ * fsck_salvage - the index file is damaged: copy what is readable into STORE/index.db.salvage,
+ * repair it, then swap it in; the damaged file is kept as index.db.damaged-TIME (with its -wal).
+ * The exclusive lock is held throughout, so no daemon sees a half-made index.
+ */
+static int fsck_salvage(struct fsck_ctx *c, const char *root, char *kept, size_t keptcap)
+{
+	char db[4096], tmp[4200], aside[4200], from[4300], to[4400], t[32];
+	struct idx_salvage_report rep;
+	struct idx_repair_stats rs;
+	struct idx *nix = NULL;
+	time_t now = time(NULL);
+	int rc;
+
+	snprintf(db, sizeof(db), "%s/index.db", root);
+	snprintf(tmp, sizeof(tmp), "%s.salvage", db);
+	strftime(t, sizeof(t), "%Y%m%dT%H%M%S", gmtime(&now));
+	snprintf(aside, sizeof(aside), "%s.damaged-%s", db, t);
+	for (const char *sfx = ""; sfx; sfx = !*sfx ? "-wal" : !strcmp(sfx, "-wal") ? "-shm" : NULL) {
+		snprintf(from, sizeof(from), "%s%s", tmp, sfx);
+		unlink(from); /* an earlier fsck that was interrupted */
+	}
+	rc = idx_open(tmp, 0, getuid(), getgid(), ckpt_now_ns(), &nix);
+	if (rc < 0) {
+		errmsg("cannot create '%s': %s; nothing was changed", tmp, strerror(-rc));
+		return rc;
+	}
+	rc = idx_salvage(nix, db, &rep);
+	if (rc < 0) {
+		errmsg("cannot salvage the damaged index '%s' into '%s': %s; nothing was changed",
+		       db, tmp, strerror(-rc));
+		goto fail;
+	}
+	for (int i = 0; i < IDX_SALVAGE_TABLES; i++) {
+		const struct idx_salvage_table *x = &rep.table[i];
+
+		if (!c->json)
+			printf("fsck: table %-11s %8" PRIu64 " rows copied%s%s%s\n",
+			       idx_salvage_table_name(i), x->copied,
+			       x->unreadable ? ", unreadable: every row lost" : "",
+			       x->damaged_ranges ? ", rows on damaged pages lost" : "",
+			       x->rejected ? ", malformed rows lost" : "");
+		if (x->unreadable || x->damaged_ranges) {
+			char line[160];
+
+			snprintf(line, sizeof(line), "index table '%s': %s",
+				 idx_salvage_table_name(i),
+				 x->unreadable ? "unreadable, every row lost"
+					       : "rows on damaged pages lost");
+			fsck_lost(0, line, c);
+		}
+		if (x->rejected) {
+			char line[160];
+
+			snprintf(line, sizeof(line), "index table '%s': %" PRIu64 " malformed rows "
+				 "(a missing value or a duplicate key) lost",
+				 idx_salvage_table_name(i), x->rejected);
+			fsck_lost(0, line, c);
+		}
+	}
+	if (!c->json && rep.extents_from_index)
+		printf("fsck: %" PRIu64 " extents recovered from the table's extents_hash index\n",
+		       rep.extents_from_index);
+	struct ckpt_repo tmp_repo = *c->r;
+
+	tmp_repo.ix = nix; /* fsck_lost resolves paths in the new index */
+	struct fsck_ctx nc = *c;
+
+	nc.r = &tmp_repo;
+	struct idx_repair_ops ops = { fsck_chunk_info, fsck_lost, &nc };
+
+	rc = idx_repair(nix, &ops, &rs);
+	c->lost = nc.lost;
+	c->nlost = nc.nlost;
+	c->caplost = nc.caplost;
+	if (rc < 0) {
+		errmsg("cannot repair the salvaged index '%s': %s; nothing was changed", tmp,
+		       strerror(-rc));
+		goto fail;
+	}
+	idx_close(nix);
+	nix = NULL;
+	/* swap: the damaged file (and its WAL, which belongs to it by name) aside, the new in */
+	idx_close(c->r->ix);
+	c->r->ix = NULL;
+	for (const char *sfx = ""; sfx; sfx = !*sfx ? "-wal" : !strcmp(sfx, "-wal") ? "-shm" : NULL) {
+		snprintf(from, sizeof(from), "%s%s", db, sfx);
+		snprintf(to, sizeof(to), "%s%s", aside, sfx);
+		if (rename(from, to) < 0 && errno != ENOENT) {
+			rc = -errno;
+			errmsg("cannot move '%s' aside: %s; the salvaged index is '%s'", from,
+			       strerror(-rc), tmp);
+			return rc;
+		}
+	}
+	if (rename(tmp, db) < 0) {
+		rc = -errno;
+		errmsg("cannot move '%s' to '%s': %s; the damaged index is kept as '%s': rename "
+		       "'%s' to '%s' by hand", tmp, db, strerror(-rc), aside, tmp, db);
+		return rc;
+	}
+	fsync_path(root);
+	snprintf(kept, keptcap, "%s", aside);
+	rc = idx_open(db, 0, getuid(), getgid(), ckpt_now_ns(), &c->r->ix);
+	if (rc < 0)
+		errmsg("cannot open the rebuilt index '%s': %s", db, strerror(-rc));
+	return rc;
+fail:
+	idx_close(nix);
+	for (const char *sfx = ""; sfx; sfx = !*sfx ? "-wal" : !strcmp(sfx, "-wal") ? "-shm" : NULL) {
+		snprintf(from, sizeof(from), "%s%s", tmp, sfx);
+		unlink(from);
+	}
+	return rc;
+}
+
+/* Root entries collected by fsck_steps. */
+struct fsck_root_ent {
+	char name[256];
+	uint64_t ino;
+	uint32_t mode;
+};
+
+struct fsck_roots {
+	struct fsck_root_ent *v;
+	size_t n, cap;
+};
+
+static int fsck_root_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
+			     void *arg)
+{
+	struct fsck_roots *l = arg;
+
+	if (!S_ISDIR(mode) || strlen(name) >= sizeof(l->v[0].name))
+		return 0;
+	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+		return -ENOMEM;
+	snprintf(l->v[l->n].name, sizeof(l->v[0].name), "%s", name);
+	l->v[l->n].ino = ino;
+	l->v[l->n].mode = mode;
+	l->n++;
+	return 0;
+}
+
+static int fsck_claim_max(int64_t id, const char *tracker, const void *content, size_t len,
+			  int64_t step, int64_t ts_ns, void *arg)
+{
+	int64_t *max = arg;
+
+	if (step > *max)
+		*max = step;
+	return 0;
+}
+
+/*
+ * fsck_steps - after a salvage that lost step rows: every step directory at the root without a
+ * row gets one again. It is sealed when a recorded tracker claim names it or a later step (the
+ * claims survived), so the daemon judges it at the next mount (complete if every file is whole);
+ * without that evidence it stays unsealed, and the daemon quarantines it as abandoned.
+ * Returns the number of rows made, or -errno.
+ */
+static int fsck_steps(struct fsck_ctx *c)
+{
+	struct fsck_roots l = { 0 };
+	int64_t claimed = -1, now = ckpt_now_ns();
+	int rc, made = 0;
+
+	rc = idx_dir_list(c->r->ix, IDX_ROOT_INO, 0, fsck_root_collect, &l);
+	if (rc >= 0)
+		rc = idx_claim_foreach(c->r->ix, fsck_claim_max, &claimed);
+	if (rc >= 0)
+		rc = idx_begin(c->r->ix);
+	for (size_t i = 0; rc >= 0 && i < l.n; i++) {
+		enum layout_kind kind;
+		struct idx_step st;
+		int64_t step, id;
+		char line[512];
+
+		if (layout_parse_name(l.v[i].name, LAYOUT_NONE, &kind, &step) != 1)
+			continue;
+		if (idx_step_by_dir(c->r->ix, l.v[i].ino, &st) == 0)
+			continue;
+		rc = idx_step_create(c->r->ix, kind, l.v[i].name, step, l.v[i].ino, now, &id);
+		if (rc < 0)
+			break;
+		made++;
+		if (step >= 0 && claimed >= step) {
+			rc = idx_step_set_state(c->r->ix, id, IDX_STEP_SEALED, now,
+						"fsck: record lost with the index; sealed again by "
+						"a recorded tracker claim");
+			snprintf(line, sizeof(line), "step '%s': its record was lost with the index; "
+				 "sealed again by a tracker claim (step %lld), judged at the next "
+				 "mount", l.v[i].name, (long long)claimed);
+		} else {
+			snprintf(line, sizeof(line), "step '%s': its record was lost with the index "
+				 "and nothing shows it was finished; the next mount quarantines it "
+				 "(/.ckptfs/quarantine, files kept)", l.v[i].name);
+		}
+		fsck_lost(0, line, c);
+	}
+	if (rc >= 0)
+		rc = idx_commit(c->r->ix);
+	if (rc < 0)
+		idx_rollback(c->r->ix);
+	free(l.v);
+	return rc < 0 ? rc : made;
+}
+
+/*
+ * fsck_index - steps 1 and 2: SQLite's integrity check of the index file, salvaged when it
+ * fails (*ret_damaged set, why in msg, msgcap bytes; the damaged file's new name in kept,
+ * keptcap bytes), else idx_check and idx_repair of the index's own invariants; then the index
+ * must pass idx_check. Returns 0, or -1 (printed).
+ */
+static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, char *msg,
+		      size_t msgcap, char *kept, size_t keptcap)
+{
+	struct idx_repair_stats rs = { 0 };
+	bool damaged_index = false;
+	char why[512];
+	int rc;
+
+	if (c->r->index_err < 0) {
+		damaged_index = true;
+		snprintf(msg, msgcap, "cannot be opened: %s", strerror(-c->r->index_err));
+	} else {
+		rc = idx_integrity(c->r->ix, false, msg, msgcap);
+		if (rc == -EUCLEAN)
+			damaged_index = true;
+		else if (rc < 0) {
+			errmsg("cannot check the index of store '%s': %s", root, strerror(-rc));
+			return -1;
+		}
+	}
+	*ret_damaged = damaged_index;
+	if (!c->json)
+		printf("fsck: index: %s%s\n", damaged_index ? "damaged: " : "whole",
+		       damaged_index ? msg : "");
+	if (damaged_index) {
+		char line[640];
+
+		snprintf(line, sizeof(line), "index file damaged (%s)", msg);
+		fsck_lost(0, line, c);
+		if (fsck_salvage(c, root, kept, keptcap) < 0)
+			return -1;
+		if (!c->json)
+			printf("fsck: index rebuilt from what was readable; the damaged file is kept "
+			       "as '%s'\n", kept);
+		rc = fsck_steps(c);
+		if (rc < 0) {
+			errmsg("cannot record the steps of store '%s' again: %s", root,
+			       strerror(-rc));
+			return -1;
+		}
+	} else if (idx_check(c->r->ix, why, sizeof(why)) == -EUCLEAN) {
+		/* 2. a whole file can still break the index's own invariants */
+		struct idx_repair_ops ops = { fsck_chunk_info, fsck_lost, c };
+
+		if (!c->json)
+			printf("fsck: index inconsistent: %s\n", why);
+		rc = idx_repair(c->r->ix, &ops, &rs);
+		if (rc < 0) {
+			errmsg("cannot repair the index of store '%s': %s; nothing was "
+			       "changed", root, strerror(-rc));
+			return -1;
+		}
+	}
+	if (idx_check(c->r->ix, why, sizeof(why)) == -EUCLEAN) {
+		errmsg("the index of store '%s' is still inconsistent after repair: %s", root, why);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * fsck_sweep - step 3: unlinked inodes, chunk rows and files nothing uses (counts into
+ * *inodes, *chunks); after a salvage (damaged_index) the chunk files the new index does not
+ * name are kept: with the damaged file, they are all that is left of what it lost.
+ * Returns 0, or -1 (printed).
+ */
+static int fsck_sweep(struct fsck_ctx *c, const char *root, bool damaged_index, uint64_t *inodes,
+		      uint64_t *chunks)
+{
+	int rc;
+
+	if (damaged_index) {
+		struct gc_count g = { .ix = c->r->ix };
+		char b[64];
+
+		rc = store_chunk_foreach(c->r->st, gc_count_file, &g);
+		if (rc < 0) {
+			errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+			return -1;
+		}
+		if (!c->json && g.files)
+			printf("fsck: kept %" PRIu64 " chunk files (%s) no file names any more, for "
+			       "whoever examines the damaged index; 'ckptctl %s gc' deletes them\n",
+			       g.files, fmt_size(g.bytes, b, sizeof(b)), root);
+	} else {
+		rc = ckpt_repo_sweep(c->r, inodes, chunks);
+		if (rc < 0) {
+			errmsg("cannot sweep store '%s': %s", root, strerror(-rc));
+			return -1;
+		}
+	}
+	if (!c->json) {
+		if (!damaged_index)
+			printf("fsck: removed %" PRIu64 " unlinked inodes and %" PRIu64
+			       " unreferenced chunks\n", *inodes, *chunks);
+		for (size_t i = 0; i < c->nlost; i++)
+			printf("lost: %s\n", c->lost[i]);
+	}
+	return 0;
+}
+
+/* fsck_report_json - the result as one JSON document. Returns 0 or -EIO (output failed). */
+static int fsck_report_json(const struct fsck_ctx *c, const char *root, bool damaged_index,
+			    const char *msg, const char *kept, uint64_t inodes, uint64_t chunks)
+{
+	json_t *o = json_object(), *a = json_array();
+
+	for (size_t i = 0; i < c->nlost; i++)
+		json_array_append_new(a, json_name(c->lost[i]));
+	json_object_set_new(o, "store", json_string(root));
+	json_object_set_new(o, "index_damaged", json_boolean(damaged_index));
+	json_object_set_new(o, "index_message", damaged_index ? json_string(msg) : json_null());
+	json_object_set_new(o, "damaged_index_kept_as", kept[0] ? json_string(kept) : json_null());
+	json_object_set_new(o, "inodes_removed", json_u64(inodes));
+	json_object_set_new(o, "chunks_removed", json_u64(chunks));
+	json_object_set_new(o, "lost", a);
+	return json_print(o);
+}
+
+static int fsck_run(const char *root, bool json)
+{
+	struct fsck_ctx c = { .json = json };
+	char err[1024] = "", msg[512] = "", kept[4400] = "";
+	uint64_t inodes = 0, chunks = 0;
+	bool damaged_index = false;
+	int rc, status = EXIT_ERROR, vstatus;
+
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | REPO_SALVAGE, NULL, err, sizeof(err), &c.r);
+	if (rc < 0) {
+		errmsg("%s%s", err[0] ? err : strerror(-rc),
+		       rc == -EBUSY ? "; fsck needs the store unmounted" : "");
+		return EXIT_ERROR;
+	}
+	/* 1. and 2.: the index file, then the index's invariants */
+	if (fsck_index(&c, root, &damaged_index, msg, sizeof(msg), kept, sizeof(kept)) < 0)
+		goto out;
+	/* 3. what nothing uses */
+	if (fsck_sweep(&c, root, damaged_index, &inodes, &chunks) < 0)
+		goto out;
+	ckpt_repo_close(c.r);
+	c.r = NULL;
+	/* 4. every chunk and file re-read: bad chunks are recorded, damaged files named */
+	if (!json)
+		printf("fsck: verifying every chunk and file\n");
+	vstatus = json ? EXIT_OK : verify_run(root, false);
+	if (json && fsck_report_json(&c, root, damaged_index, msg, kept, inodes, chunks) < 0)
+		goto out;
+	if (vstatus == EXIT_ERROR)
+		goto out;
+	status = (c.nlost || damaged_index || vstatus == EXIT_DAMAGE) ? EXIT_DAMAGE : EXIT_OK;
+	if (!json)
+		printf("fsck: %s\n", status == EXIT_OK ? "clean" :
+		       vstatus == EXIT_OK ? "damage found and repaired: every file left verifies "
+		       "whole; the lines 'lost:' above say what could not be kept" :
+		       "damage found: the lines 'lost:' and 'damaged:' above say what; steps with "
+		       "damaged files are no longer resolved by trackers");
+out:
+	for (size_t i = 0; i < c.nlost; i++)
+		free(c.lost[i]);
+	free(c.lost);
+	ckpt_repo_close(c.r);
+	return status;
+}
+
+int cmd_fsck(const struct ctl_opts *o)
+{
+	if (o->argc)
+		return usage_error("'fsck' takes no arguments");
+	return fsck_run(o->root, o->json);
+}

@@ -1,0 +1,182 @@
+/*
+ * main.c — ckptctl, the command-line tool of ckptfs: inspect and maintain a STORE directory,
+ * mounted or not.
+ *
+ *   ckptctl [--json] [--help] [--version] STORE COMMAND [ARGS]
+ *
+ * main parses the options into one struct ctl_opts and runs the command named in the table
+ * below; each command lives in its own file (status.c, ls.c, ...) and checks its own operands.
+ *
+ * Invariants:
+ *   1. ckptctl never writes a store a daemon owns: without REPO_EXCLUSIVE, ckpt_repo_open opens
+ *      the index and the chunk store read-only when a daemon holds the lock.
+ *   2. ckptctl writes a store only while it holds the ownership lock exclusively
+ *      (REPO_EXCLUSIVE): verify's bad-chunk marks, gc's sweep, fsck's repairs, pins, imports.
+ *      Every index change is made inside one transaction.
+ *   3. Standard output carries the result only (aligned text, or one JSON document with
+ *      --json); progress and errors go to standard error, errors as one line
+ *      "ckptctl: what happened; what to do".
+ *   4. Exit status: 0 success (verify: no damage), 1 verify or fsck found damage, an exported
+ *      file did not match its recorded digest, or a file to import could not be read, 2 error
+ *      or bad usage.
+ *
+ * Thread-safety: single-threaded, except import (see import.c).
+ */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ckptfs_config.h"
+
+#include "ctl.h"
+
+/* One command: its name, its function, and its part of the --help text (NULL: shares the
+ * entry before it). The order is the order of --help. */
+struct ctl_cmd {
+	const char *name;
+	int (*fn)(const struct ctl_opts *o);
+	const char *help;
+};
+
+static const struct ctl_cmd commands[] = {
+	{ "status", cmd_status,
+	  "  status      what the store holds, and whether a daemon owns it\n" },
+	{ "ls", cmd_ls,
+	  "  ls [PATH]   list a directory, or show a file's digest and extents\n"
+	  "              (PATH relative to the mount root, default '/')\n" },
+	{ "verify", cmd_verify,
+	  "  verify      re-read every chunk and re-hash every file; exit 1 on damage\n" },
+	{ "gc", cmd_gc,
+	  "  gc          remove unlinked inodes and unreferenced chunks (not mounted)\n" },
+	{ "fsck", cmd_fsck,
+	  "  fsck        check and repair (not mounted): the index file (a damaged one is\n"
+	  "              rebuilt from its readable rows, the old kept aside), the index's\n"
+	  "              consistency, orphans, then verify; says what was lost; exit 1 if so\n" },
+	{ "steps", cmd_steps,
+	  "  steps       the checkpoint steps: state, files, sizes, completion, pins\n" },
+	{ "show", cmd_show,
+	  "  show STEP   one step's fields, directory, files and state history\n"
+	  "              (STEP: a step number, or a step directory name such as iter_0000100)\n" },
+	{ "pin", cmd_pin,
+	  "  pin STEP, unpin STEP\n"
+	  "              protect a complete step from retention, or stop (not mounted)\n" },
+	{ "unpin", cmd_pin, NULL },
+	{ "export", cmd_export,
+	  "  export STEP DIR\n"
+	  "              copy a complete step to DIR/NAME as plain files, each verified against\n"
+	  "              its recorded digest, and write the framework's tracker in DIR\n" },
+	{ "claims", cmd_claims,
+	  "  claims      what trainers wrote into their tracker files\n" },
+	{ "import", cmd_import,
+	  "  import DIR  copy a plain checkpoint directory into the store (not mounted; the\n"
+	  "              store is created if absent): steps recognised, sealed by their\n"
+	  "              tracker or marker, complete when every file is whole; trackers\n"
+	  "              recorded as claims; refuses names that already exist\n" },
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+/* usage - the --help text on f. */
+static void usage(FILE *f)
+{
+	fputs("usage: ckptctl [--json] [--help] [--version] STORE COMMAND [ARGS]\n"
+	      "\n"
+	      "Inspect and maintain a ckptfs STORE directory, mounted or not.\n"
+	      "\n"
+	      "commands:\n",
+	      f);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (commands[i].help)
+			fputs(commands[i].help, f);
+	fputs("\n"
+	      "options:\n"
+	      "  --json      print one JSON document instead of text\n"
+	      "  --force     export: also a step that is not complete\n"
+	      "  --dest PATH import: into PATH (relative to the mount root, created if absent)\n"
+	      "              instead of the root; steps and trackers count only at the root\n"
+	      "  -h, --help  show this help\n"
+	      "  -V, --version  show the version\n"
+	      "\n"
+	      "exit status: 0 success, 1 verify, fsck or export found damage, or import could not read\n"
+	      "             some file, 2 error\n",
+	      f);
+}
+
+int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("ckptctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
+	      "               pin STEP | unpin STEP | export [--force] STEP DIR | claims |\n"
+	      "               import [--dest PATH] DIR\n"
+	      "run 'ckptctl --help' for details\n",
+	      stderr);
+	return EXIT_ERROR;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "dest", required_argument, NULL, 'd' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctl_opts o = { 0 };
+	char ferr[512];
+	int c, nargs;
+
+	if (ckpt_fault_init(ferr, sizeof(ferr)) < 0) {
+		fprintf(stderr, "ckptctl: %s\n", ferr);
+		return EXIT_ERROR;
+	}
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			o.json = true;
+			break;
+		case 'f':
+			o.force = true;
+			break;
+		case 'd':
+			o.dest = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_OK;
+		case 'V':
+			printf("ckptctl %s\n", CKPTFS_VERSION);
+			return EXIT_OK;
+		default:
+			if (optopt == 'd')
+				return usage_error("'--dest' needs a PATH");
+			if (optopt)
+				return usage_error("unknown option '-%c'", optopt);
+			return usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	nargs = argc - optind;
+	if (nargs < 1)
+		return usage_error("missing STORE");
+	if (nargs < 2)
+		return usage_error("missing COMMAND");
+	o.root = argv[optind];
+	o.cmd = argv[optind + 1];
+	o.argc = nargs - 2;
+	o.argv = argv + optind + 2;
+
+	if (o.dest && strcmp(o.cmd, "import"))
+		return usage_error("'--dest' is an option of 'import' only");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(o.cmd, commands[i].name))
+			return commands[i].fn(&o);
+	return usage_error("unknown command '%s'", o.cmd);
+}

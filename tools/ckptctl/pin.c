@@ -1,0 +1,101 @@
+/*
+ * pin.c — ckptctl pin STEP, unpin STEP: protect a complete step from retention, or stop
+ * (only while not mounted).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+static int pin_run(const char *root, const char *arg, bool pin, bool json)
+{
+	const char *verb = pin ? "pin" : "unpin";
+	struct ckpt_repo *r = NULL;
+	struct step_match m;
+	const struct idx_step *s;
+	char err[1024] = "";
+	bool changed;
+	int rc, status = EXIT_ERROR;
+
+	memset(&m, 0, sizeof(m));
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE, NULL, err, sizeof(err), &r);
+	if (rc == -EBUSY) {
+		/* who holds it: a daemon (mounted), or another ckptctl reading it */
+		if (ckpt_repo_open(root, REPO_RDONLY, NULL, err, sizeof(err), &r) == 0 &&
+		    r->mounted)
+			errmsg("store '%s' is mounted by pid %d; %sning a step needs the store "
+			       "unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
+			       "'ckptctl %s %s %s' again",
+			       root, (int)r->owner_pid, verb, root, verb, arg);
+		else
+			errmsg("store '%s' is in use by another process; retry when it is done",
+			       root);
+		ckpt_repo_close(r);
+		return EXIT_ERROR;
+	}
+	if (rc < 0) {
+		errmsg("%s", err[0] ? err : strerror(-rc));
+		return EXIT_ERROR;
+	}
+	rc = find_steps(r->ix, arg, &m);
+	if (rc < 0) {
+		status = index_error(root, "list steps", rc);
+		goto out;
+	}
+	s = pick_step(&m);
+	if (!s) {
+		status = no_such_step(root, arg);
+		goto out;
+	}
+	if (pin && s->state != IDX_STEP_COMPLETE) {
+		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps can be "
+		       "pinned",
+		       s->step, s->name, s->id, idx_step_state_name(s->state));
+		goto out;
+	}
+	changed = s->pinned != pin;
+	if (changed) {
+		rc = idx_begin(r->ix);
+		if (rc == 0)
+			rc = idx_step_set_pinned(r->ix, s->id, pin);
+		if (rc == 0)
+			rc = idx_commit(r->ix);
+		else
+			idx_rollback(r->ix);
+		if (rc < 0) {
+			status = index_error(root, pin ? "pin a step" : "unpin a step", rc);
+			goto out;
+		}
+	}
+	if (json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "id", json_integer(s->id));
+		json_object_set_new(o, "step", json_integer(s->step));
+		json_object_set_new(o, "name", json_name(s->name));
+		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
+		json_object_set_new(o, "pinned", json_boolean(pin));
+		json_object_set_new(o, "changed", json_boolean(changed));
+		if (json_print(o) < 0)
+			goto out;
+	} else {
+		printf("%s step %" PRId64 " ('%s', id %" PRId64 ")%s\n", pin ? "pinned" : "unpinned",
+		       s->step, s->name, s->id,
+		       changed ? "" : pin ? " (it was already pinned)" : " (it was not pinned)");
+	}
+	status = EXIT_OK;
+out:
+	free(m.found.v);
+	ckpt_repo_close(r);
+	return status;
+}
+
+int cmd_pin(const struct ctl_opts *o)
+{
+	if (o->argc != 1)
+		return usage_error("'%s' takes one STEP", o->cmd);
+	return pin_run(o->root, o->argv[0], o->cmd[0] == 'p', o->json);
+}

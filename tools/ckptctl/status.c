@@ -1,0 +1,102 @@
+/*
+ * status.c — ckptctl status: what the store holds, and whether a daemon owns it.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+/* store_is_clean - whether STORE/clean exists (the previous daemon stopped cleanly). */
+static bool store_is_clean(const char *root)
+{
+	char path[PATH_CAP];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/clean", root) >= sizeof(path))
+		return false;
+	return access(path, F_OK) == 0;
+}
+
+static int status_run(const char *root, bool json)
+{
+	struct ckpt_repo *r = NULL;
+	struct idx_stats s;
+	char b1[64], b2[64], b3[64];
+	bool clean = false;
+	double ratio = 0.0;
+	int rc, status = EXIT_ERROR;
+
+	if (repo_open_read(root, &r) < 0)
+		return EXIT_ERROR;
+	memset(&s, 0, sizeof(s));
+	rc = idx_stats_get(r->ix, &s);
+	if (rc < 0) {
+		status = index_error(root, "read store figures", rc);
+		goto out;
+	}
+	if (!r->mounted)
+		clean = store_is_clean(root);
+	if (s.logical_bytes)
+		ratio = (double)s.stored_bytes / (double)s.logical_bytes;
+
+	if (json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "store", json_string(root));
+		json_object_set_new(o, "mounted", json_boolean(r->mounted));
+		json_object_set_new(o, "owner_pid",
+				    r->mounted ? json_integer(r->owner_pid) : json_null());
+		json_object_set_new(o, "clean", r->mounted ? json_null() : json_boolean(clean));
+		json_object_set_new(o, "files", json_u64(s.files));
+		json_object_set_new(o, "dirs", json_u64(s.dirs));
+		json_object_set_new(o, "symlinks", json_u64(s.symlinks));
+		json_object_set_new(o, "logical_bytes", json_u64(s.logical_bytes));
+		json_object_set_new(o, "chunks", json_u64(s.chunks));
+		json_object_set_new(o, "chunk_raw_bytes", json_u64(s.chunk_raw_bytes));
+		json_object_set_new(o, "stored_bytes", json_u64(s.stored_bytes));
+		json_object_set_new(o, "stored_logical_ratio",
+				    s.logical_bytes ? json_real(ratio) : json_null());
+		json_object_set_new(o, "bad_chunks", json_u64(s.bad_chunks));
+		if (json_print(o) < 0)
+			goto out;
+		status = EXIT_OK;
+		goto out;
+	}
+
+	printf("store:            %s\n", root);
+	if (r->mounted)
+		printf("state:            mounted (daemon pid %d)\n", (int)r->owner_pid);
+	else if (clean)
+		printf("state:            not mounted, clean\n");
+	else
+		printf("state:            not mounted, unclean (the last daemon did not stop cleanly;"
+		       " the next mount recovers the store)\n");
+	printf("files:            %" PRIu64 "\n", s.files);
+	printf("directories:      %" PRIu64 "\n", s.dirs);
+	printf("symlinks:         %" PRIu64 "\n", s.symlinks);
+	printf("logical size:     %s\n", fmt_size(s.logical_bytes, b1, sizeof(b1)));
+	printf("distinct chunks:  %" PRIu64 "\n", s.chunks);
+	printf("deduplicated:     %s\n", fmt_size(s.chunk_raw_bytes, b2, sizeof(b2)));
+	printf("stored size:      %s\n", fmt_size(s.stored_bytes, b3, sizeof(b3)));
+	if (s.logical_bytes)
+		printf("stored/logical:   %.3f (%.1f%%)\n", ratio, 100.0 * ratio);
+	else
+		printf("stored/logical:   - (no file data)\n");
+	if (s.bad_chunks)
+		printf("bad chunks:       %" PRIu64 " (run 'ckptctl %s verify' to list the files)\n",
+		       s.bad_chunks, root);
+	else
+		printf("bad chunks:       0\n");
+	status = EXIT_OK;
+out:
+	ckpt_repo_close(r);
+	return status;
+}
+
+int cmd_status(const struct ctl_opts *o)
+{
+	if (o->argc)
+		return usage_error("'status' takes no arguments");
+	return status_run(o->root, o->json);
+}
