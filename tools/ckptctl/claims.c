@@ -88,7 +88,7 @@ static int claim_row(int64_t id, const char *tracker, const void *content, size_
 	if (c->n == 0)
 		printf("%-20s  %-*s  %-11s  %s\n", "TIME", c->wtracker, "TRACKER", "STEP",
 		       "CONTENT");
-	printf("%-20s  %-*s  %-11s  \"%s\"%s\n", fmt_time(ts_ns, tb, sizeof(tb)), c->wtracker,
+	printf("%-20s  %-*s  %-11s  \"%s\"%s\n", policy_time_iso(ts_ns, tb, sizeof(tb)), c->wtracker,
 	       tracker, sbuf, prev,
 	       written > shown ? "..." : "");
 	c->n++;

@@ -121,16 +121,6 @@ const char *chunk_error_name(int err)
 	}
 }
 
-char *fmt_time(int64_t ns, char *buf, size_t cap)
-{
-	time_t t = (time_t)(ns >= 0 ? ns / 1000000000 : -((-ns + 999999999) / 1000000000));
-	struct tm tm;
-
-	if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
-		snprintf(buf, cap, "?");
-	return buf;
-}
-
 char *fmt_mode(uint32_t mode, char buf[11])
 {
 	static const char rwx[] = "rwxrwxrwx";

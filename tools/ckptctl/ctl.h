@@ -27,6 +27,7 @@
 #include <jansson.h>
 
 #include "fs/ckptfs.h"
+#include "fs/policy/policy.h"
 
 #define EXIT_OK 0
 #define EXIT_DAMAGE 1
@@ -123,12 +124,6 @@ const char *codec_name(uint8_t codec);
 /* chunk_error_name - how a chunk failed verification, as printed; borrowed static string. */
 const char *chunk_error_name(int err);
 
-/*
- * fmt_time - @ns nanoseconds since the epoch as ISO-8601 UTC "2024-05-01T12:00:00Z", into buf
- * (cap bytes). Returns buf.
- */
-char *fmt_time(int64_t ns, char *buf, size_t cap);
-
 /* fmt_mode - "drwxr-xr-x"-style type and permission string (11 bytes with NUL). Returns buf. */
 char *fmt_mode(uint32_t mode, char buf[11]);
 
@@ -206,13 +201,6 @@ int json_print(json_t *obj);
 
 /* json_u64 - a JSON integer of an unsigned count (counts never reach 2^63); new reference. */
 json_t *json_u64(uint64_t v);
-
-/*
- * json_name - a JSON string of a file name or path (new reference). Names are bytes and JSON
- * strings UTF-8 (json_string returns NULL on anything else, which would drop the key), so each
- * byte that is not part of valid UTF-8 becomes U+FFFD. NULL only on ENOMEM.
- */
-json_t *json_name(const char *name);
 
 /* json_time - ISO-8601 UTC string of ns, or null for 0 (never); new reference. */
 json_t *json_time(int64_t ns);

@@ -531,7 +531,7 @@ static int export_report_json(const struct export_job *j)
 
 	json_object_set_new(o, "id", json_integer(s->id));
 	json_object_set_new(o, "step", json_integer(s->step));
-	json_object_set_new(o, "name", json_name(s->name));
+	json_object_set_new(o, "name", policy_json_name(s->name));
 	json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
 	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 	json_object_set_new(o, "destination", json_string(j->top));
@@ -550,14 +550,14 @@ static int export_report_json(const struct export_job *j)
 	for (i = 0; i < j->ndmg; i++) {
 		json_t *d = json_object();
 
-		json_object_set_new(d, "partial", json_name(j->dmg[i].path));
+		json_object_set_new(d, "partial", policy_json_name(j->dmg[i].path));
 		json_object_set_new(d, "reason", json_string(j->dmg[i].reason));
 		json_array_append_new(ad, d);
 	}
 	json_object_set_new(o, "damaged", ad);
 	ad = json_array();
 	for (i = 0; i < j->nflagged; i++)
-		json_array_append_new(ad, json_name(j->flagged[i]));
+		json_array_append_new(ad, policy_json_name(j->flagged[i]));
 	json_object_set_new(o, "flagged", ad);
 	json_object_set_new(o, "verified", json_boolean(j->ndmg == 0));
 	return json_print(o);

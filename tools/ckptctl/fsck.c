@@ -3,6 +3,7 @@
  * index file, check the index's consistency and orphans, then verify.
  */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,7 +181,7 @@ fail:
 
 /* Root entries collected by fsck_steps. */
 struct fsck_root_ent {
-	char name[256];
+	char name[NAME_MAX + 1];
 	uint64_t ino;
 	uint32_t mode;
 };
@@ -206,58 +207,143 @@ static int fsck_root_collect(const char *name, uint64_t ino, uint32_t mode, int6
 	return 0;
 }
 
-static int fsck_claim_max(int64_t id, const char *tracker, const void *content, size_t len,
-			  int64_t step, int64_t ts_ns, void *arg)
-{
-	int64_t *max = arg;
+/* The recorded claims that are steps, for fsck_steps. */
+struct fsck_claims {
+	struct {
+		enum layout_kind kind;
+		int64_t step;
+	} *v;
+	size_t n, cap;
+};
 
-	if (step > *max)
-		*max = step;
+static int fsck_claim_collect(int64_t id, const char *tracker, const void *content, size_t len,
+			      int64_t step, int64_t ts_ns, void *arg)
+{
+	struct fsck_claims *l = arg;
+	enum layout_kind kind = policy_claim_kind(tracker, LAYOUT_NONE);
+
+	(void)id;
+	(void)content;
+	(void)len;
+	(void)ts_ns;
+	if (kind == LAYOUT_NONE || step < 0)
+		return 0;
+	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+		return -ENOMEM;
+	l->v[l->n].kind = kind;
+	l->v[l->n].step = step;
+	l->n++;
+	return 0;
+}
+
+/* What fsck_marker_cb looks for: the whole commit marker of the step directory dir. */
+struct fsck_marker {
+	struct idx *ix;
+	const char *dir;
+	char found[NAME_MAX + 1]; /* the marker's name, "" when none */
+	enum layout_kind kind;    /* the marker's layout (Orbax's settles an all-digit name) */
+};
+
+static int fsck_marker_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
+			  void *arg)
+{
+	struct fsck_marker *k = arg;
+	char rel[PATH_CAP];
+	struct layout_match m;
+	struct idx_inode a;
+
+	(void)cookie;
+	if (!S_ISREG(mode) || k->found[0])
+		return 0;
+	snprintf(rel, sizeof(rel), "%s/%s", k->dir, name);
+	if (policy_entry_of(rel, mode, LAYOUT_NONE, &m) != POLICY_MARKER ||
+	    idx_inode_get(k->ix, ino, &a) < 0 || !a.has_hash ||
+	    (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+		return 0;
+	snprintf(k->found, sizeof(k->found), "%s", name);
+	k->kind = m.kind;
 	return 0;
 }
 
 /*
- * fsck_steps - after a salvage that lost step rows: every step directory at the root without a
- * row gets one again. It is sealed when a recorded tracker claim names it or a later step (the
- * claims survived), so the daemon judges it at the next mount (complete if every file is whole);
- * without that evidence it stays unsealed, and the daemon quarantines it as abandoned.
+ * fsck_seal_why - why root step directory e (layout *kind, number step) is sealed, by policy
+ * rule 2: its whole marker, or a recorded claim naming it or a later step of a layout sharing
+ * its tracker (the claims recorded may be only the last ones of a plain directory imported, so
+ * fsck, like import, takes a later claim for the earlier steps). *kind becomes the marker's
+ * layout. Returns 1 sealed (why in buf), 0 not, or -errno.
+ */
+static int fsck_seal_why(struct fsck_ctx *c, const struct fsck_root_ent *e, const
+			 struct fsck_claims *cl, enum layout_kind *kind, int64_t step, char *buf,
+			 size_t cap)
+{
+	struct fsck_marker k = { .ix = c->r->ix, .dir = e->name };
+	int rc = idx_dir_list(c->r->ix, e->ino, 0, fsck_marker_cb, &k);
+
+	if (rc < 0)
+		return rc;
+	if (k.found[0]) {
+		*kind = k.kind;
+		snprintf(buf, cap, "its marker '%s'", k.found);
+		return 1;
+	}
+	for (size_t i = 0; i < cl->n; i++) {
+		enum policy_seal how = policy_claim_seals(cl->v[i].kind, cl->v[i].step, *kind,
+							  step, false);
+
+		if (how != POLICY_SEAL_NONE) {
+			snprintf(buf, cap, "a tracker claim of step %lld", (long long)cl->v[i].step);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * fsck_steps - every step directory at the root without a row (a salvage lost it, or the row
+ * was deleted) gets one again, sealed when the policy's evidence survives (fsck_seal_why), so
+ * the daemon judges it at the next mount (complete if every file is whole); without that
+ * evidence it stays unsealed, and the daemon sets it aside as abandoned.
  * Returns the number of rows made, or -errno.
  */
 static int fsck_steps(struct fsck_ctx *c)
 {
 	struct fsck_roots l = { 0 };
-	int64_t claimed = -1, now = ckpt_now_ns();
+	struct fsck_claims cl = { 0 };
+	int64_t now = ckpt_now_ns();
 	int rc, made = 0;
 
 	rc = idx_dir_list(c->r->ix, IDX_ROOT_INO, 0, fsck_root_collect, &l);
 	if (rc >= 0)
-		rc = idx_claim_foreach(c->r->ix, fsck_claim_max, &claimed);
+		rc = idx_claim_foreach(c->r->ix, fsck_claim_collect, &cl);
 	if (rc >= 0)
 		rc = idx_begin(c->r->ix);
 	for (size_t i = 0; rc >= 0 && i < l.n; i++) {
+		struct layout_match m;
 		enum layout_kind kind;
 		struct idx_step st;
-		int64_t step, id;
-		char line[512];
+		char line[NAME_MAX + 640], why[NAME_MAX + 64];
+		int64_t id;
 
-		if (layout_parse_name(l.v[i].name, LAYOUT_NONE, &kind, &step) != 1)
+		if (policy_entry_of(l.v[i].name, S_IFDIR, LAYOUT_NONE, &m) != POLICY_STEP_DIR ||
+		    idx_step_by_dir(c->r->ix, l.v[i].ino, &st) == 0)
 			continue;
-		if (idx_step_by_dir(c->r->ix, l.v[i].ino, &st) == 0)
-			continue;
-		rc = idx_step_create(c->r->ix, kind, l.v[i].name, step, l.v[i].ino, now, &id);
+		kind = m.kind;
+		if ((rc = fsck_seal_why(c, &l.v[i], &cl, &kind, m.step, why, sizeof(why))) < 0)
+			break;
+		bool sealed = rc == 1;
+
+		rc = idx_step_create(c->r->ix, kind, l.v[i].name, m.step, l.v[i].ino, now, &id);
 		if (rc < 0)
 			break;
 		made++;
-		if (step >= 0 && claimed >= step) {
-			rc = idx_step_set_state(c->r->ix, id, IDX_STEP_SEALED, now,
-						"fsck: record lost with the index; sealed again by "
-						"a recorded tracker claim");
-			snprintf(line, sizeof(line), "step '%s': its record was lost with the index; "
-				 "sealed again by a tracker claim (step %lld), judged at the next "
-				 "mount", l.v[i].name, (long long)claimed);
+		if (sealed) {
+			snprintf(line, sizeof(line), "fsck: record lost; sealed again by %s", why);
+			rc = idx_step_set_state(c->r->ix, id, IDX_STEP_SEALED, now, line);
+			snprintf(line, sizeof(line), "step '%s': its record was lost; sealed again by "
+				 "%s, judged at the next mount", l.v[i].name, why);
 		} else {
-			snprintf(line, sizeof(line), "step '%s': its record was lost with the index "
-				 "and nothing shows it was finished; the next mount quarantines it "
+			snprintf(line, sizeof(line), "step '%s': its record was lost and nothing "
+				 "shows it was finished; the next mount sets it aside "
 				 "(/.ckptfs/quarantine, files kept)", l.v[i].name);
 		}
 		fsck_lost(0, line, c);
@@ -267,6 +353,7 @@ static int fsck_steps(struct fsck_ctx *c)
 	if (rc < 0)
 		idx_rollback(c->r->ix);
 	free(l.v);
+	free(cl.v);
 	return rc < 0 ? rc : made;
 }
 
@@ -274,7 +361,8 @@ static int fsck_steps(struct fsck_ctx *c)
  * fsck_index - steps 1 and 2: SQLite's integrity check of the index file, salvaged when it
  * fails (*ret_damaged set, why in msg, msgcap bytes; the damaged file's new name in kept,
  * keptcap bytes), else idx_check and idx_repair of the index's own invariants; then the index
- * must pass idx_check. Returns 0, or -1 (printed).
+ * must pass idx_check; then the step directories without a row get one (fsck_steps).
+ * Returns 0, or -1 (printed).
  */
 static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, char *msg,
 		      size_t msgcap, char *kept, size_t keptcap)
@@ -310,12 +398,6 @@ static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, c
 		if (!c->json)
 			printf("fsck: index rebuilt from what was readable; the damaged file is kept "
 			       "as '%s'\n", kept);
-		rc = fsck_steps(c);
-		if (rc < 0) {
-			errmsg("cannot record the steps of store '%s' again: %s", root,
-			       strerror(-rc));
-			return -1;
-		}
 	} else if (idx_check(c->r->ix, why, sizeof(why)) == -EUCLEAN) {
 		/* 2. a whole file can still break the index's own invariants */
 		struct idx_repair_ops ops = { fsck_chunk_info, fsck_lost, c };
@@ -331,6 +413,11 @@ static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, c
 	}
 	if (idx_check(c->r->ix, why, sizeof(why)) == -EUCLEAN) {
 		errmsg("the index of store '%s' is still inconsistent after repair: %s", root, why);
+		return -1;
+	}
+	/* 2b. step directories without a row get one again */
+	if ((rc = fsck_steps(c)) < 0) {
+		errmsg("cannot record the steps of store '%s' again: %s", root, strerror(-rc));
 		return -1;
 	}
 	return 0;
@@ -384,7 +471,7 @@ static int fsck_report_json(const struct fsck_ctx *c, const char *root, bool dam
 	json_t *o = json_object(), *a = json_array();
 
 	for (size_t i = 0; i < c->nlost; i++)
-		json_array_append_new(a, json_name(c->lost[i]));
+		json_array_append_new(a, policy_json_name(c->lost[i]));
 	json_object_set_new(o, "store", json_string(root));
 	json_object_set_new(o, "index_damaged", json_boolean(damaged_index));
 	json_object_set_new(o, "index_message", damaged_index ? json_string(msg) : json_null());

@@ -104,42 +104,38 @@ static int imp_name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* imp_classify - at the mount root, what the new entry e is to its layout (scan time). */
+/* imp_classify - at the mount root, what the new entry e is to the policy (scan time). */
 static int imp_classify(struct imp_ctx *c, size_t i)
 {
 	struct imp_ent *e = &c->v[i];
 	struct layout_match m;
+	enum policy_entry pe;
 
 	e->step = e->parent == SIZE_MAX ? -1 : c->v[e->parent].step;
-	if (!c->at_root || layout_classify(e->rel, LAYOUT_NONE, &m) < 0)
+	if (!c->at_root)
 		return 0;
-	if (e->parent == SIZE_MAX) {
-		if (S_ISREG(e->st.st_mode) && m.role == ROLE_TRACKER && m.kind != LAYOUT_MF1)
-			e->tracker = true;
-		if (S_ISDIR(e->st.st_mode) && m.role == ROLE_STEP_DIR && !(m.flags & LAYOUT_F_TMP) &&
-		    m.step >= 0) {
-			struct imp_step *s;
+	pe = policy_entry_of(e->rel, e->st.st_mode, LAYOUT_NONE, &m);
+	if (pe == POLICY_TRACKER) {
+		e->tracker = true;
+	} else if (pe == POLICY_STEP_DIR) {
+		struct imp_step *s;
 
-			if (grow(&c->steps, &c->capsteps, c->nsteps, sizeof(*c->steps)) < 0)
-				return -ENOMEM;
-			s = &c->steps[c->nsteps];
-			memset(s, 0, sizeof(*s));
-			s->ent = i;
-			s->kind = m.kind;
-			s->step = m.step;
-			e->step = (int)c->nsteps++;
+		if (grow(&c->steps, &c->capsteps, c->nsteps, sizeof(*c->steps)) < 0)
+			return -ENOMEM;
+		s = &c->steps[c->nsteps];
+		memset(s, 0, sizeof(*s));
+		s->ent = i;
+		s->kind = m.kind;
+		s->step = m.step;
+		e->step = (int)c->nsteps++;
+	} else if (pe == POLICY_STEP_FILE || pe == POLICY_MARKER) {
+		e->in_step = true;
+		if (pe == POLICY_MARKER && e->step >= 0) {
+			e->marker = true;
+			/* `N/commit_success.txt` says an all-digit step is Orbax's, not InternEvo's */
+			if (m.kind == LAYOUT_ORBAX)
+				c->steps[e->step].kind = LAYOUT_ORBAX;
 		}
-		return 0;
-	}
-	if (!S_ISREG(e->st.st_mode) || m.step_prefix_len == 0 ||
-	    (m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER))
-		return 0;
-	e->in_step = true;
-	if (m.role == ROLE_MARKER && e->step >= 0) {
-		e->marker = true;
-		/* `N/commit_success.txt` says an all-digit step is Orbax's, not InternEvo's */
-		if (m.kind == LAYOUT_ORBAX)
-			c->steps[e->step].kind = LAYOUT_ORBAX;
 	}
 	return 0;
 }
@@ -305,7 +301,7 @@ static int imp_read_small(const char *path, char **ret, size_t *ret_len)
 
 /*
  * imp_claims - record every top-level tracker as a claim (open transaction) and mark the steps
- * it seals: of each layout sharing the tracker, the step it names and every older one.
+ * it seals (policy rule 2 without history: a plain directory keeps only the last claim).
  * Returns 0 or -errno of the index (printed).
  */
 static int imp_claims(struct imp_ctx *c)
@@ -357,12 +353,15 @@ static int imp_claims(struct imp_ctx *c)
 		for (size_t j = 0; j < c->nsteps; j++) {
 			struct imp_step *s = &c->steps[j];
 
-			if (s->step > cl->step || !layout_tracker_shared(m.kind, s->kind))
+			enum policy_seal how = policy_claim_seals(m.kind, cl->step, s->kind,
+								   s->step, false);
+
+			if (how == POLICY_SEAL_NONE)
 				continue;
-			if (s->step == cl->step || !s->sealed_by[0])
+			if (how == POLICY_SEAL_NAMED || !s->sealed_by[0])
 				snprintf(s->sealed_by, sizeof(s->sealed_by),
-					 s->step == cl->step ? "tracker '%s' names it"
-							     : "tracker '%s' names a later step",
+					 how == POLICY_SEAL_NAMED ? "tracker '%s' names it"
+								  : "tracker '%s' names a later step",
 					 e->rel);
 			cl->sealed++;
 		}
@@ -370,116 +369,92 @@ static int imp_claims(struct imp_ctx *c)
 	return 0;
 }
 
-/* imp_walk_ctx: the figures of a step as fs/steps.c's walk_tree computes them. */
-struct imp_walk {
-	struct idx *ix;
-	uint64_t *dirs;
-	size_t ndirs, capdirs;
-	uint64_t files, bytes, stored;
-	struct store_hasher *digest;
-};
-
-static int imp_walk_ent(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+/* imp_step_order - qsort_r of indices into the steps array arg by (kind, step number). */
+static int imp_step_order(const void *a, const void *b, void *arg)
 {
-	struct imp_walk *w = arg;
-	struct idx_inode a;
-	uint64_t st = 0;
-	int rc;
+	const struct imp_step *x = &((const struct imp_step *)arg)[*(const size_t *)a];
+	const struct imp_step *y = &((const struct imp_step *)arg)[*(const size_t *)b];
 
-	(void)cookie;
-	if (S_ISDIR(mode)) {
-		if (grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
-			return -ENOMEM;
-		w->dirs[w->ndirs++] = ino;
-		return 0;
-	}
-	if (!S_ISREG(mode))
-		return 0;
-	if ((rc = idx_inode_get(w->ix, ino, &a)) < 0)
-		return rc;
-	w->files++;
-	w->bytes += a.size;
-	if (idx_file_stored_bytes(w->ix, ino, &st) == 0)
-		w->stored += st;
-	store_hasher_update(w->digest, name, strlen(name) + 1);
-	store_hasher_update(w->digest, a.hash, IDX_HASH_LEN);
-	return 0;
+	if (x->kind != y->kind)
+		return x->kind < y->kind ? -1 : 1;
+	return x->step < y->step ? -1 : x->step > y->step;
 }
 
 /*
- * imp_figures - record step s's figures and digest exactly as fs/steps.c walk_tree() computes
- * them (files in listing order, directories one after another). Returns 0 or -errno.
+ * imp_judge_one - judge step s by the policy (rule 3) and record its figures and state in the
+ * open transaction. What is not complete stays writing (unsealed) or sealed: setting a step
+ * aside moves its directory, which is the daemon's, at the first mount. Returns 0 or -errno.
  */
-static int imp_figures(struct imp_ctx *c, const struct imp_step *s)
+static int imp_judge_one(struct imp_ctx *c, struct imp_step *s, int64_t now)
 {
-	struct imp_walk w = { .ix = c->r->ix };
-	struct store_hash dg;
+	struct policy_facts f = { .sealed = s->sealed_by[0] != 0, .settled = true, .quiet = true,
+				  .unsound = s->malformed, .unreadable = s->failed,
+				  .previous = POLICY_PREV_ALL, .absent = "", .unlisted = "" };
+	char absent[NAME_MAX + 64] = "", unlisted[NAME_MAX + 64] = "", note[PATH_CAP + 320];
+	struct policy_figures fig;
+	struct idx_step row;
 	int rc;
 
-	if (!(w.digest = store_hasher_new()))
-		return -ENOMEM;
-	rc = idx_dir_list(c->r->ix, c->v[s->ent].ino, 0, imp_walk_ent, &w);
-	for (size_t i = 0; rc >= 0 && i < w.ndirs; i++)
-		rc = idx_dir_list(c->r->ix, w.dirs[i], 0, imp_walk_ent, &w);
-	if (rc >= 0) {
-		store_hasher_digest(w.digest, &dg);
-		rc = idx_step_set_figures(c->r->ix, s->id, w.files, w.bytes, w.stored, dg.b);
+	if ((rc = imp_txn(c)) < 0 ||
+	    (rc = policy_step_walk(c->r->ix, c->v[s->ent].ino, NULL, NULL, &fig)) < 0 ||
+	    (rc = idx_step_set_figures(c->r->ix, s->id, fig.files, fig.bytes, fig.stored,
+				       fig.digest.b)) < 0 ||
+	    (rc = idx_step_get(c->r->ix, s->id, &row)) < 0)
+		return rc;
+	f.files = fig.files;
+	if (policy_names_repeat(s->kind) &&
+	    (rc = policy_previous_names(c->r->ix, &row, absent, sizeof(absent))) < 0)
+		return rc;
+	if (policy_names_repeat(s->kind)) {
+		f.previous = rc;
+		f.absent = absent;
 	}
-	free(w.dirs);
-	store_hasher_free(w.digest);
-	return rc < 0 ? rc : 0;
+	if ((rc = policy_listed_names(c->r->ix, c->r->st, &row, unlisted, sizeof(unlisted))) < 0)
+		return rc;
+	f.unlisted = unlisted;
+	if (policy_judge(&f, s->why, sizeof(s->why)) == POLICY_COMPLETE) {
+		s->state = IDX_STEP_COMPLETE;
+		snprintf(s->why, sizeof(s->why), "sealed by %s, every file whole", s->sealed_by);
+	} else {
+		/* a step missing files it could not read is not recorded sealed: what was
+		 * imported of it is not what the trainer sealed */
+		s->state = f.sealed && !s->failed ? IDX_STEP_SEALED : IDX_STEP_WRITING;
+		if (s->malformed && f.sealed && !s->failed) {
+			size_t l = strlen(s->why);
+
+			snprintf(s->why + l, sizeof(s->why) - l, "; %s", s->bad);
+		}
+	}
+	if (s->state != IDX_STEP_WRITING) {
+		snprintf(note, sizeof(note), "imported from '%s': %s", c->src, s->sealed_by);
+		if ((rc = idx_step_set_state(c->r->ix, s->id, IDX_STEP_SEALED, now, note)) < 0)
+			return rc;
+	}
+	snprintf(note, sizeof(note), "imported from '%s': %s", c->src, s->why);
+	return idx_step_set_state(c->r->ix, s->id, s->state, now, note);
 }
 
 /*
- * imp_judge - decide and record the state of every step (invariant 4 above), in the open
- * transaction. Returns 0 or -errno of the index.
+ * imp_judge - judge every step (imp_judge_one), older steps first within each layout, so that a
+ * DeepSpeed or Hugging Face step is compared with the previous complete one as the daemon does.
+ * Returns 0 or -errno of the index.
  */
 static int imp_judge(struct imp_ctx *c)
 {
 	int64_t now = ckpt_now_ns();
-	int rc;
+	size_t *order = calloc(c->nsteps ? c->nsteps : 1, sizeof(*order));
+	int rc = 0;
 
-	for (size_t i = 0; i < c->nsteps; i++) {
-		struct imp_step *s = &c->steps[i];
-		char note[PATH_CAP + 320];
-
-		if (!s->id)
-			continue;
-		if ((rc = imp_txn(c)) < 0 || (rc = imp_figures(c, s)) < 0)
-			return rc;
-		if (s->failed) {
-			s->state = IDX_STEP_WRITING;
-			snprintf(s->why, sizeof(s->why), "%u file(s) could not be read", s->failed);
-		} else if (!s->sealed_by[0]) {
-			s->state = IDX_STEP_WRITING;
-			snprintf(s->why, sizeof(s->why), "not sealed: %s",
-				 layout_tracker_path(s->kind, s->step, -1, note, sizeof(note)) > 0
-					 ? "no tracker names it or a later step"
-					 : "no commit marker in it");
-		} else if (s->files == 0) {
-			s->state = IDX_STEP_SEALED;
-			snprintf(s->why, sizeof(s->why), "sealed by %s, but holds no file",
-				 s->sealed_by);
-		} else if (s->malformed) {
-			s->state = IDX_STEP_SEALED;
-			snprintf(s->why, sizeof(s->why), "%u malformed of %" PRIu64 " files; %s",
-				 s->malformed, s->files, s->bad);
-		} else {
-			s->state = IDX_STEP_COMPLETE;
-			snprintf(s->why, sizeof(s->why), "sealed by %s, every file whole",
-				 s->sealed_by);
-		}
-		if (s->sealed_by[0] && s->state != IDX_STEP_WRITING) {
-			snprintf(note, sizeof(note), "imported from '%s': %s", c->src, s->sealed_by);
-			if ((rc = idx_step_set_state(c->r->ix, s->id, IDX_STEP_SEALED, now, note)) <
-			    0)
-				return rc;
-		}
-		snprintf(note, sizeof(note), "imported from '%s': %s", c->src, s->why);
-		if ((rc = idx_step_set_state(c->r->ix, s->id, s->state, now, note)) < 0)
-			return rc;
-	}
-	return 0;
+	if (!order)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nsteps; i++)
+		order[i] = i;
+	qsort_r(order, c->nsteps, sizeof(*order), imp_step_order, c->steps);
+	for (size_t i = 0; rc == 0 && i < c->nsteps; i++)
+		if (c->steps[order[i]].id)
+			rc = imp_judge_one(c, &c->steps[order[i]], now);
+	free(order);
+	return rc;
 }
 
 /*
@@ -600,7 +575,7 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 			json_t *so = json_object();
 
 			json_object_set_new(so, "id", s->id ? json_integer(s->id) : json_null());
-			json_object_set_new(so, "name", json_name(c->v[s->ent].name));
+			json_object_set_new(so, "name", policy_json_name(c->v[s->ent].name));
 			json_object_set_new(so, "step", json_integer(s->step));
 			json_object_set_new(so, "layout", json_string(kind_name(s->kind)));
 			json_object_set_new(so, "files", json_u64(s->files));
@@ -617,7 +592,7 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		for (i = 0; i < c->nclaims; i++) {
 			json_t *co = json_object();
 
-			json_object_set_new(co, "tracker", json_name(c->v[c->claims[i].ent].rel));
+			json_object_set_new(co, "tracker", policy_json_name(c->v[c->claims[i].ent].rel));
 			json_object_set_new(co, "content", json_string(c->claims[i].content));
 			json_object_set_new(co, "step", c->claims[i].step >= 0
 								? json_integer(c->claims[i].step)
@@ -630,14 +605,14 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		for (i = 0; i < c->nfail; i++) {
 			json_t *fo = json_object();
 
-			json_object_set_new(fo, "path", json_name(c->fail[i].path));
+			json_object_set_new(fo, "path", policy_json_name(c->fail[i].path));
 			json_object_set_new(fo, "reason", json_string(c->fail[i].reason));
 			json_array_append_new(a, fo);
 		}
 		json_object_set_new(o, "failed", a);
 		a = json_array();
 		for (i = 0; i < c->nskipped; i++)
-			json_array_append_new(a, json_name(c->skipped[i]));
+			json_array_append_new(a, policy_json_name(c->skipped[i]));
 		json_object_set_new(o, "skipped", a);
 		json_print(o);
 		return;

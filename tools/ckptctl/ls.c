@@ -135,7 +135,7 @@ static json_t *ls_json_ent(const struct ls_ent *e)
 
 	if (!o)
 		return NULL;
-	json_object_set_new(o, "name", json_name(e->name));
+	json_object_set_new(o, "name", policy_json_name(e->name));
 	json_object_set_new(o, "ino", json_u64(e->in.ino));
 	json_object_set_new(o, "type", json_string(type_name(e->in.mode)));
 	json_object_set_new(o, "mode", json_integer(e->in.mode & 07777));
@@ -146,10 +146,10 @@ static json_t *ls_json_ent(const struct ls_ent *e)
 	json_object_set_new(o, "size", json_u64(e->in.size));
 	if (S_ISREG(e->in.mode))
 		json_object_set_new(o, "stored_bytes", json_u64(e->stored));
-	json_object_set_new(o, "mtime", json_string(fmt_time(e->in.mtime_ns, tbuf, sizeof(tbuf))));
+	json_object_set_new(o, "mtime", json_string(policy_time_iso(e->in.mtime_ns, tbuf, sizeof(tbuf))));
 	json_object_set_new(o, "mtime_ns", json_integer(e->in.mtime_ns));
 	if (S_ISLNK(e->in.mode))
-		json_object_set_new(o, "target", e->target ? json_name(e->target) : json_null());
+		json_object_set_new(o, "target", e->target ? policy_json_name(e->target) : json_null());
 	return o;
 }
 
@@ -185,7 +185,7 @@ static void ls_print_line(const struct ls_ent *e, const struct ls_widths *w)
 	printf("%s %*" PRIu32 " %*" PRIu32 " %*" PRIu32 " %*" PRIu64 " %*s %s %s",
 	       fmt_mode(e->in.mode, mode), w->nlink, e->in.nlink, w->uid, e->in.uid, w->gid,
 	       e->in.gid, w->size, e->in.size, w->stored, stored,
-	       fmt_time(e->in.mtime_ns, tbuf, sizeof(tbuf)), e->name);
+	       policy_time_iso(e->in.mtime_ns, tbuf, sizeof(tbuf)), e->name);
 	if (S_ISLNK(e->in.mode))
 		printf(" -> %s", e->target ? e->target : "?");
 	putchar('\n');
@@ -296,8 +296,8 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino, bool js
 		const char *slash = strrchr(path, '/');
 
 		/* the entry's own name, as in a directory listing; the full path beside it */
-		json_object_set_new(o, "name", json_name(slash && slash[1] ? slash + 1 : path));
-		json_object_set_new(o, "path", json_name(path));
+		json_object_set_new(o, "name", policy_json_name(slash && slash[1] ? slash + 1 : path));
+		json_object_set_new(o, "path", policy_json_name(path));
 		if (S_ISREG(e.in.mode)) {
 			json_t *a = json_array();
 

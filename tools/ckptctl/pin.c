@@ -75,7 +75,7 @@ static int pin_run(const char *root, const char *arg, bool pin, bool json)
 
 		json_object_set_new(o, "id", json_integer(s->id));
 		json_object_set_new(o, "step", json_integer(s->step));
-		json_object_set_new(o, "name", json_name(s->name));
+		json_object_set_new(o, "name", policy_json_name(s->name));
 		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 		json_object_set_new(o, "pinned", json_boolean(pin));
 		json_object_set_new(o, "changed", json_boolean(changed));

@@ -31,36 +31,6 @@ static int step_collect(const struct idx_step *s, void *arg)
 	return 0;
 }
 
-/* step_json - every field of s as a JSON object (new reference). */
-static json_t *step_json(const struct idx_step *s)
-{
-	char hex[2 * STORE_HASH_LEN + 1];
-	json_t *o = json_object();
-
-	json_object_set_new(o, "id", json_integer(s->id));
-	json_object_set_new(o, "step", json_integer(s->step));
-	json_object_set_new(o, "name", json_name(s->name));
-	json_object_set_new(o, "kind", json_integer(s->kind));
-	json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
-	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
-	json_object_set_new(o, "dir_ino", json_u64(s->dir_ino));
-	json_object_set_new(o, "created_ns", json_integer(s->created_ns));
-	json_object_set_new(o, "created", json_time(s->created_ns));
-	json_object_set_new(o, "sealed_ns", json_integer(s->sealed_ns));
-	json_object_set_new(o, "sealed", json_time(s->sealed_ns));
-	json_object_set_new(o, "completed_ns", json_integer(s->completed_ns));
-	json_object_set_new(o, "completed", json_time(s->completed_ns));
-	json_object_set_new(o, "state_ns", json_integer(s->state_ns));
-	json_object_set_new(o, "state_changed", json_time(s->state_ns));
-	json_object_set_new(o, "files", json_u64(s->files));
-	json_object_set_new(o, "logical_bytes", json_u64(s->logical_bytes));
-	json_object_set_new(o, "stored_bytes", json_u64(s->stored_bytes));
-	json_object_set_new(o, "digest", s->has_digest ? json_string(hex16(s->digest, hex))
-						       : json_null());
-	json_object_set_new(o, "pinned", json_boolean(s->pinned));
-	return o;
-}
-
 static int steps_run(const char *root, bool json)
 {
 	struct ckpt_repo *r = NULL;
@@ -80,7 +50,7 @@ static int steps_run(const char *root, bool json)
 		json_t *a = json_array();
 
 		for (i = 0; i < l.n; i++)
-			json_array_append_new(a, step_json(&l.v[i]));
+			json_array_append_new(a, policy_step_json(&l.v[i]));
 		status = json_print(a) < 0 ? EXIT_ERROR : EXIT_OK;
 		goto out;
 	}
@@ -115,7 +85,7 @@ static int steps_run(const char *root, bool json)
 		       idx_step_state_name(s->state), wf, s->files,
 		       fmt_short_size(s->logical_bytes, lb, sizeof(lb)),
 		       fmt_short_size(s->stored_bytes, sb, sizeof(sb)),
-		       s->completed_ns ? fmt_time(s->completed_ns, tb, sizeof(tb)) : "-",
+		       s->completed_ns ? policy_time_iso(s->completed_ns, tb, sizeof(tb)) : "-",
 		       s->pinned ? "*" : "");
 	}
 	status = EXIT_OK;
@@ -408,15 +378,15 @@ static void show_json(const struct idx_step *s, const char *where,
 		      const struct show_file *files, size_t nfiles, const struct event_list *ev,
 		      json_t *a)
 {
-	json_t *o = step_json(s), *af = json_array(), *ah = json_array();
+	json_t *o = policy_step_json(s), *af = json_array(), *ah = json_array();
 	char hex[2 * STORE_HASH_LEN + 1];
 	size_t i;
 
-	json_object_set_new(o, "path", json_name(where));
+	json_object_set_new(o, "path", policy_json_name(where));
 	for (i = 0; i < nfiles; i++) {
 		json_t *x = json_object();
 
-		json_object_set_new(x, "path", json_name(files[i].rel));
+		json_object_set_new(x, "path", policy_json_name(files[i].rel));
 		json_object_set_new(x, "ino", json_u64(files[i].in.ino));
 		json_object_set_new(x, "mode", json_integer(files[i].in.mode & 07777));
 		json_object_set_new(x, "size", json_u64(files[i].in.size));
@@ -489,10 +459,10 @@ static void show_text(const struct idx_step *s, const char *where,
 	printf("layout:      %s\n", kind_name(s->kind));
 	printf("state:       %s%s\n", idx_step_state_name(s->state), s->pinned ? " (pinned)" : "");
 	printf("directory:   %s\n", where);
-	printf("created:     %s\n", fmt_time(s->created_ns, tb, sizeof(tb)));
-	printf("sealed:      %s\n", s->sealed_ns ? fmt_time(s->sealed_ns, tb, sizeof(tb)) : "-");
+	printf("created:     %s\n", policy_time_iso(s->created_ns, tb, sizeof(tb)));
+	printf("sealed:      %s\n", s->sealed_ns ? policy_time_iso(s->sealed_ns, tb, sizeof(tb)) : "-");
 	printf("completed:   %s\n",
-	       s->completed_ns ? fmt_time(s->completed_ns, tb, sizeof(tb)) : "-");
+	       s->completed_ns ? policy_time_iso(s->completed_ns, tb, sizeof(tb)) : "-");
 	printf("files:       %" PRIu64 "\n", s->files);
 	printf("logical:     %s\n", fmt_size(s->logical_bytes, fb, sizeof(fb)));
 	printf("stored:      %s\n", fmt_size(s->stored_bytes, fb, sizeof(fb)));
@@ -502,7 +472,7 @@ static void show_text(const struct idx_step *s, const char *where,
 	if (!ev->n)
 		printf("  (no state changes recorded)\n");
 	for (size_t i = 0; i < ev->n; i++)
-		printf("  %s  %s -> %s%s%s\n", fmt_time(ev->v[i].ts_ns, tb, sizeof(tb)),
+		printf("  %s  %s -> %s%s%s\n", policy_time_iso(ev->v[i].ts_ns, tb, sizeof(tb)),
 		       idx_step_state_name(ev->v[i].old_state),
 		       idx_step_state_name(ev->v[i].new_state), ev->v[i].note ? ": " : "",
 		       ev->v[i].note ? ev->v[i].note : "");

@@ -546,7 +546,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 					    json_boolean(k->marked || c->writable));
 			for (size_t j = 0; j < c->ndmg; j++)
 				if (c->dmg[j].chunk == i && c->dmg[j].ino)
-					json_array_append_new(users, json_name(c->dmg[j].path));
+					json_array_append_new(users, policy_json_name(c->dmg[j].path));
 			json_object_set_new(x, "files", users);
 			json_array_append_new(ac, x);
 		}
@@ -556,7 +556,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			if (!c->dmg[i].ino)
 				continue;
 			x = json_object();
-			json_object_set_new(x, "path", json_name(c->dmg[i].path));
+			json_object_set_new(x, "path", policy_json_name(c->dmg[i].path));
 			json_object_set_new(x, "ino", json_u64(c->dmg[i].ino));
 			json_object_set_new(x, "reason", json_string(c->dmg[i].reason));
 			json_array_append_new(af, x);
@@ -564,7 +564,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 		for (i = 0; i < c->nnotes; i++) {
 			json_t *x = json_object();
 
-			json_object_set_new(x, "path", json_name(c->notes[i].path));
+			json_object_set_new(x, "path", policy_json_name(c->notes[i].path));
 			json_object_set_new(x, "ino", c->notes[i].ino ? json_u64(c->notes[i].ino)
 								      : json_null());
 			json_object_set_new(x, "reason", json_string(c->notes[i].reason));
