@@ -5,14 +5,14 @@
  * ckptfs's memory instead of once they are on disk.
  *
  * What still waits for durability (DESIGN.md "Steps", issue 5):
- *   - fsync and fdatasync (op_fsync commits itself), and unmount (cq_stop before op_destroy's
+ *   - fsync and fdatasync (fs_op_fsync commits itself), and unmount (cq_stop before op_destroy's
  *     own commits);
  *   - a step: its files count as open until committed (steps.c walk_entry: ov_dirty), so it
  *     is not complete before every file is durable, and a tracker never names it before;
- *   - a reader of a tracker or of /.ckptfs: ops.c first waits for the commits of the files
- *     closed before (cq_wait_idle), so a tracker read after the trainer's close() and tracker
- *     write sees the step it wrote as soon as that step is durable, never an older answer
- *     (close-to-open).
+ *   - a reader of a tracker or of /.ckptfs: ops.c and ops_file.c first wait for the commits of
+ *     the files closed before (cq_wait_idle), so a tracker read after the trainer's close()
+ *     and tracker write sees the step it wrote as soon as that step is durable, never an older
+ *     answer (close-to-open).
  * Readers of the files themselves need nothing: the open inode holds the bytes not yet durable.
  *
  * A commit that fails (store full, I/O error) is logged with the file's inode; its error stays

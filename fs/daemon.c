@@ -271,78 +271,90 @@ static char *absolute(const char *p)
  * Chunk buffers (256 KiB..4 MiB, STORE_CHUNK_MIN..MAX) are allocated by FUSE threads and freed
  * by write-back workers. With glibc's default, the mmap threshold rises to the size of the
  * first large block freed, after which these buffers come from per-thread arenas that keep
- * freed memory: the daemon's peak RSS reached the write buffer + 214 MiB under fio. A fixed
+ * freed memory: the daemon's peak RSS grows well past the write buffer. A fixed
  * threshold (mallopt(3); it also stops the dynamic adjustment) maps and unmaps each buffer.
  */
 #define MMAP_THRESHOLD_BYTES (128 * 1024)
 
-static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts *o)
+/*
+ * Check the mount options that need more than fuse_opt_parse and copy them into fs: layout,
+ * defer_compress, keep_every, workers (*ret_workers) and write_buffer (*ret_wbuf, bytes).
+ * Returns 0, or -1 after reporting the problem (startup_fail).
+ */
+static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers,
+		     size_t *ret_wbuf)
 {
-	struct ckfs fs = { .staging_dirfd = -1 };
-	struct store_opts so = { .zstd_level = c->zstd_level,
-				 .cache_bytes = (size_t)c->cache_mb << 20,
-				 .verify_dedup_hits = c->verify_dedup != 0 };
-	struct fuse_session *se = NULL;
-	struct fuse_loop_config *lc = NULL;
-	char err[1024], path[PATH_MAX];
-	uint64_t inodes = 0, chunks = 0;
-	int rc, ret = 1;
+	size_t wbuf = wb_default_budget();
 
-	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES); /* fails only for an invalid value */
-
-	pthread_mutex_init(&fs.mu, NULL);
-	fs.keep_max = c->keep_max;
-	fs.keep_every = c->keep_every;
-	fs.ranks = (int)c->ranks;
+	fs->keep_max = c->keep_max;
+	fs->keep_every = c->keep_every;
+	fs->ranks = (int)c->ranks;
 	if (c->layout && strcmp(c->layout, "none") == 0) {
-		fs.layout = -1; /* a plain deduplicating filesystem: no steps, no trackers */
+		fs->layout = -1; /* a plain deduplicating filesystem: no steps, no trackers */
 	} else if (c->layout) {
 		enum layout_kind k;
 
 		if (layout_from_name(c->layout, &k) < 0) {
 			startup_fail("unknown layout '%s' (one of: mf2 megatron mf1 deepspeed hf dcp "
 				     "internevo orbax none)", c->layout);
-			goto out;
+			return -1;
 		}
-		fs.layout = (int)k;
+		fs->layout = (int)k;
 	}
 	if (!c->defer_compress || strcmp(c->defer_compress, "auto") == 0) {
-		fs.defer = FS_DEFER_AUTO;
+		fs->defer = FS_DEFER_AUTO;
 	} else if (strcmp(c->defer_compress, "never") == 0) {
-		fs.defer = FS_DEFER_NEVER;
+		fs->defer = FS_DEFER_NEVER;
 	} else if (strcmp(c->defer_compress, "always") == 0) {
-		fs.defer = FS_DEFER_ALWAYS;
+		fs->defer = FS_DEFER_ALWAYS;
 	} else {
 		startup_fail("defer_compress must be auto, never or always, not '%s'",
 			     c->defer_compress);
-		goto out;
+		return -1;
 	}
 	if (c->keep_every < 0) {
 		startup_fail("keep_every must be >= 0");
-		goto out;
+		return -1;
 	}
 	if (c->workers > WB_MAX_THREADS) {
 		startup_fail("workers must be 1..%d (write-back worker threads), not %u",
 			     WB_MAX_THREADS, c->workers);
-		goto out;
+		return -1;
 	}
-	unsigned nworkers = c->workers ? c->workers : wb_default_threads();
-
-	size_t wbuf = wb_default_budget();
-
 	if (c->write_buffer && parse_size(c->write_buffer, &wbuf) < 0) {
 		startup_fail("write_buffer '%s' is not a size (a positive number of bytes, with an "
 			     "optional K, M or G suffix)", c->write_buffer);
-		goto out;
+		return -1;
 	}
+	*ret_workers = c->workers ? c->workers : wb_default_threads();
+	*ret_wbuf = wbuf;
+	return 0;
+}
+
+/*
+ * Open store c->store (created if new, locked for this daemon), recover it after an unclean
+ * stop (*ret_inodes, *ret_chunks: what the sweep removed), prepare pins, the step table, the
+ * reserve, the clean flag and the staging directory. In the background, stderr goes to the
+ * store's ckptfs.log from here on. Returns 0, or -1 after reporting the problem; what was
+ * opened is left in fs for teardown.
+ */
+static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes,
+		      uint64_t *ret_chunks)
+{
+	struct store_opts so = { .zstd_level = c->zstd_level,
+				 .cache_bytes = (size_t)c->cache_mb << 20,
+				 .verify_dedup_hits = c->verify_dedup != 0 };
+	char err[1024], path[PATH_MAX];
+	int rc;
+
 	rc = ckpt_repo_open(c->store, REPO_CREATE | REPO_EXCLUSIVE | REPO_CHECK, &so, err, sizeof(err),
-			    &fs.repo);
+			    &fs->repo);
 	if (rc < 0) {
 		startup_fail("%s", err);
-		goto out;
+		return -1;
 	}
-	fs.ix = fs.repo->ix;
-	fs.st = fs.repo->st;
+	fs->ix = fs->repo->ix;
+	fs->st = fs->repo->st;
 	if (status_fd >= 0) {
 		/* in the background, everything from here on (recovery included) goes to the log;
 		 * a startup failure still reaches the user through the status pipe */
@@ -354,87 +366,116 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 			close(logfd);
 		}
 	}
-	if (!fs.repo->was_clean) {
-		rc = ckpt_repo_sweep(fs.repo, &inodes, &chunks);
+	if (!fs->repo->was_clean) {
+		rc = ckpt_repo_sweep(fs->repo, ret_inodes, ret_chunks);
 		if (rc < 0) {
 			startup_fail("cannot recover store '%s' after an unclean stop: %s; run "
 				     "'ckptctl %s verify'", c->store, strerror(-rc), c->store);
-			goto out;
+			return -1;
 		}
 	}
-	fs.pins = fs_pins_new();
-	if (!fs.pins || (rc = steps_init(&fs)) < 0) {
+	fs->pins = fs_pins_new();
+	if (!fs->pins || (rc = steps_init(fs)) < 0) {
 		startup_fail("cannot prepare the step table of '%s': %s", c->store,
-			     strerror(fs.pins ? -rc : ENOMEM));
-		goto out;
+			     strerror(fs->pins ? -rc : ENOMEM));
+		return -1;
 	}
-	if ((rc = ckpt_repo_reserve(fs.repo)) < 0)
+	if ((rc = ckpt_repo_reserve(fs->repo)) < 0)
 		fprintf(stderr, "ckptfs: cannot set aside the %llu MiB reserve in '%s': %s; on a "
 			"full disk, removing files may fail until space is freed elsewhere\n",
 			CKPT_RESERVE_BYTES >> 20, c->store, strerror(-rc));
-	if ((rc = ckpt_repo_set_clean(fs.repo, false)) < 0) {
+	if ((rc = ckpt_repo_set_clean(fs->repo, false)) < 0) {
 		startup_fail("cannot update '%s/clean': %s", c->store, strerror(-rc));
-		goto out;
+		return -1;
 	}
 	snprintf(path, sizeof(path), "%s/staging", c->store);
 	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
 		startup_fail("cannot create '%s': %s", path, strerror(errno));
-		goto out;
+		return -1;
 	}
-	fs.staging_dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fs.staging_dirfd < 0) {
+	fs->staging_dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fs->staging_dirfd < 0) {
 		startup_fail("cannot open '%s': %s", path, strerror(errno ? errno : ENOMEM));
-		goto out;
+		return -1;
 	}
-	se = fuse_session_new(args, &ckfs_ops, sizeof(ckfs_ops), &fs);
-	fs.se = se;
+	return 0;
+}
+
+/*
+ * Create the FUSE session (fs->se, also when a later step fails, for teardown), install the
+ * signal handlers and mount at o->mountpoint; find the mount's read-ahead knob (fs->bdi_ra).
+ * Returns 0, or -1 after reporting the problem.
+ */
+static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts *o,
+			 struct ckfs *fs)
+{
+	struct fuse_session *se = fuse_session_new(args, &ckfs_ops, sizeof(ckfs_ops), fs);
+
+	fs->se = se;
 	if (!se) {
 		startup_fail("invalid mount options (see ckptfs --help)");
-		goto out;
+		return -1;
 	}
 	if (fuse_set_signal_handlers(se) != 0) {
 		startup_fail("cannot install signal handlers");
-		goto out;
+		return -1;
 	}
 	if (fuse_session_mount(se, o->mountpoint) != 0) {
 		startup_fail("cannot mount at '%s' (is /dev/fuse available and fusermount3 "
 			     "installed?)", o->mountpoint);
 		fuse_remove_signal_handlers(se);
-		goto out;
+		return -1;
 	}
-	find_bdi(o->mountpoint, fs.bdi_ra, sizeof(fs.bdi_ra));
-	if (inodes || chunks)
-		fprintf(stderr, "ckptfs: recovered store '%s' after an unclean stop: removed %llu "
-			"unlinked files and %llu unreferenced chunks\n", c->store,
-			(unsigned long long)inodes, (unsigned long long)chunks);
-	if (status_fd >= 0) {
-		int devnull = open("/dev/null", O_RDWR);
+	find_bdi(o->mountpoint, fs->bdi_ra, sizeof(fs->bdi_ra));
+	return 0;
+}
 
-		if (devnull >= 0) {
-			dup2(devnull, 0);
-			dup2(devnull, 1);
-			close(devnull);
-		}
-		if (chdir("/") < 0) {
-			/* not fatal: the store path is absolute */
-		}
-		if (write(status_fd, "ok\n", 3) != 3) {
-			/* the parent is gone; keep serving */
-		}
-		close(status_fd);
-		status_fd = -1;
+/* In the background: detach from the terminal and tell the parent waiting on the status pipe
+ * that the mount is up. No-op in the foreground. */
+static void report_ready(void)
+{
+	if (status_fd < 0)
+		return;
+	int devnull = open("/dev/null", O_RDWR);
+
+	if (devnull >= 0) {
+		dup2(devnull, 0);
+		dup2(devnull, 1);
+		close(devnull);
 	}
-	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
-		o->mountpoint);
-	if ((rc = wb_start(&fs, wbuf, nworkers)) < 0)
+	if (chdir("/") < 0) {
+		/* not fatal: the store path is absolute */
+	}
+	if (write(status_fd, "ok\n", 3) != 3) {
+		/* the parent is gone; keep serving */
+	}
+	close(status_fd);
+	status_fd = -1;
+}
+
+/* Start the write-back workers, the committer and the step reaper; each failure is logged and
+ * the daemon goes on without that thread (slower, still correct). */
+static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
+{
+	int rc;
+
+	if ((rc = wb_start(fs, wbuf, nworkers)) < 0)
 		fprintf(stderr, "ckptfs: cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
-	if ((rc = cq_start(&fs)) < 0)
+	if ((rc = cq_start(fs)) < 0)
 		fprintf(stderr, "ckptfs: cannot start the committer: %s; close() waits until the "
 			"file is durable\n", strerror(-rc));
-	if ((rc = steps_start(&fs)) < 0)
+	if ((rc = steps_start(fs)) < 0)
 		fprintf(stderr, "ckptfs: cannot start the step reaper: %s; abandoned steps are "
 			"judged at unmount\n", strerror(-rc));
+}
+
+/* Serve requests until unmounted or signalled, on one thread or libfuse's pool; then unmount.
+ * Returns 0 on a clean exit, 1 otherwise. */
+static int session_loop(struct fuse_session *se, const struct fuse_cmdline_opts *o)
+{
+	struct fuse_loop_config *lc;
+	int ret;
 
 	if (o->singlethread) {
 		ret = fuse_session_loop(se);
@@ -449,19 +490,50 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	}
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
-	ret = ret != 0;
-out:
-	if (se)
-		fuse_session_destroy(se); /* calls op_destroy: dirty files become durable */
-	cq_stop(&fs);
-	wb_stop(&fs);
-	if (fs.repo && ret == 0 && ckpt_repo_set_clean(fs.repo, true) == 0)
+	return ret != 0;
+}
+
+/* Release what serve set up, in order; after a clean exit (ret 0) mark the store clean. */
+static void teardown(struct ckfs *fs, int ret)
+{
+	if (fs->se)
+		fuse_session_destroy(fs->se); /* calls op_destroy: dirty files become durable */
+	cq_stop(fs);
+	wb_stop(fs);
+	if (fs->repo && ret == 0 && ckpt_repo_set_clean(fs->repo, true) == 0)
 		fprintf(stderr, "ckptfs: stopped cleanly\n");
-	ckpt_repo_close(fs.repo);
-	fs_pins_free(fs.pins);
-	if (fs.staging_dirfd >= 0)
-		close(fs.staging_dirfd);
-	pthread_mutex_destroy(&fs.mu);
+	ckpt_repo_close(fs->repo);
+	fs_pins_free(fs->pins);
+	if (fs->staging_dirfd >= 0)
+		close(fs->staging_dirfd);
+	pthread_mutex_destroy(&fs->mu);
+}
+
+static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts *o)
+{
+	struct ckfs fs = { .staging_dirfd = -1 };
+	uint64_t inodes = 0, chunks = 0;
+	unsigned nworkers = 0;
+	size_t wbuf = 0;
+	int ret = 1;
+
+	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES); /* fails only for an invalid value */
+
+	pthread_mutex_init(&fs.mu, NULL);
+	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0 ||
+	    mount_session(args, o, &fs) < 0)
+		goto out;
+	if (inodes || chunks)
+		fprintf(stderr, "ckptfs: recovered store '%s' after an unclean stop: removed %llu "
+			"unlinked files and %llu unreferenced chunks\n", c->store,
+			(unsigned long long)inodes, (unsigned long long)chunks);
+	report_ready();
+	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
+		o->mountpoint);
+	start_threads(&fs, wbuf, nworkers);
+	ret = session_loop(fs.se, o);
+out:
+	teardown(&fs, ret);
 	return ret;
 }
 

@@ -25,8 +25,8 @@
 
 /* The named points; where each sits is said next to its call. */
 static const char *const points[] = {
-	"commit-before-index", /* oinode.c: chunks durable, the index does not name them yet */
-	"commit-mid-txn",      /* oinode.c: file's new extents written, COMMIT not yet run */
+	"commit-before-index", /* oi_commit.c: chunks durable, the index does not name them yet */
+	"commit-mid-txn",      /* oi_commit.c: file's new extents written, COMMIT not yet run */
 	"commit-after-index",  /* oinode.c: committed, chunks the old content freed not deleted */
 	"chunk-free",          /* oinode.c: between deleting two freed chunk files */
 	"step-complete-txn",   /* steps.c: step set complete, COMMIT not yet run */

@@ -168,7 +168,7 @@ enum { CUT_IDLE, CUT_QUEUED, CUT_RUNNING };
  *   4. The chunker's state cdc covers [cut_start, cut_start + cdc.len) (cdc.len <
  *      STORE_CHUNK_MAX), and hasher, when hash_ok, has consumed exactly [0, cut_start +
  *      cdc.len). Both belong to the cutter while cut_state != CUT_IDLE.
- *   5. Commit, staging, truncate and the last oi_put first drain (fly_drain: wait for the
+ *   5. Commit, staging, truncate and the last oi_put first drain (oi_fly_drain: wait for the
  *      cutter, cut the rest inline, wait for fly_busy == 0, harvest), so cdc then covers
  *      exactly [cut_start, data_end), nothing is in flight, and the mode can change.
  *   6. Only the writer (holding lock for writing) appends to the segment list, grows data_end
@@ -260,8 +260,8 @@ int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mod
  * Kernel read-ahead for the mount, KiB: 4 MiB, one STORE_CHUNK_MAX, so a sequential reader keeps
  * several 1 MiB requests in flight and the FUSE threads decode chunks side by side. The kernel's
  * default is 128 KiB (VM_READAHEAD_PAGES) and it lowers the bdi's value to the INIT reply's
- * max_readahead at mount, so it is raised afterwards. Measured on the 2-core VM (torch.load of
- * 1 GiB bf16, cold): 4.1 s at 128 KiB, 2.4 s at 1 MiB, 1.7-2.1 s at 4 and 8 MiB.
+ * max_readahead at mount, so it is raised afterwards. 4 MiB reads a cold torch.load fastest of
+ * the sizes tried, no slower than 8 MiB (figures: tests/bench/RESULTS-from-comments.md).
  */
 #define FS_READ_AHEAD_KB 4096
 
@@ -272,7 +272,7 @@ int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mod
  */
 void fs_tune_read_ahead(struct ckfs *fs);
 
-/* ---- pins.c ---- */
+/* ---- pins.c: chunks in the store (pins, put, free, deferred compression) ---- */
 
 /* fs_pins_new - an empty pin table, or NULL (ENOMEM). fs_pins_free accepts NULL. */
 struct fs_pins *fs_pins_new(void);
@@ -298,10 +298,16 @@ void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h);
 int fs_chunk_free(struct ckfs *fs, const struct store_hash *h);
 
 /*
- * fs_inode_referenced - does the kernel (lookup count) or an open file still use ino? An inode
- * with nlink 0 is deleted from the index only when it is not referenced. Caller holds fs->mu.
+ * fs_recode_idle - compress chunks stored deferred (store_chunk_recode), a batch at a time,
+ * recording each one's new codec and stored size in the index, until none is left or the pool
+ * has work again (wb_busy). A chunk whose bytes no longer match its digest is marked bad.
+ * Returns true when deferred chunks may remain (it yielded to work), false when none is left
+ * or a failure (logged) makes trying again now pointless. Runs on a worker; takes fs->mu per
+ * batch, never for a chunk's I/O. Chunk-level work like the rest of pins.c (store and
+ * index); the pool (wb.c) only decides when it runs.
  */
-bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
+bool fs_recode_idle(struct ckfs *fs);
+
 
 /* ---- wb.c: the write-back pool ---- */
 
@@ -362,15 +368,6 @@ void wb_note_deferred(struct wb_pool *p);
  * task (fs_recode_idle) should yield. NULL p: false. Thread-safe. */
 bool wb_busy(struct wb_pool *p);
 /*
- * fs_recode_idle - compress chunks stored deferred (store_chunk_recode), a batch at a time,
- * recording each one's new codec and stored size in the index, until none is left or the pool
- * has work again (wb_busy). A chunk whose bytes no longer match its digest is marked bad.
- * Returns true when deferred chunks may remain (it yielded to work), false when none is left
- * or a failure (logged) makes trying again now pointless. Runs on a worker; takes fs->mu per
- * batch, never for a chunk's I/O.
- */
-bool fs_recode_idle(struct ckfs *fs);
-/*
  * wb_figures - budget, bytes in flight now, bytes of buffers kept for reuse now (wb.c invariant
  * 5), peak of the two together, workers; all bytes, all 0 for NULL p.
  */
@@ -411,7 +408,7 @@ bool cq_busy(struct ckfs *fs);
  * without a committer). Caller holds no lock: the commits take oinode locks and fs->mu. */
 void cq_wait_idle(struct ckfs *fs);
 
-/* ---- oinode.c ---- */
+/* ---- oinode.c (table, writes, cutter), oi_read.c (reads, seek), oi_commit.c (commit) ---- */
 
 /*
  * oi_cut_run - a worker runs oi's queued cutter (wb.c): feeds the bytes written since its last
@@ -611,8 +608,6 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 		    pid_t pid);
 /* fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits). Returns 0 or -errno. */
 int fs_pid_flags(pid_t pid, unsigned long *ret);
-/* fs_drop_link - drop one link of ino after its dentry was removed (ops.c); in a transaction. */
-int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr);
 
 /* ---- meta.c: the files of /.ckptfs (fs->mu held) ---- */
 enum { META_STATUS, META_STEPS, META_STEPS_JSON, META_METRICS, META_FILE_COUNT };
@@ -628,7 +623,32 @@ const char *meta_file_name(int which);
  */
 int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len);
 
-/* ---- ops.c ---- */
+/* ---- inode.c: inode lifetime (fs->mu held) ---- */
+
+/*
+ * fs_lookup_inc - one more kernel reference to ino, taken by every successful entry reply.
+ * Without memory the count is not kept: the inode then lives only until its last close or the
+ * unmount.
+ */
+void fs_lookup_inc(struct ckfs *fs, uint64_t ino);
+/*
+ * fs_forget_locked - the kernel dropped n references to ino (FUSE_FORGET); at 0 an inode with
+ * no name left and no open file is deleted from the index (a failure leaves it to idx_recover).
+ */
+void fs_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n);
+/*
+ * fs_inode_referenced - does the kernel (lookup count) or an open file still use ino? An inode
+ * with nlink 0 is deleted from the index only when it is not referenced.
+ */
+bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
+/*
+ * fs_drop_link - drop one link of ino after its dentry was removed, in the caller's
+ * transaction: at nlink 0 an unreferenced inode is deleted, its chunks collected in *fr (for
+ * fs_release_finish after the commit). Returns 0 or the index's -errno.
+ */
+int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr);
+
+/* ---- ops.c (ops_dir.c, ops_file.c: ops_int.h) ---- */
 extern const struct fuse_lowlevel_ops ckfs_ops;
 
 #endif /* CKPTFS_FS_INT_H */

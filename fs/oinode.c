@@ -1,14 +1,13 @@
 /*
- * oinode.c — the content of open regular files: appends cut into chunks as they arrive, a staging
- * file for writes at other offsets, reads of both, and the commit that makes a file's content
- * durable and records it in the index.
+ * oinode.c — the content of open regular files: the table of open inodes, their lifetime
+ * (oi_get, oi_put) and locking, appends cut into chunks as they arrive, a staging file for
+ * writes at other offsets, truncate and hole punching. Reads are in oi_read.c, the commit that
+ * makes a file's content durable and records it in the index in oi_commit.c; the helpers the
+ * three share are declared in oi_int.h.
  *
  * The modes and invariants are described on struct oinode (fs_int.h). Appended bytes are cut
  * and their chunks stored by the write-back pool (wb.c) while the writer goes on; commit drains
  * them first.
- * Commit order (DESIGN.md, "Durability"): every chunk put -> store_sync (one syncfs: chunk data
- * and names durable) -> one index transaction replacing the file's extents -> pins dropped ->
- * chunk files no longer referenced are deleted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/fs_int.h"
+#include "fs/oi_int.h"
 
 int64_t ckfs_now(struct ckfs *fs)
 {
@@ -106,10 +105,9 @@ static void oi_free(struct ckfs *fs, struct oinode *oi)
  * Fault in len bytes of a segment buffer not touched yet (a fresh segment, or the new part of a
  * spanning chunk's copy) in one call (MADV_POPULATE_WRITE, Linux 5.14) rather
  * than one page fault per 4 KiB page as the writer copies into it: the kernel still zeroes
- * each page, but the FUSE thread takes no trap per page. A 1 GiB torch.save on the 2-core VM,
- * alternated with the build without it: FUSE threads' CPU 0.47-0.62 s vs 0.55-0.65 s. Best
- * effort: an older kernel refuses it (EINVAL) and the pages fault as they are written.
- * (MADV_HUGEPAGE on 2 MiB-aligned buffers was slower: 1.0-1.2 s, zeroing whole huge pages.)
+ * each page, but the FUSE thread takes no trap per page. Best effort: an older kernel refuses
+ * it (EINVAL) and the pages fault as they are written. Not MADV_HUGEPAGE on 2 MiB-aligned
+ * buffers: the kernel then zeroes whole huge pages (figures: tests/bench/RESULTS-from-comments.md).
  */
 static void seg_populate(uint8_t *buf, size_t len)
 {
@@ -181,7 +179,7 @@ static struct seg *seg_at(const struct oinode *oi, uint64_t pos)
 
 /* Copy bytes [pos, pos + n) (all below data_end, none below seg_head's) from the segments.
  * fly_mu held. */
-static void segs_copy_locked(const struct oinode *oi, uint64_t pos, uint8_t *dst, size_t n)
+void oi_segs_copy_locked(const struct oinode *oi, uint64_t pos, uint8_t *dst, size_t n)
 {
 	for (const struct seg *sg = n ? seg_at(oi, pos) : NULL; n; sg = sg->next) {
 		size_t in = (size_t)(pos - sg->off);
@@ -212,7 +210,7 @@ static void segs_trim_locked(struct oinode *oi, struct seg **dead)
  * Drained stream (invariant 5): forget the bytes past end (the chunk being cut and any bytes
  * the cutter left after a failure) and start cutting at end, a chunk boundary.
  */
-static void stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end)
+void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end)
 {
 	struct seg *dead;
 
@@ -265,7 +263,6 @@ static void trim_zero_tail(struct oinode *oi, uint64_t floor)
 	}
 }
 
-static void fly_drain(struct ckfs *fs, struct oinode *oi);
 
 /*
  * Stream mode, a write at off below data_end: when every byte from off to data_end is a zero
@@ -280,7 +277,7 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 	uint64_t ext_end = oi->ext_end;
 	bool hash_ok = oi->hash_ok;
 
-	fly_drain(fs, oi);
+	oi_fly_drain(fs, oi);
 	if (oi->fly_lost || oi->err || oi->ext_end < off)
 		return;
 	/* drained: the bytes past ext_end are the chunk being cut, in the segments */
@@ -289,7 +286,7 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 		size_t n = oi->data_end - pos < sizeof(buf) ? (size_t)(oi->data_end - pos) : sizeof(buf);
 
 		pthread_mutex_lock(&oi->fly_mu);
-		segs_copy_locked(oi, pos, buf, n);
+		oi_segs_copy_locked(oi, pos, buf, n);
 		pthread_mutex_unlock(&oi->fly_mu);
 		for (size_t i = 0; i < n; i++)
 			if (buf[i])
@@ -303,7 +300,7 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 		oi->hash_ok = hash_ok; /* n_ext > 0 here: the hasher was not reset */
 		return;
 	}
-	stream_cut_back(fs, oi, oi->ext_end);
+	oi_stream_cut_back(fs, oi, oi->ext_end);
 }
 
 int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
@@ -360,7 +357,7 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 }
 
 /* Drop every pin taken since the last commit; delete chunk files that nothing references. */
-static void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
+void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
 {
 	for (size_t i = 0; i < oi->n_pins; i++)
 		fs_chunk_unpin(fs, &oi->pins[i]);
@@ -375,7 +372,6 @@ static void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
 
 /* ---- chunks in flight (write-back) ---- */
 
-static int ext_reserve(struct idx_extent **ext, size_t *cap, size_t need);
 static int oi_note_pin(struct oinode *oi, const struct store_hash *h);
 
 /*
@@ -408,7 +404,7 @@ static void fly_harvest(struct ckfs *fs, struct oinode *oi)
 		if (rc == 0 && (rc = oi_note_pin(oi, &j->info.hash)) < 0)
 			fs_chunk_unpin(fs, &j->info.hash);
 		if (rc == 0 && !oi->fly_lost &&
-		    (rc = ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) == 0) {
+		    (rc = oi_ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) == 0) {
 			struct idx_extent *e = &oi->ext[oi->n_ext++];
 
 			e->offset = j->off;
@@ -466,7 +462,7 @@ static void cut_kick(struct ckfs *fs, struct oinode *oi, uint64_t min_bytes, boo
  * Wait for oi's cutter, cut what it left here, wait until no chunk of oi is in flight, then
  * harvest them all (invariant 5). Caller holds the write lock.
  */
-static void fly_drain(struct ckfs *fs, struct oinode *oi)
+void oi_fly_drain(struct ckfs *fs, struct oinode *oi)
 {
 	pthread_mutex_lock(&oi->fly_mu);
 	while (oi->cut_state != CUT_IDLE)
@@ -510,7 +506,7 @@ void oi_put(struct ckfs *fs, struct oinode *oi)
 	pthread_mutex_unlock(&fs->mu);
 	if (last) {
 		pthread_rwlock_wrlock(&oi->lock);
-		fly_drain(fs, oi);
+		oi_fly_drain(fs, oi);
 		pthread_rwlock_unlock(&oi->lock);
 		oi_drop_pins(fs, oi);
 		oi_free(fs, oi);
@@ -534,7 +530,7 @@ static int oi_note_pin(struct oinode *oi, const struct store_hash *h)
 	return 0;
 }
 
-static int ext_reserve(struct idx_extent **ext, size_t *cap, size_t need)
+int oi_ext_reserve(struct idx_extent **ext, size_t *cap, size_t need)
 {
 	if (need <= *cap)
 		return 0;
@@ -552,7 +548,7 @@ static int ext_reserve(struct idx_extent **ext, size_t *cap, size_t need)
 }
 
 /* Put one chunk (pinned) and describe it as an extent at offset. */
-static int put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t len,
+int oi_put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t len,
 		      uint64_t offset, struct idx_extent *ret)
 {
 	struct store_chunk_info info;
@@ -780,7 +776,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 	uint8_t *buf;
 	int fd, rc = 0;
 
-	fly_drain(fs, oi);
+	oi_fly_drain(fs, oi);
 	if (oi->fly_lost)
 		return oi->err; /* the bytes past ext_end are gone */
 	fd = openat(fs->staging_dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -809,7 +805,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 		size_t n = oi->data_end - pos < bufsz ? (size_t)(oi->data_end - pos) : bufsz;
 
 		pthread_mutex_lock(&oi->fly_mu);
-		segs_copy_locked(oi, pos, buf, n);
+		oi_segs_copy_locked(oi, pos, buf, n);
 		pthread_mutex_unlock(&oi->fly_mu);
 		if (pwrite(fd, buf, n, (off_t)pos) != (ssize_t)n)
 			rc = errno ? -errno : -EIO;
@@ -826,7 +822,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 	atomic_fetch_add(&fs->n_staging, 1);
 	oi->n_ext = 0;
 	oi->ext_end = 0;
-	stream_cut_back(fs, oi, 0);
+	oi_stream_cut_back(fs, oi, 0);
 	oi->hash_ok = false;
 	return 0;
 }
@@ -834,7 +830,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 /* Back to an empty stream. Pins of dropped chunks stay until the next commit. */
 static void reset_empty(struct ckfs *fs, struct oinode *oi)
 {
-	fly_drain(fs, oi);
+	oi_fly_drain(fs, oi);
 	oi->fly_lost = false;
 	if (oi->stage_fd >= 0) {
 		close(oi->stage_fd);
@@ -842,239 +838,13 @@ static void reset_empty(struct ckfs *fs, struct oinode *oi)
 	}
 	oi->n_ext = 0;
 	oi->ext_end = 0;
-	stream_cut_back(fs, oi, 0);
+	oi_stream_cut_back(fs, oi, 0);
 	oi->size = 0;
 	oi->err = 0;
 	store_hasher_reset(oi->hasher);
 	oi->hash_ok = true;
 }
 
-/* ---- read, write, truncate ---- */
-
-/*
- * Note buf[0, len) as the next segment of rv (rv may be NULL: plain copy). Bytes in the caller's
- * scratch buffer, laid out like the reply, extend the previous segment when they follow it.
- */
-static void rv_add(struct oi_readv *rv, const uint8_t *p, size_t len)
-{
-	if (!rv || len == 0)
-		return;
-	struct iovec *last = rv->n ? &rv->iov[rv->n - 1] : NULL;
-
-	if (last && (const uint8_t *)last->iov_base + last->iov_len == p) {
-		last->iov_len += len;
-		return;
-	}
-	rv->iov[rv->n].iov_base = (void *)p;
-	rv->iov[rv->n].iov_len = len;
-	rv->n++;
-}
-
-/*
- * want bytes at offset in of chunk h: in place (held) when rv has room for that segment and one
- * more (the copies after it then merge into one), else copied to dst. Returns the bytes there
- * (short only at the chunk's end) or store_chunk_pread's errors.
- */
-static ssize_t chunk_bytes(struct ckfs *fs, const struct store_hash *h, uint8_t *dst, size_t want,
-			   uint64_t in, struct oi_readv *rv)
-{
-	const uint8_t *data;
-	size_t size;
-	struct store_hold *hold;
-	ssize_t n;
-	int err;
-
-	if (!rv || rv->n >= OI_READV_MAX - 2) {
-		n = store_chunk_pread(fs->st, h, dst, want, in);
-		if (n > 0)
-			rv_add(rv, dst, (size_t)n);
-		return n;
-	}
-	if ((err = store_chunk_hold(fs->st, h, &data, &size, &hold)) < 0)
-		return err;
-	rv->hold[rv->n_hold++] = hold;
-	n = in < size ? (ssize_t)(size - in < want ? size - in : want) : 0;
-	rv_add(rv, data + in, (size_t)n);
-	return n;
-}
-
-/*
- * ext_find - index of the last extent with offset <= pos, 0 when there is none (then
- * ext[0].offset > pos, or n_ext == 0): O(log n_ext). Caller holds the lock.
- */
-static size_t ext_find(const struct oinode *oi, uint64_t pos)
-{
-	size_t lo = 0, hi = oi->n_ext;
-
-	while (hi - lo > 1) {
-		size_t mid = (lo + hi) / 2;
-
-		if (oi->ext[mid].offset <= pos)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-static ssize_t read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t len,
-			   uint64_t off, struct oi_readv *rv)
-{
-	size_t done = 0;
-
-	if (off >= oi->size)
-		return 0;
-	if (len > oi->size - off)
-		len = oi->size - off;
-	if (oi->stage_fd >= 0) {
-		while (done < len) {
-			ssize_t n = pread(oi->stage_fd, buf + done, len - done, (off_t)(off + done));
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0)
-				return -errno;
-			if (n == 0) { /* sparse tail beyond the staging file's end reads as zeros */
-				memset(buf + done, 0, len - done);
-				done = len;
-				break;
-			}
-			done += (size_t)n;
-		}
-		rv_add(rv, buf, done);
-		return (ssize_t)done;
-	}
-	while (done < len) {
-		uint64_t pos = off + done;
-
-		if (pos >= oi->ext_end && oi->fly_lost)
-			return oi->err; /* invariant 1's exception: these bytes are gone */
-		if (pos >= oi->data_end) {
-			/* the zeros of a file grown past its data (invariant 1) */
-			memset(buf + done, 0, len - done);
-			rv_add(rv, buf + done, len - done);
-			done = len;
-			break;
-		}
-		struct store_hash h;
-		size_t want = len - done;
-		uint64_t in;
-		ssize_t n;
-
-		if (pos >= oi->ext_end) {
-			/* data_end and ext_end are fixed under the read lock; the cutter moves
-			 * cut_start and the workers finish jobs meanwhile, under fly_mu */
-			pthread_mutex_lock(&oi->fly_mu);
-			if (pos >= oi->cut_start) { /* not cut yet: in the segments */
-				if (want > oi->data_end - pos)
-					want = (size_t)(oi->data_end - pos);
-				segs_copy_locked(oi, pos, buf + done, want);
-				pthread_mutex_unlock(&oi->fly_mu);
-				rv_add(rv, buf + done, want);
-				done += want;
-				continue;
-			}
-			/* in flight: the raw bytes while the pool works on them, else the stored chunk */
-			struct fly_job *j = oi->fly_head;
-
-			while (j && j->off + j->len <= pos)
-				j = j->next;
-			if (!j) {
-				pthread_mutex_unlock(&oi->fly_mu);
-				return -EIO; /* invariant 1 says this cannot be */
-			}
-			in = pos - j->off;
-			if (want > j->len - in)
-				want = j->len - in;
-			if (!j->done) {
-				memcpy(buf + done, j->buf + in, want);
-				pthread_mutex_unlock(&oi->fly_mu);
-				rv_add(rv, buf + done, want);
-				done += want;
-				continue;
-			}
-			int err = j->err;
-
-			h = j->info.hash;
-			pthread_mutex_unlock(&oi->fly_mu);
-			if (err)
-				return err == -ENOMEM ? -ENOMEM : -EIO;
-		} else {
-			size_t lo = ext_find(oi, pos);
-			const struct idx_extent *e = lo < oi->n_ext ? &oi->ext[lo] : NULL;
-
-			if (!e || pos < e->offset || pos >= e->offset + e->length) {
-				/* a hole (invariant 1): zeros up to the next extent, or ext_end */
-				uint64_t end = oi->ext_end;
-
-				if (e && pos >= e->offset)
-					e = lo + 1 < oi->n_ext ? &oi->ext[lo + 1] : NULL;
-				if (e)
-					end = e->offset;
-				if (want > end - pos)
-					want = (size_t)(end - pos);
-				memset(buf + done, 0, want);
-				rv_add(rv, buf + done, want);
-				done += want;
-				continue;
-			}
-			in = pos - e->offset;
-			if (want > e->length - in)
-				want = e->length - in;
-			memcpy(h.b, e->hash, STORE_HASH_LEN);
-		}
-		n = chunk_bytes(fs, &h, buf + done, want, in, rv);
-		if (n != (ssize_t)want) {
-			if (n == -ENOMEM)
-				return -ENOMEM;
-			/* missing, damaged or short chunk: never return wrong bytes */
-			pthread_mutex_lock(&fs->mu);
-			if (idx_begin(fs->ix) == 0 &&
-			    (idx_chunk_mark_bad(fs->ix, h.b) < 0 || idx_commit(fs->ix) < 0))
-				idx_rollback(fs->ix);
-			pthread_mutex_unlock(&fs->mu);
-			char hex[2 * STORE_HASH_LEN + 1];
-
-			fprintf(stderr, "ckptfs: cannot read chunk '%s' of inode %llu: %s\n",
-				store_hash_hex(&h, hex), (unsigned long long)oi->ino,
-				n < 0 ? strerror((int)-n) : "short chunk");
-			return -EIO;
-		}
-		done += want;
-	}
-	return (ssize_t)done;
-}
-
-ssize_t oi_read(struct ckfs *fs, struct oinode *oi, void *buf, size_t len, uint64_t off)
-{
-	ssize_t rc;
-
-	pthread_rwlock_rdlock(&oi->lock);
-	rc = read_locked(fs, oi, buf, len, off, NULL);
-	pthread_rwlock_unlock(&oi->lock);
-	return rc;
-}
-
-ssize_t oi_read_iov(struct ckfs *fs, struct oinode *oi, uint8_t *scratch, size_t len,
-		    uint64_t off, struct oi_readv *rv)
-{
-	ssize_t rc;
-
-	rv->n = rv->n_hold = 0;
-	pthread_rwlock_rdlock(&oi->lock);
-	rc = read_locked(fs, oi, scratch, len, off, rv);
-	pthread_rwlock_unlock(&oi->lock);
-	if (rc <= 0)
-		rv->n = 0; /* the holds stay until oi_readv_release */
-	return rc;
-}
-
-void oi_readv_release(struct ckfs *fs, struct oi_readv *rv)
-{
-	while (rv->n_hold > 0)
-		store_chunk_release(fs->st, rv->hold[--rv->n_hold]);
-	rv->n = 0;
-}
 
 /* Take oi's write lock (held on return, also on failure) and harvest the finished chunks.
  * Returns 0, or the file's sticky error. */
@@ -1192,361 +962,6 @@ int oi_punch(struct ckfs *fs, struct oinode *oi, uint64_t off, uint64_t len)
 	}
 	set_overlay(fs, oi);
 out:
-	pthread_rwlock_unlock(&oi->lock);
-	return rc;
-}
-
-/* ---- commit ---- */
-
-/*
- * stream_next - stream mode, pos < size: the first offset >= pos in data (data true) or in a hole
- * (false), or size when there is none. Data: the extents, and the bytes [ext_end, data_end) not
- * yet stored; holes: the gaps between extents, up to ext_end, and [data_end, size) (invariant
- * 1). Adjacent extents are one run of data. Caller holds the lock; drained or not, the ranges
- * are the same (in-flight chunks tile [ext_end, cut_start)).
- */
-static uint64_t stream_next(const struct oinode *oi, uint64_t pos, bool data)
-{
-	if (pos >= oi->data_end)
-		return data ? oi->size : pos;
-	if (pos >= oi->ext_end)
-		return data ? pos : oi->data_end;
-	size_t i = ext_find(oi, pos);
-	const struct idx_extent *e = oi->n_ext ? &oi->ext[i] : NULL;
-	bool in = e && pos >= e->offset && pos < e->offset + e->length;
-
-	if (data) {
-		size_t j = e && pos >= e->offset ? i + 1 : i;
-
-		if (in)
-			return pos;
-		if (j < oi->n_ext)
-			return oi->ext[j].offset;
-		return oi->data_end > oi->ext_end ? oi->ext_end : oi->size;
-	}
-	if (!in)
-		return pos;
-	uint64_t end = e->offset + e->length;
-	size_t j = i + 1;
-
-	while (j < oi->n_ext && oi->ext[j].offset == end)
-		end += oi->ext[j++].length;
-	if (j == oi->n_ext && end == oi->ext_end)
-		end = oi->data_end; /* the bytes not yet stored follow */
-	return end;
-}
-
-int oi_seek_data(struct oinode *oi, uint64_t off, bool data, uint64_t *ret_off)
-{
-	int rc = 0;
-
-	pthread_rwlock_rdlock(&oi->lock);
-	if (off >= oi->size) {
-		rc = -ENXIO;
-	} else if (oi->stage_fd >= 0) {
-		off_t r = lseek(oi->stage_fd, (off_t)off, data ? SEEK_DATA : SEEK_HOLE);
-
-		if (r < 0)
-			rc = -errno;
-		else
-			*ret_off = (uint64_t)r < oi->size ? (uint64_t)r : oi->size;
-	} else {
-		uint64_t r = stream_next(oi, off, data);
-
-		if (data && r >= oi->size)
-			rc = -ENXIO;
-		else
-			*ret_off = r;
-	}
-	pthread_rwlock_unlock(&oi->lock);
-	return rc;
-}
-
-/*
- * Stream mode: whole-file digest of [0, size) by reading its data back and recording each hole
- * (store_hasher_hole), the runs as stream_next finds them, so that the digest is the one verify
- * computes from the committed extents.
- */
-static int hash_content(struct ckfs *fs, struct oinode *oi, struct store_hash *ret)
-{
-	struct store_hasher *hs = store_hasher_new();
-	size_t bufsz = STORE_CHUNK_MAX;
-	uint8_t *buf = malloc(bufsz);
-	int rc = 0;
-
-	if (!hs || !buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (uint64_t pos = 0; pos < oi->size;) {
-		uint64_t d = stream_next(oi, pos, true), h;
-
-		store_hasher_hole(hs, pos, d - pos);
-		if (d >= oi->size)
-			break;
-		h = stream_next(oi, d, false);
-		for (pos = d; pos < h;) {
-			size_t want = h - pos < bufsz ? (size_t)(h - pos) : bufsz;
-			ssize_t n = read_locked(fs, oi, buf, want, pos, NULL);
-
-			if (n <= 0) {
-				rc = n < 0 ? (int)n : -EIO;
-				goto out;
-			}
-			store_hasher_update(hs, buf, (size_t)n);
-			pos += (uint64_t)n;
-		}
-	}
-	store_hasher_digest(hs, ret);
-out:
-	free(buf);
-	store_hasher_free(hs);
-	return rc;
-}
-
-/*
- * stage_cut - cut the staging file's bytes [start, end) into chunks (the chunker restarted at
- * start, the last chunk ending at end), appending them to *ext (n used, cap allocated) and their
- * bytes to hs. buf: 2 * STORE_CHUNK_MAX bytes of scratch. Returns 0 or -errno.
- */
-static int stage_cut(struct ckfs *fs, struct oinode *oi, uint64_t start, uint64_t end,
-		     uint8_t *buf, struct idx_extent **ext, size_t *n, size_t *cap,
-		     struct store_hasher *hs)
-{
-	size_t bufcap = 2 * STORE_CHUNK_MAX, have = 0;
-	uint64_t pos = start, base = start;
-	int rc;
-
-	while (base < end) {
-		/* fill the window */
-		while (have < bufcap && pos < end) {
-			size_t want = bufcap - have;
-
-			if (want > end - pos)
-				want = (size_t)(end - pos);
-			ssize_t r = pread(oi->stage_fd, buf + have, want, (off_t)pos);
-
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r < 0)
-				return -errno;
-			if (r == 0) { /* past the staging file's end: zeros */
-				memset(buf + have, 0, want);
-				r = (ssize_t)want;
-			}
-			have += (size_t)r;
-			pos += (uint64_t)r;
-		}
-		size_t cut = store_cdc_cut(buf, have, pos >= end);
-
-		if (cut == 0)
-			return -EIO;
-		if ((rc = ext_reserve(ext, cap, *n + 1)) < 0)
-			return rc;
-		if ((rc = put_extent(fs, oi, buf, cut, base, &(*ext)[*n])) < 0)
-			return rc;
-		store_hasher_update(hs, buf, cut);
-		(*n)++;
-		base += cut;
-		memmove(buf, buf + cut, have - cut);
-		have -= cut;
-	}
-	return 0;
-}
-
-/*
- * Staging mode: cut the staging file's data into chunks, its holes (SEEK_DATA / SEEK_HOLE, those
- * of STORE_HOLE_MIN and more) left as gaps between the extents: O(data), not O(size). On success
- * *ret_hash is the whole-file digest, *ret_end the end of the last extent (0: none), and
- * oi->hasher covers [0, *ret_end) (interior holes recorded), ready for the stream to go on there.
- */
-static int commit_staging(struct ckfs *fs, struct oinode *oi, struct idx_extent **ret_ext,
-			  size_t *ret_n, struct store_hash *ret_hash, uint64_t *ret_end)
-{
-	uint8_t *buf = malloc(2 * STORE_CHUNK_MAX);
-	struct idx_extent *ext = NULL;
-	struct store_hasher *hs = store_hasher_new(), *whole = NULL;
-	uint64_t pos = 0;
-	size_t n = 0, ecap = 0;
-	int rc = 0;
-
-	if (!buf || !hs) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	while (pos < oi->size) {
-		uint64_t start = 0, end = 0;
-
-		if ((rc = store_data_run(oi->stage_fd, pos, oi->size, &start, &end)) < 0)
-			goto fail;
-		if (rc == 0)
-			break;
-		store_hasher_hole(hs, pos, start - pos);
-		if ((rc = stage_cut(fs, oi, start, end, buf, &ext, &n, &ecap, hs)) < 0)
-			goto fail;
-		pos = end;
-	}
-	rc = 0;
-	if (!(whole = store_hasher_copy(hs))) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	store_hasher_hole(whole, pos, oi->size - pos);
-	store_hasher_digest(whole, ret_hash);
-	store_hasher_free(whole);
-	free(buf);
-	store_hasher_free(oi->hasher);
-	oi->hasher = hs;
-	*ret_ext = ext;
-	*ret_n = n;
-	*ret_end = pos;
-	return 0;
-fail:
-	free(buf);
-	free(ext);
-	store_hasher_free(hs);
-	return rc;
-}
-
-int oi_error(struct oinode *oi)
-{
-	int err;
-
-	pthread_rwlock_rdlock(&oi->lock);
-	err = oi->err;
-	pthread_rwlock_unlock(&oi->lock);
-	return err;
-}
-
-int oi_commit(struct ckfs *fs, struct oinode *oi)
-{
-	struct idx_extent *all = NULL, *staged = NULL;
-	struct store_hash digest;
-	uint64_t staged_end = 0;
-	struct fs_freed fr = { 0 };
-	size_t n_all = 0, n_staged = 0;
-	bool from_staging = false, committed = false;
-	int rc;
-
-	pthread_rwlock_wrlock(&oi->lock);
-	fly_drain(fs, oi);
-	if (!oi->dirty) {
-		rc = 0;
-		goto out;
-	}
-	if (oi->err) {
-		rc = oi->err;
-		goto out;
-	}
-	if (oi->stage_fd >= 0) {
-		from_staging = true;
-		if ((rc = commit_staging(fs, oi, &staged, &n_staged, &digest, &staged_end)) < 0)
-			goto out;
-		all = staged;
-		n_all = n_staged;
-	} else {
-		if (oi->fly_lost) {
-			rc = oi->err ? oi->err : -EIO;
-			goto out;
-		}
-		/* drained: the extents end at cut_start, and the chunk being cut, [cut_start,
-		 * data_end), is stored as the last one, as if the file ended here. It stays in the
-		 * segments so later appends are cut as one stream, and this provisional last extent
-		 * is replaced at the next commit. The hasher has consumed [0, data_end). */
-		size_t pend = (size_t)(oi->data_end - oi->cut_start);
-
-		n_all = oi->n_ext;
-		all = malloc((n_all + 1) * sizeof(*all));
-		if (!all) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		if (n_all)
-			memcpy(all, oi->ext, n_all * sizeof(*all));
-		if (pend) {
-			uint8_t *last = malloc(pend);
-
-			if (!last) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			pthread_mutex_lock(&oi->fly_mu);
-			segs_copy_locked(oi, oi->cut_start, last, pend);
-			pthread_mutex_unlock(&oi->fly_mu);
-			rc = put_extent(fs, oi, last, pend, oi->cut_start, &all[n_all]);
-			free(last);
-			if (rc < 0)
-				goto out;
-			n_all++;
-		}
-		if (oi->hash_ok) {
-			/* [data_end, size) is a hole (invariant 1), recorded in a copy: the
-			 * stream goes on at data_end */
-			struct store_hasher *whole = store_hasher_copy(oi->hasher);
-
-			if (!whole) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			store_hasher_hole(whole, oi->data_end, oi->size - oi->data_end);
-			store_hasher_digest(whole, &digest);
-			store_hasher_free(whole);
-		} else if ((rc = hash_content(fs, oi, &digest)) < 0) {
-			goto out;
-		}
-	}
-
-	rc = store_sync(fs->st);
-	if (rc < 0)
-		goto out;
-	ckpt_fault("commit-before-index");
-	pthread_mutex_lock(&fs->mu);
-	/* read under fs->mu: op_setattr stores a utimensat's mtime and writes the index row
-	 * under it, so a commit racing a utimensat cannot write back the older write time */
-	int64_t mtime = atomic_load(&oi->ov_mtime);
-
-	rc = idx_begin(fs->ix);
-	if (rc == 0) {
-		rc = idx_file_set_content(fs->ix, oi->ino, all, n_all, oi->size, digest.b,
-					  mtime ? mtime : ckfs_now(fs), fs_release_collect, &fr);
-		if (rc == 0)
-			ckpt_fault("commit-mid-txn");
-		if (rc == 0)
-			rc = idx_commit(fs->ix);
-		if (rc < 0)
-			idx_rollback(fs->ix);
-		else
-			committed = true;
-	}
-	fs_release_finish(fs, &fr, committed);
-	pthread_mutex_unlock(&fs->mu);
-	if (rc < 0)
-		goto out;
-	for (size_t i = 0; i < n_all; i++) {
-		if (all[i].codec == STORE_CODEC_DEFERRED) {
-			wb_note_deferred(fs->wb); /* now in the index, where the recoder looks */
-			break;
-		}
-	}
-
-	oi_drop_pins(fs, oi);
-	if (from_staging) {
-		close(oi->stage_fd);
-		oi->stage_fd = -1;
-		free(oi->ext);
-		oi->ext = staged;
-		oi->cap_ext = oi->n_ext = n_staged;
-		oi->ext_end = staged_end;
-		stream_cut_back(fs, oi, staged_end); /* [staged_end, size): the trailing hole */
-		oi->hash_ok = true;
-		staged = all = NULL;
-	}
-	oi->dirty = false;
-	atomic_store(&oi->ov_dirty, false);
-out:
-	if (all != staged)
-		free(all);
-	free(staged);
 	pthread_rwlock_unlock(&oi->lock);
 	return rc;
 }

@@ -18,9 +18,9 @@
  * step is durable at the speed of the disk rather than of zstd on the CPU the trainer leaves.
  * Once the pool has been idle WB_IDLE_LAZY_S, one worker compresses the deferred chunks the
  * index lists (fs_recode_idle, store_chunk_recode), yielding between chunks as soon as work
- * arrives. Why: on the 2-core VM a 1 GiB torch.save was durable in 2.31-2.59 s with every chunk
- * compressed inline and in 1.44-2.12 s deferred (/tmp/w/saveN.py of the session notes); the
- * compression then took 1.33 CPU s within 2.8 s of idle time.
+ * arrives. Why: with the CPUs shared with the trainer, a save becomes durable sooner when its
+ * chunks reach the disk raw and are compressed afterwards, in idle time (figures:
+ * tests/bench/RESULTS-from-comments.md).
  *
  * Invariants:
  *   1. used == the resident bytes of the segments alive (seg.resident) + the charged bytes of
@@ -66,12 +66,10 @@
 
 /*
  * Default workers per online CPU. A worker that stores a chunk waits for its O_DIRECT write,
- * so workers are not all on the CPU at once: on the 2-core VM, with one worker per CPU, the
- * 0.4-0.6 s between close and durable of a 2 GiB torch.save had the CPUs about 40% busy, both
- * workers mostly waiting on the disk. 2 GiB bf16 torch.save, 3 saves each, durable
- * (/tmp/w/saveN.py of the session notes, WBT): 2 workers 2.21-2.61 s, 3 workers 1.97-2.19 s,
- * 4 workers 1.69-1.90 s, 6 workers 2.02-2.21 s, 8 workers 2.04-2.66 s (more workers compress
- * more inline: WB_DEFER_QUEUE counts per worker).
+ * so workers are not all on the CPU at once: with one worker per CPU the CPUs sit partly idle
+ * while both workers wait on the disk. More than two per CPU compress more inline
+ * (WB_DEFER_QUEUE counts per worker), which costs more than the extra overlap gains. Figures:
+ * tests/bench/RESULTS-from-comments.md.
  */
 #define WB_WORKERS_PER_CPU 2
 
@@ -80,26 +78,24 @@
  * trainer and the FUSE threads that take its writes come first, the workers get the CPU left
  * over, which on a training node is most of it between saves and during the GPU's compute. Under
  * contention nice 10 gets about a tenth of the CPU weight of nice 0 (sched_prio_to_weight in
- * kernel/sched/core.c: 110 vs 1024), never none. One 1 GiB torch.save on the 2-core VM: close
- * returned in 1.17-1.27 s at nice 0, 1.04-1.09 s at nice 10, durable at 1.23-1.29 s either way.
+ * kernel/sched/core.c: 110 vs 1024), never none. A save's close returns sooner this way and it
+ * is durable no later (figures: tests/bench/RESULTS-from-comments.md).
  */
 #define WB_NICE 10
 
 /*
  * Segment buffers are kept between saves (invariant 5): a fresh buffer is a fresh mapping (mmap
  * threshold 128 KiB, daemon.c) whose pages the kernel must fault in and zero while the writer
- * copies into it (clear_page_erms and exc_page_fault were 13% of the daemon's samples in a
- * 1 GiB torch.save, on the FUSE threads, when buffers were trimmed to 8 after each save). Every
+ * copies into it, on the FUSE threads (clear_page_erms and exc_page_fault in a profile). Every
  * fully touched buffer is kept, within the budget (invariant 1), so the next save of the same
  * size writes into pages already mapped. Kept memory must not be memory the machine cannot get
  * back, so after WB_IDLE_LAZY_S of idleness the kept buffers are given to the kernel with
  * MADV_FREE (Linux 4.5): under memory pressure it reclaims their pages instead of swapping
  * anything; otherwise they stay mapped, and the next write into one only sets its dirty bit
- * (madvise(2); jemalloc's default purge works the same way). Trimming to 8 at once when the
- * pool caught up with the writer, which it does many times in a save, left most segments fresh:
- * 281k page faults in a 1 GiB torch.save, about one per page. The copies of spanning chunks,
- * one per segment boundary, have a list of their own: taking WB_SEG buffers for them, or fresh
- * ones of their length, left 45 of 256 buffers fresh in each 1 GiB save.
+ * (madvise(2); jemalloc's default purge works the same way). Buffers are not trimmed when the
+ * pool catches up with the writer: it does so many times in a save, and each trim would leave
+ * the next segments fresh. The copies of spanning chunks, one per segment boundary, have a list
+ * of their own, so they neither take WB_SEG buffers nor leave segment buffers fresh.
  */
 #define WB_IDLE_LAZY_S 1
 
@@ -108,8 +104,8 @@
  * -o defer_compress=auto when at least this many jobs per worker wait behind it, and
  * store_defer_pays says raw is the quicker way to disk. Two per worker: each worker has its
  * next job and one more waiting, i.e. the cutter is outrunning the workers, which happens only
- * while a writer outruns them. On the 2-core VM, a 2 GiB torch.save left the workers about
- * 1.4 s behind at close with every chunk compressed (bench of the last sessions).
+ * while a writer outruns them (as a large torch.save does with every chunk compressed: figures in
+ * tests/bench/RESULTS-from-comments.md).
  */
 #define WB_DEFER_QUEUE 2
 
@@ -149,14 +145,14 @@ struct wb_pool {
 
 /*
  * MADV_FREE the kept buffers of k not yet given to the kernel (invariant 5). Called and returns
- * with the pool lock held, but drops it for the madvise calls (87 ms for 2400 MiB of 8 MiB
- * buffers on the development VM, /tmp/zb/mf.c of the session notes), so a writer starting the
- * next save does not wait for them. The buffers are off the list meanwhile, so no writer takes
- * one and writes into a page while it is being freed (that write could be lost with it); they
- * stay counted in used and k->charged. They go back below the buffers kept meanwhile (not yet
- * given); any that no longer fit are freed. Best effort: without memory for the list of them,
- * or on a kernel without MADV_FREE (EINVAL), they stay as they are. The first partial page of a
- * malloc'd buffer holds malloc's header and is left alone.
+ * with the pool lock held, but drops it for the madvise calls (they take time in proportion to
+ * the buffers' size), so a writer starting the next save does not wait for them. The buffers
+ * are off the list meanwhile, so no writer takes one and writes into a page while it is being
+ * freed (that write could be lost with it); they stay counted in used and k->charged. They go
+ * back below the buffers kept meanwhile (not yet given); any that no longer fit are freed. Best
+ * effort: without memory for the list of them, or on a kernel without MADV_FREE (EINVAL), they
+ * stay as they are. The first partial page of a malloc'd buffer holds malloc's header and is
+ * left alone.
  */
 static void lazy_keep_locked(struct wb_pool *p, struct keep_list *k)
 {

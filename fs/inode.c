@@ -1,0 +1,92 @@
+/*
+ * inode.c — inode lifetime: the kernel's lookup counts (FUSE_LOOKUP/FORGET) and the deletion
+ * of an inode with no name left once neither the kernel nor an open file (oinode.c) uses it.
+ *
+ * An inode whose nlink drops to 0 stays in the index until its last close (oi_put) and its
+ * last forget (fs_forget_locked), as on any POSIX filesystem; an unmount or a crash in between
+ * leaves it to idx_recover. All functions here run with fs->mu held.
+ */
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "fs/fs_int.h"
+
+/* ---- kernel lookup counts (fs->mu held) ---- */
+
+static struct lookup_ent **lookup_slot(struct ckfs *fs, uint64_t ino)
+{
+	struct lookup_ent **pp = &fs->ltab[ino % LTAB_BUCKETS];
+
+	while (*pp && (*pp)->ino != ino)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* One more kernel reference to ino, taken by every successful entry reply. */
+void fs_lookup_inc(struct ckfs *fs, uint64_t ino)
+{
+	struct lookup_ent **pp = lookup_slot(fs, ino);
+
+	if (!*pp) {
+		*pp = calloc(1, sizeof(**pp));
+		if (!*pp)
+			return; /* the inode then lives only until its last close or the unmount */
+		(*pp)->ino = ino;
+	}
+	(*pp)->n++;
+}
+
+bool fs_inode_referenced(struct ckfs *fs, uint64_t ino)
+{
+	return *lookup_slot(fs, ino) != NULL || oi_find(fs, ino) != NULL;
+}
+
+/* Delete ino from the index if it has no name left and nothing references it. */
+static void reap_locked(struct ckfs *fs, uint64_t ino)
+{
+	struct idx_inode a;
+	struct fs_freed fr = { 0 };
+	bool ok;
+
+	if (ino == IDX_ROOT_INO || fs_inode_referenced(fs, ino) ||
+	    idx_inode_get(fs->ix, ino, &a) < 0 || a.nlink != 0)
+		return;
+	ok = idx_begin(fs->ix) == 0 && idx_inode_delete(fs->ix, ino, fs_release_collect, &fr) == 0 &&
+	     idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix); /* left for idx_recover at unmount or the next mount */
+	fs_release_finish(fs, &fr, ok);
+}
+
+void fs_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n)
+{
+	struct lookup_ent **pp = lookup_slot(fs, ino), *e = *pp;
+
+	if (!e)
+		return;
+	e->n = e->n > n ? e->n - n : 0;
+	if (e->n == 0) {
+		*pp = e->next;
+		free(e);
+		reap_locked(fs, ino);
+	}
+}
+
+/*
+ * Drop one link to ino (whose dentry the caller already removed), in a transaction, fs->mu held.
+ * An inode still open or known to the kernel stays in the index with nlink 0 until its last
+ * close (oi_put) and forget (fs_forget_locked), as on any POSIX filesystem.
+ */
+int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr)
+{
+	struct idx_inode a;
+	int rc = idx_inode_get(fs->ix, ino, &a);
+
+	if (rc < 0)
+		return rc;
+	a.nlink = S_ISDIR(a.mode) ? 0 : a.nlink - 1;
+	a.ctime_ns = now;
+	if (a.nlink == 0 && !fs_inode_referenced(fs, ino))
+		return idx_inode_delete(fs->ix, ino, fs_release_collect, fr);
+	return idx_inode_update(fs->ix, &a);
+}

@@ -1,0 +1,337 @@
+/*
+ * oi_commit.c — the commit that makes an open file's content durable and records it in the
+ * index (struct oinode, fs_int.h).
+ *
+ * Commit order (DESIGN.md, "Durability"): every chunk put -> store_sync (one syncfs: chunk data
+ * and names durable) -> one index transaction replacing the file's extents -> pins dropped ->
+ * chunk files no longer referenced are deleted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/oi_int.h"
+
+
+/*
+ * Stream mode: whole-file digest of [0, size) by reading its data back and recording each hole
+ * (store_hasher_hole), the runs as oi_stream_next finds them, so that the digest is the one verify
+ * computes from the committed extents.
+ */
+static int hash_content(struct ckfs *fs, struct oinode *oi, struct store_hash *ret)
+{
+	struct store_hasher *hs = store_hasher_new();
+	size_t bufsz = STORE_CHUNK_MAX;
+	uint8_t *buf = malloc(bufsz);
+	int rc = 0;
+
+	if (!hs || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t pos = 0; pos < oi->size;) {
+		uint64_t d = oi_stream_next(oi, pos, true), h;
+
+		store_hasher_hole(hs, pos, d - pos);
+		if (d >= oi->size)
+			break;
+		h = oi_stream_next(oi, d, false);
+		for (pos = d; pos < h;) {
+			size_t want = h - pos < bufsz ? (size_t)(h - pos) : bufsz;
+			ssize_t n = oi_read_locked(fs, oi, buf, want, pos, NULL);
+
+			if (n <= 0) {
+				rc = n < 0 ? (int)n : -EIO;
+				goto out;
+			}
+			store_hasher_update(hs, buf, (size_t)n);
+			pos += (uint64_t)n;
+		}
+	}
+	store_hasher_digest(hs, ret);
+out:
+	free(buf);
+	store_hasher_free(hs);
+	return rc;
+}
+
+/*
+ * stage_cut - cut the staging file's bytes [start, end) into chunks (the chunker restarted at
+ * start, the last chunk ending at end), appending them to *ext (n used, cap allocated) and their
+ * bytes to hs. buf: 2 * STORE_CHUNK_MAX bytes of scratch. Returns 0 or -errno.
+ */
+static int stage_cut(struct ckfs *fs, struct oinode *oi, uint64_t start, uint64_t end,
+		     uint8_t *buf, struct idx_extent **ext, size_t *n, size_t *cap,
+		     struct store_hasher *hs)
+{
+	size_t bufcap = 2 * STORE_CHUNK_MAX, have = 0;
+	uint64_t pos = start, base = start;
+	int rc;
+
+	while (base < end) {
+		/* fill the window */
+		while (have < bufcap && pos < end) {
+			size_t want = bufcap - have;
+
+			if (want > end - pos)
+				want = (size_t)(end - pos);
+			ssize_t r = pread(oi->stage_fd, buf + have, want, (off_t)pos);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				return -errno;
+			if (r == 0) { /* past the staging file's end: zeros */
+				memset(buf + have, 0, want);
+				r = (ssize_t)want;
+			}
+			have += (size_t)r;
+			pos += (uint64_t)r;
+		}
+		size_t cut = store_cdc_cut(buf, have, pos >= end);
+
+		if (cut == 0)
+			return -EIO;
+		if ((rc = oi_ext_reserve(ext, cap, *n + 1)) < 0)
+			return rc;
+		if ((rc = oi_put_extent(fs, oi, buf, cut, base, &(*ext)[*n])) < 0)
+			return rc;
+		store_hasher_update(hs, buf, cut);
+		(*n)++;
+		base += cut;
+		memmove(buf, buf + cut, have - cut);
+		have -= cut;
+	}
+	return 0;
+}
+
+/*
+ * Staging mode: cut the staging file's data into chunks, its holes (SEEK_DATA / SEEK_HOLE, those
+ * of STORE_HOLE_MIN and more) left as gaps between the extents: O(data), not O(size). On success
+ * *ret_hash is the whole-file digest, *ret_end the end of the last extent (0: none), and
+ * oi->hasher covers [0, *ret_end) (interior holes recorded), ready for the stream to go on there.
+ */
+static int commit_staging(struct ckfs *fs, struct oinode *oi, struct idx_extent **ret_ext,
+			  size_t *ret_n, struct store_hash *ret_hash, uint64_t *ret_end)
+{
+	uint8_t *buf = malloc(2 * STORE_CHUNK_MAX);
+	struct idx_extent *ext = NULL;
+	struct store_hasher *hs = store_hasher_new(), *whole = NULL;
+	uint64_t pos = 0;
+	size_t n = 0, ecap = 0;
+	int rc = 0;
+
+	if (!buf || !hs) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	while (pos < oi->size) {
+		uint64_t start = 0, end = 0;
+
+		if ((rc = store_data_run(oi->stage_fd, pos, oi->size, &start, &end)) < 0)
+			goto fail;
+		if (rc == 0)
+			break;
+		store_hasher_hole(hs, pos, start - pos);
+		if ((rc = stage_cut(fs, oi, start, end, buf, &ext, &n, &ecap, hs)) < 0)
+			goto fail;
+		pos = end;
+	}
+	rc = 0;
+	if (!(whole = store_hasher_copy(hs))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	store_hasher_hole(whole, pos, oi->size - pos);
+	store_hasher_digest(whole, ret_hash);
+	store_hasher_free(whole);
+	free(buf);
+	store_hasher_free(oi->hasher);
+	oi->hasher = hs;
+	*ret_ext = ext;
+	*ret_n = n;
+	*ret_end = pos;
+	return 0;
+fail:
+	free(buf);
+	free(ext);
+	store_hasher_free(hs);
+	return rc;
+}
+
+/*
+ * Stream mode, drained: the extents to commit (owned, free()) and the whole-file digest. The
+ * extents end at cut_start, and the chunk being cut, [cut_start, data_end), is stored as the
+ * last one, as if the file ended here. It stays in the segments so later appends are cut as one
+ * stream, and this provisional last extent is replaced at the next commit. The hasher has
+ * consumed [0, data_end). Returns 0, -EIO or oi->err (in-flight bytes lost), -ENOMEM, or the
+ * -errno of a chunk put or of hash_content; the out-parameters are untouched on failure.
+ * Write lock held.
+ */
+static int commit_stream(struct ckfs *fs, struct oinode *oi, struct idx_extent **ret_all,
+			 size_t *ret_n, struct store_hash *ret_digest)
+{
+	struct idx_extent *all;
+	size_t n_all = oi->n_ext, pend = (size_t)(oi->data_end - oi->cut_start);
+	int rc = 0;
+
+	if (oi->fly_lost)
+		return oi->err ? oi->err : -EIO;
+	all = malloc((n_all + 1) * sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	if (n_all)
+		memcpy(all, oi->ext, n_all * sizeof(*all));
+	if (pend) {
+		uint8_t *last = malloc(pend);
+
+		if (!last) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		pthread_mutex_lock(&oi->fly_mu);
+		oi_segs_copy_locked(oi, oi->cut_start, last, pend);
+		pthread_mutex_unlock(&oi->fly_mu);
+		rc = oi_put_extent(fs, oi, last, pend, oi->cut_start, &all[n_all]);
+		free(last);
+		if (rc < 0)
+			goto fail;
+		n_all++;
+	}
+	if (oi->hash_ok) {
+		/* [data_end, size) is a hole (invariant 1), recorded in a copy: the stream goes
+		 * on at data_end */
+		struct store_hasher *whole = store_hasher_copy(oi->hasher);
+
+		if (!whole) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		store_hasher_hole(whole, oi->data_end, oi->size - oi->data_end);
+		store_hasher_digest(whole, ret_digest);
+		store_hasher_free(whole);
+	} else if ((rc = hash_content(fs, oi, ret_digest)) < 0) {
+		goto fail;
+	}
+	*ret_all = all;
+	*ret_n = n_all;
+	return 0;
+fail:
+	free(all);
+	return rc;
+}
+
+/*
+ * The commit's one index transaction: oi's extents become all[0, n_all), its size oi->size and
+ * its digest *digest; the chunks it no longer references are released once it commits. Takes
+ * fs->mu. Returns 0 or the index's -errno (rolled back, nothing changed).
+ */
+static int commit_index(struct ckfs *fs, struct oinode *oi, const struct idx_extent *all,
+			size_t n_all, const struct store_hash *digest)
+{
+	struct fs_freed fr = { 0 };
+	bool committed = false;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	/* read under fs->mu: op_setattr stores a utimensat's mtime and writes the index row
+	 * under it, so a commit racing a utimensat cannot write back the older write time */
+	int64_t mtime = atomic_load(&oi->ov_mtime);
+
+	rc = idx_begin(fs->ix);
+	if (rc == 0) {
+		rc = idx_file_set_content(fs->ix, oi->ino, all, n_all, oi->size, digest->b,
+					  mtime ? mtime : ckfs_now(fs), fs_release_collect, &fr);
+		if (rc == 0)
+			ckpt_fault("commit-mid-txn");
+		if (rc == 0)
+			rc = idx_commit(fs->ix);
+		if (rc < 0)
+			idx_rollback(fs->ix);
+		else
+			committed = true;
+	}
+	fs_release_finish(fs, &fr, committed);
+	pthread_mutex_unlock(&fs->mu);
+	return rc;
+}
+
+int oi_error(struct oinode *oi)
+{
+	int err;
+
+	pthread_rwlock_rdlock(&oi->lock);
+	err = oi->err;
+	pthread_rwlock_unlock(&oi->lock);
+	return err;
+}
+
+int oi_commit(struct ckfs *fs, struct oinode *oi)
+{
+	struct idx_extent *all = NULL, *staged = NULL;
+	struct store_hash digest;
+	uint64_t staged_end = 0;
+	size_t n_all = 0, n_staged = 0;
+	bool from_staging = false;
+	int rc;
+
+	pthread_rwlock_wrlock(&oi->lock);
+	oi_fly_drain(fs, oi);
+	if (!oi->dirty) {
+		rc = 0;
+		goto out;
+	}
+	if (oi->err) {
+		rc = oi->err;
+		goto out;
+	}
+	if (oi->stage_fd >= 0) {
+		from_staging = true;
+		if ((rc = commit_staging(fs, oi, &staged, &n_staged, &digest, &staged_end)) < 0)
+			goto out;
+		all = staged;
+		n_all = n_staged;
+	} else if ((rc = commit_stream(fs, oi, &all, &n_all, &digest)) < 0) {
+		goto out;
+	}
+
+	rc = store_sync(fs->st);
+	if (rc < 0)
+		goto out;
+	ckpt_fault("commit-before-index");
+	rc = commit_index(fs, oi, all, n_all, &digest);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < n_all; i++) {
+		if (all[i].codec == STORE_CODEC_DEFERRED) {
+			wb_note_deferred(fs->wb); /* now in the index, where the recoder looks */
+			break;
+		}
+	}
+
+	oi_drop_pins(fs, oi);
+	if (from_staging) {
+		close(oi->stage_fd);
+		oi->stage_fd = -1;
+		free(oi->ext);
+		oi->ext = staged;
+		oi->cap_ext = oi->n_ext = n_staged;
+		oi->ext_end = staged_end;
+		oi_stream_cut_back(fs, oi, staged_end); /* [staged_end, size): the trailing hole */
+		oi->hash_ok = true;
+		staged = all = NULL;
+	}
+	oi->dirty = false;
+	atomic_store(&oi->ov_dirty, false);
+out:
+	if (all != staged)
+		free(all);
+	free(staged);
+	pthread_rwlock_unlock(&oi->lock);
+	return rc;
+}

@@ -1,0 +1,634 @@
+/*
+ * ops_dir.c — the FUSE namespace operations: mknod, mkdir, symlink, unlink, rmdir, rename,
+ * link, and directory listing (opendir, readdir, fsyncdir).
+ *
+ * Every namespace change is one index transaction (durable when it returns:
+ * synchronous=FULL). Handlers reply exactly once; helpers return -errno (ops_int.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "fs/ops_int.h"
+#include "fs/layout.h"
+
+/* ---- namespace ---- */
+
+static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
+{
+	fs_reply_entry_tmo(req, fs, ino, ATTR_TIMEOUT);
+}
+
+/*
+ * Create an inode of the given mode under parent/name. fs->mu held; replies nothing.
+ * committed_empty: a regular file created without an open (mknod) is durable and empty at once.
+ */
+int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev, const char *link_target, bool committed_empty,
+		     uint64_t *ret_ino)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct idx_inode a = { 0 }, pa;
+	uint64_t ino;
+	int64_t now = ckfs_now(fs);
+	int rc = fs_check_name(name);
+
+	if (rc < 0)
+		return rc;
+	if ((rc = idx_inode_get(fs->ix, parent, &pa)) < 0)
+		return rc;
+	if (!S_ISDIR(pa.mode))
+		return -ENOTDIR;
+	if (pa.nlink == 0)
+		return -ENOENT;
+	if (fs_in_meta(fs, parent))
+		return -EROFS;
+	if (idx_dentry_lookup(fs->ix, parent, name, &ino) == 0)
+		return -EEXIST;
+	if (steps_tracker_name(fs, parent, name))
+		return -EEXIST; /* a tracker name is taken by the virtual tracker */
+	steps_before_change(fs, parent); /* an InternEvo slot keeps its complete version */
+	a.mode = mode;
+	a.uid = ctx->uid;
+	a.gid = (pa.mode & S_ISGID) ? pa.gid : ctx->gid;
+	if (S_ISDIR(mode) && (pa.mode & S_ISGID))
+		a.mode |= S_ISGID;
+	a.nlink = S_ISDIR(mode) ? 2 : 1;
+	a.size = link_target ? strlen(link_target) : 0;
+	a.rdev = S_ISCHR(mode) || S_ISBLK(mode) ? (uint64_t)rdev : 0;
+	a.atime_ns = a.mtime_ns = a.ctime_ns = now;
+	if (S_ISREG(mode) && committed_empty) {
+		struct store_hash empty;
+
+		store_hash_buf("", 0, &empty);
+		a.has_hash = true;
+		memcpy(a.hash, empty.b, IDX_HASH_LEN);
+	}
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	rc = idx_inode_create(fs->ix, &a, &ino);
+	if (rc == 0 && !link_target) {
+		/* a default ACL of the parent, else the umask (FUSE_CAP_DONT_MASK: ours) */
+		uint32_t mode0 = a.mode;
+
+		rc = fs_acl_inherit(fs, parent, ino, &a.mode, ctx->umask);
+		if (rc == 0 && a.mode != mode0) {
+			a.ino = ino;
+			rc = idx_inode_update(fs->ix, &a);
+		}
+	}
+	if (rc == 0 && link_target)
+		rc = idx_symlink_set(fs->ix, ino, link_target);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, parent, name, ino);
+	if (rc == 0)
+		rc = fs_touch_dir(fs, parent, now, S_ISDIR(mode) ? 1 : 0);
+	if ((rc = fs_commit_or_rollback(fs, rc)) < 0)
+		return rc;
+	steps_on_name(fs, parent, name, ino, fuse_req_ctx(req)->pid, false);
+	*ret_ino = ino;
+	return 0;
+}
+
+static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		       dev_t rdev, const char *target)
+{
+	struct ckfs *fs = fs_req_fs(req);
+	uint64_t ino;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = fs_make_node(req, fs, parent, name, mode, rdev, target, S_ISREG(mode), &ino);
+	if (rc < 0) {
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* a step directory's entry is not cached by the kernel (op_lookup) */
+	fs_reply_entry_tmo(req, fs, ino, steps_dir_name(fs, parent, name) ? 0.0 : ATTR_TIMEOUT);
+}
+
+/*
+ * mknod(2): a regular file (durable and empty at once), or a FIFO, socket, character or block
+ * device node: metadata only (mode, owner, times, rdev for devices) in the index, no content.
+ * The kernel opens such nodes itself (a FIFO's buffer, the device's driver) as on ext4; whether
+ * devices may be opened is the mount's `nodev`. Checkpoint semantics ignore them.
+ */
+void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) && !S_ISCHR(mode) &&
+	    !S_ISBLK(mode)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	node_reply(req, parent, name, mode, rdev, NULL);
+}
+
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	node_reply(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
+}
+
+void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	if (strlen(link) > PATH_MAX) {
+		fuse_reply_err(req, ENAMETOOLONG);
+		return;
+	}
+	node_reply(req, parent, name, S_IFLNK | 0777, 0, link);
+}
+
+/* The removal's one transaction; fs->mu held. Returns 0 or -errno (nothing changed). */
+static int remove_txn(struct ckfs *fs, fuse_ino_t parent, const char *name, uint64_t ino,
+		      int64_t now, bool dir)
+{
+	struct fs_freed fr = { 0 };
+	int rc = idx_begin(fs->ix);
+
+	if (rc < 0)
+		return rc;
+	rc = idx_dentry_remove(fs->ix, parent, name);
+	if (rc == 0)
+		rc = fs_drop_link(fs, ino, now, &fr);
+	if (rc == 0)
+		rc = fs_touch_dir(fs, parent, now, dir ? -1 : 0);
+	rc = fs_commit_or_rollback(fs, rc);
+	fs_release_finish(fs, &fr, rc == 0);
+	return rc;
+}
+
+static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
+{
+	struct ckfs *fs = fs_req_fs(req);
+	struct idx_inode a;
+	uint64_t ino;
+	int64_t now = ckfs_now(fs);
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	if (steps_tracker_name(fs, parent, name)) {
+		pthread_mutex_unlock(&fs->mu);
+		fprintf(stderr, "ckptfs: refused to unlink tracker '%s': trackers are virtual and "
+			"always name the newest complete step\n", name);
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	rc = fs_in_meta(fs, parent) ? -EROFS : 0;
+	if (rc == 0)
+		steps_before_remove(fs, parent, name);
+	if (rc == 0)
+		rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
+	if (rc == 0)
+		steps_before_change(fs, parent);
+	if (rc == 0 && ino == fs->meta_ino)
+		rc = -EROFS;
+	if (rc == 0)
+		rc = idx_inode_get(fs->ix, ino, &a);
+	if (rc == 0 && dir && !S_ISDIR(a.mode))
+		rc = -ENOTDIR;
+	if (rc == 0 && !dir && S_ISDIR(a.mode))
+		rc = -EISDIR;
+	if (rc == 0 && dir) {
+		rc = idx_dir_is_empty(fs->ix, ino);
+		rc = rc == 1 ? 0 : rc == 0 ? -ENOTEMPTY : rc;
+	}
+	if (rc == 0) {
+		rc = remove_txn(fs, parent, name, ino, now, dir);
+		/* a full disk: the index cannot grow its WAL to record the removal; give back
+		 * the reserve (STORE/reserve) and try once more, so space can always be freed */
+		if (rc == -ENOSPC && ckpt_repo_release_reserve(fs->repo)) {
+			fprintf(stderr, "ckptfs: store full: released the %llu MiB reserve to "
+				"remove '%s'; it comes back once space is free\n",
+				CKPT_RESERVE_BYTES >> 20, name);
+			rc = remove_txn(fs, parent, name, ino, now, dir);
+		}
+	}
+	if (rc == 0 && !dir)
+		ckpt_repo_reserve(fs->repo); /* back as soon as there is room; no-op when held */
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -rc);
+}
+
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_entry(req, parent, name, false);
+}
+
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_entry(req, parent, name, true);
+}
+
+/* Is dir (or one of its ancestors) equal to anc? fs->mu held. */
+static int is_ancestor(struct ckfs *fs, uint64_t anc, uint64_t dir)
+{
+	for (int depth = 0; depth < 4096; depth++) {
+		uint64_t up;
+		int rc;
+
+		if (dir == anc)
+			return 1;
+		if (dir == IDX_ROOT_INO)
+			return 0;
+		if ((rc = idx_dentry_parent(fs->ix, dir, &up, NULL, 0)) < 0)
+			return rc;
+		dir = up;
+	}
+	return -ELOOP;
+}
+
+static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		     const char *newname, unsigned int flags, struct fs_freed *fr)
+{
+	struct idx_inode sa, da, npa;
+	uint64_t src, dst;
+	bool have_dst;
+	int64_t now = ckfs_now(fs);
+	int rc;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((rc = fs_check_name(newname)) < 0)
+		return rc;
+	if (fs_in_meta(fs, parent) || fs_in_meta(fs, newparent))
+		return -EROFS;
+	if (steps_tracker_name(fs, newparent, newname) || steps_tracker_name(fs, parent, name))
+		return -EPERM; /* trackers are virtual: write them, do not rename them */
+	if ((rc = idx_dentry_lookup(fs->ix, parent, name, &src)) < 0)
+		return rc;
+	if ((rc = idx_inode_get(fs->ix, src, &sa)) < 0)
+		return rc;
+	if ((rc = idx_inode_get(fs->ix, newparent, &npa)) < 0)
+		return rc;
+	if (!S_ISDIR(npa.mode))
+		return -ENOTDIR;
+	rc = idx_dentry_lookup(fs->ix, newparent, newname, &dst);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	have_dst = rc == 0;
+	if (src == fs->meta_ino || (have_dst && dst == fs->meta_ino))
+		return -EROFS; /* /.ckptfs stays where it is: moved, it would be an ordinary dir */
+	if (have_dst && dst == src)
+		return 0; /* POSIX: same file, nothing to do */
+	steps_before_change(fs, parent);
+	if (newparent != parent)
+		steps_before_change(fs, newparent);
+	if (flags & RENAME_EXCHANGE) {
+		if (!have_dst)
+			return -ENOENT;
+	} else if (have_dst && (flags & RENAME_NOREPLACE)) {
+		return -EEXIST;
+	}
+	if (have_dst && (rc = idx_inode_get(fs->ix, dst, &da)) < 0)
+		return rc;
+	if (S_ISDIR(sa.mode) && parent != newparent) {
+		rc = is_ancestor(fs, src, newparent);
+		if (rc != 0)
+			return rc < 0 ? rc : -EINVAL;
+	}
+	if (flags & RENAME_EXCHANGE) {
+		if (S_ISDIR(da.mode) && parent != newparent) {
+			rc = is_ancestor(fs, dst, parent);
+			if (rc != 0)
+				return rc < 0 ? rc : -EINVAL;
+		}
+	} else if (have_dst) {
+		if (S_ISDIR(sa.mode) && !S_ISDIR(da.mode))
+			return -ENOTDIR;
+		if (!S_ISDIR(sa.mode) && S_ISDIR(da.mode))
+			return -EISDIR;
+		if (S_ISDIR(da.mode)) {
+			rc = idx_dir_is_empty(fs->ix, dst);
+			if (rc != 1)
+				return rc == 0 ? -ENOTEMPTY : rc;
+		}
+	}
+
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	if (flags & RENAME_EXCHANGE) {
+		rc = idx_dentry_remove(fs->ix, parent, name);
+		if (rc == 0)
+			rc = idx_dentry_remove(fs->ix, newparent, newname);
+		if (rc == 0)
+			rc = idx_dentry_add(fs->ix, parent, name, dst);
+		if (rc == 0)
+			rc = idx_dentry_add(fs->ix, newparent, newname, src);
+		if (rc == 0 && parent != newparent) {
+			int d = (S_ISDIR(sa.mode) ? 1 : 0) - (S_ISDIR(da.mode) ? 1 : 0);
+
+			rc = fs_touch_dir(fs, parent, now, -d);
+			if (rc == 0)
+				rc = fs_touch_dir(fs, newparent, now, d);
+		} else if (rc == 0) {
+			rc = fs_touch_dir(fs, parent, now, 0);
+		}
+	} else {
+		if (have_dst) {
+			rc = idx_dentry_remove(fs->ix, newparent, newname);
+			if (rc == 0)
+				rc = fs_drop_link(fs, dst, now, fr);
+			if (rc == 0 && S_ISDIR(da.mode))
+				rc = fs_touch_dir(fs, newparent, now, -1);
+		}
+		if (rc == 0)
+			rc = idx_dentry_move(fs->ix, parent, name, newparent, newname);
+		if (rc == 0 && parent != newparent) {
+			int d = S_ISDIR(sa.mode) ? 1 : 0;
+
+			rc = fs_touch_dir(fs, parent, now, -d);
+			if (rc == 0)
+				rc = fs_touch_dir(fs, newparent, now, d);
+		} else if (rc == 0) {
+			rc = fs_touch_dir(fs, parent, now, 0);
+		}
+	}
+	if (rc == 0 && (rc = idx_inode_get(fs->ix, src, &sa)) == 0) {
+		sa.ctime_ns = now;
+		rc = idx_inode_update(fs->ix, &sa);
+	}
+	return fs_commit_or_rollback(fs, rc);
+}
+
+/*
+ * MindSpore publishes rank_R/meta.json with NamedTemporaryFile + os.replace: the replacing file's
+ * bytes become a claim on the (virtual) tracker and the temporary file goes away, as if renamed.
+ * fs->mu held. Returns 0 or -errno.
+ */
+static int rename_into_tracker(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent,
+			       const char *name, fuse_ino_t newparent, int kind)
+{
+	struct fs_freed fr = { 0 };
+	struct idx_inode a;
+	struct oinode *oi;
+	char buf[64 * 1024], cname[300];
+	uint64_t ino;
+	ssize_t n;
+	int rc;
+
+	if ((rc = idx_dentry_lookup(fs->ix, parent, name, &ino)) < 0 ||
+	    (rc = idx_inode_get(fs->ix, ino, &a)) < 0)
+		return rc;
+	if (!S_ISREG(a.mode))
+		return -EISDIR;
+	if ((rc = oi_get(fs, ino, &oi)) < 0)
+		return rc;
+	pthread_mutex_unlock(&fs->mu); /* oi_read may take fs->mu (bad chunk) */
+	n = oi_read(fs, oi, buf, sizeof(buf), 0);
+	oi_put(fs, oi);
+	pthread_mutex_lock(&fs->mu);
+	if (n < 0)
+		return (int)n;
+	snprintf(cname, sizeof(cname), "rank_%d/meta.json", steps_rank_dir(fs, newparent));
+	steps_on_claim(fs, kind, cname, buf, (size_t)n, fuse_req_ctx(req)->pid);
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	rc = idx_dentry_remove(fs->ix, parent, name);
+	if (rc == 0)
+		rc = fs_drop_link(fs, ino, ckfs_now(fs), &fr);
+	if (rc == 0)
+		rc = fs_touch_dir(fs, parent, ckfs_now(fs), 0);
+	rc = fs_commit_or_rollback(fs, rc);
+	fs_release_finish(fs, &fr, rc == 0);
+	return rc;
+}
+
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct ckfs *fs = fs_req_fs(req);
+	struct fs_freed fr = { 0 };
+	int rc;
+
+	if (parent == IDX_ROOT_INO && newparent == IDX_ROOT_INO && steps_commit_rename(fs, name))
+		cq_wait_idle(fs); /* the files closed before Orbax's commit rename are durable first,
+				     so its step completes before the rename returns */
+	pthread_mutex_lock(&fs->mu);
+	if (flags == 0 && steps_tracker_name(fs, newparent, newname) == LAYOUT_MF1 &&
+	    !steps_tracker_name(fs, parent, name)) {
+		rc = rename_into_tracker(req, fs, parent, name, newparent, LAYOUT_MF1);
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		/* the kernel now has newname pointing at the renamed (dropped) inode: forget it,
+		 * so the next lookup finds the virtual meta.json. After the reply, so the rename
+		 * has the directory lock it needs to finish; this call waits for it. */
+		if (rc == 0 && fs->se)
+			fuse_lowlevel_notify_inval_entry(fs->se, newparent, newname, strlen(newname));
+		return;
+	}
+	rc = do_rename(fs, parent, name, newparent, newname, flags, &fr);
+	fs_release_finish(fs, &fr, rc == 0);
+	if (rc == 0) {
+		uint64_t ino;
+
+		if (idx_dentry_lookup(fs->ix, newparent, newname, &ino) == 0)
+			steps_on_name(fs, newparent, newname, ino, fuse_req_ctx(req)->pid, true);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -rc);
+}
+
+void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct ckfs *fs = fs_req_fs(req);
+	struct idx_inode a;
+	uint64_t other;
+	int64_t now = ckfs_now(fs);
+	int rc = fs_check_name(newname);
+
+	pthread_mutex_lock(&fs->mu);
+	if (rc == 0)
+		rc = idx_inode_get(fs->ix, ino, &a);
+	if (rc == 0 && S_ISDIR(a.mode))
+		rc = -EPERM;
+	if (rc == 0 && (fs_in_meta(fs, newparent) || steps_tracker_name(fs, newparent, newname)))
+		rc = -EROFS;
+	if (rc == 0 && a.nlink == 0)
+		rc = -ENOENT;
+	if (rc == 0 && idx_dentry_lookup(fs->ix, newparent, newname, &other) == 0)
+		rc = -EEXIST;
+	if (rc == 0)
+		steps_before_change(fs, newparent);
+	if (rc == 0 && (rc = idx_begin(fs->ix)) == 0) {
+		a.nlink++;
+		a.ctime_ns = now;
+		rc = idx_inode_update(fs->ix, &a);
+		if (rc == 0)
+			rc = idx_dentry_add(fs->ix, newparent, newname, ino);
+		if (rc == 0)
+			rc = fs_touch_dir(fs, newparent, now, 0);
+		rc = fs_commit_or_rollback(fs, rc);
+	}
+	if (rc < 0) {
+		pthread_mutex_unlock(&fs->mu);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	reply_entry_locked(req, fs, ino);
+}
+
+/* ---- directories ---- */
+
+struct dirbuf {
+	fuse_req_t req;
+	char *buf;
+	size_t size, len;
+	uint64_t hide;
+};
+
+/* readdir offsets of the virtual trackers listed after the root's entries */
+#define VOFF_BASE ((off_t)1 << 62)
+
+static int dir_add(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct dirbuf *d = arg;
+
+	if (ino == d->hide)
+		return 0; /* /.ckptfs: reachable by name, not listed (like ZFS's .zfs) */
+	struct stat st = { .st_ino = ino, .st_mode = mode & S_IFMT };
+	size_t n = fuse_add_direntry(d->req, d->buf + d->len, d->size - d->len, name, &st,
+				     (off_t)cookie + 2);
+
+	if (n > d->size - d->len)
+		return 1; /* full */
+	d->len += n;
+	return 0;
+}
+
+void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckfs *fs = fs_req_fs(req);
+	struct idx_inode a;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = steps_is_vino(ino) ? -ENOTDIR : idx_inode_get(fs->ix, ino, &a);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc == 0 && !S_ISDIR(a.mode))
+		rc = -ENOTDIR;
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_open(req, fi);
+}
+
+void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct ckfs *fs = fs_req_fs(req);
+	struct dirbuf d = { .req = req, .size = size };
+	int rc = 0;
+
+	d.hide = ino == IDX_ROOT_INO ? fs->meta_ino : 0;
+
+	d.buf = malloc(size ? size : 1);
+	if (!d.buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&fs->mu);
+	if (off == 0)
+		fs_settle_for_reader(fs);
+	/* offsets: 0 start, 1 after ".", 2 after "..", cookie + 2 after an entry */
+	if (off < 1) {
+		struct stat st = { .st_ino = ino, .st_mode = S_IFDIR };
+		size_t n = fuse_add_direntry(req, d.buf, size, ".", &st, 1);
+
+		if (n <= size)
+			d.len += n;
+		else
+			goto done;
+		off = 1;
+	}
+	if (off < 2) {
+		uint64_t up = IDX_ROOT_INO;
+		struct stat st = { .st_mode = S_IFDIR };
+
+		if (ino != IDX_ROOT_INO)
+			idx_dentry_parent(fs->ix, ino, &up, NULL, 0);
+		st.st_ino = up;
+		size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, "..", &st, 2);
+
+		if (n <= size - d.len)
+			d.len += n;
+		else
+			goto done;
+		off = 2;
+	}
+	if (off < VOFF_BASE) {
+		rc = idx_dir_list(fs->ix, ino, off - 2, dir_add, &d);
+		if (rc > 0) { /* buffer full */
+			rc = 0;
+			goto done;
+		}
+		if (rc < 0)
+			goto done;
+		off = VOFF_BASE;
+	}
+	for (int k = (int)(off - VOFF_BASE) - 100 + 1; ino == fs->meta_ino && k < META_FILE_COUNT;
+	     k++) {
+		struct stat st = { .st_ino = VINO_META(k), .st_mode = S_IFREG };
+		size_t n;
+
+		if (k < 0)
+			k = 0;
+		n = fuse_add_direntry(req, d.buf + d.len, size - d.len, meta_file_name(k), &st,
+				      VOFF_BASE + 100 + k);
+		if (n > size - d.len)
+			break;
+		d.len += n;
+	}
+	if (off < VOFF_BASE + 1 && steps_rank_dir(fs, ino) >= 0) {
+		char tmp[LAYOUT_TRACKER_MAX];
+		uint64_t v = steps_tracker_vino(fs, ino, LAYOUT_MF1);
+		struct stat st = { .st_ino = v, .st_mode = S_IFREG };
+
+		if (v && steps_vcontent(fs, v, tmp, sizeof(tmp), NULL) >= 0) {
+			size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, "meta.json",
+						     &st, VOFF_BASE + 1);
+
+			if (n <= size - d.len)
+				d.len += n;
+		}
+	}
+	for (int k = (int)(off - VOFF_BASE) + 1; ino == IDX_ROOT_INO && k < 64; k++) {
+		char name[256], other[256];
+		struct stat st = { .st_ino = VINO_BASE + (uint64_t)k, .st_mode = S_IFREG };
+		bool dup = false;
+
+		if (steps_vname(fs, k, name, sizeof(name)) < 0)
+			continue;
+		/* layouts sharing a tracker (Megatron, MindFormers 2.0) list it once */
+		for (int j = 1; j < k && !dup; j++)
+			dup = steps_vname(fs, j, other, sizeof(other)) >= 0 && !strcmp(name, other);
+		if (dup)
+			continue;
+		size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, name, &st,
+					     VOFF_BASE + k);
+
+		if (n > size - d.len)
+			break;
+		d.len += n;
+	}
+done:
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_buf(req, d.buf, d.len);
+	free(d.buf);
+}
+
+void fs_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0); /* every namespace change is durable when it returns */
+}
