@@ -7,7 +7,7 @@
  * What still waits for durability (DESIGN.md "Steps", issue 5):
  *   - fsync and fdatasync (fs_op_fsync commits itself), and unmount (cq_stop before op_destroy's
  *     own commits);
- *   - a step: its files count as open until committed (steps.c walk_entry: ov_dirty), so it
+ *   - a step: its files count as open until committed (steps_tree.c walk_entry: ov_dirty), so it
  *     is not complete before every file is durable, and a tracker never names it before;
  *   - a reader of a tracker or of /.ckptfs: ops.c and ops_file.c first wait for the commits of
  *     the files closed before (cq_wait_idle), so a tracker read after the trainer's close()

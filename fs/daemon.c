@@ -254,6 +254,18 @@ void fs_tune_read_ahead(struct ckfs *fs)
 			FS_READ_AHEAD_KB, fs->bdi_ra, strerror(err), FS_READ_AHEAD_KB, fs->bdi_ra);
 }
 
+void fs_flush_inval(struct ckfs *fs)
+{
+	struct inval *v;
+	size_t n;
+
+	steps_take_inval(fs, &v, &n);
+	for (size_t i = 0; fs->se && i < n; i++)
+		fuse_lowlevel_notify_inval_entry(fs->se, v[i].parent, v[i].name,
+						 strlen(v[i].name)); /* -ENOENT: not cached */
+	free(v);
+}
+
 static char *absolute(const char *p)
 {
 	char cwd[PATH_MAX], *r;

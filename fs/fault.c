@@ -29,9 +29,9 @@ static const char *const points[] = {
 	"commit-mid-txn",      /* oi_commit.c: file's new extents written, COMMIT not yet run */
 	"commit-after-index",  /* oinode.c: committed, chunks the old content freed not deleted */
 	"chunk-free",          /* oinode.c: between deleting two freed chunk files */
-	"step-complete-txn",   /* steps.c: step set complete, COMMIT not yet run */
-	"retention-txn",       /* steps.c: a step pruned by retention, COMMIT not yet run */
-	"retention-after",     /* steps.c: retention committed, its chunks not deleted yet */
+	"step-complete-txn",   /* steps_judge.c: step set complete, COMMIT not yet run */
+	"retention-txn",       /* steps_retain.c: a step pruned by retention, COMMIT not yet run */
+	"retention-after",     /* steps_retain.c: retention committed, its chunks not deleted yet */
 	"sweep-after-commit",  /* repo.c: recovery/gc committed, freed chunks not deleted */
 	"sweep-orphan",        /* repo.c: recovery/gc between deleting two orphan chunk files */
 };

@@ -70,7 +70,7 @@ struct ckfs {
 	_Atomic uint64_t n_deferred; /* chunks the workers stored raw for later (STORE_PUT_DEFER) */
 	_Atomic uint64_t n_recoded;  /* deferred chunks compressed since the mount */
 
-	/* checkpoint semantics (steps.c); guarded by mu */
+	/* checkpoint semantics (the step engine, steps*.c); guarded by mu */
 	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
 	unsigned keep_max;       /* -o keep_checkpoint_max=N, 0 = keep all */
 	int64_t keep_every;      /* -o keep_every=K, 0 = none */
@@ -87,7 +87,7 @@ struct ckfs {
 	pthread_cond_t reaper_cv;
 	bool reaper_started, stopping;
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
-	struct fuse_session *se; /* for kernel cache invalidation (steps_flush_inval) */
+	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
 	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
 							       kernel's dentry cache; mu */
 	size_t ninval, capinval;
@@ -524,7 +524,7 @@ struct fs_freed {
 bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg);
 void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed);
 
-/* ---- steps.c (fs->mu held unless said) ---- */
+/* ---- the step engine: steps*.c (fs->mu held unless said) ---- */
 
 /* steps_init - create /.ckptfs and judge what an earlier daemon left unfinished (takes mu). */
 int steps_init(struct ckfs *fs);
@@ -560,8 +560,8 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
  * steps_before_change - something under directory dir is about to change (an entry created,
  * removed or renamed): if dir is in an InternEvo snapshot slot whose version is complete, keep
  * that version (a clone sharing its chunks, in /.ckptfs/retained) until the slot's new version
- * completes, and start the new version (steps.c, "InternEvo snapshot slots"). Best effort: on an
- * index error it logs and the change goes on unprotected. fs->mu held.
+ * completes, and start the new version (steps_slot.c). Best effort: on an index error it logs
+ * and the change goes on unprotected. fs->mu held.
  */
 void steps_before_change(struct ckfs *fs, uint64_t dir);
 /* steps_before_write - file ino is about to be written or truncated: steps_before_change of
@@ -575,10 +575,14 @@ bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name);
 /* steps_commit_rename - is renaming root/name a layout's commit (Orbax's
  * `N.orbax-checkpoint-tmp`)? Pure: reads only fs->layout; no lock needed. */
 bool steps_commit_rename(const struct ckfs *fs, const char *name);
-/* steps_flush_inval - tell the kernel to forget the names the engine moved or removed behind
- * its back (pruned, quarantined, retained, restored), so their inodes are released and their
- * space reclaimed. fs->mu NOT held (the kernel may need a directory lock a request holds). */
-void steps_flush_inval(struct ckfs *fs);
+/* steps_take_inval - take the queue of names the engine moved or removed behind the kernel's
+ * back (pruned, quarantined, retained, restored): *ret_v (owned by the caller, free(3); NULL
+ * when empty) and its length *ret_n. Takes fs->mu: call without it. */
+void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n);
+/* fs_flush_inval - tell the kernel to forget the names steps_take_inval hands over, so their
+ * inodes are released and their space reclaimed (daemon.c: the only FUSE call it needs).
+ * fs->mu NOT held (the kernel may need a directory lock a request holds). */
+void fs_flush_inval(struct ckfs *fs);
 /* steps_in_meta - is ino inside /.ckptfs (read-only)? */
 bool steps_in_meta(struct ckfs *fs, uint64_t ino);
 /* Virtual trackers. steps_is_vino: is ino one. steps_tracker_name: the layout kind of the
@@ -606,8 +610,20 @@ int steps_rank_dir(struct ckfs *fs, uint64_t dir);
 int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap);
 void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
 		    pid_t pid);
-/* fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits). Returns 0 or -errno. */
+/* Process facts from /proc (proc.c). Any thread, no lock.
+ * fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits) into *ret. Returns 0, -EIO when
+ * the file cannot be parsed, or fopen's -errno (-ENOENT: no such process).
+ * fs_tgid_of - the process (thread group) of thread tid: FUSE requests carry the calling
+ * thread's id, and a trainer's helper thread may exit while its process goes on writing.
+ * Returns the tgid, or 0 when unknown (tid <= 0, gone, unreadable).
+ * fs_pid_stat - state (proc(5) field 3) and start time (field 22, clock ticks since boot) of
+ * process pid into *ret_state, *ret_start. Returns 0, -EIO (unparsable), or fopen's -errno.
+ * fs_pid_alive - is the process that had this pid and start time still running (not a zombie)?
+ */
 int fs_pid_flags(pid_t pid, unsigned long *ret);
+pid_t fs_tgid_of(pid_t tid);
+int fs_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
+bool fs_pid_alive(pid_t pid, unsigned long long start);
 
 /* ---- meta.c: the files of /.ckptfs (fs->mu held) ---- */
 enum { META_STATUS, META_STEPS, META_STEPS_JSON, META_METRICS, META_FILE_COUNT };

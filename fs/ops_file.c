@@ -115,7 +115,7 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 			pthread_mutex_unlock(&fs->mu);
 			/* a step restored for this reader replaced a name the kernel may have cached:
 			 * drop it before the reader can look it up */
-			steps_flush_inval(fs);
+			fs_flush_inval(fs);
 			if (rc >= 0)
 				h->vlen = (size_t)rc;
 		}

@@ -1,0 +1,324 @@
+/*
+ * steps_int.h — private interface between the files of the step engine (fs/steps*.c).
+ *
+ * The step engine owns checkpoint semantics: which files form a step, when a step is complete,
+ * what the virtual trackers say, what `ls` shows, quarantine and retention (states and
+ * invariants: steps.c; DESIGN.md "Steps"). It owns the step rows of the index, the per-step
+ * runtime facts (fs->steps_rt), the /.ckptfs tree (fs->meta_ino, quarantine, retained) and the
+ * queue of names the kernel must forget (fs->inval). It may call the index (index/index.h),
+ * the store's hashers, layout.h (classification, tracker formats), validate.h (file structure),
+ * oinode reads and process facts (fs_int.h). It never calls FUSE: the names it queues are sent
+ * to the kernel by fs_flush_inval (daemon.c).
+ *
+ * Files: steps.c (hooks, reaper, recovery, init), steps_tree.c (a step's tree, paths, moves,
+ * state changes), steps_judge.c (sealing and judging), steps_retain.c (retention, retained
+ * copies), steps_slot.c (InternEvo slots), steps_mf1.c (MindFormers 1.0), steps_tracker.c
+ * (virtual trackers).
+ *
+ * Locking: unless a comment says otherwise, every function here requires fs->mu held, and
+ * functions described as "in a transaction" run inside the caller's idx_begin/idx_commit.
+ */
+#ifndef CKFS_STEPS_INT_H
+#define CKFS_STEPS_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+
+#define META_NAME ".ckptfs"
+#define QUARANTINE_NAME "quarantine"
+#define RETAINED_NAME "retained"
+/* A step with no open file whose writers are all gone is judged after this long (ns). */
+#define STEP_SETTLE_NS (1500LL * 1000 * 1000)
+
+/* Per-step facts that live only while the daemon runs. */
+struct step_rt {
+	int64_t id;
+	pid_t pids[16]; /* processes that wrote into the step (first 16) */
+	unsigned long long starts[16]; /* their start times (proc(5) field 22): pids are reused */
+	unsigned npids;
+	int64_t last_ns; /* last write/commit seen */
+	bool torn;       /* a file of the step was closed by a dying writer: it cannot complete */
+	struct step_rt *next;
+};
+
+/* Read a committed file straight from its extents (recovery: no oinode exists). */
+struct ext_reader {
+	struct ckfs *fs;
+	struct idx_extent *ext;
+	size_t n;
+};
+
+/* Entries of one directory collected by stp_rm_collect; the caller frees names[i] and the
+ * arrays. */
+struct rm_ctx {
+	char **names;
+	uint64_t *inos;
+	uint32_t *modes;
+	size_t n, cap;
+};
+
+/* What stp_walk_tree found under a step's directory. */
+struct walk {
+	struct ckfs *fs;
+	uint64_t *dirs;
+	size_t ndirs, capdirs;
+	/* results */
+	uint64_t files, bytes, stored;
+	unsigned open, unsound, uncommitted, bad;
+	bool check_bad;
+	struct store_hasher *digest;
+};
+
+/* ---- steps.c: logging and per-step runtime facts ---- */
+
+/*
+ * stp_logf - log one line "ckptfs: <message>" to stderr (printf format). Any thread, any lock.
+ */
+void stp_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * stp_rt_note - record that pid (a thread id; its thread group is recorded, with its start time)
+ * wrote into step id now. Silently skipped on ENOMEM or past 16 writers. fs->mu held.
+ */
+void stp_rt_note(struct ckfs *fs, int64_t id, pid_t pid);
+
+/* stp_rt_drop - forget the runtime facts of step id (no-op when none). fs->mu held. */
+void stp_rt_drop(struct ckfs *fs, int64_t id);
+
+/* ---- steps_tree.c: paths, the tree of a step, moves, state ---- */
+
+/*
+ * stp_rel_path - path of ino relative to the root, without the leading '/', into buf (cap
+ * bytes, NUL-terminated). Returns 0, -ENAMETOOLONG, or the index's -errno (-ENOENT: unlinked).
+ * fs->mu held.
+ */
+int stp_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
+
+/*
+ * stp_grow - make room for one more element in the array *vp (*cap elements of elem bytes, n in
+ * use), doubling it (16 at first). Returns 0 or -ENOMEM (the array is unchanged). Pure.
+ */
+int stp_grow(void *vp, size_t *cap, size_t n, size_t elem);
+
+/*
+ * stp_inval_queue - queue parent/name for the kernel to forget (fs_flush_inval). Dropped
+ * silently on ENOMEM (the kernel forgets it by itself later). fs->mu held.
+ */
+void stp_inval_queue(struct ckfs *fs, uint64_t parent, const char *name);
+
+/*
+ * stp_walk_tree - walk every file under dir and fill *w (zeroed here; check_bad: also look for
+ * bad chunks). Directories are listed one after another, never nested. Returns 0 or -errno
+ * (-ENOMEM, index errors); on success w->digest is owned by the caller (store_hasher_free), on
+ * failure it is freed and NULL. fs->mu held.
+ */
+int stp_walk_tree(struct ckfs *fs, uint64_t dir, struct walk *w, bool check_bad);
+
+/* stp_tree_has_bad_chunk - has a chunk of a file under dir been found bad? 1 yes, 0 no or on
+ * error. fs->mu held. */
+int stp_tree_has_bad_chunk(struct ckfs *fs, uint64_t dir);
+
+/*
+ * stp_ext_read - read callback (validate.h) over a committed file's extents: arg is a struct
+ * ext_reader whose ext/n the caller loaded (and frees). Reads len bytes at byte offset off into
+ * buf (holes and what no extent covers read as zeros); the caller asks within the file's size.
+ * Returns len, or -errno from the store (-EIO on a short chunk read). fs->mu held.
+ */
+ssize_t stp_ext_read(void *arg, void *buf, size_t len, uint64_t off);
+
+/* stp_revalidate_tree - re-check the structure of every file under dir from the store and flag
+ * the malformed (IDX_INODE_MALFORMED). Best effort: errors stop the walk silently. fs->mu held. */
+void stp_revalidate_tree(struct ckfs *fs, uint64_t dir);
+
+/*
+ * stp_dir_links_add - add delta to directory dir's link count (subdirectories moved in or out);
+ * touch: also set its mtime and ctime to now. Returns 0 or the index's -errno. In a
+ * transaction, fs->mu held.
+ */
+int stp_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch);
+
+/* stp_is_slot - is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place? Pure. */
+bool stp_is_slot(const struct idx_step *s);
+
+/* stp_lookup_path - the directory at path rel (relative to the root, '/'-separated) into *ret.
+ * Returns 0, -ENAMETOOLONG (a component over LAYOUT_NAME_MAX), or the index's -errno
+ * (-ENOENT: a component is missing). fs->mu held. */
+int stp_lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret);
+
+/*
+ * stp_step_home - where a step named name lives: its parent directory (*ret_parent) and its
+ * entry name there (*ret_leaf, borrowed from name). Top-level steps live in the root; a slot
+ * "snapshot/K" lives in `snapshot/` as "K". Returns 0, or -errno when the parent is gone.
+ * fs->mu held.
+ */
+int stp_step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
+		  const char **ret_leaf);
+
+/* stp_flat_name - "NAME.ID" (id >= 0) or "NAME" into buf (cap bytes, truncated), every '/' of
+ * NAME as '-': the entry name in /.ckptfs/quarantine and /.ckptfs/retained. Pure. */
+void stp_flat_name(const char *name, int64_t id, char *buf, size_t cap);
+
+/*
+ * stp_move_to_quarantine - move step s's directory from its place in the namespace to
+ * /.ckptfs/quarantine/NAME.ID and queue its name for the kernel. Returns 0 (also when it is not
+ * at its place) or the index's -errno. In a transaction, fs->mu held.
+ */
+int stp_move_to_quarantine(struct ckfs *fs, const struct idx_step *s);
+
+/*
+ * stp_move_back - move step s's directory from quarantine back to its name. Returns 0,
+ * -EEXIST when the trainer re-created the name, or -errno. In a transaction, fs->mu held.
+ */
+int stp_move_back(struct ckfs *fs, const struct idx_step *s);
+
+/* stp_set_state - set step s's state (idx_step_state) with an optional note, log it, and update
+ * s->state. Returns 0 or the index's -errno (s unchanged). In a transaction, fs->mu held. */
+int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);
+
+/*
+ * stp_rm_collect - idx_dir_list callback: append the entry to the struct rm_ctx at arg (name
+ * copied). Returns 0 or -ENOMEM (what was collected stays for the caller to free). fs->mu held.
+ */
+int stp_rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg);
+
+/* ---- steps_judge.c: sealing and judging ---- */
+
+/*
+ * stp_names_repeat - does layout kind hold the same file names at every step, with a marker that
+ * may precede other ranks' files (DeepSpeed, HF)? Pure.
+ */
+bool stp_names_repeat(int kind);
+
+/*
+ * stp_marker_after_all_ranks - does layout kind write its commit marker only after every rank
+ * finished its files (so a sealed, closed and sound step is complete at once)? Pure.
+ */
+bool stp_marker_after_all_ranks(int kind);
+
+/*
+ * stp_evaluate - judge step id: complete it, or set it aside in quarantine when it cannot
+ * complete. settled: its writers are gone; recovering: the daemon that saw it written is gone;
+ * quiet: nothing was written into it for STEP_SETTLE_NS (the reaper, steps_settle_now). State
+ * changes are logged; on an index error the step stays as it is and is judged again later.
+ * fs->mu held; runs its own transaction.
+ */
+void stp_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bool quiet);
+
+/*
+ * stp_step_of_path - the step whose directory is rel[0, m->step_prefix_len), into *ret,
+ * creating its row if needed (then older sealed steps of a stp_names_repeat layout are judged).
+ * Returns 0 or -errno (-ENOENT: m has no step prefix or no such directory; index errors).
+ * fs->mu held; runs its own transaction when it creates the row.
+ */
+int stp_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
+		     struct idx_step *ret);
+
+/*
+ * stp_seal - a marker or a tracker claim says step s was saved (why: for the log): seal it and
+ * judge it (a step set aside comes back if its files are sound). On an index error the step
+ * stays as it is. fs->mu held; runs its own transactions.
+ */
+void stp_seal(struct ckfs *fs, struct idx_step *s, const char *why);
+
+/* ---- steps_retain.c: retention and retained copies ---- */
+
+/*
+ * stp_drop_tree - remove step s's directory tree from wherever it is (the namespace,
+ * quarantine, retained); s->dir_ino becomes 0. Chunks no longer referenced are added to fr.
+ * Returns 0 or -errno. In a transaction, fs->mu held.
+ */
+int stp_drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr);
+
+/* stp_prune - prune step s: its tree leaves the namespace, its state becomes pruned; freed
+ * chunks go to fr. Returns 0 or -errno. In a transaction, fs->mu held. */
+int stp_prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr);
+
+/* stp_is_retained - is step s kept only in /.ckptfs/retained (the trainer deleted it)? fs->mu
+ * held. */
+bool stp_is_retained(struct ckfs *fs, const struct idx_step *s);
+
+/*
+ * stp_retention - apply fs's retention policy (keep_max, keep_every, pins; invariant 4 in
+ * steps.c) to the complete steps of layout kind: steps kept only in retained go once a newer
+ * step is complete, then all but the newest keep_max unpinned steps are pruned and their
+ * chunks released. Best effort: on an error the transaction is rolled back and nothing is
+ * pruned. fs->mu held; runs its own transactions.
+ */
+void stp_retention(struct ckfs *fs, int kind);
+
+/*
+ * stp_keep_copy - keep complete step s: a copy of its tree (new inodes, the same chunks) as
+ * /.ckptfs/retained/NAME.ID, which becomes the step's directory; the tree at s->dir_ino (its
+ * attributes in *dir_attr) is left to the trainer. qname (cap bytes) receives NAME.ID. Returns
+ * 0 or -errno. In a transaction, fs->mu held.
+ */
+int stp_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode *dir_attr,
+		  char *qname, size_t cap);
+
+/*
+ * stp_restore - put retained step s back at its name, so a resuming trainer finds what its
+ * tracker names; a part the trainer left at the name is set aside in quarantine as
+ * NAME.partial-ID. No-op for MF1 steps (stp_mf1_restore) and steps not in retained. Best
+ * effort: on an error nothing moves. fs->mu held; runs its own transaction.
+ */
+void stp_restore(struct ckfs *fs, struct idx_step *s);
+
+/* ---- steps_slot.c: InternEvo snapshot slots ---- */
+
+/* stp_slot_number - set slot s's number (and s->step) from the name of the marker sealing it
+ * ("<digits>.step"); other names and index errors leave it unchanged. fs->mu held; runs its own
+ * transaction. */
+void stp_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
+
+/*
+ * stp_slot_done - slot s was judged: complete, its kept versions are pruned; set aside, the
+ * newest kept version takes its place again (stp_restore). Best effort: on an error nothing is
+ * pruned. fs->mu held; runs its own transaction.
+ */
+void stp_slot_done(struct ckfs *fs, const struct idx_step *s);
+
+/* ---- steps_mf1.c: MindFormers 1.0 ---- */
+
+/* stp_mf1_note_claim - remember rank's newest meta.json claim (epoch, step). Returns 0 or
+ * -ENOMEM. fs->mu held. */
+int stp_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step);
+
+/* stp_mf1_key - the (epoch, step) of MF1 step s from its name "EPOCH_STEP" into *epoch, *step;
+ * false (outputs untouched) when s is not an MF1 step. Pure. */
+bool stp_mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step);
+
+/* stp_mf1_judge_cb - idx_step_foreach callback (arg: the struct ckfs): judge each MF1 step
+ * across ranks. Returns 0. fs->mu held. */
+int stp_mf1_judge_cb(const struct idx_step *s, void *arg);
+
+/* stp_mf1_on_file - a rank's MF1 checkpoint file m was named by pid: find or create its step
+ * row, note the writer and judge the step across ranks. Index errors end it quietly. fs->mu
+ * held; runs its own transactions. */
+void stp_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid);
+
+/*
+ * stp_mf1_drop_files - remove MF1 step s's file from every rank directory (retention),
+ * including a relaunch's {prefix}_N-... of the same step. Returns 0 or -errno. In the caller's
+ * transaction, fs->mu held; freed chunks go to fr.
+ */
+int stp_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct fs_freed *fr);
+
+/*
+ * stp_mf1_before_remove - the trainer unlinks rank_R/name: if it is a file of the newest
+ * complete MF1 step, keep every rank's file of that step in /.ckptfs/retained first. Best
+ * effort: on an index error the unlink goes on and nothing is kept. fs->mu held.
+ */
+void stp_mf1_before_remove(struct ckfs *fs, int rank, const char *name);
+
+/*
+ * stp_mf1_restore - put the retained files of MF1 step s back into the rank directories that
+ * lack them, then drop the retained copy. Best effort: on an error the transaction is rolled
+ * back. fs->mu held; runs its own transaction.
+ */
+void stp_mf1_restore(struct ckfs *fs, struct idx_step *s);
+
+#endif

@@ -1,0 +1,502 @@
+/*
+ * steps_mf1.c — MindFormers 1.0 (LAYOUT_MF1): one file per rank per step under rank_N/, judged
+ * across ranks, with per-rank meta.json trackers.
+ *
+ * Locking: every function here runs with fs->mu held unless its comment says otherwise.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+#include "fs/steps_int.h"
+#include "fs/validate.h"
+
+/* ---- MindFormers 1.0: per-rank files, no step directory ---- */
+
+/*
+ * A MindFormers 1.0 step is (epoch, step): one file rank_R/{prefix}-{epoch}_{step}.ckpt per rank,
+ * written as name.tmp and renamed (framework-io.md, MindSpore _exec_save). The step row is named
+ * "{epoch}_{step}" and has no directory. It is complete when every rank of the world (-o ranks=N,
+ * else the number of rank_N directories) has its file under the final name, committed, closed
+ * and sound. rank_R/meta.json is virtual: it names the newest step complete on all ranks.
+ */
+
+/* The rank of directory dir if it is a top-level rank_N directory, else -1. */
+int steps_rank_dir(struct ckfs *fs, uint64_t dir)
+{
+	char name[LAYOUT_NAME_MAX + 1];
+	struct layout_match m;
+	uint64_t parent;
+
+	if (fs->layout < 0 || (fs->layout && fs->layout != LAYOUT_MF1) ||
+	    idx_dentry_parent(fs->ix, dir, &parent, name, sizeof(name)) < 0 ||
+	    parent != IDX_ROOT_INO || layout_classify(name, LAYOUT_NONE, &m) < 0 ||
+	    m.kind != LAYOUT_MF1 || m.role != ROLE_PLAIN || m.rank < 0)
+		return -1;
+	return m.rank;
+}
+
+static int count_rank_dir(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct layout_match m;
+
+	if (S_ISDIR(mode) && layout_classify(name, LAYOUT_NONE, &m) == 0 &&
+	    m.kind == LAYOUT_MF1 && m.role == ROLE_PLAIN && m.rank >= 0)
+		(*(int *)arg)++;
+	return 0;
+}
+
+static int mf1_world(struct ckfs *fs)
+{
+	int n = 0;
+
+	if (fs->ranks > 0)
+		return fs->ranks;
+	if (idx_dir_list(fs->ix, IDX_ROOT_INO, 0, count_rank_dir, &n) < 0)
+		return 0;
+	return n;
+}
+
+struct mf1_find {
+	int rank;
+	int64_t epoch, step;
+	char name[LAYOUT_NAME_MAX + 1];
+	uint64_t ino;
+	bool found;
+};
+
+static int mf1_find_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct mf1_find *f = arg;
+	char rel[LAYOUT_NAME_MAX + 32];
+	struct layout_match m;
+
+	if (!S_ISREG(mode))
+		return 0;
+	snprintf(rel, sizeof(rel), "rank_%d/%s", f->rank, name);
+	if (layout_classify(rel, LAYOUT_MF1, &m) < 0 || m.role != ROLE_STEP_FILE ||
+	    (m.flags & LAYOUT_F_TMP) || m.epoch != f->epoch || m.step != f->step)
+		return 0;
+	snprintf(f->name, sizeof(f->name), "%s", name);
+	f->ino = ino;
+	f->found = true;
+	return 1;
+}
+
+/* rank R's file of (epoch, step), if present. */
+static bool mf1_file(struct ckfs *fs, int rank, int64_t epoch, int64_t step, struct mf1_find *f)
+{
+	char dname[32];
+	uint64_t dir;
+
+	memset(f, 0, sizeof(*f));
+	f->rank = rank;
+	f->epoch = epoch;
+	f->step = step;
+	snprintf(dname, sizeof(dname), "rank_%d", rank);
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir) < 0)
+		return false;
+	idx_dir_list(fs->ix, dir, 0, mf1_find_cb, f);
+	return f->found;
+}
+
+/* Are all ranks' files of (epoch, step) present, committed, closed and sound? */
+static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step, uint64_t *ret_files,
+		      uint64_t *ret_bytes, uint64_t *ret_stored)
+{
+	int world = mf1_world(fs);
+	uint64_t bytes = 0, stored = 0;
+
+	if (world <= 0)
+		return false;
+	for (int r = 0; r < world; r++) {
+		struct mf1_find f;
+		struct idx_inode a;
+		struct oinode *oi;
+
+		if (!mf1_file(fs, r, epoch, step, &f) || idx_inode_get(fs->ix, f.ino, &a) < 0 ||
+		    !a.has_hash || (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+			return false;
+		if ((oi = oi_find(fs, f.ino)) && atomic_load(&oi->ov_dirty))
+			return false;
+		bytes += a.size;
+		uint64_t st = 0;
+
+		if (idx_file_stored_bytes(fs->ix, f.ino, &st) == 0)
+			stored += st;
+	}
+	if (ret_files)
+		*ret_files = (uint64_t)world;
+	if (ret_bytes)
+		*ret_bytes = bytes;
+	if (ret_stored)
+		*ret_stored = stored;
+	return true;
+}
+
+/* Has every rank's meta.json claimed (epoch, step) or a later step? (The MF1 commit marker.) */
+static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step)
+{
+	int world = mf1_world(fs);
+
+	if (world <= 0 || world > fs->mf1_nranks)
+		return false;
+	for (int r = 0; r < world; r++) {
+		int64_t e = fs->mf1_claim[r].epoch, st = fs->mf1_claim[r].step;
+
+		if (e < epoch || (e == epoch && st < step))
+			return false;
+	}
+	return true;
+}
+
+/* Remember rank's newest meta.json claim. Returns 0 or -ENOMEM. */
+int stp_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
+{
+	if (rank < 0 || rank >= (int)VINO_MF1_RANKS)
+		return 0;
+	if (rank >= fs->mf1_nranks) {
+		int n = rank + 1;
+		void *p = realloc(fs->mf1_claim, (size_t)n * sizeof(*fs->mf1_claim));
+
+		if (!p)
+			return -ENOMEM;
+		fs->mf1_claim = p;
+		for (int i = fs->mf1_nranks; i < n; i++)
+			fs->mf1_claim[i].epoch = fs->mf1_claim[i].step = -1;
+		fs->mf1_nranks = n;
+	}
+	if (epoch > fs->mf1_claim[rank].epoch ||
+	    (epoch == fs->mf1_claim[rank].epoch && step > fs->mf1_claim[rank].step)) {
+		fs->mf1_claim[rank].epoch = epoch;
+		fs->mf1_claim[rank].step = step;
+	}
+	return 0;
+}
+
+/* (epoch, step) of MF1 step s from its name "EPOCH_STEP"; false when s is not one. */
+bool stp_mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step)
+{
+	long long e, st;
+
+	if (s->kind != LAYOUT_MF1 || sscanf(s->name, "%lld_%lld", &e, &st) != 2)
+		return false;
+	*epoch = e;
+	*step = st;
+	return true;
+}
+
+/* Complete MF1 step s if every rank's file is whole and every rank's meta.json claimed it. */
+static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
+{
+	struct idx_step s = *sp;
+	uint64_t files, bytes, stored;
+	int64_t e, st;
+
+	if (s.state != IDX_STEP_WRITING && s.state != IDX_STEP_SEALED)
+		return;
+	if (!stp_mf1_key(&s, &e, &st) || !mf1_claimed(fs, e, st) ||
+	    !mf1_sound(fs, e, st, &files, &bytes, &stored))
+		return;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	char note[64];
+
+	snprintf(note, sizeof(note), "all %" PRIu64 " ranks written and claimed", files);
+	if (idx_step_set_figures(fs->ix, s.id, files, bytes, stored, NULL) < 0 ||
+	    stp_set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0) {
+		idx_rollback(fs->ix);
+		return;
+	}
+	stp_rt_drop(fs, s.id);
+	/* -o keep_checkpoint_max: now that a newer step is complete */
+	stp_retention(fs, LAYOUT_MF1);
+}
+
+int stp_mf1_judge_cb(const struct idx_step *s, void *arg)
+{
+	struct idx_step copy = *s;
+
+	if (s->kind == LAYOUT_MF1)
+		mf1_judge(arg, &copy);
+	return 0;
+}
+
+void stp_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid)
+{
+	char name[64];
+	struct idx_step s;
+	int64_t id;
+
+	snprintf(name, sizeof(name), "%" PRId64 "_%" PRId64, m->epoch, m->step);
+	if (idx_step_by_name(fs->ix, LAYOUT_MF1, name, &s) < 0) {
+		if (idx_begin(fs->ix) < 0)
+			return;
+		if (idx_step_create(fs->ix, LAYOUT_MF1, name, m->step, 0, ckfs_now(fs), &id) < 0 ||
+		    idx_commit(fs->ix) < 0) {
+			idx_rollback(fs->ix);
+			return;
+		}
+		if (idx_step_get(fs->ix, id, &s) < 0)
+			return;
+	}
+	stp_rt_note(fs, s.id, pid);
+	mf1_judge(fs, &s);
+}
+
+/*
+ * Remove MF1 step s's file from every rank directory (retention): each rank's
+ * {prefix}-{epoch}_{step}.ckpt|.safetensors under its final name, including a relaunch's
+ * {prefix}_N-... of the same step (MindSpore ModelCheckpoint adds _N to a prefix already used,
+ * tests/traces/mf1.md). In the caller's transaction; freed chunks go to fr.
+ */
+int stp_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct fs_freed *fr)
+{
+	int64_t e, st;
+	int world = mf1_world(fs), rc = 0;
+
+	if (!stp_mf1_key(s, &e, &st))
+		return 0;
+	for (int r = 0; rc == 0 && r < world; r++) {
+		char dname[32];
+		struct mf1_find f;
+		uint64_t rdir;
+
+		snprintf(dname, sizeof(dname), "rank_%d", r);
+		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0)
+			continue;
+		for (int k = 0; rc == 0 && k < 16 && mf1_file(fs, r, e, st, &f); k++) {
+			rc = idx_dentry_remove(fs->ix, rdir, f.name);
+			if (rc == 0)
+				rc = fs_drop_link(fs, f.ino, ckfs_now(fs), fr);
+			if (rc == 0)
+				rc = stp_dir_links_add(fs, rdir, 0, true);
+			if (rc == 0)
+				stp_inval_queue(fs, rdir, f.name);
+		}
+	}
+	return rc;
+}
+
+struct mf1_best {
+	struct ckfs *fs;
+	int64_t epoch, step;
+	struct idx_step s;
+	bool found;
+};
+
+static int mf1_best_cb(const struct idx_step *s, void *arg)
+{
+	struct mf1_best *b = arg;
+	int64_t e, st;
+
+	if (s->state != IDX_STEP_COMPLETE || !stp_mf1_key(s, &e, &st))
+		return 0;
+	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
+		return 0;
+	/* the trainer may have deleted it since (keep_checkpoint_max): still all there, or kept
+	 * in /.ckptfs/retained because it was the newest (stp_mf1_before_remove)? */
+	if (!stp_is_retained(b->fs, s) && !mf1_sound(b->fs, e, st, NULL, NULL, NULL))
+		return 0;
+	b->epoch = e;
+	b->step = st;
+	b->s = *s;
+	b->found = true;
+	return 0;
+}
+
+/* Make dir `name` under parent with the attributes of template tmpl. In a transaction. */
+static int clone_dir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t tmpl,
+		     uint64_t *ret)
+{
+	struct idx_inode a, pa;
+	int rc;
+
+	if ((rc = idx_inode_get(fs->ix, tmpl, &a)) < 0 ||
+	    (rc = idx_inode_get(fs->ix, parent, &pa)) < 0)
+		return rc;
+	a.nlink = 2;
+	if ((rc = idx_inode_create(fs->ix, &a, ret)) < 0 ||
+	    (rc = idx_dentry_add(fs->ix, parent, name, *ret)) < 0)
+		return rc;
+	pa.nlink++;
+	return idx_inode_update(fs->ix, &pa);
+}
+
+/* A second inode with the same content (extents, chunks), attributes and flags as file src,
+ * readable by its owner, named dir/name. In a transaction. */
+static int clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *name)
+{
+	struct idx_extent *ext = NULL;
+	struct idx_inode a;
+	uint64_t ino;
+	size_t n = 0;
+	int rc;
+
+	if ((rc = idx_inode_get(fs->ix, src, &a)) < 0)
+		return rc;
+	a.nlink = 1;
+	a.mode |= S_IRUSR; /* MindSpore makes a .ckpt 0200 (S_IWRITE) before it removes it */
+	if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
+	    (rc = idx_dentry_add(fs->ix, dir, name, ino)) < 0 ||
+	    (rc = idx_file_extents(fs->ix, src, &ext, &n)) < 0)
+		return rc;
+	rc = idx_file_set_content(fs->ix, ino, ext, n, a.size, a.has_hash ? a.hash : NULL,
+				  a.mtime_ns, NULL, NULL);
+	free(ext);
+	if (rc < 0)
+		return rc;
+	a.ino = ino;
+	return idx_inode_update(fs->ix, &a); /* keep the flags and times */
+}
+
+/*
+ * The trainer unlinks rank_R/name. MindSpore's keep_checkpoint_max deletes the oldest .ckpt of
+ * each rank BEFORE it saves (framework-io.md), so after a crash in the save that follows, the
+ * newest complete step can be gone from some ranks and no step is complete on all of them. When
+ * name is a file of the newest complete MF1 step, keep every rank's file of that step (same
+ * chunks) as /.ckptfs/retained/{epoch}_{step}.{id}/rank_R/name, the step's directory, until a
+ * newer step is complete (retention prunes it) or a meta.json read brings the files back
+ * (stp_mf1_restore). Best effort: on an index error the unlink goes on and nothing is kept.
+ */
+void stp_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
+{
+	char rel[LAYOUT_NAME_MAX + 32], qname[300];
+	struct mf1_best b = { .fs = fs };
+	struct layout_match m;
+	uint64_t top;
+	int world = mf1_world(fs), rc;
+
+	snprintf(rel, sizeof(rel), "rank_%d/%s", rank, name);
+	if (layout_classify(rel, LAYOUT_MF1, &m) < 0 || m.role != ROLE_STEP_FILE ||
+	    (m.flags & LAYOUT_F_TMP) || world <= 0)
+		return;
+	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found || b.epoch != m.epoch ||
+	    b.step != m.step || stp_is_retained(fs, &b.s) || b.s.dir_ino)
+		return;
+	snprintf(qname, sizeof(qname), "%s.%" PRId64, b.s.name, b.s.id);
+	if (idx_begin(fs->ix) < 0)
+		return;
+	rc = clone_dir(fs, fs->retained_ino, qname, IDX_ROOT_INO, &top);
+	for (int r = 0; rc == 0 && r < world; r++) {
+		char dname[32];
+		struct mf1_find f;
+		uint64_t rdir, cdir;
+
+		snprintf(dname, sizeof(dname), "rank_%d", r);
+		if (!mf1_file(fs, r, m.epoch, m.step, &f) ||
+		    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0) {
+			rc = -ENOENT;
+			break;
+		}
+		rc = clone_dir(fs, top, dname, rdir, &cdir);
+		if (rc == 0)
+			rc = clone_file(fs, f.ino, cdir, f.name);
+	}
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, b.s.id, top);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	else
+		idx_rollback(fs->ix);
+	if (rc == 0)
+		stp_logf("the trainer deletes '%s' of step '%s', the newest complete step: "
+			 "all ranks' files kept in '.ckptfs/%s/%s' until a newer step is complete",
+			 rel, b.s.name, RETAINED_NAME, qname);
+}
+
+struct one_file {
+	char name[LAYOUT_NAME_MAX + 1];
+	uint64_t ino;
+	bool found;
+};
+
+static int one_file_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct one_file *o = arg;
+
+	if (!S_ISREG(mode))
+		return 0;
+	snprintf(o->name, sizeof(o->name), "%s", name);
+	o->ino = ino;
+	o->found = true;
+	return 1;
+}
+
+/*
+ * Put the retained files of MF1 step s back into the rank directories that lack them, so the
+ * trainer's resume (it lists rank_R/ for the step meta.json names) finds them; then drop the
+ * retained copy. A name taken meanwhile keeps its file (the retained one is dropped with the
+ * rest). Best effort, like stp_restore().
+ */
+void stp_mf1_restore(struct ckfs *fs, struct idx_step *s)
+{
+	struct fs_freed fr = { 0 };
+	int64_t e, st;
+	int world = mf1_world(fs), rc = 0, back = 0;
+
+	if (!stp_is_retained(fs, s) || !stp_mf1_key(s, &e, &st) || world <= 0 ||
+	    idx_begin(fs->ix) < 0)
+		return;
+	for (int r = 0; rc == 0 && r < world; r++) {
+		char dname[32];
+		struct one_file o = { 0 };
+		struct mf1_find f;
+		struct idx_inode d;
+		uint64_t rdir, cdir, cur;
+
+		snprintf(dname, sizeof(dname), "rank_%d", r);
+		if (mf1_file(fs, r, e, st, &f) ||
+		    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0 ||
+		    idx_dentry_lookup(fs->ix, s->dir_ino, dname, &cdir) < 0 ||
+		    idx_dir_list(fs->ix, cdir, 0, one_file_cb, &o) < 0 || !o.found ||
+		    idx_dentry_lookup(fs->ix, rdir, o.name, &cur) == 0)
+			continue;
+		rc = idx_dentry_move(fs->ix, cdir, o.name, rdir, o.name);
+		if (rc == 0 && (rc = idx_inode_get(fs->ix, rdir, &d)) == 0) {
+			d.mtime_ns = d.ctime_ns = ckfs_now(fs);
+			rc = idx_inode_update(fs->ix, &d);
+		}
+		if (rc == 0) {
+			stp_inval_queue(fs, rdir, o.name);
+			back++;
+		}
+	}
+	if (rc == 0)
+		rc = stp_drop_tree(fs, s, &fr);
+	rc = rc == 0 ? idx_commit(fs->ix) : rc;
+	if (rc < 0)
+		idx_rollback(fs->ix);
+	fs_release_finish(fs, &fr, rc == 0);
+	if (rc == 0)
+		stp_logf("restored step '%s' (the newest complete step): %d rank file(s) put back "
+			 "for a resuming reader", s->name, back);
+}
+
+/* rank_R/meta.json as MindSpore writes it, naming the newest step complete on all ranks. */
+int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
+{
+	struct mf1_best b = { .fs = fs };
+	struct layout_tracker t = { 0 };
+	struct mf1_find f;
+
+	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found)
+		return -ENOENT;
+	stp_mf1_restore(fs, &b.s);
+	if (!mf1_file(fs, rank, b.epoch, b.step, &f))
+		return -ENOENT;
+	t.step = b.step;
+	t.epoch = b.epoch;
+	snprintf(t.ckpt_file, sizeof(t.ckpt_file), "%s", f.name);
+	return layout_tracker_format(LAYOUT_MF1, &t, buf, cap);
+}

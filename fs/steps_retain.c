@@ -1,0 +1,361 @@
+/*
+ * steps_retain.c — retention: which complete steps are kept, pruning, and the retained copies
+ * (keep_copy, restore) that bring back a step a trainer deleted.
+ *
+ * Locking: every function here runs with fs->mu held unless its comment says otherwise.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+#include "fs/steps_int.h"
+#include "fs/validate.h"
+
+/* ---- retention ---- */
+
+struct ret_ctx {
+	struct ckfs *fs;
+	int kind;
+	int64_t *ids;
+	size_t n, cap;
+};
+
+static int collect_complete(const struct idx_step *s, void *arg)
+{
+	struct ret_ctx *c = arg;
+
+	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || stp_is_slot(s))
+		return 0; /* a slot's old versions go when its new one completes (stp_slot_done) */
+	if (stp_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+		return -ENOMEM;
+	c->ids[c->n++] = s->id;
+	return 0;
+}
+
+/* Remove the whole tree under dir (entries only; dir's own dentry is the caller's). */
+static int tree_remove(struct ckfs *fs, uint64_t dir, struct fs_freed *fr, int depth)
+{
+	struct rm_ctx c = { 0 };
+	int rc;
+
+	if (depth > 256)
+		return -ELOOP;
+	rc = idx_dir_list(fs->ix, dir, 0, stp_rm_collect, &c);
+	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
+		if (S_ISDIR(c.modes[i]) && (rc = tree_remove(fs, c.inos[i], fr, depth + 1)) < 0)
+			break;
+		rc = idx_dentry_remove(fs->ix, dir, c.names[i]);
+		if (rc == 0)
+			rc = fs_drop_link(fs, c.inos[i], ckfs_now(fs), fr);
+	}
+	for (size_t i = 0; i < c.n; i++)
+		free(c.names[i]);
+	free(c.names);
+	free(c.inos);
+	free(c.modes);
+	return rc < 0 ? rc : 0;
+}
+
+/* Remove step s's directory tree from wherever it is (the namespace, quarantine, retained);
+ * its dir_ino becomes 0. Chunks no longer referenced are added to fr. In a transaction. */
+int stp_drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
+{
+	uint64_t parent, cur;
+	char name[300];
+	int rc = 0;
+
+	if (s->dir_ino && idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) == 0 &&
+	    idx_dentry_lookup(fs->ix, parent, name, &cur) == 0 && cur == s->dir_ino) {
+		rc = tree_remove(fs, s->dir_ino, fr, 0);
+		if (rc == 0)
+			rc = idx_dentry_remove(fs->ix, parent, name);
+		if (rc == 0)
+			stp_inval_queue(fs, parent, name);
+		if (rc == 0)
+			rc = fs_drop_link(fs, s->dir_ino, ckfs_now(fs), fr);
+		if (rc == 0)
+			rc = stp_dir_links_add(fs, parent, -1, true);
+	}
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, s->id, 0);
+	if (rc == 0)
+		s->dir_ino = 0;
+	return rc;
+}
+
+/* Prune one step: its tree leaves the namespace wherever it is, its state becomes pruned. */
+int stp_prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
+{
+	int rc = stp_drop_tree(fs, s, fr);
+
+	if (rc == 0 && s->kind == LAYOUT_MF1)
+		rc = stp_mf1_drop_files(fs, s, fr); /* its rank files, from the rank directories */
+
+	if (rc == 0)
+		rc = stp_set_state(fs, s, IDX_STEP_PRUNED, "retention");
+	return rc;
+}
+
+/* Is step s kept only in /.ckptfs/retained (the trainer deleted it)? */
+bool stp_is_retained(struct ckfs *fs, const struct idx_step *s)
+{
+	uint64_t parent;
+
+	return s->dir_ino && idx_dentry_parent(fs->ix, s->dir_ino, &parent, NULL, 0) == 0 &&
+	       parent == fs->retained_ino;
+}
+
+/* Sort MF1 step ids by (epoch, step), ascending (insertion sort: a few hundred at most). */
+static void mf1_order(struct ckfs *fs, int64_t *ids, size_t n)
+{
+	int64_t (*key)[3] = calloc(n ? n : 1, sizeof(*key));
+	struct idx_step s;
+
+	if (!key)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		key[i][0] = key[i][1] = -1;
+		key[i][2] = ids[i];
+		if (idx_step_get(fs->ix, ids[i], &s) == 0)
+			stp_mf1_key(&s, &key[i][0], &key[i][1]);
+	}
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && (key[j - 1][0] > key[j][0] ||
+					     (key[j - 1][0] == key[j][0] && key[j - 1][1] > key[j][1]));
+		     j--) {
+			int64_t t[3];
+
+			memcpy(t, key[j], sizeof(t));
+			memcpy(key[j], key[j - 1], sizeof(t));
+			memcpy(key[j - 1], t, sizeof(t));
+		}
+	for (size_t i = 0; i < n; i++)
+		ids[i] = key[i][2];
+	free(key);
+}
+
+void stp_retention(struct ckfs *fs, int kind)
+{
+	struct ret_ctx c = { .fs = fs, .kind = kind };
+	struct fs_freed fr = { 0 };
+	unsigned kept = 0;
+	bool ok = true;
+
+	if (idx_step_foreach(fs->ix, collect_complete, &c) < 0)
+		goto out;
+	/* steps the trainer deleted were kept only until a newer step is complete: now */
+	if (c.n > 1 && idx_begin(fs->ix) == 0) {
+		for (size_t i = 0; i + 1 < c.n && ok; i++) {
+			struct idx_step s;
+
+			if (idx_step_get(fs->ix, c.ids[i], &s) == 0 && !s.pinned &&
+			    stp_is_retained(fs, &s))
+				ok = stp_prune(fs, &s, &fr) == 0;
+		}
+		ok = ok && idx_commit(fs->ix) == 0;
+		if (!ok)
+			idx_rollback(fs->ix);
+		fs_release_finish(fs, &fr, ok);
+		free(c.ids);
+		c.ids = NULL;
+		c.n = c.cap = 0;
+		if (!ok || idx_step_foreach(fs->ix, collect_complete, &c) < 0)
+			goto out;
+	}
+	if (fs->keep_max == 0)
+		goto out;
+	if (kind == LAYOUT_MF1)
+		mf1_order(fs, c.ids, c.n); /* its step number restarts every epoch */
+	/* ids come ordered by step number ascending: keep from the newest end */
+	if (idx_begin(fs->ix) < 0)
+		goto out;
+	for (size_t i = c.n; i-- > 0 && ok;) {
+		struct idx_step s;
+
+		if (idx_step_get(fs->ix, c.ids[i], &s) < 0)
+			continue;
+		if (s.pinned || (fs->keep_every && s.step >= 0 && s.step % fs->keep_every == 0))
+			continue; /* kept, and not counted */
+		if (kept < fs->keep_max) {
+			kept++; /* keep_max >= 1, so the newest unpinned complete step is kept */
+			continue;
+		}
+		ok = stp_prune(fs, &s, &fr) == 0;
+		if (ok)
+			ckpt_fault("retention-txn");
+	}
+	ok = ok && idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix);
+	if (ok && fr.n)
+		ckpt_fault("retention-after");
+	fs_release_finish(fs, &fr, ok);
+out:
+	free(c.ids);
+}
+
+/* ---- the trainer deleting the newest complete step (MindFormers 2.0 with keep=1) ---- */
+
+/* Copy the tree under src into the new directory dst: inodes are new, chunks are shared. */
+static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
+{
+	struct rm_ctx c = { 0 };
+	int rc;
+
+	if (depth > 256)
+		return -ELOOP;
+	rc = idx_dir_list(fs->ix, src, 0, stp_rm_collect, &c);
+	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
+		struct idx_inode a;
+		uint64_t ino;
+
+		if ((rc = idx_inode_get(fs->ix, c.inos[i], &a)) < 0)
+			break;
+		a.nlink = S_ISDIR(a.mode) ? 2 : 1;
+		if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
+		    (rc = idx_dentry_add(fs->ix, dst, c.names[i], ino)) < 0)
+			break;
+		if (S_ISDIR(a.mode)) {
+			if ((rc = stp_dir_links_add(fs, dst, 1, false)) < 0 ||
+			    (rc = tree_clone(fs, c.inos[i], ino, depth + 1)) < 0)
+				break;
+		} else if (S_ISLNK(a.mode)) {
+			char target[LAYOUT_PATH_MAX + 1];
+
+			if ((rc = idx_symlink_get(fs->ix, c.inos[i], target, sizeof(target))) < 0 ||
+			    (rc = idx_symlink_set(fs->ix, ino, target)) < 0)
+				break;
+		} else if (S_ISREG(a.mode)) {
+			struct idx_extent *ext = NULL;
+			size_t n = 0;
+
+			if ((rc = idx_file_extents(fs->ix, c.inos[i], &ext, &n)) < 0)
+				break;
+			rc = idx_file_set_content(fs->ix, ino, ext, n, a.size,
+						  a.has_hash ? a.hash : NULL, a.mtime_ns, NULL, NULL);
+			free(ext);
+			if (rc < 0)
+				break;
+			a.ino = ino;
+			rc = idx_inode_update(fs->ix, &a); /* keep the flags and times */
+			if (rc < 0)
+				break;
+		}
+	}
+	for (size_t i = 0; i < c.n; i++)
+		free(c.names[i]);
+	free(c.names);
+	free(c.inos);
+	free(c.modes);
+	return rc < 0 ? rc : 0;
+}
+
+/*
+ * Keep complete step s: a copy of its tree (new inodes, the same chunks) as
+ * /.ckptfs/retained/NAME.ID, which becomes the step's directory; the tree at s->dir_ino (its
+ * attributes in *dir_attr) is left to the trainer. qname receives NAME.ID. In a transaction.
+ * Returns 0 or -errno.
+ */
+int stp_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode *dir_attr,
+		  char *qname, size_t cap)
+{
+	uint64_t clone;
+	int rc;
+
+	stp_flat_name(s->name, s->id, qname, cap);
+	dir_attr->nlink = 2;
+	rc = idx_inode_create(fs->ix, dir_attr, &clone);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
+	if (rc == 0)
+		rc = stp_dir_links_add(fs, fs->retained_ino, 1, false);
+	if (rc == 0)
+		rc = tree_clone(fs, s->dir_ino, clone, 0);
+	if (rc == 0)
+		rc = idx_step_set_dir(fs->ix, s->id, clone);
+	return rc;
+}
+
+/*
+ * Whether directory ino, at the step's name, is what the trainer left of the step when its
+ * deletion was cut short (steps_before_remove moved the step to its clone): no step row owns
+ * it, or only one that is over (incomplete, corrupt, pruned). A step being written or sealed
+ * under that name (the trainer saving the same step again) is never taken away.
+ */
+static bool is_leftover(struct ckfs *fs, uint64_t ino)
+{
+	struct idx_step o;
+
+	if (idx_step_by_dir(fs->ix, ino, &o) < 0)
+		return true;
+	return o.state != IDX_STEP_WRITING && o.state != IDX_STEP_SEALED &&
+	       o.state != IDX_STEP_COMPLETE;
+}
+
+/*
+ * Put a retained step back at its name, so a resuming trainer finds what its tracker names. A
+ * deletion cut short (the trainer killed after removing some of the step's files) leaves part of
+ * the step at the name: that part is set aside in /.ckptfs/quarantine as NAME.partial-ID (its
+ * files are all in the retained copy), and the whole step takes its place.
+ */
+void stp_restore(struct ckfs *fs, struct idx_step *s)
+{
+	uint64_t parent, cur;
+	char name[300], pname[320];
+	bool partial;
+
+	if (s->kind == LAYOUT_MF1)
+		return; /* per-rank files, no directory: stp_mf1_restore, from a meta.json read */
+	const char *leaf;
+	uint64_t home;
+
+	if (!s->dir_ino || idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) < 0 ||
+	    parent != fs->retained_ino || stp_step_home(fs, s->name, &home, &leaf) < 0)
+		return;
+	partial = idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0;
+	if (partial && !is_leftover(fs, cur))
+		return;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	int rc = 0;
+
+	if (partial) {
+		/* the part leaves its home for quarantine; the step takes its place below */
+		char flat[300];
+
+		stp_flat_name(s->name, -1, flat, sizeof(flat));
+		snprintf(pname, sizeof(pname), "%s.partial-%" PRId64, flat, s->id);
+		rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, pname);
+		if (rc == 0)
+			rc = stp_dir_links_add(fs, fs->quarantine_ino, 1, true);
+	}
+	if (rc == 0)
+		rc = idx_dentry_move(fs->ix, fs->retained_ino, name, home, leaf);
+	if (rc == 0)
+		rc = stp_dir_links_add(fs, fs->retained_ino, -1, false);
+	if (rc == 0)
+		rc = stp_dir_links_add(fs, home, partial ? 0 : 1, true);
+	if (rc == 0 && idx_commit(fs->ix) == 0) {
+		if (partial) {
+			stp_inval_queue(fs, home, leaf); /* the kernel has the part cached */
+			stp_logf("restored '%s' (the newest complete step) for a resuming reader; "
+				 "what the trainer had not yet deleted of it is in "
+				 "'.ckptfs/quarantine/%s'", s->name, pname);
+		} else {
+			stp_logf("restored '%s' (the newest complete step) for a resuming reader",
+				 s->name);
+		}
+	} else if (rc < 0) {
+		idx_rollback(fs->ix);
+	}
+}

@@ -1,0 +1,179 @@
+/*
+ * steps_slot.c — InternEvo snapshot slots (snapshot/K): steps rewritten in place, numbered by
+ * their marker, with the last complete version kept while a slot is rewritten.
+ *
+ * Locking: every function here runs with fs->mu held unless its comment says otherwise.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+#include "fs/steps_int.h"
+#include "fs/validate.h"
+
+/* ---- InternEvo snapshot slots: a step directory rewritten in place ---- */
+
+/*
+ * InternEvo's snapshot saves rewrite `snapshot/K/` in place and then add `M.step` beside the
+ * markers of the steps the slot held before (tests/traces/internevo.md). Its resume loads the
+ * folder holding the highest `.step` as it is, so a save cut short in a slot whose old marker
+ * is the newest would be loaded torn. A slot is therefore versioned:
+ *   1. Each version is a step row named "snapshot/K"; its number is the marker that sealed it
+ *      (0 until sealed).
+ *   2. The first change under a slot whose version is complete (steps_before_change) keeps that
+ *      version: its tree is cloned (same chunks) into /.ckptfs/retained and its row moves
+ *      there; a new row, writing, owns the directory the trainer rewrites.
+ *   3. The new version completes like any step (its marker, every file whole and durable):
+ *      then the kept versions of the slot are pruned (stp_slot_done).
+ *   4. The new version set aside (its writers gone unsealed, or a file torn): it goes to
+ *      quarantine and the newest kept version is put back at the slot's name (stp_restore()), so
+ *      a resume sees the slot's last complete version, files and markers together.
+ * Slots are not counted by retention and never pruned by it.
+ */
+
+/* Set slot s's number from the name of the marker sealing it ("<digits>.step"). */
+void stp_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker)
+{
+	long long v;
+	char tail;
+
+	if (sscanf(marker, "%lld.ste%c", &v, &tail) != 2 || tail != 'p' || v < 0 || v == s->step)
+		return;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	if (idx_step_set_number(fs->ix, s->id, v) < 0 || idx_commit(fs->ix) < 0) {
+		idx_rollback(fs->ix);
+		return;
+	}
+	s->step = v;
+}
+
+struct slot_ctx {
+	const struct idx_step *s;
+	int64_t *ids;
+	size_t n, cap;
+};
+
+static int slot_kept_cb(const struct idx_step *o, void *arg)
+{
+	struct slot_ctx *c = arg;
+
+	if (o->id == c->s->id || o->kind != c->s->kind || strcmp(o->name, c->s->name) != 0 ||
+	    o->state != IDX_STEP_COMPLETE)
+		return 0;
+	if (stp_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+		return -ENOMEM;
+	c->ids[c->n++] = o->id;
+	return 0;
+}
+
+/*
+ * Slot s was judged: complete, its kept versions are pruned (invariant 3); set aside, the
+ * newest kept version takes its place again (invariant 4).
+ */
+void stp_slot_done(struct ckfs *fs, const struct idx_step *s)
+{
+	struct slot_ctx c = { .s = s };
+	struct fs_freed fr = { 0 };
+	struct idx_step o, best = { .id = 0 };
+	bool ok = true;
+
+	if (idx_step_foreach(fs->ix, slot_kept_cb, &c) < 0 || c.n == 0)
+		goto out;
+	if (s->state == IDX_STEP_INCOMPLETE) {
+		for (size_t i = 0; i < c.n; i++)
+			if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && stp_is_retained(fs, &o) &&
+			    (!best.id || o.step > best.step || (o.step == best.step && o.id > best.id)))
+				best = o;
+		if (best.id)
+			stp_restore(fs, &best);
+		goto out;
+	}
+	if (idx_begin(fs->ix) < 0)
+		goto out;
+	for (size_t i = 0; i < c.n && ok; i++)
+		if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && !o.pinned && stp_is_retained(fs, &o))
+			ok = stp_prune(fs, &o, &fr) == 0;
+	ok = ok && idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix);
+	fs_release_finish(fs, &fr, ok);
+out:
+	free(c.ids);
+}
+
+/*
+ * The slot holding directory dir (dir itself or its parent), if dir is in a slot: its directory
+ * inode, or 0. Cheap when there are no slots: one lookup of `snapshot` in the root.
+ */
+static uint64_t slot_of_dir(struct ckfs *fs, uint64_t dir)
+{
+	uint64_t snap, up, upup;
+
+	if (fs->layout < 0 || (fs->layout && fs->layout != LAYOUT_INTERNEVO) ||
+	    dir == IDX_ROOT_INO || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &snap) < 0 ||
+	    idx_dentry_parent(fs->ix, dir, &up, NULL, 0) < 0)
+		return 0;
+	if (up == snap)
+		return dir;
+	if (up != IDX_ROOT_INO && idx_dentry_parent(fs->ix, up, &upup, NULL, 0) == 0 && upup == snap)
+		return up;
+	return 0;
+}
+
+bool steps_slot_home(struct ckfs *fs, uint64_t dir)
+{
+	uint64_t snap;
+
+	return fs->layout >= 0 && (!fs->layout || fs->layout == LAYOUT_INTERNEVO) &&
+	       dir != IDX_ROOT_INO &&
+	       idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &snap) == 0 && snap == dir;
+}
+
+void steps_before_change(struct ckfs *fs, uint64_t dir)
+{
+	char qname[300];
+	struct idx_step s;
+	struct idx_inode a;
+	uint64_t slot = slot_of_dir(fs, dir);
+	int64_t id;
+	int rc;
+
+	if (!slot || idx_step_by_dir(fs->ix, slot, &s) < 0 || s.state != IDX_STEP_COMPLETE ||
+	    !stp_is_slot(&s) || idx_inode_get(fs->ix, slot, &a) < 0)
+		return;
+	if (idx_begin(fs->ix) < 0)
+		return;
+	rc = stp_keep_copy(fs, &s, &a, qname, sizeof(qname));
+	if (rc == 0)
+		rc = idx_step_create(fs->ix, LAYOUT_INTERNEVO, s.name, 0, slot, ckfs_now(fs), &id);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	else
+		idx_rollback(fs->ix);
+	if (rc == 0)
+		stp_logf("slot '%s' is being rewritten: its last complete version (step %" PRId64
+			 ") is kept as '.ckptfs/%s/%s' and comes back if the new one is not "
+			 "completed", s.name, s.step, RETAINED_NAME, qname);
+	else
+		stp_logf("slot '%s': cannot keep its last complete version before it is "
+			 "rewritten: %s", s.name, strerror(-rc));
+}
+
+void steps_before_write(struct ckfs *fs, uint64_t ino)
+{
+	uint64_t parent;
+
+	if (fs->layout >= 0 && idx_dentry_parent(fs->ix, ino, &parent, NULL, 0) == 0)
+		steps_before_change(fs, parent);
+}

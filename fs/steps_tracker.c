@@ -1,0 +1,261 @@
+/*
+ * steps_tracker.c — virtual trackers: their inodes, names, attributes and content (the newest
+ * complete step), and what a trainer's write to one claims.
+ *
+ * Locking: every function here runs with fs->mu held unless its comment says otherwise.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+#include "fs/steps_int.h"
+#include "fs/validate.h"
+
+/* ---- virtual trackers ---- */
+
+bool steps_is_vino(uint64_t ino)
+{
+	return (ino >= VINO_BASE && ino < VINO_BASE + LAYOUT_KIND_COUNT) ||
+	       (ino >= VINO_MF1_META(0) && ino < VINO_MF1_META(VINO_MF1_RANKS));
+}
+
+int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct idx_step *ret)
+{
+	if (vino >= VINO_MF1_META(0)) {
+		int n = steps_mf1_meta(fs, (int)(vino - VINO_MF1_META(0)), buf, cap);
+
+		if (n >= 0 && ret) {
+			memset(ret, 0, sizeof(*ret));
+			ret->completed_ns = ckpt_now_ns();
+		}
+		return n;
+	}
+	return steps_tracker_content(fs, (int)(vino - VINO_BASE), buf, cap, ret);
+}
+
+/* Is name (at the root) a tracker? Returns its kind, or LAYOUT_NONE. */
+static enum layout_kind tracker_kind(struct ckfs *fs, const char *name)
+{
+	struct layout_match m;
+
+	if (fs->layout < 0 || layout_classify(name, fs->layout, &m) < 0 || m.role != ROLE_TRACKER ||
+	    m.kind == LAYOUT_MF1 || strchr(name, '/'))
+		return LAYOUT_NONE;
+	return m.kind;
+}
+
+struct newest_ctx {
+	struct ckfs *fs;
+	enum layout_kind tracker;
+	struct idx_step best;
+	bool found;
+};
+
+static int newest_cb(const struct idx_step *s, void *arg)
+{
+	struct newest_ctx *c = arg;
+
+	if (s->state != IDX_STEP_COMPLETE || s->step < 0 ||
+	    !layout_tracker_shared(c->tracker, (enum layout_kind)s->kind))
+		return 0;
+	if (c->found && s->step < c->best.step)
+		return 0;
+	c->best = *s;
+	c->found = true;
+	return 0;
+}
+
+/* The newest complete step a tracker of this kind resolves to, skipping corrupt ones. */
+static int resolve(struct ckfs *fs, enum layout_kind tracker, struct idx_step *ret)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		struct newest_ctx c = { .fs = fs, .tracker = tracker };
+
+		if (idx_step_foreach(fs->ix, newest_cb, &c) < 0 || !c.found)
+			return -ENOENT;
+		if (c.best.dir_ino && stp_tree_has_bad_chunk(fs, c.best.dir_ino) > 0) {
+			struct idx_step s = c.best;
+
+			if (idx_begin(fs->ix) == 0) {
+				if (stp_set_state(fs, &s, IDX_STEP_CORRUPT,
+						  "a chunk failed its checksum") < 0 ||
+				    stp_move_to_quarantine(fs, &s) < 0 || idx_commit(fs->ix) < 0)
+					idx_rollback(fs->ix);
+			}
+			if (s.state != IDX_STEP_CORRUPT)
+				return -EIO;
+			continue;
+		}
+		*ret = c.best;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
+			  struct idx_step *ret_step)
+{
+	struct layout_tracker t = { .epoch = -1 };
+	struct idx_step s;
+	int rc = resolve(fs, (enum layout_kind)kind, &s);
+
+	if (rc < 0)
+		return rc;
+	stp_restore(fs, &s);
+	t.step = s.step;
+	rc = layout_tracker_format((enum layout_kind)kind, &t, buf, cap);
+	if (rc >= 0 && ret_step)
+		*ret_step = s;
+	return rc;
+}
+
+int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_vino)
+{
+	enum layout_kind k;
+
+	if (parent != IDX_ROOT_INO) {
+		char mbuf[LAYOUT_TRACKER_MAX];
+		uint64_t v;
+
+		if (steps_tracker_name(fs, parent, name) != LAYOUT_MF1)
+			return 0;
+		v = steps_tracker_vino(fs, parent, LAYOUT_MF1);
+		if (!v || steps_vcontent(fs, v, mbuf, sizeof(mbuf), NULL) < 0)
+			return -ENOENT;
+		*ret_vino = v;
+		return 1;
+	}
+	if ((k = tracker_kind(fs, name)) == LAYOUT_NONE)
+		return 0;
+	char buf[LAYOUT_TRACKER_MAX];
+	struct idx_step s;
+
+	if (steps_tracker_content(fs, k, buf, sizeof(buf), &s) < 0)
+		return -ENOENT;
+	*ret_vino = VINO_BASE + k;
+	return 1;
+}
+
+int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st)
+{
+	char buf[LAYOUT_TRACKER_MAX];
+	struct idx_inode root;
+	struct idx_step s;
+	int n = steps_vcontent(fs, vino, buf, sizeof(buf), &s);
+
+	if (n < 0) {
+		/* no complete step: the name does not resolve (steps_vlookup), but an inode the
+		 * kernel already holds (a trainer writing the tracker) stats as empty */
+		n = 0;
+		memset(&s, 0, sizeof(s));
+		s.completed_ns = ckpt_now_ns();
+	}
+	if (idx_inode_get(fs->ix, IDX_ROOT_INO, &root) < 0)
+		return -EIO;
+	memset(st, 0, sizeof(*st));
+	st->st_ino = vino;
+	st->st_mode = S_IFREG | 0644;
+	st->st_nlink = 1;
+	st->st_uid = root.uid;
+	st->st_gid = root.gid;
+	st->st_size = n;
+	st->st_blocks = (n + 511) / 512;
+	st->st_blksize = 4096;
+	st->st_mtim.tv_sec = s.completed_ns / 1000000000;
+	st->st_mtim.tv_nsec = s.completed_ns % 1000000000;
+	st->st_ctim = st->st_atim = st->st_mtim;
+	return 0;
+}
+
+int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap)
+{
+	char content[LAYOUT_TRACKER_MAX];
+	struct idx_step s;
+
+	if (steps_tracker_content(fs, kind, content, sizeof(content), &s) < 0)
+		return -ENOENT;
+	return layout_tracker_path((enum layout_kind)kind, s.step, -1, buf, cap);
+}
+
+int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name)
+{
+	if (parent == IDX_ROOT_INO)
+		return tracker_kind(fs, name);
+	if (strcmp(name, "meta.json") == 0 && steps_rank_dir(fs, parent) >= 0)
+		return LAYOUT_MF1;
+	return LAYOUT_NONE;
+}
+
+uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind)
+{
+	if (kind == LAYOUT_MF1) {
+		int r = steps_rank_dir(fs, parent);
+
+		return r >= 0 && (unsigned)r < VINO_MF1_RANKS ? VINO_MF1_META(r) : 0;
+	}
+	return VINO_BASE + (uint64_t)kind;
+}
+
+void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
+		    pid_t pid)
+{
+	struct layout_tracker t;
+	int64_t id;
+	int rc = layout_tracker_parse((enum layout_kind)kind, name, buf, len, &t);
+	int64_t step = rc == 0 ? t.step : -1;
+
+	if (idx_begin(fs->ix) == 0) {
+		if (idx_claim_add(fs->ix, name, buf, len, step, ckfs_now(fs), &id) < 0 ||
+		    idx_commit(fs->ix) < 0)
+			idx_rollback(fs->ix);
+	}
+	if (rc < 0) {
+		stp_logf("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
+		return;
+	}
+	if (kind == LAYOUT_MF1) {
+		int rank = -1;
+
+		/* the marker of MF1: every rank's meta.json; a step completes once all claimed it */
+		if (sscanf(name, "rank_%d/", &rank) == 1 &&
+		    stp_mf1_note_claim(fs, rank, t.epoch, t.step) == 0)
+			idx_step_foreach(fs->ix, stp_mf1_judge_cb, fs);
+		return;
+	}
+	/* seal the named step of every layout sharing this tracker */
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
+		char dname[LAYOUT_NAME_MAX + 1];
+		struct idx_step s;
+		uint64_t dir;
+
+		if (!layout_tracker_shared((enum layout_kind)kind, (enum layout_kind)k) ||
+		    layout_step_dir_name((enum layout_kind)k, step, dname, sizeof(dname)) < 0)
+			continue;
+		if (idx_step_by_name(fs->ix, k, dname, &s) == 0) {
+			stp_rt_note(fs, s.id, pid);
+			stp_seal(fs, &s, "tracker claim");
+			return;
+		}
+		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir) == 0) {
+			struct layout_match m;
+
+			if (layout_classify(dname, fs->layout, &m) == 0 &&
+			    stp_step_of_path(fs, dname, &m, &s) == 0) {
+				stp_seal(fs, &s, "tracker claim");
+				return;
+			}
+		}
+	}
+	stp_logf("tracker '%s' claims step %" PRId64 ", which does not exist: claim recorded, "
+		 "trackers keep naming the newest complete step", name, step);
+}

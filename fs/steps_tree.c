@@ -1,0 +1,449 @@
+/*
+ * steps_tree.c — the tree of a step: walking it (soundness, bad chunks, revalidation), path
+ * helpers, the queue of names the kernel must forget, quarantine moves and state changes.
+ *
+ * Locking: every function here runs with fs->mu held unless its comment says otherwise.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fs/fs_int.h"
+#include "fs/layout.h"
+#include "fs/steps_int.h"
+#include "fs/validate.h"
+
+/* Is ino inside /.ckptfs? */
+bool steps_in_meta(struct ckfs *fs, uint64_t ino)
+{
+	for (int depth = 0; depth < 256 && ino != IDX_ROOT_INO; depth++) {
+		uint64_t up;
+
+		if (ino == fs->meta_ino)
+			return true;
+		if (idx_dentry_parent(fs->ix, ino, &up, NULL, 0) < 0)
+			return false;
+		ino = up;
+	}
+	return false;
+}
+
+/* Path of ino relative to the root without the leading '/', into buf. */
+int stp_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
+{
+	char tmp[LAYOUT_PATH_MAX + 1];
+	int n = idx_path(fs->ix, ino, tmp, sizeof(tmp));
+
+	if (n < 0)
+		return n;
+	const char *p = tmp[0] == '/' ? tmp + 1 : tmp;
+	size_t len = strlen(p);
+
+	if ((size_t)n >= sizeof(tmp) || len >= cap)
+		return -ENAMETOOLONG;
+	memcpy(buf, p, len + 1);
+	return 0;
+}
+
+/*
+ * Make room for one more element in the array *vp of *cap elements of elem bytes, n in use.
+ * Returns 0 or -ENOMEM (the array is unchanged).
+ */
+int stp_grow(void *vp, size_t *cap, size_t n, size_t elem)
+{
+	void **v = vp;
+
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : 16;
+	void *p = realloc(*v, nc * elem);
+
+	if (!p)
+		return -ENOMEM;
+	*v = p;
+	*cap = nc;
+	return 0;
+}
+
+/* Queue parent/name for fs_flush_inval. fs->mu held. Dropped silently on ENOMEM (the kernel
+ * then forgets it by itself later, under memory pressure or at unmount). */
+void stp_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
+{
+	if (stp_grow(&fs->inval, &fs->capinval, fs->ninval, sizeof(*fs->inval)) < 0)
+		return;
+	fs->inval[fs->ninval].parent = parent;
+	snprintf(fs->inval[fs->ninval].name, sizeof(fs->inval[0].name), "%s", name);
+	fs->ninval++;
+}
+
+void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n)
+{
+	pthread_mutex_lock(&fs->mu);
+	*ret_v = fs->inval;
+	*ret_n = fs->ninval;
+	fs->inval = NULL;
+	fs->ninval = fs->capinval = 0;
+	pthread_mutex_unlock(&fs->mu);
+}
+
+/* ---- bad chunks ---- */
+
+static int bad_extent_check(struct ckfs *fs, uint64_t ino)
+{
+	struct idx_extent *ext = NULL;
+	size_t n = 0;
+	int bad = 0;
+
+	if (idx_file_extents(fs->ix, ino, &ext, &n) < 0)
+		return 0;
+	for (size_t i = 0; i < n && !bad; i++)
+		bad = idx_chunk_is_bad(fs->ix, ext[i].hash) > 0;
+	free(ext);
+	return bad;
+}
+
+/* ---- the tree of a step ---- */
+
+
+static int walk_entry(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct walk *w = arg;
+	struct idx_inode a;
+	int rc;
+
+	if (S_ISDIR(mode)) {
+		if (stp_grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+			return -ENOMEM;
+		w->dirs[w->ndirs++] = ino;
+		return 0;
+	}
+	if (!S_ISREG(mode))
+		return 0;
+	if ((rc = idx_inode_get(w->fs->ix, ino, &a)) < 0)
+		return rc;
+	struct oinode *oi = oi_find(w->fs, ino);
+
+	if (oi && atomic_load(&oi->ov_dirty))
+		w->open++;
+	if (!a.has_hash)
+		w->uncommitted++;
+	if (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))
+		w->unsound++;
+	if (w->check_bad && bad_extent_check(w->fs, ino))
+		w->bad++;
+	w->files++;
+	w->bytes += a.size;
+	uint64_t st = 0;
+
+	if (idx_file_stored_bytes(w->fs->ix, ino, &st) == 0)
+		w->stored += st;
+	if (w->digest) {
+		store_hasher_update(w->digest, name, strlen(name) + 1);
+		store_hasher_update(w->digest, a.hash, IDX_HASH_LEN);
+	}
+	return 0;
+}
+
+/*
+ * Walk every file under dir; fills w (w->digest owned by the caller after success). Directories
+ * are listed one after another, never nested: a listing's statement is shared per handle.
+ */
+int stp_walk_tree(struct ckfs *fs, uint64_t dir, struct walk *w, bool check_bad)
+{
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	w->check_bad = check_bad;
+	w->fs = fs;
+	w->digest = store_hasher_new();
+	if (!w->digest)
+		return -ENOMEM;
+	rc = idx_dir_list(fs->ix, dir, 0, walk_entry, w);
+	for (size_t i = 0; rc >= 0 && i < w->ndirs; i++) /* w->dirs grows as we go */
+		rc = idx_dir_list(fs->ix, w->dirs[i], 0, walk_entry, w);
+	free(w->dirs);
+	w->dirs = NULL;
+	if (rc < 0) {
+		store_hasher_free(w->digest);
+		w->digest = NULL;
+	}
+	return rc < 0 ? rc : 0;
+}
+
+/* Has some chunk of a file under dir been found bad? 1 yes, 0 no. */
+int stp_tree_has_bad_chunk(struct ckfs *fs, uint64_t dir)
+{
+	struct walk w;
+
+	if (stp_walk_tree(fs, dir, &w, true) < 0)
+		return 0;
+	store_hasher_free(w.digest);
+	return w.bad > 0;
+}
+
+
+ssize_t stp_ext_read(void *arg, void *buf, size_t len, uint64_t off)
+{
+	struct ext_reader *r = arg;
+	size_t done = 0;
+
+	for (size_t i = 0; i < r->n && done < len; i++) {
+		const struct idx_extent *e = &r->ext[i];
+		struct store_hash h;
+		uint64_t pos = off + done;
+
+		if (pos >= e->offset + e->length)
+			continue;
+		if (pos < e->offset) { /* a hole (index invariant 4): zeros */
+			size_t z = e->offset - pos < len - done ? (size_t)(e->offset - pos) : len - done;
+
+			memset((uint8_t *)buf + done, 0, z);
+			done += z;
+			if (done == len)
+				break;
+			pos += z;
+		}
+		memcpy(h.b, e->hash, STORE_HASH_LEN);
+		size_t want = len - done;
+
+		if (want > e->offset + e->length - pos)
+			want = (size_t)(e->offset + e->length - pos);
+		ssize_t got = store_chunk_pread(r->fs->st, &h, (uint8_t *)buf + done, want,
+						pos - e->offset);
+
+		if (got != (ssize_t)want)
+			return got < 0 ? got : -EIO;
+		done += want;
+	}
+	/* the callers ask within the file's size: what no extent covers is its trailing hole */
+	memset((uint8_t *)buf + done, 0, len - done);
+	return (ssize_t)len;
+}
+
+/* Re-check the structure of every file under dir from the store; flag the malformed. */
+static int revalidate_entry(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
+			    void *arg)
+{
+	struct walk *w = arg;
+	struct ext_reader r = { .fs = w->fs };
+	struct idx_inode a;
+	char why[128];
+
+	if (S_ISDIR(mode)) {
+		if (stp_grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+			return -ENOMEM;
+		w->dirs[w->ndirs++] = ino;
+		return 0;
+	}
+	if (!S_ISREG(mode) || idx_inode_get(w->fs->ix, ino, &a) < 0 || !a.has_hash ||
+	    (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+		return 0;
+	if (idx_file_extents(w->fs->ix, ino, &r.ext, &r.n) < 0)
+		return 0;
+	int rc = validate_file(name, a.size, stp_ext_read, &r, NULL, why, sizeof(why));
+
+	free(r.ext);
+	if (rc == -EBADMSG || rc == -EIO) {
+		a.flags = (a.flags & ~(uint32_t)IDX_INODE_VALID) | IDX_INODE_MALFORMED;
+		if (idx_begin(w->fs->ix) == 0 &&
+		    (idx_inode_update(w->fs->ix, &a) < 0 || idx_commit(w->fs->ix) < 0))
+			idx_rollback(w->fs->ix);
+		w->unsound++;
+		stp_logf("recovery: '%s' (inode %" PRIu64 ") is malformed: %s", name, ino, why);
+	}
+	return 0;
+}
+
+void stp_revalidate_tree(struct ckfs *fs, uint64_t dir)
+{
+	struct walk w = { .fs = fs };
+	int rc = idx_dir_list(fs->ix, dir, 0, revalidate_entry, &w);
+
+	for (size_t i = 0; rc >= 0 && i < w.ndirs; i++)
+		rc = idx_dir_list(fs->ix, w.dirs[i], 0, revalidate_entry, &w);
+	free(w.dirs);
+}
+
+/* ---- moving steps out of and back into the namespace ---- */
+
+/* Add delta to directory dir's link count (subdirectories moved in or out); touch: also set
+ * its mtime and ctime to now (its entries changed). In a transaction, fs->mu held. */
+int stp_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch)
+{
+	struct idx_inode d;
+	int rc = idx_inode_get(fs->ix, dir, &d);
+
+	if (rc < 0)
+		return rc;
+	d.nlink = (uint32_t)((int64_t)d.nlink + delta);
+	if (touch)
+		d.mtime_ns = d.ctime_ns = ckfs_now(fs);
+	return idx_inode_update(fs->ix, &d);
+}
+
+/* Is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place? */
+bool stp_is_slot(const struct idx_step *s)
+{
+	return s->kind == LAYOUT_INTERNEVO && strchr(s->name, '/') != NULL;
+}
+
+/* The directory at path rel (relative to the root, '/'-separated), into *ret. -errno. */
+int stp_lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret)
+{
+	char comp[LAYOUT_NAME_MAX + 1];
+	uint64_t cur = IDX_ROOT_INO;
+	int rc;
+
+	for (const char *p = rel; *p;) {
+		size_t n = strcspn(p, "/");
+
+		if (n > LAYOUT_NAME_MAX)
+			return -ENAMETOOLONG;
+		if (n > 0) {
+			memcpy(comp, p, n);
+			comp[n] = '\0';
+			if ((rc = idx_dentry_lookup(fs->ix, cur, comp, &cur)) < 0)
+				return rc;
+		}
+		p += n + (p[n] == '/');
+	}
+	*ret = cur;
+	return 0;
+}
+
+/*
+ * Where a step named `name` lives in the namespace: its parent directory and its entry name
+ * there (borrowed from name). Top-level steps live in the root; a slot "snapshot/K" lives in
+ * `snapshot/` as "K". Returns 0, or -errno when the parent is gone.
+ */
+int stp_step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
+		  const char **ret_leaf)
+{
+	const char *slash = strrchr(name, '/');
+	char up[LAYOUT_PATH_MAX];
+	int rc;
+
+	if (!slash) {
+		*ret_parent = IDX_ROOT_INO;
+		*ret_leaf = name;
+		return 0;
+	}
+	if ((size_t)(slash - name) >= sizeof(up))
+		return -ENAMETOOLONG;
+	memcpy(up, name, (size_t)(slash - name));
+	up[slash - name] = '\0';
+	if ((rc = stp_lookup_path(fs, up, ret_parent)) == 0)
+		*ret_leaf = slash + 1;
+	return rc;
+}
+
+/* "NAME.ID" (id >= 0) or "NAME" for /.ckptfs/quarantine and /.ckptfs/retained, every '/' of
+ * NAME as '-'. */
+void stp_flat_name(const char *name, int64_t id, char *buf, size_t cap)
+{
+	if (id >= 0)
+		snprintf(buf, cap, "%s.%" PRId64, name, id);
+	else
+		snprintf(buf, cap, "%s", name);
+	for (char *p = buf; *p; p++)
+		if (*p == '/')
+			*p = '-';
+}
+
+int stp_move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
+{
+	char qname[300];
+	const char *leaf;
+	uint64_t cur, home;
+	int rc;
+
+	if (!s->dir_ino || stp_step_home(fs, s->name, &home, &leaf) < 0 ||
+	    idx_dentry_lookup(fs->ix, home, leaf, &cur) < 0 || cur != s->dir_ino)
+		return 0; /* not at its place in the namespace (already moved, or renamed) */
+	stp_flat_name(s->name, s->id, qname, sizeof(qname));
+	rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, qname);
+	if (rc == 0)
+		rc = stp_dir_links_add(fs, home, -1, true);
+	if (rc == 0)
+		rc = stp_dir_links_add(fs, fs->quarantine_ino, 1, true);
+	if (rc == 0)
+		stp_inval_queue(fs, home, leaf);
+	return rc;
+}
+
+int stp_move_back(struct ckfs *fs, const struct idx_step *s)
+{
+	char qname[300];
+	const char *leaf;
+	uint64_t cur, home;
+	int rc;
+
+	if ((rc = stp_step_home(fs, s->name, &home, &leaf)) < 0)
+		return rc;
+	if (idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0)
+		return -EEXIST; /* the trainer re-created the name: leave the old one set aside */
+	stp_flat_name(s->name, s->id, qname, sizeof(qname));
+	rc = idx_dentry_move(fs->ix, fs->quarantine_ino, qname, home, leaf);
+	if (rc == 0)
+		rc = stp_dir_links_add(fs, fs->quarantine_ino, -1, true);
+	if (rc == 0)
+		rc = stp_dir_links_add(fs, home, 1, true);
+	return rc;
+}
+
+/* ---- transitions ---- */
+
+int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note)
+{
+	int rc = idx_step_set_state(fs->ix, s->id, state, ckfs_now(fs), note);
+
+	if (rc == 0) {
+		stp_logf("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
+			 idx_step_state_name(s->state), idx_step_state_name(state),
+			 note ? ": " : "", note ? note : "");
+		s->state = state;
+	}
+	return rc;
+}
+
+/* ---- listing a directory ---- */
+
+/* idx_dir_list callback: collect name, ino and mode of each entry into the struct rm_ctx arg. */
+int stp_rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct rm_ctx *c = arg;
+
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? 2 * c->cap : 16;
+		char **a = realloc(c->names, nc * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		c->names = a;
+		uint64_t *b = realloc(c->inos, nc * sizeof(*b));
+
+		if (!b)
+			return -ENOMEM;
+		c->inos = b;
+		uint32_t *m = realloc(c->modes, nc * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		c->modes = m;
+		c->cap = nc;
+	}
+	if (!(c->names[c->n] = strdup(name)))
+		return -ENOMEM;
+	c->inos[c->n] = ino;
+	c->modes[c->n] = mode;
+	c->n++;
+	return 0;
+}
