@@ -47,6 +47,7 @@
 
 #include "fs/fs_int.h"
 #include "fs/layout.h"
+#include "fs/policy/policy.h"
 #include "fs/steps_int.h"
 #include "fs/validate.h"
 
@@ -153,8 +154,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	if (fs->layout < 0)
 		return;
 	if (parent == IDX_ROOT_INO) {
-		if (layout_classify(name, fs->layout, &m) < 0 || m.role != ROLE_STEP_DIR ||
-		    (m.flags & LAYOUT_F_TMP) || m.step < 0)
+		if (policy_entry_of(name, S_IFDIR, fs->layout, &m) != POLICY_STEP_DIR)
 			return;
 		if (renamed && orbax_renamed(fs, ino, name, pid))
 			return;
@@ -275,7 +275,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 			stp_seal(fs, &s, "marker");
 		}
 		else if (s.state == IDX_STEP_SEALED &&
-			 (stp_marker_after_all_ranks(s.kind) || stp_names_repeat(s.kind)))
+			 (policy_marker_after_all_ranks(s.kind) || policy_names_repeat(s.kind)))
 			/* a file closed before the marker and committed after it (commit.c), or
 			 * the last rank's file after DeepSpeed's `latest`: the step may be complete
 			 * now, without waiting for the reaper */

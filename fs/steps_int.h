@@ -27,6 +27,7 @@
 
 #include "fs/fs_int.h"
 #include "fs/layout.h"
+#include "fs/policy/policy.h"
 
 #define META_NAME ".ckptfs"
 #define QUARANTINE_NAME "quarantine"
@@ -61,16 +62,15 @@ struct rm_ctx {
 	size_t n, cap;
 };
 
-/* What stp_walk_tree found under a step's directory. */
-struct walk {
+/* What stp_scan_tree found under a step's directory. */
+struct step_scan {
 	struct ckfs *fs;
-	uint64_t *dirs;
-	size_t ndirs, capdirs;
-	/* results */
-	uint64_t files, bytes, stored;
-	unsigned open, unsound, uncommitted, bad;
 	bool check_bad;
-	struct store_hasher *digest;
+	unsigned open;        /* files a writer holds with unflushed data */
+	unsigned unsound;     /* torn or malformed files */
+	unsigned uncommitted; /* files never closed: no whole-file digest */
+	unsigned bad;         /* files with a chunk found bad (check_bad only) */
+	struct policy_figures fig; /* policy rule 4 */
 };
 
 /* ---- steps.c: logging and per-step runtime facts ---- */
@@ -111,12 +111,11 @@ int stp_grow(void *vp, size_t *cap, size_t n, size_t elem);
 void stp_inval_queue(struct ckfs *fs, uint64_t parent, const char *name);
 
 /*
- * stp_walk_tree - walk every file under dir and fill *w (zeroed here; check_bad: also look for
- * bad chunks). Directories are listed one after another, never nested. Returns 0 or -errno
- * (-ENOMEM, index errors); on success w->digest is owned by the caller (store_hasher_free), on
- * failure it is freed and NULL. fs->mu held.
+ * stp_scan_tree - the figures and digest of the tree under dir (policy_step_walk) and what the
+ * daemon knows of its files (open, torn or malformed, never closed, and with check_bad, bad
+ * chunks) into *ret. Returns 0 or -errno (-ENOMEM, index errors; *ret untouched). fs->mu held.
  */
-int stp_walk_tree(struct ckfs *fs, uint64_t dir, struct walk *w, bool check_bad);
+int stp_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_scan *ret);
 
 /* stp_tree_has_bad_chunk - has a chunk of a file under dir been found bad? 1 yes, 0 no or on
  * error. fs->mu held. */
@@ -186,18 +185,6 @@ int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *no
 int stp_rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg);
 
 /* ---- steps_judge.c: sealing and judging ---- */
-
-/*
- * stp_names_repeat - does layout kind hold the same file names at every step, with a marker that
- * may precede other ranks' files (DeepSpeed, HF)? Pure.
- */
-bool stp_names_repeat(int kind);
-
-/*
- * stp_marker_after_all_ranks - does layout kind write its commit marker only after every rank
- * finished its files (so a sealed, closed and sound step is complete at once)? Pure.
- */
-bool stp_marker_after_all_ranks(int kind);
 
 /*
  * stp_evaluate - judge step id: complete it, or set it aside in quarantine when it cannot

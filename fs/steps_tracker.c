@@ -18,6 +18,7 @@
 
 #include "fs/fs_int.h"
 #include "fs/layout.h"
+#include "fs/policy/policy.h"
 #include "fs/steps_int.h"
 #include "fs/validate.h"
 
@@ -46,12 +47,7 @@ int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct
 /* Is name (at the root) a tracker? Returns its kind, or LAYOUT_NONE. */
 static enum layout_kind tracker_kind(struct ckfs *fs, const char *name)
 {
-	struct layout_match m;
-
-	if (fs->layout < 0 || layout_classify(name, fs->layout, &m) < 0 || m.role != ROLE_TRACKER ||
-	    m.kind == LAYOUT_MF1 || strchr(name, '/'))
-		return LAYOUT_NONE;
-	return m.kind;
+	return fs->layout < 0 ? LAYOUT_NONE : policy_claim_kind(name, fs->layout);
 }
 
 struct newest_ctx {
@@ -232,13 +228,15 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 			idx_step_foreach(fs->ix, stp_mf1_judge_cb, fs);
 		return;
 	}
-	/* seal the named step of every layout sharing this tracker */
+	/* the daemon sees every claim as it is written: a claim seals the step it names, of every
+	 * layout sharing the tracker (policy rule 2, with history) */
 	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
 		char dname[LAYOUT_NAME_MAX + 1];
 		struct idx_step s;
 		uint64_t dir;
 
-		if (!layout_tracker_shared((enum layout_kind)kind, (enum layout_kind)k) ||
+		if (policy_claim_seals((enum layout_kind)kind, step, (enum layout_kind)k, step,
+				       true) != POLICY_SEAL_NAMED ||
 		    layout_step_dir_name((enum layout_kind)k, step, dname, sizeof(dname)) < 0)
 			continue;
 		if (idx_step_by_name(fs->ix, k, dname, &s) == 0) {

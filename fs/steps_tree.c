@@ -18,6 +18,7 @@
 
 #include "fs/fs_int.h"
 #include "fs/layout.h"
+#include "fs/policy/policy.h"
 #include "fs/steps_int.h"
 #include "fs/validate.h"
 
@@ -112,151 +113,68 @@ static int bad_extent_check(struct ckfs *fs, uint64_t ino)
 
 /* ---- the tree of a step ---- */
 
-
-static int walk_entry(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+static int scan_file(const char *name, uint64_t ino, const struct idx_inode *a, void *arg)
 {
-	struct walk *w = arg;
-	struct idx_inode a;
-	int rc;
+	struct step_scan *sc = arg;
+	struct oinode *oi = oi_find(sc->fs, ino);
 
-	if (S_ISDIR(mode)) {
-		if (stp_grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
-			return -ENOMEM;
-		w->dirs[w->ndirs++] = ino;
-		return 0;
-	}
-	if (!S_ISREG(mode))
-		return 0;
-	if ((rc = idx_inode_get(w->fs->ix, ino, &a)) < 0)
-		return rc;
-	struct oinode *oi = oi_find(w->fs, ino);
-
+	(void)name;
 	if (oi && atomic_load(&oi->ov_dirty))
-		w->open++;
-	if (!a.has_hash)
-		w->uncommitted++;
-	if (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))
-		w->unsound++;
-	if (w->check_bad && bad_extent_check(w->fs, ino))
-		w->bad++;
-	w->files++;
-	w->bytes += a.size;
-	uint64_t st = 0;
-
-	if (idx_file_stored_bytes(w->fs->ix, ino, &st) == 0)
-		w->stored += st;
-	if (w->digest) {
-		store_hasher_update(w->digest, name, strlen(name) + 1);
-		store_hasher_update(w->digest, a.hash, IDX_HASH_LEN);
-	}
+		sc->open++;
+	if (!a->has_hash)
+		sc->uncommitted++;
+	if (a->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))
+		sc->unsound++;
+	if (sc->check_bad && bad_extent_check(sc->fs, ino))
+		sc->bad++;
 	return 0;
 }
 
-/*
- * Walk every file under dir; fills w (w->digest owned by the caller after success). Directories
- * are listed one after another, never nested: a listing's statement is shared per handle.
- */
-int stp_walk_tree(struct ckfs *fs, uint64_t dir, struct walk *w, bool check_bad)
+int stp_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_scan *ret)
 {
-	int rc;
+	struct step_scan sc = { .fs = fs, .check_bad = check_bad };
+	int rc = policy_step_walk(fs->ix, dir, scan_file, &sc, &sc.fig);
 
-	memset(w, 0, sizeof(*w));
-	w->check_bad = check_bad;
-	w->fs = fs;
-	w->digest = store_hasher_new();
-	if (!w->digest)
-		return -ENOMEM;
-	rc = idx_dir_list(fs->ix, dir, 0, walk_entry, w);
-	for (size_t i = 0; rc >= 0 && i < w->ndirs; i++) /* w->dirs grows as we go */
-		rc = idx_dir_list(fs->ix, w->dirs[i], 0, walk_entry, w);
-	free(w->dirs);
-	w->dirs = NULL;
-	if (rc < 0) {
-		store_hasher_free(w->digest);
-		w->digest = NULL;
-	}
-	return rc < 0 ? rc : 0;
+	if (rc == 0)
+		*ret = sc;
+	return rc;
 }
 
 /* Has some chunk of a file under dir been found bad? 1 yes, 0 no. */
 int stp_tree_has_bad_chunk(struct ckfs *fs, uint64_t dir)
 {
-	struct walk w;
+	struct step_scan sc;
 
-	if (stp_walk_tree(fs, dir, &w, true) < 0)
-		return 0;
-	store_hasher_free(w.digest);
-	return w.bad > 0;
+	return stp_scan_tree(fs, dir, true, &sc) == 0 && sc.bad > 0;
 }
-
 
 ssize_t stp_ext_read(void *arg, void *buf, size_t len, uint64_t off)
 {
 	struct ext_reader *r = arg;
-	size_t done = 0;
 
-	for (size_t i = 0; i < r->n && done < len; i++) {
-		const struct idx_extent *e = &r->ext[i];
-		struct store_hash h;
-		uint64_t pos = off + done;
-
-		if (pos >= e->offset + e->length)
-			continue;
-		if (pos < e->offset) { /* a hole (index invariant 4): zeros */
-			size_t z = e->offset - pos < len - done ? (size_t)(e->offset - pos) : len - done;
-
-			memset((uint8_t *)buf + done, 0, z);
-			done += z;
-			if (done == len)
-				break;
-			pos += z;
-		}
-		memcpy(h.b, e->hash, STORE_HASH_LEN);
-		size_t want = len - done;
-
-		if (want > e->offset + e->length - pos)
-			want = (size_t)(e->offset + e->length - pos);
-		ssize_t got = store_chunk_pread(r->fs->st, &h, (uint8_t *)buf + done, want,
-						pos - e->offset);
-
-		if (got != (ssize_t)want)
-			return got < 0 ? got : -EIO;
-		done += want;
-	}
-	/* the callers ask within the file's size: what no extent covers is its trailing hole */
-	memset((uint8_t *)buf + done, 0, len - done);
-	return (ssize_t)len;
+	return ckpt_extents_pread(r->fs->st, r->ext, r->n, buf, len, off);
 }
 
-/* Re-check the structure of every file under dir from the store; flag the malformed. */
-static int revalidate_entry(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
-			    void *arg)
+/* Re-check the structure of a committed, sound file from the store; flag it when malformed. */
+static int revalidate_file(const char *name, uint64_t ino, const struct idx_inode *attr,
+			   void *arg)
 {
-	struct walk *w = arg;
-	struct ext_reader r = { .fs = w->fs };
-	struct idx_inode a;
+	struct ckfs *fs = arg;
+	struct ext_reader r = { .fs = fs };
+	struct idx_inode a = *attr;
 	char why[128];
+	int rc;
 
-	if (S_ISDIR(mode)) {
-		if (stp_grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
-			return -ENOMEM;
-		w->dirs[w->ndirs++] = ino;
+	if (!a.has_hash || (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)) ||
+	    idx_file_extents(fs->ix, ino, &r.ext, &r.n) < 0)
 		return 0;
-	}
-	if (!S_ISREG(mode) || idx_inode_get(w->fs->ix, ino, &a) < 0 || !a.has_hash ||
-	    (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
-		return 0;
-	if (idx_file_extents(w->fs->ix, ino, &r.ext, &r.n) < 0)
-		return 0;
-	int rc = validate_file(name, a.size, stp_ext_read, &r, NULL, why, sizeof(why));
-
+	rc = validate_file(name, a.size, stp_ext_read, &r, NULL, why, sizeof(why));
 	free(r.ext);
 	if (rc == -EBADMSG || rc == -EIO) {
 		a.flags = (a.flags & ~(uint32_t)IDX_INODE_VALID) | IDX_INODE_MALFORMED;
-		if (idx_begin(w->fs->ix) == 0 &&
-		    (idx_inode_update(w->fs->ix, &a) < 0 || idx_commit(w->fs->ix) < 0))
-			idx_rollback(w->fs->ix);
-		w->unsound++;
+		if (idx_begin(fs->ix) == 0 &&
+		    (idx_inode_update(fs->ix, &a) < 0 || idx_commit(fs->ix) < 0))
+			idx_rollback(fs->ix);
 		stp_logf("recovery: '%s' (inode %" PRIu64 ") is malformed: %s", name, ino, why);
 	}
 	return 0;
@@ -264,12 +182,9 @@ static int revalidate_entry(const char *name, uint64_t ino, uint32_t mode, int64
 
 void stp_revalidate_tree(struct ckfs *fs, uint64_t dir)
 {
-	struct walk w = { .fs = fs };
-	int rc = idx_dir_list(fs->ix, dir, 0, revalidate_entry, &w);
+	struct policy_figures fig;
 
-	for (size_t i = 0; rc >= 0 && i < w.ndirs; i++)
-		rc = idx_dir_list(fs->ix, w.dirs[i], 0, revalidate_entry, &w);
-	free(w.dirs);
+	(void)policy_step_walk(fs->ix, dir, revalidate_file, fs, &fig);
 }
 
 /* ---- moving steps out of and back into the namespace ---- */

@@ -380,7 +380,7 @@ static int walk_entry(const char *name, uint64_t ino, uint32_t mode, int64_t coo
 		return 0;
 	if ((rc = idx_inode_get(w->ix, ino, &a)) < 0)
 		return rc;
-	if (w->fn && (rc = w->fn(ino, &a, w->arg)) != 0)
+	if (w->fn && (rc = w->fn(name, ino, &a, w->arg)) != 0)
 		return rc;
 	w->fig.files++;
 	w->fig.bytes += a.size;

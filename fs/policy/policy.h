@@ -191,11 +191,13 @@ struct policy_figures {
 };
 
 /*
- * policy_file_fn - called by policy_step_walk for every regular file, with its row a (borrowed
- * for the call); the caller counts what it needs (open, torn, bad chunks). Non-zero stops the
- * walk and is returned.
+ * policy_file_fn - called by policy_step_walk for every regular file, with its name and row a
+ * (both borrowed for the call); the caller counts what it needs (open, torn, bad chunks). It may
+ * call idx_* functions other than idx_dir_list (a listing is open). Non-zero stops the walk and
+ * is returned.
  */
-typedef int (*policy_file_fn)(uint64_t ino, const struct idx_inode *a, void *arg);
+typedef int (*policy_file_fn)(const char *name, uint64_t ino, const struct idx_inode *a,
+			      void *arg);
 
 /*
  * policy_step_walk - the figures and digest of the tree under directory dir (rule 4), calling

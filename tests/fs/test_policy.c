@@ -234,8 +234,9 @@ Test(policy, previous_names_renumbered, .init = setup, .fini = teardown)
 		     "%s", missing);
 }
 
-static int count_torn(uint64_t ino, const struct idx_inode *a, void *arg)
+static int count_torn(const char *name, uint64_t ino, const struct idx_inode *a, void *arg)
 {
+	(void)name;
 	(void)ino;
 	if (a->flags & IDX_INODE_TORN)
 		(*(unsigned *)arg)++;
