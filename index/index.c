@@ -133,7 +133,7 @@ static const char *const ix_sql[IX__COUNT] = {
 			    "hash = ?11, flags = (?12 & ~8) | (flags & 8) WHERE ino = ?1",
 	[IX_INODE_DELETE] = "DELETE FROM inodes WHERE ino = ?1",
 	[IX_INODE_SET_CONTENT] = "UPDATE inodes SET size = ?2, hash = ?3, mtime_ns = ?4, "
-				 "ctime_ns = ?4, flags = (flags & ~8) | ?5 WHERE ino = ?1",
+				 "ctime_ns = max(ctime_ns, ?4), flags = (flags & ~8) | ?5 WHERE ino = ?1",
 	[IX_INODE_MODE] = "SELECT mode FROM inodes WHERE ino = ?1",
 	[IX_SYMLINK_SET] = "UPDATE inodes SET symlink = ?2 WHERE ino = ?1",
 	[IX_SYMLINK_GET] = "SELECT symlink FROM inodes WHERE ino = ?1 AND symlink IS NOT NULL",

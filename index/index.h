@@ -229,8 +229,9 @@ int idx_file_extents(struct idx *ix, uint64_t ino, struct idx_extent **ret, size
 /*
  * idx_file_set_content - replace the content of regular file ino in one step: its extents become
  * ext[0..n) (in offset order, each length > 0, no overlap, all inside [0, size)), its size and
- * whole-file digest are set, its mtime and ctime set to mtime_ns. Gaps between the extents (and
- * before the first, after the last) are holes: the inode gets IDX_INODE_SPARSE when there is
+ * whole-file digest are set, its mtime set to mtime_ns and its ctime to the later of its ctime and
+ * mtime_ns (a chown or chmod after the last write, committed later, keeps its ctime). Gaps
+ * between the extents (and before the first, after the last) are holes: the inode gets IDX_INODE_SPARSE when there is
  * one and loses it when there is none. New chunks are inserted with refs 1, known ones get
  * refs + 1; the old extents' chunks get refs - 1 and are released through release() at 0.
  * Cost: O(n), whatever the holes' lengths.

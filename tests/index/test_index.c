@@ -793,6 +793,31 @@ Test(data, holes_make_a_file_sparse, .init = setup_open, .fini = teardown)
 	cr_assert_eq(idx_commit(ix), 0);
 }
 
+/* A chown after the last write and before the commit keeps its ctime: set_content moves mtime to
+ * the write time but never moves ctime back (a commit is not a change of attributes). */
+Test(data, set_content_keeps_a_later_ctime, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e[] = { ext(0, 100, 'A', 60) };
+	uint8_t h[IDX_HASH_LEN] = { 0 };
+	struct idx_inode a;
+	uint64_t f;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "f");
+	cr_assert_eq(idx_inode_get(ix, f, &a), 0);
+	a.ctime_ns = 5000; /* the chown */
+	cr_assert_eq(idx_inode_update(ix, &a), 0);
+	cr_assert_eq(idx_file_set_content(ix, f, e, 1, 100, h, 3000, NULL, NULL), 0);
+	cr_assert_eq(idx_inode_get(ix, f, &a), 0);
+	cr_assert_eq(a.mtime_ns, 3000);
+	cr_assert_eq(a.ctime_ns, 5000);
+	cr_assert_eq(idx_file_set_content(ix, f, e, 1, 100, h, 7000, NULL, NULL), 0);
+	cr_assert_eq(idx_inode_get(ix, f, &a), 0);
+	cr_assert_eq(a.mtime_ns, 7000);
+	cr_assert_eq(a.ctime_ns, 7000);
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
 Test(data, invalid_tiling_changes_nothing, .init = setup_open, .fini = teardown)
 {
 	struct idx_extent good[] = { ext(0, 100, 'A', 60), ext(100, 50, 'B', 30) };
