@@ -405,15 +405,14 @@ static bool slot_classify(const char *path, struct comp c0, struct comp c1, stru
 
 /* ---- classify -------------------------------------------------------------------------- */
 
-int layout_classify(const char *path, enum layout_kind forced, struct layout_match *ret)
+/*
+ * Split path into its components, skipping empty ones and ".": the first two into *c0 and *c1,
+ * the last into *last, their number into *ret_n. Returns 0, or -EINVAL for a ".." component.
+ */
+static int split_components(const char *path, struct comp *c0, struct comp *c1, struct comp *last,
+			    size_t *ret_n)
 {
-	struct comp c0 = { NULL, 0 }, c1 = { NULL, 0 }, last = { NULL, 0 };
 	size_t ncomp = 0;
-
-	if (path == NULL || ret == NULL || !kind_valid(forced))
-		return -EINVAL;
-	if (strnlen(path, LAYOUT_PATH_MAX) >= LAYOUT_PATH_MAX)
-		return -ENAMETOOLONG;
 
 	for (const char *p = path; *p;) {
 		while (*p == '/')
@@ -429,14 +428,121 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 		if (!(n == 1 && p[0] == '.')) {
 			struct comp c = { p, n };
 			if (ncomp == 0)
-				c0 = c;
+				*c0 = c;
 			else if (ncomp == 1)
-				c1 = c;
-			last = c;
+				*c1 = c;
+			*last = c;
 			ncomp++;
 		}
 		p = e;
 	}
+	*ret_n = ncomp;
+	return 0;
+}
+
+/*
+ * Rule 1 of layout_classify: c0 is step directory of rule r (step number step); fill m for the
+ * directory itself or for what lies inside it (c1 .. last, ncomp components in all).
+ */
+static void classify_in_step_dir(const char *path, const struct layout_rule *r, int64_t step,
+				 enum layout_kind forced, struct comp c0, struct comp c1,
+				 struct comp last, size_t ncomp, struct layout_match *m)
+{
+	m->kind = r->kind;
+	m->step = step;
+	m->flags = r->flags;
+	m->step_prefix_len = (size_t)(c0.s + c0.n - path);
+	/* Another kind claims the same name (all-digit: InternEvo / Orbax). */
+	const struct layout_rule *other = NULL;
+	for (const struct layout_rule *o = r + 1; o < layout_rules + N_RULES; o++) {
+		int64_t s2;
+		if (o->kind != r->kind && rule_applies(o, forced) &&
+		    rule_match_dir(o, c0.s, c0.n, &s2)) {
+			m->flags |= LAYOUT_F_AMBIGUOUS;
+			other = o;
+			break;
+		}
+	}
+	if (ncomp == 1) {
+		m->role = ROLE_STEP_DIR;
+		return;
+	}
+	m->role = ROLE_STEP_FILE;
+	if (has_suffix(last.s, last.n, ".tmp"))
+		m->flags |= LAYOUT_F_TMP;
+	if (ncomp == 2 && r->marker && marker_match(r, step, c1.s, c1.n)) {
+		m->role = ROLE_MARKER;
+	} else if (ncomp == 2 && other && other->marker &&
+		   marker_match(other, step, c1.s, c1.n)) {
+		m->role = ROLE_MARKER;
+		m->kind = other->kind;
+	}
+	if (r->file_rank)
+		m->rank = r->file_rank(last.s, last.n);
+}
+
+/*
+ * Rules 2 and 3 of layout_classify, for a path outside any step directory: a root tracker file,
+ * or a per-rank directory (MF1) and the tracker or step files in it. m is left as it is when no
+ * rule matches.
+ */
+static void classify_outside_step(enum layout_kind forced, struct comp c0, struct comp c1,
+				  size_t ncomp, struct layout_match *m)
+{
+	for (size_t i = 0; i < N_RULES; i++) {
+		const struct layout_rule *r = &layout_rules[i];
+		if (!rule_applies(r, forced))
+			continue;
+
+		/* 2. Root trackers. */
+		if (ncomp == 1 && r->shape != SHAPE_RANK_DIR && r->fmt != TRK_NONE) {
+			if (eq(c0.s, c0.n, r->tracker)) {
+				m->kind = r->kind;
+				m->role = ROLE_TRACKER;
+				return;
+			}
+		}
+
+		/* 3. Per-rank directories (MF1). */
+		if (r->shape == SHAPE_RANK_DIR && has_prefix(c0.s, c0.n, r->prefix)) {
+			size_t pl = strlen(r->prefix);
+			int rank = parse_rank(c0.s + pl, c0.n - pl);
+			if (rank < 0 || c0.n - pl < r->min_digits)
+				continue;
+			m->kind = r->kind;
+			m->rank = rank;
+			if (ncomp != 2)
+				return;
+			if (eq(c1.s, c1.n, r->tracker)) {
+				m->role = ROLE_TRACKER;
+				return;
+			}
+			int64_t epoch, step;
+			unsigned flags;
+			if (mf1_file(r, c1.s, c1.n, &epoch, &step, &flags)) {
+				m->role = ROLE_STEP_FILE;
+				m->step = step;
+				m->epoch = epoch;
+				m->flags = flags;
+			}
+			return;
+		}
+	}
+}
+
+int layout_classify(const char *path, enum layout_kind forced, struct layout_match *ret)
+{
+	struct comp c0 = { NULL, 0 }, c1 = { NULL, 0 }, last = { NULL, 0 };
+	size_t ncomp = 0;
+	int err;
+
+	if (path == NULL || ret == NULL || !kind_valid(forced))
+		return -EINVAL;
+	if (strnlen(path, LAYOUT_PATH_MAX) >= LAYOUT_PATH_MAX)
+		return -ENAMETOOLONG;
+	err = split_components(path, &c0, &c1, &last, &ncomp);
+	if (err)
+		return err;
 
 	struct layout_match m = { .kind = LAYOUT_NONE, .role = ROLE_PLAIN, .step = LAYOUT_STEP_NONE,
 				  .epoch = -1, .rank = -1, .flags = 0, .step_prefix_len = 0 };
@@ -451,80 +557,10 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 	/* 1. A step directory, and what lies inside it. */
 	int64_t step;
 	const struct layout_rule *r = match_step_dir(c0.s, c0.n, forced, &step);
-	if (r) {
-		m.kind = r->kind;
-		m.step = step;
-		m.flags = r->flags;
-		m.step_prefix_len = (size_t)(c0.s + c0.n - path);
-		/* Another kind claims the same name (all-digit: InternEvo / Orbax). */
-		const struct layout_rule *other = NULL;
-		for (const struct layout_rule *o = r + 1; o < layout_rules + N_RULES; o++) {
-			int64_t s2;
-			if (o->kind != r->kind && rule_applies(o, forced) &&
-			    rule_match_dir(o, c0.s, c0.n, &s2)) {
-				m.flags |= LAYOUT_F_AMBIGUOUS;
-				other = o;
-				break;
-			}
-		}
-		if (ncomp == 1) {
-			m.role = ROLE_STEP_DIR;
-			goto out;
-		}
-		m.role = ROLE_STEP_FILE;
-		if (has_suffix(last.s, last.n, ".tmp"))
-			m.flags |= LAYOUT_F_TMP;
-		if (ncomp == 2 && r->marker && marker_match(r, step, c1.s, c1.n)) {
-			m.role = ROLE_MARKER;
-		} else if (ncomp == 2 && other && other->marker &&
-			   marker_match(other, step, c1.s, c1.n)) {
-			m.role = ROLE_MARKER;
-			m.kind = other->kind;
-		}
-		if (r->file_rank)
-			m.rank = r->file_rank(last.s, last.n);
-		goto out;
-	}
-
-	for (size_t i = 0; i < N_RULES; i++) {
-		r = &layout_rules[i];
-		if (!rule_applies(r, forced))
-			continue;
-
-		/* 2. Root trackers. */
-		if (ncomp == 1 && r->shape != SHAPE_RANK_DIR && r->fmt != TRK_NONE) {
-			if (eq(c0.s, c0.n, r->tracker)) {
-				m.kind = r->kind;
-				m.role = ROLE_TRACKER;
-				goto out;
-			}
-		}
-
-		/* 3. Per-rank directories (MF1). */
-		if (r->shape == SHAPE_RANK_DIR && has_prefix(c0.s, c0.n, r->prefix)) {
-			size_t pl = strlen(r->prefix);
-			int rank = parse_rank(c0.s + pl, c0.n - pl);
-			if (rank < 0 || c0.n - pl < r->min_digits)
-				continue;
-			m.kind = r->kind;
-			m.rank = rank;
-			if (ncomp != 2)
-				goto out;
-			if (eq(c1.s, c1.n, r->tracker)) {
-				m.role = ROLE_TRACKER;
-				goto out;
-			}
-			int64_t epoch;
-			unsigned flags;
-			if (mf1_file(r, c1.s, c1.n, &epoch, &step, &flags)) {
-				m.role = ROLE_STEP_FILE;
-				m.step = step;
-				m.epoch = epoch;
-				m.flags = flags;
-			}
-			goto out;
-		}
-	}
+	if (r)
+		classify_in_step_dir(path, r, step, forced, c0, c1, last, ncomp, &m);
+	else
+		classify_outside_step(forced, c0, c1, ncomp, &m);
 
 out:
 	/* Invariants 1, 2, 4, 5 (top of file). */
