@@ -25,7 +25,7 @@ cflags=(-std=gnu11 -g -O1 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I"$top"
 
 sources() {
 	case $1 in
-	layout) echo tests/fuzz/fuzz_layout.c fs/layout.c ;;
+	layout) echo tests/fuzz/fuzz_layout.c fs/layout.c "$(pkg-config --libs jansson)" ;;
 	validate) echo tests/fuzz/fuzz_validate.c fs/validate.c "$(pkg-config --libs jansson)" ;;
 	chunk) echo tests/fuzz/fuzz_chunk.c store/chunker.c store/hash.c store/codec.c \
 		store/chunkstore.c store/chunkfile.c store/chunkcache.c "$(pkg-config --libs libxxhash libzstd)" -lpthread ;;
