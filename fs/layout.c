@@ -800,7 +800,8 @@ static void json_python_values(const char *buf, size_t len, char *out)
 		if (c != '-' && c != 'N' && c != 'I' && !is_digit(c))
 			continue;
 		size_t n = 1;
-		while (i + n < len && buf[i + n] != '\0' && strchr("0123456789+-.eEaNInfity", buf[i + n]))
+		while (i + n < len && buf[i + n] != '\0' &&
+		       strchr("0123456789+-.eEaNInfity", buf[i + n]))
 			n++;
 		bool plain = false;
 		bool blank = eq(buf + i, n, "NaN") || eq(buf + i, n, "Infinity") ||

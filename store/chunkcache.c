@@ -34,7 +34,8 @@ static uint8_t *buf_get(struct store *st, uint32_t len, uint32_t *ret_cap)
 	for (i = 0; i < st->npool; i++) {
 		uint32_t c = st->pool[i].cap;
 
-		if (c >= len && c / 2 <= len && (best == STORE_POOL_BUFS || c < st->pool[best].cap))
+		if (c >= len && c / 2 <= len &&
+		    (best == STORE_POOL_BUFS || c < st->pool[best].cap))
 			best = i;
 		if (big == STORE_POOL_BUFS || c > st->pool[big].cap)
 			big = i;

@@ -66,7 +66,8 @@ int store_chunk_path(const struct store *st, const struct store_hash *h, char *b
 	char hex[2 * STORE_HASH_LEN + 1];
 	int n;
 
-	n = snprintf(buf, cap, "%s/%02x/%s", st->chunks, store_shard_of(h), store_hash_hex(h, hex));
+	n = snprintf(buf, cap, "%s/%02x/%s", st->chunks, store_shard_of(h),
+		     store_hash_hex(h, hex));
 	if (n < 0 || (size_t)n >= cap)
 		return -ENAMETOOLONG;
 	return 0;
@@ -253,7 +254,7 @@ void *store_thread_buf(unsigned slot, size_t len)
 	if (t->slot[slot].cap < len) {
 		void *n; /* not realloc: the old bytes are not needed */
 
-		/* page-aligned: chunk files are read into it with O_DIRECT (store_chunk_read_whole) */
+		/* page-aligned: store_chunk_read_whole reads chunk files into it with O_DIRECT */
 		if (posix_memalign(&n, DIRECT_ALIGN, len) != 0)
 			return NULL;
 		free(t->slot[slot].p);
@@ -267,9 +268,9 @@ void *store_thread_buf(unsigned slot, size_t len)
  * Read all of chunk h's file (header and payload) into this thread's STORE_TBUF_PAYLOAD buffer
  * and validate its header (hdr_check). The file is read with O_DIRECT, in one request rounded up
  * to DIRECT_ALIGN: the bytes land in a buffer the daemon already has mapped instead of in fresh
- * page-cache pages copied from there, which cost 27% of the daemon's CPU in a cold 1 GiB
- * torch.load (perf); it also checks what is on the disk, not a cached copy (the kernel writes
- * back dirty pages of the range first, so a just-written chunk reads correctly). Whatever
+ * page-cache pages copied from there; it also checks what is on the disk, not a cached copy (the
+ * kernel writes back dirty pages of the range first, so a just-written chunk reads correctly).
+ * Whatever
  * O_DIRECT cannot do (EINVAL at open, or at a read: a filesystem without it, an offset left
  * unaligned by a short read) goes on through the page cache.
  * On success *ret_file points at the file's bytes (not owned; valid until this thread's next
@@ -388,11 +389,9 @@ static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err
  * Write a new chunk file's bytes, header then payload, to fd (empty, offset 0). Its whole
  * DIRECT_ALIGN blocks go with O_DIRECT from this thread's STORE_TBUF_WRITE buffer (header and
  * payload copied into it), the last partial block through the page cache. Written through the
- * page cache alone, the kernel's copy into freshly allocated page-cache pages
- * (copy_folio_from_iter_atomic, clear_page) took 32% of the daemon's CPU in a 1 GiB torch.save
- * (perf, 2-core VM), and the pages are then written back anyway; O_DIRECT moves the bytes from a
- * buffer the worker has mapped already. On this VM's disk, fio 1 MiB sequential writes of 1 GiB:
- * 1521 MB/s at 10% system CPU with O_DIRECT, 945 MB/s at 58% buffered. Whatever O_DIRECT cannot
+ * page cache alone, the kernel copies the bytes into freshly allocated page-cache pages
+ * (copy_folio_from_iter_atomic, clear_page) that are then written back anyway; O_DIRECT moves
+ * them from a buffer the worker has mapped already. Whatever O_DIRECT cannot
  * do (a filesystem without it, tmpfs before Linux 6.6 for one), or a thread that cannot get its
  * buffer (ENOMEM), goes through the page cache.
  * Durability is store_sync's either way: O_DIRECT does not flush the disk's cache or commit the

@@ -7,7 +7,7 @@
  * Layout and chunk file format: see store.h. Publication follows git's object-file.c: write a
  * temporary file in the destination directory and rename it to its final name; the data is made
  * durable in batches by store_sync (one syncfs(2) of the store's filesystem for every chunk put
- * since the last one) instead of one fdatasync per chunk, which cost a disk flush per MiB.
+ * since the last one) rather than one fdatasync per chunk, which would cost a disk flush per MiB.
  *
  * Invariants:
  *   1. A file under a final name was written completely before its rename (store.h invariant 1);
@@ -29,11 +29,11 @@
  *      unlists itself and broadcasts, on failure too; the waiter then loads it itself.
  *   4. cache_used = sum of the buffer capacities of linked entries <= cache_cap after every
  *      insert. A chunk whose buffer is larger than cache_cap is served without being cached.
- *   9. An entry's buffer, when the entry is freed, goes to a pool of at most STORE_POOL_BUFS buffers
- *      (each <= STORE_CHUNK_MAX bytes, so at most 32 MiB besides the cache) that the next loads
- *      decode into. A fresh 1-4 MiB malloc is a fresh mapping in the daemon (mmap threshold
- *      128 KiB, fs/daemon.c) that page-faults page by page as it is filled and is unmapped at
- *      eviction: 28% of the daemon's CPU in a cold 1 GiB torch.load (perf, before the pool).
+ *   9. An entry's buffer, when the entry is freed, goes to a pool of at most STORE_POOL_BUFS
+ *      buffers (each <= STORE_CHUNK_MAX bytes, so at most 32 MiB besides the cache) that the next
+ *      loads decode into. A fresh 1-4 MiB malloc is a fresh mapping in the daemon (mmap
+ *      threshold 128 KiB, fs/daemon.c) that page-faults page by page as it is filled and is
+ *      unmapped at eviction.
  *      pool_lock is a leaf lock, taken with no other store lock held.
  *   5. dirty[] marks shard directories whose entries changed (rename, unlink) since the last
  *      successful store_sync; a shard is unmarked only by a store_sync whose syncfs has
@@ -42,15 +42,14 @@
  *      publication was counted at or below synced_gen is durable (data and name). synced_gen only
  *      grows, only under sync_lock, and only after a syncfs that began after those publications.
  *   6. A read_only store never creates, writes, renames or unlinks anything.
- *  10. A deleted chunk file is, while fewer than STORE_FREE_MAX are, renamed to ".free-N" in its shard
- *      directory and truncated to 0 bytes instead of unlinked, and the next put writes into it
- *      and renames it to its own final name, instead of creating a file. free_v[0..free_n)
+ *  10. A deleted chunk file is, while fewer than STORE_FREE_MAX are, renamed to ".free-N" in its
+ *      shard directory and truncated to 0 bytes instead of unlinked, and the next put writes
+ *      into it and renames it to its own final name, instead of creating a file. free_v[0..free_n)
  *      lists them (free_lock, a leaf). They hold no data, are never read, and are swept by
  *      store_open like temporary files. Why: on ext4 without a journal (this project's CI
  *      machine), creating a file scans past every inode freed in the last minute or more
- *      (fs/ext4/ialloc.c, recently_deleted()), reading each from the inode table: with the
- *      chunks of the previous step just deleted, ext4_create was 5% of the daemon's samples in
- *      a 1 GiB torch.save.
+ *      (fs/ext4/ialloc.c, recently_deleted()), reading each from the inode table, and the chunks
+ *      of the previous step are deleted just before those of the next are written.
  *   7. Error mapping when reading a chunk: missing file -ENOENT; open/read failures, a short file
  *      and a malformed header -EIO; a header that is well formed but whose payload does not
  *      decode, or decodes to bytes whose digest differs, -EBADMSG: the stored content does not
@@ -379,9 +378,9 @@ static void ewma(_Atomic uint64_t *avg, uint64_t v)
 
 /*
  * Write header + payload to a free file (invariant 10) or else a new temporary file in shard s
- * (store_chunk_write_file), start the writeback of what went through the page cache, and rename it to
- * path (durable at the next store_sync, invariant 8). With swap (store_chunk_recode), the file is
- * fdatasync'd instead and exchanged with the copy at path (-ENOENT, nothing changed, when there
+ * (store_chunk_write_file), start the writeback of what went through the page cache, and rename
+ * it to path (durable at the next store_sync, invariant 8). With swap (store_chunk_recode), the
+ * file is fdatasync'd instead and exchanged with the copy at path (-ENOENT, nothing changed, when there
  * is none), and the old copy unlinked. On failure the file written is gone.
  * Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
