@@ -48,6 +48,9 @@
 /* Most holes of one file patched range by range; a file with more is emptied. */
 #define IX_GAPS_MAX 64
 
+/* Most steps each query of ix_fix_steps marks incomplete in one repair; others stay as they are. */
+#define IX_STEPS_RESET_MAX 256
+
 /* First 4 bytes of a "lost" chunk's digest; the other 12 are the inode and the offset / 4 KiB. */
 static const uint8_t IX_LOST_MAGIC[4] = { 0xff, 0x10, 0x57, 0x00 };
 
@@ -640,8 +643,8 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 		r = gaps_patch(ch, ins, ino, &g, &lost);
 		if (g.more && r == 0) {
 			/* too fragmented to patch range by range: the whole file is lost */
-			ix_lost(ops, ino, "file inode %llu: more than 64 ranges or 256 GiB lost; the file is "
-				"emptied", (unsigned long long)ino);
+			ix_lost(ops, ino, "file inode %llu: more than 64 ranges or 256 GiB lost; "
+				"the file is emptied", (unsigned long long)ino);
 			r = ix_empty_file(ix, ino);
 			s->files_damaged++;
 			continue;
@@ -737,7 +740,7 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 			struct idx_repair_stats *s)
 {
 	sqlite3_stmt *st = NULL;
-	int64_t ids[256];
+	int64_t ids[IX_STEPS_RESET_MAX];
 	size_t n = 0;
 	int r = ix_prep(ix, "SELECT id, name, state FROM steps WHERE dir_ino <> 0 AND dir_ino NOT IN "
 			    "(SELECT ino FROM inodes)", &st);
@@ -748,7 +751,7 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 
 		ix_lost(ops, 0, "step '%s': its directory was lost%s", name ? name : "?",
 			state == IDX_STEP_COMPLETE ? "; no longer complete" : "");
-		if (n < 256 && (state == IDX_STEP_WRITING || state == IDX_STEP_SEALED ||
+		if (n < IX_STEPS_RESET_MAX && (state == IDX_STEP_WRITING || state == IDX_STEP_SEALED ||
 				state == IDX_STEP_COMPLETE))
 			ids[n++] = sqlite3_column_int64(st, 0);
 		s->steps_reset++;
@@ -779,7 +782,7 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 
 		ix_lost(ops, 0, "step '%s': files of it were lost; no longer complete",
 			name ? name : "?");
-		if (n < 256)
+		if (n < IX_STEPS_RESET_MAX)
 			ids[n++] = sqlite3_column_int64(st, 0);
 		s->steps_reset++;
 	}
