@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 /* How a rule recognises its steps. */
 enum rule_shape {
 	SHAPE_DIGITS_DIR, /* top-level <prefix><digits><suffix>: a step directory */
@@ -405,15 +407,14 @@ static bool slot_classify(const char *path, struct comp c0, struct comp c1, stru
 
 /* ---- classify -------------------------------------------------------------------------- */
 
-int layout_classify(const char *path, enum layout_kind forced, struct layout_match *ret)
+/*
+ * Split path into its components, skipping empty ones and ".": the first two into *c0 and *c1,
+ * the last into *last, their number into *ret_n. Returns 0, or -EINVAL for a ".." component.
+ */
+static int split_components(const char *path, struct comp *c0, struct comp *c1, struct comp *last,
+			    size_t *ret_n)
 {
-	struct comp c0 = { NULL, 0 }, c1 = { NULL, 0 }, last = { NULL, 0 };
 	size_t ncomp = 0;
-
-	if (path == NULL || ret == NULL || !kind_valid(forced))
-		return -EINVAL;
-	if (strnlen(path, LAYOUT_PATH_MAX) >= LAYOUT_PATH_MAX)
-		return -ENAMETOOLONG;
 
 	for (const char *p = path; *p;) {
 		while (*p == '/')
@@ -429,14 +430,121 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 		if (!(n == 1 && p[0] == '.')) {
 			struct comp c = { p, n };
 			if (ncomp == 0)
-				c0 = c;
+				*c0 = c;
 			else if (ncomp == 1)
-				c1 = c;
-			last = c;
+				*c1 = c;
+			*last = c;
 			ncomp++;
 		}
 		p = e;
 	}
+	*ret_n = ncomp;
+	return 0;
+}
+
+/*
+ * Rule 1 of layout_classify: c0 is step directory of rule r (step number step); fill m for the
+ * directory itself or for what lies inside it (c1 .. last, ncomp components in all).
+ */
+static void classify_in_step_dir(const char *path, const struct layout_rule *r, int64_t step,
+				 enum layout_kind forced, struct comp c0, struct comp c1,
+				 struct comp last, size_t ncomp, struct layout_match *m)
+{
+	m->kind = r->kind;
+	m->step = step;
+	m->flags = r->flags;
+	m->step_prefix_len = (size_t)(c0.s + c0.n - path);
+	/* Another kind claims the same name (all-digit: InternEvo / Orbax). */
+	const struct layout_rule *other = NULL;
+	for (const struct layout_rule *o = r + 1; o < layout_rules + N_RULES; o++) {
+		int64_t s2;
+		if (o->kind != r->kind && rule_applies(o, forced) &&
+		    rule_match_dir(o, c0.s, c0.n, &s2)) {
+			m->flags |= LAYOUT_F_AMBIGUOUS;
+			other = o;
+			break;
+		}
+	}
+	if (ncomp == 1) {
+		m->role = ROLE_STEP_DIR;
+		return;
+	}
+	m->role = ROLE_STEP_FILE;
+	if (has_suffix(last.s, last.n, ".tmp"))
+		m->flags |= LAYOUT_F_TMP;
+	if (ncomp == 2 && r->marker && marker_match(r, step, c1.s, c1.n)) {
+		m->role = ROLE_MARKER;
+	} else if (ncomp == 2 && other && other->marker &&
+		   marker_match(other, step, c1.s, c1.n)) {
+		m->role = ROLE_MARKER;
+		m->kind = other->kind;
+	}
+	if (r->file_rank)
+		m->rank = r->file_rank(last.s, last.n);
+}
+
+/*
+ * Rules 2 and 3 of layout_classify, for a path outside any step directory: a root tracker file,
+ * or a per-rank directory (MF1) and the tracker or step files in it. m is left as it is when no
+ * rule matches.
+ */
+static void classify_outside_step(enum layout_kind forced, struct comp c0, struct comp c1,
+				  size_t ncomp, struct layout_match *m)
+{
+	for (size_t i = 0; i < N_RULES; i++) {
+		const struct layout_rule *r = &layout_rules[i];
+		if (!rule_applies(r, forced))
+			continue;
+
+		/* 2. Root trackers. */
+		if (ncomp == 1 && r->shape != SHAPE_RANK_DIR && r->fmt != TRK_NONE) {
+			if (eq(c0.s, c0.n, r->tracker)) {
+				m->kind = r->kind;
+				m->role = ROLE_TRACKER;
+				return;
+			}
+		}
+
+		/* 3. Per-rank directories (MF1). */
+		if (r->shape == SHAPE_RANK_DIR && has_prefix(c0.s, c0.n, r->prefix)) {
+			size_t pl = strlen(r->prefix);
+			int rank = parse_rank(c0.s + pl, c0.n - pl);
+			if (rank < 0 || c0.n - pl < r->min_digits)
+				continue;
+			m->kind = r->kind;
+			m->rank = rank;
+			if (ncomp != 2)
+				return;
+			if (eq(c1.s, c1.n, r->tracker)) {
+				m->role = ROLE_TRACKER;
+				return;
+			}
+			int64_t epoch, step;
+			unsigned flags;
+			if (mf1_file(r, c1.s, c1.n, &epoch, &step, &flags)) {
+				m->role = ROLE_STEP_FILE;
+				m->step = step;
+				m->epoch = epoch;
+				m->flags = flags;
+			}
+			return;
+		}
+	}
+}
+
+int layout_classify(const char *path, enum layout_kind forced, struct layout_match *ret)
+{
+	struct comp c0 = { NULL, 0 }, c1 = { NULL, 0 }, last = { NULL, 0 };
+	size_t ncomp = 0;
+	int err;
+
+	if (path == NULL || ret == NULL || !kind_valid(forced))
+		return -EINVAL;
+	if (strnlen(path, LAYOUT_PATH_MAX) >= LAYOUT_PATH_MAX)
+		return -ENAMETOOLONG;
+	err = split_components(path, &c0, &c1, &last, &ncomp);
+	if (err)
+		return err;
 
 	struct layout_match m = { .kind = LAYOUT_NONE, .role = ROLE_PLAIN, .step = LAYOUT_STEP_NONE,
 				  .epoch = -1, .rank = -1, .flags = 0, .step_prefix_len = 0 };
@@ -451,80 +559,10 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 	/* 1. A step directory, and what lies inside it. */
 	int64_t step;
 	const struct layout_rule *r = match_step_dir(c0.s, c0.n, forced, &step);
-	if (r) {
-		m.kind = r->kind;
-		m.step = step;
-		m.flags = r->flags;
-		m.step_prefix_len = (size_t)(c0.s + c0.n - path);
-		/* Another kind claims the same name (all-digit: InternEvo / Orbax). */
-		const struct layout_rule *other = NULL;
-		for (const struct layout_rule *o = r + 1; o < layout_rules + N_RULES; o++) {
-			int64_t s2;
-			if (o->kind != r->kind && rule_applies(o, forced) &&
-			    rule_match_dir(o, c0.s, c0.n, &s2)) {
-				m.flags |= LAYOUT_F_AMBIGUOUS;
-				other = o;
-				break;
-			}
-		}
-		if (ncomp == 1) {
-			m.role = ROLE_STEP_DIR;
-			goto out;
-		}
-		m.role = ROLE_STEP_FILE;
-		if (has_suffix(last.s, last.n, ".tmp"))
-			m.flags |= LAYOUT_F_TMP;
-		if (ncomp == 2 && r->marker && marker_match(r, step, c1.s, c1.n)) {
-			m.role = ROLE_MARKER;
-		} else if (ncomp == 2 && other && other->marker &&
-			   marker_match(other, step, c1.s, c1.n)) {
-			m.role = ROLE_MARKER;
-			m.kind = other->kind;
-		}
-		if (r->file_rank)
-			m.rank = r->file_rank(last.s, last.n);
-		goto out;
-	}
-
-	for (size_t i = 0; i < N_RULES; i++) {
-		r = &layout_rules[i];
-		if (!rule_applies(r, forced))
-			continue;
-
-		/* 2. Root trackers. */
-		if (ncomp == 1 && r->shape != SHAPE_RANK_DIR && r->fmt != TRK_NONE) {
-			if (eq(c0.s, c0.n, r->tracker)) {
-				m.kind = r->kind;
-				m.role = ROLE_TRACKER;
-				goto out;
-			}
-		}
-
-		/* 3. Per-rank directories (MF1). */
-		if (r->shape == SHAPE_RANK_DIR && has_prefix(c0.s, c0.n, r->prefix)) {
-			size_t pl = strlen(r->prefix);
-			int rank = parse_rank(c0.s + pl, c0.n - pl);
-			if (rank < 0 || c0.n - pl < r->min_digits)
-				continue;
-			m.kind = r->kind;
-			m.rank = rank;
-			if (ncomp != 2)
-				goto out;
-			if (eq(c1.s, c1.n, r->tracker)) {
-				m.role = ROLE_TRACKER;
-				goto out;
-			}
-			int64_t epoch;
-			unsigned flags;
-			if (mf1_file(r, c1.s, c1.n, &epoch, &step, &flags)) {
-				m.role = ROLE_STEP_FILE;
-				m.step = step;
-				m.epoch = epoch;
-				m.flags = flags;
-			}
-			goto out;
-		}
-	}
+	if (r)
+		classify_in_step_dir(path, r, step, forced, c0, c1, last, ncomp, &m);
+	else
+		classify_outside_step(forced, c0, c1, ncomp, &m);
 
 out:
 	/* Invariants 1, 2, 4, 5 (top of file). */
@@ -682,28 +720,6 @@ static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 	return len;
 }
 
-static size_t utf8_encode(uint32_t c, char *o)
-{
-	if (c < 0x80) {
-		o[0] = (char)c;
-		return 1;
-	} else if (c < 0x800) {
-		o[0] = (char)(0xc0 | (c >> 6));
-		o[1] = (char)(0x80 | (c & 0x3f));
-		return 2;
-	} else if (c < 0x10000) {
-		o[0] = (char)(0xe0 | (c >> 12));
-		o[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-		o[2] = (char)(0x80 | (c & 0x3f));
-		return 3;
-	}
-	o[0] = (char)(0xf0 | (c >> 18));
-	o[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-	o[2] = (char)(0x80 | ((c >> 6) & 0x3f));
-	o[3] = (char)(0x80 | (c & 0x3f));
-	return 4;
-}
-
 static bool utf8_valid(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n;) {
@@ -716,279 +732,168 @@ static bool utf8_valid(const char *s, size_t n)
 	return true;
 }
 
-/* Minimal JSON reader over [p, end) (RFC 8259, plus Python's NaN/Infinity when skipping). */
-struct jp {
-	const char *p;
-	const char *end;
-};
+/* Deepest value of a meta.json accepted: its keys' values are at depth 1. */
+#define LAYOUT_JSON_DEPTH_MAX 32
 
-#define JSON_DEPTH_MAX 32
-
-static void jp_ws(struct jp *j)
+/*
+ * A JSON number token (RFC 8259 section 6) of n bytes at s: true when it is well formed; *ret_plain
+ * is set when it is also an integer >= 0 without sign, fraction or exponent that fits int64_t.
+ */
+static bool json_number_token(const char *s, size_t n, bool *ret_plain)
 {
-	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-		j->p++;
+	size_t i = 0, d;
+	int64_t v;
+
+	if (i < n && s[i] == '-')
+		i++;
+	for (d = i; i < n && is_digit(s[i]); i++)
+		;
+	if (i == d || (i - d > 1 && s[d] == '0'))
+		return false;
+	*ret_plain = d == 0 && i == n && parse_digits(s, n, &v);
+	if (i < n && s[i] == '.') {
+		for (d = ++i; i < n && is_digit(s[i]); i++)
+			;
+		if (i == d)
+			return false;
+	}
+	if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < n && (s[i] == '+' || s[i] == '-'))
+			i++;
+		for (d = i; i < n && is_digit(s[i]); i++)
+			;
+		if (i == d)
+			return false;
+	}
+	return i == n;
 }
 
-static bool jp_lit(struct jp *j, const char *lit)
+/*
+ * Copy the len bytes of buf to out (len bytes), each value token outside a string that no key of
+ * ours accepts but that Python's json writes or reads replaced by a blank string of the same
+ * length ("" for 2 bytes, "   " for 5, ...): NaN, Infinity and -Infinity (written for non-finite
+ * floats, Lib/json/encoder.py allow_nan=True), and any well-formed number other than an integer
+ * >= 0 that fits int64_t (jansson rejects integers beyond its range and reals that overflow a
+ * double; RFC 8259 section 9 lets a parser limit them). A number is then a step or epoch only
+ * when it could be one, and a malformed token is copied as it is, for jansson to reject.
+ */
+static void json_python_values(const char *buf, size_t len, char *out)
 {
-	size_t n = strlen(lit);
+	bool in_str = false;
 
-	if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
+	memcpy(out, buf, len);
+	for (size_t i = 0; i < len; i++) {
+		char c = buf[i];
+
+		if (in_str) {
+			if (c == '\\')
+				i++; /* the escaped byte cannot end the string */
+			else if (c == '"')
+				in_str = false;
+			continue;
+		}
+		if (c == '"') {
+			in_str = true;
+			continue;
+		}
+		if (c != '-' && c != 'N' && c != 'I' && !is_digit(c))
+			continue;
+		size_t n = 1;
+		while (i + n < len && buf[i + n] != '\0' &&
+		       strchr("0123456789+-.eEaNInfity", buf[i + n]))
+			n++;
+		bool plain = false;
+		bool blank = eq(buf + i, n, "NaN") || eq(buf + i, n, "Infinity") ||
+			     eq(buf + i, n, "-Infinity") ||
+			     (json_number_token(buf + i, n, &plain) && !plain);
+		if (blank) {
+			assert(n >= 2); /* a one-byte number is a digit: plain */
+			out[i] = '"';
+			memset(out + i + 1, ' ', n - 2);
+			out[i + n - 1] = '"';
+		}
+		i += n - 1;
+	}
+}
+
+/* True when v and every value inside it lie at most LAYOUT_JSON_DEPTH_MAX deep (v at depth). */
+static bool json_depth_ok(json_t *v, int depth)
+{
+	const char *k;
+	json_t *m;
+	size_t i;
+
+	if (depth > LAYOUT_JSON_DEPTH_MAX)
 		return false;
-	j->p += n;
+	if (json_is_object(v)) {
+		json_object_foreach(v, k, m) {
+			if (!json_depth_ok(m, depth + 1))
+				return false;
+		}
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, m) {
+			if (!json_depth_ok(m, depth + 1))
+				return false;
+		}
+	}
 	return true;
 }
 
-static int jp_hex4(struct jp *j, uint32_t *v)
+/* A JSON integer >= 0 written without sign, fraction or exponent, as int64_t. */
+static bool json_step(const json_t *v, int64_t *ret)
 {
-	uint32_t x = 0;
-
-	if (j->end - j->p < 4)
-		return -EINVAL;
-	for (int i = 0; i < 4; i++) {
-		char c = *j->p++;
-		x <<= 4;
-		if (c >= '0' && c <= '9')
-			x |= (uint32_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			x |= (uint32_t)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			x |= (uint32_t)(c - 'A' + 10);
-		else
-			return -EINVAL;
-	}
-	*v = x;
-	return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return false;
+	*ret = (int64_t)json_integer_value(v);
+	return true;
 }
 
 /*
- * A JSON string at j->p (which must be '"'), decoded to UTF-8 into out[0, cap) if out is not
- * NULL (*olen = its length; *trunc set when it did not fit). Invalid UTF-8, raw control
- * characters, bad escapes and lone surrogates are -EINVAL.
+ * meta.json of MindFormers 1.0 (CheckpointMonitor.record_last_ckpt_to_json): a JSON object
+ * (RFC 8259, parsed by jansson, plus Python's NaN/Infinity and numbers of any range in values
+ * we skip: json_python_values) holding
+ * "last_step" and "last_epoch" (integers >= 0) and "last_ckpt_file" (a bare file name). Other
+ * keys are skipped; for a repeated key the last one counts. Returns 0 or -EINVAL (-ENOMEM when
+ * jansson runs out of memory is reported as -EINVAL too: the tracker is then unreadable).
  */
-static int jp_string(struct jp *j, char *out, size_t cap, size_t *olen, bool *trunc)
-{
-	size_t n = 0;
-
-	if (j->p >= j->end || *j->p != '"')
-		return -EINVAL;
-	j->p++;
-	if (trunc)
-		*trunc = false;
-	for (;;) {
-		if (j->p >= j->end)
-			return -EINVAL;
-		unsigned char c = (unsigned char)*j->p;
-		uint32_t cp;
-		if (c == '"') {
-			j->p++;
-			break;
-		} else if (c < 0x20) {
-			return -EINVAL;
-		} else if (c == '\\') {
-			if (j->end - j->p < 2)
-				return -EINVAL;
-			char e = j->p[1];
-			j->p += 2;
-			switch (e) {
-			case '"': cp = '"'; break;
-			case '\\': cp = '\\'; break;
-			case '/': cp = '/'; break;
-			case 'b': cp = '\b'; break;
-			case 'f': cp = '\f'; break;
-			case 'n': cp = '\n'; break;
-			case 'r': cp = '\r'; break;
-			case 't': cp = '\t'; break;
-			case 'u':
-				if (jp_hex4(j, &cp) < 0)
-					return -EINVAL;
-				if (cp >= 0xdc00 && cp <= 0xdfff)
-					return -EINVAL;
-				if (cp >= 0xd800 && cp <= 0xdbff) {
-					uint32_t lo;
-					if (!jp_lit(j, "\\u") || jp_hex4(j, &lo) < 0 ||
-					    lo < 0xdc00 || lo > 0xdfff)
-						return -EINVAL;
-					cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-				}
-				break;
-			default:
-				return -EINVAL;
-			}
-		} else {
-			size_t l = utf8_decode((const unsigned char *)j->p,
-					       (size_t)(j->end - j->p), &cp);
-			if (l == 0)
-				return -EINVAL;
-			j->p += l;
-		}
-		if (out) {
-			char enc[4];
-			size_t l = utf8_encode(cp, enc);
-			if (cap - n < l + 1) {
-				if (trunc)
-					*trunc = true;
-			} else {
-				memcpy(out + n, enc, l);
-				n += l;
-				out[n] = '\0';
-			}
-		}
-	}
-	if (olen)
-		*olen = n;
-	return 0;
-}
-
-/*
- * A JSON number at j->p. *is_uint is set when it is a plain non-negative integer (no sign,
- * fraction or exponent) that fits int64_t, its value in *v.
- */
-static int jp_number(struct jp *j, bool *is_uint, int64_t *v)
-{
-	bool neg = false, frac = false;
-
-	if (j->p < j->end && *j->p == '-') {
-		neg = true;
-		j->p++;
-	}
-	const char *ds = j->p;
-	while (j->p < j->end && is_digit(*j->p))
-		j->p++;
-	size_t nd = (size_t)(j->p - ds);
-	if (nd == 0 || (nd > 1 && ds[0] == '0'))
-		return -EINVAL;
-	if (j->p < j->end && *j->p == '.') {
-		frac = true;
-		j->p++;
-		const char *fs = j->p;
-		while (j->p < j->end && is_digit(*j->p))
-			j->p++;
-		if (j->p == fs)
-			return -EINVAL;
-	}
-	if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-		frac = true;
-		j->p++;
-		if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-			j->p++;
-		const char *es = j->p;
-		while (j->p < j->end && is_digit(*j->p))
-			j->p++;
-		if (j->p == es)
-			return -EINVAL;
-	}
-	*is_uint = !neg && !frac && parse_digits(ds, nd, v);
-	return 0;
-}
-
-static int jp_skip(struct jp *j, int depth)
-{
-	if (depth > JSON_DEPTH_MAX)
-		return -EINVAL;
-	jp_ws(j);
-	if (j->p >= j->end)
-		return -EINVAL;
-	char c = *j->p;
-	if (c == '"')
-		return jp_string(j, NULL, 0, NULL, NULL);
-	if (c == '{' || c == '[') {
-		char close = c == '{' ? '}' : ']';
-		j->p++;
-		jp_ws(j);
-		if (j->p < j->end && *j->p == close) {
-			j->p++;
-			return 0;
-		}
-		for (;;) {
-			if (c == '{') {
-				jp_ws(j);
-				if (jp_string(j, NULL, 0, NULL, NULL) < 0)
-					return -EINVAL;
-				jp_ws(j);
-				if (!jp_lit(j, ":"))
-					return -EINVAL;
-			}
-			if (jp_skip(j, depth + 1) < 0)
-				return -EINVAL;
-			jp_ws(j);
-			if (jp_lit(j, ","))
-				continue;
-			if (j->p < j->end && *j->p == close) {
-				j->p++;
-				return 0;
-			}
-			return -EINVAL;
-		}
-	}
-	if (jp_lit(j, "true") || jp_lit(j, "false") || jp_lit(j, "null") || jp_lit(j, "NaN") ||
-	    jp_lit(j, "Infinity") || jp_lit(j, "-Infinity"))
-		return 0;
-	bool u;
-	int64_t v;
-	return jp_number(j, &u, &v);
-}
-
-/* meta.json of MindFormers 1.0 (CheckpointMonitor.record_last_ckpt_to_json). */
 static int parse_mf1_json(const char *buf, size_t len, struct layout_tracker *ret)
 {
-	struct jp j = { buf, buf + len };
 	struct layout_tracker t = { .step = -1, .epoch = -1, .ckpt_file = "" };
-	bool have_step = false, have_epoch = false, have_file = false;
-	size_t flen = 0;
+	char text[LAYOUT_TRACKER_MAX];
+	json_error_t jerr;
+	json_t *root, *step, *epoch, *file, *v;
+	const char *key;
+	size_t flen;
+	int rc = -EINVAL;
 
-	jp_ws(&j);
-	if (!jp_lit(&j, "{"))
-		return -EINVAL;
-	jp_ws(&j);
-	if (!jp_lit(&j, "}")) {
-		for (;;) {
-			char key[32];
-			bool trunc;
-			jp_ws(&j);
-			if (jp_string(&j, key, sizeof(key), NULL, &trunc) < 0)
-				return -EINVAL;
-			if (trunc)
-				key[0] = '\0'; /* too long to be one of ours */
-			jp_ws(&j);
-			if (!jp_lit(&j, ":"))
-				return -EINVAL;
-			jp_ws(&j);
-			bool is_step = strcmp(key, "last_step") == 0;
-			bool is_epoch = strcmp(key, "last_epoch") == 0;
-			if (is_step || is_epoch) {
-				bool u;
-				int64_t v;
-				if (j.p >= j.end || (*j.p != '-' && !is_digit(*j.p)) ||
-				    jp_number(&j, &u, &v) < 0 || !u)
-					return -EINVAL;
-				if (is_step)
-					t.step = v, have_step = true;
-				else
-					t.epoch = v, have_epoch = true;
-			} else if (strcmp(key, "last_ckpt_file") == 0) {
-				if (jp_string(&j, t.ckpt_file, sizeof(t.ckpt_file), &flen, &trunc) < 0 ||
-				    trunc)
-					return -EINVAL;
-				have_file = true;
-			} else if (jp_skip(&j, 1) < 0) {
-				return -EINVAL;
-			}
-			jp_ws(&j);
-			if (jp_lit(&j, ","))
-				continue;
-			if (jp_lit(&j, "}"))
-				break;
-			return -EINVAL;
-		}
+	json_python_values(buf, len, text);
+	/* JSON_ALLOW_NUL: a "\u0000" in a value we skip is fine; in the file name, bare_name
+	 * rejects it. Without JSON_DECODE_ANY only an object or array is accepted at the top. */
+	root = json_loadb(text, len, JSON_ALLOW_NUL, &jerr);
+	if (!json_is_object(root))
+		goto out;
+	json_object_foreach(root, key, v) {
+		if (!json_depth_ok(v, 1))
+			goto out;
 	}
-	jp_ws(&j);
-	if (j.p != j.end || !have_step || !have_epoch || !have_file ||
-	    !bare_name(t.ckpt_file, flen))
-		return -EINVAL;
+	step = json_object_get(root, "last_step");
+	epoch = json_object_get(root, "last_epoch");
+	file = json_object_get(root, "last_ckpt_file");
+	if (!json_step(step, &t.step) || !json_step(epoch, &t.epoch) || !json_is_string(file))
+		goto out;
+	flen = json_string_length(file);
+	if (flen + 1 > sizeof(t.ckpt_file))
+		goto out;
+	memcpy(t.ckpt_file, json_string_value(file), flen);
+	t.ckpt_file[flen] = '\0';
+	if (!bare_name(t.ckpt_file, flen))
+		goto out;
 	*ret = t;
-	return 0;
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
 }
 
 int layout_tracker_parse(enum layout_kind kind, const char *name, const char *buf, size_t len,

@@ -246,11 +246,12 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 			if (cs.last[i][0])
 				put(o, "  %s\n", cs.last[i]);
 	}
-	char shown[LAYOUT_KIND_COUNT][256];
+	/* tracker names relative to the root: a file name, under a rank directory for MF1 */
+	char shown[LAYOUT_KIND_COUNT][LAYOUT_NAME_MAX + 1];
 	int nshown = 0;
 
 	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
-		char name[256], content[LAYOUT_TRACKER_MAX];
+		char name[LAYOUT_NAME_MAX + 1], content[LAYOUT_TRACKER_MAX];
 		struct idx_step s;
 		bool dup = false;
 

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -131,55 +132,110 @@ static int path_join(char *buf, size_t cap, const char *root, const char *name)
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
-int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, char *err,
-		   size_t errcap, struct ckpt_repo **ret)
+/*
+ * Check (and with REPO_CREATE, create) the store root: a directory not writable by group or
+ * others. Returns 0 or -errno with a message in err.
+ */
+static int repo_check_root(const char *root, int flags, char *err, size_t errcap)
 {
-	struct ckpt_repo *r;
-	struct store_opts so = { 0 };
 	struct stat stt;
-	char path[4096];
 	int rc;
-
-	r = calloc(1, sizeof(*r));
-	if (!r || !(r->root = strdup(root))) {
-		free(r);
-		seterr(err, errcap, "out of memory");
-		return -ENOMEM;
-	}
-	r->lock_fd = -1;
-	if (sopts)
-		so = *sopts;
 
 	if (stat(root, &stt) < 0) {
 		rc = -errno;
 		if (rc != -ENOENT || !(flags & REPO_CREATE)) {
 			seterr(err, errcap, "cannot use store '%s': %s%s", root, strerror(-rc),
 			       rc == -ENOENT ? " (mount it once with ckptfs to create it)" : "");
-			goto fail;
+			return rc;
 		}
 		if (mkdir(root, 0700) < 0 || stat(root, &stt) < 0) {
 			rc = -errno;
 			seterr(err, errcap, "cannot create store '%s': %s", root, strerror(-rc));
-			goto fail;
+			return rc;
 		}
 	}
 	if (!S_ISDIR(stt.st_mode)) {
-		rc = -ENOTDIR;
 		seterr(err, errcap, "store '%s' is not a directory", root);
-		goto fail;
+		return -ENOTDIR;
 	}
 	if (stt.st_mode & (S_IWGRP | S_IWOTH)) {
-		rc = -EPERM;
 		seterr(err, errcap,
 		       "store '%s' is writable by group or others (mode %04o); run 'chmod 0700 %s'",
 		       root, (unsigned)(stt.st_mode & 07777), root);
-		goto fail;
+		return -EPERM;
 	}
+	return 0;
+}
 
-	if ((rc = path_join(path, sizeof(path), root, "lock")) < 0)
-		goto fail_path;
-	r->lock_fd = open(path, O_RDWR | O_CLOEXEC | ((flags & REPO_CREATE) ? O_CREAT : 0), 0600);
-	if (r->lock_fd < 0 && errno == ENOENT && !(flags & REPO_CREATE)) {
+/* The message of a store path too long for PATH_MAX; returns -ENAMETOOLONG. */
+static int repo_path_too_long(const char *root, char *err, size_t errcap)
+{
+	seterr(err, errcap, "store path '%s' is too long", root);
+	return -ENAMETOOLONG;
+}
+
+/*
+ * REPO_EXCLUSIVE: take the lock file lock_fd (at path) exclusively, write our pid into it and
+ * note whether the last mount ended cleanly. Returns 0 or -errno (-EBUSY: held by another
+ * process, whose pid goes to r->owner_pid) with a message in err.
+ */
+static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char *path, char *err,
+			       size_t errcap)
+{
+	char clean[PATH_MAX];
+	pid_t owner = 0;
+	int rc;
+
+	if ((rc = lock_exclusive(r->lock_fd, &owner)) == -EBUSY) {
+		r->owner_pid = owner;
+		if (!owner_exiting(owner))
+			seterr(err, errcap,
+			       "store '%s' is in use by another ckptfs (pid %d); unmount it "
+			       "first (fusermount3 -u MOUNTPOINT)",
+			       root, (int)owner);
+		else if (owner > 0)
+			seterr(err, errcap,
+			       "store '%s' is still locked %d s after its ckptfs (pid %d) began "
+			       "to exit; wait until 'ps -p %d' shows nothing, then retry",
+			       root, LOCK_WAIT_S, (int)owner, (int)owner);
+		else
+			seterr(err, errcap,
+			       "store '%s' is locked by another process (a ckptctl reading it?) "
+			       "for more than %d s; find it with 'fuser -v %s/lock' and retry",
+			       root, LOCK_WAIT_S, root);
+		return rc;
+	} else if (rc < 0) {
+		seterr(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
+		return rc;
+	}
+	char pidbuf[32];
+	int n = snprintf(pidbuf, sizeof(pidbuf), "%d\n", (int)getpid());
+
+	if (ftruncate(r->lock_fd, 0) < 0 || pwrite(r->lock_fd, pidbuf, n, 0) != n) {
+		rc = -errno;
+		seterr(err, errcap, "cannot write '%s': %s", path, strerror(-rc));
+		return rc;
+	}
+	if (path_join(clean, sizeof(clean), root, "clean") < 0)
+		return repo_path_too_long(root, err, errcap);
+	r->was_clean = access(clean, F_OK) == 0;
+	return 0;
+}
+
+/*
+ * Open the lock file and lock it: exclusively with REPO_EXCLUSIVE, else shared; a store another
+ * process holds exclusively (a mounted one) is then opened read-only (REPO_RDONLY added to
+ * *flags, r->mounted set). Returns 0 or -errno with a message in err.
+ */
+static int repo_lock(struct ckpt_repo *r, const char *root, int *flags, char *err, size_t errcap)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	if (path_join(path, sizeof(path), root, "lock") < 0)
+		return repo_path_too_long(root, err, errcap);
+	r->lock_fd = open(path, O_RDWR | O_CLOEXEC | ((*flags & REPO_CREATE) ? O_CREAT : 0), 0600);
+	if (r->lock_fd < 0 && errno == ENOENT && !(*flags & REPO_CREATE)) {
 		/* A store never mounted for writing has no lock file: read it as is. */
 		r->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
@@ -187,57 +243,36 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 		rc = -errno;
 		seterr(err, errcap, "cannot open '%s': %s%s", path, strerror(-rc),
 		       rc == -ENOENT ? " (is this a ckptfs store?)" : "");
-		goto fail;
+		return rc;
 	}
-	if (flags & REPO_EXCLUSIVE) {
-		pid_t owner = 0;
-
-		if ((rc = lock_exclusive(r->lock_fd, &owner)) == -EBUSY) {
-			r->owner_pid = owner;
-			if (!owner_exiting(owner))
-				seterr(err, errcap,
-				       "store '%s' is in use by another ckptfs (pid %d); unmount it "
-				       "first (fusermount3 -u MOUNTPOINT)",
-				       root, (int)owner);
-			else if (owner > 0)
-				seterr(err, errcap,
-				       "store '%s' is still locked %d s after its ckptfs (pid %d) began "
-				       "to exit; wait until 'ps -p %d' shows nothing, then retry",
-				       root, LOCK_WAIT_S, (int)owner, (int)owner);
-			else
-				seterr(err, errcap,
-				       "store '%s' is locked by another process (a ckptctl reading it?) "
-				       "for more than %d s; find it with 'fuser -v %s/lock' and retry",
-				       root, LOCK_WAIT_S, root);
-			goto fail;
-		} else if (rc < 0) {
-			seterr(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
-			goto fail;
-		}
-		char pidbuf[32];
-		int n = snprintf(pidbuf, sizeof(pidbuf), "%d\n", (int)getpid());
-
-		if (ftruncate(r->lock_fd, 0) < 0 || pwrite(r->lock_fd, pidbuf, n, 0) != n) {
-			rc = -errno;
-			seterr(err, errcap, "cannot write '%s': %s", path, strerror(-rc));
-			goto fail;
-		}
-		if ((rc = path_join(path, sizeof(path), root, "clean")) < 0)
-			goto fail_path;
-		r->was_clean = access(path, F_OK) == 0;
-	} else if (flock(r->lock_fd, LOCK_SH | LOCK_NB) < 0) {
+	if (*flags & REPO_EXCLUSIVE)
+		return repo_lock_exclusive(r, root, path, err, errcap);
+	if (flock(r->lock_fd, LOCK_SH | LOCK_NB) < 0) {
 		if (errno != EWOULDBLOCK) {
 			rc = -errno;
 			seterr(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
-			goto fail;
+			return rc;
 		}
 		r->mounted = true;
 		r->owner_pid = read_owner(r->lock_fd);
-		flags |= REPO_RDONLY;
+		*flags |= REPO_RDONLY;
 	}
+	return 0;
+}
 
-	if ((rc = path_join(path, sizeof(path), root, "index.db")) < 0)
-		goto fail_path;
+/*
+ * Open root/index.db into r->ix (with REPO_SALVAGE, a damaged index leaves r->ix NULL and
+ * r->index_err -EIO) and, with REPO_CHECK, check its integrity. Returns 0 or -errno with a
+ * message in err.
+ */
+static int repo_open_index(struct ckpt_repo *r, const char *root, int flags, char *err,
+			   size_t errcap)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	if (path_join(path, sizeof(path), root, "index.db") < 0)
+		return repo_path_too_long(root, err, errcap);
 	rc = idx_open(path, (flags & REPO_RDONLY) ? IDX_RDONLY : 0, getuid(), getgid(),
 		      ckpt_now_ns(), &r->ix);
 	if (rc == -EIO && (flags & REPO_SALVAGE)) {
@@ -249,7 +284,7 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 		       rc == -EIO ? "; the index file is damaged: with the store unmounted, run "
 				    "'ckptctl " : "",
 		       rc == -EIO ? root : "", rc == -EIO ? " fsck' to rebuild it" : "");
-		goto fail;
+		return rc;
 	}
 	if (r->ix && !(flags & REPO_RDONLY))
 		chmod(path, 0600); /* SQLite creates it 0644; only the owner reads the index */
@@ -262,9 +297,33 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 			       "the store unmounted, run 'ckptctl %s fsck' to rebuild it from what "
 			       "is still readable", path, rc == -EUCLEAN ? msg : strerror(-rc),
 			       root);
-			goto fail;
+			return rc;
 		}
 	}
+	return 0;
+}
+
+int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, char *err,
+		   size_t errcap, struct ckpt_repo **ret)
+{
+	struct ckpt_repo *r;
+	struct store_opts so = { 0 };
+	int rc;
+
+	r = calloc(1, sizeof(*r));
+	if (!r || !(r->root = strdup(root))) {
+		free(r);
+		seterr(err, errcap, "out of memory");
+		return -ENOMEM;
+	}
+	r->lock_fd = -1;
+	if (sopts)
+		so = *sopts;
+
+	if ((rc = repo_check_root(root, flags, err, errcap)) < 0 ||
+	    (rc = repo_lock(r, root, &flags, err, errcap)) < 0 ||
+	    (rc = repo_open_index(r, root, flags, err, errcap)) < 0)
+		goto fail;
 	so.read_only = (flags & REPO_RDONLY) != 0;
 	rc = store_open(root, &so, &r->st);
 	if (rc < 0) {
@@ -274,8 +333,6 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 	*ret = r;
 	return 0;
 
-fail_path:
-	seterr(err, errcap, "store path '%s' is too long", root);
 fail:
 	ckpt_repo_close(r);
 	return rc;
@@ -283,7 +340,7 @@ fail:
 
 int ckpt_repo_reserve(struct ckpt_repo *r)
 {
-	char path[4096], tmp[4200];
+	char path[PATH_MAX], tmp[PATH_MAX + sizeof(".tmp")];
 	struct stat stt;
 	int fd, rc;
 
@@ -308,14 +365,14 @@ int ckpt_repo_reserve(struct ckpt_repo *r)
 
 bool ckpt_repo_release_reserve(struct ckpt_repo *r)
 {
-	char path[4096];
+	char path[PATH_MAX];
 
 	return path_join(path, sizeof(path), r->root, "reserve") == 0 && unlink(path) == 0;
 }
 
 int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean)
 {
-	char path[4096];
+	char path[PATH_MAX];
 	int fd, rc;
 
 	if ((rc = path_join(path, sizeof(path), r->root, "clean")) < 0)

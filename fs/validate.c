@@ -233,27 +233,35 @@ static int zip_check_local(struct vctx *c, const unsigned char *cdh, const struc
 	return bad(c, "zip entry %zu: data descriptor differs from the central directory", idx);
 }
 
-static int check_zip(struct vctx *c, bool need_pkl)
+/* Where the central directory of a zip lies, from its (zip64) end of central directory. */
+struct zip_dir {
+	uint64_t n;      /* entries */
+	uint64_t cd_size; /* bytes */
+	uint64_t cd_off;
+	uint64_t cd_end; /* where the central directory must end: the (zip64) EOCD */
+};
+
+/*
+ * Step 1 of check_zip: read the file's last bytes into *ret_tail (owned by the caller, freed
+ * even on failure) and find the EOCD within the last 22 + 65535 bytes, ending exactly at the end
+ * of the file. Sets *ret_tlen, *ret_toff (the tail's offset in the file) and *ret_e (the EOCD's
+ * offset in the tail). Returns 0, -EBADMSG, -ENOMEM or a read error.
+ */
+static int zip_find_eocd(struct vctx *c, unsigned char **ret_tail, size_t *ret_tlen,
+			 uint64_t *ret_toff, size_t *ret_e)
 {
-	unsigned char *tail = NULL, *cd = NULL, *scratch = NULL;
+	unsigned char *tail;
 	int rc;
 
-	if (c->size < ZIP_EOCD_LEN) {
-		rc = bad(c, "torch.save zip has no end of central directory (truncated?)");
-		goto out;
-	}
-	/* 1. EOCD within the last 22 + 65535 bytes, ending exactly at the end of the file. */
 	uint64_t tlen64 = ZIP_EOCD_LEN + ZIP_COMMENT_MAX + ZIP64_LOC_LEN;
 	size_t tlen = (size_t)(c->size < tlen64 ? c->size : tlen64);
 	uint64_t toff = c->size - tlen;
-	tail = malloc(tlen);
-	if (!tail) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	tail = *ret_tail = malloc(tlen);
+	if (!tail)
+		return -ENOMEM;
 	rc = rd_full(c, tail, tlen, toff);
 	if (rc < 0)
-		goto out;
+		return rc;
 	size_t e = SIZE_MAX;
 	for (size_t i = tlen - ZIP_EOCD_LEN + 1; i-- > 0;) {
 		if (le32(tail + i) == ZIP_EOCD_SIG && i + ZIP_EOCD_LEN + le16(tail + i + 20) == tlen) {
@@ -263,129 +271,126 @@ static int check_zip(struct vctx *c, bool need_pkl)
 		if (tlen - i >= (size_t)ZIP_EOCD_LEN + ZIP_COMMENT_MAX)
 			break;
 	}
-	if (e == SIZE_MAX) {
-		rc = bad(c, "torch.save zip has no end of central directory (truncated?)");
-		goto out;
-	}
+	if (e == SIZE_MAX)
+		return bad(c, "torch.save zip has no end of central directory (truncated?)");
+	*ret_tlen = tlen;
+	*ret_toff = toff;
+	*ret_e = e;
+	return 0;
+}
+
+/*
+ * Step 2 of check_zip: read the zip64 EOCD record that the locator lo (at loc_off) points to and
+ * merge it into *d, whose fields hold the EOCD's values (n_disk: entries on this disk). Returns
+ * 0, -EBADMSG or a read error.
+ */
+static int zip64_merge(struct vctx *c, const unsigned char *lo, uint64_t loc_off,
+		       struct zip_dir *d, uint64_t *n_disk)
+{
+	uint64_t z_off = le64(lo + 8);
+	int rc;
+
+	if (le32(lo + 4) != 0 || le32(lo + 16) > 1)
+		return bad(c, "zip64 locator names another disk (split archive)");
+	if (z_off > loc_off || loc_off - z_off < ZIP64_EOCD_LEN)
+		return bad(c, "zip64 end of central directory at %llu is not before its locator",
+			   (unsigned long long)z_off);
+	unsigned char z[ZIP64_EOCD_LEN];
+	rc = rd_full(c, z, sizeof(z), z_off);
+	if (rc < 0)
+		return rc;
+	if (le32(z) != ZIP64_EOCD_SIG)
+		return bad(c, "no zip64 end of central directory where its locator points");
+	uint64_t rsize = le64(z + 4);
+	if (rsize < ZIP64_EOCD_LEN - 12 || rsize != loc_off - z_off - 12)
+		return bad(c, "zip64 end of central directory does not end at its locator");
+	uint64_t z_ndisk = le64(z + 24), z_n = le64(z + 32);
+	uint64_t z_cdsize = le64(z + 40), z_cdoff = le64(z + 48);
+	if (le32(z + 16) != 0 || le32(z + 20) != 0 || z_ndisk != z_n)
+		return bad(c, "zip64 end of central directory names another disk");
+	if ((d->n != 0xFFFF && d->n != z_n) || (*n_disk != 0xFFFF && *n_disk != z_ndisk) ||
+	    (d->cd_size != 0xFFFFFFFFu && d->cd_size != z_cdsize) ||
+	    (d->cd_off != 0xFFFFFFFFu && d->cd_off != z_cdoff))
+		return bad(c, "zip end of central directory disagrees with its zip64 record");
+	d->n = z_n;
+	*n_disk = z_ndisk;
+	d->cd_size = z_cdsize;
+	d->cd_off = z_cdoff;
+	d->cd_end = z_off;
+	return 0;
+}
+
+/*
+ * Steps 2 and 3 of check_zip: decode the EOCD at tail + e (file offset toff + e) and its zip64
+ * record if any into *ret, and check that the central directory ends where the (zip64) EOCD
+ * begins, with no prepended data. Returns 0, -EBADMSG or a read error.
+ */
+static int zip_read_end(struct vctx *c, const unsigned char *tail, uint64_t toff, size_t e,
+			struct zip_dir *ret)
+{
 	const unsigned char *eo = tail + e;
 	uint64_t eocd_off = toff + e;
 	uint16_t disk = le16(eo + 4), cd_disk = le16(eo + 6);
-	uint64_t n_disk = le16(eo + 8), n = le16(eo + 10);
-	uint64_t cd_size = le32(eo + 12), cd_off = le32(eo + 16);
-	uint64_t cd_end = eocd_off; /* where the central directory must end */
-	bool sat = disk == 0xFFFF || cd_disk == 0xFFFF || n_disk == 0xFFFF || n == 0xFFFF ||
-		   cd_size == 0xFFFFFFFFu || cd_off == 0xFFFFFFFFu;
+	uint64_t n_disk = le16(eo + 8);
+	struct zip_dir d = { .n = le16(eo + 10), .cd_size = le32(eo + 12),
+			     .cd_off = le32(eo + 16), .cd_end = eocd_off };
+	bool sat = disk == 0xFFFF || cd_disk == 0xFFFF || n_disk == 0xFFFF || d.n == 0xFFFF ||
+		   d.cd_size == 0xFFFFFFFFu || d.cd_off == 0xFFFFFFFFu;
 	bool loc = e >= ZIP64_LOC_LEN && le32(eo - ZIP64_LOC_LEN) == ZIP64_LOC_SIG;
+	int rc;
 
-	/* 2. zip64 EOCD locator and record. */
-	if (sat && !loc) {
-		rc = bad(c, "zip end of central directory needs zip64 but has no zip64 locator");
-		goto out;
-	}
+	if (sat && !loc)
+		return bad(c, "zip end of central directory needs zip64 but has no zip64 locator");
 	if (loc) {
-		const unsigned char *lo = eo - ZIP64_LOC_LEN;
-		uint64_t loc_off = eocd_off - ZIP64_LOC_LEN;
-		uint64_t z_off = le64(lo + 8);
-		if (le32(lo + 4) != 0 || le32(lo + 16) > 1) {
-			rc = bad(c, "zip64 locator names another disk (split archive)");
-			goto out;
-		}
-		if (z_off > loc_off || loc_off - z_off < ZIP64_EOCD_LEN) {
-			rc = bad(c, "zip64 end of central directory at %llu is not before its locator",
-				 (unsigned long long)z_off);
-			goto out;
-		}
-		unsigned char z[ZIP64_EOCD_LEN];
-		rc = rd_full(c, z, sizeof(z), z_off);
+		rc = zip64_merge(c, eo - ZIP64_LOC_LEN, eocd_off - ZIP64_LOC_LEN, &d, &n_disk);
 		if (rc < 0)
-			goto out;
-		if (le32(z) != ZIP64_EOCD_SIG) {
-			rc = bad(c, "no zip64 end of central directory where its locator points");
-			goto out;
-		}
-		uint64_t rsize = le64(z + 4);
-		if (rsize < ZIP64_EOCD_LEN - 12 || rsize != loc_off - z_off - 12) {
-			rc = bad(c, "zip64 end of central directory does not end at its locator");
-			goto out;
-		}
-		uint64_t z_ndisk = le64(z + 24), z_n = le64(z + 32);
-		uint64_t z_cdsize = le64(z + 40), z_cdoff = le64(z + 48);
-		if (le32(z + 16) != 0 || le32(z + 20) != 0 || z_ndisk != z_n) {
-			rc = bad(c, "zip64 end of central directory names another disk");
-			goto out;
-		}
-		if ((n != 0xFFFF && n != z_n) || (n_disk != 0xFFFF && n_disk != z_ndisk) ||
-		    (cd_size != 0xFFFFFFFFu && cd_size != z_cdsize) ||
-		    (cd_off != 0xFFFFFFFFu && cd_off != z_cdoff)) {
-			rc = bad(c, "zip end of central directory disagrees with its zip64 record");
-			goto out;
-		}
-		n = z_n;
-		n_disk = z_ndisk;
-		cd_size = z_cdsize;
-		cd_off = z_cdoff;
-		cd_end = z_off;
-	} else if (disk != 0 || cd_disk != 0 || n_disk != n) {
-		rc = bad(c, "zip end of central directory names another disk (split archive)");
-		goto out;
+			return rc;
+	} else if (disk != 0 || cd_disk != 0 || n_disk != d.n) {
+		return bad(c, "zip end of central directory names another disk (split archive)");
 	}
 
-	/* 3. The central directory ends where the (zip64) EOCD begins; no prepended data. */
-	if (cd_off > cd_end || cd_size != cd_end - cd_off) {
-		rc = bad(c, "zip central directory (%llu bytes at %llu) does not end at the end "
-			    "of central directory at %llu", (unsigned long long)cd_size,
-			 (unsigned long long)cd_off, (unsigned long long)cd_end);
-		goto out;
-	}
-	if (n > cd_size / ZIP_CDH_LEN) {
-		rc = bad(c, "zip central directory of %llu bytes cannot hold %llu entries",
-			 (unsigned long long)cd_size, (unsigned long long)n);
-		goto out;
-	}
-	if (cd_size > VALIDATE_ZIP_CD_MAX) {
-		rc = 1; /* bounds only */
-		goto out;
-	}
+	if (d.cd_off > d.cd_end || d.cd_size != d.cd_end - d.cd_off)
+		return bad(c, "zip central directory (%llu bytes at %llu) does not end at the end "
+			      "of central directory at %llu", (unsigned long long)d.cd_size,
+			   (unsigned long long)d.cd_off, (unsigned long long)d.cd_end);
+	if (d.n > d.cd_size / ZIP_CDH_LEN)
+		return bad(c, "zip central directory of %llu bytes cannot hold %llu entries",
+			   (unsigned long long)d.cd_size, (unsigned long long)d.n);
+	*ret = d;
+	return 0;
+}
 
-	/* 4. The entries. */
-	cd = malloc(cd_size ? (size_t)cd_size : 1);
-	scratch = malloc(ZIP_SCRATCH);
-	if (!cd || !scratch) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = rd_full(c, cd, (size_t)cd_size, cd_off);
-	if (rc < 0)
-		goto out;
+/*
+ * Step 4 of check_zip: walk the d->cd_size bytes of central directory in cd, checking every
+ * entry and its local header (zip_check_local, with scratch of ZIP_SCRATCH bytes). Sets *ret_pkl
+ * when an entry is named "data.pkl" or ends in "/data.pkl". Returns 0, -EBADMSG or a read error.
+ */
+static int zip_check_entries(struct vctx *c, const unsigned char *cd, const struct zip_dir *d,
+			     unsigned char *scratch, bool *ret_pkl)
+{
 	size_t pos = 0, idx = 0;
 	bool pkl = false;
-	while (pos < cd_size) {
+	int rc;
+
+	while (pos < d->cd_size) {
 		const unsigned char *h = cd + pos;
-		if (cd_size - pos < ZIP_CDH_LEN || le32(h) != ZIP_CDH_SIG) {
-			rc = bad(c, "zip central directory entry %zu has a bad signature", idx);
-			goto out;
-		}
+		if (d->cd_size - pos < ZIP_CDH_LEN || le32(h) != ZIP_CDH_SIG)
+			return bad(c, "zip central directory entry %zu has a bad signature", idx);
 		size_t nlen = le16(h + 28), elen = le16(h + 30), clen = le16(h + 32);
 		size_t hl = ZIP_CDH_LEN + nlen + elen + clen;
-		if (hl > cd_size - pos) {
-			rc = bad(c, "zip central directory entry %zu overruns the directory", idx);
-			goto out;
-		}
-		if (idx >= n) {
-			rc = bad(c, "zip central directory holds more entries than its count %llu",
-				 (unsigned long long)n);
-			goto out;
-		}
+		if (hl > d->cd_size - pos)
+			return bad(c, "zip central directory entry %zu overruns the directory", idx);
+		if (idx >= d->n)
+			return bad(c, "zip central directory holds more entries than its count %llu",
+				   (unsigned long long)d->n);
 		struct zent ze = { .csize = le32(h + 20), .usize = le32(h + 24),
 				   .lh_off = le32(h + 42) };
 		if (zip64_extra(h + ZIP_CDH_LEN + nlen, elen, ze.usize == 0xFFFFFFFFu,
-				ze.csize == 0xFFFFFFFFu, ze.lh_off == 0xFFFFFFFFu, &ze) < 0) {
-			rc = bad(c, "zip entry %zu: bad zip64 extra field", idx);
-			goto out;
-		}
-		rc = zip_check_local(c, h, &ze, cd_off, idx, scratch);
+				ze.csize == 0xFFFFFFFFu, ze.lh_off == 0xFFFFFFFFu, &ze) < 0)
+			return bad(c, "zip entry %zu: bad zip64 extra field", idx);
+		rc = zip_check_local(c, h, &ze, d->cd_off, idx, scratch);
 		if (rc < 0)
-			goto out;
+			return rc;
 		const char *nm = (const char *)h + ZIP_CDH_LEN;
 		if ((nlen == 8 && memcmp(nm, "data.pkl", 8) == 0) ||
 		    (nlen > 8 && memcmp(nm + nlen - 9, "/data.pkl", 9) == 0))
@@ -393,11 +398,51 @@ static int check_zip(struct vctx *c, bool need_pkl)
 		pos += hl;
 		idx++;
 	}
-	if (idx != n) {
-		rc = bad(c, "zip central directory holds %zu entries, its end record says %llu", idx,
-			 (unsigned long long)n);
+	if (idx != d->n)
+		return bad(c, "zip central directory holds %zu entries, its end record says %llu",
+			   idx, (unsigned long long)d->n);
+	*ret_pkl = pkl;
+	return 0;
+}
+
+static int check_zip(struct vctx *c, bool need_pkl)
+{
+	unsigned char *tail = NULL, *cd = NULL, *scratch = NULL;
+	struct zip_dir d = { 0 };
+	size_t tlen = 0, e = 0;
+	uint64_t toff = 0;
+	bool pkl = false;
+	int rc;
+
+	if (c->size < ZIP_EOCD_LEN) {
+		rc = bad(c, "torch.save zip has no end of central directory (truncated?)");
 		goto out;
 	}
+	/* 1. EOCD; 2. zip64 EOCD locator and record; 3. directory bounds. */
+	rc = zip_find_eocd(c, &tail, &tlen, &toff, &e);
+	if (rc < 0)
+		goto out;
+	rc = zip_read_end(c, tail, toff, e, &d);
+	if (rc < 0)
+		goto out;
+	if (d.cd_size > VALIDATE_ZIP_CD_MAX) {
+		rc = 1; /* bounds only */
+		goto out;
+	}
+
+	/* 4. The entries. */
+	cd = malloc(d.cd_size ? (size_t)d.cd_size : 1);
+	scratch = malloc(ZIP_SCRATCH);
+	if (!cd || !scratch) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = rd_full(c, cd, (size_t)d.cd_size, d.cd_off);
+	if (rc < 0)
+		goto out;
+	rc = zip_check_entries(c, cd, &d, scratch, &pkl);
+	if (rc < 0)
+		goto out;
 	/* 5. torch.save archives hold "<archive>/data.pkl". */
 	if (need_pkl && !pkl) {
 		rc = bad(c, "zip has no data.pkl entry: not a whole torch.save archive");
@@ -451,6 +496,90 @@ static bool json_u64(const json_t *v, uint64_t *out)
 		return false;
 	*out = (uint64_t)json_integer_value(v);
 	return true;
+}
+
+/* The __metadata__ entry v of a safetensors header: an object of strings. 0 or -EBADMSG. */
+static int st_check_metadata(struct vctx *c, const json_t *v)
+{
+	const char *mk;
+	json_t *mv;
+
+	if (!json_is_object(v))
+		return bad(c, "safetensors __metadata__ is not an object");
+	json_object_foreach((json_t *)v, mk, mv) {
+		if (!json_is_string(mv))
+			return bad(c, "safetensors __metadata__ value '%.64s' is not a string", mk);
+	}
+	return 0;
+}
+
+/*
+ * The entry key = v of a tensor in a safetensors header: dtype, shape and data_offsets, whose
+ * length matches shape x dtype size when the dtype is known. Its byte range in the data area
+ * goes to *ret. Returns 0 or -EBADMSG.
+ */
+static int st_check_tensor(struct vctx *c, const char *key, json_t *v, struct st_tensor *ret)
+{
+	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
+	json_t *offs = json_object_get(v, "data_offsets");
+	uint64_t b, en;
+
+	if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) ||
+	    !json_is_array(offs) || json_array_size(offs) != 2 ||
+	    !json_u64(json_array_get(offs, 0), &b) || !json_u64(json_array_get(offs, 1), &en) ||
+	    en < b)
+		return bad(c, "safetensors tensor '%.64s' lacks a dtype, shape or valid "
+			      "data_offsets", key);
+	/* Elements times bits per element, in bits; overflow means "too big". */
+	unsigned bits = st_bits(json_string_value(dt));
+	uint64_t count = 1;
+	bool big = false, zero = false;
+	size_t i;
+	json_t *d;
+	json_array_foreach(shape, i, d) {
+		uint64_t dim;
+		if (!json_u64(d, &dim))
+			return bad(c, "safetensors tensor '%.64s' has a bad shape", key);
+		if (dim == 0)
+			zero = true;
+		else if (__builtin_mul_overflow(count, dim, &count))
+			big = true;
+	}
+	uint64_t nbits = 0;
+	if (!zero && !big && __builtin_mul_overflow(count, (uint64_t)bits, &nbits))
+		big = true;
+	if (zero)
+		big = false, nbits = 0;
+	if (bits && (big || nbits % 8 != 0 || nbits / 8 != en - b))
+		return bad(c, "safetensors tensor '%.64s': dtype %.16s and shape do not make "
+			      "%llu bytes", key, json_string_value(dt), (unsigned long long)(en - b));
+	ret->begin = b;
+	ret->end = en;
+	return 0;
+}
+
+/*
+ * The nt tensor ranges in ts (sorted here) must tile the data area of data bytes exactly: no
+ * gap, no overlap, nothing past its end. Returns 0 or -EBADMSG.
+ */
+static int st_check_tiling(struct vctx *c, struct st_tensor *ts, size_t nt, uint64_t data)
+{
+	uint64_t at = 0;
+
+	if (nt)
+		qsort(ts, nt, sizeof(*ts), st_cmp);
+	for (size_t i = 0; i < nt; i++) {
+		if (ts[i].begin != at)
+			return bad(c, "safetensors tensor data %s at byte %llu of the data area",
+				   ts[i].begin > at ? "has a gap" : "overlaps",
+				   (unsigned long long)at);
+		at = ts[i].end;
+	}
+	if (at != data)
+		return bad(c, "safetensors tensors end at %llu but the file holds %llu data bytes%s",
+			   (unsigned long long)at, (unsigned long long)data,
+			   at > data ? " (truncated?)" : "");
+	return 0;
 }
 
 static int check_safetensors(struct vctx *c)
@@ -508,84 +637,16 @@ static int check_safetensors(struct vctx *c)
 	const char *key;
 	json_t *v;
 	json_object_foreach(root, key, v) {
-		if (strcmp(key, "__metadata__") == 0) {
-			const char *mk;
-			json_t *mv;
-			if (!json_is_object(v)) {
-				rc = bad(c, "safetensors __metadata__ is not an object");
-				goto out;
-			}
-			json_object_foreach(v, mk, mv) {
-				if (!json_is_string(mv)) {
-					rc = bad(c, "safetensors __metadata__ value '%.64s' is not a "
-						    "string", mk);
-					goto out;
-				}
-			}
-			continue;
-		}
-		json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
-		json_t *offs = json_object_get(v, "data_offsets");
-		uint64_t b, en;
-		if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) ||
-		    !json_is_array(offs) || json_array_size(offs) != 2 ||
-		    !json_u64(json_array_get(offs, 0), &b) ||
-		    !json_u64(json_array_get(offs, 1), &en) || en < b) {
-			rc = bad(c, "safetensors tensor '%.64s' lacks a dtype, shape or valid "
-				    "data_offsets", key);
+		if (strcmp(key, "__metadata__") == 0)
+			rc = st_check_metadata(c, v);
+		else
+			rc = st_check_tensor(c, key, v, &ts[nt++]);
+		if (rc < 0)
 			goto out;
-		}
-		/* Elements times bits per element, in bits; overflow means "too big". */
-		unsigned bits = st_bits(json_string_value(dt));
-		uint64_t count = 1;
-		bool big = false, zero = false;
-		size_t i;
-		json_t *d;
-		json_array_foreach(shape, i, d) {
-			uint64_t dim;
-			if (!json_u64(d, &dim)) {
-				rc = bad(c, "safetensors tensor '%.64s' has a bad shape", key);
-				goto out;
-			}
-			if (dim == 0)
-				zero = true;
-			else if (__builtin_mul_overflow(count, dim, &count))
-				big = true;
-		}
-		uint64_t nbits = 0;
-		if (!zero && !big && __builtin_mul_overflow(count, (uint64_t)bits, &nbits))
-			big = true;
-		if (zero)
-			big = false, nbits = 0;
-		if (bits && (big || nbits % 8 != 0 || nbits / 8 != en - b)) {
-			rc = bad(c, "safetensors tensor '%.64s': dtype %.16s and shape do not make "
-				    "%llu bytes", key, json_string_value(dt),
-				 (unsigned long long)(en - b));
-			goto out;
-		}
-		ts[nt].begin = b;
-		ts[nt].end = en;
-		nt++;
 	}
-	if (nt)
-		qsort(ts, nt, sizeof(*ts), st_cmp);
-	uint64_t at = 0;
-	for (size_t i = 0; i < nt; i++) {
-		if (ts[i].begin != at) {
-			rc = bad(c, "safetensors tensor data %s at byte %llu of the data area",
-				 ts[i].begin > at ? "has a gap" : "overlaps",
-				 (unsigned long long)at);
-			goto out;
-		}
-		at = ts[i].end;
-	}
-	uint64_t data = c->size - 8 - n;
-	if (at != data) {
-		rc = bad(c, "safetensors tensors end at %llu but the file holds %llu data bytes%s",
-			 (unsigned long long)at, (unsigned long long)data,
-			 at > data ? " (truncated?)" : "");
+	rc = st_check_tiling(c, ts, nt, c->size - 8 - n);
+	if (rc < 0)
 		goto out;
-	}
 	rc = 1;
 out:
 	free(ts);

@@ -40,7 +40,16 @@
  * rows): 256 GiB, above any single checkpoint shard we know of. A file whose holes add up to more
  * (in practice a damaged size) is emptied instead, as a file with more than 64 holes is.
  */
-#define IX_HOLES_MAX ((uint64_t)65536 * (4u << 20))
+#define IX_HOLES_MAX ((uint64_t)65536 * IX_LOST_PIECE)
+
+/* Bytes of one placeholder extent: raw sizes fit a uint32 like real chunks'. */
+#define IX_LOST_PIECE (4u << 20)
+
+/* Most holes of one file patched range by range; a file with more is emptied. */
+#define IX_GAPS_MAX 64
+
+/* Most steps each query of ix_fix_steps marks incomplete in one repair; others stay as they are. */
+#define IX_STEPS_RESET_MAX 256
 
 /* First 4 bytes of a "lost" chunk's digest; the other 12 are the inode and the offset / 4 KiB. */
 static const uint8_t IX_LOST_MAGIC[4] = { 0xff, 0x10, 0x57, 0x00 };
@@ -467,6 +476,140 @@ static int ix_fix_chunks(struct idx *ix, const struct idx_repair_ops *ops,
 	return r;
 }
 
+/* The ranges of one regular file that no extent covers (ix_fix_holes). */
+struct ix_gaps {
+	struct {
+		uint64_t off, len;
+	} v[IX_GAPS_MAX];
+	size_t n;
+	bool more; /* more than IX_GAPS_MAX ranges, or more than IX_HOLES_MAX bytes */
+};
+
+/* Add the range [off, off + len) to g. */
+static void gaps_add(struct ix_gaps *g, uint64_t off, uint64_t len)
+{
+	if (g->n < IX_GAPS_MAX) {
+		g->v[g->n].off = off;
+		g->v[g->n].len = len;
+		g->n++;
+	} else {
+		g->more = true;
+	}
+}
+
+/*
+ * Walk the extents of file ino (size bytes) with ext (bound here), collecting the ranges before,
+ * between and after them that none covers into *g (none for a sparse file: those are holes), and
+ * drop the extents past size or overlapping an earlier one with del. Counts the dropped rows in
+ * s. Returns 0 or -errno.
+ */
+static int gaps_scan(struct idx *ix, sqlite3_stmt *ext, sqlite3_stmt *del, uint64_t ino,
+		     uint64_t size, bool sparse, struct ix_gaps *g, struct idx_repair_stats *s)
+{
+	uint64_t at = 0;
+	int r;
+
+	sqlite3_reset(ext);
+	sqlite3_bind_int64(ext, 1, (int64_t)ino);
+	while ((r = sqlite3_step(ext)) == SQLITE_ROW) {
+		uint64_t off = (uint64_t)sqlite3_column_int64(ext, 0);
+		uint64_t len = (uint64_t)sqlite3_column_int64(ext, 1);
+
+		if (off >= size || off < at)
+			break; /* past the end, or overlapping: dropped below */
+		if (off > at && !sparse)
+			gaps_add(g, at, off - at);
+		at = off + len;
+	}
+	sqlite3_reset(ext);
+	if (r != SQLITE_ROW && r != SQLITE_DONE)
+		return ix_err(ix, r);
+	if (at > size)
+		at = size; /* a last extent running past size: kept, size rules reads */
+	sqlite3_reset(del);
+	sqlite3_bind_int64(del, 1, (int64_t)ino);
+	sqlite3_bind_int64(del, 2, (int64_t)at);
+	if (sqlite3_step(del) != SQLITE_DONE)
+		return -EIO;
+	s->extents_dropped += (uint64_t)sqlite3_changes(ix->db);
+	if (!sparse && at < size)
+		gaps_add(g, at, size - at);
+	uint64_t gap_total = 0;
+
+	for (size_t i = 0; i < g->n; i++)
+		gap_total += g->v[i].len;
+	if (gap_total > IX_HOLES_MAX) {
+		/* a size no extent backs (a damaged row): too much to patch piece by piece */
+		g->more = true;
+		g->n = 0;
+	}
+	return 0;
+}
+
+/*
+ * Cover every range of g in file ino with "lost" chunks (invariant 3), one per IX_LOST_PIECE
+ * bytes, through ch (the chunk row) and ins (the extent row). Adds the bytes covered to
+ * *ret_lost. Returns 0 or -EIO.
+ */
+static int gaps_patch(sqlite3_stmt *ch, sqlite3_stmt *ins, uint64_t ino, const struct ix_gaps *g,
+		      uint64_t *ret_lost)
+{
+	int r = 0;
+
+	for (size_t i = 0; i < g->n && r == 0; i++) {
+		uint64_t end = g->v[i].off + g->v[i].len;
+
+		for (uint64_t o = g->v[i].off; o < end && r == 0;) {
+			uint64_t n = end - o;
+			uint8_t h[IDX_HASH_LEN];
+
+			if (n > IX_LOST_PIECE)
+				n = IX_LOST_PIECE;
+			memcpy(h, IX_LOST_MAGIC, 4);
+			for (int k = 0; k < 8; k++)
+				h[4 + k] = (uint8_t)(ino >> (8 * k));
+			for (int k = 0; k < 4; k++)
+				h[12 + k] = (uint8_t)((o >> 12) >> (8 * k));
+			sqlite3_reset(ch);
+			sqlite3_bind_blob(ch, 1, h, IDX_HASH_LEN, SQLITE_TRANSIENT);
+			sqlite3_bind_int64(ch, 2, (int64_t)n);
+			sqlite3_bind_int64(ch, 3, ix_now());
+			sqlite3_reset(ins);
+			sqlite3_bind_int64(ins, 1, (int64_t)ino);
+			sqlite3_bind_int64(ins, 2, (int64_t)o);
+			sqlite3_bind_int64(ins, 3, (int64_t)n);
+			sqlite3_bind_blob(ins, 4, h, IDX_HASH_LEN, SQLITE_TRANSIENT);
+			if (sqlite3_step(ch) != SQLITE_DONE || sqlite3_step(ins) != SQLITE_DONE)
+				r = -EIO;
+			o += n;
+			*ret_lost += n;
+		}
+	}
+	return r;
+}
+
+/* Empty file ino: drop all its extents and set its size to 0. Returns 0 or -errno. */
+static int ix_empty_file(struct idx *ix, uint64_t ino)
+{
+	sqlite3_stmt *e = NULL;
+	int r = ix_prep(ix, "DELETE FROM extents WHERE ino = ?1; ", &e);
+
+	if (r == 0) {
+		sqlite3_bind_int64(e, 1, (int64_t)ino);
+		r = sqlite3_step(e) == SQLITE_DONE ? 0 : -EIO;
+		sqlite3_finalize(e);
+		e = NULL;
+	}
+	if (r == 0)
+		r = ix_prep(ix, "UPDATE inodes SET size = 0 WHERE ino = ?1", &e);
+	if (r == 0) {
+		sqlite3_bind_int64(e, 1, (int64_t)ino);
+		r = sqlite3_step(e) == SQLITE_DONE ? 0 : -EIO;
+		sqlite3_finalize(e);
+	}
+	return r;
+}
+
 /* 3. ranges of regular files no extent covers get "lost" chunks (invariant 3); in a sparse file
  * (IDX_INODE_SPARSE) they are holes and stay, and its whole-file digest, which records each
  * hole, tells verify if an extent was lost */
@@ -490,118 +633,19 @@ static int ix_fix_holes(struct idx *ix, const struct idx_repair_ops *ops,
 		r = ix_prep(ix, "DELETE FROM extents WHERE ino = ?1 AND offset >= ?2", &del);
 	while (r == 0 && (r = sqlite3_step(files)) == SQLITE_ROW) {
 		uint64_t ino = (uint64_t)sqlite3_column_int64(files, 0);
-		uint64_t size = (uint64_t)sqlite3_column_int64(files, 1), at = 0, lost = 0;
+		uint64_t size = (uint64_t)sqlite3_column_int64(files, 1), lost = 0;
 		bool sparse = (sqlite3_column_int64(files, 2) & IDX_INODE_SPARSE) != 0;
+		struct ix_gaps g = { .n = 0, .more = false };
 
-		/* gaps: [at, next offset); extents past size are dropped */
-		struct {
-			uint64_t off, len;
-		} gap[64];
-		size_t ng = 0;
-		bool more = false;
-
-		sqlite3_reset(ext);
-		sqlite3_bind_int64(ext, 1, (int64_t)ino);
-		while ((r = sqlite3_step(ext)) == SQLITE_ROW) {
-			uint64_t off = (uint64_t)sqlite3_column_int64(ext, 0);
-			uint64_t len = (uint64_t)sqlite3_column_int64(ext, 1);
-
-			if (off >= size || off < at)
-				break; /* past the end, or overlapping: dropped below */
-			if (off > at && !sparse) {
-				if (ng < 64) {
-					gap[ng].off = at;
-					gap[ng].len = off - at;
-					ng++;
-				} else {
-					more = true;
-				}
-			}
-			at = off + len;
-		}
-		sqlite3_reset(ext);
-		if (r != SQLITE_ROW && r != SQLITE_DONE) {
-			r = ix_err(ix, r);
+		r = gaps_scan(ix, ext, del, ino, size, sparse, &g, s);
+		if (r < 0)
 			break;
-		}
-		r = 0;
-		if (at > size)
-			at = size; /* a last extent running past size: kept, size rules reads */
-		sqlite3_reset(del);
-		sqlite3_bind_int64(del, 1, (int64_t)ino);
-		sqlite3_bind_int64(del, 2, (int64_t)at);
-		if (sqlite3_step(del) != SQLITE_DONE) {
-			r = -EIO;
-			break;
-		}
-		s->extents_dropped += (uint64_t)sqlite3_changes(ix->db);
-		if (sparse || at >= size) {
-			/* holes, or no gap at the end */
-		} else if (ng < 64) {
-			gap[ng].off = at;
-			gap[ng].len = size - at;
-			ng++;
-		} else {
-			more = true;
-		}
-		uint64_t gap_total = 0;
-
-		for (size_t g = 0; g < ng; g++)
-			gap_total += gap[g].len;
-		if (gap_total > IX_HOLES_MAX) {
-			/* a size no extent backs (a damaged row): too much to patch piece by piece */
-			more = true;
-			ng = 0;
-		}
-		for (size_t g = 0; g < ng && r == 0; g++) {
-			/* one lost chunk per 4 MiB piece: raw sizes fit a uint32 like real ones */
-			for (uint64_t o = gap[g].off; o < gap[g].off + gap[g].len && r == 0;) {
-				uint64_t n = gap[g].off + gap[g].len - o;
-				uint8_t h[IDX_HASH_LEN];
-
-				if (n > (4u << 20))
-					n = 4u << 20;
-				memcpy(h, IX_LOST_MAGIC, 4);
-				for (int i = 0; i < 8; i++)
-					h[4 + i] = (uint8_t)(ino >> (8 * i));
-				for (int i = 0; i < 4; i++)
-					h[12 + i] = (uint8_t)((o >> 12) >> (8 * i));
-				sqlite3_reset(ch);
-				sqlite3_bind_blob(ch, 1, h, IDX_HASH_LEN, SQLITE_TRANSIENT);
-				sqlite3_bind_int64(ch, 2, (int64_t)n);
-				sqlite3_bind_int64(ch, 3, ix_now());
-				sqlite3_reset(ins);
-				sqlite3_bind_int64(ins, 1, (int64_t)ino);
-				sqlite3_bind_int64(ins, 2, (int64_t)o);
-				sqlite3_bind_int64(ins, 3, (int64_t)n);
-				sqlite3_bind_blob(ins, 4, h, IDX_HASH_LEN, SQLITE_TRANSIENT);
-				if (sqlite3_step(ch) != SQLITE_DONE ||
-				    sqlite3_step(ins) != SQLITE_DONE)
-					r = -EIO;
-				o += n;
-				lost += n;
-			}
-		}
-		if (more && r == 0) {
+		r = gaps_patch(ch, ins, ino, &g, &lost);
+		if (g.more && r == 0) {
 			/* too fragmented to patch range by range: the whole file is lost */
-			ix_lost(ops, ino, "file inode %llu: more than 64 ranges or 256 GiB lost; the file is "
-				"emptied", (unsigned long long)ino);
-			sqlite3_stmt *e = NULL;
-
-			r = ix_prep(ix, "DELETE FROM extents WHERE ino = ?1; ", &e);
-			if (r == 0) {
-				sqlite3_bind_int64(e, 1, (int64_t)ino);
-				r = sqlite3_step(e) == SQLITE_DONE ? 0 : -EIO;
-				sqlite3_finalize(e);
-				e = NULL;
-			}
-			if (r == 0)
-				r = ix_prep(ix, "UPDATE inodes SET size = 0 WHERE ino = ?1", &e);
-			if (r == 0) {
-				sqlite3_bind_int64(e, 1, (int64_t)ino);
-				r = sqlite3_step(e) == SQLITE_DONE ? 0 : -EIO;
-				sqlite3_finalize(e);
-			}
+			ix_lost(ops, ino, "file inode %llu: more than 64 ranges or 256 GiB lost; "
+				"the file is emptied", (unsigned long long)ino);
+			r = ix_empty_file(ix, ino);
 			s->files_damaged++;
 			continue;
 		}
@@ -696,7 +740,7 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 			struct idx_repair_stats *s)
 {
 	sqlite3_stmt *st = NULL;
-	int64_t ids[256];
+	int64_t ids[IX_STEPS_RESET_MAX];
 	size_t n = 0;
 	int r = ix_prep(ix, "SELECT id, name, state FROM steps WHERE dir_ino <> 0 AND dir_ino NOT IN "
 			    "(SELECT ino FROM inodes)", &st);
@@ -707,7 +751,7 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 
 		ix_lost(ops, 0, "step '%s': its directory was lost%s", name ? name : "?",
 			state == IDX_STEP_COMPLETE ? "; no longer complete" : "");
-		if (n < 256 && (state == IDX_STEP_WRITING || state == IDX_STEP_SEALED ||
+		if (n < IX_STEPS_RESET_MAX && (state == IDX_STEP_WRITING || state == IDX_STEP_SEALED ||
 				state == IDX_STEP_COMPLETE))
 			ids[n++] = sqlite3_column_int64(st, 0);
 		s->steps_reset++;
@@ -738,7 +782,7 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 
 		ix_lost(ops, 0, "step '%s': files of it were lost; no longer complete",
 			name ? name : "?");
-		if (n < 256)
+		if (n < IX_STEPS_RESET_MAX)
 			ids[n++] = sqlite3_column_int64(st, 0);
 		s->steps_reset++;
 	}

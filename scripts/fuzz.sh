@@ -25,10 +25,10 @@ cflags=(-std=gnu11 -g -O1 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I"$top"
 
 sources() {
 	case $1 in
-	layout) echo tests/fuzz/fuzz_layout.c fs/layout.c ;;
+	layout) echo tests/fuzz/fuzz_layout.c fs/layout.c "$(pkg-config --libs jansson)" ;;
 	validate) echo tests/fuzz/fuzz_validate.c fs/validate.c "$(pkg-config --libs jansson)" ;;
 	chunk) echo tests/fuzz/fuzz_chunk.c store/chunker.c store/hash.c store/codec.c \
-		store/chunkstore.c "$(pkg-config --libs libxxhash libzstd)" -lpthread ;;
+		store/chunkstore.c store/chunkfile.c store/chunkcache.c "$(pkg-config --libs libxxhash libzstd)" -lpthread ;;
 	index) echo tests/fuzz/fuzz_index.c index/index.c index/index_ns.c index/index_data.c \
 		index/index_step.c index/index_check.c index/index_salvage.c index/index_xattr.c \
 		"$(pkg-config --libs sqlite3)" ;;

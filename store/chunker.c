@@ -243,8 +243,8 @@ gear_lanes8(__m512i h, __m512i d, __m512i m, __mmask8 *hit)
  * first block that has a cut, or the first that does not fit in n; *fp gets the hash after the
  * byte before it (the last lane's, when a block was skipped). Where the cut is inside that block
  * is left to gear_scan_scalar: this is a filter for the many blocks without one (the chance of a
- * cut is 2^-18 to 2^-22 per byte). About twice the speed of gear_scan_scalar on this VM's Xeon
- * (measured by test chunker.vector_filter_cuts_like_the_plain_gear, which prints both).
+ * cut is 2^-18 to 2^-22 per byte). The test chunker.vector_filter_cuts_like_the_plain_gear
+ * prints the speed of both.
  */
 __attribute__((target("avx512f"))) static size_t gear_skip_avx512(const uint8_t *p, size_t i,
 								   size_t n, uint64_t mask,

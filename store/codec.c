@@ -1,13 +1,13 @@
 /*
  * codec.c — payload codecs of chunk files: RAW, zstd, and 2-/4-byte byte-grouping, each byte
  * plane stored raw or as its own zstd frame (PLANES2/4, what new chunks of float data get) or
- * all planes in one zstd frame (ZSTD_BG2/4, what chunks written before got; still decoded).
+ * all planes in one zstd frame (ZSTD_BG2/4: decoded, never chosen by store_encode).
  *
  * Byte-grouping (the "byte plane" split of ZipNN, arXiv 2411.05239): the raw bytes are read as
  * n = len / w words of w bytes and written as w planes of n bytes, plane p holding byte p of every
  * word; the len % w tail bytes that do not fill a word follow the planes unchanged. The exponent
- * bytes of bf16 (w = 2) and fp32 (w = 4) then sit together and compress (measured on this machine,
- * research/perf-anchors.md: zstd -1 on bf16 1.28x raw, 1.46x grouped).
+ * bytes of bf16 (w = 2) and fp32 (w = 4) then sit together and compress better than the
+ * interleaved words do.
  *
  * Invariants:
  *   1. store_decode accepts a payload only if it decodes to exactly raw_size bytes: RAW payloads
@@ -32,9 +32,7 @@
  *      below n means a zstd frame (content size n, no checksum) that long; above n is malformed.
  *      The encoder compresses only the planes whose sample shrank (a mantissa plane of float
  *      data does not), so zstd never spends a histogram, a literal copy and a checksum on a
- *      plane it would store raw: on 1 MiB bf16 chunks (/tmp/zb/pl.c of the session notes) one
- *      frame of both planes encoded at 1145-1185 MB/s, without its checksum 1264-1277 MB/s, the
- *      exponent plane alone (the other copied) 1455-1474 MB/s, same ratio 0.6697.
+ *      plane it would store raw.
  */
 #include <assert.h>
 #include <errno.h>
@@ -57,10 +55,9 @@
 /*
  * Bytes compressed with each candidate codec to choose one: 16 KiB from the middle of the chunk,
  * away from the framework headers that often start a file. About 3 x 16 KiB of trial compression
- * per 1 MiB chunk. Measured on this machine (64 MiB of bf16 randn*0.02 and of fp32 Adam moments,
- * 1 MiB chunks, store_encode_tls; /tmp/encb.c of the session notes): 64 KiB -> 16 KiB took encode
- * from 1356 to 1560 MB/s (bf16) and 1603 to 1884 MB/s (Adam) with the same choices and ratios
- * (0.6697, 0.8338); 8 KiB gained little more (1614, 1900).
+ * per 1 MiB chunk: large enough that bf16 weights and fp32 Adam moments get the same codec
+ * choices as a larger sample would give them, small enough to cost little beside the chunk's own
+ * encoding.
  */
 #define SAMPLE_LEN (16u * 1024u)
 
@@ -82,11 +79,10 @@
  * strategy at acceleration 1000 finds almost no matches, and Huffman coding of the literals is
  * forced on (negative levels leave it off by default). A byte plane of floats has no repeats
  * worth finding; what it has is a skewed byte distribution (ZipNN, arXiv 2411.05239, codes
- * exponents with Huffman only). Measured on this machine, 1 MiB chunks, split included, vs.
- * level 1 (/tmp/zb/zd.c of the session notes; commit message has the table):
- *   bf16 randn*0.02, 2 planes:  ratio 0.684 -> 0.670, encode 410 -> 823 MB/s, decode 2.6 -> 4.2 GB/s
- *   fp32 randn*1e-3, 4 planes:  ratio 0.841 -> 0.834, encode 587 -> 1031 MB/s, decode 4.2 -> 6.2 GB/s
- * The frames stay standard zstd frames: decoding is unchanged, and old stores read as before.
+ * exponents with Huffman only): on byte planes of bf16 and fp32 it compresses a little better
+ * than level 1 and encodes and decodes faster.
+ * The frames are standard zstd frames: the decoder does not depend on the level they were
+ * written at.
  * A -o zstd_level above 1 is used as given (LZ at that level) for every codec.
  */
 #define BG_ENTROPY_LEVEL (-1000)
@@ -172,7 +168,7 @@ static int tls_scratch(struct codec_tls *t, size_t len)
 /*
  * SSE2 (part of x86-64 itself) for whole groups of 16 words; returns how many words it did.
  * The byte loops below do the rest, and all of it elsewhere. gcc -O2 does not vectorize the
- * strided loops: profiled, they were 12% of a cold torch.load (store_decode).
+ * strided loops, which run over every byte store_decode decodes from byte planes.
  */
 static size_t bg_split_simd(const uint8_t *restrict in, size_t n, unsigned w,
 			    uint8_t *restrict out)

@@ -67,11 +67,10 @@ int store_encode_as(uint8_t codec, const void *raw, size_t len, int level, void 
 
 /*
  * store_decode_digested - store_decode for a caller that checks the XXH3-128 of the decoded bytes
- * itself (chunkstore.c chunk_load, invariant 2): zstd's own XXH64 of the frame content is not
- * verified (every encode but a PLANES one, which has none, still writes it, and store_decode still
- * checks it). Decoding a
- * 1 MiB bf16 chunk went from 4.08 to 5.07 GB/s (64 MiB of bf16 randn*0.02, best of 7; the
- * /tmp/decb.c of the session notes). Same returns and thread-safety as store_decode; a damaged
+ * itself (chunkcache.c store_chunk_load, chunkstore.c invariant 2): zstd's own XXH64 of the
+ * frame content is not verified (every encode but a PLANES one, which has none, writes it, and
+ * store_decode checks it), which saves a second hash of every decoded byte. Same returns and
+ * thread-safety as store_decode; a damaged
  * payload may decode without an error, to bytes whose digest the caller then rejects.
  */
 int store_decode_digested(uint8_t codec, const void *payload, size_t payload_len, void *out,
@@ -85,5 +84,175 @@ size_t store_payload_bound(size_t raw_len);
 
 /* Size of the on-disk chunk file header (see store.h). */
 #define STORE_HDR_LEN 32u
+
+/* ---- shared by chunkstore.c, chunkfile.c and chunkcache.c ---- */
+
+/*
+ * The numbered invariants these declarations refer to are listed at the top of chunkstore.c.
+ * Nothing here is thread-safe unless its doc block says so; lock order is written on the mutex.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define STORE_NSHARDS 256 /* chunks/00 .. chunks/ff: one per value of a digest's first byte */
+#define STORE_POOL_BUFS 8 /* invariant 9: 8 x STORE_CHUNK_MAX = 32 MiB at most */
+#define STORE_FREE_MAX 1024 /* invariant 10: empty files kept for reuse, about one step's chunks */
+
+struct cache_ent {
+	struct store_hash hash;
+	uint8_t *data; /* size raw bytes, verified (invariant 2), in a buffer of cap bytes */
+	uint32_t size;
+	uint32_t cap;
+	unsigned refs;             /* guarded by cache_lock (invariant 3) */
+	bool linked;               /* in the table and the LRU list */
+	struct cache_ent *hnext;   /* bucket chain */
+	struct cache_ent *lru_prev; /* towards most recently used */
+	struct cache_ent *lru_next; /* towards least recently used */
+};
+
+/* A chunk being read from disk by some thread (invariant 3); lives on that thread's stack. */
+struct loading {
+	struct store_hash hash;
+	struct loading *next;
+};
+
+struct store {
+	char *root;   /* owned */
+	char *chunks; /* owned: root + "/chunks" */
+	int zstd_level;
+	bool verify_dedup_hits;
+	bool read_only;
+
+	pthread_mutex_t dirty_lock; /* leaf lock: guards dirty */
+	bool dirty[STORE_NSHARDS];
+
+	int root_fd;                /* the root directory, for syncfs(2); -1 when read_only */
+	pthread_mutex_t sync_lock;  /* serializes store_sync; guards synced_gen (invariant 8) */
+	_Atomic uint64_t put_gen;   /* publications so far */
+	/* invariant 11: moving averages of the puts' wall time, picoseconds per byte */
+	_Atomic uint64_t enc_ps;    /* encoding, per raw byte */
+	_Atomic uint64_t wr_ps;     /* writing the file, per stored byte */
+	_Atomic uint64_t ratio_ppm; /* stored / raw bytes of the encoded puts, parts per million */
+	uint64_t synced_gen;        /* publications known durable */
+
+	pthread_mutex_t cache_lock; /* leaf lock: guards every field below and cache_ent refs */
+	struct cache_ent **buckets;
+	size_t nbuckets; /* power of two */
+	struct cache_ent *lru_head; /* most recently used */
+	struct cache_ent *lru_tail; /* least recently used */
+	size_t cache_used;
+	size_t cache_cap;
+	struct loading *loading;    /* chunks being loaded (invariant 3) */
+	pthread_cond_t load_cv;     /* a load ended; with cache_lock */
+	uint64_t hits, loads;       /* store_cache_figures */
+
+	pthread_mutex_t pool_lock;  /* leaf lock: guards the pool (invariant 9) */
+	struct {
+		uint8_t *p;
+		uint32_t cap;
+	} pool[STORE_POOL_BUFS];
+	unsigned npool;
+	uint64_t recycled;          /* loads that decoded into a pooled buffer */
+
+	pthread_mutex_t free_lock;  /* leaf lock: guards free_v, free_n, free_next (invariant 10) */
+	struct {
+		uint32_t id;        /* the file is chunks/<shard>/.free-<id> */
+		uint8_t shard;
+	} free_v[STORE_FREE_MAX];
+	unsigned free_n;
+	uint32_t free_next;         /* the id of the next file freed */
+};
+
+/* The fields of a chunk file header (store.h), decoded. */
+struct chunk_hdr {
+	uint8_t codec;
+	uint32_t raw_size;
+	uint32_t payload_size;
+	struct store_hash hash;
+};
+
+/* Shard index of a digest: its first byte (0 .. STORE_NSHARDS - 1). */
+static inline unsigned store_shard_of(const struct store_hash *h)
+{
+	return h->b[0];
+}
+
+/* ---- chunkfile.c: one chunk file on disk ---- */
+
+/*
+ * store_hdr_encode - serialize h into the 32-byte chunk file header described in store.h (magic
+ * "CKC1", little-endian sizes, digest). Cannot fail; thread-safe.
+ */
+void store_hdr_encode(const struct chunk_hdr *h, uint8_t out[STORE_HDR_LEN]);
+
+/*
+ * store_chunk_open - open chunk h's file read-only and read and validate its header: well formed,
+ * its digest is h, the file exactly header + payload long. On success *ret_fd is an owned
+ * descriptor (the caller closes it) and *ret_hdr the decoded header; both untouched on failure.
+ * Returns 0, -ENOENT (no such chunk), -ENOMEM, or -EIO (any other failure: invariant 7).
+ * Thread-safe; takes no store lock.
+ */
+int store_chunk_open(const struct store *st, const struct store_hash *h, int *ret_fd,
+		     struct chunk_hdr *ret_hdr);
+
+/*
+ * store_chunk_read_whole - read all of chunk h's file (header and payload) into this thread's
+ * STORE_TBUF_PAYLOAD buffer, with O_DIRECT when the filesystem allows it, and validate its header
+ * as store_chunk_open does. The digest of the payload is not checked here.
+ * On success *ret_file points at the file's bytes (borrowed: valid until this thread's next
+ * store_thread_buf(STORE_TBUF_PAYLOAD)) and *ret_hdr holds the header.
+ * Returns 0, -ENOENT, -ENOMEM or -EIO. Thread-safe; takes no store lock.
+ */
+int store_chunk_read_whole(const struct store *st, const struct store_hash *h,
+			   struct chunk_hdr *ret_hdr, uint8_t **ret_file);
+
+/*
+ * store_chunk_write_file - write a new chunk file's bytes, the STORE_HDR_LEN-byte header hdr then
+ * payload_len bytes of payload, to fd (an empty file open for writing, at offset 0). Whole
+ * 4096-byte blocks go with O_DIRECT where possible, the rest through the page cache.
+ * Not durable: store_sync's syncfs (or the caller's fdatasync) makes it so.
+ * Returns 0 or -errno (-ENOSPC, -EIO, ...); honours store_fault_write_errno and
+ * store_fault_direct_einval. Thread-safe; uses this thread's STORE_TBUF_WRITE buffer.
+ */
+int store_chunk_write_file(int fd, const uint8_t *hdr, const void *payload, size_t payload_len);
+
+/* ---- chunkcache.c: the read cache and its buffer pool ---- */
+
+/*
+ * store_cache_init - size and allocate the cache's hash table for st->cache_cap bytes (set by the
+ * caller). Returns 0 or -ENOMEM. Called once, by store_open, before st is shared.
+ */
+int store_cache_init(struct store *st);
+
+/*
+ * store_cache_free - free every cache entry, the pooled buffers and the table; NULL-safe on the
+ * table. No reader may hold a reference (asserted). Called once, by store_close.
+ */
+void store_cache_free(struct store *st);
+
+/*
+ * store_chunk_load - load chunk h from disk, decode it and check its XXH3-128 against h
+ * (invariants 2 and 7), bypassing the cache. On success *ret_data is a pooled buffer (owned: give
+ * it back with store_buf_put(st, data, *ret_cap)) holding *ret_size raw bytes.
+ * Returns 0, -ENOENT, -EIO (unreadable or malformed file), -EBADMSG (payload does not decode or
+ * its digest differs) or -ENOMEM. Thread-safe (takes pool_lock briefly).
+ */
+int store_chunk_load(struct store *st, const struct store_hash *h, uint8_t **ret_data,
+		     uint32_t *ret_size, uint32_t *ret_cap);
+
+/*
+ * store_buf_put - give back a buffer of cap bytes obtained from store_chunk_load, to the pool
+ * (invariant 9) or to free(3). Takes ownership of p. Thread-safe (pool_lock).
+ */
+void store_buf_put(struct store *st, uint8_t *p, uint32_t cap);
+
+/*
+ * store_cache_drop - remove chunk h from the cache if it is there; readers holding it keep their
+ * reference (invariant 3). Cannot fail. Thread-safe (cache_lock).
+ */
+void store_cache_drop(struct store *st, const struct store_hash *h);
 
 #endif /* CKPTFS_STORE_INT_H */

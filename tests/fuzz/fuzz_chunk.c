@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target for the on-disk chunk reader (store/chunkstore.c, store/codec.c): the input
+ * libFuzzer target for the on-disk chunk reader (store/chunkfile.c, store/chunkcache.c,
+ * store/codec.c): the input
  * is written as the chunk file of the digest its own header names (bytes 16..31), in a store
  * made once per process under $TMPDIR, then read back with store_chunk_verify() and
  * store_chunk_pread() (header checks, zstd and byte-group decoding, digest check). The same
