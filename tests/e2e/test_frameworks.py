@@ -14,7 +14,7 @@ For each layout (mf2 megatron mf1 deepspeed hf dcp internevo orbax):
             the resumed job must complete its next save (it re-creates the torn step).
             Prints `layout L: P/N rounds resumed to a complete step`.
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_CRASH_ROUNDS (2),
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_CRASH_ROUNDS (2),
 CKPTFS_CRASH_SEED (random; printed), CKPTFS_E2E_LAYOUTS (comma list, default all),
 CKPTFS_SLOW_SAVE (0.15 seconds), CKPTFS_CRASH_FRAC (`lo,hi`: the kill lands at a uniform
 fraction of the first save's duration, default 0.02,0.98).
@@ -37,7 +37,7 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
 

@@ -43,7 +43,7 @@ its files and tensors are bit-exact with what the writers logged (test_framework
                  sealed, for its late rank 1 file, then completes; a job resumed on fewer ranks
                  has its step 8 complete once step 10 starts.
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_E2E_LAYOUTS (comma list),
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_E2E_LAYOUTS (comma list),
 CKPTFS_DAEMON_ROUNDS (1), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15),
 CKPTFS_KEEP=1 keeps the temporary directories (STORE/ckptfs.log is the daemon log).
 Run: /usr/bin/python3 tests/e2e/test_scenarios.py [-v] [TestScenarios.test_2_corrupt]
@@ -54,6 +54,7 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import queue  # noqa: E402
@@ -65,15 +66,15 @@ import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
+from ckfs import TRACKER, wait_for  # noqa: E402
 import test_frameworks as tf  # noqa: E402
 from test_frameworks import (LogView, Trainer, check_resumed, log_size,  # noqa: E402
                              read_log)
 
 PYTHON = tf.PYTHON
-TRACKER = 'latest_checkpointed_iteration.txt'
 DAEMON_ROUNDS = int(os.environ.get('CKPTFS_DAEMON_ROUNDS', '1'))
 SEED = tf.SEED
 SLOW = tf.SLOW
@@ -85,20 +86,12 @@ SETTLE_WINDOW = 4.0
 SUMMARY = []
 
 
+# a tracker that cannot be read for another reason than its absence fails the test
+read_tracker = functools.partial(ckfs.read_tracker, absent=FileNotFoundError)
+
+
 def step_dir(step):
     return 'iter_%07d' % step
-
-
-def wait_for(what, fn, timeout=20.0, extra=lambda: ''):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out after %.0f s waiting for %s%s' % (timeout, what,
-                                                                             extra()))
-        time.sleep(0.1)
 
 
 def ctl_json(store, *args):
@@ -115,15 +108,6 @@ def steps_by_number(store):
     for s in ctl_json(store, 'steps'):
         res.setdefault(s['step'], []).append(s['state'])
     return res
-
-
-def read_tracker(m, name=TRACKER):
-    """The tracker's content, or None when it does not exist."""
-    try:
-        with open(m.path(name)) as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def listing(m):

@@ -13,18 +13,17 @@ import sys
 import os
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import faulthandler  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
 import unittest  # noqa: E402
 
 import ckfs  # noqa: E402
+from ckfs import TRACKER, wait_for  # noqa: E402
 
 PY = '/usr/bin/python3'
-TRACKER = 'latest_checkpointed_iteration.txt'
 RANK_FILE = 'mp_rank_00/model_optim_rng.pt'
 
 # Megatron's save: mkdir and torch.save of the state dict into iter_XXXXXXX/mp_rank_XX/ (the
@@ -62,17 +61,6 @@ def eq(x, y):
     return x == y
 sys.exit(0 if eq(a, b) else 3)
 '''
-
-
-def wait_for(what, fn, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out after %.0f s waiting for %s' % (timeout, what))
-        time.sleep(0.1)
 
 
 class CkptctlStepsTest(unittest.TestCase):

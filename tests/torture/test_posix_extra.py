@@ -72,7 +72,7 @@ and MATE (uid 1002) in group 1500, OTHER (uid 1003, group 1600); the mount has a
                           line naming the mode and the fix, no mount is left; ckptctl refuses
                           too; 0750 and 0755 (readable, not writable) are accepted
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_POSIX_PLAIN (0).
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_POSIX_PLAIN (0).
 Run: /usr/bin/python3 tests/torture/test_posix_extra.py [-v] [PermissionTest.test_sticky_directory]
 """
 
@@ -93,7 +93,7 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
 from ckfs import content  # noqa: E402

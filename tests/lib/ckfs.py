@@ -544,6 +544,42 @@ def _atexit_cleanup():
 
 # -- running code as another user ---------------------------------------------------------------
 
+# -- waiting on the daemon, reading what a trainer wrote --------------------------------------
+
+TRACKER = 'latest_checkpointed_iteration.txt'   # Megatron's tracker file
+
+
+def wait_for(what, fn, timeout=20.0, extra=lambda: ''):
+    """Poll fn() every 0.1 s until it returns a true value, and return that value. After
+    timeout seconds, raise AssertionError naming what was awaited, followed by extra()."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError('timed out after %.0f s waiting for %s%s' % (timeout, what,
+                                                                             extra()))
+        time.sleep(0.1)
+
+
+def read_tracker(m, name=TRACKER, absent=OSError):
+    """The content of tracker file `name` in mount (or PlainDir) m, or None when reading it
+    raises `absent` (an exception class or tuple: by default any OSError, as when the daemon
+    died under the reader; FileNotFoundError to let every other error through)."""
+    try:
+        with open(m.path(name)) as f:
+            return f.read()
+    except absent:
+        return None
+
+
+def sha256_file(path):
+    """sha256 hex digest of a whole file (read in one piece: checkpoint-sized files only)."""
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def run_as(uid, gid, fn, *args):
     """Fork, drop to uid/gid (no supplementary groups), run fn(*args) and return its result.
 
