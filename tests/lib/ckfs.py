@@ -18,7 +18,6 @@ user would hit. Every failure path unmounts and stops the daemon it started.
 """
 
 import atexit
-import errno
 import hashlib
 import json
 import ctypes
@@ -156,6 +155,34 @@ def ckptctl(store, *args, json_out=False, timeout=300):
                          '(build it, or set CKPTCTL_BIN)' % b)
     argv = [b] + (['--json'] if json_out else []) + [store] + list(args)
     return run(argv, timeout=timeout)
+
+
+class CkptctlCase:
+    """Mixin for a unittest.TestCase whose self.m is a started Mount: ctl() runs ckptctl on its
+    store and asserts the exit status."""
+
+    def ctl(self, *args, json_out=False, rc=0):
+        """ckptctl [--json] STORE args...: the parsed JSON with json_out, else the
+        CompletedProcess; fails the test unless it exited rc."""
+        r = self.m.ckptctl(*args, json_out=json_out)
+        self.assertEqual(r.returncode, rc, 'ckptctl %s exited %d, wanted %d: %s%s' %
+                         (' '.join(args), r.returncode, rc, r.stdout, r.stderr))
+        return json.loads(r.stdout) if json_out else r
+
+
+# `python3 -c TORCH_COMPARE a b` exits 0 when torch.load(a) equals torch.load(b) (dicts
+# recursively, tensors by torch.equal, other values by ==), 3 otherwise
+TORCH_COMPARE = r'''
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+def eq(x, y):
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+    if isinstance(x, torch.Tensor):
+        return torch.equal(x, y)
+    return x == y
+sys.exit(0 if eq(a, b) else 3)
+'''
 
 
 def chunk_files(store):

@@ -50,20 +50,8 @@ f.flush()
 os.kill(os.getpid(), signal.SIGKILL)
 '''
 
-COMPARE = r'''
-import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-def eq(x, y):
-    if isinstance(x, dict):
-        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
-    if isinstance(x, torch.Tensor):
-        return torch.equal(x, y)
-    return x == y
-sys.exit(0 if eq(a, b) else 3)
-'''
 
-
-class CkptctlStepsTest(unittest.TestCase):
+class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.m = m = ckfs.Mount().start()
@@ -96,12 +84,6 @@ class CkptctlStepsTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.m.close()
-
-    def ctl(self, *args, json_out=False, rc=0):
-        r = self.m.ckptctl(*args, json_out=json_out)
-        self.assertEqual(r.returncode, rc, 'ckptctl %s exited %d, wanted %d: %s%s' %
-                         (' '.join(args), r.returncode, rc, r.stdout, r.stderr))
-        return json.loads(r.stdout) if json_out else r
 
     def show_json(self, step):
         r = self.m.ckptctl('show', step, json_out=True)
@@ -180,7 +162,7 @@ class CkptctlStepsTest(unittest.TestCase):
         st, orig = os.stat(exported), os.stat(self.m.path('iter_0000100', RANK_FILE))
         self.assertEqual(st.st_mode, orig.st_mode)
         self.assertEqual(st.st_mtime_ns, orig.st_mtime_ns)
-        self.assertEqual(subprocess.run([PY, '-c', COMPARE, exported, self.ref],
+        self.assertEqual(subprocess.run([PY, '-c', ckfs.TORCH_COMPARE, exported, self.ref],
                                         timeout=120).returncode, 0)
         self.assertFalse([n for _, _, fs in os.walk(dest) for n in fs if n.endswith('.partial')])
         r = self.ctl('export', '100', dest, rc=2)      # never overwrites

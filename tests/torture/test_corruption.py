@@ -34,7 +34,6 @@ import os  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
 import sqlite3  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
