@@ -18,6 +18,7 @@ user would hit. Every failure path unmounts and stops the daemon it started.
 """
 
 import atexit
+import errno
 import hashlib
 import json
 import ctypes
