@@ -21,7 +21,7 @@ Usage: scripts/bench.sh [--size-mib N] [--reps N] [--write-buffer SIZE]
 """
 import argparse, contextlib, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import ckfs  # noqa: E402
 
 

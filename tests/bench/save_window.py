@@ -20,11 +20,10 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'e2e'))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
-from test_frameworks import LAYOUTS, Trainer  # noqa: E402
+from trainers import LAYOUTS, Trainer  # noqa: E402
 
 
 def run(layout, saves):

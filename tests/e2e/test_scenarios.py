@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checkpoint-semantics scenarios end to end, with the real 2-rank PyTorch trainer (trainer.py)
 on a real ckptfs mount. Every scenario asserts that the resumed step is a complete one and that
-its files and tensors are bit-exact with what the writers logged (test_frameworks.check_resumed).
+its files and tensors are bit-exact with what the writers logged (trainers.check_resumed).
 
   1 daemon_kill  for each layout (CKPTFS_E2E_LAYOUTS, default all), CKPTFS_DAEMON_ROUNDS rounds
                  (default 1): SIGKILL the DAEMON at a random moment inside a save, kill the
@@ -43,7 +43,7 @@ its files and tensors are bit-exact with what the writers logged (test_framework
                  sealed, for its late rank 1 file, then completes; a job resumed on fewer ranks
                  has its step 8 complete once step 10 starts.
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_E2E_LAYOUTS (comma list),
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_E2E_LAYOUTS (comma list),
 CKPTFS_DAEMON_ROUNDS (1), CKPTFS_CRASH_SEED (random; printed), CKPTFS_SLOW_SAVE (0.15),
 CKPTFS_KEEP=1 keeps the temporary directories (STORE/ckptfs.log is the daemon log).
 Run: /usr/bin/python3 tests/e2e/test_scenarios.py [-v] [TestScenarios.test_2_corrupt]
@@ -54,9 +54,9 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import queue  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
@@ -64,20 +64,20 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
-import test_frameworks as tf  # noqa: E402
-from test_frameworks import (LogView, Trainer, check_resumed, log_size,  # noqa: E402
-                             read_log)
+from ckfs import TRACKER, wait_for  # noqa: E402
+from crashround import run_rounds  # noqa: E402
+import trainers  # noqa: E402
+from trainers import (LogView, Trainer, check_resumed, daemon_log, drain, log_size,  # noqa: E402
+                      read_log)
 
-PYTHON = tf.PYTHON
-TRACKER = 'latest_checkpointed_iteration.txt'
+PYTHON = trainers.PYTHON
 DAEMON_ROUNDS = int(os.environ.get('CKPTFS_DAEMON_ROUNDS', '1'))
-SEED = tf.SEED
-SLOW = tf.SLOW
-RUN_TIMEOUT = tf.RUN_TIMEOUT
+SEED = trainers.SEED
+SLOW = trainers.SLOW
+RUN_TIMEOUT = trainers.RUN_TIMEOUT
 # layouts whose marker does not follow every rank: a step completes once quiet (fs/steps.c
 # STEP_SETTLE_NS 1.5 s + the reaper's 1 s tick), so SAVED may precede completion by ~2.5 s
 SETTLING = {'mf1', 'deepspeed', 'hf'}
@@ -85,20 +85,12 @@ SETTLE_WINDOW = 4.0
 SUMMARY = []
 
 
+# a tracker that cannot be read for another reason than its absence fails the test
+read_tracker = functools.partial(ckfs.read_tracker, absent=FileNotFoundError)
+
+
 def step_dir(step):
     return 'iter_%07d' % step
-
-
-def wait_for(what, fn, timeout=20.0, extra=lambda: ''):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out after %.0f s waiting for %s%s' % (timeout, what,
-                                                                             extra()))
-        time.sleep(0.1)
 
 
 def ctl_json(store, *args):
@@ -117,15 +109,6 @@ def steps_by_number(store):
     return res
 
 
-def read_tracker(m, name=TRACKER):
-    """The tracker's content, or None when it does not exist."""
-    try:
-        with open(m.path(name)) as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
 def listing(m):
     return sorted(os.listdir(m.mnt))
 
@@ -140,27 +123,6 @@ def run_to_end(layout, save, log, steps, every, keep=0, resume=False, slow=0.0):
     finally:
         t.close()
     return t
-
-
-def drain(tr):
-    """Lines the trainer printed that nobody read yet, with their times: [(t, line)]."""
-    out = []
-    tr.t.join(timeout=10)
-    while True:
-        try:
-            t, ln = tr.q.get_nowait()
-        except queue.Empty:
-            break
-        if ln is not None:
-            tr.lines.append(ln)
-            out.append((t, ln))
-    return out
-
-
-def daemon_log(m, n=40):
-    """The daemon log's tail and the step table, for a failure message."""
-    r = ckfs.ckptctl(m.store, 'steps')
-    return '%s\n--- ckptctl steps ---\n%s%s' % (m.log_tail(n), r.stdout, r.stderr)
 
 
 class TestScenarios(unittest.TestCase):
@@ -185,7 +147,7 @@ class TestScenarios(unittest.TestCase):
 
     # -- 1: the daemon SIGKILLed in the middle of a save, remount ----------------------------
     def daemon_round(self, layout, rnd, rng):
-        keep = tf.KEEP_CRASH.get(layout, 0)
+        keep = trainers.KEEP_CRASH.get(layout, 0)
         m = ckfs.Mount()
         m.start()
         try:
@@ -249,7 +211,7 @@ class TestScenarios(unittest.TestCase):
                     if resumed and ln.startswith('SAVED '):
                         break   # and it saved again after the resume
                 b.kill()
-                got = tf.kv(resumed).get('step') if resumed != 'FRESH' else None
+                got = trainers.kv(resumed).get('step') if resumed != 'FRESH' else None
                 accepted = ''
                 if (settling and got is not None and int(got) != expect and
                         len(before.saved) > 1 and int(got) == before.saved[-2]):
@@ -280,24 +242,9 @@ class TestScenarios(unittest.TestCase):
         return 'round %d: %s; resumed to %d%s' % (rnd, note, step, accepted)
 
     def daemon_kill(self, layout):
-        t0 = time.monotonic()
-        rng = random.Random('%d-daemon-%s' % (SEED, layout))
-        ok, fails = 0, []
-        for rnd in range(1, DAEMON_ROUNDS + 1):
-            try:
-                msg = self.daemon_round(layout, rnd, rng)
-                ok += 1
-                print('layout %s: %s' % (layout, msg), flush=True)
-            except (AssertionError, ckfs.MountError) as e:
-                fails.append('round %d: %s' % (rnd, e))
-                print('layout %s: daemon-kill round %d FAILED: %s' % (layout, rnd, e),
-                      flush=True)
-        line = 'layout %s: %d/%d daemon-kill rounds resumed to a complete step (%.1fs)' % (
-            layout, ok, DAEMON_ROUNDS, time.monotonic() - t0)
-        SUMMARY.append(line)
-        print(line, flush=True)
-        if fails:
-            self.fail('\n'.join(fails))
+        run_rounds(self, layout, DAEMON_ROUNDS, self.daemon_round,
+                   random.Random('%d-daemon-%s' % (SEED, layout)), SUMMARY, kind='daemon-kill ',
+                   catch=(AssertionError, ckfs.MountError))
 
     # -- 2: a chunk of the newest step corrupted on disk -------------------------------------
     def test_2_corrupt(self):
@@ -800,7 +747,7 @@ def _add(layout):
     setattr(TestScenarios, t.__name__, t)
 
 
-for _l in tf.selected_layouts():
+for _l in trainers.selected_layouts():
     _add(_l)
 
 

@@ -16,7 +16,7 @@ import os  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import ckfs  # noqa: E402
 import numpy as np  # noqa: E402

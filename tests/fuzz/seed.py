@@ -16,7 +16,7 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 import ckfs  # noqa: E402
 
 CORPUS = os.path.join(HERE, 'corpus')

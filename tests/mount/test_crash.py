@@ -36,6 +36,8 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
 from ckfs import content  # noqa: E402
 

@@ -20,7 +20,6 @@ import sys
 
 sys.dont_write_bytecode = True
 
-import errno  # noqa: E402
 import faulthandler  # noqa: E402
 import hashlib  # noqa: E402
 import mmap  # noqa: E402
@@ -31,7 +30,10 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
+from posixbase import ename  # noqa: E402
 
 SEED = int(os.environ.get('CKPTFS_SEED', '1234'))
 OPS = int(os.environ.get('CKPTFS_OPS', '3000'))
@@ -50,10 +52,6 @@ WEIGHTS = {
     'read': 6, 'stat': 4, 'readdir': 3, 'readlink': 1, 'fsync': 2, 'write_open_rename': 3,
     'replace_by_rename': 3,
 }
-
-
-def ename(e):
-    return errno.errorcode.get(e, str(e))
 
 
 def sha(b):

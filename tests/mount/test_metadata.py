@@ -24,6 +24,8 @@ import stat  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
 
 NOBODY = 65534

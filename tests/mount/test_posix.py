@@ -27,35 +27,18 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
 from ckfs import content  # noqa: E402
+from posixbase import (PLAIN, RENAME_NOREPLACE, MountedTestCase, ename, renameat2,  # noqa: E402
+                       rfile, wfile)
 
-PLAIN = os.environ.get('CKPTFS_POSIX_PLAIN') == '1'
 BIG_MB = int(os.environ.get('CKPTFS_BIG_MB', '300'))
 NOBODY = 65534
 MiB = 1 << 20
 
 libc = ctypes.CDLL(None, use_errno=True)
-
-
-def ename(e):
-    return errno.errorcode.get(e, str(e)) if e is not None else 'success'
-
-
-def wfile(path, data, mode=0o644):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        mv = memoryview(data)
-        while mv:
-            n = os.write(fd, mv)
-            mv = mv[n:]
-    finally:
-        os.close(fd)
-
-
-def rfile(path):
-    with open(path, 'rb') as f:
-        return f.read()
 
 
 def read_fd_all(fd, bs=MiB):
@@ -66,27 +49,6 @@ def read_fd_all(fd, bs=MiB):
         if not b:
             return b''.join(out)
         out.append(b)
-
-
-def new_mount(**kw):
-    if PLAIN:
-        return ckfs.PlainDir()
-    m = ckfs.Mount(**kw)
-    try:
-        m.start()
-    except BaseException:
-        m.close()
-        raise
-    return m
-
-
-def close_mount(m):
-    """Unmount (raising if the unmount was not clean) and remove temp dirs."""
-    try:
-        m.unmount()
-    finally:
-        m.stop()
-        m.remove_tmp()
 
 
 # -- raw readdir, for d_type -------------------------------------------------------------------
@@ -127,51 +89,8 @@ def raw_readdir(path):
         libc.closedir(d)
 
 
-AT_FDCWD = -100
-RENAME_NOREPLACE = 1
-libc.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                           ctypes.c_uint]
-
-
-def renameat2(src, dst, flags):
-    if libc.renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), src)
-
-
-class Base(unittest.TestCase):
+class Base(MountedTestCase):
     mount_opts = ('allow_other',)
-
-    @classmethod
-    def setUpClass(cls):
-        os.umask(0o022)
-        cls.m = new_mount(opts=cls.mount_opts)
-        os.chmod(cls.m.mnt, 0o755)
-
-    @classmethod
-    def tearDownClass(cls):
-        close_mount(cls.m)
-
-    def setUp(self):
-        os.umask(0o022)
-        self.d = self.m.path(self._testMethodName)
-        os.mkdir(self.d)
-        os.chmod(self.d, 0o755)
-
-    def p(self, *parts):
-        return os.path.join(self.d, *parts)
-
-    def assertErrno(self, en, fn, *a, **kw):
-        """fn(*a) must fail with errno en (en may be a tuple of accepted values)."""
-        accepted = en if isinstance(en, tuple) else (en,)
-        try:
-            fn(*a, **kw)
-        except OSError as e:
-            self.assertIn(e.errno, accepted, '%s%r: expected %s, got %s (%s)' %
-                          (fn.__name__, a, '/'.join(ename(x) for x in accepted), ename(e.errno), e))
-            return e
-        self.fail('%s%r: expected %s, but it succeeded' %
-                  (fn.__name__, a, '/'.join(ename(x) for x in accepted)))
 
     def assertChildErrno(self, res, en, what):
         self.assertEqual(res[0], 'err', '%s as uid %d: expected %s, but it succeeded (%r)' %

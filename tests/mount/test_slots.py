@@ -28,6 +28,8 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
 
 PYTHON = '/usr/bin/python3'
@@ -49,14 +51,6 @@ if len(sys.argv) > 3:
     sys.stdin.readline()        # the test kills the daemon meanwhile
 os._exit(9)
 '''
-
-
-def wait_for(fn, timeout, what, extra=lambda: ''):
-    deadline = time.monotonic() + timeout
-    while not fn():
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out waiting for %s%s' % (what, extra()))
-        time.sleep(0.05)
 
 
 def body(name, step):
@@ -92,8 +86,8 @@ class SlotTest(unittest.TestCase):
         with ckfs.Mount() as m:
             d = m.path('snapshot', '0')
             save_slot(d, 2)
-            wait_for(lambda: 'sealed -> complete' in m.log_tail(), 20, 'slot 0 to complete',
-                     m.log_tail)
+            ckfs.wait_for('slot 0 to complete', lambda: 'sealed -> complete' in m.log_tail(), 20,
+                          m.log_tail)
             self.assertEqual(slot_view(d), expected([2], 2))
             # a later launch's first snapshot overwrites slot 0 and dies half-way
             p = subprocess.run([PYTHON, '-c', REWRITE, d, '4'], stdout=subprocess.PIPE,
@@ -109,8 +103,8 @@ class SlotTest(unittest.TestCase):
             # a rewrite that completes replaces it; the kept copy goes
             save_slot(d, 6)
             self.assertEqual(slot_view(d), expected([2, 6], 6))
-            wait_for(lambda: os.listdir(m.path('.ckptfs', 'retained')) == [], 20,
-                     'the kept version to go once the new one is complete', m.log_tail)
+            ckfs.wait_for('the kept version to go once the new one is complete',
+                          lambda: os.listdir(m.path('.ckptfs', 'retained')) == [], 20, m.log_tail)
             r = ckfs.ckptctl(m.store, 'verify')
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
@@ -167,9 +161,9 @@ class SlotTest(unittest.TestCase):
                     os.mkdir(m.path('6_hf'))
                     with open(m.path('6_hf', 'model.safetensors'), 'wb') as f:
                         f.write(b'converted')
-            wait_for(lambda: sorted(os.listdir(m.mnt)) == ['6', '6_hf', '8', 'snapshot'], 20,
-                     'steps 2 and 4 to be pruned', lambda: '%s%s' % (os.listdir(m.mnt),
-                                                                    m.log_tail()))
+            ckfs.wait_for('steps 2 and 4 to be pruned',
+                          lambda: sorted(os.listdir(m.mnt)) == ['6', '6_hf', '8', 'snapshot'], 20,
+                          lambda: '%s%s' % (os.listdir(m.mnt), m.log_tail()))
             self.assertEqual(slot_view(m.path('snapshot', '0')), expected([1], 1))
             self.assertEqual(slot_view(m.path('8')), expected([8], 8))
             self.assertEqual(ckfs.read_bytes(m.path('6_hf', 'model.safetensors')),

@@ -13,6 +13,8 @@ import faulthandler  # noqa: E402
 import os  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
 from ckfs import content  # noqa: E402
 

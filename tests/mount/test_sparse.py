@@ -27,7 +27,10 @@ import os  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
+from posixbase import FreshMountTestCase  # noqa: E402
 
 PLAIN = os.environ.get('CKPTFS_SPARSE_PLAIN') == '1'
 MiB = 1 << 20
@@ -53,20 +56,9 @@ def timed(fn, *a):
     return r, time.monotonic() - t
 
 
-class SparseTest(unittest.TestCase):
+class SparseTest(FreshMountTestCase):
     maxDiff = None
-
-    @classmethod
-    def setUpClass(cls):
-        if not PLAIN:
-            ckfs.check_fuse_usable()
-
-    def setUp(self):
-        self.m = (ckfs.PlainDir() if PLAIN else ckfs.Mount()).start()
-        self.addCleanup(self.m.close)
-
-    def p(self, *parts):
-        return self.m.path(*parts)
+    plain = PLAIN
 
     def responsive(self):
         """The daemon answers at once: a create, a listing and a stat, within FAST."""

@@ -33,7 +33,10 @@ import threading  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
 import ckfs  # noqa: E402
+from posixbase import FreshMountTestCase  # noqa: E402
 
 PLAIN = os.environ.get('CKPTFS_XATTR_PLAIN') == '1'
 NOBODY = 65534
@@ -91,22 +94,14 @@ def as_nobody(fn):
     return int(out or b'254')
 
 
-class XattrTest(unittest.TestCase):
+class XattrTest(FreshMountTestCase):
     maxDiff = None
-
-    @classmethod
-    def setUpClass(cls):
-        if not PLAIN:
-            ckfs.check_fuse_usable()
+    plain = PLAIN
+    mount_opts = ('allow_other',)   # the tests act as nobody too
 
     def setUp(self):
-        # allow_other: the tests act as nobody too
-        self.m = (ckfs.PlainDir() if PLAIN else ckfs.Mount(opts=('allow_other',))).start()
-        self.addCleanup(self.m.close)
+        super().setUp()
         os.chmod(self.m.mnt, 0o755)
-
-    def p(self, *parts):
-        return self.m.path(*parts)
 
     def remount(self):
         if not PLAIN:

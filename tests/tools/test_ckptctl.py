@@ -9,10 +9,9 @@ import sys
 import os
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import faulthandler  # noqa: E402
-import json  # noqa: E402
 import unittest  # noqa: E402
 
 import ckfs  # noqa: E402
@@ -30,7 +29,7 @@ def flip(path, off):
         f.write(bytes([b[0] ^ 0x01]))
 
 
-class CkptctlTest(unittest.TestCase):
+class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
     def setUp(self):
         # layout=none: these names would otherwise be a step and its (virtual) tracker
         self.m = ckfs.Mount(opts=('layout=none',)).start()
@@ -50,12 +49,6 @@ class CkptctlTest(unittest.TestCase):
 
     def tearDown(self):
         self.m.close()
-
-    def ctl(self, *args, json_out=False, rc=0):
-        r = self.m.ckptctl(*args, json_out=json_out)
-        self.assertEqual(r.returncode, rc, 'ckptctl %s exited %d, wanted %d: %s%s' %
-                         (' '.join(args), r.returncode, rc, r.stdout, r.stderr))
-        return json.loads(r.stdout) if json_out else r
 
     def test_status_ls_mounted_and_not(self):
         m = self.m

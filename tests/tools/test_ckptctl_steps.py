@@ -13,18 +13,17 @@ import sys
 import os
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import faulthandler  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
 import unittest  # noqa: E402
 
 import ckfs  # noqa: E402
+from ckfs import TRACKER, wait_for  # noqa: E402
 
 PY = '/usr/bin/python3'
-TRACKER = 'latest_checkpointed_iteration.txt'
 RANK_FILE = 'mp_rank_00/model_optim_rng.pt'
 
 # Megatron's save: mkdir and torch.save of the state dict into iter_XXXXXXX/mp_rank_XX/ (the
@@ -51,31 +50,8 @@ f.flush()
 os.kill(os.getpid(), signal.SIGKILL)
 '''
 
-COMPARE = r'''
-import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-def eq(x, y):
-    if isinstance(x, dict):
-        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
-    if isinstance(x, torch.Tensor):
-        return torch.equal(x, y)
-    return x == y
-sys.exit(0 if eq(a, b) else 3)
-'''
 
-
-def wait_for(what, fn, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out after %.0f s waiting for %s' % (timeout, what))
-        time.sleep(0.1)
-
-
-class CkptctlStepsTest(unittest.TestCase):
+class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.m = m = ckfs.Mount().start()
@@ -108,12 +84,6 @@ class CkptctlStepsTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.m.close()
-
-    def ctl(self, *args, json_out=False, rc=0):
-        r = self.m.ckptctl(*args, json_out=json_out)
-        self.assertEqual(r.returncode, rc, 'ckptctl %s exited %d, wanted %d: %s%s' %
-                         (' '.join(args), r.returncode, rc, r.stdout, r.stderr))
-        return json.loads(r.stdout) if json_out else r
 
     def show_json(self, step):
         r = self.m.ckptctl('show', step, json_out=True)
@@ -192,7 +162,7 @@ class CkptctlStepsTest(unittest.TestCase):
         st, orig = os.stat(exported), os.stat(self.m.path('iter_0000100', RANK_FILE))
         self.assertEqual(st.st_mode, orig.st_mode)
         self.assertEqual(st.st_mtime_ns, orig.st_mtime_ns)
-        self.assertEqual(subprocess.run([PY, '-c', COMPARE, exported, self.ref],
+        self.assertEqual(subprocess.run([PY, '-c', ckfs.TORCH_COMPARE, exported, self.ref],
                                         timeout=120).returncode, 0)
         self.assertFalse([n for _, _, fs in os.walk(dest) for n in fs if n.endswith('.partial')])
         r = self.ctl('export', '100', dest, rc=2)      # never overwrites

@@ -14,7 +14,7 @@ import sys
 import os
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import faulthandler  # noqa: E402
 import json  # noqa: E402
@@ -62,18 +62,6 @@ torch.save({"w": torch.randn(64, 64)}, os.path.join(d, "pytorch_model.bin"))
 torch.save({"python": 1}, os.path.join(d, "rng_state.pth"))
 with open(os.path.join(d, "trainer_state.json"), "w") as f:
     json.dump({"global_step": 5, "log_history": []}, f)
-'''
-
-COMPARE = r'''
-import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-def eq(x, y):
-    if isinstance(x, dict):
-        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
-    if isinstance(x, torch.Tensor):
-        return torch.equal(x, y)
-    return x == y
-sys.exit(0 if eq(a, b) else 3)
 '''
 
 
@@ -131,7 +119,7 @@ class ImportTest(unittest.TestCase):
             r = subprocess.run(['cat', m.path(TRACKER)], stdout=subprocess.PIPE, text=True,
                                timeout=30)
             self.assertEqual((r.returncode, r.stdout), (0, '20'))
-            subprocess.run([PY, '-c', COMPARE, m.path('iter_0000020', RANK_FILE),
+            subprocess.run([PY, '-c', ckfs.TORCH_COMPARE, m.path('iter_0000020', RANK_FILE),
                             os.path.join(self.src, 'iter_0000020', RANK_FILE)],
                            check=True, timeout=120)
             self.assertEqual(ckfs.file_hash(m.path('iter_0000010', RANK_FILE)),

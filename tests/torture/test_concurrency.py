@@ -29,7 +29,7 @@ At the end: the daemon is alive, every writer's remaining files (and latest.bin)
 Prints `concurrency: W files written, R reads verified, 0 mismatches, L ls passes, C ckptctl calls
 in Ns` and a second line with bytes, vanished opens and the daemon's RSS (now and peak).
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_TORTURE_SECONDS (40),
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_TORTURE_SECONDS (40),
 CKPTFS_TORTURE_WRITERS (8), CKPTFS_TORTURE_READERS (3), CKPTFS_TORTURE_HANG (180 s),
 CKPTFS_TORTURE_SEED (random; printed).
 Run: /usr/bin/python3 tests/torture/test_concurrency.py [-v]
@@ -56,7 +56,7 @@ import traceback  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
 

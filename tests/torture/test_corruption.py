@@ -18,7 +18,7 @@ page in turn):
     bytes), the tracker names a complete step whose files are all bit-exact, and verify after
     fsck agrees with what reads back.
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_CORRUPT_ROUNDS (3),
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_CORRUPT_ROUNDS (3),
 CKPTFS_CRASH_SEED (random; printed), CKPTFS_KEEP=1.
 Run: /usr/bin/python3 tests/torture/test_corruption.py [-v]
 """
@@ -29,24 +29,22 @@ sys.dont_write_bytecode = True
 
 import errno  # noqa: E402
 import faulthandler  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
 import sqlite3  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
+from ckfs import TRACKER  # noqa: E402
 import torch  # noqa: E402
 
-TRACKER = 'latest_checkpointed_iteration.txt'
 STEPS = (2, 4, 6, 8)
 RANKS = 2
 ROUNDS = int(os.environ.get('CKPTFS_CORRUPT_ROUNDS', '3'))
@@ -59,15 +57,10 @@ def rank_path(step, rank):
     return 'iter_%07d/mp_rank_%02d/model_optim_rng.pt' % (step, rank)
 
 
-def sha_file(path):
-    with open(path, 'rb') as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def read_outcome(path, want):
     """'ok', 'eio', or 'WRONG' (bytes that differ: never acceptable)."""
     try:
-        h = sha_file(path)
+        h = ckfs.sha256_file(path)
     except OSError as e:
         if e.errno == errno.EIO:
             return 'eio'
@@ -94,7 +87,7 @@ class TestCorruption(unittest.TestCase):
                     os.makedirs(os.path.dirname(p), exist_ok=True)
                     g = torch.Generator().manual_seed(step * 10 + r)
                     torch.save({'w': torch.randn(300, 1000, generator=g), 'it': step}, p)
-                    cls.written[rank_path(step, r)] = sha_file(p)
+                    cls.written[rank_path(step, r)] = ckfs.sha256_file(p)
                     # an extended attribute, so the xattrs table (schema v3) has live pages:
                     # an empty table's page overwritten past its header is still a valid page
                     os.setxattr(p, 'user.ckptfs.test', b'step %d rank %d' % (step, r))

@@ -4,7 +4,7 @@ PyTorch training job (tests/e2e/trainer.py, gloo) on one ckptfs mount, SIGKILLed
 moment of a save; every 5th round the daemon is SIGKILLed too (then fusermount3 -uz and a remount
 of the same STORE). Each round's job is the previous round's resume: it starts with --resume, and
 the framework's own resume logic must land on a complete step, bit-exact (file sha256s against
-what the writers logged, state digest, loss: test_frameworks.check_resumed); then it trains on
+what the writers logged, state digest, loss: trainers.check_resumed); then it trains on
 and is killed inside one of its next saves.
 
 Rounds are chained (one trainer start per round), so 20 rounds x 8 layouts take ~15 min on 2
@@ -44,18 +44,17 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'e2e'))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
-import test_frameworks as tf  # noqa: E402
-import test_scenarios as ts  # noqa: E402
-from test_frameworks import LogView, Trainer, check_resumed, log_size, read_log  # noqa: E402
+import trainers  # noqa: E402
+from trainers import (LogView, Trainer, check_resumed, daemon_log, drain, log_size,  # noqa: E402
+                      read_log)
 
 ROUNDS = int(os.environ.get('CKPTFS_TORTURE_ROUNDS', '20'))
-SEED = tf.SEED
-SLOW = tf.SLOW
-RUN_TIMEOUT = tf.RUN_TIMEOUT
+SEED = trainers.SEED
+SLOW = trainers.SLOW
+RUN_TIMEOUT = trainers.RUN_TIMEOUT
 PLAIN = os.environ.get('CKPTFS_CRASH_PLAIN') == '1'
 SUMMARY = []
 
@@ -79,7 +78,7 @@ class TestCrashLoop(unittest.TestCase):
         returned (its SAVED line), and the resume must land on that save."""
         t0 = time.monotonic()
         rng = random.Random('%d-loop-%s%s' % (SEED, layout, '-saved' if after_saved else ''))
-        keep = tf.KEEP_CRASH.get(layout, 0)
+        keep = trainers.KEEP_CRASH.get(layout, 0)
         ok, fails, dkills = 0, [], 0
         m = ckfs.PlainDir() if PLAIN else ckfs.Mount()
         m.start()
@@ -98,7 +97,7 @@ class TestCrashLoop(unittest.TestCase):
                 # 0.1 s after the whole job is gone (issue 18: no race with a fast restart)
                 torn_exit = not after_saved and not daemon and rnd % 4 == 2
                 kill_save = rng.choice([2, 3] if dur is None else [1, 2])
-                frac = rng.uniform(*tf.FRAC)
+                frac = rng.uniform(*trainers.FRAC)
                 tr = Trainer(layout, m.mnt, log, steps=1000000, every=2, keep=keep,
                              slow=SLOW, resume=not fresh,
                              exit_in_save=kill_save if torn_exit and rnd <= ROUNDS else 0)
@@ -181,7 +180,7 @@ class TestCrashLoop(unittest.TestCase):
                     plain_restart(tr, m, log, unlogged)
                     tr, fresh = None, True
                     continue
-                for t, ln in ts.drain(tr):
+                for t, ln in drain(tr):
                     if ln.startswith('SAVED '):
                         saved_t[int(ln.split()[1])] = t
                 tr.close()
@@ -232,7 +231,7 @@ class TestCrashLoop(unittest.TestCase):
             t, ln = tr.next_line(deadline)
             if ln is None:
                 raise AssertionError('resumed trainer exited with status %s: %s%s%s' %
-                                     (tr.p.wait(), p['msg'], tr.tail(), ('' if PLAIN else ts.daemon_log(m))))
+                                     (tr.p.wait(), p['msg'], tr.tail(), ('' if PLAIN else daemon_log(m))))
             if ln.startswith(('RESUMED', 'FRESH')) and resumed is None:
                 resumed = ln
                 if ln == 'FRESH':
@@ -245,7 +244,7 @@ class TestCrashLoop(unittest.TestCase):
                                  killed_step=p['killed'], unlogged=p['unlogged'])
         except AssertionError as e:
             raise AssertionError('%s; %s\n--- the save directory before the resume ---\n%s%s'
-                                 % (e, p['msg'], p['tree'], ('' if PLAIN else ts.daemon_log(m))))
+                                 % (e, p['msg'], p['tree'], ('' if PLAIN else daemon_log(m))))
         if step == p['killed'] and step not in p['before'].saved:
             p['unlogged'].add(step)     # complete, though its SAVED line was never written
         p['msg'] += '; resumed to %d' % step
@@ -280,7 +279,7 @@ def _add(layout):
         setattr(TestCrashLoop, t2.__name__, t2)
 
 
-for _l in tf.selected_layouts():
+for _l in trainers.selected_layouts():
     _add(_l)
 
 

@@ -34,12 +34,12 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
+from ckfs import TRACKER, read_tracker, wait_for  # noqa: E402
 import torch  # noqa: E402
 
-TRACKER = 'latest_checkpointed_iteration.txt'
 RANKS = 2
 SIZES_MIB = [int(x) for x in os.environ.get('CKPTFS_DISKFULL_MIB', '25,40').split(',') if x]
 ELEMS = 1 << 20            # 4 MiB of fp32 random (incompressible mantissas) per rank file
@@ -47,11 +47,6 @@ ELEMS = 1 << 20            # 4 MiB of fp32 random (incompressible mantissas) per
 
 def rank_path(step, rank):
     return 'iter_%07d/mp_rank_%02d/model_optim_rng.pt' % (step, rank)
-
-
-def sha_file(path):
-    with open(path, 'rb') as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def state(step, rank):
@@ -88,25 +83,6 @@ def save_step(m, step, done):
     return None
 
 
-def read_tracker(m):
-    try:
-        with open(m.path(TRACKER)) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def wait_for(what, fn, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out after %.0f s waiting for %s' % (timeout, what))
-        time.sleep(0.1)
-
-
 class TestDiskFull(unittest.TestCase):
     def small_fs(self, size_mib):
         if os.geteuid() != 0:
@@ -136,7 +112,7 @@ class TestDiskFull(unittest.TestCase):
         for r in range(RANKS):
             rel = rank_path(step, r)
             self.assertIn(rel, done)
-            self.assertEqual(sha_file(m.path(rel)), done[rel], '%s not bit-exact' % rel)
+            self.assertEqual(ckfs.sha256_file(m.path(rel)), done[rel], '%s not bit-exact' % rel)
 
     def test_disk_full(self):
         for size in SIZES_MIB:
@@ -159,7 +135,8 @@ class TestDiskFull(unittest.TestCase):
                 if err is not None:
                     failed = step
                     break
-                wait_for('step %d to complete' % step, lambda: read_tracker(m) == str(step))
+                wait_for('step %d to complete' % step, lambda: read_tracker(m) == str(step),
+                         timeout=30.0)
                 complete.append(step)
             self.assertIsNotNone(failed, 'never ran out of space in a %d MiB store' % size_mib)
             self.assertEqual(err.errno, errno.ENOSPC,
@@ -171,7 +148,7 @@ class TestDiskFull(unittest.TestCase):
             # every file whose write+close succeeded is whole; the rest are not claimed done
             for rel, h in done.items():
                 if os.path.exists(m.path(rel)):
-                    self.assertEqual(sha_file(m.path(rel)), h, '%s changed' % rel)
+                    self.assertEqual(ckfs.sha256_file(m.path(rel)), h, '%s changed' % rel)
             # earlier complete steps intact and resolvable
             newest = complete[-1]
             self.assertEqual(read_tracker(m), str(newest))
@@ -201,7 +178,8 @@ class TestDiskFull(unittest.TestCase):
                                 'no space came back after removing two steps: %s%s' %
                                 (err, m.log_tail()))
                 time.sleep(1)
-            wait_for('step %d to complete' % nxt, lambda: read_tracker(m) == str(nxt))
+            wait_for('step %d to complete' % nxt, lambda: read_tracker(m) == str(nxt),
+                     timeout=30.0)
             self.check_bit_exact(m, done, nxt)
             for s in complete[1:]:
                 self.check_bit_exact(m, done, s)

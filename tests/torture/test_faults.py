@@ -16,7 +16,7 @@ For every point (CKPTFS_FAULT=point[:n], the list in fs/fault.c), on a fresh sto
      (step 10) completes.
 Prints `faults: P/N points recovered` and, per point, what the recovery found.
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_FAULT_POINTS (comma list,
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_FAULT_POINTS (comma list,
 default all), CKPTFS_KEEP=1 keeps the temporary directories.
 Run: /usr/bin/python3 tests/torture/test_faults.py [-v]
 """
@@ -26,7 +26,6 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -35,23 +34,18 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
+from ckfs import TRACKER, read_tracker, wait_for  # noqa: E402
 import torch  # noqa: E402
 
-TRACKER = 'latest_checkpointed_iteration.txt'
 RANKS = 2
 SUMMARY = []
 
 
 def rank_path(step, rank):
     return 'iter_%07d/mp_rank_%02d/model_optim_rng.pt' % (step, rank)
-
-
-def sha(path):
-    with open(path, 'rb') as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def save_step(m, step, written):
@@ -68,31 +62,12 @@ def save_step(m, step, written):
                   'optimizer': {'m': torch.randn(512, 512, generator=g)},
                   'iteration': step, 'rank': r}
             torch.save(sd, p)
-            written[rank_path(step, r)] = sha(p)
+            written[rank_path(step, r)] = ckfs.sha256_file(p)
         with open(m.path(TRACKER), 'w') as f:
             f.write(str(step))
     except OSError as e:
         return e
     return None
-
-
-def wait_for(what, fn, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out after %.0f s waiting for %s' % (timeout, what))
-        time.sleep(0.1)
-
-
-def read_tracker(m):
-    try:
-        with open(m.path(TRACKER)) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def steps_json(m):
@@ -130,7 +105,7 @@ class TestFaults(unittest.TestCase):
             if save_step(m, step, written) is not None:
                 return
             wait_for('step %d to complete' % step, lambda: read_tracker(m) == str(step)
-                     or not ckfs.pid_alive(m.pid))
+                     or not ckfs.pid_alive(m.pid), timeout=30.0)
 
     def trigger_overwrite(self, m, written):
         """Frees several chunks: a 6 MiB file overwritten with other bytes, twice."""
@@ -173,7 +148,8 @@ class TestFaults(unittest.TestCase):
         with ckfs.Mount(opts=('keep_checkpoint_max=2',)) as m:
             for step in (2, 4):
                 self.assertIsNone(save_step(m, step, written))
-                wait_for('step %d to complete' % step, lambda: read_tracker(m) == str(step))
+                wait_for('step %d to complete' % step, lambda: read_tracker(m) == str(step),
+                         timeout=30.0)
             complete_before = {s['step'] for s in steps_json(m) if s['state'] == 'complete'}
             self.assertEqual(complete_before, {2, 4})
             m.unmount()
@@ -213,7 +189,7 @@ class TestFaults(unittest.TestCase):
             note = self.check_store(m, written, complete_before)
             # the next save goes through
             self.assertIsNone(save_step(m, 10, written))
-            wait_for('step 10 to complete', lambda: read_tracker(m) == '10')
+            wait_for('step 10 to complete', lambda: read_tracker(m) == '10', timeout=30.0)
             m.unmount()
             v = m.ckptctl('verify')
             self.assertEqual(v.returncode, 0, 'verify after step 10: %s%s' % (v.stdout,
@@ -249,7 +225,7 @@ class TestFaults(unittest.TestCase):
                 rel = rank_path(step, r)
                 self.assertIn(rel, written, 'step %d complete but rank %d never finished' %
                               (step, r))
-                self.assertEqual(sha(m.path(rel)), written[rel], '%s not bit-exact' % rel)
+                self.assertEqual(ckfs.sha256_file(m.path(rel)), written[rel], '%s not bit-exact' % rel)
         names = sorted(os.listdir(m.mnt))
         for step in complete:
             self.assertIn('iter_%07d' % step, names)

@@ -72,7 +72,7 @@ and MATE (uid 1002) in group 1500, OTHER (uid 1003, group 1600); the mount has a
                           line naming the mode and the fix, no mount is left; ckptctl refuses
                           too; 0750 and 0755 (readable, not writable) are accepted
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../mount/ckfs.py), CKPTFS_POSIX_PLAIN (0).
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_POSIX_PLAIN (0).
 Run: /usr/bin/python3 tests/torture/test_posix_extra.py [-v] [PermissionTest.test_sticky_directory]
 """
 
@@ -93,35 +93,23 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'mount'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
 from ckfs import content  # noqa: E402
+from posixbase import (AT_FDCWD, PLAIN, RENAME_EXCHANGE, RENAME_NOREPLACE,  # noqa: E402
+                       RENAME_WHITEOUT, MountedTestCase, close_mount, ename, new_mount,
+                       renameat2, rfile, wfile)
 
-PLAIN = os.environ.get('CKPTFS_POSIX_PLAIN') == '1'
 OWNER, MATE, OTHER = 1001, 1002, 1003
 GRP, OGRP = 1500, 1600
 GID = {OWNER: GRP, MATE: GRP, OTHER: OGRP}
 NAMES = {0: 'root', OWNER: 'owner', MATE: 'group member', OTHER: 'other'}
 
 libc = ctypes.CDLL(None, use_errno=True)
-libc.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                           ctypes.c_uint]
 libc.linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                         ctypes.c_int]
-AT_FDCWD = -100
 AT_SYMLINK_FOLLOW = 0x400
-RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
-
-
-def ename(e):
-    return errno.errorcode.get(e, str(e)) if e is not None else 'success'
-
-
-def renameat2(src, dst, flags):
-    if libc.renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), src)
 
 
 def linkat_follow(src, dst):
@@ -129,21 +117,6 @@ def linkat_follow(src, dst):
                    AT_SYMLINK_FOLLOW) != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e), src)
-
-
-def wfile(path, data, mode=0o644):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        mv = memoryview(data)
-        while mv:
-            mv = mv[os.write(fd, mv):]
-    finally:
-        os.close(fd)
-
-
-def rfile(path):
-    with open(path, 'rb') as f:
-        return f.read()
 
 
 def outcome(fn, *a):
@@ -180,58 +153,7 @@ def try_write(p):
     os.close(fd)
 
 
-def new_mount(opts=('allow_other',)):
-    if PLAIN:
-        return ckfs.PlainDir()
-    m = ckfs.Mount(opts=opts)
-    try:
-        m.start()
-    except BaseException:
-        m.close()
-        raise
-    return m
-
-
-def close_mount(m):
-    try:
-        m.unmount()
-    finally:
-        m.stop()
-        m.remove_tmp()
-
-
-class Base(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        os.umask(0o022)
-        cls.m = new_mount()
-        os.chmod(cls.m.mnt, 0o755)
-
-    @classmethod
-    def tearDownClass(cls):
-        close_mount(cls.m)
-
-    def setUp(self):
-        os.umask(0o022)
-        self.d = self.m.path(self._testMethodName)
-        os.mkdir(self.d)
-        os.chmod(self.d, 0o755)
-
-    def p(self, *parts):
-        return os.path.join(self.d, *parts)
-
-    def assertErrno(self, en, fn, *a, **kw):
-        accepted = en if isinstance(en, tuple) else (en,)
-        try:
-            fn(*a, **kw)
-        except OSError as e:
-            self.assertIn(e.errno, accepted, '%s%r: expected %s, got %s (%s)' %
-                          (fn.__name__, a, '/'.join(ename(x) for x in accepted),
-                           ename(e.errno), e))
-            return e
-        self.fail('%s%r: expected %s, but it succeeded' %
-                  (fn.__name__, a, '/'.join(ename(x) for x in accepted)))
-
+class Base(MountedTestCase):
     def assertTable(self, rows, what):
         """rows: [(label, got, want)]; fails listing every row where got != want."""
         bad = ['%s: got %s, want %s' % (lab, got, want) for lab, got, want in rows if got != want]

@@ -158,6 +158,34 @@ def ckptctl(store, *args, json_out=False, timeout=300):
     return run(argv, timeout=timeout)
 
 
+class CkptctlCase:
+    """Mixin for a unittest.TestCase whose self.m is a started Mount: ctl() runs ckptctl on its
+    store and asserts the exit status."""
+
+    def ctl(self, *args, json_out=False, rc=0):
+        """ckptctl [--json] STORE args...: the parsed JSON with json_out, else the
+        CompletedProcess; fails the test unless it exited rc."""
+        r = self.m.ckptctl(*args, json_out=json_out)
+        self.assertEqual(r.returncode, rc, 'ckptctl %s exited %d, wanted %d: %s%s' %
+                         (' '.join(args), r.returncode, rc, r.stdout, r.stderr))
+        return json.loads(r.stdout) if json_out else r
+
+
+# `python3 -c TORCH_COMPARE a b` exits 0 when torch.load(a) equals torch.load(b) (dicts
+# recursively, tensors by torch.equal, other values by ==), 3 otherwise
+TORCH_COMPARE = r'''
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+def eq(x, y):
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+    if isinstance(x, torch.Tensor):
+        return torch.equal(x, y)
+    return x == y
+sys.exit(0 if eq(a, b) else 3)
+'''
+
+
 def chunk_files(store):
     """{relative path: size} of every chunk file under STORE/chunks."""
     res = {}
@@ -543,6 +571,42 @@ def _atexit_cleanup():
 
 
 # -- running code as another user ---------------------------------------------------------------
+
+# -- waiting on the daemon, reading what a trainer wrote --------------------------------------
+
+TRACKER = 'latest_checkpointed_iteration.txt'   # Megatron's tracker file
+
+
+def wait_for(what, fn, timeout=20.0, extra=lambda: ''):
+    """Poll fn() every 0.1 s until it returns a true value, and return that value. After
+    timeout seconds, raise AssertionError naming what was awaited, followed by extra()."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError('timed out after %.0f s waiting for %s%s' % (timeout, what,
+                                                                             extra()))
+        time.sleep(0.1)
+
+
+def read_tracker(m, name=TRACKER, absent=OSError):
+    """The content of tracker file `name` in mount (or PlainDir) m, or None when reading it
+    raises `absent` (an exception class or tuple: by default any OSError, as when the daemon
+    died under the reader; FileNotFoundError to let every other error through)."""
+    try:
+        with open(m.path(name)) as f:
+            return f.read()
+    except absent:
+        return None
+
+
+def sha256_file(path):
+    """sha256 hex digest of a whole file (read in one piece: checkpoint-sized files only)."""
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
 
 def run_as(uid, gid, fn, *args):
     """Fork, drop to uid/gid (no supplementary groups), run fn(*args) and return its result.
