@@ -261,7 +261,7 @@ int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mod
  * several 1 MiB requests in flight and the FUSE threads decode chunks side by side. The kernel's
  * default is 128 KiB (VM_READAHEAD_PAGES) and it lowers the bdi's value to the INIT reply's
  * max_readahead at mount, so it is raised afterwards. 4 MiB reads a cold torch.load fastest of
- * the sizes tried, no slower than 8 MiB (figures: tests/bench/RESULTS-from-comments.md).
+ * the sizes tried, no slower than 8 MiB (figures: tests/bench/RESULTS.md).
  */
 #define FS_READ_AHEAD_KB 4096
 

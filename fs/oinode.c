@@ -107,7 +107,7 @@ static void oi_free(struct ckfs *fs, struct oinode *oi)
  * than one page fault per 4 KiB page as the writer copies into it: the kernel still zeroes
  * each page, but the FUSE thread takes no trap per page. Best effort: an older kernel refuses
  * it (EINVAL) and the pages fault as they are written. Not MADV_HUGEPAGE on 2 MiB-aligned
- * buffers: the kernel then zeroes whole huge pages (figures: tests/bench/RESULTS-from-comments.md).
+ * buffers: the kernel then zeroes whole huge pages (figures: tests/bench/RESULTS.md).
  */
 static void seg_populate(uint8_t *buf, size_t len)
 {

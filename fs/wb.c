@@ -20,7 +20,7 @@
  * index lists (fs_recode_idle, store_chunk_recode), yielding between chunks as soon as work
  * arrives. Why: with the CPUs shared with the trainer, a save becomes durable sooner when its
  * chunks reach the disk raw and are compressed afterwards, in idle time (figures:
- * tests/bench/RESULTS-from-comments.md).
+ * tests/bench/RESULTS.md).
  *
  * Invariants:
  *   1. used == the resident bytes of the segments alive (seg.resident) + the charged bytes of
@@ -69,7 +69,7 @@
  * so workers are not all on the CPU at once: with one worker per CPU the CPUs sit partly idle
  * while both workers wait on the disk. More than two per CPU compress more inline
  * (WB_DEFER_QUEUE counts per worker), which costs more than the extra overlap gains. Figures:
- * tests/bench/RESULTS-from-comments.md.
+ * tests/bench/RESULTS.md.
  */
 #define WB_WORKERS_PER_CPU 2
 
@@ -79,7 +79,7 @@
  * over, which on a training node is most of it between saves and during the GPU's compute. Under
  * contention nice 10 gets about a tenth of the CPU weight of nice 0 (sched_prio_to_weight in
  * kernel/sched/core.c: 110 vs 1024), never none. A save's close returns sooner this way and it
- * is durable no later (figures: tests/bench/RESULTS-from-comments.md).
+ * is durable no later (figures: tests/bench/RESULTS.md).
  */
 #define WB_NICE 10
 
@@ -105,7 +105,7 @@
  * store_defer_pays says raw is the quicker way to disk. Two per worker: each worker has its
  * next job and one more waiting, i.e. the cutter is outrunning the workers, which happens only
  * while a writer outruns them (as a large torch.save does with every chunk compressed: figures in
- * tests/bench/RESULTS-from-comments.md).
+ * tests/bench/RESULTS.md).
  */
 #define WB_DEFER_QUEUE 2
 

@@ -31,7 +31,7 @@ import sys
 import os
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mount'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import faulthandler  # noqa: E402
 import json  # noqa: E402
