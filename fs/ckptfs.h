@@ -150,4 +150,11 @@ void ckpt_fault(const char *point);
 ssize_t ckpt_extents_pread(struct store *st, const struct idx_extent *ext, size_t n, void *buf,
 			   size_t len, uint64_t off);
 
+/*
+ * ckpt_log - write one line "ckptfs: MESSAGE" to stderr (printf format; the newline is added
+ * when fmt does not end with one; lines over 8 KiB are cut). The daemon's only logging helper:
+ * lowercase, no final period, names in quotes (STYLE.md). Thread-safe: one line per stdio call.
+ */
+void ckpt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif /* CKPTFS_CKPTFS_H */

@@ -88,6 +88,12 @@ struct ckfs {
 	bool reaper_started, stopping;
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
 	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
+	/* Upcalls from a lower layer to a higher one, set once before the session starts (the
+	 * FUSE layer wires them; NULL: nothing to tell): the write path's committer tells the step
+	 * engine of a committed file (steps_on_commit), the step engine asks the FUSE layer to send
+	 * the queued invalidations (fs_flush_inval). Called with no lock held. */
+	void (*on_commit)(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+	void (*flush_inval)(struct ckfs *fs);
 	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
 							       kernel's dentry cache; mu */
 	size_t ninval, capinval;

@@ -25,8 +25,8 @@ cflags=(-std=gnu11 -g -O1 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I"$top"
 
 sources() {
 	case $1 in
-	layout) echo tests/fuzz/fuzz_layout.c fs/layout.c "$(pkg-config --libs jansson)" ;;
-	validate) echo tests/fuzz/fuzz_validate.c fs/validate.c "$(pkg-config --libs jansson)" ;;
+	layout) echo tests/fuzz/fuzz_layout.c fs/policy/layout.c "$(pkg-config --libs jansson)" ;;
+	validate) echo tests/fuzz/fuzz_validate.c fs/policy/validate.c "$(pkg-config --libs jansson)" ;;
 	chunk) echo tests/fuzz/fuzz_chunk.c store/chunker.c store/hash.c store/codec.c \
 		store/chunkstore.c store/chunkfile.c store/chunkcache.c "$(pkg-config --libs libxxhash libzstd)" -lpthread ;;
 	index) echo tests/fuzz/fuzz_index.c index/index.c index/index_ns.c index/index_data.c \

@@ -51,7 +51,7 @@
 
 #include <jansson.h>
 
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 #include "index/index.h"
 #include "store/store.h"
 

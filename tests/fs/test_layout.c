@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 
 #define R_ LAYOUT_STEP_RELEASE
 #define NS LAYOUT_STEP_NONE

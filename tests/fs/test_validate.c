@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/validate.h"
+#include "fs/policy/validate.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 

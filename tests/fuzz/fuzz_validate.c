@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/validate.h"
+#include "fs/policy/validate.h"
 #include "tests/fuzz/fuzz.h"
 
 struct buf {

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 
 #include "ctl.h"
 

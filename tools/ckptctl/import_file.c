@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fs/validate.h"
+#include "fs/policy/validate.h"
 
 #include "import_int.h"
 

@@ -33,7 +33,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 
 #include "ctl.h"
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 
 #include "ctl.h"
 

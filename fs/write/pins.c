@@ -129,7 +129,7 @@ int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
 		pthread_mutex_unlock(&fs->mu);
 		char hex[2 * STORE_HASH_LEN + 1];
 
-		fprintf(stderr, "ckptfs: chunk '%s' was damaged on disk; written again from new "
+		ckpt_log("chunk '%s' was damaged on disk; written again from new "
 			"data\n", store_hash_hex(&h, hex));
 	}
 	return rc;
@@ -174,7 +174,7 @@ bool fs_recode_idle(struct ckfs *fs)
 		pthread_mutex_unlock(&fs->mu);
 		if (n <= 0) {
 			if (n < 0)
-				fprintf(stderr, "ckptfs: cannot list deferred chunks: %s; they stay "
+				ckpt_log("cannot list deferred chunks: %s; they stay "
 					"uncompressed until the next mount\n", strerror(-n));
 			break;
 		}
@@ -201,13 +201,13 @@ bool fs_recode_idle(struct ckfs *fs)
 				    (idx_chunk_mark_bad(fs->ix, hs[i]) < 0 || idx_commit(fs->ix) < 0))
 					idx_rollback(fs->ix);
 				pthread_mutex_unlock(&fs->mu);
-				fprintf(stderr, "ckptfs: chunk '%s' is damaged on disk (its bytes do not "
+				ckpt_log("chunk '%s' is damaged on disk (its bytes do not "
 					"match its digest); marked bad, not compressed: run 'ckptctl "
 					"STORE verify' to see which files it holds\n",
 					store_hash_hex(&h, hex));
 				done++; /* marked bad: no longer listed */
 			} else {
-				fprintf(stderr, "ckptfs: cannot compress deferred chunk '%s': %s; "
+				ckpt_log("cannot compress deferred chunk '%s': %s; "
 					"deferred chunks stay uncompressed (readable) until the next "
 					"idle period\n", store_hash_hex(&h, hex), strerror(-rc));
 				break;

@@ -18,8 +18,8 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs/ops_int.h"
-#include "fs/layout.h"
+#include "fs/fuse/ops_int.h"
+#include "fs/policy/layout.h"
 
 /* ---- namespace ---- */
 
@@ -177,7 +177,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	pthread_mutex_lock(&fs->mu);
 	if (steps_tracker_name(fs, parent, name)) {
 		pthread_mutex_unlock(&fs->mu);
-		fprintf(stderr, "ckptfs: refused to unlink tracker '%s': trackers are virtual and "
+		ckpt_log("refused to unlink tracker '%s': trackers are virtual and "
 			"always name the newest complete step\n", name);
 		fuse_reply_err(req, EPERM);
 		return;
@@ -206,7 +206,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 		/* a full disk: the index cannot grow its WAL to record the removal; give back
 		 * the reserve (STORE/reserve) and try once more, so space can always be freed */
 		if (rc == -ENOSPC && ckpt_repo_release_reserve(fs->repo)) {
-			fprintf(stderr, "ckptfs: store full: released the %llu MiB reserve to "
+			ckpt_log("store full: released the %llu MiB reserve to "
 				"remove '%s'; it comes back once space is free\n",
 				CKPT_RESERVE_BYTES >> 20, name);
 			rc = remove_txn(fs, parent, name, ino, now, dir);

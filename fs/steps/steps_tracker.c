@@ -17,10 +17,10 @@
 #include <jansson.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
-#include "fs/steps_int.h"
-#include "fs/validate.h"
+#include "fs/steps/steps_int.h"
+#include "fs/policy/validate.h"
 
 /* ---- virtual trackers ---- */
 
@@ -216,7 +216,7 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 			idx_rollback(fs->ix);
 	}
 	if (rc < 0) {
-		stp_logf("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
+		ckpt_log("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
 		return;
 	}
 	if (kind == LAYOUT_MF1) {
@@ -254,6 +254,6 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 			}
 		}
 	}
-	stp_logf("tracker '%s' claims step %" PRId64 ", which does not exist: claim recorded, "
+	ckpt_log("tracker '%s' claims step %" PRId64 ", which does not exist: claim recorded, "
 		 "trackers keep naming the newest complete step", name, step);
 }

@@ -1,7 +1,7 @@
 /*
  * commit.c — the close-time committer: one thread that makes files closed by their writers
  * durable (oi_commit: in-flight chunks stored, chunk files synced, extents in the index) and
- * then tells the step engine (steps_on_commit), so that close() returns once the bytes are in
+ * then tells the step engine (fs->on_commit: steps_on_commit), so that close() returns once the bytes are in
  * ckptfs's memory instead of once they are on disk.
  *
  * What still waits for durability (DESIGN.md "Steps", issue 5):
@@ -82,10 +82,10 @@ static void *cq_main(void *arg)
 
 		int rc = oi_commit(fs, j->oi);
 
-		if (rc == 0)
-			steps_on_commit(fs, j->oi, j->pid, j->torn);
-		else
-			fprintf(stderr, "ckptfs: cannot make inode %llu durable after its close: %s; "
+		if (rc == 0 && fs->on_commit)
+			fs->on_commit(fs, j->oi, j->pid, j->torn);
+		else if (rc < 0)
+			ckpt_log("cannot make inode %llu durable after its close: %s; "
 				"the step holding it will not complete (fsync reports the error)\n",
 				(unsigned long long)j->oi->ino, strerror(-rc));
 		oi_put(fs, j->oi);

@@ -46,26 +46,15 @@
 #include <jansson.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
-#include "fs/steps_int.h"
-#include "fs/validate.h"
+#include "fs/steps/steps_int.h"
+#include "fs/policy/validate.h"
 
 /* How often the reaper looks at unfinished steps (ns, < 1 s). */
 #define REAP_PERIOD_NS (250L * 1000 * 1000)
 
-/* ---- logging, per-step runtime facts ---- */
-
-void stp_logf(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs("ckptfs: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
+/* ---- per-step runtime facts ---- */
 
 static struct step_rt *rt_get(struct ckfs *fs, int64_t id, bool create)
 {
@@ -262,9 +251,9 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 			idx_rollback(fs->ix);
 	}
 	if (flags & IDX_INODE_TORN)
-		stp_logf("'%s' was closed by a dying process (pid %d): torn", rel, (int)pid);
+		ckpt_log("'%s' was closed by a dying process (pid %d): torn", rel, (int)pid);
 	else if (flags & IDX_INODE_MALFORMED)
-		stp_logf("'%s' is malformed: %s", rel, why);
+		ckpt_log("'%s' is malformed: %s", rel, why);
 	if (mf1 && !(m.flags & LAYOUT_F_TMP)) {
 		stp_mf1_on_file(fs, &m, pid);
 	} else if (!mf1 && stp_step_of_path(fs, rel, &m, &s) == 0) {
@@ -332,7 +321,7 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	else
 		idx_rollback(fs->ix);
 	if (rc == 0)
-		stp_logf("the trainer deletes '%s', the newest complete step: kept as "
+		ckpt_log("the trainer deletes '%s', the newest complete step: kept as "
 			 "'.ckptfs/%s/%s' until a newer step is complete", s.name, RETAINED_NAME, qname);
 }
 
@@ -464,7 +453,8 @@ static void *reaper_main(void *arg)
 		steps_reap(fs, false);
 		if (fs->ninval) {
 			pthread_mutex_unlock(&fs->mu);
-			fs_flush_inval(fs);
+			if (fs->flush_inval)
+				fs->flush_inval(fs);
 			pthread_mutex_lock(&fs->mu);
 		}
 	}

@@ -17,9 +17,9 @@
 #include <jansson.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
-#include "fs/steps_int.h"
-#include "fs/validate.h"
+#include "fs/policy/layout.h"
+#include "fs/steps/steps_int.h"
+#include "fs/policy/validate.h"
 
 /* ---- retention ---- */
 
@@ -348,11 +348,11 @@ void stp_restore(struct ckfs *fs, struct idx_step *s)
 	if (rc == 0 && idx_commit(fs->ix) == 0) {
 		if (partial) {
 			stp_inval_queue(fs, home, leaf); /* the kernel has the part cached */
-			stp_logf("restored '%s' (the newest complete step) for a resuming reader; "
+			ckpt_log("restored '%s' (the newest complete step) for a resuming reader; "
 				 "what the trainer had not yet deleted of it is in "
 				 "'.ckptfs/quarantine/%s'", s->name, pname);
 		} else {
-			stp_logf("restored '%s' (the newest complete step) for a resuming reader",
+			ckpt_log("restored '%s' (the newest complete step) for a resuming reader",
 				 s->name);
 		}
 	} else if (rc < 0) {

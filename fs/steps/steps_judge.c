@@ -18,10 +18,10 @@
 #include <jansson.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
-#include "fs/steps_int.h"
-#include "fs/validate.h"
+#include "fs/steps/steps_int.h"
+#include "fs/policy/validate.h"
 
 struct newer_ctx {
 	const struct idx_step *s;
@@ -111,7 +111,7 @@ void stp_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bo
 		return;
 	v = policy_judge(&f, why, sizeof(why));
 	if (unlisted[0] && settled)
-		stp_logf("step '%s': metadata.json names '%s', which is not in the step", s.name,
+		ckpt_log("step '%s': metadata.json names '%s', which is not in the step", s.name,
 			 unlisted);
 	if (idx_begin(fs->ix) < 0)
 		return;

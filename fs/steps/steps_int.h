@@ -26,7 +26,7 @@
 #include <sys/types.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
 
 #define META_NAME ".ckptfs"
@@ -73,12 +73,7 @@ struct step_scan {
 	struct policy_figures fig; /* policy rule 4 */
 };
 
-/* ---- steps.c: logging and per-step runtime facts ---- */
-
-/*
- * stp_logf - log one line "ckptfs: <message>" to stderr (printf format). Any thread, any lock.
- */
-void stp_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ---- steps.c: per-step runtime facts ---- */
 
 /*
  * stp_rt_note - record that pid (a thread id; its thread group is recorded, with its start time)

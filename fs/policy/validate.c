@@ -10,7 +10,7 @@
  *  3. One exit per checker; every buffer and jansson value is freed on every path.
  *  4. -EBADMSG always comes with a reason in why; 0 and 1 leave why empty.
  */
-#include "fs/validate.h"
+#include "fs/policy/validate.h"
 
 #include <errno.h>
 #include <stdarg.h>

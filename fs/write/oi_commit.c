@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/oi_int.h"
+#include "fs/write/oi_int.h"
 
 
 /*

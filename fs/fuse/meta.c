@@ -19,7 +19,7 @@
 
 #include "ckptfs_config.h"
 #include "fs/fs_int.h"
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
 
 _Static_assert(STORE_CODEC_MAX < IDX_STATS_CODECS, "struct idx_stats breaks out every codec");

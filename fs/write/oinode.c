@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/oi_int.h"
+#include "fs/write/oi_int.h"
 
 int64_t ckfs_now(struct ckfs *fs)
 {

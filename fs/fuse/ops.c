@@ -21,8 +21,8 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs/ops_int.h"
-#include "fs/layout.h"
+#include "fs/fuse/ops_int.h"
+#include "fs/policy/layout.h"
 
 static void ts_of(int64_t ns, struct timespec *ts);
 
@@ -244,7 +244,7 @@ static void op_destroy(void *userdata)
 		int rc = oi_commit(fs, dirty);
 
 		if (rc < 0) {
-			fprintf(stderr, "ckptfs: cannot make inode %llu durable at unmount: %s\n",
+			ckpt_log("cannot make inode %llu durable at unmount: %s\n",
 				(unsigned long long)dirty->ino, strerror(-rc));
 			dirty->err = rc; /* do not retry forever */
 		}

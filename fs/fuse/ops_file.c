@@ -18,8 +18,8 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs/ops_int.h"
-#include "fs/layout.h"
+#include "fs/fuse/ops_int.h"
+#include "fs/policy/layout.h"
 
 /* Longest claim kept from a tracker write; more is accepted and dropped (the claim is junk). */
 #define CLAIM_MAX (1 << 20)
@@ -425,7 +425,7 @@ void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		int rc = oi_commit(fs, h->oi);
 
 		if (rc < 0)
-			fprintf(stderr, "ckptfs: cannot make inode %llu durable at close: %s\n",
+			ckpt_log("cannot make inode %llu durable at close: %s\n",
 				(unsigned long long)ino, strerror(-rc));
 	}
 	oi_put(fs, h->oi);

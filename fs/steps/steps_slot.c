@@ -17,9 +17,9 @@
 #include <jansson.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
-#include "fs/steps_int.h"
-#include "fs/validate.h"
+#include "fs/policy/layout.h"
+#include "fs/steps/steps_int.h"
+#include "fs/policy/validate.h"
 
 /* ---- InternEvo snapshot slots: a step directory rewritten in place ---- */
 
@@ -162,11 +162,11 @@ void steps_before_change(struct ckfs *fs, uint64_t dir)
 	else
 		idx_rollback(fs->ix);
 	if (rc == 0)
-		stp_logf("slot '%s' is being rewritten: its last complete version (step %" PRId64
+		ckpt_log("slot '%s' is being rewritten: its last complete version (step %" PRId64
 			 ") is kept as '.ckptfs/%s/%s' and comes back if the new one is not "
 			 "completed", s.name, s.step, RETAINED_NAME, qname);
 	else
-		stp_logf("slot '%s': cannot keep its last complete version before it is "
+		ckpt_log("slot '%s': cannot keep its last complete version before it is "
 			 "rewritten: %s", s.name, strerror(-rc));
 }
 

@@ -100,7 +100,7 @@ void ckpt_fault(const char *point)
 
 	if (h != want[id])
 		return;
-	fprintf(stderr, "ckptfs: fault injection: killing pid %d at '%s' (hit %u)\n",
+	ckpt_log("fault injection: killing pid %d at '%s' (hit %u)\n",
 		(int)getpid(), point, h);
 	kill(getpid(), SIGKILL);
 	pause();

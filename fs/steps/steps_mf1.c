@@ -17,9 +17,9 @@
 #include <jansson.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
-#include "fs/steps_int.h"
-#include "fs/validate.h"
+#include "fs/policy/layout.h"
+#include "fs/steps/steps_int.h"
+#include "fs/policy/validate.h"
 
 /* ---- MindFormers 1.0: per-rank files, no step directory ---- */
 
@@ -410,7 +410,7 @@ void stp_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
 	else
 		idx_rollback(fs->ix);
 	if (rc == 0)
-		stp_logf("the trainer deletes '%s' of step '%s', the newest complete step: "
+		ckpt_log("the trainer deletes '%s' of step '%s', the newest complete step: "
 			 "all ranks' files kept in '.ckptfs/%s/%s' until a newer step is complete",
 			 rel, b.s.name, RETAINED_NAME, qname);
 }
@@ -479,7 +479,7 @@ void stp_mf1_restore(struct ckfs *fs, struct idx_step *s)
 		idx_rollback(fs->ix);
 	fs_release_finish(fs, &fr, rc == 0);
 	if (rc == 0)
-		stp_logf("restored step '%s' (the newest complete step): %d rank file(s) put back "
+		ckpt_log("restored step '%s' (the newest complete step): %d rank file(s) put back "
 			 "for a resuming reader", s->name, back);
 }
 

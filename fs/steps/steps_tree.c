@@ -17,10 +17,10 @@
 #include <jansson.h>
 
 #include "fs/fs_int.h"
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
-#include "fs/steps_int.h"
-#include "fs/validate.h"
+#include "fs/steps/steps_int.h"
+#include "fs/policy/validate.h"
 
 /* Is ino inside /.ckptfs? */
 bool steps_in_meta(struct ckfs *fs, uint64_t ino)
@@ -175,7 +175,7 @@ static int revalidate_file(const char *name, uint64_t ino, const struct idx_inod
 		if (idx_begin(fs->ix) == 0 &&
 		    (idx_inode_update(fs->ix, &a) < 0 || idx_commit(fs->ix) < 0))
 			idx_rollback(fs->ix);
-		stp_logf("recovery: '%s' (inode %" PRIu64 ") is malformed: %s", name, ino, why);
+		ckpt_log("recovery: '%s' (inode %" PRIu64 ") is malformed: %s", name, ino, why);
 	}
 	return 0;
 }
@@ -321,7 +321,7 @@ int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *no
 	int rc = idx_step_set_state(fs->ix, s->id, state, ckfs_now(fs), note);
 
 	if (rc == 0) {
-		stp_logf("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
+		ckpt_log("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
 			 idx_step_state_name(s->state), idx_step_state_name(state),
 			 note ? ": " : "", note ? note : "");
 		s->state = state;

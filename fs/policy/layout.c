@@ -20,7 +20,7 @@
  * Parsing never reads past the bytes it was given; every digit run is checked for int64_t
  * overflow before it is accumulated.
  */
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/oi_int.h"
+#include "fs/write/oi_int.h"
 
 /* ---- read, write, truncate ---- */
 
@@ -126,7 +126,7 @@ static int chunk_bad(struct ckfs *fs, const struct oinode *oi, const struct stor
 	    (idx_chunk_mark_bad(fs->ix, h->b) < 0 || idx_commit(fs->ix) < 0))
 		idx_rollback(fs->ix);
 	pthread_mutex_unlock(&fs->mu);
-	fprintf(stderr, "ckptfs: cannot read chunk '%s' of inode %llu: %s\n",
+	ckpt_log("cannot read chunk '%s' of inode %llu: %s\n",
 		store_hash_hex(h, hex), (unsigned long long)oi->ino,
 		n < 0 ? strerror((int)-n) : "short chunk");
 	return -EIO;

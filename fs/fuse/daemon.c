@@ -25,7 +25,7 @@
 
 #include "ckptfs_config.h"
 #include "fs/fs_int.h"
-#include "fs/layout.h"
+#include "fs/policy/layout.h"
 
 struct cfg {
 	char *store;
@@ -69,7 +69,7 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		return *slot ? 0 : -1;
 	}
 	if (key == FUSE_OPT_KEY_NONOPT) {
-		fprintf(stderr, "ckptfs: unexpected argument '%s' (usage: ckptfs [options] STORE "
+		ckpt_log("unexpected argument '%s' (usage: ckptfs [options] STORE "
 			"MOUNTPOINT)\n", arg);
 		return -1;
 	}
@@ -154,7 +154,7 @@ static void startup_fail(const char *fmt, ...)
 		close(status_fd);
 		status_fd = -1;
 	} else {
-		fprintf(stderr, "ckptfs: %s\n", line);
+		ckpt_log("%s\n", line);
 	}
 }
 
@@ -178,12 +178,12 @@ static int wait_child(pid_t pid, int fd)
 	if (strcmp(line, "ok\n") == 0)
 		return 0;
 	if (len) {
-		fprintf(stderr, "ckptfs: %s", line);
+		ckpt_log("%s", line);
 		if (line[len - 1] != '\n')
 			fputc('\n', stderr);
 	} else {
 		waitpid(pid, &status, 0);
-		fprintf(stderr, "ckptfs: the daemon exited during startup (%s %d)\n",
+		ckpt_log("the daemon exited during startup (%s %d)\n",
 			WIFSIGNALED(status) ? "signal" : "status",
 			WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 	}
@@ -249,7 +249,7 @@ void fs_tune_read_ahead(struct ckfs *fs)
 	if (fd >= 0)
 		close(fd);
 	if (err)
-		fprintf(stderr, "ckptfs: kernel read-ahead left at its default (cannot write %d to "
+		ckpt_log("kernel read-ahead left at its default (cannot write %d to "
 			"'%s': %s); sequential reads are slower. As root: echo %d > %s\n",
 			FS_READ_AHEAD_KB, fs->bdi_ra, strerror(err), FS_READ_AHEAD_KB, fs->bdi_ra);
 }
@@ -387,13 +387,15 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 		}
 	}
 	fs->pins = fs_pins_new();
+	fs->on_commit = steps_on_commit;
+	fs->flush_inval = fs_flush_inval;
 	if (!fs->pins || (rc = steps_init(fs)) < 0) {
 		startup_fail("cannot prepare the step table of '%s': %s", c->store,
 			     strerror(fs->pins ? -rc : ENOMEM));
 		return -1;
 	}
 	if ((rc = ckpt_repo_reserve(fs->repo)) < 0)
-		fprintf(stderr, "ckptfs: cannot set aside the %llu MiB reserve in '%s': %s; on a "
+		ckpt_log("cannot set aside the %llu MiB reserve in '%s': %s; on a "
 			"full disk, removing files may fail until space is freed elsewhere\n",
 			CKPT_RESERVE_BYTES >> 20, c->store, strerror(-rc));
 	if ((rc = ckpt_repo_set_clean(fs->repo, false)) < 0) {
@@ -472,13 +474,13 @@ static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
 	int rc;
 
 	if ((rc = wb_start(fs, wbuf, nworkers)) < 0)
-		fprintf(stderr, "ckptfs: cannot start the write-back workers: %s; chunks are stored "
+		ckpt_log("cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
 	if ((rc = cq_start(fs)) < 0)
-		fprintf(stderr, "ckptfs: cannot start the committer: %s; close() waits until the "
+		ckpt_log("cannot start the committer: %s; close() waits until the "
 			"file is durable\n", strerror(-rc));
 	if ((rc = steps_start(fs)) < 0)
-		fprintf(stderr, "ckptfs: cannot start the step reaper: %s; abandoned steps are "
+		ckpt_log("cannot start the step reaper: %s; abandoned steps are "
 			"judged at unmount\n", strerror(-rc));
 }
 
@@ -513,7 +515,7 @@ static void teardown(struct ckfs *fs, int ret)
 	cq_stop(fs);
 	wb_stop(fs);
 	if (fs->repo && ret == 0 && ckpt_repo_set_clean(fs->repo, true) == 0)
-		fprintf(stderr, "ckptfs: stopped cleanly\n");
+		ckpt_log("stopped cleanly\n");
 	ckpt_repo_close(fs->repo);
 	fs_pins_free(fs->pins);
 	if (fs->staging_dirfd >= 0)
@@ -536,7 +538,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	    mount_session(args, o, &fs) < 0)
 		goto out;
 	if (inodes || chunks)
-		fprintf(stderr, "ckptfs: recovered store '%s' after an unclean stop: removed %llu "
+		ckpt_log("recovered store '%s' after an unclean stop: removed %llu "
 			"unlinked files and %llu unreferenced chunks\n", c->store,
 			(unsigned long long)inodes, (unsigned long long)chunks);
 	report_ready();
@@ -560,7 +562,7 @@ int ckptfs_main(int argc, char **argv)
 	if (fuse_opt_parse(&args, &c, ck_opts, opt_proc) != 0)
 		goto out;
 	if (fuse_parse_cmdline(&args, &o) != 0) {
-		fprintf(stderr, "ckptfs: invalid arguments; see 'ckptfs --help'\n");
+		ckpt_log("invalid arguments; see 'ckptfs --help'\n");
 		goto out;
 	}
 	if (o.show_help) {
@@ -577,24 +579,24 @@ int ckptfs_main(int argc, char **argv)
 		goto out;
 	}
 	if (!c.store || !c.mnt) {
-		fprintf(stderr, "ckptfs: usage: ckptfs [options] STORE MOUNTPOINT (see --help)\n");
+		ckpt_log("usage: ckptfs [options] STORE MOUNTPOINT (see --help)\n");
 		goto out;
 	}
 	char ferr[512];
 
 	if (ckpt_fault_init(ferr, sizeof(ferr)) < 0) {
-		fprintf(stderr, "ckptfs: %s\n", ferr);
+		ckpt_log("%s\n", ferr);
 		goto out;
 	}
 	if (c.zstd_level < 1 || c.zstd_level > 19) {
-		fprintf(stderr, "ckptfs: zstd_level must be 1..19, not %d\n", c.zstd_level);
+		ckpt_log("zstd_level must be 1..19, not %d\n", c.zstd_level);
 		goto out;
 	}
 	char *abs_store = absolute(c.store);
 
 	mnt = realpath(c.mnt, NULL);
 	if (!abs_store || !mnt) {
-		fprintf(stderr, "ckptfs: mountpoint '%s': %s%s\n", c.mnt, strerror(errno),
+		ckpt_log("mountpoint '%s': %s%s\n", c.mnt, strerror(errno),
 			errno == ENOENT ? " (create it with mkdir)" : "");
 		free(abs_store);
 		goto out;
@@ -605,12 +607,12 @@ int ckptfs_main(int argc, char **argv)
 	o.mountpoint = mnt;
 	mnt = NULL;
 	if (is_mounted(o.mountpoint)) {
-		fprintf(stderr, "ckptfs: '%s' is already a mount point; unmount it first "
+		ckpt_log("'%s' is already a mount point; unmount it first "
 			"(fusermount3 -u %s)\n", o.mountpoint, o.mountpoint);
 		goto out;
 	}
 	if (access("/dev/fuse", R_OK | W_OK) != 0) {
-		fprintf(stderr, "ckptfs: cannot use /dev/fuse: %s (load the fuse module, or run "
+		ckpt_log("cannot use /dev/fuse: %s (load the fuse module, or run "
 			"where FUSE is available)\n", strerror(errno));
 		goto out;
 	}
