@@ -126,14 +126,14 @@ int ckptfs_main(int argc, char **argv);
 /*
  * ckpt_fault_init - arm the crash points named by the environment variable CKPTFS_FAULT
  * ("point[:n]" items, comma-separated: SIGKILL this process the n-th time, default 1, a point is
- * reached; the points are listed in fs/fault.c). Call once, before any thread starts.
+ * reached; the points are listed in fs/core/fault.c). Call once, before any thread starts.
  * @err, @errcap: on -EINVAL, one line naming the bad item and listing the valid points.
  * Returns 0 (also when CKPTFS_FAULT is unset or empty) or -EINVAL.
  */
 int ckpt_fault_init(char *err, size_t errcap);
 
 /*
- * ckpt_fault - crash point @point (a name listed in fs/fault.c): if armed for this hit, write one
+ * ckpt_fault - crash point @point (a name listed in fs/core/fault.c): if armed for this hit, write one
  * line to stderr and SIGKILL the process; otherwise return at once. Thread-safe.
  */
 void ckpt_fault(const char *point);
@@ -156,5 +156,21 @@ ssize_t ckpt_extents_pread(struct store *st, const struct idx_extent *ext, size_
  * lowercase, no final period, names in quotes (STYLE.md). Thread-safe: one line per stdio call.
  */
 void ckpt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * Process facts from /proc (core/proc.c). Any thread, no lock.
+ * fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits) into *ret. Returns 0, -EIO when
+ * the file cannot be parsed, or fopen's -errno (-ENOENT: no such process).
+ * fs_tgid_of - the process (thread group) of thread tid: FUSE requests carry the calling
+ * thread's id, and a trainer's helper thread may exit while its process goes on writing.
+ * Returns the tgid, or 0 when unknown (tid <= 0, gone, unreadable).
+ * fs_pid_stat - state (proc(5) field 3) and start time (field 22, clock ticks since boot) of
+ * process pid into *ret_state, *ret_start. Returns 0, -EIO (unparsable), or fopen's -errno.
+ * fs_pid_alive - is the process that had this pid and start time still running (not a zombie)?
+ */
+int fs_pid_flags(pid_t pid, unsigned long *ret);
+pid_t fs_tgid_of(pid_t tid);
+int fs_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
+bool fs_pid_alive(pid_t pid, unsigned long long start);
 
 #endif /* CKPTFS_CKPTFS_H */

@@ -203,7 +203,7 @@ fail:
 
 /*
  * Per-thread buffers (store_thread_buf): a fresh malloc of 1-4 MiB per chunk load or read reply
- * is a fresh mapping in the daemon (mmap threshold 128 KiB, fs/daemon.c) that page-faults while
+ * is a fresh mapping in the daemon (mmap threshold 128 KiB, fs/fuse/daemon.c) that page-faults while
  * it is filled; these stay mapped. Freed by the key's destructor at thread exit.
  */
 struct thread_bufs {

@@ -32,7 +32,7 @@
  *   9. An entry's buffer, when the entry is freed, goes to a pool of at most STORE_POOL_BUFS
  *      buffers (each <= STORE_CHUNK_MAX bytes, so at most 32 MiB besides the cache) that the next
  *      loads decode into. A fresh 1-4 MiB malloc is a fresh mapping in the daemon (mmap
- *      threshold 128 KiB, fs/daemon.c) that page-faults page by page as it is filled and is
+ *      threshold 128 KiB, fs/fuse/daemon.c) that page-faults page by page as it is filled and is
  *      unmapped at eviction.
  *      pool_lock is a leaf lock, taken with no other store lock held.
  *   5. dirty[] marks shard directories whose entries changed (rename, unlink) since the last

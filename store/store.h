@@ -25,7 +25,7 @@
  *      once a store_sync that started after its put returned; until then a crash of the machine
  *      (not of the process) may leave it short or zeroed under its final name. Callers must
  *      therefore reference a chunk durably (fs/: an index row) only after such a store_sync,
- *      and remove unreferenced chunk files after an unclean stop (fs/repo.c does, at mount).
+ *      and remove unreferenced chunk files after an unclean stop (fs/core/repo.c does, at mount).
  *   2. Bytes are never returned to a caller unless their XXH3-128 equals the digest asked for.
  *   3. The digest identifies raw bytes only; the codec is a property of the stored copy, which
  *      store_chunk_recode may replace (a STORE_CODEC_DEFERRED copy by a compressed one).
@@ -340,7 +340,7 @@ struct store_hold;
 
 /*
  * store_chunk_hold - the raw content of chunk h, in place in the decompressed-chunk cache, for a
- * reader that hands the bytes on without copying them (fs/ops.c replies to a FUSE read with an
+ * reader that hands the bytes on without copying them (fs/fuse/ops.c replies to a FUSE read with an
  * iovec into the cache). Loads, decodes and re-hashes the chunk like store_chunk_pread.
  * On success *ret_data points to *ret_size (1..STORE_CHUNK_MAX) verified bytes that stay valid
  * and unchanged until store_chunk_release(st, *ret_hold), even if the entry is evicted or the

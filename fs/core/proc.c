@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fs/fs_int.h"
+#include "fs/ckptfs.h"
 
 /*
  * The process (thread group) of a thread: FUSE requests carry the calling thread's id, and a

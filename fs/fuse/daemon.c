@@ -24,7 +24,7 @@
 #include <fuse_lowlevel.h>
 
 #include "ckptfs_config.h"
-#include "fs/fs_int.h"
+#include "fs/fuse/fuse_int.h"
 #include "fs/policy/layout.h"
 
 struct cfg {

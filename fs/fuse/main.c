@@ -1,4 +1,4 @@
-/* main.c — the ckptfs executable: everything is in ckptfs_main (fs/daemon.c). */
+/* main.c — the ckptfs executable: everything is in ckptfs_main (fs/fuse/daemon.c). */
 #include "fs/ckptfs.h"
 
 int main(int argc, char **argv)

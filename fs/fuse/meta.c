@@ -18,7 +18,7 @@
 #include <jansson.h>
 
 #include "ckptfs_config.h"
-#include "fs/fs_int.h"
+#include "fs/fuse/fuse_int.h"
 #include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
 

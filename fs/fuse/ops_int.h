@@ -15,7 +15,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs/fs_int.h"
+#include "fs/fuse/fuse_int.h"
 
 /* Attribute and entry cache lifetime given to the kernel, in seconds. All changes go through
  * this daemon, which the kernel knows about, so a short timeout only bounds staleness of

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/fs_int.h"
+#include "fs/fuse/fuse_int.h"
 
 /* include/uapi/linux/posix_acl_xattr.h and include/uapi/linux/posix_acl.h */
 #define ACL_XATTR_VERSION 2

@@ -7,7 +7,7 @@
  * runtime facts (fs->steps_rt), the /.ckptfs tree (fs->meta_ino, quarantine, retained) and the
  * queue of names the kernel must forget (fs->inval). It may call the index (index/index.h),
  * the store's hashers, layout.h (classification, tracker formats), validate.h (file structure),
- * oinode reads and process facts (fs_int.h). It never calls FUSE: the names it queues are sent
+ * oinode reads and process facts (fs/ckptfs.h). It never calls FUSE: the names it queues are sent
  * to the kernel by fs_flush_inval (daemon.c).
  *
  * Files: steps.c (hooks, reaper, recovery, init), steps_tree.c (a step's tree, paths, moves,
@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "fs/fs_int.h"
+#include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
 

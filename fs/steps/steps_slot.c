@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "fs/fs_int.h"
+#include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
 #include "fs/steps/steps_int.h"
 #include "fs/policy/validate.h"

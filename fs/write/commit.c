@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/fs_int.h"
+#include "fs/write/write.h"
 
 struct cjob {
 	struct cjob *next;

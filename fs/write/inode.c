@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "fs/fs_int.h"
+#include "fs/write/write.h"
 
 /* ---- kernel lookup counts (fs->mu held) ---- */
 

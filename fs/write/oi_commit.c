@@ -1,6 +1,6 @@
 /*
  * oi_commit.c — the commit that makes an open file's content durable and records it in the
- * index (struct oinode, fs_int.h).
+ * index (struct oinode, write.h).
  *
  * Commit order (DESIGN.md, "Durability"): every chunk put -> store_sync (one syncfs: chunk data
  * and names durable) -> one index transaction replacing the file's extents -> pins dropped ->

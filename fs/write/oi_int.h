@@ -1,7 +1,7 @@
 /*
  * oi_int.h — private to the open-file content layer (oinode.c, oi_read.c, oi_commit.c): the
  * helpers the three files share. struct oinode, its modes and numbered invariants are in
- * fs_int.h; "the lock" below is oi->lock, "fly_mu" oi->fly_mu (lock order: fs_int.h).
+ * write.h; "the lock" below is oi->lock, "fly_mu" oi->fly_mu (lock order: fs/daemon.h).
  */
 #ifndef CKPTFS_FS_OI_INT_H
 #define CKPTFS_FS_OI_INT_H
@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "fs/fs_int.h"
+#include "fs/write/write.h"
 
 /* ---- oinode.c ---- */
 

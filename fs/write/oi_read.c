@@ -1,5 +1,5 @@
 /*
- * oi_read.c — reads of an open regular file's content (struct oinode, fs_int.h): from the
+ * oi_read.c — reads of an open regular file's content (struct oinode, write.h): from the
  * staging file in staging mode; in stream mode from the stored extents, the chunks in flight
  * and the segments not yet cut, zeros for holes (invariant 1). Also SEEK_DATA / SEEK_HOLE.
  *

@@ -5,7 +5,7 @@
  * makes a file's content durable and records it in the index in oi_commit.c; the helpers the
  * three share are declared in oi_int.h.
  *
- * The modes and invariants are described on struct oinode (fs_int.h). Appended bytes are cut
+ * The modes and invariants are described on struct oinode (write.h). Appended bytes are cut
  * and their chunks stored by the write-back pool (wb.c) while the writer goes on; commit drains
  * them first.
  */

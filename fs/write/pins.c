@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/fs_int.h"
+#include "fs/write/write.h"
 
 #define PIN_BUCKETS 4096
 

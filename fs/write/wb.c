@@ -62,7 +62,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fs/fs_int.h"
+#include "fs/write/write.h"
 
 /*
  * Default workers per online CPU. A worker that stores a chunk waits for its O_DIRECT write,

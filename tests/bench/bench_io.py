@@ -3,7 +3,7 @@
 
 Prints, for REPS repetitions each, medians and ckptfs/direct ratios of (issue 5's list):
   1. torch.save of a bf16 state dict of --size-mib (trainer-visible time, i.e. until close
-     returns; ckptfs's close returns once the bytes are in the daemon, fs/commit.c) vs the
+     returns; ckptfs's close returns once the bytes are in the daemon, fs/write/commit.c) vs the
      direct write to the page cache;
   2. save-to-durable: the same ckptfs save until an fsync opened after the close returns (it
      waits for the commit the close started) vs direct torch.save + fsync;

@@ -78,7 +78,7 @@ DAEMON_ROUNDS = int(os.environ.get('CKPTFS_DAEMON_ROUNDS', '1'))
 SEED = trainers.SEED
 SLOW = trainers.SLOW
 RUN_TIMEOUT = trainers.RUN_TIMEOUT
-# layouts whose marker does not follow every rank: a step completes once quiet (fs/steps.c
+# layouts whose marker does not follow every rank: a step completes once quiet (fs/steps/steps.c
 # STEP_SETTLE_NS 1.5 s + the reaper's 1 s tick), so SAVED may precede completion by ~2.5 s
 SETTLING = {'mf1', 'deepspeed', 'hf'}
 SETTLE_WINDOW = 4.0
@@ -422,7 +422,7 @@ class TestScenarios(unittest.TestCase):
             print('retention keep_checkpoint_max=2,keep_every=4: kept %s, states %s' %
                   (kept, st), flush=True)
             # the 2 newest complete steps, and every step divisible by 4, remain; 2 is pruned.
-            # Step 6 is left open: fs/steps.c does not count keep_every steps toward
+            # Step 6 is left open: fs/steps/steps.c does not count keep_every steps toward
             # keep_checkpoint_max (12 is one), so it keeps 6 and 10 as "the 2 newest"; Orbax's
             # keep_period counts them (it would prune 6).
             for s in (4, 8, 10, 12):

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of fs/layout.c: path classification for every layout row and the path edge
+ * Unit tests of fs/policy/layout.c: path classification for every layout row and the path edge
  * cases, tracker parse/format (byte-exact, round trips, garbage), and a fixed-seed fuzz loop.
  */
 #include <criterion/criterion.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of fs/validate.c. Fixtures are real files made at test time by real tools:
+ * Unit tests of fs/policy/validate.c. Fixtures are real files made at test time by real tools:
  * torch.save from Debian's python3-torch (which always writes a zip64 end record), zips from
  * Python's zipfile with its zip64 threshold lowered to 1 (every entry and the end record go
  * zip64), JSON from Python's json.dump (NaN, Infinity, integers beyond 64 bits), safetensors

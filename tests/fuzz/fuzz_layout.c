@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target for fs/layout.c (the layout/path classifier and the tracker parsers):
+ * libFuzzer target for fs/policy/layout.c (the layout/path classifier and the tracker parsers):
  * layout_classify() and layout_tracker_parse() on arbitrary bytes, checking the module's
  * invariants and the tracker parse -> format -> parse round trip.
  * The first input byte picks the forced layout; the rest is the path / tracker content.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target for fs/validate.c (the structure checks of torch.save zips, safetensors and
+ * libFuzzer target for fs/policy/validate.c (the structure checks of torch.save zips, safetensors and
  * JSON that decide whether a closed checkpoint file is whole): validate_file() on arbitrary
  * bytes under each of the names that select a format. Checks the documented contract: the
  * result is 1, 0 or -EBADMSG (the read function never fails here), a -EBADMSG comes with a

@@ -508,7 +508,7 @@ class Mount:
 
     def settle(self):
         """Wait until every file closed so far is durable and in the index (close() returns
-        before that, fs/commit.c; an open of .ckptfs/status waits for the committer), so that
+        before that, fs/write/commit.c; an open of .ckptfs/status waits for the committer), so that
         ckptctl, which reads the index, sees them."""
         with open(self.path('.ckptfs', 'status'), 'rb') as f:
             f.read()

@@ -15,7 +15,7 @@ workers: backpressure), check that
   - the workers run at nice 10, the daemon's other threads at its own nice;
   - a bad -o write_buffer value is refused with one clear line.
 
-CloseBeforeDurableTest (fs/commit.c: close() returns once the bytes are in the daemon, a
+CloseBeforeDurableTest (fs/write/commit.c: close() returns once the bytes are in the daemon, a
 committer makes them durable afterwards), with a Megatron-style step:
   - a tracker read right after the trainer closed its shard and wrote the tracker already
     names the new step (the read waits for the committer), and the shard reads back;
@@ -46,7 +46,7 @@ from ckfs import content  # noqa: E402
 
 MiB = 1 << 20
 CHUNK_MAX = 4 * MiB     # STORE_CHUNK_MAX: a job can be this large
-SEG = 2 * CHUNK_MAX     # WB_SEG (fs/fs_int.h): the writer copies into buffers this large
+SEG = 2 * CHUNK_MAX     # WB_SEG (fs/write/write.h): the writer copies into buffers this large
 
 
 def write_seq(path, data, bs=MiB, fsync=False, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):

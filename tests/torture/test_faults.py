@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Crash points inside ckptfs (fs/fault.c): the daemon, or ckptctl, SIGKILLs itself at a named
+"""Crash points inside ckptfs (fs/core/fault.c): the daemon, or ckptctl, SIGKILLs itself at a named
 moment of a commit, a step's completion, retention, chunk freeing, recovery or gc; then the store
 is mounted again without the fault, and nothing that was complete may be lost.
 
-For every point (CKPTFS_FAULT=point[:n], the list in fs/fault.c), on a fresh store with
+For every point (CKPTFS_FAULT=point[:n], the list in fs/core/fault.c), on a fresh store with
 -o keep_checkpoint_max=2:
   1. Megatron-LM saves steps 2 and 4 (2 ranks, real torch.save, then the tracker); both complete.
   2. The daemon is restarted with CKPTFS_FAULT and the point's trigger runs (step 6 and 8 saves,

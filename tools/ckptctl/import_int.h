@@ -13,7 +13,7 @@
  *      idx_file_set_content, several files per transaction, each transaction committed only
  *      after store_sync made its chunks' renames durable.
  *   3. Only at the mount root (no --dest, or --dest /): top-level trackers become claims (never
- *      files: fs/steps.c invariant 3); each top-level step directory gets a step row when it is
+ *      files: fs/steps/steps.c invariant 3); each top-level step directory gets a step row when it is
  *      created; files under a step directory get IDX_INODE_VALID / IDX_INODE_MALFORMED from
  *      validate_file, as steps_on_commit gives them.
  *   4. A step is sealed by a tracker naming it or a later step of a layout sharing that tracker

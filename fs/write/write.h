@@ -1,103 +1,17 @@
 /*
- * fs_int.h — private interface between the daemon's parts: the daemon state (struct ckfs),
- * chunk pins, and the open-inode content state (struct oinode).
+ * write.h — the write path (fs/write/): the content of open regular files (struct oinode: the
+ * bytes written, cut into chunks by the write-back workers and made durable by a commit), the
+ * close-time committer, chunk pins in the store, and inode lifetime (the kernel's lookup
+ * counts). It owns struct oinode and the open-inode table, the write-back pool and the pins.
  *
- * Lock order (never take a lock to the left while holding one to the right):
- *   oinode.lock  ->  ckfs.mu  ->  pins.mu
- *   oinode.lock  ->  ckfs.mu  ->  wb_pool.mu (a leaf: meta.c reads its figures under mu);
- *   oinode.lock -> oinode.fly_mu (a leaf: the pool's lock is taken after releasing it)
- *   ckfs.mu -> commit_q.mu (a leaf: cq_busy under mu); cq_wait_idle is called with no lock
- *   held, since the commits it waits for take oinode.lock and ckfs.mu
- * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
- * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards what the
- * writer, the file's cutter, the workers and readers share (struct oinode, invariant 6).
+ * May call: core (fs/ckptfs.h), the policy (it does not need to), index/ and store/. It knows
+ * nothing of steps or FUSE: the committer tells the layer above of a committed file through
+ * fs->on_commit (daemon.h).
  */
-#ifndef CKPTFS_FS_INT_H
-#define CKPTFS_FS_INT_H
+#ifndef CKPTFS_FS_WRITE_H
+#define CKPTFS_FS_WRITE_H
 
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/uio.h>
-
-#include "fs/ckptfs.h"
-
-#define OTAB_BUCKETS 1024
-#define LTAB_BUCKETS 4096
-
-/* How many lookups of an inode the kernel holds (FUSE lookup count, decremented by forget). */
-struct lookup_ent {
-	uint64_t ino;
-	uint64_t n;
-	struct lookup_ent *next;
-};
-
-struct fs_pins;
-
-/* Virtual tracker inodes: VINO_BASE + layout kind (index inodes never get this high). */
-#define VINO_BASE (1ull << 56)
-/* rank_R/meta.json of MindFormers 1.0, R < VINO_MF1_RANKS */
-#define VINO_MF1_RANKS (1u << 20)
-#define VINO_MF1_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
-
-struct step_rt;
-struct wb_pool;
-struct commit_q;
-
-/* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
-enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
-
-/* Daemon-wide state: one per mount. */
-struct ckfs {
-	struct ckpt_repo *repo;
-	struct idx *ix;          /* borrowed from repo; guarded by mu */
-	struct store *st;        /* borrowed from repo; thread-safe */
-	int staging_dirfd;       /* STORE/staging, for O_TMPFILE staging files */
-	pthread_mutex_t mu;      /* guards ix, otab; after oinode.lock, before pins.mu */
-	struct oinode *otab[OTAB_BUCKETS];
-	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
-	struct fs_pins *pins;
-	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
-	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
-	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
-	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */
-	char bdi_ra[64];         /* /sys/class/bdi/MAJ:MIN/read_ahead_kb of the mount, or "" */
-	_Atomic bool ra_tuned;   /* fs_tune_read_ahead has run */
-	int defer;               /* -o defer_compress: FS_DEFER_AUTO, _NEVER or _ALWAYS */
-	_Atomic uint64_t n_deferred; /* chunks the workers stored raw for later (STORE_PUT_DEFER) */
-	_Atomic uint64_t n_recoded;  /* deferred chunks compressed since the mount */
-
-	/* checkpoint semantics (the step engine, steps*.c); guarded by mu */
-	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
-	unsigned keep_max;       /* -o keep_checkpoint_max=N, 0 = keep all */
-	int64_t keep_every;      /* -o keep_every=K, 0 = none */
-	int ranks;               /* -o ranks=N: MindFormers 1.0 world size; 0 = count rank_N dirs */
-	struct {
-		int64_t epoch, step;
-	} *mf1_claim;            /* newest meta.json claim per rank (MindFormers 1.0) */
-	int mf1_nranks;
-	uint64_t meta_ino;       /* /.ckptfs */
-	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
-	uint64_t retained_ino;   /* /.ckptfs/retained */
-	struct step_rt *steps_rt;
-	pthread_t reaper;
-	pthread_cond_t reaper_cv;
-	bool reaper_started, stopping;
-	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
-	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
-	/* Upcalls from a lower layer to a higher one, set once before the session starts (the
-	 * FUSE layer wires them; NULL: nothing to tell): the write path's committer tells the step
-	 * engine of a committed file (steps_on_commit), the step engine asks the FUSE layer to send
-	 * the queued invalidations (fs_flush_inval). Called with no lock held. */
-	void (*on_commit)(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
-	void (*flush_inval)(struct ckfs *fs);
-	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
-							       kernel's dentry cache; mu */
-	size_t ninval, capinval;
-};
+#include "fs/daemon.h"
 
 /*
  * A buffer of bytes appended to a file (oinode.c stream_append), in file order: WB_SEG bytes of
@@ -218,65 +132,6 @@ struct oinode {
 	_Atomic int64_t ov_mtime;
 	_Atomic bool ov_dirty;
 };
-
-/*
- * fs_commit_or_rollback - end the transaction the caller began: commit when rc == 0, else (or
- * when the commit fails) roll back. Returns rc, or the commit's -errno. fs->mu held.
- */
-int fs_commit_or_rollback(struct ckfs *fs, int rc);
-
-/* ---- xattr.c: extended attributes and POSIX ACLs (the index keeps them with the inode) ---- */
-
-/*
- * fs_xattr_set / get / list / remove - setxattr(2) and friends on inode ino (not virtual),
- * taking fs->mu. Names: user.*, trusted.*, security.*, system.posix_acl_access and
- * system.posix_acl_default (others -EOPNOTSUPP); limits of idx_xattr_* (name 255 bytes, value
- * 64 KiB). set: flags IDX_XATTR_CREATE / IDX_XATTR_REPLACE; an access ACL also sets the mode's
- * permission bits, and one the mode says all of is not stored; -EINVAL (a malformed ACL),
- * -EACCES (a default ACL on a non-directory), -EEXIST, -ENODATA, -E2BIG, -ERANGE. get: the
- * value's length, copied when cap > 0; -ENODATA, -ERANGE. list: the NUL-separated names' length;
- * -ERANGE. remove: 0 or -ENODATA. set and remove update the ctime; each is one transaction.
- */
-int fs_xattr_set(struct ckfs *fs, uint64_t ino, const char *name, const void *value, size_t len,
-		 int flags);
-int fs_xattr_get(struct ckfs *fs, uint64_t ino, const char *name, void *buf, size_t cap);
-ssize_t fs_xattr_list(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
-int fs_xattr_remove(struct ckfs *fs, uint64_t ino, const char *name);
-
-/*
- * fs_acl_chmod - after a chmod to mode, rewrite ino's access ACL, if any, to match (its
- * USER_OBJ, MASK or GROUP_OBJ, OTHER entries). Caller holds fs->mu, in a transaction.
- * Returns 0 or -errno of the index (-ENOMEM).
- */
-int fs_acl_chmod(struct ckfs *fs, uint64_t ino, uint32_t mode);
-
-/*
- * fs_acl_inherit - node ino, just created in directory parent with *mode (type and the mode
- * the caller asked for): with a default ACL on parent, give ino its access ACL (and a directory
- * the default ACL too) and mask *mode by it (posix_acl_create in the kernel's fs/posix_acl.c);
- * without one, clear umask's bits from *mode. Caller holds fs->mu, in a transaction, and
- * writes *mode back. Returns 0 or -errno of the index (-ENOMEM).
- */
-int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mode,
-		   uint32_t umask);
-
-/* ---- daemon.c ---- */
-
-/*
- * Kernel read-ahead for the mount, KiB: 4 MiB, one STORE_CHUNK_MAX, so a sequential reader keeps
- * several 1 MiB requests in flight and the FUSE threads decode chunks side by side. The kernel's
- * default is 128 KiB (VM_READAHEAD_PAGES) and it lowers the bdi's value to the INIT reply's
- * max_readahead at mount, so it is raised afterwards. 4 MiB reads a cold torch.load fastest of
- * the sizes tried, no slower than 8 MiB (figures: tests/bench/RESULTS.md).
- */
-#define FS_READ_AHEAD_KB 4096
-
-/*
- * fs_tune_read_ahead - the first time it is called, write FS_READ_AHEAD_KB to fs->bdi_ra (the
- * kernel has processed INIT once a file is opened). A failure (not root, no sysfs) is reported
- * once on stderr and otherwise ignored: reads work, only slower. Thread-safe.
- */
-void fs_tune_read_ahead(struct ckfs *fs);
 
 /* ---- pins.c: chunks in the store (pins, put, free, deferred compression) ---- */
 
@@ -530,121 +385,6 @@ struct fs_freed {
 bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg);
 void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed);
 
-/* ---- the step engine: steps*.c (fs->mu held unless said) ---- */
-
-/* steps_init - create /.ckptfs and judge what an earlier daemon left unfinished (takes mu). */
-int steps_init(struct ckfs *fs);
-/* steps_start / steps_stop - the reaper thread (no lock held). */
-int steps_start(struct ckfs *fs);
-void steps_stop(struct ckfs *fs);
-/* steps_reap - judge quiet unfinished steps; recovering: every writer is gone. */
-void steps_reap(struct ckfs *fs, bool recovering);
-/*
- * steps_settle_due - is there an unfinished step whose recorded writers are all gone?
- * steps_settle_now - judge those steps at once (DESIGN.md "Abandoned steps": a listing or lookup
- * by a reader settles abandonment, so a trainer restarted at once never sees an abandoned step;
- * the reaper's timer is only the background sweep). The caller waits for the commit queue
- * between the two (cq_wait_idle, fs->mu released), so a file closed by a writer that exited is
- * committed before its step is judged. Both with fs->mu held.
- */
-bool steps_settle_due(struct ckfs *fs);
-void steps_settle_now(struct ckfs *fs);
-/* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
-void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
-		   bool renamed);
-/* steps_is_marker - is ino a step's commit marker where it is now (Orbax commit_success.txt,
- * HF trainer_state.json, ...)? Takes fs->mu; false without checkpoint semantics. */
-bool steps_is_marker(struct ckfs *fs, uint64_t ino);
-/* steps_on_commit - oi's content was committed by pid (torn: closed by a dying process).
- * fs->mu NOT held; oi referenced by the caller. */
-void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
-/* steps_before_remove - the trainer is about to remove parent/name: if that is (in) the newest
- * complete step of its layout, keep a copy in /.ckptfs/retained until a newer step completes,
- * and bring it back when a tracker read resolves to it. */
-void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
-/*
- * steps_before_change - something under directory dir is about to change (an entry created,
- * removed or renamed): if dir is in an InternEvo snapshot slot whose version is complete, keep
- * that version (a clone sharing its chunks, in /.ckptfs/retained) until the slot's new version
- * completes, and start the new version (steps_slot.c). Best effort: on an index error it logs
- * and the change goes on unprotected. fs->mu held.
- */
-void steps_before_change(struct ckfs *fs, uint64_t dir);
-/* steps_before_write - file ino is about to be written or truncated: steps_before_change of
- * its directory. fs->mu held. */
-void steps_before_write(struct ckfs *fs, uint64_t ino);
-/* steps_slot_home - is dir InternEvo's `snapshot/`, the directory of the slots? fs->mu held. */
-bool steps_slot_home(struct ckfs *fs, uint64_t dir);
-/* steps_dir_name - is parent/name a step directory's name (a top-level step name, `snapshot`, or
- * a slot in it), whose entry may change under the kernel's cache? fs->mu held. */
-bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name);
-/* steps_commit_rename - is renaming root/name a layout's commit (Orbax's
- * `N.orbax-checkpoint-tmp`)? Pure: reads only fs->layout; no lock needed. */
-bool steps_commit_rename(const struct ckfs *fs, const char *name);
-/* steps_take_inval - take the queue of names the engine moved or removed behind the kernel's
- * back (pruned, quarantined, retained, restored): *ret_v (owned by the caller, free(3); NULL
- * when empty) and its length *ret_n. Takes fs->mu: call without it. */
-void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n);
-/* fs_flush_inval - tell the kernel to forget the names steps_take_inval hands over, so their
- * inodes are released and their space reclaimed (daemon.c: the only FUSE call it needs).
- * fs->mu NOT held (the kernel may need a directory lock a request holds). */
-void fs_flush_inval(struct ckfs *fs);
-/* steps_in_meta - is ino inside /.ckptfs (read-only)? */
-bool steps_in_meta(struct ckfs *fs, uint64_t ino);
-/* Virtual trackers. steps_is_vino: is ino one. steps_tracker_name: the layout kind of the
- * tracker parent/name, or 0. steps_vlookup: 1 and *ret_vino when parent/name is a tracker that
- * resolves, -ENOENT when it is a tracker that does not (no complete step), 0 when not a tracker.
- * steps_vstat: attributes of a vino (empty while no step is complete). steps_tracker_content:
- * the bytes a reader of kind's tracker gets (returns their length), -ENOENT without a complete
- * step. steps_vname: the current name of kind's tracker. steps_on_claim: a trainer wrote
- * buf[0..len) into tracker name. */
-bool steps_is_vino(uint64_t ino);
-int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name);
-int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_vino);
-int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st);
-int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
-			  struct idx_step *ret_step);
-int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap);
-/* steps_vcontent - the bytes a reader of virtual tracker vino gets (length), or -ENOENT.
- * steps_tracker_vino - the vino of kind's tracker in directory parent (0: none).
- * steps_rank_dir - the rank of a top-level rank_N directory, or -1.
- * steps_mf1_meta - rank's virtual meta.json (length), -ENOENT without a step complete on all
- * ranks. */
-int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct idx_step *ret);
-uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind);
-int steps_rank_dir(struct ckfs *fs, uint64_t dir);
-int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap);
-void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
-		    pid_t pid);
-/* Process facts from /proc (proc.c). Any thread, no lock.
- * fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits) into *ret. Returns 0, -EIO when
- * the file cannot be parsed, or fopen's -errno (-ENOENT: no such process).
- * fs_tgid_of - the process (thread group) of thread tid: FUSE requests carry the calling
- * thread's id, and a trainer's helper thread may exit while its process goes on writing.
- * Returns the tgid, or 0 when unknown (tid <= 0, gone, unreadable).
- * fs_pid_stat - state (proc(5) field 3) and start time (field 22, clock ticks since boot) of
- * process pid into *ret_state, *ret_start. Returns 0, -EIO (unparsable), or fopen's -errno.
- * fs_pid_alive - is the process that had this pid and start time still running (not a zombie)?
- */
-int fs_pid_flags(pid_t pid, unsigned long *ret);
-pid_t fs_tgid_of(pid_t tid);
-int fs_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
-bool fs_pid_alive(pid_t pid, unsigned long long start);
-
-/* ---- meta.c: the files of /.ckptfs (fs->mu held) ---- */
-enum { META_STATUS, META_STEPS, META_STEPS_JSON, META_METRICS, META_FILE_COUNT };
-/* Virtual inode of /.ckptfs/<file which>. */
-#define VINO_META(which) (VINO_BASE + 100 + (uint64_t)(which))
-/* meta_file_by_name - index of a /.ckptfs file name, or -1. meta_file_name - the reverse. */
-int meta_file_by_name(const char *name);
-const char *meta_file_name(int which);
-/*
- * meta_render - the current content of /.ckptfs/<file which>.
- * @ret_buf: owned (free()); @ret_len: bytes. Returns 0, -ENOENT (no such file), -ENOMEM, or an
- * index error.
- */
-int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len);
-
 /* ---- inode.c: inode lifetime (fs->mu held) ---- */
 
 /*
@@ -670,7 +410,4 @@ bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
  */
 int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr);
 
-/* ---- ops.c (ops_dir.c, ops_file.c: ops_int.h) ---- */
-extern const struct fuse_lowlevel_ops ckfs_ops;
-
-#endif /* CKPTFS_FS_INT_H */
+#endif /* CKPTFS_FS_WRITE_H */

@@ -1,0 +1,105 @@
+/*
+ * daemon.h — the daemon's shared state (struct ckfs), one per mount, used by the layers of fs/
+ * that run in the daemon: write/, steps/ and fuse/ (README "Source layout"). Each layer's own
+ * header declares its functions and includes the one below it: daemon.h <- write/write.h <-
+ * steps/steps.h <- fuse/fuse_int.h.
+ *
+ * Lock order (never take a lock to the left while holding one to the right):
+ *   oinode.lock  ->  ckfs.mu  ->  pins.mu
+ *   oinode.lock  ->  ckfs.mu  ->  wb_pool.mu (a leaf: meta.c reads its figures under mu);
+ *   oinode.lock -> oinode.fly_mu (a leaf: the pool's lock is taken after releasing it)
+ *   ckfs.mu -> commit_q.mu (a leaf: cq_busy under mu); cq_wait_idle is called with no lock
+ *   held, since the commits it waits for take oinode.lock and ckfs.mu
+ * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
+ * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards what the
+ * writer, the file's cutter, the workers and readers share (struct oinode, invariant 6).
+ */
+#ifndef CKPTFS_FS_DAEMON_H
+#define CKPTFS_FS_DAEMON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "fs/ckptfs.h"
+
+struct oinode;
+#define OTAB_BUCKETS 1024
+#define LTAB_BUCKETS 4096
+
+/* How many lookups of an inode the kernel holds (FUSE lookup count, decremented by forget). */
+struct lookup_ent {
+	uint64_t ino;
+	uint64_t n;
+	struct lookup_ent *next;
+};
+
+struct fs_pins;
+
+/* Virtual tracker inodes: VINO_BASE + layout kind (index inodes never get this high). */
+#define VINO_BASE (1ull << 56)
+/* rank_R/meta.json of MindFormers 1.0, R < VINO_MF1_RANKS */
+#define VINO_MF1_RANKS (1u << 20)
+#define VINO_MF1_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
+
+struct step_rt;
+struct wb_pool;
+struct commit_q;
+
+/* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
+enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
+
+/* Daemon-wide state: one per mount. */
+struct ckfs {
+	struct ckpt_repo *repo;
+	struct idx *ix;          /* borrowed from repo; guarded by mu */
+	struct store *st;        /* borrowed from repo; thread-safe */
+	int staging_dirfd;       /* STORE/staging, for O_TMPFILE staging files */
+	pthread_mutex_t mu;      /* guards ix, otab; after oinode.lock, before pins.mu */
+	struct oinode *otab[OTAB_BUCKETS];
+	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
+	struct fs_pins *pins;
+	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
+	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
+	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
+	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */
+	char bdi_ra[64];         /* /sys/class/bdi/MAJ:MIN/read_ahead_kb of the mount, or "" */
+	_Atomic bool ra_tuned;   /* fs_tune_read_ahead has run */
+	int defer;               /* -o defer_compress: FS_DEFER_AUTO, _NEVER or _ALWAYS */
+	_Atomic uint64_t n_deferred; /* chunks the workers stored raw for later (STORE_PUT_DEFER) */
+	_Atomic uint64_t n_recoded;  /* deferred chunks compressed since the mount */
+
+	/* checkpoint semantics (the step engine, steps*.c); guarded by mu */
+	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
+	unsigned keep_max;       /* -o keep_checkpoint_max=N, 0 = keep all */
+	int64_t keep_every;      /* -o keep_every=K, 0 = none */
+	int ranks;               /* -o ranks=N: MindFormers 1.0 world size; 0 = count rank_N dirs */
+	struct {
+		int64_t epoch, step;
+	} *mf1_claim;            /* newest meta.json claim per rank (MindFormers 1.0) */
+	int mf1_nranks;
+	uint64_t meta_ino;       /* /.ckptfs */
+	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
+	uint64_t retained_ino;   /* /.ckptfs/retained */
+	struct step_rt *steps_rt;
+	pthread_t reaper;
+	pthread_cond_t reaper_cv;
+	bool reaper_started, stopping;
+	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
+	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
+	/* Upcalls from a lower layer to a higher one, set once before the session starts (the
+	 * FUSE layer wires them; NULL: nothing to tell): the write path's committer tells the step
+	 * engine of a committed file (steps_on_commit), the step engine asks the FUSE layer to send
+	 * the queued invalidations (fs_flush_inval). Called with no lock held. */
+	void (*on_commit)(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+	void (*flush_inval)(struct ckfs *fs);
+	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
+							       kernel's dentry cache; mu */
+	size_t ninval, capinval;
+};
+
+#endif /* CKPTFS_FS_DAEMON_H */

@@ -1,0 +1,90 @@
+/*
+ * fuse_int.h — the FUSE layer (fs/fuse/): the low-level operations (ops*.c, private parts in
+ * ops_int.h), extended attributes and ACLs (xattr.c), the files of /.ckptfs (meta.c) and the
+ * daemon's option parsing, mount and session loop (daemon.c). The only layer that includes
+ * libfuse; it wires the upcalls of the layers below (fs->on_commit, fs->flush_inval).
+ *
+ * May call: every layer below (steps.h and what it includes), index/ and store/.
+ */
+#ifndef CKPTFS_FS_FUSE_INT_H
+#define CKPTFS_FS_FUSE_INT_H
+
+#include "fs/steps/steps.h"
+
+/*
+ * fs_commit_or_rollback - end the transaction the caller began: commit when rc == 0, else (or
+ * when the commit fails) roll back. Returns rc, or the commit's -errno. fs->mu held.
+ */
+int fs_commit_or_rollback(struct ckfs *fs, int rc);
+
+/* ---- xattr.c: extended attributes and POSIX ACLs (the index keeps them with the inode) ---- */
+
+/*
+ * fs_xattr_set / get / list / remove - setxattr(2) and friends on inode ino (not virtual),
+ * taking fs->mu. Names: user.*, trusted.*, security.*, system.posix_acl_access and
+ * system.posix_acl_default (others -EOPNOTSUPP); limits of idx_xattr_* (name 255 bytes, value
+ * 64 KiB). set: flags IDX_XATTR_CREATE / IDX_XATTR_REPLACE; an access ACL also sets the mode's
+ * permission bits, and one the mode says all of is not stored; -EINVAL (a malformed ACL),
+ * -EACCES (a default ACL on a non-directory), -EEXIST, -ENODATA, -E2BIG, -ERANGE. get: the
+ * value's length, copied when cap > 0; -ENODATA, -ERANGE. list: the NUL-separated names' length;
+ * -ERANGE. remove: 0 or -ENODATA. set and remove update the ctime; each is one transaction.
+ */
+int fs_xattr_set(struct ckfs *fs, uint64_t ino, const char *name, const void *value, size_t len,
+		 int flags);
+int fs_xattr_get(struct ckfs *fs, uint64_t ino, const char *name, void *buf, size_t cap);
+ssize_t fs_xattr_list(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
+int fs_xattr_remove(struct ckfs *fs, uint64_t ino, const char *name);
+
+/*
+ * fs_acl_chmod - after a chmod to mode, rewrite ino's access ACL, if any, to match (its
+ * USER_OBJ, MASK or GROUP_OBJ, OTHER entries). Caller holds fs->mu, in a transaction.
+ * Returns 0 or -errno of the index (-ENOMEM).
+ */
+int fs_acl_chmod(struct ckfs *fs, uint64_t ino, uint32_t mode);
+
+/*
+ * fs_acl_inherit - node ino, just created in directory parent with *mode (type and the mode
+ * the caller asked for): with a default ACL on parent, give ino its access ACL (and a directory
+ * the default ACL too) and mask *mode by it (posix_acl_create in the kernel's fs/posix_acl.c);
+ * without one, clear umask's bits from *mode. Caller holds fs->mu, in a transaction, and
+ * writes *mode back. Returns 0 or -errno of the index (-ENOMEM).
+ */
+int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mode,
+		   uint32_t umask);
+
+/* ---- daemon.c ---- */
+
+/*
+ * Kernel read-ahead for the mount, KiB: 4 MiB, one STORE_CHUNK_MAX, so a sequential reader keeps
+ * several 1 MiB requests in flight and the FUSE threads decode chunks side by side. The kernel's
+ * default is 128 KiB (VM_READAHEAD_PAGES) and it lowers the bdi's value to the INIT reply's
+ * max_readahead at mount, so it is raised afterwards. 4 MiB reads a cold torch.load fastest of
+ * the sizes tried, no slower than 8 MiB (figures: tests/bench/RESULTS.md).
+ */
+#define FS_READ_AHEAD_KB 4096
+
+/*
+ * fs_tune_read_ahead - the first time it is called, write FS_READ_AHEAD_KB to fs->bdi_ra (the
+ * kernel has processed INIT once a file is opened). A failure (not root, no sysfs) is reported
+ * once on stderr and otherwise ignored: reads work, only slower. Thread-safe.
+ */
+void fs_tune_read_ahead(struct ckfs *fs);
+
+/* ---- meta.c: the files of /.ckptfs (fs->mu held) ---- */
+enum { META_STATUS, META_STEPS, META_STEPS_JSON, META_METRICS, META_FILE_COUNT };
+/* Virtual inode of /.ckptfs/<file which>. */
+#define VINO_META(which) (VINO_BASE + 100 + (uint64_t)(which))
+/* meta_file_by_name - index of a /.ckptfs file name, or -1. meta_file_name - the reverse. */
+int meta_file_by_name(const char *name);
+const char *meta_file_name(int which);
+/*
+ * meta_render - the current content of /.ckptfs/<file which>.
+ * @ret_buf: owned (free()); @ret_len: bytes. Returns 0, -ENOENT (no such file), -ENOMEM, or an
+ * index error.
+ */
+int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len);
+
+/* ---- ops.c (ops_dir.c, ops_file.c: ops_int.h) ---- */
+extern const struct fuse_lowlevel_ops ckfs_ops;
+
+#endif /* CKPTFS_FS_FUSE_INT_H */

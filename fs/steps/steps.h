@@ -1,0 +1,102 @@
+/*
+ * steps.h — the step engine's interface to the FUSE layer (fs/steps/; its private parts are in
+ * steps_int.h, which says what it owns). Hooks called as names are created, files committed,
+ * removed; the virtual trackers and rank meta.json files; the reaper and recovery.
+ *
+ * May call: the write path (write.h), the policy (fs/policy/), core, index/ and store/. Never
+ * FUSE: names the kernel must forget are sent through fs->flush_inval (daemon.h).
+ */
+#ifndef CKPTFS_FS_STEPS_H
+#define CKPTFS_FS_STEPS_H
+
+#include "fs/write/write.h"
+
+/* ---- the step engine: steps*.c (fs->mu held unless said) ---- */
+
+/* steps_init - create /.ckptfs and judge what an earlier daemon left unfinished (takes mu). */
+int steps_init(struct ckfs *fs);
+/* steps_start / steps_stop - the reaper thread (no lock held). */
+int steps_start(struct ckfs *fs);
+void steps_stop(struct ckfs *fs);
+/* steps_reap - judge quiet unfinished steps; recovering: every writer is gone. */
+void steps_reap(struct ckfs *fs, bool recovering);
+/*
+ * steps_settle_due - is there an unfinished step whose recorded writers are all gone?
+ * steps_settle_now - judge those steps at once (DESIGN.md "Abandoned steps": a listing or lookup
+ * by a reader settles abandonment, so a trainer restarted at once never sees an abandoned step;
+ * the reaper's timer is only the background sweep). The caller waits for the commit queue
+ * between the two (cq_wait_idle, fs->mu released), so a file closed by a writer that exited is
+ * committed before its step is judged. Both with fs->mu held.
+ */
+bool steps_settle_due(struct ckfs *fs);
+void steps_settle_now(struct ckfs *fs);
+/* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
+void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
+		   bool renamed);
+/* steps_is_marker - is ino a step's commit marker where it is now (Orbax commit_success.txt,
+ * HF trainer_state.json, ...)? Takes fs->mu; false without checkpoint semantics. */
+bool steps_is_marker(struct ckfs *fs, uint64_t ino);
+/* steps_on_commit - oi's content was committed by pid (torn: closed by a dying process).
+ * fs->mu NOT held; oi referenced by the caller. */
+void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+/* steps_before_remove - the trainer is about to remove parent/name: if that is (in) the newest
+ * complete step of its layout, keep a copy in /.ckptfs/retained until a newer step completes,
+ * and bring it back when a tracker read resolves to it. */
+void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
+/*
+ * steps_before_change - something under directory dir is about to change (an entry created,
+ * removed or renamed): if dir is in an InternEvo snapshot slot whose version is complete, keep
+ * that version (a clone sharing its chunks, in /.ckptfs/retained) until the slot's new version
+ * completes, and start the new version (steps_slot.c). Best effort: on an index error it logs
+ * and the change goes on unprotected. fs->mu held.
+ */
+void steps_before_change(struct ckfs *fs, uint64_t dir);
+/* steps_before_write - file ino is about to be written or truncated: steps_before_change of
+ * its directory. fs->mu held. */
+void steps_before_write(struct ckfs *fs, uint64_t ino);
+/* steps_slot_home - is dir InternEvo's `snapshot/`, the directory of the slots? fs->mu held. */
+bool steps_slot_home(struct ckfs *fs, uint64_t dir);
+/* steps_dir_name - is parent/name a step directory's name (a top-level step name, `snapshot`, or
+ * a slot in it), whose entry may change under the kernel's cache? fs->mu held. */
+bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name);
+/* steps_commit_rename - is renaming root/name a layout's commit (Orbax's
+ * `N.orbax-checkpoint-tmp`)? Pure: reads only fs->layout; no lock needed. */
+bool steps_commit_rename(const struct ckfs *fs, const char *name);
+/* steps_take_inval - take the queue of names the engine moved or removed behind the kernel's
+ * back (pruned, quarantined, retained, restored): *ret_v (owned by the caller, free(3); NULL
+ * when empty) and its length *ret_n. Takes fs->mu: call without it. */
+void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n);
+/* fs_flush_inval - tell the kernel to forget the names steps_take_inval hands over, so their
+ * inodes are released and their space reclaimed (daemon.c: the only FUSE call it needs).
+ * fs->mu NOT held (the kernel may need a directory lock a request holds). */
+void fs_flush_inval(struct ckfs *fs);
+/* steps_in_meta - is ino inside /.ckptfs (read-only)? */
+bool steps_in_meta(struct ckfs *fs, uint64_t ino);
+/* Virtual trackers. steps_is_vino: is ino one. steps_tracker_name: the layout kind of the
+ * tracker parent/name, or 0. steps_vlookup: 1 and *ret_vino when parent/name is a tracker that
+ * resolves, -ENOENT when it is a tracker that does not (no complete step), 0 when not a tracker.
+ * steps_vstat: attributes of a vino (empty while no step is complete). steps_tracker_content:
+ * the bytes a reader of kind's tracker gets (returns their length), -ENOENT without a complete
+ * step. steps_vname: the current name of kind's tracker. steps_on_claim: a trainer wrote
+ * buf[0..len) into tracker name. */
+bool steps_is_vino(uint64_t ino);
+int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name);
+int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_vino);
+int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st);
+int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
+			  struct idx_step *ret_step);
+int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap);
+/* steps_vcontent - the bytes a reader of virtual tracker vino gets (length), or -ENOENT.
+ * steps_tracker_vino - the vino of kind's tracker in directory parent (0: none).
+ * steps_rank_dir - the rank of a top-level rank_N directory, or -1.
+ * steps_mf1_meta - rank's virtual meta.json (length), -ENOENT without a step complete on all
+ * ranks. */
+int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct idx_step *ret);
+uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind);
+int steps_rank_dir(struct ckfs *fs, uint64_t dir);
+int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap);
+void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
+		    pid_t pid);
+
+
+#endif /* CKPTFS_FS_STEPS_H */
