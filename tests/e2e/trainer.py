@@ -41,7 +41,6 @@ import argparse
 import datetime
 import glob
 import hashlib
-import io
 import json
 import mmap
 import os
@@ -50,11 +49,14 @@ import re
 import shutil
 import socket
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+from ckptformats import (file_sha256, safetensors_bytes, safetensors_load, sha256,  # noqa: E402
+                         tsave_bytes)
 
 LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'internevo-snap',
            'orbax')
@@ -146,88 +148,6 @@ class Out:
         if self.rank == 0:
             os.write(1, (line + '\n').encode())
             self.log(line)
-
-
-def sha256(b):
-    return hashlib.sha256(b).hexdigest()
-
-
-def file_sha256(path):
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
-
-
-# -- safetensors, by hand ---------------------------------------------------------------------
-
-def _st_dtypes():
-    import torch
-    return {torch.float32: 'F32', torch.float64: 'F64', torch.bfloat16: 'BF16',
-            torch.float16: 'F16', torch.int64: 'I64', torch.int32: 'I32', torch.uint8: 'U8'}
-
-
-def safetensors_bytes(tensors, metadata=None):
-    """The safetensors format: u64 LE header length, JSON header (dtype, shape, data_offsets),
-    padded with spaces to 8 bytes, then the raw little-endian tensor bytes."""
-    dt = _st_dtypes()
-    header = {}
-    if metadata:
-        header['__metadata__'] = {k: str(v) for k, v in metadata.items()}
-    blobs = []
-    off = 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous().cpu()
-        b = t.view(-1).view(__import__('torch').uint8).numpy().tobytes() if t.numel() else b''
-        header[name] = {'dtype': dt[t.dtype], 'shape': list(t.shape),
-                        'data_offsets': [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(',', ':')).encode()
-    h += b' ' * (-len(h) % 8)
-    return struct.pack('<Q', len(h)) + h + b''.join(blobs)
-
-
-def safetensors_load(path):
-    """safe_open-like: mmap the file (MAP_PRIVATE), validate the header against the size."""
-    import torch
-    rev = {v: k for k, v in _st_dtypes().items()}
-    with open(path, 'rb') as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < 8:
-            raise ValueError('%s: safetensors file too small (%d bytes)' % (path, size))
-        mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
-    try:
-        n = struct.unpack('<Q', mm[:8])[0]
-        if 8 + n > size:
-            raise ValueError('%s: safetensors header too large (%d > %d)' % (path, n, size - 8))
-        header = json.loads(mm[8:8 + n])
-        meta = header.pop('__metadata__', {})
-        base = 8 + n
-        out = {}
-        end = 0
-        for name, info in header.items():
-            b, e = info['data_offsets']
-            end = max(end, e)
-            if base + e > size:
-                raise ValueError('%s: tensor %s beyond end of file (incomplete buffer)' %
-                                 (path, name))
-            buf = bytearray(mm[base + b:base + e])
-            dtype = rev[info['dtype']]
-            if buf:
-                t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
-            else:
-                t = torch.empty(0, dtype=dtype)
-            out[name] = t.reshape(info['shape']).clone()
-        if base + end != size:
-            raise ValueError('%s: safetensors size %d != header end %d' % (path, size, base + end))
-    finally:
-        mm.close()
-    return out, meta
 
 
 # -- model and data ---------------------------------------------------------------------------
@@ -476,13 +396,6 @@ def ms_exec_save(sv, final, ext, data):
             os.remove(p)
     sv.write(tmp, data, flags=os.O_WRONLY | os.O_CREAT | os.O_APPEND, final=final)
     sv.rename_0400(tmp, final, data)
-
-
-def tsave_bytes(obj):
-    import torch
-    b = io.BytesIO()
-    torch.save(obj, b)
-    return b.getvalue()
 
 
 # -- the training program ---------------------------------------------------------------------
