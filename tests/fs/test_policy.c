@@ -13,24 +13,16 @@
 #include <unistd.h>
 
 #include "fs/policy/policy.h"
+#include "tests/lib/ctest.h"
 
 static char tdir[64];
 static struct idx *ix;
-
-static int rm_one(const char *p, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	return remove(p);
-}
 
 static void setup(void)
 {
 	char db[128];
 
-	strcpy(tdir, "/tmp/ckpolicy-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
+	ct_tmpdir(tdir, sizeof(tdir), "ckpolicy");
 	snprintf(db, sizeof(db), "%s/index.db", tdir);
 	cr_assert_eq(idx_open(db, 0, 0, 0, 1, &ix), 0);
 }
@@ -38,7 +30,7 @@ static void setup(void)
 static void teardown(void)
 {
 	idx_close(ix);
-	nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	ct_rmtree(tdir);
 }
 
 /* a directory or a committed regular file (one extent with a digest from its name) */

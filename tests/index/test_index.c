@@ -16,20 +16,16 @@
 #include <unistd.h>
 
 #include "index/index.h"
+#define CTEST_SQLITE
+#include "tests/lib/ctest.h"
 
 static char tdir[64];
 static char dbpath[128];
 static struct idx *ix;
 
-static int rm_one(const char *p, const struct stat *sb, int type, struct FTW *ftw)
-{
-	return remove(p);
-}
-
 static void setup(void)
 {
-	strcpy(tdir, "/tmp/ckidx-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
+	ct_tmpdir(tdir, sizeof(tdir), "ckidx");
 	snprintf(dbpath, sizeof(dbpath), "%s/index.db", tdir);
 	ix = NULL;
 }
@@ -44,37 +40,10 @@ static void teardown(void)
 {
 	idx_close(ix);
 	ix = NULL;
-	nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	ct_rmtree(tdir);
 }
 
 /* ---- helpers ---- */
-
-static void raw_exec(const char *path, const char *sql)
-{
-	sqlite3 *db = NULL;
-	char *err = NULL;
-
-	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
-	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &err), SQLITE_OK, "%s: %s", sql,
-		     err ? err : "?");
-	sqlite3_close(db);
-}
-
-static int64_t raw_i64(const char *path, const char *sql)
-{
-	sqlite3 *db = NULL;
-	sqlite3_stmt *st = NULL;
-	int64_t v;
-
-	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-	cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
-	cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-	v = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	sqlite3_close(db);
-	return v;
-}
 
 static void copy_file(const char *from, const char *to)
 {
@@ -234,7 +203,7 @@ Test(open, create_reopen_persists, .init = setup, .fini = teardown)
 	idx_close(ix);
 	ix = NULL;
 
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), IDX_SCHEMA_VERSION);
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), IDX_SCHEMA_VERSION);
 
 	/* reopening does not recreate: other uid/gid/time are ignored */
 	cr_assert_eq(idx_open(dbpath, 0, 1, 2, 456, &ix), 0);
@@ -248,7 +217,7 @@ Test(open, create_reopen_persists, .init = setup, .fini = teardown)
 	cr_assert_eq(a.nlink, 1);
 	cr_assert_eq(a.mtime_ns, 6);
 	assert_check_ok();
-	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM pragma_journal_mode WHERE "
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM pragma_journal_mode WHERE "
 				     "journal_mode = 'wal'"),
 		     1);
 }
@@ -262,13 +231,13 @@ Test(open, refuses_newer_schema, .init = setup, .fini = teardown)
 	idx_close(ix);
 	ix = NULL;
 	copy_file(dbpath, copy);
-	raw_exec(copy, "PRAGMA user_version = 99");
+	ct_raw_exec(copy, "PRAGMA user_version = 99");
 
 	cr_assert_eq(idx_open(copy, 0, 0, 0, 1, &ix), -EPROTO);
 	cr_assert_null(ix);
 	cr_assert_eq(idx_open(copy, IDX_RDONLY, 0, 0, 1, &ix), -EPROTO);
 	/* untouched by the refusal */
-	cr_assert_eq(raw_i64(copy, "PRAGMA user_version"), 99);
+	cr_assert_eq(ct_raw_i64(copy, "PRAGMA user_version"), 99);
 	/* the original is fine */
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 1, &ix), 0);
 }
@@ -279,14 +248,14 @@ Test(open, refuses_foreign_databases, .init = setup, .fini = teardown)
 	int fd;
 
 	snprintf(other, sizeof(other), "%s/other.db", tdir);
-	raw_exec(other, "CREATE TABLE photos(id INTEGER PRIMARY KEY, jpeg BLOB)");
+	ct_raw_exec(other, "CREATE TABLE photos(id INTEGER PRIMARY KEY, jpeg BLOB)");
 	cr_assert_eq(idx_open(other, 0, 0, 0, 1, &ix), -EPROTO);
 	cr_assert_eq(idx_open(other, IDX_RDONLY, 0, 0, 1, &ix), -EPROTO);
-	cr_assert_eq(raw_i64(other, "SELECT count(*) FROM sqlite_master"), 1, "left as found");
+	cr_assert_eq(ct_raw_i64(other, "SELECT count(*) FROM sqlite_master"), 1, "left as found");
 
 	/* right version, wrong format tag */
 	snprintf(meta, sizeof(meta), "%s/meta.db", tdir);
-	raw_exec(meta, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+	ct_raw_exec(meta, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
 		       "INSERT INTO meta VALUES('format', 'something-else');"
 		       "PRAGMA user_version = 1;");
 	cr_assert_eq(idx_open(meta, 0, 0, 0, 1, &ix), -EPROTO);
@@ -1056,21 +1025,21 @@ Test(check, detects_corruption, .init = setup_open, .fini = teardown)
 	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), 0, "%s", msg);
 
 	/* 3: a refcount off by one, written behind the index's back */
-	raw_exec(dbpath, "UPDATE chunks SET refs = refs + 1");
+	ct_raw_exec(dbpath, "UPDATE chunks SET refs = refs + 1");
 	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
 	cr_assert(strstr(msg, "invariant 3") && strstr(msg, "refs 3 but 2"), "%s", msg);
-	raw_exec(dbpath, "UPDATE chunks SET refs = refs - 1");
+	ct_raw_exec(dbpath, "UPDATE chunks SET refs = refs - 1");
 	assert_check_ok();
 
 	/* 4: size does not match the extents; then a hole */
-	raw_exec(dbpath, "UPDATE inodes SET size = size + 1 WHERE (mode & 61440) = 32768");
+	ct_raw_exec(dbpath, "UPDATE inodes SET size = size + 1 WHERE (mode & 61440) = 32768");
 	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
 	cr_assert(strstr(msg, "invariant 4"), "%s", msg);
-	raw_exec(dbpath, "UPDATE inodes SET size = size - 1 WHERE (mode & 61440) = 32768;"
+	ct_raw_exec(dbpath, "UPDATE inodes SET size = size - 1 WHERE (mode & 61440) = 32768;"
 			 "UPDATE extents SET offset = 11 WHERE offset = 10");
 	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
 	cr_assert(strstr(msg, "invariant 4") && strstr(msg, "expected 10"), "%s", msg);
-	raw_exec(dbpath, "UPDATE extents SET offset = 10 WHERE offset = 11");
+	ct_raw_exec(dbpath, "UPDATE extents SET offset = 10 WHERE offset = 11");
 	assert_check_ok();
 
 	/* 2: a directory with two names */
@@ -1085,7 +1054,7 @@ Test(check, detects_corruption, .init = setup_open, .fini = teardown)
 	assert_check_ok();
 
 	/* 1: no root */
-	raw_exec(dbpath, "UPDATE inodes SET mode = 33188 WHERE ino = 1");
+	ct_raw_exec(dbpath, "UPDATE inodes SET mode = 33188 WHERE ino = 1");
 	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), -EUCLEAN);
 	cr_assert(strstr(msg, "invariant 1"), "%s", msg);
 }

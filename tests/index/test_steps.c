@@ -15,23 +15,16 @@
 #include <unistd.h>
 
 #include "index/index.h"
+#define CTEST_SQLITE
+#include "tests/lib/ctest.h"
 
 static char tdir[64];
 static char dbpath[128];
 static struct idx *ix;
 
-static int rm_one(const char *p, const struct stat *sb, int type, struct FTW *ftw)
-{
-	(void)sb;
-	(void)type;
-	(void)ftw;
-	return remove(p);
-}
-
 static void setup(void)
 {
-	strcpy(tdir, "/tmp/ckstep-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
+	ct_tmpdir(tdir, sizeof(tdir), "ckstep");
 	snprintf(dbpath, sizeof(dbpath), "%s/index.db", tdir);
 	ix = NULL;
 }
@@ -47,38 +40,10 @@ static void teardown(void)
 {
 	idx_close(ix);
 	ix = NULL;
-	nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	ct_rmtree(tdir);
 }
 
 /* ---- helpers ---- */
-
-static void raw_exec(const char *path, const char *sql)
-{
-	sqlite3 *db = NULL;
-	char *err = NULL;
-
-	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
-	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &err), SQLITE_OK, "%s: %s", sql,
-		     err ? err : "?");
-	sqlite3_close(db);
-}
-
-static int64_t raw_i64(const char *path, const char *sql)
-{
-	sqlite3 *db = NULL;
-	sqlite3_stmt *st = NULL;
-	int64_t v;
-
-	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
-	cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
-	cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-	v = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	sqlite3_close(db);
-	return v;
-}
 
 static void mkhash(uint8_t h[IDX_HASH_LEN], uint32_t seed)
 {
@@ -169,7 +134,7 @@ Test(flags, create_get_update, .init = setup_open, .fini = teardown)
 	b.flags = IDX_INODE_VALID;
 	cr_assert_eq(idx_inode_update(ix, &b), 0);
 	cr_assert_eq(idx_commit(ix), 0);
-	cr_assert_eq(raw_i64(dbpath, "SELECT flags FROM inodes WHERE ino = 2"), IDX_INODE_VALID);
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT flags FROM inodes WHERE ino = 2"), IDX_INODE_VALID);
 	/* new inodes default to 0; the root too */
 	cr_assert_eq(idx_inode_get(ix, IDX_ROOT_INO, &b), 0);
 	cr_assert_eq(b.flags, 0);
@@ -435,7 +400,7 @@ Test(steps, set_state_is_atomic, .init = setup_open, .fini = teardown)
 
 	cr_assert_eq(idx_commit(ix), 0);
 	/* fault injection from outside: the event insert fails after the step row was updated */
-	raw_exec(dbpath, "CREATE TRIGGER no_events BEFORE INSERT ON step_events "
+	ct_raw_exec(dbpath, "CREATE TRIGGER no_events BEFORE INSERT ON step_events "
 			 "BEGIN SELECT RAISE(ABORT, 'injected'); END");
 	cr_assert_eq(idx_begin(ix), 0);
 	cr_assert_lt(idx_step_set_state(ix, id, IDX_STEP_SEALED, 200, "x"), 0);
@@ -446,7 +411,7 @@ Test(steps, set_state_is_atomic, .init = setup_open, .fini = teardown)
 	/* the caller's transaction is still usable */
 	cr_assert_eq(idx_step_set_pinned(ix, id, true), 0);
 	cr_assert_eq(idx_commit(ix), 0);
-	raw_exec(dbpath, "DROP TRIGGER no_events");
+	ct_raw_exec(dbpath, "DROP TRIGGER no_events");
 	cr_assert_eq(idx_step_get(ix, id, &s), 0);
 	cr_assert(s.pinned);
 	cr_assert_eq(idx_step_events(ix, id, ev_cb, &log), 0);
@@ -732,7 +697,7 @@ Test(claims, add_foreach_and_junk, .init = setup_open, .fini = teardown)
 	cr_assert_eq(out, -3);
 	cr_assert_eq(idx_commit(ix), 0);
 	free(junk);
-	cr_assert_lt(raw_i64(dbpath, "SELECT max(length(content)) FROM claims"),
+	cr_assert_lt(ct_raw_i64(dbpath, "SELECT max(length(content)) FROM claims"),
 		     IDX_CLAIM_MAX + 1);
 	check_ok();
 }
@@ -799,14 +764,14 @@ Test(migrate, v1_to_v3_keeps_rows, .init = setup, .fini = teardown)
 	char buf[16];
 	int64_t id;
 
-	raw_exec(dbpath, v1_ddl);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 1);
+	ct_raw_exec(dbpath, v1_ddl);
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), 1);
 	/* a reader cannot migrate: refused, untouched */
 	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ro), -EPROTO);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 1);
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), 1);
 
 	cr_assert_eq(idx_open(dbpath, 0, 1, 2, 999, &ix), 0);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), IDX_SCHEMA_VERSION);
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), IDX_SCHEMA_VERSION);
 	cr_assert_eq(IDX_SCHEMA_VERSION, 3);
 	check_ok();
 	cr_assert_eq(idx_inode_get(ix, IDX_ROOT_INO, &a), 0);
@@ -829,7 +794,7 @@ Test(migrate, v1_to_v3_keeps_rows, .init = setup, .fini = teardown)
 	free(e);
 	cr_assert_eq(idx_symlink_get(ix, 4, buf, sizeof(buf)), 3);
 	cr_assert_str_eq(buf, "abc");
-	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM inodes WHERE flags <> 0"), 0);
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM inodes WHERE flags <> 0"), 0);
 
 	/* the new tables work, and inode numbers continue after the v1 ones */
 	cr_assert_eq(idx_begin(ix), 0);
@@ -855,32 +820,32 @@ Test(migrate, v1_to_v3_keeps_rows, .init = setup, .fini = teardown)
 
 Test(migrate, failed_migration_changes_nothing, .init = setup, .fini = teardown)
 {
-	raw_exec(dbpath, v1_ddl);
+	ct_raw_exec(dbpath, v1_ddl);
 	/* a v1 database that happens to hold a table the v2 migration wants to create */
-	raw_exec(dbpath, "CREATE TABLE claims(x)");
+	ct_raw_exec(dbpath, "CREATE TABLE claims(x)");
 	cr_assert_lt(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
 	cr_assert_null(ix);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 1);
-	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM pragma_table_info('inodes') "
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), 1);
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM pragma_table_info('inodes') "
 				     "WHERE name = 'flags'"),
 		     0, "the ALTER TABLE was rolled back");
-	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM sqlite_master WHERE name = 'steps'"),
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM sqlite_master WHERE name = 'steps'"),
 		     0);
 	/* once the obstacle is gone, the same database migrates */
-	raw_exec(dbpath, "DROP TABLE claims");
+	ct_raw_exec(dbpath, "DROP TABLE claims");
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 3);
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), 3);
 	check_ok();
 }
 
 Test(migrate, fresh_database_is_v3, .init = setup, .fini = teardown)
 {
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 3);
-	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), 3);
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
 				     "AND name IN ('steps', 'step_events', 'claims', 'xattrs')"),
 		     4);
-	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM pragma_table_info('inodes') "
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM pragma_table_info('inodes') "
 				     "WHERE name = 'flags'"),
 		     1);
 }
@@ -890,11 +855,11 @@ Test(migrate, refuses_v4, .init = setup, .fini = teardown)
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
 	idx_close(ix);
 	ix = NULL;
-	raw_exec(dbpath, "PRAGMA user_version = 4");
+	ct_raw_exec(dbpath, "PRAGMA user_version = 4");
 	cr_assert_eq(idx_open(dbpath, 0, 0, 0, 0, &ix), -EPROTO);
 	cr_assert_null(ix);
 	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ix), -EPROTO);
-	cr_assert_eq(raw_i64(dbpath, "PRAGMA user_version"), 4, "left as found");
+	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), 4, "left as found");
 }
 
 /* ---- extended attributes (schema v3) ---- */
@@ -946,7 +911,7 @@ Test(xattr, set_get_list_remove_and_go_with_the_inode, .init = setup_open, .fini
 	cr_assert_eq(idx_dentry_remove(ix, IDX_ROOT_INO, "f"), 0);
 	cr_assert_eq(idx_inode_delete(ix, f, NULL, NULL), 0);
 	cr_assert_eq(idx_commit(ix), 0);
-	cr_assert_eq(raw_i64(dbpath, "SELECT count(*) FROM xattrs"), 0);
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM xattrs"), 0);
 }
 
 /* ---- idx_check on steps ---- */
@@ -964,28 +929,28 @@ Test(check, step_dir_and_states, .init = setup_open, .fini = teardown)
 	check_ok();
 
 	/* dangling: the directory inode no longer exists */
-	raw_exec(dbpath, "UPDATE steps SET dir_ino = 9999");
+	ct_raw_exec(dbpath, "UPDATE steps SET dir_ino = 9999");
 	check_fails("invariant 6: step 1 has dir_ino 9999, no such inode");
 	/* a regular file */
-	raw_exec(dbpath, "UPDATE steps SET dir_ino = 3");
+	ct_raw_exec(dbpath, "UPDATE steps SET dir_ino = 3");
 	check_fails("not a directory");
-	raw_exec(dbpath, "UPDATE steps SET dir_ino = 2");
+	ct_raw_exec(dbpath, "UPDATE steps SET dir_ino = 2");
 	check_ok();
 
-	raw_exec(dbpath, "UPDATE steps SET state = 6");
+	ct_raw_exec(dbpath, "UPDATE steps SET state = 6");
 	check_fails("invariant 7: step 1 has state 6");
-	raw_exec(dbpath, "UPDATE steps SET state = -1");
+	ct_raw_exec(dbpath, "UPDATE steps SET state = -1");
 	check_fails("invariant 7");
-	raw_exec(dbpath, "UPDATE steps SET state = 1, kind = 32");
+	ct_raw_exec(dbpath, "UPDATE steps SET state = 1, kind = 32");
 	check_fails("kind 32");
-	raw_exec(dbpath, "UPDATE steps SET kind = 0");
+	ct_raw_exec(dbpath, "UPDATE steps SET kind = 0");
 	check_ok();
 
-	raw_exec(dbpath, "UPDATE step_events SET new_state = 9");
+	ct_raw_exec(dbpath, "UPDATE step_events SET new_state = 9");
 	check_fails("invariant 7: step 1 has an event from state 0 to 9");
-	raw_exec(dbpath, "UPDATE step_events SET old_state = 3, new_state = 1");
+	ct_raw_exec(dbpath, "UPDATE step_events SET old_state = 3, new_state = 1");
 	check_fails("from state 3 to 1");
-	raw_exec(dbpath, "UPDATE step_events SET old_state = 0");
+	ct_raw_exec(dbpath, "UPDATE step_events SET old_state = 0");
 	check_ok();
 }
 
