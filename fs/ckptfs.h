@@ -173,4 +173,11 @@ pid_t fs_tgid_of(pid_t tid);
 int fs_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
 bool fs_pid_alive(pid_t pid, unsigned long long start);
 
+/*
+ * ckpt_grow - make room for one more element in the array *vp (*cap elements of elem bytes, n in
+ * use, n <= *cap), doubling it (16 at first). Returns 0, or -ENOMEM with the array unchanged.
+ * *vp is owned by the caller (free()). Thread-safe (touches only its arguments).
+ */
+int ckpt_grow(void *vp, size_t *cap, size_t n, size_t elem);
+
 #endif /* CKPTFS_CKPTFS_H */

@@ -21,23 +21,6 @@
 /* how deep policy_listed_names looks into metadata.json for "file_name" keys */
 #define POLICY_JSON_DEPTH 32
 
-static int grow(void *vp, size_t *cap, size_t n, size_t elem)
-{
-	void **p = vp;
-	size_t nc;
-	void *q;
-
-	if (n < *cap)
-		return 0;
-	nc = *cap ? 2 * *cap : 16;
-	q = realloc(*p, nc * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = nc;
-	return 0;
-}
-
 /* ---- 1. entries ---- */
 
 enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind forced,
@@ -244,7 +227,7 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 		return 1;
 	}
 	if (S_ISDIR(mode)) {
-		if (grow(&w->pairs, &w->cap, w->n, sizeof(*w->pairs)) < 0)
+		if (ckpt_grow(&w->pairs, &w->cap, w->n, sizeof(*w->pairs)) < 0)
 			return -ENOMEM;
 		w->pairs[w->n][0] = ino;
 		w->pairs[w->n][1] = mine;
@@ -371,7 +354,7 @@ static int walk_entry(const char *name, uint64_t ino, uint32_t mode, int64_t coo
 
 	(void)cookie;
 	if (S_ISDIR(mode)) {
-		if (grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+		if (ckpt_grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
 			return -ENOMEM;
 		w->dirs[w->ndirs++] = ino;
 		return 0;

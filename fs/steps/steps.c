@@ -359,7 +359,7 @@ static int scan_open_steps(const struct idx_step *s, void *arg)
 
 	if (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_SEALED)
 		return 0;
-	if (stp_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
 		return -ENOMEM;
 	c->ids[c->n++] = s->id;
 	return 0;

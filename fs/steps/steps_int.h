@@ -94,12 +94,6 @@ void stp_rt_drop(struct ckfs *fs, int64_t id);
 int stp_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
 
 /*
- * stp_grow - make room for one more element in the array *vp (*cap elements of elem bytes, n in
- * use), doubling it (16 at first). Returns 0 or -ENOMEM (the array is unchanged). Pure.
- */
-int stp_grow(void *vp, size_t *cap, size_t n, size_t elem);
-
-/*
  * stp_inval_queue - queue parent/name for the kernel to forget (fs_flush_inval). Dropped
  * silently on ENOMEM (the kernel forgets it by itself later). fs->mu held.
  */

@@ -36,7 +36,7 @@ static int collect_complete(const struct idx_step *s, void *arg)
 
 	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || stp_is_slot(s))
 		return 0; /* a slot's old versions go when its new one completes (stp_slot_done) */
-	if (stp_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
 		return -ENOMEM;
 	c->ids[c->n++] = s->id;
 	return 0;

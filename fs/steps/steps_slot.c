@@ -71,7 +71,7 @@ static int slot_kept_cb(const struct idx_step *o, void *arg)
 	if (o->id == c->s->id || o->kind != c->s->kind || strcmp(o->name, c->s->name) != 0 ||
 	    o->state != IDX_STEP_COMPLETE)
 		return 0;
-	if (stp_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
 		return -ENOMEM;
 	c->ids[c->n++] = o->id;
 	return 0;

@@ -54,31 +54,11 @@ int stp_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
 	return 0;
 }
 
-/*
- * Make room for one more element in the array *vp of *cap elements of elem bytes, n in use.
- * Returns 0 or -ENOMEM (the array is unchanged).
- */
-int stp_grow(void *vp, size_t *cap, size_t n, size_t elem)
-{
-	void **v = vp;
-
-	if (n < *cap)
-		return 0;
-	size_t nc = *cap ? 2 * *cap : 16;
-	void *p = realloc(*v, nc * elem);
-
-	if (!p)
-		return -ENOMEM;
-	*v = p;
-	*cap = nc;
-	return 0;
-}
-
 /* Queue parent/name for fs_flush_inval. fs->mu held. Dropped silently on ENOMEM (the kernel
  * then forgets it by itself later, under memory pressure or at unmount). */
 void stp_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 {
-	if (stp_grow(&fs->inval, &fs->capinval, fs->ninval, sizeof(*fs->inval)) < 0)
+	if (ckpt_grow(&fs->inval, &fs->capinval, fs->ninval, sizeof(*fs->inval)) < 0)
 		return;
 	fs->inval[fs->ninval].parent = parent;
 	snprintf(fs->inval[fs->ninval].name, sizeof(fs->inval[0].name), "%s", name);

@@ -430,6 +430,10 @@ class Mount:
         os.kill(pid, signal.SIGKILL)
         if not wait_pid_exit(pid, 30):
             raise MountError('daemon %d survived SIGKILL for 30 s' % pid)
+        self._clear_dead_mount()
+
+    def _clear_dead_mount(self):
+        """The daemon is gone: detach its mount (fusermount3 -uz) and wait until it is."""
         run(['fusermount3', '-uz', self.mnt], timeout=60)
         deadline = time.monotonic() + 10
         while is_fuse_mounted(self.mnt) and time.monotonic() < deadline:
@@ -447,13 +451,7 @@ class Mount:
         if not wait_pid_exit(self.pid, timeout):
             return False
         self.pid = None
-        run(['fusermount3', '-uz', self.mnt], timeout=60)
-        deadline = time.monotonic() + 10
-        while is_fuse_mounted(self.mnt) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.mounted = False
-        if is_fuse_mounted(self.mnt):
-            raise MountError('%s still mounted after fusermount3 -uz' % self.mnt)
+        self._clear_dead_mount()
         return True
 
     def remount(self):

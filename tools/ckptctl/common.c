@@ -25,23 +25,6 @@ void errmsg(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-int grow(void *p, size_t *cap, size_t n, size_t size)
-{
-	void **pp = p;
-	size_t ncap;
-	void *np;
-
-	if (n < *cap)
-		return 0;
-	ncap = *cap ? 2 * *cap : 64;
-	np = realloc(*pp, ncap * size);
-	if (!np)
-		return -ENOMEM;
-	*pp = np;
-	*cap = ncap;
-	return 0;
-}
-
 char *fmt_size(uint64_t bytes, char *buf, size_t cap)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };

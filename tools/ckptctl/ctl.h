@@ -96,14 +96,6 @@ int index_error(const char *root, const char *what, int rc);
 
 /* ---- common.c: memory ---- */
 
-/*
- * grow - make room for one more element in a realloc'ed array.
- * @p: address of the array pointer; @cap: address of its capacity in elements;
- * @n: elements in use; @size: bytes per element.
- * Returns 0 or -ENOMEM (the array is left as it was).
- */
-int grow(void *p, size_t *cap, size_t n, size_t size);
-
 /* ---- common.c: formatting (each returns its buf, or a borrowed static string) ---- */
 
 /*

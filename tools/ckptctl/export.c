@@ -391,7 +391,7 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 
 		flags_string(in->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED), fl, sizeof(fl));
 		note = malloc(strlen(rel) + strlen(fl) + 4);
-		if (!note || grow(&j->flagged, &j->capflagged, j->nflagged, sizeof(*j->flagged)) < 0) {
+		if (!note || ckpt_grow(&j->flagged, &j->capflagged, j->nflagged, sizeof(*j->flagged)) < 0) {
 			free(note);
 			errmsg("out of memory");
 			return -1;
@@ -402,7 +402,7 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 	if (rc == EX_DAMAGED) {
 		struct export_damage *d;
 
-		if (grow(&j->dmg, &j->capdmg, j->ndmg, sizeof(*j->dmg)) < 0) {
+		if (ckpt_grow(&j->dmg, &j->capdmg, j->ndmg, sizeof(*j->dmg)) < 0) {
 			errmsg("out of memory");
 			return -1;
 		}

@@ -56,7 +56,7 @@ static void fsck_lost(uint64_t ino, const char *line, void *arg)
 	} else {
 		dup = strdup(line);
 	}
-	if (!dup || grow(&c->lost, &c->caplost, c->nlost, sizeof(*c->lost)) < 0) {
+	if (!dup || ckpt_grow(&c->lost, &c->caplost, c->nlost, sizeof(*c->lost)) < 0) {
 		free(dup);
 		return;
 	}
@@ -198,7 +198,7 @@ static int fsck_root_collect(const char *name, uint64_t ino, uint32_t mode, int6
 
 	if (!S_ISDIR(mode) || strlen(name) >= sizeof(l->v[0].name))
 		return 0;
-	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+	if (ckpt_grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
 		return -ENOMEM;
 	snprintf(l->v[l->n].name, sizeof(l->v[0].name), "%s", name);
 	l->v[l->n].ino = ino;
@@ -228,7 +228,7 @@ static int fsck_claim_collect(int64_t id, const char *tracker, const void *conte
 	(void)ts_ns;
 	if (kind == LAYOUT_NONE || step < 0)
 		return 0;
-	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+	if (ckpt_grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
 		return -ENOMEM;
 	l->v[l->n].kind = kind;
 	l->v[l->n].step = step;

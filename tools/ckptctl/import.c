@@ -31,7 +31,7 @@ int imp_fail_add(struct imp_ctx *c, int step, const char *rel, const char *fmt, 
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
-	if (grow(&c->fail, &c->capfail, c->nfail, sizeof(*c->fail)) < 0)
+	if (ckpt_grow(&c->fail, &c->capfail, c->nfail, sizeof(*c->fail)) < 0)
 		return -ENOMEM;
 	c->fail[c->nfail].path = strdup(rel[0] ? rel : ".");
 	c->fail[c->nfail].reason = strdup(reason);
@@ -120,7 +120,7 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 	} else if (pe == POLICY_STEP_DIR) {
 		struct imp_step *s;
 
-		if (grow(&c->steps, &c->capsteps, c->nsteps, sizeof(*c->steps)) < 0)
+		if (ckpt_grow(&c->steps, &c->capsteps, c->nsteps, sizeof(*c->steps)) < 0)
 			return -ENOMEM;
 		s = &c->steps[c->nsteps];
 		memset(s, 0, sizeof(*s));
@@ -168,7 +168,7 @@ static int imp_scan(struct imp_ctx *c, const char *rel, size_t parent, int depth
 	while ((d = readdir(dir))) {
 		if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, ".."))
 			continue;
-		if (grow(&names, &capnames, nnames, sizeof(*names)) < 0 ||
+		if (ckpt_grow(&names, &capnames, nnames, sizeof(*names)) < 0 ||
 		    !(names[nnames] = strdup(d->d_name))) {
 			rc = -ENOMEM;
 			goto out;
@@ -187,7 +187,7 @@ static int imp_scan(struct imp_ctx *c, const char *rel, size_t parent, int depth
 
 		if (!rel[0] && c->at_root && !strcmp(names[i], ".ckptfs")) {
 			/* the daemon's own directory: never imported over */
-			if (grow(&c->skipped, &c->capskipped, c->nskipped, sizeof(*c->skipped)) < 0 ||
+			if (ckpt_grow(&c->skipped, &c->capskipped, c->nskipped, sizeof(*c->skipped)) < 0 ||
 			    !(c->skipped[c->nskipped] = strdup(names[i]))) {
 				rc = -ENOMEM;
 				break;
@@ -195,7 +195,7 @@ static int imp_scan(struct imp_ctx *c, const char *rel, size_t parent, int depth
 			c->nskipped++;
 			continue;
 		}
-		if (grow(&c->v, &c->cap, c->n, sizeof(*c->v)) < 0) {
+		if (ckpt_grow(&c->v, &c->cap, c->n, sizeof(*c->v)) < 0) {
 			rc = -ENOMEM;
 			break;
 		}
@@ -328,7 +328,7 @@ static int imp_claims(struct imp_ctx *c)
 			continue;
 		}
 		if (layout_classify(e->rel, LAYOUT_NONE, &m) < 0 ||
-		    grow(&c->claims, &c->capclaims, c->nclaims, sizeof(*c->claims)) < 0) {
+		    ckpt_grow(&c->claims, &c->capclaims, c->nclaims, sizeof(*c->claims)) < 0) {
 			free(buf);
 			errmsg("out of memory");
 			return -ENOMEM;
@@ -723,7 +723,7 @@ static int imp_check_taken(struct imp_ctx *c, const char *dest)
 		}
 		if (rc < 0) {
 			index_error(c->root, "look up a name", rc);
-		} else if (grow(&taken, &captaken, ntaken, sizeof(*taken)) < 0) {
+		} else if (ckpt_grow(&taken, &captaken, ntaken, sizeof(*taken)) < 0) {
 			errmsg("out of memory");
 			rc = -ENOMEM;
 		} else {

@@ -275,7 +275,7 @@ static int imp_put_window(struct imp_ctx *c, const struct imp_ent *e, uint64_t *
 			c->nputs = 0;
 			return u->rc;
 		}
-		if (grow(&c->ext, &c->capext, c->next, sizeof(*c->ext)) < 0) {
+		if (ckpt_grow(&c->ext, &c->capext, c->next, sizeof(*c->ext)) < 0) {
 			c->nputs = 0;
 			return -ENOMEM;
 		}

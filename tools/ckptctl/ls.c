@@ -80,7 +80,7 @@ static int ls_collect(const char *name, uint64_t ino, uint32_t mode, int64_t coo
 
 	if (l->dir == IDX_ROOT_INO && strcmp(name, ".ckptfs") == 0)
 		return 0; /* hidden, as in the mount: `ckptctl STORE ls .ckptfs` shows it */
-	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+	if (ckpt_grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
 		return -ENOMEM;
 	memset(&l->v[l->n], 0, sizeof(l->v[l->n]));
 	l->v[l->n].name = strdup(name);

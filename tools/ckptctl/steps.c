@@ -25,7 +25,7 @@ static int step_collect(const struct idx_step *s, void *arg)
 {
 	struct step_list *l = arg;
 
-	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+	if (ckpt_grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
 		return -ENOMEM;
 	l->v[l->n++] = *s;
 	return 0;
@@ -210,7 +210,7 @@ static int tree_add(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 	struct tree_ent *e;
 	size_t len;
 
-	if (grow(&t->v, &t->cap, t->n, sizeof(*t->v)) < 0)
+	if (ckpt_grow(&t->v, &t->cap, t->n, sizeof(*t->v)) < 0)
 		return -ENOMEM;
 	e = &t->v[t->n];
 	len = strlen(t->prefix) + 1 + strlen(name) + 1;
@@ -305,7 +305,7 @@ static int event_collect(int64_t ts_ns, int old_state, int new_state, const char
 	struct event_list *l = arg;
 	struct step_event *e;
 
-	if (grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
+	if (ckpt_grow(&l->v, &l->cap, l->n, sizeof(*l->v)) < 0)
 		return -ENOMEM;
 	e = &l->v[l->n];
 	e->ts_ns = ts_ns;

@@ -57,7 +57,7 @@ static int v_chunk_row(const uint8_t hash[IDX_HASH_LEN], uint32_t raw_size, uint
 	struct v_ctx *c = arg;
 	struct v_chunk *k;
 
-	if (grow(&c->chunks, &c->capchunks, c->nchunks, sizeof(*c->chunks)) < 0)
+	if (ckpt_grow(&c->chunks, &c->capchunks, c->nchunks, sizeof(*c->chunks)) < 0)
 		return -ENOMEM;
 	k = &c->chunks[c->nchunks++];
 	memset(k, 0, sizeof(*k));
@@ -90,7 +90,7 @@ static int v_add(struct v_damage **v, size_t *n, size_t *cap, uint64_t ino, size
 	struct v_damage *d;
 	va_list ap;
 
-	if (grow(v, cap, *n, sizeof(**v)) < 0)
+	if (ckpt_grow(v, cap, *n, sizeof(**v)) < 0)
 		return -ENOMEM;
 	d = &(*v)[(*n)++];
 	memset(d, 0, sizeof(*d));
@@ -132,7 +132,7 @@ static int v_user(uint64_t ino, uint64_t offset, void *arg)
 {
 	struct v_users *u = arg;
 
-	if (grow(&u->ino, &u->cap, u->n, sizeof(*u->ino)) < 0)
+	if (ckpt_grow(&u->ino, &u->cap, u->n, sizeof(*u->ino)) < 0)
 		return -ENOMEM;
 	u->ino[u->n++] = ino;
 	return 0;
@@ -281,11 +281,11 @@ static int v_walk_ent(const char *name, uint64_t ino, uint32_t mode, int64_t coo
 	struct v_ctx *c = w->c;
 
 	if (S_ISDIR(mode)) {
-		if (grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
+		if (ckpt_grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0)
 			return -ENOMEM;
 		w->dirs[w->ndirs++] = ino;
 	} else if (S_ISREG(mode)) {
-		if (grow(&c->files, &c->capfiles, c->nfiles, sizeof(*c->files)) < 0)
+		if (ckpt_grow(&c->files, &c->capfiles, c->nfiles, sizeof(*c->files)) < 0)
 			return -ENOMEM;
 		c->files[c->nfiles++] = ino;
 	}
@@ -301,7 +301,7 @@ static int v_collect_files(struct v_ctx *c)
 	struct v_walk w = { .c = c };
 	int rc = 0;
 
-	if (grow(&w.dirs, &w.capdirs, 0, sizeof(*w.dirs)) < 0)
+	if (ckpt_grow(&w.dirs, &w.capdirs, 0, sizeof(*w.dirs)) < 0)
 		return -ENOMEM;
 	w.dirs[w.ndirs++] = IDX_ROOT_INO;
 	while (w.ndirs) {
