@@ -467,8 +467,7 @@ json_t *policy_json_name(const char *name)
 	return j;
 }
 
-/* a step time as JSON: ISO-8601, or null for 0 (never) */
-static json_t *json_step_time(int64_t ns)
+json_t *policy_json_time(int64_t ns)
 {
 	char t[40];
 
@@ -495,13 +494,13 @@ json_t *policy_step_json(const struct idx_step *s)
 	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 	json_object_set_new(o, "dir_ino", json_integer((json_int_t)s->dir_ino));
 	json_object_set_new(o, "created_ns", json_integer(s->created_ns));
-	json_object_set_new(o, "created", json_step_time(s->created_ns));
+	json_object_set_new(o, "created", policy_json_time(s->created_ns));
 	json_object_set_new(o, "sealed_ns", json_integer(s->sealed_ns));
-	json_object_set_new(o, "sealed", json_step_time(s->sealed_ns));
+	json_object_set_new(o, "sealed", policy_json_time(s->sealed_ns));
 	json_object_set_new(o, "completed_ns", json_integer(s->completed_ns));
-	json_object_set_new(o, "completed", json_step_time(s->completed_ns));
+	json_object_set_new(o, "completed", policy_json_time(s->completed_ns));
 	json_object_set_new(o, "state_ns", json_integer(s->state_ns));
-	json_object_set_new(o, "state_changed", json_step_time(s->state_ns));
+	json_object_set_new(o, "state_changed", policy_json_time(s->state_ns));
 	json_object_set_new(o, "files", json_integer((json_int_t)s->files));
 	json_object_set_new(o, "logical_bytes", json_integer((json_int_t)s->logical_bytes));
 	json_object_set_new(o, "stored_bytes", json_integer((json_int_t)s->stored_bytes));

@@ -219,6 +219,13 @@ int policy_step_walk(struct idx *ix, uint64_t dir, policy_file_fn fn, void *arg,
 char *policy_time_iso(int64_t ns, char *buf, size_t cap);
 
 /*
+ * policy_json_time - a step or event time (nanoseconds since the epoch) as JSON: an ISO-8601
+ * string (policy_time_iso), or null for 0 (never). Returns a new reference, or NULL on
+ * allocation failure.
+ */
+json_t *policy_json_time(int64_t ns);
+
+/*
  * policy_json_name - a file or step name as a JSON string: the name itself when it is UTF-8,
  * otherwise with each byte outside a valid UTF-8 sequence (RFC 3629) replaced by U+FFFD, since
  * json_string refuses anything but UTF-8 and the key would be lost.

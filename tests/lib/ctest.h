@@ -27,7 +27,8 @@ static __attribute__((unused)) int ct_rm_one(const char *p, const struct stat *s
 	return remove(p);
 }
 
-/* ct_tmpdir - make a fresh directory "/tmp/<prefix>-XXXXXX" into buf (cap >= 64 bytes). */
+/* ct_tmpdir - make a fresh, uniquely named directory under /tmp whose name starts with prefix,
+ * its path into buf (cap >= 64 bytes); mkdtemp(3) gives the uniqueness. */
 static __attribute__((unused)) void ct_tmpdir(char *buf, size_t cap, const char *prefix)
 {
 	snprintf(buf, cap, "/tmp/%s-XXXXXX", prefix);

@@ -69,7 +69,7 @@ static int claim_row(int64_t id, const char *tracker, const void *content, size_
 			return -ENOMEM;
 		escape_bytes(content, len, full, 4 * len + 1);
 		json_object_set_new(o, "id", json_integer(id));
-		json_object_set_new(o, "time", json_time(ts_ns));
+		json_object_set_new(o, "time", policy_json_time(ts_ns));
 		json_object_set_new(o, "ts_ns", json_integer(ts_ns));
 		json_object_set_new(o, "tracker", json_string(tracker));
 		json_object_set_new(o, "step", step >= 0 ? json_integer(step) : json_null());

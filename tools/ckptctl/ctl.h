@@ -194,8 +194,6 @@ int json_print(json_t *obj);
 /* json_u64 - a JSON integer of an unsigned count (counts never reach 2^63); new reference. */
 json_t *json_u64(uint64_t v);
 
-/* json_time - ISO-8601 UTC string of ns, or null for 0 (never); new reference. */
-json_t *json_time(int64_t ns);
 
 /* ---- out.c: the progress line ---- */
 

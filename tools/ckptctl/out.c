@@ -28,13 +28,6 @@ json_t *json_u64(uint64_t v)
 	return json_integer((json_int_t)v);
 }
 
-json_t *json_time(int64_t ns)
-{
-	char t[40];
-
-	return ns ? json_string(policy_time_iso(ns, t, sizeof(t))) : json_null();
-}
-
 void ctl_progress_init(struct ctl_progress *p)
 {
 	p->tty = isatty(STDERR_FILENO);

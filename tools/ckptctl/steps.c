@@ -400,7 +400,7 @@ static void show_json(const struct idx_step *s, const char *where,
 	for (i = 0; i < ev->n; i++) {
 		json_t *x = json_object();
 
-		json_object_set_new(x, "time", json_time(ev->v[i].ts_ns));
+		json_object_set_new(x, "time", policy_json_time(ev->v[i].ts_ns));
 		json_object_set_new(x, "ts_ns", json_integer(ev->v[i].ts_ns));
 		json_object_set_new(x, "from", json_string(idx_step_state_name(ev->v[i].old_state)));
 		json_object_set_new(x, "to", json_string(idx_step_state_name(ev->v[i].new_state)));
