@@ -83,6 +83,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -463,6 +464,95 @@ int ix_bind_name(struct idx *ix, sqlite3_stmt *st, int col, const char *name)
 	/* a zero-length blob bound with a non-NULL pointer is '' (x''), never NULL */
 	rc = sqlite3_bind_blob(st, col, name, (int)len, SQLITE_STATIC);
 	return rc == SQLITE_OK ? 0 : ix_err(ix, rc);
+}
+
+static int ix_bind_va(struct idx *ix, sqlite3_stmt *st, const char *fmt, va_list ap)
+{
+	const uint8_t *hash;
+	int col, r = 0;
+
+	for (col = 1; r == 0 && fmt[col - 1]; col++) {
+		switch (fmt[col - 1]) {
+		case 'i':
+			r = ix_bind_i64(ix, st, col, va_arg(ap, int64_t));
+			break;
+		case 'n':
+			r = ix_bind_name(ix, st, col, va_arg(ap, const char *));
+			break;
+		case 'h':
+			hash = va_arg(ap, const uint8_t *);
+			if (hash)
+				r = ix_bind_hash(ix, st, col, hash);
+			break;
+		default:
+			assert(!"ix_update: unknown parameter letter");
+			r = -EINVAL;
+		}
+	}
+	return r;
+}
+
+int ix_update(struct idx *ix, enum ix_stmt id, int absent, const char *fmt, ...)
+{
+	sqlite3_stmt *st = ix_stmt(ix, id);
+	va_list ap;
+	int r;
+
+	if (ix->rdonly)
+		return -EROFS;
+	va_start(ap, fmt);
+	r = ix_bind_va(ix, st, fmt, ap);
+	va_end(ap);
+	if (r < 0) {
+		ix_done(st);
+		return r;
+	}
+	if ((r = ix_run(ix, st)) < 0)
+		return r;
+	return sqlite3_changes(ix->db) ? 0 : absent;
+}
+
+static int ix_row_va(struct idx *ix, enum ix_stmt id, sqlite3_stmt **ret_st, const char *fmt,
+		     va_list ap)
+{
+	sqlite3_stmt *st = ix_stmt(ix, id);
+	int r = ix_bind_va(ix, st, fmt, ap);
+
+	if (r == 0)
+		r = ix_step(ix, st);
+	if (r <= 0) {
+		ix_done(st);
+		return r == 0 ? -ENOENT : r;
+	}
+	*ret_st = st;
+	return 0;
+}
+
+int ix_row(struct idx *ix, enum ix_stmt id, sqlite3_stmt **ret_st, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = ix_row_va(ix, id, ret_st, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int ix_scalar(struct idx *ix, enum ix_stmt id, int64_t *ret, const char *fmt, ...)
+{
+	sqlite3_stmt *st;
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = ix_row_va(ix, id, &st, fmt, ap);
+	va_end(ap);
+	if (r < 0)
+		return r;
+	*ret = sqlite3_column_int64(st, 0);
+	ix_done(st);
+	return 0;
 }
 
 int ix_column_hash(sqlite3_stmt *st, int col, uint8_t out[IDX_HASH_LEN])

@@ -176,21 +176,13 @@ static int ix_set_content(struct idx *ix, uint64_t ino, const struct idx_extent 
 	uint8_t(*zeros)[IDX_HASH_LEN] = NULL;
 	size_t nzeros = 0;
 	sqlite3_stmt *st;
+	int64_t mode;
 	int r;
 
-	st = ix_stmt(ix, IX_INODE_MODE);
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0)
-		goto out_st;
-	r = ix_step(ix, st);
-	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out_st;
-	if (!S_ISREG((mode_t)sqlite3_column_int64(st, 0))) {
-		r = -EINVAL;
-		goto out_st;
-	}
-	ix_done(st);
+	if ((r = ix_scalar(ix, IX_INODE_MODE, &mode, "i", (int64_t)ino)) < 0)
+		return r;
+	if (!S_ISREG((mode_t)mode))
+		return -EINVAL;
 
 	/* 1. one more reference per new extent */
 	st = ix_stmt(ix, IX_CHUNK_UPSERT);
@@ -313,18 +305,7 @@ out:
 
 static int ix_chunk_set_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN], bool bad)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_SET_BAD);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_hash(ix, st, 1, hash)) < 0 || (r = ix_bind_i64(ix, st, 2, bad)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_CHUNK_SET_BAD, -ENOENT, "hi", hash, (int64_t)bad);
 }
 
 int idx_chunk_mark_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
@@ -334,19 +315,10 @@ int idx_chunk_mark_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
 
 int idx_chunk_is_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_IS_BAD);
-	int r;
+	int64_t bad;
+	int r = ix_scalar(ix, IX_CHUNK_IS_BAD, &bad, "h", hash);
 
-	if ((r = ix_bind_hash(ix, st, 1, hash)) < 0)
-		goto out;
-	r = ix_step(ix, st);
-	if (r == 0)
-		r = -ENOENT;
-	else if (r > 0)
-		r = sqlite3_column_int64(st, 0) != 0;
-out:
-	ix_done(st);
-	return r;
+	return r < 0 ? r : bad != 0;
 }
 
 int idx_chunk_clear_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
@@ -357,19 +329,8 @@ int idx_chunk_clear_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
 int idx_chunk_set_stored(struct idx *ix, const uint8_t hash[IDX_HASH_LEN], uint8_t codec,
 			 uint32_t stored_size)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_CHUNK_SET_STORED);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_hash(ix, st, 1, hash)) < 0 || (r = ix_bind_i64(ix, st, 2, codec)) < 0 ||
-	    (r = ix_bind_i64(ix, st, 3, stored_size)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_CHUNK_SET_STORED, -ENOENT, "hii", hash, (int64_t)codec,
+			 (int64_t)stored_size);
 }
 
 int idx_chunks_with_codec(struct idx *ix, uint8_t codec, uint8_t (*out)[IDX_HASH_LEN],

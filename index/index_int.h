@@ -160,6 +160,33 @@ int ix_bind_i64(struct idx *ix, sqlite3_stmt *st, int col, int64_t v);
 int ix_bind_hash(struct idx *ix, sqlite3_stmt *st, int col, const uint8_t hash[IDX_HASH_LEN]);
 int ix_bind_name(struct idx *ix, sqlite3_stmt *st, int col, const char *name);
 
+/*
+ * ix_update - bind st's parameters from the arguments after fmt, run it (it must not return rows)
+ * and say whether it changed a row: the one shape of every single-statement write.
+ * fmt: one letter a parameter, numbered from 1 in order:
+ *   'i' int64_t;
+ *   'n' const char *, a NUL-terminated name, bound as a blob (ix_bind_name);
+ *   'h' const uint8_t *, a 16-byte hash, or NULL to leave the parameter NULL.
+ * absent: what to return when no row changed: -ENOENT, -ENODATA, or 0 when that is not an error.
+ * Returns 0 when a row changed, absent when none did, -EROFS on an IDX_RDONLY handle, -EEXIST on
+ * a constraint (ix_err), other -errno from SQLite. st is handed back (ix_done) on every path.
+ */
+int ix_update(struct idx *ix, enum ix_stmt id, int absent, const char *fmt, ...);
+
+/*
+ * ix_row - bind statement id's parameters as ix_update does (fmt) and step to its first row.
+ * Returns 0 with *ret_st positioned on that row (borrowed; the caller reads its columns, then
+ * hands it back with ix_done), -ENOENT when there is no row, or -errno from SQLite; on every
+ * error the statement is already handed back and *ret_st untouched.
+ */
+int ix_row(struct idx *ix, enum ix_stmt id, sqlite3_stmt **ret_st, const char *fmt, ...);
+
+/*
+ * ix_scalar - ix_row, then column 0 of the row as an int64 into *ret (untouched on failure).
+ * Returns 0, -ENOENT (no row) or -errno.
+ */
+int ix_scalar(struct idx *ix, enum ix_stmt id, int64_t *ret, const char *fmt, ...);
+
 /* ix_column_hash - copy a 16-byte blob column into out. Returns 0 or -EIO (wrong size/NULL). */
 int ix_column_hash(sqlite3_stmt *st, int col, uint8_t out[IDX_HASH_LEN]);
 

@@ -24,17 +24,12 @@ void ix_copy_out(char *buf, size_t cap, const void *src, size_t len)
 
 int idx_inode_get(struct idx *ix, uint64_t ino, struct idx_inode *ret)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_INODE_GET);
 	struct idx_inode a = { .ino = ino };
+	sqlite3_stmt *st;
 	int r;
 
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0)
-		goto out;
-	r = ix_step(ix, st);
-	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out;
+	if ((r = ix_row(ix, IX_INODE_GET, &st, "i", (int64_t)ino)) < 0)
+		return r;
 	a.mode = (uint32_t)sqlite3_column_int64(st, 0);
 	a.uid = (uint32_t)sqlite3_column_int64(st, 1);
 	a.gid = (uint32_t)sqlite3_column_int64(st, 2);
@@ -174,121 +169,54 @@ int idx_inode_delete(struct idx *ix, uint64_t ino, idx_release_fn release, void 
 
 int idx_symlink_set(struct idx *ix, uint64_t ino, const char *target)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_SYMLINK_SET);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0 ||
-	    (r = ix_bind_name(ix, st, 2, target)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_SYMLINK_SET, -ENOENT, "in", (int64_t)ino, target);
 }
 
 int idx_symlink_get(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_SYMLINK_GET);
-	const void *p;
+	sqlite3_stmt *st;
 	int r, len;
 
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0)
-		goto out;
-	r = ix_step(ix, st);
-	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out;
-	p = sqlite3_column_blob(st, 0);
+	if ((r = ix_row(ix, IX_SYMLINK_GET, &st, "i", (int64_t)ino)) < 0)
+		return r;
 	len = sqlite3_column_bytes(st, 0);
-	ix_copy_out(buf, cap, p, (size_t)len);
-	r = len;
-out:
+	ix_copy_out(buf, cap, sqlite3_column_blob(st, 0), (size_t)len);
 	ix_done(st);
-	return r;
+	return len;
 }
 
 int idx_dentry_lookup(struct idx *ix, uint64_t parent, const char *name, uint64_t *ret_ino)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_DENTRY_LOOKUP);
-	int r;
+	int64_t ino;
+	int r = ix_scalar(ix, IX_DENTRY_LOOKUP, &ino, "in", (int64_t)parent, name);
 
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)parent)) < 0 ||
-	    (r = ix_bind_name(ix, st, 2, name)) < 0)
-		goto out;
-	r = ix_step(ix, st);
 	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out;
-	*ret_ino = (uint64_t)sqlite3_column_int64(st, 0);
-	r = 0;
-out:
-	ix_done(st);
+		*ret_ino = (uint64_t)ino;
 	return r;
 }
 
 int idx_dentry_add(struct idx *ix, uint64_t parent, const char *name, uint64_t ino)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_DENTRY_ADD);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)parent)) < 0 ||
-	    (r = ix_bind_name(ix, st, 2, name)) < 0 ||
-	    (r = ix_bind_i64(ix, st, 3, (int64_t)ino)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	return ix_run(ix, st);
+	return ix_update(ix, IX_DENTRY_ADD, 0, "ini", (int64_t)parent, name, (int64_t)ino);
 }
 
 int idx_dentry_remove(struct idx *ix, uint64_t parent, const char *name)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_DENTRY_REMOVE);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)parent)) < 0 ||
-	    (r = ix_bind_name(ix, st, 2, name)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_DENTRY_REMOVE, -ENOENT, "in", (int64_t)parent, name);
 }
 
 int idx_dentry_move(struct idx *ix, uint64_t oldparent, const char *oldname, uint64_t newparent,
 		    const char *newname)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_DENTRY_MOVE);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)oldparent)) < 0 ||
-	    (r = ix_bind_name(ix, st, 2, oldname)) < 0 ||
-	    (r = ix_bind_i64(ix, st, 3, (int64_t)newparent)) < 0 ||
-	    (r = ix_bind_name(ix, st, 4, newname)) < 0) {
-		ix_done(st);
-		return r;
-	}
 	/* an existing target fails UNIQUE(parent, name): -EEXIST */
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_DENTRY_MOVE, -ENOENT, "inin", (int64_t)oldparent, oldname,
+			 (int64_t)newparent, newname);
 }
 
 int idx_dentry_parent(struct idx *ix, uint64_t ino, uint64_t *ret_parent, char *name_buf,
 		      size_t cap)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_DENTRY_PARENT);
+	sqlite3_stmt *st;
 	int r;
 
 	if (ino == IDX_ROOT_INO) {
@@ -296,19 +224,12 @@ int idx_dentry_parent(struct idx *ix, uint64_t ino, uint64_t *ret_parent, char *
 		*ret_parent = IDX_ROOT_INO;
 		return 0;
 	}
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0)
-		goto out;
-	r = ix_step(ix, st);
-	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out;
+	if ((r = ix_row(ix, IX_DENTRY_PARENT, &st, "i", (int64_t)ino)) < 0)
+		return r;
 	ix_copy_out(name_buf, cap, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
 	*ret_parent = (uint64_t)sqlite3_column_int64(st, 0);
-	r = 0;
-out:
 	ix_done(st);
-	return r;
+	return 0;
 }
 
 int idx_dir_is_empty(struct idx *ix, uint64_t ino)
@@ -400,7 +321,7 @@ static int ix_prepend(char **buf, size_t *cap, size_t *used, const void *name, s
 
 int idx_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_DENTRY_PARENT);
+	sqlite3_stmt *st;
 	char *path = NULL;
 	size_t pcap = 0, used = 0;
 	uint64_t cur = ino;
@@ -411,19 +332,14 @@ int idx_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 			r = -ELOOP;
 			goto out;
 		}
-		if ((r = ix_bind_i64(ix, st, 1, (int64_t)cur)) < 0)
-			goto out;
-		r = ix_step(ix, st);
-		if (r == 0)
-			r = -ENOENT;
-		if (r < 0)
+		if ((r = ix_row(ix, IX_DENTRY_PARENT, &st, "i", (int64_t)cur)) < 0)
 			goto out;
 		r = ix_prepend(&path, &pcap, &used, sqlite3_column_blob(st, 1),
 			       (size_t)sqlite3_column_bytes(st, 1));
-		if (r < 0)
-			goto out;
 		cur = (uint64_t)sqlite3_column_int64(st, 0);
 		ix_done(st);
+		if (r < 0)
+			goto out;
 	}
 	if (used == 0) {
 		ix_copy_out(buf, cap, "/", 1);
@@ -435,7 +351,6 @@ int idx_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 		r = (int)used;
 	}
 out:
-	ix_done(st);
 	free(path);
 	return r;
 }

@@ -169,12 +169,12 @@ static int ix_old_open(struct ix_old *o)
 }
 
 /*
- * ix_row - the first row with key > (a, b) (b ignored for one-column keys), one seek of its own so
+ * ix_old_next - the first row with key > (a, b) (b ignored for one-column keys), one seek of its own so
  * every call makes progress or reports damage. Returns 1 (a row: its key in *na, *nb, its columns
  * readable in o->row until the next call), 0 (no row), -EIO (damage on the way; the connection
  * is renewed), -ENOMEM.
  */
-static int ix_row(struct ix_old *o, int64_t a, int64_t b, int64_t *na, int64_t *nb)
+static int ix_old_next(struct ix_old *o, int64_t a, int64_t b, int64_t *na, int64_t *nb)
 {
 	int r;
 
@@ -225,7 +225,7 @@ static int ix_copy_table(struct idx *ix, const char *src, const struct ix_table 
 		goto out; /* -EIO: the whole table is unreadable */
 
 	for (;;) {
-		r = ix_row(&o, a, b, &na, &nb);
+		r = ix_old_next(&o, a, b, &na, &nb);
 		if (r == 0)
 			break;
 		if (r == 1) {
@@ -261,7 +261,7 @@ static int ix_copy_table(struct idx *ix, const char *src, const struct ix_table 
 		while (s == -EIO && hi < INT64_MAX) {
 			lo = hi;
 			hi = lo > INT64_MAX - jump ? INT64_MAX : lo + jump;
-			s = ix_row(&o, hi, INT64_MIN, &na, &nb);
+			s = ix_old_next(&o, hi, INT64_MIN, &na, &nb);
 			jump = jump > INT64_MAX / 2 ? INT64_MAX : jump * 2;
 		}
 		if (s < 0 && s != -EIO) {
@@ -272,7 +272,7 @@ static int ix_copy_table(struct idx *ix, const char *src, const struct ix_table 
 			break; /* nothing readable past the damage */
 		while (hi - lo > 1) {
 			int64_t mid = lo + (hi - lo) / 2;
-			int m = ix_row(&o, mid, INT64_MIN, &na, &nb);
+			int m = ix_old_next(&o, mid, INT64_MIN, &na, &nb);
 
 			if (m == -EIO) {
 				lo = mid;

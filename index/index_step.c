@@ -55,24 +55,16 @@ static int ix_step_name_len(const char *name)
 /* ix_dir_ok - dir_ino is 0 or a directory inode. Returns 0, -ENOENT, -ENOTDIR or -errno. */
 static int ix_dir_ok(struct idx *ix, uint64_t dir_ino)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_INODE_MODE);
+	int64_t mode;
 	int r;
 
 	if (dir_ino == 0)
 		return 0;
 	if (dir_ino > INT64_MAX)
 		return -ENOENT;
-	if ((r = ix_bind_i64(ix, st, 1, (int64_t)dir_ino)) < 0)
-		goto out;
-	r = ix_step(ix, st);
-	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out;
-	r = S_ISDIR((mode_t)sqlite3_column_int64(st, 0)) ? 0 : -ENOTDIR;
-out:
-	ix_done(st);
-	return r;
+	if ((r = ix_scalar(ix, IX_INODE_MODE, &mode, "i", (int64_t)dir_ino)) < 0)
+		return r;
+	return S_ISDIR((mode_t)mode) ? 0 : -ENOTDIR;
 }
 
 /* ix_step_row - the current row of st (columns IX_STEP_COLS) into *ret. Returns 0 or -EIO. */
@@ -192,18 +184,12 @@ int idx_step_by_name(struct idx *ix, int kind, const char *name, struct idx_step
 /* ix_set_state - idx_step_set_state inside the caller's savepoint. */
 static int ix_set_state(struct idx *ix, int64_t id, int state, int64_t now_ns, const char *note)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_STATE_OF);
-	int old, r;
+	sqlite3_stmt *st;
+	int64_t old;
+	int r;
 
-	if ((r = ix_bind_i64(ix, st, 1, id)) < 0)
-		goto out_st;
-	r = ix_step(ix, st);
-	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out_st;
-	old = (int)sqlite3_column_int64(st, 0);
-	ix_done(st);
+	if ((r = ix_scalar(ix, IX_STEP_STATE_OF, &old, "i", id)) < 0)
+		return r;
 	if (old == IDX_STEP_PRUNED && state != IDX_STEP_PRUNED)
 		return -EINVAL; /* invariant 7: pruned is terminal */
 
@@ -241,44 +227,24 @@ int idx_step_set_state(struct idx *ix, int64_t id, int state, int64_t now_ns, co
 
 int idx_step_set_dir(struct idx *ix, int64_t id, uint64_t dir_ino)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_SET_DIR);
 	int r;
 
 	if (ix->rdonly)
 		return -EROFS;
 	if ((r = ix_dir_ok(ix, dir_ino)) < 0)
 		return r;
-	if ((r = ix_bind_i64(ix, st, 1, id)) < 0 ||
-	    (r = ix_bind_i64(ix, st, 2, (int64_t)dir_ino)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r; /* -EEXIST: another step has dir_ino */
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	/* -EEXIST: another step has dir_ino */
+	return ix_update(ix, IX_STEP_SET_DIR, -ENOENT, "ii", id, (int64_t)dir_ino);
 }
 
 int idx_step_set_number(struct idx *ix, int64_t id, int64_t step)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_SET_NUMBER);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_i64(ix, st, 1, id)) < 0 || (r = ix_bind_i64(ix, st, 2, step)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_STEP_SET_NUMBER, -ENOENT, "ii", id, step);
 }
 
 int idx_step_set_name(struct idx *ix, int64_t id, const char *name)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_SET_NAME);
 	size_t len = name ? strlen(name) : 0;
-	int r;
 
 	if (ix->rdonly)
 		return -EROFS;
@@ -286,52 +252,23 @@ int idx_step_set_name(struct idx *ix, int64_t id, const char *name)
 		return -EINVAL;
 	if (len > IDX_STEP_NAME_MAX)
 		return -ENAMETOOLONG;
-	if ((r = ix_bind_i64(ix, st, 1, id)) < 0 || (r = ix_bind_bytes(ix, st, 2, name, len)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_STEP_SET_NAME, -ENOENT, "in", id, name);
 }
 
 int idx_step_set_figures(struct idx *ix, int64_t id, uint64_t files, uint64_t logical,
 			 uint64_t stored, const uint8_t digest[IDX_HASH_LEN])
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_SET_FIGURES);
-	int r;
-
 	if (ix->rdonly)
 		return -EROFS;
 	if (files > INT64_MAX || logical > INT64_MAX || stored > INT64_MAX)
 		return -EOVERFLOW;
-	if ((r = ix_bind_i64(ix, st, 1, id)) < 0 ||
-	    (r = ix_bind_i64(ix, st, 2, (int64_t)files)) < 0 ||
-	    (r = ix_bind_i64(ix, st, 3, (int64_t)logical)) < 0 ||
-	    (r = ix_bind_i64(ix, st, 4, (int64_t)stored)) < 0 ||
-	    (digest && (r = ix_bind_hash(ix, st, 5, digest)) < 0)) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_STEP_SET_FIGURES, -ENOENT, "iiiih", id, (int64_t)files,
+			 (int64_t)logical, (int64_t)stored, digest);
 }
 
 int idx_step_set_pinned(struct idx *ix, int64_t id, bool pinned)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_SET_PINNED);
-	int r;
-
-	if (ix->rdonly)
-		return -EROFS;
-	if ((r = ix_bind_i64(ix, st, 1, id)) < 0 || (r = ix_bind_i64(ix, st, 2, pinned)) < 0) {
-		ix_done(st);
-		return r;
-	}
-	if ((r = ix_run(ix, st)) < 0)
-		return r;
-	return sqlite3_changes(ix->db) ? 0 : -ENOENT;
+	return ix_update(ix, IX_STEP_SET_PINNED, -ENOENT, "ii", id, (int64_t)pinned);
 }
 
 int idx_step_foreach(struct idx *ix, int (*fn)(const struct idx_step *s, void *arg), void *arg)
@@ -490,19 +427,10 @@ int idx_claim_foreach(struct idx *ix,
 
 int idx_claim_length(struct idx *ix, int64_t id, uint64_t *ret_len)
 {
-	sqlite3_stmt *st = ix_stmt(ix, IX_CLAIM_LENGTH);
-	int r;
+	int64_t len;
+	int r = ix_scalar(ix, IX_CLAIM_LENGTH, &len, "i", id);
 
-	if ((r = ix_bind_i64(ix, st, 1, id)) < 0)
-		goto out;
-	r = ix_step(ix, st);
 	if (r == 0)
-		r = -ENOENT;
-	if (r < 0)
-		goto out;
-	*ret_len = (uint64_t)sqlite3_column_int64(st, 0);
-	r = 0;
-out:
-	ix_done(st);
+		*ret_len = (uint64_t)len;
 	return r;
 }

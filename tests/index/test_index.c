@@ -18,30 +18,7 @@
 #include "index/index.h"
 #define CTEST_SQLITE
 #include "tests/lib/ctest.h"
-
-static char tdir[64];
-static char dbpath[128];
-static struct idx *ix;
-
-static void setup(void)
-{
-	ct_tmpdir(tdir, sizeof(tdir), "ckidx");
-	snprintf(dbpath, sizeof(dbpath), "%s/index.db", tdir);
-	ix = NULL;
-}
-
-static void setup_open(void)
-{
-	setup();
-	cr_assert_eq(idx_open(dbpath, 0, 1000, 1001, 123, &ix), 0);
-}
-
-static void teardown(void)
-{
-	idx_close(ix);
-	ix = NULL;
-	ct_rmtree(tdir);
-}
+#include "tests/index/fixture.h"
 
 /* ---- helpers ---- */
 

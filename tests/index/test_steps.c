@@ -17,31 +17,7 @@
 #include "index/index.h"
 #define CTEST_SQLITE
 #include "tests/lib/ctest.h"
-
-static char tdir[64];
-static char dbpath[128];
-static struct idx *ix;
-
-static void setup(void)
-{
-	ct_tmpdir(tdir, sizeof(tdir), "ckstep");
-	snprintf(dbpath, sizeof(dbpath), "%s/index.db", tdir);
-	ix = NULL;
-}
-
-static void setup_open(void)
-{
-	setup();
-	cr_assert_eq(idx_open(dbpath, 0, 1000, 1001, 123, &ix), 0);
-	cr_assert_eq(idx_begin(ix), 0);
-}
-
-static void teardown(void)
-{
-	idx_close(ix);
-	ix = NULL;
-	ct_rmtree(tdir);
-}
+#include "tests/index/fixture.h"
 
 /* ---- helpers ---- */
 
@@ -101,7 +77,7 @@ static void check_fails(const char *want)
 
 /* ---- inode flags ---- */
 
-Test(flags, create_get_update, .init = setup_open, .fini = teardown)
+Test(flags, create_get_update, .init = setup_open_txn, .fini = teardown)
 {
 	struct idx_inode a = { .mode = S_IFREG | 0644, .nlink = 1, .flags = IDX_INODE_TORN };
 	struct idx_inode b;
@@ -142,7 +118,7 @@ Test(flags, create_get_update, .init = setup_open, .fini = teardown)
 
 /* ---- steps ---- */
 
-Test(steps, create_get_by_dir_by_name, .init = setup_open, .fini = teardown)
+Test(steps, create_get_by_dir_by_name, .init = setup_open_txn, .fini = teardown)
 {
 	uint64_t d1 = new_dir("iter_0000100"), d2 = new_dir("iter_0000200");
 	uint64_t f = new_inode(IDX_ROOT_INO, "latest", S_IFREG | 0644);
@@ -233,7 +209,7 @@ struct newest_case {
 	int state;
 };
 
-Test(steps, newest_by_kind_mask_and_state, .init = setup_open, .fini = teardown)
+Test(steps, newest_by_kind_mask_and_state, .init = setup_open_txn, .fini = teardown)
 {
 	static const struct newest_case cases[] = {
 		{ 0, 100, IDX_STEP_COMPLETE }, { 0, 300, IDX_STEP_COMPLETE },
@@ -314,7 +290,7 @@ static int ev_cb(int64_t ts_ns, int old_state, int new_state, const char *note, 
 	return l->n == l->stop_at ? 42 : 0;
 }
 
-Test(steps, transitions_events_timestamps, .init = setup_open, .fini = teardown)
+Test(steps, transitions_events_timestamps, .init = setup_open_txn, .fini = teardown)
 {
 	char longnote[IDX_STEP_NOTE_MAX + 100];
 	struct ev_log log = { 0 };
@@ -392,7 +368,7 @@ Test(steps, transitions_events_timestamps, .init = setup_open, .fini = teardown)
 	check_ok();
 }
 
-Test(steps, set_state_is_atomic, .init = setup_open, .fini = teardown)
+Test(steps, set_state_is_atomic, .init = setup_open_txn, .fini = teardown)
 {
 	struct ev_log log = { 0 };
 	struct idx_step s;
@@ -427,7 +403,7 @@ Test(steps, set_state_is_atomic, .init = setup_open, .fini = teardown)
 	cr_assert_eq(log.n, 0);
 }
 
-Test(steps, figures_and_pins, .init = setup_open, .fini = teardown)
+Test(steps, figures_and_pins, .init = setup_open_txn, .fini = teardown)
 {
 	uint8_t d[IDX_HASH_LEN];
 	struct idx_step s;
@@ -494,7 +470,7 @@ static int walk_cb(const struct idx_step *s, void *arg)
 	return w->n == w->stop_at ? 5 : 0;
 }
 
-Test(steps, foreach_order_and_callbacks_that_write, .init = setup_open, .fini = teardown)
+Test(steps, foreach_order_and_callbacks_that_write, .init = setup_open_txn, .fini = teardown)
 {
 	struct walk w = { 0 };
 	struct idx_step s;
@@ -538,7 +514,7 @@ static bool keep_all(const uint8_t hash[IDX_HASH_LEN], void *arg)
 	return true;
 }
 
-Test(steps, deleting_the_directory_clears_dir_ino, .init = setup_open, .fini = teardown)
+Test(steps, deleting_the_directory_clears_dir_ino, .init = setup_open_txn, .fini = teardown)
 {
 	uint64_t d1 = new_dir("global_step1"), d2 = new_dir("global_step2");
 	struct idx_step s;
@@ -568,7 +544,7 @@ Test(steps, deleting_the_directory_clears_dir_ino, .init = setup_open, .fini = t
 	check_ok();
 }
 
-Test(steps, readonly_reads_refuses_writes, .init = setup_open, .fini = teardown)
+Test(steps, readonly_reads_refuses_writes, .init = setup_open_txn, .fini = teardown)
 {
 	struct idx *ro = NULL;
 	struct idx_step s;
@@ -634,7 +610,7 @@ static int claim_check_junk(int64_t id, const char *tracker, const void *content
 	return 0;
 }
 
-Test(claims, add_foreach_and_junk, .init = setup_open, .fini = teardown)
+Test(claims, add_foreach_and_junk, .init = setup_open_txn, .fini = teardown)
 {
 	const size_t big = 10u << 20;
 	struct claim_log log = { 0 };
@@ -704,54 +680,28 @@ Test(claims, add_foreach_and_junk, .init = setup_open, .fini = teardown)
 
 /* ---- migration ---- */
 
-/*
- * The v1 schema exactly as commit 9938488 created it: a frozen fixture, independent of the
- * current code, so that the v1 -> v2 migration keeps being tested against the real thing.
- */
-static const char v1_ddl[] =
-	"CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-	"INSERT INTO meta(key, value) VALUES('format', 'ckptfs-index');"
-	"CREATE TABLE inodes("
-	" ino INTEGER PRIMARY KEY AUTOINCREMENT,"
-	" mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,"
-	" nlink INTEGER NOT NULL, size INTEGER NOT NULL,"
-	" atime_ns INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL,"
-	" rdev INTEGER NOT NULL DEFAULT 0,"
-	" hash BLOB, symlink BLOB);"
-	"CREATE TABLE dentries("
-	" cookie INTEGER PRIMARY KEY AUTOINCREMENT,"
-	" parent INTEGER NOT NULL REFERENCES inodes(ino),"
-	" name BLOB NOT NULL,"
-	" ino INTEGER NOT NULL REFERENCES inodes(ino),"
-	" UNIQUE(parent, name));"
-	"CREATE INDEX dentries_ino ON dentries(ino);"
-	"CREATE INDEX dentries_parent_cookie ON dentries(parent, cookie);"
-	"CREATE TABLE chunks("
-	" hash BLOB PRIMARY KEY,"
-	" raw_size INTEGER NOT NULL, stored_size INTEGER NOT NULL, codec INTEGER NOT NULL,"
-	" refs INTEGER NOT NULL, bad INTEGER NOT NULL DEFAULT 0, created_ns INTEGER NOT NULL"
-	") WITHOUT ROWID;"
-	"CREATE TABLE extents("
-	" ino INTEGER NOT NULL REFERENCES inodes(ino),"
-	" offset INTEGER NOT NULL, length INTEGER NOT NULL,"
-	" hash BLOB NOT NULL REFERENCES chunks(hash),"
-	" PRIMARY KEY(ino, offset)) WITHOUT ROWID;"
-	"CREATE INDEX extents_hash ON extents(hash);"
-	/* root, a directory, a 5-byte file of one chunk, a symlink */
-	"INSERT INTO inodes(ino, mode, uid, gid, nlink, size, atime_ns, mtime_ns, ctime_ns, rdev) "
-	" VALUES(1, 16877, 1000, 1001, 3, 0, 11, 11, 11, 0);"
-	"INSERT INTO inodes(ino, mode, uid, gid, nlink, size, atime_ns, mtime_ns, ctime_ns, rdev) "
-	" VALUES(2, 16877, 1000, 1001, 2, 0, 12, 12, 12, 0);"
-	"INSERT INTO inodes(ino, mode, uid, gid, nlink, size, atime_ns, mtime_ns, ctime_ns, rdev,"
-	" hash) VALUES(3, 33188, 1000, 1001, 1, 5, 13, 13, 13, 0, x'00112233445566778899aabbccddeeff');"
-	"INSERT INTO inodes(ino, mode, uid, gid, nlink, size, atime_ns, mtime_ns, ctime_ns, rdev,"
-	" symlink) VALUES(4, 41471, 1000, 1001, 1, 3, 14, 14, 14, 0, x'616263');"
-	"INSERT INTO dentries(parent, name, ino) VALUES(1, x'697465725f30303030313030', 2);"
-	"INSERT INTO dentries(parent, name, ino) VALUES(2, x'6d6f64656c2e7074', 3);"
-	"INSERT INTO dentries(parent, name, ino) VALUES(1, x'6c6e', 4);"
-	"INSERT INTO chunks VALUES(x'ffeeddccbbaa99887766554433221100', 5, 4, 2, 1, 0, 13);"
-	"INSERT INTO extents VALUES(3, 0, 5, x'ffeeddccbbaa99887766554433221100');"
-	"PRAGMA user_version = 1;";
+/* v1_ddl - the frozen v1 fixture tests/index/v1_schema.sql (path from meson), read whole. */
+static char *v1_ddl_read(void)
+{
+	FILE *f = fopen(IX_V1_SCHEMA, "r");
+	char *sql = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	cr_assert_not_null(f, "cannot open %s", IX_V1_SCHEMA);
+	n = getdelim(&sql, &cap, '\0', f);
+	cr_assert_gt(n, 0, "cannot read %s", IX_V1_SCHEMA);
+	fclose(f);
+	return sql;
+}
+
+static void exec_v1_ddl(void)
+{
+	char *sql = v1_ddl_read();
+
+	ct_raw_exec(dbpath, sql);
+	free(sql);
+}
 
 Test(migrate, v1_to_v3_keeps_rows, .init = setup, .fini = teardown)
 {
@@ -764,7 +714,7 @@ Test(migrate, v1_to_v3_keeps_rows, .init = setup, .fini = teardown)
 	char buf[16];
 	int64_t id;
 
-	ct_raw_exec(dbpath, v1_ddl);
+	exec_v1_ddl();
 	cr_assert_eq(ct_raw_i64(dbpath, "PRAGMA user_version"), 1);
 	/* a reader cannot migrate: refused, untouched */
 	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ro), -EPROTO);
@@ -820,7 +770,7 @@ Test(migrate, v1_to_v3_keeps_rows, .init = setup, .fini = teardown)
 
 Test(migrate, failed_migration_changes_nothing, .init = setup, .fini = teardown)
 {
-	ct_raw_exec(dbpath, v1_ddl);
+	exec_v1_ddl();
 	/* a v1 database that happens to hold a table the v2 migration wants to create */
 	ct_raw_exec(dbpath, "CREATE TABLE claims(x)");
 	cr_assert_lt(idx_open(dbpath, 0, 0, 0, 0, &ix), 0);
@@ -864,13 +814,13 @@ Test(migrate, refuses_v4, .init = setup, .fini = teardown)
 
 /* ---- extended attributes (schema v3) ---- */
 
-Test(xattr, set_get_list_remove_and_go_with_the_inode, .init = setup_open, .fini = teardown)
+Test(xattr, set_get_list_remove_and_go_with_the_inode, .init = setup_open_txn, .fini = teardown)
 {
 	char name[IDX_XATTR_NAME_MAX + 2], buf[64];
 	static char big[IDX_XATTR_VALUE_MAX + 1];
 	uint64_t f;
 
-	f = new_inode(IDX_ROOT_INO, "f", S_IFREG | 0644); /* setup_open began a transaction */
+	f = new_inode(IDX_ROOT_INO, "f", S_IFREG | 0644); /* setup_open_txn began a transaction */
 	cr_assert_eq(idx_xattr_set(ix, f, "user.a", "one", 3, 0), 0);
 	cr_assert_eq(idx_xattr_set(ix, f, "trusted.b", "", 0, IDX_XATTR_CREATE), 0);
 	cr_assert_eq(idx_xattr_set(ix, f, "user.a", "x", 1, IDX_XATTR_CREATE), -EEXIST);
@@ -916,7 +866,7 @@ Test(xattr, set_get_list_remove_and_go_with_the_inode, .init = setup_open, .fini
 
 /* ---- idx_check on steps ---- */
 
-Test(check, step_dir_and_states, .init = setup_open, .fini = teardown)
+Test(check, step_dir_and_states, .init = setup_open_txn, .fini = teardown)
 {
 	uint64_t d = new_dir("step-1"), f = new_inode(IDX_ROOT_INO, "f", S_IFREG | 0644);
 	uint8_t h[IDX_HASH_LEN];
@@ -956,7 +906,7 @@ Test(check, step_dir_and_states, .init = setup_open, .fini = teardown)
 
 /* ---- idx_chunk_is_bad (read by fs/ when judging a step) ---- */
 
-Test(chunks, is_bad, .init = setup_open, .fini = teardown)
+Test(chunks, is_bad, .init = setup_open_txn, .fini = teardown)
 {
 	uint64_t f = new_inode(IDX_ROOT_INO, "f", S_IFREG | 0644);
 	struct idx_extent e = { .offset = 0, .length = 8, .stored_size = 8, .codec = 0 };
