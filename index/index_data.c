@@ -402,33 +402,26 @@ int idx_stats_get(struct idx *ix, struct idx_stats *ret)
 	sqlite3_stmt *st;
 	int r;
 
-	st = ix_stmt(ix, IX_STATS_INODES);
-	r = ix_step(ix, st);
-	if (r > 0) {
-		s.files = (uint64_t)sqlite3_column_int64(st, 0);
-		s.dirs = (uint64_t)sqlite3_column_int64(st, 1);
-		s.symlinks = (uint64_t)sqlite3_column_int64(st, 2);
-		s.logical_bytes = (uint64_t)sqlite3_column_int64(st, 3);
-	}
+	/* aggregates always return one row: none is a broken statement (-EIO) */
+	if ((r = ix_row(ix, IX_STATS_INODES, &st, "")) < 0)
+		return r == -ENOENT ? -EIO : r;
+	s.files = (uint64_t)sqlite3_column_int64(st, 0);
+	s.dirs = (uint64_t)sqlite3_column_int64(st, 1);
+	s.symlinks = (uint64_t)sqlite3_column_int64(st, 2);
+	s.logical_bytes = (uint64_t)sqlite3_column_int64(st, 3);
 	ix_done(st);
-	if (r <= 0)
-		return r < 0 ? r : -EIO;
 
-	st = ix_stmt(ix, IX_STATS_CHUNKS);
-	r = ix_step(ix, st);
-	if (r > 0) {
-		s.chunks = (uint64_t)sqlite3_column_int64(st, 0);
-		s.chunk_raw_bytes = (uint64_t)sqlite3_column_int64(st, 1);
-		s.stored_bytes = (uint64_t)sqlite3_column_int64(st, 2);
-		s.bad_chunks = (uint64_t)sqlite3_column_int64(st, 3);
-		for (int c = 0; c < IDX_STATS_CODECS; c++) {
-			s.codec_chunks[c] = (uint64_t)sqlite3_column_int64(st, 4 + 2 * c);
-			s.codec_stored_bytes[c] = (uint64_t)sqlite3_column_int64(st, 5 + 2 * c);
-		}
+	if ((r = ix_row(ix, IX_STATS_CHUNKS, &st, "")) < 0)
+		return r == -ENOENT ? -EIO : r;
+	s.chunks = (uint64_t)sqlite3_column_int64(st, 0);
+	s.chunk_raw_bytes = (uint64_t)sqlite3_column_int64(st, 1);
+	s.stored_bytes = (uint64_t)sqlite3_column_int64(st, 2);
+	s.bad_chunks = (uint64_t)sqlite3_column_int64(st, 3);
+	for (int c = 0; c < IDX_STATS_CODECS; c++) {
+		s.codec_chunks[c] = (uint64_t)sqlite3_column_int64(st, 4 + 2 * c);
+		s.codec_stored_bytes[c] = (uint64_t)sqlite3_column_int64(st, 5 + 2 * c);
 	}
 	ix_done(st);
-	if (r <= 0)
-		return r < 0 ? r : -EIO;
 	*ret = s;
 	return 0;
 }

@@ -7,14 +7,7 @@
 # Usage: scripts/test.sh [extra meson test args, e.g. --suite unit]
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-cd "$top"
-bash scripts/install-deps.sh
-
-build=${CKPTFS_BUILD:-build-test}
-if [ ! -f "$build/build.ninja" ]; then
-	meson setup "$build" -Dwerror=true >/dev/null
-fi
-meson compile -C "$build"
+. "$top/scripts/build.sh"
 
 cleanup() {
 	# A test that died mid-way may leave a mount under the test temp dir: clear it.

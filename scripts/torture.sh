@@ -10,13 +10,7 @@
 # Takes hours with the defaults (200 rounds x 8 layouts x ~6 s for the crash loop alone).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-cd "$top"
-bash scripts/install-deps.sh
-build=${CKPTFS_BUILD:-build-test}
-if [ ! -f "$build/build.ninja" ]; then
-	meson setup "$build" -Dwerror=true >/dev/null
-fi
-meson compile -C "$build"
+. "$top/scripts/build.sh"
 export CKPTFS_BIN="$top/$build/fs/ckptfs" CKPTCTL_BIN="$top/$build/tools/ckptctl"
 export CKPTFS_TORTURE_ROUNDS=${CKPTFS_TORTURE_ROUNDS:-200}
 export CKPTFS_CORRUPT_ROUNDS=${CKPTFS_CORRUPT_ROUNDS:-20}

@@ -480,31 +480,25 @@ json_t *policy_step_json(const struct idx_step *s)
 	struct store_hash dg;
 	const char *layout = s->kind >= 0 && s->kind < LAYOUT_KIND_COUNT
 				     ? layout_name((enum layout_kind)s->kind) : NULL;
-	json_t *o = json_object();
 
-	if (!o)
-		return NULL;
 	memcpy(dg.b, s->digest, STORE_HASH_LEN);
 	store_hash_hex(&dg, hex);
-	json_object_set_new(o, "id", json_integer(s->id));
-	json_object_set_new(o, "step", json_integer(s->step));
-	json_object_set_new(o, "name", policy_json_name(s->name));
-	json_object_set_new(o, "kind", json_integer(s->kind));
-	json_object_set_new(o, "layout", json_string(layout ? layout : "?"));
-	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
-	json_object_set_new(o, "dir_ino", json_integer((json_int_t)s->dir_ino));
-	json_object_set_new(o, "created_ns", json_integer(s->created_ns));
-	json_object_set_new(o, "created", policy_json_time(s->created_ns));
-	json_object_set_new(o, "sealed_ns", json_integer(s->sealed_ns));
-	json_object_set_new(o, "sealed", policy_json_time(s->sealed_ns));
-	json_object_set_new(o, "completed_ns", json_integer(s->completed_ns));
-	json_object_set_new(o, "completed", policy_json_time(s->completed_ns));
-	json_object_set_new(o, "state_ns", json_integer(s->state_ns));
-	json_object_set_new(o, "state_changed", policy_json_time(s->state_ns));
-	json_object_set_new(o, "files", json_integer((json_int_t)s->files));
-	json_object_set_new(o, "logical_bytes", json_integer((json_int_t)s->logical_bytes));
-	json_object_set_new(o, "stored_bytes", json_integer((json_int_t)s->stored_bytes));
-	json_object_set_new(o, "digest", s->has_digest ? json_string(hex) : json_null());
-	json_object_set_new(o, "pinned", json_boolean(s->pinned));
-	return o;
+	/* json_pack: "o" takes the reference of a json_t *, "s?" packs NULL as null */
+	return json_pack("{s:I, s:I, s:o, s:i, s:s, s:s, s:I, s:I, s:o, s:I, s:o, s:I, s:o,"
+			 " s:I, s:o, s:I, s:I, s:I, s:s?, s:b}",
+			 "id", (json_int_t)s->id, "step", (json_int_t)s->step,
+			 "name", policy_json_name(s->name), "kind", s->kind,
+			 "layout", layout ? layout : "?", "state", idx_step_state_name(s->state),
+			 "dir_ino", (json_int_t)s->dir_ino,
+			 "created_ns", (json_int_t)s->created_ns,
+			 "created", policy_json_time(s->created_ns),
+			 "sealed_ns", (json_int_t)s->sealed_ns,
+			 "sealed", policy_json_time(s->sealed_ns),
+			 "completed_ns", (json_int_t)s->completed_ns,
+			 "completed", policy_json_time(s->completed_ns),
+			 "state_ns", (json_int_t)s->state_ns,
+			 "state_changed", policy_json_time(s->state_ns),
+			 "files", (json_int_t)s->files, "logical_bytes", (json_int_t)s->logical_bytes,
+			 "stored_bytes", (json_int_t)s->stored_bytes,
+			 "digest", s->has_digest ? hex : NULL, "pinned", (int)s->pinned);
 }

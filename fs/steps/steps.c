@@ -502,12 +502,10 @@ static int ensure_dir(struct ckfs *fs, uint64_t parent, const char *name, uint32
  */
 static int verify_tree(struct ckfs *fs, uint64_t dir, int depth)
 {
-	struct rm_ctx c = { 0 };
+	struct stp_entries c = { 0 };
 	int rc, bad = 0;
 
-	if (depth > 256)
-		return -ELOOP;
-	rc = idx_dir_list(fs->ix, dir, 0, stp_rm_collect, &c);
+	rc = stp_dir_entries(fs, dir, depth, &c);
 	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
 		if (S_ISDIR(c.modes[i])) {
 			rc = verify_tree(fs, c.inos[i], depth + 1);
@@ -535,11 +533,7 @@ static int verify_tree(struct ckfs *fs, uint64_t dir, int depth)
 		}
 		free(ext);
 	}
-	for (size_t i = 0; i < c.n; i++)
-		free(c.names[i]);
-	free(c.names);
-	free(c.inos);
-	free(c.modes);
+	stp_dir_entries_free(&c);
 	return rc < 0 ? rc : bad;
 }
 

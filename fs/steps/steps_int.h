@@ -53,9 +53,8 @@ struct ext_reader {
 	size_t n;
 };
 
-/* Entries of one directory collected by stp_rm_collect; the caller frees names[i] and the
- * arrays. */
-struct rm_ctx {
+/* Entries of one directory collected by stp_dir_entries; freed by stp_dir_entries_free. */
+struct stp_entries {
 	char **names;
 	uint64_t *inos;
 	uint32_t *modes;
@@ -167,11 +166,19 @@ int stp_move_back(struct ckfs *fs, const struct idx_step *s);
  * s->state. Returns 0 or the index's -errno (s unchanged). In a transaction, fs->mu held. */
 int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);
 
+/* How deep the step engine walks a step's tree before it calls the tree a loop (-ELOOP). */
+#define STP_TREE_DEPTH_MAX 256
+
 /*
- * stp_rm_collect - idx_dir_list callback: append the entry to the struct rm_ctx at arg (name
- * copied). Returns 0 or -ENOMEM (what was collected stays for the caller to free). fs->mu held.
+ * stp_dir_entries - the entries of directory dir (name copied, ino, mode) into *c, which must be
+ * zeroed; depth is dir's depth below the walk's start. Returns 0, -ELOOP when depth exceeds
+ * STP_TREE_DEPTH_MAX, -ENOMEM, or the index's -errno. *c is the caller's to release with
+ * stp_dir_entries_free on every path. fs->mu held.
  */
-int stp_rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg);
+int stp_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct stp_entries *c);
+
+/* stp_dir_entries_free - free what stp_dir_entries collected in *c (not c itself). */
+void stp_dir_entries_free(struct stp_entries *c);
 
 /* ---- steps_judge.c: sealing and judging ---- */
 

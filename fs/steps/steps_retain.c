@@ -45,12 +45,10 @@ static int collect_complete(const struct idx_step *s, void *arg)
 /* Remove the whole tree under dir (entries only; dir's own dentry is the caller's). */
 static int tree_remove(struct ckfs *fs, uint64_t dir, struct fs_freed *fr, int depth)
 {
-	struct rm_ctx c = { 0 };
+	struct stp_entries c = { 0 };
 	int rc;
 
-	if (depth > 256)
-		return -ELOOP;
-	rc = idx_dir_list(fs->ix, dir, 0, stp_rm_collect, &c);
+	rc = stp_dir_entries(fs, dir, depth, &c);
 	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
 		if (S_ISDIR(c.modes[i]) && (rc = tree_remove(fs, c.inos[i], fr, depth + 1)) < 0)
 			break;
@@ -58,11 +56,7 @@ static int tree_remove(struct ckfs *fs, uint64_t dir, struct fs_freed *fr, int d
 		if (rc == 0)
 			rc = fs_drop_link(fs, c.inos[i], ckfs_now(fs), fr);
 	}
-	for (size_t i = 0; i < c.n; i++)
-		free(c.names[i]);
-	free(c.names);
-	free(c.inos);
-	free(c.modes);
+	stp_dir_entries_free(&c);
 	return rc < 0 ? rc : 0;
 }
 
@@ -209,12 +203,10 @@ out:
 /* Copy the tree under src into the new directory dst: inodes are new, chunks are shared. */
 static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 {
-	struct rm_ctx c = { 0 };
+	struct stp_entries c = { 0 };
 	int rc;
 
-	if (depth > 256)
-		return -ELOOP;
-	rc = idx_dir_list(fs->ix, src, 0, stp_rm_collect, &c);
+	rc = stp_dir_entries(fs, src, depth, &c);
 	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
 		struct idx_inode a;
 		uint64_t ino;
@@ -252,11 +244,7 @@ static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 				break;
 		}
 	}
-	for (size_t i = 0; i < c.n; i++)
-		free(c.names[i]);
-	free(c.names);
-	free(c.inos);
-	free(c.modes);
+	stp_dir_entries_free(&c);
 	return rc < 0 ? rc : 0;
 }
 

@@ -311,10 +311,10 @@ int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *no
 
 /* ---- listing a directory ---- */
 
-/* idx_dir_list callback: collect name, ino and mode of each entry into the struct rm_ctx arg. */
-int stp_rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+/* idx_dir_list callback: collect name, ino and mode of each entry into the struct stp_entries arg. */
+static int rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
 {
-	struct rm_ctx *c = arg;
+	struct stp_entries *c = arg;
 
 	if (c->n == c->cap) {
 		size_t nc = c->cap ? 2 * c->cap : 16;
@@ -341,4 +341,20 @@ int stp_rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie
 	c->modes[c->n] = mode;
 	c->n++;
 	return 0;
+}
+
+int stp_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct stp_entries *c)
+{
+	if (depth > STP_TREE_DEPTH_MAX)
+		return -ELOOP;
+	return idx_dir_list(fs->ix, dir, 0, rm_collect, c);
+}
+
+void stp_dir_entries_free(struct stp_entries *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		free(c->names[i]);
+	free(c->names);
+	free(c->inos);
+	free(c->modes);
 }

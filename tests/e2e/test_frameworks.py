@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
-from crashround import run_rounds  # noqa: E402
+from crashround import await_resume, kill_in_save, run_rounds  # noqa: E402
 from trainers import (FRAC, KEEP_CRASH, RUN_TIMEOUT, SEED, SLOW, LogView, Trainer,  # noqa: E402
                       check_resumed, log_size, read_log, selected_layouts)
 
@@ -144,27 +144,9 @@ class TestFrameworks(unittest.TestCase):
             kill_save = rng.choice([2, 3])
             frac = rng.uniform(*FRAC)
             a = Trainer(layout, save, log, steps=1000, every=2, keep=keep, slow=SLOW)
-            killed_at = None
             try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                nsave, t_saving, dur = 0, None, None
-                while True:
-                    t, ln = a.next_line(deadline)
-                    if ln is None:
-                        raise AssertionError('trainer exited (%s) before the kill%s' %
-                                             (a.p.wait(), a.tail()))
-                    if ln.startswith('SAVING '):
-                        nsave += 1
-                        t_saving = t
-                        if nsave == kill_save:
-                            # a save lasts about as long as the first one did
-                            delay = frac * dur
-                            time.sleep(max(0.0, t_saving + delay - time.monotonic()))
-                            a.kill()
-                            killed_at = (int(ln.split()[1]), delay, dur)
-                            break
-                    elif ln.startswith('SAVED ') and dur is None:
-                        dur = t - t_saving
+                killed_at = kill_in_save(a, kill_save, frac, a.kill,
+                                         time.monotonic() + RUN_TIMEOUT)
             finally:
                 a.close()
             off = log_size(log)
@@ -174,19 +156,8 @@ class TestFrameworks(unittest.TestCase):
                 killed_at[1], killed_at[0], killed_at[2], before.saved)
             b = Trainer(layout, save, log, steps=1000, every=2, keep=keep, resume=True)
             try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                resumed = None
-                while True:
-                    _, ln = b.next_line(deadline)
-                    if ln is None:
-                        raise AssertionError('resumed trainer exited with status %s: %s%s' %
-                                             (b.p.wait(), note, b.tail()))
-                    if ln.startswith(('RESUMED', 'FRESH')) and resumed is None:
-                        resumed = ln
-                        if ln == 'FRESH':
-                            break
-                    if resumed and ln.startswith('SAVED '):
-                        break   # it also saved again over the torn step
+                # until it also saved again over the torn step
+                await_resume(b, time.monotonic() + RUN_TIMEOUT, 'SAVED ', lambda: note)
                 b.kill()
                 try:
                     step = check_resumed(b, before, log, off, killed_step=killed_at[0])

@@ -68,7 +68,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
 from ckfs import TRACKER, wait_for  # noqa: E402
-from crashround import run_rounds  # noqa: E402
+from crashround import await_resume, kill_in_save, run_rounds  # noqa: E402
 import trainers  # noqa: E402
 from trainers import (LogView, Trainer, check_resumed, daemon_log, drain, log_size,  # noqa: E402
                       read_log)
@@ -156,30 +156,15 @@ class TestScenarios(unittest.TestCase):
             kill_save = rng.choice([2, 3])
             frac = rng.uniform(0.02, 0.98)
             a = Trainer(layout, save, log, steps=1000, every=2, keep=keep, slow=SLOW)
-            saved_t = {}
+            kill_t = []
+
+            def kill():
+                kill_t.append(time.monotonic())
+                m.kill_daemon()     # SIGKILL, wait, fusermount3 -uz
+                a.kill()            # the ranks die with ENOTCONN, or by this
             try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                nsave, t_saving, dur = 0, None, None
-                while True:
-                    t, ln = a.next_line(deadline)
-                    if ln is None:
-                        raise AssertionError('trainer exited (%s) before the kill%s' %
-                                             (a.p.wait(), a.tail()))
-                    if ln.startswith('SAVED '):
-                        saved_t[int(ln.split()[1])] = t
-                        if dur is None:
-                            dur = t - t_saving
-                    if ln.startswith('SAVING '):
-                        nsave += 1
-                        t_saving = t
-                        if nsave == kill_save:
-                            delay = frac * dur
-                            time.sleep(max(0.0, t_saving + delay - time.monotonic()))
-                            t_kill = time.monotonic()
-                            m.kill_daemon()     # SIGKILL, wait, fusermount3 -uz
-                            a.kill()            # the ranks die with ENOTCONN, or by this
-                            killed_at = (int(ln.split()[1]), delay, dur)
-                            break
+                killed_at = kill_in_save(a, kill_save, frac, kill, time.monotonic() + RUN_TIMEOUT)
+                saved_t, t_kill = killed_at[3], kill_t[0]
                 for t, ln in drain(a):
                     if ln.startswith('SAVED '):
                         saved_t[int(ln.split()[1])] = t
@@ -197,19 +182,9 @@ class TestScenarios(unittest.TestCase):
             settling = layout in SETTLING and age < SETTLE_WINDOW
             b = Trainer(layout, save, log, steps=1000, every=2, keep=keep, resume=True)
             try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                resumed = None
-                while True:
-                    _, ln = b.next_line(deadline)
-                    if ln is None:
-                        raise AssertionError('resumed trainer exited with status %s: %s%s%s' %
-                                             (b.p.wait(), note, b.tail(), daemon_log(m)))
-                    if ln.startswith(('RESUMED', 'FRESH')) and resumed is None:
-                        resumed = ln
-                        if ln == 'FRESH':
-                            break
-                    if resumed and ln.startswith('SAVED '):
-                        break   # and it saved again after the resume
+                # until it saved again after the resume
+                _, resumed, _ = await_resume(b, time.monotonic() + RUN_TIMEOUT, 'SAVED ',
+                                             lambda: note + daemon_log(m))
                 b.kill()
                 got = trainers.kv(resumed).get('step') if resumed != 'FRESH' else None
                 accepted = ''

@@ -888,16 +888,37 @@ class Job:
         load_full_state(self.model, self.opt, sd)
         return int(st['global_step']), float(st['log_history'][-1]['loss'])
 
-    # ---- PyTorch DCP / torchtitan ---------------------------------------------------------
-    def save_dcp(self, step, loss, sd):
-        d = os.path.join(self.root, 'step-%d' % step)
-        os.makedirs(d, exist_ok=True)
+    # ---- one shard per rank (DCP, Orbax) ---------------------------------------------------
+    def shard_bytes(self, step, loss, sd):
+        """This rank's shard of sd (its tensors, its RNG, and on rank 0 the step and loss) as
+        torch.save bytes. Returns (the shard's tensors by name, the bytes)."""
         shard = dict(shard_of(sd, self.model, self.rank, self.world))
         obj = {'tensors': shard, 'rng': self.rng_state()}
         if self.rank == 0:
             obj['train_state'] = {'step': step, 'loss': loss}
+        return shard, tsave_bytes(obj)
+
+    def load_shards(self, d, files, mine):
+        """Load the shards `files` under d written by shard_bytes into the model and optimizer,
+        this rank's RNG from the shard named `mine`. Returns (step, loss) from rank 0's shard."""
+        sd, loss, step = {}, None, None
+        for f in files:
+            obj = self.tload(os.path.join(d, f))
+            sd.update(obj['tensors'])
+            if f == mine:
+                self.set_rng(obj['rng'])
+            if 'train_state' in obj:
+                loss = obj['train_state']['loss']
+                step = obj['train_state']['step']
+        load_full_state(self.model, self.opt, sd)
+        return step, float(loss)
+
+    # ---- PyTorch DCP / torchtitan ---------------------------------------------------------
+    def save_dcp(self, step, loss, sd):
+        d = os.path.join(self.root, 'step-%d' % step)
+        os.makedirs(d, exist_ok=True)
+        shard, data = self.shard_bytes(step, loss, sd)
         name = '__%d_0.distcp' % self.rank
-        data = tsave_bytes(obj)
         self.sv.write(os.path.join(d, name), data, fsync=True)
         results = self.gather({'file': name, 'keys': sorted(shard), 'size': len(data)})
         if self.rank == 0:
@@ -933,17 +954,7 @@ class Job:
         step, name = max(steps)
         d = os.path.join(self.root, name)
         md = self.tload(os.path.join(d, '.metadata'))
-        sd, loss = {}, None
-        for f in md['files']:
-            obj = self.tload(os.path.join(d, f))
-            sd.update(obj['tensors'])
-            if f == '__%d_0.distcp' % self.rank:
-                self.set_rng(obj['rng'])
-            if 'train_state' in obj:
-                loss = obj['train_state']['loss']
-                step = obj['train_state']['step']
-        load_full_state(self.model, self.opt, sd)
-        return step, float(loss)
+        return self.load_shards(d, md['files'], '__%d_0.distcp' % self.rank)
 
     # ---- InternEvo ------------------------------------------------------------------------
     # tests/traces/internevo.md: InternLM/InternEvo 05bbd8f internlm/checkpoint/
@@ -1036,12 +1047,8 @@ class Job:
                 shutil.rmtree(tmp)
             os.makedirs(tmp)
         self.barrier()
-        shard = dict(shard_of(sd, self.model, self.rank, self.world))
-        obj = {'tensors': shard, 'rng': self.rng_state()}
-        if self.rank == 0:
-            obj['train_state'] = {'step': step, 'loss': loss}
+        _, data = self.shard_bytes(step, loss, sd)
         name = 'shard_%d.pt' % self.rank
-        data = tsave_bytes(obj)
         self.sv.write(os.path.join(tmp, name), data, final=os.path.join(final_dir, name))
         self.sv.wrote(os.path.join(final_dir, name), data)
         self.barrier()
@@ -1063,17 +1070,8 @@ class Job:
             return None
         step = steps[-1]
         d = os.path.join(self.root, str(step))
-        sd, loss = {}, None
-        for r in range(self.world):
-            obj = self.tload(os.path.join(d, 'shard_%d.pt' % r))
-            sd.update(obj['tensors'])
-            if r == self.rank:
-                self.set_rng(obj['rng'])
-            if 'train_state' in obj:
-                loss = obj['train_state']['loss']
-                step = obj['train_state']['step']
-        load_full_state(self.model, self.opt, sd)
-        return step, float(loss)
+        return self.load_shards(d, ['shard_%d.pt' % r for r in range(self.world)],
+                                'shard_%d.pt' % self.rank)
 
 
 def orbax_steps(root):

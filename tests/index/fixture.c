@@ -1,6 +1,7 @@
 /* fixture.c — see fixture.h. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "tests/index/fixture.h"
 #include "tests/lib/ctest.h"
@@ -33,4 +34,24 @@ void teardown(void)
 	idx_close(ix);
 	ix = NULL;
 	ct_rmtree(tdir);
+}
+
+uint64_t new_inode(uint64_t parent, const char *name, uint32_t mode)
+{
+	struct idx_inode a = {
+		.mode = mode,
+		.uid = 1000,
+		.gid = 1001,
+		.nlink = S_ISDIR(mode) ? 2 : 1,
+		.atime_ns = 5,
+		.mtime_ns = 6,
+		.ctime_ns = 7,
+	};
+	uint64_t ino = 0;
+
+	cr_assert_eq(idx_inode_create(ix, &a, &ino), 0);
+	cr_assert_gt(ino, IDX_ROOT_INO);
+	if (name)
+		cr_assert_eq(idx_dentry_add(ix, parent, name, ino), 0);
+	return ino;
 }

@@ -24,4 +24,10 @@ void setup_open_txn(void);
 /* teardown - close ix (if open) and remove tdir. */
 void teardown(void);
 
+/*
+ * new_inode - create an inode of mode (uid 1000, gid 1001, times 5/6/7 ns, nlink 2 for a
+ * directory, else 1) and, when name is not NULL, its dentry under parent. Returns its ino.
+ */
+uint64_t new_inode(uint64_t parent, const char *name, uint32_t mode);
+
 #endif

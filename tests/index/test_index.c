@@ -50,26 +50,6 @@ static struct idx_extent ext(uint64_t off, uint32_t len, uint32_t seed, uint32_t
 	return e;
 }
 
-static uint64_t new_inode(uint64_t parent, const char *name, uint32_t mode)
-{
-	struct idx_inode a = {
-		.mode = mode,
-		.uid = 1000,
-		.gid = 1001,
-		.nlink = S_ISDIR(mode) ? 2 : 1,
-		.atime_ns = 5,
-		.mtime_ns = 6,
-		.ctime_ns = 7,
-	};
-	uint64_t ino = 0;
-
-	cr_assert_eq(idx_inode_create(ix, &a, &ino), 0);
-	cr_assert_gt(ino, IDX_ROOT_INO);
-	if (name)
-		cr_assert_eq(idx_dentry_add(ix, parent, name, ino), 0);
-	return ino;
-}
-
 static uint64_t new_file(uint64_t parent, const char *name)
 {
 	return new_inode(parent, name, S_IFREG | 0644);

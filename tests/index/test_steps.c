@@ -27,24 +27,6 @@ static void mkhash(uint8_t h[IDX_HASH_LEN], uint32_t seed)
 		h[i] = (uint8_t)(seed * 13 + 7 * i + 1);
 }
 
-static uint64_t new_inode(uint64_t parent, const char *name, uint32_t mode)
-{
-	struct idx_inode a = {
-		.mode = mode,
-		.uid = 1000,
-		.gid = 1001,
-		.nlink = S_ISDIR(mode) ? 2 : 1,
-		.atime_ns = 5,
-		.mtime_ns = 6,
-		.ctime_ns = 7,
-	};
-	uint64_t ino = 0;
-
-	cr_assert_eq(idx_inode_create(ix, &a, &ino), 0);
-	cr_assert_eq(idx_dentry_add(ix, parent, name, ino), 0);
-	return ino;
-}
-
 static uint64_t new_dir(const char *name)
 {
 	return new_inode(IDX_ROOT_INO, name, S_IFDIR | 0755);

@@ -31,3 +31,48 @@ def run_rounds(test, layout, rounds, round_fn, rng, summary, kind='', catch=(Ass
     print(line, flush=True)
     if fails:
         test.fail('\n'.join(fails))
+
+
+def kill_in_save(tr, kill_save, frac, kill, deadline):
+    """Read trainer tr's lines until its kill_save-th save begins ('SAVING <step>'), wait frac of
+    the first save's duration (SAVING to SAVED, so a kill lands inside a save that takes about
+    as long), then call kill(). Returns (killed_step, delay_s, first_save_s, saved_t), saved_t
+    mapping each step SAVED so far to its line's time.monotonic(). Raises AssertionError when the
+    trainer exits first."""
+    saved_t = {}
+    nsave, t_saving, dur = 0, None, None
+    while True:
+        t, ln = tr.next_line(deadline)
+        if ln is None:
+            raise AssertionError('trainer exited (%s) before the kill%s' % (tr.p.wait(), tr.tail()))
+        if ln.startswith('SAVED '):
+            saved_t[int(ln.split()[1])] = t
+            if dur is None:
+                dur = t - t_saving
+        elif ln.startswith('SAVING '):
+            nsave += 1
+            t_saving = t
+            if nsave == kill_save:
+                delay = frac * dur
+                time.sleep(max(0.0, t_saving + delay - time.monotonic()))
+                kill()
+                return int(ln.split()[1]), delay, dur, saved_t
+
+
+def await_resume(tr, deadline, until, describe):
+    """Read a resumed trainer's lines: its first 'RESUMED ...' or 'FRESH' line, then (after
+    RESUMED) up to its first line starting with `until` ('SAVED ' or 'SAVING '). Returns
+    (t, resumed_line, last_line). Raises AssertionError naming the exit status, describe() and
+    the trainer's tail when the trainer exits first."""
+    resumed = None
+    while True:
+        t, ln = tr.next_line(deadline)
+        if ln is None:
+            raise AssertionError('resumed trainer exited with status %s: %s%s' %
+                                 (tr.p.wait(), describe(), tr.tail()))
+        if ln.startswith(('RESUMED', 'FRESH')) and resumed is None:
+            resumed = ln
+            if ln == 'FRESH':
+                return t, resumed, ln
+        if resumed and ln.startswith(until):
+            return t, resumed, ln

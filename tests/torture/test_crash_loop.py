@@ -47,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
+from crashround import await_resume  # noqa: E402
 import trainers  # noqa: E402
 from trainers import (LogView, Trainer, check_resumed, daemon_log, drain, log_size,  # noqa: E402
                       read_log)
@@ -226,18 +227,8 @@ class TestCrashLoop(unittest.TestCase):
     def check_resume(self, tr, log, p, deadline, m):
         """Read until the resumed job's first SAVING (its LOADED lines are in the log by
         then), then check where it resumed. Returns [(t, that SAVING line)] for the caller."""
-        resumed = None
-        while True:
-            t, ln = tr.next_line(deadline)
-            if ln is None:
-                raise AssertionError('resumed trainer exited with status %s: %s%s%s' %
-                                     (tr.p.wait(), p['msg'], tr.tail(), ('' if PLAIN else daemon_log(m))))
-            if ln.startswith(('RESUMED', 'FRESH')) and resumed is None:
-                resumed = ln
-                if ln == 'FRESH':
-                    break
-            if resumed and ln.startswith('SAVING '):
-                break
+        t, _, ln = await_resume(tr, deadline, 'SAVING ',
+                                lambda: p['msg'] + ('' if PLAIN else daemon_log(m)))
         exp = p['expect']
         try:
             step = check_resumed(tr, p['before'], log, p['off'], expect_step=exp,

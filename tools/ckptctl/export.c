@@ -694,7 +694,5 @@ out:
 
 int cmd_export(const struct ctl_opts *o)
 {
-	if (o->argc != 2)
-		return usage_error("'export' takes a STEP and a DIR");
 	return export_run(o->root, o->argv[0], o->argv[1], o->force, o->json);
 }

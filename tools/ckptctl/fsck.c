@@ -529,7 +529,5 @@ out:
 
 int cmd_fsck(const struct ctl_opts *o)
 {
-	if (o->argc)
-		return usage_error("'fsck' takes no arguments");
 	return fsck_run(o->root, o->json);
 }

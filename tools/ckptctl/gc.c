@@ -127,7 +127,5 @@ static int gc_run(const char *root, bool json)
 
 int cmd_gc(const struct ctl_opts *o)
 {
-	if (o->argc)
-		return usage_error("'gc' takes no arguments");
 	return gc_run(o->root, o->json);
 }

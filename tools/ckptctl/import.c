@@ -556,20 +556,16 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 	size_t i;
 
 	if (c->json) {
-		json_t *o = json_object(), *a = json_array();
-
-		json_object_set_new(o, "store", json_string(c->root));
-		json_object_set_new(o, "source", json_string(c->src));
-		json_object_set_new(o, "destination", json_string(dest));
-		json_object_set_new(o, "files", json_u64(c->files));
-		json_object_set_new(o, "dirs", json_u64(c->dirs));
-		json_object_set_new(o, "symlinks", json_u64(c->symlinks));
-		json_object_set_new(o, "logical_bytes", json_u64(c->logical));
-		json_object_set_new(o, "stored_bytes_added", json_u64(c->stored_added));
-		json_object_set_new(o, "chunks_written", json_u64(c->chunks_written));
-		json_object_set_new(o, "dedup_hits", json_u64(c->dedup_hits));
-		json_object_set_new(o, "seconds", json_real(secs));
-		json_object_set_new(o, "mb_per_s", json_real(imp_mbps(c, secs)));
+		json_t *a = json_array();
+		json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}",
+				      "store", c->root, "source", c->src, "destination", dest,
+				      "files", json_u64(c->files), "dirs", json_u64(c->dirs),
+				      "symlinks", json_u64(c->symlinks),
+				      "logical_bytes", json_u64(c->logical),
+				      "stored_bytes_added", json_u64(c->stored_added),
+				      "chunks_written", json_u64(c->chunks_written),
+				      "dedup_hits", json_u64(c->dedup_hits), "seconds", secs,
+				      "mb_per_s", imp_mbps(c, secs));
 		for (i = 0; i < c->nsteps; i++) {
 			const struct imp_step *s = &c->steps[i];
 			json_t *so = json_object();
@@ -919,8 +915,6 @@ out:
 
 int cmd_import(const struct ctl_opts *o)
 {
-	if (o->argc != 1)
-		return usage_error("'import' takes one DIR");
 	if (o->force)
 		return usage_error("'import' never replaces anything: it has no '--force'");
 	return import_run(o->root, o->dest ? o->dest : "/", o->argv[0], o->json);

@@ -398,7 +398,5 @@ out:
 
 int cmd_ls(const struct ctl_opts *o)
 {
-	if (o->argc > 1)
-		return usage_error("'ls' takes at most one PATH");
 	return ls_run(o->root, o->argc ? o->argv[0] : "/", o->json);
 }

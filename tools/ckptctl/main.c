@@ -31,44 +31,47 @@
 
 #include "ctl.h"
 
-/* One command: its name, its function, and its part of the --help text (NULL: shares the
- * entry before it). The order is the order of --help. */
+/* One command: its name, its function, how many arguments it takes (min..max, and in words for
+ * the error), and its part of the --help text (NULL: shares the entry before it). The order is
+ * the order of --help. */
 struct ctl_cmd {
 	const char *name;
 	int (*fn)(const struct ctl_opts *o);
+	int min_args, max_args;
+	const char *args;
 	const char *help;
 };
 
 static const struct ctl_cmd commands[] = {
-	{ "status", cmd_status,
+	{ "status", cmd_status, 0, 0, "no arguments",
 	  "  status      what the store holds, and whether a daemon owns it\n" },
-	{ "ls", cmd_ls,
+	{ "ls", cmd_ls, 0, 1, "at most one PATH",
 	  "  ls [PATH]   list a directory, or show a file's digest and extents\n"
 	  "              (PATH relative to the mount root, default '/')\n" },
-	{ "verify", cmd_verify,
+	{ "verify", cmd_verify, 0, 0, "no arguments",
 	  "  verify      re-read every chunk and re-hash every file; exit 1 on damage\n" },
-	{ "gc", cmd_gc,
+	{ "gc", cmd_gc, 0, 0, "no arguments",
 	  "  gc          remove unlinked inodes and unreferenced chunks (not mounted)\n" },
-	{ "fsck", cmd_fsck,
+	{ "fsck", cmd_fsck, 0, 0, "no arguments",
 	  "  fsck        check and repair (not mounted): the index file (a damaged one is\n"
 	  "              rebuilt from its readable rows, the old kept aside), the index's\n"
 	  "              consistency, orphans, then verify; says what was lost; exit 1 if so\n" },
-	{ "steps", cmd_steps,
+	{ "steps", cmd_steps, 0, 0, "no arguments",
 	  "  steps       the checkpoint steps: state, files, sizes, completion, pins\n" },
-	{ "show", cmd_show,
+	{ "show", cmd_show, 1, 1, "one STEP",
 	  "  show STEP   one step's fields, directory, files and state history\n"
 	  "              (STEP: a step number, or a step directory name such as iter_0000100)\n" },
-	{ "pin", cmd_pin,
+	{ "pin", cmd_pin, 1, 1, "one STEP",
 	  "  pin STEP, unpin STEP\n"
 	  "              protect a complete step from retention, or stop (not mounted)\n" },
-	{ "unpin", cmd_pin, NULL },
-	{ "export", cmd_export,
+	{ "unpin", cmd_pin, 1, 1, "one STEP", NULL },
+	{ "export", cmd_export, 2, 2, "a STEP and a DIR",
 	  "  export STEP DIR\n"
 	  "              copy a complete step to DIR/NAME as plain files, each verified against\n"
 	  "              its recorded digest, and write the framework's tracker in DIR\n" },
-	{ "claims", cmd_claims,
+	{ "claims", cmd_claims, 0, 0, "no arguments",
 	  "  claims      what trainers wrote into their tracker files\n" },
-	{ "import", cmd_import,
+	{ "import", cmd_import, 1, 1, "one DIR",
 	  "  import DIR  copy a plain checkpoint directory into the store (not mounted; the\n"
 	  "              store is created if absent): steps recognised, sealed by their\n"
 	  "              tracker or marker, complete when every file is whole; trackers\n"
@@ -175,8 +178,14 @@ int main(int argc, char **argv)
 
 	if (o.dest && strcmp(o.cmd, "import"))
 		return usage_error("'--dest' is an option of 'import' only");
-	for (size_t i = 0; i < NCOMMANDS; i++)
-		if (!strcmp(o.cmd, commands[i].name))
-			return commands[i].fn(&o);
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		const struct ctl_cmd *cmd = &commands[i];
+
+		if (strcmp(o.cmd, cmd->name))
+			continue;
+		if (o.argc < cmd->min_args || o.argc > cmd->max_args)
+			return usage_error("'%s' takes %s", cmd->name, cmd->args);
+		return cmd->fn(&o);
+	}
 	return usage_error("unknown command '%s'", o.cmd);
 }

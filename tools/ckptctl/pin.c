@@ -95,7 +95,5 @@ out:
 
 int cmd_pin(const struct ctl_opts *o)
 {
-	if (o->argc != 1)
-		return usage_error("'%s' takes one STEP", o->cmd);
 	return pin_run(o->root, o->argv[0], o->cmd[0] == 'p', o->json);
 }

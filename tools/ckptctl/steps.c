@@ -549,14 +549,10 @@ out:
 
 int cmd_steps(const struct ctl_opts *o)
 {
-	if (o->argc)
-		return usage_error("'steps' takes no arguments");
 	return steps_run(o->root, o->json);
 }
 
 int cmd_show(const struct ctl_opts *o)
 {
-	if (o->argc != 1)
-		return usage_error("'show' takes one STEP");
 	return show_run(o->root, o->argv[0], o->json);
 }

@@ -528,8 +528,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 	size_t i;
 
 	if (c->json) {
-		json_t *o = json_object(), *ac = json_array(), *af = json_array(),
-		       *an = json_array();
+		json_t *o, *ac = json_array(), *af = json_array(), *an = json_array();
 
 		for (i = 0; i < c->nchunks; i++) {
 			const struct v_chunk *k = &c->chunks[i];
@@ -570,23 +569,19 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			json_object_set_new(x, "reason", json_string(c->notes[i].reason));
 			json_array_append_new(an, x);
 		}
-		json_object_set_new(o, "store", json_string(c->root));
-		json_object_set_new(o, "mounted", json_boolean(c->r->mounted));
-		json_object_set_new(o, "owner_pid",
-				    c->r->mounted ? json_integer(c->r->owner_pid) : json_null());
-		json_object_set_new(o, "marks_recorded", json_boolean(c->writable));
-		json_object_set_new(o, "chunks", json_u64(c->nchunks));
-		json_object_set_new(o, "chunk_bytes", json_u64(c->total_bytes));
-		json_object_set_new(o, "files_checked", json_u64(c->nfiles));
-		json_object_set_new(o, "files_hashed", json_u64(c->files_hashed));
-		json_object_set_new(o, "damaged_chunk_count", json_u64(bad_chunks));
-		json_object_set_new(o, "damaged_file_count", json_u64(bad_files));
-		json_object_set_new(o, "marked_bad", json_u64(c->marked_now));
-		json_object_set_new(o, "marks_cleared", json_u64(c->cleared_now));
-		json_object_set_new(o, "damaged_chunks", ac);
-		json_object_set_new(o, "damaged_files", af);
-		json_object_set_new(o, "notes", an);
-		json_object_set_new(o, "clean", json_boolean(c->ndmg == 0));
+		o = json_pack("{s:s, s:b, s:o, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
+			      " s:o, s:o, s:o, s:b}",
+			      "store", c->root, "mounted", (int)c->r->mounted,
+			      "owner_pid", c->r->mounted ? json_integer(c->r->owner_pid) : json_null(),
+			      "marks_recorded", (int)c->writable, "chunks", json_u64(c->nchunks),
+			      "chunk_bytes", json_u64(c->total_bytes),
+			      "files_checked", json_u64(c->nfiles),
+			      "files_hashed", json_u64(c->files_hashed),
+			      "damaged_chunk_count", json_u64(bad_chunks),
+			      "damaged_file_count", json_u64(bad_files),
+			      "marked_bad", json_u64(c->marked_now),
+			      "marks_cleared", json_u64(c->cleared_now), "damaged_chunks", ac,
+			      "damaged_files", af, "notes", an, "clean", (int)(c->ndmg == 0));
 		return json_print(o);
 	}
 
@@ -709,7 +704,5 @@ out:
 
 int cmd_verify(const struct ctl_opts *o)
 {
-	if (o->argc)
-		return usage_error("'verify' takes no arguments");
 	return verify_run(o->root, o->json);
 }
