@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fs/policy/layout.h"
+#include "tests/lib/ctest.h"
 
 #define R_ LAYOUT_STEP_RELEASE
 #define NS LAYOUT_STEP_NONE
@@ -227,18 +228,7 @@ static const struct pcase path_cases[] = {
 
 #define N_PATH_CASES (sizeof(path_cases) / sizeof(path_cases[0]))
 
-/*
- * Parameters are indices, not the cases: Criterion re-executes the test binary for each
- * test, and a pointer into this process's static data means nothing in the child (PIE).
- */
-ParameterizedTestParameters(layout, classify)
-{
-	static size_t idx[N_PATH_CASES];
-
-	for (size_t i = 0; i < N_PATH_CASES; i++)
-		idx[i] = i;
-	return cr_make_param_array(size_t, idx, N_PATH_CASES);
-}
+CT_INDEX_PARAMETERS(layout, classify, N_PATH_CASES)
 
 /* Invariant 3 of layout.c: the step prefix names the step directory itself. */
 static void check_prefix(const char *path, enum layout_kind forced, const struct layout_match *m)
@@ -567,14 +557,7 @@ static const struct tcase tracker_cases[] = {
 
 #define N_TRACKER_CASES (sizeof(tracker_cases) / sizeof(tracker_cases[0]))
 
-ParameterizedTestParameters(layout, tracker_parse)
-{
-	static size_t idx[N_TRACKER_CASES];
-
-	for (size_t i = 0; i < N_TRACKER_CASES; i++)
-		idx[i] = i;
-	return cr_make_param_array(size_t, idx, N_TRACKER_CASES);
-}
+CT_INDEX_PARAMETERS(layout, tracker_parse, N_TRACKER_CASES)
 
 ParameterizedTest(size_t *ci, layout, tracker_parse)
 {

@@ -15,6 +15,21 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/*
+ * CT_INDEX_PARAMETERS - the parameters of a Criterion ParameterizedTest(size_t *ci, suite, name)
+ * over a table of n cases: the indices 0..n-1, not the cases, because Criterion re-executes the
+ * test binary for each test, and a pointer into this process's static data means nothing in
+ * the child (PIE).
+ */
+#define CT_INDEX_PARAMETERS(suite, name, n)                             \
+	ParameterizedTestParameters(suite, name)                        \
+	{                                                               \
+		static size_t idx[n];                                   \
+		for (size_t i = 0; i < (n); i++)                        \
+			idx[i] = i;                                     \
+		return cr_make_param_array(size_t, idx, (n));           \
+	}
+
 #ifdef CTEST_SQLITE
 #include <sqlite3.h>
 #endif

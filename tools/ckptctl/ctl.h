@@ -194,6 +194,13 @@ int json_print(json_t *obj);
 /* json_u64 - a JSON integer of an unsigned count (counts never reach 2^63); new reference. */
 json_t *json_u64(uint64_t v);
 
+/*
+ * json_store - a new JSON object with the fields every report about a store starts with:
+ * "store" (root), "mounted" and "owner_pid" (null when not mounted), from r (borrowed). New
+ * reference, or NULL when out of memory.
+ */
+json_t *json_store(const char *root, const struct ckpt_repo *r);
+
 
 /* ---- out.c: the progress line ---- */
 

@@ -38,12 +38,8 @@ static int gc_mounted(struct ckpt_repo *r, const char *root, bool json)
 		return EXIT_ERROR;
 	}
 	if (json) {
-		json_t *o = json_object();
+		json_t *o = json_store(root, r);
 
-		json_object_set_new(o, "store", json_string(root));
-		json_object_set_new(o, "mounted", json_boolean(r->mounted));
-		json_object_set_new(o, "owner_pid",
-				    r->mounted ? json_integer(r->owner_pid) : json_null());
 		json_object_set_new(o, "swept", json_false());
 		json_object_set_new(o, "unreferenced_chunk_files", json_u64(g.files));
 		json_object_set_new(o, "unreferenced_bytes", json_u64(g.bytes));
@@ -88,11 +84,8 @@ static int gc_sweep(struct ckpt_repo *r, const char *root, bool json)
 		goto fail_list;
 	freed = before.bytes > after.bytes ? before.bytes - after.bytes : 0;
 	if (json) {
-		json_t *o = json_object();
+		json_t *o = json_store(root, r);
 
-		json_object_set_new(o, "store", json_string(root));
-		json_object_set_new(o, "mounted", json_false());
-		json_object_set_new(o, "owner_pid", json_null());
 		json_object_set_new(o, "swept", json_true());
 		json_object_set_new(o, "inodes_removed", json_u64(inodes));
 		json_object_set_new(o, "chunks_removed", json_u64(chunks));

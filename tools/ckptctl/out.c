@@ -28,6 +28,12 @@ json_t *json_u64(uint64_t v)
 	return json_integer((json_int_t)v);
 }
 
+json_t *json_store(const char *root, const struct ckpt_repo *r)
+{
+	return json_pack("{s:s, s:b, s:o}", "store", root, "mounted", (int)r->mounted, "owner_pid",
+			 r->mounted ? json_integer(r->owner_pid) : json_null());
+}
+
 void ctl_progress_init(struct ctl_progress *p)
 {
 	p->tty = isatty(STDERR_FILENO);

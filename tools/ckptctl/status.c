@@ -41,12 +41,8 @@ static int status_run(const char *root, bool json)
 		ratio = (double)s.stored_bytes / (double)s.logical_bytes;
 
 	if (json) {
-		json_t *o = json_object();
+		json_t *o = json_store(root, r);
 
-		json_object_set_new(o, "store", json_string(root));
-		json_object_set_new(o, "mounted", json_boolean(r->mounted));
-		json_object_set_new(o, "owner_pid",
-				    r->mounted ? json_integer(r->owner_pid) : json_null());
 		json_object_set_new(o, "clean", r->mounted ? json_null() : json_boolean(clean));
 		json_object_set_new(o, "files", json_u64(s.files));
 		json_object_set_new(o, "dirs", json_u64(s.dirs));
