@@ -118,10 +118,10 @@ void ckpt_repo_close(struct ckpt_repo *r);
 int64_t ckpt_now_ns(void);
 
 /*
- * ckptfs_main - the daemon: parse argv, open STORE, mount, serve until unmounted.
+ * fs_main - the daemon: parse argv, open STORE, mount, serve until unmounted.
  * Returns the process exit status (0 success, 1 failure).
  */
-int ckptfs_main(int argc, char **argv);
+int fs_main(int argc, char **argv);
 
 /*
  * ckpt_fault_init - arm the crash points named by the environment variable CKPTFS_FAULT
@@ -159,19 +159,19 @@ void ckpt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
  * Process facts from /proc (core/proc.c). Any thread, no lock.
- * fs_pid_flags - the flags field of /proc/PID/stat (PF_* bits) into *ret. Returns 0, -EIO when
+ * ckpt_pid_flags - the flags field of /proc/PID/stat (PF_* bits) into *ret. Returns 0, -EIO when
  * the file cannot be parsed, or fopen's -errno (-ENOENT: no such process).
- * fs_tgid_of - the process (thread group) of thread tid: FUSE requests carry the calling
+ * ckpt_tgid_of - the process (thread group) of thread tid: FUSE requests carry the calling
  * thread's id, and a trainer's helper thread may exit while its process goes on writing.
  * Returns the tgid, or 0 when unknown (tid <= 0, gone, unreadable).
- * fs_pid_stat - state (proc(5) field 3) and start time (field 22, clock ticks since boot) of
+ * ckpt_pid_stat - state (proc(5) field 3) and start time (field 22, clock ticks since boot) of
  * process pid into *ret_state, *ret_start. Returns 0, -EIO (unparsable), or fopen's -errno.
- * fs_pid_alive - is the process that had this pid and start time still running (not a zombie)?
+ * ckpt_pid_alive - is the process that had this pid and start time still running (not a zombie)?
  */
-int fs_pid_flags(pid_t pid, unsigned long *ret);
-pid_t fs_tgid_of(pid_t tid);
-int fs_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
-bool fs_pid_alive(pid_t pid, unsigned long long start);
+int ckpt_pid_flags(pid_t pid, unsigned long *ret);
+pid_t ckpt_tgid_of(pid_t tid);
+int ckpt_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
+bool ckpt_pid_alive(pid_t pid, unsigned long long start);
 
 /*
  * ckpt_grow - make room for one more element in the array *vp (*cap elements of elem bytes, n in

@@ -38,7 +38,7 @@ struct lookup_ent {
 	struct lookup_ent *next;
 };
 
-struct fs_pins;
+struct pins;
 
 /* Virtual tracker inodes: VINO_BASE + layout kind (index inodes never get this high). */
 #define VINO_BASE (1ull << 56)
@@ -62,7 +62,7 @@ struct ckfs {
 	pthread_mutex_t mu;      /* guards ix, otab; after oinode.lock, before pins.mu */
 	struct oinode *otab[OTAB_BUCKETS];
 	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
-	struct fs_pins *pins;
+	struct pins *pins;
 	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
 	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */

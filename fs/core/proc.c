@@ -12,7 +12,7 @@
  * The process (thread group) of a thread: FUSE requests carry the calling thread's id, and a
  * trainer's helper thread may exit while its process goes on writing. 0 when unknown.
  */
-pid_t fs_tgid_of(pid_t tid)
+pid_t ckpt_tgid_of(pid_t tid)
 {
 	char path[64], line[128];
 	pid_t tgid = 0;
@@ -34,7 +34,7 @@ pid_t fs_tgid_of(pid_t tid)
  * State and start time (clock ticks since boot) of process pid, from /proc/PID/stat (proc(5):
  * field 3 state, field 22 starttime). Returns 0 or -errno.
  */
-int fs_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start)
+int ckpt_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start)
 {
 	char path[64], buf[1024];
 	unsigned long long start;
@@ -59,17 +59,17 @@ int fs_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start)
 }
 
 /* Is the process that had this pid and start time still running (not a zombie)? */
-bool fs_pid_alive(pid_t pid, unsigned long long start)
+bool ckpt_pid_alive(pid_t pid, unsigned long long start)
 {
 	unsigned long long now_start;
 	char state;
 
-	if (fs_pid_stat(pid, &state, &now_start) < 0)
+	if (ckpt_pid_stat(pid, &state, &now_start) < 0)
 		return false;
 	return now_start == start && state != 'Z' && state != 'X';
 }
 
-int fs_pid_flags(pid_t pid, unsigned long *ret)
+int ckpt_pid_flags(pid_t pid, unsigned long *ret)
 {
 	char path[64], buf[1024];
 	FILE *f;

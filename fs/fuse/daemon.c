@@ -386,7 +386,7 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 			return -1;
 		}
 	}
-	fs->pins = fs_pins_new();
+	fs->pins = pins_new();
 	fs->on_commit = steps_on_commit;
 	fs->flush_inval = fs_flush_inval;
 	if (!fs->pins || (rc = steps_init(fs)) < 0) {
@@ -423,7 +423,7 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts *o,
 			 struct ckfs *fs)
 {
-	struct fuse_session *se = fuse_session_new(args, &ckfs_ops, sizeof(ckfs_ops), fs);
+	struct fuse_session *se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), fs);
 
 	fs->se = se;
 	if (!se) {
@@ -517,7 +517,7 @@ static void teardown(struct ckfs *fs, int ret)
 	if (fs->repo && ret == 0 && ckpt_repo_set_clean(fs->repo, true) == 0)
 		ckpt_log("stopped cleanly\n");
 	ckpt_repo_close(fs->repo);
-	fs_pins_free(fs->pins);
+	pins_free(fs->pins);
 	if (fs->staging_dirfd >= 0)
 		close(fs->staging_dirfd);
 	pthread_mutex_destroy(&fs->mu);
@@ -551,7 +551,7 @@ out:
 	return ret;
 }
 
-int ckptfs_main(int argc, char **argv)
+int fs_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts o = { 0 };

@@ -74,17 +74,17 @@ void fs_tune_read_ahead(struct ckfs *fs);
 enum { META_STATUS, META_STEPS, META_STEPS_JSON, META_METRICS, META_FILE_COUNT };
 /* Virtual inode of /.ckptfs/<file which>. */
 #define VINO_META(which) (VINO_BASE + 100 + (uint64_t)(which))
-/* meta_file_by_name - index of a /.ckptfs file name, or -1. meta_file_name - the reverse. */
-int meta_file_by_name(const char *name);
-const char *meta_file_name(int which);
+/* fs_meta_file_by_name - index of a /.ckptfs file name, or -1. fs_meta_file_name - the reverse. */
+int fs_meta_file_by_name(const char *name);
+const char *fs_meta_file_name(int which);
 /*
- * meta_render - the current content of /.ckptfs/<file which>.
+ * fs_meta_render - the current content of /.ckptfs/<file which>.
  * @ret_buf: owned (free()); @ret_len: bytes. Returns 0, -ENOENT (no such file), -ENOMEM, or an
  * index error.
  */
-int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len);
+int fs_meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len);
 
 /* ---- ops.c (ops_dir.c, ops_file.c: ops_int.h) ---- */
-extern const struct fuse_lowlevel_ops ckfs_ops;
+extern const struct fuse_lowlevel_ops fs_ops;
 
 #endif /* CKPTFS_FS_FUSE_INT_H */

@@ -1,7 +1,7 @@
-/* main.c — the ckptfs executable: everything is in ckptfs_main (fs/fuse/daemon.c). */
+/* main.c — the ckptfs executable: everything is in fs_main (fs/fuse/daemon.c). */
 #include "fs/ckptfs.h"
 
 int main(int argc, char **argv)
 {
-	return ckptfs_main(argc, argv);
+	return fs_main(argc, argv);
 }

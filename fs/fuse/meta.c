@@ -27,7 +27,7 @@ _Static_assert(STORE_CODEC_MAX < IDX_STATS_CODECS, "struct idx_stats breaks out 
 static const char *const meta_names[META_FILE_COUNT] = { "status", "steps", "steps.json",
 							  "metrics" };
 
-int meta_file_by_name(const char *name)
+int fs_meta_file_by_name(const char *name)
 {
 	for (int i = 0; i < META_FILE_COUNT; i++)
 		if (strcmp(name, meta_names[i]) == 0)
@@ -35,7 +35,7 @@ int meta_file_by_name(const char *name)
 	return -1;
 }
 
-const char *meta_file_name(int which)
+const char *fs_meta_file_name(int which)
 {
 	return which >= 0 && which < META_FILE_COUNT ? meta_names[which] : NULL;
 }
@@ -341,7 +341,7 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 	}
 }
 
-int meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len)
+int fs_meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len)
 {
 	struct collect c = { 0 };
 	struct idx_stats st;

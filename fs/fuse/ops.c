@@ -39,7 +39,7 @@ static int meta_stat(struct ckfs *fs, int which, struct stat *st)
 	struct idx_inode a;
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = meta_render(fs, which, &buf, &len);
+	int rc = fs_meta_render(fs, which, &buf, &len);
 
 	free(buf);
 	if (rc < 0 || (rc = idx_inode_get(fs->ix, fs->meta_ino, &a)) < 0)
@@ -79,7 +79,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	struct ckfs *fs = fs_req_fs(req);
 
 	pthread_mutex_lock(&fs->mu);
-	fs_forget_locked(fs, ino, nlookup);
+	ino_forget_locked(fs, ino, nlookup);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_none(req);
 }
@@ -90,7 +90,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 
 	pthread_mutex_lock(&fs->mu);
 	for (size_t i = 0; i < count; i++)
-		fs_forget_locked(fs, forgets[i].ino, forgets[i].nlookup);
+		ino_forget_locked(fs, forgets[i].ino, forgets[i].nlookup);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_none(req);
 }
@@ -157,11 +157,11 @@ void fs_reply_entry_tmo(fuse_req_t req, struct ckfs *fs, uint64_t ino, double tm
 	e.ino = ino;
 	e.attr_timeout = tmo;
 	e.entry_timeout = tmo;
-	fs_lookup_inc(fs, ino);
+	ino_lookup_inc(fs, ino);
 	pthread_mutex_unlock(&fs->mu);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
 		pthread_mutex_lock(&fs->mu); /* interrupted: the kernel took no reference */
-		fs_forget_locked(fs, ino, 1);
+		ino_forget_locked(fs, ino, 1);
 		pthread_mutex_unlock(&fs->mu);
 	}
 }
@@ -251,16 +251,16 @@ static void op_destroy(void *userdata)
 		oi_put(fs, dirty);
 	}
 	/* The kernel holds no inode any more: delete what is unlinked or was never committed. */
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	bool ok;
 
 	pthread_mutex_lock(&fs->mu);
 	steps_reap(fs, true); /* nobody writes any more: judge every unfinished step */
-	ok = idx_begin(fs->ix) == 0 && idx_recover(fs->ix, fs_release_collect, &fr) >= 0 &&
+	ok = idx_begin(fs->ix) == 0 && idx_recover(fs->ix, ino_release_collect, &fr) >= 0 &&
 	     idx_commit(fs->ix) == 0;
 	if (!ok)
 		idx_rollback(fs->ix);
-	fs_release_finish(fs, &fr, ok);
+	ino_release_finish(fs, &fr, ok);
 	for (unsigned i = 0; i < LTAB_BUCKETS; i++) {
 		while (fs->ltab[i]) {
 			struct lookup_ent *n = fs->ltab[i]->next;
@@ -312,10 +312,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		cq_wait_idle(fs);
 		pthread_mutex_lock(&fs->mu);
 	}
-	if (parent == fs->meta_ino && meta_file_by_name(name) >= 0) {
-		struct fuse_entry_param e = { .ino = VINO_META(meta_file_by_name(name)) };
+	if (parent == fs->meta_ino && fs_meta_file_by_name(name) >= 0) {
+		struct fuse_entry_param e = { .ino = VINO_META(fs_meta_file_by_name(name)) };
 
-		rc = meta_stat(fs, meta_file_by_name(name), &e.attr);
+		rc = meta_stat(fs, fs_meta_file_by_name(name), &e.attr);
 		pthread_mutex_unlock(&fs->mu);
 		if (rc < 0)
 			fuse_reply_err(req, -rc);
@@ -598,7 +598,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	fuse_reply_err(req, -rc);
 }
 
-const struct fuse_lowlevel_ops ckfs_ops = {
+const struct fuse_lowlevel_ops fs_ops = {
 	.init = op_init,
 	.destroy = op_destroy,
 	.lookup = op_lookup,

@@ -151,18 +151,18 @@ void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const ch
 static int remove_txn(struct ckfs *fs, fuse_ino_t parent, const char *name, uint64_t ino,
 		      int64_t now, bool dir)
 {
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	int rc = idx_begin(fs->ix);
 
 	if (rc < 0)
 		return rc;
 	rc = idx_dentry_remove(fs->ix, parent, name);
 	if (rc == 0)
-		rc = fs_drop_link(fs, ino, now, &fr);
+		rc = ino_drop_link(fs, ino, now, &fr);
 	if (rc == 0)
 		rc = fs_touch_dir(fs, parent, now, dir ? -1 : 0);
 	rc = fs_commit_or_rollback(fs, rc);
-	fs_release_finish(fs, &fr, rc == 0);
+	ino_release_finish(fs, &fr, rc == 0);
 	return rc;
 }
 
@@ -247,7 +247,7 @@ static int is_ancestor(struct ckfs *fs, uint64_t anc, uint64_t dir)
 }
 
 static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		     const char *newname, unsigned int flags, struct fs_freed *fr)
+		     const char *newname, unsigned int flags, struct ino_freed *fr)
 {
 	struct idx_inode sa, da, npa;
 	uint64_t src, dst;
@@ -336,7 +336,7 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 		if (have_dst) {
 			rc = idx_dentry_remove(fs->ix, newparent, newname);
 			if (rc == 0)
-				rc = fs_drop_link(fs, dst, now, fr);
+				rc = ino_drop_link(fs, dst, now, fr);
 			if (rc == 0 && S_ISDIR(da.mode))
 				rc = fs_touch_dir(fs, newparent, now, -1);
 		}
@@ -367,7 +367,7 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 static int rename_into_tracker(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent,
 			       const char *name, fuse_ino_t newparent, int kind)
 {
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	struct idx_inode a;
 	struct oinode *oi;
 	char buf[64 * 1024], cname[300];
@@ -394,11 +394,11 @@ static int rename_into_tracker(fuse_req_t req, struct ckfs *fs, fuse_ino_t paren
 		return rc;
 	rc = idx_dentry_remove(fs->ix, parent, name);
 	if (rc == 0)
-		rc = fs_drop_link(fs, ino, ckfs_now(fs), &fr);
+		rc = ino_drop_link(fs, ino, ckfs_now(fs), &fr);
 	if (rc == 0)
 		rc = fs_touch_dir(fs, parent, ckfs_now(fs), 0);
 	rc = fs_commit_or_rollback(fs, rc);
-	fs_release_finish(fs, &fr, rc == 0);
+	ino_release_finish(fs, &fr, rc == 0);
 	return rc;
 }
 
@@ -406,7 +406,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 		      const char *newname, unsigned int flags)
 {
 	struct ckfs *fs = fs_req_fs(req);
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	int rc;
 
 	if (parent == IDX_ROOT_INO && newparent == IDX_ROOT_INO && steps_commit_rename(fs, name))
@@ -426,7 +426,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 		return;
 	}
 	rc = do_rename(fs, parent, name, newparent, newname, flags, &fr);
-	fs_release_finish(fs, &fr, rc == 0);
+	ino_release_finish(fs, &fr, rc == 0);
 	if (rc == 0) {
 		uint64_t ino;
 
@@ -581,7 +581,7 @@ void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 		if (k < 0)
 			k = 0;
-		n = fuse_add_direntry(req, d.buf + d.len, size - d.len, meta_file_name(k), &st,
+		n = fuse_add_direntry(req, d.buf + d.len, size - d.len, fs_meta_file_name(k), &st,
 				      VOFF_BASE + 100 + k);
 		if (n > size - d.len)
 			break;

@@ -147,7 +147,7 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		h->vkind = -1; /* a snapshot to read, nothing to claim */
 		cq_wait_idle(fs);
 		pthread_mutex_lock(&fs->mu);
-		rc = meta_render(fs, fs_meta_of(ino), &h->vbuf, &h->vlen);
+		rc = fs_meta_render(fs, fs_meta_of(ino), &h->vbuf, &h->vlen);
 		pthread_mutex_unlock(&fs->mu);
 		if (rc < 0) {
 			fh_free(h);
@@ -224,7 +224,7 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 	if (rc == 0)
 		rc = fs_stat_locked(fs, ino, &e.attr);
 	if (rc == 0)
-		fs_lookup_inc(fs, ino);
+		ino_lookup_inc(fs, ino);
 	pthread_mutex_unlock(&fs->mu);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
@@ -371,7 +371,7 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (h->wrote) {
 		/* DESIGN.md: a flush from an exiting process means the writer died with the file
 		 * open (the kernel flushes from do_exit): the file is torn */
-		bool torn = fs_pid_flags(pid, &pflags) == 0 && (pflags & PF_EXITING_FLAG);
+		bool torn = ckpt_pid_flags(pid, &pflags) == 0 && (pflags & PF_EXITING_FLAG);
 
 		/* close() returns once the bytes are in memory: the committer makes them durable
 		 * and tells the step engine (commit.c). An error already known is reported here.

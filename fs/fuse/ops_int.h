@@ -56,7 +56,7 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st);
 
 /*
  * fs_reply_entry_tmo - reply an entry for ino, cached by the kernel for tmo seconds (attributes
- * and name alike), taking one kernel lookup reference (fs_lookup_inc; given back if the reply
+ * and name alike), taking one kernel lookup reference (ino_lookup_inc; given back if the reply
  * finds the request interrupted). Called with fs->mu held; returns with it released. On a stat
  * failure replies its errno instead.
  */

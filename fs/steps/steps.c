@@ -71,7 +71,7 @@ static struct step_rt *rt_get(struct ckfs *fs, int64_t id, bool create)
 	return r;
 }
 
-void stp_rt_drop(struct ckfs *fs, int64_t id)
+void steps_rt_drop(struct ckfs *fs, int64_t id)
 {
 	for (struct step_rt **pp = &fs->steps_rt; *pp; pp = &(*pp)->next) {
 		if ((*pp)->id == id) {
@@ -84,13 +84,13 @@ void stp_rt_drop(struct ckfs *fs, int64_t id)
 	}
 }
 
-void stp_rt_note(struct ckfs *fs, int64_t id, pid_t pid)
+void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 {
 	struct step_rt *r = rt_get(fs, id, true);
 
 	if (!r)
 		return;
-	pid = fs_tgid_of(pid);
+	pid = ckpt_tgid_of(pid);
 	r->last_ns = ckpt_now_ns();
 	for (unsigned i = 0; i < r->npids; i++)
 		if (r->pids[i] == pid)
@@ -99,7 +99,7 @@ void stp_rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 	unsigned long long start;
 
 	if (pid > 0 && r->npids < sizeof(r->pids) / sizeof(r->pids[0]) &&
-	    fs_pid_stat(pid, &state, &start) == 0) {
+	    ckpt_pid_stat(pid, &state, &start) == 0) {
 		r->starts[r->npids] = start;
 		r->pids[r->npids++] = pid;
 	}
@@ -128,8 +128,8 @@ static bool orbax_renamed(struct ckfs *fs, uint64_t ino, const char *name, pid_t
 		return false;
 	}
 	snprintf(s.name, sizeof(s.name), "%s", name);
-	stp_rt_note(fs, s.id, pid);
-	stp_seal(fs, &s, "renamed from its tmp name");
+	steps_rt_note(fs, s.id, pid);
+	steps_seal(fs, &s, "renamed from its tmp name");
 	return true;
 }
 
@@ -147,29 +147,30 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 			return;
 		if (renamed && orbax_renamed(fs, ino, name, pid))
 			return;
-		if (stp_step_of_path(fs, name, &m, &s) == 0)
-			stp_rt_note(fs, s.id, pid);
+		if (steps_step_of_path(fs, name, &m, &s) == 0)
+			steps_rt_note(fs, s.id, pid);
 		return;
 	}
-	if (stp_rel_path(fs, ino, rel, sizeof(rel)) < 0 || layout_classify(rel, fs->layout, &m) < 0)
+	if (steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
+	    layout_classify(rel, fs->layout, &m) < 0)
 		return;
 	if ((m.flags & LAYOUT_F_SLOT) && m.role == ROLE_STEP_DIR) {
-		if (stp_step_of_path(fs, rel, &m, &s) == 0)
-			stp_rt_note(fs, s.id, pid);
+		if (steps_step_of_path(fs, rel, &m, &s) == 0)
+			steps_rt_note(fs, s.id, pid);
 		return;
 	}
 	if (m.kind == LAYOUT_MF1 && m.role == ROLE_STEP_FILE) {
 		if (renamed && !(m.flags & LAYOUT_F_TMP))
-			stp_mf1_on_file(fs, &m, pid);
+			steps_mf1_on_file(fs, &m, pid);
 		return;
 	}
 	if ((m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || m.step_prefix_len == 0 ||
-	    stp_step_of_path(fs, rel, &m, &s) < 0)
+	    steps_step_of_path(fs, rel, &m, &s) < 0)
 		return;
-	stp_rt_note(fs, s.id, pid);
+	steps_rt_note(fs, s.id, pid);
 	/* a marker renamed into place (DCP .metadata.tmp -> .metadata) seals its step */
 	if (renamed && m.role == ROLE_MARKER)
-		stp_seal(fs, &s, "marker");
+		steps_seal(fs, &s, "marker");
 }
 
 struct vread {
@@ -193,7 +194,7 @@ bool steps_is_marker(struct ckfs *fs, uint64_t ino)
 	if (fs->layout < 0)
 		return false;
 	pthread_mutex_lock(&fs->mu);
-	r = stp_rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
+	r = steps_rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
 	    layout_classify(rel, fs->layout, &m) == 0 && m.role == ROLE_MARKER;
 	pthread_mutex_unlock(&fs->mu);
 	return r;
@@ -212,7 +213,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	if (fs->layout < 0)
 		return;
 	pthread_mutex_lock(&fs->mu);
-	rc = stp_rel_path(fs, oi->ino, rel, sizeof(rel));
+	rc = steps_rel_path(fs, oi->ino, rel, sizeof(rel));
 	if (rc == 0)
 		rc = layout_classify(rel, fs->layout, &m);
 	bool mf1 = rc == 0 && m.kind == LAYOUT_MF1 && m.role == ROLE_STEP_FILE;
@@ -255,20 +256,20 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	else if (flags & IDX_INODE_MALFORMED)
 		ckpt_log("'%s' is malformed: %s", rel, why);
 	if (mf1 && !(m.flags & LAYOUT_F_TMP)) {
-		stp_mf1_on_file(fs, &m, pid);
-	} else if (!mf1 && stp_step_of_path(fs, rel, &m, &s) == 0) {
-		stp_rt_note(fs, s.id, pid);
+		steps_mf1_on_file(fs, &m, pid);
+	} else if (!mf1 && steps_step_of_path(fs, rel, &m, &s) == 0) {
+		steps_rt_note(fs, s.id, pid);
 		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
 			if (m.flags & LAYOUT_F_SLOT)
-				stp_slot_number(fs, &s, strrchr(rel, '/') + 1);
-			stp_seal(fs, &s, "marker");
+				steps_slot_number(fs, &s, strrchr(rel, '/') + 1);
+			steps_seal(fs, &s, "marker");
 		}
 		else if (s.state == IDX_STEP_SEALED &&
 			 (policy_marker_after_all_ranks(s.kind) || policy_names_repeat(s.kind)))
 			/* a file closed before the marker and committed after it (commit.c), or
 			 * the last rank's file after DeepSpeed's `latest`: the step may be complete
 			 * now, without waiting for the reaper */
-			stp_evaluate(fs, s.id, false, false, false);
+			steps_evaluate(fs, s.id, false, false, false);
 		struct step_rt *r;
 
 		if ((flags & IDX_INODE_TORN) && (r = rt_get(fs, s.id, false))) {
@@ -294,13 +295,13 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	if (fs->layout < 0)
 		return;
 	if (parent != IDX_ROOT_INO && (rank = steps_rank_dir(fs, parent)) >= 0) {
-		stp_mf1_before_remove(fs, rank, name);
+		steps_mf1_before_remove(fs, rank, name);
 		return;
 	}
 	if (parent == IDX_ROOT_INO) {
 		snprintf(top, sizeof(top), "%s", name);
 	} else {
-		if (stp_rel_path(fs, parent, rel, sizeof(rel)) < 0)
+		if (steps_rel_path(fs, parent, rel, sizeof(rel)) < 0)
 			return;
 		slash = strchr(rel, '/');
 		snprintf(top, sizeof(top), "%.*s", slash ? (int)(slash - rel) : (int)strlen(rel),
@@ -314,7 +315,7 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	/* keep a copy (same chunks) until a newer step is complete */
 	if (idx_begin(fs->ix) < 0)
 		return;
-	int rc = stp_keep_copy(fs, &s, &a, qname, sizeof(qname));
+	int rc = steps_keep_copy(fs, &s, &a, qname, sizeof(qname));
 
 	if (rc == 0)
 		rc = idx_commit(fs->ix);
@@ -387,10 +388,10 @@ void steps_reap(struct ckfs *fs, bool recovering)
 			if (now - r->last_ns < STEP_SETTLE_NS && !r->torn)
 				continue;
 			for (unsigned j = 0; j < r->npids; j++)
-				if (fs_pid_alive(r->pids[j], r->starts[j]))
+				if (ckpt_pid_alive(r->pids[j], r->starts[j]))
 					settled = false;
 		}
-		stp_evaluate(fs, c.ids[i], settled, recovering, true);
+		steps_evaluate(fs, c.ids[i], settled, recovering, true);
 	}
 out:
 	free(c.ids);
@@ -405,7 +406,7 @@ static size_t orphaned_steps(struct ckfs *fs, int64_t *ids, size_t cap)
 		bool alive = false;
 
 		for (unsigned j = 0; j < r->npids && !alive; j++)
-			alive = fs_pid_alive(r->pids[j], r->starts[j]);
+			alive = ckpt_pid_alive(r->pids[j], r->starts[j]);
 		if (r->npids > 0 && !alive)
 			ids[n++] = r->id;
 	}
@@ -428,7 +429,7 @@ void steps_settle_now(struct ckfs *fs)
 		return;
 	n = orphaned_steps(fs, ids, sizeof(ids) / sizeof(ids[0]));
 	for (size_t i = 0; i < n; i++)
-		stp_evaluate(fs, ids[i], true, false, true);
+		steps_evaluate(fs, ids[i], true, false, true);
 	if (n && fs->ninval)
 		pthread_cond_signal(&fs->reaper_cv); /* it tells the kernel what left the namespace */
 }
@@ -502,10 +503,10 @@ static int ensure_dir(struct ckfs *fs, uint64_t parent, const char *name, uint32
  */
 static int verify_tree(struct ckfs *fs, uint64_t dir, int depth)
 {
-	struct stp_entries c = { 0 };
+	struct steps_entries c = { 0 };
 	int rc, bad = 0;
 
-	rc = stp_dir_entries(fs, dir, depth, &c);
+	rc = steps_dir_entries(fs, dir, depth, &c);
 	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
 		if (S_ISDIR(c.modes[i])) {
 			rc = verify_tree(fs, c.inos[i], depth + 1);
@@ -533,7 +534,7 @@ static int verify_tree(struct ckfs *fs, uint64_t dir, int depth)
 		}
 		free(ext);
 	}
-	stp_dir_entries_free(&c);
+	steps_dir_entries_free(&c);
 	return rc < 0 ? rc : bad;
 }
 
@@ -560,8 +561,8 @@ static void verify_newest(struct ckfs *fs)
 			snprintf(note, sizeof(note), "%d chunks failed their checksum at mount", bad);
 			if (idx_begin(fs->ix) < 0)
 				break;
-			if (stp_set_state(fs, &s, IDX_STEP_CORRUPT, note) < 0 ||
-			    stp_move_to_quarantine(fs, &s) < 0 || idx_commit(fs->ix) < 0) {
+			if (steps_set_state(fs, &s, IDX_STEP_CORRUPT, note) < 0 ||
+			    steps_move_to_quarantine(fs, &s) < 0 || idx_commit(fs->ix) < 0) {
 				idx_rollback(fs->ix);
 				break;
 			}
@@ -579,7 +580,7 @@ static int mf1_reload_claim(int64_t id, const char *tracker, const void *content
 
 	if (sscanf(tracker, "rank_%d/meta.json", &rank) == 1 && content &&
 	    layout_tracker_parse(LAYOUT_MF1, "meta.json", content, len, &t) == 0)
-		stp_mf1_note_claim(fs, rank, t.epoch, t.step);
+		steps_mf1_note_claim(fs, rank, t.epoch, t.step);
 	return 0;
 }
 
@@ -596,13 +597,13 @@ int steps_init(struct ckfs *fs)
 		rc = ensure_dir(fs, fs->meta_ino, RETAINED_NAME, 0555, &fs->retained_ino);
 	if (rc == 0 && fs->layout >= 0) {
 		idx_claim_foreach(fs->ix, mf1_reload_claim, fs);
-		idx_step_foreach(fs->ix, stp_mf1_judge_cb, fs);
+		idx_step_foreach(fs->ix, steps_mf1_judge_cb, fs);
 		fs->crash_recovery = !fs->repo->was_clean;
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
 		fs->crash_recovery = false;
 		/* a daemon killed inside retention left more complete steps than it keeps */
 		for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
-			stp_retention(fs, k);
+			steps_retention(fs, k);
 		verify_newest(fs);
 	}
 	pthread_mutex_unlock(&fs->mu);
@@ -629,7 +630,7 @@ void steps_stop(struct ckfs *fs)
 	pthread_join(fs->reaper, NULL);
 	fs->reaper_started = false;
 	while (fs->steps_rt)
-		stp_rt_drop(fs, fs->steps_rt->id);
+		steps_rt_drop(fs, fs->steps_rt->id);
 	free(fs->mf1_claim);
 	fs->mf1_claim = NULL;
 	fs->mf1_nranks = 0;

@@ -53,15 +53,15 @@ struct ext_reader {
 	size_t n;
 };
 
-/* Entries of one directory collected by stp_dir_entries; freed by stp_dir_entries_free. */
-struct stp_entries {
+/* Entries of one directory collected by steps_dir_entries; freed by steps_dir_entries_free. */
+struct steps_entries {
 	char **names;
 	uint64_t *inos;
 	uint32_t *modes;
 	size_t n, cap;
 };
 
-/* What stp_scan_tree found under a step's directory. */
+/* What steps_scan_tree found under a step's directory. */
 struct step_scan {
 	struct ckfs *fs;
 	bool check_bad;
@@ -75,233 +75,234 @@ struct step_scan {
 /* ---- steps.c: per-step runtime facts ---- */
 
 /*
- * stp_rt_note - record that pid (a thread id; its thread group is recorded, with its start time)
+ * steps_rt_note - record that pid (a thread id; its thread group is recorded, with its start time)
  * wrote into step id now. Silently skipped on ENOMEM or past 16 writers. fs->mu held.
  */
-void stp_rt_note(struct ckfs *fs, int64_t id, pid_t pid);
+void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid);
 
-/* stp_rt_drop - forget the runtime facts of step id (no-op when none). fs->mu held. */
-void stp_rt_drop(struct ckfs *fs, int64_t id);
+/* steps_rt_drop - forget the runtime facts of step id (no-op when none). fs->mu held. */
+void steps_rt_drop(struct ckfs *fs, int64_t id);
 
 /* ---- steps_tree.c: paths, the tree of a step, moves, state ---- */
 
 /*
- * stp_rel_path - path of ino relative to the root, without the leading '/', into buf (cap
+ * steps_rel_path - path of ino relative to the root, without the leading '/', into buf (cap
  * bytes, NUL-terminated). Returns 0, -ENAMETOOLONG, or the index's -errno (-ENOENT: unlinked).
  * fs->mu held.
  */
-int stp_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
+int steps_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
 
 /*
- * stp_inval_queue - queue parent/name for the kernel to forget (fs_flush_inval). Dropped
+ * steps_inval_queue - queue parent/name for the kernel to forget (fs_flush_inval). Dropped
  * silently on ENOMEM (the kernel forgets it by itself later). fs->mu held.
  */
-void stp_inval_queue(struct ckfs *fs, uint64_t parent, const char *name);
+void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name);
 
 /*
- * stp_scan_tree - the figures and digest of the tree under dir (policy_step_walk) and what the
+ * steps_scan_tree - the figures and digest of the tree under dir (policy_step_walk) and what the
  * daemon knows of its files (open, torn or malformed, never closed, and with check_bad, bad
  * chunks) into *ret. Returns 0 or -errno (-ENOMEM, index errors; *ret untouched). fs->mu held.
  */
-int stp_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_scan *ret);
+int steps_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_scan *ret);
 
-/* stp_tree_has_bad_chunk - has a chunk of a file under dir been found bad? 1 yes, 0 no or on
+/* steps_tree_has_bad_chunk - has a chunk of a file under dir been found bad? 1 yes, 0 no or on
  * error. fs->mu held. */
-int stp_tree_has_bad_chunk(struct ckfs *fs, uint64_t dir);
+int steps_tree_has_bad_chunk(struct ckfs *fs, uint64_t dir);
 
 /*
- * stp_ext_read - read callback (validate.h) over a committed file's extents: arg is a struct
+ * steps_ext_read - read callback (validate.h) over a committed file's extents: arg is a struct
  * ext_reader whose ext/n the caller loaded (and frees). Reads len bytes at byte offset off into
  * buf (holes and what no extent covers read as zeros); the caller asks within the file's size.
  * Returns len, or -errno from the store (-EIO on a short chunk read). fs->mu held.
  */
-ssize_t stp_ext_read(void *arg, void *buf, size_t len, uint64_t off);
+ssize_t steps_ext_read(void *arg, void *buf, size_t len, uint64_t off);
 
-/* stp_revalidate_tree - re-check the structure of every file under dir from the store and flag
+/* steps_revalidate_tree - re-check the structure of every file under dir from the store and flag
  * the malformed (IDX_INODE_MALFORMED). Best effort: errors stop the walk silently. fs->mu held. */
-void stp_revalidate_tree(struct ckfs *fs, uint64_t dir);
+void steps_revalidate_tree(struct ckfs *fs, uint64_t dir);
 
 /*
- * stp_dir_links_add - add delta to directory dir's link count (subdirectories moved in or out);
+ * steps_dir_links_add - add delta to directory dir's link count (subdirectories moved in or out);
  * touch: also set its mtime and ctime to now. Returns 0 or the index's -errno. In a
  * transaction, fs->mu held.
  */
-int stp_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch);
+int steps_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch);
 
-/* stp_is_slot - is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place? Pure. */
-bool stp_is_slot(const struct idx_step *s);
+/* steps_is_slot - is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place?
+ * Pure. */
+bool steps_is_slot(const struct idx_step *s);
 
-/* stp_lookup_path - the directory at path rel (relative to the root, '/'-separated) into *ret.
+/* steps_lookup_path - the directory at path rel (relative to the root, '/'-separated) into *ret.
  * Returns 0, -ENAMETOOLONG (a component over LAYOUT_NAME_MAX), or the index's -errno
  * (-ENOENT: a component is missing). fs->mu held. */
-int stp_lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret);
+int steps_lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret);
 
 /*
- * stp_step_home - where a step named name lives: its parent directory (*ret_parent) and its
+ * steps_step_home - where a step named name lives: its parent directory (*ret_parent) and its
  * entry name there (*ret_leaf, borrowed from name). Top-level steps live in the root; a slot
  * "snapshot/K" lives in `snapshot/` as "K". Returns 0, or -errno when the parent is gone.
  * fs->mu held.
  */
-int stp_step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
-		  const char **ret_leaf);
+int steps_step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
+		    const char **ret_leaf);
 
-/* stp_flat_name - "NAME.ID" (id >= 0) or "NAME" into buf (cap bytes, truncated), every '/' of
+/* steps_flat_name - "NAME.ID" (id >= 0) or "NAME" into buf (cap bytes, truncated), every '/' of
  * NAME as '-': the entry name in /.ckptfs/quarantine and /.ckptfs/retained. Pure. */
-void stp_flat_name(const char *name, int64_t id, char *buf, size_t cap);
+void steps_flat_name(const char *name, int64_t id, char *buf, size_t cap);
 
 /*
- * stp_move_to_quarantine - move step s's directory from its place in the namespace to
+ * steps_move_to_quarantine - move step s's directory from its place in the namespace to
  * /.ckptfs/quarantine/NAME.ID and queue its name for the kernel. Returns 0 (also when it is not
  * at its place) or the index's -errno. In a transaction, fs->mu held.
  */
-int stp_move_to_quarantine(struct ckfs *fs, const struct idx_step *s);
+int steps_move_to_quarantine(struct ckfs *fs, const struct idx_step *s);
 
 /*
- * stp_move_back - move step s's directory from quarantine back to its name. Returns 0,
+ * steps_move_back - move step s's directory from quarantine back to its name. Returns 0,
  * -EEXIST when the trainer re-created the name, or -errno. In a transaction, fs->mu held.
  */
-int stp_move_back(struct ckfs *fs, const struct idx_step *s);
+int steps_move_back(struct ckfs *fs, const struct idx_step *s);
 
-/* stp_set_state - set step s's state (idx_step_state) with an optional note, log it, and update
+/* steps_set_state - set step s's state (idx_step_state) with an optional note, log it, and update
  * s->state. Returns 0 or the index's -errno (s unchanged). In a transaction, fs->mu held. */
-int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);
+int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);
 
 /* How deep the step engine walks a step's tree before it calls the tree a loop (-ELOOP). */
-#define STP_TREE_DEPTH_MAX 256
+#define STEPS_TREE_DEPTH_MAX 256
 
 /*
- * stp_dir_entries - the entries of directory dir (name copied, ino, mode) into *c, which must be
+ * steps_dir_entries - the entries of directory dir (name copied, ino, mode) into *c, which must be
  * zeroed; depth is dir's depth below the walk's start. Returns 0, -ELOOP when depth exceeds
- * STP_TREE_DEPTH_MAX, -ENOMEM, or the index's -errno. *c is the caller's to release with
- * stp_dir_entries_free on every path. fs->mu held.
+ * STEPS_TREE_DEPTH_MAX, -ENOMEM, or the index's -errno. *c is the caller's to release with
+ * steps_dir_entries_free on every path. fs->mu held.
  */
-int stp_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct stp_entries *c);
+int steps_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct steps_entries *c);
 
-/* stp_dir_entries_free - free what stp_dir_entries collected in *c (not c itself). */
-void stp_dir_entries_free(struct stp_entries *c);
+/* steps_dir_entries_free - free what steps_dir_entries collected in *c (not c itself). */
+void steps_dir_entries_free(struct steps_entries *c);
 
 /* ---- steps_judge.c: sealing and judging ---- */
 
 /*
- * stp_evaluate - judge step id: complete it, or set it aside in quarantine when it cannot
+ * steps_evaluate - judge step id: complete it, or set it aside in quarantine when it cannot
  * complete. settled: its writers are gone; recovering: the daemon that saw it written is gone;
  * quiet: nothing was written into it for STEP_SETTLE_NS (the reaper, steps_settle_now). State
  * changes are logged; on an index error the step stays as it is and is judged again later.
  * fs->mu held; runs its own transaction.
  */
-void stp_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bool quiet);
+void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bool quiet);
 
 /*
- * stp_step_of_path - the step whose directory is rel[0, m->step_prefix_len), into *ret,
- * creating its row if needed (then older sealed steps of a stp_names_repeat layout are judged).
+ * steps_step_of_path - the step whose directory is rel[0, m->step_prefix_len), into *ret,
+ * creating its row if needed (then older sealed steps of a policy_names_repeat layout are judged).
  * Returns 0 or -errno (-ENOENT: m has no step prefix or no such directory; index errors).
  * fs->mu held; runs its own transaction when it creates the row.
  */
-int stp_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
-		     struct idx_step *ret);
+int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
+		       struct idx_step *ret);
 
 /*
- * stp_seal - a marker or a tracker claim says step s was saved (why: for the log): seal it and
+ * steps_seal - a marker or a tracker claim says step s was saved (why: for the log): seal it and
  * judge it (a step set aside comes back if its files are sound). On an index error the step
  * stays as it is. fs->mu held; runs its own transactions.
  */
-void stp_seal(struct ckfs *fs, struct idx_step *s, const char *why);
+void steps_seal(struct ckfs *fs, struct idx_step *s, const char *why);
 
 /* ---- steps_retain.c: retention and retained copies ---- */
 
 /*
- * stp_drop_tree - remove step s's directory tree from wherever it is (the namespace,
+ * steps_drop_tree - remove step s's directory tree from wherever it is (the namespace,
  * quarantine, retained); s->dir_ino becomes 0. Chunks no longer referenced are added to fr.
  * Returns 0 or -errno. In a transaction, fs->mu held.
  */
-int stp_drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr);
+int steps_drop_tree(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr);
 
-/* stp_prune - prune step s: its tree leaves the namespace, its state becomes pruned; freed
+/* steps_prune - prune step s: its tree leaves the namespace, its state becomes pruned; freed
  * chunks go to fr. Returns 0 or -errno. In a transaction, fs->mu held. */
-int stp_prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr);
+int steps_prune(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr);
 
-/* stp_is_retained - is step s kept only in /.ckptfs/retained (the trainer deleted it)? fs->mu
+/* steps_is_retained - is step s kept only in /.ckptfs/retained (the trainer deleted it)? fs->mu
  * held. */
-bool stp_is_retained(struct ckfs *fs, const struct idx_step *s);
+bool steps_is_retained(struct ckfs *fs, const struct idx_step *s);
 
 /*
- * stp_retention - apply fs's retention policy (keep_max, keep_every, pins; invariant 4 in
+ * steps_retention - apply fs's retention policy (keep_max, keep_every, pins; invariant 4 in
  * steps.c) to the complete steps of layout kind: steps kept only in retained go once a newer
  * step is complete, then all but the newest keep_max unpinned steps are pruned and their
  * chunks released. Best effort: on an error the transaction is rolled back and nothing is
  * pruned. fs->mu held; runs its own transactions.
  */
-void stp_retention(struct ckfs *fs, int kind);
+void steps_retention(struct ckfs *fs, int kind);
 
 /*
- * stp_keep_copy - keep complete step s: a copy of its tree (new inodes, the same chunks) as
+ * steps_keep_copy - keep complete step s: a copy of its tree (new inodes, the same chunks) as
  * /.ckptfs/retained/NAME.ID, which becomes the step's directory; the tree at s->dir_ino (its
  * attributes in *dir_attr) is left to the trainer. qname (cap bytes) receives NAME.ID. Returns
  * 0 or -errno. In a transaction, fs->mu held.
  */
-int stp_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode *dir_attr,
-		  char *qname, size_t cap);
+int steps_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode *dir_attr,
+		    char *qname, size_t cap);
 
 /*
- * stp_restore - put retained step s back at its name, so a resuming trainer finds what its
+ * steps_restore - put retained step s back at its name, so a resuming trainer finds what its
  * tracker names; a part the trainer left at the name is set aside in quarantine as
- * NAME.partial-ID. No-op for MF1 steps (stp_mf1_restore) and steps not in retained. Best
+ * NAME.partial-ID. No-op for MF1 steps (steps_mf1_restore) and steps not in retained. Best
  * effort: on an error nothing moves. fs->mu held; runs its own transaction.
  */
-void stp_restore(struct ckfs *fs, struct idx_step *s);
+void steps_restore(struct ckfs *fs, struct idx_step *s);
 
 /* ---- steps_slot.c: InternEvo snapshot slots ---- */
 
-/* stp_slot_number - set slot s's number (and s->step) from the name of the marker sealing it
+/* steps_slot_number - set slot s's number (and s->step) from the name of the marker sealing it
  * ("<digits>.step"); other names and index errors leave it unchanged. fs->mu held; runs its own
  * transaction. */
-void stp_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
+void steps_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
 
 /*
- * stp_slot_done - slot s was judged: complete, its kept versions are pruned; set aside, the
- * newest kept version takes its place again (stp_restore). Best effort: on an error nothing is
+ * steps_slot_done - slot s was judged: complete, its kept versions are pruned; set aside, the
+ * newest kept version takes its place again (steps_restore). Best effort: on an error nothing is
  * pruned. fs->mu held; runs its own transaction.
  */
-void stp_slot_done(struct ckfs *fs, const struct idx_step *s);
+void steps_slot_done(struct ckfs *fs, const struct idx_step *s);
 
 /* ---- steps_mf1.c: MindFormers 1.0 ---- */
 
-/* stp_mf1_note_claim - remember rank's newest meta.json claim (epoch, step). Returns 0 or
+/* steps_mf1_note_claim - remember rank's newest meta.json claim (epoch, step). Returns 0 or
  * -ENOMEM. fs->mu held. */
-int stp_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step);
+int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step);
 
-/* stp_mf1_key - the (epoch, step) of MF1 step s from its name "EPOCH_STEP" into *epoch, *step;
+/* steps_mf1_key - the (epoch, step) of MF1 step s from its name "EPOCH_STEP" into *epoch, *step;
  * false (outputs untouched) when s is not an MF1 step. Pure. */
-bool stp_mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step);
+bool steps_mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step);
 
-/* stp_mf1_judge_cb - idx_step_foreach callback (arg: the struct ckfs): judge each MF1 step
+/* steps_mf1_judge_cb - idx_step_foreach callback (arg: the struct ckfs): judge each MF1 step
  * across ranks. Returns 0. fs->mu held. */
-int stp_mf1_judge_cb(const struct idx_step *s, void *arg);
+int steps_mf1_judge_cb(const struct idx_step *s, void *arg);
 
-/* stp_mf1_on_file - a rank's MF1 checkpoint file m was named by pid: find or create its step
+/* steps_mf1_on_file - a rank's MF1 checkpoint file m was named by pid: find or create its step
  * row, note the writer and judge the step across ranks. Index errors end it quietly. fs->mu
  * held; runs its own transactions. */
-void stp_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid);
+void steps_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid);
 
 /*
- * stp_mf1_drop_files - remove MF1 step s's file from every rank directory (retention),
+ * steps_mf1_drop_files - remove MF1 step s's file from every rank directory (retention),
  * including a relaunch's {prefix}_N-... of the same step. Returns 0 or -errno. In the caller's
  * transaction, fs->mu held; freed chunks go to fr.
  */
-int stp_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct fs_freed *fr);
+int steps_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct ino_freed *fr);
 
 /*
- * stp_mf1_before_remove - the trainer unlinks rank_R/name: if it is a file of the newest
+ * steps_mf1_before_remove - the trainer unlinks rank_R/name: if it is a file of the newest
  * complete MF1 step, keep every rank's file of that step in /.ckptfs/retained first. Best
  * effort: on an index error the unlink goes on and nothing is kept. fs->mu held.
  */
-void stp_mf1_before_remove(struct ckfs *fs, int rank, const char *name);
+void steps_mf1_before_remove(struct ckfs *fs, int rank, const char *name);
 
 /*
- * stp_mf1_restore - put the retained files of MF1 step s back into the rank directories that
+ * steps_mf1_restore - put the retained files of MF1 step s back into the rank directories that
  * lack them, then drop the retained copy. Best effort: on an error the transaction is rolled
  * back. fs->mu held; runs its own transaction.
  */
-void stp_mf1_restore(struct ckfs *fs, struct idx_step *s);
+void steps_mf1_restore(struct ckfs *fs, struct idx_step *s);
 
 #endif

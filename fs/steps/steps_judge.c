@@ -89,7 +89,7 @@ static int step_facts(struct ckfs *fs, const struct idx_step *s, const struct st
  * its writers are gone (the reaper, steps_settle_now). Complete: the step's state changes and
  * retention runs; incomplete: it is set aside in quarantine; otherwise only its figures change.
  */
-void stp_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bool quiet)
+void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bool quiet)
 {
 	char absent[NAME_MAX + 64], unlisted[NAME_MAX + 64], why[256];
 	struct policy_facts f;
@@ -105,8 +105,8 @@ void stp_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bo
 	if (recovering)
 		/* the daemon that saw this step being written is gone: trust no flag written
 		 * after the content, re-check every file from the store */
-		stp_revalidate_tree(fs, s.dir_ino);
-	if (stp_scan_tree(fs, s.dir_ino, false, &sc) < 0 ||
+		steps_revalidate_tree(fs, s.dir_ino);
+	if (steps_scan_tree(fs, s.dir_ino, false, &sc) < 0 ||
 	    step_facts(fs, &s, &sc, settled, recovering, quiet, &f, absent, unlisted) < 0)
 		return;
 	v = policy_judge(&f, why, sizeof(why));
@@ -118,11 +118,11 @@ void stp_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bo
 	rc = idx_step_set_figures(fs->ix, id, sc.fig.files, sc.fig.bytes, sc.fig.stored,
 				  sc.fig.digest.b);
 	if (rc == 0 && v == POLICY_COMPLETE) {
-		rc = stp_set_state(fs, &s, IDX_STEP_COMPLETE, NULL);
+		rc = steps_set_state(fs, &s, IDX_STEP_COMPLETE, NULL);
 	} else if (rc == 0 && v == POLICY_INCOMPLETE) {
-		rc = stp_set_state(fs, &s, IDX_STEP_INCOMPLETE, why);
+		rc = steps_set_state(fs, &s, IDX_STEP_INCOMPLETE, why);
 		if (rc == 0)
-			rc = stp_move_to_quarantine(fs, &s);
+			rc = steps_move_to_quarantine(fs, &s);
 	}
 	if (rc < 0) {
 		idx_rollback(fs->ix);
@@ -133,12 +133,12 @@ void stp_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bo
 	if (idx_commit(fs->ix) < 0)
 		return;
 	if (s.state == IDX_STEP_COMPLETE || s.state == IDX_STEP_INCOMPLETE) {
-		stp_rt_drop(fs, id);
-		if (stp_is_slot(&s))
-			stp_slot_done(fs, &s);
+		steps_rt_drop(fs, id);
+		if (steps_is_slot(&s))
+			steps_slot_done(fs, &s);
 	}
 	if (s.state == IDX_STEP_COMPLETE)
-		stp_retention(fs, s.kind);
+		steps_retention(fs, s.kind);
 }
 
 /* ---- step rows from names ---- */
@@ -172,12 +172,12 @@ static void judge_older_sealed(struct ckfs *fs, int kind, int64_t step)
 	if (idx_step_foreach(fs->ix, older_sealed_cb, &c) < 0)
 		return;
 	for (size_t i = 0; i < c.n; i++)
-		stp_evaluate(fs, c.ids[i], false, false, false);
+		steps_evaluate(fs, c.ids[i], false, false, false);
 }
 
 /* The step whose directory is rel[0, m->step_prefix_len) (creating its row if needed). */
-int stp_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
-		     struct idx_step *ret)
+int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
+		       struct idx_step *ret)
 {
 	char dname[LAYOUT_PATH_MAX];
 	uint64_t dir;
@@ -188,13 +188,13 @@ int stp_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match
 		return -ENOENT;
 	memcpy(dname, rel, m->step_prefix_len);
 	dname[m->step_prefix_len] = 0;
-	if ((rc = stp_lookup_path(fs, dname, &dir)) < 0)
+	if ((rc = steps_lookup_path(fs, dname, &dir)) < 0)
 		return rc;
 	if (idx_step_by_dir(fs->ix, dir, ret) == 0)
 		return 0;
 	if ((rc = idx_begin(fs->ix)) < 0)
 		return rc;
-	/* a slot's number is its newest sealed version's (stp_slot_number); 0 until sealed */
+	/* a slot's number is its newest sealed version's (steps_slot_number); 0 until sealed */
 	rc = idx_step_create(fs->ix, m->kind, dname, (m->flags & LAYOUT_F_SLOT) ? 0 : m->step,
 			     dir, ckfs_now(fs), &id);
 	if (rc == 0)
@@ -208,38 +208,38 @@ int stp_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match
 	return idx_step_get(fs->ix, id, ret);
 }
 
-void stp_seal(struct ckfs *fs, struct idx_step *s, const char *why)
+void steps_seal(struct ckfs *fs, struct idx_step *s, const char *why)
 {
 	if (s->state == IDX_STEP_INCOMPLETE) {
 		/* a marker for a step set aside: bring it back if its files are sound */
 		struct step_scan sc;
 
-		if (stp_scan_tree(fs, s->dir_ino, false, &sc) < 0)
+		if (steps_scan_tree(fs, s->dir_ino, false, &sc) < 0)
 			return;
 		if (sc.unsound || sc.uncommitted || sc.fig.files == 0)
 			return;
 		if (idx_begin(fs->ix) < 0)
 			return;
-		if (stp_move_back(fs, s) < 0 || stp_set_state(fs, s, IDX_STEP_SEALED, why) < 0 ||
-		    idx_commit(fs->ix) < 0) {
+		if (steps_move_back(fs, s) < 0 ||
+		    steps_set_state(fs, s, IDX_STEP_SEALED, why) < 0 || idx_commit(fs->ix) < 0) {
 			idx_rollback(fs->ix);
 			return;
 		}
 	} else if (s->state == IDX_STEP_WRITING) {
 		if (idx_begin(fs->ix) < 0)
 			return;
-		if (stp_set_state(fs, s, IDX_STEP_SEALED, why) < 0 || idx_commit(fs->ix) < 0) {
+		if (steps_set_state(fs, s, IDX_STEP_SEALED, why) < 0 || idx_commit(fs->ix) < 0) {
 			idx_rollback(fs->ix);
 			return;
 		}
 	}
 	if (policy_marker_after_all_ranks(s->kind)) {
 		/* every rank was done before the marker */
-		stp_evaluate(fs, s->id, false, false, false);
+		steps_evaluate(fs, s->id, false, false, false);
 	} else {
-		stp_rt_note(fs, s->id, 0); /* else the reaper judges it once it is quiet */
+		steps_rt_note(fs, s->id, 0); /* else the reaper judges it once it is quiet */
 		if (policy_names_repeat(s->kind))
 			/* all the last step's names? */
-			stp_evaluate(fs, s->id, false, false, false);
+			steps_evaluate(fs, s->id, false, false, false);
 	}
 }

@@ -161,7 +161,7 @@ static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step)
 }
 
 /* Remember rank's newest meta.json claim. Returns 0 or -ENOMEM. */
-int stp_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
+int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
 {
 	if (rank < 0 || rank >= (int)VINO_MF1_RANKS)
 		return 0;
@@ -185,7 +185,7 @@ int stp_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
 }
 
 /* (epoch, step) of MF1 step s from its name "EPOCH_STEP"; false when s is not one. */
-bool stp_mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step)
+bool steps_mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step)
 {
 	long long e, st;
 
@@ -205,7 +205,7 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 
 	if (s.state != IDX_STEP_WRITING && s.state != IDX_STEP_SEALED)
 		return;
-	if (!stp_mf1_key(&s, &e, &st) || !mf1_claimed(fs, e, st) ||
+	if (!steps_mf1_key(&s, &e, &st) || !mf1_claimed(fs, e, st) ||
 	    !mf1_sound(fs, e, st, &files, &bytes, &stored))
 		return;
 	if (idx_begin(fs->ix) < 0)
@@ -214,16 +214,16 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 
 	snprintf(note, sizeof(note), "all %" PRIu64 " ranks written and claimed", files);
 	if (idx_step_set_figures(fs->ix, s.id, files, bytes, stored, NULL) < 0 ||
-	    stp_set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0) {
+	    steps_set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0) {
 		idx_rollback(fs->ix);
 		return;
 	}
-	stp_rt_drop(fs, s.id);
+	steps_rt_drop(fs, s.id);
 	/* -o keep_checkpoint_max: now that a newer step is complete */
-	stp_retention(fs, LAYOUT_MF1);
+	steps_retention(fs, LAYOUT_MF1);
 }
 
-int stp_mf1_judge_cb(const struct idx_step *s, void *arg)
+int steps_mf1_judge_cb(const struct idx_step *s, void *arg)
 {
 	struct idx_step copy = *s;
 
@@ -232,7 +232,7 @@ int stp_mf1_judge_cb(const struct idx_step *s, void *arg)
 	return 0;
 }
 
-void stp_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid)
+void steps_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid)
 {
 	char name[64];
 	struct idx_step s;
@@ -250,7 +250,7 @@ void stp_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid)
 		if (idx_step_get(fs->ix, id, &s) < 0)
 			return;
 	}
-	stp_rt_note(fs, s.id, pid);
+	steps_rt_note(fs, s.id, pid);
 	mf1_judge(fs, &s);
 }
 
@@ -260,12 +260,12 @@ void stp_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid)
  * {prefix}_N-... of the same step (MindSpore ModelCheckpoint adds _N to a prefix already used,
  * tests/traces/mf1.md). In the caller's transaction; freed chunks go to fr.
  */
-int stp_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct fs_freed *fr)
+int steps_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct ino_freed *fr)
 {
 	int64_t e, st;
 	int world = mf1_world(fs), rc = 0;
 
-	if (!stp_mf1_key(s, &e, &st))
+	if (!steps_mf1_key(s, &e, &st))
 		return 0;
 	for (int r = 0; rc == 0 && r < world; r++) {
 		char dname[32];
@@ -278,11 +278,11 @@ int stp_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct fs_free
 		for (int k = 0; rc == 0 && k < 16 && mf1_file(fs, r, e, st, &f); k++) {
 			rc = idx_dentry_remove(fs->ix, rdir, f.name);
 			if (rc == 0)
-				rc = fs_drop_link(fs, f.ino, ckfs_now(fs), fr);
+				rc = ino_drop_link(fs, f.ino, ckfs_now(fs), fr);
 			if (rc == 0)
-				rc = stp_dir_links_add(fs, rdir, 0, true);
+				rc = steps_dir_links_add(fs, rdir, 0, true);
 			if (rc == 0)
-				stp_inval_queue(fs, rdir, f.name);
+				steps_inval_queue(fs, rdir, f.name);
 		}
 	}
 	return rc;
@@ -300,13 +300,13 @@ static int mf1_best_cb(const struct idx_step *s, void *arg)
 	struct mf1_best *b = arg;
 	int64_t e, st;
 
-	if (s->state != IDX_STEP_COMPLETE || !stp_mf1_key(s, &e, &st))
+	if (s->state != IDX_STEP_COMPLETE || !steps_mf1_key(s, &e, &st))
 		return 0;
 	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
 		return 0;
 	/* the trainer may have deleted it since (keep_checkpoint_max): still all there, or kept
-	 * in /.ckptfs/retained because it was the newest (stp_mf1_before_remove)? */
-	if (!stp_is_retained(b->fs, s) && !mf1_sound(b->fs, e, st, NULL, NULL, NULL))
+	 * in /.ckptfs/retained because it was the newest (steps_mf1_before_remove)? */
+	if (!steps_is_retained(b->fs, s) && !mf1_sound(b->fs, e, st, NULL, NULL, NULL))
 		return 0;
 	b->epoch = e;
 	b->step = st;
@@ -367,9 +367,9 @@ static int clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *n
  * name is a file of the newest complete MF1 step, keep every rank's file of that step (same
  * chunks) as /.ckptfs/retained/{epoch}_{step}.{id}/rank_R/name, the step's directory, until a
  * newer step is complete (retention prunes it) or a meta.json read brings the files back
- * (stp_mf1_restore). Best effort: on an index error the unlink goes on and nothing is kept.
+ * (steps_mf1_restore). Best effort: on an index error the unlink goes on and nothing is kept.
  */
-void stp_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
+void steps_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
 {
 	char rel[LAYOUT_NAME_MAX + 32], qname[300];
 	struct mf1_best b = { .fs = fs };
@@ -382,7 +382,7 @@ void stp_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
 	    (m.flags & LAYOUT_F_TMP) || world <= 0)
 		return;
 	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found || b.epoch != m.epoch ||
-	    b.step != m.step || stp_is_retained(fs, &b.s) || b.s.dir_ino)
+	    b.step != m.step || steps_is_retained(fs, &b.s) || b.s.dir_ino)
 		return;
 	snprintf(qname, sizeof(qname), "%s.%" PRId64, b.s.name, b.s.id);
 	if (idx_begin(fs->ix) < 0)
@@ -437,15 +437,15 @@ static int one_file_cb(const char *name, uint64_t ino, uint32_t mode, int64_t co
  * Put the retained files of MF1 step s back into the rank directories that lack them, so the
  * trainer's resume (it lists rank_R/ for the step meta.json names) finds them; then drop the
  * retained copy. A name taken meanwhile keeps its file (the retained one is dropped with the
- * rest). Best effort, like stp_restore().
+ * rest). Best effort, like steps_restore().
  */
-void stp_mf1_restore(struct ckfs *fs, struct idx_step *s)
+void steps_mf1_restore(struct ckfs *fs, struct idx_step *s)
 {
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	int64_t e, st;
 	int world = mf1_world(fs), rc = 0, back = 0;
 
-	if (!stp_is_retained(fs, s) || !stp_mf1_key(s, &e, &st) || world <= 0 ||
+	if (!steps_is_retained(fs, s) || !steps_mf1_key(s, &e, &st) || world <= 0 ||
 	    idx_begin(fs->ix) < 0)
 		return;
 	for (int r = 0; rc == 0 && r < world; r++) {
@@ -468,16 +468,16 @@ void stp_mf1_restore(struct ckfs *fs, struct idx_step *s)
 			rc = idx_inode_update(fs->ix, &d);
 		}
 		if (rc == 0) {
-			stp_inval_queue(fs, rdir, o.name);
+			steps_inval_queue(fs, rdir, o.name);
 			back++;
 		}
 	}
 	if (rc == 0)
-		rc = stp_drop_tree(fs, s, &fr);
+		rc = steps_drop_tree(fs, s, &fr);
 	rc = rc == 0 ? idx_commit(fs->ix) : rc;
 	if (rc < 0)
 		idx_rollback(fs->ix);
-	fs_release_finish(fs, &fr, rc == 0);
+	ino_release_finish(fs, &fr, rc == 0);
 	if (rc == 0)
 		ckpt_log("restored step '%s' (the newest complete step): %d rank file(s) put back "
 			 "for a resuming reader", s->name, back);
@@ -492,7 +492,7 @@ int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
 
 	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found)
 		return -ENOENT;
-	stp_mf1_restore(fs, &b.s);
+	steps_mf1_restore(fs, &b.s);
 	if (!mf1_file(fs, rank, b.epoch, b.step, &f))
 		return -ENOENT;
 	t.step = b.step;

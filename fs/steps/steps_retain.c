@@ -34,8 +34,8 @@ static int collect_complete(const struct idx_step *s, void *arg)
 {
 	struct ret_ctx *c = arg;
 
-	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || stp_is_slot(s))
-		return 0; /* a slot's old versions go when its new one completes (stp_slot_done) */
+	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || steps_is_slot(s))
+		return 0; /* a slot's old versions go when its new one completes: steps_slot_done */
 	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
 		return -ENOMEM;
 	c->ids[c->n++] = s->id;
@@ -43,26 +43,26 @@ static int collect_complete(const struct idx_step *s, void *arg)
 }
 
 /* Remove the whole tree under dir (entries only; dir's own dentry is the caller's). */
-static int tree_remove(struct ckfs *fs, uint64_t dir, struct fs_freed *fr, int depth)
+static int tree_remove(struct ckfs *fs, uint64_t dir, struct ino_freed *fr, int depth)
 {
-	struct stp_entries c = { 0 };
+	struct steps_entries c = { 0 };
 	int rc;
 
-	rc = stp_dir_entries(fs, dir, depth, &c);
+	rc = steps_dir_entries(fs, dir, depth, &c);
 	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
 		if (S_ISDIR(c.modes[i]) && (rc = tree_remove(fs, c.inos[i], fr, depth + 1)) < 0)
 			break;
 		rc = idx_dentry_remove(fs->ix, dir, c.names[i]);
 		if (rc == 0)
-			rc = fs_drop_link(fs, c.inos[i], ckfs_now(fs), fr);
+			rc = ino_drop_link(fs, c.inos[i], ckfs_now(fs), fr);
 	}
-	stp_dir_entries_free(&c);
+	steps_dir_entries_free(&c);
 	return rc < 0 ? rc : 0;
 }
 
 /* Remove step s's directory tree from wherever it is (the namespace, quarantine, retained);
  * its dir_ino becomes 0. Chunks no longer referenced are added to fr. In a transaction. */
-int stp_drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
+int steps_drop_tree(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr)
 {
 	uint64_t parent, cur;
 	char name[300];
@@ -74,11 +74,11 @@ int stp_drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 		if (rc == 0)
 			rc = idx_dentry_remove(fs->ix, parent, name);
 		if (rc == 0)
-			stp_inval_queue(fs, parent, name);
+			steps_inval_queue(fs, parent, name);
 		if (rc == 0)
-			rc = fs_drop_link(fs, s->dir_ino, ckfs_now(fs), fr);
+			rc = ino_drop_link(fs, s->dir_ino, ckfs_now(fs), fr);
 		if (rc == 0)
-			rc = stp_dir_links_add(fs, parent, -1, true);
+			rc = steps_dir_links_add(fs, parent, -1, true);
 	}
 	if (rc == 0)
 		rc = idx_step_set_dir(fs->ix, s->id, 0);
@@ -88,20 +88,20 @@ int stp_drop_tree(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
 }
 
 /* Prune one step: its tree leaves the namespace wherever it is, its state becomes pruned. */
-int stp_prune(struct ckfs *fs, struct idx_step *s, struct fs_freed *fr)
+int steps_prune(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr)
 {
-	int rc = stp_drop_tree(fs, s, fr);
+	int rc = steps_drop_tree(fs, s, fr);
 
 	if (rc == 0 && s->kind == LAYOUT_MF1)
-		rc = stp_mf1_drop_files(fs, s, fr); /* its rank files, from the rank directories */
+		rc = steps_mf1_drop_files(fs, s, fr); /* its rank files, in the rank directories */
 
 	if (rc == 0)
-		rc = stp_set_state(fs, s, IDX_STEP_PRUNED, "retention");
+		rc = steps_set_state(fs, s, IDX_STEP_PRUNED, "retention");
 	return rc;
 }
 
 /* Is step s kept only in /.ckptfs/retained (the trainer deleted it)? */
-bool stp_is_retained(struct ckfs *fs, const struct idx_step *s)
+bool steps_is_retained(struct ckfs *fs, const struct idx_step *s)
 {
 	uint64_t parent;
 
@@ -121,7 +121,7 @@ static void mf1_order(struct ckfs *fs, int64_t *ids, size_t n)
 		key[i][0] = key[i][1] = -1;
 		key[i][2] = ids[i];
 		if (idx_step_get(fs->ix, ids[i], &s) == 0)
-			stp_mf1_key(&s, &key[i][0], &key[i][1]);
+			steps_mf1_key(&s, &key[i][0], &key[i][1]);
 	}
 	for (size_t i = 1; i < n; i++)
 		for (size_t j = i; j > 0 && (key[j - 1][0] > key[j][0] ||
@@ -138,10 +138,10 @@ static void mf1_order(struct ckfs *fs, int64_t *ids, size_t n)
 	free(key);
 }
 
-void stp_retention(struct ckfs *fs, int kind)
+void steps_retention(struct ckfs *fs, int kind)
 {
 	struct ret_ctx c = { .fs = fs, .kind = kind };
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	unsigned kept = 0;
 	bool ok = true;
 
@@ -153,13 +153,13 @@ void stp_retention(struct ckfs *fs, int kind)
 			struct idx_step s;
 
 			if (idx_step_get(fs->ix, c.ids[i], &s) == 0 && !s.pinned &&
-			    stp_is_retained(fs, &s))
-				ok = stp_prune(fs, &s, &fr) == 0;
+			    steps_is_retained(fs, &s))
+				ok = steps_prune(fs, &s, &fr) == 0;
 		}
 		ok = ok && idx_commit(fs->ix) == 0;
 		if (!ok)
 			idx_rollback(fs->ix);
-		fs_release_finish(fs, &fr, ok);
+		ino_release_finish(fs, &fr, ok);
 		free(c.ids);
 		c.ids = NULL;
 		c.n = c.cap = 0;
@@ -184,7 +184,7 @@ void stp_retention(struct ckfs *fs, int kind)
 			kept++; /* keep_max >= 1, so the newest unpinned complete step is kept */
 			continue;
 		}
-		ok = stp_prune(fs, &s, &fr) == 0;
+		ok = steps_prune(fs, &s, &fr) == 0;
 		if (ok)
 			ckpt_fault("retention-txn");
 	}
@@ -193,7 +193,7 @@ void stp_retention(struct ckfs *fs, int kind)
 		idx_rollback(fs->ix);
 	if (ok && fr.n)
 		ckpt_fault("retention-after");
-	fs_release_finish(fs, &fr, ok);
+	ino_release_finish(fs, &fr, ok);
 out:
 	free(c.ids);
 }
@@ -203,10 +203,10 @@ out:
 /* Copy the tree under src into the new directory dst: inodes are new, chunks are shared. */
 static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 {
-	struct stp_entries c = { 0 };
+	struct steps_entries c = { 0 };
 	int rc;
 
-	rc = stp_dir_entries(fs, src, depth, &c);
+	rc = steps_dir_entries(fs, src, depth, &c);
 	for (size_t i = 0; rc >= 0 && i < c.n; i++) {
 		struct idx_inode a;
 		uint64_t ino;
@@ -218,7 +218,7 @@ static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 		    (rc = idx_dentry_add(fs->ix, dst, c.names[i], ino)) < 0)
 			break;
 		if (S_ISDIR(a.mode)) {
-			if ((rc = stp_dir_links_add(fs, dst, 1, false)) < 0 ||
+			if ((rc = steps_dir_links_add(fs, dst, 1, false)) < 0 ||
 			    (rc = tree_clone(fs, c.inos[i], ino, depth + 1)) < 0)
 				break;
 		} else if (S_ISLNK(a.mode)) {
@@ -244,7 +244,7 @@ static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
 				break;
 		}
 	}
-	stp_dir_entries_free(&c);
+	steps_dir_entries_free(&c);
 	return rc < 0 ? rc : 0;
 }
 
@@ -254,19 +254,19 @@ static int tree_clone(struct ckfs *fs, uint64_t src, uint64_t dst, int depth)
  * attributes in *dir_attr) is left to the trainer. qname receives NAME.ID. In a transaction.
  * Returns 0 or -errno.
  */
-int stp_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode *dir_attr,
-		  char *qname, size_t cap)
+int steps_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode *dir_attr,
+		    char *qname, size_t cap)
 {
 	uint64_t clone;
 	int rc;
 
-	stp_flat_name(s->name, s->id, qname, cap);
+	steps_flat_name(s->name, s->id, qname, cap);
 	dir_attr->nlink = 2;
 	rc = idx_inode_create(fs->ix, dir_attr, &clone);
 	if (rc == 0)
 		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
 	if (rc == 0)
-		rc = stp_dir_links_add(fs, fs->retained_ino, 1, false);
+		rc = steps_dir_links_add(fs, fs->retained_ino, 1, false);
 	if (rc == 0)
 		rc = tree_clone(fs, s->dir_ino, clone, 0);
 	if (rc == 0)
@@ -296,19 +296,19 @@ static bool is_leftover(struct ckfs *fs, uint64_t ino)
  * the step at the name: that part is set aside in /.ckptfs/quarantine as NAME.partial-ID (its
  * files are all in the retained copy), and the whole step takes its place.
  */
-void stp_restore(struct ckfs *fs, struct idx_step *s)
+void steps_restore(struct ckfs *fs, struct idx_step *s)
 {
 	uint64_t parent, cur;
 	char name[300], pname[320];
 	bool partial;
 
 	if (s->kind == LAYOUT_MF1)
-		return; /* per-rank files, no directory: stp_mf1_restore, from a meta.json read */
+		return; /* per-rank files, no directory: steps_mf1_restore, from a meta.json read */
 	const char *leaf;
 	uint64_t home;
 
 	if (!s->dir_ino || idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) < 0 ||
-	    parent != fs->retained_ino || stp_step_home(fs, s->name, &home, &leaf) < 0)
+	    parent != fs->retained_ino || steps_step_home(fs, s->name, &home, &leaf) < 0)
 		return;
 	partial = idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0;
 	if (partial && !is_leftover(fs, cur))
@@ -321,21 +321,21 @@ void stp_restore(struct ckfs *fs, struct idx_step *s)
 		/* the part leaves its home for quarantine; the step takes its place below */
 		char flat[300];
 
-		stp_flat_name(s->name, -1, flat, sizeof(flat));
+		steps_flat_name(s->name, -1, flat, sizeof(flat));
 		snprintf(pname, sizeof(pname), "%s.partial-%" PRId64, flat, s->id);
 		rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, pname);
 		if (rc == 0)
-			rc = stp_dir_links_add(fs, fs->quarantine_ino, 1, true);
+			rc = steps_dir_links_add(fs, fs->quarantine_ino, 1, true);
 	}
 	if (rc == 0)
 		rc = idx_dentry_move(fs->ix, fs->retained_ino, name, home, leaf);
 	if (rc == 0)
-		rc = stp_dir_links_add(fs, fs->retained_ino, -1, false);
+		rc = steps_dir_links_add(fs, fs->retained_ino, -1, false);
 	if (rc == 0)
-		rc = stp_dir_links_add(fs, home, partial ? 0 : 1, true);
+		rc = steps_dir_links_add(fs, home, partial ? 0 : 1, true);
 	if (rc == 0 && idx_commit(fs->ix) == 0) {
 		if (partial) {
-			stp_inval_queue(fs, home, leaf); /* the kernel has the part cached */
+			steps_inval_queue(fs, home, leaf); /* the kernel has the part cached */
 			ckpt_log("restored '%s' (the newest complete step) for a resuming reader; "
 				 "what the trainer had not yet deleted of it is in "
 				 "'.ckptfs/quarantine/%s'", s->name, pname);

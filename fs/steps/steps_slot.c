@@ -34,15 +34,15 @@
  *      version: its tree is cloned (same chunks) into /.ckptfs/retained and its row moves
  *      there; a new row, writing, owns the directory the trainer rewrites.
  *   3. The new version completes like any step (its marker, every file whole and durable):
- *      then the kept versions of the slot are pruned (stp_slot_done).
+ *      then the kept versions of the slot are pruned (steps_slot_done).
  *   4. The new version set aside (its writers gone unsealed, or a file torn): it goes to
- *      quarantine and the newest kept version is put back at the slot's name (stp_restore()), so
+ *      quarantine and the newest kept version is put back at the slot's name (steps_restore()), so
  *      a resume sees the slot's last complete version, files and markers together.
  * Slots are not counted by retention and never pruned by it.
  */
 
 /* Set slot s's number from the name of the marker sealing it ("<digits>.step"). */
-void stp_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker)
+void steps_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker)
 {
 	long long v;
 	char tail;
@@ -81,10 +81,10 @@ static int slot_kept_cb(const struct idx_step *o, void *arg)
  * Slot s was judged: complete, its kept versions are pruned (invariant 3); set aside, the
  * newest kept version takes its place again (invariant 4).
  */
-void stp_slot_done(struct ckfs *fs, const struct idx_step *s)
+void steps_slot_done(struct ckfs *fs, const struct idx_step *s)
 {
 	struct slot_ctx c = { .s = s };
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	struct idx_step o, best = { .id = 0 };
 	bool ok = true;
 
@@ -92,22 +92,23 @@ void stp_slot_done(struct ckfs *fs, const struct idx_step *s)
 		goto out;
 	if (s->state == IDX_STEP_INCOMPLETE) {
 		for (size_t i = 0; i < c.n; i++)
-			if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && stp_is_retained(fs, &o) &&
+			if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && steps_is_retained(fs, &o) &&
 			    (!best.id || o.step > best.step || (o.step == best.step && o.id > best.id)))
 				best = o;
 		if (best.id)
-			stp_restore(fs, &best);
+			steps_restore(fs, &best);
 		goto out;
 	}
 	if (idx_begin(fs->ix) < 0)
 		goto out;
 	for (size_t i = 0; i < c.n && ok; i++)
-		if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && !o.pinned && stp_is_retained(fs, &o))
-			ok = stp_prune(fs, &o, &fr) == 0;
+		if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && !o.pinned &&
+		    steps_is_retained(fs, &o))
+			ok = steps_prune(fs, &o, &fr) == 0;
 	ok = ok && idx_commit(fs->ix) == 0;
 	if (!ok)
 		idx_rollback(fs->ix);
-	fs_release_finish(fs, &fr, ok);
+	ino_release_finish(fs, &fr, ok);
 out:
 	free(c.ids);
 }
@@ -150,11 +151,11 @@ void steps_before_change(struct ckfs *fs, uint64_t dir)
 	int rc;
 
 	if (!slot || idx_step_by_dir(fs->ix, slot, &s) < 0 || s.state != IDX_STEP_COMPLETE ||
-	    !stp_is_slot(&s) || idx_inode_get(fs->ix, slot, &a) < 0)
+	    !steps_is_slot(&s) || idx_inode_get(fs->ix, slot, &a) < 0)
 		return;
 	if (idx_begin(fs->ix) < 0)
 		return;
-	rc = stp_keep_copy(fs, &s, &a, qname, sizeof(qname));
+	rc = steps_keep_copy(fs, &s, &a, qname, sizeof(qname));
 	if (rc == 0)
 		rc = idx_step_create(fs->ix, LAYOUT_INTERNEVO, s.name, 0, slot, ckfs_now(fs), &id);
 	if (rc == 0)

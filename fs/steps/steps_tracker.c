@@ -79,13 +79,13 @@ static int resolve(struct ckfs *fs, enum layout_kind tracker, struct idx_step *r
 
 		if (idx_step_foreach(fs->ix, newest_cb, &c) < 0 || !c.found)
 			return -ENOENT;
-		if (c.best.dir_ino && stp_tree_has_bad_chunk(fs, c.best.dir_ino) > 0) {
+		if (c.best.dir_ino && steps_tree_has_bad_chunk(fs, c.best.dir_ino) > 0) {
 			struct idx_step s = c.best;
 
 			if (idx_begin(fs->ix) == 0) {
-				if (stp_set_state(fs, &s, IDX_STEP_CORRUPT,
-						  "a chunk failed its checksum") < 0 ||
-				    stp_move_to_quarantine(fs, &s) < 0 || idx_commit(fs->ix) < 0)
+				if (steps_set_state(fs, &s, IDX_STEP_CORRUPT,
+						    "a chunk failed its checksum") < 0 ||
+				    steps_move_to_quarantine(fs, &s) < 0 || idx_commit(fs->ix) < 0)
 					idx_rollback(fs->ix);
 			}
 			if (s.state != IDX_STEP_CORRUPT)
@@ -107,7 +107,7 @@ int steps_tracker_content(struct ckfs *fs, int kind, char *buf, size_t cap,
 
 	if (rc < 0)
 		return rc;
-	stp_restore(fs, &s);
+	steps_restore(fs, &s);
 	t.step = s.step;
 	rc = layout_tracker_format((enum layout_kind)kind, &t, buf, cap);
 	if (rc >= 0 && ret_step)
@@ -224,8 +224,8 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 
 		/* the marker of MF1: every rank's meta.json; a step completes once all claimed it */
 		if (sscanf(name, "rank_%d/", &rank) == 1 &&
-		    stp_mf1_note_claim(fs, rank, t.epoch, t.step) == 0)
-			idx_step_foreach(fs->ix, stp_mf1_judge_cb, fs);
+		    steps_mf1_note_claim(fs, rank, t.epoch, t.step) == 0)
+			idx_step_foreach(fs->ix, steps_mf1_judge_cb, fs);
 		return;
 	}
 	/* the daemon sees every claim as it is written: a claim seals the step it names, of every
@@ -240,16 +240,16 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 		    layout_step_dir_name((enum layout_kind)k, step, dname, sizeof(dname)) < 0)
 			continue;
 		if (idx_step_by_name(fs->ix, k, dname, &s) == 0) {
-			stp_rt_note(fs, s.id, pid);
-			stp_seal(fs, &s, "tracker claim");
+			steps_rt_note(fs, s.id, pid);
+			steps_seal(fs, &s, "tracker claim");
 			return;
 		}
 		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir) == 0) {
 			struct layout_match m;
 
 			if (layout_classify(dname, fs->layout, &m) == 0 &&
-			    stp_step_of_path(fs, dname, &m, &s) == 0) {
-				stp_seal(fs, &s, "tracker claim");
+			    steps_step_of_path(fs, dname, &m, &s) == 0) {
+				steps_seal(fs, &s, "tracker claim");
 				return;
 			}
 		}

@@ -38,7 +38,7 @@ bool steps_in_meta(struct ckfs *fs, uint64_t ino)
 }
 
 /* Path of ino relative to the root without the leading '/', into buf. */
-int stp_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
+int steps_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
 {
 	char tmp[LAYOUT_PATH_MAX + 1];
 	int n = idx_path(fs->ix, ino, tmp, sizeof(tmp));
@@ -56,7 +56,7 @@ int stp_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
 
 /* Queue parent/name for fs_flush_inval. fs->mu held. Dropped silently on ENOMEM (the kernel
  * then forgets it by itself later, under memory pressure or at unmount). */
-void stp_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
+void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 {
 	if (ckpt_grow(&fs->inval, &fs->capinval, fs->ninval, sizeof(*fs->inval)) < 0)
 		return;
@@ -110,7 +110,7 @@ static int scan_file(const char *name, uint64_t ino, const struct idx_inode *a, 
 	return 0;
 }
 
-int stp_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_scan *ret)
+int steps_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_scan *ret)
 {
 	struct step_scan sc = { .fs = fs, .check_bad = check_bad };
 	int rc = policy_step_walk(fs->ix, dir, scan_file, &sc, &sc.fig);
@@ -121,14 +121,14 @@ int stp_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_sca
 }
 
 /* Has some chunk of a file under dir been found bad? 1 yes, 0 no. */
-int stp_tree_has_bad_chunk(struct ckfs *fs, uint64_t dir)
+int steps_tree_has_bad_chunk(struct ckfs *fs, uint64_t dir)
 {
 	struct step_scan sc;
 
-	return stp_scan_tree(fs, dir, true, &sc) == 0 && sc.bad > 0;
+	return steps_scan_tree(fs, dir, true, &sc) == 0 && sc.bad > 0;
 }
 
-ssize_t stp_ext_read(void *arg, void *buf, size_t len, uint64_t off)
+ssize_t steps_ext_read(void *arg, void *buf, size_t len, uint64_t off)
 {
 	struct ext_reader *r = arg;
 
@@ -148,7 +148,7 @@ static int revalidate_file(const char *name, uint64_t ino, const struct idx_inod
 	if (!a.has_hash || (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)) ||
 	    idx_file_extents(fs->ix, ino, &r.ext, &r.n) < 0)
 		return 0;
-	rc = validate_file(name, a.size, stp_ext_read, &r, NULL, why, sizeof(why));
+	rc = validate_file(name, a.size, steps_ext_read, &r, NULL, why, sizeof(why));
 	free(r.ext);
 	if (rc == -EBADMSG || rc == -EIO) {
 		a.flags = (a.flags & ~(uint32_t)IDX_INODE_VALID) | IDX_INODE_MALFORMED;
@@ -160,7 +160,7 @@ static int revalidate_file(const char *name, uint64_t ino, const struct idx_inod
 	return 0;
 }
 
-void stp_revalidate_tree(struct ckfs *fs, uint64_t dir)
+void steps_revalidate_tree(struct ckfs *fs, uint64_t dir)
 {
 	struct policy_figures fig;
 
@@ -171,7 +171,7 @@ void stp_revalidate_tree(struct ckfs *fs, uint64_t dir)
 
 /* Add delta to directory dir's link count (subdirectories moved in or out); touch: also set
  * its mtime and ctime to now (its entries changed). In a transaction, fs->mu held. */
-int stp_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch)
+int steps_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch)
 {
 	struct idx_inode d;
 	int rc = idx_inode_get(fs->ix, dir, &d);
@@ -185,13 +185,13 @@ int stp_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch)
 }
 
 /* Is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place? */
-bool stp_is_slot(const struct idx_step *s)
+bool steps_is_slot(const struct idx_step *s)
 {
 	return s->kind == LAYOUT_INTERNEVO && strchr(s->name, '/') != NULL;
 }
 
 /* The directory at path rel (relative to the root, '/'-separated), into *ret. -errno. */
-int stp_lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret)
+int steps_lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret)
 {
 	char comp[LAYOUT_NAME_MAX + 1];
 	uint64_t cur = IDX_ROOT_INO;
@@ -219,8 +219,8 @@ int stp_lookup_path(struct ckfs *fs, const char *rel, uint64_t *ret)
  * there (borrowed from name). Top-level steps live in the root; a slot "snapshot/K" lives in
  * `snapshot/` as "K". Returns 0, or -errno when the parent is gone.
  */
-int stp_step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
-		  const char **ret_leaf)
+int steps_step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
+		    const char **ret_leaf)
 {
 	const char *slash = strrchr(name, '/');
 	char up[LAYOUT_PATH_MAX];
@@ -235,14 +235,14 @@ int stp_step_home(struct ckfs *fs, const char *name, uint64_t *ret_parent,
 		return -ENAMETOOLONG;
 	memcpy(up, name, (size_t)(slash - name));
 	up[slash - name] = '\0';
-	if ((rc = stp_lookup_path(fs, up, ret_parent)) == 0)
+	if ((rc = steps_lookup_path(fs, up, ret_parent)) == 0)
 		*ret_leaf = slash + 1;
 	return rc;
 }
 
 /* "NAME.ID" (id >= 0) or "NAME" for /.ckptfs/quarantine and /.ckptfs/retained, every '/' of
  * NAME as '-'. */
-void stp_flat_name(const char *name, int64_t id, char *buf, size_t cap)
+void steps_flat_name(const char *name, int64_t id, char *buf, size_t cap)
 {
 	if (id >= 0)
 		snprintf(buf, cap, "%s.%" PRId64, name, id);
@@ -253,50 +253,50 @@ void stp_flat_name(const char *name, int64_t id, char *buf, size_t cap)
 			*p = '-';
 }
 
-int stp_move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
+int steps_move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
 {
 	char qname[300];
 	const char *leaf;
 	uint64_t cur, home;
 	int rc;
 
-	if (!s->dir_ino || stp_step_home(fs, s->name, &home, &leaf) < 0 ||
+	if (!s->dir_ino || steps_step_home(fs, s->name, &home, &leaf) < 0 ||
 	    idx_dentry_lookup(fs->ix, home, leaf, &cur) < 0 || cur != s->dir_ino)
 		return 0; /* not at its place in the namespace (already moved, or renamed) */
-	stp_flat_name(s->name, s->id, qname, sizeof(qname));
+	steps_flat_name(s->name, s->id, qname, sizeof(qname));
 	rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, qname);
 	if (rc == 0)
-		rc = stp_dir_links_add(fs, home, -1, true);
+		rc = steps_dir_links_add(fs, home, -1, true);
 	if (rc == 0)
-		rc = stp_dir_links_add(fs, fs->quarantine_ino, 1, true);
+		rc = steps_dir_links_add(fs, fs->quarantine_ino, 1, true);
 	if (rc == 0)
-		stp_inval_queue(fs, home, leaf);
+		steps_inval_queue(fs, home, leaf);
 	return rc;
 }
 
-int stp_move_back(struct ckfs *fs, const struct idx_step *s)
+int steps_move_back(struct ckfs *fs, const struct idx_step *s)
 {
 	char qname[300];
 	const char *leaf;
 	uint64_t cur, home;
 	int rc;
 
-	if ((rc = stp_step_home(fs, s->name, &home, &leaf)) < 0)
+	if ((rc = steps_step_home(fs, s->name, &home, &leaf)) < 0)
 		return rc;
 	if (idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0)
 		return -EEXIST; /* the trainer re-created the name: leave the old one set aside */
-	stp_flat_name(s->name, s->id, qname, sizeof(qname));
+	steps_flat_name(s->name, s->id, qname, sizeof(qname));
 	rc = idx_dentry_move(fs->ix, fs->quarantine_ino, qname, home, leaf);
 	if (rc == 0)
-		rc = stp_dir_links_add(fs, fs->quarantine_ino, -1, true);
+		rc = steps_dir_links_add(fs, fs->quarantine_ino, -1, true);
 	if (rc == 0)
-		rc = stp_dir_links_add(fs, home, 1, true);
+		rc = steps_dir_links_add(fs, home, 1, true);
 	return rc;
 }
 
 /* ---- transitions ---- */
 
-int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note)
+int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note)
 {
 	int rc = idx_step_set_state(fs->ix, s->id, state, ckfs_now(fs), note);
 
@@ -311,10 +311,11 @@ int stp_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *no
 
 /* ---- listing a directory ---- */
 
-/* idx_dir_list callback: collect name, ino and mode of each entry into the struct stp_entries arg. */
+/* idx_dir_list callback: collect name, ino and mode of each entry into the struct
+ * steps_entries at arg. */
 static int rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
 {
-	struct stp_entries *c = arg;
+	struct steps_entries *c = arg;
 
 	if (c->n == c->cap) {
 		size_t nc = c->cap ? 2 * c->cap : 16;
@@ -343,14 +344,14 @@ static int rm_collect(const char *name, uint64_t ino, uint32_t mode, int64_t coo
 	return 0;
 }
 
-int stp_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct stp_entries *c)
+int steps_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct steps_entries *c)
 {
-	if (depth > STP_TREE_DEPTH_MAX)
+	if (depth > STEPS_TREE_DEPTH_MAX)
 		return -ELOOP;
 	return idx_dir_list(fs->ix, dir, 0, rm_collect, c);
 }
 
-void stp_dir_entries_free(struct stp_entries *c)
+void steps_dir_entries_free(struct steps_entries *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		free(c->names[i]);

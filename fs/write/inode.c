@@ -3,7 +3,7 @@
  * of an inode with no name left once neither the kernel nor an open file (oinode.c) uses it.
  *
  * An inode whose nlink drops to 0 stays in the index until its last close (oi_put) and its
- * last forget (fs_forget_locked), as on any POSIX filesystem; an unmount or a crash in between
+ * last forget (ino_forget_locked), as on any POSIX filesystem; an unmount or a crash in between
  * leaves it to idx_recover. All functions here run with fs->mu held.
  */
 #include <stdlib.h>
@@ -23,7 +23,7 @@ static struct lookup_ent **lookup_slot(struct ckfs *fs, uint64_t ino)
 }
 
 /* One more kernel reference to ino, taken by every successful entry reply. */
-void fs_lookup_inc(struct ckfs *fs, uint64_t ino)
+void ino_lookup_inc(struct ckfs *fs, uint64_t ino)
 {
 	struct lookup_ent **pp = lookup_slot(fs, ino);
 
@@ -36,7 +36,7 @@ void fs_lookup_inc(struct ckfs *fs, uint64_t ino)
 	(*pp)->n++;
 }
 
-bool fs_inode_referenced(struct ckfs *fs, uint64_t ino)
+bool ino_referenced(struct ckfs *fs, uint64_t ino)
 {
 	return *lookup_slot(fs, ino) != NULL || oi_find(fs, ino) != NULL;
 }
@@ -45,20 +45,21 @@ bool fs_inode_referenced(struct ckfs *fs, uint64_t ino)
 static void reap_locked(struct ckfs *fs, uint64_t ino)
 {
 	struct idx_inode a;
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	bool ok;
 
-	if (ino == IDX_ROOT_INO || fs_inode_referenced(fs, ino) ||
+	if (ino == IDX_ROOT_INO || ino_referenced(fs, ino) ||
 	    idx_inode_get(fs->ix, ino, &a) < 0 || a.nlink != 0)
 		return;
-	ok = idx_begin(fs->ix) == 0 && idx_inode_delete(fs->ix, ino, fs_release_collect, &fr) == 0 &&
+	ok = idx_begin(fs->ix) == 0 &&
+	     idx_inode_delete(fs->ix, ino, ino_release_collect, &fr) == 0 &&
 	     idx_commit(fs->ix) == 0;
 	if (!ok)
 		idx_rollback(fs->ix); /* left for idx_recover at unmount or the next mount */
-	fs_release_finish(fs, &fr, ok);
+	ino_release_finish(fs, &fr, ok);
 }
 
-void fs_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n)
+void ino_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n)
 {
 	struct lookup_ent **pp = lookup_slot(fs, ino), *e = *pp;
 
@@ -75,9 +76,9 @@ void fs_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n)
 /*
  * Drop one link to ino (whose dentry the caller already removed), in a transaction, fs->mu held.
  * An inode still open or known to the kernel stays in the index with nlink 0 until its last
- * close (oi_put) and forget (fs_forget_locked), as on any POSIX filesystem.
+ * close (oi_put) and forget (ino_forget_locked), as on any POSIX filesystem.
  */
-int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr)
+int ino_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct ino_freed *fr)
 {
 	struct idx_inode a;
 	int rc = idx_inode_get(fs->ix, ino, &a);
@@ -86,7 +87,7 @@ int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr
 		return rc;
 	a.nlink = S_ISDIR(a.mode) ? 0 : a.nlink - 1;
 	a.ctime_ns = now;
-	if (a.nlink == 0 && !fs_inode_referenced(fs, ino))
-		return idx_inode_delete(fs->ix, ino, fs_release_collect, fr);
+	if (a.nlink == 0 && !ino_referenced(fs, ino))
+		return idx_inode_delete(fs->ix, ino, ino_release_collect, fr);
 	return idx_inode_update(fs->ix, &a);
 }

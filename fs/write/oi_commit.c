@@ -234,7 +234,7 @@ fail:
 static int commit_index(struct ckfs *fs, struct oinode *oi, const struct idx_extent *all,
 			size_t n_all, const struct store_hash *digest)
 {
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	bool committed = false;
 	int rc;
 
@@ -246,7 +246,7 @@ static int commit_index(struct ckfs *fs, struct oinode *oi, const struct idx_ext
 	rc = idx_begin(fs->ix);
 	if (rc == 0) {
 		rc = idx_file_set_content(fs->ix, oi->ino, all, n_all, oi->size, digest->b,
-					  mtime ? mtime : ckfs_now(fs), fs_release_collect, &fr);
+					  mtime ? mtime : ckfs_now(fs), ino_release_collect, &fr);
 		if (rc == 0)
 			ckpt_fault("commit-mid-txn");
 		if (rc == 0)
@@ -256,7 +256,7 @@ static int commit_index(struct ckfs *fs, struct oinode *oi, const struct idx_ext
 		else
 			committed = true;
 	}
-	fs_release_finish(fs, &fr, committed);
+	ino_release_finish(fs, &fr, committed);
 	pthread_mutex_unlock(&fs->mu);
 	return rc;
 }

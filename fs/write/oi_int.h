@@ -36,7 +36,7 @@ void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end);
 void oi_fly_drain(struct ckfs *fs, struct oinode *oi);
 
 /* oi_drop_pins - drop every chunk pin oi took since its last commit, deleting chunk files
- * nothing references any more (fs_chunk_unpin). Write lock held. */
+ * nothing references any more (pins_chunk_unpin). Write lock held. */
 void oi_drop_pins(struct ckfs *fs, struct oinode *oi);
 
 /*
@@ -49,7 +49,7 @@ int oi_ext_reserve(struct idx_extent **ext, size_t *cap, size_t need);
 /*
  * oi_put_extent - store buf (len bytes, at most STORE_CHUNK_MAX) as one chunk, pinned until
  * oi's next commit, and describe it in *ret as the extent at file offset offset. Returns 0, or
- * -ENOMEM or fs_chunk_put's -errno (*ret untouched). Write lock held; takes fs->mu briefly.
+ * -ENOMEM or pins_chunk_put's -errno (*ret untouched). Write lock held; takes fs->mu briefly.
  */
 int oi_put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t len,
 		  uint64_t offset, struct idx_extent *ret);

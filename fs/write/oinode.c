@@ -35,9 +35,9 @@ int64_t ckfs_now(struct ckfs *fs)
 
 /* ---- release of chunks freed by index transactions ---- */
 
-bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg)
+bool ino_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg)
 {
-	struct fs_freed *fr = arg;
+	struct ino_freed *fr = arg;
 
 	if (fr->n == fr->cap) {
 		size_t ncap = fr->cap ? fr->cap * 2 : 32;
@@ -55,7 +55,7 @@ bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg)
 	return true;
 }
 
-void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed)
+void ino_release_finish(struct ckfs *fs, struct ino_freed *fr, bool committed)
 {
 	if (committed) {
 		if (fr->n)
@@ -63,7 +63,7 @@ void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed)
 		for (size_t i = 0; i < fr->n; i++) {
 			if (i)
 				ckpt_fault("chunk-free");
-			fs_chunk_free(fs, &fr->h[i]); /* failures leave an orphan for recovery */
+			pins_chunk_free(fs, &fr->h[i]); /* failures leave an orphan for recovery */
 		}
 	}
 	free(fr->h);
@@ -360,11 +360,11 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
 {
 	for (size_t i = 0; i < oi->n_pins; i++)
-		fs_chunk_unpin(fs, &oi->pins[i]);
+		pins_chunk_unpin(fs, &oi->pins[i]);
 	pthread_mutex_lock(&fs->mu);
 	for (size_t i = 0; i < oi->n_pins; i++) {
 		if (idx_chunk_exists(fs->ix, oi->pins[i].b) == 0)
-			fs_chunk_free(fs, &oi->pins[i]);
+			pins_chunk_free(fs, &oi->pins[i]);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	oi->n_pins = 0;
@@ -402,7 +402,7 @@ static void fly_harvest(struct ckfs *fs, struct oinode *oi)
 		int rc = j->err;
 
 		if (rc == 0 && (rc = oi_note_pin(oi, &j->info.hash)) < 0)
-			fs_chunk_unpin(fs, &j->info.hash);
+			pins_chunk_unpin(fs, &j->info.hash);
 		if (rc == 0 && !oi->fly_lost &&
 		    (rc = oi_ext_reserve(&oi->ext, &oi->cap_ext, oi->n_ext + 1)) == 0) {
 			struct idx_extent *e = &oi->ext[oi->n_ext++];
@@ -482,7 +482,7 @@ void oi_put(struct ckfs *fs, struct oinode *oi)
 {
 	struct oinode **pp;
 	struct idx_inode attr;
-	struct fs_freed fr = { 0 };
+	struct ino_freed fr = { 0 };
 	bool last;
 
 	pthread_mutex_lock(&fs->mu);
@@ -493,14 +493,16 @@ void oi_put(struct ckfs *fs, struct oinode *oi)
 			pp = &(*pp)->next;
 		*pp = oi->next;
 		if (idx_inode_get(fs->ix, oi->ino, &attr) == 0 && attr.nlink == 0 &&
-		    !fs_inode_referenced(fs, oi->ino)) {
-			bool ok = idx_begin(fs->ix) == 0 &&
-				  idx_inode_delete(fs->ix, oi->ino, fs_release_collect, &fr) == 0 &&
-				  idx_commit(fs->ix) == 0;
+		    !ino_referenced(fs, oi->ino)) {
+			bool ok;
+
+			ok = idx_begin(fs->ix) == 0 &&
+			     idx_inode_delete(fs->ix, oi->ino, ino_release_collect, &fr) == 0 &&
+			     idx_commit(fs->ix) == 0;
 
 			if (!ok)
 				idx_rollback(fs->ix); /* recovery deletes it at the next mount */
-			fs_release_finish(fs, &fr, ok);
+			ino_release_finish(fs, &fr, ok);
 		}
 	}
 	pthread_mutex_unlock(&fs->mu);
@@ -552,12 +554,12 @@ int oi_put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t
 		      uint64_t offset, struct idx_extent *ret)
 {
 	struct store_chunk_info info;
-	int rc = fs_chunk_put(fs, buf, len, 0, &info);
+	int rc = pins_chunk_put(fs, buf, len, 0, &info);
 
 	if (rc < 0)
 		return rc;
 	if ((rc = oi_note_pin(oi, &info.hash)) < 0) {
-		fs_chunk_unpin(fs, &info.hash);
+		pins_chunk_unpin(fs, &info.hash);
 		return rc;
 	}
 	ret->offset = offset;
@@ -582,11 +584,11 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j)
 {
 	struct store_chunk_info info;
 	unsigned flags = wb_should_defer(fs->wb) ? STORE_PUT_DEFER : 0;
-	int rc = fs_chunk_put(fs, j->buf, j->len, flags, &info);
+	int rc = pins_chunk_put(fs, j->buf, j->len, flags, &info);
 	struct oinode *oi = j->oi;
 
 	if (rc == -ENOSPC && flags) /* the raw copy did not fit: a compressed one may */
-		rc = fs_chunk_put(fs, j->buf, j->len, 0, &info);
+		rc = pins_chunk_put(fs, j->buf, j->len, 0, &info);
 
 	if (rc == 0 && !info.existed && info.codec == STORE_CODEC_DEFERRED)
 		atomic_fetch_add(&fs->n_deferred, 1);

@@ -23,7 +23,7 @@ struct pin {
 	struct pin *next;
 };
 
-struct fs_pins {
+struct pins {
 	pthread_mutex_t mu; /* last in the lock order */
 	struct pin *b[PIN_BUCKETS];
 };
@@ -33,16 +33,16 @@ static unsigned bucket(const struct store_hash *h)
 	return ((unsigned)h->b[14] << 8 | h->b[15]) % PIN_BUCKETS;
 }
 
-struct fs_pins *fs_pins_new(void)
+struct pins *pins_new(void)
 {
-	struct fs_pins *p = calloc(1, sizeof(*p));
+	struct pins *p = calloc(1, sizeof(*p));
 
 	if (p)
 		pthread_mutex_init(&p->mu, NULL);
 	return p;
 }
 
-void fs_pins_free(struct fs_pins *p)
+void pins_free(struct pins *p)
 {
 	if (!p)
 		return;
@@ -58,7 +58,7 @@ void fs_pins_free(struct fs_pins *p)
 	free(p);
 }
 
-static struct pin **pin_slot(struct fs_pins *p, const struct store_hash *h)
+static struct pin **pin_slot(struct pins *p, const struct store_hash *h)
 {
 	struct pin **pp = &p->b[bucket(h)];
 
@@ -67,9 +67,9 @@ static struct pin **pin_slot(struct fs_pins *p, const struct store_hash *h)
 	return pp;
 }
 
-void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
+void pins_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
 {
-	struct fs_pins *p = fs->pins;
+	struct pins *p = fs->pins;
 	struct pin **pp, *dead;
 
 	pthread_mutex_lock(&p->mu);
@@ -82,10 +82,10 @@ void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
 	pthread_mutex_unlock(&p->mu);
 }
 
-int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
-		 struct store_chunk_info *ret)
+int pins_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
+		   struct store_chunk_info *ret)
 {
-	struct fs_pins *p = fs->pins;
+	struct pins *p = fs->pins;
 	struct store_hash h;
 	struct pin **pp;
 	int rc;
@@ -118,7 +118,7 @@ int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
 	pthread_mutex_unlock(&fs->mu);
 	rc = store_chunk_put_hashed(fs->st, buf, len, &h, flags, ret);
 	if (rc < 0) {
-		fs_chunk_unpin(fs, &h);
+		pins_chunk_unpin(fs, &h);
 		return rc;
 	}
 	if (bad) {
@@ -135,9 +135,9 @@ int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
 	return rc;
 }
 
-int fs_chunk_free(struct ckfs *fs, const struct store_hash *h)
+int pins_chunk_free(struct ckfs *fs, const struct store_hash *h)
 {
-	struct fs_pins *p = fs->pins;
+	struct pins *p = fs->pins;
 	int rc = 0;
 
 	pthread_mutex_lock(&p->mu);
@@ -150,10 +150,10 @@ int fs_chunk_free(struct ckfs *fs, const struct store_hash *h)
 	return rc;
 }
 
-/* Digests fs_recode_idle takes from the index at a time (one query, one transaction). */
+/* Digests pins_recode_idle takes from the index at a time (one query, one transaction). */
 #define RECODE_BATCH 32
 
-bool fs_recode_idle(struct ckfs *fs)
+bool pins_recode_idle(struct ckfs *fs)
 {
 	uint8_t hs[RECODE_BATCH][IDX_HASH_LEN]; /* 512 bytes: the stack holds it */
 	struct {

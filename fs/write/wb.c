@@ -17,7 +17,7 @@
  * compressor does (store_defer_pays), a job stores its chunk raw (STORE_CODEC_DEFERRED), so the
  * step is durable at the speed of the disk rather than of zstd on the CPU the trainer leaves.
  * Once the pool has been idle WB_IDLE_LAZY_S, one worker compresses the deferred chunks the
- * index lists (fs_recode_idle, store_chunk_recode), yielding between chunks as soon as work
+ * index lists (pins_recode_idle, store_chunk_recode), yielding between chunks as soon as work
  * arrives. Why: with the CPUs shared with the trainer, a save becomes durable sooner when its
  * chunks reach the disk raw and are compressed afterwards, in idle time (figures:
  * tests/bench/RESULTS.md).
@@ -44,7 +44,7 @@
  *      back), v[n_lazy..n) not yet. Once the pool has been idle (active == 0) for
  *      WB_IDLE_LAZY_S, n_lazy = n in both. While lazy_keep_locked gives them, the buffers it
  *      gives are off the list (and still in used and charged).
- *   6. At most one worker runs fs_recode_idle (recoding), only while active == 0 when it
+ *   6. At most one worker runs pins_recode_idle (recoding), only while active == 0 when it
  *      starts; recode stays set while deferred chunks may remain unseen: until a pass finds
  *      none and no file holding deferred chunks was committed meanwhile (defer_gen).
  *
@@ -136,7 +136,7 @@ struct wb_pool {
 	unsigned queued;        /* jobs queued, not yet taken by a worker */
 	bool recode;            /* deferred chunks may exist: look for them when idle */
 	uint64_t defer_gen;     /* wb_note_deferred calls so far */
-	bool recoding;          /* a worker is in fs_recode_idle */
+	bool recoding;          /* a worker is in pins_recode_idle */
 	struct keep_list keep[2]; /* invariant 5: [0] WB_SEG, [1] STORE_CHUNK_MAX bytes each */
 	bool stopping;
 	unsigned nthreads;
@@ -246,7 +246,7 @@ static void *wb_main(void *arg)
 
 					p->recoding = true;
 					pthread_mutex_unlock(&p->mu);
-					bool more = fs_recode_idle(p->fs);
+					bool more = pins_recode_idle(p->fs);
 
 					pthread_mutex_lock(&p->mu);
 					p->recoding = false;

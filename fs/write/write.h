@@ -55,7 +55,7 @@ struct fly_job {
 	uint8_t *buf;           /* the raw bytes, inside seg, until done */
 	struct seg *seg;        /* holds a reference until done (then NULL) */
 	bool done;
-	int err;                /* when done: 0 or the -errno of fs_chunk_put */
+	int err;                /* when done: 0 or the -errno of pins_chunk_put */
 	struct store_chunk_info info; /* when done and err == 0: the stored chunk, pinned */
 };
 
@@ -135,31 +135,31 @@ struct oinode {
 
 /* ---- pins.c: chunks in the store (pins, put, free, deferred compression) ---- */
 
-/* fs_pins_new - an empty pin table, or NULL (ENOMEM). fs_pins_free accepts NULL. */
-struct fs_pins *fs_pins_new(void);
-void fs_pins_free(struct fs_pins *p);
+/* pins_new - an empty pin table, or NULL (ENOMEM). pins_free accepts NULL. */
+struct pins *pins_new(void);
+void pins_free(struct pins *p);
 
 /*
- * fs_chunk_put - pin the digest of buf, then store it (store_chunk_put_hashed with flags: 0 or
+ * pins_chunk_put - pin the digest of buf, then store it (store_chunk_put_hashed with flags: 0 or
  * STORE_PUT_DEFER). A stored copy the index marks bad is deleted and written again (never a
  * dedup target), and the mark cleared. On failure the pin is dropped. Returns 0 or the -errno
  * of store_chunk_put. Thread-safe; takes fs->mu, so the caller must not hold it.
  */
-int fs_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
-		 struct store_chunk_info *ret);
+int pins_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
+		   struct store_chunk_info *ret);
 
-/* fs_chunk_unpin - drop one pin of h. Thread-safe. */
-void fs_chunk_unpin(struct ckfs *fs, const struct store_hash *h);
+/* pins_chunk_unpin - drop one pin of h. Thread-safe. */
+void pins_chunk_unpin(struct ckfs *fs, const struct store_hash *h);
 
 /*
- * fs_chunk_free - delete chunk h's file unless it is pinned (a write in progress uses it).
+ * pins_chunk_free - delete chunk h's file unless it is pinned (a write in progress uses it).
  * Call after the index transaction that dropped its row committed. Errors other than ENOENT are
  * returned (the file is then an orphan, swept by recovery or ckptctl gc). Thread-safe.
  */
-int fs_chunk_free(struct ckfs *fs, const struct store_hash *h);
+int pins_chunk_free(struct ckfs *fs, const struct store_hash *h);
 
 /*
- * fs_recode_idle - compress chunks stored deferred (store_chunk_recode), a batch at a time,
+ * pins_recode_idle - compress chunks stored deferred (store_chunk_recode), a batch at a time,
  * recording each one's new codec and stored size in the index, until none is left or the pool
  * has work again (wb_busy). A chunk whose bytes no longer match its digest is marked bad.
  * Returns true when deferred chunks may remain (it yielded to work), false when none is left
@@ -167,7 +167,7 @@ int fs_chunk_free(struct ckfs *fs, const struct store_hash *h);
  * batch, never for a chunk's I/O. Chunk-level work like the rest of pins.c (store and
  * index); the pool (wb.c) only decides when it runs.
  */
-bool fs_recode_idle(struct ckfs *fs);
+bool pins_recode_idle(struct ckfs *fs);
 
 
 /* ---- wb.c: the write-back pool ---- */
@@ -221,12 +221,12 @@ void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident);
  * auto and the workers are behind (at least WB_DEFER_QUEUE jobs wait) and store_defer_pays.
  * NULL p: false. Thread-safe; takes the pool's lock (a leaf).
  * wb_note_deferred - a worker stored a chunk deferred: the pool will look for deferred chunks
- * to compress once idle (fs_recode_idle). Thread-safe.
+ * to compress once idle (pins_recode_idle). Thread-safe.
  */
 bool wb_should_defer(struct wb_pool *p);
 void wb_note_deferred(struct wb_pool *p);
 /* wb_busy - whether the pool has a cutter or job queued or running, or is stopping: an idle
- * task (fs_recode_idle) should yield. NULL p: false. Thread-safe. */
+ * task (pins_recode_idle) should yield. NULL p: false. Thread-safe. */
 bool wb_busy(struct wb_pool *p);
 /*
  * wb_figures - budget, bytes in flight now, bytes of buffers kept for reuse now (wb.c invariant
@@ -279,7 +279,7 @@ void cq_wait_idle(struct ckfs *fs);
  */
 void oi_cut_run(struct ckfs *fs, struct oinode *oi);
 /*
- * oi_job_run - store job j (fs_chunk_put), publish the result on it under its file's fly_mu
+ * oi_job_run - store job j (pins_chunk_put), publish the result on it under its file's fly_mu
  * and drop its segment reference; the caller must not touch j or its file afterwards. No lock
  * held.
  */
@@ -375,39 +375,39 @@ int oi_commit(struct ckfs *fs, struct oinode *oi);
 /* oi_error - the sticky error of oi (0 or -errno; read lock taken inside). */
 int oi_error(struct oinode *oi);
 
-/* fs_release_collect / fs_release_finish - the idx_release_fn used by every transaction that can
+/* ino_release_collect / ino_release_finish - the idx_release_fn used by every transaction that can
  * free chunks: collect digests in the transaction, free their files after it commits. */
-struct fs_freed {
+struct ino_freed {
 	struct store_hash *h;
 	size_t n, cap;
 	int err;
 };
-bool fs_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg);
-void fs_release_finish(struct ckfs *fs, struct fs_freed *fr, bool committed);
+bool ino_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg);
+void ino_release_finish(struct ckfs *fs, struct ino_freed *fr, bool committed);
 
 /* ---- inode.c: inode lifetime (fs->mu held) ---- */
 
 /*
- * fs_lookup_inc - one more kernel reference to ino, taken by every successful entry reply.
+ * ino_lookup_inc - one more kernel reference to ino, taken by every successful entry reply.
  * Without memory the count is not kept: the inode then lives only until its last close or the
  * unmount.
  */
-void fs_lookup_inc(struct ckfs *fs, uint64_t ino);
+void ino_lookup_inc(struct ckfs *fs, uint64_t ino);
 /*
- * fs_forget_locked - the kernel dropped n references to ino (FUSE_FORGET); at 0 an inode with
+ * ino_forget_locked - the kernel dropped n references to ino (FUSE_FORGET); at 0 an inode with
  * no name left and no open file is deleted from the index (a failure leaves it to idx_recover).
  */
-void fs_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n);
+void ino_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n);
 /*
- * fs_inode_referenced - does the kernel (lookup count) or an open file still use ino? An inode
+ * ino_referenced - does the kernel (lookup count) or an open file still use ino? An inode
  * with nlink 0 is deleted from the index only when it is not referenced.
  */
-bool fs_inode_referenced(struct ckfs *fs, uint64_t ino);
+bool ino_referenced(struct ckfs *fs, uint64_t ino);
 /*
- * fs_drop_link - drop one link of ino after its dentry was removed, in the caller's
+ * ino_drop_link - drop one link of ino after its dentry was removed, in the caller's
  * transaction: at nlink 0 an unreferenced inode is deleted, its chunks collected in *fr (for
- * fs_release_finish after the commit). Returns 0 or the index's -errno.
+ * ino_release_finish after the commit). Returns 0 or the index's -errno.
  */
-int fs_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct fs_freed *fr);
+int ino_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct ino_freed *fr);
 
 #endif /* CKPTFS_FS_WRITE_H */

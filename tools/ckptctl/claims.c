@@ -73,7 +73,7 @@ static int claim_row(int64_t id, const char *tracker, const void *content, size_
 		json_object_set_new(o, "ts_ns", json_integer(ts_ns));
 		json_object_set_new(o, "tracker", json_string(tracker));
 		json_object_set_new(o, "step", step >= 0 ? json_integer(step) : json_null());
-		json_object_set_new(o, "length", json_u64(written));
+		json_object_set_new(o, "length", ctl_u64(written));
 		json_object_set_new(o, "truncated", json_boolean(written > len));
 		json_object_set_new(o, "content", json_string(full));
 		free(full);
@@ -112,7 +112,7 @@ static int claims_run(const char *root, bool json)
 	struct claim_ctx c = { 0 };
 	int rc, status = EXIT_ERROR;
 
-	if (repo_open_read(root, &r) < 0)
+	if (ctl_open_read(root, &r) < 0)
 		return EXIT_ERROR;
 	c.ix = r->ix;
 	c.wtracker = 7;
@@ -123,11 +123,11 @@ static int claims_run(const char *root, bool json)
 		rc = idx_claim_foreach(r->ix, claim_row, &c);
 	if (rc < 0) {
 		json_decref(c.a);
-		status = index_error(root, "list tracker claims", rc);
+		status = ctl_index_err(root, "list tracker claims", rc);
 		goto out;
 	}
 	if (c.a) {
-		if (json_print(c.a) < 0)
+		if (ctl_print(c.a) < 0)
 			goto out;
 	} else if (c.n == 0) {
 		printf("no tracker claims recorded in store '%s'\n", root);

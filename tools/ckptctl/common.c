@@ -14,7 +14,7 @@
 
 #include "ctl.h"
 
-void errmsg(const char *fmt, ...)
+void ctl_err(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -25,7 +25,7 @@ void errmsg(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-char *fmt_size(uint64_t bytes, char *buf, size_t cap)
+char *ctl_size(uint64_t bytes, char *buf, size_t cap)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
 	double v = (double)bytes;
@@ -43,7 +43,7 @@ char *fmt_size(uint64_t bytes, char *buf, size_t cap)
 	return buf;
 }
 
-char *fmt_short_size(uint64_t bytes, char *buf, size_t cap)
+char *ctl_short_size(uint64_t bytes, char *buf, size_t cap)
 {
 	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
 	double v = (double)bytes;
@@ -60,7 +60,7 @@ char *fmt_short_size(uint64_t bytes, char *buf, size_t cap)
 	return buf;
 }
 
-char *hex16(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1])
+char *ctl_hex(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1])
 {
 	struct store_hash sh;
 
@@ -68,7 +68,7 @@ char *hex16(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1])
 	return store_hash_hex(&sh, out);
 }
 
-const char *codec_name(uint8_t codec)
+const char *ctl_codec(uint8_t codec)
 {
 	switch (codec) {
 	case STORE_CODEC_RAW:
@@ -90,7 +90,7 @@ const char *codec_name(uint8_t codec)
 	}
 }
 
-const char *chunk_error_name(int err)
+const char *ctl_chunk_err(int err)
 {
 	switch (err) {
 	case -ENOENT:
@@ -104,7 +104,7 @@ const char *chunk_error_name(int err)
 	}
 }
 
-char *fmt_mode(uint32_t mode, char buf[11])
+char *ctl_mode(uint32_t mode, char buf[11])
 {
 	static const char rwx[] = "rwxrwxrwx";
 	char t;
@@ -149,7 +149,7 @@ char *fmt_mode(uint32_t mode, char buf[11])
 	return buf;
 }
 
-const char *type_name(uint32_t mode)
+const char *ctl_type(uint32_t mode)
 {
 	switch (mode & S_IFMT) {
 	case S_IFREG:
@@ -163,7 +163,7 @@ const char *type_name(uint32_t mode)
 	}
 }
 
-int inode_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
+int ctl_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 {
 	int rc = idx_path(ix, ino, buf, cap);
 
@@ -174,19 +174,19 @@ int inode_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 	return rc < 0 ? rc : 0;
 }
 
-int repo_open_read(const char *root, struct ckpt_repo **ret)
+int ctl_open_read(const char *root, struct ckpt_repo **ret)
 {
 	char err[1024] = "";
 	int rc;
 
 	rc = ckpt_repo_open(root, REPO_RDONLY, NULL, err, sizeof(err), ret);
 	if (rc < 0)
-		errmsg("%s", err[0] ? err : strerror(-rc));
+		ctl_err("%s", err[0] ? err : strerror(-rc));
 	return rc;
 }
 
-int repo_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
-			  struct ckpt_repo **ret, bool *ret_writable)
+int ctl_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
+			 struct ckpt_repo **ret, bool *ret_writable)
 {
 	char err[1024] = "";
 	int rc;
@@ -197,53 +197,53 @@ int repo_open_write_flags(const char *root, const struct store_opts *sopts, int 
 		return 0;
 	}
 	if (rc != -EBUSY && rc != -EACCES && rc != -EROFS) {
-		errmsg("%s", err[0] ? err : strerror(-rc));
+		ctl_err("%s", err[0] ? err : strerror(-rc));
 		return rc;
 	}
 	/* A daemon owns it (or we may not write it): fall back to reading. */
 	err[0] = '\0';
 	rc = ckpt_repo_open(root, REPO_RDONLY, sopts, err, sizeof(err), ret);
 	if (rc < 0) {
-		errmsg("%s", err[0] ? err : strerror(-rc));
+		ctl_err("%s", err[0] ? err : strerror(-rc));
 		return rc;
 	}
 	*ret_writable = false;
 	return 0;
 }
 
-int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
-		    bool *ret_writable)
+int ctl_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
+		   bool *ret_writable)
 {
-	return repo_open_write_flags(root, sopts, 0, ret, ret_writable);
+	return ctl_open_write_flags(root, sopts, 0, ret, ret_writable);
 }
 
-int index_error(const char *root, const char *what, int rc)
+int ctl_index_err(const char *root, const char *what, int rc)
 {
 	if (rc == -EIO)
-		errmsg("cannot %s in the index of store '%s': %s; the index file is damaged: "
-		       "with the store unmounted, run 'ckptctl %s fsck' to rebuild it from what is "
-		       "still readable", what, root, strerror(-rc), root);
+		ctl_err("cannot %s in the index of store '%s': %s; the index file is damaged: "
+			"with the store unmounted, run 'ckptctl %s fsck' to rebuild it from what "
+			"is still readable", what, root, strerror(-rc), root);
 	else
-		errmsg("cannot %s in the index of store '%s': %s; run 'ckptctl %s status' to "
-		       "check the store", what, root, strerror(-rc), root);
+		ctl_err("cannot %s in the index of store '%s': %s; run 'ckptctl %s status' to "
+			"check the store", what, root, strerror(-rc), root);
 	return EXIT_ERROR;
 }
 
-int numw(uint64_t v)
+int ctl_numw(uint64_t v)
 {
 	char b[24];
 
 	return snprintf(b, sizeof(b), "%" PRIu64, v);
 }
 
-/* Takes each piece a stream_extents() read (buf NULL: a hole of len bytes, index invariant 4):
+/* Takes each piece a ctl_stream() read (buf NULL: a hole of len bytes, index invariant 4):
  * returns 0, or -errno with reason filled. */
-typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
+typedef int (*ctl_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
 
-int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
-		   bool sparse, uint8_t *buf, struct store_hasher *hs, stream_sink sink,
-		   void *arg, const char *what, char *reason, size_t cap,
-		   struct store_hash *ret_digest)
+int ctl_stream(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
+	       bool sparse, uint8_t *buf, struct store_hasher *hs, ctl_sink sink,
+	       void *arg, const char *what, char *reason, size_t cap,
+	       struct store_hash *ret_digest)
 {
 	char hex[2 * STORE_HASH_LEN + 1];
 	uint64_t pos = 0;
@@ -278,9 +278,9 @@ int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uin
 			if (got == -ENOMEM)
 				return -ENOMEM;
 			if (got <= 0) {
-				snprintf(reason, cap, "chunk %s: %s%s", hex16(h.b, hex),
+				snprintf(reason, cap, "chunk %s: %s%s", ctl_hex(h.b, hex),
 					 got == 0 ? "shorter than its extent"
-						  : chunk_error_name((int)got),
+						  : ctl_chunk_err((int)got),
 					 what);
 				return 1;
 			}
@@ -299,7 +299,7 @@ int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uin
 	return 0;
 }
 
-int fsync_path(const char *path)
+int ctl_fsync_path(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
 

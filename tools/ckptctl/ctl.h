@@ -8,11 +8,11 @@
  *      (EXIT_OK, EXIT_DAMAGE, EXIT_ERROR), never -errno.
  *   2. Standard output carries the result only (aligned text, or one JSON document when
  *      o->json); progress and errors go to standard error, errors as one line
- *      "ckptctl: what happened; what to do" (errmsg).
+ *      "ckptctl: what happened; what to do" (ctl_err).
  *   3. A command checks its own operands (o->argc, o->argv) and reports a wrong count with
- *      usage_error.
+ *      ctl_usage.
  *
- * Thread-safety: everything here is for the main thread, except stream_extents, which is
+ * Thread-safety: everything here is for the main thread, except ctl_stream, which is
  * reentrant for distinct hs/buf.
  */
 #ifndef CKPTCTL_CTL_H
@@ -67,108 +67,108 @@ int cmd_claims(const struct ctl_opts *o);
 int cmd_import(const struct ctl_opts *o);
 
 /*
- * usage_error - print "ckptctl: <message>", the short usage and a pointer to --help on stderr.
- * Returns EXIT_ERROR, for "return usage_error(...)".
+ * ctl_usage - print "ckptctl: <message>", the short usage and a pointer to --help on stderr.
+ * Returns EXIT_ERROR, for "return ctl_usage(...)".
  */
-int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int ctl_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
- * verify_run - verify's work without its operand check: re-read every chunk of the store at
+ * ctl_verify - verify's work without its operand check: re-read every chunk of the store at
  * root and re-hash every file, marking or clearing bad chunks when the store can be written.
  * @json: print the report as one JSON document instead of text.
  * Returns EXIT_OK (no damage), EXIT_DAMAGE or EXIT_ERROR (reported on stderr).
  */
-int verify_run(const char *root, bool json);
+int ctl_verify(const char *root, bool json);
 
 /* ---- common.c: messages ---- */
 
-/* errmsg - print "ckptctl: <message>" and a newline on stderr. */
-void errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ctl_err - print "ckptctl: <message>" and a newline on stderr. */
+void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
- * index_error - report a failure of the index of store root on stderr, with what to do next
+ * ctl_index_err - report a failure of the index of store root on stderr, with what to do next
  * (fsck for -EIO, which means a damaged index file; status otherwise).
  * @what: the action that failed, worded to follow "cannot" ("list the steps").
  * @rc: the -errno of the index.
  * Returns EXIT_ERROR.
  */
-int index_error(const char *root, const char *what, int rc);
+int ctl_index_err(const char *root, const char *what, int rc);
 
 /* ---- common.c: memory ---- */
 
 /* ---- common.c: formatting (each returns its buf, or a borrowed static string) ---- */
 
 /*
- * fmt_size - "1.23 GiB (1320702443 bytes)", or "512 bytes" below 1 KiB, into buf (cap bytes).
+ * ctl_size - "1.23 GiB (1320702443 bytes)", or "512 bytes" below 1 KiB, into buf (cap bytes).
  * Returns buf.
  */
-char *fmt_size(uint64_t bytes, char *buf, size_t cap);
+char *ctl_size(uint64_t bytes, char *buf, size_t cap);
 
-/* fmt_short_size - "1.2 GiB" or "512 B" into buf (cap bytes), for progress lines. Returns buf. */
-char *fmt_short_size(uint64_t bytes, char *buf, size_t cap);
+/* ctl_short_size - "1.2 GiB" or "512 B" into buf (cap bytes), for progress lines. Returns buf. */
+char *ctl_short_size(uint64_t bytes, char *buf, size_t cap);
 
-/* hex16 - the 32 lowercase hex digits of a 16-byte digest into out. Returns out. */
-char *hex16(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1]);
+/* ctl_hex - the 32 lowercase hex digits of a 16-byte digest into out. Returns out. */
+char *ctl_hex(const uint8_t h[IDX_HASH_LEN], char out[2 * STORE_HASH_LEN + 1]);
 
-/* codec_name - printable name of an enum store_codec value; borrowed static string. */
-const char *codec_name(uint8_t codec);
+/* ctl_codec - printable name of an enum store_codec value; borrowed static string. */
+const char *ctl_codec(uint8_t codec);
 
-/* chunk_error_name - how a chunk failed verification, as printed; borrowed static string. */
-const char *chunk_error_name(int err);
+/* ctl_chunk_err - how a chunk failed verification, as printed; borrowed static string. */
+const char *ctl_chunk_err(int err);
 
-/* fmt_mode - "drwxr-xr-x"-style type and permission string (11 bytes with NUL). Returns buf. */
-char *fmt_mode(uint32_t mode, char buf[11]);
+/* ctl_mode - "drwxr-xr-x"-style type and permission string (11 bytes with NUL). Returns buf. */
+char *ctl_mode(uint32_t mode, char buf[11]);
 
-/* type_name - JSON name of an inode's type ("file", "dir", ...); borrowed static string. */
-const char *type_name(uint32_t mode);
+/* ctl_type - JSON name of an inode's type ("file", "dir", ...); borrowed static string. */
+const char *ctl_type(uint32_t mode);
 
-/* numw - the number of decimal digits of v, for column widths. */
-int numw(uint64_t v);
+/* ctl_numw - the number of decimal digits of v, for column widths. */
+int ctl_numw(uint64_t v);
 
 /* ---- common.c: the store ---- */
 
 /*
- * inode_path - the path of ino from the root, or "<inode N, unlinked>" when no dentry chain
+ * ctl_path - the path of ino from the root, or "<inode N, unlinked>" when no dentry chain
  * reaches the root, into buf (cap bytes). Returns 0 or the -errno of the index.
  */
-int inode_path(struct idx *ix, uint64_t ino, char *buf, size_t cap);
+int ctl_path(struct idx *ix, uint64_t ino, char *buf, size_t cap);
 
 /*
- * repo_open_read - open root for reading (never writes it; read-only while mounted or not).
+ * ctl_open_read - open root for reading (never writes it; read-only while mounted or not).
  * @ret: the open store, owned by the caller (ckpt_repo_close); untouched on failure.
  * Prints the reason on stderr on failure. Returns 0 or the -errno of ckpt_repo_open.
  */
-int repo_open_read(const char *root, struct ckpt_repo **ret);
+int ctl_open_read(const char *root, struct ckpt_repo **ret);
 
 /*
- * repo_open_write_flags - open root holding its lock exclusively when no daemon owns it, else
+ * ctl_open_write_flags - open root holding its lock exclusively when no daemon owns it, else
  * read-only (ret->mounted set). @sopts may be NULL. @flags: 0 or REPO_SALVAGE (exclusive open
  * only: an index that cannot be opened leaves ret->ix NULL and ret->index_err set).
  * @ret: the open store, owned by the caller (ckpt_repo_close).
  * @ret_writable: true when the store was opened exclusively and writable.
  * Prints the reason on stderr on failure. Returns 0 or the -errno of ckpt_repo_open.
  */
-int repo_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
-			  struct ckpt_repo **ret, bool *ret_writable);
+int ctl_open_write_flags(const char *root, const struct store_opts *sopts, int flags,
+			 struct ckpt_repo **ret, bool *ret_writable);
 
-/* repo_open_write - repo_open_write_flags with flags 0. */
-int repo_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
-		    bool *ret_writable);
+/* ctl_open_write - ctl_open_write_flags with flags 0. */
+int ctl_open_write(const char *root, const struct store_opts *sopts, struct ckpt_repo **ret,
+		   bool *ret_writable);
 
 /*
- * fsync_path - open path read-only (a file or a directory) and fsync it.
+ * ctl_fsync_path - open path read-only (a file or a directory) and fsync it.
  * Returns 0 or -errno of open(2) or fsync(2).
  */
-int fsync_path(const char *path);
+int ctl_fsync_path(const char *path);
 
 /*
- * Takes each piece a stream_extents() read (buf NULL: a hole of len bytes, index invariant 4):
+ * Takes each piece a ctl_stream() read (buf NULL: a hole of len bytes, index invariant 4):
  * returns 0, or -errno with reason (cap bytes) filled.
  */
-typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
+typedef int (*ctl_sink)(const void *buf, size_t len, void *arg, char *reason, size_t cap);
 
 /*
- * stream_extents - read the extents ext[0..n) of a file of size bytes in order through the
+ * ctl_stream - read the extents ext[0..n) of a file of size bytes in order through the
  * store (every chunk re-hashed by store_chunk_pread), in pieces of at most STORE_CHUNK_MAX bytes
  * into buf, feeding each piece to sink and to hs (reset first); a sparse file's holes go to sink
  * as (NULL, length) and to hs as store_hasher_hole records (store.h: the digest of a sparse
@@ -179,27 +179,27 @@ typedef int (*stream_sink)(const void *buf, size_t len, void *arg, char *reason,
  * tile [0, size) (a gap allowed only when sparse), or a chunk missing, short or failing its
  * checksum; reason says which), -ENOMEM, or the -errno of sink. Not thread-safe for one hs/buf.
  */
-int stream_extents(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
-		   bool sparse, uint8_t *buf, struct store_hasher *hs, stream_sink sink, void *arg,
-		   const char *what, char *reason, size_t cap, struct store_hash *ret_digest);
+int ctl_stream(struct store *st, const struct idx_extent *ext, size_t n, uint64_t size,
+	       bool sparse, uint8_t *buf, struct store_hasher *hs, ctl_sink sink, void *arg,
+	       const char *what, char *reason, size_t cap, struct store_hash *ret_digest);
 
 /* ---- out.c: JSON ---- */
 
 /*
- * json_print - write obj (indented) and a newline to stdout, then drop the reference.
+ * ctl_print - write obj (indented) and a newline to stdout, then drop the reference.
  * Returns 0, -ENOMEM when obj is NULL (a failed constructor), or -EIO when writing failed.
  */
-int json_print(json_t *obj);
+int ctl_print(json_t *obj);
 
-/* json_u64 - a JSON integer of an unsigned count (counts never reach 2^63); new reference. */
-json_t *json_u64(uint64_t v);
+/* ctl_u64 - a JSON integer of an unsigned count (counts never reach 2^63); new reference. */
+json_t *ctl_u64(uint64_t v);
 
 /*
- * json_store - a new JSON object with the fields every report about a store starts with:
+ * ctl_store_json - a new JSON object with the fields every report about a store starts with:
  * "store" (root), "mounted" and "owner_pid" (null when not mounted), from r (borrowed). New
  * reference, or NULL when out of memory.
  */
-json_t *json_store(const char *root, const struct ckpt_repo *r);
+json_t *ctl_store_json(const char *root, const struct ckpt_repo *r);
 
 
 /* ---- out.c: the progress line ---- */
@@ -242,16 +242,16 @@ struct gc_count {
 };
 
 /*
- * gc_count_file - store_chunk_foreach callback counting one chunk file into arg (a struct
+ * ctl_gc_count - store_chunk_foreach callback counting one chunk file into arg (a struct
  * gc_count), skipping chunks the index knows when arg->ix is set.
  * Returns 0 or the -errno of idx_chunk_exists.
  */
-int gc_count_file(const struct store_hash *h, uint64_t stored_size, void *arg);
+int ctl_gc_count(const struct store_hash *h, uint64_t stored_size, void *arg);
 
 /* ---- steps.c: finding steps, shared with show, pin and export ---- */
 
-/* kind_name - layout name of a step's kind, "?" when out of range; borrowed static string. */
-const char *kind_name(int kind);
+/* ctl_kind - layout name of a step's kind, "?" when out of range; borrowed static string. */
+const char *ctl_kind(int kind);
 
 /* Steps collected by idx_step_foreach, in its order (step number, then id). */
 struct step_list {
@@ -270,22 +270,22 @@ struct step_match {
 };
 
 /*
- * find_steps - the steps that arg names: a step number ("100"), a step directory name
+ * ctl_find_steps - the steps that arg names: a step number ("100"), a step directory name
  * ("iter_0000100"), or a quarantined directory's name ("iter_0000200.2", NAME.ID). Newest id
  * first, into m->found (owned by m; free m->found.v). Prints nothing.
  * Returns the number of steps found (>= 0), -ENOMEM, or -errno of the index.
  */
-int find_steps(struct idx *ix, const char *arg, struct step_match *m);
+int ctl_find_steps(struct idx *ix, const char *arg, struct step_match *m);
 
 /*
- * pick_step - among m->found (newest first), the step an action means: the newest complete
+ * ctl_pick_step - among m->found (newest first), the step an action means: the newest complete
  * one, else the newest that is not pruned, else the newest. NULL when none was found.
  * Returns a pointer into m->found, borrowed while m is.
  */
-const struct idx_step *pick_step(const struct step_match *m);
+const struct idx_step *ctl_pick_step(const struct step_match *m);
 
-/* no_such_step - report an unknown STEP arg of store root on stderr; returns EXIT_ERROR. */
-int no_such_step(const char *root, const char *arg);
+/* ctl_no_step - report an unknown STEP arg of store root on stderr; returns EXIT_ERROR. */
+int ctl_no_step(const char *root, const char *arg);
 
 /* One entry under a step directory. */
 struct tree_ent {
@@ -300,20 +300,20 @@ struct tree {
 	const char *prefix; /* while listing one directory: its rel, "" for the step dir */
 };
 
-/* tree_free - free t's entries and array (not t itself); t may be empty. */
-void tree_free(struct tree *t);
+/* ctl_tree_free - free t's entries and array (not t itself); t may be empty. */
+void ctl_tree_free(struct tree *t);
 
 /*
- * tree_collect - every entry under directory dir into t (owned by the caller: tree_free),
+ * ctl_tree_collect - every entry under directory dir into t (owned by the caller: ctl_tree_free),
  * breadth first (listings are never nested: a listing's statement is shared per handle), then
  * sorted by relative path, so a directory comes before what it holds. A directory removed
  * meanwhile (mounted) is skipped.
  * Returns 0, -ENOMEM, or -errno of the index (the tree is then freed).
  */
-int tree_collect(struct idx *ix, uint64_t dir, struct tree *t);
+int ctl_tree_collect(struct idx *ix, uint64_t dir, struct tree *t);
 
-/* flags_string - "torn,malformed", "valid" or "-" for IDX_INODE_* bits into buf. Returns buf. */
-char *flags_string(uint32_t flags, char *buf, size_t cap);
+/* ctl_flags - "torn,malformed", "valid" or "-" for IDX_INODE_* bits into buf. Returns buf. */
+char *ctl_flags(uint32_t flags, char *buf, size_t cap);
 
 /* ---- claims.c, shared with import ---- */
 

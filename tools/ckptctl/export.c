@@ -36,8 +36,8 @@ static void export_progress(struct export_ctx *x, bool force)
 	if (!ctl_progress_due(&x->prog, force))
 		return;
 	ctl_progress_line(&x->prog, "export: %s/%s, %.0f%%",
-			  fmt_short_size(x->done, sdone, sizeof(sdone)),
-			  fmt_short_size(x->total, stotal, sizeof(stotal)),
+			  ctl_short_size(x->done, sdone, sizeof(sdone)),
+			  ctl_short_size(x->total, stotal, sizeof(stotal)),
 			  x->total ? 100.0 * (double)x->done / (double)x->total : 100.0);
 }
 
@@ -71,7 +71,7 @@ struct export_sink_arg {
 	const char *partial;
 };
 
-/* stream_sink of export: write the piece to the .partial file, count it, show progress. */
+/* ctl_sink of export: write the piece to the .partial file, count it, show progress. */
 static int export_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
 {
 	struct export_sink_arg *a = arg;
@@ -131,9 +131,9 @@ static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char
 	created = true;
 	struct export_sink_arg sa = { .x = x, .fd = fd, .partial = partial };
 
-	rc = stream_extents(x->r->st, ext, n, ret_in->size, ret_in->flags & IDX_INODE_SPARSE,
-			    x->buf, x->hs, export_sink, &sa, "",
-			    reason, cap, &got);
+	rc = ctl_stream(x->r->st, ext, n, ret_in->size, ret_in->flags & IDX_INODE_SPARSE,
+			x->buf, x->hs, export_sink, &sa, "",
+			reason, cap, &got);
 	if (rc != 0) {
 		rc = rc == 1 ? EX_DAMAGED : rc;
 		goto out;
@@ -141,13 +141,13 @@ static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char
 	store_hasher_digest(x->hs, &got);
 	if (!ret_in->has_hash) {
 		snprintf(reason, cap, "no whole-file digest recorded (never closed), got %s",
-			 hex16(got.b, hex));
+			 ctl_hex(got.b, hex));
 		rc = EX_DAMAGED;
 		goto out;
 	}
 	if (memcmp(got.b, ret_in->hash, IDX_HASH_LEN)) {
 		snprintf(reason, cap, "whole-file xxh3-128 mismatch: recorded %s, read %s",
-			 hex16(ret_in->hash, hex), hex16(got.b, hex2));
+			 ctl_hex(ret_in->hash, hex), ctl_hex(got.b, hex2));
 		rc = EX_DAMAGED;
 		goto out;
 	}
@@ -243,7 +243,7 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 	}
 	if ((size_t)snprintf(ret_path, cap, "%s/%s", dir, rel) >= cap ||
 	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", ret_path) >= sizeof(tmp)) {
-		errmsg("cannot write the tracker in '%s': %s", dir, strerror(ENAMETOOLONG));
+		ctl_err("cannot write the tracker in '%s': %s", dir, strerror(ENAMETOOLONG));
 		return -ENAMETOOLONG;
 	}
 	fd = open(ret_path, O_RDONLY | O_CLOEXEC);
@@ -264,7 +264,7 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
-		errmsg("cannot create '%s': %s", tmp, strerror(-rc));
+		ctl_err("cannot create '%s': %s", tmp, strerror(-rc));
 		return rc;
 	}
 	rc = write_all(fd, ret_content, (size_t)len);
@@ -275,7 +275,7 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 	if (rc == 0 && rename(tmp, ret_path) < 0)
 		rc = -errno;
 	if (rc < 0) {
-		errmsg("cannot write '%s': %s", ret_path, strerror(-rc));
+		ctl_err("cannot write '%s': %s", ret_path, strerror(-rc));
 		(void)unlink(tmp);
 		return rc;
 	}
@@ -318,28 +318,28 @@ static int export_find(struct export_job *j, const char *arg, bool force, struct
 	const struct idx_step *s;
 	int rc;
 
-	rc = find_steps(j->x.r->ix, arg, m);
+	rc = ctl_find_steps(j->x.r->ix, arg, m);
 	if (rc < 0)
-		return index_error(root, "list steps", rc), -1;
-	s = j->s = pick_step(m);
+		return ctl_index_err(root, "list steps", rc), -1;
+	s = j->s = ctl_pick_step(m);
 	if (!s)
-		return no_such_step(root, arg), -1;
+		return ctl_no_step(root, arg), -1;
 	if (s->state != IDX_STEP_COMPLETE && !(s->pinned && s->state != IDX_STEP_PRUNED) &&
 	    !force) {
-		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps are "
-		       "exported: add --force to export it anyway",
-		       s->step, s->name, s->id, idx_step_state_name(s->state));
+		ctl_err("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps are "
+			"exported: add --force to export it anyway",
+			s->step, s->name, s->id, idx_step_state_name(s->state));
 		return -1;
 	}
 	if (!s->dir_ino) {
-		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s and has no directory any "
-		       "more; nothing to export",
-		       s->step, s->name, s->id, idx_step_state_name(s->state));
+		ctl_err("step %" PRId64 " ('%s', id %" PRId64 ") is %s and has no directory any "
+			"more; nothing to export",
+			s->step, s->name, s->id, idx_step_state_name(s->state));
 		return -1;
 	}
-	rc = tree_collect(j->x.r->ix, s->dir_ino, &j->t);
+	rc = ctl_tree_collect(j->x.r->ix, s->dir_ino, &j->t);
 	if (rc < 0)
-		return index_error(root, "list the step's files", rc), -1;
+		return ctl_index_err(root, "list the step's files", rc), -1;
 	for (size_t i = 0; i < j->t.n; i++) {
 		struct idx_inode in;
 
@@ -359,21 +359,21 @@ static int export_make_top(struct export_job *j)
 
 	rc = mkdir_p(j->dest);
 	if (rc < 0) {
-		errmsg("cannot create directory '%s': %s", j->dest, strerror(-rc));
+		ctl_err("cannot create directory '%s': %s", j->dest, strerror(-rc));
 		return -1;
 	}
 	if ((size_t)snprintf(j->top, sizeof(j->top), "%s/%s", j->dest, j->s->name) >=
 	    sizeof(j->top)) {
-		errmsg("cannot export to '%s': %s", j->dest, strerror(ENAMETOOLONG));
+		ctl_err("cannot export to '%s': %s", j->dest, strerror(ENAMETOOLONG));
 		return -1;
 	}
 	if (mkdir(j->top, 0700) < 0) {
 		rc = -errno;
 		if (rc == -EEXIST)
-			errmsg("'%s' already exists; remove it or export to another directory",
-			       j->top);
+			ctl_err("'%s' already exists; remove it or export to another directory",
+				j->top);
 		else
-			errmsg("cannot create directory '%s': %s", j->top, strerror(-rc));
+			ctl_err("cannot create directory '%s': %s", j->top, strerror(-rc));
 		return -1;
 	}
 	j->made_top = true;
@@ -389,11 +389,11 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 	if (in->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)) {
 		char fl[64], *note;
 
-		flags_string(in->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED), fl, sizeof(fl));
+		ctl_flags(in->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED), fl, sizeof(fl));
 		note = malloc(strlen(rel) + strlen(fl) + 4);
 		if (!note || ckpt_grow(&j->flagged, &j->capflagged, j->nflagged, sizeof(*j->flagged)) < 0) {
 			free(note);
-			errmsg("out of memory");
+			ctl_err("out of memory");
 			return -1;
 		}
 		sprintf(note, "%s (%s)", rel, fl);
@@ -403,7 +403,7 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 		struct export_damage *d;
 
 		if (ckpt_grow(&j->dmg, &j->capdmg, j->ndmg, sizeof(*j->dmg)) < 0) {
-			errmsg("out of memory");
+			ctl_err("out of memory");
 			return -1;
 		}
 		d = &j->dmg[j->ndmg];
@@ -412,7 +412,7 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 		if (!d->path || !d->reason) {
 			free(d->path);
 			free(d->reason);
-			errmsg("out of memory");
+			ctl_err("out of memory");
 			return -1;
 		}
 		sprintf(d->path, "%s.partial", path);
@@ -435,12 +435,12 @@ static int export_entry(struct export_job *j, size_t i)
 	int rc;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", j->top, te->rel) >= sizeof(path)) {
-		errmsg("cannot export '%s': %s", te->rel, strerror(ENAMETOOLONG));
+		ctl_err("cannot export '%s': %s", te->rel, strerror(ENAMETOOLONG));
 		return -1;
 	}
 	if (S_ISDIR(te->mode)) {
 		if (mkdir(path, 0700) < 0) {
-			errmsg("cannot create directory '%s': %s", path, strerror(errno));
+			ctl_err("cannot create directory '%s': %s", path, strerror(errno));
 			return -1;
 		}
 	} else if (S_ISLNK(te->mode)) {
@@ -448,14 +448,14 @@ static int export_entry(struct export_job *j, size_t i)
 
 		rc = idx_symlink_get(j->x.r->ix, te->ino, target, sizeof(target));
 		if (rc >= 0 && symlink(target, path) < 0) {
-			errmsg("cannot create symlink '%s': %s", path, strerror(errno));
+			ctl_err("cannot create symlink '%s': %s", path, strerror(errno));
 			return -1;
 		}
 	} else if (!S_ISREG(te->mode)) {
 		/* a FIFO, socket or device node: made again, with its device number */
 		if (idx_inode_get(j->x.r->ix, te->ino, &in) == 0 &&
 		    mknod(path, in.mode & (S_IFMT | 0777), (dev_t)in.rdev) < 0) {
-			errmsg("cannot create '%s': %s", path, strerror(errno));
+			ctl_err("cannot create '%s': %s", path, strerror(errno));
 			return -1;
 		}
 	} else {
@@ -464,11 +464,11 @@ static int export_entry(struct export_job *j, size_t i)
 			return 0; /* deleted by the daemon since the listing */
 		if (rc == -ENOMEM || (rc < 0 && !reason[0])) {
 			ctl_progress_clear(&j->x.prog);
-			index_error(j->x.root, "read a file", rc);
+			ctl_index_err(j->x.root, "read a file", rc);
 			return -2;
 		}
 		if (rc < 0) {
-			errmsg("%s", reason);
+			ctl_err("%s", reason);
 			return -1;
 		}
 		j->nfiles++;
@@ -504,19 +504,19 @@ static int export_finish_dirs(struct export_job *j)
 		    (size_t)snprintf(path, sizeof(path), "%s/%s", j->top, j->t.v[i].rel) >=
 			    sizeof(path))
 			continue; /* too long: refused when it was created */
-		rc = fsync_path(path);
+		rc = ctl_fsync_path(path);
 		if (rc == 0)
 			rc = dir_set_attrs(path, &in);
 		if (rc < 0) {
-			errmsg("cannot finish directory '%s': %s", path, strerror(-rc));
+			ctl_err("cannot finish directory '%s': %s", path, strerror(-rc));
 			return -1;
 		}
 	}
-	rc = fsync_path(j->top);
+	rc = ctl_fsync_path(j->top);
 	if (rc == 0 && idx_inode_get(j->x.r->ix, j->s->dir_ino, &in) == 0)
 		rc = dir_set_attrs(j->top, &in);
 	if (rc < 0) {
-		errmsg("cannot finish directory '%s': %s", j->top, strerror(-rc));
+		ctl_err("cannot finish directory '%s': %s", j->top, strerror(-rc));
 		return -1;
 	}
 	return 0;
@@ -532,11 +532,11 @@ static int export_report_json(const struct export_job *j)
 	json_object_set_new(o, "id", json_integer(s->id));
 	json_object_set_new(o, "step", json_integer(s->step));
 	json_object_set_new(o, "name", policy_json_name(s->name));
-	json_object_set_new(o, "layout", json_string(kind_name(s->kind)));
+	json_object_set_new(o, "layout", json_string(ctl_kind(s->kind)));
 	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 	json_object_set_new(o, "destination", json_string(j->top));
-	json_object_set_new(o, "files", json_u64(j->nfiles));
-	json_object_set_new(o, "bytes", json_u64(j->x.done));
+	json_object_set_new(o, "files", ctl_u64(j->nfiles));
+	json_object_set_new(o, "bytes", ctl_u64(j->x.done));
 	if (j->tpath[0]) {
 		json_t *tr = json_object();
 
@@ -560,7 +560,7 @@ static int export_report_json(const struct export_job *j)
 		json_array_append_new(ad, policy_json_name(j->flagged[i]));
 	json_object_set_new(o, "flagged", ad);
 	json_object_set_new(o, "verified", json_boolean(j->ndmg == 0));
-	return json_print(o);
+	return ctl_print(o);
 }
 
 /* export_report_text - the result as text on stdout. */
@@ -571,8 +571,8 @@ static void export_report_text(const struct export_job *j)
 	size_t i;
 
 	printf("exported step %" PRId64 " ('%s', %s, %s) to %s: %zu files, %s, ", s->step,
-	       s->name, kind_name(s->kind), idx_step_state_name(s->state), j->top, j->nfiles,
-	       fmt_size(j->x.done, sb, sizeof(sb)));
+	       s->name, ctl_kind(s->kind), idx_step_state_name(s->state), j->top, j->nfiles,
+	       ctl_size(j->x.done, sb, sizeof(sb)));
 	if (j->ndmg)
 		printf("%zu did not verify\n", j->ndmg);
 	else
@@ -608,7 +608,7 @@ static void export_job_free(struct export_job *j)
 	for (i = 0; i < j->nflagged; i++)
 		free(j->flagged[i]);
 	free(j->flagged);
-	tree_free(&j->t);
+	ctl_tree_free(&j->t);
 	free(j->x.buf);
 	store_hasher_free(j->x.hs);
 }
@@ -632,9 +632,9 @@ static int export_copy(struct export_job *j)
 	if (!j->ndmg && j->s->state == IDX_STEP_COMPLETE &&
 	    export_tracker(j->dest, j->s, j->tpath, j->tcontent, sizeof(j->tcontent), &j->kept) < 0)
 		return -1;
-	rc = fsync_path(j->dest);
+	rc = ctl_fsync_path(j->dest);
 	if (rc < 0) {
-		errmsg("cannot sync directory '%s': %s", j->dest, strerror(-rc));
+		ctl_err("cannot sync directory '%s': %s", j->dest, strerror(-rc));
 		return -1;
 	}
 	return 0;
@@ -648,7 +648,7 @@ static int export_run(const char *root, const char *arg, const char *dest, bool 
 	int rc, status = EXIT_ERROR;
 
 	memset(&m, 0, sizeof(m));
-	if (repo_open_read(root, &j.x.r) < 0)
+	if (ctl_open_read(root, &j.x.r) < 0)
 		return EXIT_ERROR;
 	if (export_find(&j, arg, force, &m) < 0 || export_make_top(&j) < 0)
 		goto out;
@@ -656,7 +656,7 @@ static int export_run(const char *root, const char *arg, const char *dest, bool 
 	j.x.buf = malloc(STORE_CHUNK_MAX);
 	j.x.hs = store_hasher_new();
 	if (!j.x.buf || !j.x.hs) {
-		errmsg("out of memory");
+		ctl_err("out of memory");
 		goto out;
 	}
 	export_progress(&j.x, true);
@@ -675,16 +675,17 @@ static int export_run(const char *root, const char *arg, const char *dest, bool 
 		export_report_text(&j);
 	}
 	if (j.ndmg)
-		errmsg("%zu file(s) of step %" PRId64 " did not verify; they are left with a "
-		       ".partial suffix under '%s'",
-		       j.ndmg, j.s->step, j.top);
+		ctl_err("%zu file(s) of step %" PRId64 " did not verify; they are left with a "
+			".partial suffix under '%s'",
+			j.ndmg, j.s->step, j.top);
 	status = j.ndmg ? EXIT_DAMAGE : EXIT_OK;
 	goto out;
 
 out_progress:
 	ctl_progress_clear(&j.x.prog);
 	if (j.made_top)
-		errmsg("the export in '%s' is incomplete; remove it before exporting again", j.top);
+		ctl_err("the export in '%s' is incomplete; remove it before exporting again",
+			j.top);
 out:
 	export_job_free(&j);
 	free(m.found.v);

@@ -87,13 +87,13 @@ static int fsck_salvage(struct fsck_ctx *c, const char *root, char *kept, size_t
 	}
 	rc = idx_open(tmp, 0, getuid(), getgid(), ckpt_now_ns(), &nix);
 	if (rc < 0) {
-		errmsg("cannot create '%s': %s; nothing was changed", tmp, strerror(-rc));
+		ctl_err("cannot create '%s': %s; nothing was changed", tmp, strerror(-rc));
 		return rc;
 	}
 	rc = idx_salvage(nix, db, &rep);
 	if (rc < 0) {
-		errmsg("cannot salvage the damaged index '%s' into '%s': %s; nothing was changed",
-		       db, tmp, strerror(-rc));
+		ctl_err("cannot salvage the damaged index '%s' into '%s': %s; nothing was changed",
+			db, tmp, strerror(-rc));
 		goto fail;
 	}
 	for (int i = 0; i < IDX_SALVAGE_TABLES; i++) {
@@ -139,8 +139,8 @@ static int fsck_salvage(struct fsck_ctx *c, const char *root, char *kept, size_t
 	c->nlost = nc.nlost;
 	c->caplost = nc.caplost;
 	if (rc < 0) {
-		errmsg("cannot repair the salvaged index '%s': %s; nothing was changed", tmp,
-		       strerror(-rc));
+		ctl_err("cannot repair the salvaged index '%s': %s; nothing was changed", tmp,
+			strerror(-rc));
 		goto fail;
 	}
 	idx_close(nix);
@@ -153,22 +153,22 @@ static int fsck_salvage(struct fsck_ctx *c, const char *root, char *kept, size_t
 		snprintf(to, sizeof(to), "%s%s", aside, sfx);
 		if (rename(from, to) < 0 && errno != ENOENT) {
 			rc = -errno;
-			errmsg("cannot move '%s' aside: %s; the salvaged index is '%s'", from,
-			       strerror(-rc), tmp);
+			ctl_err("cannot move '%s' aside: %s; the salvaged index is '%s'", from,
+				strerror(-rc), tmp);
 			return rc;
 		}
 	}
 	if (rename(tmp, db) < 0) {
 		rc = -errno;
-		errmsg("cannot move '%s' to '%s': %s; the damaged index is kept as '%s': rename "
-		       "'%s' to '%s' by hand", tmp, db, strerror(-rc), aside, tmp, db);
+		ctl_err("cannot move '%s' to '%s': %s; the damaged index is kept as '%s': rename "
+			"'%s' to '%s' by hand", tmp, db, strerror(-rc), aside, tmp, db);
 		return rc;
 	}
-	fsync_path(root);
+	ctl_fsync_path(root);
 	snprintf(kept, keptcap, "%s", aside);
 	rc = idx_open(db, 0, getuid(), getgid(), ckpt_now_ns(), &c->r->ix);
 	if (rc < 0)
-		errmsg("cannot open the rebuilt index '%s': %s", db, strerror(-rc));
+		ctl_err("cannot open the rebuilt index '%s': %s", db, strerror(-rc));
 	return rc;
 fail:
 	idx_close(nix);
@@ -380,7 +380,7 @@ static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, c
 		if (rc == -EUCLEAN)
 			damaged_index = true;
 		else if (rc < 0) {
-			errmsg("cannot check the index of store '%s': %s", root, strerror(-rc));
+			ctl_err("cannot check the index of store '%s': %s", root, strerror(-rc));
 			return -1;
 		}
 	}
@@ -406,18 +406,19 @@ static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, c
 			printf("fsck: index inconsistent: %s\n", why);
 		rc = idx_repair(c->r->ix, &ops, &rs);
 		if (rc < 0) {
-			errmsg("cannot repair the index of store '%s': %s; nothing was "
-			       "changed", root, strerror(-rc));
+			ctl_err("cannot repair the index of store '%s': %s; nothing was "
+				"changed", root, strerror(-rc));
 			return -1;
 		}
 	}
 	if (idx_check(c->r->ix, why, sizeof(why)) == -EUCLEAN) {
-		errmsg("the index of store '%s' is still inconsistent after repair: %s", root, why);
+		ctl_err("the index of store '%s' is still inconsistent after repair: %s", root,
+			why);
 		return -1;
 	}
 	/* 2b. step directories without a row get one again */
 	if ((rc = fsck_steps(c)) < 0) {
-		errmsg("cannot record the steps of store '%s' again: %s", root, strerror(-rc));
+		ctl_err("cannot record the steps of store '%s' again: %s", root, strerror(-rc));
 		return -1;
 	}
 	return 0;
@@ -438,19 +439,19 @@ static int fsck_sweep(struct fsck_ctx *c, const char *root, bool damaged_index, 
 		struct gc_count g = { .ix = c->r->ix };
 		char b[64];
 
-		rc = store_chunk_foreach(c->r->st, gc_count_file, &g);
+		rc = store_chunk_foreach(c->r->st, ctl_gc_count, &g);
 		if (rc < 0) {
-			errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+			ctl_err("cannot list chunk files of store '%s': %s", root, strerror(-rc));
 			return -1;
 		}
 		if (!c->json && g.files)
 			printf("fsck: kept %" PRIu64 " chunk files (%s) no file names any more, for "
 			       "whoever examines the damaged index; 'ckptctl %s gc' deletes them\n",
-			       g.files, fmt_size(g.bytes, b, sizeof(b)), root);
+			       g.files, ctl_size(g.bytes, b, sizeof(b)), root);
 	} else {
 		rc = ckpt_repo_sweep(c->r, inodes, chunks);
 		if (rc < 0) {
-			errmsg("cannot sweep store '%s': %s", root, strerror(-rc));
+			ctl_err("cannot sweep store '%s': %s", root, strerror(-rc));
 			return -1;
 		}
 	}
@@ -476,10 +477,10 @@ static int fsck_report_json(const struct fsck_ctx *c, const char *root, bool dam
 	json_object_set_new(o, "index_damaged", json_boolean(damaged_index));
 	json_object_set_new(o, "index_message", damaged_index ? json_string(msg) : json_null());
 	json_object_set_new(o, "damaged_index_kept_as", kept[0] ? json_string(kept) : json_null());
-	json_object_set_new(o, "inodes_removed", json_u64(inodes));
-	json_object_set_new(o, "chunks_removed", json_u64(chunks));
+	json_object_set_new(o, "inodes_removed", ctl_u64(inodes));
+	json_object_set_new(o, "chunks_removed", ctl_u64(chunks));
 	json_object_set_new(o, "lost", a);
-	return json_print(o);
+	return ctl_print(o);
 }
 
 static int fsck_run(const char *root, bool json)
@@ -492,8 +493,8 @@ static int fsck_run(const char *root, bool json)
 
 	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | REPO_SALVAGE, NULL, err, sizeof(err), &c.r);
 	if (rc < 0) {
-		errmsg("%s%s", err[0] ? err : strerror(-rc),
-		       rc == -EBUSY ? "; fsck needs the store unmounted" : "");
+		ctl_err("%s%s", err[0] ? err : strerror(-rc),
+			rc == -EBUSY ? "; fsck needs the store unmounted" : "");
 		return EXIT_ERROR;
 	}
 	/* 1. and 2.: the index file, then the index's invariants */
@@ -507,7 +508,7 @@ static int fsck_run(const char *root, bool json)
 	/* 4. every chunk and file re-read: bad chunks are recorded, damaged files named */
 	if (!json)
 		printf("fsck: verifying every chunk and file\n");
-	vstatus = json ? EXIT_OK : verify_run(root, false);
+	vstatus = json ? EXIT_OK : ctl_verify(root, false);
 	if (json && fsck_report_json(&c, root, damaged_index, msg, kept, inodes, chunks) < 0)
 		goto out;
 	if (vstatus == EXIT_ERROR)

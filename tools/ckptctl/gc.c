@@ -8,7 +8,7 @@
 
 #include "ctl.h"
 
-int gc_count_file(const struct store_hash *h, uint64_t stored_size, void *arg)
+int ctl_gc_count(const struct store_hash *h, uint64_t stored_size, void *arg)
 {
 	struct gc_count *g = arg;
 
@@ -32,28 +32,28 @@ static int gc_mounted(struct ckpt_repo *r, const char *root, bool json)
 	char b[64];
 	int rc;
 
-	rc = store_chunk_foreach(r->st, gc_count_file, &g);
+	rc = store_chunk_foreach(r->st, ctl_gc_count, &g);
 	if (rc < 0) {
-		errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+		ctl_err("cannot list chunk files of store '%s': %s", root, strerror(-rc));
 		return EXIT_ERROR;
 	}
 	if (json) {
-		json_t *o = json_store(root, r);
+		json_t *o = ctl_store_json(root, r);
 
 		json_object_set_new(o, "swept", json_false());
-		json_object_set_new(o, "unreferenced_chunk_files", json_u64(g.files));
-		json_object_set_new(o, "unreferenced_bytes", json_u64(g.bytes));
-		return json_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+		json_object_set_new(o, "unreferenced_chunk_files", ctl_u64(g.files));
+		json_object_set_new(o, "unreferenced_bytes", ctl_u64(g.bytes));
+		return ctl_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
 	}
 	if (r->mounted)
 		printf("gc: store is mounted by pid %d; the daemon frees a file's chunks when it is "
 		       "deleted. %" PRIu64 " unreferenced chunk files (%s) remain from earlier "
 		       "crashes; unmount and run 'ckptctl %s gc' to remove them.\n",
-		       (int)r->owner_pid, g.files, fmt_size(g.bytes, b, sizeof(b)), root);
+		       (int)r->owner_pid, g.files, ctl_size(g.bytes, b, sizeof(b)), root);
 	else
 		printf("gc: cannot lock store '%s' for writing; nothing removed. %" PRIu64
 		       " unreferenced chunk files (%s) found.\n",
-		       root, g.files, fmt_size(g.bytes, b, sizeof(b)));
+		       root, g.files, ctl_size(g.bytes, b, sizeof(b)));
 	return EXIT_OK;
 }
 
@@ -69,39 +69,39 @@ static int gc_sweep(struct ckpt_repo *r, const char *root, bool json)
 	char b[64];
 	int rc;
 
-	rc = store_chunk_foreach(r->st, gc_count_file, &before);
+	rc = store_chunk_foreach(r->st, ctl_gc_count, &before);
 	if (rc < 0)
 		goto fail_list;
 	rc = ckpt_repo_sweep(r, &inodes, &chunks);
 	if (rc < 0) {
-		errmsg("cannot sweep store '%s': %s; nothing half-done is visible, run "
-		       "'ckptctl %s verify' to check it",
-		       root, strerror(-rc), root);
+		ctl_err("cannot sweep store '%s': %s; nothing half-done is visible, run "
+			"'ckptctl %s verify' to check it",
+			root, strerror(-rc), root);
 		return EXIT_ERROR;
 	}
-	rc = store_chunk_foreach(r->st, gc_count_file, &after);
+	rc = store_chunk_foreach(r->st, ctl_gc_count, &after);
 	if (rc < 0)
 		goto fail_list;
 	freed = before.bytes > after.bytes ? before.bytes - after.bytes : 0;
 	if (json) {
-		json_t *o = json_store(root, r);
+		json_t *o = ctl_store_json(root, r);
 
 		json_object_set_new(o, "swept", json_true());
-		json_object_set_new(o, "inodes_removed", json_u64(inodes));
-		json_object_set_new(o, "chunks_removed", json_u64(chunks));
-		json_object_set_new(o, "bytes_freed", json_u64(freed));
-		json_object_set_new(o, "chunk_files", json_u64(after.files));
-		json_object_set_new(o, "chunk_bytes", json_u64(after.bytes));
-		return json_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+		json_object_set_new(o, "inodes_removed", ctl_u64(inodes));
+		json_object_set_new(o, "chunks_removed", ctl_u64(chunks));
+		json_object_set_new(o, "bytes_freed", ctl_u64(freed));
+		json_object_set_new(o, "chunk_files", ctl_u64(after.files));
+		json_object_set_new(o, "chunk_bytes", ctl_u64(after.bytes));
+		return ctl_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
 	}
 	printf("gc: removed %" PRIu64 " unlinked inodes and %" PRIu64 " chunks, freed %s\n",
-	       inodes, chunks, fmt_size(freed, b, sizeof(b)));
+	       inodes, chunks, ctl_size(freed, b, sizeof(b)));
 	printf("gc: %" PRIu64 " chunk files remain (%s)\n", after.files,
-	       fmt_size(after.bytes, b, sizeof(b)));
+	       ctl_size(after.bytes, b, sizeof(b)));
 	return EXIT_OK;
 
 fail_list:
-	errmsg("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+	ctl_err("cannot list chunk files of store '%s': %s", root, strerror(-rc));
 	return EXIT_ERROR;
 }
 
@@ -111,7 +111,7 @@ static int gc_run(const char *root, bool json)
 	bool writable = false;
 	int status;
 
-	if (repo_open_write(root, NULL, &r, &writable) < 0)
+	if (ctl_open_write(root, NULL, &r, &writable) < 0)
 		return EXIT_ERROR;
 	status = writable ? gc_sweep(r, root, json) : gc_mounted(r, root, json);
 	ckpt_repo_close(r);

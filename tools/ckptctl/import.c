@@ -92,8 +92,8 @@ void import_progress(struct imp_ctx *c, bool force)
 	if (!ctl_progress_due(&c->prog, force))
 		return;
 	ctl_progress_line(&c->prog, "import: %s/%s, %.0f%%, %.1f MB/s",
-			  fmt_short_size(c->done, sdone, sizeof(sdone)),
-			  fmt_short_size(c->total, stotal, sizeof(stotal)),
+			  ctl_short_size(c->done, sdone, sizeof(sdone)),
+			  ctl_short_size(c->total, stotal, sizeof(stotal)),
 			  c->total ? 100.0 * (double)c->done / (double)c->total : 100.0,
 			  imp_mbps(c, imp_elapsed(c)));
 }
@@ -330,7 +330,7 @@ static int imp_claims(struct imp_ctx *c)
 		if (layout_classify(e->rel, LAYOUT_NONE, &m) < 0 ||
 		    ckpt_grow(&c->claims, &c->capclaims, c->nclaims, sizeof(*c->claims)) < 0) {
 			free(buf);
-			errmsg("out of memory");
+			ctl_err("out of memory");
 			return -ENOMEM;
 		}
 		cl = &c->claims[c->nclaims++];
@@ -344,8 +344,8 @@ static int imp_claims(struct imp_ctx *c)
 			rc = idx_claim_add(c->r->ix, e->rel, buf, len, cl->step, ckpt_now_ns(), &id);
 		free(buf);
 		if (rc < 0) {
-			errmsg("cannot record the claim of tracker '%s' in store '%s': %s", e->rel,
-			       c->root, strerror(-rc));
+			ctl_err("cannot record the claim of tracker '%s' in store '%s': %s", e->rel,
+				c->root, strerror(-rc));
 			return rc;
 		}
 		if (cl->step < 0)
@@ -526,19 +526,19 @@ static int imp_open(struct imp_ctx *c, bool *ret_created)
 	if (rc == -EBUSY) {
 		if (ckpt_repo_open(c->root, REPO_RDONLY, NULL, err, sizeof(err), &c->r) == 0 &&
 		    c->r->mounted)
-			errmsg("store '%s' is mounted by pid %d; importing needs the store "
-			       "unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
-			       "'ckptctl %s import %s' again",
-			       c->root, (int)c->r->owner_pid, c->root, c->src);
+			ctl_err("store '%s' is mounted by pid %d; importing needs the store "
+				"unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
+				"'ckptctl %s import %s' again",
+				c->root, (int)c->r->owner_pid, c->root, c->src);
 		else
-			errmsg("store '%s' is in use by another process; retry when it is done",
-			       c->root);
+			ctl_err("store '%s' is in use by another process; retry when it is done",
+				c->root);
 		ckpt_repo_close(c->r);
 		c->r = NULL;
 		return EXIT_ERROR;
 	}
 	if (rc < 0) {
-		errmsg("%s", err[0] ? err : strerror(-rc));
+		ctl_err("%s", err[0] ? err : strerror(-rc));
 		return EXIT_ERROR;
 	}
 	return EXIT_OK;
@@ -559,12 +559,12 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		json_t *a = json_array();
 		json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}",
 				      "store", c->root, "source", c->src, "destination", dest,
-				      "files", json_u64(c->files), "dirs", json_u64(c->dirs),
-				      "symlinks", json_u64(c->symlinks),
-				      "logical_bytes", json_u64(c->logical),
-				      "stored_bytes_added", json_u64(c->stored_added),
-				      "chunks_written", json_u64(c->chunks_written),
-				      "dedup_hits", json_u64(c->dedup_hits), "seconds", secs,
+				      "files", ctl_u64(c->files), "dirs", ctl_u64(c->dirs),
+				      "symlinks", ctl_u64(c->symlinks),
+				      "logical_bytes", ctl_u64(c->logical),
+				      "stored_bytes_added", ctl_u64(c->stored_added),
+				      "chunks_written", ctl_u64(c->chunks_written),
+				      "dedup_hits", ctl_u64(c->dedup_hits), "seconds", secs,
 				      "mb_per_s", imp_mbps(c, secs));
 		for (i = 0; i < c->nsteps; i++) {
 			const struct imp_step *s = &c->steps[i];
@@ -573,9 +573,9 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 			json_object_set_new(so, "id", s->id ? json_integer(s->id) : json_null());
 			json_object_set_new(so, "name", policy_json_name(c->v[s->ent].name));
 			json_object_set_new(so, "step", json_integer(s->step));
-			json_object_set_new(so, "layout", json_string(kind_name(s->kind)));
-			json_object_set_new(so, "files", json_u64(s->files));
-			json_object_set_new(so, "bytes", json_u64(s->bytes));
+			json_object_set_new(so, "layout", json_string(ctl_kind(s->kind)));
+			json_object_set_new(so, "files", ctl_u64(s->files));
+			json_object_set_new(so, "bytes", ctl_u64(s->bytes));
 			json_object_set_new(so, "state", json_string(imp_state_name(s)));
 			json_object_set_new(so, "sealed_by", s->sealed_by[0]
 								  ? json_string(s->sealed_by)
@@ -610,13 +610,13 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		for (i = 0; i < c->nskipped; i++)
 			json_array_append_new(a, policy_json_name(c->skipped[i]));
 		json_object_set_new(o, "skipped", a);
-		json_print(o);
+		ctl_print(o);
 		return;
 	}
 	printf("imported '%s' into store '%s' at '%s': %" PRIu64 " files, %" PRIu64
 	       " directories, %" PRIu64 " symlinks, %s\n",
 	       c->src, c->root, dest, c->files, c->dirs, c->symlinks,
-	       fmt_size(c->logical, b1, sizeof(b1)));
+	       ctl_size(c->logical, b1, sizeof(b1)));
 	if (c->nsteps) {
 		int wname = 4, wl = 6, wf = 5;
 
@@ -625,9 +625,9 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 
 			if ((k = (int)strlen(c->v[c->steps[i].ent].name)) > wname)
 				wname = k;
-			if ((k = (int)strlen(kind_name(c->steps[i].kind))) > wl)
+			if ((k = (int)strlen(ctl_kind(c->steps[i].kind))) > wl)
 				wl = k;
-			if ((k = numw(c->steps[i].files)) > wf)
+			if ((k = ctl_numw(c->steps[i].files)) > wf)
 				wf = k;
 		}
 		printf("%-*s  %-*s  %*s  %10s  %-10s  %s\n", wname, "STEP", wl, "LAYOUT", wf,
@@ -636,8 +636,8 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 			const struct imp_step *s = &c->steps[i];
 
 			printf("%-*s  %-*s  %*" PRIu64 "  %10s  %-10s  %s\n", wname,
-			       c->v[s->ent].name, wl, kind_name(s->kind), wf, s->files,
-			       fmt_short_size(s->bytes, b1, sizeof(b1)), imp_state_name(s), s->why);
+			       c->v[s->ent].name, wl, ctl_kind(s->kind), wf, s->files,
+			       ctl_short_size(s->bytes, b1, sizeof(b1)), imp_state_name(s), s->why);
 		}
 	}
 	for (i = 0; i < c->nclaims; i++)
@@ -648,7 +648,7 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		printf("skipped: %s (the name of the mount's own directory)\n", c->skipped[i]);
 	printf("stored: %s added, %" PRIu64 " chunks written, %" PRIu64 " dedup hits; %.1f MB/s "
 	       "(%.2f s)\n",
-	       fmt_size(c->stored_added, b2, sizeof(b2)), c->chunks_written, c->dedup_hits,
+	       ctl_size(c->stored_added, b2, sizeof(b2)), c->chunks_written, c->dedup_hits,
 	       imp_mbps(c, secs), secs);
 	for (i = 0; i < c->nfail; i++)
 		printf("failed: %s: %s\n", c->fail[i].path, c->fail[i].reason);
@@ -665,11 +665,11 @@ static int imp_prepare(struct imp_ctx *c, const char *dest)
 	struct stat st;
 
 	if (stat(src, &st) < 0) {
-		errmsg("cannot import '%s': %s", src, strerror(errno));
+		ctl_err("cannot import '%s': %s", src, strerror(errno));
 		return -1;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		errmsg("cannot import '%s': %s", src, strerror(ENOTDIR));
+		ctl_err("cannot import '%s': %s", src, strerror(ENOTDIR));
 		return -1;
 	}
 	/* --dest: anything but the root turns steps and trackers into plain files */
@@ -679,11 +679,11 @@ static int imp_prepare(struct imp_ctx *c, const char *dest)
 			c->at_root = false;
 	/* scan DIR before touching the store */
 	if (imp_scan(c, "", SIZE_MAX, 0) < 0) {
-		errmsg("out of memory");
+		ctl_err("out of memory");
 		return -1;
 	}
 	if (!c->n && c->nfail) {
-		errmsg("cannot import '%s': %s", src, c->fail[0].reason);
+		ctl_err("cannot import '%s': %s", src, c->fail[0].reason);
 		return -1;
 	}
 	ctl_progress_init(&c->prog);
@@ -691,7 +691,7 @@ static int imp_prepare(struct imp_ctx *c, const char *dest)
 	c->puts = calloc(IMPORT_WINDOW / STORE_CHUNK_MIN + 1, sizeof(*c->puts));
 	c->hs = store_hasher_new();
 	if (!c->buf || !c->puts || !c->hs) {
-		errmsg("out of memory");
+		ctl_err("out of memory");
 		return -1;
 	}
 	return 0;
@@ -718,9 +718,9 @@ static int imp_check_taken(struct imp_ctx *c, const char *dest)
 			continue;
 		}
 		if (rc < 0) {
-			index_error(c->root, "look up a name", rc);
+			ctl_index_err(c->root, "look up a name", rc);
 		} else if (ckpt_grow(&taken, &captaken, ntaken, sizeof(*taken)) < 0) {
-			errmsg("out of memory");
+			ctl_err("out of memory");
 			rc = -ENOMEM;
 		} else {
 			taken[ntaken++] = c->v[i].rel;
@@ -728,10 +728,10 @@ static int imp_check_taken(struct imp_ctx *c, const char *dest)
 		}
 	}
 	if (rc == 0 && ntaken) {
-		errmsg("%zu name(s) of '%s' already exist at '%s' in store '%s' (%s%s); import "
-		       "never replaces anything: remove them through a mount, or import with "
-		       "--dest PATH",
-		       ntaken, c->src, dest, c->root, taken[0], ntaken > 1 ? ", ..." : "");
+		ctl_err("%zu name(s) of '%s' already exist at '%s' in store '%s' (%s%s); import "
+			"never replaces anything: remove them through a mount, or import with "
+			"--dest PATH",
+			ntaken, c->src, dest, c->root, taken[0], ntaken > 1 ? ", ..." : "");
 		rc = -EEXIST;
 	}
 	free(taken);
@@ -789,7 +789,7 @@ static enum imp_stop imp_special(struct imp_ctx *c, struct imp_ent *e, uint64_t 
 	}
 	if (rc < 0) {
 		ctl_progress_clear(&c->prog);
-		index_error(c->root, what, rc);
+		ctl_index_err(c->root, what, rc);
 		return IMP_ROLLBACK;
 	}
 	return IMP_GO;
@@ -833,7 +833,7 @@ static int imp_finish(struct imp_ctx *c)
 		rc = imp_commit(c);
 	if (rc < 0) {
 		ctl_progress_clear(&c->prog);
-		index_error(c->root, "record the steps", rc);
+		ctl_index_err(c->root, "record the steps", rc);
 	}
 	return rc;
 }
@@ -854,11 +854,11 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 	rc = imp_dest(&c, dest, &c.dest_ino);
 	if (rc < 0) {
 		if (rc == -ENOTDIR || rc == -EPERM)
-			errmsg("cannot import into '%s': %s", dest,
-			       rc == -EPERM ? "not a place in the namespace ('..' or /.ckptfs)"
+			ctl_err("cannot import into '%s': %s", dest,
+				rc == -EPERM ? "not a place in the namespace ('..' or /.ckptfs)"
 					    : "not a directory in the store");
 		else
-			index_error(root, "create the destination", rc);
+			ctl_index_err(root, "create the destination", rc);
 		goto out_rollback;
 	}
 	if (imp_check_taken(&c, dest) < 0)
@@ -866,7 +866,7 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 	/* until the import is over, the next mount sweeps what an interrupted one left */
 	rc = ckpt_repo_set_clean(c.r, false);
 	if (rc < 0) {
-		errmsg("cannot update '%s/clean': %s", root, strerror(-rc));
+		ctl_err("cannot update '%s/clean': %s", root, strerror(-rc));
 		goto out_rollback;
 	}
 	/* 3. trackers: claims, and the steps they seal */
@@ -885,17 +885,17 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 	import_progress(&c, true);
 	ctl_progress_clear(&c.prog);
 	if (restore_clean && !c.nfail && (rc = ckpt_repo_set_clean(c.r, true)) < 0)
-		errmsg("cannot update '%s/clean': %s (the next mount checks the store)", root,
-		       strerror(-rc));
+		ctl_err("cannot update '%s/clean': %s (the next mount checks the store)", root,
+			strerror(-rc));
 	imp_report(&c, dest, imp_elapsed(&c));
 	if (c.nfail)
-		errmsg("%zu entr%s of '%s' could not be imported (listed above); the rest was",
-		       c.nfail, c.nfail == 1 ? "y" : "ies", src);
+		ctl_err("%zu entr%s of '%s' could not be imported (listed above); the rest was",
+			c.nfail, c.nfail == 1 ? "y" : "ies", src);
 	status = c.nfail ? EXIT_DAMAGE : EXIT_OK;
 	goto out;
 
 out_oom:
-	errmsg("out of memory");
+	ctl_err("out of memory");
 out_progress:
 	ctl_progress_clear(&c.prog);
 out_rollback:
@@ -904,9 +904,9 @@ out_rollback:
 		c.in_txn = false;
 	}
 	if (c.r && c.files)
-		errmsg("the import into store '%s' is incomplete: what was committed stays; its "
-		       "steps are set aside at the next mount",
-		       root);
+		ctl_err("the import into store '%s' is incomplete: what was committed stays; its "
+			"steps are set aside at the next mount",
+			root);
 out:
 	ckpt_repo_close(c.r);
 	imp_free(&c);
@@ -916,6 +916,6 @@ out:
 int cmd_import(const struct ctl_opts *o)
 {
 	if (o->force)
-		return usage_error("'import' never replaces anything: it has no '--force'");
+		return ctl_usage("'import' never replaces anything: it has no '--force'");
 	return import_run(o->root, o->dest ? o->dest : "/", o->argv[0], o->json);
 }

@@ -263,15 +263,15 @@ static int imp_put_window(struct imp_ctx *c, const struct imp_ent *e, uint64_t *
 
 	rc = imp_pool_run(&pool);
 	if (rc < 0) {
-		errmsg("cannot start threads: %s", strerror(-rc));
+		ctl_err("cannot start threads: %s", strerror(-rc));
 		return rc;
 	}
 	for (size_t k = 0; k < c->nputs; k++) {
 		const struct imp_put *u = &c->puts[k];
 
 		if (u->rc < 0) {
-			errmsg("cannot store a chunk of '%s' in store '%s': %s", e->rel, c->root,
-			       strerror(-u->rc));
+			ctl_err("cannot store a chunk of '%s' in store '%s': %s", e->rel, c->root,
+				strerror(-u->rc));
 			c->nputs = 0;
 			return u->rc;
 		}
@@ -393,8 +393,8 @@ static int imp_file_record(struct imp_ctx *c, struct imp_ent *e, uint64_t parent
 					  a->mtime_ns, imp_release, NULL);
 	if (rc < 0) {
 		e->ino = 0;
-		errmsg("cannot record '%s' in the index of store '%s': %s", e->rel, c->root,
-		       strerror(-rc));
+		ctl_err("cannot record '%s' in the index of store '%s': %s", e->rel, c->root,
+			strerror(-rc));
 		return rc;
 	}
 	c->files++;
@@ -418,7 +418,7 @@ static int imp_file_record(struct imp_ctx *c, struct imp_ent *e, uint64_t parent
 	if (c->txn_files >= IMPORT_TXN_FILES || c->txn_bytes >= IMPORT_TXN_BYTES) {
 		rc = imp_commit(c);
 		if (rc < 0) {
-			errmsg("cannot commit to store '%s': %s", c->root, strerror(-rc));
+			ctl_err("cannot commit to store '%s': %s", c->root, strerror(-rc));
 			return rc;
 		}
 	}

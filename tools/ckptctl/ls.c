@@ -136,16 +136,16 @@ static json_t *ls_json_ent(const struct ls_ent *e)
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "name", policy_json_name(e->name));
-	json_object_set_new(o, "ino", json_u64(e->in.ino));
-	json_object_set_new(o, "type", json_string(type_name(e->in.mode)));
+	json_object_set_new(o, "ino", ctl_u64(e->in.ino));
+	json_object_set_new(o, "type", json_string(ctl_type(e->in.mode)));
 	json_object_set_new(o, "mode", json_integer(e->in.mode & 07777));
-	json_object_set_new(o, "mode_string", json_string(fmt_mode(e->in.mode, mode)));
+	json_object_set_new(o, "mode_string", json_string(ctl_mode(e->in.mode, mode)));
 	json_object_set_new(o, "nlink", json_integer(e->in.nlink));
 	json_object_set_new(o, "uid", json_integer(e->in.uid));
 	json_object_set_new(o, "gid", json_integer(e->in.gid));
-	json_object_set_new(o, "size", json_u64(e->in.size));
+	json_object_set_new(o, "size", ctl_u64(e->in.size));
 	if (S_ISREG(e->in.mode))
-		json_object_set_new(o, "stored_bytes", json_u64(e->stored));
+		json_object_set_new(o, "stored_bytes", ctl_u64(e->stored));
 	json_object_set_new(o, "mtime", json_string(policy_time_iso(e->in.mtime_ns, tbuf, sizeof(tbuf))));
 	json_object_set_new(o, "mtime_ns", json_integer(e->in.mtime_ns));
 	if (S_ISLNK(e->in.mode))
@@ -162,15 +162,15 @@ static void ls_widths_add(struct ls_widths *w, const struct ls_ent *e)
 {
 	int n;
 
-	if ((n = numw(e->in.nlink)) > w->nlink)
+	if ((n = ctl_numw(e->in.nlink)) > w->nlink)
 		w->nlink = n;
-	if ((n = numw(e->in.uid)) > w->uid)
+	if ((n = ctl_numw(e->in.uid)) > w->uid)
 		w->uid = n;
-	if ((n = numw(e->in.gid)) > w->gid)
+	if ((n = ctl_numw(e->in.gid)) > w->gid)
 		w->gid = n;
-	if ((n = numw(e->in.size)) > w->size)
+	if ((n = ctl_numw(e->in.size)) > w->size)
 		w->size = n;
-	if (S_ISREG(e->in.mode) && (n = numw(e->stored)) > w->stored)
+	if (S_ISREG(e->in.mode) && (n = ctl_numw(e->stored)) > w->stored)
 		w->stored = n;
 }
 
@@ -183,7 +183,7 @@ static void ls_print_line(const struct ls_ent *e, const struct ls_widths *w)
 	else
 		snprintf(stored, sizeof(stored), "-");
 	printf("%s %*" PRIu32 " %*" PRIu32 " %*" PRIu32 " %*" PRIu64 " %*s %s %s",
-	       fmt_mode(e->in.mode, mode), w->nlink, e->in.nlink, w->uid, e->in.uid, w->gid,
+	       ctl_mode(e->in.mode, mode), w->nlink, e->in.nlink, w->uid, e->in.uid, w->gid,
 	       e->in.gid, w->size, e->in.size, w->stored, stored,
 	       policy_time_iso(e->in.mtime_ns, tbuf, sizeof(tbuf)), e->name);
 	if (S_ISLNK(e->in.mode))
@@ -218,7 +218,7 @@ static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino, bool json
 
 	rc = idx_dir_list(r->ix, ino, 0, ls_collect, &l);
 	if (rc < 0) {
-		status = index_error(root, "list a directory", rc);
+		status = ctl_index_err(root, "list a directory", rc);
 		goto out;
 	}
 	for (i = 0; i < l.n; i++) {
@@ -231,7 +231,7 @@ static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino, bool json
 		}
 		if (rc < 0) {
 			l.n = i + 1;
-			status = index_error(root, "read an inode", rc);
+			status = ctl_index_err(root, "read an inode", rc);
 			goto out;
 		}
 		l.v[kept++] = l.v[i];
@@ -245,7 +245,7 @@ static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino, bool json
 
 		for (i = 0; i < l.n; i++)
 			json_array_append_new(a, ls_json_ent(&l.v[i]));
-		if (json_print(a) < 0)
+		if (ctl_print(a) < 0)
 			goto out;
 		status = EXIT_OK;
 		goto out;
@@ -272,21 +272,21 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino, bool js
 	int rc, status = EXIT_ERROR;
 
 	e.in.ino = ino;
-	rc = inode_path(r->ix, ino, path, sizeof(path));
+	rc = ctl_path(r->ix, ino, path, sizeof(path));
 	if (rc < 0) {
-		status = index_error(root, "find a path", rc);
+		status = ctl_index_err(root, "find a path", rc);
 		goto out;
 	}
 	e.name = strdup(path);
 	if (!e.name) {
-		errmsg("out of memory");
+		ctl_err("out of memory");
 		goto out;
 	}
 	rc = ls_fill(r->ix, &e);
 	if (rc == 0 && S_ISREG(e.in.mode))
 		rc = idx_file_extents(r->ix, ino, &ext, &n);
 	if (rc < 0) {
-		status = index_error(root, "read an inode", rc);
+		status = ctl_index_err(root, "read an inode", rc);
 		goto out;
 	}
 
@@ -302,24 +302,24 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino, bool js
 			json_t *a = json_array();
 
 			json_object_set_new(o, "xxh3_128",
-					    e.in.has_hash ? json_string(hex16(e.in.hash, hex))
+					    e.in.has_hash ? json_string(ctl_hex(e.in.hash, hex))
 							  : json_null());
 			for (i = 0; i < n; i++) {
 				json_t *x = json_object();
 
-				json_object_set_new(x, "offset", json_u64(ext[i].offset));
+				json_object_set_new(x, "offset", ctl_u64(ext[i].offset));
 				json_object_set_new(x, "length", json_integer(ext[i].length));
 				json_object_set_new(x, "stored_size",
 						    json_integer(ext[i].stored_size));
 				json_object_set_new(x, "codec",
-						    json_string(codec_name(ext[i].codec)));
+						    json_string(ctl_codec(ext[i].codec)));
 				json_object_set_new(x, "chunk",
-						    json_string(hex16(ext[i].hash, hex)));
+						    json_string(ctl_hex(ext[i].hash, hex)));
 				json_array_append_new(a, x);
 			}
 			json_object_set_new(o, "extents", a);
 		}
-		if (json_print(o) < 0)
+		if (ctl_print(o) < 0)
 			goto out;
 		status = EXIT_OK;
 		goto out;
@@ -331,17 +331,17 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino, bool js
 	if (S_ISREG(e.in.mode)) {
 		int wo = 6, wl = 6, ws = 6;
 
-		printf("\nxxh3-128: %s\n", e.in.has_hash ? hex16(e.in.hash, hex)
+		printf("\nxxh3-128: %s\n", e.in.has_hash ? ctl_hex(e.in.hash, hex)
 							 : "(not recorded yet)");
 		printf("extents:  %zu\n", n);
 		for (i = 0; i < n; i++) {
 			int k;
 
-			if ((k = numw(ext[i].offset)) > wo)
+			if ((k = ctl_numw(ext[i].offset)) > wo)
 				wo = k;
-			if ((k = numw(ext[i].length)) > wl)
+			if ((k = ctl_numw(ext[i].length)) > wl)
 				wl = k;
-			if ((k = numw(ext[i].stored_size)) > ws)
+			if ((k = ctl_numw(ext[i].stored_size)) > ws)
 				ws = k;
 		}
 		if (n)
@@ -350,7 +350,7 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino, bool js
 		for (i = 0; i < n; i++)
 			printf("  %*" PRIu64 " %*" PRIu32 " %*" PRIu32 " %-8s %s\n", wo,
 			       ext[i].offset, wl, ext[i].length, ws, ext[i].stored_size,
-			       codec_name(ext[i].codec), hex16(ext[i].hash, hex));
+			       ctl_codec(ext[i].codec), ctl_hex(ext[i].hash, hex));
 	}
 	status = EXIT_OK;
 out:
@@ -367,24 +367,24 @@ static int ls_run(const char *root, const char *path, bool json)
 	uint64_t ino;
 	int rc, status = EXIT_ERROR;
 
-	if (repo_open_read(root, &r) < 0)
+	if (ctl_open_read(root, &r) < 0)
 		return EXIT_ERROR;
 	rc = resolve_path(r->ix, path, &ino);
 	if (rc == -ENOENT || rc == -ENOTDIR) {
-		errmsg("'%s' does not exist in store '%s'%s", path, root,
-		       rc == -ENOTDIR ? " (a component of it is not a directory)" : "");
+		ctl_err("'%s' does not exist in store '%s'%s", path, root,
+			rc == -ENOTDIR ? " (a component of it is not a directory)" : "");
 		goto out;
 	}
 	if (rc < 0) {
-		status = index_error(root, "look up a path", rc);
+		status = ctl_index_err(root, "look up a path", rc);
 		goto out;
 	}
 	rc = idx_inode_get(r->ix, ino, &in);
 	if (rc < 0) {
 		if (rc == -ENOENT)
-			errmsg("'%s' does not exist in store '%s'", path, root);
+			ctl_err("'%s' does not exist in store '%s'", path, root);
 		else
-			status = index_error(root, "read an inode", rc);
+			status = ctl_index_err(root, "read an inode", rc);
 		goto out;
 	}
 	if (S_ISDIR(in.mode))

@@ -106,7 +106,7 @@ static void usage(FILE *f)
 	      f);
 }
 
-int usage_error(const char *fmt, ...)
+int ctl_usage(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -160,32 +160,32 @@ int main(int argc, char **argv)
 			return EXIT_OK;
 		default:
 			if (optopt == 'd')
-				return usage_error("'--dest' needs a PATH");
+				return ctl_usage("'--dest' needs a PATH");
 			if (optopt)
-				return usage_error("unknown option '-%c'", optopt);
-			return usage_error("unknown option '%s'", argv[optind - 1]);
+				return ctl_usage("unknown option '-%c'", optopt);
+			return ctl_usage("unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	nargs = argc - optind;
 	if (nargs < 1)
-		return usage_error("missing STORE");
+		return ctl_usage("missing STORE");
 	if (nargs < 2)
-		return usage_error("missing COMMAND");
+		return ctl_usage("missing COMMAND");
 	o.root = argv[optind];
 	o.cmd = argv[optind + 1];
 	o.argc = nargs - 2;
 	o.argv = argv + optind + 2;
 
 	if (o.dest && strcmp(o.cmd, "import"))
-		return usage_error("'--dest' is an option of 'import' only");
+		return ctl_usage("'--dest' is an option of 'import' only");
 	for (size_t i = 0; i < NCOMMANDS; i++) {
 		const struct ctl_cmd *cmd = &commands[i];
 
 		if (strcmp(o.cmd, cmd->name))
 			continue;
 		if (o.argc < cmd->min_args || o.argc > cmd->max_args)
-			return usage_error("'%s' takes %s", cmd->name, cmd->args);
+			return ctl_usage("'%s' takes %s", cmd->name, cmd->args);
 		return cmd->fn(&o);
 	}
-	return usage_error("unknown command '%s'", o.cmd);
+	return ctl_usage("unknown command '%s'", o.cmd);
 }

@@ -11,7 +11,7 @@
 
 #include "ctl.h"
 
-int json_print(json_t *obj)
+int ctl_print(json_t *obj)
 {
 	int rc;
 
@@ -23,12 +23,12 @@ int json_print(json_t *obj)
 	return rc;
 }
 
-json_t *json_u64(uint64_t v)
+json_t *ctl_u64(uint64_t v)
 {
 	return json_integer((json_int_t)v);
 }
 
-json_t *json_store(const char *root, const struct ckpt_repo *r)
+json_t *ctl_store_json(const char *root, const struct ckpt_repo *r)
 {
 	return json_pack("{s:s, s:b, s:o}", "store", root, "mounted", (int)r->mounted, "owner_pid",
 			 r->mounted ? json_integer(r->owner_pid) : json_null());

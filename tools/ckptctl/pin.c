@@ -26,34 +26,34 @@ static int pin_run(const char *root, const char *arg, bool pin, bool json)
 		/* who holds it: a daemon (mounted), or another ckptctl reading it */
 		if (ckpt_repo_open(root, REPO_RDONLY, NULL, err, sizeof(err), &r) == 0 &&
 		    r->mounted)
-			errmsg("store '%s' is mounted by pid %d; %sning a step needs the store "
-			       "unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
-			       "'ckptctl %s %s %s' again",
-			       root, (int)r->owner_pid, verb, root, verb, arg);
+			ctl_err("store '%s' is mounted by pid %d; %sning a step needs the store "
+				"unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
+				"'ckptctl %s %s %s' again",
+				root, (int)r->owner_pid, verb, root, verb, arg);
 		else
-			errmsg("store '%s' is in use by another process; retry when it is done",
-			       root);
+			ctl_err("store '%s' is in use by another process; retry when it is done",
+				root);
 		ckpt_repo_close(r);
 		return EXIT_ERROR;
 	}
 	if (rc < 0) {
-		errmsg("%s", err[0] ? err : strerror(-rc));
+		ctl_err("%s", err[0] ? err : strerror(-rc));
 		return EXIT_ERROR;
 	}
-	rc = find_steps(r->ix, arg, &m);
+	rc = ctl_find_steps(r->ix, arg, &m);
 	if (rc < 0) {
-		status = index_error(root, "list steps", rc);
+		status = ctl_index_err(root, "list steps", rc);
 		goto out;
 	}
-	s = pick_step(&m);
+	s = ctl_pick_step(&m);
 	if (!s) {
-		status = no_such_step(root, arg);
+		status = ctl_no_step(root, arg);
 		goto out;
 	}
 	if (pin && s->state != IDX_STEP_COMPLETE) {
-		errmsg("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps can be "
-		       "pinned",
-		       s->step, s->name, s->id, idx_step_state_name(s->state));
+		ctl_err("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps can be "
+			"pinned",
+			s->step, s->name, s->id, idx_step_state_name(s->state));
 		goto out;
 	}
 	changed = s->pinned != pin;
@@ -66,7 +66,7 @@ static int pin_run(const char *root, const char *arg, bool pin, bool json)
 		else
 			idx_rollback(r->ix);
 		if (rc < 0) {
-			status = index_error(root, pin ? "pin a step" : "unpin a step", rc);
+			status = ctl_index_err(root, pin ? "pin a step" : "unpin a step", rc);
 			goto out;
 		}
 	}
@@ -79,7 +79,7 @@ static int pin_run(const char *root, const char *arg, bool pin, bool json)
 		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 		json_object_set_new(o, "pinned", json_boolean(pin));
 		json_object_set_new(o, "changed", json_boolean(changed));
-		if (json_print(o) < 0)
+		if (ctl_print(o) < 0)
 			goto out;
 	} else {
 		printf("%s step %" PRId64 " ('%s', id %" PRId64 ")%s\n", pin ? "pinned" : "unpinned",

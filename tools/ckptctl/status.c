@@ -27,12 +27,12 @@ static int status_run(const char *root, bool json)
 	double ratio = 0.0;
 	int rc, status = EXIT_ERROR;
 
-	if (repo_open_read(root, &r) < 0)
+	if (ctl_open_read(root, &r) < 0)
 		return EXIT_ERROR;
 	memset(&s, 0, sizeof(s));
 	rc = idx_stats_get(r->ix, &s);
 	if (rc < 0) {
-		status = index_error(root, "read store figures", rc);
+		status = ctl_index_err(root, "read store figures", rc);
 		goto out;
 	}
 	if (!r->mounted)
@@ -41,20 +41,20 @@ static int status_run(const char *root, bool json)
 		ratio = (double)s.stored_bytes / (double)s.logical_bytes;
 
 	if (json) {
-		json_t *o = json_store(root, r);
+		json_t *o = ctl_store_json(root, r);
 
 		json_object_set_new(o, "clean", r->mounted ? json_null() : json_boolean(clean));
-		json_object_set_new(o, "files", json_u64(s.files));
-		json_object_set_new(o, "dirs", json_u64(s.dirs));
-		json_object_set_new(o, "symlinks", json_u64(s.symlinks));
-		json_object_set_new(o, "logical_bytes", json_u64(s.logical_bytes));
-		json_object_set_new(o, "chunks", json_u64(s.chunks));
-		json_object_set_new(o, "chunk_raw_bytes", json_u64(s.chunk_raw_bytes));
-		json_object_set_new(o, "stored_bytes", json_u64(s.stored_bytes));
+		json_object_set_new(o, "files", ctl_u64(s.files));
+		json_object_set_new(o, "dirs", ctl_u64(s.dirs));
+		json_object_set_new(o, "symlinks", ctl_u64(s.symlinks));
+		json_object_set_new(o, "logical_bytes", ctl_u64(s.logical_bytes));
+		json_object_set_new(o, "chunks", ctl_u64(s.chunks));
+		json_object_set_new(o, "chunk_raw_bytes", ctl_u64(s.chunk_raw_bytes));
+		json_object_set_new(o, "stored_bytes", ctl_u64(s.stored_bytes));
 		json_object_set_new(o, "stored_logical_ratio",
 				    s.logical_bytes ? json_real(ratio) : json_null());
-		json_object_set_new(o, "bad_chunks", json_u64(s.bad_chunks));
-		if (json_print(o) < 0)
+		json_object_set_new(o, "bad_chunks", ctl_u64(s.bad_chunks));
+		if (ctl_print(o) < 0)
 			goto out;
 		status = EXIT_OK;
 		goto out;
@@ -71,10 +71,10 @@ static int status_run(const char *root, bool json)
 	printf("files:            %" PRIu64 "\n", s.files);
 	printf("directories:      %" PRIu64 "\n", s.dirs);
 	printf("symlinks:         %" PRIu64 "\n", s.symlinks);
-	printf("logical size:     %s\n", fmt_size(s.logical_bytes, b1, sizeof(b1)));
+	printf("logical size:     %s\n", ctl_size(s.logical_bytes, b1, sizeof(b1)));
 	printf("distinct chunks:  %" PRIu64 "\n", s.chunks);
-	printf("deduplicated:     %s\n", fmt_size(s.chunk_raw_bytes, b2, sizeof(b2)));
-	printf("stored size:      %s\n", fmt_size(s.stored_bytes, b3, sizeof(b3)));
+	printf("deduplicated:     %s\n", ctl_size(s.chunk_raw_bytes, b2, sizeof(b2)));
+	printf("stored size:      %s\n", ctl_size(s.stored_bytes, b3, sizeof(b3)));
 	if (s.logical_bytes)
 		printf("stored/logical:   %.3f (%.1f%%)\n", ratio, 100.0 * ratio);
 	else

@@ -13,7 +13,7 @@
 
 #include "ctl.h"
 
-const char *kind_name(int kind)
+const char *ctl_kind(int kind)
 {
 	const char *n = kind >= 0 && kind < LAYOUT_KIND_COUNT ? layout_name((enum layout_kind)kind)
 							       : NULL;
@@ -39,11 +39,11 @@ static int steps_run(const char *root, bool json)
 	int rc, status = EXIT_ERROR;
 	size_t i;
 
-	if (repo_open_read(root, &r) < 0)
+	if (ctl_open_read(root, &r) < 0)
 		return EXIT_ERROR;
 	rc = idx_step_foreach(r->ix, step_collect, &l);
 	if (rc < 0) {
-		status = index_error(root, "list steps", rc);
+		status = ctl_index_err(root, "list steps", rc);
 		goto out;
 	}
 	if (json) {
@@ -51,7 +51,7 @@ static int steps_run(const char *root, bool json)
 
 		for (i = 0; i < l.n; i++)
 			json_array_append_new(a, policy_step_json(&l.v[i]));
-		status = json_print(a) < 0 ? EXIT_ERROR : EXIT_OK;
+		status = ctl_print(a) < 0 ? EXIT_ERROR : EXIT_OK;
 		goto out;
 	}
 	if (l.n == 0) {
@@ -63,15 +63,15 @@ static int steps_run(const char *root, bool json)
 		const struct idx_step *s = &l.v[i];
 		int k;
 
-		if ((k = numw((uint64_t)s->step)) > wn)
+		if ((k = ctl_numw((uint64_t)s->step)) > wn)
 			wn = k;
 		if ((k = (int)strlen(s->name)) > wname)
 			wname = k;
-		if ((k = (int)strlen(kind_name(s->kind))) > wl)
+		if ((k = (int)strlen(ctl_kind(s->kind))) > wl)
 			wl = k;
 		if ((k = (int)strlen(idx_step_state_name(s->state))) > ws)
 			ws = k;
-		if ((k = numw(s->files)) > wf)
+		if ((k = ctl_numw(s->files)) > wf)
 			wf = k;
 	}
 	printf("%*s  %-*s  %-*s  %-*s  %*s  %10s  %10s  %-20s  %s\n", wn, "STEP", wname, "NAME", wl,
@@ -81,10 +81,10 @@ static int steps_run(const char *root, bool json)
 		char lb[32], sb[32], tb[40];
 
 		printf("%*" PRId64 "  %-*s  %-*s  %-*s  %*" PRIu64 "  %10s  %10s  %-20s  %s\n", wn,
-		       s->step, wname, s->name, wl, kind_name(s->kind), ws,
+		       s->step, wname, s->name, wl, ctl_kind(s->kind), ws,
 		       idx_step_state_name(s->state), wf, s->files,
-		       fmt_short_size(s->logical_bytes, lb, sizeof(lb)),
-		       fmt_short_size(s->stored_bytes, sb, sizeof(sb)),
+		       ctl_short_size(s->logical_bytes, lb, sizeof(lb)),
+		       ctl_short_size(s->stored_bytes, sb, sizeof(sb)),
 		       s->completed_ns ? policy_time_iso(s->completed_ns, tb, sizeof(tb)) : "-",
 		       s->pinned ? "*" : "");
 	}
@@ -132,7 +132,7 @@ static int step_id_desc(const void *a, const void *b)
 	return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int find_steps(struct idx *ix, const char *arg, struct step_match *m)
+int ctl_find_steps(struct idx *ix, const char *arg, struct step_match *m)
 {
 	const char *dot = strrchr(arg, '.');
 	int rc;
@@ -155,7 +155,7 @@ int find_steps(struct idx *ix, const char *arg, struct step_match *m)
 	return (int)m->found.n;
 }
 
-const struct idx_step *pick_step(const struct step_match *m)
+const struct idx_step *ctl_pick_step(const struct step_match *m)
 {
 	size_t i;
 
@@ -168,10 +168,10 @@ const struct idx_step *pick_step(const struct step_match *m)
 	return m->found.n ? &m->found.v[0] : NULL;
 }
 
-int no_such_step(const char *root, const char *arg)
+int ctl_no_step(const char *root, const char *arg)
 {
-	errmsg("no step '%s' in store '%s'; run 'ckptctl %s steps' to list the steps", arg, root,
-	       root);
+	ctl_err("no step '%s' in store '%s'; run 'ckptctl %s steps' to list the steps", arg, root,
+		root);
 	return EXIT_ERROR;
 }
 
@@ -196,7 +196,7 @@ static int step_location(struct idx *ix, const struct idx_step *s, char *buf, si
 	return rc < 0 ? rc : 0;
 }
 
-void tree_free(struct tree *t)
+void ctl_tree_free(struct tree *t)
 {
 	for (size_t i = 0; i < t->n; i++)
 		free(t->v[i].rel);
@@ -232,7 +232,7 @@ static int tree_cmp(const void *a, const void *b)
 	return strcmp(((const struct tree_ent *)a)->rel, ((const struct tree_ent *)b)->rel);
 }
 
-int tree_collect(struct idx *ix, uint64_t dir, struct tree *t)
+int ctl_tree_collect(struct idx *ix, uint64_t dir, struct tree *t)
 {
 	int rc;
 
@@ -257,7 +257,7 @@ int tree_collect(struct idx *ix, uint64_t dir, struct tree *t)
 			rc = 0;
 	}
 	if (rc < 0) {
-		tree_free(t);
+		ctl_tree_free(t);
 		return rc;
 	}
 	if (t->n)
@@ -265,7 +265,7 @@ int tree_collect(struct idx *ix, uint64_t dir, struct tree *t)
 	return 0;
 }
 
-char *flags_string(uint32_t flags, char *buf, size_t cap)
+char *ctl_flags(uint32_t flags, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%s%s%s%s", (flags & IDX_INODE_TORN) ? "torn," : "",
 		 (flags & IDX_INODE_MALFORMED) ? "malformed," : "",
@@ -345,7 +345,7 @@ static int show_collect(struct ckpt_repo *r, const struct idx_step *s, struct tr
 	int rc = 0;
 
 	if (s->dir_ino)
-		rc = tree_collect(r->ix, s->dir_ino, t);
+		rc = ctl_tree_collect(r->ix, s->dir_ino, t);
 	if (rc == -ENOENT)
 		rc = 0; /* the directory went away meanwhile (mounted): no files */
 	if (rc < 0)
@@ -387,14 +387,15 @@ static void show_json(const struct idx_step *s, const char *where,
 		json_t *x = json_object();
 
 		json_object_set_new(x, "path", policy_json_name(files[i].rel));
-		json_object_set_new(x, "ino", json_u64(files[i].in.ino));
+		json_object_set_new(x, "ino", ctl_u64(files[i].in.ino));
 		json_object_set_new(x, "mode", json_integer(files[i].in.mode & 07777));
-		json_object_set_new(x, "size", json_u64(files[i].in.size));
-		json_object_set_new(x, "stored_bytes", json_u64(files[i].stored));
+		json_object_set_new(x, "size", ctl_u64(files[i].in.size));
+		json_object_set_new(x, "stored_bytes", ctl_u64(files[i].stored));
 		json_object_set_new(x, "flags", flags_json(files[i].in.flags));
 		json_object_set_new(x, "xxh3_128",
-				    files[i].in.has_hash ? json_string(hex16(files[i].in.hash, hex))
-							 : json_null());
+				    files[i].in.has_hash
+					    ? json_string(ctl_hex(files[i].in.hash, hex))
+					    : json_null());
 		json_array_append_new(af, x);
 	}
 	for (i = 0; i < ev->n; i++) {
@@ -427,19 +428,19 @@ static void show_files_text(const struct show_file *files, size_t nfiles)
 	for (i = 0; i < nfiles; i++) {
 		int k;
 
-		if ((k = numw(files[i].in.size)) > wsz)
+		if ((k = ctl_numw(files[i].in.size)) > wsz)
 			wsz = k;
-		if ((k = numw(files[i].stored)) > wst)
+		if ((k = ctl_numw(files[i].stored)) > wst)
 			wst = k;
-		if ((k = (int)strlen(flags_string(files[i].in.flags, fb, sizeof(fb)))) > wfl)
+		if ((k = (int)strlen(ctl_flags(files[i].in.flags, fb, sizeof(fb)))) > wfl)
 			wfl = k;
 	}
 	printf("\n  %*s %*s %-*s %-32s %s\n", wsz, "SIZE", wst, "STORED", wfl, "FLAGS",
 	       "XXH3-128", "PATH");
 	for (i = 0; i < nfiles; i++)
 		printf("  %*" PRIu64 " %*" PRIu64 " %-*s %-32s %s\n", wsz, files[i].in.size, wst,
-		       files[i].stored, wfl, flags_string(files[i].in.flags, fb, sizeof(fb)),
-		       files[i].in.has_hash ? hex16(files[i].in.hash, hex) : "(none)",
+		       files[i].stored, wfl, ctl_flags(files[i].in.flags, fb, sizeof(fb)),
+		       files[i].in.has_hash ? ctl_hex(files[i].in.hash, hex) : "(none)",
 		       files[i].rel);
 }
 
@@ -456,7 +457,7 @@ static void show_text(const struct idx_step *s, const char *where,
 	printf("step:        %" PRId64 "\n", s->step);
 	printf("name:        %s\n", s->name);
 	printf("id:          %" PRId64 "\n", s->id);
-	printf("layout:      %s\n", kind_name(s->kind));
+	printf("layout:      %s\n", ctl_kind(s->kind));
 	printf("state:       %s%s\n", idx_step_state_name(s->state), s->pinned ? " (pinned)" : "");
 	printf("directory:   %s\n", where);
 	printf("created:     %s\n", policy_time_iso(s->created_ns, tb, sizeof(tb)));
@@ -464,9 +465,9 @@ static void show_text(const struct idx_step *s, const char *where,
 	printf("completed:   %s\n",
 	       s->completed_ns ? policy_time_iso(s->completed_ns, tb, sizeof(tb)) : "-");
 	printf("files:       %" PRIu64 "\n", s->files);
-	printf("logical:     %s\n", fmt_size(s->logical_bytes, fb, sizeof(fb)));
-	printf("stored:      %s\n", fmt_size(s->stored_bytes, fb, sizeof(fb)));
-	printf("digest:      %s\n", s->has_digest ? hex16(s->digest, hex) : "-");
+	printf("logical:     %s\n", ctl_size(s->logical_bytes, fb, sizeof(fb)));
+	printf("stored:      %s\n", ctl_size(s->stored_bytes, fb, sizeof(fb)));
+	printf("digest:      %s\n", s->has_digest ? ctl_hex(s->digest, hex) : "-");
 	show_files_text(files, nfiles);
 	printf("\nhistory:\n");
 	if (!ev->n)
@@ -504,7 +505,7 @@ static int show_one(struct ckpt_repo *r, const struct idx_step *s, json_t *a, bo
 		show_text(s, where, files, nfiles, &ev, first);
 out:
 	free(files);
-	tree_free(&t);
+	ctl_tree_free(&t);
 	event_list_free(&ev);
 	return rc;
 }
@@ -517,15 +518,15 @@ static int show_run(const char *root, const char *arg, bool json)
 	int rc, status = EXIT_ERROR;
 
 	memset(&m, 0, sizeof(m));
-	if (repo_open_read(root, &r) < 0)
+	if (ctl_open_read(root, &r) < 0)
 		return EXIT_ERROR;
-	rc = find_steps(r->ix, arg, &m);
+	rc = ctl_find_steps(r->ix, arg, &m);
 	if (rc < 0) {
-		status = index_error(root, "list steps", rc);
+		status = ctl_index_err(root, "list steps", rc);
 		goto out;
 	}
 	if (rc == 0) {
-		status = no_such_step(root, arg);
+		status = ctl_no_step(root, arg);
 		goto out;
 	}
 	if (json)
@@ -534,11 +535,11 @@ static int show_run(const char *root, const char *arg, bool json)
 		rc = show_one(r, &m.found.v[i], a, i == 0);
 		if (rc < 0) {
 			json_decref(a);
-			status = index_error(root, "read a step", rc);
+			status = ctl_index_err(root, "read a step", rc);
 			goto out;
 		}
 	}
-	if (a && json_print(a) < 0)
+	if (a && ctl_print(a) < 0)
 		goto out;
 	status = EXIT_OK;
 out:

@@ -155,8 +155,9 @@ static int v_chunks(struct v_ctx *c)
 
 		if (ctl_progress_due(&c->prog, i == 0))
 			ctl_progress_line(&c->prog, "verify: chunks %zu/%zu, %s/%s, %.0f%%", i,
-					  c->nchunks, fmt_short_size(done_bytes, sdone, sizeof(sdone)),
-					  fmt_short_size(c->total_bytes, stotal, sizeof(stotal)),
+					  c->nchunks,
+					  ctl_short_size(done_bytes, sdone, sizeof(sdone)),
+					  ctl_short_size(c->total_bytes, stotal, sizeof(stotal)),
 					  c->total_bytes ? 100.0 * (double)done_bytes /
 								   (double)c->total_bytes
 							 : 0.0);
@@ -178,7 +179,8 @@ static int v_chunks(struct v_ctx *c)
 	}
 	if (ctl_progress_due(&c->prog, true))
 		ctl_progress_line(&c->prog, "verify: chunks %zu/%zu, %s, 100%%", c->nchunks,
-				  c->nchunks, fmt_short_size(c->total_bytes, stotal, sizeof(stotal)));
+				  c->nchunks,
+				  ctl_short_size(c->total_bytes, stotal, sizeof(stotal)));
 	return 0;
 }
 
@@ -202,17 +204,17 @@ static int v_chunk_users(struct v_ctx *c)
 		if (rc < 0)
 			goto out;
 		u.n = u64_unique(u.ino, u.n); /* a file may use the chunk at several offsets */
-		hex16(k->hash, hex);
+		ctl_hex(k->hash, hex);
 		if (k->err) {
 			if (u.n == 0) {
 				k->unused = true;
 				rc = v_add(&c->notes, &c->nnotes, &c->capnotes, 0, i,
 					   "%s; no file uses it, 'ckptctl %s gc' removes it",
-					   chunk_error_name(k->err), c->root);
+					   ctl_chunk_err(k->err), c->root);
 			}
 			for (size_t j = 0; j < u.n && rc == 0; j++)
 				rc = v_add(&c->dmg, &c->ndmg, &c->capdmg, u.ino[j], i,
-					   "chunk %s: %s", hex, chunk_error_name(k->err));
+					   "chunk %s: %s", hex, ctl_chunk_err(k->err));
 		} else {
 			for (size_t j = 0; j < u.n && rc == 0; j++)
 				rc = v_add(&c->notes, &c->nnotes, &c->capnotes, u.ino[j], i,
@@ -326,7 +328,7 @@ enum v_file_result {
 	VF_GONE,      /* removed meanwhile (mounted) */
 	VF_DAMAGED,   /* reason filled */
 };
-/* stream_sink of verify: count the bytes read (arg: uint64_t). */
+/* ctl_sink of verify: count the bytes read (arg: uint64_t). */
 static int count_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
 {
 	if (buf)
@@ -369,9 +371,9 @@ static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, u
 			goto out;
 		}
 	}
-	rc = stream_extents(c->r->st, ext, n, ret_in->size, ret_in->flags & IDX_INODE_SPARSE, buf,
-			    hs, count_sink, ret_bytes,
-			    " while reading", reason, cap, &got);
+	rc = ctl_stream(c->r->st, ext, n, ret_in->size, ret_in->flags & IDX_INODE_SPARSE, buf,
+			hs, count_sink, ret_bytes,
+			" while reading", reason, cap, &got);
 	if (rc != 0) {
 		rc = rc == 1 ? VF_DAMAGED : rc;
 		goto out;
@@ -379,7 +381,8 @@ static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, u
 	store_hasher_digest(hs, &got);
 	memcpy(want.b, ret_in->hash, STORE_HASH_LEN);
 	if (memcmp(got.b, want.b, STORE_HASH_LEN)) {
-		snprintf(reason, cap, "whole-file hash mismatch: recorded %s", hex16(want.b, hex));
+		snprintf(reason, cap, "whole-file hash mismatch: recorded %s",
+			 ctl_hex(want.b, hex));
 		rc = VF_DAMAGED;
 		goto out;
 	}
@@ -420,7 +423,7 @@ static int v_files(struct v_ctx *c)
 
 		if (ctl_progress_due(&c->prog, i == 0))
 			ctl_progress_line(&c->prog, "verify: files %zu/%zu, %s hashed, %.0f%%", i,
-					  c->nfiles, fmt_short_size(bytes, sdone, sizeof(sdone)),
+					  c->nfiles, ctl_short_size(bytes, sdone, sizeof(sdone)),
 					  100.0 * (double)i / (double)c->nfiles);
 		for (;;) {
 			res = v_hash_file(c, c->files[i], hs, buf, &in1, reason, sizeof(reason),
@@ -479,12 +482,12 @@ static int v_paths(struct v_ctx *c, struct v_damage *v, size_t n)
 
 	for (size_t i = 0; i < n; i++) {
 		if (v[i].ino) {
-			rc = inode_path(c->r->ix, v[i].ino, path, sizeof(path));
+			rc = ctl_path(c->r->ix, v[i].ino, path, sizeof(path));
 			if (rc < 0)
 				return rc;
 		} else {
 			snprintf(path, sizeof(path), "chunk %s",
-				 hex16(c->chunks[v[i].chunk].hash, hex));
+				 ctl_hex(c->chunks[v[i].chunk].hash, hex));
 		}
 		v[i].path = strdup(path);
 		if (!v[i].path)
@@ -538,8 +541,8 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 				continue;
 			x = json_object();
 			users = json_array();
-			json_object_set_new(x, "chunk", json_string(hex16(k->hash, hex)));
-			json_object_set_new(x, "error", json_string(chunk_error_name(k->err)));
+			json_object_set_new(x, "chunk", json_string(ctl_hex(k->hash, hex)));
+			json_object_set_new(x, "error", json_string(ctl_chunk_err(k->err)));
 			json_object_set_new(x, "refs", json_integer(k->refs));
 			json_object_set_new(x, "marked_bad",
 					    json_boolean(k->marked || c->writable));
@@ -556,7 +559,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 				continue;
 			x = json_object();
 			json_object_set_new(x, "path", policy_json_name(c->dmg[i].path));
-			json_object_set_new(x, "ino", json_u64(c->dmg[i].ino));
+			json_object_set_new(x, "ino", ctl_u64(c->dmg[i].ino));
 			json_object_set_new(x, "reason", json_string(c->dmg[i].reason));
 			json_array_append_new(af, x);
 		}
@@ -564,7 +567,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			json_t *x = json_object();
 
 			json_object_set_new(x, "path", policy_json_name(c->notes[i].path));
-			json_object_set_new(x, "ino", c->notes[i].ino ? json_u64(c->notes[i].ino)
+			json_object_set_new(x, "ino", c->notes[i].ino ? ctl_u64(c->notes[i].ino)
 								      : json_null());
 			json_object_set_new(x, "reason", json_string(c->notes[i].reason));
 			json_array_append_new(an, x);
@@ -573,16 +576,16 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			      " s:o, s:o, s:o, s:b}",
 			      "store", c->root, "mounted", (int)c->r->mounted,
 			      "owner_pid", c->r->mounted ? json_integer(c->r->owner_pid) : json_null(),
-			      "marks_recorded", (int)c->writable, "chunks", json_u64(c->nchunks),
-			      "chunk_bytes", json_u64(c->total_bytes),
-			      "files_checked", json_u64(c->nfiles),
-			      "files_hashed", json_u64(c->files_hashed),
-			      "damaged_chunk_count", json_u64(bad_chunks),
-			      "damaged_file_count", json_u64(bad_files),
-			      "marked_bad", json_u64(c->marked_now),
-			      "marks_cleared", json_u64(c->cleared_now), "damaged_chunks", ac,
+			      "marks_recorded", (int)c->writable, "chunks", ctl_u64(c->nchunks),
+			      "chunk_bytes", ctl_u64(c->total_bytes),
+			      "files_checked", ctl_u64(c->nfiles),
+			      "files_hashed", ctl_u64(c->files_hashed),
+			      "damaged_chunk_count", ctl_u64(bad_chunks),
+			      "damaged_file_count", ctl_u64(bad_files),
+			      "marked_bad", ctl_u64(c->marked_now),
+			      "marks_cleared", ctl_u64(c->cleared_now), "damaged_chunks", ac,
 			      "damaged_files", af, "notes", an, "clean", (int)(c->ndmg == 0));
-		return json_print(o);
+		return ctl_print(o);
 	}
 
 	if (c->r->mounted)
@@ -607,7 +610,7 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 	return 0;
 }
 
-int verify_run(const char *root, bool json)
+int ctl_verify(const char *root, bool json)
 {
 	struct v_ctx c = { .root = root, .json = json };
 	struct store_opts so = { 0 };
@@ -616,7 +619,7 @@ int verify_run(const char *root, bool json)
 
 	/* verify reads every chunk once: a small cache is enough for the whole-file pass */
 	so.cache_bytes = 2 * (size_t)STORE_CHUNK_MAX;
-	if (repo_open_write_flags(root, &so, REPO_SALVAGE, &c.r, &c.writable) < 0)
+	if (ctl_open_write_flags(root, &so, REPO_SALVAGE, &c.r, &c.writable) < 0)
 		return EXIT_ERROR;
 	ctl_progress_init(&c.prog);
 	{
@@ -636,18 +639,18 @@ int verify_run(const char *root, bool json)
 				json_object_set_new(o, "store", json_string(root));
 				json_object_set_new(o, "index_damaged", json_string(msg));
 				json_object_set_new(o, "clean", json_false());
-				json_print(o);
+				ctl_print(o);
 			} else {
 				printf("damaged: index file '%s/index.db' (%s)\n", root, msg);
 			}
-			errmsg("the index of store '%s' is damaged; with the store unmounted, run "
-			       "'ckptctl %s fsck' to rebuild it from what is still readable", root,
-			       root);
+			ctl_err("the index of store '%s' is damaged; with the store unmounted, run "
+				"'ckptctl %s fsck' to rebuild it from what is still readable", root,
+				root);
 			status = EXIT_DAMAGE;
 			goto out;
 		}
 		if (rc < 0) {
-			status = index_error(root, "check the database file", rc);
+			status = ctl_index_err(root, "check the database file", rc);
 			goto out;
 		}
 	}
@@ -655,7 +658,7 @@ int verify_run(const char *root, bool json)
 	rc = idx_chunk_foreach(c.r->ix, v_chunk_row, &c);
 	if (rc < 0) {
 		ctl_progress_clear(&c.prog);
-		status = index_error(root, "list chunks", rc);
+		status = ctl_index_err(root, "list chunks", rc);
 		goto out;
 	}
 	if (c.nchunks)
@@ -669,14 +672,14 @@ int verify_run(const char *root, bool json)
 		rc = v_files(&c);
 	ctl_progress_clear(&c.prog);
 	if (rc < 0) {
-		status = index_error(root, "read files and chunks", rc);
+		status = ctl_index_err(root, "read files and chunks", rc);
 		goto out;
 	}
 	if (c.writable) {
 		rc = v_marks(&c);
 		if (rc < 0) {
-			errmsg("cannot record bad chunks in the index of store '%s': %s", root,
-			       strerror(-rc));
+			ctl_err("cannot record bad chunks in the index of store '%s': %s", root,
+				strerror(-rc));
 			goto out;
 		}
 	}
@@ -684,7 +687,7 @@ int verify_run(const char *root, bool json)
 	if (rc == 0)
 		rc = v_paths(&c, c.notes, c.nnotes);
 	if (rc < 0) {
-		status = index_error(root, "find paths", rc);
+		status = ctl_index_err(root, "find paths", rc);
 		goto out;
 	}
 	for (size_t i = 0; i < c.nchunks; i++)
@@ -692,7 +695,7 @@ int verify_run(const char *root, bool json)
 			bad_chunks++;
 	bad_files = v_count_files(c.dmg, c.ndmg);
 	if (v_report(&c, bad_chunks, bad_files) < 0) {
-		errmsg("cannot write the report: %s", strerror(EIO));
+		ctl_err("cannot write the report: %s", strerror(EIO));
 		goto out;
 	}
 	status = c.ndmg ? EXIT_DAMAGE : EXIT_OK;
@@ -704,5 +707,5 @@ out:
 
 int cmd_verify(const struct ctl_opts *o)
 {
-	return verify_run(o->root, o->json);
+	return ctl_verify(o->root, o->json);
 }
