@@ -9,7 +9,7 @@
 
 #include "ctl.h"
 
-size_t escape_bytes(const uint8_t *p, size_t len, char *buf, size_t cap)
+size_t ctl_escape(const uint8_t *p, size_t len, char *buf, size_t cap)
 {
 	size_t i, o = 0;
 
@@ -60,14 +60,14 @@ static int claim_row(int64_t id, const char *tracker, const void *content, size_
 	rc = idx_claim_length(c->ix, id, &written);
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
-	escape_bytes(content, shown, prev, sizeof(prev));
+	ctl_escape(content, shown, prev, sizeof(prev));
 	if (c->a) {
 		json_t *o = json_object();
 		char *full = malloc(4 * len + 1);
 
 		if (!full)
 			return -ENOMEM;
-		escape_bytes(content, len, full, 4 * len + 1);
+		ctl_escape(content, len, full, 4 * len + 1);
 		json_object_set_new(o, "id", json_integer(id));
 		json_object_set_new(o, "time", policy_json_time(ts_ns));
 		json_object_set_new(o, "ts_ns", json_integer(ts_ns));

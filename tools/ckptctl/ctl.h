@@ -318,11 +318,11 @@ char *ctl_flags(uint32_t flags, char *buf, size_t cap);
 /* ---- claims.c, shared with import ---- */
 
 /*
- * escape_bytes - printable form of len bytes of p into buf (cap bytes, NUL-terminated): ASCII
+ * ctl_escape - printable form of len bytes of p into buf (cap bytes, NUL-terminated): ASCII
  * printable as is, backslash as "\\", newline, tab and CR as \n \t \r, anything else as \xNN.
  * Stops before cap-1 bytes of output (an escape is never cut).
  * Returns the number of input bytes consumed.
  */
-size_t escape_bytes(const uint8_t *p, size_t len, char *buf, size_t cap);
+size_t ctl_escape(const uint8_t *p, size_t len, char *buf, size_t cap);
 
 #endif /* CKPTCTL_CTL_H */

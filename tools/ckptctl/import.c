@@ -337,7 +337,7 @@ static int imp_claims(struct imp_ctx *c)
 		memset(cl, 0, sizeof(*cl));
 		cl->ent = i;
 		cl->kind = m.kind;
-		escape_bytes((const uint8_t *)buf, len, cl->content, sizeof(cl->content));
+		ctl_escape((const uint8_t *)buf, len, cl->content, sizeof(cl->content));
 		cl->step = layout_tracker_parse(m.kind, e->name, buf, len, &t) == 0 ? t.step : -1;
 		rc = imp_txn(c);
 		if (rc == 0)
