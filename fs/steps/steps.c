@@ -123,8 +123,8 @@ static bool orbax_renamed(struct ckfs *fs, uint64_t ino, const char *name, pid_t
 		return false;
 	if (idx_begin(fs->ix) < 0)
 		return false;
-	if (idx_step_set_name(fs->ix, s.id, name) < 0 || idx_commit(fs->ix) < 0) {
-		idx_rollback(fs->ix);
+	if (steps_record(fs, idx_step_set_name(fs->ix, s.id, name), "the rename of step '%s'",
+			 name) < 0) {
 		return false;
 	}
 	snprintf(s.name, sizeof(s.name), "%s", name);
@@ -247,9 +247,8 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	pthread_mutex_lock(&fs->mu);
 	if (idx_inode_get(fs->ix, oi->ino, &a) == 0 && a.flags != flags) {
 		a.flags = flags;
-		if (idx_begin(fs->ix) == 0 &&
-		    (idx_inode_update(fs->ix, &a) < 0 || idx_commit(fs->ix) < 0))
-			idx_rollback(fs->ix);
+		if (idx_begin(fs->ix) == 0)
+			steps_record(fs, idx_inode_update(fs->ix, &a), "the check of '%s'", rel);
 	}
 	if (flags & IDX_INODE_TORN)
 		ckpt_log("'%s' was closed by a dying process (pid %d): torn", rel, (int)pid);
@@ -528,9 +527,9 @@ static int verify_tree(struct ckfs *fs, uint64_t dir, int depth)
 			if (store_chunk_verify(fs->st, &h) == 0)
 				continue;
 			bad++;
-			if (idx_begin(fs->ix) == 0 &&
-			    (idx_chunk_mark_bad(fs->ix, h.b) < 0 || idx_commit(fs->ix) < 0))
-				idx_rollback(fs->ix);
+			if (idx_begin(fs->ix) == 0)
+				steps_record(fs, idx_chunk_mark_bad(fs->ix, h.b),
+					     "a bad chunk of inode %" PRIu64, c.inos[i]);
 		}
 		free(ext);
 	}

@@ -163,6 +163,15 @@ int steps_move_to_quarantine(struct ckfs *fs, const struct idx_step *s);
  */
 int steps_move_back(struct ckfs *fs, const struct idx_step *s);
 
+/*
+ * steps_record - end the index transaction an event hook began: commit when rc >= 0, else (or
+ * when the commit fails) roll back and log "cannot record <what> in the index: <error>", what
+ * given printf-style. Hooks return nothing to the trainer, so this is where their index errors
+ * go: the record is missing, and the step it concerns is judged again at the next mount
+ * (recovery). Returns rc, or the commit's -errno. In a transaction, fs->mu held.
+ */
+int steps_record(struct ckfs *fs, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* steps_set_state - set step s's state (idx_step_state) with an optional note, log it, and update
  * s->state. Returns 0 or the index's -errno (s unchanged). In a transaction, fs->mu held. */
 int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);

@@ -228,10 +228,9 @@ void steps_seal(struct ckfs *fs, struct idx_step *s, const char *why)
 	} else if (s->state == IDX_STEP_WRITING) {
 		if (idx_begin(fs->ix) < 0)
 			return;
-		if (steps_set_state(fs, s, IDX_STEP_SEALED, why) < 0 || idx_commit(fs->ix) < 0) {
-			idx_rollback(fs->ix);
+		if (steps_record(fs, steps_set_state(fs, s, IDX_STEP_SEALED, why),
+				 "the seal of step '%s'", s->name) < 0)
 			return;
-		}
 	}
 	if (policy_marker_after_all_ranks(s->kind)) {
 		/* every rank was done before the marker */

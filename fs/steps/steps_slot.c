@@ -51,10 +51,9 @@ void steps_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker)
 		return;
 	if (idx_begin(fs->ix) < 0)
 		return;
-	if (idx_step_set_number(fs->ix, s->id, v) < 0 || idx_commit(fs->ix) < 0) {
-		idx_rollback(fs->ix);
+	if (steps_record(fs, idx_step_set_number(fs->ix, s->id, v), "step %lld of slot '%s'", v,
+			 s->name) < 0)
 		return;
-	}
 	s->step = v;
 }
 

@@ -210,11 +210,9 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 	int rc = layout_tracker_parse((enum layout_kind)kind, name, buf, len, &t);
 	int64_t step = rc == 0 ? t.step : -1;
 
-	if (idx_begin(fs->ix) == 0) {
-		if (idx_claim_add(fs->ix, name, buf, len, step, ckfs_now(fs), &id) < 0 ||
-		    idx_commit(fs->ix) < 0)
-			idx_rollback(fs->ix);
-	}
+	if (idx_begin(fs->ix) == 0)
+		steps_record(fs, idx_claim_add(fs->ix, name, buf, len, step, ckfs_now(fs), &id),
+			     "the claim of tracker '%s'", name);
 	if (rc < 0) {
 		ckpt_log("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
 		return;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,10 +153,9 @@ static int revalidate_file(const char *name, uint64_t ino, const struct idx_inod
 	free(r.ext);
 	if (rc == -EBADMSG || rc == -EIO) {
 		a.flags = (a.flags & ~(uint32_t)IDX_INODE_VALID) | IDX_INODE_MALFORMED;
-		if (idx_begin(fs->ix) == 0 &&
-		    (idx_inode_update(fs->ix, &a) < 0 || idx_commit(fs->ix) < 0))
-			idx_rollback(fs->ix);
 		ckpt_log("recovery: '%s' (inode %" PRIu64 ") is malformed: %s", name, ino, why);
+		if (idx_begin(fs->ix) == 0)
+			steps_record(fs, idx_inode_update(fs->ix, &a), "that '%s' is malformed", name);
 	}
 	return 0;
 }
@@ -295,6 +295,22 @@ int steps_move_back(struct ckfs *fs, const struct idx_step *s)
 }
 
 /* ---- transitions ---- */
+
+int steps_record(struct ckfs *fs, int rc, const char *fmt, ...)
+{
+	char what[LAYOUT_PATH_MAX + 64];
+	va_list ap;
+
+	if (rc >= 0 && (rc = idx_commit(fs->ix)) >= 0)
+		return rc;
+	idx_rollback(fs->ix);
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	ckpt_log("cannot record %s in the index: %s; the step is judged again at the next mount",
+		 what, strerror(-rc));
+	return rc;
+}
 
 int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note)
 {
