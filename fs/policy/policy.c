@@ -502,3 +502,20 @@ json_t *policy_step_json(const struct idx_step *s)
 			 "stored_bytes", (json_int_t)s->stored_bytes,
 			 "digest", s->has_digest ? hex : NULL, "pinned", (int)s->pinned);
 }
+
+bool policy_global_complete(const struct policy_part *parts, size_t n, unsigned nodes)
+{
+	size_t distinct = 0;
+	bool sealed = false;
+
+	for (size_t i = 0; i < n; i++) {
+		bool seen = false;
+
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = strcmp(parts[j].node, parts[i].node) == 0;
+		if (!seen)
+			distinct++;
+		sealed |= parts[i].sealed;
+	}
+	return nodes > 0 && distinct == nodes && sealed;
+}

@@ -40,6 +40,16 @@
  *     regular files; its digest is XXH3-128 over, for each regular file in listing order
  *     (directories one after another, breadth first), its name with the NUL and its 16-byte
  *     whole-file digest.
+ *
+ *  5. Many nodes (-o remote, DESIGN.md "Growing past one machine"). Each node judges its own
+ *     part of a step by rules 1-3 and publishes one manifest for it, once. A step is globally
+ *     complete when the manifests of all `nodes` distinct nodes are published and at least one
+ *     of them carries the seal (the node that saw the tracker or marker claim): the rule of
+ *     NVIDIA nvidia-resiliency-ext's node-local checkpoints (checkpointing/local/ckpt_managers/
+ *     base_manager.py: the latest checkpoint is the highest iteration whose rank set is all
+ *     ranks). A node whose part has no claim of its own publishes once another node's manifest
+ *     carries the seal: the trainer claims a step only after every rank finished writing it
+ *     (a barrier), so the seal also stands for the other nodes' ranks.
  */
 #ifndef CKPTFS_POLICY_H
 #define CKPTFS_POLICY_H
@@ -206,6 +216,22 @@ typedef int (*policy_file_fn)(const char *name, uint64_t ino, const struct idx_i
  */
 int policy_step_walk(struct idx *ix, uint64_t dir, policy_file_fn fn, void *arg,
 		     struct policy_figures *ret);
+
+/* ---- many nodes (rule 5) ---- */
+
+/* One node's published manifest of a step, as far as rule 5 needs it. */
+struct policy_part {
+	const char *node; /* the node's name (borrowed) */
+	bool sealed;      /* its manifest carries the seal */
+};
+
+/*
+ * policy_global_complete - rule 5: whether the parts[0..n) published for one step make it
+ * globally complete in a job of `nodes` nodes: exactly `nodes` distinct node names (a name
+ * published twice counts once; more names than nodes is not complete: a misconfigured job), and
+ * at least one part sealed. nodes 0 is never complete. Pure, thread-safe.
+ */
+bool policy_global_complete(const struct policy_part *parts, size_t n, unsigned nodes);
 
 /* ---- 5. reporting ---- */
 

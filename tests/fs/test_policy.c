@@ -298,3 +298,22 @@ Test(policy, step_json)
 	cr_assert_str_eq(json_string_value(n), "ok");
 	json_decref(n);
 }
+
+/* rule 5: every node's manifest, and the seal from any one of them */
+Test(policy, global_complete)
+{
+	const struct policy_part a = { "node-a", true }, b = { "node-b", false },
+				 b2 = { "node-b", true }, c = { "node-c", false };
+	const struct policy_part both[] = { a, b }, only_b[] = { b }, unsealed[] = { b, c },
+				 twice[] = { b, b2 }, three[] = { a, b, c };
+
+	cr_assert(policy_global_complete(both, 2, 2));
+	cr_assert_not(policy_global_complete(only_b, 1, 2), "node-a has not published");
+	cr_assert_not(policy_global_complete(unsealed, 2, 2), "nobody saw the claim");
+	cr_assert_not(policy_global_complete(twice, 2, 2), "one node published twice: one part");
+	cr_assert(policy_global_complete(twice, 2, 1));
+	cr_assert_not(policy_global_complete(three, 3, 2), "more nodes than the job has");
+	cr_assert(policy_global_complete(three, 3, 3));
+	cr_assert_not(policy_global_complete(both, 2, 0));
+	cr_assert_not(policy_global_complete(NULL, 0, 1));
+}
