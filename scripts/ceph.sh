@@ -124,6 +124,7 @@ rgw frontends = beast endpoint=127.0.0.1:$rgw_port
 rgw data = $DIR/rgw
 rgw enable usage log = false
 rgw dns name = 127.0.0.1
+log file = $DIR/log/rgw.a.log
 pid file = $DIR/run/rgw.a.daemon.pid
 [client]
 log file = $DIR/log/client.\$pid.log
@@ -158,7 +159,7 @@ start_rgw() {
 	launch rgw.a radosgw -c "$DIR/ceph.conf" -n client.rgw.a -f
 	wait_for "$TIMEOUT" "the RADOS Gateway on $url" curl -sf -o /dev/null "$url/" ||
 		show_fail "the RADOS Gateway did not answer on $url" "$DIR/log/rgw.a.out" \
-			"$DIR/log/client.rgw.a.log"
+			"$DIR/log/rgw.a.log"
 	radosgw-admin -c "$DIR/ceph.conf" user create --uid=ckptfs-test --display-name=ckptfs-test \
 		--access-key="$ACCESS_KEY" --secret="$SECRET_KEY" >"$DIR/log/user-create.out" 2>&1 ||
 		show_fail "radosgw-admin user create failed" "$DIR/log/user-create.out"
@@ -169,13 +170,15 @@ start_rgw() {
 		-H 'x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855' \
 		"$url/$BUCKET")
 	[ "$code" = 200 ] || show_fail "creating bucket '$BUCKET' answered HTTP $code" \
-		"$DIR/log/bucket-create.out" "$DIR/log/client.rgw.a.log"
+		"$DIR/log/bucket-create.out" "$DIR/log/rgw.a.log"
 }
 
 start_cephfs() {
 	local n=$1 k
-	cephc osd pool create cephfs_meta 8 >/dev/null
-	cephc osd pool create cephfs_data 8 >/dev/null
+	cephc osd pool create cephfs_meta 8 >/dev/null 2>&1 ||
+		show_fail "cannot create pool cephfs_meta" "$DIR/log/mon.a.log"
+	cephc osd pool create cephfs_data 8 >/dev/null 2>&1 ||
+		show_fail "cannot create pool cephfs_data" "$DIR/log/mon.a.log"
 	cephc fs new cephfs cephfs_meta cephfs_data >/dev/null 2>&1 ||
 		show_fail "ceph fs new failed" "$DIR/log/mon.a.log"
 	launch mds.a ceph-mds -c "$DIR/ceph.conf" -i a -f
