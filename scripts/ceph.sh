@@ -199,7 +199,8 @@ do_start() {
 	local cephfs=$1
 	[ ! -f "$DIR/env" ] || die "$DIR/env exists: a cluster may be running there; run '$0 stop $DIR' first"
 	do_stop >/dev/null 2>&1 || true
-	rm -rf "$DIR/mon" "$DIR/osd" "$DIR/mds" "$DIR/rgw" "$DIR/log" "$DIR/run"
+	rm -rf "$DIR/mon" "$DIR/osd" "$DIR/mds" "$DIR/rgw" "$DIR/log" "$DIR/run" "$DIR/monmap" \
+		"$DIR/keyring" "$DIR/ceph.conf"
 	mkdir -p "$DIR/log" "$DIR/run"
 	local t0=$EPOCHREALTIME fsid mon_v2 mon_v1 rgw_port
 	fsid=$(cat /proc/sys/kernel/random/uuid)
@@ -210,8 +211,13 @@ do_start() {
 		die "could not find three distinct free ports"
 	write_conf "$fsid" "$mon_v2" "$mon_v1" "$rgw_port"
 	start_mon_osd "$fsid" "$mon_v2" "$mon_v1"
+	local t_osd=$EPOCHREALTIME
 	start_rgw "$rgw_port"
-	[ "$cephfs" -eq 0 ] || start_cephfs "$cephfs"
+	local t_rgw=$EPOCHREALTIME t_fs=$EPOCHREALTIME
+	if [ "$cephfs" -gt 0 ]; then
+		start_cephfs "$cephfs"
+		t_fs=$EPOCHREALTIME
+	fi
 
 	{
 		echo "export AWS_ENDPOINT_URL=http://127.0.0.1:$rgw_port"
@@ -231,8 +237,10 @@ do_start() {
 	} >"$DIR/env.tmp"
 	mv "$DIR/env.tmp" "$DIR/env"
 	local t1=$EPOCHREALTIME
-	printf 'ceph.sh: started in %.1f s: S3 on http://127.0.0.1:%s, bucket %s%s; env in %s\n' \
-		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$rgw_port" "$BUCKET" \
+	awk -v a="$t0" -v o="$t_osd" -v r="$t_rgw" -v f="$t_fs" -v b="$t1" 'BEGIN {
+		printf "ceph.sh: start took %.1f s (mon+osd %.1f s, rgw+user+bucket %.1f s, cephfs %.1f s)\n",
+			b - a, o - a, r - o, f - r }'
+	printf 'ceph.sh: S3 on http://127.0.0.1:%s, bucket %s%s; env in %s\n' "$rgw_port" "$BUCKET" \
 		"$([ "$cephfs" -gt 0 ] && echo ", $cephfs CephFS mount(s) $DIR/cephfs-*")" "$DIR/env"
 }
 
@@ -313,7 +321,10 @@ start)
 		done
 	fi
 	mkdir -p "$DIR"
+	# Any command failing unexpectedly: say where, show the logs, stop what was started.
+	trap 'show_fail "start failed (line $LINENO)" "$DIR"/log/*.out' ERR
 	do_start "$CEPHFS"
+	trap - ERR
 	;;
 stop) do_stop ;;
 *) usage ;;

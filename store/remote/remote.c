@@ -21,7 +21,7 @@ int remote_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
 	return rc;
 }
 
-/* Whether key is valid per remote.h (prefix_ok: a list prefix, which may be empty or partial). */
+/* Whether key is valid per remote.h: 1..REMOTE_KEY_MAX bytes of non-empty components. */
 static bool key_ok(const char *key)
 {
 	size_t n;

@@ -9,6 +9,8 @@
  * Keys: 1..1024 bytes, '/'-separated components, none empty, "." or "..", none starting with
  * ".tmp-" (the directory backend's temporary files), no NUL; a key never starts or ends with '/'.
  * In the directory backend, "a/b/c" is the file DIR/a/b/c; in S3 it is the object PREFIX/a/b/c.
+ * So in the directory backend a key cannot also be a directory of other keys ("a/b" and
+ * "a/b/c"): the second put fails with -EEXIST (a file in the way) or -EISDIR (a directory there).
  *
  * Invariants:
  *   1. An object is visible under its key only with its complete content: the directory backend
@@ -88,6 +90,9 @@ void remote_close(struct remote *r);
  * Durable on return (directory: fsync of file and directory; S3: the PUT's 200).
  * Returns 0 when this call created the object, or
  *   -EEXIST  an object was already there (its content is unchanged); -EINVAL bad key;
+ *            S3: when a lost answer made this call retry and the retry found the object, it
+ *            reads it back: exactly these bytes count as this call's own write (0), so a writer
+ *            racing with identical bytes may also get 0;
  *   S3: -EACCES, -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, -EIO as remote_open;
  *   -EFBIG   len above 5 GiB (S3's single-PUT limit); directory: any errno of open, write,
  *   fsync, link (-ENOSPC, -EDQUOT, -EIO, ...). The temporary file is removed on every failure.

@@ -41,22 +41,30 @@ static int join(const struct remote_dir *d, const char *key, char *path, size_t 
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
-/* Create every directory above the file path (mkdir -p of its parent). */
-static int mkparents(char *path)
+static int fsync_parent(const char *path);
+
+/*
+ * Create every directory above the file path under root (mkdir -p of its parent; rlen: bytes of
+ * root in path), fsyncing the parent of each directory it creates so the new name is durable.
+ */
+static int mkparents(char *path, size_t rlen)
 {
+	struct stat st;
 	char *s;
+	int rc = 0;
 
-	for (s = strchr(path + 1, '/'); s; s = strchr(s + 1, '/')) {
+	for (s = strchr(path + rlen + 1, '/'); s && rc == 0; s = strchr(s + 1, '/')) {
 		*s = '\0';
-		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-			int e = -errno;
-
-			*s = '/';
-			return e;
-		}
+		if (mkdir(path, 0755) == 0)
+			rc = fsync_parent(path);
+		else if (errno == ENOTDIR || (errno == EEXIST && stat(path, &st) == 0 &&
+					      !S_ISDIR(st.st_mode)))
+			rc = -EEXIST; /* an object's file is in the way */
+		else if (errno != EEXIST)
+			rc = -errno;
 		*s = '/';
 	}
-	return 0;
+	return rc;
 }
 
 static int fsync_parent(const char *path)
@@ -130,7 +138,7 @@ static int dir_put(struct remote *r, const char *key, const void *buf, size_t le
 		return rc;
 	if (if_absent && access(path, F_OK) == 0)
 		return -EEXIST; /* fast path only: link() below decides */
-	rc = mkparents(path);
+	rc = mkparents(path, strlen(to_dir(r)->root));
 	if (rc < 0)
 		return rc;
 	rc = write_tmp(path, buf, len, tmp);

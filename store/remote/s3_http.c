@@ -386,6 +386,7 @@ int s3_perform(struct remote_s3 *s, const struct s3_req *req, struct s3_resp *re
 		resp->etag[0] = '\0';
 		resp->curl_msg[0] = '\0';
 		resp->status = 0;
+		resp->tries = try;
 		cc = curl_easy_perform(c.h);
 		if (cc == CURLE_OK) {
 			curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &resp->status);

@@ -55,6 +55,7 @@ struct s3_resp {
 	struct s3_body body;
 	char etag[128];             /* the ETag header, quotes kept, or "" */
 	int64_t content_length;     /* -1 unknown */
+	int tries;                  /* attempts made (1 when the first answer was final) */
 	char curl_msg[CURL_ERROR_SIZE]; /* libcurl's message when status is 0 */
 };
 
@@ -88,7 +89,8 @@ void s3_xml_error_code(const char *xml, size_t len, char *code, size_t cap);
 
 /*
  * s3_xml_list - parse a ListObjectsV2 answer: fn(key, size, arg) per <Contents> (key without the
- * first strip bytes), then *ret_token = NextContinuationToken (malloc'd) when IsTruncated, else
+ * first strip bytes; a key of strip bytes or fewer, the prefix's own "directory marker", is
+ * skipped), then *ret_token = NextContinuationToken (malloc'd) when IsTruncated, else
  * NULL. Returns 0, fn's nonzero value, -EPROTO (not a listing), -ENOMEM.
  */
 int s3_xml_list(const char *xml, size_t len, size_t strip, remote_list_fn fn, void *arg,

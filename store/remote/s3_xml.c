@@ -66,8 +66,8 @@ static int list_one(const xmlNode *n, size_t strip, remote_list_fn fn, void *arg
 	if (key && size) {
 		errno = 0;
 		sz = strtoull(size, &end, 10);
-		if (errno == 0 && end != size && *end == '\0' && strlen(key) > strip)
-			rc = fn(key + strip, (uint64_t)sz, arg);
+		if (errno == 0 && end != size && *end == '\0')
+			rc = strlen(key) > strip ? fn(key + strip, (uint64_t)sz, arg) : 0;
 	}
 	xmlFree(key);
 	xmlFree(size);

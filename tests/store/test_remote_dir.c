@@ -97,6 +97,10 @@ Test(remote_dir, files_on_disk)
 	struct rk_seen s = { .base = "" };
 	cr_assert_eq(remote_list(r, "", rk_collect, &s), 0);
 	cr_assert_eq(s.n, 2);
+
+	/* A key cannot also be a directory of keys here (remote.h). */
+	cr_assert_eq(remote_put_if_absent(r, "x/y", "d", 1), -EEXIST);
+	cr_assert_eq(remote_put(r, "x/y/z/deeper", "d", 1), -EEXIST);
 }
 
 Test(remote_dir, open_errors)
