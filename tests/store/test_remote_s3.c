@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/lib/remote_contract.h"
 #include "tests/store/test_util.h"
@@ -202,6 +203,38 @@ Test(remote_s3, list_1100, .timeout = 120)
 	cr_assert_eq(remote_list(r, base, count_one, &c), 0);
 	cr_assert_eq(c.n, 0);
 	remote_close(r);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Connection errors are retried with backoff (s3_http.c: the waits before tries 2..4 are at
+ * least 50, 100 and 200 ms); a 403 is not retried at all (8 tries would wait at least 3.5 s).
+ */
+Test(remote_s3, retries)
+{
+	struct remote_opts o = { .endpoint = "http://127.0.0.1:1", .max_tries = 4 };
+	struct remote *x = NULL;
+	char err[1024], url[256];
+	double t0, dt;
+
+	snprintf(url, sizeof(url), "s3://%s", need_env("CKPTFS_TEST_BUCKET"));
+	t0 = now_s();
+	cr_assert_eq(remote_open(url, &o, &x, err, sizeof(err)), -ECONNREFUSED);
+	dt = now_s() - t0;
+	cr_assert(dt >= 0.35 && dt < 5, "4 tries on a refused connection took %.2f s", dt);
+
+	o = (struct remote_opts){ .secret_key = "wrong", .max_tries = 8 };
+	t0 = now_s();
+	cr_assert_eq(remote_open(url, &o, &x, err, sizeof(err)), -EACCES);
+	dt = now_s() - t0;
+	cr_assert(dt < 2, "a 403 took %.2f s: was it retried?", dt);
 }
 
 Test(remote_s3, open_errors)
