@@ -7,7 +7,9 @@ pkgs=(build-essential meson ninja-build pkg-config
       libcriterion-dev python3-torch python3-numpy fio
       acl attr   # setfacl/getfacl, setfattr/getfattr: tests/mount/test_xattr.py
       liburing-dev libaio-dev   # tests/mount/iomode.c: io_uring and Linux AIO writes
-      clang libclang-rt-14-dev)   # libFuzzer and the sanitizers' runtimes: scripts/fuzz.sh
+      clang libclang-rt-14-dev   # libFuzzer and the sanitizers' runtimes: scripts/fuzz.sh
+      libcurl4-openssl-dev libxml2-dev libssl-dev   # store/remote/: S3 over HTTP, XML, SHA-256
+      ceph-mon ceph-osd radosgw ceph-common ceph-mds ceph-fuse curl)   # scripts/ceph.sh
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

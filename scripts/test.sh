@@ -60,7 +60,7 @@ if [ -z "${CKPTFS_NO_SANITIZE:-}" ] && [ $# -eq 0 ]; then
 	ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C "$asan" --print-errorlogs --num-processes 1 \
-		--suite unit --suite mount --suite torture || rc=$?
+		--suite unit --suite mount --suite torture --suite remote || rc=$?
 fi
 
 # One closing line any CI reader understands (both passes counted).

@@ -1,0 +1,162 @@
+/*
+ * remote.h — ckptfs remote object store: immutable objects named by keys, behind one small
+ * interface with two backends:
+ *   s3://BUCKET/PREFIX      an S3 bucket (AWS, Ceph RGW, ...) over HTTP(S), SigV4-signed
+ *                           (libcurl CURLOPT_AWS_SIGV4), path-style URLs ENDPOINT/BUCKET/KEY
+ *   file:///ABS/DIR or /ABS/DIR
+ *                           a POSIX directory, typically shared between nodes (CephFS, NFS)
+ *
+ * Keys: 1..1024 bytes, '/'-separated components, none empty, "." or "..", none starting with
+ * ".tmp-" (the directory backend's temporary files), no NUL; a key never starts or ends with '/'.
+ * In the directory backend, "a/b/c" is the file DIR/a/b/c; in S3 it is the object PREFIX/a/b/c.
+ * So in the directory backend a key cannot also be a directory of other keys ("a/b" and
+ * "a/b/c"): the second put fails with -EEXIST (a file in the way) or -EISDIR (a directory there).
+ *
+ * Invariants:
+ *   1. An object is visible under its key only with its complete content: the directory backend
+ *      writes a temporary file in the target directory, fsyncs it, then links (put_if_absent) or
+ *      renames (put) it into place, then fsyncs the directory (git's object-file.c publishes the
+ *      same way); S3 makes an object visible only when its PUT or CompleteMultipartUpload succeeds.
+ *   2. remote_put_if_absent never replaces an object: of any number of concurrent callers on one
+ *      key, across processes and nodes sharing the store, exactly one gets 0 and the others
+ *      -EEXIST. S3: a single PUT with "If-None-Match: *" (HTTP 412 when the object exists; Ceph
+ *      RGW honours it on single PUTs only, so put_if_absent never uses multipart upload).
+ *   3. A remote is immutable after remote_open: every function below may be called from any
+ *      number of threads at once on one struct remote. S3 calls use one CURL easy handle per call
+ *      and share libcurl's connection and DNS caches (a CURLSH under a mutex).
+ *
+ * Links libcurl, libxml2 and libcrypto (OpenSSL, for SHA-256); never store/'s libckstore. Does
+ * not log: every failure is a negative errno, and remote_open also writes a message for people.
+ */
+#ifndef CKPTFS_REMOTE_H
+#define CKPTFS_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest key in bytes (S3's limit, less room for a prefix). */
+#define REMOTE_KEY_MAX 1024
+
+/* Options of remote_open. Zero-initialise, then set what you need; NULL/0 means the default. */
+struct remote_opts {
+	/*
+	 * S3 only. Each string: this field, else the environment (AWS_ENDPOINT_URL, AWS_REGION
+	 * or AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), else
+	 * the AWS shared files (~/.aws/credentials, ~/.aws/config; AWS_SHARED_CREDENTIALS_FILE and
+	 * AWS_CONFIG_FILE override the paths) in profile AWS_PROFILE, else "default".
+	 * endpoint defaults to https://s3.REGION.amazonaws.com, region to "us-east-1".
+	 */
+	const char *endpoint;   /* "http://127.0.0.1:7480", "https://host"; no path */
+	const char *region;     /* SigV4 region, e.g. "us-east-1" */
+	const char *access_key; /* access key id */
+	const char *secret_key; /* secret access key */
+	const char *session_token; /* temporary credentials' token, or NULL */
+	long timeout_ms;        /* per HTTP attempt: 0 means 60000 */
+	long connect_timeout_ms; /* per connection attempt: 0 means 5000 */
+	int max_tries;          /* attempts per request on 5xx, 429 and network errors: 0 means 5 */
+	size_t multipart_threshold; /* remote_put uses multipart upload above this: 0 means 16 MiB */
+	size_t part_size;       /* multipart part size in bytes, >= 5 MiB: 0 means 8 MiB */
+};
+
+struct remote;
+
+/*
+ * remote_open - open the store at url and check that it works.
+ * url: "s3://BUCKET" or "s3://BUCKET/PREFIX" (PREFIX without leading or trailing '/'), or
+ *   "file:///ABS/DIR" or "/ABS/DIR" (an existing directory). opts: may be NULL.
+ * S3: lists at most one object under PREFIX (ListObjectsV2), which checks endpoint, credentials
+ * and bucket at once. Directory: checks it is a directory, and writable (access(2) W_OK|X_OK).
+ * err: errlen bytes for a one-line message saying what is wrong and what to do, written on
+ * every failure (NUL-terminated, truncated to errlen); may be NULL when errlen is 0.
+ * Returns 0 and *ret_remote (owned by the caller: free with remote_close), or
+ *   -EINVAL    url malformed, or options invalid (part_size < 5 MiB), or no credentials found
+ *   -ENOENT    no such bucket (S3 404 NoSuchBucket) or no such directory
+ *   -ENOTDIR   the path is not a directory
+ *   -EACCES    bad credentials or no permission (S3 403, e.g. SignatureDoesNotMatch,
+ *              InvalidAccessKeyId, AccessDenied), or the directory is not writable
+ *   -ECONNREFUSED nothing listens at the endpoint; -EHOSTUNREACH host unknown or unreachable;
+ *   -ETIMEDOUT no answer in time; -EPROTO TLS failure or an answer that is not S3;
+ *   -EIO       other HTTP errors (5xx after all tries); -ENOMEM.
+ * Thread-safe (curl_global_init runs once, under pthread_once).
+ */
+int remote_open(const char *url, const struct remote_opts *opts, struct remote **ret_remote,
+		char *err, size_t errlen);
+
+/* remote_close - free r and everything it holds; NULL is a no-op. Not concurrently with calls on r. */
+void remote_close(struct remote *r);
+
+/*
+ * remote_put_if_absent - store len bytes of buf under key unless an object is there already.
+ * Durable on return (directory: fsync of file and directory; S3: the PUT's 200).
+ * Returns 0 when this call created the object, or
+ *   -EEXIST  an object was already there (its content is unchanged); -EINVAL bad key;
+ *            S3: when a lost answer made this call retry and the retry found the object, it
+ *            reads it back: exactly these bytes count as this call's own write (0), so a writer
+ *            racing with identical bytes may also get 0;
+ *   S3: -EACCES, -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, -EIO as remote_open;
+ *   -EFBIG   len above 5 GiB (S3's single-PUT limit); directory: any errno of open, write,
+ *   fsync, link (-ENOSPC, -EDQUOT, -EIO, ...). The temporary file is removed on every failure.
+ * Thread-safe; see invariant 2 for concurrent callers.
+ */
+int remote_put_if_absent(struct remote *r, const char *key, const void *buf, size_t len);
+
+/*
+ * remote_put - store len bytes of buf under key, replacing any object there.
+ * S3: multipart upload when len > multipart_threshold (parts of part_size bytes, aborted on
+ * failure). Durable on return as remote_put_if_absent. Returns 0, or the errors of
+ * remote_put_if_absent except -EEXIST (-EFBIG only above 10000 parts). Thread-safe.
+ */
+int remote_put(struct remote *r, const char *key, const void *buf, size_t len);
+
+/*
+ * remote_get - read the whole object at key.
+ * Returns 0, *ret_buf (malloc'd, owned by the caller: free(3); not NUL-terminated; non-NULL even
+ * for an empty object) and *ret_len in bytes, or
+ *   -ENOENT no such object; -EINVAL bad key; -ENOMEM; the network errors of remote_open; -EIO.
+ * Thread-safe.
+ */
+int remote_get(struct remote *r, const char *key, void **ret_buf, size_t *ret_len);
+
+/*
+ * remote_get_range - read up to len bytes of the object at key from byte offset off into buf.
+ * *ret_got is the number of bytes read: len, or fewer when the object ends first (0 when off is at
+ * or past the end). Returns 0, or -ENOENT, -EINVAL, the network errors, -EIO. Thread-safe.
+ */
+int remote_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
+		     size_t *ret_got);
+
+/*
+ * remote_head - the size in bytes of the object at key, into *ret_size (may be NULL to test for
+ * existence). Returns 0, or -ENOENT, -EINVAL, the network errors, -EIO. Thread-safe.
+ */
+int remote_head(struct remote *r, const char *key, uint64_t *ret_size);
+
+/*
+ * remote_list_fn - called once per object by remote_list with its key (borrowed: valid during the
+ * call only) and size in bytes. Return 0 to go on; any other value stops the listing, and
+ * remote_list returns it.
+ */
+typedef int (*remote_list_fn)(const char *key, uint64_t size, void *arg);
+
+/*
+ * remote_list - call fn for every object whose key starts with prefix (a plain string prefix,
+ * "" or NULL for all; "a/b" matches "a/b/c" and "a/bc"). Order: S3 in lexicographic byte order
+ * of the keys; directory unspecified. Objects put or deleted during the listing may or may not
+ * be seen. Directory: temporary files are skipped. S3: pages of up to 1000 keys, followed by
+ * continuation token.
+ * Returns 0 when all were listed, fn's nonzero value when it stopped the listing, or -EINVAL
+ * (prefix longer than REMOTE_KEY_MAX), -ENOMEM, -EPROTO (an S3 answer that does not parse), the
+ * network errors, -EIO; directory: errors of opendir/readdir/stat other than -ENOENT (an entry
+ * deleted during the walk is skipped). Thread-safe.
+ */
+int remote_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg);
+
+/*
+ * remote_delete - delete the object at key. Deleting an absent object returns 0 (S3's DELETE
+ * cannot tell the two apart). Directory: the file is unlinked and the directory fsynced; empty
+ * parent directories are left in place. Returns 0, or -EINVAL, -EACCES, the network errors,
+ * -EIO. Thread-safe.
+ */
+int remote_delete(struct remote *r, const char *key);
+
+#endif /* CKPTFS_REMOTE_H */

@@ -1,0 +1,50 @@
+/*
+ * remote_int.h — private to store/remote/: the backend table behind struct remote, and the
+ * helpers the backends share. remote.c validates keys and arguments before calling a backend.
+ */
+#ifndef CKPTFS_REMOTE_INT_H
+#define CKPTFS_REMOTE_INT_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include "store/remote/remote.h"
+
+/* One backend's operations; arguments already validated by remote.c. */
+struct remote_ops {
+	void (*close)(struct remote *r);
+	int (*put)(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent);
+	int (*get)(struct remote *r, const char *key, void **ret_buf, size_t *ret_len);
+	int (*get_range)(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
+			 size_t *ret_got);
+	int (*head)(struct remote *r, const char *key, uint64_t *ret_size);
+	int (*list)(struct remote *r, const char *prefix, remote_list_fn fn, void *arg);
+	int (*del)(struct remote *r, const char *key);
+};
+
+/* Every backend's struct starts with this. */
+struct remote {
+	const struct remote_ops *ops;
+};
+
+/* The name prefix of the directory backend's temporary files; keys may not use it. */
+#define REMOTE_TMP_PREFIX ".tmp-"
+
+/*
+ * remote_dir_open - open the directory backend at the absolute path dir (remote_dir.c).
+ * Returns 0 and *ret_remote, or -ENOENT, -ENOTDIR, -EACCES, -ENOMEM with a message in err.
+ */
+int remote_dir_open(const char *dir, struct remote **ret_remote, char *err, size_t errlen);
+
+/*
+ * remote_s3_open - open the S3 backend for bucket and prefix ("" or "p/q", no trailing '/')
+ * (remote_s3.c). Returns 0 and *ret_remote, or the errors of remote_open with a message in err.
+ */
+int remote_s3_open(const char *bucket, const char *prefix, const struct remote_opts *opts,
+		   struct remote **ret_remote, char *err, size_t errlen);
+
+/* remote_errf - printf into err (errlen bytes; nothing when errlen is 0) and return rc. */
+__attribute__((format(printf, 4, 5))) int remote_errf(char *err, size_t errlen, int rc,
+						      const char *fmt, ...);
+
+#endif /* CKPTFS_REMOTE_INT_H */

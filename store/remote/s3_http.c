@@ -1,0 +1,413 @@
+/*
+ * s3_http.c — one S3 request over libcurl: SigV4 signing (CURLOPT_AWS_SIGV4), the payload hash
+ * header, retries with backoff, and the mapping of libcurl and HTTP failures to errno.
+ *
+ * libcurl 7.88 (Debian 12) facts this file builds on (/work/shared/research/distributed.md):
+ *   - the URL's query string goes verbatim into the canonical request: callers pass it sorted by
+ *     name and percent-encoded, valueless parameters as "uploads=";
+ *   - every header in CURLOPT_HTTPHEADER is signed, so an empty "Expect:" (which libcurl then
+ *     does not send) breaks the signature: none is ever added;
+ *   - RGW requires x-amz-content-sha256: the hex SHA-256 of the payload is added here (so the
+ *     server also checks the bytes it stores).
+ * Invariants:
+ *   1. One easy handle per s3_perform call, never shared between threads; the CURLSH they share
+ *      (DNS and connection caches) is locked by the share_mu mutexes (leaf locks).
+ *   2. A request is retried only on errors that leave the object unchanged or a retry
+ *      idempotent: PUT of a whole object, GET, HEAD, DELETE, and the multipart calls (a part PUT
+ *      replaces the part; a repeated Complete of a finished upload answers 404 NoSuchUpload,
+ *      which remote_s3.c checks with a HEAD).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <libxml/parser.h>
+#include <openssl/evp.h>
+
+#include "store/remote/s3_int.h"
+
+#define BACKOFF_BASE_MS 100
+#define BACKOFF_CAP_MS 4000
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static int global_rc;
+
+static void global_init(void)
+{
+	global_rc = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -ENOMEM;
+	xmlInitParser();
+}
+
+int s3_global_init(void)
+{
+	pthread_once(&global_once, global_init);
+	return global_rc;
+}
+
+static void share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *p)
+{
+	struct remote_s3 *s = p;
+
+	pthread_mutex_lock(&s->share_mu[d]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data d, void *p)
+{
+	struct remote_s3 *s = p;
+
+	pthread_mutex_unlock(&s->share_mu[d]);
+}
+
+int s3_init_share(struct remote_s3 *s)
+{
+	int i;
+
+	for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&s->share_mu[i], NULL);
+	s->share = curl_share_init();
+	if (!s->share)
+		return -ENOMEM;
+	curl_share_setopt(s->share, CURLSHOPT_LOCKFUNC, share_lock);
+	curl_share_setopt(s->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+	curl_share_setopt(s->share, CURLSHOPT_USERDATA, s);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	return 0;
+}
+
+void s3_free_share(struct remote_s3 *s)
+{
+	int i;
+
+	if (s->share)
+		curl_share_cleanup(s->share);
+	s->share = NULL;
+	for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_destroy(&s->share_mu[i]);
+}
+
+int s3_status_errno(long status)
+{
+	if (status >= 200 && status < 300)
+		return 0;
+	switch (status) {
+	case 404:
+		return -ENOENT;
+	case 401:
+	case 403:
+		return -EACCES;
+	case 412:
+		return -EEXIST;
+	case 400:
+		return -EINVAL;
+	case 416:
+		return -ERANGE;
+	case 429:
+		return -EAGAIN;
+	default:
+		return -EIO;
+	}
+}
+
+int s3_encode(const char *s, bool keep_slash, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		    c == '-' || c == '.' || c == '_' || c == '~' || (keep_slash && c == '/')) {
+			if (o + 1 >= cap)
+				return -ENAMETOOLONG;
+			out[o++] = (char)c;
+		} else {
+			if (o + 3 >= cap)
+				return -ENAMETOOLONG;
+			out[o++] = '%';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	if (o >= cap)
+		return -ENAMETOOLONG;
+	out[o] = '\0';
+	return 0;
+}
+
+/* The hex SHA-256 of len bytes at buf into hex (65 bytes). */
+static int sha256_hex(const void *buf, size_t len, char *hex)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0, i;
+
+	if (!EVP_Digest(buf ? buf : "", len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32)
+		return -ENOMEM;
+	for (i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	return 0;
+}
+
+/* Per-call state the libcurl callbacks see. */
+struct call {
+	CURL *h;
+	const struct s3_req *req;
+	struct s3_resp *resp;
+	size_t sent;           /* payload bytes handed to libcurl in this attempt */
+};
+
+static size_t on_read(char *dst, size_t size, size_t n, void *p)
+{
+	struct call *c = p;
+	size_t left = c->req->body_len - c->sent, take = size * n < left ? size * n : left;
+
+	memcpy(dst, (const char *)c->req->body + c->sent, take);
+	c->sent += take;
+	return take;
+}
+
+static int on_seek(void *p, curl_off_t off, int origin)
+{
+	struct call *c = p;
+
+	if (origin != SEEK_SET || off < 0 || (uint64_t)off > c->req->body_len)
+		return CURL_SEEKFUNC_FAIL;
+	c->sent = (size_t)off;
+	return CURL_SEEKFUNC_OK;
+}
+
+static size_t on_write(char *src, size_t size, size_t n, void *p)
+{
+	struct call *c = p;
+	struct s3_body *b = &c->resp->body;
+	size_t len = size * n;
+	long status = 0;
+
+	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+	if (b->fixed && status >= 200 && status < 300) {
+		size_t take = len < b->cap - b->len ? len : b->cap - b->len;
+
+		memcpy(b->fixed + b->len, src, take);
+		b->len += take;
+		b->overflow |= take < len;
+		return len;
+	}
+	if (b->fixed)
+		return len; /* an error document in place of the range: the status says enough */
+	if (b->len + len + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		char *nb;
+
+		while (cap < b->len + len + 1)
+			cap *= 2;
+		nb = realloc(b->buf, cap);
+		if (!nb)
+			return 0; /* CURLE_WRITE_ERROR */
+		b->buf = nb;
+		b->cap = cap;
+	}
+	memcpy(b->buf + b->len, src, len);
+	b->len += len;
+	b->buf[b->len] = '\0';
+	return len;
+}
+
+static size_t on_header(char *src, size_t size, size_t n, void *p)
+{
+	struct call *c = p;
+	size_t len = size * n;
+
+	if (len > 5 && strncasecmp(src, "ETag:", 5) == 0) {
+		const char *v = src + 5;
+		size_t vlen = len - 5;
+
+		while (vlen && (*v == ' ' || *v == '\t'))
+			v++, vlen--;
+		while (vlen && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
+			vlen--;
+		snprintf(c->resp->etag, sizeof(c->resp->etag), "%.*s", (int)vlen, v);
+	}
+	return len;
+}
+
+/* The request URL: endpoint/bucket[/prefix+key][?query]. malloc'd. */
+static char *make_url(const struct remote_s3 *s, const struct s3_req *req)
+{
+	char full[2 * REMOTE_KEY_MAX + 2], enc[3 * sizeof(full)], *url;
+	size_t cap;
+
+	enc[0] = '\0';
+	if (req->key) {
+		snprintf(full, sizeof(full), "%s%s", req->raw_key ? "" : s->prefix, req->key);
+		if (s3_encode(full, true, enc, sizeof(enc)) < 0)
+			return NULL;
+	}
+	cap = strlen(s->endpoint) + strlen(s->bucket) + strlen(enc) +
+	      (req->query ? strlen(req->query) : 0) + 4;
+	url = malloc(cap);
+	if (url)
+		snprintf(url, cap, "%s/%s%s%s%s%s", s->endpoint, s->bucket, req->key ? "/" : "", enc,
+			 req->query ? "?" : "", req->query ? req->query : "");
+	return url;
+}
+
+/* Build the easy handle for req. Returns 0, or -ENOMEM. */
+static int setup(struct remote_s3 *s, struct call *c, const char *url, struct curl_slist **hdrs)
+{
+	const struct s3_req *req = c->req;
+	char line[128], hex[65];
+	CURL *h = c->h;
+	int i;
+
+	if (sha256_hex(req->body, req->body_len, hex) < 0)
+		return -ENOMEM;
+	snprintf(line, sizeof(line), "x-amz-content-sha256: %s", hex);
+	*hdrs = curl_slist_append(NULL, line);
+	for (i = 0; *hdrs && i < 3 && req->hdr[i]; i++)
+		*hdrs = curl_slist_append(*hdrs, req->hdr[i]);
+	if (*hdrs && s->token_hdr)
+		*hdrs = curl_slist_append(*hdrs, s->token_hdr);
+	if (*hdrs && strcmp(req->method, "POST") == 0)
+		*hdrs = curl_slist_append(*hdrs, "Content-Type: application/xml");
+	if (!*hdrs)
+		return -ENOMEM;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_SHARE, s->share);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, s->sigv4);
+	curl_easy_setopt(h, CURLOPT_USERPWD, s->userpwd);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hdrs);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, s->timeout_ms);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s->connect_timeout_ms);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->resp->curl_msg);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, c);
+	if (strcmp(req->method, "PUT") == 0) {
+		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(h, CURLOPT_READDATA, c);
+		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(h, CURLOPT_SEEKDATA, c);
+		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->body_len);
+	} else if (strcmp(req->method, "POST") == 0) {
+		curl_easy_setopt(h, CURLOPT_POST, 1L);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body ? req->body : "");
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+	} else if (strcmp(req->method, "HEAD") == 0) {
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else if (strcmp(req->method, "DELETE") == 0) {
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+	}
+	return 0;
+}
+
+/* errno for a libcurl failure; *retry set when another attempt may succeed. */
+static int curl_errno(CURL *h, CURLcode cc, bool *retry)
+{
+	long os = 0;
+
+	*retry = true;
+	switch (cc) {
+	case CURLE_COULDNT_CONNECT:
+		curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os);
+		return os == EHOSTUNREACH || os == ENETUNREACH ? -EHOSTUNREACH : -ECONNREFUSED;
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+		return -EHOSTUNREACH;
+	case CURLE_OPERATION_TIMEDOUT:
+		return -ETIMEDOUT;
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return -EIO;
+	case CURLE_OUT_OF_MEMORY:
+	case CURLE_WRITE_ERROR:
+		*retry = false;
+		return -ENOMEM;
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_WEIRD_SERVER_REPLY:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		*retry = false;
+		return -EPROTO;
+	default:
+		*retry = false;
+		return -EIO;
+	}
+}
+
+/* Sleep before attempt number try (1-based): equal jitter over min(cap, base * 2^try). */
+static void backoff(int try)
+{
+	unsigned long ms = BACKOFF_BASE_MS << (try < 10 ? try - 1 : 9), rnd = 0;
+	struct timespec ts;
+
+	if (ms > BACKOFF_CAP_MS)
+		ms = BACKOFF_CAP_MS;
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
+		rnd = (unsigned long)time(NULL);
+	ms = ms / 2 + rnd % (ms / 2 + 1);
+	ts.tv_sec = (time_t)(ms / 1000);
+	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int s3_perform(struct remote_s3 *s, const struct s3_req *req, struct s3_resp *resp)
+{
+	struct curl_slist *hdrs = NULL;
+	struct call c = { .req = req, .resp = resp };
+	char *url = make_url(s, req);
+	int rc, try;
+
+	resp->content_length = -1;
+	c.h = curl_easy_init();
+	rc = url && c.h ? setup(s, &c, url, &hdrs) : -ENOMEM;
+	for (try = 1; rc == 0 && try <= s->max_tries; try++) {
+		CURLcode cc;
+		bool retry = false;
+		curl_off_t cl = -1;
+
+		if (try > 1)
+			backoff(try - 1);
+		c.sent = 0;
+		resp->body.len = 0;
+		resp->body.overflow = false;
+		resp->etag[0] = '\0';
+		resp->curl_msg[0] = '\0';
+		resp->status = 0;
+		resp->tries = try;
+		cc = curl_easy_perform(c.h);
+		if (cc == CURLE_OK) {
+			curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &resp->status);
+			curl_easy_getinfo(c.h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+			resp->content_length = cl;
+			if ((resp->status >= 500 || resp->status == 429) && try < s->max_tries)
+				continue;
+			break;
+		}
+		rc = curl_errno(c.h, cc, &retry);
+		if (!resp->curl_msg[0])
+			snprintf(resp->curl_msg, sizeof(resp->curl_msg), "%s",
+				 curl_easy_strerror(cc));
+		if (retry && try < s->max_tries)
+			rc = 0;
+		else
+			break;
+	}
+	curl_slist_free_all(hdrs);
+	if (c.h)
+		curl_easy_cleanup(c.h);
+	free(url);
+	return rc;
+}
