@@ -40,6 +40,9 @@ struct cfg {
 	char *write_buffer;
 	char *defer_compress;
 	unsigned workers;
+	char *remote;    /* -o remote=URL (the node layer) */
+	char *node_name; /* -o node=NAME */
+	unsigned nodes;  /* -o nodes=N */
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -54,6 +57,9 @@ static const struct fuse_opt ck_opts[] = {
 	{ "write_buffer=%s", offsetof(struct cfg, write_buffer), 0 },
 	{ "defer_compress=%s", offsetof(struct cfg, defer_compress), 0 },
 	{ "workers=%u", offsetof(struct cfg, workers), 0 },
+	{ "remote=%s", offsetof(struct cfg, remote), 0 },
+	{ "node=%s", offsetof(struct cfg, node_name), 0 },
+	{ "nodes=%u", offsetof(struct cfg, nodes), 0 },
 	FUSE_OPT_END
 };
 
@@ -100,7 +106,14 @@ static void usage(const char *prog)
 	       "                           store chunks raw and compress them when idle;\n"
 	       "                           never; always\n"
 	       "    -o workers=N           write-back worker threads, 1..16 (default, or 0:\n"
-	       "                           2 per CPU, at most 16)\n\n",
+	       "                           2 per CPU, at most 16)\n"
+	       "    -o remote=URL          one node of a job on many nodes: publish each\n"
+	       "                           complete step to URL (s3://BUCKET/PREFIX, endpoint\n"
+	       "                           and keys from AWS_* or ~/.aws; or a shared\n"
+	       "                           directory such as CephFS) and resolve trackers to\n"
+	       "                           steps complete on every node\n"
+	       "    -o node=NAME           this node's name in the job (default: hostname)\n"
+	       "    -o nodes=N             the number of nodes in the job (with remote)\n\n",
 	       prog);
 }
 
@@ -510,6 +523,7 @@ static int session_loop(struct fuse_session *se, const struct fuse_cmdline_opts 
 /* Release what serve set up, in order; after a clean exit (ret 0) mark the store clean. */
 static void teardown(struct ckfs *fs, int ret)
 {
+	node_stop(fs); /* before the steps' last judgments: it takes fs->mu */
 	if (fs->se)
 		fuse_session_destroy(fs->se); /* calls op_destroy: dirty files become durable */
 	cq_stop(fs);
@@ -537,6 +551,18 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0 ||
 	    mount_session(args, o, &fs) < 0)
 		goto out;
+	if (c->remote) {
+		struct node_cfg nc = { c->remote, c->node_name, c->nodes };
+		char err[768];
+
+		if (node_start(&fs, &nc, err, sizeof(err)) < 0) {
+			startup_fail("remote '%s': %s", c->remote, err);
+			goto out;
+		}
+	} else if (c->node_name || c->nodes) {
+		startup_fail("-o node and -o nodes need -o remote=URL (the shared store of the job)");
+		goto out;
+	}
 	if (inodes || chunks)
 		ckpt_log("recovered store '%s' after an unclean stop: removed %llu "
 			"unlinked files and %llu unreferenced chunks\n", c->store,

@@ -9,6 +9,7 @@
 #ifndef CKPTFS_FS_FUSE_INT_H
 #define CKPTFS_FS_FUSE_INT_H
 
+#include "fs/node/node.h"
 #include "fs/steps/steps.h"
 
 /*

@@ -235,6 +235,12 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	    atomic_load(&fs->n_recoded),
 	    fs->defer == FS_DEFER_NEVER ? "never"
 	    : fs->defer == FS_DEFER_ALWAYS ? "always" : "auto");
+	if (fs->node) {
+		char nb[4096];
+
+		if (node_status(fs, nb, sizeof(nb)) > 0)
+			put(o, "%s", nb);
+	}
 	put(o, "steps:             ");
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
 		put(o, " %s %u", idx_step_state_name(s), by_state[s]);

@@ -30,6 +30,13 @@ void steps_reap(struct ckfs *fs, bool recovering);
  */
 bool steps_settle_due(struct ckfs *fs);
 void steps_settle_now(struct ckfs *fs);
+/*
+ * steps_seal_remote - another node published the seal of step (kind, step) (policy rule 5):
+ * seal this node's part of it and judge it, as a local claim would. why: for the log. Returns 0,
+ * -ENOENT when this node has no unfinished part of that step (none yet, or already complete).
+ * Takes fs->mu.
+ */
+int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why);
 /* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed);

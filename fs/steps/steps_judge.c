@@ -242,3 +242,33 @@ void steps_seal(struct ckfs *fs, struct idx_step *s, const char *why)
 			steps_evaluate(fs, s->id, false, false, false);
 	}
 }
+
+struct find_part {
+	int kind;
+	int64_t step;
+	struct idx_step s;
+	bool found;
+};
+
+static int find_part_cb(const struct idx_step *s, void *arg)
+{
+	struct find_part *f = arg;
+
+	if (s->kind != f->kind || s->step != f->step || s->dir_ino == 0 ||
+	    (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_INCOMPLETE))
+		return 0;
+	f->s = *s;
+	f->found = true;
+	return 1;
+}
+
+int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why)
+{
+	struct find_part f = { .kind = kind, .step = step };
+
+	pthread_mutex_lock(&fs->mu);
+	if (idx_step_foreach(fs->ix, find_part_cb, &f) >= 0 && f.found)
+		steps_seal(fs, &f.s, why);
+	pthread_mutex_unlock(&fs->mu);
+	return f.found ? 0 : -ENOENT;
+}

@@ -64,6 +64,8 @@ static int newest_cb(const struct idx_step *s, void *arg)
 	if (s->state != IDX_STEP_COMPLETE || s->step < 0 ||
 	    !layout_tracker_shared(c->tracker, (enum layout_kind)s->kind))
 		return 0;
+	if (c->fs->global_ok && !c->fs->global_ok(c->fs, s->kind, s->step))
+		return 0; /* complete here, not yet on every node */
 	if (c->found && s->step < c->best.step)
 		return 0;
 	c->best = *s;

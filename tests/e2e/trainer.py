@@ -254,13 +254,21 @@ def digest(sd):
 
 # -- file writing with the framework's syscalls ------------------------------------------------
 
+def save_root(args, rank, world):
+    """The save directory of rank: --save DIR, or DIR_0,DIR_1,... one per node of a job on
+    several nodes (each node's ranks see their node's mount; node k holds ranks
+    k*world/n .. (k+1)*world/n - 1, as torchrun places them)."""
+    dirs = args.save.split(',')
+    return os.path.abspath(dirs[rank * len(dirs) // world])
+
+
 class Saver:
     def __init__(self, args, rank, world, out):
         self.a = args
         self.rank = rank
         self.world = world
         self.out = out
-        self.root = os.path.abspath(args.save)
+        self.root = save_root(args, rank, world)
         self.slow = args.slow_save * (1.0 if rank == 0 else 4.0)
         self.step = None
         self.nsave = 0     # saves begun by this run
@@ -409,7 +417,7 @@ class Job:
         self.a = args
         self.rank = rank
         self.world = world
-        self.root = os.path.abspath(args.save)
+        self.root = save_root(args, rank, world)
         self.out = Out(rank, args.log)
         self.sv = Saver(args, rank, world, self.out)
         torch.set_num_threads(1)

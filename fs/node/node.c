@@ -1,0 +1,548 @@
+/*
+ * node.c — the node thread: learn the remote's manifests, seal this node's part of a step
+ * another node sealed, publish this node's complete steps (node.h).
+ *
+ * Invariants:
+ *   1. A manifest is written once (put-if-absent) and only after every chunk it names is on
+ *      the remote, so a manifest on the remote always has all its chunks.
+ *   2. This node publishes a step only once the step is complete here (state complete in the
+ *      index, so its chunks are durable in the local store): rule 5's per-node part.
+ *   3. node->mu guards parts, global and the figures; it is taken after fs->mu (global_ok is
+ *      called under fs->mu) and the node thread never takes fs->mu while holding it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/node/node_int.h"
+#include "fs/policy/policy.h"
+
+/* How often the node thread looks at the remote and the index, milliseconds. */
+#define NODE_TICK_MS 200
+
+/* zstd level of chunks sent to the remote (store_encode's level; 3 is zstd's default). */
+#define NODE_ZSTD_LEVEL 3
+
+struct node_key {
+	int kind;
+	int64_t step;
+};
+
+struct node {
+	struct ckfs *fs;
+	struct remote *r;
+	char name[NODE_NAME_MAX + 1];
+	char url[512];
+	unsigned nodes;
+	pthread_t th;
+	pthread_mutex_t mu; /* invariant 3 */
+	pthread_cond_t cv;
+	bool stop;
+	struct node_part *parts; /* every manifest known, this node's included; mu */
+	size_t nparts, capparts;
+	struct node_key *global; /* steps globally complete; mu */
+	size_t nglobal, capglobal;
+	struct node_key *sealed_here; /* steps this node sealed from another node's seal */
+	size_t nsealed, capsealed;
+	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
+	char last_error[256]; /* mu */
+};
+
+static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].kind == kind && v[i].step == step)
+			return true;
+	return false;
+}
+
+static bool has_part(struct node *n, const char *node, int kind, int64_t step)
+{
+	for (size_t i = 0; i < n->nparts; i++)
+		if (n->parts[i].kind == kind && n->parts[i].step == step &&
+		    strcmp(n->parts[i].node, node) == 0)
+			return true;
+	return false;
+}
+
+/* Log a failure of the remote and keep it for .ckptfs/status (printf-style). */
+static void set_error(struct node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(struct node *n, const char *fmt, ...)
+{
+	char line[sizeof(n->last_error)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&n->mu);
+	memcpy(n->last_error, line, sizeof(line));
+	pthread_mutex_unlock(&n->mu);
+	ckpt_log("%s", line);
+}
+
+/* Recompute the globally complete steps from parts (rule 5). mu held. */
+static int recompute_global(struct node *n)
+{
+	struct policy_part *pp = calloc(n->nparts ? n->nparts : 1, sizeof(*pp));
+
+	if (!pp)
+		return -ENOMEM;
+	n->nglobal = 0;
+	for (size_t i = 0; i < n->nparts; i++) {
+		const struct node_part *a = &n->parts[i];
+		size_t k = 0;
+
+		if (key_in(n->global, n->nglobal, a->kind, a->step))
+			continue;
+		for (size_t j = 0; j < n->nparts; j++)
+			if (n->parts[j].kind == a->kind && n->parts[j].step == a->step)
+				pp[k++] = (struct policy_part){ n->parts[j].node, n->parts[j].sealed };
+		if (!policy_global_complete(pp, k, n->nodes))
+			continue;
+		if (ckpt_grow(&n->global, &n->capglobal, n->nglobal, sizeof(*n->global)) < 0) {
+			free(pp);
+			return -ENOMEM;
+		}
+		n->global[n->nglobal++] = (struct node_key){ a->kind, a->step };
+	}
+	free(pp);
+	return 0;
+}
+
+static int add_part(struct node *n, const struct node_part *p)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&n->mu);
+	if (!has_part(n, p->node, p->kind, p->step)) {
+		if (ckpt_grow(&n->parts, &n->capparts, n->nparts, sizeof(*n->parts)) < 0)
+			rc = -ENOMEM;
+		else
+			n->parts[n->nparts++] = *p;
+		if (rc == 0)
+			rc = recompute_global(n);
+	}
+	pthread_mutex_unlock(&n->mu);
+	return rc;
+}
+
+/* ---- learning the remote's manifests ---- */
+
+/* The node, kind and step of a manifest's key "manifests/<kind>/<step>/<node>.json". */
+static bool parse_key(const char *key, struct node_part *p)
+{
+	int kind, off = 0;
+	long long step;
+	const char *node;
+	size_t len;
+
+	if (sscanf(key, "manifests/%d/%lld/%n", &kind, &step, &off) != 2 || off == 0)
+		return false;
+	node = key + off;
+	len = strlen(node);
+	if (len <= 5 || len - 5 > NODE_NAME_MAX || strcmp(node + len - 5, ".json") != 0 ||
+	    strchr(node, '/'))
+		return false;
+	memset(p, 0, sizeof(*p));
+	memcpy(p->node, node, len - 5);
+	p->kind = kind;
+	p->step = step;
+	return true;
+}
+
+struct learn_ctx {
+	struct node *n;
+	char (*keys)[REMOTE_KEY_MAX + 1];
+	size_t nkeys, cap;
+};
+
+static int learn_cb(const char *key, uint64_t size, void *arg)
+{
+	struct learn_ctx *c = arg;
+	struct node_part p;
+	bool known;
+
+	(void)size;
+	if (!parse_key(key, &p))
+		return 0;
+	pthread_mutex_lock(&c->n->mu);
+	known = has_part(c->n, p.node, p.kind, p.step);
+	pthread_mutex_unlock(&c->n->mu);
+	if (known || strlen(key) > REMOTE_KEY_MAX)
+		return 0;
+	if (ckpt_grow(&c->keys, &c->cap, c->nkeys, sizeof(*c->keys)) < 0)
+		return -ENOMEM;
+	snprintf(c->keys[c->nkeys++], sizeof(*c->keys), "%s", key);
+	return 0;
+}
+
+/* Read the manifests not known yet. Returns 0 or the remote's -errno. */
+static int learn(struct node *n)
+{
+	struct learn_ctx c = { .n = n };
+	int rc = remote_list(n->r, "manifests/", learn_cb, &c);
+
+	for (size_t i = 0; rc == 0 && i < c.nkeys; i++) {
+		struct node_part p;
+		char err[256];
+		size_t len;
+		void *buf;
+
+		if ((rc = remote_get(n->r, c.keys[i], &buf, &len)) < 0)
+			break;
+		if (node_manifest_parse(buf, len, &p, err, sizeof(err)) < 0)
+			ckpt_log("remote manifest '%s' ignored: %s", c.keys[i], err);
+		else
+			rc = add_part(n, &p);
+		free(buf);
+	}
+	free(c.keys);
+	return rc;
+}
+
+/* ---- sealing this node's part from another node's seal ---- */
+
+static void seal_from_remote(struct node *n)
+{
+	struct node_part *v = NULL;
+	size_t nv = 0, capv = 0;
+
+	pthread_mutex_lock(&n->mu);
+	for (size_t i = 0; i < n->nparts; i++) {
+		const struct node_part *p = &n->parts[i];
+
+		if (!p->sealed || strcmp(p->node, n->name) == 0 ||
+		    has_part(n, n->name, p->kind, p->step) ||
+		    key_in(n->sealed_here, n->nsealed, p->kind, p->step))
+			continue;
+		if (ckpt_grow(&v, &capv, nv, sizeof(*v)) < 0)
+			break;
+		v[nv++] = *p;
+	}
+	pthread_mutex_unlock(&n->mu);
+	for (size_t i = 0; i < nv; i++) {
+		char why[NODE_NAME_MAX + 32];
+
+		snprintf(why, sizeof(why), "sealed by node '%s'", v[i].node);
+		if (steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0)
+			continue; /* no unfinished part here (yet) */
+		if (ckpt_grow(&n->sealed_here, &n->capsealed, n->nsealed,
+			      sizeof(*n->sealed_here)) == 0)
+			n->sealed_here[n->nsealed++] = (struct node_key){ v[i].kind, v[i].step };
+	}
+	free(v);
+}
+
+/* ---- publishing this node's complete steps ---- */
+
+/* Send chunk hex (raw length len, from the local store) unless the remote has it. */
+static int send_chunk(struct node *n, const char *hex, size_t len)
+{
+	char key[80];
+	struct store_hash h;
+	uint8_t codec, *raw, *body;
+	void *payload;
+	size_t plen;
+	ssize_t got;
+	int rc;
+
+	snprintf(key, sizeof(key), "chunks/%s", hex);
+	if ((rc = remote_head(n->r, key, NULL)) == 0) {
+		pthread_mutex_lock(&n->mu);
+		n->chunks_there++;
+		pthread_mutex_unlock(&n->mu);
+		return 0;
+	}
+	if (rc != -ENOENT || store_hash_parse(hex, &h) < 0)
+		return rc == -ENOENT ? -EBADMSG : rc;
+	if (!(raw = malloc(len ? len : 1)))
+		return -ENOMEM;
+	got = store_chunk_pread(n->fs->st, &h, raw, len, 0);
+	rc = got < 0 ? (int)got : (size_t)got != len ? -EIO : 0;
+	if (rc == 0)
+		rc = store_encode(raw, len, NODE_ZSTD_LEVEL, &payload, &plen, &codec);
+	free(raw);
+	if (rc < 0)
+		return rc;
+	if (!(body = malloc(plen + 5))) {
+		free(payload);
+		return -ENOMEM;
+	}
+	body[0] = codec;
+	for (int i = 0; i < 4; i++)
+		body[1 + i] = (uint8_t)(len >> (8 * i));
+	memcpy(body + 5, payload, plen);
+	free(payload);
+	rc = remote_put_if_absent(n->r, key, body, plen + 5);
+	free(body);
+	if (rc == -EEXIST)
+		rc = 0; /* a replica on another node sent the same bytes first */
+	if (rc == 0) {
+		pthread_mutex_lock(&n->mu);
+		n->chunks_sent++;
+		n->bytes_sent += plen + 5;
+		pthread_mutex_unlock(&n->mu);
+	}
+	return rc;
+}
+
+/* Every chunk of manifest m, then m itself (invariant 1). */
+static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
+{
+	char key[REMOTE_KEY_MAX + 1], *text;
+	json_t *f, *x;
+	size_t i, j;
+	int rc = 0;
+
+	json_array_foreach(json_object_get(m, "files"), i, f)
+	{
+		json_array_foreach(json_object_get(f, "extents"), j, x)
+		{
+			rc = send_chunk(n, json_string_value(json_array_get(x, 2)),
+					(size_t)json_integer_value(json_array_get(x, 1)));
+			if (rc < 0)
+				return rc;
+		}
+	}
+	if (!(text = json_dumps(m, JSON_COMPACT)))
+		return -ENOMEM;
+	snprintf(key, sizeof(key), "manifests/%d/%" PRId64 "/%s.json", s->kind, s->step, n->name);
+	rc = remote_put_if_absent(n->r, key, text, strlen(text));
+	free(text);
+	return rc == -EEXIST ? 0 : rc; /* published before a restart */
+}
+
+struct pending {
+	struct node *n;
+	struct idx_step *v;
+	size_t nv, cap;
+};
+
+static int pending_cb(const struct idx_step *s, void *arg)
+{
+	struct pending *p = arg;
+	bool mine;
+
+	if (s->state != IDX_STEP_COMPLETE || s->dir_ino == 0)
+		return 0;
+	pthread_mutex_lock(&p->n->mu);
+	mine = has_part(p->n, p->n->name, s->kind, s->step);
+	pthread_mutex_unlock(&p->n->mu);
+	if (mine)
+		return 0;
+	if (ckpt_grow(&p->v, &p->cap, p->nv, sizeof(*p->v)) < 0)
+		return -ENOMEM;
+	p->v[p->nv++] = *s;
+	return 0;
+}
+
+static void publish(struct node *n)
+{
+	struct ckfs *fs = n->fs;
+	struct pending p = { .n = n };
+
+	pthread_mutex_lock(&fs->mu);
+	idx_step_foreach(fs->ix, pending_cb, &p);
+	pthread_mutex_unlock(&fs->mu);
+	for (size_t i = 0; i < p.nv; i++) {
+		const struct idx_step *s = &p.v[i];
+		bool sealed = !key_in(n->sealed_here, n->nsealed, s->kind, s->step);
+		struct node_part me = { .kind = s->kind, .step = s->step, .sealed = sealed };
+		json_t *m;
+		int rc;
+
+		pthread_mutex_lock(&fs->mu);
+		m = node_manifest_json(fs->ix, s, n->name, n->nodes, sealed);
+		pthread_mutex_unlock(&fs->mu);
+		if (!m) {
+			set_error(n, "cannot describe step '%s' for the remote: %s", s->name,
+				  strerror(EIO));
+			continue;
+		}
+		rc = publish_one(n, s, m);
+		json_decref(m);
+		if (rc < 0) {
+			set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
+				  strerror(-rc));
+			break; /* the remote is down: the next tick tries again */
+		}
+		snprintf(me.node, sizeof(me.node), "%s", n->name);
+		snprintf(me.name, sizeof(me.name), "%s", s->name);
+		add_part(n, &me);
+		pthread_mutex_lock(&n->mu);
+		n->published++;
+		n->last_error[0] = '\0';
+		pthread_mutex_unlock(&n->mu);
+		ckpt_log("published step '%s' to the remote as node '%s'", s->name, n->name);
+	}
+	free(p.v);
+}
+
+static void *node_main(void *arg)
+{
+	struct node *n = arg;
+	int rc;
+
+	pthread_mutex_lock(&n->mu);
+	while (!n->stop) {
+		pthread_mutex_unlock(&n->mu);
+		if ((rc = learn(n)) < 0)
+			set_error(n, "cannot read the remote's manifests: %s; retrying",
+				  strerror(-rc));
+		seal_from_remote(n);
+		publish(n);
+		pthread_mutex_lock(&n->mu);
+		if (!n->stop) {
+			struct timespec t;
+
+			clock_gettime(CLOCK_REALTIME, &t);
+			t.tv_nsec += NODE_TICK_MS * 1000000L;
+			t.tv_sec += t.tv_nsec / 1000000000L;
+			t.tv_nsec %= 1000000000L;
+			pthread_cond_timedwait(&n->cv, &n->mu, &t);
+		}
+	}
+	pthread_mutex_unlock(&n->mu);
+	return NULL;
+}
+
+static bool global_ok(struct ckfs *fs, int kind, int64_t step)
+{
+	struct node *n = fs->node;
+	bool ok;
+
+	pthread_mutex_lock(&n->mu);
+	ok = key_in(n->global, n->nglobal, kind, step);
+	pthread_mutex_unlock(&n->mu);
+	return ok;
+}
+
+static void node_free(struct node *n)
+{
+	if (!n)
+		return;
+	remote_close(n->r);
+	pthread_mutex_destroy(&n->mu);
+	pthread_cond_destroy(&n->cv);
+	free(n->parts);
+	free(n->global);
+	free(n->sealed_here);
+	free(n);
+}
+
+static bool name_ok(const char *s)
+{
+	size_t len = strlen(s);
+
+	if (len == 0 || len > NODE_NAME_MAX || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+		return false;
+	return strchr(s, '/') == NULL;
+}
+
+int node_start(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t errlen)
+{
+	struct node *n = calloc(1, sizeof(*n));
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	pthread_mutex_init(&n->mu, NULL);
+	pthread_cond_init(&n->cv, NULL);
+	n->fs = fs;
+	n->nodes = cfg->nodes;
+	if (cfg->name)
+		snprintf(n->name, sizeof(n->name), "%s", cfg->name);
+	else if (gethostname(n->name, sizeof(n->name)) < 0)
+		n->name[0] = '\0';
+	n->name[NODE_NAME_MAX] = '\0';
+	snprintf(n->url, sizeof(n->url), "%s", cfg->url);
+	if (!name_ok(n->name) || cfg->nodes == 0) {
+		snprintf(err, errlen, "%s: give -o node=NAME (1 to %d bytes, no '/') and "
+			 "-o nodes=N (N >= 1, the nodes in the job)",
+			 cfg->nodes == 0 ? "-o nodes=N is missing or 0" : "bad node name",
+			 NODE_NAME_MAX);
+		node_free(n);
+		return -EINVAL;
+	}
+	if ((rc = remote_open(cfg->url, NULL, &n->r, err, errlen)) < 0) {
+		node_free(n);
+		return rc;
+	}
+	fs->node = n;
+	if ((rc = pthread_create(&n->th, NULL, node_main, n)) != 0) {
+		fs->node = NULL;
+		node_free(n);
+		snprintf(err, errlen, "cannot start the node thread: %s", strerror(rc));
+		return -rc;
+	}
+	pthread_mutex_lock(&fs->mu);
+	fs->global_ok = global_ok;
+	pthread_mutex_unlock(&fs->mu);
+	return 0;
+}
+
+void node_stop(struct ckfs *fs)
+{
+	struct node *n = fs->node;
+
+	if (!n)
+		return;
+	pthread_mutex_lock(&n->mu);
+	n->stop = true;
+	pthread_cond_signal(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	pthread_join(n->th, NULL);
+	pthread_mutex_lock(&fs->mu);
+	fs->global_ok = NULL;
+	fs->node = NULL;
+	pthread_mutex_unlock(&fs->mu);
+	node_free(n);
+}
+
+size_t node_status(struct ckfs *fs, char *buf, size_t cap)
+{
+	struct node *n = fs->node;
+	size_t used = 0;
+
+#define PUT(...)                                                                  \
+	do {                                                                      \
+		if (used < cap)                                                   \
+			used += (size_t)snprintf(buf + used, cap - used, __VA_ARGS__); \
+	} while (0)
+	if (!n || cap == 0)
+		return 0;
+	pthread_mutex_lock(&n->mu);
+	PUT("remote:           %s\n", n->url);
+	PUT("node:             %s (1 of %u)\n", n->name, n->nodes);
+	PUT("published:        %" PRIu64 " steps, %" PRIu64 " chunks sent (%" PRIu64
+	    " bytes), %" PRIu64 " already there\n",
+	    n->published, n->chunks_sent, n->bytes_sent, n->chunks_there);
+	if (n->last_error[0])
+		PUT("remote error:     %s\n", n->last_error);
+	for (size_t i = 0; i < n->nparts; i++) {
+		const struct node_part *a = &n->parts[i];
+		bool first = true;
+
+		for (size_t j = 0; j < i && first; j++)
+			first = !(n->parts[j].kind == a->kind && n->parts[j].step == a->step);
+		if (!first)
+			continue;
+		PUT("step %s (%" PRId64 "): %s; published by", a->name, a->step,
+		    key_in(n->global, n->nglobal, a->kind, a->step) ? "globally complete"
+								   : "waiting for nodes");
+		for (size_t j = i; j < n->nparts; j++)
+			if (n->parts[j].kind == a->kind && n->parts[j].step == a->step)
+				PUT(" %s%s", n->parts[j].node, n->parts[j].sealed ? "*" : "");
+		PUT("\n");
+	}
+	pthread_mutex_unlock(&n->mu);
+#undef PUT
+	return used < cap ? used : cap - 1;
+}
