@@ -105,6 +105,8 @@ int store_chunk_load(struct store *st, const struct store_hash *h, uint8_t **ret
 	int err;
 
 	err = store_chunk_read_whole(st, h, &hdr, &file);
+	if (err == -ENOENT && st->fetch && (err = st->fetch(st, h, st->fetch_arg)) == 0)
+		err = store_chunk_read_whole(st, h, &hdr, &file);
 	if (err)
 		return err;
 	data = buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap);
@@ -443,4 +445,10 @@ void store_cache_free(struct store *st)
 	st->npool = 0;
 	free(st->buckets);
 	st->buckets = NULL;
+}
+
+void store_set_fetch(struct store *st, store_fetch_fn fn, void *arg)
+{
+	st->fetch = fn;
+	st->fetch_arg = arg;
 }

@@ -250,6 +250,23 @@ void store_close(struct store *st);
  */
 int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_chunk_info *ret);
 
+/*
+ * store_fetch_fn - asked for chunk h when its file is missing from the store: fetch the chunk's
+ * raw bytes from elsewhere (a remote copy) and store them with store_chunk_put_hashed. Returns
+ * 0 when it did, -ENOENT when it has no copy either, or another -errno. Called from any thread
+ * that reads a chunk, with no store lock held; it must not read chunk h itself.
+ */
+typedef int (*store_fetch_fn)(struct store *st, const struct store_hash *h, void *arg);
+
+/*
+ * store_set_fetch - from now on, a read of a chunk whose file is missing (-ENOENT) first asks
+ * fn(st, h, arg) for it and, when fn returns 0, reads it again: chunks of files another node
+ * wrote are fetched on first read and cached here. Every byte is still checked against its
+ * digest (invariant 2). fn NULL: no fetching (the default). Call before the store is shared
+ * between threads; arg borrowed for the store's lifetime.
+ */
+void store_set_fetch(struct store *st, store_fetch_fn fn, void *arg);
+
 /* store_chunk_put_hashed flags */
 #define STORE_PUT_DEFER 0x1 /* store a new chunk raw, as STORE_CODEC_DEFERRED, without trying
 			     * to compress it: store_chunk_recode does that later */

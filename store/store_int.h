@@ -138,6 +138,9 @@ struct store {
 	_Atomic uint64_t ratio_ppm; /* stored / raw bytes of the encoded puts, parts per million */
 	uint64_t synced_gen;        /* publications known durable */
 
+	store_fetch_fn fetch;       /* store_set_fetch; NULL: none. Set before sharing */
+	void *fetch_arg;
+
 	pthread_mutex_t cache_lock; /* leaf lock: guards every field below and cache_ent refs */
 	struct cache_ent **buckets;
 	size_t nbuckets; /* power of two */

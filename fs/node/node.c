@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,7 +51,10 @@ struct node {
 	size_t nglobal, capglobal;
 	struct node_key *sealed_here; /* steps this node sealed from another node's seal */
 	size_t nsealed, capsealed;
+	struct node_key *shown; /* global steps whose other nodes' files are in the namespace */
+	size_t nshown, capshown;
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
+	_Atomic uint64_t chunks_fetched, bytes_fetched;
 	char last_error[256]; /* mu */
 };
 
@@ -240,6 +244,269 @@ static void seal_from_remote(struct node *n)
 	free(v);
 }
 
+/* ---- the other nodes' files: in the namespace, fetched on first read ---- */
+
+/* store_fetch_fn: chunk h from the remote, checked against h, into the local store. */
+static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
+{
+	struct node *n = arg;
+	char hex[2 * STORE_HASH_LEN + 1], key[80];
+	struct store_chunk_info info;
+	struct store_hash got;
+	uint8_t *b, *raw = NULL;
+	uint32_t rawlen = 0;
+	size_t len;
+	void *buf;
+	int rc;
+
+	snprintf(key, sizeof(key), "chunks/%s", store_hash_hex(h, hex));
+	if ((rc = remote_get(n->r, key, &buf, &len)) < 0) {
+		if (rc != -ENOENT)
+			ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
+		return rc;
+	}
+	b = buf;
+	for (int i = 0; len >= 5 && i < 4; i++)
+		rawlen |= (uint32_t)b[1 + i] << (8 * i);
+	rc = len < 5 || rawlen > STORE_CHUNK_MAX ? -EIO : 0;
+	if (rc == 0 && !(raw = malloc(rawlen ? rawlen : 1)))
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = store_decode(b[0], b + 5, len - 5, raw, rawlen);
+	if (rc == 0) {
+		store_hash_buf(raw, rawlen, &got);
+		rc = memcmp(got.b, h->b, STORE_HASH_LEN) ? -EBADMSG : 0;
+	}
+	if (rc == 0)
+		rc = store_chunk_put_hashed(st, raw, rawlen, h, 0, &info);
+	if (rc == 0) {
+		n->chunks_fetched++;
+		n->bytes_fetched += len;
+	} else {
+		ckpt_log("chunk '%s' from the remote is unusable: %s", hex, strerror(-rc));
+	}
+	free(raw);
+	free(buf);
+	return rc < 0 ? rc : 0;
+}
+
+/* The directory at path (relative to dir; "a/b"), made as needed. In a transaction, fs->mu. */
+static int mkdirs(struct ckfs *fs, uint64_t dir, const char *path, int64_t now,
+		  uint64_t *ret_ino)
+{
+	char part[LAYOUT_PATH_MAX];
+	const char *p = path;
+
+	while (*p) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - p) : strlen(p);
+		uint64_t ino;
+		int rc;
+
+		if (len == 0 || len >= sizeof(part))
+			return -EINVAL;
+		memcpy(part, p, len);
+		part[len] = '\0';
+		rc = idx_dentry_lookup(fs->ix, dir, part, &ino);
+		if (rc == -ENOENT) {
+			struct idx_inode a = { .mode = S_IFDIR | 0755, .nlink = 2, .atime_ns = now,
+					       .mtime_ns = now, .ctime_ns = now };
+
+			if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
+			    (rc = idx_dentry_add(fs->ix, dir, part, ino)) < 0)
+				return rc;
+		} else if (rc < 0) {
+			return rc;
+		}
+		dir = ino;
+		p += len;
+		if (*p == '/')
+			p++;
+	}
+	*ret_ino = dir;
+	return 0;
+}
+
+/* One file of another node's manifest into the namespace (absent here). fs->mu, transaction. */
+static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
+{
+	const char *path = json_string_value(json_object_get(f, "path"));
+	const char *hex = json_string_value(json_object_get(f, "xxh3_128"));
+	json_t *xs = json_object_get(f, "extents"), *x;
+	struct idx_extent *ext = NULL;
+	struct store_hash h;
+	const char *base;
+	uint64_t dir = stepdir, ino;
+	size_t i, n = json_array_size(xs);
+	int rc;
+
+	if (!path || !*path || path[0] == '/' || strstr(path, ".."))
+		return -EINVAL;
+	base = strrchr(path, '/');
+	if (base) {
+		char sub[LAYOUT_PATH_MAX];
+
+		if ((size_t)(base - path) >= sizeof(sub))
+			return -ENAMETOOLONG;
+		memcpy(sub, path, (size_t)(base - path));
+		sub[base - path] = '\0';
+		if ((rc = mkdirs(fs, stepdir, sub, now, &dir)) < 0)
+			return rc;
+		base++;
+	} else {
+		base = path;
+	}
+	if (idx_dentry_lookup(fs->ix, dir, base, &ino) == 0)
+		return 0; /* this node has that name itself (a file every node writes) */
+	if (n && !(ext = calloc(n, sizeof(*ext))))
+		return -ENOMEM;
+	json_array_foreach(xs, i, x)
+	{
+		ext[i].offset = (uint64_t)json_integer_value(json_array_get(x, 0));
+		ext[i].length = (uint32_t)json_integer_value(json_array_get(x, 1));
+		if (store_hash_parse(json_string_value(json_array_get(x, 2)), &h) < 0) {
+			free(ext);
+			return -EINVAL;
+		}
+		memcpy(ext[i].hash, h.b, STORE_HASH_LEN);
+	}
+	struct idx_inode a = {
+		.mode = S_IFREG | ((uint32_t)json_integer_value(json_object_get(f, "mode")) & 07777),
+		.nlink = 1, .atime_ns = now, .ctime_ns = now,
+		.mtime_ns = json_integer_value(json_object_get(f, "mtime_ns")),
+		.flags = (uint32_t)json_integer_value(json_object_get(f, "flags")),
+	};
+	if (hex && store_hash_parse(hex, &h) < 0)
+		hex = NULL;
+	rc = idx_inode_create(fs->ix, &a, &ino);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, dir, base, ino);
+	if (rc == 0)
+		rc = idx_file_set_content(fs->ix, ino, ext, n,
+					  (uint64_t)json_integer_value(json_object_get(f, "size")),
+					  hex ? h.b : NULL, a.mtime_ns, NULL, NULL);
+	if (rc == 0) {
+		/* set_content keeps the flags; restore the writer's verdict (valid, malformed) */
+		struct idx_inode b;
+
+		if ((rc = idx_inode_get(fs->ix, ino, &b)) == 0) {
+			b.flags = a.flags;
+			rc = idx_inode_update(fs->ix, &b);
+		}
+	}
+	free(ext);
+	return rc;
+}
+
+/* The step of part p, as this node has it complete; created complete when this node has no
+ * part of it (a node that starts with an empty store). fs->mu held, in a transaction. */
+static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
+		      struct idx_step *ret)
+{
+	uint64_t dir;
+	int64_t id;
+	int rc = idx_step_by_name(fs->ix, p->kind, p->name, ret);
+
+	if (rc == 0)
+		return ret->state == IDX_STEP_COMPLETE && ret->dir_ino ? 0 : -EBUSY;
+	if (rc != -ENOENT || strchr(p->name, '/'))
+		return rc == -ENOENT ? -EINVAL : rc;
+	if ((rc = mkdirs(fs, IDX_ROOT_INO, p->name, now, &dir)) < 0 ||
+	    (rc = idx_step_create(fs->ix, p->kind, p->name, p->step, dir, now, &id)) < 0 ||
+	    (rc = idx_step_set_state(fs->ix, id, IDX_STEP_SEALED, now, "sealed on another node")) <
+		    0 ||
+	    (rc = idx_step_set_state(fs->ix, id, IDX_STEP_COMPLETE, now,
+				     "complete on every node (from the remote)")) < 0)
+		return rc;
+	return idx_step_get(fs->ix, id, ret);
+}
+
+/* Put the files of the other nodes' manifests of global step k into this node's namespace. */
+static int show_step(struct node *n, const struct node_key *k)
+{
+	struct ckfs *fs = n->fs;
+	struct node_part *v = NULL;
+	size_t nv = 0, capv = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&n->mu);
+	for (size_t i = 0; i < n->nparts; i++)
+		if (n->parts[i].kind == k->kind && n->parts[i].step == k->step &&
+		    ckpt_grow(&v, &capv, nv, sizeof(*v)) == 0)
+			v[nv++] = n->parts[i];
+	pthread_mutex_unlock(&n->mu);
+	for (size_t i = 0; rc == 0 && i < nv; i++) {
+		char key[REMOTE_KEY_MAX + 1];
+		struct idx_step s;
+		json_t *m, *f;
+		size_t len, j;
+		void *buf;
+
+		if (strcmp(v[i].node, n->name) == 0)
+			continue;
+		snprintf(key, sizeof(key), "manifests/%d/%" PRId64 "/%s.json", v[i].kind,
+			 v[i].step, v[i].node);
+		if ((rc = remote_get(n->r, key, &buf, &len)) < 0)
+			break;
+		m = json_loadb(buf, len, 0, NULL);
+		free(buf);
+		if (!m) {
+			rc = -EBADMSG;
+			break;
+		}
+		int64_t now = ckfs_now(fs);
+
+		pthread_mutex_lock(&fs->mu);
+		if ((rc = idx_begin(fs->ix)) == 0) {
+			rc = local_step(fs, &v[i], now, &s);
+			json_array_foreach(json_object_get(m, "files"), j, f)
+			{
+				if (rc < 0)
+					break;
+				rc = show_file(fs, s.dir_ino, f, now);
+			}
+			if (rc >= 0)
+				rc = idx_commit(fs->ix);
+			if (rc < 0)
+				idx_rollback(fs->ix);
+		}
+		pthread_mutex_unlock(&fs->mu);
+		json_decref(m);
+	}
+	free(v);
+	return rc;
+}
+
+/* Show every global step not shown yet (its other nodes' files). */
+static void show_global(struct node *n)
+{
+	struct node_key *todo = NULL;
+	size_t nt = 0, capt = 0;
+
+	pthread_mutex_lock(&n->mu);
+	for (size_t i = 0; i < n->nglobal; i++)
+		if (!key_in(n->shown, n->nshown, n->global[i].kind, n->global[i].step) &&
+		    ckpt_grow(&todo, &capt, nt, sizeof(*todo)) == 0)
+			todo[nt++] = n->global[i];
+	pthread_mutex_unlock(&n->mu);
+	for (size_t i = 0; i < nt; i++) {
+		int rc = show_step(n, &todo[i]);
+
+		if (rc == -EBUSY)
+			continue; /* this node's part is not complete here yet */
+		if (rc < 0) {
+			set_error(n, "cannot show step %" PRId64 " of the other nodes: %s",
+				  todo[i].step, strerror(-rc));
+			continue;
+		}
+		pthread_mutex_lock(&n->mu);
+		if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
+			n->shown[n->nshown++] = todo[i];
+		pthread_mutex_unlock(&n->mu);
+	}
+	free(todo);
+}
+
 /* ---- publishing this node's complete steps ---- */
 
 /* Send chunk hex (raw length len, from the local store) unless the remote has it. */
@@ -398,6 +665,7 @@ static void *node_main(void *arg)
 				  strerror(-rc));
 		seal_from_remote(n);
 		publish(n);
+		show_global(n);
 		pthread_mutex_lock(&n->mu);
 		if (!n->stop) {
 			struct timespec t;
@@ -434,6 +702,7 @@ static void node_free(struct node *n)
 	free(n->parts);
 	free(n->global);
 	free(n->sealed_here);
+	free(n->shown);
 	free(n);
 }
 
@@ -476,6 +745,7 @@ int node_start(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t er
 		return rc;
 	}
 	fs->node = n;
+	store_set_fetch(fs->st, fetch_chunk, n);
 	if ((rc = pthread_create(&n->th, NULL, node_main, n)) != 0) {
 		fs->node = NULL;
 		node_free(n);
@@ -499,6 +769,7 @@ void node_stop(struct ckfs *fs)
 	pthread_cond_signal(&n->cv);
 	pthread_mutex_unlock(&n->mu);
 	pthread_join(n->th, NULL);
+	store_set_fetch(fs->st, NULL, NULL); /* a read after this finds the chunk missing */
 	pthread_mutex_lock(&fs->mu);
 	fs->global_ok = NULL;
 	fs->node = NULL;
@@ -524,6 +795,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	PUT("published:        %" PRIu64 " steps, %" PRIu64 " chunks sent (%" PRIu64
 	    " bytes), %" PRIu64 " already there\n",
 	    n->published, n->chunks_sent, n->bytes_sent, n->chunks_there);
+	PUT("fetched:          %" PRIu64 " chunks (%" PRIu64 " bytes) of other nodes' files\n",
+	    (uint64_t)n->chunks_fetched, (uint64_t)n->bytes_fetched);
 	if (n->last_error[0])
 		PUT("remote error:     %s\n", n->last_error);
 	for (size_t i = 0; i < n->nparts; i++) {
