@@ -421,7 +421,8 @@ static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
 	return idx_step_get(fs->ix, id, ret);
 }
 
-/* Put the files of the other nodes' manifests of global step k into this node's namespace. */
+/* Put the files of every node's manifest of global step k that this node's namespace lacks
+ * into it (show_file skips the names it has). */
 static int show_step(struct node *n, const struct node_key *k)
 {
 	struct ckfs *fs = n->fs;
@@ -442,8 +443,7 @@ static int show_step(struct node *n, const struct node_key *k)
 		size_t len, j;
 		void *buf;
 
-		if (strcmp(v[i].node, n->name) == 0)
-			continue;
+		/* this node's own manifest too: after its store was lost, its part is there only */
 		snprintf(key, sizeof(key), "manifests/%d/%" PRId64 "/%s.json", v[i].kind,
 			 v[i].step, v[i].node);
 		if ((rc = remote_get(n->r, key, &buf, &len)) < 0)
