@@ -51,7 +51,7 @@ struct remote_opts {
 	const char *access_key; /* access key id */
 	const char *secret_key; /* secret access key */
 	const char *session_token; /* temporary credentials' token, or NULL */
-	long timeout_ms;        /* per HTTP attempt: 0 means 60000 */
+	long timeout_ms;        /* an attempt fails when no byte moved for this long: 0 means 60000 */
 	long connect_timeout_ms; /* per connection attempt: 0 means 5000 */
 	int max_tries;          /* attempts per request on 5xx, 429 and network errors: 0 means 5 */
 	size_t multipart_threshold; /* remote_put uses multipart upload above this: 0 means 16 MiB */
