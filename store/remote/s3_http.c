@@ -353,7 +353,11 @@ static int curl_errno(CURL *h, CURLcode cc, bool *retry)
 	}
 }
 
-/* Sleep before attempt number try (1-based): equal jitter over min(cap, base * 2^try). */
+/*
+ * Sleep before the retry that follows failed attempt number try (1-based): "equal jitter" over
+ * d = min(cap, base * 2^(try-1)), i.e. uniformly in [d/2, d] (M. Brooker, "Exponential Backoff
+ * And Jitter", AWS Architecture Blog, 2015): 50-100 ms, 100-200 ms, 200-400 ms, ...
+ */
 static void backoff(int try)
 {
 	unsigned long ms = BACKOFF_BASE_MS << (try < 10 ? try - 1 : 9), rnd = 0;
