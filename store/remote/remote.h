@@ -40,7 +40,8 @@
 /* Options of remote_open. Zero-initialise, then set what you need; NULL/0 means the default. */
 struct remote_opts {
 	/*
-	 * S3 only. Each string: this field, else the environment (AWS_ENDPOINT_URL, AWS_REGION
+	 * S3 only. Each string: this field, else the environment (AWS_ENDPOINT_URL_S3 or
+	 * AWS_ENDPOINT_URL, AWS_REGION
 	 * or AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), else
 	 * the AWS shared files (~/.aws/credentials, ~/.aws/config; AWS_SHARED_CREDENTIALS_FILE and
 	 * AWS_CONFIG_FILE override the paths) in profile AWS_PROFILE, else "default".
