@@ -65,11 +65,13 @@ wait_for() {
 }
 
 # launch NAME COMMAND... - run COMMAND in the background, stdout/stderr to DIR/log/NAME.out,
-# its pid in DIR/run/NAME.pid.
+# its pid in DIR/run/NAME.pid. The daemons stay in the caller's process group (no setsid), so a
+# test harness that kills its test's group (meson on a timeout) takes them down too; nohup keeps
+# them alive when the terminal that started them closes.
 launch() {
 	local name=$1
 	shift
-	setsid "$@" >"$DIR/log/$name.out" 2>&1 </dev/null &
+	nohup "$@" >"$DIR/log/$name.out" 2>&1 </dev/null &
 	echo $! >"$DIR/run/$name.pid"
 }
 
@@ -244,38 +246,64 @@ do_start() {
 		"$([ "$cephfs" -gt 0 ] && echo ", $cephfs CephFS mount(s) $DIR/cephfs-*")" "$DIR/env"
 }
 
-# kill_pidfile FILE - SIGTERM the pid in FILE (if it is alive), SIGKILL after 5 s; remove FILE.
-kill_pidfile() {
-	local f=$1 pid i
-	pid=$(cat "$f" 2>/dev/null || true)
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for i in $(seq 1 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
+# ours PID - whether PID is a live daemon of this cluster: its command line names DIR/ceph.conf
+# (so a pid file outliving its daemon never gets a reused pid killed, and a zombie is not alive).
+ours() {
+	tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$DIR/ceph.conf"
+}
+
+# kill_pidfiles TENTHS FILE... - SIGTERM the live pids in the FILEs, SIGKILL those still alive
+# after TENTHS tenths of a second; remove the FILEs. Only pids this script started are there.
+kill_pidfiles() {
+	local f pid pids=() i grace=$1
+	shift
+	for f in "$@"; do
+		[ -f "$f" ] || continue
+		pid=$(cat "$f" 2>/dev/null || true)
+		if [ -n "$pid" ] && ours "$pid"; then
+			kill -TERM "$pid" 2>/dev/null || true
+			pids+=("$pid")
+		fi
+	done
+	for i in $(seq 1 "$grace"); do
+		[ ${#pids[@]} -gt 0 ] || break
+		local alive=()
+		for pid in "${pids[@]}"; do
+			ours "$pid" && alive+=("$pid")
 		done
+		pids=("${alive[@]}")
+		[ ${#pids[@]} -gt 0 ] && sleep 0.1
+	done
+	for pid in "${pids[@]}"; do
+		echo "ceph.sh: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) still running: SIGKILL" >&2
 		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$f"
+	done
+	rm -f "$@"
+	[ -z "${CEPH_SH_DEBUG:-}" ] || echo "ceph.sh: stopped ${*##*/} at $EPOCHREALTIME" >&2
+}
+
+# The ceph-fuse mount points under DIR, from /proc/mounts: never stat(2) a mount point here, a
+# ceph-fuse whose MDS is gone blocks every call on it.
+our_mounts() {
+	awk -v p="$DIR/cephfs-" '$3 == "fuse.ceph-fuse" && index($2, p) == 1 { print $2 }' /proc/mounts
 }
 
 do_stop() {
-	local m f
+	local m
 	[ -d "$DIR" ] || return 0
-	for m in "$DIR"/cephfs-*; do
-		[ -d "$m" ] || continue
-		if mountpoint -q "$m" 2>/dev/null; then
-			fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-		fi
+	# Lazy unmounts first: they need no answer from ceph-fuse or the MDS.
+	our_mounts | while read -r m; do
+		fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 	done
-	for f in "$DIR"/run/fuse.*.pid "$DIR/run/rgw.a.pid" "$DIR/run/mds.a.pid" \
-		"$DIR/run/osd.0.pid" "$DIR/run/mon.a.pid"; do
-		[ -f "$f" ] && kill_pidfile "$f"
-	done
+	# The clients first (ceph-fuse, RGW), then the MDS, the OSD, the monitor. The state is in
+	# memory and thrown away: an MDS that takes its time to shut down cleanly is not waited for.
+	local t0=$EPOCHREALTIME
+	kill_pidfiles 50 "$DIR"/run/fuse.*.pid "$DIR/run/rgw.a.pid"
+	kill_pidfiles 10 "$DIR/run/mds.a.pid"
+	kill_pidfiles 50 "$DIR/run/osd.0.pid" "$DIR/run/mon.a.pid"
+	[ -z "${CEPH_SH_DEBUG:-}" ] || echo "ceph.sh: daemons stopped in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }') s" >&2
 	for m in "$DIR"/cephfs-*; do
-		[ -d "$m" ] || continue
-		mountpoint -q "$m" 2>/dev/null && umount -l "$m" 2>/dev/null
-		rmdir "$m" 2>/dev/null || true
+		[ -e "$m" ] && rmdir "$m" 2>/dev/null || true
 	done
 	rm -f "$DIR/env"
 	echo "ceph.sh: stopped the cluster under $DIR"

@@ -60,6 +60,10 @@ static int open_s3(const char *rest, const struct remote_opts *opts, struct remo
 				   rest);
 	memcpy(bucket, rest, blen);
 	bucket[blen] = '\0';
+	if (strspn(bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != blen)
+		return remote_errf(err, errlen, -EINVAL,
+				   "bad S3 bucket name '%s': use lowercase letters, digits, '.' and '-'",
+				   bucket);
 	snprintf(prefix, sizeof(prefix), "%s", slash ? slash + 1 : "");
 	plen = strlen(prefix);
 	while (plen > 0 && prefix[plen - 1] == '/')

@@ -40,7 +40,8 @@
 /* Options of remote_open. Zero-initialise, then set what you need; NULL/0 means the default. */
 struct remote_opts {
 	/*
-	 * S3 only. Each string: this field, else the environment (AWS_ENDPOINT_URL, AWS_REGION
+	 * S3 only. Each string: this field, else the environment (AWS_ENDPOINT_URL_S3 or
+	 * AWS_ENDPOINT_URL, AWS_REGION
 	 * or AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), else
 	 * the AWS shared files (~/.aws/credentials, ~/.aws/config; AWS_SHARED_CREDENTIALS_FILE and
 	 * AWS_CONFIG_FILE override the paths) in profile AWS_PROFILE, else "default".
@@ -51,7 +52,7 @@ struct remote_opts {
 	const char *access_key; /* access key id */
 	const char *secret_key; /* secret access key */
 	const char *session_token; /* temporary credentials' token, or NULL */
-	long timeout_ms;        /* per HTTP attempt: 0 means 60000 */
+	long timeout_ms;        /* an attempt fails when no byte moved for this long: 0 means 60000 */
 	long connect_timeout_ms; /* per connection attempt: 0 means 5000 */
 	int max_tries;          /* attempts per request on 5xx, 429 and network errors: 0 means 5 */
 	size_t multipart_threshold; /* remote_put uses multipart upload above this: 0 means 16 MiB */
@@ -65,19 +66,21 @@ struct remote;
  * url: "s3://BUCKET" or "s3://BUCKET/PREFIX" (PREFIX without leading or trailing '/'), or
  *   "file:///ABS/DIR" or "/ABS/DIR" (an existing directory). opts: may be NULL.
  * S3: lists at most one object under PREFIX (ListObjectsV2), which checks endpoint, credentials
- * and bucket at once. Directory: checks it is a directory, and writable (access(2) W_OK|X_OK).
+ * and bucket at once. Directory: checks it is a directory, writable (access(2) W_OK|X_OK), and
+ * creates and removes an empty temporary file in it (-EROFS, -ENOTCONN, -EIO, ... from that).
  * err: errlen bytes for a one-line message saying what is wrong and what to do, written on
  * every failure (NUL-terminated, truncated to errlen); may be NULL when errlen is 0.
  * Returns 0 and *ret_remote (owned by the caller: free with remote_close), or
  *   -EINVAL    url malformed, or options invalid (part_size < 5 MiB), or no credentials found
  *   -ENOENT    no such bucket (S3 404 NoSuchBucket) or no such directory
- *   -ENOTDIR   the path is not a directory
+ *   -ENOTDIR   the path is not a directory; -EROFS it is on a read-only file system
  *   -EACCES    bad credentials or no permission (S3 403, e.g. SignatureDoesNotMatch,
  *              InvalidAccessKeyId, AccessDenied), or the directory is not writable
  *   -ECONNREFUSED nothing listens at the endpoint; -EHOSTUNREACH host unknown or unreachable;
  *   -ETIMEDOUT no answer in time; -EPROTO TLS failure or an answer that is not S3;
  *   -EIO       other HTTP errors (5xx after all tries); -ENOMEM.
- * Thread-safe (curl_global_init runs once, under pthread_once).
+ * Thread-safe (curl_global_init runs once, under pthread_once), provided no other thread
+ * changes the environment meanwhile (it reads AWS_* variables with getenv(3)).
  */
 int remote_open(const char *url, const struct remote_opts *opts, struct remote **ret_remote,
 		char *err, size_t errlen);

@@ -340,11 +340,26 @@ static const struct remote_ops dir_ops = {
 	.del = dir_del,
 };
 
+/* Create and remove an empty temporary file in dir: what access(2) cannot tell (EROFS, a dead
+ * network mount, root squash on NFS). */
+static int probe(const char *dir)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/probe", dir);
+	rc = write_tmp(path, "", 0, tmp);
+	if (rc == 0 && unlink(tmp) < 0)
+		rc = -errno;
+	return rc;
+}
+
 int remote_dir_open(const char *dir, struct remote **ret_remote, char *err, size_t errlen)
 {
 	struct remote_dir *d;
 	struct stat st;
 	size_t n = strlen(dir);
+	int rc;
 
 	while (n > 1 && dir[n - 1] == '/')
 		n--;
@@ -358,10 +373,19 @@ int remote_dir_open(const char *dir, struct remote **ret_remote, char *err, size
 	if (!S_ISDIR(st.st_mode))
 		return remote_errf(err, errlen, -ENOTDIR, "remote directory '%s' is not a directory",
 				   dir);
+	if (access(dir, W_OK | X_OK) < 0 && errno == EROFS)
+		return remote_errf(err, errlen, -EROFS,
+				   "remote directory '%s' is on a read-only file system (mount it "
+				   "read-write)", dir);
 	if (access(dir, W_OK | X_OK) < 0)
 		return remote_errf(err, errlen, -EACCES,
 				   "remote directory '%s' is not writable by this user: %s (fix its "
 				   "owner or mode)", dir, strerror(errno));
+	rc = probe(dir);
+	if (rc < 0)
+		return remote_errf(err, errlen, rc,
+				   "cannot create a file in the remote directory '%s': %s (check the "
+				   "mount: read-only, full, or its server gone?)", dir, strerror(-rc));
 	d = calloc(1, sizeof(*d));
 	if (!d || !(d->root = strndup(dir, n == 1 ? 0 : n))) {
 		free(d);

@@ -332,8 +332,12 @@ static void s3_close(struct remote *r)
 	free(s->region);
 	free(s->bucket);
 	free(s->prefix);
+	if (s->userpwd)
+		explicit_bzero(s->userpwd, strlen(s->userpwd));
 	free(s->userpwd);
 	free(s->sigv4);
+	if (s->token_hdr)
+		explicit_bzero(s->token_hdr, strlen(s->token_hdr));
 	free(s->token_hdr);
 	free(s);
 }

@@ -199,9 +199,14 @@ static size_t on_write(char *src, size_t size, size_t n, void *p)
 	if (b->fixed)
 		return len; /* an error document in place of the range: the status says enough */
 	if (b->len + len + 1 > b->cap) {
+		curl_off_t cl = -1;
 		size_t cap = b->cap ? b->cap : 4096;
 		char *nb;
 
+		/* The first write of a body of known size: room for all of it at once. */
+		if (!b->cap && curl_easy_getinfo(c->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) ==
+				       CURLE_OK && cl > 0 && (uint64_t)cl < SIZE_MAX / 2)
+			cap = (size_t)cl + 1;
 		while (cap < b->len + len + 1)
 			cap *= 2;
 		nb = realloc(b->buf, cap);
@@ -281,7 +286,9 @@ static int setup(struct remote_s3 *s, struct call *c, const char *url, struct cu
 	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, s->sigv4);
 	curl_easy_setopt(h, CURLOPT_USERPWD, s->userpwd);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hdrs);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, s->timeout_ms);
+	/* A stall, not a slow transfer, fails an attempt: objects may be gigabytes. */
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, s->timeout_ms >= 1000 ? s->timeout_ms / 1000 : 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s->connect_timeout_ms);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->resp->curl_msg);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
@@ -346,7 +353,11 @@ static int curl_errno(CURL *h, CURLcode cc, bool *retry)
 	}
 }
 
-/* Sleep before attempt number try (1-based): equal jitter over min(cap, base * 2^try). */
+/*
+ * Sleep before the retry that follows failed attempt number try (1-based): "equal jitter" over
+ * d = min(cap, base * 2^(try-1)), i.e. uniformly in [d/2, d] (M. Brooker, "Exponential Backoff
+ * And Jitter", AWS Architecture Blog, 2015): 50-100 ms, 100-200 ms, 200-400 ms, ...
+ */
 static void backoff(int try)
 {
 	unsigned long ms = BACKOFF_BASE_MS << (try < 10 ? try - 1 : 9), rnd = 0;
