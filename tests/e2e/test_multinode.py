@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""Two nodes, one checkpoint: a real 4-rank PyTorch job (gloo) whose ranks 0-1 write through
+node A's mount and ranks 2-3 through node B's, each node a ckptfs daemon with its own STORE, over
+one remote (issue 21; DESIGN.md "Growing past one machine"; policy rule 5).
+
+The remotes, each started for real by scripts/ceph.sh (a one-machine Ceph on 127.0.0.1):
+  s3      the Ceph RADOS Gateway's S3 API, one bucket (SigV4 over libcurl)
+  cephfs  a CephFS directory, node A through one ceph-fuse mount, node B through another
+and `dir`, a plain directory of this machine (the shared-filesystem backend without Ceph).
+
+Scenarios, per remote, with the Megatron layout (tests/traces/megatron.md: every rank writes
+iter_N/mp_rank_R/model_optim_rng.pt, rank 0 writes latest_checkpointed_iteration.txt after a
+barrier; the resume reads the tracker, then every rank's file):
+  save_resume   both nodes' trackers name the newest step, which is globally complete; a
+                resumed job loads it bit-exact (trainer.py VERIFY: every file's SHA-256 and the
+                model's state digest against what was written)
+  kill_ranks_b  node B's ranks killed in the middle of a save: neither tracker moves past the
+                previous global step; the job resumes there
+  kill_daemon_b node B's daemon SIGKILLed in the middle of a save: the same; B remounts its
+                STORE and the step it had finished locally is published then
+  wipe_a        node A's STORE deleted and A mounted again on an empty one: the job resumes on
+                the newest global step from the remote alone, bit-exact
+
+Fails loudly when FUSE or Ceph cannot be used. Run: tests/e2e/test_multinode.py [-k s3]
+"""
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.abspath(os.path.join(HERE, '..', '..'))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
+
+import ckfs  # noqa: E402
+from ckfs import wait_for  # noqa: E402
+from trainers import PYTHON, TRAINER, RUN_TIMEOUT  # noqa: E402
+
+TRACKER = 'latest_checkpointed_iteration.txt'
+RANKS = 4
+
+
+def read_tracker(m):
+    try:
+        with open(os.path.join(m.mnt, TRACKER)) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class Ceph:
+    """scripts/ceph.sh start/stop on a temporary directory; env() the S3 settings."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix='ckptfs-test-ceph-')
+        r = subprocess.run(['bash', os.path.join(TOP, 'scripts', 'ceph.sh'), 'start', self.dir,
+                            '--cephfs', '2'], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            self.stop()
+            raise AssertionError('cannot start Ceph (scripts/ceph.sh): %s%s' % (r.stdout,
+                                                                                 r.stderr))
+        self.vars = {}
+        with open(os.path.join(self.dir, 'env')) as f:
+            for ln in f:
+                ln = ln.strip()
+                if ln.startswith('export '):
+                    ln = ln[len('export '):]
+                if '=' in ln and not ln.startswith('#'):
+                    k, v = ln.split('=', 1)
+                    self.vars[k] = v.strip('\'"')
+
+    def stop(self):
+        subprocess.run(['bash', os.path.join(TOP, 'scripts', 'ceph.sh'), 'stop', self.dir],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class TestMultiNode(unittest.TestCase):
+    ceph = None
+
+    @classmethod
+    def setUpClass(cls):
+        ckfs.check_fuse_usable()
+        cls.ceph = Ceph()
+        os.environ.update({k: v for k, v in cls.ceph.vars.items() if k.startswith('AWS_')})
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.ceph:
+            cls.ceph.stop()
+
+    # ---- a two-node job ----------------------------------------------------------------
+    def nodes(self, kind):
+        """Mount node A and node B on one new remote of kind (its prefix unique to the test).
+        Returns (a, b), ckfs.Mount objects."""
+        v = self.ceph.vars
+        job = 'job-%s-%d' % (self.id().split('.')[-1], int(time.time() * 1000))
+        if kind == 's3':
+            urls = ['s3://%s/%s' % (v['CKPTFS_TEST_BUCKET'], job)] * 2
+        elif kind == 'cephfs':
+            os.makedirs(os.path.join(v['CKPTFS_CEPHFS_1'], job))
+            urls = [os.path.join(v['CKPTFS_CEPHFS_%d' % k], job) for k in (1, 2)]
+        else:
+            plain = tempfile.mkdtemp(prefix='ckptfs-test-remote-')
+            self.addCleanup(shutil.rmtree, plain, True)
+            urls = [plain] * 2
+        ms = {}
+        for node, url in zip(('a', 'b'), urls):
+            m = ckfs.Mount(opts=['remote=' + url, 'node=' + node, 'nodes=2'])
+            m.start()
+            self.addCleanup(m.close)
+            ms[node] = m
+        self.log = os.path.join(ms['a'].tmp, 'trainer.log')
+        return ms['a'], ms['b']
+
+    def job(self, a, b, steps, resume=False, slow=0.0):
+        argv = [PYTHON, TRAINER, '--layout', 'megatron', '--save', '%s,%s' % (a.mnt, b.mnt),
+                '--steps', str(steps), '--save-every', '2', '--ranks', str(RANKS),
+                '--log', self.log, '--slow-save', str(slow)] + (['--resume'] if resume else [])
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, text=True)
+
+    def run_job(self, a, b, steps, resume=False):
+        p = self.job(a, b, steps, resume)
+        out, _ = p.communicate(timeout=RUN_TIMEOUT)
+        self.assertEqual(p.returncode, 0, 'job failed:\n%s\n%s\n--- node A ---\n%s\n'
+                         '--- node B ---\n%s' % (out[-3000:], self.log_lines()[-20:],
+                                                 a.log_tail(), b.log_tail()))
+
+    def log_lines(self):
+        with open(self.log) as f:
+            return f.read().splitlines()
+
+    def both_trackers(self, a, b, want, timeout=30):
+        """Wait until both nodes' trackers read want (a step number as text, or None)."""
+        wait_for('both trackers at %r' % want,
+                 lambda: read_tracker(a) == want and read_tracker(b) == want, timeout,
+                 lambda: 'trackers: node A %r, node B %r\n--- A status ---\n%s\n--- B status '
+                 '---\n%s' % (read_tracker(a), read_tracker(b), status(a), status(b)))
+
+    def resumed(self, step):
+        """The last launch's RESUMED line names step, and every rank's VERIFY passed."""
+        lines = self.log_lines()
+        start = max(i for i, ln in enumerate(lines) if ln.startswith('START'))
+        got = [ln for ln in lines[start:] if ln.startswith(('RESUMED', 'FRESH'))]
+        self.assertTrue(got and got[0].startswith('RESUMED step=%d ' % step),
+                        'resume: %s' % got[:1])
+        bad = [ln for ln in lines[start:] if ln.startswith('VERIFY FAIL')]
+        self.assertEqual(bad, [], 'the resumed files differ from what was written')
+        self.assertTrue(any(ln.startswith('VERIFY ok step=%d' % step) for ln in lines[start:]))
+
+    def kill_in_save(self, a, b, kill):
+        """Run a slow job; in its third save (step 6), once a file of step 6 exists on node B,
+        call kill(job). Returns the job's output."""
+        p = self.job(a, b, 100, slow=0.4)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        target = os.path.join(b.mnt, 'iter_0000006')
+        while not os.path.isdir(target) or not os.listdir(target):
+            self.assertIsNone(p.poll(), 'the job ended before step 6: %s' % p.stdout.read())
+            self.assertLess(time.monotonic(), deadline, 'no save of step 6')
+            time.sleep(0.05)
+        kill(p)
+        try:
+            os.killpg(p.pid, 9)
+        except ProcessLookupError:
+            pass
+        out, _ = p.communicate(timeout=60)
+        return out
+
+    # ---- scenarios ------------------------------------------------------------------------
+    def save_resume(self, kind):
+        a, b = self.nodes(kind)
+        self.run_job(a, b, 6)
+        self.both_trackers(a, b, '6')
+        self.run_job(a, b, 8, resume=True)
+        self.resumed(6)
+        self.both_trackers(a, b, '8')
+        for m in (a, b):   # one namespace: every rank's file on every node
+            for r in range(RANKS):
+                self.assertTrue(os.path.isfile(m.path('iter_0000008', 'mp_rank_%02d' % r,
+                                                      'model_optim_rng.pt')))
+
+    def kill_ranks_b(self, kind):
+        a, b = self.nodes(kind)
+
+        def kill(p):
+            for r in (2, 3):
+                subprocess.run(['pkill', '-9', '-f', '%s.*--worker-rank %d' % (TRAINER, r)])
+        self.kill_in_save(a, b, kill)
+        self.both_trackers(a, b, '4')
+        time.sleep(1.5)   # nothing moves later either
+        self.both_trackers(a, b, '4', timeout=1)
+        self.run_job(a, b, 8, resume=True)
+        self.resumed(4)
+        self.both_trackers(a, b, '8')
+
+    def kill_daemon_b(self, kind):
+        a, b = self.nodes(kind)
+        self.kill_in_save(a, b, lambda p: b.kill_daemon())
+        b.start()          # the same STORE
+        self.both_trackers(a, b, '4')
+        self.run_job(a, b, 8, resume=True)
+        self.resumed(4)
+        self.both_trackers(a, b, '8')
+
+    def wipe_a(self, kind):
+        a, b = self.nodes(kind)
+        self.run_job(a, b, 6)
+        self.both_trackers(a, b, '6')
+        a.unmount()
+        shutil.rmtree(a.store)
+        os.makedirs(a.store)
+        a.start()          # an empty STORE: everything from the remote
+        self.both_trackers(a, b, '6')
+        self.run_job(a, b, 8, resume=True)
+        self.resumed(6)
+
+
+def status(m):
+    try:
+        with open(m.path('.ckptfs', 'status')) as f:
+            return f.read()
+    except OSError as e:
+        return '(no status: %s)' % e
+
+
+def _add(kind, scenario):
+    def t(self):
+        getattr(self, scenario)(kind)
+    t.__name__ = 'test_%s_%s' % (kind, scenario)
+    setattr(TestMultiNode, t.__name__, t)
+
+
+for _k in ('dir', 's3', 'cephfs'):
+    for _s in ('save_resume', 'kill_ranks_b', 'kill_daemon_b', 'wipe_a'):
+        _add(_k, _s)
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(1700, exit=True)
+    unittest.main(verbosity=2)
