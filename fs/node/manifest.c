@@ -19,40 +19,6 @@
 #include "fs/node/node_int.h"
 #include "fs/policy/policy.h"
 
-/* The entries of one directory, collected before descending (idx_dir_list holds a listing). */
-struct ent {
-	char *name;
-	uint64_t ino;
-	uint32_t mode;
-};
-
-struct ents {
-	struct ent *v;
-	size_t n, cap;
-};
-
-static int collect(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
-{
-	struct ents *e = arg;
-
-	(void)cookie;
-	if (ckpt_grow(&e->v, &e->cap, e->n, sizeof(*e->v)) < 0)
-		return -ENOMEM;
-	if (!(e->v[e->n].name = strdup(name)))
-		return -ENOMEM;
-	e->v[e->n].ino = ino;
-	e->v[e->n].mode = mode;
-	e->n++;
-	return 0;
-}
-
-static void ents_free(struct ents *e)
-{
-	for (size_t i = 0; i < e->n; i++)
-		free(e->v[i].name);
-	free(e->v);
-}
-
 static json_t *file_json(struct idx *ix, const char *path, uint64_t ino)
 {
 	char hex[2 * STORE_HASH_LEN + 1];
@@ -86,40 +52,37 @@ static json_t *file_json(struct idx *ix, const char *path, uint64_t ino)
 }
 
 /* Add the tree under dir (its paths prefixed by pre) to dirs and files. */
-static int walk(struct idx *ix, uint64_t dir, const char *pre, json_t *dirs, json_t *files,
+static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, json_t *files,
 		int depth)
 {
-	struct ents e = { 0 };
-	int rc;
+	struct steps_entries e = { 0 };
+	int rc = steps_dir_entries(fs, dir, depth, &e);
 
-	if (depth > NODE_TREE_DEPTH_MAX)
-		return -ELOOP;
-	rc = idx_dir_list(ix, dir, 0, collect, &e);
 	for (size_t i = 0; rc >= 0 && i < e.n; i++) {
 		char path[LAYOUT_PATH_MAX];
 
-		if (snprintf(path, sizeof(path), "%s%s%s", pre, *pre ? "/" : "", e.v[i].name) >=
+		if (snprintf(path, sizeof(path), "%s%s%s", pre, *pre ? "/" : "", e.names[i]) >=
 		    (int)sizeof(path)) {
 			rc = -ENAMETOOLONG;
 			break;
 		}
-		if (S_ISDIR(e.v[i].mode)) {
+		if (S_ISDIR(e.modes[i])) {
 			if (json_array_append_new(dirs, json_string(path)) < 0)
 				rc = -ENOMEM;
 			else
-				rc = walk(ix, e.v[i].ino, path, dirs, files, depth + 1);
-		} else if (S_ISREG(e.v[i].mode)) {
-			json_t *f = file_json(ix, path, e.v[i].ino);
+				rc = walk(fs, e.inos[i], path, dirs, files, depth + 1);
+		} else if (S_ISREG(e.modes[i])) {
+			json_t *f = file_json(fs->ix, path, e.inos[i]);
 
 			if (!f || json_array_append_new(files, f) < 0)
 				rc = -EIO;
 		}
 	}
-	ents_free(&e);
+	steps_dir_entries_free(&e);
 	return rc < 0 ? rc : 0;
 }
 
-json_t *node_manifest_json(struct idx *ix, const struct idx_step *s, const char *node,
+json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char *node,
 			   unsigned nodes, bool sealed)
 {
 	json_t *dirs = json_array(), *files = json_array(), *m;
@@ -127,7 +90,7 @@ json_t *node_manifest_json(struct idx *ix, const struct idx_step *s, const char 
 				     ? layout_name((enum layout_kind)s->kind)
 				     : "?";
 
-	if (!dirs || !files || walk(ix, s->dir_ino, "", dirs, files, 0) < 0) {
+	if (!dirs || !files || walk(fs, s->dir_ino, "", dirs, files, 0) < 0) {
 		json_decref(dirs);
 		json_decref(files);
 		return NULL;

@@ -626,7 +626,7 @@ static void publish(struct node *n)
 		int rc;
 
 		pthread_mutex_lock(&fs->mu);
-		m = node_manifest_json(fs->ix, s, n->name, n->nodes, sealed);
+		m = node_manifest_json(fs, s, n->name, n->nodes, sealed);
 		pthread_mutex_unlock(&fs->mu);
 		if (!m) {
 			set_error(n, "cannot describe step '%s' for the remote: %s", s->name,

@@ -12,9 +12,6 @@
 
 #define NODE_MANIFEST_FORMAT "ckptfs-manifest/1"
 
-/* How deep a step's tree may go before the manifest calls it a loop (-ELOOP). */
-#define NODE_TREE_DEPTH_MAX 256
-
 /* One published manifest, as the node thread keeps it. */
 struct node_part {
 	char node[NODE_NAME_MAX + 1];
@@ -28,9 +25,9 @@ struct node_part {
  * node_manifest_json - this node's manifest of step s (its directory's tree: dirs, files, their
  * extents), format at the top of manifest.c. sealed: this node saw the step's claim itself.
  * Returns a new reference, or NULL (out of memory, an index error, a tree deeper than
- * NODE_TREE_DEPTH_MAX). fs->mu held (reads the index).
+ * STEPS_TREE_DEPTH_MAX). fs->mu held (reads the index).
  */
-json_t *node_manifest_json(struct idx *ix, const struct idx_step *s, const char *node,
+json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char *node,
 			   unsigned nodes, bool sealed);
 
 /*

@@ -13,6 +13,28 @@
 
 /* ---- the step engine: steps*.c (fs->mu held unless said) ---- */
 
+/* Entries of one directory collected by steps_dir_entries; freed by steps_dir_entries_free. */
+struct steps_entries {
+	char **names;
+	uint64_t *inos;
+	uint32_t *modes;
+	size_t n, cap;
+};
+
+/* How deep the step engine walks a step's tree before it calls the tree a loop (-ELOOP). */
+#define STEPS_TREE_DEPTH_MAX 256
+
+/*
+ * steps_dir_entries - the entries of directory dir (name copied, ino, mode) into *c, which must be
+ * zeroed; depth is dir's depth below the walk's start. Returns 0, -ELOOP when depth exceeds
+ * STEPS_TREE_DEPTH_MAX, -ENOMEM, or the index's -errno. *c is the caller's to release with
+ * steps_dir_entries_free on every path. fs->mu held.
+ */
+int steps_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct steps_entries *c);
+
+/* steps_dir_entries_free - free what steps_dir_entries collected in *c (not c itself). */
+void steps_dir_entries_free(struct steps_entries *c);
+
 /* steps_init - create /.ckptfs and judge what an earlier daemon left unfinished (takes mu). */
 int steps_init(struct ckfs *fs);
 /* steps_start / steps_stop - the reaper thread (no lock held). */

@@ -53,13 +53,6 @@ struct ext_reader {
 	size_t n;
 };
 
-/* Entries of one directory collected by steps_dir_entries; freed by steps_dir_entries_free. */
-struct steps_entries {
-	char **names;
-	uint64_t *inos;
-	uint32_t *modes;
-	size_t n, cap;
-};
 
 /* What steps_scan_tree found under a step's directory. */
 struct step_scan {
@@ -176,19 +169,6 @@ int steps_record(struct ckfs *fs, int rc, const char *fmt, ...) __attribute__((f
  * s->state. Returns 0 or the index's -errno (s unchanged). In a transaction, fs->mu held. */
 int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);
 
-/* How deep the step engine walks a step's tree before it calls the tree a loop (-ELOOP). */
-#define STEPS_TREE_DEPTH_MAX 256
-
-/*
- * steps_dir_entries - the entries of directory dir (name copied, ino, mode) into *c, which must be
- * zeroed; depth is dir's depth below the walk's start. Returns 0, -ELOOP when depth exceeds
- * STEPS_TREE_DEPTH_MAX, -ENOMEM, or the index's -errno. *c is the caller's to release with
- * steps_dir_entries_free on every path. fs->mu held.
- */
-int steps_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct steps_entries *c);
-
-/* steps_dir_entries_free - free what steps_dir_entries collected in *c (not c itself). */
-void steps_dir_entries_free(struct steps_entries *c);
 
 /* ---- steps_judge.c: sealing and judging ---- */
 

@@ -275,8 +275,7 @@ Test(remote_s3, aws_files)
 	int rc;
 
 	snprintf(url, sizeof(url), "s3://%s", need_env("CKPTFS_TEST_BUCKET"));
-	snprintf(dir, sizeof(dir), "/tmp/ckptfs-aws-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	tu_mkdtemp(dir);
 	snprintf(path, sizeof(path), "%s/credentials", dir);
 	f = fopen(path, "w");
 	fprintf(f, "[default]\naws_access_key_id = wrong\n\n[ckpt]\naws_access_key_id = %s\n"
