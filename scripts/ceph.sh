@@ -249,7 +249,7 @@ do_start() {
 # ours PID - whether PID is a live daemon of this cluster: its command line names DIR/ceph.conf
 # (so a pid file outliving its daemon never gets a reused pid killed, and a zombie is not alive).
 ours() {
-	tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$DIR/ceph.conf"
+	tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF -- "$DIR/ceph.conf"
 }
 
 # kill_pidfiles TENTHS FILE... - SIGTERM the live pids in the FILEs, SIGKILL those still alive

@@ -160,8 +160,8 @@ class TestScenarios(unittest.TestCase):
 
             def kill():
                 kill_t.append(time.monotonic())
-                m.kill_daemon()     # SIGKILL, wait, fusermount3 -uz
-                a.kill()            # the ranks die with ENOTCONN, or by this
+                # SIGKILL, wait, the ranks die (with ENOTCONN, or by a.kill), fusermount3 -uz
+                m.kill_daemon(then=a.kill)
             try:
                 killed_at = kill_in_save(a, kill_save, frac, kill, time.monotonic() + RUN_TIMEOUT)
                 saved_t, t_kill = killed_at[3], kill_t[0]

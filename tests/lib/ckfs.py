@@ -422,14 +422,20 @@ class Mount:
         if problems:
             raise MountError('; '.join(problems) + self.log_tail())
 
-    def kill_daemon(self):
-        """SIGKILL the daemon, wait for it to die, clear the dead mount with fusermount3 -uz."""
+    def kill_daemon(self, then=None):
+        """SIGKILL the daemon, wait for it to die, call then() if given, clear the dead mount
+        with fusermount3 -uz. then() must stop every process still working in the mount (a
+        trainer killed with the daemon): once the mount is detached its paths reach the plain
+        directory underneath, where a write "succeeds" and a save looks returned (the crash
+        loop's round that resumed onto step 18 after a SAVED 20 written there)."""
         if not self.mounted:
             raise MountError('kill_daemon: not mounted')
         pid, self.pid = self.pid, None
         os.kill(pid, signal.SIGKILL)
         if not wait_pid_exit(pid, 30):
             raise MountError('daemon %d survived SIGKILL for 30 s' % pid)
+        if then is not None:
+            then()
         self._clear_dead_mount()
 
     def _clear_dead_mount(self):

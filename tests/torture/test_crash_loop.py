@@ -153,9 +153,8 @@ class TestCrashLoop(unittest.TestCase):
                             delay = rng.uniform(0.0, 1.0)
                             time.sleep(max(0.0, t + delay - time.monotonic()))
                             t_kill = time.monotonic()
-                            m.kill_daemon()
+                            m.kill_daemon(then=tr.kill)
                             dkills += 1
-                            tr.kill()
                             killed = int(ln.split()[1])
                             what = 'daemon and trainer killed %.2fs after SAVED %d' % (
                                 delay, killed)
@@ -170,9 +169,10 @@ class TestCrashLoop(unittest.TestCase):
                             time.sleep(max(0.0, t_saving + delay - time.monotonic()))
                             t_kill = time.monotonic()
                             if daemon:
-                                m.kill_daemon()
+                                m.kill_daemon(then=tr.kill)   # the job dies with the daemon
                                 dkills += 1
-                            tr.kill()
+                            else:
+                                tr.kill()
                             killed = int(ln.split()[1])
                             break
                 if PLAIN and what is None and t_kill is None:
