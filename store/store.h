@@ -253,14 +253,17 @@ int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_
 /*
  * store_fetch_fn - asked for chunk h when its file is missing from the store: fetch the chunk's
  * raw bytes from elsewhere (a remote copy) and store them with store_chunk_put_hashed. Returns
- * 0 when it did, -ENOENT when it has no copy either, or another -errno. Called from any thread
+ * 0 when it did, -ENOENT when it has no copy either, -EAGAIN when the copy could not be reached
+ * (the remote did not answer: the chunk is not known to be bad, a later read may succeed), or
+ * another -errno (the copy is bad: -EBADMSG, -EIO). Called from any thread
  * that reads a chunk, with no store lock held; it must not read chunk h itself.
  */
 typedef int (*store_fetch_fn)(struct store *st, const struct store_hash *h, void *arg);
 
 /*
  * store_set_fetch - from now on, a read of a chunk whose file is missing (-ENOENT) first asks
- * fn(st, h, arg) for it and, when fn returns 0, reads it again: chunks of files another node
+ * fn(st, h, arg) for it and, when fn returns 0, reads it again (else the read fails with fn's
+ * error, -EAGAIN included): chunks of files another node
  * wrote are fetched on first read and cached here. Every byte is still checked against its
  * digest (invariant 2). fn NULL: no fetching (the default). Call before the store is shared
  * between threads; arg borrowed for the store's lifetime.

@@ -358,8 +358,8 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 
 /*
  * Open store c->store (created if new, locked for this daemon), recover it after an unclean
- * stop (*ret_inodes, *ret_chunks: what the sweep removed), prepare pins, the step table, the
- * reserve, the clean flag and the staging directory. In the background, stderr goes to the
+ * stop (*ret_inodes, *ret_chunks: what the sweep removed), open the remote (-o remote), prepare
+ * pins, the step table, the reserve, the clean flag and the staging directory. In the background, stderr goes to the
  * store's ckptfs.log from here on. Returns 0, or -1 after reporting the problem; what was
  * opened is left in fs for teardown.
  */
@@ -398,6 +398,19 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 				     "'ckptctl %s verify'", c->store, strerror(-rc), c->store);
 			return -1;
 		}
+	}
+	if (c->remote) {
+		/* before steps_init: its check of the newest step reads other nodes' chunks */
+		struct node_cfg nc = { c->remote, c->node_name, c->nodes };
+		char rerr[768];
+
+		if (node_open(fs, &nc, rerr, sizeof(rerr)) < 0) {
+			startup_fail("remote '%s': %s", c->remote, rerr);
+			return -1;
+		}
+	} else if (c->node_name || c->nodes) {
+		startup_fail("-o node and -o nodes need -o remote=URL (the shared store of the job)");
+		return -1;
 	}
 	fs->pins = pins_new();
 	fs->on_commit = steps_on_commit;
@@ -551,17 +564,13 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0 ||
 	    mount_session(args, o, &fs) < 0)
 		goto out;
-	if (c->remote) {
-		struct node_cfg nc = { c->remote, c->node_name, c->nodes };
-		char err[768];
+	if (fs.node) {
+		char err[256];
 
-		if (node_start(&fs, &nc, err, sizeof(err)) < 0) {
+		if (node_start(&fs, err, sizeof(err)) < 0) {
 			startup_fail("remote '%s': %s", c->remote, err);
 			goto out;
 		}
-	} else if (c->node_name || c->nodes) {
-		startup_fail("-o node and -o nodes need -o remote=URL (the shared store of the job)");
-		goto out;
 	}
 	if (inodes || chunks)
 		ckpt_log("recovered store '%s' after an unclean stop: removed %llu "

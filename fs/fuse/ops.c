@@ -275,6 +275,27 @@ static void op_destroy(void *userdata)
 /* ---- attributes ---- */
 
 /*
+ * A step directory another node made during a save (node_dir.c): ask the remote, and make it
+ * here as this request's process would have. fs->mu held, dropped while the remote answers.
+ * Returns 0 and *ino, or -ENOENT (not published, or the remote did not answer).
+ */
+static int lookup_shared_dir(fuse_req_t req, struct ckfs *fs, const char *name, uint64_t *ino)
+{
+	mode_t mode = 0;
+	int rc;
+
+	pthread_mutex_unlock(&fs->mu);
+	rc = node_dir_lookup(fs, name, &mode);
+	pthread_mutex_lock(&fs->mu);
+	if (rc <= 0)
+		return -ENOENT;
+	rc = fs_make_node(req, fs, IDX_ROOT_INO, name, S_IFDIR | mode, 0, NULL, false, ino);
+	if (rc == -EEXIST) /* made meanwhile, by a rank here or another lookup */
+		rc = idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, ino);
+	return rc;
+}
+
+/*
  * A lookup or listing of the root (or of InternEvo's `snapshot/`): judge first every unfinished
  * step whose writers are all gone, once the files they closed are committed. fs->mu held; it is
  * released while waiting for the commit queue.
@@ -337,6 +358,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
+	if (rc == -ENOENT && step_dir && parent == IDX_ROOT_INO && fs->node)
+		rc = lookup_shared_dir(req, fs, name, &ino);
 	if (rc < 0) {
 		pthread_mutex_unlock(&fs->mu);
 		fuse_reply_err(req, -rc);

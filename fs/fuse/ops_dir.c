@@ -113,8 +113,16 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		fuse_reply_err(req, -rc);
 		return;
 	}
+	bool step_dir = steps_dir_name(fs, parent, name);
+
+	if (step_dir && parent == IDX_ROOT_INO && S_ISDIR(mode) && fs->node) {
+		/* the other nodes' ranks may look it up as soon as this returns (node_dir.c) */
+		pthread_mutex_unlock(&fs->mu);
+		node_dir_publish(fs, name, mode & 07777);
+		pthread_mutex_lock(&fs->mu);
+	}
 	/* a step directory's entry is not cached by the kernel (op_lookup) */
-	fs_reply_entry_tmo(req, fs, ino, steps_dir_name(fs, parent, name) ? 0.0 : ATTR_TIMEOUT);
+	fs_reply_entry_tmo(req, fs, ino, step_dir ? 0.0 : ATTR_TIMEOUT);
 }
 
 /*
@@ -214,7 +222,12 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	}
 	if (rc == 0 && !dir)
 		ckpt_repo_reserve(fs->repo); /* back as soon as there is room; no-op when held */
+	bool shared = rc == 0 && dir && parent == IDX_ROOT_INO && fs->node &&
+		      steps_dir_name(fs, parent, name);
+
 	pthread_mutex_unlock(&fs->mu);
+	if (shared) /* the other nodes' lookups no longer make it (node_dir.c) */
+		node_dir_unpublish(fs, name);
 	fuse_reply_err(req, -rc);
 }
 

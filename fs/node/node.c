@@ -30,33 +30,6 @@
 /* zstd level of chunks sent to the remote (store_encode's level; 3 is zstd's default). */
 #define NODE_ZSTD_LEVEL 3
 
-struct node_key {
-	int kind;
-	int64_t step;
-};
-
-struct node {
-	struct ckfs *fs;
-	struct remote *r;
-	char name[NODE_NAME_MAX + 1];
-	char url[512];
-	unsigned nodes;
-	pthread_t th;
-	pthread_mutex_t mu; /* invariant 3 */
-	pthread_cond_t cv;
-	bool stop;
-	struct node_part *parts; /* every manifest known, this node's included; mu */
-	size_t nparts, capparts;
-	struct node_key *global; /* steps globally complete; mu */
-	size_t nglobal, capglobal;
-	struct node_key *sealed_here; /* steps this node sealed from another node's seal */
-	size_t nsealed, capsealed;
-	struct node_key *shown; /* global steps whose other nodes' files are in the namespace */
-	size_t nshown, capshown;
-	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
-	_Atomic uint64_t chunks_fetched, bytes_fetched;
-	char last_error[256]; /* mu */
-};
 
 static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
 {
@@ -75,9 +48,7 @@ static bool has_part(struct node *n, const char *node, int kind, int64_t step)
 	return false;
 }
 
-/* Log a failure of the remote and keep it for .ckptfs/status (printf-style). */
-static void set_error(struct node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_error(struct node *n, const char *fmt, ...)
+void node_set_error(struct node *n, const char *fmt, ...)
 {
 	char line[sizeof(n->last_error)];
 	va_list ap;
@@ -261,9 +232,10 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 
 	snprintf(key, sizeof(key), "chunks/%s", store_hash_hex(h, hex));
 	if ((rc = remote_get(n->r, key, &buf, &len)) < 0) {
-		if (rc != -ENOENT)
-			ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
-		return rc;
+		if (rc == -ENOENT)
+			return rc;
+		ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
+		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
 	b = buf;
 	for (int i = 0; len >= 5 && i < 4; i++)
@@ -495,14 +467,22 @@ static void show_global(struct node *n)
 		if (rc == -EBUSY)
 			continue; /* this node's part is not complete here yet */
 		if (rc < 0) {
-			set_error(n, "cannot show step %" PRId64 " of the other nodes: %s",
+			node_set_error(n, "cannot show step %" PRId64 " of the other nodes: %s",
 				  todo[i].step, strerror(-rc));
 			continue;
 		}
+		char name[IDX_STEP_NAME_MAX + 1] = "";
+
 		pthread_mutex_lock(&n->mu);
 		if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
 			n->shown[n->nshown++] = todo[i];
+		for (size_t j = 0; j < n->nparts && !name[0]; j++)
+			if (n->parts[j].kind == todo[i].kind && n->parts[j].step == todo[i].step)
+				memcpy(name, n->parts[j].name, sizeof(name));
 		pthread_mutex_unlock(&n->mu);
+		/* every node shows it now: its directory object has done its work (node_dir.c) */
+		if (name[0])
+			node_dir_unpublish(n->fs, name);
 	}
 	free(todo);
 }
@@ -629,14 +609,14 @@ static void publish(struct node *n)
 		m = node_manifest_json(fs, s, n->name, n->nodes, sealed);
 		pthread_mutex_unlock(&fs->mu);
 		if (!m) {
-			set_error(n, "cannot describe step '%s' for the remote: %s", s->name,
+			node_set_error(n, "cannot describe step '%s' for the remote: %s", s->name,
 				  strerror(EIO));
 			continue;
 		}
 		rc = publish_one(n, s, m);
 		json_decref(m);
 		if (rc < 0) {
-			set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
+			node_set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
 				  strerror(-rc));
 			break; /* the remote is down: the next tick tries again */
 		}
@@ -661,8 +641,9 @@ static void *node_main(void *arg)
 	while (!n->stop) {
 		pthread_mutex_unlock(&n->mu);
 		if ((rc = learn(n)) < 0)
-			set_error(n, "cannot read the remote's manifests: %s; retrying",
+			node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 				  strerror(-rc));
+		node_dirs_retry(n);
 		seal_from_remote(n);
 		publish(n);
 		show_global(n);
@@ -703,6 +684,7 @@ static void node_free(struct node *n)
 	free(n->global);
 	free(n->sealed_here);
 	free(n->shown);
+	free(n->dirs_pending);
 	free(n);
 }
 
@@ -715,7 +697,7 @@ static bool name_ok(const char *s)
 	return strchr(s, '/') == NULL;
 }
 
-int node_start(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t errlen)
+int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t errlen)
 {
 	struct node *n = calloc(1, sizeof(*n));
 	int rc;
@@ -746,12 +728,19 @@ int node_start(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t er
 	}
 	fs->node = n;
 	store_set_fetch(fs->st, fetch_chunk, n);
+	return 0;
+}
+
+int node_start(struct ckfs *fs, char *err, size_t errlen)
+{
+	struct node *n = fs->node;
+	int rc;
+
 	if ((rc = pthread_create(&n->th, NULL, node_main, n)) != 0) {
-		fs->node = NULL;
-		node_free(n);
 		snprintf(err, errlen, "cannot start the node thread: %s", strerror(rc));
 		return -rc;
 	}
+	n->started = true;
 	pthread_mutex_lock(&fs->mu);
 	fs->global_ok = global_ok;
 	pthread_mutex_unlock(&fs->mu);
@@ -768,7 +757,8 @@ void node_stop(struct ckfs *fs)
 	n->stop = true;
 	pthread_cond_signal(&n->cv);
 	pthread_mutex_unlock(&n->mu);
-	pthread_join(n->th, NULL);
+	if (n->started)
+		pthread_join(n->th, NULL);
 	store_set_fetch(fs->st, NULL, NULL); /* a read after this finds the chunk missing */
 	pthread_mutex_lock(&fs->mu);
 	fs->global_ok = NULL;

@@ -13,6 +13,7 @@
  *   chunks/<32 hex digits>                 one chunk: 1 byte enum store_codec, 4 bytes raw size
  *                                          (little-endian), the payload (store_encode)
  *   manifests/<kind>/<step>/<node>.json    one node's part of one step (node_manifest_json)
+ *   dirs/<name>                            a step directory made during a save (node_dir.c)
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the
@@ -24,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "fs/steps/steps.h"
 
@@ -38,16 +40,45 @@ struct node_cfg {
 #define NODE_NAME_MAX 63
 
 /*
- * node_start - open the remote (checking it answers: a wrong endpoint, bucket or credentials
- * fail here, with err saying which and what to do), start the node thread, and wire
- * fs->global_ok so that trackers resolve to globally complete steps only.
+ * node_open - open the remote (checking it answers: a wrong endpoint, bucket or credentials
+ * fail here, with err saying which and what to do) and let the store fetch missing chunks from
+ * it, so that the step engine's checks at mount (steps_init) find the other nodes' chunks.
  * err: errlen bytes, filled on failure. Returns 0, -EINVAL (a bad name or nodes), or the
- * remote's -errno. No lock held; call after steps_start.
+ * remote's -errno. No lock held; call once the store is open, before steps_init.
  */
-int node_start(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t errlen);
+int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t errlen);
 
-/* node_stop - stop the thread and close the remote (no-op without node_start). No lock held. */
+/*
+ * node_start - start the node thread and wire fs->global_ok so that trackers resolve to
+ * globally complete steps only. Returns 0, or -errno with err filled (pthread_create).
+ * No lock held; call after node_open and steps_init, before serving requests.
+ */
+int node_start(struct ckfs *fs, char *err, size_t errlen);
+
+/* node_stop - stop the thread and close the remote (no-op without node_open). No lock held. */
 void node_stop(struct ckfs *fs);
+
+/*
+ * Step directories shared while a save runs (node_dir.c says why and what it costs). Each is a
+ * no-op returning 0 without a remote. None takes fs->mu; call them without it (they wait on
+ * the network).
+ *
+ * node_dir_publish - step directory name (an entry of the root, 1..IDX_STEP_NAME_MAX bytes)
+ * was made here with mode (permission bits): put dirs/<name> on the remote, so that the other
+ * nodes' node_dir_lookup finds it. Returns 0 (also when another node published it first), or
+ * the remote's -errno: then logged, shown in .ckptfs/status and retried by the node thread;
+ * the caller's mkdir stands.
+ *
+ * node_dir_lookup - a lookup at the root missed name: did another node publish it?
+ * Returns 1 and *ret_mode (permission bits), 0 (not published), or -ENAMETOOLONG or the
+ * remote's -errno (logged; the caller answers ENOENT).
+ *
+ * node_dir_unpublish - name was removed at the root (or its step is globally complete): delete
+ * dirs/<name> and forget a publish still to retry. Errors are logged.
+ */
+int node_dir_publish(struct ckfs *fs, const char *name, mode_t mode);
+int node_dir_lookup(struct ckfs *fs, const char *name, mode_t *ret_mode);
+void node_dir_unpublish(struct ckfs *fs, const char *name);
 
 /*
  * node_status - the node layer's lines for .ckptfs/status into buf (cap bytes): the remote,

@@ -5,6 +5,10 @@
 #ifndef CKPTFS_FS_NODE_INT_H
 #define CKPTFS_FS_NODE_INT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
 #include <jansson.h>
 
 #include "fs/node/node.h"
@@ -20,6 +24,49 @@ struct node_part {
 	int64_t step;
 	bool sealed;                       /* it carries the seal (policy rule 5) */
 };
+
+/* A step of one layout. */
+struct node_key {
+	int kind;
+	int64_t step;
+};
+
+/* The node layer's state (fs->node); the locking is node.c's invariant 3. */
+struct node {
+	struct ckfs *fs;
+	struct remote *r;
+	char name[NODE_NAME_MAX + 1];
+	char url[512];
+	unsigned nodes;
+	pthread_t th;
+	bool started; /* th runs (node_start) */
+	pthread_mutex_t mu; /* invariant 3 */
+	pthread_cond_t cv;
+	bool stop;
+	struct node_part *parts; /* every manifest known, this node's included; mu */
+	size_t nparts, capparts;
+	struct node_key *global; /* steps globally complete; mu */
+	size_t nglobal, capglobal;
+	struct node_key *sealed_here; /* steps this node sealed from another node's seal */
+	size_t nsealed, capsealed;
+	struct node_key *shown; /* global steps whose other nodes' files are in the namespace */
+	size_t nshown, capshown;
+	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
+	_Atomic uint64_t chunks_fetched, bytes_fetched;
+	char last_error[256]; /* mu */
+	struct node_dir_pending {
+		char name[IDX_STEP_NAME_MAX + 1];
+		mode_t mode;
+	} *dirs_pending; /* node_dir.c: step directories to publish again; mu */
+	size_t ndirs, capdirs;
+};
+
+/* Log a failure of the remote and keep it for .ckptfs/status (printf-style). Takes n->mu. */
+void node_set_error(struct node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* node_dirs_retry - publish the step directories whose publish failed (node_dir.c). Node
+ * thread; takes n->mu, never fs->mu. */
+void node_dirs_retry(struct node *n);
 
 /*
  * node_manifest_json - this node's manifest of step s (its directory's tree: dirs, files, their

@@ -114,13 +114,20 @@ static ssize_t read_staged(struct oinode *oi, uint8_t *buf, size_t len, uint64_t
 
 /*
  * Chunk h of oi could not be read whole (n: chunk_bytes' result, an -errno or a short count):
- * mark it bad in the index (best effort, takes fs->mu) and log it once. Returns -EIO.
+ * mark it bad in the index (best effort, takes fs->mu; not for -EAGAIN, a remote that did not
+ * answer) and log it once. Returns -EIO.
  */
 static int chunk_bad(struct ckfs *fs, const struct oinode *oi, const struct store_hash *h,
 		     ssize_t n)
 {
 	char hex[2 * STORE_HASH_LEN + 1];
 
+	if (n == -EAGAIN) { /* another node's chunk, the remote did not answer: not bad */
+		ckpt_log("cannot read chunk '%s' of inode %llu: the remote holding it did not "
+			 "answer; try again once it is back\n", store_hash_hex(h, hex),
+			 (unsigned long long)oi->ino);
+		return -EIO;
+	}
 	pthread_mutex_lock(&fs->mu);
 	if (idx_begin(fs->ix) == 0 &&
 	    (idx_chunk_mark_bad(fs->ix, h->b) < 0 || idx_commit(fs->ix) < 0))

@@ -8,9 +8,16 @@ The remotes, each started for real by scripts/ceph.sh (a one-machine Ceph on 127
   cephfs  a CephFS directory, node A through one ceph-fuse mount, node B through another
 and `dir`, a plain directory of this machine (the shared-filesystem backend without Ceph).
 
-Scenarios, per remote, with the Megatron layout (tests/traces/megatron.md: every rank writes
-iter_N/mp_rank_R/model_optim_rng.pt, rank 0 writes latest_checkpointed_iteration.txt after a
-barrier; the resume reads the tracker, then every rank's file):
+Layouts, each a real save sequence of tests/e2e/trainer.py (its comments cite the sources):
+  megatron   every rank makes iter_N/mp_rank_R/ and writes its model_optim_rng.pt; rank 0 writes
+             latest_checkpointed_iteration.txt after a barrier (tests/traces/megatron.md)
+  mf2        rank 0 alone makes iteration_N/, then a barrier, then every rank writes its
+             safetensors into it: node B's ranks find the directory only through the remote
+             (fs/node/node_dir.c); rank 0 writes common.json, metadata.json and the tracker
+  deepspeed  every rank writes its ZeRO optimizer shard into global_stepN/, rank 0 the model
+             states and `latest`; every rank of the resume reads rank 0's model file
+
+Scenarios, per remote and layout:
   save_resume   both nodes' trackers name the newest step, which is globally complete; a
                 resumed job loads it bit-exact (trainer.py VERIFY: every file's SHA-256 and the
                 model's state digest against what was written)
@@ -22,6 +29,8 @@ barrier; the resume reads the tracker, then every rank's file):
                 the newest global step from the remote alone, bit-exact
 
 Fails loudly when FUSE or Ceph cannot be used. Run: tests/e2e/test_multinode.py [-k s3]
+(tests are named test_<remote>_<layout>_<scenario>; CKPTFS_MULTINODE_QUICK=1 runs the subset
+that scripts/test.sh runs: every scenario and layout on S3, Megatron on CephFS and dir).
 """
 import sys
 
@@ -43,14 +52,40 @@ import ckfs  # noqa: E402
 from ckfs import wait_for  # noqa: E402
 from trainers import PYTHON, TRAINER, RUN_TIMEOUT  # noqa: E402
 
-TRACKER = 'latest_checkpointed_iteration.txt'
 RANKS = 4
 
 
-def read_tracker(m):
+class Layout:
+    """What the tests need to know of a layout's save directory: its tracker's name, the
+    tracker's content naming step s, the step directory of s, and every file of step s."""
+
+    def __init__(self, name, tracker, claim, stepdir, files):
+        self.name, self.tracker = name, tracker
+        self.claim, self.stepdir, self.files = claim, stepdir, files
+
+
+LAYOUTS = {
+    'megatron': Layout('megatron', 'latest_checkpointed_iteration.txt', str,
+                       lambda s: 'iter_%07d' % s,
+                       lambda s: ['iter_%07d/mp_rank_%02d/model_optim_rng.pt' % (s, r)
+                                  for r in range(RANKS)]),
+    'mf2': Layout('mf2', 'latest_checkpointed_iteration.txt', str,
+                  lambda s: 'iteration_%08d' % s,
+                  lambda s: ['iteration_%08d/%s-%07d-%07d.safetensors' % (s, k, r, RANKS)
+                             for r in range(RANKS) for k in ('model', 'opt')] +
+                  ['iteration_%08d/%s' % (s, n) for n in ('common.json', 'metadata.json')]),
+    'deepspeed': Layout('deepspeed', 'latest', lambda s: 'global_step%d' % s,
+                        lambda s: 'global_step%d' % s,
+                        lambda s: ['global_step%d/bf16_zero_pp_rank_%d_mp_rank_00_optim_states.pt'
+                                   % (s, r) for r in range(RANKS)] +
+                        ['global_step%d/mp_rank_00_model_states.pt' % s]),
+}
+
+
+def read_tracker(m, lay):
     try:
-        with open(os.path.join(m.mnt, TRACKER)) as f:
-            return f.read()
+        with open(os.path.join(m.mnt, lay.tracker)) as f:
+            return f.read().strip()
     except FileNotFoundError:
         return None
 
@@ -121,7 +156,7 @@ class TestMultiNode(unittest.TestCase):
         return ms['a'], ms['b']
 
     def job(self, a, b, steps, resume=False, slow=0.0):
-        argv = [PYTHON, TRAINER, '--layout', 'megatron', '--save', '%s,%s' % (a.mnt, b.mnt),
+        argv = [PYTHON, TRAINER, '--layout', self.lay.name, '--save', '%s,%s' % (a.mnt, b.mnt),
                 '--steps', str(steps), '--save-every', '2', '--ranks', str(RANKS),
                 '--log', self.log, '--slow-save', str(slow)] + (['--resume'] if resume else [])
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -138,12 +173,14 @@ class TestMultiNode(unittest.TestCase):
         with open(self.log) as f:
             return f.read().splitlines()
 
-    def both_trackers(self, a, b, want, timeout=30):
-        """Wait until both nodes' trackers read want (a step number as text, or None)."""
+    def both_trackers(self, a, b, step, timeout=30):
+        """Wait until both nodes' trackers name step."""
+        want, lay = self.lay.claim(step), self.lay
         wait_for('both trackers at %r' % want,
-                 lambda: read_tracker(a) == want and read_tracker(b) == want, timeout,
+                 lambda: read_tracker(a, lay) == want and read_tracker(b, lay) == want, timeout,
                  lambda: 'trackers: node A %r, node B %r\n--- A status ---\n%s\n--- B status '
-                 '---\n%s' % (read_tracker(a), read_tracker(b), status(a), status(b)))
+                 '---\n%s' % (read_tracker(a, lay), read_tracker(b, lay), status(a),
+                               status(b)))
 
     def resumed(self, step):
         """The last launch's RESUMED line names step, and every rank's VERIFY passed."""
@@ -161,7 +198,7 @@ class TestMultiNode(unittest.TestCase):
         call kill(job). Returns the job's output."""
         p = self.job(a, b, 100, slow=0.4)
         deadline = time.monotonic() + RUN_TIMEOUT
-        target = os.path.join(b.mnt, 'iter_0000006')
+        target = os.path.join(b.mnt, self.lay.stepdir(6))
         while not os.path.isdir(target) or not os.listdir(target):
             if p.poll() is not None:
                 self.fail('the job ended before step 6: %s' % p.stdout.read())
@@ -179,14 +216,13 @@ class TestMultiNode(unittest.TestCase):
     def save_resume(self, kind):
         a, b = self.nodes(kind)
         self.run_job(a, b, 6)
-        self.both_trackers(a, b, '6')
+        self.both_trackers(a, b, 6)
         self.run_job(a, b, 8, resume=True)
         self.resumed(6)
-        self.both_trackers(a, b, '8')
+        self.both_trackers(a, b, 8)
         for m in (a, b):   # one namespace: every rank's file on every node
-            for r in range(RANKS):
-                self.assertTrue(os.path.isfile(m.path('iter_0000008', 'mp_rank_%02d' % r,
-                                                      'model_optim_rng.pt')))
+            for f in self.lay.files(8):
+                self.assertTrue(os.path.isfile(m.path(f)), '%s missing on %s' % (f, m.mnt))
 
     def kill_ranks_b(self, kind):
         a, b = self.nodes(kind)
@@ -195,32 +231,32 @@ class TestMultiNode(unittest.TestCase):
             for r in (2, 3):
                 subprocess.run(['pkill', '-9', '-f', '%s.*--worker-rank %d' % (TRAINER, r)])
         self.kill_in_save(a, b, kill)
-        self.both_trackers(a, b, '4')
+        self.both_trackers(a, b, 4)
         time.sleep(1.5)   # nothing moves later either
-        self.both_trackers(a, b, '4', timeout=1)
+        self.both_trackers(a, b, 4, timeout=1)
         self.run_job(a, b, 8, resume=True)
         self.resumed(4)
-        self.both_trackers(a, b, '8')
+        self.both_trackers(a, b, 8)
 
     def kill_daemon_b(self, kind):
         a, b = self.nodes(kind)
         # the job dies with B's daemon, before B's mount point is a plain directory again
         self.kill_in_save(a, b, lambda p: b.kill_daemon(then=lambda: os.killpg(p.pid, 9)))
         b.start()          # the same STORE
-        self.both_trackers(a, b, '4')
+        self.both_trackers(a, b, 4)
         self.run_job(a, b, 8, resume=True)
         self.resumed(4)
-        self.both_trackers(a, b, '8')
+        self.both_trackers(a, b, 8)
 
     def wipe_a(self, kind):
         a, b = self.nodes(kind)
         self.run_job(a, b, 6)
-        self.both_trackers(a, b, '6')
+        self.both_trackers(a, b, 6)
         a.unmount()
         shutil.rmtree(a.store)
         os.makedirs(a.store)
         a.start()          # an empty STORE: everything from the remote
-        self.both_trackers(a, b, '6')
+        self.both_trackers(a, b, 6)
         self.run_job(a, b, 8, resume=True)
         self.resumed(6)
 
@@ -233,16 +269,21 @@ def status(m):
         return '(no status: %s)' % e
 
 
-def _add(kind, scenario):
+def _add(kind, layout, scenario):
     def t(self):
+        self.lay = LAYOUTS[layout]
         getattr(self, scenario)(kind)
-    t.__name__ = 'test_%s_%s' % (kind, scenario)
+    t.__name__ = 'test_%s_%s_%s' % (kind, layout, scenario)
     setattr(TestMultiNode, t.__name__, t)
 
 
-for _k in ('dir', 's3', 'cephfs'):
-    for _s in ('save_resume', 'kill_ranks_b', 'kill_daemon_b', 'wipe_a'):
-        _add(_k, _s)
+QUICK = os.environ.get('CKPTFS_MULTINODE_QUICK') == '1'
+for _k in ('s3', 'cephfs', 'dir'):
+    for _l in LAYOUTS:
+        if QUICK and _k != 's3' and _l != 'megatron':
+            continue
+        for _s in ('save_resume', 'kill_ranks_b', 'kill_daemon_b', 'wipe_a'):
+            _add(_k, _l, _s)
 
 
 if __name__ == '__main__':

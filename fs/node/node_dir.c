@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * node_dir.c — step directories shared while a save runs (node.h, node_dir_*).
+ *
+ * MindFormers 2.0, DeepSpeed and Hugging Face have rank 0 create the step directory, then a
+ * barrier, then every rank writes into it. On a single shared filesystem that works because the
+ * directory is there for everyone once mkdir returns; here each node has its own namespace. So:
+ *   - a step directory made at the root of this node is published before its mkdir returns:
+ *     the object dirs/<name> (put-if-absent; the body is the mode in octal and a newline);
+ *   - a lookup at the root of a step-directory name this node lacks asks the remote for
+ *     dirs/<name> and, when another node published it, makes the directory here and answers
+ *     with it, as if this node's rank had made it.
+ * The choice of "look a missing name up" over "push every namespace change to every node":
+ * only the root's step directories are shared (the files inside are each rank's own until the
+ * step is globally complete and node.c shows them everywhere), and the costs fall where they
+ * are paid once per step: one PUT per step directory on the node that makes it, one GET per
+ * lookup of a step-directory name that does not exist locally (a rank's first path walk into
+ * the new directory, or a trainer's exists() test). A lookup's answer is never cached negative
+ * by the kernel (fs/fuse/ops.c replies ENOENT), so the first walk after the barrier asks again.
+ *
+ * Invariants:
+ *   1. An object dirs/<name> names a step directory some node made and nobody removed since:
+ *      rmdir at the root deletes it, and so does the node thread once the step is globally
+ *      complete (every node then shows the step's files from the manifests; a later lookup
+ *      after retention removed the directory must not bring an empty one back).
+ *   2. A publish that fails (the remote down) does not fail the mkdir: this node's ranks save
+ *      locally as before; the name is kept in n->dirs_pending and published by the node thread
+ *      until the remote takes it. Until then the other nodes' lookups fail with ENOENT, so
+ *      their ranks' writes into the directory fail: the save is lost there, never torn.
+ *   3. No function here takes fs->mu; they take n->mu only (node.c invariant 3).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/node/node_int.h"
+
+/* The key of a step directory's object: "dirs/" then the name (layout names are short). */
+#define DIR_KEY_PREFIX "dirs/"
+
+static int dir_key(const char *name, char *key, size_t cap)
+{
+	int len = snprintf(key, cap, DIR_KEY_PREFIX "%s", name);
+
+	return len < 0 || (size_t)len >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* Drop name from n->dirs_pending if it is there. n->mu held. */
+static void drop_pending(struct node *n, const char *name)
+{
+	for (size_t i = 0; i < n->ndirs; i++)
+		if (strcmp(n->dirs_pending[i].name, name) == 0) {
+			memmove(&n->dirs_pending[i], &n->dirs_pending[i + 1],
+				(n->ndirs - i - 1) * sizeof(*n->dirs_pending));
+			n->ndirs--;
+			return;
+		}
+}
+
+/* Keep name and mode for node_dirs_retry (once). n->mu not held. */
+static void keep_pending(struct node *n, const char *name, mode_t mode)
+{
+	pthread_mutex_lock(&n->mu);
+	drop_pending(n, name);
+	if (ckpt_grow(&n->dirs_pending, &n->capdirs, n->ndirs, sizeof(*n->dirs_pending)) == 0) {
+		snprintf(n->dirs_pending[n->ndirs].name, sizeof(n->dirs_pending->name), "%s", name);
+		n->dirs_pending[n->ndirs++].mode = mode;
+	}
+	pthread_mutex_unlock(&n->mu);
+}
+
+/* Put dirs/<name> with mode; 0 when it is there (ours or another node's), else -errno. */
+static int put_dir(struct node *n, const char *name, mode_t mode)
+{
+	char key[REMOTE_KEY_MAX + 1], body[16];
+	int len = snprintf(body, sizeof(body), "%04o\n", (unsigned)(mode & 07777));
+	int rc = dir_key(name, key, sizeof(key));
+
+	if (rc == 0)
+		rc = remote_put_if_absent(n->r, key, body, (size_t)len);
+	return rc == -EEXIST ? 0 : rc;
+}
+
+int node_dir_publish(struct ckfs *fs, const char *name, mode_t mode)
+{
+	struct node *n = fs->node;
+	int rc;
+
+	if (!n)
+		return 0;
+	if ((rc = put_dir(n, name, mode)) < 0) {
+		node_set_error(n, "cannot publish step directory '%s' to the remote: %s; the other "
+			       "nodes cannot see it until the remote takes it (retrying)", name,
+			       strerror(-rc));
+		keep_pending(n, name, mode);
+	}
+	return rc;
+}
+
+int node_dir_lookup(struct ckfs *fs, const char *name, mode_t *ret_mode)
+{
+	struct node *n = fs->node;
+	char key[REMOTE_KEY_MAX + 1], text[16];
+	unsigned mode = 0;
+	size_t len;
+	void *buf;
+	int rc;
+
+	if (!n)
+		return 0;
+	if ((rc = dir_key(name, key, sizeof(key))) < 0)
+		return rc;
+	rc = remote_get(n->r, key, &buf, &len);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0) {
+		node_set_error(n, "cannot ask the remote whether another node made '%s': %s", name,
+			       strerror(-rc));
+		return rc;
+	}
+	memcpy(text, buf, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+	text[len < sizeof(text) - 1 ? len : sizeof(text) - 1] = '\0';
+	free(buf);
+	if (sscanf(text, "%o", &mode) != 1 || mode > 07777)
+		mode = 0755; /* not ours to judge: the directory still exists */
+	*ret_mode = (mode_t)mode;
+	return 1;
+}
+
+void node_dir_unpublish(struct ckfs *fs, const char *name)
+{
+	struct node *n = fs->node;
+	char key[REMOTE_KEY_MAX + 1];
+	int rc;
+
+	if (!n || dir_key(name, key, sizeof(key)) < 0)
+		return;
+	pthread_mutex_lock(&n->mu);
+	drop_pending(n, name);
+	pthread_mutex_unlock(&n->mu);
+	if ((rc = remote_delete(n->r, key)) < 0)
+		node_set_error(n, "cannot remove step directory '%s' from the remote: %s", name,
+			       strerror(-rc));
+}
+
+void node_dirs_retry(struct node *n)
+{
+	for (;;) {
+		struct node_dir_pending d;
+
+		pthread_mutex_lock(&n->mu);
+		if (n->ndirs == 0) {
+			pthread_mutex_unlock(&n->mu);
+			return;
+		}
+		d = n->dirs_pending[n->ndirs - 1];
+		pthread_mutex_unlock(&n->mu);
+		if (put_dir(n, d.name, d.mode) < 0)
+			return; /* still down: the next tick */
+		pthread_mutex_lock(&n->mu);
+		drop_pending(n, d.name);
+		pthread_mutex_unlock(&n->mu);
+		ckpt_log("published step directory '%s' to the remote", d.name);
+	}
+}
