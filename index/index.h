@@ -88,7 +88,10 @@ struct idx_inode {
  * Set and cleared by idx_file_set_content alone; idx_inode_create and idx_inode_update ignore
  * this bit in what they are given and keep the stored one. */
 #define IDX_INODE_SPARSE 0x8
-#define IDX_INODE_FLAGS_ALL 0xf /* every defined bit; others are refused (-EINVAL) */
+/* another node wrote it: shown from that node's manifest (fs/node), its chunks fetched from the
+ * remote on first read */
+#define IDX_INODE_FOREIGN 0x10
+#define IDX_INODE_FLAGS_ALL 0x1f /* every defined bit; others are refused (-EINVAL) */
 
 /* One extent of a regular file: bytes [offset, offset+length) are the raw bytes of a chunk. */
 struct idx_extent {

@@ -21,7 +21,7 @@ die() {
 }
 
 usage() {
-	echo "usage: $0 start DIR [--cephfs [N]] [--timeout SECONDS] | stop DIR" >&2
+	echo "usage: $0 start DIR [--cephfs [N]] [--timeout SECONDS] | stop DIR | rgw-stop DIR | rgw-start DIR" >&2
 	exit 2
 }
 
@@ -309,6 +309,25 @@ do_stop() {
 	echo "ceph.sh: stopped the cluster under $DIR"
 }
 
+# The RADOS Gateway alone, for the tests of a remote that goes away during a save and comes back
+# (tests/e2e/test_multinode.py): stopped as do_stop stops it, started again on its port.
+do_rgw_stop() {
+	kill_pidfiles 50 "$DIR/run/rgw.a.pid"
+	echo "ceph.sh: stopped the RADOS Gateway under $DIR"
+}
+
+do_rgw_start() {
+	local port url
+	port=$(sed -n 's/^rgw frontends = beast endpoint=127\.0\.0\.1:\([0-9]*\)$/\1/p' "$DIR/ceph.conf")
+	[ -n "$port" ] || die "no RADOS Gateway port in $DIR/ceph.conf: was the cluster started here?"
+	url=http://127.0.0.1:$port
+	launch rgw.a radosgw -c "$DIR/ceph.conf" -n client.rgw.a -f
+	wait_for "$TIMEOUT" "the RADOS Gateway on $url" curl -sf -o /dev/null "$url/" ||
+		show_fail "the RADOS Gateway did not answer on $url" "$DIR/log/rgw.a.out" \
+			"$DIR/log/rgw.a.log"
+	echo "ceph.sh: the RADOS Gateway answers on $url again"
+}
+
 [ $# -ge 2 ] || usage
 cmd=$1
 DIR=$2
@@ -355,5 +374,7 @@ start)
 	trap - ERR
 	;;
 stop) do_stop ;;
+rgw-stop) do_rgw_stop ;;
+rgw-start) do_rgw_start ;;
 *) usage ;;
 esac

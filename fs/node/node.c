@@ -346,7 +346,9 @@ static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
 		.mode = S_IFREG | ((uint32_t)json_integer_value(json_object_get(f, "mode")) & 07777),
 		.nlink = 1, .atime_ns = now, .ctime_ns = now,
 		.mtime_ns = json_integer_value(json_object_get(f, "mtime_ns")),
-		.flags = (uint32_t)json_integer_value(json_object_get(f, "flags")),
+		.flags = ((uint32_t)json_integer_value(json_object_get(f, "flags")) &
+			  (IDX_INODE_TORN | IDX_INODE_MALFORMED | IDX_INODE_VALID)) |
+			 IDX_INODE_FOREIGN,
 	};
 	if (hex && store_hash_parse(hex, &h) < 0)
 		hex = NULL;
@@ -456,10 +458,24 @@ static void show_global(struct node *n)
 	size_t nt = 0, capt = 0;
 
 	pthread_mutex_lock(&n->mu);
-	for (size_t i = 0; i < n->nglobal; i++)
-		if (!key_in(n->shown, n->nshown, n->global[i].kind, n->global[i].step) &&
-		    ckpt_grow(&todo, &capt, nt, sizeof(*todo)) == 0)
-			todo[nt++] = n->global[i];
+	for (size_t i = 0; i < n->nglobal; i++) {
+		const struct node_key *g = &n->global[i];
+		unsigned newer = 0;
+
+		if (key_in(n->shown, n->nshown, g->kind, g->step))
+			continue;
+		for (size_t j = 0; j < n->nglobal; j++)
+			newer += n->global[j].kind == g->kind && n->global[j].step > g->step;
+		if (n->fs->keep_max && newer >= n->fs->keep_max) {
+			/* retention has no room for it: never shown again (after a restart, a step
+			 * pruned here long ago stays pruned) */
+			if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
+				n->shown[n->nshown++] = *g;
+			continue;
+		}
+		if (ckpt_grow(&todo, &capt, nt, sizeof(*todo)) == 0)
+			todo[nt++] = *g;
+	}
 	pthread_mutex_unlock(&n->mu);
 	for (size_t i = 0; i < nt; i++) {
 		int rc = show_step(n, &todo[i]);
@@ -483,6 +499,10 @@ static void show_global(struct node *n)
 		/* every node shows it now: its directory object has done its work (node_dir.c) */
 		if (name[0])
 			node_dir_unpublish(n->fs, name);
+		/* a new global step may free a place in retention (rule 5 counts global steps) */
+		pthread_mutex_lock(&n->fs->mu);
+		steps_retention(n->fs, todo[i].kind);
+		pthread_mutex_unlock(&n->fs->mu);
 	}
 	free(todo);
 }

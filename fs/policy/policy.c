@@ -214,6 +214,8 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 	(void)cookie;
 	if (!S_ISDIR(mode) && !S_ISREG(mode))
 		return 0;
+	if (S_ISREG(mode) && idx_inode_get(w->ix, ino, &a) == 0 && (a.flags & IDX_INODE_FOREIGN))
+		return 0; /* another node's file (rule 5): this node's ranks never write it */
 	if (renumber(name, w->from, w->to, want, sizeof(want)) < 0)
 		return 0; /* no name it could have here */
 	/* a digit run equal to the step by chance (DeepSpeed's "bf16_" at step 16) is not the

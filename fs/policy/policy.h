@@ -172,7 +172,9 @@ enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t
  * policy_previous_names - does the step with row s (its kind, id, step and dir_ino) hold every
  * file and directory name of the newest complete step of its layout before it? A name of the
  * previous step is matched with every run of digits equal to that step's number renumbered to
- * s's (zero-padded to the run's width when it starts with 0), or unchanged.
+ * s's (zero-padded to the run's width when it starts with 0), or unchanged. Files another node
+ * wrote (IDX_INODE_FOREIGN, shown from its manifest) are not asked for: this node's ranks never
+ * write them (rule 5).
  * @missing: receives the first name not found (with " (in step N)"), NUL-terminated, truncated.
  * Returns POLICY_PREV_ALL, POLICY_PREV_NONE, POLICY_PREV_MISSING, or -ENOMEM / -errno of the index.
  */

@@ -53,6 +53,16 @@ void steps_reap(struct ckfs *fs, bool recovering);
 bool steps_settle_due(struct ckfs *fs);
 void steps_settle_now(struct ckfs *fs);
 /*
+ * steps_retention - apply fs's retention policy (keep_max, keep_every, pins; invariant 4 in
+ * steps.c) to the complete steps of layout kind: steps kept only in retained go once a newer
+ * step is complete, then all but the newest keep_max unpinned steps are pruned and their
+ * chunks released. With fs->global_ok (many nodes) only globally complete steps count toward
+ * keep_max: a newer step complete here but not yet everywhere is kept beside them, and every
+ * step older than the keep_max-th global one goes. Best effort: on an error the transaction is
+ * rolled back and nothing is pruned. fs->mu held; runs its own transactions.
+ */
+void steps_retention(struct ckfs *fs, int kind);
+/*
  * steps_seal_remote - another node published the seal of step (kind, step) (policy rule 5):
  * seal this node's part of it and judge it, as a local claim would. why: for the log. Returns 0,
  * -ENOENT when this node has no unfinished part of that step (none yet, or already complete).

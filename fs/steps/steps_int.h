@@ -214,14 +214,6 @@ int steps_prune(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr);
  * held. */
 bool steps_is_retained(struct ckfs *fs, const struct idx_step *s);
 
-/*
- * steps_retention - apply fs's retention policy (keep_max, keep_every, pins; invariant 4 in
- * steps.c) to the complete steps of layout kind: steps kept only in retained go once a newer
- * step is complete, then all but the newest keep_max unpinned steps are pruned and their
- * chunks released. Best effort: on an error the transaction is rolled back and nothing is
- * pruned. fs->mu held; runs its own transactions.
- */
-void steps_retention(struct ckfs *fs, int kind);
 
 /*
  * steps_keep_copy - keep complete step s: a copy of its tree (new inodes, the same chunks) as

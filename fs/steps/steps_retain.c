@@ -181,7 +181,11 @@ void steps_retention(struct ckfs *fs, int kind)
 		if (s.pinned || (fs->keep_every && s.step >= 0 && s.step % fs->keep_every == 0))
 			continue; /* kept, and not counted */
 		if (kept < fs->keep_max) {
-			kept++; /* keep_max >= 1, so the newest unpinned complete step is kept */
+			/* keep_max >= 1, so the newest unpinned complete step is kept. With many
+			 * nodes only globally complete steps count (policy rule 5): a newer step
+			 * complete here, not yet on every node, is kept beside keep_max global ones */
+			if (!fs->global_ok || fs->global_ok(fs, s.kind, s.step))
+				kept++;
 			continue;
 		}
 		ok = steps_prune(fs, &s, &fr) == 0;

@@ -27,10 +27,15 @@ Scenarios, per remote and layout:
                 STORE and the step it had finished locally is published then
   wipe_a        node A's STORE deleted and A mounted again on an empty one: the job resumes on
                 the newest global step from the remote alone, bit-exact
+  retention     keep_checkpoint_max=2 on both nodes: each keeps the two newest global steps,
+                every rank's files of both
+  rgw_down      (S3; Megatron, DeepSpeed) the RADOS Gateway stopped during a save and started
+                after the job ended: the saves go on locally, the trackers stay on the last
+                global step, and the steps become global once the gateway is back
 
 Fails loudly when FUSE or Ceph cannot be used. Run: tests/e2e/test_multinode.py [-k s3]
 (tests are named test_<remote>_<layout>_<scenario>; CKPTFS_MULTINODE_QUICK=1 runs the subset
-that scripts/test.sh runs: every scenario and layout on S3, Megatron on CephFS and dir).
+that scripts/test.sh runs: every scenario and layout on S3, Megatron on CephFS).
 """
 import sys
 
@@ -45,10 +50,10 @@ import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOP = os.path.abspath(os.path.join(HERE, '..', '..'))
 sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
+from ceph import Ceph  # noqa: E402
 from ckfs import wait_for  # noqa: E402
 from trainers import PYTHON, TRAINER, RUN_TIMEOUT  # noqa: E402
 
@@ -90,33 +95,6 @@ def read_tracker(m, lay):
         return None
 
 
-class Ceph:
-    """scripts/ceph.sh start/stop on a temporary directory; env() the S3 settings."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix='ckptfs-test-ceph-')
-        r = subprocess.run(['bash', os.path.join(TOP, 'scripts', 'ceph.sh'), 'start', self.dir,
-                            '--cephfs', '2'], capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            self.stop()
-            raise AssertionError('cannot start Ceph (scripts/ceph.sh): %s%s' % (r.stdout,
-                                                                                 r.stderr))
-        self.vars = {}
-        with open(os.path.join(self.dir, 'env')) as f:
-            for ln in f:
-                ln = ln.strip()
-                if ln.startswith('export '):
-                    ln = ln[len('export '):]
-                if '=' in ln and not ln.startswith('#'):
-                    k, v = ln.split('=', 1)
-                    self.vars[k] = v.strip('\'"')
-
-    def stop(self):
-        subprocess.run(['bash', os.path.join(TOP, 'scripts', 'ceph.sh'), 'stop', self.dir],
-                       capture_output=True, timeout=120)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 class TestMultiNode(unittest.TestCase):
     ceph = None
 
@@ -132,9 +110,9 @@ class TestMultiNode(unittest.TestCase):
             cls.ceph.stop()
 
     # ---- a two-node job ----------------------------------------------------------------
-    def nodes(self, kind):
-        """Mount node A and node B on one new remote of kind (its prefix unique to the test).
-        Returns (a, b), ckfs.Mount objects."""
+    def nodes(self, kind, opts=()):
+        """Mount node A and node B on one new remote of kind (its prefix unique to the test),
+        with the extra -o options opts. Returns (a, b), ckfs.Mount objects."""
         v = self.ceph.vars
         job = 'job-%s-%d' % (self.id().split('.')[-1], int(time.time() * 1000))
         if kind == 's3':
@@ -148,7 +126,7 @@ class TestMultiNode(unittest.TestCase):
             urls = [plain] * 2
         ms = {}
         for node, url in zip(('a', 'b'), urls):
-            m = ckfs.Mount(opts=['remote=' + url, 'node=' + node, 'nodes=2'])
+            m = ckfs.Mount(opts=['remote=' + url, 'node=' + node, 'nodes=2'] + list(opts))
             m.start()
             self.addCleanup(m.close)
             ms[node] = m
@@ -193,17 +171,21 @@ class TestMultiNode(unittest.TestCase):
         self.assertEqual(bad, [], 'the resumed files differ from what was written')
         self.assertTrue(any(ln.startswith('VERIFY ok step=%d' % step) for ln in lines[start:]))
 
+    def in_save(self, p, b, step):
+        """Wait until job p's save of step has a file on node B (its ranks are writing)."""
+        deadline = time.monotonic() + RUN_TIMEOUT
+        target = os.path.join(b.mnt, self.lay.stepdir(step))
+        while not os.path.isdir(target) or not os.listdir(target):
+            if p.poll() is not None:
+                self.fail('the job ended before step %d: %s' % (step, p.stdout.read()))
+            self.assertLess(time.monotonic(), deadline, 'no save of step %d' % step)
+            time.sleep(0.05)
+
     def kill_in_save(self, a, b, kill):
         """Run a slow job; in its third save (step 6), once a file of step 6 exists on node B,
         call kill(job). Returns the job's output."""
         p = self.job(a, b, 100, slow=0.4)
-        deadline = time.monotonic() + RUN_TIMEOUT
-        target = os.path.join(b.mnt, self.lay.stepdir(6))
-        while not os.path.isdir(target) or not os.listdir(target):
-            if p.poll() is not None:
-                self.fail('the job ended before step 6: %s' % p.stdout.read())
-            self.assertLess(time.monotonic(), deadline, 'no save of step 6')
-            time.sleep(0.05)
+        self.in_save(p, b, 6)
         kill(p)
         try:
             os.killpg(p.pid, 9)
@@ -248,6 +230,46 @@ class TestMultiNode(unittest.TestCase):
         self.resumed(4)
         self.both_trackers(a, b, 8)
 
+    def rgw_down(self, kind):
+        """The RADOS Gateway stopped in the middle of the save of step 6 and started again
+        once the job has ended: the saves went on locally, no tracker moved past step 4 while
+        the remote was away, and steps 6 and 8 become global once it is back."""
+        a, b = self.nodes(kind)
+        p = self.job(a, b, 8, slow=0.4)
+        self.in_save(p, b, 6)
+        self.ceph.rgw('rgw-stop')
+        try:
+            out, _ = p.communicate(timeout=RUN_TIMEOUT)
+            self.assertEqual(p.returncode, 0, 'the job failed while the remote was away:\n%s'
+                             % out[-3000:])
+            for m in (a, b):
+                self.assertIn(read_tracker(m, self.lay), (self.lay.claim(2), self.lay.claim(4)),
+                              'a tracker moved past step 4 with the remote away\n%s'
+                              % status(m))
+        finally:
+            self.ceph.rgw('rgw-start')
+        self.both_trackers(a, b, 8, timeout=120)
+        self.run_job(a, b, 10, resume=True)
+        self.resumed(8)
+
+    def retention(self, kind):
+        """keep_checkpoint_max=2 on both nodes counts globally complete steps: after a job
+        that saved steps 2 to 8, each node holds steps 6 and 8, all four ranks' files."""
+        a, b = self.nodes(kind, ['keep_checkpoint_max=2'])
+        self.run_job(a, b, 8)
+        self.both_trackers(a, b, 8)
+        want = [self.lay.stepdir(6), self.lay.stepdir(8)]
+        for m in (a, b):
+            wait_for('%s to hold %s' % (m.mnt, want),
+                     lambda: sorted(n for n in os.listdir(m.mnt)
+                                    if n.startswith(self.lay.stepdir(0)[:4])) == want, 30,
+                     lambda: '%s\n%s' % (os.listdir(m.mnt), status(m)))
+        for m in (a, b):
+            for f in self.lay.files(6) + self.lay.files(8):
+                self.assertTrue(os.path.isfile(m.path(f)), '%s missing on %s' % (f, m.mnt))
+        self.run_job(a, b, 10, resume=True)
+        self.resumed(8)
+
     def wipe_a(self, kind):
         a, b = self.nodes(kind)
         self.run_job(a, b, 6)
@@ -280,10 +302,14 @@ def _add(kind, layout, scenario):
 QUICK = os.environ.get('CKPTFS_MULTINODE_QUICK') == '1'
 for _k in ('s3', 'cephfs', 'dir'):
     for _l in LAYOUTS:
-        if QUICK and _k != 's3' and _l != 'megatron':
+        if QUICK and (_k == 'dir' or (_k == 'cephfs' and _l != 'megatron')):
             continue
-        for _s in ('save_resume', 'kill_ranks_b', 'kill_daemon_b', 'wipe_a'):
-            _add(_k, _l, _s)
+        for _s in ('save_resume', 'kill_ranks_b', 'kill_daemon_b', 'wipe_a', 'rgw_down',
+                   'retention'):
+            # MindFormers 2.0's ranks on node B find rank 0's step directory through the remote
+            # only (node_dir.c): with the remote away its save fails there, and is not tested
+            if _s != 'rgw_down' or (_k == 's3' and _l != 'mf2'):
+                _add(_k, _l, _s)
 
 
 if __name__ == '__main__':

@@ -81,7 +81,7 @@ Test(flags, create_get_update, .init = setup_open_txn, .fini = teardown)
 	cr_assert_eq(b.flags, IDX_INODE_TORN | IDX_INODE_MALFORMED);
 
 	/* unknown bits, contradictory bits: refused, nothing changes */
-	b.flags = 0x10;
+	b.flags = IDX_INODE_FLAGS_ALL + 1;
 	cr_assert_eq(idx_inode_update(ix, &b), -EINVAL);
 	b.flags = IDX_INODE_MALFORMED | IDX_INODE_VALID;
 	cr_assert_eq(idx_inode_update(ix, &b), -EINVAL);

@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""Benchmark (opt-in, not a test): two ckptfs nodes over one Ceph S3 bucket, one run, printing
+
+  upload      the bytes the two nodes sent to the bucket per second, from the step's last close
+              to both trackers naming it, against `curl --aws-sigv4 -T` putting the same files
+              into the same bucket one after the other (the plain S3 upload of these bytes)
+  global      the time from the step complete on both nodes (their last close, then the
+              tracker claim) to its being globally complete (both trackers name it)
+  cold resume a node on an empty STORE reading every file of the step (chunks fetched from the
+              bucket, verified, cached) against reading the same bytes from the local disk
+              (files in a plain directory, page cache dropped before the read)
+  bucket      bytes in the bucket under the job's prefix against the bytes written: the
+              data-parallel replicas' identical model shards are stored once
+
+The step: a Megatron-layout save of 4 ranks, ranks 0-1 through node A and 2-3 through node B;
+each rank's model_optim_rng.pt is torch.save of {model: the same bf16 tensor on every rank
+(data-parallel replicas), optim: a float32 tensor of its own}, then rank 0's tracker.
+Usage: scripts/bench.sh --multinode [--mib-per-rank N]   (root: drops the page cache)
+"""
+import sys
+
+sys.dont_write_bytecode = True
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import xml.etree.ElementTree as ET  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
+
+import ckfs  # noqa: E402
+from ceph import Ceph  # noqa: E402
+
+TRACKER = 'latest_checkpointed_iteration.txt'
+RANKS = 4
+
+
+def drop_caches():
+    os.sync()
+    with open('/proc/sys/vm/drop_caches', 'w') as f:
+        f.write('3\n')
+
+
+def rank_files(mib):
+    """{relative path: bytes} of one step (4 ranks): a shared model half, an own optim half."""
+    import io
+    import torch
+    g = torch.Generator().manual_seed(7)
+    n = mib * 1024 * 1024 // 2
+    model = torch.randn(n // 2, generator=g).to(torch.bfloat16)        # mib/2 MiB, replicated
+    out = {}
+    for r in range(RANKS):
+        optim = torch.randn(n // 8, generator=g)                        # mib/2 MiB, this rank's
+        buf = io.BytesIO()
+        torch.save({'iteration': 2, 'model': model, 'optimizer': optim}, buf)
+        out['iter_0000002/mp_rank_%02d/model_optim_rng.pt' % r] = buf.getvalue()
+    return out
+
+
+def write_step(mounts, files):
+    """Ranks 0-1's files through mounts[0], 2-3's through mounts[1], then the tracker on A."""
+    for path, data in files.items():
+        r = int(path.split('mp_rank_')[1][:2])
+        m = mounts[r * len(mounts) // RANKS]
+        os.makedirs(os.path.dirname(m.path(path)), exist_ok=True)
+        with open(m.path(path), 'wb') as f:
+            f.write(data)
+    with open(mounts[0].path(TRACKER), 'w') as f:
+        f.write('2')
+
+
+def tracker(m):
+    try:
+        with open(m.path(TRACKER)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def sent_bytes(m):
+    with open(m.path('.ckptfs', 'status')) as f:
+        for ln in f:
+            if ln.startswith('published:'):
+                return int(ln.split('(')[1].split()[0])
+    return 0
+
+
+def s3_curl(v, method, key, src=None, out=None):
+    url = '%s/%s/%s' % (v['AWS_ENDPOINT_URL'], v['CKPTFS_TEST_BUCKET'], key)
+    argv = ['curl', '-sf', '--aws-sigv4', 'aws:amz:%s:s3' % v['AWS_REGION'],
+            '--user', '%s:%s' % (v['AWS_ACCESS_KEY_ID'], v['AWS_SECRET_ACCESS_KEY']),
+            '-H', 'x-amz-content-sha256: UNSIGNED-PAYLOAD', '-X', method, url]
+    if src:
+        argv[-2:-2] = ['-T', src]
+    r = subprocess.run(argv, capture_output=True, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit('curl %s %s failed (%d): %s' % (method, key, r.returncode, r.stderr))
+    return r.stdout
+
+
+def bucket_bytes(v, prefix):
+    total, token = 0, None
+    while True:
+        q = '?list-type=2&prefix=%s/' % prefix + ('&continuation-token=%s' % token if token
+                                                   else '')
+        root = ET.fromstring(s3_curl(v, 'GET', q))
+        ns = root.tag.split('}')[0] + '}' if root.tag.startswith('{') else ''
+        total += sum(int(c.find(ns + 'Size').text) for c in root.findall(ns + 'Contents'))
+        t = root.find(ns + 'NextContinuationToken')
+        if t is None:
+            return total
+        token = t.text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--mib-per-rank', type=int, default=64)
+    a = ap.parse_args()
+    ckfs.check_fuse_usable()
+    files = rank_files(a.mib_per_rank)
+    logical = sum(len(d) for d in files.values())
+    ceph = Ceph()
+    os.environ.update({k: val for k, val in ceph.vars.items() if k.startswith('AWS_')})
+    v = ceph.vars
+    job = 'bench-%d' % int(time.time())
+    url = 's3://%s/%s' % (v['CKPTFS_TEST_BUCKET'], job)
+    plain = tempfile.mkdtemp(prefix='ckptfs-bench-plain-')
+    mounts = []
+    try:
+        for node in ('a', 'b'):
+            m = ckfs.Mount(opts=['remote=' + url, 'node=' + node, 'nodes=2'])
+            m.start()
+            mounts.append(m)
+        a_, b_ = mounts
+        t0 = time.monotonic()
+        write_step(mounts, files)
+        t_local = time.monotonic()
+        while tracker(a_) != '2' or tracker(b_) != '2':
+            if time.monotonic() - t_local > 600:
+                raise SystemExit('step 2 not global after 600 s')
+            time.sleep(0.01)
+        t_global = time.monotonic()
+        sent = sent_bytes(a_) + sent_bytes(b_)
+        stored = bucket_bytes(v, job)
+
+        # the plain S3 upload of the same files, one after the other
+        for path, data in files.items():
+            p = os.path.join(plain, path)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, 'wb') as f:
+                f.write(data)
+        drop_caches()
+        t = time.monotonic()
+        for path in files:
+            s3_curl(v, 'PUT', 'curl-%s/%s' % (job, path), src=os.path.join(plain, path))
+        t_curl = time.monotonic() - t
+
+        # cold resume: node A on an empty STORE reads the whole step
+        a_.unmount()
+        shutil.rmtree(a_.store)
+        os.makedirs(a_.store)
+        a_.start()
+        while tracker(a_) != '2':
+            time.sleep(0.01)
+        drop_caches()
+        t = time.monotonic()
+        got = 0
+        for path in files:
+            with open(a_.path(path), 'rb') as f:
+                got += len(f.read())
+        t_cold = time.monotonic() - t
+        drop_caches()
+        t = time.monotonic()
+        for path in files:
+            with open(os.path.join(plain, path), 'rb') as f:
+                f.read()
+        t_disk = time.monotonic() - t
+        if got != logical:
+            raise SystemExit('cold read returned %d bytes, %d written' % (got, logical))
+
+        mib = 1024 * 1024
+        print('bench_multinode: 4 ranks x %.1f MiB (%.1f MiB logical), 2 nodes, Ceph S3 on '
+              '127.0.0.1 (memstore OSD)' % (logical / RANKS / mib, logical / mib))
+        up = sent / (t_global - t_local) / mib
+        print('upload:      ckptfs %.1f MiB/s (%.1f MiB sent in %.2f s after the last close)'
+              '; curl PUT of the same files %.1f MiB/s (%.2f s): %.2fx'
+              % (up, sent / mib, t_global - t_local, logical / t_curl / mib, t_curl,
+                 up / (logical / t_curl / mib)))
+        print('global:      %.2f s from the step complete on both nodes to both trackers '
+              'naming it (the local save took %.2f s)' % (t_global - t_local, t_local - t0))
+        print('cold resume: %.2f s from the bucket (%.1f MiB/s) vs %.2f s from the local disk '
+              '(%.1f MiB/s): %.2fx' % (t_cold, logical / t_cold / mib, t_disk,
+                                       logical / t_disk / mib, t_disk / t_cold))
+        print('bucket:      %.1f MiB in the bucket for %.1f MiB written: %.3f (replicas\' '
+              'identical model shards stored once)' % (stored / mib, logical / mib,
+                                                       stored / logical))
+    finally:
+        for m in mounts:
+            m.close()
+        shutil.rmtree(plain, ignore_errors=True)
+        ceph.stop()
+
+
+if __name__ == '__main__':
+    main()
