@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing (apt-get), builds with warnings as errors, runs
 # every meson test (unit, mount, e2e, torture's fast subset, fuzz replay), the 20-round crash
-# loop, 60 s of libFuzzer per fuzz target, then unit, mount and torture again under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# loop, the two-node tests over a one-machine Ceph, 60 s of libFuzzer per fuzz target, then
+# unit, mount and torture again under AddressSanitizer + UndefinedBehaviorSanitizer.
 # Idempotent; leaves no mount or process behind.
 # Usage: scripts/test.sh [extra meson test args, e.g. --suite unit]
 set -euo pipefail

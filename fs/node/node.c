@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -717,6 +718,25 @@ static bool name_ok(const char *s)
 	return strchr(s, '/') == NULL;
 }
 
+/* STORE/remote.json (REMOTE_STORE_RECORD) for ckptctl: url, node, nodes; replaced atomically. */
+static int write_remote_json(struct ckfs *fs, const struct node *n)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	json_t *o = json_pack("{s:s, s:s, s:i}", "url", n->url, "node", n->name, "nodes",
+			      (int)n->nodes);
+	int rc = 0;
+
+	if (!o)
+		return -ENOMEM;
+	snprintf(path, sizeof(path), "%s/" REMOTE_STORE_RECORD, fs->repo->root);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	errno = 0;
+	if (json_dump_file(o, tmp, JSON_INDENT(2)) < 0 || rename(tmp, path) < 0)
+		rc = errno ? -errno : -EIO;
+	json_decref(o);
+	return rc;
+}
+
 int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t errlen)
 {
 	struct node *n = calloc(1, sizeof(*n));
@@ -746,6 +766,9 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 		node_free(n);
 		return rc;
 	}
+	if ((rc = write_remote_json(fs, n)) < 0)
+		ckpt_log("cannot record the remote in '%s/" REMOTE_STORE_RECORD "': %s; 'ckptctl %s "
+			 "remote' will not find it", fs->repo->root, strerror(-rc), fs->repo->root);
 	fs->node = n;
 	store_set_fetch(fs->st, fetch_chunk, n);
 	return 0;

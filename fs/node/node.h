@@ -41,8 +41,9 @@ struct node_cfg {
 
 /*
  * node_open - open the remote (checking it answers: a wrong endpoint, bucket or credentials
- * fail here, with err saying which and what to do) and let the store fetch missing chunks from
- * it, so that the step engine's checks at mount (steps_init) find the other nodes' chunks.
+ * fail here, with err saying which and what to do), record it in STORE/REMOTE_STORE_RECORD
+ * (remote.h; a failure is logged, not fatal) and let the store fetch missing chunks from it, so
+ * that the step engine's checks at mount (steps_init) find the other nodes' chunks.
  * err: errlen bytes, filled on failure. Returns 0, -EINVAL (a bad name or nodes), or the
  * remote's -errno. No lock held; call once the store is open, before steps_init.
  */

@@ -34,6 +34,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The file in a STORE where a daemon mounted with -o remote records its remote (JSON: url, node,
+ * nodes; fs/node/node.c writes it, `ckptctl STORE remote` reads it). */
+#define REMOTE_STORE_RECORD "remote.json"
+
 /* Longest key in bytes (S3's limit, less room for a prefix). */
 #define REMOTE_KEY_MAX 1024
 

@@ -18,7 +18,9 @@ Layouts, each a real save sequence of tests/e2e/trainer.py (its comments cite th
              states and `latest`; every rank of the resume reads rank 0's model file
 
 Scenarios, per remote and layout:
-  save_resume   both nodes' trackers name the newest step, which is globally complete; a
+  save_resume   both nodes' trackers name the newest step, which is globally complete, and
+                `ckptctl verify` on each calls the other node's unfetched chunks a note,
+                `ckptctl remote verify` finds every step global and every chunk sound; a
                 resumed job loads it bit-exact (trainer.py VERIFY: every file's SHA-256 and the
                 model's state digest against what was written)
   kill_ranks_b  node B's ranks killed in the middle of a save: neither tracker moves past the
@@ -42,6 +44,7 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -199,6 +202,21 @@ class TestMultiNode(unittest.TestCase):
         a, b = self.nodes(kind)
         self.run_job(a, b, 6)
         self.both_trackers(a, b, 6)
+        for m in (a, b):
+            # the other node's chunks, never read here, are on the remote: a note, not damage
+            r = m.ckptctl('verify')
+            self.assertEqual(r.returncode, 0, 'ckptctl verify on %s: %s%s' % (m.store, r.stdout,
+                                                                                r.stderr))
+            self.assertIn("another node's, on the remote", r.stdout)
+        # the remote as ckptctl reads it: every step global, published by both nodes, every
+        # chunk a manifest names there and sound
+        r = b.ckptctl('remote', 'verify', json_out=True)
+        self.assertEqual(r.returncode, 0, 'ckptctl remote verify: %s%s' % (r.stdout, r.stderr))
+        rep = json.loads(r.stdout)
+        self.assertEqual(rep['damaged_chunks'], 0)
+        self.assertEqual([(s['name'], s['state'], sorted(s['nodes'].replace('*', '').split()))
+                          for s in rep['steps']],
+                         [(self.lay.stepdir(k), 'global', ['a', 'b']) for k in (2, 4, 6)])
         self.run_job(a, b, 8, resume=True)
         self.resumed(6)
         self.both_trackers(a, b, 8)

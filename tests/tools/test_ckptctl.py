@@ -144,6 +144,10 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         r = ckfs.run([ckfs.ckptctl_bin(), os.path.join(m.tmp, 'absent'), 'status'])
         self.assertEqual(r.returncode, 2)
         self.assertTrue(r.stderr.startswith('ckptctl: '), r.stderr)
+        # a store never mounted with -o remote has no remote to show: say how to get one
+        r = self.ctl('remote', rc=2)
+        self.assertIn('-o remote=URL', r.stderr)
+        self.ctl('remote', 'frobnicate', rc=2)
 
 
 if __name__ == '__main__':

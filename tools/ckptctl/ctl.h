@@ -65,6 +65,7 @@ int cmd_pin(const struct ctl_opts *o);
 int cmd_export(const struct ctl_opts *o);
 int cmd_claims(const struct ctl_opts *o);
 int cmd_import(const struct ctl_opts *o);
+int cmd_remote(const struct ctl_opts *o);
 
 /*
  * ctl_usage - print "ckptctl: <message>", the short usage and a pointer to --help on stderr.

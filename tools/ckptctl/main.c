@@ -76,6 +76,11 @@ static const struct ctl_cmd commands[] = {
 	  "              store is created if absent): steps recognised, sealed by their\n"
 	  "              tracker or marker, complete when every file is whole; trackers\n"
 	  "              recorded as claims; refuses names that already exist\n" },
+	{ "remote", cmd_remote, 0, 1, "nothing or 'verify'",
+	  "  remote [verify]\n"
+	  "              a many-node job's remote (recorded at mount by -o remote): per step\n"
+	  "              which nodes published and whether it is global, the chunk objects;\n"
+	  "              verify also reads and checks every chunk a manifest names\n" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -101,8 +106,8 @@ static void usage(FILE *f)
 	      "  -h, --help  show this help\n"
 	      "  -V, --version  show the version\n"
 	      "\n"
-	      "exit status: 0 success, 1 verify, fsck or export found damage, or import could not read\n"
-	      "             some file, 2 error\n",
+	      "exit status: 0 success, 1 verify, fsck, export or remote verify found damage, or import\n"
+	      "             could not read some file, 2 error\n",
 	      f);
 }
 
@@ -116,7 +121,7 @@ int ctl_usage(const char *fmt, ...)
 	va_end(ap);
 	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
 	      "               pin STEP | unpin STEP | export [--force] STEP DIR | claims |\n"
-	      "               import [--dest PATH] DIR\n"
+	      "               import [--dest PATH] DIR | remote [verify]\n"
 	      "run 'ckptctl --help' for details\n",
 	      stderr);
 	return EXIT_ERROR;

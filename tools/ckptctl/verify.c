@@ -20,6 +20,8 @@ struct v_chunk {
 	bool marked;     /* marked bad in the index before this run */
 	bool gone;       /* mounted: the row disappeared during the run (not damage) */
 	bool unused;     /* failed, but no file uses it (a note, not damage) */
+	bool remote;     /* missing, and used by other nodes' files only (IDX_INODE_FOREIGN): on
+			    the remote, fetched at the first read through the mount (a note) */
 	int err;         /* 0 sound, else the -errno of store_chunk_verify */
 };
 
@@ -184,6 +186,24 @@ static int v_chunks(struct v_ctx *c)
 	return 0;
 }
 
+/* v_all_foreign - 1 if every file in u is another node's (IDX_INODE_FOREIGN), 0 if not, or
+ * -errno of the index. */
+static int v_all_foreign(struct v_ctx *c, const struct v_users *u)
+{
+	for (size_t j = 0; j < u->n; j++) {
+		struct idx_inode a;
+		int rc = idx_inode_get(c->r->ix, u->ino[j], &a);
+
+		if (rc == -ENOENT)
+			continue;
+		if (rc < 0)
+			return rc;
+		if (!(a.flags & IDX_INODE_FOREIGN))
+			return 0;
+	}
+	return 1;
+}
+
 /*
  * v_chunk_users - record a damage line for every file using each failed chunk, and a note for
  * every file using a chunk marked bad that verifies clean now. Returns 0 or -errno.
@@ -205,7 +225,14 @@ static int v_chunk_users(struct v_ctx *c)
 			goto out;
 		u.n = u64_unique(u.ino, u.n); /* a file may use the chunk at several offsets */
 		ctl_hex(k->hash, hex);
-		if (k->err) {
+		if (k->err == -ENOENT && u.n > 0 && (rc = v_all_foreign(c, &u)) != 0) {
+			if (rc < 0)
+				goto out;
+			k->unused = k->remote = true;
+			rc = v_add(&c->notes, &c->nnotes, &c->capnotes, u.ino[0], i,
+				   "chunk %s: another node's, on the remote, not fetched here yet; a "
+				   "read through the mount fetches and verifies it", hex);
+		} else if (k->err) {
 			if (u.n == 0) {
 				k->unused = true;
 				rc = v_add(&c->notes, &c->nnotes, &c->capnotes, 0, i,
@@ -240,7 +267,7 @@ static int v_marks(struct v_ctx *c)
 	int rc;
 
 	for (i = 0; i < c->nchunks; i++)
-		if (!c->chunks[i].err != !c->chunks[i].marked)
+		if (!c->chunks[i].err != !c->chunks[i].marked && !c->chunks[i].remote)
 			break;
 	if (i == c->nchunks)
 		return 0; /* nothing to change */
@@ -250,7 +277,7 @@ static int v_marks(struct v_ctx *c)
 	for (i = 0; i < c->nchunks; i++) {
 		struct v_chunk *k = &c->chunks[i];
 
-		if (k->err && !k->marked) {
+		if (k->err && !k->marked && !k->remote) {
 			rc = idx_chunk_mark_bad(c->r->ix, k->hash);
 			marked++;
 		} else if (!k->err && k->marked) {
