@@ -587,6 +587,29 @@ static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
 	return rc == -EEXIST ? 0 : rc; /* published before a restart */
 }
 
+/*
+ * The upload side of the gc protocol (tools/ckptctl/remote.c, `ckptctl STORE remote gc`): put
+ * the marker uploads/<node>/<kind>-<step> (key into mark, cap bytes), then look for the gc's
+ * lease gc/lease. A gc puts its lease first and then lists uploads/: either it sees this
+ * marker and deletes nothing, or this node sees its lease and uploads nothing (S3 and a shared
+ * directory are read-after-write consistent, listings included). Returns 0 (upload, then
+ * delete the marker), -EAGAIN (a gc runs: the marker is gone, try at the next tick), or the
+ * remote's -errno.
+ */
+static int upload_begin(struct node *n, const struct idx_step *s, char *mark, size_t cap)
+{
+	int rc;
+
+	snprintf(mark, cap, "uploads/%s/%d-%" PRId64, n->name, s->kind, s->step);
+	if ((rc = remote_put(n->r, mark, "", 0)) < 0)
+		return rc;
+	rc = remote_head(n->r, "gc/lease", NULL);
+	if (rc == -ENOENT)
+		return 0;
+	remote_delete(n->r, mark);
+	return rc == 0 ? -EAGAIN : rc;
+}
+
 struct pending {
 	struct node *n;
 	struct idx_step *v;
@@ -634,7 +657,22 @@ static void publish(struct node *n)
 				  strerror(EIO));
 			continue;
 		}
-		rc = publish_one(n, s, m);
+		char mark[REMOTE_KEY_MAX + 1];
+
+		rc = upload_begin(n, s, mark, sizeof(mark));
+		if (rc == -EAGAIN) {
+			json_decref(m);
+			break; /* a gc holds the lease: the next tick */
+		}
+		if (rc == 0) {
+			rc = publish_one(n, s, m);
+			int drc = remote_delete(n->r, mark);
+
+			if (rc == 0 && drc < 0)
+				node_set_error(n, "cannot remove upload marker '%s': %s; a "
+					       "'ckptctl remote gc' waits for it", mark,
+					       strerror(-drc));
+		}
 		json_decref(m);
 		if (rc < 0) {
 			node_set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
@@ -718,12 +756,13 @@ static bool name_ok(const char *s)
 	return strchr(s, '/') == NULL;
 }
 
-/* STORE/remote.json (REMOTE_STORE_RECORD) for ckptctl: url, node, nodes; replaced atomically. */
+/* STORE/remote.json (REMOTE_STORE_RECORD) for ckptctl: url, node, nodes, keep_checkpoint_max;
+ * replaced atomically. */
 static int write_remote_json(struct ckfs *fs, const struct node *n)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8];
-	json_t *o = json_pack("{s:s, s:s, s:i}", "url", n->url, "node", n->name, "nodes",
-			      (int)n->nodes);
+	json_t *o = json_pack("{s:s, s:s, s:i, s:i}", "url", n->url, "node", n->name, "nodes",
+			      (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max);
 	int rc = 0;
 
 	if (!o)

@@ -14,6 +14,8 @@
  *                                          (little-endian), the payload (store_encode)
  *   manifests/<kind>/<step>/<node>.json    one node's part of one step (node_manifest_json)
  *   dirs/<name>                            a step directory made during a save (node_dir.c)
+ *   uploads/<node>/<kind>-<step>           a publish in progress (empty; node.c upload_begin)
+ *   gc/lease                               `ckptctl STORE remote gc` runs (tools/ckptctl/remote.c)
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the

@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 /* The file in a STORE where a daemon mounted with -o remote records its remote (JSON: url, node,
- * nodes; fs/node/node.c writes it, `ckptctl STORE remote` reads it). */
+ * nodes, keep_checkpoint_max; fs/node/node.c writes it, `ckptctl STORE remote` reads it). */
 #define REMOTE_STORE_RECORD "remote.json"
 
 /* Longest key in bytes (S3's limit, less room for a prefix). */

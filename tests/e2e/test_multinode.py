@@ -31,6 +31,8 @@ Scenarios, per remote and layout:
                 the newest global step from the remote alone, bit-exact
   retention     keep_checkpoint_max=2 on both nodes: each keeps the two newest global steps,
                 every rank's files of both
+  gc            keep_checkpoint_max=2: `ckptctl remote gc` removes the steps retention dropped
+                and their chunks; `remote verify` clean; a node on an empty STORE resumes
   rgw_down      (S3; Megatron, DeepSpeed) the RADOS Gateway stopped during a save and started
                 after the job ended: the saves go on locally, the trackers stay on the last
                 global step, and the steps become global once the gateway is back
@@ -288,6 +290,38 @@ class TestMultiNode(unittest.TestCase):
         self.run_job(a, b, 10, resume=True)
         self.resumed(8)
 
+    def gc(self, kind):
+        """keep_checkpoint_max=2: `ckptctl remote gc` removes steps 2 and 4 from the remote and
+        the chunks only they named; `remote verify` stays clean; node A on an empty STORE
+        resumes on step 8 from the remote alone, bit-exact."""
+        a, b = self.nodes(kind, ['keep_checkpoint_max=2'])
+        self.run_job(a, b, 8)
+        self.both_trackers(a, b, 8)
+        before = json.loads(b.ckptctl('remote', json_out=True).stdout)
+        tries = []
+
+        def gc_done():   # a node may still be removing its last upload marker
+            r = b.ckptctl('remote', 'gc')
+            tries.append(r)
+            return r.returncode == 0
+        wait_for('ckptctl remote gc', gc_done, 30,
+                 lambda: '%s%s' % (tries[-1].stdout, tries[-1].stderr))
+        r = b.ckptctl('remote', 'verify', json_out=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        after = json.loads(r.stdout)
+        self.assertEqual([(s['name'], s['state']) for s in after['steps']],
+                         [(self.lay.stepdir(k), 'global') for k in (6, 8)])
+        self.assertEqual(after['damaged_chunks'], 0)
+        self.assertEqual(after['unnamed_chunks'], 0)
+        self.assertLess(after['chunk_bytes'], before['chunk_bytes'])
+        a.unmount()
+        shutil.rmtree(a.store)
+        os.makedirs(a.store)
+        a.start()
+        self.both_trackers(a, b, 8)
+        self.run_job(a, b, 10, resume=True)
+        self.resumed(8)
+
     def wipe_a(self, kind):
         a, b = self.nodes(kind)
         self.run_job(a, b, 6)
@@ -323,7 +357,7 @@ for _k in ('s3', 'cephfs', 'dir'):
         if QUICK and (_k == 'dir' or (_k == 'cephfs' and _l != 'megatron')):
             continue
         for _s in ('save_resume', 'kill_ranks_b', 'kill_daemon_b', 'wipe_a', 'rgw_down',
-                   'retention'):
+                   'retention', 'gc'):
             # MindFormers 2.0's ranks on node B find rank 0's step directory through the remote
             # only (node_dir.c): with the remote away its save fails there, and is not tested
             if _s != 'rgw_down' or (_k == 's3' and _l != 'mf2'):

@@ -43,7 +43,7 @@ struct ctl_opts {
 	int argc;          /* operands after COMMAND */
 	char **argv;       /* argv[0..argc): borrowed from main's argv */
 	bool json;         /* --json: one JSON document on stdout */
-	bool force;        /* --force (export only) */
+	bool force;        /* --force (export, remote gc) */
 	const char *dest;  /* --dest PATH (import only), NULL when not given */
 };
 

@@ -76,11 +76,12 @@ static const struct ctl_cmd commands[] = {
 	  "              store is created if absent): steps recognised, sealed by their\n"
 	  "              tracker or marker, complete when every file is whole; trackers\n"
 	  "              recorded as claims; refuses names that already exist\n" },
-	{ "remote", cmd_remote, 0, 1, "nothing or 'verify'",
-	  "  remote [verify]\n"
+	{ "remote", cmd_remote, 0, 1, "nothing, 'verify' or 'gc'",
+	  "  remote [verify|gc]\n"
 	  "              a many-node job's remote (recorded at mount by -o remote): per step\n"
 	  "              which nodes published and whether it is global, the chunk objects;\n"
-	  "              verify also reads and checks every chunk a manifest names\n" },
+	  "              verify also reads and checks every chunk a manifest names; gc removes\n"
+	  "              the steps retention dropped and the chunks no kept step names\n" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -100,7 +101,8 @@ static void usage(FILE *f)
 	fputs("\n"
 	      "options:\n"
 	      "  --json      print one JSON document instead of text\n"
-	      "  --force     export: also a step that is not complete\n"
+	      "  --force     export: also a step that is not complete; remote gc: take a lease\n"
+	      "              left by a gc that died, ignore uploads of nodes that died\n"
 	      "  --dest PATH import: into PATH (relative to the mount root, created if absent)\n"
 	      "              instead of the root; steps and trackers count only at the root\n"
 	      "  -h, --help  show this help\n"
@@ -121,7 +123,7 @@ int ctl_usage(const char *fmt, ...)
 	va_end(ap);
 	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
 	      "               pin STEP | unpin STEP | export [--force] STEP DIR | claims |\n"
-	      "               import [--dest PATH] DIR | remote [verify]\n"
+	      "               import [--dest PATH] DIR | remote [verify|gc]\n"
 	      "run 'ckptctl --help' for details\n",
 	      stderr);
 	return EXIT_ERROR;

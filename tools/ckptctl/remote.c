@@ -8,8 +8,19 @@
  *                  directories of saves in progress (dirs/)
  *   remote verify  also reads every chunk a manifest names, decodes it and checks it against
  *                  its digest (the name of the object); exit 1 when one is missing or damaged
+ *   remote gc      removes what no resume can need: the manifests of global steps older than
+ *                  the newest keep_checkpoint_max (recorded at mount; 0 keeps every global
+ *                  step), of steps never global that are older than the newest global one (a
+ *                  node died in their save), then every chunk no remaining manifest names
  *
- * Read-only: never writes the remote or the store. The manifest format is fs/node/manifest.c's
+ * The gc protocol, with node.c's upload_begin: gc puts gc/lease (put-if-absent: one gc at a
+ * time), then lists uploads/. A node puts its marker uploads/<node>/<kind>-<step> before it
+ * sends a step's chunks and looks for the lease after: so either the gc sees the marker and
+ * removes nothing, or the node sees the lease and waits for the next tick. A chunk an upload
+ * found on the remote (and so did not send) can therefore never be removed under it. --force
+ * takes a lease left by a gc that died and ignores markers left by a node that died.
+ *
+ * status and verify never write the remote; none of the three writes the store. The manifest format is fs/node/manifest.c's
  * ("ckptfs-manifest/1"); the chunk object format is node.h's ([codec][raw size LE32][payload]).
  */
 #include <errno.h>
@@ -17,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl.h"
 #include "store/remote/remote.h"
@@ -41,6 +53,10 @@ struct r_ctx {
 	char (*named)[2 * STORE_HASH_LEN + 1]; /* chunks the manifests name (sorted, unique) */
 	size_t nnamed, capnamed;
 	uint64_t chunks, chunk_bytes, dirs, unnamed, unnamed_bytes;
+	struct r_step *doomed; /* gc: the steps whose manifests go */
+	size_t ndoomed, capdoomed;
+	bool gc;               /* chunk_cb deletes the chunks no manifest names */
+	uint64_t removed, removed_bytes, remove_errors;
 };
 
 static int key_cb(const char *key, uint64_t size, void *arg)
@@ -81,9 +97,20 @@ static int chunk_cb(const char *key, uint64_t size, void *arg)
 
 	c->chunks++;
 	c->chunk_bytes += size;
-	if (!named(c, hex)) {
-		c->unnamed++;
-		c->unnamed_bytes += size;
+	if (named(c, hex))
+		return 0;
+	c->unnamed++;
+	c->unnamed_bytes += size;
+	if (c->gc) {
+		int rc = remote_delete(c->r, key);
+
+		if (rc < 0) {
+			ctl_err("cannot remove '%s' from the remote: %s", key, strerror(-rc));
+			c->remove_errors++;
+		} else {
+			c->removed++;
+			c->removed_bytes += size;
+		}
 	}
 	return 0;
 }
@@ -134,15 +161,35 @@ static int add_manifest(struct r_ctx *c, json_t *m)
 	return 0;
 }
 
-/* Read every manifest; sort and dedupe c->named. Returns 0 or -errno (said on stderr). */
+/* The step a manifest's key names ("manifests/<kind>/<step>/<node>.json"); false if none. */
+static bool key_step(const char *key, int *kind, int64_t *step)
+{
+	return sscanf(key, "manifests/%d/%" SCNd64 "/", kind, step) == 2;
+}
+
+/* Is (kind, step) among the doomed steps? */
+static bool doomed(const struct r_ctx *c, int kind, int64_t step)
+{
+	for (size_t i = 0; i < c->ndoomed; i++)
+		if (c->doomed[i].kind == kind && c->doomed[i].step == step)
+			return true;
+	return false;
+}
+
+/* Read every manifest of a step not doomed; sort and dedupe c->named. Returns 0 or -errno. */
 static int read_manifests(struct r_ctx *c)
 {
-	int rc = remote_list(c->r, "manifests/", key_cb, c);
+	int rc = c->nkeys ? 0 : remote_list(c->r, "manifests/", key_cb, c);
 
 	for (size_t i = 0; rc == 0 && i < c->nkeys; i++) {
 		json_t *m;
 		size_t len;
 		void *buf;
+		int kind;
+		int64_t step;
+
+		if (key_step(c->keys[i], &kind, &step) && doomed(c, kind, step))
+			continue;
 
 		if ((rc = remote_get(c->r, c->keys[i], &buf, &len)) == -ENOENT) {
 			rc = 0; /* removed since the listing */
@@ -262,17 +309,125 @@ static int step_cmp(const void *a, const void *b)
 				  : (x->step > y->step) - (x->step < y->step);
 }
 
+/* Choose the doomed steps (the header's rule) from c->steps, sorted by kind then step. */
+static int choose_doomed(struct r_ctx *c, unsigned nodes, unsigned keep)
+{
+	for (size_t i = 0; i < c->nsteps; i++) {
+		const struct r_step *s = &c->steps[i];
+		unsigned newer_global = 0;
+		bool global = s->parts >= nodes && s->sealed, older_than_global = false;
+
+		for (size_t j = 0; j < c->nsteps; j++) {
+			const struct r_step *t = &c->steps[j];
+
+			if (t->kind != s->kind || t->step <= s->step || !(t->parts >= nodes && t->sealed))
+				continue;
+			newer_global++;
+			older_than_global = true;
+		}
+		if (global ? !(keep && newer_global >= keep) : !older_than_global)
+			continue;
+		if (ckpt_grow(&c->doomed, &c->capdoomed, c->ndoomed, sizeof(*c->doomed)) < 0)
+			return -ENOMEM;
+		c->doomed[c->ndoomed++] = *s;
+	}
+	return 0;
+}
+
+/* Take the lease and check for uploads (the header's protocol). Returns 0 or EXIT_ERROR. */
+static int gc_lease(struct r_ctx *c, bool force)
+{
+	char who[128], host[64] = "?";
+	int len, rc;
+
+	gethostname(host, sizeof(host));
+	host[sizeof(host) - 1] = '\0';
+	len = snprintf(who, sizeof(who), "ckptctl pid %d on %s\n", (int)getpid(), host);
+	rc = force ? remote_put(c->r, "gc/lease", who, (size_t)len)
+		   : remote_put_if_absent(c->r, "gc/lease", who, (size_t)len);
+	if (rc == -EEXIST) {
+		ctl_err("another gc holds the remote's gc/lease; if none is running (it died), "
+			"run again with --force");
+		return EXIT_ERROR;
+	}
+	if (rc < 0) {
+		ctl_err("cannot take the remote's gc/lease: %s", strerror(-rc));
+		return EXIT_ERROR;
+	}
+	c->nkeys = 0;
+	if ((rc = remote_list(c->r, "uploads/", key_cb, c)) < 0 || (c->nkeys && !force)) {
+		if (rc < 0)
+			ctl_err("cannot list the remote's uploads/: %s", strerror(-rc));
+		else
+			ctl_err("a node is publishing ('%s'): nothing removed; run again once its "
+				"upload ends, or with --force if that node died in it", c->keys[0]);
+		remote_delete(c->r, "gc/lease");
+		return EXIT_ERROR;
+	}
+	for (size_t i = 0; i < c->nkeys; i++) /* --force: markers of dead nodes */
+		remote_delete(c->r, c->keys[i]);
+	c->nkeys = 0;
+	return 0;
+}
+
+/* gc: the lease, the doomed manifests and step directories, then the unnamed chunks. */
+static int remote_gc(struct r_ctx *c, json_t *cfg, unsigned nodes, bool force)
+{
+	unsigned keep = (unsigned)json_integer_value(json_object_get(cfg, "keep_checkpoint_max"));
+	uint64_t manifests = 0;
+	int rc;
+
+	if (gc_lease(c, force) != 0)
+		return -EAGAIN;
+	rc = choose_doomed(c, nodes, keep);
+	c->nkeys = 0;
+	if (rc == 0)
+		rc = remote_list(c->r, "manifests/", key_cb, c);
+	for (size_t i = 0; rc == 0 && i < c->nkeys; i++) {
+		int kind;
+		int64_t step;
+
+		if (!key_step(c->keys[i], &kind, &step) || !doomed(c, kind, step))
+			continue;
+		if ((rc = remote_delete(c->r, c->keys[i])) == 0)
+			manifests++;
+	}
+	for (size_t i = 0; rc == 0 && i < c->ndoomed; i++) {
+		char key[REMOTE_KEY_MAX + 1];
+
+		snprintf(key, sizeof(key), "dirs/%s", c->doomed[i].name);
+		rc = remote_delete(c->r, key);
+	}
+	/* the chunks the remaining manifests name; chunk_cb removes the others */
+	c->nnamed = 0;
+	c->chunks = c->chunk_bytes = c->unnamed = c->unnamed_bytes = 0;
+	c->gc = true;
+	if (rc == 0 && (rc = read_manifests(c)) == 0)
+		rc = remote_list(c->r, "chunks/", chunk_cb, c);
+	remote_delete(c->r, "gc/lease");
+	if (rc < 0) {
+		ctl_err("gc stopped: %s; what it removed is not needed by any kept step, run it "
+			"again", strerror(-rc));
+		return rc;
+	}
+	printf("gc:        removed %zu steps (%" PRIu64 " manifests), %" PRIu64
+	       " chunks (%" PRIu64 " bytes); keep_checkpoint_max %u\n",
+	       c->ndoomed, manifests, c->removed, c->removed_bytes, keep);
+	return c->remove_errors ? -EIO : 0;
+}
+
 int cmd_remote(const struct ctl_opts *o)
 {
 	struct r_ctx c = { 0 };
 	json_t *cfg = NULL;
-	bool verify = o->argc == 1;
+	bool verify = o->argc == 1 && strcmp(o->argv[0], "verify") == 0;
+	bool gc = o->argc == 1 && strcmp(o->argv[0], "gc") == 0;
 	uint64_t bad = 0;
 	unsigned nodes;
 	int rc, status = EXIT_ERROR;
 
-	if (verify && strcmp(o->argv[0], "verify"))
-		return ctl_usage("'remote' takes nothing or 'verify', not '%s'", o->argv[0]);
+	if (o->argc == 1 && !verify && !gc)
+		return ctl_usage("'remote' takes nothing, 'verify' or 'gc', not '%s'", o->argv[0]);
 	if (open_recorded(o, &c, &cfg) != 0)
 		return EXIT_ERROR;
 	nodes = (unsigned)json_integer_value(json_object_get(cfg, "nodes"));
@@ -284,6 +439,10 @@ int cmd_remote(const struct ctl_opts *o)
 		goto out;
 	}
 	qsort(c.steps, c.nsteps, sizeof(*c.steps), step_cmp);
+	if (gc) {
+		status = remote_gc(&c, cfg, nodes, o->force) == 0 ? EXIT_OK : EXIT_ERROR;
+		goto out;
+	}
 	for (size_t i = 0; verify && i < c.nnamed; i++) {
 		char why[64];
 
@@ -330,5 +489,6 @@ out:
 	free(c.steps);
 	free(c.keys);
 	free(c.named);
+	free(c.doomed);
 	return status;
 }
