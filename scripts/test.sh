@@ -36,8 +36,8 @@ if [ -z "${CKPTFS_NO_LONG:-}" ] && [ $# -eq 0 ]; then
 fi
 
 # Many nodes (issue 21): two daemons, two STOREs, one remote, a real 4-rank job, on a one-machine
-# Ceph the test starts (S3 through the RADOS Gateway, CephFS through ceph-fuse): every layout and
-# scenario on S3, Megatron on CephFS (CKPTFS_MULTINODE_QUICK=1; ~12 min). Opt out with
+# Ceph the test starts (S3 through the RADOS Gateway, CephFS through ceph-fuse): the subset
+# CKPTFS_MULTINODE_QUICK=1 names (every layout on S3, Megatron on CephFS; ~11 min). Opt out with
 # CKPTFS_NO_MULTINODE=1; every remote and layout: /usr/bin/python3 tests/e2e/test_multinode.py
 rm -f "$build/multinode.ok" "$build/multinode.log"
 if [ -z "${CKPTFS_NO_MULTINODE:-}" ] && [ $# -eq 0 ]; then
