@@ -31,6 +31,9 @@
 /* zstd level of chunks sent to the remote (store_encode's level; 3 is zstd's default). */
 #define NODE_ZSTD_LEVEL 3
 
+/* Threads sending one step's chunks at once (publish_one). */
+#define NODE_SENDERS 4
+
 
 static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
 {
@@ -561,24 +564,76 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 	return rc;
 }
 
-/* Every chunk of manifest m, then m itself (invariant 1). */
+/* The chunks of one manifest, sent by NODE_SENDERS threads (send_main). */
+struct send_job {
+	struct node *n;
+	json_t **ext;        /* borrowed: the manifest's extents [off, len, hex] */
+	size_t next, count;  /* next: the next extent to send; mu */
+	int rc;              /* the first failure; mu */
+	pthread_mutex_t mu;
+};
+
+static void *send_main(void *arg)
+{
+	struct send_job *j = arg;
+
+	for (;;) {
+		json_t *x;
+		int rc;
+
+		pthread_mutex_lock(&j->mu);
+		if (j->rc < 0 || j->next == j->count) {
+			pthread_mutex_unlock(&j->mu);
+			return NULL;
+		}
+		x = j->ext[j->next++];
+		pthread_mutex_unlock(&j->mu);
+		rc = send_chunk(j->n, json_string_value(json_array_get(x, 2)),
+				(size_t)json_integer_value(json_array_get(x, 1)));
+		if (rc < 0) {
+			pthread_mutex_lock(&j->mu);
+			if (j->rc == 0)
+				j->rc = rc;
+			pthread_mutex_unlock(&j->mu);
+		}
+	}
+}
+
+/* Every chunk of manifest m, on NODE_SENDERS threads: a chunk is a HEAD, a local read, a zstd
+ * encode and a PUT, each waiting on something else; then m itself (invariant 1). */
 static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
 {
 	char key[REMOTE_KEY_MAX + 1], *text;
+	struct send_job job = { .n = n };
+	pthread_t th[NODE_SENDERS];
+	unsigned started = 0;
 	json_t *f, *x;
-	size_t i, j;
+	size_t i, j, cap = 0;
 	int rc = 0;
 
 	json_array_foreach(json_object_get(m, "files"), i, f)
 	{
 		json_array_foreach(json_object_get(f, "extents"), j, x)
 		{
-			rc = send_chunk(n, json_string_value(json_array_get(x, 2)),
-					(size_t)json_integer_value(json_array_get(x, 1)));
-			if (rc < 0)
-				return rc;
+			if (ckpt_grow(&job.ext, &cap, job.count, sizeof(*job.ext)) < 0) {
+				free(job.ext);
+				return -ENOMEM;
+			}
+			job.ext[job.count++] = x;
 		}
 	}
+	pthread_mutex_init(&job.mu, NULL);
+	for (; started < NODE_SENDERS && started < job.count; started++)
+		if (pthread_create(&th[started], NULL, send_main, &job) != 0)
+			break;
+	if (started == 0)
+		send_main(&job); /* no thread: this one sends them all */
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(th[t], NULL);
+	pthread_mutex_destroy(&job.mu);
+	free(job.ext);
+	if (job.rc < 0)
+		return job.rc;
 	if (!(text = json_dumps(m, JSON_COMPACT)))
 		return -ENOMEM;
 	snprintf(key, sizeof(key), "manifests/%d/%" PRId64 "/%s.json", s->kind, s->step, n->name);
