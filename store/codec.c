@@ -750,3 +750,63 @@ int store_decode_digested(uint8_t codec, const void *payload, size_t payload_len
 {
 	return decode(codec, payload, payload_len, out, raw_size, false);
 }
+
+/* ---- a chunk as one self-contained object (store.h, store_object_*) ---- */
+
+int store_object_encode(const void *raw, size_t len, int level, void **ret_obj, size_t *ret_len)
+{
+	uint8_t codec, *obj;
+	void *payload;
+	size_t plen;
+	int rc;
+
+	if (len > STORE_CHUNK_MAX)
+		return -EINVAL;
+	if ((rc = store_encode(raw, len, level, &payload, &plen, &codec)) < 0)
+		return rc;
+	if (!(obj = malloc(plen + STORE_OBJECT_HEADER))) {
+		free(payload);
+		return -ENOMEM;
+	}
+	obj[0] = codec;
+	for (int i = 0; i < 4; i++)
+		obj[1 + i] = (uint8_t)(len >> (8 * i));
+	memcpy(obj + STORE_OBJECT_HEADER, payload, plen);
+	free(payload);
+	*ret_obj = obj;
+	*ret_len = plen + STORE_OBJECT_HEADER;
+	return 0;
+}
+
+int store_object_decode(const void *obj, size_t len, const struct store_hash *want,
+			uint8_t **ret_raw, uint32_t *ret_len)
+{
+	const uint8_t *b = obj;
+	struct store_hash got;
+	uint32_t rawlen = 0;
+	uint8_t *raw;
+	int rc;
+
+	if (len < STORE_OBJECT_HEADER)
+		return -EIO;
+	for (int i = 0; i < 4; i++)
+		rawlen |= (uint32_t)b[1 + i] << (8 * i);
+	if (rawlen > STORE_CHUNK_MAX)
+		return -EIO;
+	if (!(raw = malloc(rawlen ? rawlen : 1)))
+		return -ENOMEM;
+	rc = store_decode(b[0], b + STORE_OBJECT_HEADER, len - STORE_OBJECT_HEADER, raw, rawlen);
+	if (rc == -EINVAL)
+		rc = -EIO; /* an unknown codec: a malformed object */
+	if (rc == 0) {
+		store_hash_buf(raw, rawlen, &got);
+		rc = memcmp(got.b, want->b, STORE_HASH_LEN) ? -EBADMSG : 0;
+	}
+	if (rc < 0) {
+		free(raw);
+		return rc;
+	}
+	*ret_raw = raw;
+	*ret_len = rawlen;
+	return 0;
+}

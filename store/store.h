@@ -224,6 +224,24 @@ int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *o
 		 size_t raw_size);
 
 /*
+ * A chunk as one self-contained object, the form it takes on a remote (fs/node): 1 byte enum
+ * store_codec, the raw size in bytes (4 bytes, little-endian), then store_encode's payload.
+ *
+ * store_object_encode - the object of len raw bytes (len <= STORE_CHUNK_MAX), zstd level as
+ * store_encode. *ret_obj: malloc'd, owned by the caller (free(3)), *ret_len bytes. Returns 0,
+ * -EINVAL (len too large), -ENOMEM, -EIO (zstd). Thread-safe.
+ *
+ * store_object_decode - the raw bytes of the object at obj (len bytes), checked against digest
+ * want. *ret_raw: malloc'd, owned by the caller, *ret_len bytes. Returns 0, -EIO (malformed:
+ * short, an unknown codec, a payload that does not decode to the size it says), -EBADMSG (the
+ * bytes do not match want), -ENOMEM. Thread-safe.
+ */
+#define STORE_OBJECT_HEADER 5
+int store_object_encode(const void *raw, size_t len, int level, void **ret_obj, size_t *ret_len);
+int store_object_decode(const void *obj, size_t len, const struct store_hash *want,
+			uint8_t **ret_raw, uint32_t *ret_len);
+
+/*
  * store_open - open (creating when absent and !read_only) the chunk store under root.
  * @root: the ckptfs STORE directory; chunks live in root/chunks (created mode 0700).
  * @opts: may be NULL for defaults.

@@ -227,8 +227,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 	struct node *n = arg;
 	char hex[2 * STORE_HASH_LEN + 1], key[80];
 	struct store_chunk_info info;
-	struct store_hash got;
-	uint8_t *b, *raw = NULL;
+	uint8_t *raw = NULL;
 	uint32_t rawlen = 0;
 	size_t len;
 	void *buf;
@@ -241,18 +240,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 		ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
-	b = buf;
-	for (int i = 0; len >= 5 && i < 4; i++)
-		rawlen |= (uint32_t)b[1 + i] << (8 * i);
-	rc = len < 5 || rawlen > STORE_CHUNK_MAX ? -EIO : 0;
-	if (rc == 0 && !(raw = malloc(rawlen ? rawlen : 1)))
-		rc = -ENOMEM;
-	if (rc == 0)
-		rc = store_decode(b[0], b + 5, len - 5, raw, rawlen);
-	if (rc == 0) {
-		store_hash_buf(raw, rawlen, &got);
-		rc = memcmp(got.b, h->b, STORE_HASH_LEN) ? -EBADMSG : 0;
-	}
+	rc = store_object_decode(buf, len, h, &raw, &rawlen);
 	if (rc == 0)
 		rc = store_chunk_put_hashed(st, raw, rawlen, h, 0, &info);
 	if (rc == 0) {
@@ -518,9 +506,9 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 {
 	char key[80];
 	struct store_hash h;
-	uint8_t codec, *raw, *body;
-	void *payload;
-	size_t plen;
+	uint8_t *raw;
+	void *body;
+	size_t blen;
 	ssize_t got;
 	int rc;
 
@@ -538,27 +526,18 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 	got = store_chunk_pread(n->fs->st, &h, raw, len, 0);
 	rc = got < 0 ? (int)got : (size_t)got != len ? -EIO : 0;
 	if (rc == 0)
-		rc = store_encode(raw, len, NODE_ZSTD_LEVEL, &payload, &plen, &codec);
+		rc = store_object_encode(raw, len, NODE_ZSTD_LEVEL, &body, &blen);
 	free(raw);
 	if (rc < 0)
 		return rc;
-	if (!(body = malloc(plen + 5))) {
-		free(payload);
-		return -ENOMEM;
-	}
-	body[0] = codec;
-	for (int i = 0; i < 4; i++)
-		body[1 + i] = (uint8_t)(len >> (8 * i));
-	memcpy(body + 5, payload, plen);
-	free(payload);
-	rc = remote_put_if_absent(n->r, key, body, plen + 5);
+	rc = remote_put_if_absent(n->r, key, body, blen);
 	free(body);
 	if (rc == -EEXIST)
 		rc = 0; /* a replica on another node sent the same bytes first */
 	if (rc == 0) {
 		pthread_mutex_lock(&n->mu);
 		n->chunks_sent++;
-		n->bytes_sent += plen + 5;
+		n->bytes_sent += blen;
 		pthread_mutex_unlock(&n->mu);
 	}
 	return rc;

@@ -10,8 +10,8 @@
  * barrier that every rank passed, so the seal stands for this node's ranks too).
  *
  * Remote layout (under the remote's prefix):
- *   chunks/<32 hex digits>                 one chunk: 1 byte enum store_codec, 4 bytes raw size
- *                                          (little-endian), the payload (store_encode)
+ *   chunks/<32 hex digits>                 one chunk, as store_object_encode makes it (store.h:
+ *                                          codec, raw size, store_encode's payload)
  *   manifests/<kind>/<step>/<node>.json    one node's part of one step (node_manifest_json)
  *   dirs/<name>                            a step directory made during a save (node_dir.c)
  *   uploads/<node>/<kind>-<step>           a publish in progress (empty; node.c upload_begin)

@@ -1,6 +1,7 @@
 /*
  * test_codec.c — store_encode / store_decode: round trips of every codec, codec choice on
- * float-like and random data, strict rejection of malformed payloads.
+ * float-like and random data, strict rejection of malformed payloads; the chunk object of a
+ * remote (store_object_encode / store_object_decode).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -387,4 +388,45 @@ Test(codec, digested_decode_skips_only_the_frame_checksum)
 	}
 	free(buf);
 	free(out);
+}
+
+/* store_object_encode/decode: the chunk object of a remote (fs/node) round-trips weight-like
+ * and random bytes, and refuses a wrong digest, a short object, an unknown codec and a raw
+ * size that does not match its payload. */
+Test(codec, chunk_object_round_trip_and_refusals)
+{
+	size_t len = 300000, olen;
+	uint8_t *buf = malloc(len), *raw;
+	struct store_hash h, other;
+	uint64_t s = 42;
+	uint32_t rlen;
+	void *obj;
+
+	cr_assert_not_null(buf);
+	for (size_t i = 0; i + 4 <= len; i += 4) {
+		float f = weight_like(&s);
+
+		memcpy(buf + i, &f, 4);
+	}
+	store_hash_buf(buf, len, &h);
+	cr_assert_eq(store_object_encode(buf, len, 3, &obj, &olen), 0);
+	cr_assert_lt(olen, len, "weight-like bytes compress");
+	cr_assert_eq(store_object_decode(obj, olen, &h, &raw, &rlen), 0);
+	cr_assert_eq(rlen, len);
+	cr_assert(memcmp(raw, buf, len) == 0);
+	free(raw);
+
+	store_hash_buf("x", 1, &other);
+	cr_assert_eq(store_object_decode(obj, olen, &other, &raw, &rlen), -EBADMSG);
+	cr_assert_eq(store_object_decode(obj, STORE_OBJECT_HEADER - 1, &h, &raw, &rlen), -EIO);
+	((uint8_t *)obj)[0] = 0xee; /* no such codec */
+	cr_assert_eq(store_object_decode(obj, olen, &h, &raw, &rlen), -EIO);
+	free(obj);
+
+	cr_assert_eq(store_object_encode(buf, 1000, 3, &obj, &olen), 0);
+	((uint8_t *)obj)[1] ^= 1; /* raw size 1001 or 999: the payload decodes to 1000 */
+	cr_assert_eq(store_object_decode(obj, olen, &h, &raw, &rlen), -EIO);
+	free(obj);
+	cr_assert_eq(store_object_encode(buf, STORE_CHUNK_MAX + 1, 3, &obj, &olen), -EINVAL);
+	free(buf);
 }

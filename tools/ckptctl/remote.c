@@ -20,8 +20,8 @@
  * found on the remote (and so did not send) can therefore never be removed under it. --force
  * takes a lease left by a gc that died and ignores markers left by a node that died.
  *
- * status and verify never write the remote; none of the three writes the store. The manifest format is fs/node/manifest.c's
- * ("ckptfs-manifest/1"); the chunk object format is node.h's ([codec][raw size LE32][payload]).
+ * status and verify never write the remote; none of the three writes the store. Chunk objects
+ * are store_object_encode's (store.h); manifests are fs/node/manifest.c's ("ckptfs-manifest/1").
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -222,9 +222,9 @@ static int read_manifests(struct r_ctx *c)
 static int check_chunk(struct r_ctx *c, const char *hex, char *why, size_t cap)
 {
 	char key[80];
-	struct store_hash want, got;
-	uint8_t *b, *raw = NULL;
-	uint32_t rawlen = 0;
+	struct store_hash want;
+	uint8_t *raw = NULL;
+	uint32_t rawlen;
 	size_t len;
 	void *buf;
 	int rc;
@@ -234,18 +234,8 @@ static int check_chunk(struct r_ctx *c, const char *hex, char *why, size_t cap)
 		snprintf(why, cap, "%s", rc == -ENOENT ? "missing" : strerror(-rc));
 		return rc;
 	}
-	b = buf;
-	for (int i = 0; len >= 5 && i < 4; i++)
-		rawlen |= (uint32_t)b[1 + i] << (8 * i);
-	rc = len < 5 || rawlen > STORE_CHUNK_MAX ? -EIO : 0;
-	if (rc == 0 && !(raw = malloc(rawlen ? rawlen : 1)))
-		rc = -ENOMEM;
-	if (rc == 0)
-		rc = store_decode(b[0], b + 5, len - 5, raw, rawlen);
-	if (rc == 0 && store_hash_parse(hex, &want) == 0) {
-		store_hash_buf(raw, rawlen, &got);
-		rc = memcmp(got.b, want.b, STORE_HASH_LEN) ? -EBADMSG : 0;
-	}
+	rc = store_hash_parse(hex, &want) < 0 ? -EIO
+					     : store_object_decode(buf, len, &want, &raw, &rawlen);
 	if (rc < 0)
 		snprintf(why, cap, "%s", rc == -EBADMSG ? "digest mismatch" : "does not decode");
 	free(raw);
