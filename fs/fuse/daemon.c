@@ -359,8 +359,8 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 /*
  * Open store c->store (created if new, locked for this daemon), recover it after an unclean
  * stop (*ret_inodes, *ret_chunks: what the sweep removed), open the remote (-o remote), prepare
- * pins, the step table, the reserve, the clean flag and the staging directory. In the background, stderr goes to the
- * store's ckptfs.log from here on. Returns 0, or -1 after reporting the problem; what was
+ * pins, the step table, the reserve, the clean flag and the staging directory. In the
+ * background, stderr goes to the store's ckptfs.log from here on. Returns 0, or -1 after reporting the problem; what was
  * opened is left in fs for teardown.
  */
 static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes,

@@ -358,7 +358,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
-	if (rc == -ENOENT && step_dir && parent == IDX_ROOT_INO && fs->node)
+	if (rc == -ENOENT && fs_shared_step_dir(fs, parent, name))
 		rc = lookup_shared_dir(req, fs, name, &ino);
 	if (rc < 0) {
 		pthread_mutex_unlock(&fs->mu);

@@ -115,7 +115,7 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	}
 	bool step_dir = steps_dir_name(fs, parent, name);
 
-	if (step_dir && parent == IDX_ROOT_INO && S_ISDIR(mode) && fs->node) {
+	if (S_ISDIR(mode) && fs_shared_step_dir(fs, parent, name)) {
 		/* the other nodes' ranks may look it up as soon as this returns (node_dir.c) */
 		pthread_mutex_unlock(&fs->mu);
 		node_dir_publish(fs, name, mode & 07777);
@@ -222,8 +222,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	}
 	if (rc == 0 && !dir)
 		ckpt_repo_reserve(fs->repo); /* back as soon as there is room; no-op when held */
-	bool shared = rc == 0 && dir && parent == IDX_ROOT_INO && fs->node &&
-		      steps_dir_name(fs, parent, name);
+	bool shared = rc == 0 && dir && fs_shared_step_dir(fs, parent, name);
 
 	pthread_mutex_unlock(&fs->mu);
 	if (shared) /* the other nodes' lookups no longer make it (node_dir.c) */

@@ -83,6 +83,16 @@ void fs_settle_for_reader(struct ckfs *fs);
 /* ---- ops_dir.c ---- */
 
 /*
+ * fs_shared_step_dir - is parent/name a step directory at the root of a mount with a remote, so
+ * that its mkdir, lookup miss and rmdir go to the other nodes too (fs/node/node_dir.c)?
+ * fs->mu held (reads nothing of the index at the root).
+ */
+static inline bool fs_shared_step_dir(struct ckfs *fs, fuse_ino_t parent, const char *name)
+{
+	return fs->node && parent == IDX_ROOT_INO && steps_dir_name(fs, parent, name);
+}
+
+/*
  * fs_make_node - create an inode of mode under parent/name in one transaction, with the parent's
  * default ACL or the caller's umask, rdev for a device node, link_target (NUL-terminated) for a
  * symlink. committed_empty: a regular file created without an open (mknod) is durable and empty

@@ -53,7 +53,6 @@ struct ext_reader {
 	size_t n;
 };
 
-
 /* What steps_scan_tree found under a step's directory. */
 struct step_scan {
 	struct ckfs *fs;
@@ -169,7 +168,6 @@ int steps_record(struct ckfs *fs, int rc, const char *fmt, ...) __attribute__((f
  * s->state. Returns 0 or the index's -errno (s unchanged). In a transaction, fs->mu held. */
 int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);
 
-
 /* ---- steps_judge.c: sealing and judging ---- */
 
 /*
@@ -213,7 +211,6 @@ int steps_prune(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr);
 /* steps_is_retained - is step s kept only in /.ckptfs/retained (the trainer deleted it)? fs->mu
  * held. */
 bool steps_is_retained(struct ckfs *fs, const struct idx_step *s);
-
 
 /*
  * steps_keep_copy - keep complete step s: a copy of its tree (new inodes, the same chunks) as
