@@ -824,8 +824,13 @@ int idx_repair(struct idx *ix, const struct idx_repair_ops *ops, struct idx_repa
 	if (r == 0)
 		r = ix_exec(ix, "UPDATE extents SET length = (SELECT raw_size FROM chunks c WHERE "
 			    "c.hash = extents.hash) WHERE length = 0");
+	/* a chunk is read whole: an extent whose length is not its chunk's raw size (two extents
+	 * naming one digest with different lengths, a damaged length) cannot be read; its range
+	 * becomes a hole that ix_fix_holes reports lost */
 	if (r == 0)
-		r = ix_exec_count(ix, "DELETE FROM extents WHERE length = 0", &s.extents_dropped);
+		r = ix_exec_count(ix, "DELETE FROM extents WHERE length <= 0 OR length <> (SELECT "
+				  "raw_size FROM chunks c WHERE c.hash = extents.hash)",
+				  &s.extents_dropped);
 	if (r == 0)
 		r = ix_fix_holes(ix, ops, &s);
 	if (r == 0)

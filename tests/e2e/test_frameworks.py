@@ -7,14 +7,15 @@ For each layout (mf2 megatron mf1 deepspeed hf dcp internevo orbax):
             loaded files must hash to what the writers logged, the state digest and loss must
             match, the next step's loss must equal the uninterrupted run's, the directory must
             hold exactly what the framework leaves.
-  ckptfs  - CKPTFS_CRASH_ROUNDS rounds (default 2) on a fresh ckptfs mount each: train with
+  ckptfs  - CKPTFS_CRASH_ROUNDS rounds (default 1) on a fresh ckptfs mount each: train with
             --slow-save, SIGKILL the whole job at a random moment inside a save (the daemon stays
             up), restart with --resume, and assert it resumed, onto the newest step the log says
             was SAVED (complete), bit-exact (file sha256s vs the log, state digest, loss); then
             the resumed job must complete its next save (it re-creates the torn step).
             Prints `layout L: P/N rounds resumed to a complete step`.
 
-Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_CRASH_ROUNDS (2),
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py), CKPTFS_CRASH_ROUNDS (1;
+the full suite's crash loop, tests/torture/test_crash_loop.py, runs 20 rounds of every layout),
 CKPTFS_CRASH_SEED (random; printed), CKPTFS_E2E_LAYOUTS (comma list, default all),
 CKPTFS_SLOW_SAVE (0.15 seconds), CKPTFS_CRASH_FRAC (`lo,hi`: the kill lands at a uniform
 fraction of the first save's duration, default 0.02,0.98).
@@ -41,7 +42,7 @@ from trainers import (FRAC, KEEP_CRASH, RUN_TIMEOUT, SEED, SLOW, LogView, Traine
 
 # the framework's own retention where it has one
 KEEP_PLAIN = {'mf2': 2, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2}
-ROUNDS = int(os.environ.get('CKPTFS_CRASH_ROUNDS', '2'))
+ROUNDS = int(os.environ.get('CKPTFS_CRASH_ROUNDS', '1'))
 SUMMARY = []
 
 
