@@ -18,8 +18,10 @@
 #ifndef CKPTFS_CKPTFS_H
 #define CKPTFS_CKPTFS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "index/index.h"
@@ -179,5 +181,25 @@ bool ckpt_pid_alive(pid_t pid, unsigned long long start);
  * *vp is owned by the caller (free()). Thread-safe (touches only its arguments).
  */
 int ckpt_grow(void *vp, size_t *cap, size_t n, size_t elem);
+
+/*
+ * A latency histogram (core/hist.c) in Prometheus's shape: CKPT_HIST_BUCKETS upper bounds in
+ * seconds, from 5 ms to 30 min (ckpt_hist_bound(i), i < CKPT_HIST_BUCKETS; the bounds are
+ * Prometheus's default buckets extended for minute-long saves), plus +Inf. Zero-initialised
+ * is empty. Lock-free: any thread may observe while another reads.
+ * ckpt_hist_observe - count one duration of ns nanoseconds (negative counts as 0).
+ * ckpt_hist_read - cumulative counts (cumulative[i]: observations <= bound i;
+ * cumulative[CKPT_HIST_BUCKETS]: all, the +Inf bucket and _count) and the sum in seconds. A
+ * read racing an observe may see the count without the sum or the reverse (one observation).
+ */
+#define CKPT_HIST_BUCKETS 15
+struct ckpt_hist {
+	_Atomic uint64_t bucket[CKPT_HIST_BUCKETS + 1]; /* not cumulative; last: above all bounds */
+	_Atomic uint64_t sum_ns;
+};
+double ckpt_hist_bound(size_t i);
+void ckpt_hist_observe(struct ckpt_hist *h, int64_t ns);
+void ckpt_hist_read(struct ckpt_hist *h, uint64_t cumulative[CKPT_HIST_BUCKETS + 1],
+		    double *ret_sum_s);
 
 #endif /* CKPTFS_CKPTFS_H */

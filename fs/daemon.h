@@ -72,6 +72,8 @@ struct ckfs {
 	int defer;               /* -o defer_compress: FS_DEFER_AUTO, _NEVER or _ALWAYS */
 	_Atomic uint64_t n_deferred; /* chunks the workers stored raw for later (STORE_PUT_DEFER) */
 	_Atomic uint64_t n_recoded;  /* deferred chunks compressed since the mount */
+	struct ckpt_hist durable_hist; /* a file's close to its content durable (commit.c) */
+	struct ckpt_hist save_hist;    /* a step's creation to complete (steps_set_state) */
 
 	/* checkpoint semantics (the step engine, steps*.c); guarded by mu */
 	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */

@@ -43,6 +43,7 @@ struct cfg {
 	char *remote;    /* -o remote=URL (the node layer) */
 	char *node_name; /* -o node=NAME */
 	unsigned nodes;  /* -o nodes=N */
+	char *metrics;   /* -o metrics=ADDR:PORT (metrics_http.c) */
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -60,6 +61,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "remote=%s", offsetof(struct cfg, remote), 0 },
 	{ "node=%s", offsetof(struct cfg, node_name), 0 },
 	{ "nodes=%u", offsetof(struct cfg, nodes), 0 },
+	{ "metrics=%s", offsetof(struct cfg, metrics), 0 },
 	FUSE_OPT_END
 };
 
@@ -80,6 +82,53 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		return -1;
 	}
 	return 1;
+}
+
+/* What libfuse logged while check_fuse_options ran (its "unknown option(s)" line). */
+static char opt_log[512];
+
+static void opt_log_func(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	size_t len = strlen(opt_log);
+
+	if (len < sizeof(opt_log) - 1)
+		vsnprintf(opt_log + len, sizeof(opt_log) - len, fmt, ap);
+}
+
+/*
+ * Reject, before forking, the -o options neither ckptfs (ck_opts, already consumed from args)
+ * nor libfuse knows, with libfuse's own message naming them, so a typo in an fstab line or a
+ * `mount -t fuse.ckptfs -o ...` fails at once and says which option. libfuse is the authority
+ * on its options: a session is created from a copy of args (fuse_session_new consumes what it
+ * parses) and destroyed unmounted. Returns 0, or -1 after printing the error.
+ */
+static int check_fuse_options(const struct fuse_args *args)
+{
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se = NULL;
+	int ret = -1;
+
+	for (int i = 0; i < args->argc; i++)
+		if (fuse_opt_add_arg(&copy, args->argv[i]) != 0)
+			goto out;
+	opt_log[0] = 0;
+	fuse_set_log_func(opt_log_func);
+	se = fuse_session_new(&copy, &fs_ops, sizeof(fs_ops), NULL);
+	fuse_set_log_func(NULL);
+	if (se) {
+		fuse_session_destroy(se);
+		ret = 0;
+	} else {
+		char *nl;
+
+		while ((nl = strrchr(opt_log, '\n')) && nl[1] == 0)
+			*nl = 0;
+		ckpt_log("invalid mount options: %s (ckptfs's own options: ckptfs --help; "
+			 "FUSE's: mount.fuse3(8))\n", opt_log[0] ? opt_log : "rejected by libfuse");
+	}
+out:
+	fuse_opt_free_args(&copy);
+	return ret;
 }
 
 static void usage(const char *prog)
@@ -113,7 +162,9 @@ static void usage(const char *prog)
 	       "                           directory such as CephFS) and resolve trackers to\n"
 	       "                           steps complete on every node\n"
 	       "    -o node=NAME           this node's name in the job (default: hostname)\n"
-	       "    -o nodes=N             the number of nodes in the job (with remote)\n\n",
+	       "    -o nodes=N             the number of nodes in the job (with remote)\n"
+	       "    -o metrics=ADDR:PORT   serve .ckptfs/metrics (Prometheus text format) over\n"
+	       "                           HTTP at http://ADDR:PORT/metrics\n\n",
 	       prog);
 }
 
@@ -511,7 +562,7 @@ static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
 }
 
 /* Serve requests until unmounted or signalled, on one thread or libfuse's pool; then unmount.
- * Returns 0 on a clean exit, 1 otherwise. */
+ * Returns 0 on a clean exit (an unmount, SIGTERM, SIGINT, SIGHUP), 1 otherwise. */
 static int session_loop(struct fuse_session *se, const struct fuse_cmdline_opts *o)
 {
 	struct fuse_loop_config *lc;
@@ -530,6 +581,11 @@ static int session_loop(struct fuse_session *se, const struct fuse_cmdline_opts 
 	}
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
+	/* libfuse's handlers end the loop with the signal's number as its result: SIGTERM (how
+	 * systemd and kill stop a daemon), SIGINT and SIGHUP are asked-for stops, as clean as an
+	 * unmount (teardown makes every file durable either way) */
+	if (ret == SIGTERM || ret == SIGINT || ret == SIGHUP)
+		ret = 0;
 	return ret != 0;
 }
 
@@ -553,6 +609,7 @@ static void teardown(struct ckfs *fs, int ret)
 static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts *o)
 {
 	struct ckfs fs = { .staging_dirfd = -1 };
+	struct fs_metrics *metrics = NULL;
 	uint64_t inodes = 0, chunks = 0;
 	unsigned nworkers = 0;
 	size_t wbuf = 0;
@@ -561,14 +618,26 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES); /* fails only for an invalid value */
 
 	pthread_mutex_init(&fs.mu, NULL);
-	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0 ||
-	    mount_session(args, o, &fs) < 0)
+	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0)
+		goto out;
+	/* before the mount: a port in use fails the start with nothing mounted */
+	if (c->metrics) {
+		char err[512];
+
+		if (!(metrics = fs_metrics_start(&fs, c->metrics, err, sizeof(err)))) {
+			startup_fail("-o metrics=%s: %s", c->metrics, err);
+			goto out;
+		}
+	}
+	if (mount_session(args, o, &fs) < 0)
 		goto out;
 	if (fs.node) {
 		char err[256];
 
 		if (node_start(&fs, err, sizeof(err)) < 0) {
 			startup_fail("remote '%s': %s", c->remote, err);
+			fuse_session_unmount(fs.se); /* leave no dead mount behind */
+			fuse_remove_signal_handlers(fs.se);
 			goto out;
 		}
 	}
@@ -582,6 +651,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	start_threads(&fs, wbuf, nworkers);
 	ret = session_loop(fs.se, o);
 out:
+	fs_metrics_stop(metrics); /* before teardown: a scrape reads fs */
 	teardown(&fs, ret);
 	return ret;
 }
@@ -617,6 +687,8 @@ int fs_main(int argc, char **argv)
 		ckpt_log("usage: ckptfs [options] STORE MOUNTPOINT (see --help)\n");
 		goto out;
 	}
+	if (check_fuse_options(&args) < 0)
+		goto out;
 	char ferr[512];
 
 	if (ckpt_fault_init(ferr, sizeof(ferr)) < 0) {
@@ -685,6 +757,9 @@ out:
 	free(c.layout);
 	free(c.defer_compress);
 	free(c.write_buffer);
+	free(c.metrics);
+	free(c.remote);
+	free(c.node_name);
 	free(o.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

@@ -85,6 +85,21 @@ const char *fs_meta_file_name(int which);
  */
 int fs_meta_render(struct ckfs *fs, int which, char **ret_buf, size_t *ret_len);
 
+/* ---- metrics_http.c: -o metrics=ADDR:PORT ---- */
+struct fs_metrics;
+/*
+ * fs_metrics_start - serve fs_meta_render(META_METRICS) at http://SPEC/metrics (SPEC
+ * "ADDR:PORT", "[IPv6]:PORT" or "HOST:PORT"; port 1..65535) on libmicrohttpd's own thread, at
+ * most 16 connections, 10 s idle timeout; other paths answer 404, other methods 405. A scrape
+ * takes fs->mu, so call with it not held. Returns the server (owned: fs_metrics_stop), or NULL
+ * with a one-line reason in err (cap bytes): a malformed SPEC, an unresolvable ADDR, or a
+ * socket that cannot be bound (port in use, address not local).
+ * fs_metrics_stop - stop serving and free m; waits for a scrape in progress; NULL is a no-op.
+ * Call before fs is torn down.
+ */
+struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err, size_t cap);
+void fs_metrics_stop(struct fs_metrics *m);
+
 /* ---- ops.c (ops_dir.c, ops_file.c: ops_int.h) ---- */
 extern const struct fuse_lowlevel_ops fs_ops;
 

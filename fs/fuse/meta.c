@@ -279,6 +279,20 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	}
 }
 
+/* One histogram in the exposition format: _bucket{le=...} cumulative, +Inf, _sum, _count. */
+static void put_hist(struct out *o, const char *name, const char *help, struct ckpt_hist *h)
+{
+	uint64_t cum[CKPT_HIST_BUCKETS + 1];
+	double sum;
+
+	ckpt_hist_read(h, cum, &sum);
+	put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (size_t i = 0; i < CKPT_HIST_BUCKETS; i++)
+		put(o, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, ckpt_hist_bound(i), cum[i]);
+	put(o, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum[CKPT_HIST_BUCKETS]);
+	put(o, "%s_sum %.6f\n%s_count %" PRIu64 "\n", name, sum, name, cum[CKPT_HIST_BUCKETS]);
+}
+
 static void render_metrics(struct ckfs *fs, struct out *o, const struct collect *c,
 			   const struct idx_stats *st)
 {
@@ -335,6 +349,18 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 	       "was not in order (they are cut into chunks at close, on the closing request).\n");
 	put(o, "# TYPE ckptfs_staging_copies_total counter\nckptfs_staging_copies_total %" PRIu64
 	       "\n", atomic_load(&fs->n_staging));
+	if (st->stored_bytes) {
+		put(o, "# HELP ckptfs_dedup_ratio Logical bytes over stored bytes: what "
+		       "deduplication and compression save together (2 = half the disk).\n");
+		put(o, "# TYPE ckptfs_dedup_ratio gauge\nckptfs_dedup_ratio %.4f\n",
+		    (double)st->logical_bytes / (double)st->stored_bytes);
+	}
+	put_hist(o, "ckptfs_save_seconds", "A step directory's creation to the step judged "
+	         "complete (every file durable, the claim seen), per step saved since the mount.",
+		 &fs->save_hist);
+	put_hist(o, "ckptfs_durable_seconds", "A written file's close to its content durable "
+	         "(chunks stored and synced, extents in the index), per file since the mount.",
+		 &fs->durable_hist);
 	if (last) {
 		put(o, "# HELP ckptfs_last_save_seconds Step directory created to step complete, "
 		       "for the newest complete step.\n");

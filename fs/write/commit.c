@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fs/write/write.h"
 
@@ -46,6 +47,7 @@ struct cjob {
 	struct oinode *oi;
 	pid_t pid;  /* the closing process, for the step engine */
 	bool torn;  /* closed by a dying process */
+	int64_t t0; /* CLOCK_MONOTONIC ns at cq_submit, for fs->durable_hist */
 };
 
 struct commit_q {
@@ -58,6 +60,14 @@ struct commit_q {
 	bool stopping;
 	pthread_t thread;
 };
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void *cq_main(void *arg)
 {
@@ -82,6 +92,8 @@ static void *cq_main(void *arg)
 
 		int rc = oi_commit(fs, j->oi);
 
+		if (rc == 0)
+			ckpt_hist_observe(&fs->durable_hist, mono_ns() - j->t0);
 		if (rc == 0 && fs->on_commit)
 			fs->on_commit(fs, j->oi, j->pid, j->torn);
 		else if (rc < 0)
@@ -151,6 +163,7 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	j->oi = oi;
 	j->pid = pid;
 	j->torn = torn;
+	j->t0 = mono_ns();
 	pthread_mutex_lock(&fs->mu);
 	oi->refs++; /* invariant 2 */
 	pthread_mutex_unlock(&fs->mu);

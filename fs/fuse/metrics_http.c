@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * metrics_http.c — -o metrics=ADDR:PORT: the content of MOUNTPOINT/.ckptfs/metrics served over
+ * HTTP at http://ADDR:PORT/metrics for Prometheus to scrape, by libmicrohttpd (one internal
+ * polling thread; a scrape renders under fs->mu like a read of the file).
+ * Why a server and not node_exporter's textfile collector: the figures come from the daemon's
+ * own memory (the write buffer, the latency histograms), which a textfile would only copy on a
+ * timer, and a scrape target per mount is how Prometheus tells a stopped daemon (up == 0) from
+ * an idle one.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "fs/fuse/fuse_int.h"
+
+struct fs_metrics {
+	struct ckfs *fs;
+	struct MHD_Daemon *d;
+};
+
+/* Prometheus text exposition format 0.0.4 */
+#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *text)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
+								 MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	ret = MHD_queue_response(c, code, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version, const char *upload,
+				  size_t *upload_len, void **req)
+{
+	struct fs_metrics *m = cls;
+	char *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+		return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
+	if (strcmp(url, "/metrics") != 0)
+		return reply(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n");
+	pthread_mutex_lock(&m->fs->mu);
+	rc = fs_meta_render(m->fs, META_METRICS, &buf, &len);
+	pthread_mutex_unlock(&m->fs->mu);
+	if (rc < 0) {
+		ckpt_log("metrics: cannot render for a scrape: %s\n", strerror(-rc));
+		return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot read the index\n");
+	}
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+	enum MHD_Result ret;
+
+	if (!r) {
+		free(buf);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_TYPE);
+	ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* Parse "ADDR:PORT" ("[v6]:PORT" for IPv6; ADDR a numeric address or a host name) into ss. */
+static int parse_addr(const char *spec, struct sockaddr_storage *ss, char *err, size_t cap)
+{
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	size_t hl;
+
+	if (!colon || colon == spec || !colon[1]) {
+		snprintf(err, cap, "'%s' is not ADDR:PORT (e.g. 127.0.0.1:9464)", spec);
+		return -EINVAL;
+	}
+	hl = (size_t)(colon - spec);
+	if (spec[0] == '[' && hl >= 2 && spec[hl - 1] == ']') {
+		spec++;
+		hl -= 2;
+	}
+	if (hl >= sizeof(host)) {
+		snprintf(err, cap, "address '%.*s' is too long", (int)hl, spec);
+		return -ENAMETOOLONG;
+	}
+	memcpy(host, spec, hl);
+	host[hl] = 0;
+
+	char *end;
+	long port = strtol(colon + 1, &end, 10);
+
+	if (*end || port < 1 || port > 65535) {
+		snprintf(err, cap, "port '%s' is not 1..65535", colon + 1);
+		return -EINVAL;
+	}
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	int g = getaddrinfo(host, colon + 1, &hints, &ai);
+
+	if (g != 0) {
+		snprintf(err, cap, "address '%s': %s", host, gai_strerror(g));
+		return -EINVAL;
+	}
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	return 0;
+}
+
+struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err, size_t cap)
+{
+	struct sockaddr_storage ss = { 0 };
+	struct fs_metrics *m;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+
+	if (parse_addr(spec, &ss, err, cap) < 0)
+		return NULL;
+	if (!(m = calloc(1, sizeof(*m)))) {
+		snprintf(err, cap, "out of memory");
+		return NULL;
+	}
+	m->fs = fs;
+	if (ss.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	errno = 0;
+	m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
+				(struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, 16u,
+				MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+	if (!m->d) {
+		snprintf(err, cap, "cannot listen on %s: %s (is the port in use? choose another "
+			 "with -o metrics=ADDR:PORT)", spec, errno ? strerror(errno) : "refused");
+		free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void fs_metrics_stop(struct fs_metrics *m)
+{
+	if (!m)
+		return;
+	MHD_stop_daemon(m->d);
+	free(m);
+}

@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""Metrics scraped for real (issue 23): a mount with -o metrics=127.0.0.1:PORT, Debian's
+prometheus started with a scrape config for it (1 s interval, loopback only), a real PyTorch
+save of two Megatron steps through the mount, then Prometheus's HTTP API (/api/v1/query) must
+return every series a dashboard needs: the target up, steps by state, bytes written and stored,
+the dedup ratio, the write buffer, the save and durable latency histograms, checksum failures;
+and the values Prometheus stored must be the ones the mount's .ckptfs/metrics shows.
+Also: /metrics answers with the exposition format's content type, another path 404, and a port
+already in use fails the mount with an error naming the port, leaving nothing mounted.
+
+Environment: CKPTFS_BIN, CKPTCTL_BIN (../lib/ckfs.py), PROMETHEUS_BIN (default: prometheus on PATH).
+Run: /usr/bin/python3 tests/mount/test_prometheus.py
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+import urllib.error  # noqa: E402
+import urllib.parse  # noqa: E402
+import urllib.request  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
+import ckfs  # noqa: E402
+
+SAVE = r'''
+import os, sys, torch
+mnt = sys.argv[1]
+torch.manual_seed(0)
+for it in (100, 200):
+    d = os.path.join(mnt, 'iter_%07d' % it, 'mp_rank_00')
+    os.makedirs(d)
+    torch.save({'iteration': it, 'model': {'w': torch.randn(1 << 20)}},
+               os.path.join(d, 'model_optim_rng.pt'))
+    with open(os.path.join(mnt, 'latest_checkpointed_iteration.txt'), 'w') as f:
+        f.write(str(it))
+'''
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.headers.get('Content-Type', ''), r.read().decode()
+
+
+def parse_metrics(text):
+    """{'name{labels}': float} of an exposition-format text"""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith('#'):
+            key, val = line.rsplit(' ', 1)
+            out[key] = float(val)
+    return out
+
+
+class TestPrometheus(unittest.TestCase):
+    def setUp(self):
+        self.prom_bin = os.environ.get('PROMETHEUS_BIN') or shutil.which('prometheus')
+        if not self.prom_bin:
+            self.fail('prometheus not found: install Debian\'s prometheus '
+                      '(scripts/install-deps.sh) or set PROMETHEUS_BIN')
+        self.port = free_port()
+        self.m = ckfs.Mount(opts=['metrics=127.0.0.1:%d' % self.port]).start()
+        self.prom = None
+
+    def tearDown(self):
+        if self.prom:
+            self.prom.terminate()
+            try:
+                self.prom.wait(30)
+            except subprocess.TimeoutExpired:
+                self.prom.kill()
+                self.prom.wait()
+            self.prom_log.close()
+        self.m.stop()
+        self.m.remove_tmp()
+
+    def start_prometheus(self):
+        self.prom_port = free_port()
+        cfg = os.path.join(self.m.tmp, 'prometheus.yml')
+        with open(cfg, 'w') as f:
+            f.write('global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n'
+                    'scrape_configs:\n  - job_name: ckptfs\n    static_configs:\n'
+                    '      - targets: ["127.0.0.1:%d"]\n' % self.port)
+        self.prom_log = open(os.path.join(self.m.tmp, 'prometheus.log'), 'w')
+        self.prom = subprocess.Popen(
+            [self.prom_bin, '--config.file=' + cfg,
+             '--storage.tsdb.path=' + os.path.join(self.m.tmp, 'tsdb'),
+             '--web.listen-address=127.0.0.1:%d' % self.prom_port],
+            stdout=self.prom_log, stderr=subprocess.STDOUT)
+
+    def query(self, expr):
+        url = 'http://127.0.0.1:%d/api/v1/query?%s' % (
+            self.prom_port, urllib.parse.urlencode({'query': expr}))
+        _, _, body = http_get(url)
+        r = json.loads(body)
+        self.assertEqual(r['status'], 'success', body)
+        return r['data']['result']
+
+    def prometheus_log(self):
+        with open(os.path.join(self.m.tmp, 'prometheus.log')) as f:
+            return f.read()[-3000:]
+
+    def wait_value(self, expr, want, timeout=60):
+        """poll until expr's single value == want; return the last result"""
+        deadline = time.monotonic() + timeout
+        res = None
+        while time.monotonic() < deadline:
+            if self.prom.poll() is not None:
+                self.fail('prometheus exited %d:\n%s' % (self.prom.returncode,
+                                                         self.prometheus_log()))
+            try:
+                res = self.query(expr)
+            except (urllib.error.URLError, ConnectionError, OSError):
+                res = None  # not listening yet
+            if res and len(res) == 1 and float(res[0]['value'][1]) == want:
+                return res
+            time.sleep(0.5)
+        self.fail('%s: wanted %s, Prometheus answered %s\n%s' % (expr, want, res,
+                                                                 self.prometheus_log()))
+
+    def test_scraped_series(self):
+        status, ctype, _ = http_get('http://127.0.0.1:%d/metrics' % self.port)
+        self.assertEqual(status, 200)
+        self.assertIn('version=0.0.4', ctype)
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            http_get('http://127.0.0.1:%d/other' % self.port)
+        self.assertEqual(cm.exception.code, 404)
+
+        p = subprocess.run(['/usr/bin/python3', '-c', SAVE, self.m.mnt], capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # the steps are judged complete once durable: wait for the file to say so
+        deadline = time.monotonic() + 30
+        while True:
+            with open(self.m.path('.ckptfs', 'metrics')) as f:
+                local = parse_metrics(f.read())
+            if local.get('ckptfs_steps{state="complete"}') == 2:
+                break
+            self.assertLess(time.monotonic(), deadline, 'steps not complete: %s' % local)
+            time.sleep(0.2)
+
+        self.start_prometheus()
+        self.wait_value('up{job="ckptfs"}', 1)
+        self.wait_value('ckptfs_steps{state="complete"}', 2)
+        self.wait_value('ckptfs_save_seconds_count', 2)
+        self.wait_value('ckptfs_last_complete_step', 200)
+        # every series a dashboard uses, with the value the mount's own file shows
+        for name in ('ckptfs_logical_bytes', 'ckptfs_stored_bytes', 'ckptfs_chunks',
+                     'ckptfs_checksum_failures', 'ckptfs_durable_seconds_count',
+                     'ckptfs_write_buffer_bytes{kind="budget"}',
+                     'ckptfs_write_buffer_bytes{kind="in_flight"}',
+                     'ckptfs_save_seconds_bucket{le="+Inf"}',
+                     'ckptfs_durable_seconds_bucket{le="+Inf"}'):
+            self.assertIn(name, local)
+            self.wait_value(name, local[name])
+        self.assertGreater(local['ckptfs_logical_bytes'], 8 << 20)  # two 4 MiB tensors
+        self.assertEqual(local['ckptfs_checksum_failures'], 0)
+        self.assertGreaterEqual(local['ckptfs_durable_seconds_count'], 2)
+        ratio = self.query('ckptfs_dedup_ratio')
+        self.assertEqual(len(ratio), 1, ratio)
+        self.assertAlmostEqual(float(ratio[0]['value'][1]),
+                               local['ckptfs_logical_bytes'] / local['ckptfs_stored_bytes'],
+                               places=3)
+        # a latency quantile a dashboard would plot is computable from the histogram
+        q = self.query('histogram_quantile(0.9, ckptfs_save_seconds_bucket)')
+        self.assertEqual(len(q), 1, q)
+        self.assertGreater(float(q[0]['value'][1]), 0)
+
+    def test_port_in_use(self):
+        m2 = ckfs.Mount(opts=['metrics=127.0.0.1:%d' % self.port])
+        try:
+            with self.assertRaises(ckfs.MountError) as cm:
+                m2.start()
+            self.assertIn('127.0.0.1:%d' % self.port, str(cm.exception))
+            self.assertIn('in use', str(cm.exception))
+            self.assertFalse(ckfs.is_fuse_mounted(m2.mnt), 'a failed start left a mount')
+            m3 = ckfs.Mount(opts=['metrics=localhost'])
+            with self.assertRaises(ckfs.MountError) as cm:
+                m3.start()
+            self.assertIn('ADDR:PORT', str(cm.exception))
+            m3.remove_tmp()
+        finally:
+            m2.stop()
+            m2.remove_tmp()
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(600, exit=True)
+    unittest.main(verbosity=2)
