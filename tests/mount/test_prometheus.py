@@ -4,7 +4,8 @@ prometheus started with a scrape config for it (1 s interval, loopback only), a 
 save of two Megatron steps through the mount, then Prometheus's HTTP API (/api/v1/query) must
 return every series a dashboard needs: the target up, steps by state, bytes written and stored,
 the dedup ratio, the write buffer, the save and durable latency histograms, checksum failures;
-and the values Prometheus stored must be the ones the mount's .ckptfs/metrics shows.
+and the values Prometheus stored must be the ones the mount's .ckptfs/metrics shows; every
+query of the shipped Grafana dashboard (dist/grafana-ckptfs.json) must return a series.
 Also: /metrics answers with the exposition format's content type, another path 404, and a port
 already in use fails the mount with an error naming the port, leaving nothing mounted.
 
@@ -31,6 +32,9 @@ import urllib.request  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import ckfs  # noqa: E402
+
+DASHBOARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'dist',
+                         'grafana-ckptfs.json')
 
 SAVE = r'''
 import os, sys, torch
@@ -180,6 +184,21 @@ class TestPrometheus(unittest.TestCase):
         q = self.query('histogram_quantile(0.9, ckptfs_save_seconds_bucket)')
         self.assertEqual(len(q), 1, q)
         self.assertGreater(float(q[0]['value'][1]), 0)
+        self.check_dashboard()
+
+    def check_dashboard(self):
+        """every query of the shipped Grafana dashboard answers with at least one series"""
+        with open(DASHBOARD) as f:
+            dash = json.load(f)
+        exprs = [t['expr'] for p in dash['panels'] for t in p['targets']]
+        self.assertGreaterEqual(len(exprs), 10)
+        for e in exprs:
+            q = (e.replace('$job', 'ckptfs').replace('$instance', '.*')
+                 .replace('$__rate_interval', '1m'))
+            deadline = time.monotonic() + 30
+            while not self.query(q):  # a rate needs two scrapes
+                self.assertLess(time.monotonic(), deadline, 'no series for %s' % q)
+                time.sleep(0.5)
 
     def test_port_in_use(self):
         m2 = ckfs.Mount(opts=['metrics=127.0.0.1:%d' % self.port])
