@@ -18,6 +18,7 @@ void ctl_err(const char *fmt, ...)
 {
 	va_list ap;
 
+	ctl_progress_hide();
 	fputs("ckptctl: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);

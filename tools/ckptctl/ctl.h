@@ -76,14 +76,18 @@ int ctl_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /*
  * ctl_verify - verify's work without its operand check: re-read every chunk of the store at
  * root and re-hash every file, marking or clearing bad chunks when the store can be written.
+ * @what: the command named on the progress line ("verify", "fsck"); borrowed for the call.
  * @json: print the report as one JSON document instead of text.
  * Returns EXIT_OK (no damage), EXIT_DAMAGE or EXIT_ERROR (reported on stderr).
  */
-int ctl_verify(const char *root, bool json);
+int ctl_verify(const char *root, const char *what, bool json);
 
 /* ---- common.c: messages ---- */
 
-/* ctl_err - print "ckptctl: <message>" and a newline on stderr. */
+/*
+ * ctl_err - print "ckptctl: <message>" and a newline on stderr, after erasing the progress line
+ * if one is up (ctl_progress_hide).
+ */
 void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
@@ -207,47 +211,98 @@ json_t *ctl_store_json(const char *root, const struct ckpt_repo *r);
 
 /*
  * One "\r"-updated status line on stderr, printed only when stderr is a terminal and at most
- * ten times a second. Callers format their own text:
- *	if (ctl_progress_due(&p, force))
- *		ctl_progress_line(&p, "verify: chunks %zu/%zu", i, n);
- * and erase the line with ctl_progress_clear before printing anything else on stderr.
+ * ten times a second. A command's long loops print the standard line with ctl_progress_work:
+ *	ctl_progress_init(&p);                 (start of a phase: the clock of the rate)
+ *	for (i = 0; i < n; i++) {
+ *		ctl_progress_work(&p, i == 0, "verify", "files", i, n, bytes, total_bytes);
+ *		...
+ *	}
+ *	ctl_progress_work(&p, true, "verify", "files", n, n, bytes, total_bytes);
+ *	ctl_progress_clear(&p);               (before printing the result)
+ * A work whose amounts cannot be known (a call into another module) may show a plain status
+ * with ctl_progress_due and ctl_progress_line instead. ctl_err erases the line before it
+ * prints; anything else written to stderr, or to stdout on the same terminal, needs
+ * ctl_progress_clear first.
  */
 struct ctl_progress {
-	bool tty;             /* stderr is a terminal */
-	struct timespec last; /* CLOCK_MONOTONIC time of the last line printed */
+	bool tty;              /* stderr is a terminal */
+	struct timespec start; /* CLOCK_MONOTONIC time of the latest ctl_progress_init */
+	struct timespec last;  /* CLOCK_MONOTONIC time of the last line printed */
 };
 
-/* ctl_progress_init - set p up for the current stderr; nothing printed yet. */
+/*
+ * ctl_progress_init - set p up for the current stderr and start its clock; nothing printed.
+ * Call it again at the start of each phase whose counts start again from zero: the rate and
+ * the time left of ctl_progress_work are measured from the latest call. Main thread only.
+ */
 void ctl_progress_init(struct ctl_progress *p);
 
 /*
  * ctl_progress_due - whether a line should be printed now: stderr is a terminal and either
  * @force or at least 100 ms passed since the last line. When true, records now as the time of
- * the last line.
+ * the last line. Main thread only.
  */
 bool ctl_progress_due(struct ctl_progress *p, bool force);
 
-/* ctl_progress_line - print "\r", the formatted line and an erase-to-end-of-line on stderr. */
+/*
+ * ctl_progress_line - print "\r", the formatted line and an erase-to-end-of-line on stderr,
+ * when stderr is a terminal. Main thread only.
+ */
 void ctl_progress_line(const struct ctl_progress *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* ctl_progress_clear - erase the progress line when stderr is a terminal. */
+/*
+ * ctl_progress_work - the standard progress line of a long loop, when ctl_progress_due(p,
+ * force) says one is due:
+ *	"verify: 12/40 files, 1.2 GiB/3.4 GiB, 250.3 MiB/s, 0:09 left"
+ * @what: the command ("verify", "fsck"), printed first.
+ * @noun: what @done and @total count, plural ("files", "chunks", "chunk files scanned").
+ * @done, @total: items finished and to do in this phase.
+ * @bytes_done, @bytes_total: bytes finished and to do in this phase.
+ * A total below its done count (an estimate proved short) is shown as the done count. The rate
+ * is bytes_done over the time since ctl_progress_init, in binary units per second; the time
+ * left is the bytes still to do at that rate (the items, when bytes_total is 0), as M:SS, or
+ * H:MM:SS from an hour on; both are "--" until something is done, the time left "0:00" once
+ * everything is. @force: print even if the last line is less than 100 ms old (the first and
+ * the last line of a phase, so that a terminal always sees one).
+ * Prints nothing when stderr is not a terminal. No errors (a failed write to stderr is
+ * ignored). what and noun are borrowed for the call. Main thread only.
+ */
+void ctl_progress_work(struct ctl_progress *p, bool force, const char *what, const char *noun,
+		       uint64_t done, uint64_t total, uint64_t bytes_done, uint64_t bytes_total);
+
+/*
+ * ctl_progress_hide - erase the progress line if one is up (whichever struct ctl_progress
+ * printed it); a no-op otherwise. ctl_err calls it before printing. Main thread only.
+ */
+void ctl_progress_hide(void);
+
+/* ctl_progress_clear - erase p's progress line, if one is up. Main thread only. */
 void ctl_progress_clear(const struct ctl_progress *p);
 
 /* ---- gc.c, shared with fsck ---- */
 
 /* Chunk files on disk: all of them, or (with ix set) those the index does not know. */
 struct gc_count {
-	struct idx *ix; /* NULL: count every chunk file */
-	uint64_t files, bytes;
+	struct idx *ix;        /* NULL: count every chunk file */
+	uint64_t files, bytes; /* chunk files counted and their stored bytes */
+	uint64_t seen, seen_bytes; /* chunk files walked and their bytes, counted or not */
+	uint64_t expect, expect_bytes; /* the index's chunk rows: the walk's estimated size */
+	struct ctl_progress *prog;     /* the progress line of the walk */
+	const char *what, *noun;       /* its command and noun (ctl_progress_work) */
 };
 
 /*
- * ctl_gc_count - store_chunk_foreach callback counting one chunk file into arg (a struct
- * gc_count), skipping chunks the index knows when arg->ix is set.
- * Returns 0 or the -errno of idx_chunk_exists.
+ * ctl_gc_scan - walk every chunk file of r's store once (store_chunk_foreach), counting into
+ * g->files and g->bytes every one, or only those r->ix does not know when g->ix is set, with
+ * the standard progress line on prog: "WHAT: DONE/TOTAL NOUN, ...", TOTAL being the index's
+ * chunk rows (files the index does not know come on top), and a last line with the true
+ * totals. g's other fields are set here; g->ix is the caller's. prog is started again
+ * (ctl_progress_init) and its line left up. what and noun are borrowed for the call.
+ * Returns 0, or the -errno of store_chunk_foreach (a failed readdir) or of the index.
  */
-int ctl_gc_count(const struct store_hash *h, uint64_t stored_size, void *arg);
+int ctl_gc_scan(struct ckpt_repo *r, struct gc_count *g, struct ctl_progress *prog,
+		const char *what, const char *noun);
 
 /* ---- steps.c: finding steps, shared with show, pin and export ---- */
 

@@ -22,23 +22,18 @@
 struct export_ctx {
 	struct ckpt_repo *r;
 	const char *root;
-	uint64_t total, done;
+	uint64_t total, done;      /* bytes of the step's regular files, and copied so far */
+	uint64_t files_total, files_done; /* its regular files, and copied (or failed) so far */
 	struct ctl_progress prog;
 	uint8_t *buf;              /* STORE_CHUNK_MAX bytes */
 	struct store_hasher *hs;
 };
 
-/* export_progress - "export: DONE/TOTAL, PERCENT" on the progress line. */
+/* export_progress - ctl_progress_work with the export's counts. */
 static void export_progress(struct export_ctx *x, bool force)
 {
-	char sdone[32], stotal[32];
-
-	if (!ctl_progress_due(&x->prog, force))
-		return;
-	ctl_progress_line(&x->prog, "export: %s/%s, %.0f%%",
-			  ctl_short_size(x->done, sdone, sizeof(sdone)),
-			  ctl_short_size(x->total, stotal, sizeof(stotal)),
-			  x->total ? 100.0 * (double)x->done / (double)x->total : 100.0);
+	ctl_progress_work(&x->prog, force, "export", "files", x->files_done, x->files_total,
+			  x->done, x->total);
 }
 
 /* write_all - write len bytes of buf to fd. Returns 0 or -errno. */
@@ -309,7 +304,8 @@ struct export_job {
 /*
  * export_find - the step that arg names (m: owned by the caller, free m->found.v), refused
  * unless complete (or pinned and not pruned, or force) and still with a directory; then every
- * entry under it into j->t and the bytes of its regular files into j->x.total.
+ * entry under it into j->t, and the number and bytes of its regular files into j->x.files_total
+ * and j->x.total.
  * Returns 0, or -1 when the export cannot go on (printed).
  */
 static int export_find(struct export_job *j, const char *arg, bool force, struct step_match *m)
@@ -345,6 +341,7 @@ static int export_find(struct export_job *j, const char *arg, bool force, struct
 
 		if (!S_ISREG(j->t.v[i].mode))
 			continue;
+		j->x.files_total++;
 		if (idx_inode_get(j->x.r->ix, j->t.v[i].ino, &in) == 0)
 			j->x.total += in.size;
 	}
@@ -424,8 +421,7 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 /*
  * export_entry - make entry j->t.v[i] under DIR/NAME: a directory, a symlink, a special file,
  * or a regular file copied and verified (export_file).
- * Returns 0, -1 (the export stops, printed), or -2 (an index error, printed, with the progress
- * line erased).
+ * Returns 0, -1 (the export stops, printed), or -2 (an index error, printed).
  */
 static int export_entry(struct export_job *j, size_t i)
 {
@@ -460,6 +456,7 @@ static int export_entry(struct export_job *j, size_t i)
 		}
 	} else {
 		rc = export_file(&j->x, te->ino, path, reason, sizeof(reason), &in);
+		j->x.files_done++;
 		if (rc == -ENOENT && j->x.r->mounted)
 			return 0; /* deleted by the daemon since the listing */
 		if (rc == -ENOMEM || (rc < 0 && !reason[0])) {
@@ -616,8 +613,7 @@ static void export_job_free(struct export_job *j)
 /*
  * export_copy - copy every entry of the step, finish its directories, write the tracker (only
  * for a sound export of a complete step: a framework resumes from it) and make DIR durable.
- * Returns 0, -1 (the export stops, printed; the progress line is still up), or -2 (printed,
- * the progress line erased).
+ * Returns 0, -1 (the export stops, printed), or -2 (an index error, printed).
  */
 static int export_copy(struct export_job *j)
 {

@@ -18,6 +18,7 @@
 struct fsck_ctx {
 	struct ckpt_repo *r;
 	bool json; /* --json */
+	struct ctl_progress prog;
 	char **lost; /* owned lines */
 	size_t nlost, caplost;
 };
@@ -439,21 +440,28 @@ static int fsck_sweep(struct fsck_ctx *c, const char *root, bool damaged_index, 
 		struct gc_count g = { .ix = c->r->ix };
 		char b[64];
 
-		rc = store_chunk_foreach(c->r->st, ctl_gc_count, &g);
+		rc = ctl_gc_scan(c->r, &g, &c->prog, "fsck", "chunk files scanned");
 		if (rc < 0) {
 			ctl_err("cannot list chunk files of store '%s': %s", root, strerror(-rc));
 			return -1;
 		}
+		ctl_progress_clear(&c->prog);
 		if (!c->json && g.files)
 			printf("fsck: kept %" PRIu64 " chunk files (%s) no file names any more, for "
 			       "whoever examines the damaged index; 'ckptctl %s gc' deletes them\n",
 			       g.files, ctl_size(g.bytes, b, sizeof(b)), root);
 	} else {
+		/* one call into fs/: a status, no amounts */
+		ctl_progress_init(&c->prog);
+		if (ctl_progress_due(&c->prog, true))
+			ctl_progress_line(&c->prog, "fsck: removing unlinked inodes and "
+					  "unreferenced chunks");
 		rc = ckpt_repo_sweep(c->r, inodes, chunks);
 		if (rc < 0) {
 			ctl_err("cannot sweep store '%s': %s", root, strerror(-rc));
 			return -1;
 		}
+		ctl_progress_clear(&c->prog);
 	}
 	if (!c->json) {
 		if (!damaged_index)
@@ -508,7 +516,7 @@ static int fsck_run(const char *root, bool json)
 	/* 4. every chunk and file re-read: bad chunks are recorded, damaged files named */
 	if (!json)
 		printf("fsck: verifying every chunk and file\n");
-	vstatus = json ? EXIT_OK : ctl_verify(root, false);
+	vstatus = json ? EXIT_OK : ctl_verify(root, "fsck", false);
 	if (json && fsck_report_json(&c, root, damaged_index, msg, kept, inodes, chunks) < 0)
 		goto out;
 	if (vstatus == EXIT_ERROR)

@@ -8,10 +8,17 @@
 
 #include "ctl.h"
 
-int ctl_gc_count(const struct store_hash *h, uint64_t stored_size, void *arg)
+/* store_chunk_foreach callback: count one chunk file into arg (a struct gc_count), skipping
+ * chunks the index knows when arg->ix is set, and show the walk's progress. Returns 0 or the
+ * -errno of idx_chunk_exists. */
+static int gc_count_file(const struct store_hash *h, uint64_t stored_size, void *arg)
 {
 	struct gc_count *g = arg;
 
+	g->seen++;
+	g->seen_bytes += stored_size;
+	ctl_progress_work(g->prog, false, g->what, g->noun, g->seen, g->expect, g->seen_bytes,
+			  g->expect_bytes);
 	if (g->ix) {
 		int rc = idx_chunk_exists(g->ix, h->b);
 
@@ -25,18 +32,56 @@ int ctl_gc_count(const struct store_hash *h, uint64_t stored_size, void *arg)
 	return 0;
 }
 
+/* idx_chunk_foreach callback: count one chunk row and its stored bytes into arg (gc_count). */
+static int gc_expect_row(const uint8_t hash[IDX_HASH_LEN], uint32_t raw_size,
+			 uint32_t stored_size, uint8_t codec, int64_t refs, bool bad, void *arg)
+{
+	struct gc_count *g = arg;
+
+	(void)hash;
+	(void)raw_size;
+	(void)codec;
+	(void)refs;
+	(void)bad;
+	g->expect++;
+	g->expect_bytes += stored_size;
+	return 0;
+}
+
+int ctl_gc_scan(struct ckpt_repo *r, struct gc_count *g, struct ctl_progress *prog,
+		const char *what, const char *noun)
+{
+	int rc;
+
+	g->files = g->bytes = g->seen = g->seen_bytes = g->expect = g->expect_bytes = 0;
+	g->prog = prog;
+	g->what = what;
+	g->noun = noun;
+	ctl_progress_init(prog);
+	if (r->ix && (rc = idx_chunk_foreach(r->ix, gc_expect_row, g)) < 0)
+		return rc;
+	ctl_progress_work(prog, true, what, noun, 0, g->expect, 0, g->expect_bytes);
+	rc = store_chunk_foreach(r->st, gc_count_file, g);
+	if (rc < 0)
+		return rc;
+	ctl_progress_work(prog, true, what, noun, g->seen, g->seen, g->seen_bytes, g->seen_bytes);
+	return 0;
+}
+
 /* gc_mounted - count what a sweep would remove, without removing anything. Exit status. */
 static int gc_mounted(struct ckpt_repo *r, const char *root, bool json)
 {
 	struct gc_count g = { .ix = r->ix };
+	struct ctl_progress prog;
 	char b[64];
 	int rc;
 
-	rc = store_chunk_foreach(r->st, ctl_gc_count, &g);
+	rc = ctl_gc_scan(r, &g, &prog, "gc", "chunk files scanned");
 	if (rc < 0) {
 		ctl_err("cannot list chunk files of store '%s': %s", root, strerror(-rc));
 		return EXIT_ERROR;
 	}
+	ctl_progress_clear(&prog);
 	if (json) {
 		json_t *o = ctl_store_json(root, r);
 
@@ -66,12 +111,16 @@ static int gc_sweep(struct ckpt_repo *r, const char *root, bool json)
 {
 	struct gc_count before = { 0 }, after = { 0 };
 	uint64_t inodes = 0, chunks = 0, freed;
+	struct ctl_progress prog;
 	char b[64];
 	int rc;
 
-	rc = store_chunk_foreach(r->st, ctl_gc_count, &before);
+	rc = ctl_gc_scan(r, &before, &prog, "gc", "chunk files scanned");
 	if (rc < 0)
 		goto fail_list;
+	/* the sweep is one call into fs/: a status, no amounts */
+	if (ctl_progress_due(&prog, true))
+		ctl_progress_line(&prog, "gc: removing unlinked inodes and unreferenced chunks");
 	rc = ckpt_repo_sweep(r, &inodes, &chunks);
 	if (rc < 0) {
 		ctl_err("cannot sweep store '%s': %s; nothing half-done is visible, run "
@@ -79,9 +128,10 @@ static int gc_sweep(struct ckpt_repo *r, const char *root, bool json)
 			root, strerror(-rc), root);
 		return EXIT_ERROR;
 	}
-	rc = store_chunk_foreach(r->st, ctl_gc_count, &after);
+	rc = ctl_gc_scan(r, &after, &prog, "gc", "chunk files recounted");
 	if (rc < 0)
 		goto fail_list;
+	ctl_progress_clear(&prog);
 	freed = before.bytes > after.bytes ? before.bytes - after.bytes : 0;
 	if (json) {
 		json_t *o = ctl_store_json(root, r);

@@ -87,15 +87,8 @@ static double imp_mbps(const struct imp_ctx *c, double secs)
 
 void import_progress(struct imp_ctx *c, bool force)
 {
-	char sdone[32], stotal[32];
-
-	if (!ctl_progress_due(&c->prog, force))
-		return;
-	ctl_progress_line(&c->prog, "import: %s/%s, %.0f%%, %.1f MB/s",
-			  ctl_short_size(c->done, sdone, sizeof(sdone)),
-			  ctl_short_size(c->total, stotal, sizeof(stotal)),
-			  c->total ? 100.0 * (double)c->done / (double)c->total : 100.0,
-			  imp_mbps(c, imp_elapsed(c)));
+	ctl_progress_work(&c->prog, force, "import", "files", c->files_done, c->files_total,
+			  c->done, c->total);
 }
 
 /* imp_name_cmp - qsort of char * by strcmp. */
@@ -228,8 +221,10 @@ static int imp_scan(struct imp_ctx *c, const char *rel, size_t parent, int depth
 		c->n++;
 		if ((rc = imp_classify(c, me)) < 0)
 			break;
-		if (S_ISREG(c->v[me].st.st_mode) && !c->v[me].tracker)
+		if (S_ISREG(c->v[me].st.st_mode) && !c->v[me].tracker) {
+			c->files_total++;
 			c->total += (uint64_t)c->v[me].st.st_size;
+		}
 		if (S_ISDIR(c->v[me].st.st_mode)) {
 			char *sub = strdup(c->v[me].rel); /* c->v moves as it grows */
 
@@ -686,7 +681,6 @@ static int imp_prepare(struct imp_ctx *c, const char *dest)
 		ctl_err("cannot import '%s': %s", src, c->fail[0].reason);
 		return -1;
 	}
-	ctl_progress_init(&c->prog);
 	c->buf = malloc(IMPORT_WINDOW);
 	c->puts = calloc(IMPORT_WINDOW / STORE_CHUNK_MIN + 1, sizeof(*c->puts));
 	c->hs = store_hasher_new();
@@ -742,8 +736,8 @@ static int imp_check_taken(struct imp_ctx *c, const char *dest)
 enum imp_stop {
 	IMP_GO,       /* go on */
 	IMP_OOM,      /* out of memory: not printed yet */
-	IMP_PROGRESS, /* printed; the progress line is still up */
-	IMP_ROLLBACK, /* printed; the progress line erased */
+	IMP_PROGRESS, /* printed, by imp_file */
+	IMP_ROLLBACK, /* printed */
 };
 
 /* imp_special - create entry e (a directory, a symlink, a FIFO, socket or device node) in
@@ -808,6 +802,7 @@ static enum imp_stop imp_entry(struct imp_ctx *c, size_t i)
 	if (!S_ISREG(e->st.st_mode))
 		return imp_special(c, e, parent);
 	rc = imp_file(c, i, parent);
+	c->files_done++;
 	if (rc == -ENOMEM)
 		return IMP_OOM;
 	return rc < 0 ? IMP_PROGRESS : IMP_GO;
@@ -873,6 +868,7 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 	if (imp_claims(&c) < 0)
 		goto out_rollback;
 	/* 4. the tree, in pre-order */
+	ctl_progress_init(&c.prog);
 	import_progress(&c, true);
 	for (size_t i = 0; i < c.n && stop == IMP_GO; i++)
 		stop = imp_entry(&c, i);

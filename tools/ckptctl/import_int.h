@@ -121,6 +121,7 @@ struct imp_ctx {
 	/* figures */
 	uint64_t files, dirs, symlinks, logical, stored_added, chunks_written, dedup_hits;
 	uint64_t total, done; /* bytes of regular files to read, and read */
+	uint64_t files_total, files_done; /* regular files to read, and read (or failed) */
 	struct ctl_progress prog;
 	struct timespec start;
 };
@@ -162,7 +163,7 @@ void imp_attr(const struct stat *st, struct idx_inode *a);
 int imp_fail_add(struct imp_ctx *c, int step, const char *rel, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-/* import_progress - "import: DONE/TOTAL, PERCENT, RATE MB/s" on the progress line. */
+/* import_progress - ctl_progress_work with the import's counts (files and bytes read). */
 void import_progress(struct imp_ctx *c, bool force);
 
 /*

@@ -36,6 +36,7 @@ struct v_damage {
 struct v_ctx {
 	struct ckpt_repo *r;
 	const char *root;
+	const char *what; /* the command on the progress line: "verify", or "fsck" running it */
 	bool json; /* --json */
 	bool writable;
 	struct v_chunk *chunks;
@@ -51,6 +52,9 @@ struct v_ctx {
 	uint64_t files_hashed, files_unhashed;
 	uint64_t marked_now, cleared_now;
 	struct ctl_progress prog;
+	uint64_t files_done;       /* the files pass: files finished, */
+	uint64_t file_bytes;       /* their bytes (holes included) and the current file's so far, */
+	uint64_t file_bytes_total; /* and the bytes of all files (the index's logical bytes) */
 };
 
 static int v_chunk_row(const uint8_t hash[IDX_HASH_LEN], uint32_t raw_size, uint32_t stored_size,
@@ -146,23 +150,17 @@ static int v_user(uint64_t ino, uint64_t offset, void *arg)
  */
 static int v_chunks(struct v_ctx *c)
 {
-	char sdone[32], stotal[32];
 	uint64_t done_bytes = 0;
 	size_t i;
 	int rc;
 
+	ctl_progress_init(&c->prog);
 	for (i = 0; i < c->nchunks; i++) {
 		struct v_chunk *k = &c->chunks[i];
 		struct store_hash h;
 
-		if (ctl_progress_due(&c->prog, i == 0))
-			ctl_progress_line(&c->prog, "verify: chunks %zu/%zu, %s/%s, %.0f%%", i,
-					  c->nchunks,
-					  ctl_short_size(done_bytes, sdone, sizeof(sdone)),
-					  ctl_short_size(c->total_bytes, stotal, sizeof(stotal)),
-					  c->total_bytes ? 100.0 * (double)done_bytes /
-								   (double)c->total_bytes
-							 : 0.0);
+		ctl_progress_work(&c->prog, i == 0, c->what, "chunks", i, c->nchunks, done_bytes,
+				  c->total_bytes);
 		memcpy(h.b, k->hash, STORE_HASH_LEN);
 		k->err = store_chunk_verify(c->r->st, &h);
 		if (k->err == -ENOMEM)
@@ -179,10 +177,8 @@ static int v_chunks(struct v_ctx *c)
 		}
 		done_bytes += k->stored_size;
 	}
-	if (ctl_progress_due(&c->prog, true))
-		ctl_progress_line(&c->prog, "verify: chunks %zu/%zu, %s, 100%%", c->nchunks,
-				  c->nchunks,
-				  ctl_short_size(c->total_bytes, stotal, sizeof(stotal)));
+	ctl_progress_work(&c->prog, true, c->what, "chunks", c->nchunks, c->nchunks, done_bytes,
+			  c->total_bytes);
 	return 0;
 }
 
@@ -355,23 +351,35 @@ enum v_file_result {
 	VF_GONE,      /* removed meanwhile (mounted) */
 	VF_DAMAGED,   /* reason filled */
 };
-/* ctl_sink of verify: count the bytes read (arg: uint64_t). */
+/* ctl_progress_work of the files pass, with its counts. */
+static void v_files_progress(struct v_ctx *c, bool force)
+{
+	ctl_progress_work(&c->prog, force, c->what, "files", c->files_done, c->nfiles,
+			  c->file_bytes, c->file_bytes_total);
+}
+
+/* ctl_sink of verify: count the bytes read, holes too (arg: the struct v_ctx). */
 static int count_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
 {
-	if (buf)
-		*(uint64_t *)arg += len;
+	struct v_ctx *c = arg;
+
+	(void)buf;
+	(void)reason;
+	(void)cap;
+	c->file_bytes += len;
+	v_files_progress(c, false);
 	return 0;
 }
 
 /*
  * v_hash_file - stream file ino's extents through a hasher and compare with the recorded
- * whole-file digest.
+ * whole-file digest; the bytes streamed are added to c->file_bytes.
  * @buf: scratch buffer of STORE_CHUNK_MAX bytes. @ret_in: the attributes the check used.
  * @reason: filled for VF_DAMAGED (cap bytes).
  * Returns an enum v_file_result, or -errno of the index (-ENOMEM).
  */
 static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, uint8_t *buf,
-		       struct idx_inode *ret_in, char *reason, size_t cap, uint64_t *ret_bytes)
+		       struct idx_inode *ret_in, char *reason, size_t cap)
 {
 	struct idx_extent *ext = NULL;
 	struct store_hash got, want;
@@ -379,7 +387,6 @@ static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, u
 	size_t n = 0, i;
 	int rc;
 
-	*ret_bytes = 0;
 	rc = idx_inode_get(c->r->ix, ino, ret_in);
 	if (rc == -ENOENT)
 		return VF_GONE;
@@ -399,7 +406,7 @@ static int v_hash_file(struct v_ctx *c, uint64_t ino, struct store_hasher *hs, u
 		}
 	}
 	rc = ctl_stream(c->r->st, ext, n, ret_in->size, ret_in->flags & IDX_INODE_SPARSE, buf,
-			hs, count_sink, ret_bytes,
+			hs, count_sink, c,
 			" while reading", reason, cap, &got);
 	if (rc != 0) {
 		rc = rc == 1 ? VF_DAMAGED : rc;
@@ -434,28 +441,30 @@ static int v_files(struct v_ctx *c)
 {
 	struct store_hasher *hs = store_hasher_new();
 	uint8_t *buf = malloc(STORE_CHUNK_MAX);
-	char sdone[32];
-	uint64_t bytes = 0;
+	struct idx_stats st;
 	int rc = 0;
 
 	if (!hs || !buf) {
 		rc = -ENOMEM;
 		goto out;
 	}
+	/* the bytes to go by: every linked regular file's size, as the walk finds the files */
+	rc = idx_stats_get(c->r->ix, &st);
+	if (rc < 0)
+		goto out;
+	c->file_bytes_total = st.logical_bytes;
+	c->files_done = c->file_bytes = 0;
+	ctl_progress_init(&c->prog);
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct idx_inode in1, in2;
 		char reason[128];
-		uint64_t fb;
+		uint64_t base = c->file_bytes;
 		int res, tries = 0;
 
-		if (ctl_progress_due(&c->prog, i == 0))
-			ctl_progress_line(&c->prog, "verify: files %zu/%zu, %s hashed, %.0f%%", i,
-					  c->nfiles, ctl_short_size(bytes, sdone, sizeof(sdone)),
-					  100.0 * (double)i / (double)c->nfiles);
+		v_files_progress(c, i == 0);
 		for (;;) {
-			res = v_hash_file(c, c->files[i], hs, buf, &in1, reason, sizeof(reason),
-					  &fb);
-			bytes += fb;
+			c->file_bytes = base;
+			res = v_hash_file(c, c->files[i], hs, buf, &in1, reason, sizeof(reason));
 			if (res != VF_DAMAGED || c->writable || ++tries > 3)
 				break;
 			/* Mounted: the daemon may have rewritten the file while we read it. */
@@ -473,6 +482,9 @@ static int v_files(struct v_ctx *c)
 			rc = res;
 			goto out;
 		}
+		/* a file not read (no digest, a damaged chunk) or read only in part counts whole */
+		c->file_bytes = base + (res == VF_GONE ? 0 : in1.size);
+		c->files_done++;
 		if (res == VF_DAMAGED) {
 			rc = v_add(&c->dmg, &c->ndmg, &c->capdmg, c->files[i], SIZE_MAX, "%s",
 				   reason);
@@ -484,6 +496,7 @@ static int v_files(struct v_ctx *c)
 		else if (res == VF_SOUND)
 			c->files_unhashed++;
 	}
+	v_files_progress(c, true);
 	rc = 0;
 out:
 	store_hasher_free(hs);
@@ -637,9 +650,9 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 	return 0;
 }
 
-int ctl_verify(const char *root, bool json)
+int ctl_verify(const char *root, const char *what, bool json)
 {
-	struct v_ctx c = { .root = root, .json = json };
+	struct v_ctx c = { .root = root, .what = what, .json = json };
 	struct store_opts so = { 0 };
 	uint64_t bad_chunks = 0, bad_files;
 	int rc, status = EXIT_ERROR;
@@ -734,5 +747,5 @@ out:
 
 int cmd_verify(const struct ctl_opts *o)
 {
-	return ctl_verify(o->root, o->json);
+	return ctl_verify(o->root, "verify", o->json);
 }
