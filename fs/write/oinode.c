@@ -122,7 +122,8 @@ static void seg_populate(uint8_t *buf, size_t len)
 /*
  * An empty segment at file offset off with room for cap (WB_SEG or STORE_CHUNK_MAX) bytes, one
  * reference: a buffer of that size the pool kept (resident: what it has charged for it), else
- * a fresh one (nothing charged yet; a WB_SEG one populated whole). NULL on ENOMEM.
+ * a fresh one (nothing charged or populated yet: stream_append populates each range as it
+ * charges it, so a 1 KiB file faults in one page, not the 8 MiB segment). NULL on ENOMEM.
  */
 static struct seg *seg_new(struct ckfs *fs, uint64_t off, size_t cap)
 {
@@ -132,8 +133,6 @@ static struct seg *seg_new(struct ckfs *fs, uint64_t off, size_t cap)
 		return NULL;
 	if (!(sg->buf = wb_seg_get(fs->wb, cap, &sg->resident))) {
 		sg->buf = malloc(cap);
-		if (sg->buf && cap == WB_SEG)
-			seg_populate(sg->buf, cap);
 		if (!sg->buf) {
 			free(sg);
 			return NULL;
@@ -744,6 +743,9 @@ static int stream_append(struct ckfs *fs, struct oinode *oi, const uint8_t *buf,
 
 		if (sg->len + n > sg->resident) {
 			wb_reserve(fs->wb, sg->len + n - sg->resident);
+			/* pages never touched: one call faults them in (the writer's copy takes no
+			 * trap per page); a kept buffer (resident == cap) never gets here */
+			seg_populate(sg->buf + sg->resident, sg->len + n - sg->resident);
 			sg->resident = sg->len + n;
 		}
 		if (buf)
