@@ -2,12 +2,17 @@
 # Benchmark (opt-in, not part of the test suite): ckptfs vs. the backing disk, same run.
 # Usage: scripts/bench.sh [--size-mib N] [--reps N]   (root: drops the page cache)
 #        scripts/bench.sh --multinode [--mib-per-rank N]   two nodes over Ceph S3 (issue 21)
+#        scripts/bench.sh --scaling [--sizes 100 1000 10000]   per-entry costs vs ext4 (issue 22)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bash scripts/install-deps.sh
 [ -f build/build.ninja ] || meson setup build >/dev/null
 meson compile -C build >/dev/null
+if [ "${1:-}" = --scaling ]; then
+	shift
+	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_scaling.py "$@"
+fi
 if [ "${1:-}" = --multinode ]; then
 	shift
 	exec /usr/bin/python3 tests/bench/bench_multinode.py "$@"

@@ -12,7 +12,7 @@ pkgs=(build-essential meson ninja-build pkg-config
       ceph-mon ceph-osd radosgw ceph-common ceph-mds ceph-fuse curl   # scripts/ceph.sh
       libmicrohttpd-dev prometheus   # -o metrics=ADDR:PORT; tests/mount/test_prometheus.py
       scdoc man-db bash-completion systemd   # man pages, ckptctl completion, the unit (dist/)
-      debhelper dpkg-dev fakeroot lintian debootstrap)   # scripts/test-package.sh
+      debhelper dpkg-dev fakeroot lintian debootstrap systemd-container)   # scripts/test-package.sh
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
