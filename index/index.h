@@ -591,6 +591,19 @@ int idx_step_foreach(struct idx *ix, int (*fn)(const struct idx_step *s, void *a
 int idx_step_newest(struct idx *ix, uint32_t kind_mask, int state, struct idx_step *ret);
 
 /*
+ * idx_step_newest_each - call fn(s, arg) for the steps in state whose kind is in kind_mask (0:
+ * any), newest first (step number descending, then id descending), until fn returns non-zero.
+ * Cost: O(log n) to the first step plus the steps fn passes over (the steps_state_step index,
+ * read 32 rows at a time), so finding the newest step that meets a condition does not slow
+ * down as the store accumulates steps. s is a private copy, borrowed for the call; fn may call
+ * any idx_* function on ix (rows changed meanwhile may be seen or not, never twice).
+ * Returns 0 when every step was passed over, fn's non-zero value, -EINVAL (state out of
+ * range), -ENOMEM, or the index's -errno.
+ */
+int idx_step_newest_each(struct idx *ix, uint32_t kind_mask, int state,
+			 int (*fn)(const struct idx_step *s, void *arg), void *arg);
+
+/*
  * idx_step_events - call fn(ts_ns, old_state, new_state, note, arg) for each state change of step
  * id, in time order (ties: the order they were recorded). note is NULL when none was given,
  * else NUL-terminated and borrowed for the call. fn may call any idx_* function except

@@ -317,6 +317,42 @@ int idx_step_newest(struct idx *ix, uint32_t kind_mask, int state, struct idx_st
 	return ix_step_one(ix, st, ret);
 }
 
+int idx_step_newest_each(struct idx *ix, uint32_t kind_mask, int state,
+			 int (*fn)(const struct idx_step *s, void *arg), void *arg)
+{
+	struct idx_step page[32];
+	int64_t below_step = INT64_MAX, below_id = INT64_MAX;
+	int r;
+
+	if (!ix_state_ok(state))
+		return -EINVAL;
+	for (;;) {
+		sqlite3_stmt *st = ix_stmt(ix, IX_STEP_NEWEST_PAGE);
+		size_t n = 0;
+
+		if ((r = ix_bind_i64(ix, st, 1, state)) < 0 ||
+		    (r = ix_bind_i64(ix, st, 2, (int64_t)kind_mask)) < 0 ||
+		    (r = ix_bind_i64(ix, st, 3, below_step)) < 0 ||
+		    (r = ix_bind_i64(ix, st, 4, below_id)) < 0) {
+			ix_done(st);
+			return r;
+		}
+		/* a page is read whole before fn runs: fn may use the statement cache */
+		while (n < 32 && (r = ix_step(ix, st)) > 0 && (r = ix_step_row(st, &page[n])) == 0)
+			n++;
+		ix_done(st);
+		if (r < 0)
+			return r;
+		for (size_t i = 0; i < n; i++)
+			if ((r = fn(&page[i], arg)) != 0)
+				return r;
+		if (n < 32)
+			return 0;
+		below_step = page[n - 1].step;
+		below_id = page[n - 1].id;
+	}
+}
+
 int idx_step_events(struct idx *ix, int64_t id,
 		    int (*fn)(int64_t ts_ns, int old_state, int new_state, const char *note,
 			      void *arg),

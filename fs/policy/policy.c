@@ -143,12 +143,15 @@ struct prev_ctx {
 	bool found;
 };
 
+/* idx_step_newest_each callback (complete steps of s's kind, newest first): the newest one below
+ * s with a directory, the lowest id among steps of that number (the first one made) */
 static int prev_cb(const struct idx_step *o, void *arg)
 {
 	struct prev_ctx *c = arg;
 
-	if (o->kind == c->s->kind && o->id != c->s->id && o->state == IDX_STEP_COMPLETE &&
-	    o->dir_ino && o->step < c->s->step && (!c->found || o->step > c->best.step)) {
+	if (c->found && o->step < c->best.step)
+		return 1; /* past the newest one below s */
+	if (o->id != c->s->id && o->dir_ino && o->step < c->s->step) {
 		c->best = *o;
 		c->found = true;
 	}
@@ -244,7 +247,7 @@ int policy_previous_names(struct idx *ix, const struct idx_step *s, char *missin
 	struct names_walk w = { .ix = ix, .missing = missing, .mcap = cap };
 	int rc;
 
-	if ((rc = idx_step_foreach(ix, prev_cb, &pc)) < 0)
+	if ((rc = idx_step_newest_each(ix, 1u << s->kind, IDX_STEP_COMPLETE, prev_cb, &pc)) < 0)
 		return rc;
 	if (!pc.found)
 		return POLICY_PREV_NONE;

@@ -28,13 +28,17 @@ struct newer_ctx {
 	bool found;
 };
 
+/* idx_step_newest_each callback (steps of s's kind in one state, newest first) */
 static int newer_cb(const struct idx_step *o, void *arg)
 {
 	struct newer_ctx *c = arg;
 
-	if (o->kind == c->s->kind && o->id != c->s->id && o->step > c->s->step &&
-	    o->created_ns > c->s->sealed_ns)
+	if (o->step <= c->s->step)
+		return 1; /* newest first: none newer below */
+	if (o->id != c->s->id && o->created_ns > c->s->sealed_ns) {
 		c->found = true;
+		return 1;
+	}
 	return 0;
 }
 
@@ -47,7 +51,13 @@ static bool newer_step_started(struct ckfs *fs, const struct idx_step *s)
 {
 	struct newer_ctx c = { .s = s };
 
-	return s->sealed_ns > 0 && idx_step_foreach(fs->ix, newer_cb, &c) == 0 && c.found;
+	if (s->sealed_ns <= 0)
+		return false;
+	/* per state, newest first down to s: the steps above s, not the whole store */
+	for (int st = 0; st < IDX_STEP_STATE_COUNT && !c.found; st++)
+		if (idx_step_newest_each(fs->ix, 1u << s->kind, st, newer_cb, &c) < 0)
+			return false;
+	return c.found;
 }
 
 /* The facts policy_judge needs about step s, scanned in sc (fs->mu held). Returns 0, or -errno
@@ -152,12 +162,12 @@ struct older_ctx {
 	size_t n;
 };
 
+/* idx_step_newest_each callback (sealed steps of c->kind, newest first) */
 static int older_sealed_cb(const struct idx_step *o, void *arg)
 {
 	struct older_ctx *c = arg;
 
-	if (o->kind == c->kind && o->state == IDX_STEP_SEALED && o->step < c->step &&
-	    c->n < sizeof(c->ids) / sizeof(c->ids[0]))
+	if (o->step < c->step && c->n < sizeof(c->ids) / sizeof(c->ids[0]))
 		c->ids[c->n++] = o->id;
 	return 0;
 }
@@ -171,7 +181,7 @@ static void judge_older_sealed(struct ckfs *fs, int kind, int64_t step)
 {
 	struct older_ctx c = { .kind = kind, .step = step };
 
-	if (idx_step_foreach(fs->ix, older_sealed_cb, &c) < 0)
+	if (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_SEALED, older_sealed_cb, &c) < 0)
 		return;
 	for (size_t i = 0; i < c.n; i++)
 		steps_evaluate(fs, c.ids[i], false, false, false);

@@ -30,18 +30,6 @@ struct ret_ctx {
 	size_t n, cap;
 };
 
-static int collect_complete(const struct idx_step *s, void *arg)
-{
-	struct ret_ctx *c = arg;
-
-	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || steps_is_slot(s))
-		return 0; /* a slot's old versions go when its new one completes: steps_slot_done */
-	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
-		return -ENOMEM;
-	c->ids[c->n++] = s->id;
-	return 0;
-}
-
 /* Remove the whole tree under dir (entries only; dir's own dentry is the caller's). */
 static int tree_remove(struct ckfs *fs, uint64_t dir, struct ino_freed *fr, int depth)
 {
@@ -138,6 +126,61 @@ static void mf1_order(struct ckfs *fs, int64_t *ids, size_t n)
 	free(key);
 }
 
+/*
+ * Steps the trainer deleted are kept in /.ckptfs/retained only until a newer step of their
+ * layout is complete: prune the complete ones of kind there that are not the newest. Costs what
+ * /.ckptfs/retained holds (a step or two), not the number of steps in the store.
+ */
+static void prune_retained(struct ckfs *fs, int kind)
+{
+	struct steps_entries e = { 0 };
+	struct ino_freed fr = { 0 };
+	struct idx_step newest;
+	bool ok = true, began = false;
+
+	if (!fs->retained_ino || steps_dir_entries(fs, fs->retained_ino, 1, &e) < 0 || e.n == 0 ||
+	    idx_step_newest(fs->ix, 1u << kind, IDX_STEP_COMPLETE, &newest) < 0)
+		goto out;
+	for (size_t i = 0; i < e.n && ok; i++) {
+		struct idx_step s;
+
+		if (!S_ISDIR(e.modes[i]) || idx_step_by_dir(fs->ix, e.inos[i], &s) < 0 ||
+		    s.kind != kind || s.state != IDX_STEP_COMPLETE || s.pinned || steps_is_slot(&s) ||
+		    s.id == newest.id)
+			continue;
+		if (!began && idx_begin(fs->ix) < 0)
+			goto out;
+		began = true;
+		ok = steps_prune(fs, &s, &fr) == 0;
+	}
+	if (began) {
+		ok = ok && idx_commit(fs->ix) == 0;
+		if (!ok)
+			idx_rollback(fs->ix);
+		ino_release_finish(fs, &fr, ok);
+	}
+out:
+	steps_dir_entries_free(&e);
+}
+
+/* idx_step_newest_each callback: collect the ids of complete steps of c->kind, slots aside */
+static int collect_complete(const struct idx_step *s, void *arg)
+{
+	struct ret_ctx *c = arg;
+
+	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || steps_is_slot(s))
+		return 0; /* a slot's old versions go when its new one completes: steps_slot_done */
+	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+		return -ENOMEM;
+	c->ids[c->n++] = s->id;
+	return 0;
+}
+
+/*
+ * Cost: the retained steps, then (with keep_checkpoint_max) the complete steps of kind, which
+ * retention itself keeps to keep_max plus the pinned and keep_every ones: a save does not slow
+ * down as pruned steps accumulate, nor, with keep_checkpoint_max=0, as kept ones do.
+ */
 void steps_retention(struct ckfs *fs, int kind)
 {
 	struct ret_ctx c = { .fs = fs, .kind = kind };
@@ -145,29 +188,17 @@ void steps_retention(struct ckfs *fs, int kind)
 	unsigned kept = 0;
 	bool ok = true;
 
-	if (idx_step_foreach(fs->ix, collect_complete, &c) < 0)
-		goto out;
-	/* steps the trainer deleted were kept only until a newer step is complete: now */
-	if (c.n > 1 && idx_begin(fs->ix) == 0) {
-		for (size_t i = 0; i + 1 < c.n && ok; i++) {
-			struct idx_step s;
-
-			if (idx_step_get(fs->ix, c.ids[i], &s) == 0 && !s.pinned &&
-			    steps_is_retained(fs, &s))
-				ok = steps_prune(fs, &s, &fr) == 0;
-		}
-		ok = ok && idx_commit(fs->ix) == 0;
-		if (!ok)
-			idx_rollback(fs->ix);
-		ino_release_finish(fs, &fr, ok);
-		free(c.ids);
-		c.ids = NULL;
-		c.n = c.cap = 0;
-		if (!ok || idx_step_foreach(fs->ix, collect_complete, &c) < 0)
-			goto out;
-	}
+	prune_retained(fs, kind);
 	if (fs->keep_max == 0)
 		goto out;
+	if (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_COMPLETE, collect_complete, &c) < 0)
+		goto out;
+	for (size_t i = 0; i < c.n / 2; i++) { /* newest first -> ascending */
+		int64_t t = c.ids[i];
+
+		c.ids[i] = c.ids[c.n - 1 - i];
+		c.ids[c.n - 1 - i] = t;
+	}
 	if (kind == LAYOUT_MF1)
 		mf1_order(fs, c.ids, c.n); /* its step number restarts every epoch */
 	/* ids come ordered by step number ascending: keep from the newest end */

@@ -61,16 +61,15 @@ static int newest_cb(const struct idx_step *s, void *arg)
 {
 	struct newest_ctx *c = arg;
 
-	if (s->state != IDX_STEP_COMPLETE || s->step < 0 ||
-	    !layout_tracker_shared(c->tracker, (enum layout_kind)s->kind))
+	if (s->step < 0)
+		return 1; /* newest first: no numbered step below */
+	if (!layout_tracker_shared(c->tracker, (enum layout_kind)s->kind))
 		return 0;
 	if (c->fs->global_ok && !c->fs->global_ok(c->fs, s->kind, s->step))
 		return 0; /* complete here, not yet on every node */
-	if (c->found && s->step < c->best.step)
-		return 0;
 	c->best = *s;
 	c->found = true;
-	return 0;
+	return 1;
 }
 
 /* The newest complete step a tracker of this kind resolves to, skipping corrupt ones. */
@@ -79,7 +78,9 @@ static int resolve(struct ckfs *fs, enum layout_kind tracker, struct idx_step *r
 	for (int tries = 0; tries < 64; tries++) {
 		struct newest_ctx c = { .fs = fs, .tracker = tracker };
 
-		if (idx_step_foreach(fs->ix, newest_cb, &c) < 0 || !c.found)
+		/* newest first, stopping at the first match: O(log n) in the steps kept */
+		if (idx_step_newest_each(fs->ix, 0, IDX_STEP_COMPLETE, newest_cb, &c) < 0 ||
+		    !c.found)
 			return -ENOENT;
 		if (c.best.dir_ino && steps_tree_has_bad_chunk(fs, c.best.dir_ino) > 0) {
 			struct idx_step s = c.best;

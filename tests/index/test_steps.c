@@ -246,6 +246,64 @@ Test(steps, newest_by_kind_mask_and_state, .init = setup_open_txn, .fini = teard
 	check_ok();
 }
 
+/* idx_step_newest_each: collects the steps it is shown, stops after `stop` of them */
+struct each_log {
+	int64_t steps[256];
+	size_t n, stop;
+};
+
+static int each_cb(const struct idx_step *s, void *arg)
+{
+	struct each_log *l = arg;
+
+	cr_assert_lt(l->n, 256);
+	l->steps[l->n++] = s->step;
+	return l->n == l->stop ? 7 : 0;
+}
+
+Test(steps, newest_each_pages_in_order_and_stops, .init = setup_open_txn, .fini = teardown)
+{
+	struct each_log l = { .stop = 0 };
+	int64_t id;
+
+	/* 100 complete steps of kind 1 over several 32-row pages, a twin of step 50 (higher id
+	 * first), every 10th of kind 2, and writing ones that must not be shown */
+	for (int64_t i = 1; i <= 100; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "s%lld", (long long)i);
+		id = new_step(i % 10 == 0 ? 2 : 1, name, i * 10, 0, 10);
+		cr_assert_eq(idx_step_set_state(ix, id, IDX_STEP_COMPLETE, 20, NULL), 0);
+		snprintf(name, sizeof(name), "w%lld", (long long)i);
+		new_step(1, name, i * 10 + 5, 0, 10);
+	}
+	id = new_step(1, "s50_again", 500, 0, 30);
+	cr_assert_eq(idx_step_set_state(ix, id, IDX_STEP_COMPLETE, 40, NULL), 0);
+
+	cr_assert_eq(idx_step_newest_each(ix, 0, IDX_STEP_COMPLETE, each_cb, &l), 0);
+	cr_assert_eq(l.n, 101);
+	for (size_t i = 1; i < l.n; i++)
+		cr_assert_geq(l.steps[i - 1], l.steps[i], "not newest first at %zu", i);
+	cr_assert_eq(l.steps[0], 1000);
+	cr_assert_eq(l.steps[100], 10);
+
+	l = (struct each_log){ .stop = 3 };
+	cr_assert_eq(idx_step_newest_each(ix, 1u << 1, IDX_STEP_COMPLETE, each_cb, &l), 7);
+	cr_assert_eq(l.n, 3);
+	cr_assert_eq(l.steps[0], 990);
+	cr_assert_eq(l.steps[1], 980);
+	cr_assert_eq(l.steps[2], 970);
+
+	l = (struct each_log){ .stop = 0 };
+	cr_assert_eq(idx_step_newest_each(ix, 1u << 2, IDX_STEP_COMPLETE, each_cb, &l), 0);
+	cr_assert_eq(l.n, 10);
+	l = (struct each_log){ .stop = 0 };
+	cr_assert_eq(idx_step_newest_each(ix, 0, IDX_STEP_PRUNED, each_cb, &l), 0);
+	cr_assert_eq(l.n, 0);
+	cr_assert_eq(idx_step_newest_each(ix, 0, IDX_STEP_STATE_COUNT, each_cb, &l), -EINVAL);
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
 struct ev {
 	int64_t ts;
 	int old_state, new_state;
