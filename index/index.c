@@ -235,7 +235,7 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_STEP_NEWEST_PAGE] = "SELECT " IX_STEP_COLS " FROM steps WHERE state = ?1 "
 				"AND (?2 = 0 OR ((?2 >> kind) & 1) <> 0) "
 				"AND (step < ?3 OR (step = ?3 AND id < ?4)) "
-				"ORDER BY step DESC, id DESC LIMIT 32",
+				"ORDER BY step DESC, id DESC LIMIT ?5",
 	[IX_STEP_EVENTS] = "SELECT ts_ns, old_state, new_state, note FROM step_events "
 			   "WHERE step_id = ?1 ORDER BY ts_ns, seq",
 	[IX_CLAIM_ADD] = "INSERT INTO claims(tracker, content, length, step, ts_ns) "

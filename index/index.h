@@ -594,7 +594,7 @@ int idx_step_newest(struct idx *ix, uint32_t kind_mask, int state, struct idx_st
  * idx_step_newest_each - call fn(s, arg) for the steps in state whose kind is in kind_mask (0:
  * any), newest first (step number descending, then id descending), until fn returns non-zero.
  * Cost: O(log n) to the first step plus the steps fn passes over (the steps_state_step index,
- * read 32 rows at a time), so finding the newest step that meets a condition does not slow
+ * read 4 rows, then 32 at a time), so finding the newest step that meets a condition does not slow
  * down as the store accumulates steps. s is a private copy, borrowed for the call; fn may call
  * any idx_* function on ix (rows changed meanwhile may be seen or not, never twice).
  * Returns 0 when every step was passed over, fn's non-zero value, -EINVAL (state out of

@@ -322,6 +322,7 @@ int idx_step_newest_each(struct idx *ix, uint32_t kind_mask, int state,
 {
 	struct idx_step page[32];
 	int64_t below_step = INT64_MAX, below_id = INT64_MAX;
+	size_t want = 4; /* the first page small: most callers stop at its first row */
 	int r;
 
 	if (!ix_state_ok(state))
@@ -333,12 +334,13 @@ int idx_step_newest_each(struct idx *ix, uint32_t kind_mask, int state,
 		if ((r = ix_bind_i64(ix, st, 1, state)) < 0 ||
 		    (r = ix_bind_i64(ix, st, 2, (int64_t)kind_mask)) < 0 ||
 		    (r = ix_bind_i64(ix, st, 3, below_step)) < 0 ||
-		    (r = ix_bind_i64(ix, st, 4, below_id)) < 0) {
+		    (r = ix_bind_i64(ix, st, 4, below_id)) < 0 ||
+		    (r = ix_bind_i64(ix, st, 5, (int64_t)want)) < 0) {
 			ix_done(st);
 			return r;
 		}
 		/* a page is read whole before fn runs: fn may use the statement cache */
-		while (n < 32 && (r = ix_step(ix, st)) > 0 && (r = ix_step_row(st, &page[n])) == 0)
+		while (n < want && (r = ix_step(ix, st)) > 0 && (r = ix_step_row(st, &page[n])) == 0)
 			n++;
 		ix_done(st);
 		if (r < 0)
@@ -346,10 +348,11 @@ int idx_step_newest_each(struct idx *ix, uint32_t kind_mask, int state,
 		for (size_t i = 0; i < n; i++)
 			if ((r = fn(&page[i], arg)) != 0)
 				return r;
-		if (n < 32)
+		if (n < want)
 			return 0;
 		below_step = page[n - 1].step;
 		below_id = page[n - 1].id;
+		want = 32;
 	}
 }
 

@@ -348,39 +348,59 @@ bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name)
 
 /* ---- reaper, recovery ---- */
 
+struct open_step {
+	int64_t step, id;
+};
+
 struct scan_ctx {
-	int64_t *ids;
+	struct open_step *v;
 	size_t n, cap;
 };
 
+/* idx_step_newest_each callback: collect an unfinished step */
 static int scan_open_steps(const struct idx_step *s, void *arg)
 {
 	struct scan_ctx *c = arg;
 
-	if (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_SEALED)
-		return 0;
-	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
+	if (ckpt_grow(&c->v, &c->cap, c->n, sizeof(*c->v)) < 0)
 		return -ENOMEM;
-	c->ids[c->n++] = s->id;
+	c->v[c->n].step = s->step;
+	c->v[c->n++].id = s->id;
 	return 0;
 }
 
-/* One pass: judge every unfinished step whose writers are gone. recovering: all are gone. */
+static int open_step_cmp(const void *a, const void *b)
+{
+	const struct open_step *x = a, *y = b;
+
+	if (x->step != y->step)
+		return x->step < y->step ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * One pass: judge every unfinished step whose writers are gone, oldest first (a step is judged
+ * against the complete one before it). recovering: all are gone. Reads only the writing and
+ * sealed steps (the steps_state_step index): a pass costs the saves in flight, not the store.
+ */
 void steps_reap(struct ckfs *fs, bool recovering)
 {
 	struct scan_ctx c = { 0 };
 	int64_t now = ckpt_now_ns();
 
-	if (idx_step_foreach(fs->ix, scan_open_steps, &c) < 0)
+	if (idx_step_newest_each(fs->ix, 0, IDX_STEP_WRITING, scan_open_steps, &c) < 0 ||
+	    idx_step_newest_each(fs->ix, 0, IDX_STEP_SEALED, scan_open_steps, &c) < 0)
 		goto out;
+	if (c.n > 1)
+		qsort(c.v, c.n, sizeof(*c.v), open_step_cmp);
 	for (size_t i = 0; i < c.n; i++) {
-		struct step_rt *r = rt_get(fs, c.ids[i], false);
+		struct step_rt *r = rt_get(fs, c.v[i].id, false);
 		bool settled = true;
 
 		if (!recovering) {
 			if (!r) {
 				/* first seen by this daemon: start its settle time now */
-				if ((r = rt_get(fs, c.ids[i], true)))
+				if ((r = rt_get(fs, c.v[i].id, true)))
 					r->last_ns = now;
 				continue;
 			}
@@ -390,10 +410,10 @@ void steps_reap(struct ckfs *fs, bool recovering)
 				if (ckpt_pid_alive(r->pids[j], r->starts[j]))
 					settled = false;
 		}
-		steps_evaluate(fs, c.ids[i], settled, recovering, true);
+		steps_evaluate(fs, c.v[i].id, settled, recovering, true);
 	}
 out:
-	free(c.ids);
+	free(c.v);
 }
 
 /* Unfinished steps whose recorded writers are all gone, into ids (at most cap). */
