@@ -118,6 +118,8 @@ void ckpt_repo_close(struct ckpt_repo *r);
 
 /* ckpt_now_ns - CLOCK_REALTIME in nanoseconds since the epoch. */
 int64_t ckpt_now_ns(void);
+/* ckpt_mono_ns - CLOCK_MONOTONIC in nanoseconds, for durations. Any thread. */
+int64_t ckpt_mono_ns(void);
 
 /*
  * fs_main - the daemon: parse argv, open STORE, mount, serve until unmounted.

@@ -31,6 +31,14 @@ int64_t ckpt_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t ckpt_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void seterr(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t cap, const char *fmt, ...)
 {
@@ -49,14 +57,6 @@ static void seterr(char *err, size_t cap, const char *fmt, ...)
  * room for one that was in the middle of O_DIRECT writes to a slow disk.
  */
 #define LOCK_WAIT_S 30
-
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Read the pid written into the lock file; 0 when unreadable. */
 static pid_t read_owner(int fd)
@@ -107,7 +107,7 @@ static bool owner_exiting(pid_t pid)
  */
 static int lock_exclusive(int fd, pid_t *owner)
 {
-	const int64_t deadline = mono_ns() + (int64_t)LOCK_WAIT_S * 1000000000;
+	const int64_t deadline = ckpt_mono_ns() + (int64_t)LOCK_WAIT_S * 1000000000;
 
 	for (;;) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
@@ -117,7 +117,7 @@ static int lock_exclusive(int fd, pid_t *owner)
 		if (errno != EWOULDBLOCK)
 			return -errno;
 		*owner = read_owner(fd);
-		if (!owner_exiting(*owner) || mono_ns() > deadline)
+		if (!owner_exiting(*owner) || ckpt_mono_ns() > deadline)
 			return -EBUSY;
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 

@@ -28,18 +28,29 @@ struct fs_metrics {
 /* Prometheus text exposition format 0.0.4 */
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *text)
+/* Queue len bytes of body as the answer (MUST_FREE: the response frees body, also on failure). */
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type,
+			     void *body, size_t len, enum MHD_ResponseMemoryMode mode)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
-								 MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
 	enum MHD_Result ret;
 
-	if (!r)
+	if (!r) {
+		if (mode == MHD_RESPMEM_MUST_FREE)
+			free(body);
 		return MHD_NO;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
 	ret = MHD_queue_response(c, code, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+/* A fixed plain-text answer (an error). */
+static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned code, const char *text)
+{
+	return reply(c, code, "text/plain; charset=utf-8", (void *)text, strlen(text),
+		     MHD_RESPMEM_PERSISTENT);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -52,27 +63,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	int rc;
 
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-		return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
+		return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
 	if (strcmp(url, "/metrics") != 0)
-		return reply(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n");
+		return reply_text(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n");
 	pthread_mutex_lock(&m->fs->mu);
 	rc = fs_meta_render(m->fs, META_METRICS, &buf, &len);
 	pthread_mutex_unlock(&m->fs->mu);
 	if (rc < 0) {
 		ckpt_log("metrics: cannot render for a scrape: %s\n", strerror(-rc));
-		return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot read the index\n");
+		return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot read the index\n");
 	}
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
-	enum MHD_Result ret;
-
-	if (!r) {
-		free(buf);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_TYPE);
-	ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-	MHD_destroy_response(r);
-	return ret;
+	return reply(c, MHD_HTTP_OK, METRICS_TYPE, buf, len, MHD_RESPMEM_MUST_FREE);
 }
 
 /* Parse "ADDR:PORT" ("[v6]:PORT" for IPv6; ADDR a numeric address or a host name) into ss. */

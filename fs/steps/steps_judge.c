@@ -156,7 +156,6 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 /* ---- step rows from names ---- */
 
 struct older_ctx {
-	int kind;
 	int64_t step;
 	int64_t ids[16];
 	size_t n;
@@ -179,7 +178,7 @@ static int older_sealed_cb(const struct idx_step *o, void *arg)
  */
 static void judge_older_sealed(struct ckfs *fs, int kind, int64_t step)
 {
-	struct older_ctx c = { .kind = kind, .step = step };
+	struct older_ctx c = { .step = step };
 
 	if (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_SEALED, older_sealed_cb, &c) < 0)
 		return;

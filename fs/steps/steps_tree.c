@@ -314,13 +314,14 @@ int steps_record(struct ckfs *fs, int rc, const char *fmt, ...)
 
 int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note)
 {
-	int rc = idx_step_set_state(fs->ix, s->id, state, ckfs_now(fs), note);
+	int64_t now = ckfs_now(fs);
+	int rc = idx_step_set_state(fs->ix, s->id, state, now, note);
 
 	/* a save's duration; not a step a dead daemon left, judged now, nor one learned from
 	 * another node (its creation here is not when its save began) */
 	if (rc == 0 && state == IDX_STEP_COMPLETE && s->state != IDX_STEP_COMPLETE &&
 	    !fs->crash_recovery && s->created_ns > 0)
-		ckpt_hist_observe(&fs->save_hist, ckfs_now(fs) - s->created_ns);
+		ckpt_hist_observe(&fs->save_hist, now - s->created_ns);
 	if (rc == 0) {
 		ckpt_log("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
 			 idx_step_state_name(s->state), idx_step_state_name(state),

@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fs/write/write.h"
 
@@ -60,14 +59,6 @@ struct commit_q {
 	bool stopping;
 	pthread_t thread;
 };
-
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void *cq_main(void *arg)
 {
@@ -93,7 +84,7 @@ static void *cq_main(void *arg)
 		int rc = oi_commit(fs, j->oi);
 
 		if (rc == 0)
-			ckpt_hist_observe(&fs->durable_hist, mono_ns() - j->t0);
+			ckpt_hist_observe(&fs->durable_hist, ckpt_mono_ns() - j->t0);
 		if (rc == 0 && fs->on_commit)
 			fs->on_commit(fs, j->oi, j->pid, j->torn);
 		else if (rc < 0)
@@ -163,7 +154,7 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	j->oi = oi;
 	j->pid = pid;
 	j->torn = torn;
-	j->t0 = mono_ns();
+	j->t0 = ckpt_mono_ns();
 	pthread_mutex_lock(&fs->mu);
 	oi->refs++; /* invariant 2 */
 	pthread_mutex_unlock(&fs->mu);
