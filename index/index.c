@@ -120,6 +120,8 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_BEGIN] = "BEGIN IMMEDIATE",
 	[IX_COMMIT] = "COMMIT",
 	[IX_ROLLBACK] = "ROLLBACK",
+	[IX_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
+	[IX_SYNC_FULL] = "PRAGMA synchronous = FULL",
 	[IX_SP_BEGIN] = "SAVEPOINT ix_op",
 	[IX_SP_ROLLBACK] = "ROLLBACK TO ix_op",
 	[IX_SP_RELEASE] = "RELEASE ix_op",
@@ -828,20 +830,58 @@ void idx_close(struct idx *ix)
 
 /* ---- transactions ---- */
 
+/* Set synchronous back to FULL after a lazy transaction. Outside any transaction (SQLite
+ * refuses to change it inside one). On failure sync_normal stays set and idx_begin retries. */
+static int ix_sync_full(struct idx *ix)
+{
+	int rc;
+
+	if (!ix->sync_normal)
+		return 0;
+	if ((rc = ix_run(ix, ix_stmt(ix, IX_SYNC_FULL))) == 0)
+		ix->sync_normal = false;
+	return rc;
+}
+
 int idx_begin(struct idx *ix)
 {
+	int rc;
+
 	if (ix->rdonly)
 		return -EROFS;
+	/* a lazy transaction before could not set FULL back: never let this one be lazy too */
+	if ((rc = ix_sync_full(ix)) < 0)
+		return rc;
 	return ix_run(ix, ix_stmt(ix, IX_BEGIN));
+}
+
+int idx_begin_lazy(struct idx *ix)
+{
+	int rc;
+
+	if (ix->rdonly)
+		return -EROFS;
+	ix->sync_normal = true;
+	if ((rc = ix_run(ix, ix_stmt(ix, IX_SYNC_NORMAL))) == 0 &&
+	    (rc = ix_run(ix, ix_stmt(ix, IX_BEGIN))) == 0)
+		return 0;
+	(void)ix_sync_full(ix);
+	return rc;
 }
 
 int idx_commit(struct idx *ix)
 {
-	return ix_run(ix, ix_stmt(ix, IX_COMMIT));
+	int rc = ix_run(ix, ix_stmt(ix, IX_COMMIT));
+
+	if (rc == 0)
+		(void)ix_sync_full(ix);
+	return rc;
 }
 
 void idx_rollback(struct idx *ix)
 {
 	if (!sqlite3_get_autocommit(ix->db))
 		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
+	if (sqlite3_get_autocommit(ix->db))
+		(void)ix_sync_full(ix);
 }

@@ -40,6 +40,8 @@ enum ix_stmt {
 	IX_BEGIN,
 	IX_COMMIT,
 	IX_ROLLBACK,
+	IX_SYNC_NORMAL,
+	IX_SYNC_FULL,
 	IX_SP_BEGIN,
 	IX_SP_ROLLBACK,
 	IX_SP_RELEASE,
@@ -129,6 +131,7 @@ enum ix_stmt {
 struct idx {
 	sqlite3 *db;
 	bool rdonly;
+	bool sync_normal; /* synchronous=NORMAL is set (idx_commit_lazy failed to restore FULL) */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
 };
 

@@ -6,6 +6,7 @@ pkgs=(build-essential meson ninja-build pkg-config
       fuse3 libfuse3-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev libjansson-dev
       libcriterion-dev python3-torch python3-numpy fio
       acl attr   # setfacl/getfacl, setfattr/getfattr: tests/mount/test_xattr.py
+      strace   # syscall counts: tests/mount/test_writeback.py SmallFilesTest
       liburing-dev libaio-dev   # tests/mount/iomode.c: io_uring and Linux AIO writes
       clang libclang-rt-14-dev   # libFuzzer and the sanitizers' runtimes: scripts/fuzz.sh
       libcurl4-openssl-dev libxml2-dev libssl-dev   # store/remote/: S3 over HTTP, XML, SHA-256

@@ -90,7 +90,14 @@ void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 
 	if (!r)
 		return;
-	pid = ckpt_tgid_of(pid);
+	/* a writer's every create, write and close comes here: /proc is read only when the
+	 * thread changes (one open and read of /proc/TID/status cost about 30 us a file) */
+	if (pid <= 0 || pid != r->last_tid) {
+		r->last_tid = pid;
+		r->last_tgid = pid = ckpt_tgid_of(pid);
+	} else {
+		pid = r->last_tgid;
+	}
 	r->last_ns = ckpt_now_ns();
 	for (unsigned i = 0; i < r->npids; i++)
 		if (r->pids[i] == pid)

@@ -41,6 +41,7 @@ struct step_rt {
 	pid_t pids[16]; /* processes that wrote into the step (first 16) */
 	unsigned long long starts[16]; /* their start times (proc(5) field 22): pids are reused */
 	unsigned npids;
+	pid_t last_tid, last_tgid; /* the thread noted last and its process: /proc read once */
 	int64_t last_ns; /* last write/commit seen */
 	bool torn;       /* a file of the step was closed by a dying writer: it cannot complete */
 	struct step_rt *next;

@@ -37,9 +37,9 @@
  *   4. wb_stop runs every cutter and job already queued before the workers exit.
  *   5. Each keep list holds buffers of one size (WB_SEG for segments, STORE_CHUNK_MAX for the
  *      copies of chunks spanning two segments) that no segment uses, v[0..n), each with the
- *      bytes charged for it, which cover every page of it ever touched (a WB_SEG buffer is
- *      kept only when all of it is charged, as a fresh one is populated whole; a copy's buffer
- *      is touched only as far as it is charged). v[0..n_lazy) have been handed to the kernel
+ *      bytes charged for it, which cover every page of it ever touched (a buffer is touched
+ *      only as far as it is charged: stream_append populates a range as it charges it, and a
+ *      buffer taken from the list is charged up to what it had). v[0..n_lazy) have been handed to the kernel
  *      with MADV_FREE (it may reclaim their pages under memory pressure; a write takes a page
  *      back), v[n_lazy..n) not yet. Once the pool has been idle (active == 0) for
  *      WB_IDLE_LAZY_S, n_lazy = n in both. While lazy_keep_locked gives them, the buffers it
@@ -87,8 +87,11 @@
  * Segment buffers are kept between saves (invariant 5): a fresh buffer is a fresh mapping (mmap
  * threshold 128 KiB, daemon.c) whose pages the kernel must fault in and zero while the writer
  * copies into it, on the FUSE threads (clear_page_erms and exc_page_fault in a profile). Every
- * fully touched buffer is kept, within the budget (invariant 1), so the next save of the same
- * size writes into pages already mapped. Kept memory must not be memory the machine cannot get
+ * touched buffer is kept, within the budget (invariant 1), so the next save of the same
+ * size writes into pages already mapped, and a writer of many small files reuses one buffer
+ * rather than mapping and unmapping 8 MiB per file: each munmap of a multi-threaded process
+ * shoots down the TLB of every CPU (flush_tlb_mm_range, smp_call_function_many_cond: 11% of
+ * the daemon's CPU creating 1 KiB files, before). Kept memory must not be memory the machine cannot get
  * back, so after WB_IDLE_LAZY_S of idleness the kept buffers are given to the kernel with
  * MADV_FREE (Linux 4.5): under memory pressure it reclaims their pages instead of swapping
  * anything; otherwise they stay mapped, and the next write into one only sets its dirty bit
@@ -484,7 +487,7 @@ void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident)
 {
 	struct keep_list *k = p && resident ? keep_of(p, cap) : NULL;
 
-	if (k && (resident == cap || cap != WB_SEG)) { /* invariant 5 */
+	if (k) { /* invariant 5 */
 		pthread_mutex_lock(&p->mu);
 		/* kept within the budget: idle memory never exceeds it */
 		if (k->n < k->cap && !p->stopping && p->used <= p->budget) {
