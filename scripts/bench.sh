@@ -3,6 +3,7 @@
 # Usage: scripts/bench.sh [--size-mib N] [--reps N]   (root: drops the page cache)
 #        scripts/bench.sh --multinode [--mib-per-rank N]   two nodes over Ceph S3 (issue 21)
 #        scripts/bench.sh --scaling [--sizes 100 1000 10000]   per-entry costs vs ext4 (issue 22)
+#        scripts/bench.sh --restore [--size-mib N] [--reps N]   crash, remount, resume (issue 22)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -12,6 +13,11 @@ meson compile -C build >/dev/null
 if [ "${1:-}" = --scaling ]; then
 	shift
 	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_scaling.py "$@"
+fi
+if [ "${1:-}" = --restore ]; then
+	shift
+	CKPTFS_BIN="$top/build/fs/ckptfs" CKPTCTL_BIN="$top/build/tools/ckptctl" \
+		exec /usr/bin/python3 tests/bench/bench_restore.py "$@"
 fi
 if [ "${1:-}" = --multinode ]; then
 	shift
