@@ -120,8 +120,6 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_BEGIN] = "BEGIN IMMEDIATE",
 	[IX_COMMIT] = "COMMIT",
 	[IX_ROLLBACK] = "ROLLBACK",
-	[IX_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
-	[IX_SYNC_FULL] = "PRAGMA synchronous = FULL",
 	[IX_SP_BEGIN] = "SAVEPOINT ix_op",
 	[IX_SP_ROLLBACK] = "ROLLBACK TO ix_op",
 	[IX_SP_RELEASE] = "RELEASE ix_op",
@@ -830,15 +828,19 @@ void idx_close(struct idx *ix)
 
 /* ---- transactions ---- */
 
-/* Set synchronous back to FULL after a lazy transaction. Outside any transaction (SQLite
- * refuses to change it inside one). On failure sync_normal stays set and idx_begin retries. */
+/*
+ * Set synchronous back to FULL after a lazy transaction. Outside any transaction (SQLite
+ * refuses to change it inside one). On failure sync_normal stays set and idx_begin retries.
+ * The pragmas are prepared afresh each time, not kept in ix->st: SQLite applies a
+ * PRAGMA synchronous while preparing it, so a kept statement's first step would do nothing.
+ */
 static int ix_sync_full(struct idx *ix)
 {
 	int rc;
 
 	if (!ix->sync_normal)
 		return 0;
-	if ((rc = ix_run(ix, ix_stmt(ix, IX_SYNC_FULL))) == 0)
+	if ((rc = ix_exec_const(ix, "PRAGMA synchronous = FULL")) == 0)
 		ix->sync_normal = false;
 	return rc;
 }
@@ -862,7 +864,7 @@ int idx_begin_lazy(struct idx *ix)
 	if (ix->rdonly)
 		return -EROFS;
 	ix->sync_normal = true;
-	if ((rc = ix_run(ix, ix_stmt(ix, IX_SYNC_NORMAL))) == 0 &&
+	if ((rc = ix_exec_const(ix, "PRAGMA synchronous = NORMAL")) == 0 &&
 	    (rc = ix_run(ix, ix_stmt(ix, IX_BEGIN))) == 0)
 		return 0;
 	(void)ix_sync_full(ix);

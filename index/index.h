@@ -7,8 +7,8 @@
  *
  * The only module that contains SQL. Links only sqlite3; never includes store/ or fs/; never logs.
  *
- * Database: STORE/index.db, WAL journal, synchronous=FULL (a commit returns only when durable),
- * foreign keys on, every statement prepared once per connection. Schema version in
+ * Database: STORE/index.db, WAL journal, synchronous=FULL (a commit returns only when durable;
+ * NORMAL only for a transaction begun by idx_begin_lazy), foreign keys on, every statement prepared once per connection. Schema version in
  * PRAGMA user_version; idx_open migrates older versions forward in one transaction each.
  *
  * Invariants (checked by idx_check):
@@ -144,7 +144,8 @@ void idx_close(struct idx *ix);
 
 /*
  * Transactions. idx_begin starts an IMMEDIATE transaction; idx_commit commits it (durable on
- * return: synchronous=FULL); idx_rollback abandons it (returns void, never fails visibly).
+ * return: synchronous=FULL, and with it every lazy commit before: idx_begin_lazy);
+ * idx_rollback abandons it (returns void, never fails visibly).
  * Every mutating call below must run inside one. Read calls may run inside or outside one.
  * Return 0 or a negative errno per the table above.
  */

@@ -6,7 +6,8 @@
  *
  * libfuse conventions (passthrough_hp.cc): handlers reply exactly once; errors are replied as a
  * positive errno; helpers here return -errno. Every namespace change is one index transaction
- * (durable when it returns: synchronous=FULL).
+ * (durable when it returns: synchronous=FULL; a file created by open(O_CREAT) is durable at its
+ * first close or fsync: ops_dir.c).
  */
 #include <errno.h>
 #include <fcntl.h>

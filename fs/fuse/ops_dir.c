@@ -3,7 +3,9 @@
  * link, and directory listing (opendir, readdir, fsyncdir).
  *
  * Every namespace change is one index transaction (durable when it returns:
- * synchronous=FULL). Handlers reply exactly once; helpers return -errno (ops_int.h).
+ * synchronous=FULL), except a file's creation by open(O_CREAT), which becomes durable with the
+ * file's first close or fsync (fs_make_node, idx_begin_lazy). Handlers reply exactly once;
+ * helpers return -errno (ops_int.h).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "index/index.h"
+#include "index/index_int.h" /* the connection: PRAGMA synchronous read back (txn tests) */
 #define CTEST_SQLITE
 #include "tests/lib/ctest.h"
 #include "tests/index/fixture.h"
@@ -1089,4 +1090,53 @@ Test(scale, set_content_100k_extents, .init = setup_open, .fini = teardown, .tim
 	cr_assert_lt(t1 - t0, 10.0);
 	cr_assert_lt(t2 - t1, 10.0);
 	free(e);
+}
+
+/* ---- lazy transactions (idx_begin_lazy) ---- */
+
+/* PRAGMA synchronous of the handle under test: 1 NORMAL, 2 FULL. */
+static int synchronous(void)
+{
+	sqlite3_stmt *st;
+	int v = -1;
+
+	cr_assert_eq(sqlite3_prepare_v2(ix->db, "PRAGMA synchronous", -1, &st, NULL), SQLITE_OK);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
+Test(txn, lazy_commit_is_kept_and_full_comes_back, .init = setup_open, .fini = teardown)
+{
+	struct idx_inode a;
+	uint64_t f, g, h;
+
+	cr_assert_eq(synchronous(), 2);
+	cr_assert_eq(idx_begin_lazy(ix), 0);
+	{ int v = synchronous(); cr_assert_eq(v, 1, "a lazy transaction commits with synchronous=NORMAL (got %d)", v); }
+	f = new_inode(IDX_ROOT_INO, "lazy", S_IFREG | 0644);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(synchronous(), 2, "FULL again after the lazy commit");
+	cr_assert_eq(idx_inode_get(ix, f, &a), 0);
+
+	cr_assert_eq(idx_begin_lazy(ix), 0);
+	g = new_inode(IDX_ROOT_INO, "gone", S_IFREG | 0644);
+	idx_rollback(ix);
+	cr_assert_eq(synchronous(), 2, "FULL again after a rolled back lazy transaction");
+	cr_assert_eq(idx_inode_get(ix, g, &a), -ENOENT);
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(synchronous(), 2, "an idx_begin transaction is never lazy");
+	h = new_inode(IDX_ROOT_INO, "durable", S_IFREG | 0644);
+	cr_assert_eq(idx_commit(ix), 0);
+
+	/* a new connection (as after a daemon's exit) finds the lazy commit and the other */
+	idx_close(ix);
+	ix = NULL;
+	cr_assert_eq(idx_open(dbpath, 0, 1000, 1001, 123, &ix), 0);
+	cr_assert_eq(idx_inode_get(ix, f, &a), 0);
+	cr_assert_eq(idx_inode_get(ix, h, &a), 0);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "gone", &g), -ENOENT);
+	cr_assert_eq(synchronous(), 2);
 }
