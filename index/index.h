@@ -8,8 +8,9 @@
  * The only module that contains SQL. Links only sqlite3; never includes store/ or fs/; never logs.
  *
  * Database: STORE/index.db, WAL journal, synchronous=FULL (a commit returns only when durable;
- * NORMAL only for a transaction begun by idx_begin_lazy), foreign keys on, every statement prepared once per connection. Schema version in
- * PRAGMA user_version; idx_open migrates older versions forward in one transaction each.
+ * NORMAL only for a transaction begun by idx_begin_lazy), foreign keys on, every statement
+ * prepared once per connection. Schema version in PRAGMA user_version; idx_open migrates older
+ * versions forward in one transaction each.
  *
  * Invariants (checked by idx_check):
  *   1. Inode 1 is the root directory and always exists.

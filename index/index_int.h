@@ -129,7 +129,8 @@ enum ix_stmt {
 struct idx {
 	sqlite3 *db;
 	bool rdonly;
-	bool sync_normal; /* synchronous=NORMAL is set (idx_commit_lazy failed to restore FULL) */
+	bool sync_normal; /* synchronous=NORMAL may be set: a lazy transaction (idx_begin_lazy) is
+			   * open, or setting FULL back after one failed */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
 };
 

@@ -36,14 +36,14 @@
  *      stop at the first one not yet done.
  *   4. wb_stop runs every cutter and job already queued before the workers exit.
  *   5. Each keep list holds buffers of one size (WB_SEG for segments, STORE_CHUNK_MAX for the
- *      copies of chunks spanning two segments) that no segment uses, v[0..n), each with the
- *      bytes charged for it, which cover every page of it ever touched (a buffer is touched
- *      only as far as it is charged: stream_append populates a range as it charges it, and a
- *      buffer taken from the list is charged up to what it had). v[0..n_lazy) have been handed to the kernel
+ *      copies of chunks spanning two segments) that no segment uses, v[0..n), each with the bytes
+ *      charged for it, which cover every page of it ever touched (a buffer is touched only as far
+ *      as it is charged: stream_append populates a range as it charges it, and a buffer taken
+ *      from the list is charged up to what it had). v[0..n_lazy) have been handed to the kernel
  *      with MADV_FREE (it may reclaim their pages under memory pressure; a write takes a page
- *      back), v[n_lazy..n) not yet. Once the pool has been idle (active == 0) for
- *      WB_IDLE_LAZY_S, n_lazy = n in both. While lazy_keep_locked gives them, the buffers it
- *      gives are off the list (and still in used and charged).
+ *      back), v[n_lazy..n) not yet. Once the pool has been idle (active == 0) for WB_IDLE_LAZY_S,
+ *      n_lazy = n in both. While lazy_keep_locked gives them, the buffers it gives are off the
+ *      list (and still in used and charged).
  *   6. At most one worker runs pins_recode_idle (recoding), only while active == 0 when it
  *      starts; recode stays set while deferred chunks may remain unseen: until a pass finds
  *      none and no file holding deferred chunks was committed meanwhile (defer_gen).
@@ -87,18 +87,18 @@
  * Segment buffers are kept between saves (invariant 5): a fresh buffer is a fresh mapping (mmap
  * threshold 128 KiB, daemon.c) whose pages the kernel must fault in and zero while the writer
  * copies into it, on the FUSE threads (clear_page_erms and exc_page_fault in a profile). Every
- * touched buffer is kept, within the budget (invariant 1), so the next save of the same
- * size writes into pages already mapped, and a writer of many small files reuses one buffer
- * rather than mapping and unmapping 8 MiB per file: each munmap of a multi-threaded process
- * shoots down the TLB of every CPU (flush_tlb_mm_range, smp_call_function_many_cond: 11% of
- * the daemon's CPU creating 1 KiB files, before). Kept memory must not be memory the machine cannot get
- * back, so after WB_IDLE_LAZY_S of idleness the kept buffers are given to the kernel with
- * MADV_FREE (Linux 4.5): under memory pressure it reclaims their pages instead of swapping
- * anything; otherwise they stay mapped, and the next write into one only sets its dirty bit
- * (madvise(2); jemalloc's default purge works the same way). Buffers are not trimmed when the
- * pool catches up with the writer: it does so many times in a save, and each trim would leave
- * the next segments fresh. The copies of spanning chunks, one per segment boundary, have a list
- * of their own, so they neither take WB_SEG buffers nor leave segment buffers fresh.
+ * touched buffer is kept, within the budget (invariant 1), so the next save of the same size
+ * writes into pages already mapped, and a writer of many small files reuses one buffer rather
+ * than mapping and unmapping 8 MiB per file: each munmap of a multi-threaded process shoots down
+ * the TLB of every CPU (flush_tlb_mm_range, smp_call_function_many_cond: 11% of the daemon's CPU
+ * creating 1 KiB files, before). Kept memory must not be memory the machine cannot get back, so
+ * after WB_IDLE_LAZY_S of idleness the kept buffers are given to the kernel with MADV_FREE (Linux
+ * 4.5): under memory pressure it reclaims their pages instead of swapping anything; otherwise
+ * they stay mapped, and the next write into one only sets its dirty bit (madvise(2); jemalloc's
+ * default purge works the same way). Buffers are not trimmed when the pool catches up with the
+ * writer: it does so many times in a save, and each trim would leave the next segments fresh. The
+ * copies of spanning chunks, one per segment boundary, have a list of their own, so they neither
+ * take WB_SEG buffers nor leave segment buffers fresh.
  */
 #define WB_IDLE_LAZY_S 1
 

@@ -1114,7 +1114,9 @@ Test(txn, lazy_commit_is_kept_and_full_comes_back, .init = setup_open, .fini = t
 
 	cr_assert_eq(synchronous(), 2);
 	cr_assert_eq(idx_begin_lazy(ix), 0);
-	{ int v = synchronous(); cr_assert_eq(v, 1, "a lazy transaction commits with synchronous=NORMAL (got %d)", v); }
+	int v = synchronous();
+
+	cr_assert_eq(v, 1, "a lazy transaction commits with synchronous=NORMAL (got %d)", v);
 	f = new_inode(IDX_ROOT_INO, "lazy", S_IFREG | 0644);
 	cr_assert_eq(idx_commit(ix), 0);
 	cr_assert_eq(synchronous(), 2, "FULL again after the lazy commit");

@@ -582,7 +582,8 @@ class SmallFilesTest(unittest.TestCase):
 
     def check_files(self, d, tag):
         bad = [i for i in range(self.N)
-               if read_all(os.path.join(d, '%s%04d' % (tag, i))) != content('%s-%d' % (tag, i), 1024)]
+               if read_all(os.path.join(d, '%s%04d' % (tag, i)))
+               != content('%s-%d' % (tag, i), 1024)]
         self.assertEqual(bad, [])
 
     def test_a_small_file_costs_one_index_sync_and_no_mapping(self):
