@@ -500,8 +500,8 @@ static void gaps_add(struct ix_gaps *g, uint64_t off, uint64_t len)
 /*
  * Walk the extents of file ino (size bytes) with ext (bound here), collecting the ranges before,
  * between and after them that none covers into *g (none for a sparse file: those are holes), and
- * drop the extents past size or overlapping an earlier one with del. Counts the dropped rows in
- * s. Returns 0 or -errno.
+ * drop the extents past size, running past it or overlapping an earlier one with del. Counts the
+ * dropped rows in s. Returns 0 or -errno.
  */
 static int gaps_scan(struct idx *ix, sqlite3_stmt *ext, sqlite3_stmt *del, uint64_t ino,
 		     uint64_t size, bool sparse, struct ix_gaps *g, struct idx_repair_stats *s)
@@ -515,8 +515,11 @@ static int gaps_scan(struct idx *ix, sqlite3_stmt *ext, sqlite3_stmt *del, uint6
 		uint64_t off = (uint64_t)sqlite3_column_int64(ext, 0);
 		uint64_t len = (uint64_t)sqlite3_column_int64(ext, 1);
 
-		if (off >= size || off < at)
-			break; /* past the end, or overlapping: dropped below */
+		/* past the end, overlapping, or running past size (a chunk is read whole, so its
+		 * extent cannot be cut to size, and a size no extent ends at is invariant 3's
+		 * breach): dropped below, and its range is lost */
+		if (off >= size || off < at || len > size - off)
+			break;
 		if (off > at && !sparse)
 			gaps_add(g, at, off - at);
 		at = off + len;
@@ -524,8 +527,6 @@ static int gaps_scan(struct idx *ix, sqlite3_stmt *ext, sqlite3_stmt *del, uint6
 	sqlite3_reset(ext);
 	if (r != SQLITE_ROW && r != SQLITE_DONE)
 		return ix_err(ix, r);
-	if (at > size)
-		at = size; /* a last extent running past size: kept, size rules reads */
 	sqlite3_reset(del);
 	sqlite3_bind_int64(del, 1, (int64_t)ino);
 	sqlite3_bind_int64(del, 2, (int64_t)at);
