@@ -31,22 +31,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
+from bench_io import drop_caches  # noqa: E402
 
 PY = '/usr/bin/python3'
 TRACKER = 'latest_checkpointed_iteration.txt'
 
-# Runs in a fresh process: save (bf16 32 MiB tensors, seeded, then fsync) or resume.
+# Runs in a fresh process: save (bench_io.make_state's bf16 32 MiB tensors, seed 0, then
+# fsync) or resume.
 WORKER = r'''
 import json, os, sys, time, torch
+sys.path.insert(0, sys.argv[4])
+from bench_io import make_state
 mode, root, mib = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if mode == 'save':
-    g = torch.Generator().manual_seed(0)
-    n, sd, i = mib * (1 << 20) // 2, {}, 0
-    while n > 0:
-        k = min(16 << 20, n)
-        sd['layers.%d.weight' % i] = (torch.randn(k, generator=g) * 0.02).to(torch.bfloat16)
-        n -= k
-        i += 1
+    sd = make_state(mib)
     d = os.path.join(root, 'iter_0000100', 'mp_rank_00')
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, 'model_optim_rng.pt'), 'wb') as f:
@@ -69,14 +67,8 @@ else:
 '''
 
 
-def drop_caches():
-    os.sync()
-    with open('/proc/sys/vm/drop_caches', 'w') as f:
-        f.write('3\n')
-
-
 def worker(mode, root, mib):
-    p = subprocess.run([PY, '-c', WORKER, mode, root, str(mib)], capture_output=True,
+    p = subprocess.run([PY, '-c', WORKER, mode, root, str(mib), HERE], capture_output=True,
                        text=True, timeout=1800)
     if p.returncode != 0:
         raise SystemExit('worker %s %s failed:\n%s' % (mode, root, p.stderr))
