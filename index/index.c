@@ -118,6 +118,7 @@ _Static_assert(IDX_STATS_CODECS == 8, "IX_STATS_CHUNKS has STATS_CODEC(0..7)");
 
 static const char *const ix_sql[IX__COUNT] = {
 	[IX_BEGIN] = "BEGIN IMMEDIATE",
+	[IX_BEGIN_READ] = "BEGIN DEFERRED",
 	[IX_COMMIT] = "COMMIT",
 	[IX_ROLLBACK] = "ROLLBACK",
 	[IX_SP_BEGIN] = "SAVEPOINT ix_op",
@@ -424,9 +425,48 @@ void ix_done(sqlite3_stmt *st)
 	sqlite3_clear_bindings(st);
 }
 
+/* st is one of the transaction statements, which must never open a held read transaction */
+static bool ix_is_txn_stmt(const struct idx *ix, const sqlite3_stmt *st)
+{
+	return st == ix->st[IX_BEGIN] || st == ix->st[IX_BEGIN_READ] || st == ix->st[IX_COMMIT] ||
+	       st == ix->st[IX_ROLLBACK] || st == ix->st[IX_SP_BEGIN] ||
+	       st == ix->st[IX_SP_ROLLBACK] || st == ix->st[IX_SP_RELEASE];
+}
+
+/*
+ * Open the held read transaction (idx_hold) before a read statement that would otherwise run in
+ * a transaction of its own. Failure is not an error: the statement then runs on its own.
+ */
+static void ix_read_open(struct idx *ix, sqlite3_stmt *st)
+{
+	sqlite3_stmt *b = ix->st[IX_BEGIN_READ];
+
+	if (!ix->hold || ix->in_read || !sqlite3_get_autocommit(ix->db) ||
+	    ix_is_txn_stmt(ix, st) || !sqlite3_stmt_readonly(st) || sqlite3_stmt_busy(st))
+		return;
+	ix->in_read = sqlite3_step(b) == SQLITE_DONE;
+	sqlite3_reset(b);
+}
+
+/* End the held read transaction, if one is open. It read only: nothing to lose if COMMIT fails. */
+static void ix_read_close(struct idx *ix)
+{
+	if (!ix->in_read)
+		return;
+	ix->in_read = false;
+	if (sqlite3_get_autocommit(ix->db))
+		return;
+	if (ix_run(ix, ix_stmt(ix, IX_COMMIT)) < 0 && !sqlite3_get_autocommit(ix->db))
+		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
+}
+
 int ix_step(struct idx *ix, sqlite3_stmt *st)
 {
-	int rc = sqlite3_step(st);
+	int rc;
+
+	if (ix->hold)
+		ix_read_open(ix, st);
+	rc = sqlite3_step(st);
 
 	if (rc == SQLITE_ROW)
 		return 1;
@@ -851,6 +891,7 @@ int idx_begin(struct idx *ix)
 
 	if (ix->rdonly)
 		return -EROFS;
+	ix_read_close(ix);
 	/* a lazy transaction before could not set FULL back: never let this one be lazy too */
 	if ((rc = ix_sync_full(ix)) < 0)
 		return rc;
@@ -863,6 +904,7 @@ int idx_begin_lazy(struct idx *ix)
 
 	if (ix->rdonly)
 		return -EROFS;
+	ix_read_close(ix);
 	ix->sync_normal = true;
 	if ((rc = ix_exec_const(ix, "PRAGMA synchronous = NORMAL")) == 0 &&
 	    (rc = ix_run(ix, ix_stmt(ix, IX_BEGIN))) == 0)
@@ -880,8 +922,21 @@ int idx_commit(struct idx *ix)
 	return rc;
 }
 
+void idx_hold(struct idx *ix)
+{
+	ix->hold++;
+}
+
+void idx_unhold(struct idx *ix)
+{
+	assert(ix->hold > 0);
+	if (--ix->hold == 0)
+		ix_read_close(ix);
+}
+
 void idx_rollback(struct idx *ix)
 {
+	ix->in_read = false; /* a held read transaction ends with the rollback too */
 	if (!sqlite3_get_autocommit(ix->db))
 		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
 	if (sqlite3_get_autocommit(ix->db))

@@ -167,6 +167,20 @@ void idx_rollback(struct idx *ix);
  */
 int idx_begin_lazy(struct idx *ix);
 
+/*
+ * idx_hold, idx_unhold - run the read calls between them in one read transaction instead of one
+ * each. Outside a hold every read call is a transaction of its own, and each costs SQLite's WAL
+ * read lock and unlock (two fcntl(2) calls on STORE/index.db-shm); a FUSE request that resolves a
+ * path makes tens of them. The transaction opens at the first read call and ends at idx_unhold,
+ * or at idx_begin, idx_begin_lazy or idx_rollback (a read after their transaction opens a new
+ * one), so a hold never delays a write, and reads inside it see every commit of this handle
+ * before them. Another process's commit (ckptctl on a mounted store) is seen from the next hold.
+ * Holds nest; keep one to a short critical section (a checkpoint cannot move the WAL past an
+ * open read). Never fail. Thread-safety: as every call on the handle (the caller's lock).
+ */
+void idx_hold(struct idx *ix);
+void idx_unhold(struct idx *ix);
+
 /* idx_inode_get - attributes of ino, flags included. Returns 0 or -ENOENT. */
 int idx_inode_get(struct idx *ix, uint64_t ino, struct idx_inode *ret);
 

@@ -38,6 +38,7 @@
 enum ix_stmt {
 	/* transactions */
 	IX_BEGIN,
+	IX_BEGIN_READ,
 	IX_COMMIT,
 	IX_ROLLBACK,
 	IX_SP_BEGIN,
@@ -131,6 +132,8 @@ struct idx {
 	bool rdonly;
 	bool sync_normal; /* synchronous=NORMAL may be set: a lazy transaction (idx_begin_lazy) is
 			   * open, or setting FULL back after one failed */
+	int hold;         /* idx_hold depth: > 0 keeps one read transaction across read calls */
+	bool in_read;     /* a deferred transaction opened by ix_step for a hold is open */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
 };
 

@@ -4,6 +4,8 @@
 #        scripts/bench.sh --multinode [--mib-per-rank N]   two nodes over Ceph S3 (issue 21)
 #        scripts/bench.sh --scaling [--sizes 100 1000 10000]   per-entry costs vs ext4 (issue 22)
 #        scripts/bench.sh --restore [--size-mib N] [--reps N]   crash, remount, resume (issue 22)
+#        scripts/bench.sh --small-files [--files N] [--reps N]   one writer, 1 KiB files, vs ext4
+#                                                 and libfuse's passthrough_ll (issue 22)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -18,6 +20,10 @@ if [ "${1:-}" = --restore ]; then
 	shift
 	CKPTFS_BIN="$top/build/fs/ckptfs" CKPTCTL_BIN="$top/build/tools/ckptctl" \
 		exec /usr/bin/python3 tests/bench/bench_restore.py "$@"
+fi
+if [ "${1:-}" = --small-files ]; then
+	shift
+	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_small.py "$@"
 fi
 if [ "${1:-}" = --multinode ]; then
 	shift

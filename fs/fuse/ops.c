@@ -144,22 +144,27 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 	return 0;
 }
 
-/* Reply an entry for ino, cached by the kernel for tmo seconds; unlocks fs->mu. */
-void fs_reply_entry_tmo(fuse_req_t req, struct ckfs *fs, uint64_t ino, double tmo)
+/*
+ * Reply an entry for ino whose name the kernel keeps for entry_tmo seconds (0: it asks again at
+ * every path walk) and its attributes for ATTR_TIMEOUT; leaves fs_lock's section.
+ */
+void fs_reply_entry_tmo(fuse_req_t req, struct ckfs *fs, uint64_t ino, double entry_tmo)
 {
 	struct fuse_entry_param e = { 0 };
 	int rc = fs_stat_locked(fs, ino, &e.attr);
 
 	if (rc < 0) {
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	e.ino = ino;
-	e.attr_timeout = tmo;
-	e.entry_timeout = tmo;
+	/* a name that may change (a step directory's) is revalidated by a lookup, which brings
+	 * fresh attributes with it: their own timeout spares the GETATTR that would follow */
+	e.attr_timeout = ATTR_TIMEOUT;
+	e.entry_timeout = entry_tmo;
 	ino_lookup_inc(fs, ino);
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
 		pthread_mutex_lock(&fs->mu); /* interrupted: the kernel took no reference */
 		ino_forget_locked(fs, ino, 1);
@@ -323,22 +328,22 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	bool step_dir = steps_dir_name(fs, parent, name);
 
 	if (parent == IDX_ROOT_INO || step_dir)
 		fs_settle_for_reader(fs);
 	if (cq_busy(fs) && (parent == fs->meta_ino || steps_tracker_name(fs, parent, name))) {
 		/* a tracker or status read waits for the commits of closed files (commit.c) */
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		cq_wait_idle(fs);
-		pthread_mutex_lock(&fs->mu);
+		fs_lock(fs);
 	}
 	if (parent == fs->meta_ino && fs_meta_file_by_name(name) >= 0) {
 		struct fuse_entry_param e = { .ino = VINO_META(fs_meta_file_by_name(name)) };
 
 		rc = meta_stat(fs, fs_meta_file_by_name(name), &e.attr);
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		if (rc < 0)
 			fuse_reply_err(req, -rc);
 		else
@@ -351,7 +356,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 		if (rc > 0)
 			rc = steps_vstat(fs, ino, &e.attr);
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		if (rc < 0) /* a tracker with no complete step does not exist */
 			fuse_reply_err(req, -rc);
 		else
@@ -362,7 +367,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (rc == -ENOENT && fs_shared_step_dir(fs, parent, name))
 		rc = lookup_shared_dir(req, fs, name, &ino);
 	if (rc < 0) {
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		fuse_reply_err(req, -rc);
 		return;
 	}
@@ -379,12 +384,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	if (ino >= VINO_BASE)
 		cq_wait_idle(fs); /* trackers and /.ckptfs files: see op_lookup */
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	if (fs_meta_of(ino) >= 0)
 		rc = meta_stat(fs, fs_meta_of(ino), &st);
 	else
 		rc = steps_is_vino(ino) ? steps_vstat(fs, ino, &st) : fs_stat_locked(fs, ino, &st);
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else

@@ -115,10 +115,10 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	uint64_t ino;
 	int rc;
 
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	rc = fs_make_node(req, fs, parent, name, mode, rdev, target, S_ISREG(mode), &ino);
 	if (rc < 0) {
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		fuse_reply_err(req, -rc);
 		return;
 	}
@@ -126,9 +126,9 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 
 	if (S_ISDIR(mode) && fs_shared_step_dir(fs, parent, name)) {
 		/* the other nodes' ranks may look it up as soon as this returns (node_dir.c) */
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		node_dir_publish(fs, name, mode & 07777);
-		pthread_mutex_lock(&fs->mu);
+		fs_lock(fs);
 	}
 	/* a step directory's entry is not cached by the kernel (op_lookup) */
 	fs_reply_entry_tmo(req, fs, ino, step_dir ? 0.0 : ATTR_TIMEOUT);
@@ -466,7 +466,7 @@ void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char
 	int64_t now = ckfs_now(fs);
 	int rc = fs_check_name(newname);
 
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	if (rc == 0)
 		rc = idx_inode_get(fs->ix, ino, &a);
 	if (rc == 0 && S_ISDIR(a.mode))
@@ -490,7 +490,7 @@ void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char
 		rc = fs_commit_or_rollback(fs, rc);
 	}
 	if (rc < 0) {
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 		fuse_reply_err(req, -rc);
 		return;
 	}

@@ -42,7 +42,7 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 	if (!h)
 		return -ENOMEM;
 	fs_tune_read_ahead(fs);
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	struct idx_inode attr;
 	bool privs = false;
 
@@ -54,7 +54,7 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 		steps_before_write(fs, ino); /* an InternEvo slot keeps its complete version */
 	if (rc == 0 && idx_inode_get(fs->ix, ino, &attr) == 0)
 		privs = (attr.mode & (S_ISUID | S_ISGID)) != 0;
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	if (rc < 0) {
 		free(h);
 		return rc;
@@ -193,7 +193,7 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 	uint64_t ino;
 	int rc;
 
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	int tk = steps_tracker_name(fs, parent, name);
 	uint64_t vino = tk ? steps_tracker_vino(fs, parent, tk) : 0;
 	char cname[300];
@@ -205,7 +205,7 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 	} else {
 		snprintf(cname, sizeof(cname), "%s", name);
 	}
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	if (tk && vino) {
 		rc = open_tracker(fs, vino, tk, cname, fi);
 		if (rc < 0) {
@@ -219,13 +219,13 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 		fuse_reply_create(req, &e, fi); /* timeouts 0 */
 		return;
 	}
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	rc = fs_make_node(req, fs, parent, name, S_IFREG | (mode & 07777), 0, NULL, false, &ino);
 	if (rc == 0)
 		rc = fs_stat_locked(fs, ino, &e.attr);
 	if (rc == 0)
 		ino_lookup_inc(fs, ino);
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -421,7 +421,9 @@ void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, 0);
 		return;
 	}
-	if (h->wrote) {
+	/* a committer job not yet started commits everything written before this release
+	 * (commit.c invariant 5): committing here too would only take its sync away from the batch */
+	if (h->wrote && !(fs->cq && atomic_load(&h->oi->cq_waiting) > 0)) {
 		int rc = oi_commit(fs, h->oi);
 
 		if (rc < 0)

@@ -200,10 +200,10 @@ bool steps_is_marker(struct ckfs *fs, uint64_t ino)
 
 	if (fs->layout < 0)
 		return false;
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	r = steps_rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
 	    layout_classify(rel, fs->layout, &m) == 0 && m.role == ROLE_MARKER;
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	return r;
 }
 
@@ -219,7 +219,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	/* fs->mu NOT held on entry */
 	if (fs->layout < 0)
 		return;
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	rc = steps_rel_path(fs, oi->ino, rel, sizeof(rel));
 	if (rc == 0)
 		rc = layout_classify(rel, fs->layout, &m);
@@ -232,7 +232,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		size = a.size;
 	else
 		in_step = false;
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	if (!in_step)
 		return;
 

@@ -20,14 +20,23 @@
  * the file never completes. close() itself cannot report it: as on a local filesystem with a
  * page cache, write-back errors reach fsync, not close.
  *
+ * Group commit: the thread takes the oldest jobs waiting, up to CQ_BATCH, and commits them
+ * together (oi_commit_many): one store_sync and one index transaction for all, the commit order
+ * of DESIGN.md "Durability" kept for each. A writer of many small files closes them faster than
+ * a sync each would allow; their syncs are shared instead.
+ *
  * Invariants:
- *   1. queued - done == jobs waiting + the job running; cv_idle is broadcast after every job.
+ *   1. queued - done == jobs waiting + the jobs of the batch running; cv_idle is broadcast after
+ *      every batch.
  *   2. Each job holds one reference on its oinode (taken by cq_submit, dropped after the
  *      commit), so the inode's state outlives the last handle.
  *   3. cq_stop runs every queued job before the thread exits.
- *   4. Jobs run one at a time in submission order, so when done >= n the first n jobs ever
+ *   4. Jobs finish in submission order (a batch is a prefix of the queue, and the jobs of it
+ *      oi_commit_many leaves go back to the front), so when done >= n the first n jobs ever
  *      queued have finished: cq_wait_idle waits for the closes before it, not for a trainer
  *      that goes on closing files while it waits.
+ *   5. oinode.cq_waiting counts the jobs of that inode queued and not taken into a batch, so
+ *      a release that sees it positive can leave the commit to the job (fs_op_release).
  *
  * Lock order: cq.mu is a leaf (taken under fs->mu by cq_busy); the thread holds no lock while
  * it commits.
@@ -40,6 +49,9 @@
 #include <string.h>
 
 #include "fs/write/write.h"
+
+/* Jobs committed together at most: one store_sync and one index transaction for them all. */
+#define CQ_BATCH 64
 
 struct cjob {
 	struct cjob *next;
@@ -60,42 +72,64 @@ struct commit_q {
 	pthread_t thread;
 };
 
+/* Finish job j, whose commit returned rc: the step engine, or the log; frees j. */
+static void cq_finish(struct ckfs *fs, struct cjob *j, int rc)
+{
+	if (rc == 0)
+		ckpt_hist_observe(&fs->durable_hist, ckpt_mono_ns() - j->t0);
+	if (rc == 0 && fs->on_commit)
+		fs->on_commit(fs, j->oi, j->pid, j->torn);
+	else if (rc < 0)
+		ckpt_log("cannot make inode %llu durable after its close: %s; "
+			"the step holding it will not complete (fsync reports the error)\n",
+			(unsigned long long)j->oi->ino, strerror(-rc));
+	oi_put(fs, j->oi);
+	free(j);
+}
+
 static void *cq_main(void *arg)
 {
 	struct commit_q *q = arg;
 	struct ckfs *fs = q->fs;
+	struct cjob *batch[CQ_BATCH];
+	struct oinode *ois[CQ_BATCH];
+	int rcs[CQ_BATCH];
 
 	for (;;) {
-		struct cjob *j;
+		size_t n = 0, m;
 
 		pthread_mutex_lock(&q->mu);
 		while (!q->head && !q->stopping)
 			pthread_cond_wait(&q->cv_work, &q->mu);
-		j = q->head;
-		if (!j) { /* stopping and nothing left (invariant 3) */
+		if (!q->head) { /* stopping and nothing left (invariant 3) */
 			pthread_mutex_unlock(&q->mu);
 			return NULL;
 		}
-		q->head = j->next;
+		while (q->head && n < CQ_BATCH) { /* the oldest jobs, in order (invariant 4) */
+			batch[n] = q->head;
+			ois[n] = batch[n]->oi;
+			atomic_fetch_sub(&ois[n]->cq_waiting, 1);
+			q->head = q->head->next;
+			n++;
+		}
 		if (!q->head)
 			q->tail = NULL;
 		pthread_mutex_unlock(&q->mu);
 
-		int rc = oi_commit(fs, j->oi);
-
-		if (rc == 0)
-			ckpt_hist_observe(&fs->durable_hist, ckpt_mono_ns() - j->t0);
-		if (rc == 0 && fs->on_commit)
-			fs->on_commit(fs, j->oi, j->pid, j->torn);
-		else if (rc < 0)
-			ckpt_log("cannot make inode %llu durable after its close: %s; "
-				"the step holding it will not complete (fsync reports the error)\n",
-				(unsigned long long)j->oi->ino, strerror(-rc));
-		oi_put(fs, j->oi);
-		free(j);
+		m = oi_commit_many(fs, ois, n, rcs);
+		for (size_t i = 0; i < m; i++)
+			cq_finish(fs, batch[i], rcs[i]);
 
 		pthread_mutex_lock(&q->mu);
-		q->done++;
+		if (m < n) { /* the jobs oi_commit_many left go back to the front, in order */
+			for (size_t i = m; i < n; i++)
+				atomic_fetch_add(&ois[i]->cq_waiting, 1);
+			batch[n - 1]->next = q->head;
+			if (!q->head)
+				q->tail = batch[n - 1];
+			q->head = batch[m];
+		}
+		q->done += m;
 		pthread_cond_broadcast(&q->cv_idle);
 		pthread_mutex_unlock(&q->mu);
 	}
@@ -155,12 +189,14 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	j->pid = pid;
 	j->torn = torn;
 	j->t0 = ckpt_mono_ns();
+	atomic_fetch_add(&oi->cq_waiting, 1);
 	pthread_mutex_lock(&fs->mu);
 	oi->refs++; /* invariant 2 */
 	pthread_mutex_unlock(&fs->mu);
 	pthread_mutex_lock(&q->mu);
 	if (q->stopping) { /* no request arrives after op_destroy; kept for safety */
 		pthread_mutex_unlock(&q->mu);
+		atomic_fetch_sub(&oi->cq_waiting, 1);
 		oi_put(fs, oi);
 		free(j);
 		return -ESHUTDOWN;

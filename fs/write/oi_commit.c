@@ -271,67 +271,173 @@ int oi_error(struct oinode *oi)
 	return err;
 }
 
+/* One inode's commit between oi_commit_begin and oi_commit_end. */
+struct oi_cctx {
+	struct idx_extent *all, *staged;
+	size_t n_all, n_staged;
+	uint64_t staged_end;
+	bool from_staging;
+	struct store_hash digest;
+};
+
+/*
+ * First half of a commit, write lock held (taken by the caller): drain the in-flight chunks and
+ * store the rest. Returns 1 (chunks stored, ready for store_sync and the index), 0 (clean:
+ * nothing to do) or -errno (nothing recorded). On 1, *c owns the extents until oi_commit_end.
+ */
+static int oi_commit_begin(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c)
+{
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	oi_fly_drain(fs, oi);
+	if (!oi->dirty)
+		return 0;
+	if (oi->err)
+		return oi->err;
+	if (oi->stage_fd >= 0) {
+		c->from_staging = true;
+		rc = commit_staging(fs, oi, &c->staged, &c->n_staged, &c->digest, &c->staged_end);
+		if (rc < 0)
+			return rc;
+		c->all = c->staged;
+		c->n_all = c->n_staged;
+	} else if ((rc = commit_stream(fs, oi, &c->all, &c->n_all, &c->digest)) < 0) {
+		return rc;
+	}
+	return 1;
+}
+
+/*
+ * Second half, after the index transaction recorded *c (rc 0) or failed (rc < 0): the inode is
+ * clean on success; the extents are freed either way. Write lock still held.
+ */
+static void oi_commit_end(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c, int rc)
+{
+	if (rc == 0) {
+		for (size_t i = 0; i < c->n_all; i++) {
+			if (c->all[i].codec == STORE_CODEC_DEFERRED) {
+				wb_note_deferred(fs->wb); /* now in the index, where the recoder looks */
+				break;
+			}
+		}
+		oi_drop_pins(fs, oi);
+		if (c->from_staging) {
+			close(oi->stage_fd);
+			oi->stage_fd = -1;
+			free(oi->ext);
+			oi->ext = c->staged;
+			oi->cap_ext = oi->n_ext = c->n_staged;
+			oi->ext_end = c->staged_end;
+			oi_stream_cut_back(fs, oi, c->staged_end); /* the trailing hole */
+			oi->hash_ok = true;
+			c->staged = c->all = NULL;
+		}
+		oi->dirty = false;
+		atomic_store(&oi->ov_dirty, false);
+	}
+	if (c->all != c->staged)
+		free(c->all);
+	free(c->staged);
+	c->all = c->staged = NULL;
+}
+
 int oi_commit(struct ckfs *fs, struct oinode *oi)
 {
-	struct idx_extent *all = NULL, *staged = NULL;
-	struct store_hash digest;
-	uint64_t staged_end = 0;
-	size_t n_all = 0, n_staged = 0;
-	bool from_staging = false;
+	struct oi_cctx c;
 	int rc;
 
 	pthread_rwlock_wrlock(&oi->lock);
-	oi_fly_drain(fs, oi);
-	if (!oi->dirty) {
-		rc = 0;
-		goto out;
+	rc = oi_commit_begin(fs, oi, &c);
+	if (rc > 0) {
+		rc = store_sync(fs->st);
+		if (rc == 0)
+			ckpt_fault("commit-before-index");
+		if (rc == 0)
+			rc = commit_index(fs, oi, c.all, c.n_all, &c.digest);
+		oi_commit_end(fs, oi, &c, rc);
 	}
-	if (oi->err) {
-		rc = oi->err;
-		goto out;
-	}
-	if (oi->stage_fd >= 0) {
-		from_staging = true;
-		if ((rc = commit_staging(fs, oi, &staged, &n_staged, &digest, &staged_end)) < 0)
-			goto out;
-		all = staged;
-		n_all = n_staged;
-	} else if ((rc = commit_stream(fs, oi, &all, &n_all, &digest)) < 0) {
-		goto out;
-	}
-
-	rc = store_sync(fs->st);
-	if (rc < 0)
-		goto out;
-	ckpt_fault("commit-before-index");
-	rc = commit_index(fs, oi, all, n_all, &digest);
-	if (rc < 0)
-		goto out;
-	for (size_t i = 0; i < n_all; i++) {
-		if (all[i].codec == STORE_CODEC_DEFERRED) {
-			wb_note_deferred(fs->wb); /* now in the index, where the recoder looks */
-			break;
-		}
-	}
-
-	oi_drop_pins(fs, oi);
-	if (from_staging) {
-		close(oi->stage_fd);
-		oi->stage_fd = -1;
-		free(oi->ext);
-		oi->ext = staged;
-		oi->cap_ext = oi->n_ext = n_staged;
-		oi->ext_end = staged_end;
-		oi_stream_cut_back(fs, oi, staged_end); /* [staged_end, size): the trailing hole */
-		oi->hash_ok = true;
-		staged = all = NULL;
-	}
-	oi->dirty = false;
-	atomic_store(&oi->ov_dirty, false);
-out:
-	if (all != staged)
-		free(all);
-	free(staged);
 	pthread_rwlock_unlock(&oi->lock);
 	return rc;
 }
+
+/* One transaction recording every ready entry of the batch (ready[i]); fs->mu taken inside. */
+static int commit_index_many(struct ckfs *fs, struct oinode *const *ois, struct oi_cctx *cs,
+			     const bool *ready, size_t n)
+{
+	struct ino_freed fr = { 0 };
+	bool committed = false;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_begin(fs->ix);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		if (!ready[i])
+			continue;
+		int64_t mtime = atomic_load(&ois[i]->ov_mtime); /* see commit_index */
+
+		rc = idx_file_set_content(fs->ix, ois[i]->ino, cs[i].all, cs[i].n_all,
+					  ois[i]->size, cs[i].digest.b,
+					  mtime ? mtime : ckfs_now(fs), ino_release_collect, &fr);
+	}
+	if (rc == 0)
+		ckpt_fault("commit-mid-txn");
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0)
+		idx_rollback(fs->ix);
+	else
+		committed = true;
+	ino_release_finish(fs, &fr, committed);
+	pthread_mutex_unlock(&fs->mu);
+	return rc;
+}
+
+size_t oi_commit_many(struct ckfs *fs, struct oinode *const *ois, size_t n, int *rcs)
+{
+	struct oi_cctx *cs = calloc(n, sizeof(*cs));
+	bool *ready = calloc(n, sizeof(*ready));
+	size_t m = 0, nready = 0;
+	int rc = 0;
+
+	if (!cs || !ready || n == 1) {
+		free(cs);
+		free(ready);
+		rcs[0] = oi_commit(fs, ois[0]);
+		return 1;
+	}
+	pthread_rwlock_wrlock(&ois[0]->lock);
+	for (m = 0; m < n; m++) {
+		if (m > 0 && pthread_rwlock_trywrlock(&ois[m]->lock) != 0)
+			break; /* busy, or ois[m] repeats an inode locked above */
+		int r = oi_commit_begin(fs, ois[m], &cs[m]);
+
+		rcs[m] = r < 0 ? r : 0;
+		ready[m] = r > 0;
+		nready += r > 0;
+	}
+	if (nready) {
+		int synced = store_sync(fs->st);
+
+		if (synced == 0) {
+			ckpt_fault("commit-before-index");
+			rc = commit_index_many(fs, ois, cs, ready, m);
+		}
+		for (size_t i = 0; i < m; i++) {
+			if (!ready[i])
+				continue;
+			int r = synced < 0 ? synced : rc;
+
+			if (synced == 0 && rc < 0) /* one inode's failure is not the others' */
+				r = commit_index(fs, ois[i], cs[i].all, cs[i].n_all, &cs[i].digest);
+			oi_commit_end(fs, ois[i], &cs[i], r);
+			rcs[i] = r;
+		}
+	}
+	for (size_t i = m; i-- > 0;)
+		pthread_rwlock_unlock(&ois[i]->lock);
+	free(cs);
+	free(ready);
+	return m;
+}
+

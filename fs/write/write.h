@@ -131,6 +131,9 @@ struct oinode {
 	_Atomic uint64_t ov_size;
 	_Atomic int64_t ov_mtime;
 	_Atomic bool ov_dirty;
+	/* committer jobs queued for this inode and not yet started (commit.c): a release may leave
+	 * the commit to them */
+	_Atomic int cq_waiting;
 };
 
 /* ---- pins.c: chunks in the store (pins, put, free, deferred compression) ---- */
@@ -371,6 +374,17 @@ int oi_seek_data(struct oinode *oi, uint64_t off, bool data, uint64_t *ret_off);
  * Returns 0 or -errno (the in-memory content stays, still dirty, on failure).
  */
 int oi_commit(struct ckfs *fs, struct oinode *oi);
+
+/*
+ * oi_commit_many - oi_commit of n inodes with one store_sync and one index transaction, for the
+ * committer's group commit. Each ois[i] whose write lock oi_commit_many can take without
+ * waiting (the first one: waiting) is committed; it stops at the first it cannot lock (another
+ * thread works on it, or it repeats an earlier entry). rcs[i]: 0 or -errno, as oi_commit's, for
+ * the entries committed. Returns the number of leading entries it handled, in [1, n] (n >= 1).
+ * If the shared transaction fails, each inode is committed in a transaction of its own.
+ * Takes the locks oi_commit takes; the caller holds none.
+ */
+size_t oi_commit_many(struct ckfs *fs, struct oinode *const *ois, size_t n, int *rcs);
 
 /* oi_error - the sticky error of oi (0 or -errno; read lock taken inside). */
 int oi_error(struct oinode *oi);

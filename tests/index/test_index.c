@@ -1142,3 +1142,52 @@ Test(txn, lazy_commit_is_kept_and_full_comes_back, .init = setup_open, .fini = t
 	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "gone", &g), -ENOENT);
 	cr_assert_eq(synchronous(), 2);
 }
+
+/* ---- held read transactions (idx_hold) ---- */
+
+Test(txn, hold_shares_one_read_and_never_delays_a_write, .init = setup_open, .fini = teardown)
+{
+	struct idx *other = NULL;
+	struct idx_inode a;
+	uint64_t seen, mine;
+
+	cr_assert_eq(idx_open(dbpath, 0, 1000, 1001, 123, &other), 0);
+	idx_hold(ix);
+	cr_assert(sqlite3_get_autocommit(ix->db), "nothing opened before the first read");
+	cr_assert_eq(idx_inode_get(ix, IDX_ROOT_INO, &a), 0);
+	cr_assert_not(sqlite3_get_autocommit(ix->db), "the first read opens the held transaction");
+
+	/* another connection commits; the held reads share one snapshot, so they miss it */
+	struct idx *save = ix;
+
+	ix = other;
+	cr_assert_eq(idx_begin(other), 0);
+	uint64_t theirs = new_inode(IDX_ROOT_INO, "theirs", S_IFREG | 0644);
+
+	cr_assert_eq(idx_commit(other), 0);
+	ix = save;
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "theirs", &seen), -ENOENT,
+		     "a second read of the hold runs in the first one's transaction");
+
+	/* a write inside the hold begins at once and its commit is seen by the reads after it */
+	cr_assert_eq(idx_begin(ix), 0);
+	mine = new_inode(IDX_ROOT_INO, "mine", S_IFREG | 0644);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "mine", &seen), 0);
+	cr_assert_eq(seen, mine);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "theirs", &seen), 0,
+		     "the write ended the held snapshot; the next read opens a new one");
+	cr_assert_eq(seen, theirs);
+
+	/* holds nest; the last unhold ends the transaction */
+	idx_hold(ix);
+	idx_unhold(ix);
+	cr_assert_not(sqlite3_get_autocommit(ix->db));
+	idx_unhold(ix);
+	cr_assert(sqlite3_get_autocommit(ix->db), "idx_unhold ends the read transaction");
+
+	/* outside a hold, reads open nothing that outlives them */
+	cr_assert_eq(idx_inode_get(ix, mine, &a), 0);
+	cr_assert(sqlite3_get_autocommit(ix->db));
+	idx_close(other);
+}

@@ -75,6 +75,8 @@ def _writer(mnt, rnd, r, log, seed):
             off = 0
             while True:
                 if off == fsync_at:
+                    # logged before: a kill inside the fsync may leave this state durable
+                    rec(ev='fsync_begin', path=rel, key=key, len=off)
                     os.fsync(fd)
                     fsync_dir(path)
                     rec(ev='fsync', path=rel, key=key, len=off)
@@ -154,6 +156,8 @@ class Model:
                     self.sizes[e['key']] = e['size']
                     self.durable.setdefault(p, ABSENT)
                     self.later.setdefault(p, set()).add((e['key'], e['size']))
+                elif ev == 'fsync_begin':  # durable from any moment after this line
+                    self.later.setdefault(e['path'], set()).add((e['key'], e['len']))
                 elif ev == 'fsync':
                     p = e['path']
                     self.durable[p] = (e['key'], e['len'])

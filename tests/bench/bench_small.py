@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""Small-files benchmark (issue 22; opt-in: scripts/bench.sh --small-files): how fast one writer
+creates small files through ckptfs, against the disk's ext4 and against libfuse's own
+passthrough_ll example mounted over the same disk, in the same run.
+
+passthrough_ll is the FUSE baseline: the fewest round trips a FUSE filesystem makes for a
+create (lookup, create, write, flush, release) with nothing behind them but the disk, so its
+rate is the ceiling for any FUSE filesystem on this machine. It is compiled from the copy
+Debian's libfuse3-dev ships (/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c) with its
+defaults (`-o cache=auto`, 1 s timeouts, as ckptfs's).
+
+Each rep, in alternating order, on a fresh directory or a fresh mount: one fresh
+/usr/bin/python3 process creates N files of 1 KiB of random bytes (a new os.urandom each, so
+nothing dedups) in iter_0000001/mp_rank_00/, a Megatron step directory: os.open(O_CREAT |
+O_WRONLY | O_TRUNC), os.write, os.close, each timed. Prints files/s and microseconds per
+open/write/close, median (min-max); for ckptfs also the daemon's CPU per file (/proc/PID/stat)
+and, after the writer, the time until every file is committed (the committer drained, read
+from the tracker: a tracker read waits for the closes before it).
+
+Usage: /usr/bin/python3 tests/bench/bench_small.py [--files 3000] [--reps 3] [--dir DIR]
+Environment: CKPTFS_BIN (default build/fs/ckptfs).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
+sys.path.insert(0, HERE)
+
+import ckfs  # noqa: E402
+from bench_io import machine_line, proc_cpu_s  # noqa: E402
+
+PT_SRC = '/usr/share/doc/libfuse3-dev/examples'
+
+
+def worker(d, n):
+    os.makedirs(d, exist_ok=True)
+    t_open = t_write = t_close = 0.0
+    t0 = time.perf_counter()
+    for i in range(n):
+        a = time.perf_counter()
+        fd = os.open(os.path.join(d, 'f%06d' % i), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        b = time.perf_counter()
+        os.write(fd, os.urandom(1024))
+        c = time.perf_counter()
+        os.close(fd)
+        e = time.perf_counter()
+        t_open += b - a
+        t_write += c - b
+        t_close += e - c
+    total = time.perf_counter() - t0
+    print(json.dumps({'files/s': n / total, 'open us': t_open / n * 1e6,
+                      'write us': t_write / n * 1e6, 'close us': t_close / n * 1e6}))
+
+
+def run_worker(root, n):
+    d = os.path.join(root, 'iter_0000001', 'mp_rank_00')
+    p = subprocess.run(['/usr/bin/python3', os.path.abspath(__file__), '--worker', d, str(n)],
+                       capture_output=True, text=True, timeout=3600)
+    if p.returncode != 0:
+        sys.exit('bench_small: the writer failed in %s:\n%s' % (root, p.stderr))
+    return json.loads(p.stdout)
+
+
+def build_passthrough(dst):
+    """passthrough_ll compiled into dst, or None (with the reason printed) when it cannot be"""
+    src = os.path.join(PT_SRC, 'passthrough_ll.c')
+    if not os.path.exists(src):
+        print('passthrough_ll: %s is missing (apt-get install libfuse3-dev): no FUSE baseline'
+              % src)
+        return None
+    for f in ('passthrough_ll.c', 'passthrough_helpers.h'):
+        shutil.copy(os.path.join(PT_SRC, f), dst)
+    cflags = subprocess.run(['pkg-config', '--cflags', '--libs', 'fuse3'], capture_output=True,
+                            text=True, check=True).stdout.split()
+    out = os.path.join(dst, 'passthrough_ll')
+    p = subprocess.run(['cc', '-O2', os.path.join(dst, 'passthrough_ll.c'), '-o', out] + cflags,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        print('passthrough_ll: does not compile, no FUSE baseline:\n' + p.stderr)
+        return None
+    return out
+
+
+def rep_ext4(base, n):
+    d = os.path.join(base, 'ext4')
+    try:
+        return run_worker(d, n)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def rep_passthrough(base, n, binary):
+    src, mnt = os.path.join(base, 'pt-src'), os.path.join(base, 'pt-mnt')
+    os.makedirs(src)
+    os.makedirs(mnt)
+    subprocess.run([binary, '-o', 'source=' + src, mnt], check=True, timeout=30)
+    try:
+        return run_worker(mnt, n)
+    finally:
+        subprocess.run(['fusermount3', '-u', mnt], timeout=60)
+        shutil.rmtree(src, ignore_errors=True)
+        os.rmdir(mnt)
+
+
+def rep_ckptfs(base, n):
+    m = ckfs.Mount(store=os.path.join(base, 'store'), mnt=os.path.join(base, 'mnt')).start()
+    try:
+        cpu0 = proc_cpu_s(m.pid)
+        r = run_worker(m.mnt, n)
+        with open(os.path.join(m.mnt, 'latest_checkpointed_iteration.txt'), 'w') as f:
+            f.write('1')
+        t0 = time.perf_counter()
+        with open(os.path.join(m.mnt, 'latest_checkpointed_iteration.txt')) as f:
+            got = f.read()
+        r['drain s'] = time.perf_counter() - t0
+        r['daemon cpu us/file'] = (proc_cpu_s(m.pid) - cpu0) / n * 1e6
+        if got != '1':
+            sys.exit('bench_small: the step of %d files did not complete (tracker %r)'
+                     % (n, got))
+        return r
+    finally:
+        m.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        os.makedirs(base)
+
+
+def summary(vals):
+    return '%.0f (%.0f-%.0f)' % (statistics.median(vals), min(vals), max(vals))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--files', type=int, default=3000)
+    ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--dir', default=None, help='scratch directory on the disk to measure')
+    ap.add_argument('--worker', nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        worker(a.worker[0], int(a.worker[1]))
+        return
+    base = tempfile.mkdtemp(prefix='ckptfs-bench-small-', dir=a.dir)
+    tools = tempfile.mkdtemp(prefix='ckptfs-bench-pt-')
+    print(machine_line(base))
+    print('%d files of 1 KiB, one writer, %d reps, alternating order' % (a.files, a.reps))
+    pt = build_passthrough(tools)
+    runs = {'ckptfs': [], 'passthrough_ll': [], 'ext4': []}
+    targets = [('ckptfs', lambda: rep_ckptfs(os.path.join(base, 'ck'), a.files)),
+               ('ext4', lambda: rep_ext4(base, a.files))]
+    if pt:
+        targets.append(('passthrough_ll', lambda: rep_passthrough(base, a.files, pt)))
+    try:
+        os.makedirs(os.path.join(base, 'ck'))
+        for rep in range(a.reps):
+            order = targets if rep % 2 == 0 else targets[::-1]
+            for name, fn in order:
+                r = fn()
+                runs[name].append(r)
+                print('rep %d %-15s %s' % (rep + 1, name,
+                      '  '.join('%s %.1f' % (k, v) for k, v in r.items())), flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(tools, ignore_errors=True)
+    print('\n| target | files/s | open us | write us | close us | daemon CPU us/file |')
+    print('|---|---:|---:|---:|---:|---:|')
+    for name in ('ckptfs', 'passthrough_ll', 'ext4'):
+        rs = runs[name]
+        if not rs:
+            continue
+        cols = [summary([r[k] for r in rs]) for k in ('files/s', 'open us', 'write us',
+                                                        'close us')]
+        cpu = summary([r['daemon cpu us/file'] for r in rs]) if name == 'ckptfs' else ''
+        print('| %s | %s | %s |' % (name, ' | '.join(cols), cpu))
+    ck = statistics.median(r['files/s'] for r in runs['ckptfs'])
+    for name in ('passthrough_ll', 'ext4'):
+        if runs[name]:
+            print('ckptfs / %s: %.2f' % (name, ck / statistics.median(
+                r['files/s'] for r in runs[name])))
+    print('ckptfs: every file committed %.2f s (median) after the writer\'s last close'
+          % statistics.median(r['drain s'] for r in runs['ckptfs']))
+
+
+if __name__ == '__main__':
+    main()
