@@ -556,7 +556,7 @@ void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	if (off == 0)
 		fs_settle_for_reader(fs);
 	/* offsets: 0 start, 1 after ".", 2 after "..", cookie + 2 after an entry */
@@ -641,7 +641,7 @@ void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		d.len += n;
 	}
 done:
-	pthread_mutex_unlock(&fs->mu);
+	fs_unlock(fs);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else

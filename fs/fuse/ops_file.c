@@ -99,9 +99,9 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 		snprintf(h->vname, sizeof(h->vname), "rank_%d/meta.json",
 			 (int)(vino - VINO_MF1_META(0)));
 	if (!name && kind != LAYOUT_MF1) {
-		pthread_mutex_lock(&fs->mu);
+		fs_lock(fs);
 		rc = steps_vname(fs, kind, h->vname, sizeof(h->vname));
-		pthread_mutex_unlock(&fs->mu);
+		fs_unlock(fs);
 	}
 	if (rc >= 0 && (fi->flags & O_ACCMODE) == O_RDONLY) {
 		cq_wait_idle(fs); /* the steps of files closed before this open (commit.c) */
@@ -110,9 +110,9 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 		if (!h->vbuf) {
 			rc = -ENOMEM;
 		} else {
-			pthread_mutex_lock(&fs->mu);
+			fs_lock(fs);
 			rc = steps_vcontent(fs, vino, h->vbuf, h->vcap, NULL);
-			pthread_mutex_unlock(&fs->mu);
+			fs_unlock(fs);
 			/* a step restored for this reader replaced a name the kernel may have cached:
 			 * drop it before the reader can look it up */
 			fs_flush_inval(fs);
