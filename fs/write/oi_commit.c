@@ -4,7 +4,10 @@
  *
  * Commit order (DESIGN.md, "Durability"): every chunk put -> store_sync (one syncfs: chunk data
  * and names durable) -> one index transaction replacing the file's extents -> pins dropped ->
- * chunk files no longer referenced are deleted.
+ * chunk files no longer referenced are deleted. A group commit (oi_commit_many, for the
+ * committer) keeps that order for every file of the group: all their chunks put, one store_sync,
+ * one transaction replacing the extents of them all, then each file's pins and freed chunks.
+ * Each half runs with the file's write lock held (oi_commit_begin, oi_commit_end).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -226,41 +229,6 @@ fail:
 	return rc;
 }
 
-/*
- * The commit's one index transaction: oi's extents become all[0, n_all), its size oi->size and
- * its digest *digest; the chunks it no longer references are released once it commits. Takes
- * fs->mu. Returns 0 or the index's -errno (rolled back, nothing changed).
- */
-static int commit_index(struct ckfs *fs, struct oinode *oi, const struct idx_extent *all,
-			size_t n_all, const struct store_hash *digest)
-{
-	struct ino_freed fr = { 0 };
-	bool committed = false;
-	int rc;
-
-	pthread_mutex_lock(&fs->mu);
-	/* read under fs->mu: op_setattr stores a utimensat's mtime and writes the index row
-	 * under it, so a commit racing a utimensat cannot write back the older write time */
-	int64_t mtime = atomic_load(&oi->ov_mtime);
-
-	rc = idx_begin(fs->ix);
-	if (rc == 0) {
-		rc = idx_file_set_content(fs->ix, oi->ino, all, n_all, oi->size, digest->b,
-					  mtime ? mtime : ckfs_now(fs), ino_release_collect, &fr);
-		if (rc == 0)
-			ckpt_fault("commit-mid-txn");
-		if (rc == 0)
-			rc = idx_commit(fs->ix);
-		if (rc < 0)
-			idx_rollback(fs->ix);
-		else
-			committed = true;
-	}
-	ino_release_finish(fs, &fr, committed);
-	pthread_mutex_unlock(&fs->mu);
-	return rc;
-}
-
 int oi_error(struct oinode *oi)
 {
 	int err;
@@ -342,28 +310,14 @@ static void oi_commit_end(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c,
 	c->all = c->staged = NULL;
 }
 
-int oi_commit(struct ckfs *fs, struct oinode *oi)
-{
-	struct oi_cctx c;
-	int rc;
-
-	pthread_rwlock_wrlock(&oi->lock);
-	rc = oi_commit_begin(fs, oi, &c);
-	if (rc > 0) {
-		rc = store_sync(fs->st);
-		if (rc == 0)
-			ckpt_fault("commit-before-index");
-		if (rc == 0)
-			rc = commit_index(fs, oi, c.all, c.n_all, &c.digest);
-		oi_commit_end(fs, oi, &c, rc);
-	}
-	pthread_rwlock_unlock(&oi->lock);
-	return rc;
-}
-
-/* One transaction recording every ready entry of the batch (ready[i]); fs->mu taken inside. */
-static int commit_index_many(struct ckfs *fs, struct oinode *const *ois, struct oi_cctx *cs,
-			     const bool *ready, size_t n)
+/*
+ * The commit's one index transaction, for the entries of ois[0, n) with ready[i]: each one's
+ * extents become cs[i].all[0, n_all), its size ois[i]->size and its digest cs[i].digest; the
+ * chunks they no longer reference are released once it commits. Takes fs->mu. Returns 0 or the
+ * index's -errno (rolled back, nothing changed).
+ */
+static int commit_index_many(struct ckfs *fs, struct oinode *const *ois,
+			     const struct oi_cctx *cs, const bool *ready, size_t n)
 {
 	struct ino_freed fr = { 0 };
 	bool committed = false;
@@ -374,7 +328,9 @@ static int commit_index_many(struct ckfs *fs, struct oinode *const *ois, struct 
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (!ready[i])
 			continue;
-		int64_t mtime = atomic_load(&ois[i]->ov_mtime); /* see commit_index */
+		/* read under fs->mu: op_setattr stores a utimensat's mtime and writes the index
+		 * row under it, so a commit racing a utimensat cannot write back the older time */
+		int64_t mtime = atomic_load(&ois[i]->ov_mtime);
 
 		rc = idx_file_set_content(fs->ix, ois[i]->ino, cs[i].all, cs[i].n_all,
 					  ois[i]->size, cs[i].digest.b,
@@ -390,6 +346,33 @@ static int commit_index_many(struct ckfs *fs, struct oinode *const *ois, struct 
 		committed = true;
 	ino_release_finish(fs, &fr, committed);
 	pthread_mutex_unlock(&fs->mu);
+	return rc;
+}
+
+/* commit_index_many of one inode */
+static int commit_index(struct ckfs *fs, struct oinode *oi, const struct oi_cctx *c)
+{
+	const bool ready = true;
+
+	return commit_index_many(fs, &oi, c, &ready, 1);
+}
+
+int oi_commit(struct ckfs *fs, struct oinode *oi)
+{
+	struct oi_cctx c;
+	int rc;
+
+	pthread_rwlock_wrlock(&oi->lock);
+	rc = oi_commit_begin(fs, oi, &c);
+	if (rc > 0) {
+		rc = store_sync(fs->st);
+		if (rc == 0)
+			ckpt_fault("commit-before-index");
+		if (rc == 0)
+			rc = commit_index(fs, oi, &c);
+		oi_commit_end(fs, oi, &c, rc);
+	}
+	pthread_rwlock_unlock(&oi->lock);
 	return rc;
 }
 
@@ -429,7 +412,7 @@ size_t oi_commit_many(struct ckfs *fs, struct oinode *const *ois, size_t n, int 
 			int r = synced < 0 ? synced : rc;
 
 			if (synced == 0 && rc < 0) /* one inode's failure is not the others' */
-				r = commit_index(fs, ois[i], cs[i].all, cs[i].n_all, &cs[i].digest);
+				r = commit_index(fs, ois[i], &cs[i]);
 			oi_commit_end(fs, ois[i], &cs[i], r);
 			rcs[i] = r;
 		}
