@@ -632,7 +632,7 @@ class SmallFilesTest(unittest.TestCase):
 
             def work():
                 fs = []
-                for i in range(self.N):
+                for i in range(self.N):  # the names and bytes check_files(d, 'b') expects
                     f = open(os.path.join(d, 'b%04d' % i), 'wb')
                     f.write(content('b-%d' % i, 1024))
                     fs.append(f)
@@ -644,14 +644,10 @@ class SmallFilesTest(unittest.TestCase):
             self.assertGreaterEqual(n['syncfs'], 1, n)  # the count is real
             self.assertLessEqual(n['syncfs'], self.N // 3, n)
             self.assertLessEqual(n['fdatasync'] + n['fsync'], self.N // 3 + 20, n)
-            bad = [i for i in range(self.N) if read_all(os.path.join(d, 'b%04d' % i))
-                   != content('b-%d' % i, 1024)]
-            self.assertEqual(bad, [])
+            self.check_files(d, 'b')
             m.kill_daemon()  # committed means durable: a killed daemon keeps them all
             m.start()
-            bad = [i for i in range(self.N) if read_all(os.path.join(d, 'b%04d' % i))
-                   != content('b-%d' % i, 1024)]
-            self.assertEqual(bad, [])
+            self.check_files(d, 'b')
 
     def test_killed_daemon_keeps_every_closed_file(self):
         """Lazy creates and a killed daemon: the files closed before the kill are there (their
