@@ -375,20 +375,24 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 		/* close() returns once the bytes are in memory: the committer makes them durable
 		 * and tells the step engine (commit.c). An error already known is reported here.
-		 * A step's marker is committed here, before the close returns: the engine judges it
-		 * at the path it has when committed, and trainers rename the step directory right
-		 * after (Orbax's tmp dir, HF's tmp-checkpoint-N), where it would no longer be the
-		 * marker of the step it seals. Markers are small. */
+		 * Committed here, before the close returns (steps_commit_at_close):
+		 *  - a step's marker: the engine judges it at the path it has when committed, and
+		 *    trainers rename the step directory right after (Orbax's tmp dir, HF's
+		 *    tmp-checkpoint-N), where it would no longer be the marker of the step it
+		 *    seals. Markers are small.
+		 *  - a file of a sealed step: the tracker already names the step (DeepSpeed's
+		 *    `latest`, written before the ranks' last shards close), so the save returns
+		 *    once this close does, and a daemon killed then must keep the step. */
 		rc = oi_error(h->oi);
-		bool marker = rc == 0 && steps_is_marker(fs, h->oi->ino);
+		bool now = rc == 0 && steps_commit_at_close(fs, h->oi->ino);
 
-		if (rc == 0 && !marker && cq_submit(fs, h->oi, pid, torn) == 0) {
+		if (rc == 0 && !now && cq_submit(fs, h->oi, pid, torn) == 0) {
 			fuse_reply_err(req, 0);
 			return;
 		}
-		if (marker && !torn)
-			cq_wait_idle(fs); /* the files closed before the marker are durable first,
-					     so the step it seals can complete before close returns */
+		if (now && !torn)
+			cq_wait_idle(fs); /* the files closed before are durable first, so the
+					     step can complete before this close returns */
 		rc = oi_commit(fs, h->oi);
 		if (rc == 0)
 			steps_on_commit(fs, h->oi, pid, torn);

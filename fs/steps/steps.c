@@ -192,17 +192,30 @@ static ssize_t vread_fn(void *arg, void *buf, size_t len, uint64_t off)
 	return oi_read(v->fs, v->oi, buf, len, off);
 }
 
-bool steps_is_marker(struct ckfs *fs, uint64_t ino)
+bool steps_commit_at_close(struct ckfs *fs, uint64_t ino)
 {
-	char rel[LAYOUT_PATH_MAX];
+	char rel[LAYOUT_PATH_MAX], dname[LAYOUT_PATH_MAX];
 	struct layout_match m;
-	bool r;
+	struct idx_step s;
+	uint64_t dir;
+	bool r = false;
 
 	if (fs->layout < 0)
 		return false;
 	fs_lock(fs);
-	r = steps_rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
-	    layout_classify(rel, fs->layout, &m) == 0 && m.role == ROLE_MARKER;
+	if (steps_rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
+	    layout_classify(rel, fs->layout, &m) == 0) {
+		if (m.role == ROLE_MARKER) {
+			r = true;
+		} else if (m.role == ROLE_STEP_FILE && m.step_prefix_len > 0 &&
+			   m.step_prefix_len < sizeof(dname)) {
+			/* read only: no step row is created here (steps_step_of_path does that) */
+			memcpy(dname, rel, m.step_prefix_len);
+			dname[m.step_prefix_len] = 0;
+			r = steps_lookup_path(fs, dname, &dir) == 0 &&
+			    idx_step_by_dir(fs->ix, dir, &s) == 0 && s.state == IDX_STEP_SEALED;
+		}
+	}
 	fs_unlock(fs);
 	return r;
 }

@@ -72,9 +72,17 @@ int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why);
 /* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed);
-/* steps_is_marker - is ino a step's commit marker where it is now (Orbax commit_success.txt,
- * HF trainer_state.json, ...)? Takes fs->mu; false without checkpoint semantics. */
-bool steps_is_marker(struct ckfs *fs, uint64_t ino);
+/*
+ * steps_commit_at_close - must the close of ino commit it before returning? True when ino is
+ * a step's commit marker where it is now (Orbax commit_success.txt, HF trainer_state.json, ...:
+ * the engine judges a marker at the path it has when committed, and trainers rename the step
+ * right after), or a file of a step already sealed (DeepSpeed's rank 0 writes `latest` before
+ * the barrier that ends the save, deepspeedai/DeepSpeed 007cca6 engine.py save_checkpoint: a
+ * shard closed after it is the last thing the save waits for). False otherwise, without
+ * checkpoint semantics, or on an index error (the close then queues its commit as any other).
+ * Takes fs->mu; reads only.
+ */
+bool steps_commit_at_close(struct ckfs *fs, uint64_t ino);
 /* steps_on_commit - oi's content was committed by pid (torn: closed by a dying process).
  * fs->mu NOT held; oi referenced by the caller. */
 void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);

@@ -31,6 +31,7 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import mmap  # noqa: E402
 import os  # noqa: E402
@@ -493,6 +494,51 @@ class CloseBeforeDurableTest(unittest.TestCase):
             self.assertEqual(torch_load_shard(m.mnt, 10)['iteration'], 10)
             self.assertNotEqual(step_states(m).get(20), 'complete')
 
+
+    def test_deepspeed_shard_closed_after_latest_is_durable_at_its_close(self):
+        """DeepSpeed's rank 0 writes `latest` before the barrier that ends the save
+        (deepspeedai/DeepSpeed 007cca6, deepspeed/runtime/engine.py save_checkpoint; see
+        tests/traces/deepspeed.md), so another rank's optimizer shard can close after the
+        tracker sealed its step, and the save returns at the barrier right after that close.
+        The close of a file whose step is sealed therefore commits before it returns: a daemon
+        killed at once keeps the step complete, and `latest` names it.
+
+        Regression (CI of stop 28, test_crash_loop test_deepspeed_saved_daemon_kill: resumed
+        onto step 4 after SAVED 6): that close only queued its commit, and the group commit
+        could leave it queued behind other closes when the daemon was killed."""
+        import io
+        import torch
+
+        def shard(path, key, n, f=None):
+            t = torch.frombuffer(bytearray(content(key, n)), dtype=torch.uint8)
+            buf = io.BytesIO()
+            torch.save({'optimizer_state_dict': {'w': t}}, buf)
+            if f is None:
+                write_seq(path, buf.getbuffer())
+            else:
+                f.write(buf.getbuffer())
+            return hashlib.sha256(buf.getbuffer()).hexdigest()
+
+        with ckfs.Mount() as m:
+            want = {}
+            for step in (2, 4):
+                d = m.path('global_step%d' % step)
+                os.makedirs(d)
+                r0 = os.path.join(d, 'bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt')
+                r1 = os.path.join(d, 'bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt')
+                want[r0] = shard(r0, 'ds-r0-%d' % step, MiB)
+                with open(r1, 'wb') as f1:  # rank 1 is still writing when `latest` closes
+                    with open(m.path('latest'), 'w') as t:
+                        t.write('global_step%d' % step)
+                    # incompressible 64 MiB: its commit's syncfs takes far longer than the
+                    # kill below needs to follow the close
+                    want[r1] = shard(r1, 'ds-r1-%d' % step, 64 * MiB, f1)
+            m.kill_daemon()
+            m.start()
+            self.assertEqual(read_all(m.path('latest')), b'global_step4')
+            self.assertEqual(step_states(m).get(4), 'complete', m.ckptctl('steps').stdout)
+            for p, h in want.items():
+                self.assertEqual(hashlib.sha256(read_all(p)).hexdigest(), h, p)
 
     def test_utime_right_after_close_outlives_the_commit(self):
         """A utimensat issued while the file's commit is in flight is what the index keeps.
