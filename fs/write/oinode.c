@@ -224,6 +224,55 @@ void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end)
 }
 
 /*
+ * Most bytes a closed file's shrink copies out of its write segment: 64 KiB, below the malloc
+ * mmap threshold (128 KiB, daemon.c), so the copy comes from the heap and costs no mapping. Small
+ * files (trackers, metadata, a DCP save's small shards) are what it is for.
+ */
+#define SHRINK_MAX (64u * 1024u)
+
+void oi_stream_shrink(struct ckfs *fs, struct oinode *oi)
+{
+	struct seg *small, *dead = NULL;
+	size_t len;
+	bool go;
+
+	pthread_rwlock_wrlock(&oi->lock);
+	/* write lock: data_end and the segment list are this thread's; the cutter, idle, cannot
+	 * start (only a writer queues it), so cut_start stays too */
+	pthread_mutex_lock(&oi->fly_mu);
+	len = (size_t)(oi->data_end - oi->cut_start);
+	go = oi->stage_fd < 0 && oi->cut_state == CUT_IDLE && oi->seg_tail &&
+	     oi->seg_tail->cap == WB_SEG && len <= SHRINK_MAX;
+	pthread_mutex_unlock(&oi->fly_mu);
+	if (!go || !(small = malloc(sizeof(*small)))) {
+		pthread_rwlock_unlock(&oi->lock);
+		return;
+	}
+	small->buf = len ? malloc(len) : NULL;
+	if (len && !small->buf) {
+		free(small);
+		pthread_rwlock_unlock(&oi->lock);
+		return; /* the segment stays: only memory is at stake */
+	}
+	wb_charge(fs->wb, len);
+	small->next = NULL;
+	small->off = oi->cut_start;
+	small->len = small->cap = small->resident = len;
+	atomic_init(&small->refs, 1);
+	pthread_mutex_lock(&oi->fly_mu);
+	if (len)
+		oi_segs_copy_locked(oi, oi->cut_start, small->buf, len);
+	/* the jobs pointing into the old segments hold references of their own */
+	dead = oi->seg_head;
+	oi->seg_head = oi->seg_tail = len ? small : NULL;
+	pthread_mutex_unlock(&oi->fly_mu);
+	if (!len)
+		free(small);
+	segs_put(fs, dead);
+	pthread_rwlock_unlock(&oi->lock);
+}
+
+/*
  * A file whose zeros were stored as chunks (written as zeros, or grown by a store that predates
  * holes) ends in chunks of zeros. Leave them out of the stream: bytes [data_end, size) read as
  * zeros (invariant 1), so writing the file in order from the end of its data is an append and

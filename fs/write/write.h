@@ -386,6 +386,17 @@ int oi_commit(struct ckfs *fs, struct oinode *oi);
  */
 size_t oi_commit_many(struct ckfs *fs, struct oinode *const *ois, size_t n, int *rcs);
 
+/*
+ * oi_stream_shrink - after a close: when the bytes of oi not yet cut into chunks are at most
+ * 64 KiB (SHRINK_MAX) and sit in a write segment (WB_SEG, 8 MiB), move them to a buffer of their
+ * own size and give the segment back to the write-back pool for the next file. A closed small
+ * file then waits for the committer holding its bytes, not 8 MiB: files closed faster than the
+ * committer commits would otherwise each take a fresh segment (a fresh mapping, and its munmap
+ * later). Does nothing when the cutter is busy, oi is staging, or memory is short (nothing is
+ * lost either way). Takes oi's write lock and the pool's lock; the caller holds neither.
+ */
+void oi_stream_shrink(struct ckfs *fs, struct oinode *oi);
+
 /* oi_error - the sticky error of oi (0 or -errno; read lock taken inside). */
 int oi_error(struct oinode *oi);
 
