@@ -357,10 +357,16 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		if (rc > 0)
 			rc = steps_vstat(fs, ino, &e.attr);
 		fs_unlock(fs);
+		/* entry timeout 0: every path walk asks again, so what the name resolves to and
+		 * the attributes stat(2) and open(2) see are those of now. The attributes are kept
+		 * ATTR_TIMEOUT, as any file's, for the permission checks and fstat(2)s after the
+		 * walk: a tracker read cost 4 getattrs of 10 requests. The content a reader gets
+		 * is its open's (open_tracker; direct_io: the size kept does not bound a read). */
+		e.attr_timeout = ATTR_TIMEOUT;
 		if (rc < 0) /* a tracker with no complete step does not exist */
 			fuse_reply_err(req, -rc);
 		else
-			fuse_reply_entry(req, &e); /* timeouts 0: it changes as steps complete */
+			fuse_reply_entry(req, &e);
 		return;
 	}
 	rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
@@ -393,7 +399,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_attr(req, &st, ino >= VINO_BASE ? 0 : ATTR_TIMEOUT);
+		/* a tracker's: see op_lookup; /.ckptfs files change at every read */
+		fuse_reply_attr(req, &st, ino < VINO_BASE || steps_is_vino(ino) ? ATTR_TIMEOUT : 0);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,

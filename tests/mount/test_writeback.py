@@ -747,6 +747,49 @@ class SmallFilesTest(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(d, 'open-at-kill')))
 
 
+
+class TrackerReadTest(unittest.TestCase):
+    """A tracker read is what every resume does first (issue 22: 405-568 us through ckptfs
+    against 31 on ext4). The kernel asks for a tracker's name at every path walk (entry timeout
+    0), so stat(2) and open(2) see the newest complete step at once; its attributes are kept
+    for the rest of the walk and the open's fstat(2)s (fs/fuse/ops.c op_lookup)."""
+
+    def save_step(self, m, it):
+        d = m.path('iter_%07d' % it, 'mp_rank_00')
+        os.makedirs(d)
+        write_seq(os.path.join(d, 'model_optim_rng.pt'), content('tr-%d' % it, 1024))
+        with open(m.path(TRACKER), 'w') as f:
+            f.write(str(it))
+
+    def test_a_new_step_shows_at_once_in_stat_open_and_fstat(self):
+        with ckfs.Mount() as m:
+            for it in (9, 10, 100, 1000, 99999):  # the tracker grows by a byte each time
+                self.save_step(m, it)
+                want = str(it).encode()
+                self.assertEqual(os.stat(m.path(TRACKER)).st_size, len(want), it)
+                with open(m.path(TRACKER), 'rb') as f:
+                    self.assertEqual(os.fstat(f.fileno()).st_size, len(want), it)
+                    self.assertEqual(f.read(), want)
+                self.assertEqual(subprocess.run(['cat', m.path(TRACKER)], check=True,
+                                                stdout=subprocess.PIPE).stdout, want)
+
+    def test_a_tracker_read_costs_seven_requests(self):
+        """Python's open + read + close of the tracker: lookup, open, ioctl (isatty), read,
+        read at the end, flush, release; each a reply the daemon writes (writev). Before: 10,
+        with 4 getattrs (attribute timeout 0)."""
+        reads = 100
+        with ckfs.Mount() as m:
+            self.save_step(m, 7)
+
+            def work():
+                for _ in range(reads):
+                    with open(m.path(TRACKER)) as f:
+                        self.assertEqual(f.read(), '7')
+
+            n = strace_counts(m.pid, work, ['writev'])
+            self.assertGreaterEqual(n['writev'], 5 * reads, n)  # the count is real
+            self.assertLessEqual(n['writev'], 8 * reads, n)
+
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(900, exit=True)
     unittest.main(verbosity=2)
