@@ -237,6 +237,8 @@ static const char *const ix_sql[IX__COUNT] = {
 				"AND (?2 = 0 OR ((?2 >> kind) & 1) <> 0) "
 				"AND (step < ?3 OR (step = ?3 AND id < ?4)) "
 				"ORDER BY step DESC, id DESC LIMIT ?5",
+	/* idx_step_newest_each: is there a step of kind ?1 at all (steps_kind_name) */
+	[IX_STEP_KIND_ANY] = "SELECT 1 FROM steps WHERE kind = ?1 LIMIT 1",
 	[IX_STEP_EVENTS] = "SELECT ts_ns, old_state, new_state, note FROM step_events "
 			   "WHERE step_id = ?1 ORDER BY ts_ns, seq",
 	[IX_CLAIM_ADD] = "INSERT INTO claims(tracker, content, length, step, ts_ns) "

@@ -624,7 +624,9 @@ int idx_step_newest(struct idx *ix, uint32_t kind_mask, int state, struct idx_st
  * any), newest first (step number descending, then id descending), until fn returns non-zero.
  * Cost: O(log n) to the first step plus the steps fn passes over (the steps_state_step index,
  * read 4 rows, then 32 at a time), so finding the newest step that meets a condition does not slow
- * down as the store accumulates steps. s is a private copy, borrowed for the call; fn may call
+ * down as the store accumulates steps; O(log n) per kind when kind_mask names no kind with any
+ * step (the steps_kind_name index). The kinds' steps in other states, and the steps of other
+ * kinds, are passed over inside SQLite. s is a private copy, borrowed for the call; fn may call
  * any idx_* function on ix (rows changed meanwhile may be seen or not, never twice).
  * Returns 0 when every step was passed over, fn's non-zero value, -EINVAL (state out of
  * range), -ENOMEM, or the index's -errno.

@@ -327,6 +327,24 @@ int idx_step_newest_each(struct idx *ix, uint32_t kind_mask, int state,
 
 	if (!ix_state_ok(state))
 		return -EINVAL;
+	if (kind_mask) {
+		/* no step of these kinds: do not page through every step of the others (the
+		 * trackers of the layouts a store does not use, at every listing of the root) */
+		bool any = false;
+
+		for (int k = 0; k < 32 && !any; k++) {
+			int64_t one;
+
+			if (!(kind_mask & (1u << k)))
+				continue;
+			r = ix_scalar(ix, IX_STEP_KIND_ANY, &one, "i", (int64_t)k);
+			if (r < 0 && r != -ENOENT)
+				return r;
+			any = r == 0;
+		}
+		if (!any)
+			return 0;
+	}
 	for (;;) {
 		sqlite3_stmt *st = ix_stmt(ix, IX_STEP_NEWEST_PAGE);
 		size_t n = 0;

@@ -621,7 +621,8 @@ void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				d.len += n;
 		}
 	}
-	for (int k = (int)(off - VOFF_BASE) + 1; ino == IDX_ROOT_INO && k < 64; k++) {
+	for (int k = (int)(off - VOFF_BASE) + 1; ino == IDX_ROOT_INO && k < LAYOUT_KIND_COUNT;
+	     k++) {
 		char name[256], other[256];
 		struct stat st = { .st_ino = VINO_BASE + (uint64_t)k, .st_mode = S_IFREG };
 		bool dup = false;

@@ -52,7 +52,6 @@ static enum layout_kind tracker_kind(struct ckfs *fs, const char *name)
 
 struct newest_ctx {
 	struct ckfs *fs;
-	enum layout_kind tracker;
 	struct idx_step best;
 	bool found;
 };
@@ -63,8 +62,6 @@ static int newest_cb(const struct idx_step *s, void *arg)
 
 	if (s->step < 0)
 		return 1; /* newest first: no numbered step below */
-	if (!layout_tracker_shared(c->tracker, (enum layout_kind)s->kind))
-		return 0;
 	if (c->fs->global_ok && !c->fs->global_ok(c->fs, s->kind, s->step))
 		return 0; /* complete here, not yet on every node */
 	c->best = *s;
@@ -75,11 +72,18 @@ static int newest_cb(const struct idx_step *s, void *arg)
 /* The newest complete step a tracker of this kind resolves to, skipping corrupt ones. */
 static int resolve(struct ckfs *fs, enum layout_kind tracker, struct idx_step *ret)
 {
+	uint32_t kinds = 0; /* the kinds whose steps this tracker names */
+
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++)
+		if (layout_tracker_shared(tracker, (enum layout_kind)k))
+			kinds |= 1u << k;
+	if (!kinds)
+		return -ENOENT; /* not a tracker's kind */
 	for (int tries = 0; tries < 64; tries++) {
-		struct newest_ctx c = { .fs = fs, .tracker = tracker };
+		struct newest_ctx c = { .fs = fs };
 
 		/* newest first, stopping at the first match: O(log n) in the steps kept */
-		if (idx_step_newest_each(fs->ix, 0, IDX_STEP_COMPLETE, newest_cb, &c) < 0 ||
+		if (idx_step_newest_each(fs->ix, kinds, IDX_STEP_COMPLETE, newest_cb, &c) < 0 ||
 		    !c.found)
 			return -ENOENT;
 		if (c.best.dir_ino && steps_tree_has_bad_chunk(fs, c.best.dir_ino) > 0) {

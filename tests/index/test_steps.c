@@ -297,6 +297,15 @@ Test(steps, newest_each_pages_in_order_and_stops, .init = setup_open_txn, .fini 
 	l = (struct each_log){ .stop = 0 };
 	cr_assert_eq(idx_step_newest_each(ix, 1u << 2, IDX_STEP_COMPLETE, each_cb, &l), 0);
 	cr_assert_eq(l.n, 10);
+	/* kinds with no step at all (answered from steps_kind_name), alone and beside kind 2 */
+	l = (struct each_log){ .stop = 0 };
+	cr_assert_eq(idx_step_newest_each(ix, 1u << 3 | 1u << 5, IDX_STEP_COMPLETE, each_cb, &l),
+		     0);
+	cr_assert_eq(l.n, 0);
+	cr_assert_eq(idx_step_newest_each(ix, 1u << 3 | 1u << 2, IDX_STEP_COMPLETE, each_cb, &l),
+		     0);
+	cr_assert_eq(l.n, 10);
+	cr_assert_eq(l.steps[0], 1000);
 	l = (struct each_log){ .stop = 0 };
 	cr_assert_eq(idx_step_newest_each(ix, 0, IDX_STEP_PRUNED, each_cb, &l), 0);
 	cr_assert_eq(l.n, 0);
