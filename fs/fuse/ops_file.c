@@ -386,11 +386,12 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = oi_error(h->oi);
 		bool now = rc == 0 && steps_commit_at_close(fs, h->oi->ino);
 
-		if (rc == 0 && !now)
+		if (rc == 0 && !now) {
 			oi_stream_shrink(fs, h->oi); /* it waits with its bytes, not 8 MiB */
-		if (rc == 0 && !now && cq_submit(fs, h->oi, pid, torn) == 0) {
-			fuse_reply_err(req, 0);
-			return;
+			if (cq_submit(fs, h->oi, pid, torn) == 0) {
+				fuse_reply_err(req, 0);
+				return;
+			}
 		}
 		if (now && !torn)
 			cq_wait_idle(fs); /* the files closed before are durable first, so the

@@ -120,10 +120,11 @@ static void seg_populate(uint8_t *buf, size_t len)
 }
 
 /*
- * An empty segment at file offset off with room for cap (WB_SEG or STORE_CHUNK_MAX) bytes, one
- * reference: a buffer of that size the pool kept (resident: what it has charged for it), else
- * a fresh one (nothing charged or populated yet: stream_append populates each range as it
- * charges it, so a 1 KiB file faults in one page, not the 8 MiB segment). NULL on ENOMEM.
+ * An empty segment at file offset off with room for cap (WB_SEG, STORE_CHUNK_MAX, or a
+ * shrunk file's exact size: oi_stream_shrink) bytes, one reference: a buffer of that size the
+ * pool kept (resident: what it has charged for it), else a fresh one (nothing charged or
+ * populated yet: stream_append populates each range as it charges it, so a 1 KiB file faults in
+ * one page, not the 8 MiB segment). NULL on ENOMEM.
  */
 static struct seg *seg_new(struct ckfs *fs, uint64_t off, size_t cap)
 {
@@ -232,7 +233,7 @@ void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end)
 
 void oi_stream_shrink(struct ckfs *fs, struct oinode *oi)
 {
-	struct seg *small, *dead = NULL;
+	struct seg *small = NULL, *dead;
 	size_t len;
 	bool go;
 
@@ -244,31 +245,22 @@ void oi_stream_shrink(struct ckfs *fs, struct oinode *oi)
 	go = oi->stage_fd < 0 && oi->cut_state == CUT_IDLE && oi->seg_tail &&
 	     oi->seg_tail->cap == WB_SEG && len <= SHRINK_MAX;
 	pthread_mutex_unlock(&oi->fly_mu);
-	if (!go || !(small = malloc(sizeof(*small)))) {
-		pthread_rwlock_unlock(&oi->lock);
-		return;
+	if (go && len && !(small = seg_new(fs, oi->cut_start, len)))
+		go = false; /* the segment stays: only memory is at stake */
+	if (go) {
+		if (small) {
+			wb_charge(fs->wb, len);
+			small->len = small->resident = len;
+		}
+		pthread_mutex_lock(&oi->fly_mu);
+		if (small)
+			oi_segs_copy_locked(oi, small->off, small->buf, len);
+		/* the jobs pointing into the old segments hold references of their own */
+		dead = oi->seg_head;
+		oi->seg_head = oi->seg_tail = small;
+		pthread_mutex_unlock(&oi->fly_mu);
+		segs_put(fs, dead);
 	}
-	small->buf = len ? malloc(len) : NULL;
-	if (len && !small->buf) {
-		free(small);
-		pthread_rwlock_unlock(&oi->lock);
-		return; /* the segment stays: only memory is at stake */
-	}
-	wb_charge(fs->wb, len);
-	small->next = NULL;
-	small->off = oi->cut_start;
-	small->len = small->cap = small->resident = len;
-	atomic_init(&small->refs, 1);
-	pthread_mutex_lock(&oi->fly_mu);
-	if (len)
-		oi_segs_copy_locked(oi, oi->cut_start, small->buf, len);
-	/* the jobs pointing into the old segments hold references of their own */
-	dead = oi->seg_head;
-	oi->seg_head = oi->seg_tail = len ? small : NULL;
-	pthread_mutex_unlock(&oi->fly_mu);
-	if (!len)
-		free(small);
-	segs_put(fs, dead);
 	pthread_rwlock_unlock(&oi->lock);
 }
 
