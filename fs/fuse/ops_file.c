@@ -77,6 +77,7 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 	 * the kernel clears those bits on a cached write only (we leave that to it, op_init). */
 	if ((fi->flags & O_ACCMODE) == O_WRONLY && !privs)
 		fi->direct_io = 1;
+	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY; /* fs_op_flush: nothing to do */
 	return 0;
 }
 
@@ -126,6 +127,7 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 	}
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1; /* content changes as steps complete: never cache it */
+	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY; /* a reader claims nothing */
 	return 0;
 }
 
@@ -156,6 +158,7 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		fi->fh = (uint64_t)(uintptr_t)h;
 		fi->direct_io = 1;
+		fi->noflush = 1; /* read-only: fs_op_flush would have nothing to do */
 		fuse_reply_open(req, fi);
 		return;
 	}
@@ -347,6 +350,8 @@ void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, o
 		fuse_reply_write(req, (size_t)n);
 }
 
+/* Never called for a read-only open: those say FOPEN_NOFLUSH (open_handle, open_tracker), since
+ * a handle that wrote nothing has nothing to commit or claim here. */
 void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fs_req_fs(req);

@@ -773,10 +773,11 @@ class TrackerReadTest(unittest.TestCase):
                 self.assertEqual(subprocess.run(['cat', m.path(TRACKER)], check=True,
                                                 stdout=subprocess.PIPE).stdout, want)
 
-    def test_a_tracker_read_costs_seven_requests(self):
+    def test_a_tracker_read_costs_six_requests(self):
         """Python's open + read + close of the tracker: lookup, open, ioctl (isatty), read,
-        read at the end, flush, release; each a reply the daemon writes (writev). Before: 10,
-        with 4 getattrs (attribute timeout 0)."""
+        read at the end, release; each a reply the daemon writes (writev). Before: 10, with 4
+        getattrs (attribute timeout 0), then 7 with a flush (a reader's open now says
+        FOPEN_NOFLUSH: fs/fuse/ops_file.c open_tracker)."""
         reads = 100
         with ckfs.Mount() as m:
             self.save_step(m, 7)
@@ -788,7 +789,35 @@ class TrackerReadTest(unittest.TestCase):
 
             n = strace_counts(m.pid, work, ['writev'])
             self.assertGreaterEqual(n['writev'], 5 * reads, n)  # the count is real
-            self.assertLessEqual(n['writev'], 8 * reads, n)
+            self.assertLessEqual(n['writev'], 6 * reads + 5, n)
+
+    def test_a_reader_close_sends_no_flush_a_writer_close_does(self):
+        """A read-only open says FOPEN_NOFLUSH (fs/fuse/ops_file.c open_handle): its close
+        costs no FLUSH round trip, since fs_op_flush has nothing to do for a handle that
+        wrote nothing. An O_RDWR open keeps its flush (a writer's close is what commits its
+        file and tells a torn writer from a live one). Same file, same calls, one request
+        apart per open; the bytes read are the bytes written either way."""
+        opens = 100
+        with ckfs.Mount() as m:
+            self.save_step(m, 7)
+            p = m.path('iter_0000007', 'mp_rank_00', 'model_optim_rng.pt')
+            want = content('tr-7', 1024)
+
+            def reads(flags):
+                def work():
+                    for _ in range(opens):
+                        fd = os.open(p, flags)
+                        try:
+                            self.assertEqual(os.read(fd, 1 << 20), want)
+                        finally:
+                            os.close(fd)
+                return work
+
+            ro = strace_counts(m.pid, reads(os.O_RDONLY), ['writev'])['writev']
+            rw = strace_counts(m.pid, reads(os.O_RDWR), ['writev'])['writev']
+            self.assertGreaterEqual(ro, 3 * opens, (ro, rw))  # open, read, release at least
+            self.assertLessEqual(ro, rw - opens + 5, (ro, rw))
+            self.assertGreaterEqual(ro, rw - opens - 5, (ro, rw))
 
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(900, exit=True)
