@@ -240,6 +240,7 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 		struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 
 		h->wrote = true;
+		fi->noflush = 0; /* even read-only, the creating handle's close commits the file */
 		rc = oi_truncate(fs, h->oi, 0);
 	}
 	if (rc < 0) {
@@ -350,8 +351,8 @@ void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, o
 		fuse_reply_write(req, (size_t)n);
 }
 
-/* Never called for a read-only open: those say FOPEN_NOFLUSH (open_handle, open_tracker), since
- * a handle that wrote nothing has nothing to commit or claim here. */
+/* Never called for a read-only open of an existing file: those say FOPEN_NOFLUSH (open_handle,
+ * open_tracker), since a handle that wrote nothing has nothing to commit or claim here. */
 void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fs_req_fs(req);

@@ -819,6 +819,39 @@ class TrackerReadTest(unittest.TestCase):
             self.assertLessEqual(ro, rw - opens + 5, (ro, rw))
             self.assertGreaterEqual(ro, rw - opens - 5, (ro, rw))
 
+    def test_a_file_created_read_only_closes_as_a_writer(self):
+        """open(O_CREAT | O_RDONLY) creates the file: its handle wrote (an empty file), so its
+        close still sends a FLUSH, which commits the file and hands it to the step engine
+        with the closer's liveness (fs_op_flush). The FOPEN_NOFLUSH of a read-only open is
+        for opens of existing files only (fs/fuse/ops_file.c fs_op_create): creating read-only
+        costs the requests creating write-only does, and the step completes."""
+        files = 50
+        with ckfs.Mount() as m:
+            self.save_step(m, 7)
+            d = m.path('iter_0000008', 'mp_rank_00')
+            os.makedirs(d)
+            write_seq(os.path.join(d, 'model_optim_rng.pt'), content('tr-8', 1024))
+
+            def creates(tag, flags):
+                def work():
+                    for i in range(files):
+                        os.close(os.open(os.path.join(d, '%s%03d' % (tag, i)),
+                                         os.O_CREAT | flags, 0o644))
+                return work
+
+            wo = strace_counts(m.pid, creates('w', os.O_WRONLY), ['writev'])['writev']
+            ro = strace_counts(m.pid, creates('r', os.O_RDONLY), ['writev'])['writev']
+            self.assertGreaterEqual(wo, 4 * files, (wo, ro))  # lookup, create, flush, release
+            self.assertGreaterEqual(ro, wo - 5, (wo, ro))
+            with open(m.path(TRACKER), 'w') as f:
+                f.write('8')
+            with open(m.path(TRACKER)) as f:
+                self.assertEqual(f.read(), '8')
+            m.remount()
+            with open(m.path(TRACKER)) as f:
+                self.assertEqual(f.read(), '8')
+            self.assertEqual(os.stat(os.path.join(d, 'r%03d' % (files - 1))).st_size, 0)
+
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(900, exit=True)
     unittest.main(verbosity=2)
