@@ -748,23 +748,25 @@ class SmallFilesTest(unittest.TestCase):
 
 
 
+def save_step(m, it):
+    """Megatron's step `it` of one 1 KiB file through mount m, then its tracker."""
+    d = m.path('iter_%07d' % it, 'mp_rank_00')
+    os.makedirs(d)
+    write_seq(os.path.join(d, 'model_optim_rng.pt'), content('tr-%d' % it, 1024))
+    with open(m.path(TRACKER), 'w') as f:
+        f.write(str(it))
+
+
 class TrackerReadTest(unittest.TestCase):
     """A tracker read is what every resume does first (issue 22: 405-568 us through ckptfs
     against 31 on ext4). The kernel asks for a tracker's name at every path walk (entry timeout
     0), so stat(2) and open(2) see the newest complete step at once; its attributes are kept
     for the rest of the walk and the open's fstat(2)s (fs/fuse/ops.c op_lookup)."""
 
-    def save_step(self, m, it):
-        d = m.path('iter_%07d' % it, 'mp_rank_00')
-        os.makedirs(d)
-        write_seq(os.path.join(d, 'model_optim_rng.pt'), content('tr-%d' % it, 1024))
-        with open(m.path(TRACKER), 'w') as f:
-            f.write(str(it))
-
     def test_a_new_step_shows_at_once_in_stat_open_and_fstat(self):
         with ckfs.Mount() as m:
             for it in (9, 10, 100, 1000, 99999):  # the tracker grows by a byte each time
-                self.save_step(m, it)
+                save_step(m, it)
                 want = str(it).encode()
                 self.assertEqual(os.stat(m.path(TRACKER)).st_size, len(want), it)
                 with open(m.path(TRACKER), 'rb') as f:
@@ -780,7 +782,7 @@ class TrackerReadTest(unittest.TestCase):
         FOPEN_NOFLUSH: fs/fuse/ops_file.c open_tracker)."""
         reads = 100
         with ckfs.Mount() as m:
-            self.save_step(m, 7)
+            save_step(m, 7)
 
             def work():
                 for _ in range(reads):
@@ -791,6 +793,12 @@ class TrackerReadTest(unittest.TestCase):
             self.assertGreaterEqual(n['writev'], 5 * reads, n)  # the count is real
             self.assertLessEqual(n['writev'], 6 * reads + 5, n)
 
+
+class ReadOnlyOpenTest(unittest.TestCase):
+    """A read-only open of an existing file says FOPEN_NOFLUSH (fs/fuse/ops_file.c): a handle
+    that wrote nothing has nothing for fs_op_flush to commit or claim, so its close costs no
+    round trip. Counted as the replies the daemon writes (writev)."""
+
     def test_a_reader_close_sends_no_flush_a_writer_close_does(self):
         """A read-only open says FOPEN_NOFLUSH (fs/fuse/ops_file.c open_handle): its close
         costs no FLUSH round trip, since fs_op_flush has nothing to do for a handle that
@@ -799,7 +807,7 @@ class TrackerReadTest(unittest.TestCase):
         apart per open; the bytes read are the bytes written either way."""
         opens = 100
         with ckfs.Mount() as m:
-            self.save_step(m, 7)
+            save_step(m, 7)
             p = m.path('iter_0000007', 'mp_rank_00', 'model_optim_rng.pt')
             want = content('tr-7', 1024)
 
@@ -827,7 +835,7 @@ class TrackerReadTest(unittest.TestCase):
         costs the requests creating write-only does, and the step completes."""
         files = 50
         with ckfs.Mount() as m:
-            self.save_step(m, 7)
+            save_step(m, 7)
             d = m.path('iter_0000008', 'mp_rank_00')
             os.makedirs(d)
             write_seq(os.path.join(d, 'model_optim_rng.pt'), content('tr-8', 1024))
@@ -851,6 +859,7 @@ class TrackerReadTest(unittest.TestCase):
             with open(m.path(TRACKER)) as f:
                 self.assertEqual(f.read(), '8')
             self.assertEqual(os.stat(os.path.join(d, 'r%03d' % (files - 1))).st_size, 0)
+
 
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(900, exit=True)
