@@ -122,7 +122,7 @@ def measure(root, n, mount):
                 out.update(run_phase(ph, target, n))
         finally:
             if m:
-                m.stop()
+                m.close()
     return out
 
 

@@ -127,7 +127,7 @@ def rep_ckptfs(base, n):
                      % (n, got))
         return r
     finally:
-        m.stop()
+        m.close()
 
 
 def summary(vals):

@@ -7,6 +7,7 @@
 #ifndef CKPTFS_TESTS_FUZZ_H
 #define CKPTFS_TESTS_FUZZ_H
 
+#include <ftw.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,5 +23,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 			abort();                                                                \
 		}                                                                               \
 	} while (0)
+
+static char fuzz_tmp[4000]; /* fuzz_tmpdir's directory, "" before it is made */
+
+static int fuzz_rm_one(const char *path, const struct stat *sb, int type, struct FTW *f)
+{
+	remove(path); /* best effort: go on with the rest */
+	return 0;
+}
+
+/* At exit: remove fuzz_tmpdir's directory and all under it. */
+static void fuzz_rm_tmp(void)
+{
+	if (fuzz_tmp[0])
+		nftw(fuzz_tmp, fuzz_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/*
+ * fuzz_tmpdir - a new directory $TMPDIR/ckptfs-fuzz-NAME-XXXXXX (TMPDIR unset or empty: /tmp),
+ * removed with everything in it when the process exits (atexit: libFuzzer's time limit and
+ * replay.c both end with exit()). Call once per process; CHECK-fails when it cannot be made.
+ * Returns the directory's path, valid for the process's lifetime. Not thread-safe.
+ */
+static inline const char *fuzz_tmpdir(const char *name)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(fuzz_tmp, sizeof(fuzz_tmp), "%s/ckptfs-fuzz-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
+		 name);
+	CHECK(mkdtemp(fuzz_tmp) != NULL);
+	atexit(fuzz_rm_tmp);
+	return fuzz_tmp;
+}
 
 #endif /* CKPTFS_TESTS_FUZZ_H */

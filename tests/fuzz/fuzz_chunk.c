@@ -35,13 +35,8 @@ static struct store *the_store(void)
 {
 	if (st)
 		return st;
-	const char *tmp = getenv("TMPDIR");
-	char dir[4096];
-
-	snprintf(dir, sizeof(dir), "%s/ckptfs-fuzz-chunk-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	CHECK(mkdtemp(dir) != NULL);
-	CHECK(store_open(dir, NULL, &st) == 0);
-	atexit(cleanup);
+	CHECK(store_open(fuzz_tmpdir("chunk"), NULL, &st) == 0);
+	atexit(cleanup); /* runs before fuzz_tmpdir's removal (atexit order is reversed) */
 	return st;
 }
 

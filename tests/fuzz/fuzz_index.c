@@ -32,11 +32,8 @@ static void paths(void)
 {
 	if (src[0])
 		return;
-	const char *tmp = getenv("TMPDIR");
-	char dir[4000];
+	const char *dir = fuzz_tmpdir("index");
 
-	snprintf(dir, sizeof(dir), "%s/ckptfs-fuzz-index-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	CHECK(mkdtemp(dir) != NULL);
 	snprintf(src, sizeof(src), "%s/index.db", dir);
 	snprintf(dst, sizeof(dst), "%s/salvaged.db", dir);
 }

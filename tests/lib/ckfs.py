@@ -134,6 +134,26 @@ def wait_pid_exit(pid, timeout):
     return not pid_alive(pid)
 
 
+def store_daemon_pid(store):
+    """The pid of the live daemon that owns STORE (the pid it writes into STORE/lock), or
+    None when no live process does."""
+    try:
+        with open(os.path.join(store, 'lock')) as f:
+            txt = f.read().strip()
+        pid = int(txt.split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def wait_store_released(store, timeout=60):
+    """Wait until no live daemon owns STORE. An unmount returns before the daemon has exited
+    (it still writes STORE/clean): removing the directory meanwhile leaves that file behind.
+    Returns True when released in time."""
+    pid = store_daemon_pid(store)
+    return pid is None or wait_pid_exit(pid, timeout)
+
+
 def run(argv, timeout=120, check=False, **kw):
     """subprocess.run with text capture; returns CompletedProcess.
 
@@ -359,13 +379,7 @@ class Mount:
         return self
 
     def _read_pid(self):
-        try:
-            with open(os.path.join(self.store, 'lock')) as f:
-                txt = f.read().strip()
-            pid = int(txt.split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-        return pid if pid_alive(pid) else None
+        return store_daemon_pid(self.store)
 
     def _find_pid(self):
         p = run(['pgrep', '-f', '--', self.store], timeout=10)

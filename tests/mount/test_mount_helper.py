@@ -67,6 +67,7 @@ class TestMountHelper(unittest.TestCase):
             subprocess.run(['umount', self.mnt])
             if ckfs.is_fuse_mounted(self.mnt):
                 subprocess.run(['fusermount3', '-uz', self.mnt])
+        ckfs.wait_store_released(self.store)
         if not ckfs.keep_tmp():
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -92,6 +92,7 @@ class TestService(unittest.TestCase):
     def tearDown(self):
         if ckfs.is_fuse_mounted(self.mnt):
             subprocess.run(['fusermount3', '-uz', self.mnt])
+        ckfs.wait_store_released(self.store)
         if not ckfs.keep_tmp():
             shutil.rmtree(self.tmp, ignore_errors=True)
 
