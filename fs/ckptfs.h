@@ -130,15 +130,17 @@ int fs_main(int argc, char **argv);
 /*
  * ckpt_fault_init - arm the crash points named by the environment variable CKPTFS_FAULT
  * ("point[:n]" items, comma-separated: SIGKILL this process the n-th time, default 1, a point is
- * reached; the points are listed in fs/core/fault.c). Call once, before any thread starts.
+ * reached; "point@ms": sleep ms milliseconds, 1..1000000, every time it is reached; the points
+ * are listed in fs/core/fault.c). Call once, before any thread starts.
  * @err, @errcap: on -EINVAL, one line naming the bad item and listing the valid points.
  * Returns 0 (also when CKPTFS_FAULT is unset or empty) or -EINVAL.
  */
 int ckpt_fault_init(char *err, size_t errcap);
 
 /*
- * ckpt_fault - crash point @point (a name listed in fs/core/fault.c): if armed for this hit, write one
- * line to stderr and SIGKILL the process; otherwise return at once. Thread-safe.
+ * ckpt_fault - crash point @point (a name listed in fs/core/fault.c): if a delay is armed for it,
+ * log one line and sleep the calling thread; then, if armed for this hit, write one line to
+ * stderr and SIGKILL the process; otherwise return at once. Thread-safe.
  */
 void ckpt_fault(const char *point);
 

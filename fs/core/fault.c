@@ -3,7 +3,9 @@
  * fault.c — crash-point injection for the torture suite (tests/torture/test_faults.py), after
  * SQLite's crash tests: CKPTFS_FAULT=point[:n][,point[:n]...] makes the process SIGKILL itself
  * the n-th time (default 1) it reaches a named point, so recovery can be tested at exactly the
- * moments a power cut or an OOM kill could hit.
+ * moments a power cut or an OOM kill could hit. An item point@MS instead sleeps MS milliseconds
+ * every time the point is reached, to hold open a window between two threads' steps that is
+ * otherwise too short to hit (tests/mount/test_nodes.py).
  *
  * Invariants:
  *   1. Without CKPTFS_FAULT, ckpt_fault() costs one relaxed atomic load and does nothing.
@@ -11,6 +13,7 @@
  *      refuses a CKPTFS_FAULT naming anything else, so a typo never silently tests nothing.
  *   3. The kill is SIGKILL to the whole process: no atexit, no destructors, no flush of anything
  *      but the one log line written before it (stderr is unbuffered).
+ *   4. A delay blocks only the thread that reached the point, holding whatever locks it holds.
  */
 #include <assert.h>
 #include <errno.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/ckptfs.h"
@@ -34,11 +38,14 @@ static const char *const points[] = {
 	"retention-after",     /* steps_retain.c: retention committed, its chunks not deleted yet */
 	"sweep-after-commit",  /* repo.c: recovery/gc committed, freed chunks not deleted */
 	"sweep-orphan",        /* repo.c: recovery/gc between deleting two orphan chunk files */
+	"node-show",           /* node.c: a step learnt global, the other nodes' files not shown */
+	"verify-listed",       /* ckptctl verify.c: chunks listed, files not yet (one snapshot) */
 };
 #define NPOINTS (sizeof(points) / sizeof(points[0]))
 
 static atomic_bool armed;
 static unsigned want[NPOINTS];       /* 0: not armed; else the hit that kills */
+static unsigned delay_ms[NPOINTS];   /* 0: no delay; else milliseconds to sleep at every hit */
 static atomic_uint hits[NPOINTS];
 
 static int point_id(const char *name, size_t len)
@@ -57,7 +64,7 @@ int ckpt_fault_init(char *err, size_t errcap)
 		return 0;
 	for (const char *p = v; *p;) {
 		size_t len = strcspn(p, ",");
-		size_t nlen = strcspn(p, ",:");
+		size_t nlen = strcspn(p, ",:@");
 		int id = point_id(p, nlen);
 		unsigned long n = 1;
 
@@ -73,12 +80,15 @@ int ckpt_fault_init(char *err, size_t errcap)
 			size_t off = 0;
 
 			off += (size_t)snprintf(err, errcap, "CKPTFS_FAULT: '%.*s' is not "
-						"point[:n>0]; points:", (int)len, p);
+						"point[:n>0] or point@ms>0; points:", (int)len, p);
 			for (size_t i = 0; i < NPOINTS && off < errcap; i++)
 				off += (size_t)snprintf(err + off, errcap - off, " %s", points[i]);
 			return -EINVAL;
 		}
-		want[id] = (unsigned)n;
+		if (p[nlen] == '@')
+			delay_ms[id] = (unsigned)n;
+		else
+			want[id] = (unsigned)n;
 		p += len;
 		if (*p == ',')
 			p++;
@@ -94,7 +104,17 @@ void ckpt_fault(const char *point)
 	int id = point_id(point, strlen(point));
 
 	assert(id >= 0);
-	if (id < 0 || !want[id])
+	if (id < 0)
+		return;
+	if (delay_ms[id]) {
+		struct timespec t = { delay_ms[id] / 1000, (long)(delay_ms[id] % 1000) * 1000000L };
+
+		ckpt_log("fault injection: pid %d sleeps %u ms at '%s'", (int)getpid(),
+			 delay_ms[id], point);
+		while (nanosleep(&t, &t) < 0 && errno == EINTR)
+			;
+	}
+	if (!want[id])
 		return;
 	unsigned h = atomic_fetch_add(&hits[id], 1) + 1;
 

@@ -470,6 +470,7 @@ static void show_global(struct node *n)
 	}
 	pthread_mutex_unlock(&n->mu);
 	for (size_t i = 0; i < nt; i++) {
+		ckpt_fault("node-show");
 		int rc = show_step(n, &todo[i]);
 
 		if (rc == -EBUSY)
@@ -755,13 +756,16 @@ static void *node_main(void *arg)
 	return NULL;
 }
 
+/* fs->global_ok: step is globally complete and its other nodes' files are in this node's
+ * namespace (show_global), so a resume that reads any rank's file through this mount finds it
+ * once a tracker here names the step. */
 static bool global_ok(struct ckfs *fs, int kind, int64_t step)
 {
 	struct node *n = fs->node;
 	bool ok;
 
 	pthread_mutex_lock(&n->mu);
-	ok = key_in(n->global, n->nglobal, kind, step);
+	ok = key_in(n->global, n->nglobal, kind, step) && key_in(n->shown, n->nshown, kind, step);
 	pthread_mutex_unlock(&n->mu);
 	return ok;
 }
@@ -914,8 +918,10 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		if (!first)
 			continue;
 		PUT("step %s (%" PRId64 "): %s; published by", a->name, a->step,
-		    key_in(n->global, n->nglobal, a->kind, a->step) ? "globally complete"
-								   : "waiting for nodes");
+		    !key_in(n->global, n->nglobal, a->kind, a->step) ? "waiting for nodes"
+		    : key_in(n->shown, n->nshown, a->kind, a->step)
+			    ? "globally complete"
+			    : "globally complete, the other nodes' files not shown here yet");
 		for (size_t j = i; j < n->nparts; j++)
 			if (n->parts[j].kind == a->kind && n->parts[j].step == a->step)
 				PUT(" %s%s", n->parts[j].node, n->parts[j].sealed ? "*" : "");

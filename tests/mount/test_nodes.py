@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Two nodes over a plain shared directory (-o remote=DIR,node=,nodes=2; fs/node/), without
+Ceph or a trainer, for the orderings of the node thread that the Ceph suite (tests/e2e/
+test_multinode.py) hits only by chance:
+
+- a tracker on a node names a globally complete step only once the other node's files of that
+  step are in this node's namespace. The node thread learns that a step is global (the other
+  node's manifest) before it puts that node's files into the index (show_step): a resume that
+  read the tracker in between found no file of the other node's ranks. CI hit it over RGW
+  (stop 31: `ckptctl verify` on node A, run once both trackers named global_step6, found node
+  B's step-6 files appear while it ran);
+- `ckptctl verify` on a mounted node while the daemon shows another node's step reports that
+  step's unfetched chunks as notes, never as damage: it lists chunks and files from one snapshot
+  of the index.
+
+The windows are held open with CKPTFS_FAULT=point@ms (fs/core/fault.c): node-show delays the
+node thread between learning a step global and showing it; verify-listed delays ckptctl verify
+between listing the chunks and listing the files.
+
+The save is Megatron-LM's file sequence (tests/traces/megatron.md: every rank writes
+iter_N/mp_rank_RR/model_optim_rng.pt, then rank 0 writes latest_checkpointed_iteration.txt
+after a barrier), ranks 0-1 through node A, ranks 2-3 through node B, written by this process.
+
+Run: /usr/bin/python3 tests/mount/test_nodes.py
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
+import ckfs  # noqa: E402
+from ckfs import wait_for  # noqa: E402
+
+TRACKER = 'latest_checkpointed_iteration.txt'
+RANKS = 4
+SHOW_DELAY_MS = 2000
+
+
+def rank_file(step, rank):
+    return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
+
+
+def read_tracker(m):
+    try:
+        with open(m.path(TRACKER)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def status(m):
+    with open(m.path('.ckptfs', 'status')) as f:
+        return f.read()
+
+
+class TwoNodes(unittest.TestCase):
+    def setUp(self):
+        ckfs.check_fuse_usable()
+        remote = tempfile.mkdtemp(prefix='ckptfs-test-remote-', dir=ckfs.test_tmp_root())
+        self.addCleanup(shutil.rmtree, remote, True)
+        self.a, self.b = (ckfs.Mount(opts=['remote=' + remote, 'node=' + n, 'nodes=2'])
+                          for n in 'ab')
+        # node A's thread waits SHOW_DELAY_MS between learning a step global and showing it
+        self.a.env = {'CKPTFS_FAULT': 'node-show@%d' % SHOW_DELAY_MS}
+        for m in (self.a, self.b):
+            m.start()
+            self.addCleanup(m.close)
+
+    def save(self, step):
+        """Megatron's save of step: every rank's file, ranks 0-1 on A and 2-3 on B (B's ranks
+        wait for the directory, which A made, to reach B through the remote), then the tracker
+        on A. Returns {relative path: bytes}."""
+        a, b = self.a, self.b
+        os.mkdir(a.path('iter_%07d' % step))
+        want = {}
+        for r in range(RANKS):
+            m = a if r < 2 else b
+            p = m.path(rank_file(step, r))
+            wait_for('iter_%07d on node %s' % (step, 'ab'[r >= 2]),
+                     lambda: os.path.isdir(os.path.dirname(os.path.dirname(p))), 30)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            data = ckfs.content('step %d rank %d' % (step, r), 256 << 10)
+            with open(p, 'wb') as f:
+                f.write(data)
+            want[rank_file(step, r)] = data
+        with open(a.path(TRACKER), 'w') as f:
+            f.write(str(step))
+        return want
+
+    def test_a_tracker_names_a_global_step_only_with_every_nodes_files(self):
+        a, b = self.a, self.b
+        for step in (1, 2):
+            want = self.save(step)
+            for m in (a, b):
+                # the first answer naming step: every rank's file is there, with its bytes
+                deadline = time.monotonic() + 60
+                while read_tracker(m) != str(step):
+                    self.assertLess(time.monotonic(), deadline,
+                                    'node %s tracker %r\n%s' % (m.mnt, read_tracker(m),
+                                                                status(m)))
+                    time.sleep(0.005)
+                missing = [f for f in want if not os.path.isfile(m.path(f))]
+                self.assertEqual(missing, [], 'tracker on %s names %d, files missing:\n%s' %
+                                 (m.mnt, step, status(m)))
+                for f, data in want.items():
+                    self.assertTrue(ckfs.read_bytes(m.path(f)) == data, f)
+        # the delay was real: node A's log says its thread slept before each show
+        with open(os.path.join(a.store, 'ckptfs.log')) as f:
+            self.assertIn("at 'node-show'", f.read())
+
+    def test_verify_while_another_nodes_step_is_shown_finds_no_damage(self):
+        a = self.a
+        self.save(1)
+        # step 1 global on A, B's files not shown yet: the status says so
+        wait_for('step 1 global on node A, not shown',
+                 lambda: "the other nodes' files not shown here yet" in status(a), 30,
+                 lambda: status(a))
+        # verify lists the chunks now, then waits past the show before listing the files
+        env = dict(os.environ, CKPTFS_FAULT='verify-listed@%d' % (SHOW_DELAY_MS + 1500))
+        r = ckfs.run([ckfs.ckptctl_bin(), a.store, 'verify'], env=env, timeout=120)
+        self.assertIn("at 'verify-listed'", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn('damaged:', r.stdout)
+        # the show did land while verify waited; a verify now sees B's files as notes
+        self.assertEqual(read_tracker(a), '1', status(a))
+        r = a.ckptctl('verify')
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("another node's, on the remote", r.stdout)
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
+                                      exit=True)
+    unittest.main(verbosity=2)
