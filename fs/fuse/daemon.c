@@ -471,6 +471,8 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 			     strerror(fs->pins ? -rc : ENOMEM));
 		return -1;
 	}
+	if (fs->node)
+		node_prime(fs); /* the first tracker read names the newest global step */
 	if ((rc = ckpt_repo_reserve(fs->repo)) < 0)
 		ckpt_log("cannot set aside the %llu MiB reserve in '%s': %s; on a "
 			"full disk, removing files may fail until space is freed elsewhere\n",

@@ -848,7 +848,26 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 			 "remote' will not find it", fs->repo->root, strerror(-rc), fs->repo->root);
 	fs->node = n;
 	store_set_fetch(fs->st, fetch_chunk, n);
+	/* from now on only global steps count, for the trackers and for the retention that
+	 * steps_init runs: none until node_prime has learnt the remote's manifests */
+	pthread_mutex_lock(&fs->mu);
+	fs->global_ok = global_ok;
+	pthread_mutex_unlock(&fs->mu);
 	return 0;
+}
+
+void node_prime(struct ckfs *fs)
+{
+	struct node *n = fs->node;
+	int rc;
+
+	if ((rc = learn(n)) < 0) {
+		node_set_error(n, "cannot read the remote's manifests: %s; the trackers name no "
+			       "step newer than this node knows global until the remote answers",
+			       strerror(-rc));
+		return;
+	}
+	show_global(n);
 }
 
 int node_start(struct ckfs *fs, char *err, size_t errlen)
@@ -861,9 +880,6 @@ int node_start(struct ckfs *fs, char *err, size_t errlen)
 		return -rc;
 	}
 	n->started = true;
-	pthread_mutex_lock(&fs->mu);
-	fs->global_ok = global_ok;
-	pthread_mutex_unlock(&fs->mu);
 	return 0;
 }
 

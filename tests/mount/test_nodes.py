@@ -117,6 +117,21 @@ class TwoNodes(unittest.TestCase):
         with open(os.path.join(a.store, 'ckptfs.log')) as f:
             self.assertIn("at 'node-show'", f.read())
 
+    def test_a_remounted_node_names_the_global_step_from_its_first_answer(self):
+        """A node's daemon restarted (the job relaunched after a crash) answers the tracker
+        with the global step as soon as the mount is up: a trainer that finds no tracker starts
+        from scratch (Megatron-LM load_checkpoint: "could not find the metadata file")."""
+        a, b = self.a, self.b
+        want = self.save(1)
+        for m in (a, b):
+            wait_for('tracker at 1 on %s' % m.mnt, lambda: read_tracker(m) == '1', 30,
+                     lambda: status(m))
+        a.unmount()
+        a.start()   # node A's show still waits SHOW_DELAY_MS
+        self.assertEqual(read_tracker(a), '1', status(a))
+        for f, data in want.items():
+            self.assertTrue(ckfs.read_bytes(a.path(f)) == data, f)
+
     def test_verify_while_another_nodes_step_is_shown_finds_no_damage(self):
         a = self.a
         self.save(1)
