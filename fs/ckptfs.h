@@ -130,8 +130,9 @@ int fs_main(int argc, char **argv);
 /*
  * ckpt_fault_init - arm the crash points named by the environment variable CKPTFS_FAULT
  * ("point[:n]" items, comma-separated: SIGKILL this process the n-th time, default 1, a point is
- * reached; "point@ms": sleep ms milliseconds, 1..1000000, every time it is reached; the points
- * are listed in fs/core/fault.c). Call once, before any thread starts.
+ * reached; "point[:n]@ms": sleep ms milliseconds, 1..1000000, the n-th time it is reached, or
+ * every time without :n; the points are listed in fs/core/fault.c). Call once, before any
+ * thread starts.
  * @err, @errcap: on -EINVAL, one line naming the bad item and listing the valid points.
  * Returns 0 (also when CKPTFS_FAULT is unset or empty) or -EINVAL.
  */

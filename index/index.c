@@ -83,10 +83,13 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "index/index_int.h"
 
@@ -780,6 +783,21 @@ static int ix_prepare_all(struct idx *ix)
 	return 0;
 }
 
+/*
+ * Open the WAL file (PATH-wal, sqlite.org/wal.html "the WAL file") for idx_sync. Every read
+ * in WAL mode opens it, creating it if missing, and it stays until the last connection
+ * closes, so after idx_open's reads it is there. Returns 0 or -errno.
+ */
+static int ix_open_wal(struct idx *ix, const char *path)
+{
+	char wal[4096];
+
+	if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", path) >= sizeof(wal))
+		return -ENAMETOOLONG;
+	ix->wal_fd = open(wal, O_RDONLY | O_CLOEXEC);
+	return ix->wal_fd < 0 ? -errno : 0;
+}
+
 int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t now_ns,
 	     struct idx **ret)
 {
@@ -791,6 +809,7 @@ int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t no
 	ix = calloc(1, sizeof(*ix));
 	if (!ix)
 		return -ENOMEM;
+	ix->wal_fd = -1;
 	ix->rdonly = (flags & IDX_RDONLY) != 0;
 	oflags = SQLITE_OPEN_NOMUTEX |
 		 (ix->rdonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
@@ -851,6 +870,8 @@ int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t no
 	}
 	if ((r = ix_prepare_all(ix)) < 0)
 		goto fail;
+	if (!ix->rdonly && (r = ix_open_wal(ix, path)) < 0)
+		goto fail;
 	*ret = ix;
 	return 0;
 fail:
@@ -862,6 +883,8 @@ void idx_close(struct idx *ix)
 {
 	if (!ix)
 		return;
+	if (ix->wal_fd >= 0)
+		close(ix->wal_fd);
 	for (size_t i = 0; i < IX__COUNT; i++)
 		sqlite3_finalize(ix->st[i]);
 	sqlite3_close_v2(ix->db);
@@ -913,6 +936,13 @@ int idx_begin_lazy(struct idx *ix)
 		return 0;
 	(void)ix_sync_full(ix);
 	return rc;
+}
+
+int idx_sync(struct idx *ix)
+{
+	if (ix->wal_fd < 0)
+		return -EROFS;
+	return fdatasync(ix->wal_fd) < 0 ? -errno : 0;
 }
 
 int idx_commit(struct idx *ix)

@@ -168,6 +168,17 @@ void idx_rollback(struct idx *ix);
 int idx_begin_lazy(struct idx *ix);
 
 /*
+ * idx_sync - make every transaction this handle committed so far durable, lazy ones included:
+ * fdatasync(2) of the WAL file, which holds them until a checkpoint, and a checkpoint syncs
+ * the WAL before copying it and the database after (sqlite.org/pragma.html#pragma_synchronous,
+ * WAL mode). For a caller that commits lazily under its lock and waits for the disk after
+ * letting the lock go. Touches no SQLite state: may run on any thread, without the lock that
+ * guards the handle, while another thread uses it. Returns 0, -EROFS (a read-only handle), or
+ * fdatasync's -errno (-EIO: the disk failed; what was committed may not survive a power loss).
+ */
+int idx_sync(struct idx *ix);
+
+/*
  * idx_hold, idx_unhold - run the read calls between them in one read transaction instead of one
  * each. Outside a hold every read call is a transaction of its own, and each costs SQLite's WAL
  * read lock and unlock (two fcntl(2) calls on STORE/index.db-shm); a FUSE request that resolves a

@@ -135,6 +135,7 @@ struct idx {
 			   * open, or setting FULL back after one failed */
 	int hold;         /* idx_hold depth: > 0 keeps one read transaction across read calls */
 	bool in_read;     /* a deferred transaction opened by ix_step for a hold is open */
+	int wal_fd;       /* the WAL file, read-only, for idx_sync; -1 on a read-only handle */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
 };
 

@@ -3,9 +3,10 @@
  * fault.c — crash-point injection for the torture suite (tests/torture/test_faults.py), after
  * SQLite's crash tests: CKPTFS_FAULT=point[:n][,point[:n]...] makes the process SIGKILL itself
  * the n-th time (default 1) it reaches a named point, so recovery can be tested at exactly the
- * moments a power cut or an OOM kill could hit. An item point@MS instead sleeps MS milliseconds
- * every time the point is reached, to hold open a window between two threads' steps that is
- * otherwise too short to hit (tests/mount/test_nodes.py).
+ * moments a power cut or an OOM kill could hit. An item point[:n]@MS instead sleeps MS
+ * milliseconds the n-th time the point is reached (every time without :n), to hold open a
+ * window between two threads' steps that is otherwise too short to hit
+ * (tests/mount/test_nodes.py, test_writeback.py CommitOutsideTheLockTest).
  *
  * Invariants:
  *   1. Without CKPTFS_FAULT, ckpt_fault() costs one relaxed atomic load and does nothing.
@@ -32,6 +33,8 @@ static const char *const points[] = {
 	"commit-before-index", /* oi_commit.c: chunks durable, the index does not name them yet */
 	"commit-mid-txn",      /* oi_commit.c: file's new extents written, COMMIT not yet run */
 	"commit-after-index",  /* oinode.c: committed, chunks the old content freed not deleted */
+	"commit-durable",      /* oi_commit.c: committed and synced, fs->mu let go, freed chunks
+				* not deleted yet */
 	"chunk-free",          /* oinode.c: between deleting two freed chunk files */
 	"step-complete-txn",   /* steps_judge.c: step set complete, COMMIT not yet run */
 	"retention-txn",       /* steps_retain.c: a step pruned by retention, COMMIT not yet run */
@@ -45,7 +48,8 @@ static const char *const points[] = {
 
 static atomic_bool armed;
 static unsigned want[NPOINTS];       /* 0: not armed; else the hit that kills */
-static unsigned delay_ms[NPOINTS];   /* 0: no delay; else milliseconds to sleep at every hit */
+static unsigned delay_ms[NPOINTS];   /* 0: no delay; else milliseconds to sleep */
+static unsigned delay_hit[NPOINTS];  /* the hit that sleeps; 0: every hit */
 static atomic_uint hits[NPOINTS];
 
 static int point_id(const char *name, size_t len)
@@ -56,6 +60,51 @@ static int point_id(const char *name, size_t len)
 	return -1;
 }
 
+/* A number in 1..1000000 spanning exactly p[0, len), or 0. */
+static unsigned parse_count(const char *p, size_t len)
+{
+	char *end;
+	unsigned long n;
+
+	if (len == 0 || *p < '0' || *p > '9')
+		return 0;
+	errno = 0;
+	n = strtoul(p, &end, 10);
+	return errno || end != p + len || n > 1000000 ? 0 : (unsigned)n;
+}
+
+/* Arm one item "point[:n][@ms]" of len bytes at p. Returns 0 or -EINVAL. */
+static int arm(const char *p, size_t len)
+{
+	size_t nlen = strcspn(p, ",:@"), at = nlen;
+	int id = point_id(p, nlen);
+	unsigned n = 0, ms = 0;
+
+	if (id < 0)
+		return -EINVAL;
+	if (at < len && p[at] == ':') {
+		size_t clen = strcspn(p + at + 1, ",@");
+
+		if (!(n = parse_count(p + at + 1, clen)))
+			return -EINVAL;
+		at += 1 + clen;
+	}
+	if (at < len && p[at] == '@') {
+		if (!(ms = parse_count(p + at + 1, len - at - 1)))
+			return -EINVAL;
+		at = len;
+	}
+	if (at != len)
+		return -EINVAL;
+	if (ms) {
+		delay_ms[id] = ms;
+		delay_hit[id] = n;
+	} else {
+		want[id] = n ? n : 1;
+	}
+	return 0;
+}
+
 int ckpt_fault_init(char *err, size_t errcap)
 {
 	const char *v = getenv("CKPTFS_FAULT");
@@ -64,31 +113,17 @@ int ckpt_fault_init(char *err, size_t errcap)
 		return 0;
 	for (const char *p = v; *p;) {
 		size_t len = strcspn(p, ",");
-		size_t nlen = strcspn(p, ",:@");
-		int id = point_id(p, nlen);
-		unsigned long n = 1;
 
-		if (nlen < len) {
-			char *end;
-
-			errno = 0;
-			n = strtoul(p + nlen + 1, &end, 10);
-			if (errno || end != p + len || n == 0 || n > 1000000)
-				id = -1;
-		}
-		if (id < 0) {
+		if (arm(p, len) < 0) {
 			size_t off = 0;
 
 			off += (size_t)snprintf(err, errcap, "CKPTFS_FAULT: '%.*s' is not "
-						"point[:n>0] or point@ms>0; points:", (int)len, p);
+						"point[:n>0] or point[:n>0]@ms>0; points:",
+						(int)len, p);
 			for (size_t i = 0; i < NPOINTS && off < errcap; i++)
 				off += (size_t)snprintf(err + off, errcap - off, " %s", points[i]);
 			return -EINVAL;
 		}
-		if (p[nlen] == '@')
-			delay_ms[id] = (unsigned)n;
-		else
-			want[id] = (unsigned)n;
 		p += len;
 		if (*p == ',')
 			p++;
@@ -104,20 +139,18 @@ void ckpt_fault(const char *point)
 	int id = point_id(point, strlen(point));
 
 	assert(id >= 0);
-	if (id < 0)
-		return;
-	if (delay_ms[id]) {
-		struct timespec t = { delay_ms[id] / 1000, (long)(delay_ms[id] % 1000) * 1000000L };
-
-		ckpt_log("fault injection: pid %d sleeps %u ms at '%s'", (int)getpid(),
-			 delay_ms[id], point);
-		while (nanosleep(&t, &t) < 0 && errno == EINTR)
-			;
-	}
-	if (!want[id])
+	if (id < 0 || (!want[id] && !delay_ms[id]))
 		return;
 	unsigned h = atomic_fetch_add(&hits[id], 1) + 1;
 
+	if (delay_ms[id] && (!delay_hit[id] || h == delay_hit[id])) {
+		struct timespec t = { delay_ms[id] / 1000, (long)(delay_ms[id] % 1000) * 1000000L };
+
+		ckpt_log("fault injection: pid %d sleeps %u ms at '%s' (hit %u)", (int)getpid(),
+			 delay_ms[id], point, h);
+		while (nanosleep(&t, &t) < 0 && errno == EINTR)
+			;
+	}
 	if (h != want[id])
 		return;
 	ckpt_log("fault injection: killing pid %d at '%s' (hit %u)\n",

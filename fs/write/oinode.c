@@ -55,6 +55,16 @@ bool ino_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg)
 	return true;
 }
 
+void ino_release_requeried(struct ckfs *fs, struct ino_freed *fr)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < fr->n; i++)
+		if (idx_chunk_exists(fs->ix, fr->h[i].b) == 0)
+			fr->h[k++] = fr->h[i];
+	fr->n = k;
+}
+
 void ino_release_finish(struct ckfs *fs, struct ino_freed *fr, bool committed)
 {
 	if (committed) {

@@ -409,6 +409,14 @@ struct ino_freed {
 };
 bool ino_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg);
 void ino_release_finish(struct ckfs *fs, struct ino_freed *fr, bool committed);
+/*
+ * ino_release_requeried - for a release that fs->mu was let go before (commit_index_many):
+ * keep in *fr only the digests the index still has no chunk row for. A commit in between may
+ * have used the chunk again (a writer found its file and skipped the put, committed, and
+ * dropped its pin). An index error keeps the digest out: the file stays, which is safe.
+ * fs->mu held.
+ */
+void ino_release_requeried(struct ckfs *fs, struct ino_freed *fr);
 
 /* ---- inode.c: inode lifetime (fs->mu held) ---- */
 

@@ -748,6 +748,41 @@ class SmallFilesTest(unittest.TestCase):
 
 
 
+class CommitOutsideTheLockTest(unittest.TestCase):
+    """A commit waits for the disk (the WAL's fdatasync) after letting fs->mu go
+    (oi_commit.c commit_index_many), and deletes the chunks the old content freed only then.
+    In between, another file's fsync may commit the same bytes: its write found the chunk's
+    file still there and did not store it again. The delete must see that the chunk is used
+    again, or that file reads a missing chunk. CKPTFS_FAULT=commit-durable@ms holds the window
+    open (fs/core/fault.c)."""
+
+    def test_a_chunk_freed_by_one_commit_and_used_by_the_next_is_kept(self):
+        data, other = content('shared', 3 * MiB), content('other', 3 * MiB)
+        with ckfs.Mount() as m:
+            a, b = m.path('a.bin'), m.path('b.bin')
+            write_seq(a, data, fsync=True)
+            m.unmount()
+            m.env = {'CKPTFS_FAULT': 'commit-durable:1@1500'}
+            m.start()
+            # a overwritten in place: its commit frees data's chunks, then waits 1.5 s before
+            # the delete, while b is written with data's bytes and fsynced
+            t = threading.Thread(target=write_seq, args=(a, other),
+                                 kwargs={'fsync': True, 'flags': os.O_WRONLY})  # hit 1
+            t.start()
+            time.sleep(0.5)
+            write_seq(b, data, fsync=True)
+            t.join()
+            m.unmount()
+            m.env = {}
+            m.start()
+            r = m.ckptctl('verify')
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(read_all(a), other)
+            self.assertEqual(read_all(b), data)
+            with open(os.path.join(m.store, 'ckptfs.log')) as f:
+                self.assertIn("at 'commit-durable'", f.read())
+
+
 def save_step(m, it):
     """Megatron's step `it` of one 1 KiB file through mount m, then its tracker."""
     d = m.path('iter_%07d' % it, 'mp_rank_00')
