@@ -73,14 +73,6 @@ def write_step(mounts, files):
         f.write('2')
 
 
-def tracker(m):
-    try:
-        with open(m.path(TRACKER)) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return None
-
-
 def sent_bytes(m):
     with open(m.path('.ckptfs', 'status')) as f:
         for ln in f:
@@ -136,7 +128,7 @@ def main():
         t0 = time.monotonic()
         write_step(mounts, files)
         t_local = time.monotonic()
-        while tracker(a_) != '2' or tracker(b_) != '2':
+        while a_.read_text(TRACKER) != '2' or b_.read_text(TRACKER) != '2':
             if time.monotonic() - t_local > 600:
                 raise SystemExit('step 2 not global after 600 s')
             time.sleep(0.01)
@@ -161,7 +153,7 @@ def main():
         shutil.rmtree(a_.store)
         os.makedirs(a_.store)
         a_.start()
-        while tracker(a_) != '2':
+        while a_.read_text(TRACKER) != '2':
             time.sleep(0.01)
         drop_caches()
         t = time.monotonic()

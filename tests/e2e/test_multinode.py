@@ -92,14 +92,6 @@ LAYOUTS = {
 }
 
 
-def read_tracker(m, lay):
-    try:
-        with open(os.path.join(m.mnt, lay.tracker)) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return None
-
-
 class TestMultiNode(unittest.TestCase):
     ceph = None
 
@@ -160,10 +152,10 @@ class TestMultiNode(unittest.TestCase):
         """Wait until both nodes' trackers name step."""
         want, lay = self.lay.claim(step), self.lay
         wait_for('both trackers at %r' % want,
-                 lambda: read_tracker(a, lay) == want and read_tracker(b, lay) == want, timeout,
+                 lambda: a.read_text(lay.tracker) == want == b.read_text(lay.tracker), timeout,
                  lambda: 'trackers: node A %r, node B %r\n--- A status ---\n%s\n--- B status '
-                 '---\n%s' % (read_tracker(a, lay), read_tracker(b, lay), status(a),
-                               status(b)))
+                 '---\n%s' % (a.read_text(lay.tracker), b.read_text(lay.tracker),
+                               a.status_text(), b.status_text()))
 
     def resumed(self, step):
         """The last launch's RESUMED line names step, and every rank's VERIFY passed."""
@@ -263,9 +255,9 @@ class TestMultiNode(unittest.TestCase):
             self.assertEqual(p.returncode, 0, 'the job failed while the remote was away:\n%s'
                              % out[-3000:])
             for m in (a, b):
-                self.assertIn(read_tracker(m, self.lay), (self.lay.claim(2), self.lay.claim(4)),
+                self.assertIn(m.read_text(self.lay.tracker), (self.lay.claim(2), self.lay.claim(4)),
                               'a tracker moved past step 4 with the remote away\n%s'
-                              % status(m))
+                              % m.status_text())
         finally:
             self.ceph.rgw('rgw-start')
         self.both_trackers(a, b, 8, timeout=120)
@@ -283,7 +275,7 @@ class TestMultiNode(unittest.TestCase):
             wait_for('%s to hold %s' % (m.mnt, want),
                      lambda: sorted(n for n in os.listdir(m.mnt)
                                     if n.startswith(self.lay.stepdir(0)[:4])) == want, 30,
-                     lambda: '%s\n%s' % (os.listdir(m.mnt), status(m)))
+                     lambda: '%s\n%s' % (os.listdir(m.mnt), m.status_text()))
         for m in (a, b):
             for f in self.lay.files(6) + self.lay.files(8):
                 self.assertTrue(os.path.isfile(m.path(f)), '%s missing on %s' % (f, m.mnt))
@@ -333,14 +325,6 @@ class TestMultiNode(unittest.TestCase):
         self.both_trackers(a, b, 6)
         self.run_job(a, b, 8, resume=True)
         self.resumed(6)
-
-
-def status(m):
-    try:
-        with open(m.path('.ckptfs', 'status')) as f:
-            return f.read()
-    except OSError as e:
-        return '(no status: %s)' % e
 
 
 def _add(kind, layout, scenario):

@@ -531,6 +531,23 @@ class Mount:
         with open(self.path('.ckptfs', 'status'), 'rb') as f:
             f.read()
 
+    def read_text(self, *parts):
+        """The text of the file at parts under the mount, stripped (a tracker's content), or
+        None when it does not exist."""
+        try:
+            with open(self.path(*parts)) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            return None
+
+    def status_text(self):
+        """The mount's .ckptfs/status, or why it cannot be read (for failure messages)."""
+        try:
+            with open(self.path('.ckptfs', 'status')) as f:
+                return f.read()
+        except OSError as e:
+            return '(no status: %s)' % e
+
     def status_json(self):
         p = self.ckptctl('status', json_out=True)
         if p.returncode != 0:

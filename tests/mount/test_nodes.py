@@ -49,19 +49,6 @@ def rank_file(step, rank):
     return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
 
 
-def read_tracker(m):
-    try:
-        with open(m.path(TRACKER)) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return None
-
-
-def status(m):
-    with open(m.path('.ckptfs', 'status')) as f:
-        return f.read()
-
-
 class TwoNodes(unittest.TestCase):
     def setUp(self):
         ckfs.check_fuse_usable()
@@ -103,14 +90,14 @@ class TwoNodes(unittest.TestCase):
             for m in (a, b):
                 # the first answer naming step: every rank's file is there, with its bytes
                 deadline = time.monotonic() + 60
-                while read_tracker(m) != str(step):
+                while m.read_text(TRACKER) != str(step):
                     self.assertLess(time.monotonic(), deadline,
-                                    'node %s tracker %r\n%s' % (m.mnt, read_tracker(m),
-                                                                status(m)))
+                                    'node %s tracker %r\n%s' % (m.mnt, m.read_text(TRACKER),
+                                                                m.status_text()))
                     time.sleep(0.005)
                 missing = [f for f in want if not os.path.isfile(m.path(f))]
                 self.assertEqual(missing, [], 'tracker on %s names %d, files missing:\n%s' %
-                                 (m.mnt, step, status(m)))
+                                 (m.mnt, step, m.status_text()))
                 for f, data in want.items():
                     self.assertTrue(ckfs.read_bytes(m.path(f)) == data, f)
         # the delay was real: node A's log says its thread slept before each show
@@ -124,11 +111,11 @@ class TwoNodes(unittest.TestCase):
         a, b = self.a, self.b
         want = self.save(1)
         for m in (a, b):
-            wait_for('tracker at 1 on %s' % m.mnt, lambda: read_tracker(m) == '1', 30,
-                     lambda: status(m))
+            wait_for('tracker at 1 on %s' % m.mnt, lambda: m.read_text(TRACKER) == '1', 30,
+                     lambda: m.status_text())
         a.unmount()
         a.start()   # node A's show still waits SHOW_DELAY_MS
-        self.assertEqual(read_tracker(a), '1', status(a))
+        self.assertEqual(a.read_text(TRACKER), '1', a.status_text())
         for f, data in want.items():
             self.assertTrue(ckfs.read_bytes(a.path(f)) == data, f)
 
@@ -137,8 +124,8 @@ class TwoNodes(unittest.TestCase):
         self.save(1)
         # step 1 global on A, B's files not shown yet: the status says so
         wait_for('step 1 global on node A, not shown',
-                 lambda: "the other nodes' files not shown here yet" in status(a), 30,
-                 lambda: status(a))
+                 lambda: "the other nodes' files not shown here yet" in a.status_text(), 30,
+                 lambda: a.status_text())
         # verify lists the chunks now, then waits past the show before listing the files
         env = dict(os.environ, CKPTFS_FAULT='verify-listed@%d' % (SHOW_DELAY_MS + 1500))
         r = ckfs.run([ckfs.ckptctl_bin(), a.store, 'verify'], env=env, timeout=120)
@@ -146,7 +133,7 @@ class TwoNodes(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertNotIn('damaged:', r.stdout)
         # the show did land while verify waited; a verify now sees B's files as notes
-        self.assertEqual(read_tracker(a), '1', status(a))
+        self.assertEqual(a.read_text(TRACKER), '1', a.status_text())
         r = a.ckptctl('verify')
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("another node's, on the remote", r.stdout)
