@@ -356,13 +356,11 @@ static int commit_index_many(struct ckfs *fs, struct oinode *const *ois,
 		ckpt_log("cannot make the index durable (fdatasync of its WAL): %s; the files "
 			 "closed now may not survive a power loss", strerror(-rc));
 	ckpt_fault("commit-durable");
-	if (fr.n) {
+	if (fr.n) { /* nothing freed, nothing allocated: fr.h is NULL */
 		pthread_mutex_lock(&fs->mu);
 		ino_release_requeried(fs, &fr);
 		ino_release_finish(fs, &fr, rc == 0);
 		pthread_mutex_unlock(&fs->mu);
-	} else {
-		ino_release_finish(fs, &fr, false);
 	}
 	return rc;
 }
