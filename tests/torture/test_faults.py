@@ -50,8 +50,10 @@ def rank_path(step, rank):
 
 def save_step(m, step, written):
     """Megatron's save of `step`: every rank's torch.save, then the tracker. Records the sha256
-    of every file it finished in written[path]. Returns None, or the OSError that stopped it
-    (the daemon died under it)."""
+    of every file it finished in written[path]. Returns None, or the error that stopped it
+    because the daemon died under it: an OSError (ENOTCONN), or torch.save's RuntimeError
+    "Parent directory ... does not exist" when the daemon died between the makedirs and the
+    save (torch/serialization.py _open_zipfile_writer_file checks the directory first)."""
     try:
         for r in range(RANKS):
             p = m.path(rank_path(step, r))
@@ -66,6 +68,10 @@ def save_step(m, step, written):
         with open(m.path(TRACKER), 'w') as f:
             f.write(str(step))
     except OSError as e:
+        return e
+    except RuntimeError as e:
+        if not any('killing pid' in ln for ln in fault_lines(m)):
+            raise  # the daemon did not kill itself: a real failure
         return e
     return None
 
