@@ -85,7 +85,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -784,16 +783,17 @@ static int ix_prepare_all(struct idx *ix)
 }
 
 /*
- * Open the WAL file (PATH-wal, sqlite.org/wal.html "the WAL file") for idx_sync. Every read
- * in WAL mode opens it, creating it if missing, and it stays until the last connection
- * closes, so after idx_open's reads it is there. Returns 0 or -errno.
+ * Open the WAL file for idx_sync, by the name SQLite itself gives it (sqlite3_filename_wal,
+ * SQLite 3.31; sqlite.org/wal.html "the WAL file"). Every read in WAL mode opens it, creating
+ * it if missing, and it stays until the last connection closes, so after idx_open's reads it
+ * is there. Returns 0 or -errno.
  */
-static int ix_open_wal(struct idx *ix, const char *path)
+static int ix_open_wal(struct idx *ix)
 {
-	char wal[4096];
+	const char *wal = sqlite3_filename_wal(sqlite3_db_filename(ix->db, "main"));
 
-	if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", path) >= sizeof(wal))
-		return -ENAMETOOLONG;
+	if (!wal || !*wal)
+		return -ENOENT;
 	ix->wal_fd = open(wal, O_RDONLY | O_CLOEXEC);
 	return ix->wal_fd < 0 ? -errno : 0;
 }
@@ -870,7 +870,7 @@ int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t no
 	}
 	if ((r = ix_prepare_all(ix)) < 0)
 		goto fail;
-	if (!ix->rdonly && (r = ix_open_wal(ix, path)) < 0)
+	if (!ix->rdonly && (r = ix_open_wal(ix)) < 0)
 		goto fail;
 	*ret = ix;
 	return 0;
