@@ -48,12 +48,43 @@ def rank_path(step, rank):
     return 'iter_%07d/mp_rank_%02d/model_optim_rng.pt' % (step, rank)
 
 
+def torch_save_in_child(sd, p):
+    """torch.save(sd, p) in a forked child, as a trainer's own process: when the daemon dies
+    under it, torch 1.13's writer may throw from its destructor (PyTorchStreamWriter::
+    writeEndOfFile, "unexpected pos"), which ends the process with std::terminate (SIGABRT,
+    seen in a run of this test) -- the test's own process must survive that. Returns None, or
+    a text saying how the child ended."""
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            torch.save(sd, p)
+            code = 0
+        except OSError as e:
+            os.write(2, b'torch.save: %s\n' % str(e).encode())
+            code = 1
+        except RuntimeError as e:  # "Parent directory ... does not exist", see save_step
+            os.write(2, b'torch.save: %s\n' % str(e).encode())
+            code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        return 'torch.save of %s killed by signal %d' % (p, os.WTERMSIG(status))
+    return 'torch.save of %s failed (exit %d)' % (p, os.WEXITSTATUS(status))
+
+
 def save_step(m, step, written):
-    """Megatron's save of `step`: every rank's torch.save, then the tracker. Records the sha256
-    of every file it finished in written[path]. Returns None, or the error that stopped it
-    because the daemon died under it: an OSError (ENOTCONN), or torch.save's RuntimeError
-    "Parent directory ... does not exist" when the daemon died between the makedirs and the
-    save (torch/serialization.py _open_zipfile_writer_file checks the directory first)."""
+    """Megatron's save of `step`: every rank's torch.save (each in a child process,
+    torch_save_in_child), then the tracker. Records the sha256 of every file it finished in
+    written[path]. Returns None, or the error that stopped it because the daemon died under it:
+    an OSError (ENOTCONN), or a torch.save that failed -- by an OSError, by torch.save's
+    RuntimeError "Parent directory ... does not exist" when the daemon died between the makedirs
+    and the save (torch/serialization.py _open_zipfile_writer_file checks the directory first),
+    or by torch's abort -- but only when the daemon logged its fault kill; otherwise a failed
+    torch.save is a real failure and raises."""
     try:
         for r in range(RANKS):
             p = m.path(rank_path(step, r))
@@ -63,15 +94,15 @@ def save_step(m, step, written):
                             'b': torch.randn(512, generator=g)},
                   'optimizer': {'m': torch.randn(512, 512, generator=g)},
                   'iteration': step, 'rank': r}
-            torch.save(sd, p)
+            err = torch_save_in_child(sd, p)
+            if err:
+                if not any('killing pid' in ln for ln in fault_lines(m)):
+                    raise AssertionError(err + ', and the daemon did not kill itself')
+                return RuntimeError(err)
             written[rank_path(step, r)] = ckfs.sha256_file(p)
         with open(m.path(TRACKER), 'w') as f:
             f.write(str(step))
     except OSError as e:
-        return e
-    except RuntimeError as e:
-        if not any('killing pid' in ln for ln in fault_lines(m)):
-            raise  # the daemon did not kill itself: a real failure
         return e
     return None
 
