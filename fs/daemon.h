@@ -49,6 +49,7 @@ struct pins;
 struct step_rt;
 struct wb_pool;
 struct commit_q;
+struct ra_pool;
 
 /* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
 enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
@@ -65,6 +66,8 @@ struct ckfs {
 	struct pins *pins;
 	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
 	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
+	struct ra_pool *ra;      /* read-ahead threads (ra.c); NULL: none */
+	uint64_t ra_window;      /* -o readahead_mb, bytes */
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
 	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */
 	char bdi_ra[64];         /* /sys/class/bdi/MAJ:MIN/read_ahead_kb of the mount, or "" */

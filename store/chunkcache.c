@@ -90,12 +90,12 @@ void store_buf_put(struct store *st, uint8_t *p, uint32_t cap)
 }
 
 /*
- * Load chunk h from disk, decode it and check its digest (invariants 2 and 7).
- * On success *ret_data is a buffer of buf_get (give it back with store_buf_put(st, data, *ret_cap))
+ * Load chunk h from disk (fetched first when missing, fetch true and a fetch function set),
+ * decode it and check its digest (invariants 2 and 7). On success *ret_data is a buffer of buf_get (give it back with store_buf_put(st, data, *ret_cap))
  * holding *ret_size bytes. Returns 0, -ENOENT, -EIO, -EBADMSG or -ENOMEM.
  */
-int store_chunk_load(struct store *st, const struct store_hash *h, uint8_t **ret_data,
-		      uint32_t *ret_size, uint32_t *ret_cap)
+int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, uint8_t **ret_data,
+		     uint32_t *ret_size, uint32_t *ret_cap)
 {
 	struct chunk_hdr hdr;
 	struct store_hash got;
@@ -105,7 +105,7 @@ int store_chunk_load(struct store *st, const struct store_hash *h, uint8_t **ret
 	int err;
 
 	err = store_chunk_read_whole(st, h, &hdr, &file);
-	if (err == -ENOENT && st->fetch && (err = st->fetch(st, h, st->fetch_arg)) == 0)
+	if (err == -ENOENT && fetch && st->fetch && (err = st->fetch(st, h, st->fetch_arg)) == 0)
 		err = store_chunk_read_whole(st, h, &hdr, &file);
 	if (err)
 		return err;
@@ -285,10 +285,12 @@ void store_cache_drop(struct store *st, const struct store_hash *h)
 
 /*
  * Get chunk h's verified bytes, through the cache. On success *ret is an entry referenced for the
- * caller (release with cache_put); it may be unlinked (too large to cache). Returns 0 or the
- * errors of store_chunk_load.
+ * caller (release with cache_put); it may be unlinked (too large to cache). warm (a read-ahead,
+ * store_chunk_warm): a chunk in the cache or being loaded returns -EALREADY at once, without
+ * counting a hit or waiting. Returns 0, -EALREADY (warm only) or the errors of store_chunk_load.
  */
-static int chunk_get(struct store *st, const struct store_hash *h, struct cache_ent **ret)
+static int chunk_get(struct store *st, const struct store_hash *h, struct cache_ent **ret,
+		     bool warm)
 {
 	struct cache_ent *e;
 	uint8_t *data;
@@ -302,6 +304,10 @@ static int chunk_get(struct store *st, const struct store_hash *h, struct cache_
 		struct loading *l;
 
 		e = cache_find(st, h);
+		if (e && warm) {
+			pthread_mutex_unlock(&st->cache_lock);
+			return -EALREADY;
+		}
 		if (e) {
 			st->hits++;
 			e->refs++;
@@ -315,15 +321,22 @@ static int chunk_get(struct store *st, const struct store_hash *h, struct cache_
 			;
 		if (!l)
 			break;
+		if (warm) {
+			pthread_mutex_unlock(&st->cache_lock);
+			return -EALREADY;
+		}
 		pthread_cond_wait(&st->load_cv, &st->cache_lock);
 	}
 	me.hash = *h;
 	me.next = st->loading;
 	st->loading = &me;
-	st->loads++;
+	if (warm)
+		st->warmed++;
+	else
+		st->loads++;
 	pthread_mutex_unlock(&st->cache_lock);
 
-	err = store_chunk_load(st, h, &data, &size, &cap);
+	err = store_chunk_load(st, h, !warm, &data, &size, &cap);
 	e = NULL;
 	if (!err && !(e = calloc(1, sizeof(*e)))) {
 		store_buf_put(st, data, cap);
@@ -357,7 +370,7 @@ ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *bu
 	size_t n;
 	int err;
 
-	err = chunk_get(st, h, &e);
+	err = chunk_get(st, h, &e, false);
 	if (err)
 		return err;
 	n = 0;
@@ -375,13 +388,31 @@ int store_chunk_hold(struct store *st, const struct store_hash *h, const uint8_t
 		     size_t *ret_size, struct store_hold **ret_hold)
 {
 	struct cache_ent *e;
-	int err = chunk_get(st, h, &e);
+	int err = chunk_get(st, h, &e, false);
 
 	if (err)
 		return err;
 	*ret_data = e->data; /* immutable while referenced (invariant 3) */
 	*ret_size = e->size;
 	*ret_hold = (struct store_hold *)e;
+	return 0;
+}
+
+size_t store_cache_bytes(const struct store *st)
+{
+	return st->cache_cap; /* fixed at store_open */
+}
+
+int store_chunk_warm(struct store *st, const struct store_hash *h)
+{
+	struct cache_ent *e;
+	int err = chunk_get(st, h, &e, true);
+
+	if (err == -EALREADY)
+		return 0;
+	if (err)
+		return err;
+	cache_put(st, e);
 	return 0;
 }
 
@@ -392,11 +423,12 @@ void store_chunk_release(struct store *st, struct store_hold *hold)
 }
 
 void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loads,
-			 uint64_t *ret_recycled)
+			 uint64_t *ret_warmed, uint64_t *ret_recycled)
 {
 	pthread_mutex_lock(&st->cache_lock);
 	*ret_hits = st->hits;
 	*ret_loads = st->loads;
+	*ret_warmed = st->warmed;
 	pthread_mutex_unlock(&st->cache_lock);
 	pthread_mutex_lock(&st->pool_lock);
 	*ret_recycled = st->recycled;
@@ -409,7 +441,7 @@ int store_chunk_verify(struct store *st, const struct store_hash *h)
 	uint32_t size, cap;
 	int err;
 
-	err = store_chunk_load(st, h, &data, &size, &cap);
+	err = store_chunk_load(st, h, true, &data, &size, &cap);
 	if (err)
 		return err;
 	store_buf_put(st, data, cap);

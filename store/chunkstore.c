@@ -307,7 +307,7 @@ static int put_existing(struct store *st, const struct store_hash *h, const void
 		return err == -ENOMEM ? err : 0;
 	close(fd);
 	if (st->verify_dedup_hits) {
-		err = store_chunk_load(st, h, &data, &size, &cap);
+		err = store_chunk_load(st, h, true, &data, &size, &cap);
 		if (err == -ENOMEM)
 			return err;
 		if (err)

@@ -392,16 +392,34 @@ int store_chunk_hold(struct store *st, const struct store_hash *h, const uint8_t
 /* store_chunk_release - drop a hold from store_chunk_hold (NULL is a no-op). Thread-safe. */
 void store_chunk_release(struct store *st, struct store_hold *hold);
 
+/* store_cache_bytes - the decompressed-chunk cache's size, bytes (store_opts.cache_bytes, or
+ * its 64 MiB default). Thread-safe. */
+size_t store_cache_bytes(const struct store *st);
+
+/*
+ * store_chunk_warm - read-ahead: load, decode and re-hash chunk h into the cache, as
+ * store_chunk_hold does, unless it is there already or another thread is loading it (then return
+ * at once). Holds nothing afterwards; the entry may be evicted before anyone reads it. A chunk
+ * larger than the cache is loaded and dropped. Only a chunk file already here is loaded: a
+ * missing one is not fetched (store_set_fetch), since by the time a read-ahead runs its file may
+ * have dropped the chunk, and a fetch would then leave a chunk file nothing references. Returns 0 (in the cache, being loaded, or loaded
+ * now), -ENOENT, -EBADMSG, -EIO or -ENOMEM as store_chunk_pread: the caller may ignore them, the
+ * reader that needs the chunk meets the same error and reports it. Thread-safe; blocks for the
+ * chunk file's read and decode.
+ */
+int store_chunk_warm(struct store *st, const struct store_hash *h);
+
 /*
  * store_cache_figures - what the read cache has done since store_open: *ret_hits reads of a
  * chunk served from the cache (a read that waited for another thread's load of the same chunk
  * counts as a hit), *ret_loads chunks read from disk, decoded and re-hashed for it (failed loads
- * included), *ret_recycled loads (and verifications) that decoded into the buffer of an evicted
+ * included), *ret_warmed chunks loaded by store_chunk_warm (read-ahead) likewise,
+ * *ret_recycled loads (and verifications) that decoded into the buffer of an evicted
  * entry instead of a new allocation (at most 8 such buffers are kept, 32 MiB at most). Counts of
  * chunk lookups, not bytes. Thread-safe.
  */
 void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loads,
-			 uint64_t *ret_recycled);
+			 uint64_t *ret_warmed, uint64_t *ret_recycled);
 
 /*
  * store_chunk_verify - read chunk h from disk (bypassing the cache), decode and re-hash it.

@@ -151,6 +151,7 @@ struct store {
 	struct loading *loading;    /* chunks being loaded (invariant 3) */
 	pthread_cond_t load_cv;     /* a load ended; with cache_lock */
 	uint64_t hits, loads;       /* store_cache_figures */
+	uint64_t warmed;            /* loads by store_chunk_warm (read-ahead) */
 
 	pthread_mutex_t pool_lock;  /* leaf lock: guards the pool (invariant 9) */
 	struct {
@@ -238,12 +239,14 @@ void store_cache_free(struct store *st);
 
 /*
  * store_chunk_load - load chunk h from disk, decode it and check its XXH3-128 against h
- * (invariants 2 and 7), bypassing the cache. On success *ret_data is a pooled buffer (owned: give
- * it back with store_buf_put(st, data, *ret_cap)) holding *ret_size raw bytes.
+ * (invariants 2 and 7), bypassing the cache. A chunk file missing here is fetched through
+ * store_set_fetch's function when fetch is true and one is set. On success *ret_data is a pooled
+ * buffer (owned: give it back with store_buf_put(st, data, *ret_cap)) holding *ret_size raw bytes.
  * Returns 0, -ENOENT, -EIO (unreadable or malformed file), -EBADMSG (payload does not decode or
- * its digest differs) or -ENOMEM. Thread-safe (takes pool_lock briefly).
+ * its digest differs), -ENOMEM, or the fetch function's -EAGAIN. Thread-safe (takes pool_lock
+ * briefly).
  */
-int store_chunk_load(struct store *st, const struct store_hash *h, uint8_t **ret_data,
+int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, uint8_t **ret_data,
 		     uint32_t *ret_size, uint32_t *ret_cap);
 
 /*

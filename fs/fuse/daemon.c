@@ -40,6 +40,7 @@ struct cfg {
 	char *write_buffer;
 	char *defer_compress;
 	unsigned workers;
+	unsigned readahead_mb; /* UINT_MAX: not given */
 	char *remote;    /* -o remote=URL (the node layer) */
 	char *node_name; /* -o node=NAME */
 	unsigned nodes;  /* -o nodes=N */
@@ -58,6 +59,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "write_buffer=%s", offsetof(struct cfg, write_buffer), 0 },
 	{ "defer_compress=%s", offsetof(struct cfg, defer_compress), 0 },
 	{ "workers=%u", offsetof(struct cfg, workers), 0 },
+	{ "readahead_mb=%u", offsetof(struct cfg, readahead_mb), 0 },
 	{ "remote=%s", offsetof(struct cfg, remote), 0 },
 	{ "node=%s", offsetof(struct cfg, node_name), 0 },
 	{ "nodes=%u", offsetof(struct cfg, nodes), 0 },
@@ -156,6 +158,8 @@ static void usage(const char *prog)
 	       "                           never; always\n"
 	       "    -o workers=N           write-back worker threads, 1..16 (default, or 0:\n"
 	       "                           2 per CPU, at most 16)\n"
+	       "    -o readahead_mb=N      load the chunks up to N MiB ahead of a sequential\n"
+	       "                           reader into the cache (default 16; 0: none)\n"
 	       "    -o remote=URL          one node of a job on many nodes: publish each\n"
 	       "                           complete step to URL (s3://BUCKET/PREFIX, endpoint\n"
 	       "                           and keys from AWS_* or ~/.aws; or a shared\n"
@@ -402,6 +406,13 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 			     "optional K, M or G suffix)", c->write_buffer);
 		return -1;
 	}
+	if (c->readahead_mb != UINT_MAX && c->readahead_mb > RA_MAX_MB) {
+		startup_fail("readahead_mb must be 0..%d (MiB read ahead of a sequential reader), "
+			     "not %u", RA_MAX_MB, c->readahead_mb);
+		return -1;
+	}
+	fs->ra_window = (uint64_t)(c->readahead_mb == UINT_MAX ? RA_DEFAULT_MB : c->readahead_mb)
+			<< 20;
 	*ret_workers = c->workers ? c->workers : wb_default_threads();
 	*ret_wbuf = wbuf;
 	return 0;
@@ -555,6 +566,9 @@ static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
 	if ((rc = wb_start(fs, wbuf, nworkers)) < 0)
 		ckpt_log("cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
+	if ((rc = ra_start(fs, fs->ra_window, RA_THREADS)) < 0)
+		ckpt_log("cannot start the read-ahead threads: %s; each reader loads its "
+			"own chunks\n", strerror(-rc));
 	if ((rc = cq_start(fs)) < 0)
 		ckpt_log("cannot start the committer: %s; close() waits until the "
 			"file is durable\n", strerror(-rc));
@@ -599,6 +613,7 @@ static void teardown(struct ckfs *fs, int ret)
 		fuse_session_destroy(fs->se); /* calls op_destroy: dirty files become durable */
 	cq_stop(fs);
 	wb_stop(fs);
+	ra_stop(fs);
 	if (fs->repo && ret == 0 && ckpt_repo_set_clean(fs->repo, true) == 0)
 		ckpt_log("stopped cleanly\n");
 	ckpt_repo_close(fs->repo);
@@ -662,7 +677,7 @@ int fs_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts o = { 0 };
-	struct cfg c = { .zstd_level = 1 };
+	struct cfg c = { .zstd_level = 1, .readahead_mb = UINT_MAX };
 	char *mnt = NULL;
 	int ret = 1, pfd[2];
 

@@ -228,6 +228,12 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 		put(o, "write buffer:       none (chunks stored by the writing requests)\n");
 	put(o, "staging copies:     %" PRIu64 " (files written out of order, cut at close)\n",
 	    atomic_load(&fs->n_staging));
+	uint64_t c_hits, c_loads, c_warmed, c_rec;
+
+	store_cache_figures(fs->st, &c_hits, &c_loads, &c_warmed, &c_rec);
+	put(o, "chunk reads:        %" PRIu64 " from the cache, %" PRIu64 " loaded by the "
+	       "reader, %" PRIu64 " loaded ahead (readahead_mb=%" PRIu64 ")\n", c_hits, c_loads,
+	    c_warmed, fs->ra ? fs->ra_window >> 20 : 0);
 	put(o, "deferred chunks:    %" PRIu64 " (%" PRIu64 " MiB stored raw, to compress when "
 	       "the workers are idle); since mount %" PRIu64 " deferred, %" PRIu64
 	       " compressed; defer_compress=%s\n", st->codec_chunks[STORE_CODEC_DEFERRED],
@@ -333,14 +339,18 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 	put(o, "ckptfs_write_buffer_bytes{kind=\"kept\"} %zu\n", wb_kept);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"peak\"} %zu\n", wb_peak);
 	put(o, "ckptfs_write_buffer_bytes{kind=\"budget\"} %zu\n", wb_budget);
-	uint64_t hits, loads, recycled;
+	uint64_t hits, loads, warmed, recycled;
 
-	store_cache_figures(fs->st, &hits, &loads, &recycled);
+	store_cache_figures(fs->st, &hits, &loads, &warmed, &recycled);
 	put(o, "# HELP ckptfs_chunk_reads_total Chunk lookups by readers: served from the "
 	       "decompressed-chunk cache, or read from disk, decoded and re-hashed.\n");
 	put(o, "# TYPE ckptfs_chunk_reads_total counter\n");
 	put(o, "ckptfs_chunk_reads_total{from=\"cache\"} %" PRIu64 "\n", hits);
 	put(o, "ckptfs_chunk_reads_total{from=\"disk\"} %" PRIu64 "\n", loads);
+	put(o, "# HELP ckptfs_chunk_readahead_total Chunks read from disk, decoded and re-hashed "
+	       "ahead of a sequential reader (-o readahead).\n");
+	put(o, "# TYPE ckptfs_chunk_readahead_total counter\n"
+	       "ckptfs_chunk_readahead_total %" PRIu64 "\n", warmed);
 	put(o, "# HELP ckptfs_chunk_buffers_recycled_total Chunk loads that decoded into the "
 	       "buffer of an evicted cache entry instead of a new allocation.\n");
 	put(o, "# TYPE ckptfs_chunk_buffers_recycled_total counter\n"

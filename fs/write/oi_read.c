@@ -259,6 +259,8 @@ ssize_t oi_read_iov(struct ckfs *fs, struct oinode *oi, uint8_t *scratch, size_t
 	rv->n = rv->n_hold = 0;
 	pthread_rwlock_rdlock(&oi->lock);
 	rc = oi_read_locked(fs, oi, scratch, len, off, rv);
+	if (rc > 0)
+		ra_note_read(fs, oi, off, (size_t)rc);
 	pthread_rwlock_unlock(&oi->lock);
 	if (rc <= 0)
 		rv->n = 0; /* the holds stay until oi_readv_release */

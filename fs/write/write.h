@@ -134,6 +134,8 @@ struct oinode {
 	/* committer jobs queued for this inode and not yet started (commit.c): a release may leave
 	 * the commit to them */
 	_Atomic int cq_waiting;
+	/* read-ahead (ra.c): where the last read ended, and up to where chunks are queued */
+	_Atomic uint64_t ra_last, ra_to;
 };
 
 /* ---- pins.c: chunks in the store (pins, put, free, deferred compression) ---- */
@@ -249,6 +251,34 @@ size_t wb_default_budget(void);
  * WB_MAX_THREADS. Two per CPU because a worker waits for each chunk's disk write (wb.c).
  */
 unsigned wb_default_threads(void);
+
+/* ---- ra.c: read-ahead of stored chunks for sequential readers ---- */
+
+/*
+ * ra_start - start nthreads (1..4, capped) threads loading the chunks ahead of sequential readers
+ * into the chunk cache, at most window bytes ahead of each (-o readahead_mb); sets fs->ra.
+ * window 0 or nthreads 0: no read-ahead, fs->ra stays NULL, returns 0. Returns 0, -ENOMEM, or the
+ * -errno of pthread_create when not even one thread could start. Call before serving requests.
+ * ra_stop - drop what is queued, join the threads, free the pool (NULL fs->ra is fine). Call
+ * after the last request.
+ */
+int ra_start(struct ckfs *fs, uint64_t window, unsigned nthreads);
+/* -o readahead_mb: the default (four STORE_CHUNK_MAX chunks past the kernel's own 4 MiB window:
+ * tests/bench/RESULTS.md "Read-ahead"), the most accepted, and the threads (one per CPU of the
+ * machine this was measured on: a load is a disk read then a decode) */
+#define RA_DEFAULT_MB 16
+#define RA_MAX_MB 1024
+#define RA_THREADS 2
+void ra_stop(struct ckfs *fs);
+/*
+ * ra_note_read - a read of [off, off + len) of oi (stream mode; staging mode is ignored) was
+ * served: when it continues a sequential run, queue the stored chunks up to the window past its
+ * end (ra.c). Never waits for a load, never fails. Caller holds oi->lock (read or write); takes
+ * the pool's lock (a leaf). NULL fs->ra: no-op.
+ * ra_figures - digests queued and dropped (queue full) since ra_start; 0 for NULL fs->ra.
+ */
+void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len);
+void ra_figures(struct ckfs *fs, uint64_t *ret_queued, uint64_t *ret_dropped);
 
 /* ---- commit.c: the close-time committer ---- */
 

@@ -876,7 +876,7 @@ Test(chunkstore, evicted_buffers_are_recycled)
 	uint8_t *data[N];
 	size_t len[N];
 	struct store_hash h[N];
-	uint64_t hits, loads, rec;
+	uint64_t hits, loads, rec, warmed;
 
 	for (int i = 0; i < N; i++) {
 		len[i] = 200 * KiB + (size_t)(i % 3) * 50 * KiB; /* 200, 250, 300 KiB */
@@ -887,7 +887,7 @@ Test(chunkstore, evicted_buffers_are_recycled)
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < N; i++)
 			check_chunk(st, &h[i], data[i], len[i]);
-	store_cache_figures(st, &hits, &loads, &rec);
+	store_cache_figures(st, &hits, &loads, &warmed, &rec);
 	cr_assert_eq(loads, 2 * N, "every read missed a two-chunk cache: %" PRIu64, loads);
 	/* the first three loads find an empty pool (nothing evicted yet); the rest reuse */
 	cr_assert_geq(rec, 2 * N - 3, "%" PRIu64 " of %d loads recycled a buffer", rec, 2 * N);
@@ -1036,9 +1036,9 @@ static uint64_t read_together(struct store *st, const struct store_hash *h, cons
 {
 	pthread_t th[NREADERS];
 	pthread_barrier_t go;
-	uint64_t hits0, loads0, hits, loads, rec;
+	uint64_t hits0, loads0, hits, loads, rec, warmed;
 
-	store_cache_figures(st, &hits0, &loads0, &rec);
+	store_cache_figures(st, &hits0, &loads0, &warmed, &rec);
 	pthread_barrier_init(&go, NULL, NREADERS);
 	for (int i = 0; i < NREADERS; i++) {
 		args[i] = (struct same_arg){ .st = st, .h = *h, .want = want, .len = len, .go = &go };
@@ -1047,7 +1047,7 @@ static uint64_t read_together(struct store *st, const struct store_hash *h, cons
 	for (int i = 0; i < NREADERS; i++)
 		pthread_join(th[i], NULL);
 	pthread_barrier_destroy(&go);
-	store_cache_figures(st, &hits, &loads, &rec);
+	store_cache_figures(st, &hits, &loads, &warmed, &rec);
 	cr_assert_eq((hits - hits0) + (loads - loads0), NREADERS, "every read counted once");
 	return loads - loads0;
 }
@@ -1098,7 +1098,7 @@ Test(chunkstore, held_bytes_outlive_eviction_and_delete)
 	const uint8_t *p;
 	size_t size;
 	struct store_hold *hold, *h2;
-	uint64_t hits, loads, rec;
+	uint64_t hits, loads, rec, warmed;
 
 	for (int i = 0; i < N; i++) {
 		data[i] = tu_malloc(len);
@@ -1113,7 +1113,7 @@ Test(chunkstore, held_bytes_outlive_eviction_and_delete)
 
 	cr_assert_eq(store_chunk_hold(st, &h[0], &p2, &size, &h2), 0);
 	cr_assert_eq(p2, p);
-	store_cache_figures(st, &hits, &loads, &rec);
+	store_cache_figures(st, &hits, &loads, &warmed, &rec);
 	cr_assert(hits == 1 && loads == 1, "hits %" PRIu64 " loads %" PRIu64, hits, loads);
 	store_chunk_release(st, h2);
 	for (int pass = 0; pass < 2; pass++)
@@ -1129,4 +1129,43 @@ Test(chunkstore, held_bytes_outlive_eviction_and_delete)
 	store_close(st);
 	for (int i = 0; i < N; i++)
 		free(data[i]);
+}
+
+/*
+ * store_chunk_warm (read-ahead, fs/write/ra.c): it loads a chunk into the cache, so the reader's
+ * next read of it is a hit and no load; a chunk already cached is not loaded again; a damaged or
+ * missing chunk gives the reader's own error and caches nothing.
+ */
+Test(chunkstore, warm_loads_once_for_the_reader)
+{
+	struct store *st = open_store(64 * MiB, false);
+	size_t len = 1 * MiB + 5;
+	uint8_t *a = tu_malloc(len), *b = tu_malloc(len);
+	struct store_hash h, hb, missing;
+	uint64_t hits, loads, rec, warmed;
+
+	tu_fill_random(a, len, 41);
+	tu_fill_random(b, len, 42);
+	h = put_ok(st, a, len, false);
+	hb = put_ok(st, b, len, false);
+	cr_assert_eq(store_chunk_warm(st, &h), 0);
+	store_cache_figures(st, &hits, &loads, &warmed, &rec);
+	cr_assert(hits == 0 && loads == 0 && warmed == 1,
+		  "after a warm: hits %" PRIu64 " loads %" PRIu64 " warmed %" PRIu64, hits, loads,
+		  warmed);
+	cr_assert_eq(store_chunk_warm(st, &h), 0, "a cached chunk warms as a no-op");
+	check_chunk(st, &h, a, len);
+	store_cache_figures(st, &hits, &loads, &warmed, &rec);
+	cr_assert(hits >= 1 && loads == 0 && warmed == 1, /* check_chunk reads in pieces */
+		  "the reader after a warm: hits %" PRIu64 " loads %" PRIu64 " warmed %" PRIu64,
+		  hits, loads, warmed);
+
+	flip_byte(st, &hb, 32 + 1000);
+	cr_assert_eq(store_chunk_warm(st, &hb), -EBADMSG);
+	cr_assert_eq(store_chunk_pread(st, &hb, b, 16, 0), -EBADMSG, "a failed warm cached nothing");
+	memset(missing.b, 0x5a, sizeof(missing.b));
+	cr_assert_eq(store_chunk_warm(st, &missing), -ENOENT);
+	store_close(st);
+	free(a);
+	free(b);
 }
