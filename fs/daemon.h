@@ -8,6 +8,7 @@
  *   oinode.lock  ->  ckfs.mu  ->  pins.mu
  *   oinode.lock  ->  ckfs.mu  ->  wb_pool.mu (a leaf: meta.c reads its figures under mu);
  *   oinode.lock -> oinode.fly_mu (a leaf: the pool's lock is taken after releasing it)
+ *   oinode.lock -> ra_pool.mu (a leaf: ra_note_read queues chunks under the read lock)
  *   ckfs.mu -> commit_q.mu (a leaf: cq_busy under mu); cq_wait_idle is called with no lock
  *   held, since the commits it waits for take oinode.lock and ckfs.mu
  * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's

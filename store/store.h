@@ -402,10 +402,10 @@ size_t store_cache_bytes(const struct store *st);
  * at once). Holds nothing afterwards; the entry may be evicted before anyone reads it. A chunk
  * larger than the cache is loaded and dropped. Only a chunk file already here is loaded: a
  * missing one is not fetched (store_set_fetch), since by the time a read-ahead runs its file may
- * have dropped the chunk, and a fetch would then leave a chunk file nothing references. Returns 0 (in the cache, being loaded, or loaded
- * now), -ENOENT, -EBADMSG, -EIO or -ENOMEM as store_chunk_pread: the caller may ignore them, the
- * reader that needs the chunk meets the same error and reports it. Thread-safe; blocks for the
- * chunk file's read and decode.
+ * have dropped the chunk, and a fetch would then leave a chunk file nothing references.
+ * Returns 0 (in the cache, being loaded, or loaded now), -ENOENT, -EBADMSG, -EIO or -ENOMEM as
+ * store_chunk_pread: the caller may ignore them, the reader that needs the chunk meets the same
+ * error and reports it. Thread-safe; blocks for the chunk file's read and decode.
  */
 int store_chunk_warm(struct store *st, const struct store_hash *h);
 

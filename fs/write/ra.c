@@ -58,7 +58,6 @@ struct ra_pool {
 		uint64_t ino;
 		int64_t at_ns;
 	} files[RA_FILES];       /* the files that queued lately */
-	uint64_t queued, dropped;
 	unsigned nthreads;
 	pthread_t th[RA_MAX_THREADS];
 };
@@ -178,13 +177,10 @@ static void queue_locked(struct ra_pool *p, const uint8_t *h)
 	for (unsigned i = 0; i < p->n; i++)
 		if (memcmp(p->q[(p->head + i) % RA_QUEUE].b, h, STORE_HASH_LEN) == 0)
 			return;
-	if (p->n == RA_QUEUE) {
-		p->dropped++;
+	if (p->n == RA_QUEUE)
 		return;
-	}
 	memcpy(p->q[(p->head + p->n) % RA_QUEUE].b, h, STORE_HASH_LEN);
 	p->n++;
-	p->queued++;
 }
 
 void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len)
@@ -231,17 +227,4 @@ void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len)
 		pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	atomic_store(&oi->ra_to, want);
-}
-
-void ra_figures(struct ckfs *fs, uint64_t *ret_queued, uint64_t *ret_dropped)
-{
-	struct ra_pool *p = fs->ra;
-
-	*ret_queued = *ret_dropped = 0;
-	if (!p)
-		return;
-	pthread_mutex_lock(&p->mu);
-	*ret_queued = p->queued;
-	*ret_dropped = p->dropped;
-	pthread_mutex_unlock(&p->mu);
 }

@@ -254,6 +254,13 @@ unsigned wb_default_threads(void);
 
 /* ---- ra.c: read-ahead of stored chunks for sequential readers ---- */
 
+/* -o readahead_mb: the default (four STORE_CHUNK_MAX chunks past the kernel's own 4 MiB window:
+ * tests/bench/RESULTS.md "Read-ahead"), the most accepted, and the threads (one per CPU of the
+ * machine this was measured on: a load is a disk read then a decode) */
+#define RA_DEFAULT_MB 16
+#define RA_MAX_MB 1024
+#define RA_THREADS 2
+
 /*
  * ra_start - start nthreads (1..4, capped) threads loading the chunks ahead of sequential readers
  * into the chunk cache, at most window bytes ahead of each (-o readahead_mb); sets fs->ra.
@@ -263,22 +270,14 @@ unsigned wb_default_threads(void);
  * after the last request.
  */
 int ra_start(struct ckfs *fs, uint64_t window, unsigned nthreads);
-/* -o readahead_mb: the default (four STORE_CHUNK_MAX chunks past the kernel's own 4 MiB window:
- * tests/bench/RESULTS.md "Read-ahead"), the most accepted, and the threads (one per CPU of the
- * machine this was measured on: a load is a disk read then a decode) */
-#define RA_DEFAULT_MB 16
-#define RA_MAX_MB 1024
-#define RA_THREADS 2
 void ra_stop(struct ckfs *fs);
 /*
  * ra_note_read - a read of [off, off + len) of oi (stream mode; staging mode is ignored) was
  * served: when it continues a sequential run, queue the stored chunks up to the window past its
  * end (ra.c). Never waits for a load, never fails. Caller holds oi->lock (read or write); takes
  * the pool's lock (a leaf). NULL fs->ra: no-op.
- * ra_figures - digests queued and dropped (queue full) since ra_start; 0 for NULL fs->ra.
  */
 void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len);
-void ra_figures(struct ckfs *fs, uint64_t *ret_queued, uint64_t *ret_dropped);
 
 /* ---- commit.c: the close-time committer ---- */
 
