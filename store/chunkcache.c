@@ -9,6 +9,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -446,6 +447,43 @@ int store_chunk_verify(struct store *st, const struct store_hash *h)
 		return err;
 	store_buf_put(st, data, cap);
 	return 0;
+}
+
+struct verify_job {
+	struct store *st;
+	const struct store_hash *hs;
+	size_t n;
+	int *results;
+	_Atomic size_t next; /* the next entry to take */
+};
+
+static void *verify_main(void *arg)
+{
+	struct verify_job *j = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&j->next, 1)) < j->n)
+		j->results[i] = store_chunk_verify(j->st, &j->hs[i]);
+	return NULL;
+}
+
+void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n,
+			 unsigned nthreads, int *results)
+{
+	struct verify_job j = { .st = st, .hs = hs, .n = n, .results = results };
+	pthread_t th[STORE_VERIFY_MAX_THREADS];
+	unsigned started = 0;
+
+	if (nthreads > STORE_VERIFY_MAX_THREADS)
+		nthreads = STORE_VERIFY_MAX_THREADS;
+	if (nthreads > n)
+		nthreads = (unsigned)n;
+	atomic_init(&j.next, 0);
+	while (started + 1 < nthreads && pthread_create(&th[started], NULL, verify_main, &j) == 0)
+		started++;
+	verify_main(&j);
+	while (started > 0)
+		pthread_join(th[--started], NULL);
 }
 
 int store_cache_init(struct store *st)

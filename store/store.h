@@ -428,6 +428,21 @@ void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loa
  */
 int store_chunk_verify(struct store *st, const struct store_hash *h);
 
+/* Most threads store_chunks_verify runs. */
+#define STORE_VERIFY_MAX_THREADS 16
+
+/*
+ * store_chunks_verify - store_chunk_verify of each of the n chunks hs[0, n), on nthreads threads
+ * at once (1..STORE_VERIFY_MAX_THREADS, capped; the caller's own thread is one of them), so that
+ * one chunk's disk read overlaps another's decode and re-hash; results[i] (n entries, the
+ * caller's) gets hs[i]'s result: 0 or store_chunk_verify's -errno (or a fetch function's -EAGAIN,
+ * store_set_fetch). A thread that cannot be started leaves its share to the others; never fails.
+ * Each chunk is read once per entry: pass each digest once. Thread-safe; returns when all n are
+ * done.
+ */
+void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n,
+			 unsigned nthreads, int *results);
+
 /*
  * store_chunk_delete - remove chunk h's file (and drop it from the cache).
  * Returns 0, -ENOENT (not stored), -EROFS, or the -errno of unlink. Thread-safe.

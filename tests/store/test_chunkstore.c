@@ -1132,6 +1132,43 @@ Test(chunkstore, held_bytes_outlive_eviction_and_delete)
 }
 
 /*
+ * store_chunks_verify (the newest step's check at mount, fs/steps/steps.c verify_tree): every
+ * entry gets its own chunk's result, on one thread or several, a damaged chunk -EBADMSG and a
+ * missing one -ENOENT wherever they sit in the list; an empty list is fine.
+ */
+Test(chunkstore, verify_many_on_threads)
+{
+	enum { N = 24 };
+	struct store *st = open_store(64 * MiB, false);
+	size_t len = 200 * KiB + 3;
+	uint8_t *buf = tu_malloc(len);
+	struct store_hash h[N];
+	int res[N];
+
+	for (int i = 0; i < N; i++) {
+		tu_fill_random(buf, len, 500 + (unsigned)i);
+		h[i] = put_ok(st, buf, len, false);
+	}
+	flip_byte(st, &h[3], 32 + 77);
+	flip_byte(st, &h[N - 1], 32 + 4000);
+	cr_assert_eq(store_chunk_delete(st, &h[10]), 0);
+	for (unsigned threads = 1; threads <= 8; threads *= 2) {
+		for (int i = 0; i < N; i++)
+			res[i] = 12345;
+		store_chunks_verify(st, h, N, threads, res);
+		for (int i = 0; i < N; i++) {
+			int want = i == 3 || i == N - 1 ? -EBADMSG : i == 10 ? -ENOENT : 0;
+
+			cr_assert_eq(res[i], want, "%u threads: chunk %d: %d, not %d", threads, i,
+				     res[i], want);
+		}
+	}
+	store_chunks_verify(st, h, 0, 4, res);
+	store_close(st);
+	free(buf);
+}
+
+/*
  * store_chunk_warm (read-ahead, fs/write/ra.c): it loads a chunk into the cache, so the reader's
  * next read of it is a hit and no load; a chunk already cached is not loaded again; a damaged or
  * missing chunk gives the reader's own error and caches nothing.
