@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store/store.h"
 #include "store/store_int.h"
@@ -474,6 +475,11 @@ void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n
 	pthread_t th[STORE_VERIFY_MAX_THREADS];
 	unsigned started = 0;
 
+	if (nthreads == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+		nthreads = (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1) * STORE_VERIFY_THREADS_PER_CPU;
+	}
 	if (nthreads > STORE_VERIFY_MAX_THREADS)
 		nthreads = STORE_VERIFY_MAX_THREADS;
 	if (nthreads > n)

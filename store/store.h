@@ -428,13 +428,17 @@ void store_cache_figures(struct store *st, uint64_t *ret_hits, uint64_t *ret_loa
  */
 int store_chunk_verify(struct store *st, const struct store_hash *h);
 
-/* Most threads store_chunks_verify runs. */
+/* Most threads store_chunks_verify runs, and how many per online CPU when the caller passes 0:
+ * a chunk's O_DIRECT read waits on the disk while others decode; on 2 CPUs 2, 4 and 8 threads
+ * verified a 2 GiB step in 1.63, 1.27-1.40 and 1.21 s (tests/bench/RESULTS.md "Mount"). */
 #define STORE_VERIFY_MAX_THREADS 16
+#define STORE_VERIFY_THREADS_PER_CPU 4
 
 /*
  * store_chunks_verify - store_chunk_verify of each of the n chunks hs[0, n), on nthreads threads
- * at once (1..STORE_VERIFY_MAX_THREADS, capped; the caller's own thread is one of them), so that
- * one chunk's disk read overlaps another's decode and re-hash; results[i] (n entries, the
+ * at once (1..STORE_VERIFY_MAX_THREADS, capped; 0: STORE_VERIFY_THREADS_PER_CPU per online CPU;
+ * the caller's own thread is one of them), so that one chunk's disk read overlaps another's
+ * decode and re-hash; results[i] (n entries, the
  * caller's) gets hs[i]'s result: 0 or store_chunk_verify's -errno (or a fetch function's -EAGAIN,
  * store_set_fetch). A thread that cannot be started leaves its share to the others; never fails.
  * Each chunk is read once per entry: pass each digest once. Thread-safe; returns when all n are

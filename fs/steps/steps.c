@@ -53,11 +53,6 @@
 
 /* How often the reaper looks at unfinished steps (ns, < 1 s). */
 #define REAP_PERIOD_NS (250L * 1000 * 1000)
-/* Chunks verify_newest reads and re-hashes at once, per online CPU (at most
- * STORE_VERIFY_MAX_THREADS): a chunk's O_DIRECT read waits on the disk while others decode; on 2
- * CPUs 2, 4 and 8 threads verified a 2 GiB step in 1.63, 1.27-1.40 and 1.21 s (tests/bench/
- * RESULTS.md "Mount") */
-#define VERIFY_THREADS_PER_CPU 4
 
 /* ---- per-step runtime facts ---- */
 
@@ -590,8 +585,8 @@ static int vchunk_cmp(const void *a, const void *b)
 }
 
 /*
- * Re-read and re-hash every chunk of the files under dir, each once, VERIFY_THREADS_PER_CPU
- * threads per online CPU at once (store_chunks_verify); mark the bad ones in the index. Returns the number of bad chunks found
+ * Re-read and re-hash every chunk of the files under dir, each once, several at a time
+ * (store_chunks_verify's default threads); mark the bad ones in the index. Returns the number of bad chunks found
  * (>= 0) or -errno.
  */
 static int verify_tree(struct ckfs *fs, uint64_t dir)
@@ -615,10 +610,7 @@ static int verify_tree(struct ckfs *fs, uint64_t dir)
 	}
 	for (size_t i = 0; i < n; i++)
 		hs[i] = c.v[i].h;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-
-	store_chunks_verify(fs->st, hs, n,
-			    (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1) * VERIFY_THREADS_PER_CPU, res);
+	store_chunks_verify(fs->st, hs, n, 0, res);
 	for (size_t i = 0; i < n; i++) {
 		if (res[i] == 0 || res[i] == -EAGAIN) /* -EAGAIN: on a remote that did not answer */
 			continue;

@@ -1134,7 +1134,8 @@ Test(chunkstore, held_bytes_outlive_eviction_and_delete)
 /*
  * store_chunks_verify (the newest step's check at mount, fs/steps/steps.c verify_tree): every
  * entry gets its own chunk's result, on one thread or several, a damaged chunk -EBADMSG and a
- * missing one -ENOENT wherever they sit in the list; an empty list is fine.
+ * missing one -ENOENT wherever they sit in the list (0 threads: the default count); an empty
+ * list is fine.
  */
 Test(chunkstore, verify_many_on_threads)
 {
@@ -1152,7 +1153,7 @@ Test(chunkstore, verify_many_on_threads)
 	flip_byte(st, &h[3], 32 + 77);
 	flip_byte(st, &h[N - 1], 32 + 4000);
 	cr_assert_eq(store_chunk_delete(st, &h[10]), 0);
-	for (unsigned threads = 1; threads <= 8; threads *= 2) {
+	for (unsigned threads = 0; threads <= 8; threads = threads ? threads * 2 : 1) {
 		for (int i = 0; i < N; i++)
 			res[i] = 12345;
 		store_chunks_verify(st, h, N, threads, res);

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "ctl.h"
 
@@ -145,9 +144,8 @@ static int v_user(uint64_t ino, uint64_t offset, void *arg)
 	return 0;
 }
 
-/* Chunks v_chunks verifies at once, per online CPU, and in one batch: a chunk's O_DIRECT read
- * waits on the disk while others decode (as the daemon's check at mount, fs/steps/steps.c). */
-#define V_THREADS_PER_CPU 4
+/* Chunks v_chunks hands store_chunks_verify at a time (its default threads: a chunk's O_DIRECT
+ * read waits on the disk while others decode); the progress line moves once per batch. */
 #define V_BATCH 64
 
 /*
@@ -158,8 +156,6 @@ static int v_chunks(struct v_ctx *c)
 {
 	struct store_hash hs[V_BATCH];
 	int res[V_BATCH];
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned threads = (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1) * V_THREADS_PER_CPU;
 	uint64_t done_bytes = 0;
 	size_t i;
 	int rc;
@@ -173,7 +169,7 @@ static int v_chunks(struct v_ctx *c)
 
 			for (size_t j = 0; j < nb; j++)
 				memcpy(hs[j].b, c->chunks[i + j].hash, STORE_HASH_LEN);
-			store_chunks_verify(c->r->st, hs, nb, threads, res);
+			store_chunks_verify(c->r->st, hs, nb, 0, res);
 		}
 		ctl_progress_work(&c->prog, i == 0, c->what, "chunks", i, c->nchunks, done_bytes,
 				  c->total_bytes);
