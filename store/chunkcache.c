@@ -93,8 +93,9 @@ void store_buf_put(struct store *st, uint8_t *p, uint32_t cap)
 
 /*
  * Load chunk h from disk (fetched first when missing, fetch true and a fetch function set),
- * decode it and check its digest (invariants 2 and 7). On success *ret_data is a buffer of buf_get (give it back with store_buf_put(st, data, *ret_cap))
- * holding *ret_size bytes. Returns 0, -ENOENT, -EIO, -EBADMSG or -ENOMEM.
+ * decode it and check its digest (invariants 2 and 7). On success *ret_data is a buffer of
+ * buf_get (give it back with store_buf_put(st, data, *ret_cap)) holding *ret_size bytes.
+ * Returns 0, -ENOENT, -EIO, -EBADMSG, -ENOMEM, or the fetch function's -EAGAIN.
  */
 int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, uint8_t **ret_data,
 		     uint32_t *ret_size, uint32_t *ret_cap)
@@ -478,7 +479,8 @@ void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n
 	if (nthreads == 0) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-		nthreads = (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1) * STORE_VERIFY_THREADS_PER_CPU;
+		nthreads = (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1) *
+			   STORE_VERIFY_THREADS_PER_CPU;
 	}
 	if (nthreads > STORE_VERIFY_MAX_THREADS)
 		nthreads = STORE_VERIFY_MAX_THREADS;

@@ -586,8 +586,8 @@ static int vchunk_cmp(const void *a, const void *b)
 
 /*
  * Re-read and re-hash every chunk of the files under dir, each once, several at a time
- * (store_chunks_verify's default threads); mark the bad ones in the index. Returns the number of bad chunks found
- * (>= 0) or -errno.
+ * (store_chunks_verify's default threads); mark the bad ones in the index. Returns the number
+ * of bad chunks found (>= 0) or -errno.
  */
 static int verify_tree(struct ckfs *fs, uint64_t dir)
 {

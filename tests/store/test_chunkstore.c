@@ -1200,7 +1200,8 @@ Test(chunkstore, warm_loads_once_for_the_reader)
 
 	flip_byte(st, &hb, 32 + 1000);
 	cr_assert_eq(store_chunk_warm(st, &hb), -EBADMSG);
-	cr_assert_eq(store_chunk_pread(st, &hb, b, 16, 0), -EBADMSG, "a failed warm cached nothing");
+	cr_assert_eq(store_chunk_pread(st, &hb, b, 16, 0), -EBADMSG,
+		     "a failed warm cached nothing");
 	memset(missing.b, 0x5a, sizeof(missing.b));
 	cr_assert_eq(store_chunk_warm(st, &missing), -ENOENT);
 	store_close(st);
