@@ -95,6 +95,8 @@ struct ckfs {
 	pthread_t reaper;
 	pthread_cond_t reaper_cv;
 	bool reaper_started, stopping;
+	pthread_t checker;       /* the newest steps' check after the mount (steps_init) */
+	bool checker_started;
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
 	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
 	/* Upcalls from a lower layer to a higher one, set once before the session starts (the

@@ -608,6 +608,7 @@ static int session_loop(struct fuse_session *se, const struct fuse_cmdline_opts 
 /* Release what serve set up, in order; after a clean exit (ret 0) mark the store clean. */
 static void teardown(struct ckfs *fs, int ret)
 {
+	steps_checker_join(fs); /* a mount that failed never reached op_destroy's steps_stop */
 	node_stop(fs); /* before the steps' last judgments: it takes fs->mu */
 	if (fs->se)
 		fuse_session_destroy(fs->se); /* calls op_destroy: dirty files become durable */

@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -629,8 +630,9 @@ out:
 /*
  * At mount: the newest complete step of each layout is what a resume will read first, so
  * re-hash its chunks now; a damaged one becomes corrupt and leaves the namespace, and the next
- * newest is checked in turn. Costs one read of one step per layout in use, before the mount
- * returns, several chunks at a time (verify_tree).
+ * newest is checked in turn. Costs one read of one step per layout in use, several chunks at a
+ * time (verify_tree), with fs->mu held throughout: nothing reads the namespace until it ends
+ * (start_checker).
  */
 static void verify_newest(struct ckfs *fs)
 {
@@ -673,8 +675,53 @@ static int mf1_reload_claim(int64_t id, const char *tracker, const void *content
 	return 0;
 }
 
+struct checker_start {
+	struct ckfs *fs;
+	sem_t held; /* posted once the checker holds fs->mu */
+};
+
+static void *checker_main(void *arg)
+{
+	struct checker_start *cs = arg;
+	struct ckfs *fs = cs->fs;
+
+	pthread_mutex_lock(&fs->mu);
+	sem_post(&cs->held); /* cs lives on the starter's stack: not touched after this */
+	ckpt_fault("mount-check");
+	verify_newest(fs);
+	pthread_mutex_unlock(&fs->mu);
+	return NULL;
+}
+
+/*
+ * Run verify_newest on a thread of its own that holds fs->mu from before this returns until
+ * the check ends: the mount comes up at once, and every request that reads the namespace or the
+ * index waits on fs->mu until the damaged steps have left it, as when the check ran before the
+ * mount. A trainer's start (interpreter, imports, process group: seconds, minutes on a big job)
+ * overlaps the check instead of following it. If no thread can be started, checks here.
+ */
+static void start_checker(struct ckfs *fs)
+{
+	struct checker_start cs = { .fs = fs };
+
+	if (sem_init(&cs.held, 0, 0) == 0) {
+		if (pthread_create(&fs->checker, NULL, checker_main, &cs) == 0) {
+			while (sem_wait(&cs.held) < 0 && errno == EINTR)
+				;
+			fs->checker_started = true;
+		}
+		sem_destroy(&cs.held);
+	}
+	if (!fs->checker_started) {
+		pthread_mutex_lock(&fs->mu);
+		verify_newest(fs);
+		pthread_mutex_unlock(&fs->mu);
+	}
+}
+
 int steps_init(struct ckfs *fs)
 {
+	bool check_later = false;
 	int rc;
 
 	pthread_cond_init(&fs->reaper_cv, NULL);
@@ -693,10 +740,22 @@ int steps_init(struct ckfs *fs)
 		/* a daemon killed inside retention left more complete steps than it keeps */
 		for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 			steps_retention(fs, k);
-		verify_newest(fs);
+		if (fs->node)
+			verify_newest(fs); /* node_prime, next in the start, follows the check */
+		else
+			check_later = true;
 	}
 	pthread_mutex_unlock(&fs->mu);
+	if (check_later)
+		start_checker(fs);
 	return rc;
+}
+
+void steps_checker_join(struct ckfs *fs)
+{
+	if (fs->checker_started)
+		pthread_join(fs->checker, NULL);
+	fs->checker_started = false;
 }
 
 int steps_start(struct ckfs *fs)
@@ -710,6 +769,7 @@ int steps_start(struct ckfs *fs)
 
 void steps_stop(struct ckfs *fs)
 {
+	steps_checker_join(fs);
 	if (!fs->reaper_started)
 		return;
 	pthread_mutex_lock(&fs->mu);

@@ -35,9 +35,18 @@ int steps_dir_entries(struct ckfs *fs, uint64_t dir, int depth, struct steps_ent
 /* steps_dir_entries_free - free what steps_dir_entries collected in *c (not c itself). */
 void steps_dir_entries_free(struct steps_entries *c);
 
-/* steps_init - create /.ckptfs and judge what an earlier daemon left unfinished (takes mu). */
+/*
+ * steps_init - create /.ckptfs, judge what an earlier daemon left unfinished, and check the
+ * newest complete step of each layout (re-hash its chunks; a damaged one leaves the namespace).
+ * Takes mu. With -o remote the check runs here, before the mount; otherwise on a thread of its
+ * own (fs->checker) that holds mu from before this returns until the check ends, so the mount
+ * comes up at once and every request waits on mu until the damaged steps are gone. Returns 0 or
+ * the index's -errno.
+ */
 int steps_init(struct ckfs *fs);
-/* steps_start / steps_stop - the reaper thread (no lock held). */
+/* steps_checker_join - wait for the check steps_init started, if any (no lock held). */
+void steps_checker_join(struct ckfs *fs);
+/* steps_start / steps_stop - the reaper thread (no lock held); steps_stop joins the check too. */
 int steps_start(struct ckfs *fs);
 void steps_stop(struct ckfs *fs);
 /* steps_reap - judge quiet unfinished steps; recovering: every writer is gone. */

@@ -92,7 +92,11 @@ def fuse_mounts():
 
 
 def is_fuse_mounted(path):
-    return os.path.realpath(path) in fuse_mounts()
+    # realpath of the parent only: a stat of the mountpoint itself would wait for the daemon,
+    # which answers nothing until its check of the newest step ends (fs/steps/steps.c)
+    path = path.rstrip('/') or '/'
+    real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    return real in fuse_mounts()
 
 
 def _task_state(path):

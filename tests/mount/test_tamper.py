@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A chunk changed on disk is detected: reads fail with EIO (never wrong bytes), mmap readers get
 SIGBUS (never wrong bytes), `ckptctl STORE verify` exits 1 naming the file, and an untampered file
-in the same store still reads fine.
+in the same store still reads fine. A chunk of the newest step damaged at rest is found by the
+check every mount makes, which runs after the mount is up and before anything reads through it.
 
 Run: /usr/bin/python3 tests/mount/test_tamper.py
 """
@@ -15,6 +16,7 @@ import faulthandler  # noqa: E402
 import mmap  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import time  # noqa: E402
 import unittest  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
@@ -23,6 +25,7 @@ import ckfs  # noqa: E402
 from ckfs import content  # noqa: E402
 
 MiB = 1 << 20
+TRACKER = 'latest_checkpointed_iteration.txt'
 HEADER = 32         # chunk file header; the payload starts here
 
 
@@ -149,6 +152,93 @@ class TamperTest(unittest.TestCase):
         self.assertIsNotNone(err)
         self.assertEqual(err.errno, errno.EIO)
         m.unmount()
+
+
+class MountCheckTest(unittest.TestCase):
+    """Every mount re-hashes the newest complete step of each layout, which a resume reads first
+    (fs/steps/steps.c verify_newest); a damaged one leaves the namespace. The check runs on a
+    thread of its own that holds the daemon's lock from before the mount comes up until it ends
+    (start_checker): the mount returns at once, so a trainer's start overlaps the check, and
+    every request waits for it, so no reader ever sees the damaged step."""
+
+    DELAY_MS = 4000  # the check is held this long by CKPTFS_FAULT=mount-check@MS
+
+    def save(self, m, it):
+        d = m.path('iter_%07d' % it, 'mp_rank_00')
+        os.makedirs(d)
+        with open(os.path.join(d, 'model_optim_rng.pt'), 'wb') as f:
+            f.write(content('mount-check-%d' % it, 3 * MiB + it))
+        with open(m.path(TRACKER), 'w') as f:
+            f.write(str(it))
+
+    def damaged_store(self):
+        """A store of Megatron steps 2 and 4, unmounted, with one of step 4's own chunks
+        flipped at rest; returns its Mount, stopped."""
+        m = ckfs.Mount()
+        m.start()
+        self.save(m, 2)
+        m.unmount()
+        before = set(ckfs.chunk_files(m.store))
+        m.start()
+        self.save(m, 4)
+        self.assertEqual(ckfs.read_bytes(m.path(TRACKER)).strip(), b'4')
+        m.unmount()
+        sizes = ckfs.chunk_files(m.store)
+        mine = sorted(c for c in sizes if c not in before)
+        self.assertTrue(mine, 'step 4 added no chunk files')
+        target = max(mine, key=lambda c: sizes[c])
+        cpath = os.path.join(m.store, 'chunks', target)
+        off = HEADER + (sizes[target] - HEADER) // 2
+        with open(cpath, 'r+b') as f:
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 0x01]))
+        return m
+
+    def assert_resumes_on_2(self, m):
+        self.assertEqual(ckfs.read_bytes(m.path(TRACKER)).strip(), b'2', m.log_tail())
+        root = os.listdir(m.mnt)
+        self.assertIn('iter_0000002', root)
+        self.assertNotIn('iter_0000004', root, m.log_tail())
+        with open(m.path('.ckptfs', 'steps')) as f:
+            table = f.read()
+        row4 = [ln for ln in table.splitlines() if 'iter_0000004' in ln]
+        self.assertTrue(row4 and 'corrupt' in row4[0], 'step 4 in .ckptfs/steps: %s' % table)
+
+    def test_the_mount_returns_before_the_check_and_readers_wait_for_it(self):
+        m = self.damaged_store()
+        try:
+            m.env['CKPTFS_FAULT'] = 'mount-check@%d' % self.DELAY_MS
+            t0 = time.monotonic()
+            m.start()
+            t_mount = time.monotonic() - t0
+            self.assertLess(t_mount, self.DELAY_MS / 1000 - 1,
+                            'the mount waited for the check: %.2f s' % t_mount)
+            with open(m.path(TRACKER)) as f:
+                got = f.read()
+            t_read = time.monotonic() - t0
+            self.assertEqual(got.strip(), '2', m.log_tail())
+            self.assertGreater(t_read, self.DELAY_MS / 1000 - 0.2,
+                               'the tracker read did not wait for the check: %.2f s' % t_read)
+            self.assert_resumes_on_2(m)
+        finally:
+            m.close()
+
+    def test_a_daemon_killed_during_the_check_loses_nothing(self):
+        m = self.damaged_store()
+        try:
+            # held long enough for the test to find the daemon's pid, then killed
+            m.env['CKPTFS_FAULT'] = 'mount-check@1500,mount-check'
+            m.start()
+            self.assertTrue(m.wait_daemon_death(30), 'the daemon outlived its fault kill')
+            with open(os.path.join(m.store, 'ckptfs.log')) as f:
+                self.assertIn("at 'mount-check'", f.read())
+            del m.env['CKPTFS_FAULT']
+            m.start()
+            self.assert_resumes_on_2(m)
+        finally:
+            m.close()
 
 
 if __name__ == '__main__':
