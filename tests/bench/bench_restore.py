@@ -9,9 +9,19 @@ then, timed separately:
      `latest_checkpointed_iteration.txt` and torch.load the step it names (what Megatron's
      load_checkpoint does: read_metadata, then torch.load);
 and the same torch.load of the same bytes written directly to the backing disk, cold, in a
-fresh process, alternating which goes first. A benchmark, not a test: it prints figures.
+fresh process, alternating which goes first. Also end to end, what the user waits for: from the
+remount's start until the resuming process (started as soon as the mount returns) has exited
+with the weights loaded, its interpreter's start and `import torch` included, against the
+direct process's own start to exit. The mount's check of the newest step runs while that
+process starts (fs/steps/steps.c start_checker). A benchmark, not a test: it prints figures.
 
-Run: scripts/bench.sh --restore [--size-mib 2048] [--reps 3]   (root: drops the page cache)
+Before each cold phase the whole page cache is dropped: a restart on a fresh node. With
+--same-node only the checkpoint's bytes are evicted (the direct file and the store's chunk
+files, POSIX_FADV_DONTNEED) and the interpreter and torch's libraries stay cached, as when a
+crashed job restarts on the nodes it ran on.
+
+Run: scripts/bench.sh --restore [--size-mib 2048] [--reps 3] [--same-node]
+(root: drops the page cache)
 """
 
 import sys
@@ -68,41 +78,76 @@ else:
 
 
 def worker(mode, root, mib):
+    """Run WORKER in a fresh process; for a resume, its JSON with 'wall_s' (start to exit)."""
+    t = time.perf_counter()
     p = subprocess.run([PY, '-c', WORKER, mode, root, str(mib), HERE], capture_output=True,
                        text=True, timeout=1800)
+    wall = time.perf_counter() - t
     if p.returncode != 0:
         raise SystemExit('worker %s %s failed:\n%s' % (mode, root, p.stderr))
-    return json.loads(p.stdout) if mode == 'resume' else None
+    if mode != 'resume':
+        return None
+    r = json.loads(p.stdout)
+    r['wall_s'] = wall
+    return r
+
+
+def evict(paths):
+    """Drop the page cache of each file in paths (written back first)."""
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # a chunk file removed meanwhile
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def make_cold(same_node, direct_root, store):
+    if not same_node:
+        drop_caches()
+        return
+    files = [os.path.join(dp, n) for top in (direct_root, os.path.join(store, 'chunks'))
+             for dp, _, fn in os.walk(top) for n in fn]
+    evict(files)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--size-mib', type=int, default=2048)
     ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--same-node', action='store_true',
+                    help='evict only the checkpoint\'s bytes, not the libraries\'')
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit('bench_restore: run as root (it drops the page cache)')
     direct_root = tempfile.mkdtemp(prefix='ckptfs-bench-direct-', dir=ckfs.test_tmp_root())
-    rows = {'remount_s': [], 'resume_s': [], 'direct_load_s': []}
+    rows = {'remount_s': [], 'resume_s': [], 'direct_load_s': [], 'end_to_end_s': [],
+            'direct_wall_s': []}
     nbytes = 0
     try:
         worker('save', direct_root, a.size_mib)
         with ckfs.Mount() as m:
             worker('save', m.mnt, a.size_mib)
             for rep in range(a.reps):
-                m.kill_daemon()  # SIGKILL: the next mount recovers
-                drop_caches()
-                t = time.perf_counter()
-                m.start()
-                rows['remount_s'].append(time.perf_counter() - t)
                 order = ('direct', 'ckptfs') if rep % 2 == 0 else ('ckptfs', 'direct')
                 for which in order:
-                    drop_caches()
+                    make_cold(a.same_node, direct_root, m.store)
                     if which == 'direct':
                         r = worker('resume', direct_root, a.size_mib)
                         rows['direct_load_s'].append(r['resume_s'])
+                        rows['direct_wall_s'].append(r['wall_s'])
                     else:
-                        r = worker('resume', m.mnt, a.size_mib)
+                        m.kill_daemon()  # SIGKILL: the next mount recovers
+                        make_cold(a.same_node, direct_root, m.store)
+                        t = time.perf_counter()
+                        m.start()
+                        rows['remount_s'].append(time.perf_counter() - t)
+                        r = worker('resume', m.mnt, a.size_mib)  # at once, as a restart does
+                        rows['end_to_end_s'].append(time.perf_counter() - t)
                         rows['resume_s'].append(r['resume_s'])
                         nbytes = r['bytes']
                     if r['iteration'] != 100:
@@ -110,19 +155,27 @@ def main():
     finally:
         shutil.rmtree(direct_root, ignore_errors=True)
     print('restore after a crash: %d MiB of bf16 weights (%d tensor bytes), %d reps, '
-          'median (min-max)' % (a.size_mib, nbytes, a.reps))
+          'median (min-max), %s' % (a.size_mib, nbytes, a.reps,
+                                    'same node: only the checkpoint evicted' if a.same_node
+                                    else 'fresh node: page cache dropped'))
     print('| phase | seconds | GB/s of tensors |')
     print('|---|---:|---:|')
     for k, label in (('remount_s', 'remount after SIGKILL (recovery)'),
                      ('resume_s', 'tracker + torch.load through ckptfs, cold'),
-                     ('direct_load_s', 'torch.load from the disk directly, cold')):
+                     ('direct_load_s', 'torch.load from the disk directly, cold'),
+                     ('end_to_end_s', 'end to end: remount, then a fresh resuming process'),
+                     ('direct_wall_s', 'end to end: a fresh process loading directly')):
         v = rows[k]
-        rate = '' if k == 'remount_s' else '%.2f' % (nbytes / statistics.median(v) / 1e9)
+        rate = '%.2f' % (nbytes / statistics.median(v) / 1e9) if k in (
+            'resume_s', 'direct_load_s') else ''
         print('| %s | %.2f (%.2f-%.2f) | %s |' % (label, statistics.median(v), min(v), max(v),
                                                  rate))
     total = statistics.median(rows['remount_s']) + statistics.median(rows['resume_s'])
     print('crash to weights in memory: %.2f s (remount + resume), direct load alone %.2f s'
           % (total, statistics.median(rows['direct_load_s'])))
+    print('crash to weights, end to end (the process\'s start and import torch included): '
+          '%.2f s through ckptfs, %.2f s direct' % (statistics.median(rows['end_to_end_s']),
+                                                   statistics.median(rows['direct_wall_s'])))
 
 
 if __name__ == '__main__':
