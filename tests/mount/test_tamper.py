@@ -222,6 +222,12 @@ class MountCheckTest(unittest.TestCase):
             self.assertGreater(t_read, self.DELAY_MS / 1000 - 0.2,
                                'the tracker read did not wait for the check: %.2f s' % t_read)
             self.assert_resumes_on_2(m)
+            with open(os.path.join(m.store, 'ckptfs.log')) as f:
+                log = f.read()
+            # the log says why readers wait, and what the check found
+            self.assertIn("checking step 'iter_0000004'", log)
+            self.assertIn("checked step 'iter_0000004' in", log)
+            self.assertIn("damaged, set aside", log)
         finally:
             m.close()
 
