@@ -43,8 +43,8 @@ static const char *const points[] = {
 	"sweep-orphan",        /* repo.c: recovery/gc between deleting two orphan chunk files */
 	"node-show",           /* node.c: a step learnt global, the other nodes' files not shown */
 	"verify-listed",       /* ckptctl verify.c: chunks listed, files not yet (one snapshot) */
-	"mount-check",         /* steps.c: mounted, the newest step's check holds fs->mu, not
-				* begun */
+	"mount-check",         /* steps.c: the newest step's check holds fs->mu, not begun; the
+				* mount comes up meanwhile */
 };
 #define NPOINTS (sizeof(points) / sizeof(points[0]))
 
