@@ -57,7 +57,8 @@ struct ckpt_repo {
  * without REPO_CREATE (-ENOENT).
  * With REPO_EXCLUSIVE, a lock whose holder is gone or exiting (a daemon just SIGKILLed, whose
  * last thread still holds it for 1-2 s; a ckptctl reading) is waited for, up to 30 s, polling
- * every 20 ms; a live owner is refused at once.
+ * every 20 ms; a live owner is refused at once. Without it, on a mounted store, waits as long
+ * as the daemon's check of the newest step runs (ckpt_repo_check_lock), saying so on stderr.
  * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and a live process owns it, or
  * the wait ran out);
  * -EUCLEAN (REPO_CHECK and the index file is damaged);
@@ -66,6 +67,18 @@ struct ckpt_repo {
  */
 int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, char *err,
 		   size_t errcap, struct ckpt_repo **ret);
+
+/*
+ * ckpt_repo_check_lock - the daemon (REPO_EXCLUSIVE): lock STORE/check exclusively (flock(2);
+ * created 0600 if absent) for as long as the mount's check of the newest step runs after the
+ * mount is up (fs/steps/steps.c start_checker). ckpt_repo_open of a mounted store waits until
+ * it is unlocked, so what ckptctl reads is what the mount serves. Returns the lock's fd (>= 0),
+ * to give to ckpt_repo_check_unlock, or -errno: the check then runs with nothing waiting for it.
+ * Thread-safe: touches nothing in r but r->root.
+ */
+int ckpt_repo_check_lock(struct ckpt_repo *r);
+/* ckpt_repo_check_unlock - release (close) the lock fd ckpt_repo_check_lock returned; < 0: no-op. */
+void ckpt_repo_check_unlock(int fd);
 
 /*
  * ckpt_repo_set_clean - REPO_EXCLUSIVE only: mark (clean = true, durable) or unmark the store as

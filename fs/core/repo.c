@@ -223,6 +223,52 @@ static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char
 }
 
 /*
+ * A mounted store: wait while its daemon checks the newest step (ckpt_repo_check_lock), so
+ * that the index read next is the one the mount serves. No STORE/check (an older daemon), or
+ * any failure: read at once.
+ */
+static void repo_wait_check(struct ckpt_repo *r, const char *root)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	if (path_join(path, sizeof(path), root, "check") < 0 ||
+	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+		fprintf(stderr, "waiting for ckptfs (pid %d) to finish checking the newest step "
+			"of '%s' (%s/ckptfs.log says how far it is)\n", (int)r->owner_pid, root,
+			root);
+		while (flock(fd, LOCK_SH) < 0 && errno == EINTR)
+			;
+	}
+	close(fd); /* unlocks */
+}
+
+int ckpt_repo_check_lock(struct ckpt_repo *r)
+{
+	char path[PATH_MAX];
+	int fd, rc;
+
+	if ((rc = path_join(path, sizeof(path), r->root, "check")) < 0)
+		return rc;
+	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+void ckpt_repo_check_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
  * Open the lock file and lock it: exclusively with REPO_EXCLUSIVE, else shared; a store another
  * process holds exclusively (a mounted one) is then opened read-only (REPO_RDONLY added to
  * *flags, r->mounted set). Returns 0 or -errno with a message in err.
@@ -256,6 +302,7 @@ static int repo_lock(struct ckpt_repo *r, const char *root, int *flags, char *er
 		r->mounted = true;
 		r->owner_pid = read_owner(r->lock_fd);
 		*flags |= REPO_RDONLY;
+		repo_wait_check(r, root);
 	}
 	return 0;
 }

@@ -698,10 +698,18 @@ static void *checker_main(void *arg)
 	struct ckfs *fs = cs->fs;
 
 	pthread_mutex_lock(&fs->mu);
+	/* ckptctl waits on it as the mount's readers wait on fs->mu */
+	int lockfd = ckpt_repo_check_lock(fs->repo);
+
+	if (lockfd < 0)
+		ckpt_log("cannot lock '%s/check': %s; a ckptctl run during the check of the "
+			 "newest step may show it as before the check", fs->repo->root,
+			 strerror(-lockfd));
 	sem_post(&cs->held); /* cs lives on the starter's stack: not touched after this */
 	ckpt_fault("mount-check");
 	verify_newest(fs);
 	pthread_mutex_unlock(&fs->mu);
+	ckpt_repo_check_unlock(lockfd);
 	return NULL;
 }
 
@@ -710,7 +718,8 @@ static void *checker_main(void *arg)
  * the check ends: the mount comes up at once, and every request that reads the namespace or the
  * index waits on fs->mu until the damaged steps have left it, as when the check ran before the
  * mount. A trainer's start (interpreter, imports, process group: seconds, minutes on a big job)
- * overlaps the check instead of following it. If no thread can be started, checks here.
+ * overlaps the check instead of following it. It also holds STORE/check (ckpt_repo_check_lock),
+ * which ckptctl waits on. If no thread can be started, checks here.
  */
 static void start_checker(struct ckfs *fs)
 {

@@ -13,9 +13,11 @@ sys.dont_write_bytecode = True
 
 import errno  # noqa: E402
 import faulthandler  # noqa: E402
+import json  # noqa: E402
 import mmap  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
@@ -215,12 +217,24 @@ class MountCheckTest(unittest.TestCase):
             t_mount = time.monotonic() - t0
             self.assertLess(t_mount, self.DELAY_MS / 1000 - 1,
                             'the mount waited for the check: %.2f s' % t_mount)
+            # during the check, at once: ckptctl, which reads the index itself and waits on
+            # STORE/check, and a tracker read through the mount, which waits on the daemon
+            ctl = subprocess.Popen([ckfs.ckptctl_bin(), '--json', m.store, 'steps'],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             with open(m.path(TRACKER)) as f:
                 got = f.read()
             t_read = time.monotonic() - t0
+            out, err = ctl.communicate(timeout=60)
+            t_ctl = time.monotonic() - t0
             self.assertEqual(got.strip(), '2', m.log_tail())
             self.assertGreater(t_read, self.DELAY_MS / 1000 - 0.2,
                                'the tracker read did not wait for the check: %.2f s' % t_read)
+            self.assertEqual(ctl.returncode, 0, out + err)
+            self.assertGreater(t_ctl, self.DELAY_MS / 1000 - 0.2,
+                               'ckptctl steps did not wait for the check: %.2f s' % t_ctl)
+            self.assertIn('waiting for ckptfs', err)
+            states = {st['step']: st['state'] for st in json.loads(out)}
+            self.assertEqual(states, {2: 'complete', 4: 'corrupt'}, out)
             self.assert_resumes_on_2(m)
             with open(os.path.join(m.store, 'ckptfs.log')) as f:
                 log = f.read()
