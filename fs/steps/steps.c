@@ -643,18 +643,15 @@ static void verify_newest(struct ckfs *fs)
 			if (idx_step_newest(fs->ix, 1u << k, IDX_STEP_COMPLETE, &s) < 0 ||
 			    !s.dir_ino)
 				break;
-			struct timespec t0, t1;
-
 			/* a big step takes minutes: say why a reader of the mount waits */
 			ckpt_log("checking step '%s' (%" PRIu64 " files, %.1f MiB stored), the newest "
 				 "complete one; reads of the mount wait until the check ends",
 				 s.name, s.files, (double)s.stored_bytes / (1 << 20));
-			clock_gettime(CLOCK_MONOTONIC, &t0);
+			int64_t t0 = ckpt_mono_ns();
 			int bad = verify_tree(fs, s.dir_ino);
 
-			clock_gettime(CLOCK_MONOTONIC, &t1);
 			ckpt_log("checked step '%s' in %.2f s: %s%s", s.name,
-				 (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
+				 (double)(ckpt_mono_ns() - t0) / 1e9,
 				 bad == 0 ? "intact" : bad > 0 ? "damaged, set aside" :
 				 "not checked: ", bad < 0 ? strerror(-bad) : "");
 			if (bad <= 0)
