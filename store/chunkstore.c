@@ -376,6 +376,9 @@ static void ewma(_Atomic uint64_t *avg, uint64_t v)
 	atomic_store_explicit(avg, a ? a - a / 8 + v / 8 : v, memory_order_relaxed);
 }
 
+/* Chunk files at least this long (bytes) start their writeback as soon as they are written. */
+#define EARLY_WRITEBACK_MIN (64u << 10)
+
 /*
  * Write header + payload to a free file (invariant 10) or else a new temporary file in shard s
  * (store_chunk_write_file), start the writeback of what went through the page cache, and rename
@@ -404,10 +407,13 @@ static int publish(struct store *st, unsigned s, const char *path, const uint8_t
 	}
 	err = store_chunk_write_file(fd, hdr, payload, payload_len);
 	/* start writeback now so the disk works while the writer goes on; store_sync waits for it.
-	 * A swap replaces a durable copy: the new one must be durable before its name is. */
+	 * A small file is left to store_sync, which writes many of them in one plugged batch: one
+	 * disk request each here cost a small file's save 4% of the daemon's CPU (RESULTS.md,
+	 * "Small files"). A swap replaces a durable copy: the new one must be durable before its
+	 * name is. */
 	if (!err && swap && fdatasync(fd) < 0)
 		err = -errno;
-	else if (!err)
+	else if (!err && STORE_HDR_LEN + payload_len >= EARLY_WRITEBACK_MIN)
 		(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	if (close(fd) < 0 && !err)
 		err = errno == EINTR ? -EIO : -errno;
