@@ -119,7 +119,7 @@ struct ckfs {
  * fs_lock, fs_unlock - take and release fs->mu for a critical section whose index reads share one
  * read transaction (idx_hold): a path resolved in a FUSE request reads tens of rows, and each
  * read in a transaction of its own costs SQLite's WAL lock and unlock. A section entered with
- * fs_lock leaves with fs_unlock (or fs_reply_entry_tmo); it may drop fs->mu in the middle with
+ * fs_lock leaves with fs_unlock (or fs_reply_entry); it may drop fs->mu in the middle with
  * the plain calls, as sections entered with pthread_mutex_lock do.
  */
 static inline void fs_lock(struct ckfs *fs)

@@ -144,11 +144,8 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 	return 0;
 }
 
-/*
- * Reply an entry for ino whose name the kernel keeps for entry_tmo seconds (0: it asks again at
- * every path walk) and its attributes for ATTR_TIMEOUT; leaves fs_lock's section.
- */
-void fs_reply_entry_tmo(fuse_req_t req, struct ckfs *fs, uint64_t ino, double entry_tmo)
+/* Reply an entry for ino, its name and attributes kept ATTR_TIMEOUT; leaves fs_lock's section. */
+void fs_reply_entry(fuse_req_t req, struct ckfs *fs, uint64_t ino)
 {
 	struct fuse_entry_param e = { 0 };
 	int rc = fs_stat_locked(fs, ino, &e.attr);
@@ -159,10 +156,8 @@ void fs_reply_entry_tmo(fuse_req_t req, struct ckfs *fs, uint64_t ino, double en
 		return;
 	}
 	e.ino = ino;
-	/* a name that may change (a step directory's) is revalidated by a lookup, which brings
-	 * fresh attributes with it: their own timeout spares the GETATTR that would follow */
 	e.attr_timeout = ATTR_TIMEOUT;
-	e.entry_timeout = entry_tmo;
+	e.entry_timeout = ATTR_TIMEOUT;
 	ino_lookup_inc(fs, ino);
 	fs_unlock(fs);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
@@ -377,9 +372,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	/* a step directory's name may move to quarantine or get a kept version back at any time
-	 * (steps.c): the kernel asks again at every path walk rather than keep a stale dentry */
-	fs_reply_entry_tmo(req, fs, ino, step_dir ? 0.0 : ATTR_TIMEOUT);
+	/* a step directory's name may move to quarantine, leave with retention or get a kept
+	 * version back at any time (steps.c): the kernel keeps it ATTR_TIMEOUT as any name, and
+	 * the step engine makes it forget such a name as soon as it moves (steps_inval_queue) */
+	fs_reply_entry(req, fs, ino);
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -27,7 +27,7 @@
 
 static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
 {
-	fs_reply_entry_tmo(req, fs, ino, ATTR_TIMEOUT);
+	fs_reply_entry(req, fs, ino);
 }
 
 /*
@@ -122,16 +122,13 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	bool step_dir = steps_dir_name(fs, parent, name);
-
 	if (S_ISDIR(mode) && fs_shared_step_dir(fs, parent, name)) {
 		/* the other nodes' ranks may look it up as soon as this returns (node_dir.c) */
 		fs_unlock(fs);
 		node_dir_publish(fs, name, mode & 07777);
 		fs_lock(fs);
 	}
-	/* a step directory's entry is not cached by the kernel (op_lookup) */
-	fs_reply_entry_tmo(req, fs, ino, step_dir ? 0.0 : ATTR_TIMEOUT);
+	fs_reply_entry(req, fs, ino);
 }
 
 /*

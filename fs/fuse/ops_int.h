@@ -55,13 +55,14 @@ bool fs_in_meta(struct ckfs *fs, uint64_t ino);
 int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st);
 
 /*
- * fs_reply_entry_tmo - reply an entry for ino: the kernel keeps the name for entry_tmo seconds
- * (0: revalidated by a lookup at every path walk) and the attributes for ATTR_TIMEOUT. Takes one
+ * fs_reply_entry - reply an entry for ino: the kernel keeps the name and the attributes for
+ * ATTR_TIMEOUT seconds (a name the daemon moves behind the kernel's back, a step directory's,
+ * is forgotten sooner: steps_inval_queue). Takes one
  * kernel lookup reference (ino_lookup_inc; given back if the reply finds the request
  * interrupted). Called inside an fs_lock section; returns with it left (fs_unlock). On a stat
  * failure replies its errno instead.
  */
-void fs_reply_entry_tmo(fuse_req_t req, struct ckfs *fs, uint64_t ino, double entry_tmo);
+void fs_reply_entry(fuse_req_t req, struct ckfs *fs, uint64_t ino);
 
 /* fs_check_name - a name a dentry may have: 0, -ENOENT (empty) or -ENAMETOOLONG (over
  * NAME_MAX bytes). Pure. */

@@ -468,10 +468,9 @@ void steps_settle_now(struct ckfs *fs)
 	if (fs->layout < 0 || !fs->steps_rt)
 		return;
 	n = orphaned_steps(fs, ids, sizeof(ids) / sizeof(ids[0]));
+	/* what leaves the namespace, the reaper tells the kernel (steps_inval_queue) */
 	for (size_t i = 0; i < n; i++)
 		steps_evaluate(fs, ids[i], true, false, true);
-	if (n && fs->ninval)
-		pthread_cond_signal(&fs->reaper_cv); /* it tells the kernel what left the namespace */
 }
 
 static void *reaper_main(void *arg)

@@ -86,8 +86,9 @@ void steps_rt_drop(struct ckfs *fs, int64_t id);
 int steps_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap);
 
 /*
- * steps_inval_queue - queue parent/name for the kernel to forget (fs_flush_inval). Dropped
- * silently on ENOMEM (the kernel forgets it by itself later). fs->mu held.
+ * steps_inval_queue - queue parent/name for the kernel to forget (fs_flush_inval) and wake the
+ * reaper, which sends it as soon as fs->mu is free. Dropped silently on ENOMEM (the kernel
+ * forgets it by itself within its entry timeout, ATTR_TIMEOUT). fs->mu held.
  */
 void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name);
 

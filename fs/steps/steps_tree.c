@@ -55,8 +55,10 @@ int steps_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
 	return 0;
 }
 
-/* Queue parent/name for fs_flush_inval. fs->mu held. Dropped silently on ENOMEM (the kernel
- * then forgets it by itself later, under memory pressure or at unmount). */
+/* Queue parent/name for fs_flush_inval and wake the reaper, which sends it once fs->mu is let go
+ * (a request's own thread cannot: the kernel may hold parent's lock for that very request).
+ * fs->mu held. Dropped silently on ENOMEM (the kernel then forgets it by itself, within its
+ * ATTR_TIMEOUT entry timeout). */
 void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 {
 	if (ckpt_grow(&fs->inval, &fs->capinval, fs->ninval, sizeof(*fs->inval)) < 0)
@@ -64,6 +66,7 @@ void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 	fs->inval[fs->ninval].parent = parent;
 	snprintf(fs->inval[fs->ninval].name, sizeof(fs->inval[0].name), "%s", name);
 	fs->ninval++;
+	pthread_cond_signal(&fs->reaper_cv);
 }
 
 void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n)

@@ -15,6 +15,10 @@ LockTest: a mount while the previous owner of STORE is exiting (its leader a zom
 still holding STORE/lock) or while a reader holds it shared waits for the lock; a live owner is
 refused at once, by pid.
 
+CachedStepDirTest: the kernel caches a step directory's name as any other; a step set aside
+after its writer was killed, or removed by retention, becomes unreachable through the cached
+name at once (the daemon tells the kernel), not when the entry times out.
+
 Environment: CKPTFS_CRASH_ROUNDS (default 3), CKPTFS_SEED (default 1234).
 Run: /usr/bin/python3 tests/mount/test_crash.py
 """
@@ -417,6 +421,99 @@ class LockTest(unittest.TestCase):
             finally:
                 p.kill()
                 p.wait()
+        finally:
+            m.close()
+
+
+
+STEP_WRITER = r"""
+import os, sys, time
+d = os.path.join(sys.argv[1], 'iter_0000004', 'mp_rank_00')
+os.makedirs(d)
+f = open(os.path.join(d, 'model_optim_rng.pt'), 'wb')
+f.write(b'half of a step' * 4096)
+f.flush()
+print('ready', flush=True)
+time.sleep(120)
+"""
+
+
+class CachedStepDirTest(unittest.TestCase):
+    """The kernel keeps a step directory's name as long as any other (ATTR_TIMEOUT, 1 s, in
+    fs/fuse/ops_int.h) instead of asking the daemon at every path walk. When the step engine
+    moves or removes a step behind the kernel's back, it tells the kernel to forget the name at
+    once (fs/steps/steps_tree.c steps_inval_queue, sent by the reaper): a process that walked into
+    the step a moment before cannot reach it through its cached name afterwards. Checked well
+    inside the entry timeout, so the name is gone because the kernel was told, not because it
+    expired."""
+
+    PROMPT = 0.5  # seconds: under the 1 s entry timeout
+
+    TRACKER = 'latest_checkpointed_iteration.txt'
+
+    def save(self, m, it, before_tracker=lambda: None):
+        d = m.path('iter_%07d' % it, 'mp_rank_00')
+        os.makedirs(d)
+        with open(os.path.join(d, 'model_optim_rng.pt'), 'wb') as f:
+            f.write(ckfs.content('cached-%d' % it, 64 * 1024 + it))
+        before_tracker()
+        with open(m.path(self.TRACKER), 'w') as f:
+            f.write(str(it))
+
+    def wait_gone(self, m, rel, since):
+        """Seconds from since until rel no longer exists through the mount (10 s at most)."""
+        path = m.path(rel)
+        while os.path.exists(path):
+            self.assertLess(time.monotonic() - since, 10, '%s never left the namespace: %s'
+                            % (rel, m.log_tail()))
+            time.sleep(0.005)
+        return time.monotonic() - since
+
+    def test_a_killed_writers_step_leaves_the_kernels_cache_at_once(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            self.save(m, 2)
+            p = subprocess.Popen([sys.executable, '-c', STEP_WRITER, m.mnt],
+                                 stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(p.stdout.readline().strip(), 'ready')
+                inner = m.path('iter_0000004', 'mp_rank_00', 'model_optim_rng.pt')
+                self.assertTrue(os.path.isfile(inner))  # the kernel caches the names now
+                p.kill()
+                t_kill = time.monotonic()
+                p.wait()
+            finally:
+                p.kill()
+                p.wait()
+                p.stdout.close()
+            took = self.wait_gone(m, 'iter_0000004', t_kill)
+            self.assertLess(took, self.PROMPT, 'the torn step stayed reachable %.2f s after '
+                            'its writer was killed: the kernel was not told' % took)
+            with self.assertRaises(FileNotFoundError):
+                open(inner, 'rb').close()
+            self.assertEqual(ckfs.read_bytes(m.path(self.TRACKER)).strip(), b'2')
+            q = os.listdir(m.path('.ckptfs', 'quarantine'))
+            self.assertTrue(any('iter_0000004' in n for n in q), q)
+        finally:
+            m.close()
+
+    def test_a_step_retention_removes_leaves_the_kernels_cache_at_once(self):
+        m = ckfs.Mount(opts=('keep_checkpoint_max=1',))
+        try:
+            m.start()
+            self.save(m, 2)
+            old = m.path('iter_0000002', 'mp_rank_00', 'model_optim_rng.pt')
+            # step 2's names cached by the kernel just before step 4 completes, upon which
+            # retention removes step 2
+            self.save(m, 4, lambda: self.assertTrue(os.path.isfile(old)))
+            t0 = time.monotonic()
+            self.assertEqual(ckfs.read_bytes(m.path(self.TRACKER)).strip(), b'4')
+            took = self.wait_gone(m, 'iter_0000002', t0)
+            self.assertLess(took, self.PROMPT, 'step 2 stayed reachable %.2f s after retention '
+                            'removed it: the kernel was not told' % took)
+            with self.assertRaises(FileNotFoundError):
+                open(old, 'rb').close()
         finally:
             m.close()
 
