@@ -894,10 +894,13 @@ void idx_close(struct idx *ix)
 /* ---- transactions ---- */
 
 /*
- * Set synchronous back to FULL after a lazy transaction. Outside any transaction (SQLite
- * refuses to change it inside one). On failure sync_normal stays set and idx_begin retries.
- * The pragmas are prepared afresh each time, not kept in ix->st: SQLite applies a
- * PRAGMA synchronous while preparing it, so a kept statement's first step would do nothing.
+ * Set synchronous back to FULL after lazy transactions, before a transaction that must be
+ * durable at its commit. Outside any transaction (SQLite refuses to change it inside one). On
+ * failure sync_normal stays set and the next idx_begin retries. NORMAL stays set from one lazy
+ * transaction to the next: a small file's create and commit are two lazy transactions, and two
+ * pragmas around each cost 2.5% of the daemon's CPU (RESULTS.md, "Small files"). The pragmas
+ * are prepared afresh each time, not kept in ix->st: SQLite applies a PRAGMA synchronous while
+ * preparing it, so a kept statement's first step would do nothing.
  */
 static int ix_sync_full(struct idx *ix)
 {
@@ -930,12 +933,12 @@ int idx_begin_lazy(struct idx *ix)
 	if (ix->rdonly)
 		return -EROFS;
 	ix_read_close(ix);
-	ix->sync_normal = true;
-	if ((rc = ix_exec_const(ix, "PRAGMA synchronous = NORMAL")) == 0 &&
-	    (rc = ix_run(ix, ix_stmt(ix, IX_BEGIN))) == 0)
-		return 0;
-	(void)ix_sync_full(ix);
-	return rc;
+	if (!ix->sync_normal) {
+		ix->sync_normal = true; /* set before: a pragma that fails may have been applied */
+		if ((rc = ix_exec_const(ix, "PRAGMA synchronous = NORMAL")) < 0)
+			return rc;
+	}
+	return ix_run(ix, ix_stmt(ix, IX_BEGIN));
 }
 
 int idx_sync(struct idx *ix)
@@ -947,11 +950,7 @@ int idx_sync(struct idx *ix)
 
 int idx_commit(struct idx *ix)
 {
-	int rc = ix_run(ix, ix_stmt(ix, IX_COMMIT));
-
-	if (rc == 0)
-		(void)ix_sync_full(ix);
-	return rc;
+	return ix_run(ix, ix_stmt(ix, IX_COMMIT));
 }
 
 void idx_hold(struct idx *ix)
@@ -971,6 +970,4 @@ void idx_rollback(struct idx *ix)
 	ix->in_read = false; /* a held read transaction ends with the rollback too */
 	if (!sqlite3_get_autocommit(ix->db))
 		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
-	if (sqlite3_get_autocommit(ix->db))
-		(void)ix_sync_full(ix);
 }

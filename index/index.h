@@ -156,14 +156,15 @@ void idx_rollback(struct idx *ix);
 
 /*
  * idx_begin_lazy - idx_begin for a transaction whose commit does not wait for the disk
- * (synchronous=NORMAL for it: its WAL frames are written, not synced; FULL is set back when it
- * commits or rolls back). After a process crash it is there as any commit is (the frames are in
- * the page cache); after a power loss or a kernel crash it may be gone, with every lazy commit
- * after it, and the database is consistent either way (sqlite.org/pragma.html#pragma_synchronous,
- * WAL mode). It becomes durable with the next idx_commit of an idx_begin transaction (one WAL
- * sync covers every frame before it). For changes whose loss recovery already handles, such as
- * a created file not yet closed (idx_recover). Same returns and thread-safety as idx_begin. If
- * FULL cannot be set back, the next idx_begin sets it before beginning, and fails if it cannot.
+ * (synchronous=NORMAL for it: its WAL frames are written, not synced; NORMAL stays set for the lazy
+ * transactions that follow, and the next idx_begin sets FULL back). After a process crash it is
+ * there as any commit is (the frames are in the page cache); after a power loss or a kernel crash
+ * it may be gone, with every lazy commit after it, and the database is consistent either way
+ * (sqlite.org/pragma.html#pragma_synchronous, WAL mode). It becomes durable with the next
+ * idx_commit of an idx_begin transaction (one WAL sync covers every frame before it). For changes
+ * whose loss recovery already handles, such as a created file not yet closed (idx_recover). Same
+ * returns and thread-safety as idx_begin. If FULL cannot be set back, idx_begin fails rather than
+ * begin a transaction that would not be durable.
  */
 int idx_begin_lazy(struct idx *ix);
 

@@ -131,8 +131,8 @@ enum ix_stmt {
 struct idx {
 	sqlite3 *db;
 	bool rdonly;
-	bool sync_normal; /* synchronous=NORMAL may be set: a lazy transaction (idx_begin_lazy) is
-			   * open, or setting FULL back after one failed */
+	bool sync_normal; /* synchronous=NORMAL may be set: since the last lazy transaction
+			   * (idx_begin_lazy); idx_begin sets FULL back (ix_sync_full) */
 	int hold;         /* idx_hold depth: > 0 keeps one read transaction across read calls */
 	bool in_read;     /* a deferred transaction opened by ix_step for a hold is open */
 	int wal_fd;       /* the WAL file, read-only, for idx_sync; -1 on a read-only handle */

@@ -807,6 +807,11 @@ int idx_repair(struct idx *ix, const struct idx_repair_ops *ops, struct idx_repa
 
 	if (ix->rdonly)
 		return -EROFS;
+	if (ix->sync_normal) { /* after lazy transactions: the repair's commit is durable on return */
+		if ((r = ix_exec(ix, "PRAGMA synchronous = FULL")) < 0)
+			return r;
+		ix->sync_normal = false;
+	}
 	if ((r = ix_exec(ix, "PRAGMA foreign_keys = OFF")) < 0)
 		return r;
 	if ((r = ix_exec(ix, "BEGIN IMMEDIATE")) < 0)
