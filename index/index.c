@@ -968,6 +968,7 @@ void idx_unhold(struct idx *ix)
 void idx_rollback(struct idx *ix)
 {
 	ix->in_read = false; /* a held read transaction ends with the rollback too */
+	ix_pcache_clear(ix); /* it may hold what the transaction changed */
 	if (!sqlite3_get_autocommit(ix->db))
 		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
 }

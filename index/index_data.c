@@ -436,6 +436,7 @@ static int ix_recover(struct idx *ix, idx_release_fn release, void *arg)
 	int r;
 
 	/* files created but never committed were not durable: unname them, then delete them */
+	ix_pcache_clear(ix);
 	if ((r = ix_run(ix, ix_stmt(ix, IX_RECOVER_UNCOMMITTED_DENTRIES))) < 0 ||
 	    (r = ix_run(ix, ix_stmt(ix, IX_RECOVER_UNCOMMITTED_INODES))) < 0)
 		goto out;

@@ -14,6 +14,7 @@
 #ifndef CKPTFS_INDEX_INT_H
 #define CKPTFS_INDEX_INT_H
 
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -128,6 +129,23 @@ enum ix_stmt {
 	IX__COUNT
 };
 
+/*
+ * The first dentry (parent, name) of recently asked inodes, for idx_dentry_parent and idx_path:
+ * a small file's save asks for its path from the create, the flush and the commit, three
+ * statements each (RESULTS.md, "Small files"). IX_PCACHE slots, by ino modulo IX_PCACHE; only
+ * on a read-write handle, the database's one writer (the store's lock), so only its own changes
+ * can make a slot stale: a dentry removed or moved (idx_dentry_remove, idx_dentry_move),
+ * recovery (ix_recover), a repair (idx_repair) and a rollback empty the cache (ix_pcache_clear).
+ * A dentry added changes no slot: cookies only grow, and a slot holds the first one.
+ */
+#define IX_PCACHE 64
+struct ix_pent {
+	uint64_t ino; /* 0: an empty slot */
+	uint64_t parent;
+	size_t len;
+	char name[NAME_MAX];
+};
+
 struct idx {
 	sqlite3 *db;
 	bool rdonly;
@@ -137,7 +155,11 @@ struct idx {
 	bool in_read;     /* a deferred transaction opened by ix_step for a hold is open */
 	int wal_fd;       /* the WAL file, read-only, for idx_sync; -1 on a read-only handle */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
+	struct ix_pent pc[IX_PCACHE]; /* dentry parents, read-write handles only (above) */
 };
+
+/* ix_pcache_clear - empty ix's cache of dentry parents. */
+void ix_pcache_clear(struct idx *ix);
 
 /* ix_err - convert the SQLite result code rc (primary or extended, != OK/ROW/DONE) to -errno. */
 int ix_err(struct idx *ix, int rc);

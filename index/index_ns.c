@@ -200,14 +200,46 @@ int idx_dentry_add(struct idx *ix, uint64_t parent, const char *name, uint64_t i
 	return ix_update(ix, IX_DENTRY_ADD, 0, "ini", (int64_t)parent, name, (int64_t)ino);
 }
 
+/* ---- the cache of dentry parents (struct ix_pent, index_int.h) ---- */
+
+void ix_pcache_clear(struct idx *ix)
+{
+	for (size_t i = 0; i < IX_PCACHE; i++)
+		ix->pc[i].ino = 0;
+}
+
+/* ino's slot when it holds ino, else NULL. */
+static const struct ix_pent *pc_get(const struct idx *ix, uint64_t ino)
+{
+	const struct ix_pent *e = &ix->pc[ino % IX_PCACHE];
+
+	return e->ino == ino ? e : NULL;
+}
+
+/* Keep ino's first dentry in its slot (nothing on a read-only handle or for a long name). */
+static void pc_put(struct idx *ix, uint64_t ino, uint64_t parent, const void *name, size_t len)
+{
+	struct ix_pent *e = &ix->pc[ino % IX_PCACHE];
+
+	if (ix->rdonly || len > sizeof(e->name))
+		return;
+	e->ino = ino;
+	e->parent = parent;
+	e->len = len;
+	if (len)
+		memcpy(e->name, name, len);
+}
+
 int idx_dentry_remove(struct idx *ix, uint64_t parent, const char *name)
 {
+	ix_pcache_clear(ix);
 	return ix_update(ix, IX_DENTRY_REMOVE, -ENOENT, "in", (int64_t)parent, name);
 }
 
 int idx_dentry_move(struct idx *ix, uint64_t oldparent, const char *oldname, uint64_t newparent,
 		    const char *newname)
 {
+	ix_pcache_clear(ix);
 	/* an existing target fails UNIQUE(parent, name): -EEXIST */
 	return ix_update(ix, IX_DENTRY_MOVE, -ENOENT, "inin", (int64_t)oldparent, oldname,
 			 (int64_t)newparent, newname);
@@ -219,15 +251,23 @@ int idx_dentry_parent(struct idx *ix, uint64_t ino, uint64_t *ret_parent, char *
 	sqlite3_stmt *st;
 	int r;
 
+	const struct ix_pent *e;
+
 	if (ino == IDX_ROOT_INO) {
 		ix_copy_out(name_buf, cap, "", 0);
 		*ret_parent = IDX_ROOT_INO;
+		return 0;
+	}
+	if ((e = pc_get(ix, ino))) {
+		ix_copy_out(name_buf, cap, e->name, e->len);
+		*ret_parent = e->parent;
 		return 0;
 	}
 	if ((r = ix_row(ix, IX_DENTRY_PARENT, &st, "i", (int64_t)ino)) < 0)
 		return r;
 	ix_copy_out(name_buf, cap, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
 	*ret_parent = (uint64_t)sqlite3_column_int64(st, 0);
+	pc_put(ix, ino, *ret_parent, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
 	ix_done(st);
 	return 0;
 }
@@ -332,12 +372,26 @@ int idx_path(struct idx *ix, uint64_t ino, char *buf, size_t cap)
 			r = -ELOOP;
 			goto out;
 		}
-		if ((r = ix_row(ix, IX_DENTRY_PARENT, &st, "i", (int64_t)cur)) < 0)
-			goto out;
-		r = ix_prepend(&path, &pcap, &used, sqlite3_column_blob(st, 1),
-			       (size_t)sqlite3_column_bytes(st, 1));
-		cur = (uint64_t)sqlite3_column_int64(st, 0);
-		ix_done(st);
+		const struct ix_pent *e = pc_get(ix, cur);
+
+		if (e) {
+			r = ix_prepend(&path, &pcap, &used, e->name, e->len);
+			cur = e->parent;
+		} else {
+			const void *name;
+			size_t len;
+			uint64_t up;
+
+			if ((r = ix_row(ix, IX_DENTRY_PARENT, &st, "i", (int64_t)cur)) < 0)
+				goto out;
+			name = sqlite3_column_blob(st, 1);
+			len = (size_t)sqlite3_column_bytes(st, 1);
+			up = (uint64_t)sqlite3_column_int64(st, 0);
+			r = ix_prepend(&path, &pcap, &used, name, len);
+			pc_put(ix, cur, up, name, len);
+			cur = up;
+			ix_done(st);
+		}
 		if (r < 0)
 			goto out;
 	}

@@ -807,6 +807,8 @@ int idx_repair(struct idx *ix, const struct idx_repair_ops *ops, struct idx_repa
 
 	if (ix->rdonly)
 		return -EROFS;
+	ix_pcache_clear(ix); /* the repair renames and drops dentries with SQL of its own; again
+			      * at its end */
 	if (ix->sync_normal) { /* after lazy transactions: the repair's commit is durable on return */
 		if ((r = ix_exec(ix, "PRAGMA synchronous = FULL")) < 0)
 			return r;
@@ -866,6 +868,7 @@ int idx_repair(struct idx *ix, const struct idx_repair_ops *ops, struct idx_repa
 	if (r < 0)
 		sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);
 out:
+	ix_pcache_clear(ix);
 	sqlite3_exec(ix->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
 	if (r == 0 && ret)
 		*ret = s;

@@ -408,6 +408,56 @@ Test(ns, parent_and_path, .init = setup_open, .fini = teardown)
 	cr_assert_eq(idx_path(ix, f, buf, sizeof(buf)), -ENOENT, "rolled back");
 }
 
+/* idx_path and idx_dentry_parent keep recent answers (struct ix_pent): a move, a removal or a
+ * rollback must never leave one stale */
+Test(ns, path_follows_moves_removals_and_rollbacks, .init = setup_open, .fini = teardown)
+{
+	uint64_t d, e, f, q, p = 0;
+	char buf[80];
+
+	cr_assert_eq(idx_begin(ix), 0);
+	q = new_inode(IDX_ROOT_INO, "q", S_IFDIR | 0755);
+	d = new_inode(IDX_ROOT_INO, "iter_0000100", S_IFDIR | 0755);
+	e = new_inode(d, "mp_rank_00", S_IFDIR | 0755);
+	f = new_file(e, "model_optim_rng.pt");
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_path(ix, f, buf, sizeof(buf)), 43);
+	cr_assert_str_eq(buf, "/iter_0000100/mp_rank_00/model_optim_rng.pt");
+
+	/* the step directory set aside, as quarantine does (steps_move_to_quarantine) */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_move(ix, IDX_ROOT_INO, "iter_0000100", q, "iter_0000100.1"), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_path(ix, f, buf, sizeof(buf)), 47);
+	cr_assert_str_eq(buf, "/q/iter_0000100.1/mp_rank_00/model_optim_rng.pt");
+	cr_assert_eq(idx_dentry_parent(ix, d, &p, buf, sizeof(buf)), 0);
+	cr_assert_eq(p, q);
+	cr_assert_str_eq(buf, "iter_0000100.1");
+
+	/* a second link, then the first one removed: the file's first dentry is the second */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_add(ix, IDX_ROOT_INO, "hard", f), 0);
+	cr_assert_eq(idx_dentry_parent(ix, f, &p, buf, sizeof(buf)), 0);
+	cr_assert_eq(p, e, "the first dentry still");
+	cr_assert_eq(idx_dentry_remove(ix, e, "model_optim_rng.pt"), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_dentry_parent(ix, f, &p, buf, sizeof(buf)), 0);
+	cr_assert_eq(p, IDX_ROOT_INO);
+	cr_assert_str_eq(buf, "hard");
+	cr_assert_eq(idx_path(ix, f, buf, sizeof(buf)), 5);
+	cr_assert_str_eq(buf, "/hard");
+
+	/* a move seen inside its transaction, then rolled back */
+	cr_assert_eq(idx_path(ix, e, buf, sizeof(buf)), 28);
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_move(ix, IDX_ROOT_INO, "q", IDX_ROOT_INO, "r"), 0);
+	cr_assert_eq(idx_path(ix, e, buf, sizeof(buf)), 28);
+	cr_assert_str_eq(buf, "/r/iter_0000100.1/mp_rank_00");
+	idx_rollback(ix);
+	cr_assert_eq(idx_path(ix, e, buf, sizeof(buf)), 28);
+	cr_assert_str_eq(buf, "/q/iter_0000100.1/mp_rank_00");
+}
+
 Test(ns, inode_update_delete_symlink, .init = setup_open, .fini = teardown)
 {
 	struct idx_inode a, b;
