@@ -670,6 +670,22 @@ class SmallFilesTest(unittest.TestCase):
             m.remount()
             self.check_files(d, 'small')
 
+    def test_a_small_file_in_a_step_costs_seven_requests(self):
+        """Python's open(path, 'wb') + write + close of a file in a step directory: GETATTR of
+        the parent (a create makes the kernel's copy of its attributes stale), LOOKUP of the new
+        name, CREATE, IOCTL (io.open asks isatty(); FUSE forwards it, libfuse answers ENOSYS),
+        WRITE, FLUSH, RELEASE, each a reply the daemon writes (writev). Before: 8, with the step
+        directory's LOOKUP at every path walk (entry timeout 0); the kernel now keeps its name
+        1 s, as any name's (fs/fuse/ops.c op_lookup), and one LOOKUP a second remains."""
+        with ckfs.Mount() as m:
+            d = m.path('iter_0000001', 'mp_rank_00')
+            os.makedirs(d)
+            self.write_files(d, 'warm')
+
+            n = strace_counts(m.pid, lambda: self.write_files(d, 'small'), ['writev'])
+            self.assertGreaterEqual(n['writev'], 6 * self.N, n)  # the count is real
+            self.assertLessEqual(n['writev'], 7 * self.N + self.N // 10, n)
+
     def test_files_closed_together_share_their_syncs(self):
         """N files written, then closed in one burst (as a DCP save's ranks close their shards):
         a close only queues its commit, so most of them wait for the committer together and
