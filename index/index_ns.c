@@ -213,7 +213,7 @@ static const struct ix_pent *pc_get(const struct idx *ix, uint64_t ino)
 {
 	const struct ix_pent *e = &ix->pc[ino % IX_PCACHE];
 
-	return e->ino == ino ? e : NULL;
+	return ino && e->ino == ino ? e : NULL; /* 0 marks an empty slot, never a match */
 }
 
 /* Keep ino's first dentry in its slot (nothing on a read-only handle or for a long name). */
@@ -221,7 +221,7 @@ static void pc_put(struct idx *ix, uint64_t ino, uint64_t parent, const void *na
 {
 	struct ix_pent *e = &ix->pc[ino % IX_PCACHE];
 
-	if (ix->rdonly || len > sizeof(e->name))
+	if (ix->rdonly || ino == 0 || len > sizeof(e->name))
 		return;
 	e->ino = ino;
 	e->parent = parent;
@@ -248,10 +248,9 @@ int idx_dentry_move(struct idx *ix, uint64_t oldparent, const char *oldname, uin
 int idx_dentry_parent(struct idx *ix, uint64_t ino, uint64_t *ret_parent, char *name_buf,
 		      size_t cap)
 {
+	const struct ix_pent *e;
 	sqlite3_stmt *st;
 	int r;
-
-	const struct ix_pent *e;
 
 	if (ino == IDX_ROOT_INO) {
 		ix_copy_out(name_buf, cap, "", 0);

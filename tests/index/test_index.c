@@ -423,6 +423,9 @@ Test(ns, path_follows_moves_removals_and_rollbacks, .init = setup_open, .fini = 
 	cr_assert_eq(idx_commit(ix), 0);
 	cr_assert_eq(idx_path(ix, f, buf, sizeof(buf)), 43);
 	cr_assert_str_eq(buf, "/iter_0000100/mp_rank_00/model_optim_rng.pt");
+	p = 77;
+	cr_assert_eq(idx_dentry_parent(ix, 0, &p, buf, sizeof(buf)), -ENOENT, "no inode 0");
+	cr_assert_eq(p, 77);
 
 	/* the step directory set aside, as quarantine does (steps_move_to_quarantine) */
 	cr_assert_eq(idx_begin(ix), 0);
