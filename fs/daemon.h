@@ -99,6 +99,7 @@ struct ckfs {
 	bool checker_started;
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
 	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
+	pthread_mutex_t inval_mu; /* fs_flush_inval: one sender at a time, before fs->mu */
 	/* Upcalls from a lower layer to a higher one, set once before the session starts (the
 	 * FUSE layer wires them; NULL: nothing to tell): the write path's committer tells the step
 	 * engine of a committed file (steps_on_commit), the step engine asks the FUSE layer to send

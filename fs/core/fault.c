@@ -45,6 +45,9 @@ static const char *const points[] = {
 	"verify-listed",       /* ckptctl verify.c: chunks listed, files not yet (one snapshot) */
 	"mount-check",         /* steps.c: the newest step's check holds fs->mu, not begun; the
 				* mount comes up meanwhile */
+	"inval-send",          /* daemon.c: names the kernel must forget taken, not yet sent */
+	"tracker-flush",       /* ops_file.c: a tracker's content read for a reader, the names
+				* it moved not yet sent */
 };
 #define NPOINTS (sizeof(points) / sizeof(points[0]))
 

@@ -19,12 +19,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fuse_lowlevel.h>
 
 #include "ckptfs_config.h"
 #include "fs/fuse/fuse_int.h"
+#include "fs/fuse/ops_int.h"
 #include "fs/policy/layout.h"
 
 struct cfg {
@@ -324,13 +326,26 @@ void fs_tune_read_ahead(struct ckfs *fs)
 
 void fs_flush_inval(struct ckfs *fs)
 {
+	struct timespec until;
 	struct inval *v;
 	size_t n;
 
+	/* Held from the take to the last send: a caller returns only once every name queued
+	 * before its call is sent, by itself or by the thread that took it first (the reaper).
+	 * Waited for at most the entry timeout: a name the kernel cached before it was queued has
+	 * expired by then whoever sends it, and a request thread never waits on a send that waits
+	 * on a directory lock held by a request no free thread is left to answer. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)ATTR_TIMEOUT;
+	if (pthread_mutex_timedlock(&fs->inval_mu, &until) != 0)
+		return;
 	steps_take_inval(fs, &v, &n);
+	if (n)
+		ckpt_fault("inval-send");
 	for (size_t i = 0; fs->se && i < n; i++)
 		fuse_lowlevel_notify_inval_entry(fs->se, v[i].parent, v[i].name,
 						 strlen(v[i].name)); /* -ENOENT: not cached */
+	pthread_mutex_unlock(&fs->inval_mu);
 	free(v);
 }
 
@@ -621,6 +636,7 @@ static void teardown(struct ckfs *fs, int ret)
 	pins_free(fs->pins);
 	if (fs->staging_dirfd >= 0)
 		close(fs->staging_dirfd);
+	pthread_mutex_destroy(&fs->inval_mu);
 	pthread_mutex_destroy(&fs->mu);
 }
 
@@ -636,6 +652,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES); /* fails only for an invalid value */
 
 	pthread_mutex_init(&fs.mu, NULL);
+	pthread_mutex_init(&fs.inval_mu, NULL);
 	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0)
 		goto out;
 	/* before the mount: a port in use fails the start with nothing mounted */

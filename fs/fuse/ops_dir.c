@@ -528,11 +528,19 @@ void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct idx_inode a;
 	int rc;
 
-	pthread_mutex_lock(&fs->mu);
+	fs_lock(fs);
 	rc = steps_is_vino(ino) ? -ENOTDIR : idx_inode_get(fs->ix, ino, &a);
-	pthread_mutex_unlock(&fs->mu);
 	if (rc == 0 && !S_ISDIR(a.mode))
 		rc = -ENOTDIR;
+	if (rc == 0)
+		fs_settle_for_reader(fs);
+	fs_unlock(fs);
+	/* The names the settle moved are forgotten by the kernel before the listing starts, so
+	 * that a name the listing leaves out is not reached through the kernel's cache either
+	 * (tests/mount/test_slots.py test_3). Here, not in readdir: the kernel holds no lock of
+	 * the directory during an open, and holds it during a readdir. */
+	if (rc == 0)
+		fs_flush_inval(fs);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else

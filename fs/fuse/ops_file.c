@@ -84,9 +84,11 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 /*
  * Open virtual tracker vino (kind: its layout, name: the name it was created by, or NULL):
  * readers get a snapshot of what it says now, writers a buffer that becomes a claim at flush.
+ * created: an open(O_CREAT) that created the name, during which the kernel holds the parent's
+ * lock: the names a reader's snapshot moved are then left to the reaper to send.
  */
 static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *name,
-			struct fuse_file_info *fi)
+			bool created, struct fuse_file_info *fi)
 {
 	struct fh *h = calloc(1, sizeof(*h));
 	int rc = 0;
@@ -116,7 +118,9 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 			fs_unlock(fs);
 			/* a step restored for this reader replaced a name the kernel may have cached:
 			 * drop it before the reader can look it up */
-			fs_flush_inval(fs);
+			ckpt_fault("tracker-flush");
+			if (!created)
+				fs_flush_inval(fs);
 			if (rc >= 0)
 				h->vlen = (size_t)rc;
 		}
@@ -164,7 +168,7 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (steps_is_vino(ino)) {
 		int kind = ino >= VINO_MF1_META(0) ? LAYOUT_MF1 : (int)(ino - VINO_BASE);
-		int rc = open_tracker(fs_req_fs(req), ino, kind, NULL, fi);
+		int rc = open_tracker(fs_req_fs(req), ino, kind, NULL, false, fi);
 
 		if (rc < 0)
 			fuse_reply_err(req, -rc);
@@ -210,7 +214,7 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 	}
 	fs_unlock(fs);
 	if (tk && vino) {
-		rc = open_tracker(fs, vino, tk, cname, fi);
+		rc = open_tracker(fs, vino, tk, cname, true, fi);
 		if (rc < 0) {
 			fuse_reply_err(req, -rc);
 			return;

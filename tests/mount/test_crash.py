@@ -518,6 +518,40 @@ class CachedStepDirTest(unittest.TestCase):
             m.close()
 
 
+    def test_a_step_restored_for_a_reader_replaces_the_cached_name(self):
+        """The trainer's cleanup deletes a file of the newest complete step and dies: the step
+        keeps a version of itself, and the resuming reader's tracker read brings it back under
+        the name, the remains set aside (steps_retain.c). The reader walks the step right after:
+        the kernel may still hold the name of the remains. The tracker read returns only once
+        the kernel was told to forget it, even when the reaper took the name to send first
+        (fs_flush_inval holds fs->inval_mu from the take to the send). The faults hold that
+        order open: the reader's send waits 200 ms, the reaper's 600 ms once it holds the name."""
+        m = ckfs.Mount()
+        try:
+            m.env['CKPTFS_FAULT'] = 'tracker-flush@200,inval-send@600'
+            m.start()
+            d = m.path('iter_0000002', 'mp_rank_00')
+            os.makedirs(d)
+            want = {}
+            for name in ('model_optim_rng.pt', 'distrib_optim.pt'):
+                want[name] = ckfs.content('restored-' + name, 64 * 1024)
+                with open(os.path.join(d, name), 'wb') as f:
+                    f.write(want[name])
+            with open(m.path(self.TRACKER), 'w') as f:
+                f.write('2')
+            self.assertEqual(ckfs.read_bytes(m.path(self.TRACKER)).strip(), b'2')
+            self.assertEqual(sorted(os.listdir(d)), sorted(want))  # names cached now
+            os.remove(os.path.join(d, 'distrib_optim.pt'))  # the cleanup, cut short
+            self.assertIn('kept as', m.log_tail())
+            self.assertEqual(ckfs.read_bytes(m.path(self.TRACKER)).strip(), b'2')
+            got = {n: ckfs.read_bytes(os.path.join(d, n)) for n in os.listdir(d)}
+            self.assertEqual(sorted(got), sorted(want), m.log_tail())
+            self.assertTrue(got == want, 'restored bytes differ')
+            self.assertIn('restored', m.log_tail())
+        finally:
+            m.close()
+
+
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
                                       exit=True)
