@@ -25,11 +25,6 @@
 
 /* ---- namespace ---- */
 
-static void reply_entry_locked(fuse_req_t req, struct ckfs *fs, uint64_t ino)
-{
-	fs_reply_entry(req, fs, ino);
-}
-
 /*
  * Create an inode of the given mode under parent/name. fs->mu held; replies nothing.
  * committed_empty: a regular file created without an open (mknod) is durable and empty at once.
@@ -491,7 +486,7 @@ void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	reply_entry_locked(req, fs, ino);
+	fs_reply_entry(req, fs, ino);
 }
 
 /* ---- directories ---- */
