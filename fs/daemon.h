@@ -114,6 +114,7 @@ struct ckfs {
 	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
 							       kernel's dentry cache; mu */
 	size_t ninval, capinval;
+	atomic_bool inval_queued; /* ninval > 0; written under mu, read without it (fs_flush_inval) */
 };
 
 /*

@@ -66,6 +66,7 @@ void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 	fs->inval[fs->ninval].parent = parent;
 	snprintf(fs->inval[fs->ninval].name, sizeof(fs->inval[0].name), "%s", name);
 	fs->ninval++;
+	atomic_store(&fs->inval_queued, true);
 	pthread_cond_signal(&fs->reaper_cv);
 }
 
@@ -76,6 +77,7 @@ void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n)
 	*ret_n = fs->ninval;
 	fs->inval = NULL;
 	fs->ninval = fs->capinval = 0;
+	atomic_store(&fs->inval_queued, false);
 	pthread_mutex_unlock(&fs->mu);
 }
 
