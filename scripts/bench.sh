@@ -2,7 +2,7 @@
 # Benchmark (opt-in, not part of the test suite): ckptfs vs. the backing disk, same run.
 # Usage: scripts/bench.sh [--size-mib N] [--reps N]   (root: drops the page cache)
 #        scripts/bench.sh --multinode [--mib-per-rank N]   two nodes over Ceph S3 (issue 21)
-#        scripts/bench.sh --scaling [--sizes 100 1000 10000]   per-entry costs vs ext4 (issue 22)
+#        scripts/bench.sh --scaling [--sizes 100 1000 10000]   per-entry costs vs passthrough_ll and ext4 (issue 22)
 #        scripts/bench.sh --restore [--size-mib N] [--reps N] [--same-node]   crash, remount, resume (issue 22)
 #        scripts/bench.sh --small-files [--files N] [--reps N]   one writer, 1 KiB files, vs ext4
 #                                                 and libfuse's passthrough_ll (issue 22)
