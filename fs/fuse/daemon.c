@@ -335,12 +335,10 @@ void fs_flush_inval(struct ckfs *fs)
 	 * Waited for at most the entry timeout: a name the kernel cached before it was queued has
 	 * expired by then whoever sends it, and a request thread never waits on a send that waits
 	 * on a directory lock held by a request no free thread is left to answer. */
-	if (pthread_mutex_trylock(&fs->inval_mu) != 0) {
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += (time_t)ATTR_TIMEOUT;
-		if (pthread_mutex_timedlock(&fs->inval_mu, &until) != 0)
-			return;
-	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)ATTR_TIMEOUT;
+	if (pthread_mutex_timedlock(&fs->inval_mu, &until) != 0)
+		return;
 	/* nothing queued and no send in flight (the lock is ours): every opendir asks */
 	if (!atomic_load(&fs->inval_queued)) {
 		pthread_mutex_unlock(&fs->inval_mu);
