@@ -24,6 +24,7 @@ Environment: CKPTFS_BIN (default build/fs/ckptfs).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -38,7 +39,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 sys.path.insert(0, HERE)
 
 import ckfs  # noqa: E402
-from bench_small import build_passthrough  # noqa: E402
+from bench_small import build_passthrough, passthrough_mount  # noqa: E402
 
 KIB = b'x' * 1024
 
@@ -140,31 +141,21 @@ def measure(root, n, target, pt=None):
     out = {}
     for k, phases in enumerate((('files',), ('steps', 'read'))):
         d = os.path.join(root, 'n%d-%d' % (n, k))
-        m = mnt = None
-        if target == 'ckptfs':
-            m = ckfs.Mount(store=os.path.join(d, 'store'), mnt=os.path.join(d, 'mnt')).start()
-            dst = m.mnt
-        elif target == 'passthrough_ll':
-            src, mnt = os.path.join(d, 'src'), os.path.join(d, 'mnt')
-            os.makedirs(src)
-            os.makedirs(mnt)
-            # it holds an O_PATH descriptor for every inode the kernel knows: 3 * 10^4 here
-            subprocess.run([pt, '-o', 'source=' + src, mnt], check=True, timeout=30,
-                           preexec_fn=raise_nofile)
-            dst = mnt
-        else:
-            dst = os.path.join(d, 'ext4')
-            os.makedirs(dst)
-        try:
+        with contextlib.ExitStack() as stack:
+            if target == 'ckptfs':
+                m = ckfs.Mount(store=os.path.join(d, 'store'),
+                               mnt=os.path.join(d, 'mnt')).start()
+                stack.callback(m.close)
+                dst = m.mnt
+            elif target == 'passthrough_ll':
+                dst = stack.enter_context(passthrough_mount(d, pt, preexec_fn=raise_nofile))
+            else:
+                dst = os.path.join(d, 'ext4')
+                os.makedirs(dst)
             # passthrough_ll holds a descriptor for each inode the kernel knows, 3 per step:
             # at 10^4 steps it outruns this machine's limit (20,000, not raisable here)
             for ph in phases:
                 out.update(run_phase(ph, dst, n, may_fail=target == 'passthrough_ll'))
-        finally:
-            if m:
-                m.close()
-            if mnt:
-                subprocess.run(['fusermount3', '-u', mnt], timeout=60)
     return out
 
 

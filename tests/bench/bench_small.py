@@ -27,6 +27,7 @@ Environment: CKPTFS_BIN (default build/fs/ckptfs).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -99,15 +100,24 @@ def rep_ext4(base, n):
     return run_worker(os.path.join(base, 'ext4'), n)
 
 
-def rep_passthrough(base, n, binary):
+@contextlib.contextmanager
+def passthrough_mount(base, binary, preexec_fn=None):
+    """binary (build_passthrough's) mounted at base/mnt over base/src, both created; yields
+    the mount point, unmounted on exit. preexec_fn runs in the daemon before it starts."""
     src, mnt = os.path.join(base, 'src'), os.path.join(base, 'mnt')
     os.makedirs(src)
     os.makedirs(mnt)
-    subprocess.run([binary, '-o', 'source=' + src, mnt], check=True, timeout=30)
+    subprocess.run([binary, '-o', 'source=' + src, mnt], check=True, timeout=30,
+                   preexec_fn=preexec_fn)
     try:
-        return run_worker(mnt, n)
+        yield mnt
     finally:
         subprocess.run(['fusermount3', '-u', mnt], timeout=60)
+
+
+def rep_passthrough(base, n, binary):
+    with passthrough_mount(base, binary) as mnt:
+        return run_worker(mnt, n)
 
 
 def rep_ckptfs(base, n):
