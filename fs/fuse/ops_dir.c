@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -491,35 +493,116 @@ void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char
 
 /* ---- directories ---- */
 
-struct dirbuf {
-	fuse_req_t req;
+/*
+ * The listing of one directory handle (fi->fh), taken when a READDIR asks for offset 0 (the
+ * first after opendir, or after a rewinddir) and served from until the next: a name moved
+ * meanwhile, by a user or by ckptfs itself (a slot's kept version restored under the slot's
+ * name, a step set aside), is listed as the directory was, never twice and never skipped.
+ * The kept version's dentry is newer than the torn one it replaces, so a listing read from the
+ * index at each READDIR, after the last cookie returned, showed the slot twice
+ * (tests/mount/test_slots.py test_3b). POSIX leaves names added or removed after opendir or
+ * rewinddir unspecified; tmpfs and ext4 show each name at most once.
+ *
+ * buf holds the entries as fuse_add_direntry lays them out, back to back; entry i starts at
+ * pos[i] and its offset (the d_off a READDIR continues from) is i + 1, so READDIR(off) serves
+ * from pos[off] with no search and no copy. mu serialises the READDIRs of one handle (the
+ * kernel does too: struct fuse_file's readdir.lock) and is held across the reply.
+ */
+struct dirsnap {
+	pthread_mutex_t mu;
+	bool taken;
 	char *buf;
-	size_t size, len;
+	size_t len, cap;
+	size_t *pos; /* n + 1 entries once taken: pos[n] == len */
+	size_t n, pcap;
+	fuse_req_t req;
 	uint64_t hide;
 };
 
-/* readdir offsets of the virtual trackers listed after the root's entries */
-#define VOFF_BASE ((off_t)1 << 62)
-
-static int dir_add(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+/* Append one entry; -ENOMEM. */
+static int snap_add(struct dirsnap *d, const char *name, uint64_t ino, uint32_t mode)
 {
-	struct dirbuf *d = arg;
+	struct stat st = { .st_ino = ino, .st_mode = mode & S_IFMT };
+	size_t need = fuse_add_direntry(d->req, NULL, 0, name, NULL, 0);
 
+	if (ckpt_grow(&d->pos, &d->pcap, d->n + 1, sizeof(*d->pos)) < 0)
+		return -ENOMEM;
+	while (d->cap - d->len < need) {
+		size_t nc = d->cap ? 2 * d->cap : 4096;
+		char *b = realloc(d->buf, nc);
+
+		if (!b)
+			return -ENOMEM;
+		d->buf = b;
+		d->cap = nc;
+	}
+	d->pos[d->n++] = d->len;
+	d->len += fuse_add_direntry(d->req, d->buf + d->len, d->cap - d->len, name, &st,
+				    (off_t)d->n);
+	return 0;
+}
+
+static int snap_add_index(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
+			  void *arg)
+{
+	struct dirsnap *d = arg;
+
+	(void)cookie;
 	if (ino == d->hide)
 		return 0; /* /.ckptfs: reachable by name, not listed (like ZFS's .zfs) */
-	struct stat st = { .st_ino = ino, .st_mode = mode & S_IFMT };
-	size_t n = fuse_add_direntry(d->req, d->buf + d->len, d->size - d->len, name, &st,
-				     (off_t)cookie + 2);
+	return snap_add(d, name, ino, mode);
+}
 
-	if (n > d->size - d->len)
-		return 1; /* full */
-	d->len += n;
+/* Take directory ino's listing into d: ".", "..", the index's entries, then the virtual files
+ * of /.ckptfs, a MindFormers 1.0 rank directory's meta.json and the root's trackers. fs->mu
+ * held. 0, or -ENOMEM or the index's -errno (d then holds nothing). */
+static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
+{
+	uint64_t up = IDX_ROOT_INO;
+	int rc;
+
+	d->len = d->n = 0;
+	d->taken = false;
+	d->hide = ino == IDX_ROOT_INO ? fs->meta_ino : 0;
+	if (ino != IDX_ROOT_INO)
+		idx_dentry_parent(fs->ix, ino, &up, NULL, 0);
+	if ((rc = snap_add(d, ".", ino, S_IFDIR)) < 0 || (rc = snap_add(d, "..", up, S_IFDIR)) < 0)
+		return rc;
+	rc = idx_dir_list(fs->ix, ino, 0, snap_add_index, d);
+	for (int k = 0; rc == 0 && ino == fs->meta_ino && k < META_FILE_COUNT; k++)
+		rc = snap_add(d, fs_meta_file_name(k), VINO_META(k), S_IFREG);
+	if (rc == 0 && steps_rank_dir(fs, ino) >= 0) {
+		char tmp[LAYOUT_TRACKER_MAX];
+		uint64_t v = steps_tracker_vino(fs, ino, LAYOUT_MF1);
+
+		if (v && steps_vcontent(fs, v, tmp, sizeof(tmp), NULL) >= 0)
+			rc = snap_add(d, "meta.json", v, S_IFREG);
+	}
+	for (int k = 1; rc == 0 && ino == IDX_ROOT_INO && k < LAYOUT_KIND_COUNT; k++) {
+		char name[256], other[256];
+		bool dup = false;
+
+		if (steps_vname(fs, k, name, sizeof(name)) < 0)
+			continue;
+		/* layouts sharing a tracker (Megatron, MindFormers 2.0) list it once */
+		for (int j = 1; j < k && !dup; j++)
+			dup = steps_vname(fs, j, other, sizeof(other)) >= 0 && !strcmp(name, other);
+		if (!dup)
+			rc = snap_add(d, name, VINO_BASE + (uint64_t)k, S_IFREG);
+	}
+	if (rc < 0) {
+		d->len = d->n = 0;
+		return rc;
+	}
+	d->pos[d->n] = d->len; /* snap_add grew pos to n + 1 */
+	d->taken = true;
 	return 0;
 }
 
 void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fs_req_fs(req);
+	struct dirsnap *d = NULL;
 	struct idx_inode a;
 	int rc;
 
@@ -536,118 +619,64 @@ void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * the directory during an open, and holds it during a readdir. */
 	if (rc == 0)
 		fs_flush_inval(fs);
-	if (rc < 0)
+	if (rc == 0 && !(d = calloc(1, sizeof(*d))))
+		rc = -ENOMEM;
+	if (rc < 0) {
 		fuse_reply_err(req, -rc);
-	else
-		fuse_reply_open(req, fi);
+		return;
+	}
+	pthread_mutex_init(&d->mu, NULL);
+	fi->fh = (uintptr_t)d;
+	if (fuse_reply_open(req, fi) != 0) { /* not delivered (interrupted): no RELEASEDIR */
+		pthread_mutex_destroy(&d->mu);
+		free(d);
+	}
 }
 
 void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+		   struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fs_req_fs(req);
-	struct dirbuf d = { .req = req, .size = size };
+	struct dirsnap *d = (struct dirsnap *)(uintptr_t)fi->fh;
+	size_t first, last;
 	int rc = 0;
 
-	d.hide = ino == IDX_ROOT_INO ? fs->meta_ino : 0;
-
-	d.buf = malloc(size ? size : 1);
-	if (!d.buf) {
-		fuse_reply_err(req, ENOMEM);
+	pthread_mutex_lock(&d->mu);
+	if (off == 0 || !d->taken) { /* the first READDIR, a rewinddir, or a seek before either */
+		fs_lock(fs);
+		fs_settle_for_reader(fs);
+		d->req = req;
+		rc = snap_take(fs, d, ino);
+		fs_unlock(fs);
+	}
+	if (rc < 0) {
+		pthread_mutex_unlock(&d->mu);
+		fuse_reply_err(req, -rc);
 		return;
 	}
-	fs_lock(fs);
-	if (off == 0)
-		fs_settle_for_reader(fs);
-	/* offsets: 0 start, 1 after ".", 2 after "..", cookie + 2 after an entry */
-	if (off < 1) {
-		struct stat st = { .st_ino = ino, .st_mode = S_IFDIR };
-		size_t n = fuse_add_direntry(req, d.buf, size, ".", &st, 1);
+	/* whole entries from offset off (entry off's start) up to size bytes; past the end: none */
+	first = off < 0 || (uint64_t)off > d->n ? d->n : (size_t)off;
+	last = first;
+	while (last < d->n && d->pos[last + 1] - d->pos[first] <= size)
+		last++;
+	fuse_reply_buf(req, d->buf + d->pos[first], d->pos[last] - d->pos[first]);
+	pthread_mutex_unlock(&d->mu);
+}
 
-		if (n <= size)
-			d.len += n;
-		else
-			goto done;
-		off = 1;
-	}
-	if (off < 2) {
-		uint64_t up = IDX_ROOT_INO;
-		struct stat st = { .st_mode = S_IFDIR };
+void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dirsnap *d = (struct dirsnap *)(uintptr_t)fi->fh;
 
-		if (ino != IDX_ROOT_INO)
-			idx_dentry_parent(fs->ix, ino, &up, NULL, 0);
-		st.st_ino = up;
-		size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, "..", &st, 2);
-
-		if (n <= size - d.len)
-			d.len += n;
-		else
-			goto done;
-		off = 2;
-	}
-	if (off < VOFF_BASE) {
-		rc = idx_dir_list(fs->ix, ino, off - 2, dir_add, &d);
-		if (rc > 0) { /* buffer full */
-			rc = 0;
-			goto done;
-		}
-		if (rc < 0)
-			goto done;
-		off = VOFF_BASE;
-	}
-	for (int k = (int)(off - VOFF_BASE) - 100 + 1; ino == fs->meta_ino && k < META_FILE_COUNT;
-	     k++) {
-		struct stat st = { .st_ino = VINO_META(k), .st_mode = S_IFREG };
-		size_t n;
-
-		if (k < 0)
-			k = 0;
-		n = fuse_add_direntry(req, d.buf + d.len, size - d.len, fs_meta_file_name(k), &st,
-				      VOFF_BASE + 100 + k);
-		if (n > size - d.len)
-			break;
-		d.len += n;
-	}
-	if (off < VOFF_BASE + 1 && steps_rank_dir(fs, ino) >= 0) {
-		char tmp[LAYOUT_TRACKER_MAX];
-		uint64_t v = steps_tracker_vino(fs, ino, LAYOUT_MF1);
-		struct stat st = { .st_ino = v, .st_mode = S_IFREG };
-
-		if (v && steps_vcontent(fs, v, tmp, sizeof(tmp), NULL) >= 0) {
-			size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, "meta.json",
-						     &st, VOFF_BASE + 1);
-
-			if (n <= size - d.len)
-				d.len += n;
-		}
-	}
-	for (int k = (int)(off - VOFF_BASE) + 1; ino == IDX_ROOT_INO && k < LAYOUT_KIND_COUNT;
-	     k++) {
-		char name[256], other[256];
-		struct stat st = { .st_ino = VINO_BASE + (uint64_t)k, .st_mode = S_IFREG };
-		bool dup = false;
-
-		if (steps_vname(fs, k, name, sizeof(name)) < 0)
-			continue;
-		/* layouts sharing a tracker (Megatron, MindFormers 2.0) list it once */
-		for (int j = 1; j < k && !dup; j++)
-			dup = steps_vname(fs, j, other, sizeof(other)) >= 0 && !strcmp(name, other);
-		if (dup)
-			continue;
-		size_t n = fuse_add_direntry(req, d.buf + d.len, size - d.len, name, &st,
-					     VOFF_BASE + k);
-
-		if (n > size - d.len)
-			break;
-		d.len += n;
-	}
-done:
-	fs_unlock(fs);
-	if (rc < 0)
-		fuse_reply_err(req, -rc);
-	else
-		fuse_reply_buf(req, d.buf, d.len);
-	free(d.buf);
+	(void)ino;
+	/* the last READDIR's thread may still hold mu after its reply let the close through: wait
+	 * for it, as libfuse's high-level API does (lib/fuse.c, fuse_lib_releasedir) */
+	pthread_mutex_lock(&d->mu);
+	pthread_mutex_unlock(&d->mu);
+	pthread_mutex_destroy(&d->mu);
+	free(d->buf);
+	free(d->pos);
+	free(d);
+	fuse_reply_err(req, 0);
 }
 
 void fs_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)

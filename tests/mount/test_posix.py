@@ -64,6 +64,10 @@ libc.opendir.argtypes = [ctypes.c_char_p]
 libc.readdir64.restype = ctypes.POINTER(Dirent64)
 libc.readdir64.argtypes = [ctypes.c_void_p]
 libc.closedir.argtypes = [ctypes.c_void_p]
+libc.telldir.restype = ctypes.c_long
+libc.telldir.argtypes = [ctypes.c_void_p]
+libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+libc.rewinddir.argtypes = [ctypes.c_void_p]
 DT_UNKNOWN, DT_DIR, DT_REG, DT_LNK = 0, 4, 8, 10
 
 
@@ -629,6 +633,36 @@ class PosixTest(Base):
         it.close()
         missing = set(kinds) - set(seen) - {'entry-04999'}
         self.assertEqual(sorted(missing)[:5], [], 'readdir lost entries during an unlink')
+        self.assertEqual(len(seen), len(set(seen)), 'readdir returned duplicates')
+        del kinds['entry-04999']
+        # one handle: telldir/seekdir come back to the same entry across READDIR requests, and
+        # rewinddir lists the directory as it is now (POSIX readdir, rewinddir)
+        d = libc.opendir(os.fsencode(big))
+        self.assertTrue(d)
+        try:
+            def next_name():
+                ent = libc.readdir64(d)
+                return os.fsdecode(ent.contents.d_name) if ent else None
+            for _ in range(3000):
+                next_name()
+            pos = libc.telldir(d)
+            after = [next_name() for _ in range(5)]
+            for _ in range(1000):
+                next_name()
+            libc.seekdir(d, pos)
+            self.assertEqual([next_name() for _ in range(5)], after)
+            os.mkdir(os.path.join(big, 'added-after-opendir'))
+            libc.rewinddir(d)
+            names = []
+            while True:
+                n = next_name()
+                if n is None:
+                    break
+                names.append(n)
+            self.assertEqual(sorted(n for n in names if n not in ('.', '..')),
+                             sorted(list(kinds) + ['added-after-opendir']))
+        finally:
+            libc.closedir(d)
 
     def test_stable_st_ino(self):
         wfile(self.p('f'), b'f')

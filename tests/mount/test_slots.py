@@ -150,6 +150,32 @@ class SlotTest(unittest.TestCase):
                               os.listdir(m.path('.ckptfs', 'quarantine'))], ['checkpoint-30'])
             self.assertIn("step 'checkpoint-30' (hf): writing -> incomplete", m.log_tail())
 
+    def test_3b_listing_across_a_restore_lists_the_slot_once(self):
+        """A listing open while the slot is restored shows its name once. The kept version
+        comes back under the slot's name with its own dentry, newer than the torn one's, so a
+        listing that went on from the torn one's readdir offset showed `0` again (CI on
+        eb0fb09: os.listdir(snapshot) == ['0', '0']). A listing is served from what the
+        directory held when it was opened (or rewound)."""
+        with ckfs.Mount() as m:
+            d = m.path('snapshot', '0')
+            save_slot(d, 2)
+            ckfs.wait_for('slot 0 to complete', lambda: 'sealed -> complete' in m.log_tail(), 20,
+                          m.log_tail)
+            with subprocess.Popen([PYTHON, '-c', REWRITE, d, '4', 'wait'], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE) as p:
+                self.assertEqual(p.stdout.readline(), b'torn\n')
+                with os.scandir(m.path('snapshot')) as it:
+                    # the first READDIR: '.', '..' and the torn version's '0'
+                    self.assertEqual(next(it).name, '0')
+                    p.stdin.close()
+                    p.wait(timeout=60)
+                    ckfs.wait_for('the slot to be restored', lambda: 'restored' in m.log_tail(),
+                                  20, m.log_tail)
+                    # the next READDIR goes on after the torn version's offset
+                    self.assertEqual([e.name for e in it], [], m.log_tail())
+            self.assertEqual(os.listdir(m.path('snapshot')), ['0'])
+            self.assertEqual(slot_view(d), expected([2], 2), m.log_tail())
+
     def test_4_retention_prunes_steps_not_slots(self):
         """-o keep_checkpoint_max prunes InternEvo steps; slots are not counted and never
         pruned; a `<step>_hf/` conversion folder is part of nothing and stays."""
