@@ -654,6 +654,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.fsync = fs_op_fsync,
 	.opendir = fs_op_opendir,
 	.readdir = fs_op_readdir,
+	.readdirplus = fs_op_readdirplus,
 	.releasedir = fs_op_releasedir,
 	.fsyncdir = fs_op_fsyncdir,
 	.statfs = op_statfs,

@@ -503,42 +503,46 @@ void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char
  * (tests/mount/test_slots.py test_3b). POSIX leaves names added or removed after opendir or
  * rewinddir unspecified; tmpfs and ext4 show each name at most once.
  *
- * buf holds the entries as fuse_add_direntry lays them out, back to back; entry i starts at
- * pos[i] and its offset (the d_off a READDIR continues from) is i + 1, so READDIR(off) serves
- * from pos[off] with no search and no copy. mu serialises the READDIRs of one handle (the
- * kernel does too: struct fuse_file's readdir.lock) and is held across the reply.
+ * Entry i's offset (the d_off a READDIR continues from) is i + 1, so a READDIR at offset off
+ * starts at entry off with no search. mu serialises the READDIRs of one handle (the kernel
+ * does too: struct fuse_file's readdir.lock) and is held across the reply.
  */
+struct snap_ent {
+	uint64_t ino;
+	uint32_t mode; /* S_IFMT bits */
+	uint32_t name; /* offset in names of the NUL-terminated name */
+};
+
 struct dirsnap {
 	pthread_mutex_t mu;
 	bool taken;
-	char *buf;
-	size_t len, cap;
-	size_t *pos; /* n + 1 entries once taken: pos[n] == len */
-	size_t n, pcap;
-	fuse_req_t req;
+	struct snap_ent *ents;
+	size_t n, ecap;
+	char *names;
+	size_t nlen, ncap;
 	uint64_t hide;
 };
 
 /* Append one entry; -ENOMEM. */
 static int snap_add(struct dirsnap *d, const char *name, uint64_t ino, uint32_t mode)
 {
-	struct stat st = { .st_ino = ino, .st_mode = mode & S_IFMT };
-	size_t need = fuse_add_direntry(d->req, NULL, 0, name, NULL, 0);
+	size_t len = strlen(name) + 1;
 
-	if (ckpt_grow(&d->pos, &d->pcap, d->n + 1, sizeof(*d->pos)) < 0)
+	if (ckpt_grow(&d->ents, &d->ecap, d->n, sizeof(*d->ents)) < 0 || d->nlen > UINT32_MAX)
 		return -ENOMEM;
-	while (d->cap - d->len < need) {
-		size_t nc = d->cap ? 2 * d->cap : 4096;
-		char *b = realloc(d->buf, nc);
+	while (d->ncap - d->nlen < len) {
+		size_t nc = d->ncap ? 2 * d->ncap : 4096;
+		char *b = realloc(d->names, nc);
 
 		if (!b)
 			return -ENOMEM;
-		d->buf = b;
-		d->cap = nc;
+		d->names = b;
+		d->ncap = nc;
 	}
-	d->pos[d->n++] = d->len;
-	d->len += fuse_add_direntry(d->req, d->buf + d->len, d->cap - d->len, name, &st,
-				    (off_t)d->n);
+	memcpy(d->names + d->nlen, name, len);
+	d->ents[d->n++] = (struct snap_ent){ .ino = ino, .mode = mode & S_IFMT,
+					     .name = (uint32_t)d->nlen };
+	d->nlen += len;
 	return 0;
 }
 
@@ -561,7 +565,7 @@ static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
 	uint64_t up = IDX_ROOT_INO;
 	int rc;
 
-	d->len = d->n = 0;
+	d->nlen = d->n = 0;
 	d->taken = false;
 	d->hide = ino == IDX_ROOT_INO ? fs->meta_ino : 0;
 	if (ino != IDX_ROOT_INO)
@@ -591,12 +595,112 @@ static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
 			rc = snap_add(d, name, VINO_BASE + (uint64_t)k, S_IFREG);
 	}
 	if (rc < 0) {
-		d->len = d->n = 0;
+		d->nlen = d->n = 0;
 		return rc;
 	}
-	d->pos[d->n] = d->len; /* snap_add grew pos to n + 1 */
 	d->taken = true;
 	return 0;
+}
+
+/*
+ * Entry i of directory dir as READDIRPLUS gives it: with its attributes and a kernel reference
+ * (e->ino set, the lookup count incremented) when it is a directory of the index still at that
+ * name, so the kernel keeps name and attributes ATTR_TIMEOUT as after a LOOKUP, and an `ls -l`
+ * or `du` of the root sends no LOOKUP per step; else with none (e->ino 0: the kernel lists the
+ * name and caches nothing):
+ *   - ".", "..";
+ *   - a virtual file (a LOOKUP gives its own timeouts, op_lookup);
+ *   - a name gone since the listing was taken: given, the kernel would reach the step moved
+ *     to quarantine through it (tests/mount/test_slots.py test_3);
+ *   - a regular file or symlink: its attributes cost a query of its chunks (st_blocks,
+ *     fs_stat_locked), which made a listing of 10^3 files after their stat 4.3 us an entry
+ *     against 0.8 without attributes (/tmp A/B, 2026-11-28), and a file being written changes
+ *     them at every write anyway.
+ * fs->mu held.
+ */
+static void snap_entry_plus(struct ckfs *fs, fuse_ino_t dir, const struct dirsnap *d, size_t i,
+			    struct fuse_entry_param *e)
+{
+	const struct snap_ent *s = &d->ents[i];
+	uint64_t now;
+
+	memset(e, 0, sizeof(*e));
+	e->attr.st_ino = s->ino;
+	e->attr.st_mode = s->mode;
+	if (i < 2 || s->ino >= VINO_BASE || !S_ISDIR(s->mode) ||
+	    idx_dentry_lookup(fs->ix, dir, d->names + s->name, &now) < 0 || now != s->ino ||
+	    fs_stat_locked(fs, s->ino, &e->attr) < 0)
+		return;
+	e->ino = s->ino;
+	e->attr_timeout = ATTR_TIMEOUT;
+	e->entry_timeout = ATTR_TIMEOUT;
+}
+
+/* READDIR and READDIRPLUS of handle fi at offset off: whole entries up to size bytes. */
+static void dir_serve(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		      struct fuse_file_info *fi, bool plus)
+{
+	struct ckfs *fs = fs_req_fs(req);
+	struct dirsnap *d = (struct dirsnap *)(uintptr_t)fi->fh;
+	char *buf = malloc(size ? size : 1);
+	/* the inodes given a kernel reference, to give back if the reply is not delivered: a
+	 * READDIRPLUS entry is at least a struct fuse_entry_out (128 bytes) and a name */
+	uint64_t *held = plus ? malloc((size / 128 + 1) * sizeof(*held)) : NULL;
+	size_t len = 0, i, first, refs = 0;
+	int rc = buf && (held || !plus) ? 0 : -ENOMEM;
+
+	pthread_mutex_lock(&d->mu);
+	if (rc == 0 && (off == 0 || !d->taken)) { /* the first, a rewinddir, or a seek before */
+		fs_lock(fs);
+		fs_settle_for_reader(fs);
+		rc = snap_take(fs, d, ino);
+		fs_unlock(fs);
+	}
+	if (rc < 0) {
+		pthread_mutex_unlock(&d->mu);
+		free(buf);
+		free(held);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	first = off < 0 || (uint64_t)off > d->n ? d->n : (size_t)off;
+	if (plus)
+		fs_lock(fs);
+	for (i = first; i < d->n; i++) {
+		const char *name = d->names + d->ents[i].name;
+		size_t n;
+
+		if (plus) {
+			struct fuse_entry_param e;
+
+			snap_entry_plus(fs, ino, d, i, &e);
+			n = fuse_add_direntry_plus(req, buf + len, size - len, name, &e,
+						   (off_t)i + 1);
+			if (n <= size - len && e.ino) {
+				ino_lookup_inc(fs, e.ino);
+				held[refs++] = e.ino;
+			}
+		} else {
+			struct stat st = { .st_ino = d->ents[i].ino, .st_mode = d->ents[i].mode };
+
+			n = fuse_add_direntry(req, buf + len, size - len, name, &st, (off_t)i + 1);
+		}
+		if (n > size - len)
+			break;
+		len += n;
+	}
+	if (plus)
+		fs_unlock(fs);
+	if (fuse_reply_buf(req, buf, len) != 0 && refs) {
+		/* not delivered (interrupted): the kernel took none of the references */
+		pthread_mutex_lock(&fs->mu);
+		for (size_t j = 0; j < refs; j++)
+			ino_forget_locked(fs, held[j], 1);
+		pthread_mutex_unlock(&fs->mu);
+	}
+	pthread_mutex_unlock(&d->mu);
+	free(buf);
+	free(held);
 }
 
 void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -636,31 +740,13 @@ void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		   struct fuse_file_info *fi)
 {
-	struct ckfs *fs = fs_req_fs(req);
-	struct dirsnap *d = (struct dirsnap *)(uintptr_t)fi->fh;
-	size_t first, last;
-	int rc = 0;
+	dir_serve(req, ino, size, off, fi, false);
+}
 
-	pthread_mutex_lock(&d->mu);
-	if (off == 0 || !d->taken) { /* the first READDIR, a rewinddir, or a seek before either */
-		fs_lock(fs);
-		fs_settle_for_reader(fs);
-		d->req = req;
-		rc = snap_take(fs, d, ino);
-		fs_unlock(fs);
-	}
-	if (rc < 0) {
-		pthread_mutex_unlock(&d->mu);
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	/* whole entries from offset off (entry off's start) up to size bytes; past the end: none */
-	first = off < 0 || (uint64_t)off > d->n ? d->n : (size_t)off;
-	last = first;
-	while (last < d->n && d->pos[last + 1] - d->pos[first] <= size)
-		last++;
-	fuse_reply_buf(req, d->buf + d->pos[first], d->pos[last] - d->pos[first]);
-	pthread_mutex_unlock(&d->mu);
+void fs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	dir_serve(req, ino, size, off, fi, true);
 }
 
 void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -673,8 +759,8 @@ void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_lock(&d->mu);
 	pthread_mutex_unlock(&d->mu);
 	pthread_mutex_destroy(&d->mu);
-	free(d->buf);
-	free(d->pos);
+	free(d->ents);
+	free(d->names);
 	free(d);
 	fuse_reply_err(req, 0);
 }

@@ -664,6 +664,34 @@ class PosixTest(Base):
         finally:
             libc.closedir(d)
 
+    def test_directory_known_from_a_listing_outlives_rmdir_while_open(self):
+        """The kernel learns a directory from a listing alone (READDIRPLUS, which ckptfs
+        answers with the attributes of directories: an `ls -l` of the root sends no LOOKUP per
+        step) and holds a reference to it, as after a LOOKUP (libfuse fuse_lowlevel.h,
+        readdirplus). The daemon counts it: a directory opened through the listed name and
+        then removed still answers fstat, with no link, like any directory removed while
+        open. Uncounted, the rmdir deleted it from the index and the fstat failed ENOENT."""
+        base = self.p('listed')
+        os.mkdir(base)
+        for i in range(50):
+            os.mkdir(os.path.join(base, 'd%02d' % i))
+        # the kernel forgets every dentry and inode: the listing is what tells it of d07
+        with open('/proc/sys/vm/drop_caches', 'w') as f:
+            f.write('2')
+        self.assertEqual(len(os.listdir(base)), 50)
+        fd = os.open(os.path.join(base, 'd07'), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.rmdir(os.path.join(base, 'd07'))
+            st = os.fstat(fd)
+            self.assertTrue(stat.S_ISDIR(st.st_mode))
+            self.assertEqual(st.st_nlink, 0)
+        finally:
+            os.close(fd)
+        self.assertEqual(len(os.listdir(base)), 49)
+        for e in os.scandir(base):  # what the listing gave is what a stat gives
+            self.assertEqual(e.stat(follow_symlinks=False).st_ino, e.inode())
+            self.assertEqual(e.stat(follow_symlinks=False), os.lstat(e.path), e.name)
+
     def test_stable_st_ino(self):
         wfile(self.p('f'), b'f')
         os.mkdir(self.p('d'))
