@@ -613,9 +613,9 @@ static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
  *   - a name gone since the listing was taken: given, the kernel would reach the step moved
  *     to quarantine through it (tests/mount/test_slots.py test_3);
  *   - a regular file or symlink: its attributes cost a query of its chunks (st_blocks,
- *     fs_stat_locked), which made a listing of 10^3 files after their stat 4.3 us an entry
- *     against 0.8 without attributes (/tmp A/B, 2026-11-28), and a file being written changes
- *     them at every write anyway.
+ *     fs_stat_locked), which made a listing of 10^3 files five times slower
+ *     (tests/bench/RESULTS.md "A listing per directory handle"), and a file being written
+ *     changes them at every write anyway.
  * fs->mu held.
  */
 static void snap_entry_plus(struct ckfs *fs, fuse_ino_t dir, const struct dirsnap *d, size_t i,
