@@ -437,7 +437,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		struct oinode *oi;
 
 		pthread_mutex_lock(&fs->mu);
-		steps_before_write(fs, ino); /* an InternEvo slot keeps its complete version */
+		/* an InternEvo slot keeps its complete version; the step knows its writer */
+		steps_before_write(fs, ino, fuse_req_ctx(req)->pid);
 		pthread_mutex_unlock(&fs->mu);
 		if (fi) {
 			struct fh *h = (struct fh *)(uintptr_t)fi->fh;

@@ -34,7 +34,9 @@ static void fh_free(struct fh *h)
 
 /* ---- files ---- */
 
-static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
+/* A handle of regular file ino opened with fi->flags. writer: the caller's thread id for an
+ * open; 0 for a create, whose name already told the step engine (fs_make_node). */
+static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi, pid_t writer)
 {
 	struct fh *h = calloc(1, sizeof(*h));
 	int rc;
@@ -50,8 +52,9 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 		rc = -EROFS;
 	else
 		rc = oi_get(fs, ino, &h->oi);
-	if (rc == 0 && (fi->flags & O_ACCMODE) != O_RDONLY)
-		steps_before_write(fs, ino); /* an InternEvo slot keeps its complete version */
+	if (rc == 0 && (fi->flags & O_ACCMODE) != O_RDONLY && writer)
+		/* an InternEvo slot keeps its complete version; the step knows its writer */
+		steps_before_write(fs, ino, writer);
 	if (rc == 0 && idx_inode_get(fs->ix, ino, &attr) == 0)
 		privs = (attr.mode & (S_ISUID | S_ISGID)) != 0;
 	fs_unlock(fs);
@@ -178,7 +181,7 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	{
 	struct ckfs *fs = fs_req_fs(req);
-	int rc = open_handle(fs, ino, fi);
+	int rc = open_handle(fs, ino, fi, fuse_req_ctx(req)->pid);
 
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
@@ -239,7 +242,7 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 	}
 	/* A created file becomes durable (even if empty) at its first close or fsync; until then a
 	 * crash leaves no trace of it (idx_recover). */
-	rc = open_handle(fs, ino, fi);
+	rc = open_handle(fs, ino, fi, 0);
 	if (rc == 0) {
 		struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 

@@ -107,9 +107,10 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
  * and the change goes on unprotected. fs->mu held.
  */
 void steps_before_change(struct ckfs *fs, uint64_t dir);
-/* steps_before_write - file ino is about to be written or truncated: steps_before_change of
- * its directory. fs->mu held. */
-void steps_before_write(struct ckfs *fs, uint64_t ino);
+/* steps_before_write - file ino is about to be written or truncated by pid (a thread id, as
+ * FUSE gives it): steps_before_change of its directory, and pid recorded as a writer of the
+ * file's step, if the file is in one (steps_on_name). fs->mu held. */
+void steps_before_write(struct ckfs *fs, uint64_t ino, pid_t pid);
 /* steps_slot_home - is dir InternEvo's `snapshot/`, the directory of the slots? fs->mu held. */
 bool steps_slot_home(struct ckfs *fs, uint64_t dir);
 /* steps_dir_name - is parent/name a step directory's name (a top-level step name, `snapshot`, or

@@ -170,10 +170,18 @@ void steps_before_change(struct ckfs *fs, uint64_t dir)
 			 "rewritten: %s", s.name, strerror(-rc));
 }
 
-void steps_before_write(struct ckfs *fs, uint64_t ino)
+void steps_before_write(struct ckfs *fs, uint64_t ino, pid_t pid)
 {
+	char name[NAME_MAX + 1];
 	uint64_t parent;
 
-	if (fs->layout >= 0 && idx_dentry_parent(fs->ix, ino, &parent, NULL, 0) == 0)
-		steps_before_change(fs, parent);
+	if (fs->layout < 0 || idx_dentry_parent(fs->ix, ino, &parent, name, sizeof(name)) < 0)
+		return;
+	steps_before_change(fs, parent);
+	/* The step knows its writer now, as at a create (steps_on_name), not only once the
+	 * committer reports the writer's close: a reader that comes after the writer died and
+	 * before its closes are committed finds the step due for judging, so it waits for those
+	 * commits and judges it first (fs_settle_for_reader). A slot rewritten in place is
+	 * written through opens of existing names only (tests/mount/test_slots.py test_1b). */
+	steps_on_name(fs, parent, name, ino, pid, false);
 }
