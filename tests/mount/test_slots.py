@@ -89,22 +89,27 @@ def expected(steps_markers, step):
 class SlotTest(unittest.TestCase):
     maxDiff = 2000
 
+    def rewrite_cut_short(self, m):
+        """Slot 0 of mount m saved at step 2, then rewritten in place by a writer that dies
+        half-way; the next reader, at once, must see step 2, files and markers together.
+        Returns the slot's path."""
+        d = m.path('snapshot', '0')
+        save_slot(d, 2)
+        ckfs.wait_for('slot 0 to complete', lambda: 'sealed -> complete' in m.log_tail(), 20,
+                      m.log_tail)
+        self.assertEqual(slot_view(d), expected([2], 2))
+        # a later launch's first snapshot overwrites slot 0 and dies half-way
+        p = subprocess.run([PYTHON, '-c', REWRITE, d, '4'], stdout=subprocess.PIPE, timeout=60)
+        self.assertEqual(p.returncode, 9)
+        self.assertEqual(sorted(os.listdir(m.path('snapshot'))), ['0'])
+        self.assertEqual(slot_view(d), expected([2], 2), m.log_tail())
+        self.assertIn('restored', m.log_tail())
+        return d
+
     def test_1_rewrite_cut_short_shows_last_complete_version(self):
         with ckfs.Mount() as m:
-            d = m.path('snapshot', '0')
-            save_slot(d, 2)
-            ckfs.wait_for('slot 0 to complete', lambda: 'sealed -> complete' in m.log_tail(), 20,
-                          m.log_tail)
-            self.assertEqual(slot_view(d), expected([2], 2))
-            # a later launch's first snapshot overwrites slot 0 and dies half-way
-            p = subprocess.run([PYTHON, '-c', REWRITE, d, '4'], stdout=subprocess.PIPE,
-                               timeout=60)
-            self.assertEqual(p.returncode, 9)
-            # the next reader, at once: the last complete version, files and markers together
-            self.assertEqual(sorted(os.listdir(m.path('snapshot'))), ['0'])
-            self.assertEqual(slot_view(d), expected([2], 2), m.log_tail())
+            d = self.rewrite_cut_short(m)
             self.assertIn("slot 'snapshot/0' is being rewritten", m.log_tail())
-            self.assertIn('restored', m.log_tail())
             self.assertEqual(len(os.listdir(m.path('.ckptfs', 'quarantine'))), 1)
             self.assertEqual(os.listdir(m.path('.ckptfs', 'retained')), [])
             # a rewrite that completes replaces it; the kept copy goes
@@ -128,16 +133,7 @@ class SlotTest(unittest.TestCase):
         try:
             m.env['CKPTFS_FAULT'] = 'commit-before-index@300'
             m.start()
-            d = m.path('snapshot', '0')
-            save_slot(d, 2)
-            ckfs.wait_for('slot 0 to complete', lambda: 'sealed -> complete' in m.log_tail(), 20,
-                          m.log_tail)
-            p = subprocess.run([PYTHON, '-c', REWRITE, d, '4'], stdout=subprocess.PIPE,
-                               timeout=60)
-            self.assertEqual(p.returncode, 9)
-            self.assertEqual(sorted(os.listdir(m.path('snapshot'))), ['0'])
-            self.assertEqual(slot_view(d), expected([2], 2), m.log_tail())
-            self.assertIn('restored', m.log_tail())
+            self.rewrite_cut_short(m)
         finally:
             m.close()
 
