@@ -18,6 +18,10 @@ What is measured, and how (issue 5's list, made trustworthy):
      pages, as an fsync before the close would), ckptfs vs direct;
   3. cold torch.load of that file: page cache dropped, and for ckptfs the mount unmounted and
      mounted again first, so that the daemon's chunk cache is cold too;
+  3b. safetensors' mmap load, cold, the same way: the state (of a seed of its own) written as a
+     safetensors file, then mapped and copied into zeroed parameters as safetensors +
+     load_state_dict do on torch < 2.0 (safetensors_mmap_load); its pages are read by page
+     faults on the mapping, not by read(2);
   4. fio through the mount: the same sequential write (end_fsync) and, after a remount and a
      page-cache drop, the cold read, as MB/s and as a fraction of the disk's rates;
   5. stored/logical bytes: the bf16 state of 1-3 (each rep; right after durable and once the
@@ -162,6 +166,59 @@ def torch_save(sd, path, fsync):
             os.fsync(f.fileno())
 
 
+ST_DTYPES = {'BF16': 'bfloat16', 'F32': 'float32', 'F16': 'float16'}
+
+
+def safetensors_save(sd, path):
+    """Write sd in the safetensors format (huggingface/safetensors safetensors/src/tensor.rs
+    `serialize_to_file`: an 8-byte little-endian header length, the JSON header of
+    {name: {dtype, shape, data_offsets}} padded with spaces to 8 bytes, then the tensors'
+    bytes in header order), with an fsync. Debian 12 has no safetensors package; the format
+    is all a loader reads."""
+    import struct
+    import torch
+    names = {v: k for k, v in ST_DTYPES.items()}
+    hdr, off = {}, 0
+    for k, t in sd.items():
+        n = t.numel() * t.element_size()
+        hdr[k] = {'dtype': names[str(t.dtype).split('.')[1]], 'shape': list(t.shape),
+                  'data_offsets': [off, off + n]}
+        off += n
+    h = json.dumps(hdr, separators=(',', ':')).encode()
+    h += b' ' * (-len(h) % 8)
+    with open(path, 'wb') as f:
+        f.write(struct.pack('<Q', len(h)))
+        f.write(h)
+        for t in sd.values():
+            f.write(memoryview(t.contiguous().view(torch.uint8).numpy()))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def safetensors_header(path):
+    """(data start, {name: header entry}) of a safetensors file."""
+    import struct
+    with open(path, 'rb') as f:
+        n = struct.unpack('<Q', f.read(8))[0]
+        return 8 + n, json.loads(f.read(n))
+
+
+def safetensors_mmap_load(path, start, hdr, dst):
+    """What safetensors' `safe_open(path, framework="pt")` + `get_tensor` do on torch < 2.0
+    (huggingface/safetensors bindings/python/src/lib.rs at 000a16f, `Open::new` and
+    `Open::get_tensor`): the whole file mapped private by `torch.ByteStorage.from_file(path,
+    shared=False, size=size)`, each tensor `torch.asarray(storage[a:b], dtype=uint8)
+    .view(dtype).reshape(shape)`, a view of the mapping; then, as `model.load_state_dict`
+    does, each copied into the model's parameters (dst, memory already touched), which is
+    when the mapping's pages are read."""
+    import torch
+    st = torch.ByteStorage.from_file(path, shared=False, size=os.path.getsize(path)).untyped()
+    for k, v in hdr.items():
+        a, b = v['data_offsets']
+        t = torch.asarray(st[start + a:start + b], dtype=torch.uint8)
+        dst[k].copy_(t.view(dtype=getattr(torch, ST_DTYPES[v['dtype']])).reshape(v['shape']))
+
+
 # -- the worker: one save or one load in a fresh process --------------------------------------
 
 def steal_s():
@@ -208,11 +265,18 @@ def worker(mode, path, size_mib, seed):
     inproc_load: the old bench's way, to measure what it measured: build the state, save it
           to path with fsync in this process, keep it, then (after "go") time torch.load of it
           here, result dropped inside the timing as the old bench did (load_s), and the
-          freeing alone (free_s)."""
+          freeing alone (free_s).
+    stsave: build the state (seed) and write it as a safetensors file, fsync'd (not timed).
+    mmload: read the file's header and build the model's parameters (zeroed), then time
+          safetensors' mmap load of it into them (load_s)."""
     import torch
     t = time.perf_counter()
-    if mode == 'save':
+    if mode in ('save', 'stsave'):
         sd = make_state(size_mib, seed)
+    elif mode == 'mmload':
+        start, hdr = safetensors_header(path)
+        dst = {k: torch.zeros(v['shape'], dtype=getattr(torch, ST_DTYPES[v['dtype']]))
+               for k, v in hdr.items()}
     elif mode == 'inproc_load':
         sd = make_state(size_mib, seed)
         torch_save(sd, path, True)
@@ -236,6 +300,12 @@ def worker(mode, path, size_mib, seed):
         res.update(close_s=t1 - t0, durable_s=t2 - t0)
     elif mode == 'touch':
         res['touch_s'] = touch_fresh(size_mib)
+    elif mode == 'stsave':
+        safetensors_save(sd, path)
+    elif mode == 'mmload':
+        t0 = time.perf_counter()
+        safetensors_mmap_load(path, start, hdr, dst)
+        res['load_s'] = time.perf_counter() - t0
     else:
         t0 = time.perf_counter()
         out = torch.load(path)
@@ -462,6 +532,21 @@ def main():
                     add(f'load:cold:{side}', res['load_s'])
                     add(f'load:sys:{side}', res['sys_s'])
                     add(f'load:minflt:{side}', res['minflt'])
+                # safetensors' mmap load: a file of its own seed (its chunks not the
+                # torch.save's), written untimed, then loaded cold the same way
+                ps, pms = os.path.join(direct, 'model.safetensors'), m.path(f'model{r}.safetensors')
+                for side in order:
+                    run_worker('stsave', ps if side == 'direct' else pms, a.size_mib, 1000 + r,
+                               before_go=lambda: None)
+                wait_compressed(m)
+                for side in order:
+                    if side == 'direct':
+                        res = run_worker('mmload', ps, a.size_mib)
+                    else:
+                        remount()
+                        res = run_worker('mmload', pms, a.size_mib)
+                    add(f'mmload:cold:{side}', res['load_s'])
+                os.unlink(ps)
                 if a.inprocess_load:
                     # the old way: load in the process that built and saved the state
                     res = run_worker('inproc_load', pd, a.size_mib, r)
@@ -529,9 +614,10 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
     table = []
     for label, kind in (('torch.save, close returned', 'save:close'),
                         ('torch.save to durable (+fsync)', 'save:durable'),
-                        ('torch.load, cold', 'load:cold')):
+                        ('torch.load, cold', 'load:cold'),
+                        ('safetensors mmap load, cold', 'mmload:cold')):
         for side in ('direct', 'ckptfs'):
-            lim = (lim_load[side] if kind == 'load:cold' else
+            lim = (lim_load[side] if kind in ('load:cold', 'mmload:cold') else
                    disk_w if kind == 'save:durable' else None)
             table.append((f'{label} ({side})', f'{kind}:{side}', 's', f'{kind}:direct', lim))
     if 'load:inproc:direct' in rows:
