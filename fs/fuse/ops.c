@@ -89,10 +89,22 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 {
 	struct ckfs *fs = fs_req_fs(req);
 
+	/* the inodes left without a reference go in one transaction (ino_reap_many) */
+	uint64_t *gone = malloc(count * sizeof(*gone));
+	size_t k = 0;
+
 	pthread_mutex_lock(&fs->mu);
-	for (size_t i = 0; i < count; i++)
-		ino_forget_locked(fs, forgets[i].ino, forgets[i].nlookup);
+	for (size_t i = 0; i < count; i++) {
+		if (!ino_forget_count(fs, forgets[i].ino, forgets[i].nlookup))
+			continue;
+		if (gone)
+			gone[k++] = forgets[i].ino;
+		else /* no memory for the list: one at a time */
+			ino_reap_many(fs, &forgets[i].ino, 1);
+	}
+	ino_reap_many(fs, gone, k);
 	pthread_mutex_unlock(&fs->mu);
+	free(gone);
 	fuse_reply_none(req);
 }
 

@@ -41,36 +41,54 @@ bool ino_referenced(struct ckfs *fs, uint64_t ino)
 	return *lookup_slot(fs, ino) != NULL || oi_find(fs, ino) != NULL;
 }
 
-/* Delete ino from the index if it has no name left and nothing references it. */
-static void reap_locked(struct ckfs *fs, uint64_t ino)
+/* Is ino, whose lookup count just dropped to 0, to be deleted: no name left, no open file? */
+static bool reapable(struct ckfs *fs, uint64_t ino)
 {
 	struct idx_inode a;
-	struct ino_freed fr = { 0 };
-	bool ok;
 
-	if (ino == IDX_ROOT_INO || ino_referenced(fs, ino) ||
-	    idx_inode_get(fs->ix, ino, &a) < 0 || a.nlink != 0)
-		return;
-	ok = idx_begin(fs->ix) == 0 &&
-	     idx_inode_delete(fs->ix, ino, ino_release_collect, &fr) == 0 &&
-	     idx_commit(fs->ix) == 0;
+	return ino != IDX_ROOT_INO && !ino_referenced(fs, ino) &&
+	       idx_inode_get(fs->ix, ino, &a) == 0 && a.nlink == 0;
+}
+
+void ino_reap_many(struct ckfs *fs, const uint64_t *inos, size_t n)
+{
+	struct ino_freed fr = { 0 };
+	bool begun = false, ok = true;
+
+	for (size_t i = 0; i < n && ok; i++) {
+		if (!reapable(fs, inos[i]))
+			continue;
+		if (!begun)
+			ok = begun = idx_begin(fs->ix) == 0;
+		if (ok)
+			ok = idx_inode_delete(fs->ix, inos[i], ino_release_collect, &fr) == 0;
+	}
+	if (!begun && ok)
+		return; /* nothing to delete */
+	ok = ok && idx_commit(fs->ix) == 0;
 	if (!ok)
 		idx_rollback(fs->ix); /* left for idx_recover at unmount or the next mount */
 	ino_release_finish(fs, &fr, ok);
 }
 
-void ino_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n)
+bool ino_forget_count(struct ckfs *fs, uint64_t ino, uint64_t n)
 {
 	struct lookup_ent **pp = lookup_slot(fs, ino), *e = *pp;
 
 	if (!e)
-		return;
+		return false;
 	e->n = e->n > n ? e->n - n : 0;
-	if (e->n == 0) {
-		*pp = e->next;
-		free(e);
-		reap_locked(fs, ino);
-	}
+	if (e->n > 0)
+		return false;
+	*pp = e->next;
+	free(e);
+	return true;
+}
+
+void ino_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n)
+{
+	if (ino_forget_count(fs, ino, n))
+		ino_reap_many(fs, &ino, 1);
 }
 
 /*

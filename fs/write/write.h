@@ -461,6 +461,21 @@ void ino_lookup_inc(struct ckfs *fs, uint64_t ino);
  */
 void ino_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n);
 /*
+ * ino_forget_count - the kernel dropped n references to ino; true when none is left, and the
+ * inode is then to be passed to ino_reap_many. fs->mu held.
+ */
+bool ino_forget_count(struct ckfs *fs, uint64_t ino, uint64_t n);
+/*
+ * ino_reap_many - delete from the index, in one transaction, those of inos[0..n) that have no
+ * kernel reference, no name and no open file, and free their chunks once that is durable: one
+ * WAL fdatasync for all of them. For a FUSE_BATCH_FORGET: when a step of many files is deleted
+ * (retention), the kernel forgets their inodes in batches of up to thousands, and a transaction
+ * each took a third of the daemon's CPU while the next step was written (tests/bench/RESULTS.md,
+ * "Forgotten inodes deleted in one transaction"). A failure rolls back the whole batch, left to
+ * idx_recover at unmount or the next mount. fs->mu held; never fails.
+ */
+void ino_reap_many(struct ckfs *fs, const uint64_t *inos, size_t n);
+/*
  * ino_referenced - does the kernel (lookup count) or an open file still use ino? An inode
  * with nlink 0 is deleted from the index only when it is not referenced.
  */
