@@ -54,6 +54,11 @@
  * Schema v3 (migration v2 -> v3 adds):
  *   xattrs(id INTEGER PRIMARY KEY, ino -> inodes ON DELETE CASCADE, name BLOB, value BLOB,
  *          UNIQUE(ino, name))        extended attributes; id keeps listxattr in creation order
+ * Besides, every read-write open creates the partial index chunks_bad ON chunks(hash) WHERE
+ * bad <> 0 if it is missing (ix_optional_indexes): the chunks marked bad, found without a scan
+ * of every chunk (idx_dir_has_bad_chunk). It is no schema change: every query works without it
+ * (a read-only handle on a store no read-write open has touched scans instead), and SQLite keeps
+ * it up to date for an older ckptfs too.
  * Names and symlink targets are BLOBs: byte-exact, compared with memcmp, never UTF-8 checked.
  * So are step names, tracker paths, claim contents and event notes.
  * AUTOINCREMENT makes inode numbers and readdir cookies never reused.
@@ -173,6 +178,16 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CHUNK_EXISTS] = "SELECT 1 FROM chunks WHERE hash = ?1",
 	[IX_CHUNK_SET_BAD] = "UPDATE chunks SET bad = ?2 WHERE hash = ?1",
 	[IX_CHUNK_IS_BAD] = "SELECT bad <> 0 FROM chunks WHERE hash = ?1",
+	/* a probe of chunks_bad, a tenth of what IX_DIR_HAS_BAD_CHUNK's recursion costs when no
+	 * chunk is marked bad (tests/bench/RESULTS.md, "A tracker read no longer walks") */
+	[IX_ANY_BAD_CHUNK] = "SELECT EXISTS(SELECT 1 FROM chunks WHERE bad <> 0)",
+	/* from the users of every chunk marked bad (chunks_bad, extents_hash) up through every
+	 * dentry of each (dentries_ino) to the root; UNION ends even on a cycle */
+	[IX_DIR_HAS_BAD_CHUNK] = "WITH RECURSIVE up(ino) AS ("
+				 "SELECT e.ino FROM chunks c JOIN extents e ON e.hash = c.hash "
+				 "WHERE c.bad <> 0 "
+				 "UNION SELECT d.parent FROM dentries d JOIN up ON d.ino = up.ino) "
+				 "SELECT EXISTS(SELECT 1 FROM up WHERE ino = ?1)",
 	[IX_CHUNK_SET_STORED] = "UPDATE chunks SET codec = ?2, stored_size = ?3 WHERE hash = ?1",
 	[IX_CHUNK_WITH_CODEC] = "SELECT hash FROM chunks WHERE codec = ?1 AND bad = 0 LIMIT ?2",
 	[IX_CHUNK_FOREACH] = "SELECT hash, raw_size, stored_size, codec, refs, bad FROM chunks "
@@ -383,6 +398,11 @@ static const char ix_schema_v3[] =
 	" name BLOB NOT NULL, value BLOB NOT NULL,"
 	" UNIQUE(ino, name));"
 	"PRAGMA user_version = 3;";
+
+/* Indexes that speed queries up and change no result, created at every read-write open (see
+ * the schema above) */
+static const char ix_optional_indexes[] =
+	"CREATE INDEX IF NOT EXISTS chunks_bad ON chunks(hash) WHERE bad <> 0;";
 
 /* migrations[v] upgrades a database at user_version v to v + 1 (invariant 9). */
 static const struct ix_migration migrations[] = {
@@ -868,6 +888,8 @@ int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t no
 		if ((r = ix_migrate(ix, &a)) < 0)
 			goto fail;
 	}
+	if (!ix->rdonly && (r = ix_exec_const(ix, ix_optional_indexes)) < 0)
+		goto fail;
 	if ((r = ix_prepare_all(ix)) < 0)
 		goto fail;
 	if (!ix->rdonly && (r = ix_open_wal(ix)) < 0)

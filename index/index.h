@@ -325,6 +325,17 @@ int idx_chunks_with_codec(struct idx *ix, uint8_t codec, uint8_t (*out)[IDX_HASH
 int idx_chunk_is_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN]);
 
 /*
+ * idx_dir_has_bad_chunk - whether some file under directory dir, at any depth and through any
+ * of its dentries, has an extent naming a chunk marked bad. It climbs from the users of the
+ * chunks marked bad instead of walking dir: O(b * u * d) row lookups for b chunks marked bad in
+ * the whole index, u extents naming each and d directories above each file; with none marked
+ * bad, one probe of the partial index chunks_bad (index.c, schema). Returns 1, 0 (also for a
+ * dir that does not exist), or the index's -errno. Read-only; thread-safety: as every call on
+ * the handle.
+ */
+int idx_dir_has_bad_chunk(struct idx *ix, uint64_t dir);
+
+/*
  * idx_chunk_foreach - call fn(hash, raw_size, stored_size, codec, refs, bad, arg) for every chunk
  * row in hash order. fn returning non-zero stops and that value is returned.
  */

@@ -321,6 +321,16 @@ int idx_chunk_is_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
 	return r < 0 ? r : bad != 0;
 }
 
+int idx_dir_has_bad_chunk(struct idx *ix, uint64_t dir)
+{
+	int64_t found;
+	int r = ix_scalar(ix, IX_ANY_BAD_CHUNK, &found, "");
+
+	if (r == 0 && found)
+		r = ix_scalar(ix, IX_DIR_HAS_BAD_CHUNK, &found, "i", (int64_t)dir);
+	return r < 0 ? r : found != 0;
+}
+
 int idx_chunk_clear_bad(struct idx *ix, const uint8_t hash[IDX_HASH_LEN])
 {
 	return ix_chunk_set_bad(ix, hash, false);

@@ -7,7 +7,8 @@ ext4, in the same run.
 
 For N in --sizes (default 100 1000 10000), on a fresh mount and a fresh ext4 directory each:
   files in one step: one writer creates N files of 1 KiB in iter_0000001/mp_rank_00/
-      (open(O_CREAT) + write + close each), then stat of each, then one listdir;
+      (open(O_CREAT) + write + close each), then stat of each, then one listdir, then the
+      tracker read (open + read + close) naming that step, averaged over 50 reads;
   steps in the root: N Megatron steps (mkdir iter_X/mp_rank_00, a 1 KiB
       model_optim_rng.pt, the tracker rewritten), written by one process; then `ls` of the root
       (listdir + stat of each entry) and the tracker read (open + read + close), averaged over
@@ -63,7 +64,15 @@ def phase_files(root, n):
     got = len(os.listdir(d))
     listdir = time.perf_counter() - t0
     assert got == n, (got, n)
-    return {'create': create / n, 'stat': stat / n, 'readdir': listdir / n}
+    reps = 50
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        with open(os.path.join(root, 'latest_checkpointed_iteration.txt')) as f:
+            tk = f.read().strip()
+    tracker = time.perf_counter() - t0
+    assert tk == '1', tk
+    return {'create': create / n, 'stat': stat / n, 'readdir': listdir / n,
+            'tracker read, step of N files (per read)': tracker / reps}
 
 
 def phase_steps(root, n):
@@ -103,7 +112,7 @@ def worker(phase, root, n):
     print(json.dumps(PHASES[phase](root, n)))
 
 
-OPS = {'files': ('create', 'stat', 'readdir'), 'steps': ('save step',),
+OPS = {'files': ('create', 'stat', 'readdir', 'tracker read, step of N files (per read)'), 'steps': ('save step',),
        'read': ('ls root', 'tracker read (per read)')}
 
 

@@ -675,6 +675,64 @@ Test(data, chunk_bad_users_stats, .init = setup_open, .fini = teardown)
 	cr_assert_eq(idx_commit(ix), 0);
 }
 
+/* idx_dir_has_bad_chunk: steps/a/f1 and steps/b/f2 share chunk 'B'; f1 is also linked as
+ * other/f1; 'C' is f1's alone. The answer climbs every dentry of every user to the root. */
+Test(data, dir_has_bad_chunk_climbs_every_link, .init = setup_open, .fini = teardown)
+{
+	struct idx_extent e1[] = { ext(0, 10, 'B', 4), ext(10, 20, 'C', 15) };
+	struct idx_extent e2[] = { ext(0, 10, 'B', 4) };
+	struct idx *ro;
+	uint8_t h[IDX_HASH_LEN];
+	uint64_t steps, a, b, other, f1, f2;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	steps = new_inode(IDX_ROOT_INO, "steps", S_IFDIR | 0755);
+	a = new_inode(steps, "a", S_IFDIR | 0755);
+	b = new_inode(steps, "b", S_IFDIR | 0755);
+	other = new_inode(IDX_ROOT_INO, "other", S_IFDIR | 0755);
+	f1 = new_file(a, "f1");
+	f2 = new_file(b, "f2");
+	set_content(f1, e1, 2, 30, NULL);
+	set_content(f2, e2, 1, 10, NULL);
+	cr_assert_eq(idx_commit(ix), 0);
+	/* none marked bad: no, everywhere (one probe of chunks_bad) */
+	uint64_t dirs[] = { IDX_ROOT_INO, steps, a, b, other, f1 };
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+		cr_assert_eq(idx_dir_has_bad_chunk(ix, dirs[i]), 0, "dir %zu", i);
+	/* 'C' bad: f1's directories only, up to the root; a file is its own top */
+	mkhash(h, 'C');
+	cr_assert_eq(idx_chunk_mark_bad(ix, h), 0);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, a), 1);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, steps), 1);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, IDX_ROOT_INO), 1);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, f1), 1);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, b), 0);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, other), 0);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, 999999), 0, "no such directory");
+	/* a second link of f1 in other: other holds a bad chunk too */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_add(ix, other, "f1", f1), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, other), 1);
+	/* 'B' bad, 'C' repaired: both f1's and f2's directories */
+	cr_assert_eq(idx_chunk_clear_bad(ix, h), 0);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, a), 0);
+	mkhash(h, 'B');
+	cr_assert_eq(idx_chunk_mark_bad(ix, h), 0);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, a), 1);
+	cr_assert_eq(idx_dir_has_bad_chunk(ix, b), 1);
+	/* the read-write open made the partial index the probe uses */
+	cr_assert_eq(ct_raw_i64(dbpath, "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+					"AND name = 'chunks_bad'"),
+		     1);
+	/* a read-only handle answers the same (without the index it would scan) */
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 1, &ro), 0);
+	cr_assert_eq(idx_dir_has_bad_chunk(ro, b), 1);
+	cr_assert_eq(idx_dir_has_bad_chunk(ro, other), 1);
+	idx_close(ro);
+}
+
 Test(data, stored_bytes_sharing, .init = setup_open, .fini = teardown)
 {
 	struct idx_extent e1[] = { ext(0, 100, 'A', 100), ext(100, 10, 'B', 10),

@@ -208,6 +208,43 @@ class MountCheckTest(unittest.TestCase):
         row4 = [ln for ln in table.splitlines() if 'iter_0000004' in ln]
         self.assertTrue(row4 and 'corrupt' in row4[0], 'step 4 in .ckptfs/steps: %s' % table)
 
+    def test_a_chunk_found_bad_while_mounted_moves_the_tracker_at_once(self):
+        """A tracker read asks the index whether a file under the newest step uses a chunk
+        marked bad, climbing from the chunks marked bad (index idx_dir_has_bad_chunk, called by
+        fs/steps/steps_tree.c steps_tree_has_bad_chunk), instead of walking the step's files. A
+        read that finds one of the step's chunks damaged while mounted marks it bad: the next
+        tracker read sets the step aside and names the step before."""
+        m = ckfs.Mount()
+        try:
+            m.start()
+            self.save(m, 2)
+            before = set(ckfs.chunk_files(m.store))
+            self.save(m, 4)
+            for _ in range(3):
+                self.assertEqual(ckfs.read_bytes(m.path(TRACKER)).strip(), b'4', m.log_tail())
+            sizes = ckfs.chunk_files(m.store)
+            mine = sorted(c for c in sizes if c not in before)
+            self.assertTrue(mine, 'step 4 added no chunk files')
+            target = max(mine, key=lambda c: sizes[c])
+            off = HEADER + (sizes[target] - HEADER) // 2
+            with open(os.path.join(m.store, 'chunks', target), 'r+b') as f:
+                f.seek(off)
+                b = f.read(1)
+                f.seek(off)
+                f.write(bytes([b[0] ^ 0x01]))
+            path = m.path('iter_0000004', 'mp_rank_00', 'model_optim_rng.pt')
+            fd = os.open(path, os.O_RDONLY)
+            try:  # the pages the save left in the kernel's cache: the read must reach ckptfs
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            got, err = read_until_error(path)
+            self.assertIsNotNone(err, 'step 4 read back whole with chunk %s flipped' % target)
+            self.assertEqual(err.errno, errno.EIO, err)
+            self.assert_resumes_on_2(m)
+        finally:
+            m.close()
+
     def test_the_mount_returns_before_the_check_and_readers_wait_for_it(self):
         m = self.damaged_store()
         try:
