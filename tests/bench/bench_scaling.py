@@ -45,6 +45,17 @@ from bench_small import build_passthrough, passthrough_mount  # noqa: E402
 KIB = b'x' * 1024
 
 
+def tracker_read(root, reps, want):
+    """seconds per read of the tracker (open + read + close), averaged over reps reads, each of
+    which must name step want"""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        with open(os.path.join(root, 'latest_checkpointed_iteration.txt')) as f:
+            got = f.read().strip()
+        assert got == want, (got, want)
+    return (time.perf_counter() - t0) / reps
+
+
 def phase_files(root, n):
     d = os.path.join(root, 'iter_0000001', 'mp_rank_00')
     os.makedirs(d)
@@ -64,15 +75,8 @@ def phase_files(root, n):
     got = len(os.listdir(d))
     listdir = time.perf_counter() - t0
     assert got == n, (got, n)
-    reps = 50
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        with open(os.path.join(root, 'latest_checkpointed_iteration.txt')) as f:
-            tk = f.read().strip()
-    tracker = time.perf_counter() - t0
-    assert tk == '1', tk
     return {'create': create / n, 'stat': stat / n, 'readdir': listdir / n,
-            'tracker read, step of N files (per read)': tracker / reps}
+            'tracker read, step of N files (per read)': tracker_read(root, 50, '1')}
 
 
 def phase_steps(root, n):
@@ -95,14 +99,7 @@ def phase_read(root, n):
         os.lstat(os.path.join(root, nm))
     ls = time.perf_counter() - t0
     assert len(names) >= n, (len(names), n)
-    reps = 200
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        with open(os.path.join(root, 'latest_checkpointed_iteration.txt')) as f:
-            got = f.read().strip()
-    tracker = time.perf_counter() - t0
-    assert got == str(n), (got, n)
-    return {'ls root': ls / n, 'tracker read (per read)': tracker / reps}
+    return {'ls root': ls / n, 'tracker read (per read)': tracker_read(root, 200, str(n))}
 
 
 PHASES = {'files': phase_files, 'steps': phase_steps, 'read': phase_read}
