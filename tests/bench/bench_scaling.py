@@ -109,7 +109,8 @@ def worker(phase, root, n):
     print(json.dumps(PHASES[phase](root, n)))
 
 
-OPS = {'files': ('create', 'stat', 'readdir', 'tracker read, step of N files (per read)'), 'steps': ('save step',),
+OPS = {'files': ('create', 'stat', 'readdir', 'tracker read, step of N files (per read)'),
+       'steps': ('save step',),
        'read': ('ls root', 'tracker read (per read)')}
 
 
