@@ -126,6 +126,17 @@ int ckpt_repo_reserve(struct ckpt_repo *r);
  */
 bool ckpt_repo_release_reserve(struct ckpt_repo *r);
 
+/*
+ * ckpt_repo_open_reader - a second, read-only handle on r's index (STORE/index.db) for a thread
+ * that reads without the lock that guards r->ix (the daemon's /.ckptfs/status figures). SQLite's
+ * WAL lets it read while r->ix writes; it sees what r->ix has committed.
+ * @ret: owned, released with idx_close (before ckpt_repo_close, so that r->ix's close is the
+ * last one and removes the WAL).
+ * Returns 0, -ENAMETOOLONG, or idx_open's errors (-ENOENT, -EPROTO, -EIO, -EBUSY, -ENOMEM,
+ * -EACCES). Thread-safety: touches no state of r but its root.
+ */
+int ckpt_repo_open_reader(const struct ckpt_repo *r, struct idx **ret);
+
 /* ckpt_repo_close - close index and store, release the lock, free; NULL accepted. */
 void ckpt_repo_close(struct ckpt_repo *r);
 

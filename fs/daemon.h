@@ -68,6 +68,13 @@ struct ckfs {
 	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
 	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
 	struct ra_pool *ra;      /* read-ahead threads (ra.c); NULL: none */
+	/* /.ckptfs/status and metrics' whole-store figures (meta.c fs_meta_stats), read without mu */
+	pthread_mutex_t stats_mu; /* guards the fields below; never held with mu */
+	struct idx *stats_ix;    /* owned, read-only; NULL until the first read or if it failed */
+	bool stats_failed;       /* stats_ix could not be opened: figures read under mu */
+	bool stats_valid;        /* stats holds the figures at data version stats_version */
+	int64_t stats_version;
+	struct idx_stats stats;
 	uint64_t ra_window;      /* -o readahead_mb, bytes */
 	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
 	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */

@@ -208,6 +208,8 @@ static const char *const ix_sql[IX__COUNT] = {
 			    STATS_CODEC(0) STATS_CODEC(1) STATS_CODEC(2) STATS_CODEC(3)
 			    STATS_CODEC(4) STATS_CODEC(5) STATS_CODEC(6) STATS_CODEC(7)
 			    " FROM chunks",
+	/* changes committed by other connections (sqlite.org/pragma.html#pragma_data_version) */
+	[IX_DATA_VERSION] = "PRAGMA data_version",
 	/* an nlink-0 inode still named or still holding entries is left to idx_check */
 	/* regular files whose content was never committed (no digest): not durable, so absent */
 	[IX_RECOVER_UNCOMMITTED_DENTRIES] = "DELETE FROM dentries WHERE ino IN (SELECT ino FROM "

@@ -366,6 +366,16 @@ int idx_path(struct idx *ix, uint64_t ino, char *buf, size_t cap);
 int idx_stats_get(struct idx *ix, struct idx_stats *ret);
 
 /*
+ * idx_data_version - SQLite's PRAGMA data_version of this handle into *ret: a value that
+ * differs between two calls on the same handle if and only if another connection (the daemon,
+ * for a read-only handle beside it) committed a change in between
+ * (sqlite.org/pragma.html#pragma_data_version). The handle's own commits do not change it.
+ * Call it outside idx_hold: inside one it gives the held snapshot's value.
+ * Returns 0 or a negative errno of ix_err (-EIO, -EBUSY, -ENOMEM). Read-only.
+ */
+int idx_data_version(struct idx *ix, int64_t *ret);
+
+/*
  * idx_recover - after an unclean stop: delete regular files whose content was never committed
  * (no whole-file digest: created but never closed or fsynced, so never durable) together with
  * their dentries, inodes with nlink = 0 (open-unlinked files of the crashed daemon), and chunk

@@ -436,6 +436,13 @@ int idx_stats_get(struct idx *ix, struct idx_stats *ret)
 	return 0;
 }
 
+int idx_data_version(struct idx *ix, int64_t *ret)
+{
+	int r = ix_scalar(ix, IX_DATA_VERSION, ret, "");
+
+	return r == -ENOENT ? -EIO : r; /* the pragma always returns one row */
+}
+
 /* ix_recover - idx_recover inside the caller's savepoint. */
 static int ix_recover(struct idx *ix, idx_release_fn release, void *arg)
 {

@@ -6,6 +6,8 @@
 #        scripts/bench.sh --restore [--size-mib N] [--reps N] [--same-node]   crash, remount, resume (issue 22)
 #        scripts/bench.sh --small-files [--files N] [--reps N]   one writer, 1 KiB files, vs ext4
 #                                                 and libfuse's passthrough_ll (issue 22)
+#        scripts/bench.sh --meta [--sizes 100 1000 10000]   a .ckptfs/status read: its cost and
+#                                                 what it makes other requests wait (issue 22)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -24,6 +26,10 @@ fi
 if [ "${1:-}" = --small-files ]; then
 	shift
 	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_small.py "$@"
+fi
+if [ "${1:-}" = --meta ]; then
+	shift
+	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_meta.py "$@"
 fi
 if [ "${1:-}" = --multinode ]; then
 	shift

@@ -48,6 +48,8 @@ static const char *const points[] = {
 	"inval-send",          /* daemon.c: names the kernel must forget taken, not yet sent */
 	"tracker-flush",       /* ops_file.c: a tracker's content read for a reader, the names
 				* it moved not yet sent */
+	"stats-scan",          /* meta.c: a status or metrics read about to scan the store for
+				* its figures (with fs->mu held only if its own handle failed) */
 };
 #define NPOINTS (sizeof(points) / sizeof(points[0]))
 

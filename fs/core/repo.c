@@ -125,6 +125,8 @@ static int lock_exclusive(int fd, pid_t *owner)
 	}
 }
 
+#define REPO_INDEX_FILE "index.db" /* the index database, in STORE */
+
 static int path_join(char *buf, size_t cap, const char *root, const char *name)
 {
 	int n = snprintf(buf, cap, "%s/%s", root, name);
@@ -307,6 +309,15 @@ static int repo_lock(struct ckpt_repo *r, const char *root, int *flags, char *er
 	return 0;
 }
 
+int ckpt_repo_open_reader(const struct ckpt_repo *r, struct idx **ret)
+{
+	char path[PATH_MAX];
+
+	if (path_join(path, sizeof(path), r->root, REPO_INDEX_FILE) < 0)
+		return -ENAMETOOLONG;
+	return idx_open(path, IDX_RDONLY, getuid(), getgid(), ckpt_now_ns(), ret);
+}
+
 /*
  * Open root/index.db into r->ix (with REPO_SALVAGE, a damaged index leaves r->ix NULL and
  * r->index_err -EIO) and, with REPO_CHECK, check its integrity. Returns 0 or -errno with a
@@ -318,7 +329,7 @@ static int repo_open_index(struct ckpt_repo *r, const char *root, int flags, cha
 	char path[PATH_MAX];
 	int rc;
 
-	if (path_join(path, sizeof(path), root, "index.db") < 0)
+	if (path_join(path, sizeof(path), root, REPO_INDEX_FILE) < 0)
 		return repo_path_too_long(root, err, errcap);
 	rc = idx_open(path, (flags & REPO_RDONLY) ? IDX_RDONLY : 0, getuid(), getgid(),
 		      ckpt_now_ns(), &r->ix);

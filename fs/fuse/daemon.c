@@ -637,11 +637,13 @@ static void teardown(struct ckfs *fs, int ret)
 	ra_stop(fs);
 	if (fs->repo && ret == 0 && ckpt_repo_set_clean(fs->repo, true) == 0)
 		ckpt_log("stopped cleanly\n");
+	fs_meta_stats_close(fs); /* before the index's own handle: its close removes the WAL */
 	ckpt_repo_close(fs->repo);
 	pins_free(fs->pins);
 	if (fs->staging_dirfd >= 0)
 		close(fs->staging_dirfd);
 	pthread_mutex_destroy(&fs->inval_mu);
+	pthread_mutex_destroy(&fs->stats_mu);
 	pthread_mutex_destroy(&fs->mu);
 }
 
@@ -658,6 +660,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 
 	pthread_mutex_init(&fs.mu, NULL);
 	pthread_mutex_init(&fs.inval_mu, NULL);
+	pthread_mutex_init(&fs.stats_mu, NULL);
 	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0)
 		goto out;
 	/* before the mount: a port in use fails the start with nothing mounted */

@@ -58,6 +58,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 				  size_t *upload_len, void **req)
 {
 	struct fs_metrics *m = cls;
+	struct idx_stats st;
 	char *buf = NULL;
 	size_t len = 0;
 	int rc;
@@ -66,8 +67,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
 	if (strcmp(url, "/metrics") != 0)
 		return reply_text(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n");
+	bool have = fs_meta_stats(m->fs, META_METRICS, true, &st) > 0; /* before the lock */
+
 	pthread_mutex_lock(&m->fs->mu);
-	rc = fs_meta_render(m->fs, META_METRICS, &buf, &len);
+	rc = fs_meta_render(m->fs, META_METRICS, have ? &st : NULL, &buf, &len);
 	pthread_mutex_unlock(&m->fs->mu);
 	if (rc < 0) {
 		ckpt_log("metrics: cannot render for a scrape: %s\n", strerror(-rc));

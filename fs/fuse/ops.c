@@ -34,13 +34,14 @@ int fs_meta_of(uint64_t ino)
 								       : -1;
 }
 
-/* Attributes of /.ckptfs/<file which>: size of its current rendering. fs->mu held. */
-static int meta_stat(struct ckfs *fs, int which, struct stat *st)
+/* Attributes of /.ckptfs/<file which>: the size of a rendering with the figures stats
+ * (fs_meta_stats' kept ones, or NULL). fs->mu held. */
+static int meta_stat(struct ckfs *fs, int which, const struct idx_stats *stats, struct stat *st)
 {
 	struct idx_inode a;
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = fs_meta_render(fs, which, &buf, &len);
+	int rc = fs_meta_render(fs, which, stats, &buf, &len);
 
 	free(buf);
 	if (rc < 0 || (rc = idx_inode_get(fs->ix, fs->meta_ino, &a)) < 0)
@@ -333,6 +334,8 @@ void fs_settle_for_reader(struct ckfs *fs)
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ckfs *fs = fs_req_fs(req);
+	struct idx_stats mst;
+	bool mstats = false;
 	uint64_t ino;
 	int rc = fs_check_name(name);
 
@@ -340,6 +343,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -rc);
 		return;
 	}
+	if (parent == fs->meta_ino) /* the figures kept, for a size: never a scan (meta.c) */
+		mstats = fs_meta_stats(fs, fs_meta_file_by_name(name), false, &mst) > 0;
 	fs_lock(fs);
 	bool step_dir = steps_dir_name(fs, parent, name);
 
@@ -354,7 +359,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (parent == fs->meta_ino && fs_meta_file_by_name(name) >= 0) {
 		struct fuse_entry_param e = { .ino = VINO_META(fs_meta_file_by_name(name)) };
 
-		rc = meta_stat(fs, fs_meta_file_by_name(name), &e.attr);
+		rc = meta_stat(fs, fs_meta_file_by_name(name), mstats ? &mst : NULL, &e.attr);
 		fs_unlock(fs);
 		if (rc < 0)
 			fuse_reply_err(req, -rc);
@@ -398,14 +403,18 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fs_req_fs(req);
+	struct idx_stats mst;
+	bool mstats = false;
 	struct stat st;
 	int rc;
 
 	if (ino >= VINO_BASE)
 		cq_wait_idle(fs); /* trackers and /.ckptfs files: see op_lookup */
+	if (fs_meta_of(ino) >= 0)
+		mstats = fs_meta_stats(fs, fs_meta_of(ino), false, &mst) > 0;
 	fs_lock(fs);
 	if (fs_meta_of(ino) >= 0)
-		rc = meta_stat(fs, fs_meta_of(ino), &st);
+		rc = meta_stat(fs, fs_meta_of(ino), mstats ? &mst : NULL, &st);
 	else
 		rc = steps_is_vino(ino) ? steps_vstat(fs, ino, &st) : fs_stat_locked(fs, ino, &st);
 	fs_unlock(fs);

@@ -142,6 +142,7 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	if (fs_meta_of(ino) >= 0) {
 		struct ckfs *fs = fs_req_fs(req);
+		struct idx_stats mst;
 		struct fh *h;
 		int rc;
 
@@ -155,8 +156,10 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		h->vkind = -1; /* a snapshot to read, nothing to claim */
 		cq_wait_idle(fs);
+		bool have = fs_meta_stats(fs, fs_meta_of(ino), true, &mst) > 0;
+
 		pthread_mutex_lock(&fs->mu);
-		rc = fs_meta_render(fs, fs_meta_of(ino), &h->vbuf, &h->vlen);
+		rc = fs_meta_render(fs, fs_meta_of(ino), have ? &mst : NULL, &h->vbuf, &h->vlen);
 		pthread_mutex_unlock(&fs->mu);
 		if (rc < 0) {
 			fh_free(h);

@@ -733,6 +733,45 @@ Test(data, dir_has_bad_chunk_climbs_every_link, .init = setup_open, .fini = tear
 	idx_close(ro);
 }
 
+/* idx_data_version: a read-only handle beside the writer (the daemon's status figures,
+ * fs/fuse/meta.c fs_meta_stats) sees a new value after each commit of the writer and the same
+ * value while nothing was committed; a rolled-back transaction changes nothing. */
+Test(data, data_version_moves_with_the_other_handles_commits, .init = setup_open,
+     .fini = teardown)
+{
+	struct idx_stats s;
+	struct idx *ro;
+	int64_t v0, v1, v2, v3, own0, own1;
+
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 1, &ro), 0);
+	cr_assert_eq(idx_data_version(ro, &v0), 0);
+	cr_assert_eq(idx_data_version(ro, &v1), 0);
+	cr_assert_eq(v1, v0, "nothing committed");
+	cr_assert_eq(idx_data_version(ix, &own0), 0);
+	cr_assert_eq(idx_begin(ix), 0);
+	new_file(IDX_ROOT_INO, "f");
+	cr_assert_eq(idx_data_version(ro, &v1), 0);
+	cr_assert_eq(v1, v0, "a transaction not committed yet");
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_data_version(ro, &v1), 0);
+	cr_assert_neq(v1, v0, "the writer committed");
+	cr_assert_eq(idx_stats_get(ro, &s), 0);
+	cr_assert_eq(s.files, 1);
+	cr_assert_eq(idx_data_version(ix, &own1), 0);
+	cr_assert_eq(own1, own0, "a handle's own commits do not move its value");
+	cr_assert_eq(idx_begin(ix), 0);
+	new_file(IDX_ROOT_INO, "g");
+	idx_rollback(ix);
+	cr_assert_eq(idx_data_version(ro, &v2), 0);
+	cr_assert_eq(v2, v1, "a rollback committed nothing");
+	cr_assert_eq(idx_begin_lazy(ix), 0);
+	new_file(IDX_ROOT_INO, "h");
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_data_version(ro, &v3), 0);
+	cr_assert_neq(v3, v2, "a lazy commit is a commit");
+	idx_close(ro);
+}
+
 Test(data, stored_bytes_sharing, .init = setup_open, .fini = teardown)
 {
 	struct idx_extent e1[] = { ext(0, 100, 'A', 100), ext(100, 10, 'B', 10),
