@@ -191,7 +191,7 @@ void ckpt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /*
  * Process facts from /proc (core/proc.c). Any thread, no lock.
  * ckpt_pid_flags - the flags field of /proc/PID/stat (PF_* bits) into *ret. Returns 0, -EIO when
- * the file cannot be parsed, or fopen's -errno (-ENOENT: no such process).
+ * the file cannot be parsed, or open(2)'s or read(2)'s -errno (-ENOENT: no such process).
  * ckpt_tgid_of - the process (thread group) of thread tid: FUSE requests carry the calling
  * thread's id, and a trainer's helper thread may exit while its process goes on writing.
  * Returns the tgid, or 0 when unknown (tid <= 0, gone, unreadable).

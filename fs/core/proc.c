@@ -2,9 +2,12 @@
  * proc.c — process facts from /proc (proc(5)): thread group, state, start time, flags.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fs/ckptfs.h"
 
@@ -31,30 +34,82 @@ pid_t ckpt_tgid_of(pid_t tid)
 }
 
 /*
+ * /proc/PID/stat into buf (cap bytes, NUL-terminated); *ret_rest points just past the ")" that
+ * ends its comm field, which may itself hold spaces and parentheses (proc(5)). open(2) and
+ * read(2), not stdio: ckpt_pid_flags runs at every flush of a written file, where fopen's buffer,
+ * fread and sscanf were 2-3% of the daemon's CPU in a run of small files (RESULTS.md "What a
+ * flush costs"). Returns 0 or -errno (-EIO: not the format of proc(5)).
+ */
+static int read_stat(pid_t pid, char *buf, size_t cap, const char **ret_rest)
+{
+	char path[32];
+	const char *p;
+	ssize_t n;
+	int fd, e;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -errno;
+	n = read(fd, buf, cap - 1); /* the kernel renders the whole file at the first read */
+	e = errno;
+	close(fd);
+	if (n < 0)
+		return -e;
+	buf[n] = 0;
+	if (!(p = strrchr(buf, ')')))
+		return -EIO;
+	*ret_rest = p + 1;
+	return 0;
+}
+
+/*
+ * The start of field k of /proc/PID/stat counted after comm (1: state, 7: flags, 20: starttime;
+ * proc(5) numbers them 3, 9 and 22), or NULL if the line is shorter.
+ */
+static const char *stat_field(const char *rest, int k)
+{
+	const char *p = rest;
+
+	for (int i = 1;; i++) {
+		while (*p == ' ')
+			p++;
+		if (!*p || *p == '\n')
+			return NULL;
+		if (i == k)
+			return p;
+		while (*p && *p != ' ')
+			p++;
+	}
+}
+
+/* Field k (as stat_field) as an unsigned number into *ret. 0 or -EIO. */
+static int stat_ull(const char *rest, int k, unsigned long long *ret)
+{
+	const char *p = stat_field(rest, k);
+	char *end;
+
+	if (!p || *p < '0' || *p > '9')
+		return -EIO;
+	errno = 0;
+	*ret = strtoull(p, &end, 10);
+	return errno || (*end != ' ' && *end != '\n' && *end) ? -EIO : 0;
+}
+
+/*
  * State and start time (clock ticks since boot) of process pid, from /proc/PID/stat (proc(5):
  * field 3 state, field 22 starttime). Returns 0 or -errno.
  */
 int ckpt_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start)
 {
-	char path[64], buf[1024];
-	unsigned long long start;
-	char state;
-	size_t n;
-	FILE *f;
-	char *p;
+	char buf[1024];
+	const char *rest, *st;
+	int rc;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!(f = fopen(path, "re")))
-		return -errno;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	if (!(p = strrchr(buf, ')')) ||
-	    sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
-			  "%*d %*d %llu", &state, &start) != 2)
+	if ((rc = read_stat(pid, buf, sizeof(buf), &rest)) < 0)
+		return rc;
+	if (!(st = stat_field(rest, 1)) || (rc = stat_ull(rest, 20, ret_start)) < 0)
 		return -EIO;
-	*ret_state = state;
-	*ret_start = start;
+	*ret_state = *st;
 	return 0;
 }
 
@@ -71,25 +126,15 @@ bool ckpt_pid_alive(pid_t pid, unsigned long long start)
 
 int ckpt_pid_flags(pid_t pid, unsigned long *ret)
 {
-	char path[64], buf[1024];
-	FILE *f;
-	size_t n;
-	char *p;
+	unsigned long long flags;
+	const char *rest;
+	char buf[1024];
+	int rc;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
 	/* fields after "(comm)": state ppid pgrp session tty_nr tpgid flags (proc(5)) */
-	p = strrchr(buf, ')');
-	if (!p)
-		return -EIO;
-	unsigned long flags;
-	if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1)
-		return -EIO;
-	*ret = flags;
+	if ((rc = read_stat(pid, buf, sizeof(buf), &rest)) < 0 ||
+	    (rc = stat_ull(rest, 7, &flags)) < 0)
+		return rc;
+	*ret = (unsigned long)flags;
 	return 0;
 }

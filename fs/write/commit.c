@@ -37,6 +37,13 @@
  *      that goes on closing files while it waits.
  *   5. oinode.cq_waiting counts the jobs of that inode queued and not taken into a batch, so
  *      a release that sees it positive can leave the commit to the job (fs_op_release).
+ *   6. Linger: with fewer than CQ_BATCH jobs queued, the thread waits up to CQ_LINGER_NS after
+ *      the first before taking them, so that the closes of a writer of many small files share
+ *      one commit (one syncfs, one index transaction, one WAL fdatasync) instead of paying one
+ *      each: without it, batches were of 1-2 files (a probe on oi_commit_many, 3,000 files of 1
+ *      KiB). cq_submit wakes the thread only for the first job or a full batch, so a lingering
+ *      thread is not woken per close. Someone waiting (cq_wait_idle: a tracker read, a step's
+ *      last close, a status read) or stopping ends the linger at once: no reader waits for it.
  *
  * Lock order: cq.mu is a leaf (taken under fs->mu by cq_busy); the thread holds no lock while
  * it commits.
@@ -47,11 +54,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fs/write/write.h"
 
 /* Jobs committed together at most: one store_sync and one index transaction for them all. */
 #define CQ_BATCH 64
+/* How long the thread lets more closes join a batch before committing it (invariant 6). */
+#define CQ_LINGER_NS 1000000
 
 struct cjob {
 	struct cjob *next;
@@ -67,6 +77,8 @@ struct commit_q {
 	pthread_cond_t cv_work;  /* a job was queued, or stopping */
 	pthread_cond_t cv_idle;  /* a job finished (cq_wait_idle) */
 	struct cjob *head, *tail;
+	size_t len;              /* jobs in head..tail */
+	unsigned waiters;        /* threads in cq_wait_idle (invariant 6) */
 	uint64_t queued, done;   /* jobs ever queued / ever finished (FIFO: done counts a prefix) */
 	bool stopping;
 	pthread_t thread;
@@ -101,6 +113,16 @@ static void *cq_main(void *arg)
 		pthread_mutex_lock(&q->mu);
 		while (!q->head && !q->stopping)
 			pthread_cond_wait(&q->cv_work, &q->mu);
+		if (q->head && !q->stopping && !q->waiters && q->len < CQ_BATCH) { /* invariant 6 */
+			struct timespec until;
+			int64_t t = ckpt_mono_ns() + CQ_LINGER_NS;
+
+			until.tv_sec = (time_t)(t / 1000000000);
+			until.tv_nsec = (long)(t % 1000000000);
+			while (!q->stopping && !q->waiters && q->len < CQ_BATCH &&
+			       pthread_cond_timedwait(&q->cv_work, &q->mu, &until) == 0)
+				;
+		}
 		if (!q->head) { /* stopping and nothing left (invariant 3) */
 			pthread_mutex_unlock(&q->mu);
 			return NULL;
@@ -112,6 +134,7 @@ static void *cq_main(void *arg)
 			q->head = q->head->next;
 			n++;
 		}
+		q->len -= n;
 		if (!q->head)
 			q->tail = NULL;
 		pthread_mutex_unlock(&q->mu);
@@ -128,6 +151,7 @@ static void *cq_main(void *arg)
 			if (!q->head)
 				q->tail = batch[n - 1];
 			q->head = batch[m];
+			q->len += n - m;
 		}
 		q->done += m;
 		pthread_cond_broadcast(&q->cv_idle);
@@ -138,13 +162,17 @@ static void *cq_main(void *arg)
 int cq_start(struct ckfs *fs)
 {
 	struct commit_q *q = calloc(1, sizeof(*q));
+	pthread_condattr_t ca;
 	int rc;
 
 	if (!q)
 		return -ENOMEM;
 	q->fs = fs;
 	pthread_mutex_init(&q->mu, NULL);
-	pthread_cond_init(&q->cv_work, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the linger's deadline: ckpt_mono_ns */
+	pthread_cond_init(&q->cv_work, &ca);
+	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&q->cv_idle, NULL);
 	rc = pthread_create(&q->thread, NULL, cq_main, q);
 	if (rc != 0) {
@@ -207,7 +235,8 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		q->head = j;
 	q->tail = j;
 	q->queued++;
-	pthread_cond_signal(&q->cv_work);
+	if (++q->len == 1 || q->len == CQ_BATCH) /* invariant 6 */
+		pthread_cond_signal(&q->cv_work);
 	pthread_mutex_unlock(&q->mu);
 	return 0;
 }
@@ -234,7 +263,12 @@ void cq_wait_idle(struct ckfs *fs)
 	pthread_mutex_lock(&q->mu);
 	uint64_t upto = q->queued; /* not the closes that come while waiting (invariant 4) */
 
-	while (q->done < upto)
-		pthread_cond_wait(&q->cv_idle, &q->mu);
+	if (q->done < upto) {
+		q->waiters++;
+		pthread_cond_signal(&q->cv_work); /* end a linger (invariant 6) */
+		while (q->done < upto)
+			pthread_cond_wait(&q->cv_idle, &q->mu);
+		q->waiters--;
+	}
 	pthread_mutex_unlock(&q->mu);
 }
