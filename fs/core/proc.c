@@ -36,9 +36,10 @@ pid_t ckpt_tgid_of(pid_t tid)
 /*
  * /proc/PID/stat into buf (cap bytes, NUL-terminated); *ret_rest points just past the ")" that
  * ends its comm field, which may itself hold spaces and parentheses (proc(5)). open(2) and
- * read(2), not stdio: ckpt_pid_flags runs at every flush of a written file, where fopen's buffer,
- * fread and sscanf were 2-3% of the daemon's CPU in a run of small files (RESULTS.md "What a
- * flush costs"). Returns 0 or -errno (-EIO: not the format of proc(5)).
+ * read(2), not stdio: ckpt_pid_flags runs at every flush of a written file, where fopen, fread,
+ * fclose and sscanf were 3.7% of the daemon's samples in a run of small files (RESULTS.md "The
+ * committer lingers 1 ms; a flush reads /proc without stdio"). Returns 0 or -errno (-EIO: not
+ * the format of proc(5)).
  */
 static int read_stat(pid_t pid, char *buf, size_t cap, const char **ret_rest)
 {
