@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""Two ckptfs binaries on the small-files loop, alternating (issue 22; opt-in, a tool for an A/B
+of one change, not part of the test suite).
+
+bench_small.py measures one binary against passthrough_ll and ext4; the disk's phase moves more
+between its runs than a change of a few percent does (tests/bench/RESULTS.md "Small files").
+This runs bench_small.py's writer (one fresh /usr/bin/python3 process: N files of 1 KiB of
+random bytes in iter_0000001/mp_rank_00/, os.open(O_CREAT) + os.write + os.close) through
+binary A and binary B in turn, --pairs times, ABBA order (A B, B A, ...), each on a fresh mount
+and store, and deletes nothing until the end (ext4 without a journal scans past inodes freed
+in the last 60-300 s: fs/ext4/ialloc.c recently_deleted). Prints, per binary, files/s and the
+daemon's CPU per file (/proc/PID/stat, from before the writer to after every file is
+committed), median (min-max).
+
+Usage: /usr/bin/python3 tests/bench/ab_small.py A_BINARY B_BINARY [--files 3000] [--pairs 4]
+                                                                [--dir DIR]
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
+sys.path.insert(0, HERE)
+
+import ckfs  # noqa: E402
+from bench_io import proc_cpu_s  # noqa: E402
+from bench_small import run_worker  # noqa: E402
+
+
+def rep(binary, base, n):
+    """(files/s, daemon CPU us per file) of one writer through a fresh mount of binary"""
+    os.environ['CKPTFS_BIN'] = binary
+    d = tempfile.mkdtemp(prefix='ab-', dir=base)
+    m = ckfs.Mount(store=os.path.join(d, 'store'), mnt=os.path.join(d, 'mnt'))
+    m.start()
+    try:
+        c0 = proc_cpu_s(m.pid)
+        r = run_worker(m.path(), n)
+        with open(m.path('latest_checkpointed_iteration.txt'), 'w') as f:
+            f.write('1')  # its close waits for every close's commit before judging the step
+        with open(m.path('latest_checkpointed_iteration.txt')) as f:
+            if f.read() != '1':
+                sys.exit('ab_small: step 1 did not complete through %s' % binary)
+        return r['files/s'], (proc_cpu_s(m.pid) - c0) / n * 1e6
+    finally:
+        m.unmount()
+
+
+def summary(vals):
+    return '%.0f (%.0f-%.0f)' % (statistics.median(vals), min(vals), max(vals))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('a')
+    ap.add_argument('b')
+    ap.add_argument('--files', type=int, default=3000)
+    ap.add_argument('--pairs', type=int, default=4)
+    ap.add_argument('--dir', default=ckfs.test_tmp_root())
+    a = ap.parse_args()
+    bins = [os.path.abspath(a.a), os.path.abspath(a.b)]
+    base = tempfile.mkdtemp(prefix='ckptfs-ab-small-', dir=a.dir)
+    res = {b: [] for b in bins}
+    try:
+        for i in range(a.pairs):
+            for b in (bins if i % 2 == 0 else bins[::-1]):
+                r = rep(b, base, a.files)
+                res[b].append(r)
+                print('%s files/s %.0f daemon CPU us/file %.0f' % (b, r[0], r[1]), flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print('| binary | files/s | daemon CPU us/file |')
+    print('|---|---:|---:|')
+    for b in bins:
+        print('| %s | %s | %s |' % (b, summary([x[0] for x in res[b]]),
+                                    summary([x[1] for x in res[b]])))
+
+
+if __name__ == '__main__':
+    main()
