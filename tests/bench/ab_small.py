@@ -19,7 +19,6 @@ Usage: /usr/bin/python3 tests/bench/ab_small.py A_BINARY B_BINARY [--files 3000]
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 
@@ -28,31 +27,14 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 sys.path.insert(0, HERE)
 
 import ckfs  # noqa: E402
-from bench_io import proc_cpu_s  # noqa: E402
-from bench_small import run_worker  # noqa: E402
+from bench_small import rep_ckptfs, summary  # noqa: E402
 
 
 def rep(binary, base, n):
     """(files/s, daemon CPU us per file) of one writer through a fresh mount of binary"""
     os.environ['CKPTFS_BIN'] = binary
-    d = tempfile.mkdtemp(prefix='ab-', dir=base)
-    m = ckfs.Mount(store=os.path.join(d, 'store'), mnt=os.path.join(d, 'mnt'))
-    m.start()
-    try:
-        c0 = proc_cpu_s(m.pid)
-        r = run_worker(m.path(), n)
-        with open(m.path('latest_checkpointed_iteration.txt'), 'w') as f:
-            f.write('1')  # its close waits for every close's commit before judging the step
-        with open(m.path('latest_checkpointed_iteration.txt')) as f:
-            if f.read() != '1':
-                sys.exit('ab_small: step 1 did not complete through %s' % binary)
-        return r['files/s'], (proc_cpu_s(m.pid) - c0) / n * 1e6
-    finally:
-        m.unmount()
-
-
-def summary(vals):
-    return '%.0f (%.0f-%.0f)' % (statistics.median(vals), min(vals), max(vals))
+    r = rep_ckptfs(tempfile.mkdtemp(prefix='ab-', dir=base), n)
+    return r['files/s'], r['daemon cpu us/file']
 
 
 def main():
