@@ -143,12 +143,15 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 			stored = 0;
 		if (oi && atomic_load(&oi->ov_dirty)) {
 			uint64_t sz = atomic_load(&oi->ov_size);
+			uint64_t w = atomic_load(&oi->ov_written);
 
 			st->st_size = (off_t)sz;
 			ts_of(atomic_load(&oi->ov_mtime), &st->st_mtim);
 			st->st_ctim = st->st_mtim;
-			if (stored < sz)
-				stored = sz; /* not yet compressed: count it as written */
+			if (w > sz)
+				w = sz;
+			if (stored < w)
+				stored = w; /* not yet compressed: the bytes written, not the holes */
 		}
 		st->st_blocks = (blkcnt_t)((stored + 511) / 512);
 	} else {

@@ -49,7 +49,8 @@ bool fs_in_meta(struct ckfs *fs, uint64_t ino);
 
 /*
  * fs_stat_locked - fill *st for ino from the index, overlaid by an open file's size and mtime
- * while it is dirty (st_blocks counts unstored bytes as written). fs->mu held. Returns 0 or the
+ * while it is dirty (st_blocks counts the bytes written since the last commit, capped at the size,
+ * when they exceed the stored ones: holes cost nothing, as on ext4). fs->mu held. Returns 0 or the
  * -errno of idx_inode_get (-ENOENT: no such inode).
  */
 int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st);

@@ -303,6 +303,7 @@ static void oi_commit_end(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c,
 		}
 		oi->dirty = false;
 		atomic_store(&oi->ov_dirty, false);
+		atomic_store(&oi->ov_written, 0);
 	}
 	if (c->all != c->staged)
 		free(c->all);

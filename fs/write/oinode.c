@@ -620,8 +620,11 @@ int oi_put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t
 	return 0;
 }
 
-static void set_overlay(struct ckfs *fs, struct oinode *oi)
+/* The attribute overlay after a change of oi; written: the bytes the change wrote. oi->lock held
+ * for writing. */
+static void set_overlay(struct ckfs *fs, struct oinode *oi, uint64_t written)
 {
+	atomic_fetch_add(&oi->ov_written, written);
 	atomic_store(&oi->ov_size, oi->size);
 	atomic_store(&oi->ov_mtime, ckfs_now(fs));
 	atomic_store(&oi->ov_dirty, true);
@@ -958,7 +961,7 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 			rc = r;
 		}
 	}
-	set_overlay(fs, oi);
+	set_overlay(fs, oi, rc > 0 ? (uint64_t)rc : 0);
 out:
 	pthread_rwlock_unlock(&oi->lock);
 	return rc;
@@ -990,7 +993,7 @@ int oi_truncate(struct ckfs *fs, struct oinode *oi, uint64_t size)
 	}
 	oi->size = size;
 out_touch:
-	set_overlay(fs, oi);
+	set_overlay(fs, oi, 0);
 out:
 	pthread_rwlock_unlock(&oi->lock);
 	return rc;
@@ -1015,7 +1018,7 @@ int oi_punch(struct ckfs *fs, struct oinode *oi, uint64_t off, uint64_t len)
 		rc = -errno;
 		goto out;
 	}
-	set_overlay(fs, oi);
+	set_overlay(fs, oi, 0);
 out:
 	pthread_rwlock_unlock(&oi->lock);
 	return rc;

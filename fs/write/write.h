@@ -131,6 +131,10 @@ struct oinode {
 	_Atomic uint64_t ov_size;
 	_Atomic int64_t ov_mtime;
 	_Atomic bool ov_dirty;
+	/* bytes taken by write() since the last commit (a rewrite counts twice): what st_blocks
+	 * shows before the commit, capped at ov_size, as ext4's delayed allocation reserves the
+	 * blocks written and not a hole */
+	_Atomic uint64_t ov_written;
 	/* committer jobs queued for this inode and not yet started (commit.c): a release may leave
 	 * the commit to them */
 	_Atomic int cq_waiting;
