@@ -7,12 +7,19 @@ passthrough_ll is the FUSE baseline: the fewest round trips a FUSE filesystem ma
 create (lookup, create, write, flush, release) with nothing behind them but the disk, so its
 rate is the ceiling for any FUSE filesystem on this machine. It is compiled from the copy
 Debian's libfuse3-dev ships (/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c) with its
-defaults (`-o cache=auto`, 1 s timeouts, as ckptfs's).
+defaults (`-o cache=auto`, 1 s timeouts, as ckptfs's). It runs twice: as shipped, and with
+`-o default_permissions` (passthrough_ll+dp), as ckptfs always runs (the kernel enforces
+modes): then each create costs one more round trip, the parent's GETATTR (a CREATE reply marks
+the parent's attributes stale, fs/fuse/dir.c `fuse_dir_changed`, and the next walk's
+permission check fetches them, `fuse_permission` -> `fuse_perm_getattr`). passthrough_ll+dp
+is the ceiling for a FUSE filesystem whose modes the kernel enforces.
 
 Nothing is deleted until the end: ext4 without a journal (this disk) will not reuse an inode
-deleted in the last 30 s (fs/ext4/ialloc.c, recently_deleted), and scanning past them made
-its own creates ten times slower (3,448-3,736 files/s after a rep's cleanup, 30,905 before).
-Run the bench 30 s after anything else deleted many files.
+deleted in the last 60 s, or 300 s while its inode table block is dirty (fs/ext4/ialloc.c,
+recently_deleted: RECENTCY_MIN and RECENTCY_DIRTY, Theodore Ts'o's "ext4: increase wait time
+needed before reuse of deleted inode numbers", 2020), and scanning past them made its own
+creates ten times slower (3,448-3,736 files/s after a rep's cleanup, 30,905 before). Run the
+bench 5 minutes after anything else deleted many files (75 s was not enough, RESULTS.md).
 
 Each rep, in alternating order, on a new directory or a new mount and store: one fresh
 /usr/bin/python3 process creates N files of 1 KiB of random bytes (a new os.urandom each, so
@@ -45,6 +52,7 @@ import ckfs  # noqa: E402
 from bench_io import machine_line, proc_cpu_s  # noqa: E402
 
 PT_SRC = '/usr/share/doc/libfuse3-dev/examples'
+NAMES = ('ckptfs', 'passthrough_ll+dp', 'passthrough_ll', 'ext4')   # the table's rows
 
 
 def worker(d, n):
@@ -101,13 +109,14 @@ def rep_ext4(base, n):
 
 
 @contextlib.contextmanager
-def passthrough_mount(base, binary, preexec_fn=None):
-    """binary (build_passthrough's) mounted at base/mnt over base/src, both created; yields
-    the mount point, unmounted on exit. preexec_fn runs in the daemon before it starts."""
+def passthrough_mount(base, binary, preexec_fn=None, opts=''):
+    """binary (build_passthrough's) mounted at base/mnt over base/src, both created, with the
+    extra -o options opts (',default_permissions', or ''); yields the mount point, unmounted
+    on exit. preexec_fn runs in the daemon before it starts."""
     src, mnt = os.path.join(base, 'src'), os.path.join(base, 'mnt')
     os.makedirs(src)
     os.makedirs(mnt)
-    subprocess.run([binary, '-o', 'source=' + src, mnt], check=True, timeout=30,
+    subprocess.run([binary, '-o', 'source=' + src + opts, mnt], check=True, timeout=30,
                    preexec_fn=preexec_fn)
     try:
         yield mnt
@@ -115,8 +124,8 @@ def passthrough_mount(base, binary, preexec_fn=None):
         subprocess.run(['fusermount3', '-u', mnt], timeout=60)
 
 
-def rep_passthrough(base, n, binary):
-    with passthrough_mount(base, binary) as mnt:
+def rep_passthrough(base, n, binary, opts=''):
+    with passthrough_mount(base, binary, opts=opts) as mnt:
         return run_worker(mnt, n)
 
 
@@ -159,10 +168,12 @@ def main():
     print(machine_line(base))
     print('%d files of 1 KiB, one writer, %d reps, alternating order' % (a.files, a.reps))
     pt = build_passthrough(tools)
-    runs = {'ckptfs': [], 'passthrough_ll': [], 'ext4': []}
+    runs = {name: [] for name in NAMES}
     targets = [('ckptfs', rep_ckptfs), ('ext4', rep_ext4)]
     if pt:
         targets.append(('passthrough_ll', lambda d, n: rep_passthrough(d, n, pt)))
+        targets.append(('passthrough_ll+dp',
+                        lambda d, n: rep_passthrough(d, n, pt, ',default_permissions')))
     try:
         for rep in range(a.reps):
             order = targets if rep % 2 == 0 else targets[::-1]
@@ -178,7 +189,7 @@ def main():
         shutil.rmtree(tools, ignore_errors=True)
     print('\n| target | files/s | open us | write us | close us | daemon CPU us/file |')
     print('|---|---:|---:|---:|---:|---:|')
-    for name in ('ckptfs', 'passthrough_ll', 'ext4'):
+    for name in NAMES:
         rs = runs[name]
         if not rs:
             continue
@@ -187,7 +198,7 @@ def main():
         cpu = summary([r['daemon cpu us/file'] for r in rs]) if name == 'ckptfs' else ''
         print('| %s | %s | %s |' % (name, ' | '.join(cols), cpu))
     ck = statistics.median(r['files/s'] for r in runs['ckptfs'])
-    for name in ('passthrough_ll', 'ext4'):
+    for name in NAMES[1:]:
         if runs[name]:
             print('ckptfs / %s: %.2f' % (name, ck / statistics.median(
                 r['files/s'] for r in runs[name])))
