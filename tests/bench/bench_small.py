@@ -109,22 +109,22 @@ def rep_ext4(base, n):
 
 
 @contextlib.contextmanager
-def passthrough_mount(base, binary, preexec_fn=None, opts=''):
+def passthrough_mount(base, binary, preexec_fn=None, opts=()):
     """binary (build_passthrough's) mounted at base/mnt over base/src, both created, with the
-    extra -o options opts (',default_permissions', or ''); yields the mount point, unmounted
-    on exit. preexec_fn runs in the daemon before it starts."""
+    -o options opts besides source= (e.g. ('default_permissions',)); yields the mount point,
+    unmounted on exit. preexec_fn runs in the daemon before it starts."""
     src, mnt = os.path.join(base, 'src'), os.path.join(base, 'mnt')
     os.makedirs(src)
     os.makedirs(mnt)
-    subprocess.run([binary, '-o', 'source=' + src + opts, mnt], check=True, timeout=30,
-                   preexec_fn=preexec_fn)
+    subprocess.run([binary, '-o', ','.join(('source=' + src,) + tuple(opts)), mnt],
+                   check=True, timeout=30, preexec_fn=preexec_fn)
     try:
         yield mnt
     finally:
         subprocess.run(['fusermount3', '-u', mnt], timeout=60)
 
 
-def rep_passthrough(base, n, binary, opts=''):
+def rep_passthrough(base, n, binary, opts=()):
     with passthrough_mount(base, binary, opts=opts) as mnt:
         return run_worker(mnt, n)
 
@@ -173,7 +173,7 @@ def main():
     if pt:
         targets.append(('passthrough_ll', lambda d, n: rep_passthrough(d, n, pt)))
         targets.append(('passthrough_ll+dp',
-                        lambda d, n: rep_passthrough(d, n, pt, ',default_permissions')))
+                        lambda d, n: rep_passthrough(d, n, pt, ('default_permissions',))))
     try:
         for rep in range(a.reps):
             order = targets if rep % 2 == 0 else targets[::-1]
