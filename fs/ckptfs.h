@@ -34,6 +34,16 @@
 #define REPO_CHECK 0x8     /* refuse a damaged index file (PRAGMA quick_check): -EUCLEAN */
 #define REPO_SALVAGE 0x10  /* REPO_EXCLUSIVE, for fsck: an index that cannot be opened (-EIO)
 			    * leaves ix NULL and index_err set instead of failing */
+#define REPO_REBUILD 0x20  /* REPO_EXCLUSIVE, for fsck --rebuild: an absent index (missing or
+			    * 0 bytes) is restored from STORE/index.db.bak, or started anew when
+			    * there is none (r->rebuilt says which) instead of being refused */
+
+/* What REPO_REBUILD did (struct ckpt_repo.rebuilt). */
+enum repo_rebuilt {
+	REPO_REBUILT_NONE,        /* the index was there */
+	REPO_REBUILT_FROM_BACKUP, /* restored from index.db.bak (its mtime in backup_ns) */
+	REPO_REBUILT_NEW,         /* no backup: a new, empty index */
+};
 
 struct ckpt_repo {
 	char *root;          /* owned: STORE path as given */
@@ -43,6 +53,8 @@ struct ckpt_repo {
 	bool was_clean;      /* REPO_EXCLUSIVE: STORE/clean existed (previous stop was clean) */
 	struct idx *ix;      /* owned; NULL only with REPO_SALVAGE when index_err < 0 */
 	int index_err;       /* REPO_SALVAGE: idx_open's error, else 0 */
+	enum repo_rebuilt rebuilt; /* REPO_REBUILD: what was done to an absent index */
+	int64_t backup_ns;   /* REPO_REBUILT_FROM_BACKUP: the backup's mtime, ns since the epoch */
 	struct store *st;    /* owned */
 };
 
@@ -59,9 +71,12 @@ struct ckpt_repo {
  * last thread still holds it for 1-2 s; a ckptctl reading) is waited for, up to 30 s, polling
  * every 20 ms; a live owner is refused at once. Without it, on a mounted store, waits as long
  * as the daemon's check of the newest step runs (ckpt_repo_check_lock), saying so on stderr.
+ * An absent index (STORE/index.db missing or 0 bytes) in a store that holds chunk files or an
+ * index backup is refused (-EUCLEAN, the message naming 'ckptctl STORE fsck --rebuild'), in
+ * every mode but REPO_REBUILD: opening it would create an empty index that names none of them.
  * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and a live process owns it, or
  * the wait ran out);
- * -EUCLEAN (REPO_CHECK and the index file is damaged);
+ * -EUCLEAN (REPO_CHECK and the index file is damaged; or the index is absent, as above);
  * -EPROTO (index from a newer ckptfs or not a ckptfs index); -EIO; -ENOMEM; other -errno of
  * mkdir/open.
  */
@@ -79,6 +94,14 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 int ckpt_repo_check_lock(struct ckpt_repo *r);
 /* ckpt_repo_check_unlock - release (close) the lock fd ckpt_repo_check_lock returned; < 0: no-op. */
 void ckpt_repo_check_unlock(int fd);
+
+/*
+ * ckpt_repo_backup_index - REPO_EXCLUSIVE, with nothing left to commit (the daemon at a clean
+ * unmount): copy the index to STORE/index.db.bak (idx_backup: temp file, fsync, rename), which
+ * 'ckptctl fsck --rebuild' restores when index.db is lost. Returns 0 or the -errno of idx_backup;
+ * the previous backup is kept on failure. Not thread-safe against other users of r->ix.
+ */
+int ckpt_repo_backup_index(struct ckpt_repo *r);
 
 /*
  * ckpt_repo_set_clean - REPO_EXCLUSIVE only: mark (clean = true, durable) or unmark the store as

@@ -456,6 +456,17 @@ struct idx_salvage_report {
 	uint64_t extents_from_index; /* extents the table had lost, found in its extents_hash index */
 };
 
+/*
+ * idx_backup - copy the whole index, as this handle sees it (committed WAL content included),
+ * into a stand-alone database file at dst_path (rollback-journal mode, one file): written to
+ * dst_path.tmp with SQLite's online backup API, fsync'd, renamed over dst_path, and the
+ * directory fsync'd, so dst_path is always either the previous backup or this one, whole. The
+ * source is only read. On failure dst_path is unchanged and the temporary file removed.
+ * Returns 0, -ENAMETOOLONG, -ENOSPC, -ENOMEM, -EBUSY (a writer holds the source), -EIO, or the
+ * -errno of open/fsync/rename. Not thread-safe against other users of ix.
+ */
+int idx_backup(struct idx *ix, const char *dst_path);
+
 /* idx_salvage_table_name - name of table i of struct idx_salvage_report; borrowed, static. */
 const char *idx_salvage_table_name(int i);
 

@@ -661,6 +661,26 @@ int store_chunk_delete(struct store *st, const struct store_hash *h)
 	return 0;
 }
 
+int store_chunk_set_aside(struct store *st, const struct store_hash *h, const char *dir)
+{
+	char path[PATH_MAX], to[PATH_MAX], hex[2 * STORE_HASH_LEN + 1];
+	int err, n;
+
+	if (st->read_only)
+		return -EROFS;
+	err = store_chunk_path(st, h, path, sizeof(path));
+	if (err)
+		return err;
+	n = snprintf(to, sizeof(to), "%s/%s", dir, store_hash_hex(h, hex));
+	if (n < 0 || (size_t)n >= sizeof(to))
+		return -ENAMETOOLONG;
+	store_cache_drop(st, h);
+	if (rename(path, to) < 0)
+		return -errno;
+	mark_dirty(st, store_shard_of(h));
+	return 0;
+}
+
 int store_chunk_foreach(struct store *st,
 			int (*fn)(const struct store_hash *h, uint64_t stored_size, void *arg),
 			void *arg)

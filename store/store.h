@@ -454,6 +454,16 @@ void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n
 int store_chunk_delete(struct store *st, const struct store_hash *h);
 
 /*
+ * store_chunk_set_aside - move chunk h's file out of the store into the existing directory dir,
+ * under its 32-hex-digit name, by rename(2) (same filesystem); the file is not read, changed or
+ * deleted, and the store no longer serves it. For repairs that must keep chunk files no readable
+ * index names (ckptctl fsck). Returns 0, -ENOENT (not stored), -EROFS (read-only handle),
+ * -ENAMETOOLONG, or the -errno of rename (-EXDEV: dir is on another filesystem). Not
+ * durable until the caller fsyncs both directories; thread-safe.
+ */
+int store_chunk_set_aside(struct store *st, const struct store_hash *h, const char *dir);
+
+/*
  * store_chunk_foreach - call fn(hash, stored_size, arg) for every chunk file on disk, in no
  * particular order. Files whose names are not 32 hex digits are skipped. fn returning non-zero
  * stops the walk and that value is returned. Returns 0 after a full walk or the -errno of a

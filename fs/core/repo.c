@@ -125,7 +125,8 @@ static int lock_exclusive(int fd, pid_t *owner)
 	}
 }
 
-#define REPO_INDEX_FILE "index.db" /* the index database, in STORE */
+#define REPO_INDEX_FILE "index.db"      /* the index database, in STORE */
+#define REPO_BACKUP_FILE "index.db.bak" /* its copy at the last clean unmount (idx_backup) */
 
 static int path_join(char *buf, size_t cap, const char *root, const char *name)
 {
@@ -309,6 +310,150 @@ static int repo_lock(struct ckpt_repo *r, const char *root, int *flags, char *er
 	return 0;
 }
 
+/*
+ * Whether root/index.db is absent: missing, or 0 bytes, which SQLite would take for a new, empty
+ * database. Returns 1, 0, or the -errno of lstat.
+ */
+static int repo_index_absent(const char *root)
+{
+	char path[PATH_MAX];
+	struct stat sb;
+
+	if (path_join(path, sizeof(path), root, REPO_INDEX_FILE) < 0)
+		return -ENAMETOOLONG;
+	if (lstat(path, &sb) < 0)
+		return errno == ENOENT ? 1 : -errno;
+	return sb.st_size == 0;
+}
+
+static int repo_first_chunk(const struct store_hash *h, uint64_t stored_size, void *arg)
+{
+	(void)h;
+	(void)stored_size;
+	(void)arg;
+	return 1; /* one is enough: stop the walk */
+}
+
+/* Whether root's chunk directory holds a chunk file. Returns 1, 0 or -errno. */
+static int repo_has_chunks(const char *root)
+{
+	struct store_opts so = { .read_only = true, .cache_bytes = 1 };
+	struct store *st;
+	int rc = store_open(root, &so, &st);
+
+	if (rc < 0)
+		return rc == -ENOENT ? 0 : rc;
+	rc = store_chunk_foreach(st, repo_first_chunk, NULL);
+	store_close(st);
+	return rc;
+}
+
+/*
+ * Refuse a store whose index is absent while it holds chunk files or an index backup: SQLite
+ * would make a new empty index, the mount would serve nothing and a sweep would take every chunk
+ * for an orphan. Returns 0 (index present, or a new store), -EUCLEAN with a message in err, or
+ * -errno.
+ */
+static int repo_check_index_present(const char *root, char *err, size_t errcap)
+{
+	char bak[PATH_MAX];
+	int absent = repo_index_absent(root), chunks;
+	bool has_bak;
+
+	if (absent <= 0)
+		return absent;
+	if (path_join(bak, sizeof(bak), root, REPO_BACKUP_FILE) < 0)
+		return repo_path_too_long(root, err, errcap);
+	has_bak = access(bak, F_OK) == 0;
+	if ((chunks = repo_has_chunks(root)) < 0) {
+		seterr(err, errcap, "cannot list the chunk files of store '%s': %s", root,
+		       strerror(-chunks));
+		return chunks;
+	}
+	if (!chunks && !has_bak)
+		return 0; /* a new store */
+	seterr(err, errcap, "the index of store '%s' (%s/" REPO_INDEX_FILE ") is missing or empty, "
+	       "but the store holds %s; nothing was changed. If the file was moved, put it back; "
+	       "otherwise, with the store unmounted, run 'ckptctl %s fsck --rebuild' (%s, and keeps "
+	       "every chunk file it cannot place in %s/lost+found)", root, root,
+	       chunks ? "chunk files" : "an index backup", root,
+	       has_bak ? "it restores " REPO_BACKUP_FILE ", the copy made at the last clean unmount"
+		       : "there is no backup, so it starts a new index", root);
+	return -EUCLEAN;
+}
+
+/* Rename root/NAME (when it exists) to root/NAME.lost-TIME: kept, out of SQLite's way. */
+static int repo_set_aside(const char *root, const char *name, const char *stamp)
+{
+	char from[PATH_MAX], to[PATH_MAX + 64];
+
+	if (path_join(from, sizeof(from), root, name) < 0)
+		return -ENAMETOOLONG;
+	snprintf(to, sizeof(to), "%s.lost-%s", from, stamp);
+	if (rename(from, to) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+/*
+ * REPO_REBUILD with the index absent: put a whole copy of root/index.db.bak in its place (the
+ * empty index.db, and a -wal and -shm that belong to no readable index, are renamed to
+ * *.lost-TIME first, never deleted), setting r->rebuilt. Without a backup, r->rebuilt says a new
+ * index is started. Returns 0 or -errno with a message in err; on failure nothing was replaced.
+ */
+static int repo_restore_backup(struct ckpt_repo *r, const char *root, char *err, size_t errcap)
+{
+	char bak[PATH_MAX], db[PATH_MAX], stamp[32], msg[256] = "";
+	struct idx *bix = NULL;
+	struct stat sb;
+	time_t now = time(NULL);
+	int rc;
+
+	if (path_join(bak, sizeof(bak), root, REPO_BACKUP_FILE) < 0 ||
+	    path_join(db, sizeof(db), root, REPO_INDEX_FILE) < 0)
+		return repo_path_too_long(root, err, errcap);
+	if (lstat(bak, &sb) < 0) {
+		if (errno != ENOENT) {
+			rc = -errno;
+			seterr(err, errcap, "cannot read '%s': %s", bak, strerror(-rc));
+			return rc;
+		}
+		r->rebuilt = REPO_REBUILT_NEW;
+		return 0;
+	}
+	rc = idx_open(bak, IDX_RDONLY, getuid(), getgid(), ckpt_now_ns(), &bix);
+	if (rc == 0)
+		rc = idx_integrity(bix, true, msg, sizeof(msg));
+	if (rc < 0) {
+		seterr(err, errcap, "the index backup '%s' is not usable (%s); nothing was changed: "
+		       "move it aside to start a new index", bak, msg[0] ? msg : strerror(-rc));
+		idx_close(bix);
+		return rc;
+	}
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", gmtime(&now));
+	if ((rc = repo_set_aside(root, REPO_INDEX_FILE, stamp)) < 0 ||
+	    (rc = repo_set_aside(root, REPO_INDEX_FILE "-wal", stamp)) < 0 ||
+	    (rc = repo_set_aside(root, REPO_INDEX_FILE "-shm", stamp)) < 0 ||
+	    (rc = idx_backup(bix, db)) < 0) {
+		seterr(err, errcap, "cannot restore '%s' to '%s': %s", bak, db, strerror(-rc));
+		idx_close(bix);
+		return rc;
+	}
+	idx_close(bix);
+	r->rebuilt = REPO_REBUILT_FROM_BACKUP;
+	r->backup_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+	return 0;
+}
+
+int ckpt_repo_backup_index(struct ckpt_repo *r)
+{
+	char path[PATH_MAX];
+
+	if (path_join(path, sizeof(path), r->root, REPO_BACKUP_FILE) < 0)
+		return -ENAMETOOLONG;
+	return idx_backup(r->ix, path);
+}
+
 int ckpt_repo_open_reader(const struct ckpt_repo *r, struct idx **ret)
 {
 	char path[PATH_MAX];
@@ -379,8 +524,13 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 		so = *sopts;
 
 	if ((rc = repo_check_root(root, flags, err, errcap)) < 0 ||
-	    (rc = repo_lock(r, root, &flags, err, errcap)) < 0 ||
-	    (rc = repo_open_index(r, root, flags, err, errcap)) < 0)
+	    (rc = repo_lock(r, root, &flags, err, errcap)) < 0)
+		goto fail;
+	if (!(flags & REPO_REBUILD))
+		rc = repo_check_index_present(root, err, errcap);
+	else if ((rc = repo_index_absent(root)) > 0)
+		rc = repo_restore_backup(r, root, err, errcap);
+	if (rc < 0 || (rc = repo_open_index(r, root, flags, err, errcap)) < 0)
 		goto fail;
 	so.read_only = (flags & REPO_RDONLY) != 0;
 	rc = store_open(root, &so, &r->st);

@@ -635,8 +635,16 @@ static void teardown(struct ckfs *fs, int ret)
 	cq_stop(fs);
 	wb_stop(fs);
 	ra_stop(fs);
-	if (fs->repo && ret == 0 && ckpt_repo_set_clean(fs->repo, true) == 0)
-		ckpt_log("stopped cleanly\n");
+	if (fs->repo && ret == 0) {
+		/* every commit is done: the copy 'ckptctl fsck --rebuild' restores if index.db is lost */
+		int rc = ckpt_repo_backup_index(fs->repo);
+
+		if (rc < 0)
+			ckpt_log("cannot back up the index of '%s' to index.db.bak: %s; the previous "
+				 "backup, if any, is kept\n", fs->repo->root, strerror(-rc));
+		if (ckpt_repo_set_clean(fs->repo, true) == 0)
+			ckpt_log("stopped cleanly\n");
+	}
 	fs_meta_stats_close(fs); /* before the index's own handle: its close removes the WAL */
 	ckpt_repo_close(fs->repo);
 	pins_free(fs->pins);

@@ -135,6 +135,71 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertFalse(os.path.exists(orphan))
         self.ctl('verify')
 
+    def lost_index_refused(self, what):
+        """Every way in refuses the store, names fsck --rebuild and leaves every chunk file."""
+        m = self.m
+        before = ckfs.chunk_files(m.store)
+        self.assertGreater(len(before), 0)
+        for args in (('verify',), ('fsck',), ('status',), ('gc',)):
+            r = self.ctl(*args, rc=2)
+            self.assertIn('is missing or empty', r.stderr, (what, args))
+            self.assertIn('fsck --rebuild', r.stderr, (what, args))
+        with self.assertRaises(ckfs.MountError) as e:
+            m.start()
+        self.assertIn('fsck --rebuild', str(e.exception))
+        self.assertEqual(ckfs.chunk_files(m.store), before, what)
+        return before
+
+    def test_lost_index_refused_then_restored(self):
+        """Issue 42.1: with index.db removed or emptied, verify made a new empty index and fsck
+        deleted every chunk. Now each refuses; fsck --rebuild restores the backup of the last
+        clean unmount and keeps the chunks written after it in lost+found."""
+        m = self.m
+        m.unmount()                       # the backup of this state: index.db.bak
+        self.assertTrue(os.path.exists(os.path.join(m.store, 'index.db.bak')))
+        m.start()
+        later = content('later', 3 * MiB)   # written after the backup: not in it
+        with open(m.path('later.bin'), 'wb') as f:
+            f.write(later)
+        m.settle()
+        m.kill_daemon()                   # no clean unmount: the backup stays the old one
+        os.unlink(os.path.join(m.store, 'index.db'))
+        before = self.lost_index_refused('removed')
+        with open(os.path.join(m.store, 'index.db'), 'wb'):
+            pass                          # an empty file is refused the same way
+        self.lost_index_refused('emptied')
+        r = self.ctl('fsck', '--rebuild', rc=1)   # 1: something was lost, and said
+        self.assertIn("restored '%s/index.db.bak'" % m.store, r.stdout)
+        self.assertIn('lost+found', r.stdout)
+        # nothing deleted: every chunk file is in the store or in lost+found
+        aside = os.listdir(os.path.join(m.store, 'lost+found'))
+        self.assertGreater(len(aside), 0)
+        now = ckfs.chunk_files(m.store)
+        self.assertEqual({os.path.basename(k) for k in before},
+                         {os.path.basename(k) for k in now} | set(aside))
+        # the restored index serves the files of the backup, bit-exact
+        m.start()
+        with open(m.path('iter_0000100', 'model.pt'), 'rb') as f:
+            self.assertEqual(f.read(), self.model)
+        self.assertFalse(os.path.exists(m.path('later.bin')))
+        # the later file's bytes are in lost+found's chunk files, not lost
+        self.ctl('verify')
+
+    def test_lost_index_without_backup(self):
+        """No backup (the store never unmounted cleanly): fsck --rebuild starts a new index and
+        moves every chunk file to lost+found, deleting none."""
+        m = self.m
+        m.kill_daemon()
+        os.unlink(os.path.join(m.store, 'index.db'))
+        before = self.lost_index_refused('removed, no backup')
+        r = self.ctl('fsck', '--rebuild', rc=1)
+        self.assertIn('no backup', r.stdout)
+        aside = set(os.listdir(os.path.join(m.store, 'lost+found')))
+        self.assertEqual({os.path.basename(k) for k in before}, aside)
+        self.assertEqual(ckfs.chunk_files(m.store), {})
+        m.start()                         # an empty filesystem, now said and chosen
+        self.assertEqual(os.listdir(m.mnt), [])
+
     def test_usage_and_errors(self):
         m = self.m
         self.assertEqual(ckfs.run([ckfs.ckptctl_bin(), '--version']).returncode, 0)

@@ -45,6 +45,7 @@ struct ctl_opts {
 	bool json;         /* --json: one JSON document on stdout */
 	bool force;        /* --force (export, remote gc) */
 	const char *dest;  /* --dest PATH (import only), NULL when not given */
+	bool rebuild;      /* --rebuild (fsck only): restore or start an absent index */
 };
 
 /* ---- commands (one file each; main.c dispatches through its table) ---- */
@@ -285,16 +286,19 @@ void ctl_progress_clear(const struct ctl_progress *p);
 /* Chunk files on disk: all of them, or (with ix set) those the index does not know. */
 struct gc_count {
 	struct idx *ix;        /* NULL: count every chunk file */
+	const char *set_aside; /* a directory: move each chunk file counted there (fsck), or NULL */
 	uint64_t files, bytes; /* chunk files counted and their stored bytes */
 	uint64_t seen, seen_bytes; /* chunk files walked and their bytes, counted or not */
 	uint64_t expect, expect_bytes; /* the index's chunk rows: the walk's estimated size */
 	struct ctl_progress *prog;     /* the progress line of the walk */
 	const char *what, *noun;       /* its command and noun (ctl_progress_work) */
+	struct store *st;              /* set by ctl_gc_scan: the store walked */
 };
 
 /*
  * ctl_gc_scan - walk every chunk file of r's store once (store_chunk_foreach), counting into
- * g->files and g->bytes every one, or only those r->ix does not know when g->ix is set, with
+ * g->files and g->bytes every one, or only those r->ix does not know when g->ix is set (each
+ * moved into g->set_aside when set: store_chunk_set_aside), with
  * the standard progress line on prog: "WHAT: DONE/TOTAL NOUN, ...", TOTAL being the index's
  * chunk rows (files the index does not know come on top), and a last line with the true
  * totals. g's other fields are set here; g->ix is the caller's. prog is started again

@@ -426,30 +426,59 @@ static int fsck_index(struct fsck_ctx *c, const char *root, bool *ret_damaged, c
 }
 
 /*
+ * fsck_set_aside - move every chunk file the index does not name into STORE/lost+found (made
+ * 0700 if absent), out of reach of any later sweep, and say so: they are all that is left of
+ * what an index lost. Returns 0, or -1 (printed).
+ */
+static int fsck_set_aside(struct fsck_ctx *c, const char *root, uint64_t *ret_files)
+{
+	struct gc_count g = { .ix = c->r->ix };
+	char dir[PATH_MAX], b[64];
+	int rc;
+
+	if (snprintf(dir, sizeof(dir), "%s/lost+found", root) >= (int)sizeof(dir)) {
+		ctl_err("store path '%s' is too long", root);
+		return -1;
+	}
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		ctl_err("cannot create '%s': %s; nothing was moved", dir, strerror(errno));
+		return -1;
+	}
+	g.set_aside = dir;
+	rc = ctl_gc_scan(c->r, &g, &c->prog, "fsck", "chunk files scanned");
+	if (rc == 0)
+		rc = store_sync(c->r->st);
+	if (rc == 0)
+		rc = ctl_fsync_path(dir);
+	ctl_progress_clear(&c->prog);
+	if (rc < 0) {
+		ctl_err("cannot move the chunk files no index names into '%s': %s; the ones not "
+			"moved are still in the store", dir, strerror(-rc));
+		return -1;
+	}
+	*ret_files = g.files;
+	if (!c->json && g.files)
+		printf("fsck: kept %" PRIu64 " chunk files (%s) that no file of the index names in "
+		       "'%s': their file names are lost; delete them once nothing there is wanted\n",
+		       g.files, ctl_size(g.bytes, b, sizeof(b)), dir);
+	return 0;
+}
+
+/*
  * fsck_sweep - step 3: unlinked inodes, chunk rows and files nothing uses (counts into
- * *inodes, *chunks); after a salvage (damaged_index) the chunk files the new index does not
- * name are kept: with the damaged file, they are all that is left of what it lost.
+ * *inodes, *chunks). After a salvage or a rebuild (keep) the index is not the one that wrote
+ * the chunks, so a chunk file it does not name is not proven garbage: it is kept in
+ * STORE/lost+found (fsck_set_aside, count into *kept) and nothing is deleted.
  * Returns 0, or -1 (printed).
  */
-static int fsck_sweep(struct fsck_ctx *c, const char *root, bool damaged_index, uint64_t *inodes,
-		      uint64_t *chunks)
+static int fsck_sweep(struct fsck_ctx *c, const char *root, bool keep, uint64_t *inodes,
+		      uint64_t *chunks, uint64_t *kept)
 {
 	int rc;
 
-	if (damaged_index) {
-		struct gc_count g = { .ix = c->r->ix };
-		char b[64];
-
-		rc = ctl_gc_scan(c->r, &g, &c->prog, "fsck", "chunk files scanned");
-		if (rc < 0) {
-			ctl_err("cannot list chunk files of store '%s': %s", root, strerror(-rc));
+	if (keep) {
+		if (fsck_set_aside(c, root, kept) < 0)
 			return -1;
-		}
-		ctl_progress_clear(&c->prog);
-		if (!c->json && g.files)
-			printf("fsck: kept %" PRIu64 " chunk files (%s) no file names any more, for "
-			       "whoever examines the damaged index; 'ckptctl %s gc' deletes them\n",
-			       g.files, ctl_size(g.bytes, b, sizeof(b)), root);
 	} else {
 		/* one call into fs/: a status, no amounts */
 		ctl_progress_init(&c->prog);
@@ -464,7 +493,7 @@ static int fsck_sweep(struct fsck_ctx *c, const char *root, bool damaged_index, 
 		ctl_progress_clear(&c->prog);
 	}
 	if (!c->json) {
-		if (!damaged_index)
+		if (!keep)
 			printf("fsck: removed %" PRIu64 " unlinked inodes and %" PRIu64
 			       " unreferenced chunks\n", *inodes, *chunks);
 		for (size_t i = 0; i < c->nlost; i++)
@@ -473,10 +502,37 @@ static int fsck_sweep(struct fsck_ctx *c, const char *root, bool damaged_index, 
 	return 0;
 }
 
+/*
+ * fsck_rebuilt - say what REPO_REBUILD did to an absent index (nothing when it was there), and
+ * record it as a loss: the steps saved after the backup are not in it.
+ */
+static void fsck_rebuilt(struct fsck_ctx *c, const char *root)
+{
+	char line[PATH_MAX + 256], when[64];
+	time_t t = (time_t)(c->r->backup_ns / 1000000000);
+
+	if (c->r->rebuilt == REPO_REBUILT_NONE)
+		return;
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+	if (c->r->rebuilt == REPO_REBUILT_FROM_BACKUP)
+		snprintf(line, sizeof(line), "index file missing or empty: restored '%s/index.db.bak' "
+			 "(made at the clean unmount of %s); what was written after it is not in it",
+			 root, when);
+	else
+		snprintf(line, sizeof(line), "index file missing or empty and no backup: started a "
+			 "new index; every file name is lost");
+	if (!c->json)
+		printf("fsck: %s\n", line);
+	fsck_lost(0, line, c);
+}
+
 /* fsck_report_json - the result as one JSON document. Returns 0 or -EIO (output failed). */
 static int fsck_report_json(const struct fsck_ctx *c, const char *root, bool damaged_index,
-			    const char *msg, const char *kept, uint64_t inodes, uint64_t chunks)
+			    enum repo_rebuilt rebuilt_how, const char *msg, const char *kept,
+			    uint64_t inodes, uint64_t chunks, uint64_t aside)
 {
+	static const char *const rebuilt[] = { "no", "from_backup", "new" };
+
 	json_t *o = json_object(), *a = json_array();
 
 	for (size_t i = 0; i < c->nlost; i++)
@@ -487,37 +543,45 @@ static int fsck_report_json(const struct fsck_ctx *c, const char *root, bool dam
 	json_object_set_new(o, "damaged_index_kept_as", kept[0] ? json_string(kept) : json_null());
 	json_object_set_new(o, "inodes_removed", ctl_u64(inodes));
 	json_object_set_new(o, "chunks_removed", ctl_u64(chunks));
+	json_object_set_new(o, "index_rebuilt", json_string(rebuilt[rebuilt_how]));
+	json_object_set_new(o, "chunks_kept_in_lost_found", ctl_u64(aside));
 	json_object_set_new(o, "lost", a);
 	return ctl_print(o);
 }
 
-static int fsck_run(const char *root, bool json)
+static int fsck_run(const char *root, bool json, bool rebuild)
 {
 	struct fsck_ctx c = { .json = json };
 	char err[1024] = "", msg[512] = "", kept[4400] = "";
-	uint64_t inodes = 0, chunks = 0;
+	uint64_t inodes = 0, chunks = 0, aside = 0;
 	bool damaged_index = false;
 	int rc, status = EXIT_ERROR, vstatus;
 
-	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | REPO_SALVAGE, NULL, err, sizeof(err), &c.r);
+	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | REPO_SALVAGE | (rebuild ? REPO_REBUILD : 0),
+			    NULL, err, sizeof(err), &c.r);
 	if (rc < 0) {
 		ctl_err("%s%s", err[0] ? err : strerror(-rc),
 			rc == -EBUSY ? "; fsck needs the store unmounted" : "");
 		return EXIT_ERROR;
 	}
+	fsck_rebuilt(&c, root);
 	/* 1. and 2.: the index file, then the index's invariants */
 	if (fsck_index(&c, root, &damaged_index, msg, sizeof(msg), kept, sizeof(kept)) < 0)
 		goto out;
 	/* 3. what nothing uses */
-	if (fsck_sweep(&c, root, damaged_index, &inodes, &chunks) < 0)
+	if (fsck_sweep(&c, root, damaged_index || c.r->rebuilt != REPO_REBUILT_NONE, &inodes,
+		       &chunks, &aside) < 0)
 		goto out;
+	enum repo_rebuilt rebuilt = c.r->rebuilt;
+
 	ckpt_repo_close(c.r);
 	c.r = NULL;
 	/* 4. every chunk and file re-read: bad chunks are recorded, damaged files named */
 	if (!json)
 		printf("fsck: verifying every chunk and file\n");
 	vstatus = json ? EXIT_OK : ctl_verify(root, "fsck", false);
-	if (json && fsck_report_json(&c, root, damaged_index, msg, kept, inodes, chunks) < 0)
+	if (json && fsck_report_json(&c, root, damaged_index, rebuilt, msg, kept, inodes, chunks,
+				     aside) < 0)
 		goto out;
 	if (vstatus == EXIT_ERROR)
 		goto out;
@@ -538,5 +602,5 @@ out:
 
 int cmd_fsck(const struct ctl_opts *o)
 {
-	return fsck_run(o->root, o->json);
+	return fsck_run(o->root, o->json, o->rebuild);
 }

@@ -27,6 +27,12 @@ static int gc_count_file(const struct store_hash *h, uint64_t stored_size, void 
 		if (rc)
 			return 0;
 	}
+	if (g->set_aside) {
+		int rc = store_chunk_set_aside(g->st, h, g->set_aside);
+
+		if (rc < 0)
+			return rc;
+	}
 	g->files++;
 	g->bytes += stored_size;
 	return 0;
@@ -55,6 +61,7 @@ int ctl_gc_scan(struct ckpt_repo *r, struct gc_count *g, struct ctl_progress *pr
 
 	g->files = g->bytes = g->seen = g->seen_bytes = g->expect = g->expect_bytes = 0;
 	g->prog = prog;
+	g->st = r->st;
 	g->what = what;
 	g->noun = noun;
 	ctl_progress_init(prog);

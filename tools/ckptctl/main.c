@@ -55,7 +55,8 @@ static const struct ctl_cmd commands[] = {
 	{ "fsck", cmd_fsck, 0, 0, "no arguments",
 	  "  fsck        check and repair (not mounted): the index file (a damaged one is\n"
 	  "              rebuilt from its readable rows, the old kept aside), the index's\n"
-	  "              consistency, orphans, then verify; says what was lost; exit 1 if so\n" },
+	  "              consistency, orphans, then verify; says what was lost; exit 1 if so;\n"
+	  "              chunk files no index names are kept in STORE/lost+found, never deleted\n" },
 	{ "steps", cmd_steps, 0, 0, "no arguments",
 	  "  steps       the checkpoint steps: state, files, sizes, completion, pins\n" },
 	{ "show", cmd_show, 1, 1, "one STEP",
@@ -105,6 +106,9 @@ static void usage(FILE *f)
 	      "              left by a gc that died, ignore uploads of nodes that died\n"
 	      "  --dest PATH import: into PATH (relative to the mount root, created if absent)\n"
 	      "              instead of the root; steps and trackers count only at the root\n"
+	      "  --rebuild   fsck: when index.db is missing or empty, restore index.db.bak (the\n"
+	      "              copy made at the last clean unmount), or start a new index if there\n"
+	      "              is none; chunk files it does not name go to STORE/lost+found\n"
 	      "  -h, --help  show this help\n"
 	      "  -V, --version  show the version\n"
 	      "\n"
@@ -123,7 +127,7 @@ int ctl_usage(const char *fmt, ...)
 	va_end(ap);
 	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
 	      "               pin STEP | unpin STEP | export [--force] STEP DIR | claims |\n"
-	      "               import [--dest PATH] DIR | remote [verify|gc]\n"
+	      "               import [--dest PATH] DIR | fsck [--rebuild] | remote [verify|gc]\n"
 	      "run 'ckptctl --help' for details\n",
 	      stderr);
 	return EXIT_ERROR;
@@ -135,6 +139,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "dest", required_argument, NULL, 'd' },
+		{ "rebuild", no_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -158,6 +163,9 @@ int main(int argc, char **argv)
 			break;
 		case 'd':
 			o.dest = optarg;
+			break;
+		case 'r':
+			o.rebuild = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -185,6 +193,8 @@ int main(int argc, char **argv)
 
 	if (o.dest && strcmp(o.cmd, "import"))
 		return ctl_usage("'--dest' is an option of 'import' only");
+	if (o.rebuild && strcmp(o.cmd, "fsck"))
+		return ctl_usage("'--rebuild' is an option of 'fsck' only");
 	for (size_t i = 0; i < NCOMMANDS; i++) {
 		const struct ctl_cmd *cmd = &commands[i];
 
