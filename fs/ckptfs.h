@@ -96,6 +96,19 @@ int ckpt_repo_check_lock(struct ckpt_repo *r);
 void ckpt_repo_check_unlock(int fd);
 
 /*
+ * ckpt_paths_check - refuse STORE and MOUNTPOINT paths that would lose or hide data, before
+ * anything is created or mounted: equal or nested in either direction (after realpath(3); a
+ * store that does not exist yet is resolved through its parent), a mountpoint that is not empty
+ * unless nonempty, and a non-empty STORE directory that holds none of a store's files (an empty
+ * filesystem's lost+found aside). Reads only.
+ * @err, @cap: on refusal, one lowercase line saying what is wrong and what to do.
+ * Returns 0; -EINVAL (overlap); -ENOTEMPTY (the mountpoint, or a non-store STORE, is not
+ * empty); -ENOENT (the mountpoint, or the store's parent, does not exist); other -errno of
+ * realpath, opendir or readdir. Thread-safe.
+ */
+int ckpt_paths_check(const char *store, const char *mnt, bool nonempty, char *err, size_t cap);
+
+/*
  * ckpt_repo_backup_index - REPO_EXCLUSIVE, with nothing left to commit (the daemon at a clean
  * unmount): copy the index to STORE/index.db.bak (idx_backup: temp file, fsync, rename), which
  * 'ckptctl fsck --rebuild' restores when index.db is lost. Returns 0 or the -errno of idx_backup;

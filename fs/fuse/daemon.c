@@ -47,6 +47,7 @@ struct cfg {
 	char *node_name; /* -o node=NAME */
 	unsigned nodes;  /* -o nodes=N */
 	char *metrics;   /* -o metrics=ADDR:PORT (metrics_http.c) */
+	int nonempty;    /* -o nonempty: mount over a directory that holds files */
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
@@ -66,6 +67,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "node=%s", offsetof(struct cfg, node_name), 0 },
 	{ "nodes=%u", offsetof(struct cfg, nodes), 0 },
 	{ "metrics=%s", offsetof(struct cfg, metrics), 0 },
+	CK_OPT("nonempty", nonempty),
 	FUSE_OPT_END
 };
 
@@ -170,7 +172,9 @@ static void usage(const char *prog)
 	       "    -o node=NAME           this node's name in the job (default: hostname)\n"
 	       "    -o nodes=N             the number of nodes in the job (with remote)\n"
 	       "    -o metrics=ADDR:PORT   serve .ckptfs/metrics (Prometheus text format) over\n"
-	       "                           HTTP at http://ADDR:PORT/metrics\n\n",
+	       "                           HTTP at http://ADDR:PORT/metrics\n"
+	       "    -o nonempty            mount even where MOUNTPOINT holds files (they are\n"
+	       "                           hidden while mounted)\n\n",
 	       prog);
 }
 
@@ -767,6 +771,12 @@ int fs_main(int argc, char **argv)
 	if (is_mounted(o.mountpoint)) {
 		ckpt_log("'%s' is already a mount point; unmount it first "
 			"(fusermount3 -u %s)\n", o.mountpoint, o.mountpoint);
+		goto out;
+	}
+	char perr[1024];
+
+	if (ckpt_paths_check(c.store, o.mountpoint, c.nonempty, perr, sizeof(perr)) < 0) {
+		ckpt_log("%s\n", perr);
 		goto out;
 	}
 	if (access("/dev/fuse", R_OK | W_OK) != 0) {
