@@ -51,25 +51,90 @@ struct cfg {
 };
 
 #define CK_OPT(t, p) { t, offsetof(struct cfg, p), 1 }
+/*
+ * The numeric options, parsed strictly by num_opt (fuse_opt's "%u" takes "-1" as 4294967295
+ * and "3abc" as 3): a whole decimal number in [min, max], nothing after it. type: sizeof the
+ * field, int (signed) or unsigned, or long long.
+ */
+enum num_type { NUM_INT, NUM_UINT, NUM_LLONG };
+static const struct num_opt {
+	const char *name; /* with its '=' */
+	size_t off;
+	enum num_type type;
+	long long min, max;
+	const char *what; /* what the number is, for the error */
+} num_opts[] = {
+	{ "zstd_level=", offsetof(struct cfg, zstd_level), NUM_INT, 1, 19, "the zstd level" },
+	{ "cache_mb=", offsetof(struct cfg, cache_mb), NUM_UINT, 1, 1 << 20,
+	  "MiB of decompressed-chunk cache" },
+	{ "keep_checkpoint_max=", offsetof(struct cfg, keep_max), NUM_UINT, 0, 1000000,
+	  "complete steps kept, 0 for all" },
+	{ "keep_every=", offsetof(struct cfg, keep_every), NUM_LLONG, 0, INT64_MAX / 2,
+	  "a step interval, 0 for none" },
+	{ "ranks=", offsetof(struct cfg, ranks), NUM_UINT, 1, 1 << 20, "the world size" },
+	{ "workers=", offsetof(struct cfg, workers), NUM_UINT, 0, WB_MAX_THREADS,
+	  "write-back threads, 0 for the default" },
+	{ "readahead_mb=", offsetof(struct cfg, readahead_mb), NUM_UINT, 0, RA_MAX_MB,
+	  "MiB read ahead" },
+	{ "nodes=", offsetof(struct cfg, nodes), NUM_UINT, 1, 1 << 16, "nodes in the job" },
+};
+#define NUM_OPTS (sizeof(num_opts) / sizeof(num_opts[0]))
+#define KEY_NUM 0x4e554d /* fuse_opt key of every num_opts entry: opt_proc parses it */
+
 static const struct fuse_opt ck_opts[] = {
-	{ "zstd_level=%d", offsetof(struct cfg, zstd_level), 0 },
-	{ "cache_mb=%u", offsetof(struct cfg, cache_mb), 0 },
+	FUSE_OPT_KEY("zstd_level=", KEY_NUM),
+	FUSE_OPT_KEY("cache_mb=", KEY_NUM),
 	CK_OPT("verify_dedup", verify_dedup),
-	{ "keep_checkpoint_max=%u", offsetof(struct cfg, keep_max), 0 },
-	{ "keep_every=%lld", offsetof(struct cfg, keep_every), 0 },
+	FUSE_OPT_KEY("keep_checkpoint_max=", KEY_NUM),
+	FUSE_OPT_KEY("keep_every=", KEY_NUM),
 	{ "layout=%s", offsetof(struct cfg, layout), 0 },
-	{ "ranks=%u", offsetof(struct cfg, ranks), 0 },
+	FUSE_OPT_KEY("ranks=", KEY_NUM),
 	{ "write_buffer=%s", offsetof(struct cfg, write_buffer), 0 },
 	{ "defer_compress=%s", offsetof(struct cfg, defer_compress), 0 },
-	{ "workers=%u", offsetof(struct cfg, workers), 0 },
-	{ "readahead_mb=%u", offsetof(struct cfg, readahead_mb), 0 },
+	FUSE_OPT_KEY("workers=", KEY_NUM),
+	FUSE_OPT_KEY("readahead_mb=", KEY_NUM),
 	{ "remote=%s", offsetof(struct cfg, remote), 0 },
 	{ "node=%s", offsetof(struct cfg, node_name), 0 },
-	{ "nodes=%u", offsetof(struct cfg, nodes), 0 },
+	FUSE_OPT_KEY("nodes=", KEY_NUM),
 	{ "metrics=%s", offsetof(struct cfg, metrics), 0 },
 	CK_OPT("nonempty", nonempty),
 	FUSE_OPT_END
 };
+
+/*
+ * num_opt - parse "NAME=VALUE" (arg) of a num_opts entry into its field of c. Returns 0, or -1
+ * after saying which option is wrong and what it takes.
+ */
+static int num_opt(struct cfg *c, const char *arg)
+{
+	for (size_t i = 0; i < NUM_OPTS; i++) {
+		const struct num_opt *o = &num_opts[i];
+		size_t n = strlen(o->name);
+		char *end;
+		long long v;
+
+		if (strncmp(arg, o->name, n))
+			continue;
+		errno = 0;
+		v = strtoll(arg + n, &end, 10);
+		if (!arg[n] || *end || errno || v < o->min || v > o->max ||
+		    !(arg[n] >= '0' && arg[n] <= '9')) {
+			ckpt_log("-o %s: must be a whole number from %lld to %lld (%s)\n", arg,
+				 o->min, o->max, o->what);
+			return -1;
+		}
+		void *f = (char *)c + o->off;
+
+		if (o->type == NUM_INT)
+			*(int *)f = (int)v;
+		else if (o->type == NUM_UINT)
+			*(unsigned *)f = (unsigned)v;
+		else
+			*(long long *)f = v;
+		return 0;
+	}
+	return -1; /* not reached: every KEY_NUM template is in num_opts */
+}
 
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
@@ -82,6 +147,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		*slot = strdup(arg);
 		return *slot ? 0 : -1;
 	}
+	if (key == KEY_NUM)
+		return num_opt(c, arg) < 0 ? -1 : 0;
 	if (key == FUSE_OPT_KEY_NONOPT) {
 		ckpt_log("unexpected argument '%s' (usage: ckptfs [options] STORE "
 			"MOUNTPOINT)\n", arg);
@@ -177,6 +244,12 @@ static void usage(const char *prog)
 	       "                           hidden while mounted)\n\n",
 	       prog);
 }
+
+/*
+ * The smallest -o write_buffer: below a MiB the number was almost surely meant with a suffix
+ * ("10" for 10M is 10 bytes), and the buffer could not hold one whole chunk of STORE_CHUNK_MIN.
+ */
+#define WBUF_MIN ((size_t)1 << 20)
 
 /*
  * parse_size - "N", "NK", "NM" or "NG" (powers of 1024) into bytes.
@@ -416,23 +489,9 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 			     c->defer_compress);
 		return -1;
 	}
-	if (c->keep_every < 0) {
-		startup_fail("keep_every must be >= 0");
-		return -1;
-	}
-	if (c->workers > WB_MAX_THREADS) {
-		startup_fail("workers must be 1..%d (write-back worker threads), not %u",
-			     WB_MAX_THREADS, c->workers);
-		return -1;
-	}
-	if (c->write_buffer && parse_size(c->write_buffer, &wbuf) < 0) {
-		startup_fail("write_buffer '%s' is not a size (a positive number of bytes, with an "
-			     "optional K, M or G suffix)", c->write_buffer);
-		return -1;
-	}
-	if (c->readahead_mb != UINT_MAX && c->readahead_mb > RA_MAX_MB) {
-		startup_fail("readahead_mb must be 0..%d (MiB read ahead of a sequential reader), "
-			     "not %u", RA_MAX_MB, c->readahead_mb);
+	if (c->write_buffer && (parse_size(c->write_buffer, &wbuf) < 0 || wbuf < WBUF_MIN)) {
+		startup_fail("-o write_buffer=%s: not a size of at least 1M (a number with a K, M or "
+			     "G suffix; a bare number is bytes)", c->write_buffer);
 		return -1;
 	}
 	fs->ra_window = (uint64_t)(c->readahead_mb == UINT_MAX ? RA_DEFAULT_MB : c->readahead_mb)
@@ -748,10 +807,6 @@ int fs_main(int argc, char **argv)
 
 	if (ckpt_fault_init(ferr, sizeof(ferr)) < 0) {
 		ckpt_log("%s\n", ferr);
-		goto out;
-	}
-	if (c.zstd_level < 1 || c.zstd_level > 19) {
-		ckpt_log("zstd_level must be 1..19, not %d\n", c.zstd_level);
 		goto out;
 	}
 	char *abs_store = absolute(c.store);

@@ -134,6 +134,26 @@ class TestMountHelper(unittest.TestCase):
             self.assertIsNone(mount_options(self.mnt), 'a refused mount left a mount')
         self.assertFalse(os.path.exists(self.store), 'a refused mount created the store')
 
+    def test_numbers_parsed_strictly(self):
+        """Issue 42: on cb3ae28 keep_checkpoint_max=-1 mounted as 4294967295, =3abc as 3, and
+        write_buffer=10 as 10 bytes. Each is refused, naming the option and its range."""
+        for opt, words in (('keep_checkpoint_max=-1', 'from 0 to 1000000'),
+                           ('keep_checkpoint_max=3abc', 'from 0 to 1000000'),
+                           ('keep_checkpoint_max=', 'whole number'),
+                           ('keep_every=-4', 'from 0 to'),
+                           ('ranks=0', 'from 1 to'),
+                           ('nodes=2x', 'from 1 to'),
+                           ('zstd_level=20', 'from 1 to 19'),
+                           ('cache_mb=99999999999', 'from 1 to'),
+                           ('write_buffer=10', 'at least 1M')):
+            p = subprocess.run([self.bin, '-o', opt, self.store, self.mnt],
+                               capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(p.returncode, 0, opt)
+            self.assertIn('-o ' + opt + ':', p.stderr)
+            self.assertIn(words, p.stderr, opt)
+            self.assertIsNone(mount_options(self.mnt), 'a refused mount left a mount')
+        self.assertFalse(os.path.exists(self.store), 'a refused mount created the store')
+
 
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(600, exit=True)

@@ -133,7 +133,7 @@ class ReadAheadTest(unittest.TestCase):
         try:
             with self.assertRaises(ckfs.MountError) as cm:
                 m.start()
-            self.assertIn('readahead_mb must be 0..1024', str(cm.exception))
+            self.assertIn('-o readahead_mb=5000: must be a whole number from 0 to 1024', str(cm.exception))
         finally:
             m.close()
 

@@ -294,7 +294,7 @@ class WritebackTest(unittest.TestCase):
         try:
             with self.assertRaises(ckfs.MountError) as cm:
                 m.start()
-            self.assertIn('workers must be 1..16', str(cm.exception))
+            self.assertIn('-o workers=17: must be a whole number from 0 to 16', str(cm.exception))
         finally:
             m.close()
 
@@ -304,7 +304,7 @@ class WritebackTest(unittest.TestCase):
             with self.assertRaises(ckfs.MountError) as cm:
                 m.start()
             msg = str(cm.exception)
-            self.assertIn("write_buffer 'lots' is not a size", msg)
+            self.assertIn('-o write_buffer=lots: not a size', msg)
         finally:
             m.close()
 
