@@ -770,6 +770,31 @@ out:
 	return ret;
 }
 
+/*
+ * add_fsname - add "-ofsname=STORE" to args, with ',' and '\\' escaped by a backslash as
+ * fuse_opt's split of an -o list requires (libfuse 3.14 lib/fuse_opt.c,
+ * process_real_option_group). Returns 0 or -1 (no memory).
+ */
+static int add_fsname(struct fuse_args *args, const char *store)
+{
+	size_t n = strlen(store);
+	char *o = malloc(sizeof("-ofsname=") + 2 * n), *p;
+	int rc;
+
+	if (!o)
+		return -1;
+	p = stpcpy(o, "-ofsname=");
+	for (size_t i = 0; i < n; i++) {
+		if (store[i] == ',' || store[i] == '\\')
+			*p++ = '\\';
+		*p++ = store[i];
+	}
+	*p = '\0';
+	rc = fuse_opt_add_arg(args, o);
+	free(o);
+	return rc;
+}
+
 int fs_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -839,9 +864,10 @@ int fs_main(int argc, char **argv)
 			"where FUSE is available)\n", strerror(errno));
 		goto out;
 	}
-	/* the kernel checks permissions (chmod 0400 is enforced); the store path names the fs */
+	/* the kernel checks permissions (chmod 0400 is enforced); the store path is the mount's
+	 * source, as a block device is for a disk filesystem, so 'findmnt -S STORE' finds it */
 	if (fuse_opt_add_arg(&args, "-odefault_permissions,subtype=ckptfs") != 0 ||
-	    fuse_opt_add_arg(&args, "-ofsname=ckptfs") != 0)
+	    add_fsname(&args, c.store) < 0)
 		goto out;
 
 	if (!o.foreground) {

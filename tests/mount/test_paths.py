@@ -118,6 +118,14 @@ class TestPaths(unittest.TestCase):
         m.close()
         self.assertEqual(tree(ck), before)
 
+    def test_source_is_the_store(self):
+        """The mount's source in /proc/mounts is the store (cb3ae28: 'ckptfs'), so
+        `findmnt -S STORE` finds it; a comma in the path survives fuse_opt's option list."""
+        m = ckfs.Mount(store=self.p('st,ore'), mnt=self.p('mnt')).start()
+        r = ckfs.run(['findmnt', '-n', '-o', 'TARGET', '-S', self.p('st,ore')], timeout=30)
+        self.assertEqual(r.stdout.strip(), self.p('mnt'), r.stderr)
+        m.close()
+
     def test_empty_directories_accepted(self):
         """An empty directory, or a new filesystem's root (lost+found), is a new store."""
         os.makedirs(self.p('fsroot', 'lost+found'))
