@@ -69,13 +69,17 @@ struct ckpt_repo {
  * without REPO_CREATE (-ENOENT).
  * With REPO_EXCLUSIVE, a lock whose holder is gone or exiting (a daemon just SIGKILLed, whose
  * last thread still holds it for 1-2 s; a ckptctl reading) is waited for, up to 30 s, polling
- * every 20 ms; a live owner is refused at once. Without it, on a mounted store, waits as long
- * as the daemon's check of the newest step runs (ckpt_repo_check_lock), saying so on stderr.
+ * every 20 ms; so is a daemon whose mount is gone and which is finishing its writes (it has
+ * called ckpt_repo_set_mount(r, NULL), or the mount it named there is gone from its
+ * /proc/PID/mountinfo, as between `fusermount3 -u` returning and its session loop ending), up
+ * to 60 s, saying so in one line on stderr. Any other live owner (a daemon still mounted, one
+ * starting, a ckptctl gc) is refused at once. Without it, on a mounted store, waits as long as
+ * the daemon's check of the newest step runs (ckpt_repo_check_lock), saying so on stderr.
  * An absent index (STORE/index.db missing or 0 bytes) in a store that holds chunk files or an
  * index backup is refused (-EUCLEAN, the message naming 'ckptctl STORE fsck --rebuild'), in
  * every mode but REPO_REBUILD: opening it would create an empty index that names none of them.
  * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and a live process owns it, or
- * the wait ran out);
+ * a wait ran out);
  * -EUCLEAN (REPO_CHECK and the index file is damaged; or the index is absent, as above);
  * -EPROTO (index from a newer ckptfs or not a ckptfs index); -EIO; -ENOMEM; other -errno of
  * mkdir/open.
@@ -115,6 +119,21 @@ int ckpt_paths_check(const char *store, const char *mnt, bool nonempty, char *er
  * the previous backup is kept on failure. Not thread-safe against other users of r->ix.
  */
 int ckpt_repo_backup_index(struct ckpt_repo *r);
+
+/*
+ * ckpt_repo_set_mount - the daemon (REPO_EXCLUSIVE): record in STORE/lock, next to its pid,
+ * whether it serves a mount, so that ckpt_repo_open(REPO_EXCLUSIVE) of the same store can tell
+ * a daemon still mounted (refused) from one only finishing its writes (waited for).
+ * @id: the mount, once it is mounted: "MAJ:MIN MOUNTPOINT", fields 3 and 5 of its line in
+ *      /proc/self/mountinfo (proc(5)) as they are there (escapes included); NULL once the mount
+ *      is gone (after the session loop, or a failed start).
+ * Returns 0; -EINVAL (id too long for the line, PATH_MAX + 64 bytes in all); -errno of
+ * pwrite/ftruncate (nothing else breaks: an opener then refuses the store, or waits for the
+ * lock as for a process exiting).
+ * Not durable (no fsync): the line means something only while the lock is held.
+ * Not thread-safe against another call on r; callers make it from the main thread.
+ */
+int ckpt_repo_set_mount(struct ckpt_repo *r, const char *id);
 
 /*
  * ckpt_repo_set_clean - REPO_EXCLUSIVE only: mark (clean = true, durable) or unmark the store as

@@ -6,6 +6,11 @@
  *   1. At most one process holds STORE/lock exclusively (flock), and only that process writes
  *      the index or the chunk directory.
  *   2. STORE/clean exists only while no daemon runs and the previous one stopped cleanly.
+ *   3. STORE/lock holds one line, "PID[ STATE]", written by the process holding the exclusive
+ *      lock; its meaning lasts only as long as that lock. A daemon's line goes
+ *         "PID" (opening, mounting)  ->  "PID mounted MAJ:MIN MOUNTPOINT" (serving that FUSE
+ *         mount)  ->  "PID unmounted" (the mount is gone, it is finishing its writes),
+ *      and only ckpt_repo_set_mount writes the last two. ckptctl's exclusive opens stay "PID".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -58,15 +63,46 @@ static void seterr(char *err, size_t cap, const char *fmt, ...)
  */
 #define LOCK_WAIT_S 30
 
+/*
+ * How long an exclusive open waits for a daemon that is unmounted and still finishing its
+ * writes (invariant 3), in seconds. What is left for it is the data still in its write buffer
+ * and commit queue when `fusermount3 -u` returned, plus one index commit: seconds for the
+ * default buffer at disk speed. A daemon still at it after a minute is stuck (a disk that does
+ * not answer), and the mount it holds back should fail and say so rather than hang.
+ */
+#define FINISH_WAIT_S 60
+
+/* "PID mounted MAJ:MIN MOUNTPOINT\n" with room to spare */
+#define LOCK_LINE_MAX (PATH_MAX + 64)
+
+/*
+ * Read the lock file's line (invariant 3): returns the pid, 0 when unreadable; state (cap
+ * bytes) gets what follows the pid, "" when nothing does.
+ */
+static pid_t read_owner_state(int fd, char *state, size_t cap)
+{
+	char buf[LOCK_LINE_MAX] = { 0 };
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	char *end;
+	pid_t pid;
+
+	state[0] = '\0';
+	if (n <= 0)
+		return 0;
+	pid = (pid_t)strtol(buf, &end, 10);
+	while (*end == ' ')
+		end++;
+	end[strcspn(end, "\n")] = '\0';
+	snprintf(state, cap, "%s", end);
+	return pid;
+}
+
 /* Read the pid written into the lock file; 0 when unreadable. */
 static pid_t read_owner(int fd)
 {
-	char buf[32] = { 0 };
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	char state[LOCK_LINE_MAX];
 
-	if (n <= 0)
-		return 0;
-	return (pid_t)strtol(buf, NULL, 10);
+	return read_owner_state(fd, state, sizeof(state));
 }
 
 /*
@@ -101,24 +137,82 @@ static bool owner_exiting(pid_t pid)
 }
 
 /*
- * Take the exclusive ownership lock on fd, waiting up to LOCK_WAIT_S while its holder is gone or
- * exiting (a daemon just killed, or a ckptctl reading). Returns 0; -EBUSY with *owner set when
- * a live process holds it or the wait ran out; other -errno of flock.
+ * Whether /proc/PID/mountinfo, the mounts PID sees, has the mount id, "MAJ:MIN MOUNTPOINT"
+ * (fields 3 and 5 of proc(5)'s format). Both, because the kernel gives a freed device number
+ * to the next mount anywhere at once. An unreadable file counts as mounted: the caller then
+ * refuses the store as it would a live owner.
  */
-static int lock_exclusive(int fd, pid_t *owner)
+static bool owner_has_mount(pid_t pid, const char *id)
 {
-	const int64_t deadline = ckpt_mono_ns() + (int64_t)LOCK_WAIT_S * 1000000000;
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
+	if (!(f = fopen(path, "re")))
+		return true;
+	while (!found && getline(&line, &cap, f) > 0) {
+		char dev[32], mnt[PATH_MAX], this[sizeof(dev) + sizeof(mnt)];
+
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) == 2) {
+			snprintf(this, sizeof(this), "%s %s", dev, mnt);
+			found = strcmp(this, id) == 0;
+		}
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/*
+ * Whether the live owner pid of the lock (its line's state: invariant 3) is a daemon whose
+ * mount is gone and which is only finishing its writes. "mounted ID" with no such mount
+ * left is one too: `fusermount3 -u` returns before the daemon's session loop has ended and it
+ * has written "unmounted".
+ */
+static bool owner_finishing(pid_t pid, const char *state)
+{
+	if (strcmp(state, "unmounted") == 0)
+		return true;
+	if (strncmp(state, "mounted ", 8) == 0)
+		return !owner_has_mount(pid, state + 8);
+	return false;
+}
+
+/*
+ * Take the exclusive ownership lock on fd, waiting while its holder is gone or exiting (a daemon
+ * just killed, or a ckptctl reading; up to LOCK_WAIT_S) or is a daemon unmounted and finishing
+ * its writes (up to FINISH_WAIT_S, saying so once on stderr, naming root). Returns 0; -EBUSY
+ * with *owner and *finishing set when a live process holds it or the wait ran out; other -errno
+ * of flock.
+ */
+static int lock_exclusive(int fd, const char *root, pid_t *owner, bool *finishing)
+{
+	const int64_t start = ckpt_mono_ns();
+	bool said = false;
 
 	for (;;) {
+		char state[LOCK_LINE_MAX];
+		int64_t waited_s;
+
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
 			return 0;
 		if (errno == EINTR)
 			continue;
 		if (errno != EWOULDBLOCK)
 			return -errno;
-		*owner = read_owner(fd);
-		if (!owner_exiting(*owner) || ckpt_mono_ns() > deadline)
+		*owner = read_owner_state(fd, state, sizeof(state));
+		*finishing = !owner_exiting(*owner) && owner_finishing(*owner, state);
+		waited_s = (ckpt_mono_ns() - start) / 1000000000;
+		if (*finishing ? waited_s >= FINISH_WAIT_S
+			       : (!owner_exiting(*owner) || waited_s >= LOCK_WAIT_S))
 			return -EBUSY;
+		if (*finishing && !said) {
+			fprintf(stderr, "waiting for ckptfs (pid %d) to finish writing store '%s' "
+				"(up to %d s)\n", (int)*owner, root, FINISH_WAIT_S);
+			said = true;
+		}
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 
 		nanosleep(&ts, NULL);
@@ -186,12 +280,19 @@ static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char
 			       size_t errcap)
 {
 	char clean[PATH_MAX];
+	bool finishing = false;
 	pid_t owner = 0;
 	int rc;
 
-	if ((rc = lock_exclusive(r->lock_fd, &owner)) == -EBUSY) {
+	if ((rc = lock_exclusive(r->lock_fd, root, &owner, &finishing)) == -EBUSY) {
 		r->owner_pid = owner;
-		if (!owner_exiting(owner))
+		if (finishing)
+			seterr(err, errcap,
+			       "store '%s' is still being written by its ckptfs (pid %d) %d s after "
+			       "it was unmounted ('%s/ckptfs.log' says why); retry once 'ps -p %d' "
+			       "shows nothing",
+			       root, (int)owner, FINISH_WAIT_S, root, (int)owner);
+		else if (!owner_exiting(owner))
 			seterr(err, errcap,
 			       "store '%s' is in use by another ckptfs (pid %d); unmount it "
 			       "first (fusermount3 -u MOUNTPOINT)",
@@ -263,6 +364,23 @@ int ckpt_repo_check_lock(struct ckpt_repo *r)
 		return rc;
 	}
 	return fd;
+}
+
+int ckpt_repo_set_mount(struct ckpt_repo *r, const char *id)
+{
+	char line[LOCK_LINE_MAX];
+	int n;
+
+	n = id ? snprintf(line, sizeof(line), "%d mounted %s\n", (int)getpid(), id)
+		: snprintf(line, sizeof(line), "%d unmounted\n", (int)getpid());
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return -EINVAL;
+	/* written over the old line, then the rest cut: a reader never sees an empty file (pid
+	 * 0, an owner gone), and the old line's tail it may see before the cut follows the new
+	 * line's newline, where read_owner_state stops */
+	if (pwrite(r->lock_fd, line, (size_t)n, 0) != n)
+		return errno ? -errno : -EIO;
+	return ftruncate(r->lock_fd, n) < 0 ? -errno : 0;
 }
 
 void ckpt_repo_check_unlock(int fd)

@@ -359,23 +359,26 @@ static bool is_mounted(const char *path)
 }
 
 /*
- * The read_ahead_kb file of the mount at path: the major:minor field of its newest line in
- * /proc/self/mountinfo (proc(5)). Leaves out empty when there is none.
+ * The mount at path, from its newest line in /proc/self/mountinfo (proc(5)): its device
+ * (major:minor, field 3) into dev (devcap bytes) and "MAJ:MIN MOUNTPOINT" (fields 3 and 5) into
+ * id (idcap bytes). Leaves both empty when there is none.
  */
-static void find_bdi(const char *path, char *out, size_t cap)
+static void find_mount(const char *path, char *dev, size_t devcap, char *id, size_t idcap)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char *line = NULL;
 	size_t lcap = 0;
 
-	out[0] = '\0';
+	dev[0] = id[0] = '\0';
 	if (!f)
 		return;
 	while (getline(&line, &lcap, f) > 0) {
-		char mnt[PATH_MAX], dev[32];
+		char mnt[PATH_MAX], d[32];
 
-		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) == 2 && strcmp(mnt, path) == 0)
-			snprintf(out, cap, "/sys/class/bdi/%s/read_ahead_kb", dev);
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", d, mnt) == 2 && strcmp(mnt, path) == 0) {
+			snprintf(dev, devcap, "%s", d);
+			snprintf(id, idcap, "%s %s", d, mnt);
+		}
 	}
 	free(line);
 	fclose(f);
@@ -590,7 +593,9 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 
 /*
  * Create the FUSE session (fs->se, also when a later step fails, for teardown), install the
- * signal handlers and mount at o->mountpoint; find the mount's read-ahead knob (fs->bdi_ra).
+ * signal handlers and mount at o->mountpoint; find the mount's read-ahead knob (fs->bdi_ra) and
+ * name the mount in STORE/lock (ckpt_repo_set_mount), so that a mount of the store waits for
+ * this daemon's last writes once this mount is gone instead of refusing.
  * Returns 0, or -1 after reporting the problem.
  */
 static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts *o,
@@ -613,7 +618,16 @@ static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts 
 		fuse_remove_signal_handlers(se);
 		return -1;
 	}
-	find_bdi(o->mountpoint, fs->bdi_ra, sizeof(fs->bdi_ra));
+	char dev[32], id[sizeof(dev) + PATH_MAX];
+	int rc;
+
+	find_mount(o->mountpoint, dev, sizeof(dev), id, sizeof(id));
+	if (dev[0])
+		snprintf(fs->bdi_ra, sizeof(fs->bdi_ra), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	if (id[0] && (rc = ckpt_repo_set_mount(fs->repo, id)) < 0)
+		ckpt_log("cannot write '%s/lock': %s; a mount of the store right after this one "
+			 "is unmounted may be refused until this daemon exits\n", fs->repo->root,
+			 strerror(-rc));
 	return 0;
 }
 
@@ -691,6 +705,10 @@ static int session_loop(struct fuse_session *se, const struct fuse_cmdline_opts 
 /* Release what serve set up, in order; after a clean exit (ret 0) mark the store clean. */
 static void teardown(struct ckfs *fs, int ret)
 {
+	/* Nothing is mounted any more (session_loop unmounted, or the start failed before or
+	 * after undoing its mount): a mount of the store from now on waits for the writes below. */
+	if (fs->repo)
+		ckpt_repo_set_mount(fs->repo, NULL); /* on failure, it is refused until we exit */
 	steps_checker_join(fs); /* a mount that failed never reached op_destroy's steps_stop */
 	node_stop(fs); /* before the steps' last judgments: it takes fs->mu */
 	if (fs->se)

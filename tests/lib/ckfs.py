@@ -411,11 +411,14 @@ class Mount:
             return ''
         return '\n--- tail of %s ---\n%s' % (p, ''.join(lines))
 
-    def unmount(self, timeout=EXIT_TIMEOUT):
+    def unmount(self, timeout=EXIT_TIMEOUT, wait=True):
         """fusermount3 -u (retrying while busy, then -uz), then wait for the daemon to exit.
-        Raises MountError if it needed the lazy unmount or the daemon did not exit."""
+        Raises MountError if it needed the lazy unmount or the daemon did not exit.
+        wait=False returns as soon as the unmount is done, as a scheduler restarting a job
+        would, leaving the daemon to finish its commits; the caller then waits for the pid
+        returned (None when not mounted)."""
         if not self.mounted:
-            return
+            return None
         problems = []
         deadline = time.monotonic() + 15
         while True:
@@ -429,6 +432,10 @@ class Mount:
             time.sleep(0.1)
         self.mounted = False
         pid, self.pid = self.pid, None
+        if not wait:
+            if problems:
+                raise MountError('; '.join(problems) + self.log_tail())
+            return pid
         if pid is not None and not wait_pid_exit(pid, timeout):
             os.kill(pid, signal.SIGKILL)
             wait_pid_exit(pid, 10)
@@ -439,6 +446,7 @@ class Mount:
             problems.append('%s still mounted after unmount' % self.mnt)
         if problems:
             raise MountError('; '.join(problems) + self.log_tail())
+        return None
 
     def kill_daemon(self, then=None):
         """SIGKILL the daemon, wait for it to die, call then() if given, clear the dead mount

@@ -12,8 +12,9 @@ The tree must be readable, `ckptctl STORE verify` must exit 0, and what a round 
 be there, unchanged, after the next crash.
 
 LockTest: a mount while the previous owner of STORE is exiting (its leader a zombie, a thread
-still holding STORE/lock) or while a reader holds it shared waits for the lock; a live owner is
-refused at once, by pid.
+still holding STORE/lock), while a reader holds it shared, or while the previous daemon, unmounted,
+finishes its writes (a mount right after `fusermount3 -u`, cycle after cycle) waits for the lock;
+a live owner, or a daemon still mounted, is refused at once, by pid.
 
 CachedStepDirTest: the kernel caches a step directory's name as any other; a step set aside
 after its writer was killed, or removed by retention, becomes unreachable through the cached
@@ -422,6 +423,79 @@ class LockTest(unittest.TestCase):
                 p.kill()
                 p.wait()
         finally:
+            m.close()
+
+    CYCLES = 5
+    FILES = 6
+    FILE_BYTES = 4 * MiB
+
+    def test_mount_right_after_unmount(self):
+        """`fusermount3 -u` returns while the daemon still makes the last writes durable (1-2 s
+        for a few MiB on the CI machine); a mount at once, as a restarted job's would be, waits
+        for it instead of calling the store in use, and reads back everything written."""
+        m = ckfs.Mount()
+        finishing = []
+        try:
+            m.start()
+            for cycle in range(self.CYCLES):
+                for i in range(self.FILES):
+                    with open(m.path('c%d_f%d' % (cycle, i)), 'wb') as f:
+                        f.write(content('c%d_f%d' % (cycle, i), self.FILE_BYTES))
+                finishing.append(m.unmount(wait=False))
+                try:
+                    m.start()
+                except ckfs.MountError as e:
+                    self.fail('cycle %d: mount right after the unmount failed: %s' % (cycle, e))
+                for c in range(cycle + 1):
+                    for i in range(self.FILES):
+                        with open(m.path('c%d_f%d' % (c, i)), 'rb') as f:
+                            self.assertTrue(f.read() == content('c%d_f%d' % (c, i),
+                                                                self.FILE_BYTES),
+                                            'cycle %d: c%d_f%d changed' % (cycle, c, i))
+            m.unmount()
+            for pid in finishing:
+                self.assertFalse(pid is not None and ckfs.pid_alive(pid),
+                                 'daemon %d outlived the next mount' % pid)
+            self.assertEqual(m.ckptctl('verify').returncode, 0)
+        finally:
+            for pid in finishing:
+                if pid is not None:
+                    ckfs.wait_pid_exit(pid, 60)
+            m.close()
+
+    def test_mount_waits_for_an_unmounted_daemon_not_yet_finishing(self):
+        """`fusermount3 -u` can return before the daemon has seen it (its lock line still says
+        mounted): held there with SIGSTOP, it is waited for all the same, while a daemon still
+        mounted is refused at once."""
+        m = ckfs.Mount()
+        other = ckfs.Mount(store=m.store)
+        try:
+            m.start()
+            with open(m.path('a'), 'wb') as f:
+                f.write(content('a', 4 * MiB))
+            t0 = time.monotonic()
+            with self.assertRaises(ckfs.MountError) as cm:
+                other.start()
+            self.assertLess(time.monotonic() - t0, 10)
+            self.assertIn('in use by another ckptfs (pid %d)' % m.pid, str(cm.exception))
+
+            old = m.pid
+            os.kill(old, signal.SIGSTOP)
+            cont = threading.Timer(self.HOLD, os.kill, (old, signal.SIGCONT))
+            try:
+                m.unmount(wait=False)
+                cont.start()
+                t0 = time.monotonic()
+                m.start()
+                self.assertGreater(time.monotonic() - t0, self.HOLD / 2,
+                                   'mounted while the old daemon still held the lock')
+            finally:
+                cont.cancel()
+                os.kill(old, signal.SIGCONT)
+            with open(m.path('a'), 'rb') as f:
+                self.assertTrue(f.read() == content('a', 4 * MiB))
+        finally:
+            other.close()
             m.close()
 
 
