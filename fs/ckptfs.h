@@ -11,6 +11,17 @@
  *   STORE/clean     present only between a clean unmount and the next mount; its absence at
  *                   mount means the previous daemon died, and recovery sweeps orphans
  *   STORE/ckptfs.log  the daemon's log when it runs in the background
+ *   STORE/check, STORE/reserve, STORE/staging/, STORE/remote.json  see their functions
+ *
+ * Every name in STORE is opened relative to the directory fd ckpt_repo_open took (dir_fd),
+ * without following a symbolic link (O_NOFOLLOW), and a file ckptfs opens there must be a plain
+ * file: the owner of STORE can plant anything in it, and a root daemon that followed
+ * STORE/lock -> /etc/passwd would write its pid there. (A hard link to another user's file is
+ * kept out by the kernel's fs.protected_hardlinks, on by default; a store backed up with cp -al
+ * has every file linked twice, so the link count is not checked.) SQLite opens index.db by path;
+ * ckpt_repo_open checks that neither it nor its -wal, -shm and -journal files is a link. That
+ * check and the open are two steps, so a store owned by another user is refused (REPO_FOREIGN
+ * lifts this: its owner is then trusted not to race the daemon).
  *
  * Thread-safety: a struct ckpt_repo is used by one thread at a time, except ->st (store/ is
  * thread-safe); the daemon serialises index access itself.
@@ -44,9 +55,11 @@ enum repo_rebuilt {
 	REPO_REBUILT_FROM_BACKUP, /* restored from index.db.bak (its mtime in backup_ns) */
 	REPO_REBUILT_NEW,         /* no backup: a new, empty index */
 };
+#define REPO_FOREIGN 0x40  /* accept a STORE owned by another user for a writing open */
 
 struct ckpt_repo {
 	char *root;          /* owned: STORE path as given */
+	int dir_fd;          /* STORE itself, O_DIRECTORY: every name in it is opened from here */
 	int lock_fd;         /* STORE/lock, holding the lock taken */
 	bool mounted;        /* another process (pid owner_pid) holds the exclusive lock */
 	pid_t owner_pid;     /* daemon pid when mounted, else 0 */
@@ -65,8 +78,11 @@ struct ckpt_repo {
  * @sopts: store options (may be NULL).
  * @err, @errcap: on failure, one lowercase line saying what happened and what to do.
  * @ret: owned handle, released with ckpt_repo_close.
- * Refuses a STORE that group or others can write (-EPERM), and a STORE that does not exist
- * without REPO_CREATE (-ENOENT).
+ * Refuses a STORE that group or others can write (-EPERM); for an open that may write
+ * (REPO_EXCLUSIVE, or no REPO_RDONLY), a STORE whose owner is not the effective uid, unless
+ * REPO_FOREIGN (-EPERM); a STORE in which a name ckptfs uses (lock, index.db, chunks, ...) is a
+ * symbolic link (-ELOOP) or a file ckptfs writes has more than one link or is not a plain file
+ * (-EPERM); and a STORE that does not exist without REPO_CREATE (-ENOENT).
  * With REPO_EXCLUSIVE, a lock whose holder is gone or exiting (a daemon just SIGKILLed, whose
  * last thread still holds it for 1-2 s; a ckptctl reading) is waited for, up to 30 s, polling
  * every 20 ms; so is a daemon whose mount is gone and which is finishing its writes (it has
@@ -78,7 +94,7 @@ struct ckpt_repo {
  * An absent index (STORE/index.db missing or 0 bytes) in a store that holds chunk files or an
  * index backup is refused (-EUCLEAN, the message naming 'ckptctl STORE fsck --rebuild'), in
  * every mode but REPO_REBUILD: opening it would create an empty index that names none of them.
- * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -EBUSY (REPO_EXCLUSIVE and a live process owns it, or
+ * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -ELOOP (a name in STORE is a symbolic link); -EBUSY (REPO_EXCLUSIVE and a live process owns it, or
  * a wait ran out);
  * -EUCLEAN (REPO_CHECK and the index file is damaged; or the index is absent, as above);
  * -EPROTO (index from a newer ckptfs or not a ckptfs index); -EIO; -ENOMEM; other -errno of
@@ -93,7 +109,7 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
  * mount is up (fs/steps/steps.c start_checker). ckpt_repo_open of a mounted store waits until
  * it is unlocked, so what ckptctl reads is what the mount serves. Returns the lock's fd (>= 0),
  * to give to ckpt_repo_check_unlock, or -errno: the check then runs with nothing waiting for it.
- * Thread-safe: touches nothing in r but r->root.
+ * Thread-safe: touches nothing in r but r->dir_fd.
  */
 int ckpt_repo_check_lock(struct ckpt_repo *r);
 /* ckpt_repo_check_unlock - release (close) the lock fd ckpt_repo_check_lock returned; < 0: no-op. */
@@ -187,10 +203,21 @@ bool ckpt_repo_release_reserve(struct ckpt_repo *r);
  * WAL lets it read while r->ix writes; it sees what r->ix has committed.
  * @ret: owned, released with idx_close (before ckpt_repo_close, so that r->ix's close is the
  * last one and removes the WAL).
- * Returns 0, -ENAMETOOLONG, or idx_open's errors (-ENOENT, -EPROTO, -EIO, -EBUSY, -ENOMEM,
- * -EACCES). Thread-safety: touches no state of r but its root.
+ * Returns 0, -ENAMETOOLONG, -ELOOP (index.db or one of its -wal, -shm, -journal files is now a
+ * symbolic link), -EPERM (one is not a plain file), or idx_open's errors (-ENOENT, -EPROTO,
+ * -EIO, -EBUSY, -ENOMEM, -EACCES). Thread-safety: touches no state of r but root and dir_fd.
  */
 int ckpt_repo_open_reader(const struct ckpt_repo *r, struct idx **ret);
+
+/*
+ * ckpt_repo_openat - open the file name at the top of STORE (a plain name such as "ckptfs.log")
+ * without following a link: openat(r->dir_fd, name, flags | O_NOFOLLOW | O_CLOEXEC, mode), then
+ * refuse what is not a plain file (a FIFO or a device; the open does not block on a FIFO).
+ * @flags: open(2) flags; O_CREAT with @mode (permission bits) creates the file.
+ * Returns an owned fd (close(2) it); -ELOOP (name is a symbolic link); -EPERM (not a plain
+ * file); other -errno of openat, fstat or fcntl. Thread-safe.
+ */
+int ckpt_repo_openat(const struct ckpt_repo *r, const char *name, int flags, mode_t mode);
 
 /* ckpt_repo_close - close index and store, release the lock, free; NULL accepted. */
 void ckpt_repo_close(struct ckpt_repo *r);

@@ -180,7 +180,7 @@ int store_chunk_open(const struct store *st, const struct store_hash *h, int *re
 	err = store_chunk_path(st, h, path, sizeof(path));
 	if (err)
 		return err;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return read_errno(-errno);
 	err = pread_all(fd, raw, sizeof(raw), 0);
@@ -289,10 +289,10 @@ int store_chunk_read_whole(const struct store *st, const struct store_hash *h,
 	err = store_chunk_path(st, h, path, sizeof(path));
 	if (err)
 		return err;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
 	if (fd < 0 && errno == EINVAL) {
 		direct = false;
-		fd = open(path, O_RDONLY | O_CLOEXEC);
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	}
 	if (fd < 0)
 		return read_errno(-errno);

@@ -60,6 +60,9 @@
  *      of writing and publishing the file per stored byte, and the stored/raw ratio of the
  *      encoded puts. Updates race (load, mix, store, relaxed): a lost sample is harmless to a
  *      heuristic (store_defer_pays).
+ *  12. chunks/ and its shard directories are real directories, not symbolic links (checked by
+ *      store_open), and no chunk, temporary or free file is opened through a link (O_NOFOLLOW):
+ *      the owner of the store may plant links, and the daemon may run as root.
  *
  * Lock order: sync_lock -> dirty_lock; dirty_lock and cache_lock are leaves; no path holds
  * cache_lock with either of the others.
@@ -99,16 +102,25 @@ static int shard_path(const struct store *st, unsigned s, char *buf, size_t cap)
 
 /* ---- directories ---- */
 
-/* mkdir mode 0700, an existing directory is fine. Sets *created when it made one. */
+/*
+ * mkdir mode 0700, an existing directory is fine, a symbolic link is not (invariant 12). Sets
+ * *created when it made one. Returns 0, -ELOOP (a link), -ENOTDIR or the -errno of mkdir.
+ */
 static int mkdir_0700(const char *path, bool *created)
 {
+	struct stat sb;
+
 	if (mkdir(path, 0700) == 0) {
 		*created = true;
 		return 0;
 	}
-	if (errno == EEXIST)
-		return 0;
-	return -errno;
+	if (errno != EEXIST)
+		return -errno;
+	if (lstat(path, &sb) < 0)
+		return -errno;
+	if (S_ISLNK(sb.st_mode))
+		return -ELOOP;
+	return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
 }
 
 /* fsync a directory. Returns 0 or -EIO (or the -errno of open). */
@@ -139,13 +151,13 @@ static bool name_is_hash(const char *name, struct store_hash *ret)
 static int store_prepare(struct store *st)
 {
 	char path[PATH_MAX];
-	bool made_root = false, made_chunks = false, made_shard = false;
+	bool made_chunks = false, made_shard = false;
 	unsigned s;
 	int err;
 
-	err = mkdir_0700(st->root, &made_root);
-	if (err)
-		return err;
+	/* the root itself is the caller's path: a link there is the caller's choice */
+	if (mkdir(st->root, 0700) < 0 && errno != EEXIST)
+		return -errno;
 	err = mkdir_0700(st->chunks, &made_chunks);
 	if (err)
 		return err;
@@ -159,9 +171,16 @@ static int store_prepare(struct store *st)
 		err = mkdir_0700(path, &made_shard);
 		if (err)
 			return err;
-		d = opendir(path);
-		if (!d)
+		int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+		if (fd < 0)
 			return -errno;
+		d = fdopendir(fd);
+		if (!d) {
+			err = -errno;
+			close(fd);
+			return err;
+		}
 		while ((de = readdir(d))) {
 			if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) &&
 			    strncmp(de->d_name, FREE_PREFIX, strlen(FREE_PREFIX)))
@@ -225,12 +244,12 @@ int store_open(const char *root, const struct store_opts *opts, struct store **r
 	if (st->read_only) {
 		struct stat sb;
 
-		if (stat(st->chunks, &sb) < 0) {
+		if (lstat(st->chunks, &sb) < 0) {
 			err = -errno;
 			goto fail;
 		}
 		if (!S_ISDIR(sb.st_mode)) {
-			err = -ENOTDIR;
+			err = S_ISLNK(sb.st_mode) ? -ELOOP : -ENOTDIR;
 			goto fail;
 		}
 	} else {
@@ -351,7 +370,7 @@ static int free_take(struct store *st, char *tmp, size_t cap, unsigned *ret_s)
 		pthread_mutex_unlock(&st->free_lock);
 		if (free_path(st, s, id, tmp, cap) < 0)
 			return -1;
-		fd = open(tmp, O_WRONLY | O_CLOEXEC);
+		fd = open(tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd >= 0) {
 			*ret_s = s;
 			return fd;
@@ -624,10 +643,14 @@ static int free_give(struct store *st, unsigned s, const char *path)
 	if (free_path(st, s, id, fpath, sizeof(fpath)) < 0 || rename(path, fpath) < 0)
 		return -1;
 	mark_dirty(st, s);
-	if (truncate(fpath, 0) < 0) { /* the blocks go back now, as an unlink would give them */
+	/* the blocks go back now, as an unlink would give them */
+	int fd = open(fpath, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0) {
 		unlink(fpath);
 		return 0;
 	}
+	close(fd);
 	bool listed = false;
 
 	pthread_mutex_lock(&st->free_lock);

@@ -247,8 +247,9 @@ int store_object_decode(const void *obj, size_t len, const struct store_hash *wa
  * @opts: may be NULL for defaults.
  * @ret: on success an owned handle, released with store_close.
  * Removes leftover temporary files (not when read_only).
- * Returns 0, -ENOENT (read_only and no chunk directory), -ENOMEM, or the -errno of a failed
- * mkdir/open.
+ * Returns 0, -ENOENT (read_only and no chunk directory), -ELOOP (root/chunks or a shard
+ * directory is a symbolic link: never followed, see chunkstore.c invariant 12), -ENOTDIR (one
+ * is not a directory), -ENOMEM, or the -errno of a failed mkdir/open.
  */
 int store_open(const char *root, const struct store_opts *opts, struct store **ret);
 

@@ -11,6 +11,11 @@
  *         "PID" (opening, mounting)  ->  "PID mounted MAJ:MIN MOUNTPOINT" (serving that FUSE
  *         mount)  ->  "PID unmounted" (the mount is gone, it is finishing its writes),
  *      and only ckpt_repo_set_mount writes the last two. ckptctl's exclusive opens stay "PID".
+ *   4. Every name in STORE is reached through r->dir_fd (openat, fstatat, renameat, unlinkat)
+ *      and never through a symbolic link (O_NOFOLLOW, AT_SYMLINK_NOFOLLOW): the owner of STORE
+ *      may plant links, and a root daemon must not write through them (ckptfs.h). Only SQLite
+ *      (index.db; repo_check_names runs before each idx_open) and store/ (chunks/, its
+ *      invariant 12) open by path.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +32,7 @@
 #include <unistd.h>
 
 #include "fs/ckptfs.h"
+#include "store/remote/remote.h"
 
 int64_t ckpt_now_ns(void)
 {
@@ -222,38 +228,121 @@ static int lock_exclusive(int fd, const char *root, pid_t *owner, bool *finishin
 #define REPO_INDEX_FILE "index.db"      /* the index database, in STORE */
 #define REPO_BACKUP_FILE "index.db.bak" /* its copy at the last clean unmount (idx_backup) */
 
-static int path_join(char *buf, size_t cap, const char *root, const char *name)
-{
-	int n = snprintf(buf, cap, "%s/%s", root, name);
+/* Every name ckptfs uses at the top of STORE, and whether it is a directory. */
+static const struct {
+	const char *name;
+	bool dir;
+} repo_names[] = {
+	{ REPO_INDEX_FILE, false },
+	{ REPO_INDEX_FILE "-wal", false },
+	{ REPO_INDEX_FILE "-shm", false },
+	{ REPO_INDEX_FILE "-journal", false },
+	{ "lock", false },
+	{ "clean", false },
+	{ "check", false },
+	{ "reserve", false },
+	{ "reserve.tmp", false },
+	{ "ckptfs.log", false },
+	{ REMOTE_STORE_RECORD, false },
+	{ REMOTE_STORE_RECORD ".tmp", false },
+	{ REPO_BACKUP_FILE, false },
+	{ REPO_BACKUP_FILE ".tmp", false },
+	{ "staging", true },
+	{ "chunks", true },
+	{ "lost+found", true },
+};
+#define REPO_INDEX_NAMES 4 /* the first entries of repo_names: what SQLite opens by path */
 
-	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+/*
+ * Check the first n names of repo_names in dir_fd: absent, or of their kind (plain file or
+ * directory) and not a symbolic link. Returns 0, -ELOOP (a link) or -EPERM (another kind), with
+ * the offending name in *ret_name; other -errno of fstatat.
+ */
+static int repo_check_names(int dir_fd, size_t n, const char **ret_name)
+{
+	struct stat stt;
+
+	for (size_t i = 0; i < n; i++) {
+		*ret_name = repo_names[i].name;
+		if (fstatat(dir_fd, repo_names[i].name, &stt, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+			return -errno;
+		}
+		if (S_ISLNK(stt.st_mode))
+			return -ELOOP;
+		if (repo_names[i].dir ? !S_ISDIR(stt.st_mode) : !S_ISREG(stt.st_mode))
+			return -EPERM;
+	}
+	return 0;
+}
+
+/* The message of a repo_check_names failure rc on name in root. Returns rc. */
+static int repo_name_err(const char *root, const char *name, int rc, char *err, size_t errcap)
+{
+	if (rc == -ELOOP)
+		seterr(err, errcap, "'%s/%s' is a symbolic link; ckptfs never follows a link inside "
+		       "a store: remove it", root, name);
+	else if (rc == -EPERM)
+		seterr(err, errcap, "'%s/%s' is not a plain %s; remove it", root, name,
+		       strcmp(name, "staging") && strcmp(name, "chunks") ? "file" : "directory");
+	else
+		seterr(err, errcap, "cannot check '%s/%s': %s", root, name, strerror(-rc));
+	return rc;
+}
+
+int ckpt_repo_openat(const struct ckpt_repo *r, const char *name, int flags, mode_t mode)
+{
+	struct stat stt;
+	int fd, rc;
+
+	/* O_NONBLOCK: a FIFO planted under the name must not hang the open */
+	fd = openat(r->dir_fd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &stt) < 0)
+		rc = -errno;
+	else if (!S_ISREG(stt.st_mode))
+		rc = -EPERM;
+	else if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0)
+		rc = -errno;
+	else
+		return fd;
+	close(fd);
+	return rc;
 }
 
 /*
- * Check (and with REPO_CREATE, create) the store root: a directory not writable by group or
- * others. Returns 0 or -errno with a message in err.
+ * Open (with REPO_CREATE, create mode 0700) the store root into r->dir_fd and check it: a
+ * directory not writable by group or others, owned by the effective uid for an open that may
+ * write (unless REPO_FOREIGN), holding no link or odd file under a name ckptfs uses. Returns 0
+ * or -errno with a message in err.
  */
-static int repo_check_root(const char *root, int flags, char *err, size_t errcap)
+static int repo_open_root(struct ckpt_repo *r, const char *root, int flags, char *err,
+			  size_t errcap)
 {
+	const bool may_write = (flags & REPO_EXCLUSIVE) || !(flags & REPO_RDONLY);
+	const char *name = "";
 	struct stat stt;
 	int rc;
 
-	if (stat(root, &stt) < 0) {
-		rc = -errno;
-		if (rc != -ENOENT || !(flags & REPO_CREATE)) {
-			seterr(err, errcap, "cannot use store '%s': %s%s", root, strerror(-rc),
-			       rc == -ENOENT ? " (mount it once with ckptfs to create it)" : "");
-			return rc;
-		}
-		if (mkdir(root, 0700) < 0 || stat(root, &stt) < 0) {
+	r->dir_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (r->dir_fd < 0 && errno == ENOENT && (flags & REPO_CREATE)) {
+		if (mkdir(root, 0700) < 0 && errno != EEXIST) {
 			rc = -errno;
 			seterr(err, errcap, "cannot create store '%s': %s", root, strerror(-rc));
 			return rc;
 		}
+		r->dir_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	}
-	if (!S_ISDIR(stt.st_mode)) {
-		seterr(err, errcap, "store '%s' is not a directory", root);
-		return -ENOTDIR;
+	if (r->dir_fd < 0 || fstat(r->dir_fd, &stt) < 0) {
+		rc = -errno;
+		if (rc == -ENOTDIR)
+			seterr(err, errcap, "store '%s' is not a directory", root);
+		else
+			seterr(err, errcap, "cannot use store '%s': %s%s", root, strerror(-rc),
+			       rc == -ENOENT ? " (mount it once with ckptfs to create it)" : "");
+		return rc;
 	}
 	if (stt.st_mode & (S_IWGRP | S_IWOTH)) {
 		seterr(err, errcap,
@@ -261,7 +350,25 @@ static int repo_check_root(const char *root, int flags, char *err, size_t errcap
 		       root, (unsigned)(stt.st_mode & 07777), root);
 		return -EPERM;
 	}
-	return 0;
+	if (may_write && !(flags & REPO_FOREIGN) && stt.st_uid != geteuid()) {
+		seterr(err, errcap,
+		       "store '%s' is owned by uid %u, not by uid %u that opens it: its owner could "
+		       "make ckptfs write through it to other files; run this as uid %u, or (ckptfs) "
+		       "mount with -o allow_foreign_store if you trust that user",
+		       root, (unsigned)stt.st_uid, (unsigned)geteuid(), (unsigned)stt.st_uid);
+		return -EPERM;
+	}
+	rc = repo_check_names(r->dir_fd, sizeof(repo_names) / sizeof(repo_names[0]), &name);
+	return rc < 0 ? repo_name_err(root, name, rc, err, errcap) : 0;
+}
+
+/* Write "root/name" into buf (cap bytes), for SQLite and for messages. Returns 0 or
+ * -ENAMETOOLONG. */
+static int path_join(char *buf, size_t cap, const char *root, const char *name)
+{
+	int n = snprintf(buf, cap, "%s/%s", root, name);
+
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
 /* The message of a store path too long for PATH_MAX; returns -ENAMETOOLONG. */
@@ -279,7 +386,6 @@ static int repo_path_too_long(const char *root, char *err, size_t errcap)
 static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char *path, char *err,
 			       size_t errcap)
 {
-	char clean[PATH_MAX];
 	bool finishing = false;
 	pid_t owner = 0;
 	int rc;
@@ -320,9 +426,10 @@ static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char
 		seterr(err, errcap, "cannot write '%s': %s", path, strerror(-rc));
 		return rc;
 	}
-	if (path_join(clean, sizeof(clean), root, "clean") < 0)
-		return repo_path_too_long(root, err, errcap);
-	r->was_clean = access(clean, F_OK) == 0;
+	struct stat stt;
+
+	r->was_clean = fstatat(r->dir_fd, "clean", &stt, AT_SYMLINK_NOFOLLOW) == 0 &&
+		       S_ISREG(stt.st_mode);
 	return 0;
 }
 
@@ -333,11 +440,9 @@ static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char
  */
 static void repo_wait_check(struct ckpt_repo *r, const char *root)
 {
-	char path[PATH_MAX];
-	int fd;
+	int fd = ckpt_repo_openat(r, "check", O_RDONLY, 0);
 
-	if (path_join(path, sizeof(path), root, "check") < 0 ||
-	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	if (fd < 0)
 		return;
 	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
 		fprintf(stderr, "waiting for ckptfs (pid %d) to finish checking the newest step "
@@ -351,13 +456,10 @@ static void repo_wait_check(struct ckpt_repo *r, const char *root)
 
 int ckpt_repo_check_lock(struct ckpt_repo *r)
 {
-	char path[PATH_MAX];
 	int fd, rc;
 
-	if ((rc = path_join(path, sizeof(path), r->root, "check")) < 0)
-		return rc;
-	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
-		return -errno;
+	if ((fd = ckpt_repo_openat(r, "check", O_RDWR | O_CREAT, 0600)) < 0)
+		return fd;
 	if (flock(fd, LOCK_EX) < 0) {
 		rc = -errno;
 		close(fd);
@@ -401,13 +503,17 @@ static int repo_lock(struct ckpt_repo *r, const char *root, int *flags, char *er
 
 	if (path_join(path, sizeof(path), root, "lock") < 0)
 		return repo_path_too_long(root, err, errcap);
-	r->lock_fd = open(path, O_RDWR | O_CLOEXEC | ((*flags & REPO_CREATE) ? O_CREAT : 0), 0600);
-	if (r->lock_fd < 0 && errno == ENOENT && !(*flags & REPO_CREATE)) {
+	r->lock_fd = ckpt_repo_openat(r, "lock", O_RDWR | ((*flags & REPO_CREATE) ? O_CREAT : 0),
+				      0600);
+	if (r->lock_fd == -ENOENT && !(*flags & REPO_CREATE)) {
 		/* A store never mounted for writing has no lock file: read it as is. */
-		r->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+		r->lock_fd = ckpt_repo_openat(r, "lock", O_RDONLY, 0);
 	}
 	if (r->lock_fd < 0) {
-		rc = -errno;
+		rc = r->lock_fd;
+		r->lock_fd = -1;
+		if (rc == -ELOOP || rc == -EPERM)
+			return repo_name_err(root, "lock", rc, err, errcap);
 		seterr(err, errcap, "cannot open '%s': %s%s", path, strerror(-rc),
 		       rc == -ENOENT ? " (is this a ckptfs store?)" : "");
 		return rc;
@@ -575,9 +681,13 @@ int ckpt_repo_backup_index(struct ckpt_repo *r)
 int ckpt_repo_open_reader(const struct ckpt_repo *r, struct idx **ret)
 {
 	char path[PATH_MAX];
+	const char *name;
+	int rc;
 
 	if (path_join(path, sizeof(path), r->root, REPO_INDEX_FILE) < 0)
 		return -ENAMETOOLONG;
+	if ((rc = repo_check_names(r->dir_fd, REPO_INDEX_NAMES, &name)) < 0)
+		return rc;
 	return idx_open(path, IDX_RDONLY, getuid(), getgid(), ckpt_now_ns(), ret);
 }
 
@@ -607,8 +717,15 @@ static int repo_open_index(struct ckpt_repo *r, const char *root, int flags, cha
 		       rc == -EIO ? root : "", rc == -EIO ? " fsck' to rebuild it" : "");
 		return rc;
 	}
-	if (r->ix && !(flags & REPO_RDONLY))
-		chmod(path, 0600); /* SQLite creates it 0644; only the owner reads the index */
+	if (r->ix && !(flags & REPO_RDONLY)) {
+		/* SQLite creates it 0644; only the owner reads the index */
+		int fd = ckpt_repo_openat(r, REPO_INDEX_FILE, O_RDONLY, 0);
+
+		if (fd >= 0) {
+			fchmod(fd, 0600);
+			close(fd);
+		}
+	}
 	if (r->ix && (flags & REPO_CHECK)) {
 		char msg[256] = "";
 
@@ -638,10 +755,11 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 		return -ENOMEM;
 	}
 	r->lock_fd = -1;
+	r->dir_fd = -1;
 	if (sopts)
 		so = *sopts;
 
-	if ((rc = repo_check_root(root, flags, err, errcap)) < 0 ||
+	if ((rc = repo_open_root(r, root, flags, err, errcap)) < 0 ||
 	    (rc = repo_lock(r, root, &flags, err, errcap)) < 0)
 		goto fail;
 	if (!(flags & REPO_REBUILD))
@@ -666,58 +784,48 @@ fail:
 
 int ckpt_repo_reserve(struct ckpt_repo *r)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + sizeof(".tmp")];
 	struct stat stt;
 	int fd, rc;
 
-	if ((rc = path_join(path, sizeof(path), r->root, "reserve")) < 0)
-		return rc;
-	if (stat(path, &stt) == 0 && (uint64_t)stt.st_size == CKPT_RESERVE_BYTES)
+	if (fstatat(r->dir_fd, "reserve", &stt, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISREG(stt.st_mode) && (uint64_t)stt.st_size == CKPT_RESERVE_BYTES)
 		return 0;
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
+	/* a fresh file (O_EXCL): never one that something else is linked to */
+	if (unlinkat(r->dir_fd, "reserve.tmp", 0) < 0 && errno != ENOENT)
 		return -errno;
+	fd = ckpt_repo_openat(r, "reserve.tmp", O_WRONLY | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return fd;
 	rc = -posix_fallocate(fd, 0, CKPT_RESERVE_BYTES);
 	if (rc == 0 && fdatasync(fd) < 0)
 		rc = -errno;
 	close(fd);
-	if (rc == 0 && rename(tmp, path) < 0)
+	if (rc == 0 && renameat(r->dir_fd, "reserve.tmp", r->dir_fd, "reserve") < 0)
 		rc = -errno;
 	if (rc < 0)
-		unlink(tmp);
+		unlinkat(r->dir_fd, "reserve.tmp", 0);
 	return rc;
 }
 
 bool ckpt_repo_release_reserve(struct ckpt_repo *r)
 {
-	char path[PATH_MAX];
-
-	return path_join(path, sizeof(path), r->root, "reserve") == 0 && unlink(path) == 0;
+	return unlinkat(r->dir_fd, "reserve", 0) == 0;
 }
 
 int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean)
 {
-	char path[PATH_MAX];
 	int fd, rc;
 
-	if ((rc = path_join(path, sizeof(path), r->root, "clean")) < 0)
-		return rc;
 	if (!clean)
-		return (unlink(path) < 0 && errno != ENOENT) ? -errno : 0;
-	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		return (unlinkat(r->dir_fd, "clean", 0) < 0 && errno != ENOENT) ? -errno : 0;
+	fd = ckpt_repo_openat(r, "clean", O_WRONLY | O_CREAT, 0600);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	rc = fsync(fd) < 0 ? -errno : 0;
 	close(fd);
-	if (rc == 0) {
-		/* make the new directory entry durable */
-		fd = open(r->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0)
-			return -errno;
-		rc = fsync(fd) < 0 ? -errno : 0;
-		close(fd);
-	}
+	/* make the new directory entry durable */
+	if (rc == 0 && fsync(r->dir_fd) < 0)
+		rc = -errno;
 	return rc;
 }
 
@@ -810,6 +918,8 @@ void ckpt_repo_close(struct ckpt_repo *r)
 	idx_close(r->ix);
 	if (r->lock_fd >= 0)
 		close(r->lock_fd);
+	if (r->dir_fd >= 0)
+		close(r->dir_fd);
 	free(r->root);
 	free(r);
 }

@@ -35,6 +35,7 @@ struct cfg {
 	int zstd_level;
 	unsigned cache_mb;
 	int verify_dedup;
+	int allow_foreign_store; /* -o allow_foreign_store: REPO_FOREIGN */
 	unsigned keep_max;
 	long long keep_every;
 	char *layout;
@@ -85,6 +86,7 @@ static const struct fuse_opt ck_opts[] = {
 	FUSE_OPT_KEY("zstd_level=", KEY_NUM),
 	FUSE_OPT_KEY("cache_mb=", KEY_NUM),
 	CK_OPT("verify_dedup", verify_dedup),
+	CK_OPT("allow_foreign_store", allow_foreign_store),
 	FUSE_OPT_KEY("keep_checkpoint_max=", KEY_NUM),
 	FUSE_OPT_KEY("keep_every=", KEY_NUM),
 	{ "layout=%s", offsetof(struct cfg, layout), 0 },
@@ -213,6 +215,8 @@ static void usage(const char *prog)
 	       "    -o zstd_level=N        zstd level for new chunks (default 1)\n"
 	       "    -o cache_mb=N          decompressed-chunk cache in MiB (default 64)\n"
 	       "    -o verify_dedup        compare bytes when a chunk is already stored\n"
+	       "    -o allow_foreign_store mount a STORE owned by another user (who is then\n"
+	       "                           trusted: the store's files are theirs to swap)\n"
 	       "    -o keep_checkpoint_max=N  keep the N newest complete steps (0: all, default)\n"
 	       "    -o keep_every=K        also keep every step divisible by K\n"
 	       "    -o ranks=N             MindFormers 1.0 world size (default: the number of\n"
@@ -520,8 +524,10 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 	char err[1024], path[PATH_MAX];
 	int rc;
 
-	rc = ckpt_repo_open(c->store, REPO_CREATE | REPO_EXCLUSIVE | REPO_CHECK, &so, err, sizeof(err),
-			    &fs->repo);
+	rc = ckpt_repo_open(c->store,
+			    REPO_CREATE | REPO_EXCLUSIVE | REPO_CHECK |
+				    (c->allow_foreign_store ? REPO_FOREIGN : 0),
+			    &so, err, sizeof(err), &fs->repo);
 	if (rc < 0) {
 		startup_fail("%s", err);
 		return -1;
@@ -531,12 +537,18 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 	if (status_fd >= 0) {
 		/* in the background, everything from here on (recovery included) goes to the log;
 		 * a startup failure still reaches the user through the status pipe */
-		snprintf(path, sizeof(path), "%s/ckptfs.log", c->store);
-		int logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		int logfd = ckpt_repo_openat(fs->repo, "ckptfs.log", O_WRONLY | O_CREAT | O_APPEND,
+					     0600);
 
 		if (logfd >= 0) {
 			dup2(logfd, 2);
 			close(logfd);
+		} else if (logfd == -ELOOP || logfd == -EPERM) {
+			/* anything else: the log stays where stderr was, as before a log existed */
+			startup_fail("'%s/ckptfs.log' is %s; remove it", c->store,
+				     logfd == -ELOOP ? "a symbolic link, and ckptfs never follows a "
+				     "link inside a store" : "not a plain file");
+			return -1;
 		}
 	}
 	if (!fs->repo->was_clean) {
@@ -579,13 +591,18 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 		return -1;
 	}
 	snprintf(path, sizeof(path), "%s/staging", c->store);
-	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+	if (mkdirat(fs->repo->dir_fd, "staging", 0700) < 0 && errno != EEXIST) {
 		startup_fail("cannot create '%s': %s", path, strerror(errno));
 		return -1;
 	}
-	fs->staging_dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fs->staging_dirfd = openat(fs->repo->dir_fd, "staging",
+				   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fs->staging_dirfd < 0) {
-		startup_fail("cannot open '%s': %s", path, strerror(errno ? errno : ENOMEM));
+		int e = errno;
+
+		startup_fail("cannot open '%s': %s%s", path, strerror(e),
+			     e == ELOOP || e == ENOTDIR ? " (it must be a directory, not a link: "
+			     "ckptfs never follows a link inside a store; remove it)" : "");
 		return -1;
 	}
 	return 0;

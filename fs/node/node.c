@@ -11,6 +11,7 @@
  *      called under fs->mu) and the node thread never takes fs->mu while holding it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -798,18 +799,30 @@ static bool name_ok(const char *s)
  * replaced atomically. */
 static int write_remote_json(struct ckfs *fs, const struct node *n)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	static const char tmp[] = REMOTE_STORE_RECORD ".tmp";
+	const int dfd = fs->repo->dir_fd;
 	json_t *o = json_pack("{s:s, s:s, s:i, s:i}", "url", n->url, "node", n->name, "nodes",
 			      (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max);
-	int rc = 0;
+	int fd, rc = 0;
 
 	if (!o)
 		return -ENOMEM;
-	snprintf(path, sizeof(path), "%s/" REMOTE_STORE_RECORD, fs->repo->root);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	errno = 0;
-	if (json_dump_file(o, tmp, JSON_INDENT(2)) < 0 || rename(tmp, path) < 0)
-		rc = errno ? -errno : -EIO;
+	/* a fresh file in STORE, never a link or a file linked from elsewhere (ckptfs.h) */
+	if (unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT) {
+		rc = -errno;
+	} else if ((fd = ckpt_repo_openat(fs->repo, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0) {
+		rc = fd;
+	} else {
+		errno = 0;
+		if (json_dumpfd(o, fd, JSON_INDENT(2)) < 0)
+			rc = errno ? -errno : -EIO;
+		if (close(fd) < 0 && rc == 0)
+			rc = -errno;
+		if (rc == 0 && renameat(dfd, tmp, dfd, REMOTE_STORE_RECORD) < 0)
+			rc = -errno;
+		if (rc < 0)
+			unlinkat(dfd, tmp, 0);
+	}
 	json_decref(o);
 	return rc;
 }
