@@ -264,6 +264,7 @@ static const char *const ix_sql[IX__COUNT] = {
 			 "VALUES(?1, ?2, ?3, ?4, ?5)",
 	[IX_CLAIM_ALL] = "SELECT id, tracker, content, step, ts_ns FROM claims ORDER BY id",
 	[IX_CLAIM_LENGTH] = "SELECT length FROM claims WHERE id = ?1",
+	[IX_CLAIM_NEWEST] = "SELECT id, tracker, step, ts_ns FROM claims ORDER BY id DESC",
 
 	[IX_XATTR_GET] = "SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2",
 	[IX_XATTR_LIST] = "SELECT name FROM xattrs WHERE ino = ?1 ORDER BY id",

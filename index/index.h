@@ -738,6 +738,18 @@ int idx_claim_foreach(struct idx *ix,
 		      void *arg);
 
 /*
+ * idx_claim_newest_each - call fn(id, tracker, step, ts_ns, arg) for every claim, newest (highest
+ * id) first, without reading its content; the walk by the primary key stops as soon as fn
+ * returns non-zero, so finding the last claims costs what is read, not the table. tracker is
+ * borrowed for the call. fn may call any idx_* function except the idx_claim_* walks and
+ * idx_claim_add. Returns 0 after a full walk, -ENOMEM, or fn's value.
+ */
+int idx_claim_newest_each(struct idx *ix,
+			  int (*fn)(int64_t id, const char *tracker, int64_t step, int64_t ts_ns,
+				    void *arg),
+			  void *arg);
+
+/*
  * idx_claim_length - the number of bytes the trainer wrote in claim id (its content was
  * truncated when this is above IDX_CLAIM_MAX). Returns 0 and the length in *ret_len, or -ENOENT.
  */

@@ -109,6 +109,7 @@ enum ix_stmt {
 	IX_CLAIM_ADD,
 	IX_CLAIM_ALL,
 	IX_CLAIM_LENGTH,
+	IX_CLAIM_NEWEST,
 	/* extended attributes (index_xattr.c) */
 	IX_XATTR_GET,
 	IX_XATTR_LIST,

@@ -482,6 +482,27 @@ int idx_claim_foreach(struct idx *ix,
 	return r;
 }
 
+int idx_claim_newest_each(struct idx *ix,
+			  int (*fn)(int64_t id, const char *tracker, int64_t step, int64_t ts_ns,
+				    void *arg),
+			  void *arg)
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_CLAIM_NEWEST);
+	char tracker[IDX_CLAIM_TRACKER_MAX + 1];
+	int r;
+
+	while ((r = ix_step(ix, st)) > 0) {
+		ix_copy_out(tracker, sizeof(tracker), sqlite3_column_blob(st, 1),
+			    (size_t)sqlite3_column_bytes(st, 1));
+		r = fn(sqlite3_column_int64(st, 0), tracker, sqlite3_column_int64(st, 2),
+		       sqlite3_column_int64(st, 3), arg);
+		if (r != 0)
+			break;
+	}
+	ix_done(st);
+	return r;
+}
+
 int idx_claim_length(struct idx *ix, int64_t id, uint64_t *ret_len)
 {
 	int64_t len;

@@ -524,3 +524,65 @@ bool policy_global_complete(const struct policy_part *parts, size_t n, unsigned 
 	}
 	return nodes > 0 && distinct == nodes && sealed;
 }
+
+/* ---- lineage (rule 6) ---- */
+
+struct lineage_walk {
+	struct idx *ix;
+	enum layout_kind kind, forced;
+	struct policy_lineage *l;
+	unsigned seen;
+	int err;
+};
+
+static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64_t ts_ns,
+			    void *arg)
+{
+	struct lineage_walk *w = arg;
+	enum layout_kind tk = policy_claim_kind(tracker, w->forced);
+	char name[LAYOUT_NAME_MAX + 1];
+	struct idx_step s;
+
+	(void)id;
+	if (++w->seen > POLICY_LINEAGE_CLAIMS)
+		return 1;
+	if (tk == LAYOUT_NONE || tk == LAYOUT_MF1 || step < 0 ||
+	    !layout_tracker_shared(tk, w->kind) ||
+	    layout_step_dir_name(w->kind, step, name, sizeof(name)) < 0)
+		return 0;
+	int rc = idx_step_by_name(w->ix, w->kind, name, &s);
+
+	if (rc == -ENOENT || (rc == 0 && s.state != IDX_STEP_COMPLETE))
+		return 0; /* a save that did not finish, or a step no longer kept: older claims */
+	if (rc < 0) {
+		w->err = rc;
+		return 1;
+	}
+	w->l->claimed = true;
+	w->l->head_step = step;
+	w->l->head_ns = ts_ns;
+	return 1;
+}
+
+int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind forced,
+		   struct policy_lineage *ret)
+{
+	struct policy_lineage l = { 0 };
+	struct lineage_walk w = { ix, kind, forced, &l, 0, 0 };
+	int rc;
+
+	if (kind != LAYOUT_MF1 && layout_tracker_shared(kind, kind)) {
+		rc = idx_claim_newest_each(ix, lineage_claim_cb, &w);
+		if (rc < 0)
+			return rc;
+		if (w.err < 0)
+			return w.err;
+	}
+	*ret = l;
+	return 0;
+}
+
+bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step *s)
+{
+	return !l->claimed || s->step <= l->head_step || s->completed_ns > l->head_ns;
+}

@@ -50,6 +50,21 @@
  *     ranks). A node whose part has no claim of its own publishes once another node's manifest
  *     carries the seal: the trainer claims a step only after every rank finished writing it
  *     (a barrier), so the seal also stands for the other nodes' ranks.
+ *
+ *  6. Lineage. Trackers follow the trainer's claims in the order they were made. The head of the
+ *     lineage of steps of kind K is the step named by the newest claim, of a tracker K shares,
+ *     that names a complete step of kind K; T is that claim's time. A complete step of kind K is
+ *     in the lineage when its number is at most the head's, or it completed after T (the next
+ *     saves: a Megatron step completes at its claim, a DeepSpeed step after its `latest`). A
+ *     complete step numbered above the head and complete before T was left behind by a
+ *     rollback (a claim of an older complete step: `echo 40 > latest_checkpointed_iteration.txt`)
+ *     or by an earlier run in the same directory (a new run's first claim of its own step): a
+ *     tracker does not name it, and retention neither counts nor prunes it; it stays until
+ *     removed by hand. Without such a claim (HF, DCP, Orbax, InternEvo, whose trainers pick the
+ *     highest step by scanning; MindFormers 1.0, whose per-rank meta.json files are judged
+ *     apart; a store whose claims were never seen) every complete step is in the lineage.
+ *     Known limit: a claim of a newer step of an abandoned lineage (a roll forward) makes every
+ *     step at most its number a member again, the other run's included.
  */
 #ifndef CKPTFS_POLICY_H
 #define CKPTFS_POLICY_H
@@ -218,6 +233,31 @@ typedef int (*policy_file_fn)(const char *name, uint64_t ino, const struct idx_i
  */
 int policy_step_walk(struct idx *ix, uint64_t dir, policy_file_fn fn, void *arg,
 		     struct policy_figures *ret);
+
+/* ---- lineage (rule 6) ---- */
+
+/* The head of a lineage, as policy_lineage finds it. */
+struct policy_lineage {
+	bool claimed;      /* a claim names a complete step: the fields below hold; else every
+			    * complete step is a member */
+	int64_t head_step; /* the step that claim names */
+	int64_t head_ns;   /* the claim's time, ns since the epoch */
+};
+
+/*
+ * policy_lineage - the head of the lineage of complete steps of kind (rule 6), from the recorded
+ * claims, newest first, looking at most at POLICY_LINEAGE_CLAIMS of them (a tracker rewritten
+ * more often than that without naming a complete step means no head: every step is a member).
+ * @forced: the mount's -o layout (LAYOUT_NONE: detect), as for policy_claim_kind.
+ * Returns 0 (*ret filled; ret->claimed false when there is no head), -ENOMEM, -EIO.
+ * Reads ix only.
+ */
+#define POLICY_LINEAGE_CLAIMS 256
+int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind forced,
+		   struct policy_lineage *ret);
+
+/* policy_lineage_member - whether complete step s belongs to lineage l (rule 6). Pure. */
+bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step *s);
 
 /* ---- many nodes (rule 5) ---- */
 

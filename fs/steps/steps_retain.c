@@ -18,6 +18,7 @@
 
 #include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
+#include "fs/policy/policy.h"
 #include "fs/steps/steps_int.h"
 #include "fs/policy/validate.h"
 
@@ -26,6 +27,7 @@
 struct ret_ctx {
 	struct ckfs *fs;
 	int kind;
+	struct policy_lineage lin; /* the lineage of kind's steps (policy rule 6) */
 	int64_t *ids;
 	size_t n, cap;
 };
@@ -170,6 +172,8 @@ static int collect_complete(const struct idx_step *s, void *arg)
 
 	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || steps_is_slot(s))
 		return 0; /* a slot's old versions go when its new one completes: steps_slot_done */
+	if (!policy_lineage_member(&c->lin, s))
+		return 0; /* another lineage's step: neither counted nor pruned (policy rule 6) */
 	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
 		return -ENOMEM;
 	c->ids[c->n++] = s->id;
@@ -191,6 +195,9 @@ void steps_retention(struct ckfs *fs, int kind)
 	prune_retained(fs, kind);
 	if (fs->keep_max == 0)
 		goto out;
+	if (policy_lineage(fs->ix, (enum layout_kind)kind,
+			   fs->layout < 0 ? LAYOUT_NONE : (enum layout_kind)fs->layout, &c.lin) < 0)
+		goto out; /* prune nothing rather than a step of the lineage */
 	if (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_COMPLETE, collect_complete, &c) < 0)
 		goto out;
 	for (size_t i = 0; i < c.n / 2; i++) { /* newest first -> ascending */

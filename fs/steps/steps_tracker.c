@@ -52,8 +52,11 @@ static enum layout_kind tracker_kind(struct ckfs *fs, const char *name)
 
 struct newest_ctx {
 	struct ckfs *fs;
+	struct policy_lineage lin[LAYOUT_KIND_COUNT]; /* per step kind, found when first needed */
+	uint32_t lin_known;                           /* bit k: lin[k] is found */
 	struct idx_step best;
 	bool found;
+	int err;
 };
 
 static int newest_cb(const struct idx_step *s, void *arg)
@@ -62,6 +65,21 @@ static int newest_cb(const struct idx_step *s, void *arg)
 
 	if (s->step < 0)
 		return 1; /* newest first: no numbered step below */
+	if (s->kind <= 0 || s->kind >= LAYOUT_KIND_COUNT)
+		return 0;
+	if (!(c->lin_known & (1u << s->kind))) {
+		int rc = policy_lineage(c->fs->ix, (enum layout_kind)s->kind,
+					c->fs->layout < 0 ? LAYOUT_NONE : (enum layout_kind)c->fs->layout,
+					&c->lin[s->kind]);
+
+		if (rc < 0) {
+			c->err = rc;
+			return 1;
+		}
+		c->lin_known |= 1u << s->kind;
+	}
+	if (!policy_lineage_member(&c->lin[s->kind], s))
+		return 0; /* left behind by a rollback or an earlier run (policy rule 6) */
 	if (c->fs->global_ok && !c->fs->global_ok(c->fs, s->kind, s->step))
 		return 0; /* complete here, not yet on every node */
 	c->best = *s;
@@ -84,7 +102,7 @@ static int resolve(struct ckfs *fs, enum layout_kind tracker, struct idx_step *r
 
 		/* newest first, stopping at the first match: O(log n) in the steps kept */
 		if (idx_step_newest_each(fs->ix, kinds, IDX_STEP_COMPLETE, newest_cb, &c) < 0 ||
-		    !c.found)
+		    c.err < 0 || !c.found)
 			return -ENOENT;
 		if (c.best.dir_ino && steps_tree_has_bad_chunk(fs, c.best.dir_ino) > 0) {
 			struct idx_step s = c.best;

@@ -106,7 +106,7 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertEqual(steps[1]['state'], 'incomplete')
         out = self.ctl('steps').stdout.splitlines()
         self.assertEqual(out[0].split(), ['STEP', 'NAME', 'LAYOUT', 'STATE', 'FILES', 'LOGICAL',
-                                          'STORED', 'COMPLETED', 'PIN'])
+                                          'STORED', 'COMPLETED', 'PIN', 'LINEAGE'])
         row = out[1].split()
         self.assertEqual(row[:5], ['100', 'iter_0000100', 'megatron', 'complete', '1'])
         self.assertRegex(out[1], r'\d\d\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ')

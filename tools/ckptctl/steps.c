@@ -31,8 +31,28 @@ static int step_collect(const struct idx_step *s, void *arg)
 	return 0;
 }
 
+/*
+ * steps_other_lineage - whether complete step s was left behind by a rollback or an earlier run
+ * (policy rule 6): no tracker names it and retention leaves it alone. lin[] caches each kind's
+ * lineage (known[k]). Without a readable lineage, false.
+ */
+static bool steps_other_lineage(struct idx *ix, const struct idx_step *s,
+				struct policy_lineage lin[LAYOUT_KIND_COUNT], bool known[LAYOUT_KIND_COUNT])
+{
+	if (s->state != IDX_STEP_COMPLETE || s->kind <= 0 || s->kind >= LAYOUT_KIND_COUNT)
+		return false;
+	if (!known[s->kind]) {
+		if (policy_lineage(ix, (enum layout_kind)s->kind, LAYOUT_NONE, &lin[s->kind]) < 0)
+			return false;
+		known[s->kind] = true;
+	}
+	return !policy_lineage_member(&lin[s->kind], s);
+}
+
 static int steps_run(const char *root, bool json)
 {
+	struct policy_lineage lin[LAYOUT_KIND_COUNT];
+	bool known[LAYOUT_KIND_COUNT] = { false };
 	struct ckpt_repo *r = NULL;
 	struct step_list l = { 0 };
 	int wn = 4, wname = 4, wl = 6, ws = 5, wf = 5;
@@ -49,8 +69,14 @@ static int steps_run(const char *root, bool json)
 	if (json) {
 		json_t *a = json_array();
 
-		for (i = 0; i < l.n; i++)
-			json_array_append_new(a, policy_step_json(&l.v[i]));
+		for (i = 0; i < l.n; i++) {
+			json_t *o = policy_step_json(&l.v[i]);
+
+			json_object_set_new(o, "other_lineage",
+					    json_boolean(steps_other_lineage(r->ix, &l.v[i], lin,
+									     known)));
+			json_array_append_new(a, o);
+		}
 		status = ctl_print(a) < 0 ? EXIT_ERROR : EXIT_OK;
 		goto out;
 	}
@@ -74,19 +100,21 @@ static int steps_run(const char *root, bool json)
 		if ((k = ctl_numw(s->files)) > wf)
 			wf = k;
 	}
-	printf("%*s  %-*s  %-*s  %-*s  %*s  %10s  %10s  %-20s  %s\n", wn, "STEP", wname, "NAME", wl,
-	       "LAYOUT", ws, "STATE", wf, "FILES", "LOGICAL", "STORED", "COMPLETED", "PIN");
+	printf("%*s  %-*s  %-*s  %-*s  %*s  %10s  %10s  %-20s  %-3s  %s\n", wn, "STEP", wname, "NAME",
+	       wl, "LAYOUT", ws, "STATE", wf, "FILES", "LOGICAL", "STORED", "COMPLETED", "PIN",
+	       "LINEAGE");
 	for (i = 0; i < l.n; i++) {
 		const struct idx_step *s = &l.v[i];
 		char lb[32], sb[32], tb[40];
 
-		printf("%*" PRId64 "  %-*s  %-*s  %-*s  %*" PRIu64 "  %10s  %10s  %-20s  %s\n", wn,
+		printf("%*" PRId64 "  %-*s  %-*s  %-*s  %*" PRIu64 "  %10s  %10s  %-20s  %-3s  %s\n", wn,
 		       s->step, wname, s->name, wl, ctl_kind(s->kind), ws,
 		       idx_step_state_name(s->state), wf, s->files,
 		       ctl_short_size(s->logical_bytes, lb, sizeof(lb)),
 		       ctl_short_size(s->stored_bytes, sb, sizeof(sb)),
 		       s->completed_ns ? policy_time_iso(s->completed_ns, tb, sizeof(tb)) : "-",
-		       s->pinned ? "*" : "");
+		       s->pinned ? "*" : "",
+		       steps_other_lineage(r->ix, s, lin, known) ? "other (no tracker names it)" : "");
 	}
 	status = EXIT_OK;
 out:

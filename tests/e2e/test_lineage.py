@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""Lineage (issue 40, policy rule 6): trackers follow the trainer's claims in the order they were
+made, and retention counts only the current lineage. Real trainers (tests/e2e/trainer.py, 2 ranks
+over gloo), real mounts.
+
+  new_run   An earlier run left steps 5 and 10 (Megatron, or DeepSpeed) under
+            -o keep_checkpoint_max=2. A new run in the same directory (a fresh fine-tune, a
+            counter that restarted) saves 2 and 4. On cb3ae28 the tracker still read 10 after
+            each save, so a restarted trainer resumed the old run, and retention pruned 2 and 4
+            ("complete -> pruned: retention") to keep 5 and 10. Now the tracker names 4, a
+            resume (after a remount) lands on 4 bit-exact, 2 and 4 are kept, and the earlier
+            run's steps are kept too, named by no tracker.
+  rollback  A run saved 2, 4, 6, 8; `echo 4 > latest_checkpointed_iteration.txt` (the usual
+            answer to a loss spike) returned 0 and read back 8 on cb3ae28. Now it reads 4 back,
+            after a remount too, and a resume lands on step 4 bit-exact.
+
+Environment: CKPTFS_BIN, CKPTCTL_BIN (../lib/ckfs.py).
+Run: /usr/bin/python3 tests/e2e/test_lineage.py [-v]
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import unittest  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
+
+import ckfs  # noqa: E402
+from trainers import Trainer  # noqa: E402
+
+# the tracker, what it reads for step n, and step n's directory, per layout (tests/traces/)
+LAYOUTS = {
+    'megatron': ('latest_checkpointed_iteration.txt', str, lambda n: 'iter_%07d' % n),
+    'deepspeed': ('latest', lambda n: 'global_step%d' % n, lambda n: 'global_step%d' % n),
+}
+
+
+def run(layout, mnt, log, steps, every, resume=False):
+    """Run a trainer to its end; returns its stdout lines after asserting exit 0."""
+    t = Trainer(layout, mnt, log, steps=steps, every=every, resume=resume)
+    try:
+        rc = t.wait()
+        if rc != 0:
+            raise AssertionError('trainer %s exited %d%s' % (' '.join(t.argv), rc, t.tail()))
+        return list(t.lines)
+    finally:
+        t.close()
+
+
+class TestLineage(unittest.TestCase):
+    def states(self, m):
+        """{step directory name: state} from ckptctl steps --json"""
+        r = m.ckptctl('steps', json_out=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return {s['name']: s['state'] for s in json.loads(r.stdout)}
+
+    def read_tracker(self, m, layout):
+        with open(m.path(LAYOUTS[layout][0])) as f:
+            return f.read().strip()
+
+    def resume_lands_on(self, m, layout, log, step):
+        """A fresh trainer resumes (the trainer checks every file it loads against the hashes
+        the saving run logged, and the state's digest) and stops at once."""
+        out = run(layout, m.mnt, log, steps=step, every=1000, resume=True)
+        resumed = [ln for ln in out if ln.startswith('RESUMED ')]
+        self.assertTrue(resumed and resumed[0].startswith('RESUMED step=%d ' % step),
+                        '%s resumed %s, wanted step %d' % (layout, resumed or out[-5:], step))
+
+    def new_run(self, layout):
+        tracker, reads, dname = LAYOUTS[layout]
+        with ckfs.Mount(opts=('keep_checkpoint_max=2',)) as m:
+            run(layout, m.mnt, os.path.join(m.tmp, 'old.log'), steps=10, every=5)
+            self.assertEqual(self.read_tracker(m, layout), reads(10))
+            new_log = os.path.join(m.tmp, 'new.log')
+            run(layout, m.mnt, new_log, steps=4, every=2)   # a fresh run: FRESH, saves 2 and 4
+            m.settle()
+            self.assertEqual(self.read_tracker(m, layout), reads(4),
+                             'the tracker names the new run\'s last save')
+            st = self.states(m)
+            for n in (2, 4, 5, 10):
+                self.assertEqual(st.get(dname(n)), 'complete', '%s: %s' % (dname(n), st))
+            other = {s['name'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)
+                     if s['other_lineage']}
+            self.assertEqual(other, {dname(5), dname(10)}, 'ckptctl steps names the old run')
+            listed = os.listdir(m.mnt)
+            for n in (2, 4, 5, 10):
+                self.assertIn(dname(n), listed)
+            m.unmount()
+            m.start()
+            self.assertEqual(self.read_tracker(m, layout), reads(4), 'after a remount')
+            self.resume_lands_on(m, layout, new_log, 4)
+
+    def test_new_run_megatron(self):
+        self.new_run('megatron')
+
+    def test_new_run_deepspeed(self):
+        self.new_run('deepspeed')
+
+    def test_rollback_by_tracker_write(self):
+        layout = 'megatron'
+        tracker, reads, dname = LAYOUTS[layout]
+        with ckfs.Mount(opts=('keep_checkpoint_max=3',)) as m:
+            log = os.path.join(m.tmp, 'run.log')
+            run(layout, m.mnt, log, steps=8, every=2)      # saves 2 4 6 8; retention drops 2
+            self.assertEqual(self.read_tracker(m, layout), '8')
+            with open(m.path(tracker), 'w') as f:
+                f.write('4')
+            self.assertEqual(self.read_tracker(m, layout), '4', 'the rollback reads back')
+            st = self.states(m)
+            for n in (4, 6, 8):
+                self.assertEqual(st.get(dname(n)), 'complete', st)
+            m.unmount()
+            m.start()
+            self.assertEqual(self.read_tracker(m, layout), '4', 'after a remount')
+            self.resume_lands_on(m, layout, log, 4)
+            # rolling forward again is a claim like any other
+            with open(m.path(tracker), 'w') as f:
+                f.write('8')
+            self.assertEqual(self.read_tracker(m, layout), '8')
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '880')),
+                                      exit=True)
+    unittest.main(verbosity=2)
