@@ -12,6 +12,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
 import faulthandler  # noqa: E402
+import json  # noqa: E402
 import unittest  # noqa: E402
 
 import ckfs  # noqa: E402
@@ -134,6 +135,16 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertEqual(g['bytes_freed'], os.path.getsize(src))
         self.assertFalse(os.path.exists(orphan))
         self.ctl('verify')
+
+    def test_mount_point_names_the_store(self):
+        """Issue 40.5: 'ckptctl MOUNTPOINT status' failed with 'is this a ckptfs store?'."""
+        m = self.m
+        for root in (m.mnt, m.mnt + '/'):
+            r = ckfs.run([ckfs.ckptctl_bin(), '--json', root, 'status'], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            st = json.loads(r.stdout)
+            self.assertEqual(os.path.realpath(st['store']), os.path.realpath(m.store))
+            self.assertEqual(st['owner_pid'], m.pid)
 
     def lost_index_refused(self, what):
         """Every way in refuses the store, names fsck --rebuild and leaves every chunk file."""

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,4 +311,65 @@ int ctl_fsync_path(const char *path)
 		rc = -errno;
 	close(fd);
 	return rc;
+}
+
+/* Undo the octal escapes of a /proc/self/mountinfo field (proc(5): space, tab, newline and
+ * backslash are written as \ooo), in place. */
+static void ctl_unescape_mountinfo(char *s)
+{
+	char *w = s;
+
+	for (const char *r = s; *r; r++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+		    r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
+}
+
+int ctl_store_of_mount(const char *path, char *buf, size_t cap)
+{
+	char real[PATH_MAX], *line = NULL;
+	size_t lcap = 0;
+	FILE *f;
+	int found = 0;
+
+	if (!realpath(path, real))
+		return 0;
+	if (!(f = fopen("/proc/self/mountinfo", "re")))
+		return 0;
+	while (getline(&line, &lcap, f) > 0) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER */
+		char *save = NULL, *mnt = NULL, *fstype = NULL, *src = NULL;
+		int i = 0;
+		bool dash = false;
+
+		for (char *t = strtok_r(line, " \n", &save); t; t = strtok_r(NULL, " \n", &save), i++) {
+			if (i == 4)
+				mnt = t;
+			else if (dash && !fstype)
+				fstype = t;
+			else if (dash && !src)
+				src = t;
+			else if (i > 5 && !strcmp(t, "-"))
+				dash = true;
+		}
+		if (!mnt || !fstype || !src || strcmp(fstype, "fuse.ckptfs"))
+			continue;
+		ctl_unescape_mountinfo(mnt);
+		if (strcmp(mnt, real))
+			continue;
+		ctl_unescape_mountinfo(src);
+		if (src[0] == '/' && strlen(src) < cap) {
+			snprintf(buf, cap, "%s", src); /* the newest mount there wins */
+			found = 1;
+		}
+	}
+	free(line);
+	fclose(f);
+	return found;
 }

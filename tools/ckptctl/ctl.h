@@ -83,6 +83,14 @@ int ctl_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 int ctl_verify(const char *root, const char *what, bool json);
 
+/*
+ * ctl_store_of_mount - when path is the mount point of a ckptfs mount (fstype fuse.ckptfs in
+ * /proc/self/mountinfo), its store: the mount's source, which the daemon sets to the store's
+ * absolute path. Writes it into buf (cap bytes). Returns 1 (found), 0 (not a ckptfs mount point,
+ * or unreadable). Main thread only (getline buffer, strtok_r on a copy).
+ */
+int ctl_store_of_mount(const char *path, char *buf, size_t cap);
+
 /* ---- common.c: messages ---- */
 
 /*

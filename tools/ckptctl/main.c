@@ -92,7 +92,8 @@ static void usage(FILE *f)
 {
 	fputs("usage: ckptctl [--json] [--help] [--version] STORE COMMAND [ARGS]\n"
 	      "\n"
-	      "Inspect and maintain a ckptfs STORE directory, mounted or not.\n"
+	      "Inspect and maintain a ckptfs STORE directory, mounted or not; the mount point of a\n"
+	      "mounted store names it as well.\n"
 	      "\n"
 	      "commands:\n",
 	      f);
@@ -187,6 +188,11 @@ int main(int argc, char **argv)
 	if (nargs < 2)
 		return ctl_usage("missing COMMAND");
 	o.root = argv[optind];
+	/* the mount point names its store: 'ckptctl output/checkpoint status' works as well */
+	static char store_of_mount[PATH_CAP];
+
+	if (ctl_store_of_mount(o.root, store_of_mount, sizeof(store_of_mount)))
+		o.root = store_of_mount;
 	o.cmd = argv[optind + 1];
 	o.argc = nargs - 2;
 	o.argv = argv + optind + 2;
