@@ -51,6 +51,7 @@ struct step_rt;
 struct wb_pool;
 struct commit_q;
 struct ra_pool;
+struct space;
 
 /* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
 enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
@@ -68,6 +69,8 @@ struct ckfs {
 	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
 	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
 	struct ra_pool *ra;      /* read-ahead threads (ra.c); NULL: none */
+	struct space *space;     /* free space reserved for bytes not yet on disk (space.c); NULL:
+				    writes are not held to it */
 	/* /.ckptfs/status and metrics' whole-store figures (meta.c fs_meta_stats), read without mu */
 	pthread_mutex_t stats_mu; /* guards the fields below; never held with mu */
 	struct idx *stats_ix;    /* owned, read-only; NULL until the first read or if it failed */

@@ -677,6 +677,9 @@ static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
 {
 	int rc;
 
+	if ((rc = space_start(fs)) < 0)
+		ckpt_log("cannot reserve free space for writes: %s; a write the store cannot "
+			"hold is accepted and fails later, at fsync\n", strerror(-rc));
 	if ((rc = wb_start(fs, wbuf, nworkers)) < 0)
 		ckpt_log("cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
@@ -733,6 +736,7 @@ static void teardown(struct ckfs *fs, int ret)
 	cq_stop(fs);
 	wb_stop(fs);
 	ra_stop(fs);
+	space_stop(fs); /* after the last write, commit and job */
 	if (fs->repo && ret == 0) {
 		/* every commit is done: the copy 'ckptctl fsck --rebuild' restores if index.db is lost */
 		int rc = ckpt_repo_backup_index(fs->repo);

@@ -293,6 +293,8 @@ static void oi_commit_end(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c,
 		if (c->from_staging) {
 			close(oi->stage_fd);
 			oi->stage_fd = -1;
+			space_release(fs, oi->stage_held); /* in chunks now (invariant 7) */
+			oi->stage_held = 0;
 			free(oi->ext);
 			oi->ext = c->staged;
 			oi->cap_ext = oi->n_ext = c->n_staged;
@@ -300,6 +302,8 @@ static void oi_commit_end(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c,
 			oi_stream_cut_back(fs, oi, c->staged_end); /* the trailing hole */
 			oi->hash_ok = true;
 			c->staged = c->all = NULL;
+		} else {
+			oi_space_settle(fs, oi); /* the provisional last chunk is stored */
 		}
 		oi->dirty = false;
 		atomic_store(&oi->ov_dirty, false);

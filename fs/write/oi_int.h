@@ -29,6 +29,13 @@ void oi_segs_copy_locked(const struct oinode *oi, uint64_t pos, uint8_t *dst, si
 void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end);
 
 /*
+ * oi_space_settle - a commit stored the stream's bytes not yet cut (its provisional last chunk):
+ * give back their reservation and move space_mark to data_end (write.h invariant 7). Drained
+ * (invariant 5), write lock held. Cannot fail.
+ */
+void oi_space_settle(struct ckfs *fs, struct oinode *oi);
+
+/*
  * oi_fly_drain - wait for oi's cutter, cut what it left, wait until no chunk of oi is in
  * flight, then harvest them all (invariant 5); a failure is left in oi->err. Write lock held;
  * may wait for the write-back workers.

@@ -94,9 +94,30 @@ struct oinode *oi_find(struct ckfs *fs, uint64_t ino)
 
 static void segs_put(struct ckfs *fs, struct seg *list);
 
+/* Stream bytes of oi not yet cut that hold a reservation (invariant 7). fly_mu held, or oi
+ * drained with the write lock held. */
+static uint64_t uncut_held(const struct oinode *oi)
+{
+	uint64_t from = oi->cut_start > oi->space_mark ? oi->cut_start : oi->space_mark;
+
+	return oi->data_end > from ? oi->data_end - from : 0;
+}
+
+void oi_space_settle(struct ckfs *fs, struct oinode *oi)
+{
+	uint64_t give = uncut_held(oi);
+
+	pthread_mutex_lock(&oi->fly_mu);
+	oi->space_mark = oi->data_end;
+	pthread_mutex_unlock(&oi->fly_mu);
+	space_release(fs, give);
+}
+
 static void oi_free(struct ckfs *fs, struct oinode *oi)
 {
-	/* drained by the caller (invariant 5): no job left, the cutter idle */
+	/* drained by the caller (invariant 5): no job left, the cutter idle; what was not stored
+	 * is dropped with it (invariant 7) */
+	space_release(fs, uncut_held(oi) + oi->stage_held);
 	segs_put(fs, oi->seg_head);
 	pthread_mutex_destroy(&oi->fly_mu);
 	pthread_cond_destroy(&oi->fly_cv);
@@ -222,16 +243,18 @@ static void segs_trim_locked(struct oinode *oi, struct seg **dead)
  */
 void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end)
 {
+	uint64_t give = uncut_held(oi); /* drained: only this thread changes them */
 	struct seg *dead;
 
 	pthread_mutex_lock(&oi->fly_mu);
 	dead = oi->seg_head;
 	oi->seg_head = oi->seg_tail = NULL;
-	oi->cut_start = oi->data_end = end;
+	oi->cut_start = oi->data_end = oi->space_mark = end;
 	oi->cut_err = 0;
 	pthread_mutex_unlock(&oi->fly_mu);
 	oi->cdc = (struct store_cdc){ 0 };
 	segs_put(fs, dead);
+	space_release(fs, give);
 }
 
 /*
@@ -398,7 +421,8 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 	/* a sparse file's trailing hole [ext_end, size) is the zeros after data_end (invariant 1) */
 	oi->hash_ok = oi->size == 0;
 	trim_zero_tail(oi, 0);
-	oi->cut_start = oi->data_end = oi->ext_end; /* no lock: nobody else sees oi yet */
+	/* no lock: nobody else sees oi yet */
+	oi->cut_start = oi->data_end = oi->space_mark = oi->ext_end;
 	oi->refs = 1;
 	oi->next = fs->otab[ino % OTAB_BUCKETS];
 	fs->otab[ino % OTAB_BUCKETS] = oi;
@@ -639,6 +663,7 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j)
 	unsigned flags = wb_should_defer(fs->wb) ? STORE_PUT_DEFER : 0;
 	int rc = pins_chunk_put(fs, j->buf, j->len, flags, &info);
 	struct oinode *oi = j->oi;
+	uint32_t held = j->held;
 
 	if (rc == -ENOSPC && flags) /* the raw copy did not fit: a compressed one may */
 		rc = pins_chunk_put(fs, j->buf, j->len, 0, &info);
@@ -658,6 +683,8 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j)
 	pthread_cond_broadcast(&oi->fly_cv);
 	pthread_mutex_unlock(&oi->fly_mu); /* j and oi are off limits now (struct fly_job) */
 	seg_put(fs, sg);
+	/* on disk, or dropped with the file's bytes in flight (fly_lost): invariant 7 */
+	space_release(fs, held);
 }
 
 /*
@@ -711,6 +738,10 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 	j->oi = oi;
 	j->off = start;
 	j->len = (uint32_t)len;
+	/* invariant 7: the part above space_mark (a commit stored the rest as its provisional
+	 * last chunk) */
+	j->held = end > oi->space_mark ? (uint32_t)(end - (start > oi->space_mark ? start :
+							     oi->space_mark)) : 0;
 	pthread_mutex_lock(&oi->fly_mu);
 	if (oi->fly_tail)
 		oi->fly_tail->next = j;
@@ -878,6 +909,10 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 	}
 	oi->stage_fd = fd;
 	atomic_fetch_add(&fs->n_staging, 1);
+	/* the bytes not yet stored are now in the staging file, not yet in chunks: still held
+	 * (invariant 7) */
+	oi->stage_held += uncut_held(oi);
+	oi->space_mark = oi->data_end; /* drained: the cutter is idle */
 	oi->n_ext = 0;
 	oi->ext_end = 0;
 	oi_stream_cut_back(fs, oi, 0);
@@ -894,6 +929,8 @@ static void reset_empty(struct ckfs *fs, struct oinode *oi)
 		close(oi->stage_fd);
 		oi->stage_fd = -1;
 	}
+	space_release(fs, oi->stage_held);
+	oi->stage_held = 0;
 	oi->n_ext = 0;
 	oi->ext_end = 0;
 	oi_stream_cut_back(fs, oi, 0);
@@ -933,6 +970,10 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 			goto out;
 		}
 	}
+	if (space_reserve(fs, len) < 0) { /* as ext4 does at write(): invariant 7 */
+		rc = -ENOSPC;
+		goto out;
+	}
 	if (oi->stage_fd >= 0) {
 		size_t done = 0;
 
@@ -950,9 +991,13 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 		}
 		if (done && off + done > oi->size)
 			oi->size = off + done;
+		oi->stage_held += done;
+		space_release(fs, len - done);
 	} else {
+		uint64_t end0 = oi->data_end;
 		int r = stream_append(fs, oi, buf, len);
 
+		space_release(fs, len - (oi->data_end - end0)); /* the bytes not taken */
 		if (oi->data_end > oi->size)
 			oi->size = oi->data_end;
 		if (r < 0) {

@@ -54,6 +54,8 @@ struct fly_job {
 	uint32_t len;           /* bytes, 1..STORE_CHUNK_MAX */
 	uint8_t *buf;           /* the raw bytes, inside seg, until done */
 	struct seg *seg;        /* holds a reference until done (then NULL) */
+	uint32_t held;          /* bytes of it reserved in fs->space (struct oinode invariant 7),
+				   given back by the worker once it is stored or failed */
 	bool done;
 	int err;                /* when done: 0 or the -errno of pins_chunk_put */
 	struct store_chunk_info info; /* when done and err == 0: the stored chunk, pinned */
@@ -95,6 +97,15 @@ enum { CUT_IDLE, CUT_QUEUED, CUT_RUNNING };
  *      and schedules the cutter; the cutter (holding no oinode lock: writers wait for budget
  *      with it held) advances cut_start, appends jobs and drops segments below cut_start but
  *      never seg_tail. Both do so under fly_mu, where readers see them.
+ *   7. Free space (space.c): the bytes this file holds reserved in fs->space are its stream
+ *      bytes [max(cut_start, space_mark), data_end) (not yet cut; space_mark <= data_end)
+ *      plus stage_held, plus the held bytes of its jobs in flight. A write reserves its raw
+ *      bytes before taking them (-ENOSPC when they do not fit); a job gives its bytes back
+ *      once stored (or failed); a commit gives back what it stored (the stream's provisional
+ *      last chunk: space_mark moves to data_end; a staging file: stage_held); bytes dropped
+ *      unstored (oi_stream_cut_back, the last oi_put) are given back with them. Staging
+ *      bytes count once per write (a rewrite counts twice) until the commit: the staging
+ *      file is on the disk already, and its chunks will be too, before it is deleted.
  */
 struct oinode {
 	uint64_t ino;
@@ -115,6 +126,7 @@ struct oinode {
 	int err; /* sticky error of a failed chunk put or cut, reported by write/flush/fsync */
 	bool fly_lost;          /* invariant 1's exception */
 	struct store_cdc cdc;   /* invariant 4 */
+	uint64_t stage_held;    /* invariant 7: bytes, staging mode */
 
 	pthread_mutex_t fly_mu; /* a leaf: guards the fields below */
 	pthread_cond_t fly_cv;  /* a job of this file finished, or its cutter went idle */
@@ -123,6 +135,8 @@ struct oinode {
 	struct seg *seg_head, *seg_tail; /* invariant 6 */
 	uint64_t cut_start;     /* start of the chunk being cut: end of the in-flight range */
 	uint64_t data_end;      /* end of the bytes written; zeros follow up to size */
+	uint64_t space_mark;    /* invariant 7: stream bytes below it hold no reservation; moved
+				   only when drained (invariant 5), so the cutter reads it freely */
 	int cut_state;          /* CUT_IDLE, CUT_QUEUED (in the pool's queue), CUT_RUNNING */
 	int cut_err;            /* the cutter stopped: -ENOMEM (moved to err by the harvest) */
 	struct oinode *cut_qnext; /* the pool's cutter queue (wb_pool.mu) */
@@ -255,6 +269,30 @@ size_t wb_default_budget(void);
  * WB_MAX_THREADS. Two per CPU because a worker waits for each chunk's disk write (wb.c).
  */
 unsigned wb_default_threads(void);
+
+/* ---- space.c: free space reserved for bytes written and not yet on the store's disk ---- */
+
+/*
+ * space_start - start reserving the store's free space for written bytes (space.c); sets
+ * fs->space (fs->repo open). Returns 0 or -ENOMEM. Without it (NULL fs->space) every call below
+ * is a no-op that succeeds: writes are not held to the free space.
+ * space_stop - free it (NULL fs->space is fine). Call after the last write and wb_stop.
+ */
+int space_start(struct ckfs *fs);
+void space_stop(struct ckfs *fs);
+/*
+ * space_reserve - reserve n bytes (raw, as written) of the store's free space for bytes about to
+ * be accepted and not yet on disk. Returns 0 (reserved: give them back with space_release once
+ * stored or dropped) or -ENOSPC (nothing reserved: the reserved bytes, n and a margin do not fit
+ * in the free space, less STORE/reserve's 8 MiB when it is not held, seen by an fstatvfs taken
+ * after the call began). Usually an atomic add and a check of a sample at most 50 ms old;
+ * near the limit, or with a stale sample, one fstatvfs and fstatat. Thread-safe; any lock may
+ * be held (space.c's own lock is a leaf).
+ * space_release - give back n bytes reserved (stored on the disk, or dropped). Thread-safe,
+ * lock-free.
+ */
+int space_reserve(struct ckfs *fs, uint64_t n);
+void space_release(struct ckfs *fs, uint64_t n);
 
 /* ---- ra.c: read-ahead of stored chunks for sequential readers ---- */
 

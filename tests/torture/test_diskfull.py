@@ -13,6 +13,10 @@ Asserted:
     through the mount; on a disk with no free byte the removal itself needs the index to grow,
     which the daemon's 8 MiB STORE/reserve makes possible), the next save succeeds and completes, and `ckptctl verify` is clean;
   - the daemon survives all of it and unmounts cleanly.
+test_write_told: on a store whose disk has less than 1 MiB free, a plain write() + close() of
+a few MiB of random bytes fails with ENOSPC (at write, as ext4 answers, or at close), and a
+file whose write and close succeeded is still there, whole, seconds later and after a remount;
+the same write succeeds once there is room.
 Needs root (mount -t tmpfs); fails loudly otherwise.
 
 Run: /usr/bin/python3 tests/torture/test_diskfull.py [-v]
@@ -83,6 +87,41 @@ def save_step(m, step, done):
     return None
 
 
+def fill_to(path, left):
+    """Grow file path until about `left` bytes are free on its filesystem; returns the bytes
+    free then."""
+    sv = os.statvfs(os.path.dirname(path))
+    free = sv.f_bavail * sv.f_frsize
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        if free > left:
+            os.posix_fallocate(fd, os.fstat(fd).st_size, free - left)
+    finally:
+        os.close(fd)
+    sv = os.statvfs(os.path.dirname(path))
+    return sv.f_bavail * sv.f_frsize
+
+
+def plain_write(path, data):
+    """open, write() in 1 MiB pieces, close: the OSError the writer was told, or None."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    except OSError as e:
+        return e
+    err = None
+    try:
+        mv = memoryview(data)
+        while mv:
+            mv = mv[os.write(fd, mv[:1 << 20]):]
+    except OSError as e:
+        err = e
+    try:
+        os.close(fd)
+    except OSError as e:
+        err = err or e
+    return err
+
+
 class TestDiskFull(unittest.TestCase):
     def small_fs(self, size_mib):
         if os.geteuid() != 0:
@@ -99,6 +138,7 @@ class TestDiskFull(unittest.TestCase):
         if not hasattr(self, 'fsdir'):
             return
         subprocess.run(['umount', '-l', self.fsdir])
+        del self.fsdir
         if not ckfs.keep_tmp():
             shutil.rmtree(self.top, ignore_errors=True)
 
@@ -114,6 +154,45 @@ class TestDiskFull(unittest.TestCase):
             self.assertIn(rel, done)
             self.assertEqual(ckfs.sha256_file(m.path(rel)), done[rel], '%s not bit-exact' % rel)
 
+    def test_write_told(self):
+        """A write the store cannot hold fails, at write() or close(), with ENOSPC; one that
+        returns success stays (issue 42 item 4)."""
+        self.small_fs(32)
+        store = os.path.join(self.fsdir, 'store')
+        filler = os.path.join(self.fsdir, 'filler')
+        with ckfs.Mount(store=store) as m:
+            os.mkdir(m.path('d'))
+            left = fill_to(filler, 512 * 1024)
+            self.assertLess(left, 1 << 20, 'could not fill the store\'s disk: %d bytes free' % left)
+            told = {}
+            for name, size in (('a.pt', 1 << 20), ('b.pt', 4 << 20)):
+                data = os.urandom(size)
+                err = plain_write(m.path('d', name), data)
+                told[name] = (err, hashlib.sha256(data).hexdigest())
+                self.assertIsNotNone(err, '%s: writing %d bytes with %d bytes free returned '
+                                     'success%s' % (name, size, left, m.log_tail()))
+                self.assertEqual(err.errno, errno.ENOSPC, '%s: %s%s' % (name, err,
+                                                                        m.log_tail()))
+            # room again: the same kind of write succeeds, and stays
+            os.truncate(filler, 0)
+            data = os.urandom(2 << 20)
+            self.assertIsNone(plain_write(m.path('d', 'c.pt'), data), m.log_tail())
+            told['c.pt'] = (None, hashlib.sha256(data).hexdigest())
+            time.sleep(3)
+            self.check_told(m, told, 'after 3 s')
+            m.remount()
+            self.check_told(m, told, 'after a remount')
+            self.assertTrue(ckfs.pid_alive(m.pid))
+
+    def check_told(self, m, told, when):
+        """Every file whose write and close succeeded is there, whole."""
+        for name, (err, h) in told.items():
+            if err is None:
+                self.assertTrue(os.path.exists(m.path('d', name)), '%s is gone %s%s' %
+                                (name, when, m.log_tail()))
+                self.assertEqual(ckfs.sha256_file(m.path('d', name)), h,
+                                 '%s changed %s' % (name, when))
+
     def test_disk_full(self):
         for size in SIZES_MIB:
             with self.subTest(size_mib=size):
@@ -122,7 +201,6 @@ class TestDiskFull(unittest.TestCase):
                     self.disk_full(size)
                 finally:
                     self.tearDown()
-                    del self.fsdir
 
     def disk_full(self, size_mib):
         t0 = time.monotonic()
