@@ -72,6 +72,15 @@ static struct step_rt *rt_get(struct ckfs *fs, int64_t id, bool create)
 	return r;
 }
 
+void steps_rt_empty_grace(struct ckfs *fs, int64_t id, bool on)
+{
+	struct step_rt *r = rt_get(fs, id, false);
+
+	if (r)
+		r->empty_grace = on;
+}
+
+
 void steps_rt_drop(struct ckfs *fs, int64_t id)
 {
 	for (struct step_rt **pp = &fs->steps_rt; *pp; pp = &(*pp)->next) {
@@ -100,6 +109,7 @@ void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 		pid = r->last_tgid;
 	}
 	r->last_ns = ckpt_now_ns();
+	r->empty_grace = false; /* written into again: judged as any step */
 	for (unsigned i = 0; i < r->npids; i++)
 		if (r->pids[i] == pid)
 			return;
@@ -447,7 +457,7 @@ static size_t orphaned_steps(struct ckfs *fs, int64_t *ids, size_t cap)
 
 		for (unsigned j = 0; j < r->npids && !alive; j++)
 			alive = ckpt_pid_alive(r->pids[j], r->starts[j]);
-		if (r->npids > 0 && !alive)
+		if (r->npids > 0 && !alive && !r->empty_grace)
 			ids[n++] = r->id;
 	}
 	return n;

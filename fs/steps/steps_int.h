@@ -35,6 +35,18 @@
 /* A step with no open file whose writers are all gone is judged after this long (ns). */
 #define STEP_SETTLE_NS (1500LL * 1000 * 1000)
 
+/*
+ * How long a step directory of a layout with a tracker that holds no file yet is left in place
+ * after its creator exited, ns: 10 minutes. A launcher or a shell may make the directories of a
+ * save (`mkdir -p iter_0000100/mp_rank_00`) before the job that writes them has started, and a
+ * large job's start (process launch, NCCL initialisation on thousands of GPUs) takes minutes.
+ * This cannot make a crashed save look complete: a step with no file is never complete (policy
+ * rule 3), and a tracker names only complete steps; it only delays setting the empty directory
+ * aside. Layouts resolved by scanning (HF, DCP, Orbax, InternEvo) get no grace: their trainers
+ * would take the empty directory for the newest checkpoint.
+ */
+#define STEP_EMPTY_GRACE_NS (600LL * 1000 * 1000 * 1000)
+
 /* Per-step facts that live only while the daemon runs. */
 struct step_rt {
 	int64_t id;
@@ -44,6 +56,8 @@ struct step_rt {
 	pid_t last_tid, last_tgid; /* the thread noted last and its process: /proc read once */
 	int64_t last_ns; /* last write/commit seen */
 	bool torn;       /* a file of the step was closed by a dying writer: it cannot complete */
+	bool empty_grace; /* empty, its makers gone, left in place (STEP_EMPTY_GRACE_NS): judged
+			   * by the reaper's passes, not at every reader's lookup of the root */
 	struct step_rt *next;
 };
 
@@ -72,6 +86,14 @@ struct step_scan {
  * wrote into step id now. Silently skipped on ENOMEM or past 16 writers. fs->mu held.
  */
 void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid);
+
+/*
+ * steps_rt_empty_grace - mark (on) or unmark step id's runtime facts as an empty step left in
+ * place for STEP_EMPTY_GRACE_NS: a marked step is left to the reaper's passes, not judged at
+ * every lookup of the root (steps_settle_due). A new writer (steps_rt_note) unmarks it. No-op
+ * without runtime facts. fs->mu held.
+ */
+void steps_rt_empty_grace(struct ckfs *fs, int64_t id, bool on);
 
 /* steps_rt_drop - forget the runtime facts of step id (no-op when none). fs->mu held. */
 void steps_rt_drop(struct ckfs *fs, int64_t id);

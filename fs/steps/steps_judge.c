@@ -122,6 +122,13 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 	    step_facts(fs, &s, &sc, settled, recovering, quiet, &f, absent, unlisted) < 0)
 		return;
 	v = policy_judge(&f, why, sizeof(why));
+	if (v == POLICY_INCOMPLETE && !recovering && sc.fig.files == 0 &&
+	    s.state == IDX_STEP_WRITING && layout_tracker_shared((enum layout_kind)s.kind,
+								  (enum layout_kind)s.kind) &&
+	    ckfs_now(fs) - s.created_ns < STEP_EMPTY_GRACE_NS) {
+		steps_rt_empty_grace(fs, id, true); /* made ahead of the job that fills it */
+		return;
+	}
 	if (unlisted[0] && settled)
 		ckpt_log("step '%s': metadata.json names '%s', which is not in the step", s.name,
 			 unlisted);

@@ -25,6 +25,7 @@ sys.dont_write_bytecode = True
 import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import time  # noqa: E402
 import unittest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -122,6 +123,27 @@ class TestLineage(unittest.TestCase):
             with open(m.path(tracker), 'w') as f:
                 f.write('8')
             self.assertEqual(self.read_tracker(m, layout), '8')
+
+    def test_step_made_ahead_by_a_launcher(self):
+        """Issue 40.6: `mkdir -p iter_0000002/mp_rank_00` from a shell, an `ls`, then a save into
+        it got ENOENT on cb3ae28 (the empty directory was already set aside). A step directory
+        of a layout with a tracker, empty and its maker gone, stays for STEP_EMPTY_GRACE_NS."""
+        layout = 'megatron'
+        with ckfs.Mount() as m:
+            for n in (2, 4):
+                r = ckfs.run(['mkdir', '-p', m.path('iter_%07d' % n, 'mp_rank_00')], timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+            os.listdir(m.mnt)
+            time.sleep(3)          # past STEP_SETTLE_NS (1.5 s), several reaper passes
+            self.assertEqual(sorted(n for n in os.listdir(m.mnt) if n.startswith('iter_')),
+                             ['iter_0000002', 'iter_0000004'])
+            log = os.path.join(m.tmp, 'run.log')
+            run(layout, m.mnt, log, steps=4, every=2)
+            self.assertEqual(self.read_tracker(m, layout), '4')
+            st = self.states(m)
+            self.assertEqual((st.get('iter_0000002'), st.get('iter_0000004')),
+                             ('complete', 'complete'), st)
+            self.resume_lands_on(m, layout, log, 4)
 
 
 if __name__ == '__main__':
