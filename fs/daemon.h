@@ -93,6 +93,7 @@ struct ckfs {
 	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
 	unsigned keep_max;       /* -o keep_checkpoint_max=N, 0 = keep all */
 	int64_t keep_every;      /* -o keep_every=K, 0 = none */
+	unsigned keep_quarantine; /* -o keep_quarantine=N: steps set aside kept, 0 = all */
 	int ranks;               /* -o ranks=N: MindFormers 1.0 world size; 0 = count rank_N dirs */
 	struct {
 		int64_t epoch, step;

@@ -38,6 +38,7 @@ struct cfg {
 	int allow_foreign_store; /* -o allow_foreign_store: REPO_FOREIGN */
 	unsigned keep_max;
 	long long keep_every;
+	unsigned keep_quarantine;
 	char *layout;
 	unsigned ranks;
 	char *write_buffer;
@@ -72,6 +73,8 @@ static const struct num_opt {
 	  "complete steps kept, 0 for all" },
 	{ "keep_every=", offsetof(struct cfg, keep_every), NUM_LLONG, 0, INT64_MAX / 2,
 	  "a step interval, 0 for none" },
+	{ "keep_quarantine=", offsetof(struct cfg, keep_quarantine), NUM_UINT, 0, 1000000,
+	  "steps set aside kept, 0 for all" },
 	{ "ranks=", offsetof(struct cfg, ranks), NUM_UINT, 1, 1 << 20, "the world size" },
 	{ "workers=", offsetof(struct cfg, workers), NUM_UINT, 0, WB_MAX_THREADS,
 	  "write-back threads, 0 for the default" },
@@ -80,6 +83,11 @@ static const struct num_opt {
 	{ "nodes=", offsetof(struct cfg, nodes), NUM_UINT, 1, 1 << 16, "nodes in the job" },
 };
 #define NUM_OPTS (sizeof(num_opts) / sizeof(num_opts[0]))
+/*
+ * Steps set aside kept by default: enough to look at the last few torn or corrupt saves, not
+ * so many that a long job's torn saves (each as large as a checkpoint) fill the disk.
+ */
+#define KEEP_QUARANTINE_DEFAULT 4
 #define KEY_NUM 0x4e554d /* fuse_opt key of every num_opts entry: opt_proc parses it */
 
 static const struct fuse_opt ck_opts[] = {
@@ -89,6 +97,7 @@ static const struct fuse_opt ck_opts[] = {
 	CK_OPT("allow_foreign_store", allow_foreign_store),
 	FUSE_OPT_KEY("keep_checkpoint_max=", KEY_NUM),
 	FUSE_OPT_KEY("keep_every=", KEY_NUM),
+	FUSE_OPT_KEY("keep_quarantine=", KEY_NUM),
 	{ "layout=%s", offsetof(struct cfg, layout), 0 },
 	FUSE_OPT_KEY("ranks=", KEY_NUM),
 	{ "write_buffer=%s", offsetof(struct cfg, write_buffer), 0 },
@@ -219,6 +228,8 @@ static void usage(const char *prog)
 	       "                           trusted: the store's files are theirs to swap)\n"
 	       "    -o keep_checkpoint_max=N  keep the N newest complete steps (0: all, default)\n"
 	       "    -o keep_every=K        also keep every step divisible by K\n"
+	       "    -o keep_quarantine=N   keep the N steps set aside last in\n"
+	       "                           .ckptfs/quarantine (default 4; 0: all)\n"
 	       "    -o ranks=N             MindFormers 1.0 world size (default: the number of\n"
 	       "                           rank_N directories)\n"
 	       "    -o layout=NAME         only this layout: mf2 megatron mf1 deepspeed hf dcp\n"
@@ -472,6 +483,7 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 
 	fs->keep_max = c->keep_max;
 	fs->keep_every = c->keep_every;
+	fs->keep_quarantine = c->keep_quarantine;
 	fs->ranks = (int)c->ranks;
 	if (c->layout && strcmp(c->layout, "none") == 0) {
 		fs->layout = -1; /* a plain deduplicating filesystem: no steps, no trackers */
@@ -838,7 +850,8 @@ int fs_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts o = { 0 };
-	struct cfg c = { .zstd_level = 1, .readahead_mb = UINT_MAX };
+	struct cfg c = { .zstd_level = 1, .readahead_mb = UINT_MAX,
+			 .keep_quarantine = KEEP_QUARANTINE_DEFAULT };
 	char *mnt = NULL;
 	int ret = 1, pfd[2];
 

@@ -188,6 +188,12 @@ int steps_move_back(struct ckfs *fs, const struct idx_step *s);
  */
 int steps_record(struct ckfs *fs, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/*
+ * steps_quarantine_limit - prune the steps set aside longest ago beyond -o keep_quarantine (pinned
+ * ones are kept and not counted). Its own transaction; fs->mu held.
+ */
+void steps_quarantine_limit(struct ckfs *fs);
+
 /* steps_set_state - set step s's state (idx_step_state) with an optional note, log it, and update
  * s->state. Returns 0 or the index's -errno (s unchanged). In a transaction, fs->mu held. */
 int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *note);

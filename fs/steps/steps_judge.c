@@ -158,6 +158,8 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 	}
 	if (s.state == IDX_STEP_COMPLETE)
 		steps_retention(fs, s.kind);
+	else if (s.state == IDX_STEP_INCOMPLETE)
+		steps_quarantine_limit(fs);
 }
 
 /* ---- step rows from names ---- */

@@ -240,6 +240,67 @@ out:
 	free(c.ids);
 }
 
+/* ---- the quarantine's own limit ---- */
+
+struct q_ent {
+	int64_t id, state_ns;
+};
+
+static int q_ent_cmp(const void *a, const void *b)
+{
+	const struct q_ent *x = a, *y = b;
+
+	return x->state_ns < y->state_ns ? -1 : x->state_ns > y->state_ns ? 1 :
+	       x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * Keep at most fs->keep_quarantine steps in /.ckptfs/quarantine (0: all): the ones set aside
+ * longest ago are pruned, each logged and recorded in its history. A set-aside step is a save
+ * that cannot be resumed (torn, abandoned, corrupt): it is kept for a look, not for ever, or
+ * every torn 100 GB save of a long job would stay on the disk. Costs what the quarantine holds.
+ */
+void steps_quarantine_limit(struct ckfs *fs)
+{
+	struct steps_entries e = { 0 };
+	struct ino_freed fr = { 0 };
+	struct q_ent *v = NULL;
+	size_t n = 0;
+	bool ok = true;
+
+	if (!fs->keep_quarantine || !fs->quarantine_ino ||
+	    steps_dir_entries(fs, fs->quarantine_ino, 1, &e) < 0 ||
+	    e.n <= fs->keep_quarantine || !(v = calloc(e.n, sizeof(*v))))
+		goto out;
+	for (size_t i = 0; i < e.n; i++) {
+		struct idx_step s;
+
+		if (S_ISDIR(e.modes[i]) && idx_step_by_dir(fs->ix, e.inos[i], &s) == 0 &&
+		    !s.pinned) {
+			v[n].id = s.id;
+			v[n++].state_ns = s.state_ns;
+		}
+	}
+	if (n <= fs->keep_quarantine || idx_begin(fs->ix) < 0)
+		goto out;
+	qsort(v, n, sizeof(*v), q_ent_cmp);
+	for (size_t i = 0; ok && i < n - fs->keep_quarantine; i++) {
+		struct idx_step s;
+
+		if (idx_step_get(fs->ix, v[i].id, &s) < 0)
+			continue;
+		ok = steps_drop_tree(fs, &s, &fr) == 0 &&
+		     steps_set_state(fs, &s, IDX_STEP_PRUNED, "quarantine limit (keep_quarantine)") == 0;
+	}
+	ok = ok && idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix);
+	ino_release_finish(fs, &fr, ok);
+out:
+	free(v);
+	steps_dir_entries_free(&e);
+}
+
 /* ---- the trainer deleting the newest complete step (MindFormers 2.0 with keep=1) ---- */
 
 /* Copy the tree under src into the new directory dst: inodes are new, chunks are shared. */

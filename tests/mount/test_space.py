@@ -10,6 +10,7 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import unittest  # noqa: E402
 
@@ -121,6 +122,34 @@ class SpaceTest(unittest.TestCase):
                 self.assertEqual(f.read(), data, n)
         sys.stderr.write('\n  [100 MB: first copy %.1f MB, second +%.2f MB, shifted +%.2f MB] ' %
                          (g1 / MiB, (g2 - g1) / MiB, (g3 - g2) / MiB))
+
+
+class QuarantineLimitTest(unittest.TestCase):
+    def test_keep_quarantine(self):
+        """Issue 40.4: steps set aside were never removed (every torn save stayed on the disk).
+        With -o keep_quarantine=2, five abandoned Megatron saves leave the last two in
+        .ckptfs/quarantine; the others are pruned, their space given back, their history kept."""
+        with ckfs.Mount(opts=('keep_quarantine=2',)) as m:
+            for n in range(1, 6):
+                d = m.path('iter_%07d' % n, 'mp_rank_00')
+                # each save written by a process that exits without a tracker claim: abandoned
+                r = ckfs.run(['/usr/bin/python3', '-c',
+                              'import os,sys; os.makedirs(sys.argv[1]); '
+                              'open(os.path.join(sys.argv[1], "model_optim_rng.pt"), "wb")'
+                              '.write(os.urandom(1 << 20))', d], timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                q = m.path('.ckptfs', 'quarantine')
+                ckfs.wait_for('iter_%07d set aside' % n, lambda: (
+                    os.listdir(m.mnt), any(x.startswith('iter_%07d.' % n)
+                                           for x in os.listdir(q)))[1], timeout=30)
+            kept = sorted(x.split('.')[0] for x in os.listdir(m.path('.ckptfs', 'quarantine')))
+            self.assertEqual(kept, ['iter_0000004', 'iter_0000005'])
+            steps = json.loads(m.ckptctl('steps', json_out=True).stdout)
+            by = {s['name']: s['state'] for s in steps}
+            self.assertEqual([by['iter_%07d' % n] for n in range(1, 6)],
+                             ['pruned'] * 3 + ['incomplete'] * 2, by)
+            show = json.loads(m.ckptctl('show', 'iter_0000001', json_out=True).stdout)[0]
+            self.assertIn('quarantine limit', json.dumps(show))
 
 
 if __name__ == '__main__':
