@@ -203,6 +203,29 @@ static ssize_t vread_fn(void *arg, void *buf, size_t len, uint64_t off)
 	return oi_read(v->fs, v->oi, buf, len, off);
 }
 
+void steps_reopen_complete(struct ckfs *fs, uint64_t ino, pid_t pid)
+{
+	char rel[LAYOUT_PATH_MAX], dname[LAYOUT_PATH_MAX], note[96];
+	struct layout_match m;
+	struct idx_step s;
+	uint64_t dir;
+
+	if (fs->layout < 0 || steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
+	    layout_classify(rel, fs->layout, &m) < 0 ||
+	    (m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || m.kind == LAYOUT_MF1 ||
+	    (m.flags & LAYOUT_F_SLOT) || m.step_prefix_len == 0 || m.step_prefix_len >= sizeof(dname))
+		return;
+	memcpy(dname, rel, m.step_prefix_len);
+	dname[m.step_prefix_len] = 0;
+	if (steps_lookup_path(fs, dname, &dir) < 0 || idx_step_by_dir(fs->ix, dir, &s) < 0 ||
+	    s.state != IDX_STEP_COMPLETE || steps_is_slot(&s) || idx_begin(fs->ix) < 0)
+		return;
+	snprintf(note, sizeof(note), "a file rewritten in place (pid %d): complete again once "
+		 "sealed and whole", (int)pid);
+	if (steps_set_state(fs, &s, IDX_STEP_WRITING, note) < 0 || idx_commit(fs->ix) < 0)
+		idx_rollback(fs->ix);
+}
+
 bool steps_commit_at_close(struct ckfs *fs, uint64_t ino)
 {
 	char rel[LAYOUT_PATH_MAX], dname[LAYOUT_PATH_MAX];

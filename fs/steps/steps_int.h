@@ -95,6 +95,15 @@ void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid);
  */
 void steps_rt_empty_grace(struct ckfs *fs, int64_t id, bool on);
 
+/*
+ * steps_reopen_complete - a file of a complete step (not MindFormers 1.0's, not an InternEvo
+ * slot's, which keep their complete version: steps_before_change) is opened for writing or
+ * truncated by pid: the step goes back to writing, so no tracker names it while it changes; it
+ * completes again like any save (sealed by its claim or marker, every file whole), or is set
+ * aside when its writers leave it unsealed. In its own transaction; fs->mu held.
+ */
+void steps_reopen_complete(struct ckfs *fs, uint64_t ino, pid_t pid);
+
 /* steps_rt_drop - forget the runtime facts of step id (no-op when none). fs->mu held. */
 void steps_rt_drop(struct ckfs *fs, int64_t id);
 

@@ -178,6 +178,7 @@ void steps_before_write(struct ckfs *fs, uint64_t ino, pid_t pid)
 	if (fs->layout < 0 || idx_dentry_parent(fs->ix, ino, &parent, name, sizeof(name)) < 0)
 		return;
 	steps_before_change(fs, parent);
+	steps_reopen_complete(fs, ino, pid);
 	/* The step knows its writer now, as at a create (steps_on_name), not only once the
 	 * committer reports the writer's close: a reader that comes after the writer died and
 	 * before its closes are committed finds the step due for judging, so it waits for those

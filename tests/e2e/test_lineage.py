@@ -124,6 +124,29 @@ class TestLineage(unittest.TestCase):
                 f.write('8')
             self.assertEqual(self.read_tracker(m, layout), '8')
 
+    def test_complete_step_changed_in_place(self):
+        """Issue 40.3: `truncate -s 100000` of a file in a complete step succeeded on cb3ae28, the
+        tracker still named it, ckptctl said complete, and the resume's torch.load failed. Now
+        the step goes back to writing at once (no tracker names it), is set aside when the
+        change is left unsealed, and a resume lands on the step before it, bit-exact; a save of
+        the same step again by the trainer completes it again."""
+        layout = 'megatron'
+        with ckfs.Mount() as m:
+            log = os.path.join(m.tmp, 'run.log')
+            run(layout, m.mnt, log, steps=4, every=2)
+            self.assertEqual(self.read_tracker(m, layout), '4')
+            f = m.path('iter_0000004', 'mp_rank_00', 'model_optim_rng.pt')
+            r = ckfs.run(['truncate', '-s', '100000', f], timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.read_tracker(m, layout), '2', 'a changed step is not named')
+            ckfs.wait_for('the changed step 4 set aside', lambda: (
+                os.listdir(m.mnt), self.states(m).get('iter_0000004') == 'incomplete')[1])
+            self.resume_lands_on(m, layout, log, 2)
+            # the trainer saving step 4 again (a resume from 2): complete again, named again
+            run(layout, m.mnt, log, steps=4, every=2, resume=True)
+            self.assertEqual(self.read_tracker(m, layout), '4')
+            self.resume_lands_on(m, layout, log, 4)
+
     def test_step_made_ahead_by_a_launcher(self):
         """Issue 40.6: `mkdir -p iter_0000002/mp_rank_00` from a shell, an `ls`, then a save into
         it got ENOENT on cb3ae28 (the empty directory was already set aside). A step directory
