@@ -84,8 +84,10 @@ enum layout_role {
 #define LAYOUT_F_SLOT 0x4u      /* InternEvo snapshot slot `snapshot/K/` (K all digits, the
 				   match's step): a step directory rewritten in place, whose
 				   markers "<digits>.step" inside it name the steps it held */
-#define LAYOUT_F_AMBIGUOUS 0x2u /* auto-detected all-digit step `N/`: InternEvo or Orbax; kind
-				   says INTERNEVO until `N/commit_success.txt` says ORBAX */
+#define LAYOUT_F_AMBIGUOUS 0x2u /* auto-detected all-digit step `N/`: InternEvo, Orbax, or no
+				   checkpoint at all (a user's `2024/`); kind says INTERNEVO
+				   until `N/commit_success.txt` says ORBAX. A step only on its
+				   layout's evidence: policy.h rule 1 */
 
 /* InternEvo's directory of snapshot slots, at the mount root. */
 #define LAYOUT_SLOT_DIR "snapshot"
@@ -140,7 +142,8 @@ struct layout_match {
  *   - an all-digit top-level name is auto-detected as LAYOUT_INTERNEVO with LAYOUT_F_AMBIGUOUS,
  *     except `N/commit_success.txt`, which is LAYOUT_ORBAX ROLE_MARKER (also flagged): the caller
  *     refines the step's kind when it sees that marker or when `N/` came from renaming an Orbax
- *     `N.orbax-checkpoint-tmp-*` directory.
+ *     `N.orbax-checkpoint-tmp-*` directory. The name only says what `N/` would be: whether it is
+ *     a step at all is the policy's to say, from what the directory holds (policy.h rule 1).
  *   - `release/` is a Megatron step (LAYOUT_STEP_RELEASE) only when forced is LAYOUT_MEGATRON:
  *     auto-detection would otherwise hide any unrelated directory of that name.
  *   - digit runs may carry leading zeros; their value must fit int64_t (more than INT64_MAX is

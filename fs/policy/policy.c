@@ -37,12 +37,18 @@ enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind
 		return POLICY_TRACKER;
 	if (top && S_ISDIR(mode) && m.role == ROLE_STEP_DIR && !(m.flags & LAYOUT_F_TMP) &&
 	    m.step >= 0)
-		return POLICY_STEP_DIR;
+		return policy_needs_evidence(&m) ? POLICY_CANDIDATE : POLICY_STEP_DIR;
 	if (S_ISREG(mode) && m.step_prefix_len > 0 && m.role == ROLE_MARKER)
 		return POLICY_MARKER;
 	if (S_ISREG(mode) && m.step_prefix_len > 0 && m.role == ROLE_STEP_FILE)
 		return POLICY_STEP_FILE;
 	return POLICY_OTHER;
+}
+
+bool policy_needs_evidence(const struct layout_match *m)
+{
+	/* set only by auto-detection, on the all-digit names InternEvo and Orbax share (layout.h) */
+	return (m->flags & LAYOUT_F_AMBIGUOUS) != 0;
 }
 
 /* ---- 2. sealing ---- */

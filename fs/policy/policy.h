@@ -17,6 +17,13 @@
  *     layout's commit marker directly inside it (DCP .metadata, HF trainer_state.json, InternEvo
  *     N/N.step, Orbax commit_success.txt) is its marker. A top-level regular file that is a
  *     layout's tracker is a tracker, and what a trainer writes into it is a claim.
+ *     A name alone does not make an all-digit directory a step when the layout is detected
+ *     (layout_classify's LAYOUT_F_AMBIGUOUS): digits are InternEvo's and Orbax's step names, but
+ *     also xfstests' work directories (`$$`, `$seq`), a user's `2024/` of logs or a dataset's
+ *     shards. Such a directory is a candidate, and a step only on its layout's own evidence: a
+ *     marker directly inside it (InternEvo N/N.step, Orbax commit_success.txt), or an Orbax tmp
+ *     directory renamed to it. Until then it is an ordinary directory: nothing in it is judged,
+ *     sealed or set aside. Under -o layout=internevo or orbax the name alone is a step.
  *
  *  2. Sealing. A step is sealed by its whole marker (closed, not torn, not malformed), or by a
  *     claim that names it, of a tracker its layout shares (layout_tracker_shared). Trainers
@@ -88,6 +95,8 @@ enum policy_entry {
 	POLICY_STEP_DIR,  /* a step's directory */
 	POLICY_STEP_FILE, /* a file of a step */
 	POLICY_MARKER,    /* a step's commit marker: a file of the step that seals it once whole */
+	POLICY_CANDIDATE, /* an auto-detected all-digit directory: a step only once its layout's
+			     evidence is seen (policy_needs_evidence) */
 };
 
 /*
@@ -99,6 +108,14 @@ enum policy_entry {
  */
 enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind forced,
 				  struct layout_match *ret_match);
+
+/*
+ * policy_needs_evidence - is the path whose layout_classify match is m in (or itself) a directory
+ * that is a step only on its layout's evidence (rule 1: an all-digit name under auto-detection)?
+ * Then a file in it is a step file only once the directory is a step, and only its marker
+ * (m->role ROLE_MARKER) makes it one. m must not be NULL. Thread-safe.
+ */
+bool policy_needs_evidence(const struct layout_match *m);
 
 /* ---- 2. sealing ---- */
 

@@ -161,10 +161,13 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	if (fs->layout < 0)
 		return;
 	if (parent == IDX_ROOT_INO) {
-		if (policy_entry_of(name, S_IFDIR, fs->layout, &m) != POLICY_STEP_DIR)
+		enum policy_entry pe = policy_entry_of(name, S_IFDIR, fs->layout, &m);
+
+		if (pe != POLICY_STEP_DIR && pe != POLICY_CANDIDATE)
 			return;
 		if (renamed && orbax_renamed(fs, ino, name, pid))
 			return;
+		/* a candidate is looked up only: its marker makes it a step (policy rule 1) */
 		if (steps_step_of_path(fs, name, &m, &s) == 0)
 			steps_rt_note(fs, s.id, pid);
 		return;
@@ -299,18 +302,22 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	}
 
 	pthread_mutex_lock(&fs->mu);
+	/* the flags are kept even in a directory not yet a step: its marker may come (rule 1) */
 	if (idx_inode_get(fs->ix, oi->ino, &a) == 0 && a.flags != flags) {
 		a.flags = flags;
 		if (idx_begin(fs->ix) == 0)
 			steps_record(fs, idx_inode_update(fs->ix, &a), "the check of '%s'", rel);
 	}
-	if (flags & IDX_INODE_TORN)
+	bool stepped = !mf1 && steps_step_of_path(fs, rel, &m, &s) == 0;
+
+	/* in a directory no marker made a step, a shell's close at exit is no news */
+	if ((mf1 || stepped) && (flags & IDX_INODE_TORN))
 		ckpt_log("'%s' was closed by a dying process (pid %d): torn", rel, (int)pid);
-	else if (flags & IDX_INODE_MALFORMED)
+	else if ((mf1 || stepped) && (flags & IDX_INODE_MALFORMED))
 		ckpt_log("'%s' is malformed: %s", rel, why);
 	if (mf1 && !(m.flags & LAYOUT_F_TMP)) {
 		steps_mf1_on_file(fs, &m, pid);
-	} else if (!mf1 && steps_step_of_path(fs, rel, &m, &s) == 0) {
+	} else if (stepped) {
 		steps_rt_note(fs, s.id, pid);
 		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
 			if (m.flags & LAYOUT_F_SLOT)

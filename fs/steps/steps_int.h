@@ -221,7 +221,10 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 /*
  * steps_step_of_path - the step whose directory is rel[0, m->step_prefix_len), into *ret,
  * creating its row if needed (then older sealed steps of a policy_names_repeat layout are judged).
- * Returns 0 or -errno (-ENOENT: m has no step prefix or no such directory; index errors).
+ * A directory that is a step only on evidence (policy_needs_evidence) gets its row from its
+ * marker alone: for any other path in it the row is looked up, never created.
+ * Returns 0 or -errno (-ENOENT: m has no step prefix, no such directory, or a directory with no
+ * row that m is no evidence for; index errors).
  * fs->mu held; runs its own transaction when it creates the row.
  */
 int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,

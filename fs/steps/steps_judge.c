@@ -212,6 +212,9 @@ int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_mat
 		return rc;
 	if (idx_step_by_dir(fs->ix, dir, ret) == 0)
 		return 0;
+	/* a digit directory is not a checkpoint until its marker says so (policy rule 1) */
+	if (policy_needs_evidence(m) && m->role != ROLE_MARKER)
+		return -ENOENT;
 	if ((rc = idx_begin(fs->ix)) < 0)
 		return rc;
 	/* a slot's number is its newest sealed version's (steps_slot_number); 0 until sealed */

@@ -97,6 +97,32 @@ Test(policy, entries)
 	cr_assert_eq(policy_claim_kind("iter_0000010/x", LAYOUT_NONE), LAYOUT_NONE);
 }
 
+/*
+ * Rule 1: an all-digit directory is InternEvo's (or Orbax's) only on that layout's evidence.
+ * xfstests names its work directories `$$` and `$seq`, a user keeps `2024/` of logs: under
+ * auto-detection they are not steps, while the marker `N/N.step` InternEvo writes last
+ * (tests/traces/internevo.md) is, and -o layout= still pins the name alone.
+ */
+Test(policy, digits_need_evidence)
+{
+	struct layout_match m;
+
+	cr_assert_neq(policy_entry_of("2024", S_IFDIR, LAYOUT_NONE, &m), POLICY_STEP_DIR);
+	cr_assert_eq(policy_entry_of("2024", S_IFDIR, LAYOUT_NONE, &m), POLICY_CANDIDATE);
+	cr_assert(policy_needs_evidence(&m));
+	cr_assert_neq(policy_entry_of("12345", S_IFDIR, LAYOUT_NONE, NULL), POLICY_STEP_DIR);
+	cr_assert_eq(policy_entry_of("2024/sub/log", S_IFREG, LAYOUT_NONE, &m), POLICY_STEP_FILE);
+	cr_assert(policy_needs_evidence(&m));
+	cr_assert_eq(policy_entry_of("iter_0000010/x", S_IFREG, LAYOUT_NONE, &m), POLICY_STEP_FILE);
+	cr_assert(!policy_needs_evidence(&m));
+	cr_assert_eq(policy_entry_of("2024/2024.step", S_IFREG, LAYOUT_NONE, NULL), POLICY_MARKER);
+	cr_assert_eq(policy_entry_of("2024/commit_success.txt", S_IFREG, LAYOUT_NONE, NULL),
+		     POLICY_MARKER);
+	cr_assert_eq(policy_entry_of("2024", S_IFDIR, LAYOUT_INTERNEVO, &m), POLICY_STEP_DIR);
+	cr_assert(!policy_needs_evidence(&m));
+	cr_assert_eq(policy_entry_of("2024", S_IFDIR, LAYOUT_ORBAX, NULL), POLICY_STEP_DIR);
+}
+
 /* ---- 2. sealing ---- */
 
 Test(policy, claim_seals)

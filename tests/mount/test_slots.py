@@ -225,6 +225,34 @@ class SlotTest(unittest.TestCase):
                              b'converted')
 
 
+    def test_5_digit_directories_without_internevo_evidence_stay_ordinary(self):
+        """A directory named by digits is InternEvo's only where InternEvo's evidence is (its
+        `N.step` marker, `snapshot/`). xfstests names its work directories `$$` and `$seq`, a
+        user keeps `2024/` of logs: files closed by an exiting shell must not make them torn
+        steps, read-only, then gone from the listing (issue 42 item 6). A digit directory with
+        its marker is still a step."""
+        with ckfs.Mount() as m:
+            subprocess.run(['/bin/sh', '-c',
+                            'mkdir 2024; mkdir 2024/sub; echo x > 2024/sub/log; '
+                            'mkdir 12345; echo y > 12345/f; /bin/sh -c "echo z > 12345/g"'],
+                           cwd=m.mnt, check=True, timeout=60)
+            save_slot(m.path('300'), 300)
+            time.sleep(2.5)
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['12345', '2024', '300'], m.log_tail())
+            os.mkdir(m.path('2024', 'sub2'))
+            os.mkdir(m.path('12345', 'sub'))
+            with open(m.path('2024', 'sub2', 'more'), 'w') as f:
+                f.write('more')
+            self.assertEqual(ckfs.read_bytes(m.path('2024', 'sub', 'log')), b'x\n')
+            self.assertEqual(ckfs.read_bytes(m.path('12345', 'f')), b'y\n')
+            self.assertEqual(ckfs.read_bytes(m.path('12345', 'g')), b'z\n')
+            self.assertEqual(ckfs.read_bytes(m.path('2024', 'sub2', 'more')), b'more')
+            self.assertEqual(os.listdir(m.path('.ckptfs', 'quarantine')), [], m.log_tail())
+            self.assertNotIn('torn', m.log_tail())
+            self.assertIn("step '300' (internevo): sealed -> complete", m.log_tail())
+            self.assertEqual(slot_view(m.path('300')), expected([300], 300))
+
+
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(500, exit=True)
     unittest.main(verbosity=2)

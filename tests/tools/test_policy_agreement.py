@@ -19,6 +19,9 @@ steps that are not:
   mf2        10 complete; 20 claimed, but its metadata.json lists a file that is not there
              (mindformers checkpoint.py verify_ckpt_valid checks the listed files exist)
   dcp        10 sealed by its .metadata (renamed into place last); 20 without one
+  internevo  10 sealed by its 10.step, written last (tests/traces/internevo.md); 30 sealed but
+             a file torn half-way; 20 without its marker and `2024/` of logs are directories
+             named by digits with no InternEvo evidence: no steps at all
 
 Before the policy module, import judged deepspeed 20 and mf2 20 complete (it checked neither
 the previous step's names nor metadata.json), and fsck sealed steps only from tracker claims,
@@ -109,6 +112,15 @@ elif layout == "dcp":
         if step == 10:
             tsave(os.path.join(d, ".metadata.tmp"), step)
             os.rename(os.path.join(d, ".metadata.tmp"), os.path.join(d, ".metadata"))
+elif layout == "internevo":
+    for step in (10, 20, 30):
+        d = os.path.join(root, str(step))
+        (torn if step == 30 else tsave)(os.path.join(d, "model_tp0_pp0.pt"), step)
+        tsave(os.path.join(d, "context.pt"), step)
+        if step != 20:
+            torch.save({"step": step}, os.path.join(d, "%d.step" % step))
+    os.makedirs(os.path.join(root, "2024", "sub"))
+    text(os.path.join(root, "2024", "sub", "log"), "x\n")
 '''
 
 EXPECT = {
@@ -116,6 +128,7 @@ EXPECT = {
     'deepspeed': {10: 'complete', 20: 'incomplete'},
     'mf2': {10: 'complete', 20: 'incomplete'},
     'dcp': {10: 'complete', 20: 'incomplete'},
+    'internevo': {10: 'complete', 30: 'incomplete'},
 }
 
 
@@ -229,6 +242,9 @@ class PolicyAgreementTest(unittest.TestCase):
 
     def test_dcp(self):
         self.check('dcp')
+
+    def test_internevo(self):
+        self.check('internevo')
 
 
 if __name__ == '__main__':

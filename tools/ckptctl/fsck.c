@@ -303,7 +303,8 @@ static int fsck_seal_why(struct fsck_ctx *c, const struct fsck_root_ent *e, cons
  * fsck_steps - every step directory at the root without a row (a salvage lost it, or the row
  * was deleted) gets one again, sealed when the policy's evidence survives (fsck_seal_why), so
  * the daemon judges it at the next mount (complete if every file is whole); without that
- * evidence it stays unsealed, and the daemon sets it aside as abandoned.
+ * evidence it stays unsealed, and the daemon sets it aside as abandoned. An all-digit directory
+ * is a step only with its marker (policy rule 1): without one it gets no row.
  * Returns the number of rows made, or -errno.
  */
 static int fsck_steps(struct fsck_ctx *c)
@@ -323,9 +324,11 @@ static int fsck_steps(struct fsck_ctx *c)
 		enum layout_kind kind;
 		struct idx_step st;
 		char line[NAME_MAX + 640], why[NAME_MAX + 64];
+		enum policy_entry pe;
 		int64_t id;
 
-		if (policy_entry_of(l.v[i].name, S_IFDIR, LAYOUT_NONE, &m) != POLICY_STEP_DIR ||
+		pe = policy_entry_of(l.v[i].name, S_IFDIR, LAYOUT_NONE, &m);
+		if ((pe != POLICY_STEP_DIR && pe != POLICY_CANDIDATE) ||
 		    idx_step_by_dir(c->r->ix, l.v[i].ino, &st) == 0)
 			continue;
 		kind = m.kind;
@@ -333,6 +336,10 @@ static int fsck_steps(struct fsck_ctx *c)
 			break;
 		bool sealed = rc == 1;
 
+		if (pe == POLICY_CANDIDATE && !sealed) {
+			rc = 0;
+			continue; /* a digit directory without its marker is no step (rule 1) */
+		}
 		rc = idx_step_create(c->r->ix, kind, l.v[i].name, m.step, l.v[i].ino, now, &id);
 		if (rc < 0)
 			break;

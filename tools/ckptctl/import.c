@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ctl.h"
@@ -97,6 +98,33 @@ static int imp_name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/*
+ * imp_has_marker - does the candidate directory DIR/rel (policy rule 1: an all-digit name) hold
+ * its layout's marker, a regular file directly inside it, the evidence that makes it a step? An
+ * unreadable directory holds none: its files are then imported as ordinary ones.
+ */
+static bool imp_has_marker(const struct imp_ctx *c, const char *rel)
+{
+	char path[PATH_CAP], child[PATH_CAP];
+	struct dirent *d;
+	struct stat st;
+	bool found = false;
+	DIR *dir;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", c->src, rel) >= sizeof(path) ||
+	    !(dir = opendir(path)))
+		return false;
+	while (!found && (d = readdir(dir))) {
+		if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, "..") ||
+		    (size_t)snprintf(child, sizeof(child), "%s/%s", rel, d->d_name) >= sizeof(child) ||
+		    fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		found = policy_entry_of(child, st.st_mode, LAYOUT_NONE, NULL) == POLICY_MARKER;
+	}
+	closedir(dir);
+	return found;
+}
+
 /* imp_classify - at the mount root, what the new entry e is to the policy (scan time). */
 static int imp_classify(struct imp_ctx *c, size_t i)
 {
@@ -108,6 +136,9 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 	if (!c->at_root)
 		return 0;
 	pe = policy_entry_of(e->rel, e->st.st_mode, LAYOUT_NONE, &m);
+	/* as the daemon: a digit directory is a step only with its marker in it (policy rule 1) */
+	if (pe == POLICY_CANDIDATE && imp_has_marker(c, e->rel))
+		pe = POLICY_STEP_DIR;
 	if (pe == POLICY_TRACKER) {
 		e->tracker = true;
 	} else if (pe == POLICY_STEP_DIR) {
@@ -121,7 +152,8 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 		s->kind = m.kind;
 		s->step = m.step;
 		e->step = (int)c->nsteps++;
-	} else if (pe == POLICY_STEP_FILE || pe == POLICY_MARKER) {
+	} else if ((pe == POLICY_STEP_FILE || pe == POLICY_MARKER) &&
+		   (e->step >= 0 || !policy_needs_evidence(&m))) {
 		e->in_step = true;
 		if (pe == POLICY_MARKER && e->step >= 0) {
 			e->marker = true;
