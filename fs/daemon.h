@@ -1,8 +1,8 @@
 /*
  * daemon.h — the daemon's shared state (struct ckfs), one per mount, used by the layers of fs/
- * that run in the daemon: write/, steps/ and fuse/ (README "Source layout"). Each layer's own
- * header declares its functions and includes the one below it: daemon.h <- write/write.h <-
- * steps/steps.h <- fuse/fuse_int.h.
+ * that run in the daemon: write/, steps/ and fuse/ (docs/architecture.md "Source layout"). Each
+ * layer's own header declares its functions and includes the one below it: daemon.h <-
+ * write/write.h <- steps/steps.h <- fuse/fuse_int.h.
  *
  * Lock order (never take a lock to the left while holding one to the right):
  *   oinode.lock  ->  ckfs.mu  ->  pins.mu

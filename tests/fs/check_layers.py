@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""The layers of fs/ call one way (README "Source layout"): given the layers' static libraries
-from the lowest (core) to the highest (fuse), no library may use a symbol that a higher one
-defines, and only the highest may use libfuse. Reads the symbol tables with nm(1).
+"""The layers of fs/ call one way (docs/architecture.md "Source layout"): given the layers' static
+libraries from the lowest (core) to the highest (fuse), no library may use a symbol that a higher
+one defines, and only the highest may use libfuse. Reads the symbol tables with nm(1).
 
 Run: check_layers.py libckcore.a libckpolicy.a libckwrite.a libcksteps.a libcknode.a libckfuse.a
 Exit 0 when the layering holds; 1 with every upward call listed otherwise.
