@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing (apt-get), builds with warnings as errors, runs
-# every meson test (unit, mount, e2e, torture's fast subset, fuzz replay), the 20-round crash
-# loop, the two-node tests over a one-machine Ceph, the Debian package installed in a clean root,
-# 60 s of libFuzzer per fuzz target, then
+# every meson test (unit, mount, e2e, torture's fast subset, fuzz replay), the crash loop over
+# every layout (5 rounds), the two-node tests over a one-machine Ceph, the Debian package installed in a clean root,
+# 30 s of libFuzzer per fuzz target, then
 # unit, mount and torture again under AddressSanitizer + UndefinedBehaviorSanitizer.
 # Idempotent; leaves no mount or process behind.
 # Usage: scripts/test.sh [extra meson test args, e.g. --suite unit]
