@@ -102,14 +102,10 @@ static int write_fault_by_test(void)
 	return atomic_exchange(&store_fault_write_errno, 0);
 }
 
-/* Write exactly len bytes, retrying short writes and EINTR. Returns 0 or -errno. */
-static int write_all(int fd, const void *buf, size_t len)
+int store_write_all(int fd, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
-	int fault = write_fault_by_test();
 
-	if (fault)
-		return -fault;
 	while (len) {
 		ssize_t r = write(fd, p, len);
 
@@ -124,6 +120,14 @@ static int write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)r;
 	}
 	return 0;
+}
+
+/* store_write_all with the test's write fault (store_fault_write_errno) injected first. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+	int fault = write_fault_by_test();
+
+	return fault ? -fault : store_write_all(fd, buf, len);
 }
 
 /*

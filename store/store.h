@@ -475,6 +475,13 @@ int store_chunk_foreach(struct store *st,
 			void *arg);
 
 /*
+ * store_write_all - write exactly len bytes of buf to fd at its file offset, retrying short
+ * writes and EINTR. Returns 0, -EIO (write(2) made no progress), or the -errno of write(2). Not
+ * durable by itself (no fsync). Thread-safe for distinct fds.
+ */
+int store_write_all(int fd, const void *buf, size_t len);
+
+/*
  * store_chunk_path - write the path of chunk h's file into buf (cap bytes).
  * Returns 0 or -ENAMETOOLONG. For tests and forensics; callers must not write there.
  */

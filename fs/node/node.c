@@ -796,7 +796,8 @@ static bool name_ok(const char *s)
 }
 
 /* STORE/remote.json (REMOTE_STORE_RECORD) for ckptctl: url, node, nodes, keep_checkpoint_max;
- * replaced atomically. */
+ * replaced atomically and durably (temp file, fdatasync, rename, fsync of STORE), the temp file
+ * removed on failure. */
 static int write_remote_json(struct ckfs *fs, const struct node *n)
 {
 	static const char tmp[] = REMOTE_STORE_RECORD ".tmp";
@@ -816,9 +817,13 @@ static int write_remote_json(struct ckfs *fs, const struct node *n)
 		errno = 0;
 		if (json_dumpfd(o, fd, JSON_INDENT(2)) < 0)
 			rc = errno ? -errno : -EIO;
+		if (rc == 0 && fdatasync(fd) < 0) /* whole before its name is */
+			rc = -errno;
 		if (close(fd) < 0 && rc == 0)
 			rc = -errno;
 		if (rc == 0 && renameat(dfd, tmp, dfd, REMOTE_STORE_RECORD) < 0)
+			rc = -errno;
+		if (rc == 0 && fsync(dfd) < 0) /* the new name durable */
 			rc = -errno;
 		if (rc < 0)
 			unlinkat(dfd, tmp, 0);

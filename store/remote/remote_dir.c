@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "store/remote/remote_int.h"
+#include "store/store.h"
 
 struct remote_dir {
 	struct remote base;
@@ -83,24 +84,6 @@ static int fsync_parent(const char *path)
 	return rc;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Write buf into a new temporary file next to path; its name into tmp (PATH_MAX bytes). */
 static int write_tmp(const char *path, const void *buf, size_t len, char *tmp)
 {
@@ -119,7 +102,7 @@ static int write_tmp(const char *path, const void *buf, size_t len, char *tmp)
 	}
 	if (fd < 0)
 		return -errno;
-	rc = write_all(fd, buf, len);
+	rc = store_write_all(fd, buf, len);
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && rc == 0)

@@ -36,24 +36,6 @@ static void export_progress(struct export_ctx *x, bool force)
 			  x->done, x->total);
 }
 
-/* write_all - write len bytes of buf to fd. Returns 0 or -errno. */
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Outcome of exporting one file. */
 enum export_result {
 	EX_OK,        /* written, verified, renamed into place */
@@ -76,7 +58,7 @@ static int export_sink(const void *buf, size_t len, void *arg, char *reason, siz
 		if (lseek(a->fd, (off_t)len, SEEK_CUR) < 0)
 			rc = -errno;
 	} else {
-		rc = write_all(a->fd, buf, len);
+		rc = store_write_all(a->fd, buf, len);
 	}
 
 	if (rc < 0) {
@@ -262,7 +244,7 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 		ctl_err("cannot create '%s': %s", tmp, strerror(-rc));
 		return rc;
 	}
-	rc = write_all(fd, ret_content, (size_t)len);
+	rc = store_write_all(fd, ret_content, (size_t)len);
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && rc == 0)
