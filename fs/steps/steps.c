@@ -208,10 +208,12 @@ static ssize_t vread_fn(void *arg, void *buf, size_t len, uint64_t off)
 
 void steps_reopen_complete(struct ckfs *fs, uint64_t ino, pid_t pid)
 {
-	char rel[LAYOUT_PATH_MAX], dname[LAYOUT_PATH_MAX], note[96];
+	char rel[LAYOUT_PATH_MAX], dname[LAYOUT_PATH_MAX], note[160], qname[300];
 	struct layout_match m;
 	struct idx_step s;
+	struct idx_inode a;
 	uint64_t dir;
+	int64_t id;
 
 	if (fs->layout < 0 || steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
 	    layout_classify(rel, fs->layout, &m) < 0 ||
@@ -221,10 +223,27 @@ void steps_reopen_complete(struct ckfs *fs, uint64_t ino, pid_t pid)
 	memcpy(dname, rel, m.step_prefix_len);
 	dname[m.step_prefix_len] = 0;
 	if (steps_lookup_path(fs, dname, &dir) < 0 || idx_step_by_dir(fs->ix, dir, &s) < 0 ||
-	    s.state != IDX_STEP_COMPLETE || steps_is_slot(&s) || idx_begin(fs->ix) < 0)
+	    s.state != IDX_STEP_COMPLETE || steps_is_slot(&s) ||
+	    idx_inode_get(fs->ix, dir, &a) < 0 || idx_begin(fs->ix) < 0)
 		return;
-	snprintf(note, sizeof(note), "a file rewritten in place (pid %d): complete again once "
-		 "sealed and whole", (int)pid);
+	/* keep the complete version (same chunks); a new version owns the directory */
+	int rc = steps_keep_copy(fs, &s, &a, qname, sizeof(qname));
+
+	if (rc == 0)
+		rc = idx_step_create(fs->ix, s.kind, s.name, s.step, dir, ckfs_now(fs), &id);
+	if (rc == 0 && idx_commit(fs->ix) == 0) {
+		ckpt_log("step '%s' is changed in place (pid %d): its complete version is kept as "
+			 "'.ckptfs/%s/%s' and comes back if the new one is not completed", s.name,
+			 (int)pid, RETAINED_NAME, qname);
+		return;
+	}
+	idx_rollback(fs->ix);
+	/* no copy: at least no tracker names the step while it changes */
+	if (idx_step_by_dir(fs->ix, dir, &s) < 0 || s.state != IDX_STEP_COMPLETE ||
+	    idx_begin(fs->ix) < 0)
+		return;
+	snprintf(note, sizeof(note), "a file rewritten in place (pid %d), its version not kept: "
+		 "%s", (int)pid, strerror(-rc));
 	if (steps_set_state(fs, &s, IDX_STEP_WRITING, note) < 0 || idx_commit(fs->ix) < 0)
 		idx_rollback(fs->ix);
 }

@@ -98,9 +98,13 @@ void steps_rt_empty_grace(struct ckfs *fs, int64_t id, bool on);
 /*
  * steps_reopen_complete - a file of a complete step (not MindFormers 1.0's, not an InternEvo
  * slot's, which keep their complete version: steps_before_change) is opened for writing or
- * truncated by pid: the step goes back to writing, so no tracker names it while it changes; it
- * completes again like any save (sealed by its claim or marker, every file whole), or is set
- * aside when its writers leave it unsealed. In its own transaction; fs->mu held.
+ * truncated by pid: the complete version is kept (its tree cloned into /.ckptfs/retained,
+ * sharing every chunk, and its row moved there) and a new version, writing, owns the directory
+ * being changed. No tracker names the step while it changes; the new version completes like any
+ * save (sealed by its claim or marker, every file whole), and the kept one is then pruned; set
+ * aside (its writers leave it unsealed), the kept version comes back (steps_versions_done). If
+ * the copy cannot be made, the step only goes back to writing. In its own transaction; fs->mu
+ * held.
  */
 void steps_reopen_complete(struct ckfs *fs, uint64_t ino, pid_t pid);
 
@@ -279,11 +283,20 @@ void steps_restore(struct ckfs *fs, struct idx_step *s);
 void steps_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
 
 /*
- * steps_slot_done - slot s was judged: complete, its kept versions are pruned; set aside, the
- * newest kept version takes its place again (steps_restore). Best effort: on an error nothing is
- * pruned. fs->mu held; runs its own transaction.
+ * steps_versions_done - step s (an InternEvo slot's new version, or a step rewritten in place)
+ * was judged: complete, its kept versions in /.ckptfs/retained are pruned; set aside, the newest
+ * kept version takes its place again (steps_restore). No kept version: nothing. Best effort: on
+ * an error nothing is pruned. fs->mu held; runs its own transaction.
  */
-void steps_slot_done(struct ckfs *fs, const struct idx_step *s);
+void steps_versions_done(struct ckfs *fs, const struct idx_step *s);
+
+/*
+ * steps_version_shadowed - whether complete step s is a kept version: it lies in
+ * /.ckptfs/retained while a newer version of it (writing, sealed or complete) holds its name.
+ * Such a step is named by no tracker and neither counted nor pruned by retention until its new
+ * version is judged (steps_versions_done). fs->mu held; reads the index only.
+ */
+bool steps_version_shadowed(struct ckfs *fs, const struct idx_step *s);
 
 /* ---- steps_mf1.c: MindFormers 1.0 ---- */
 

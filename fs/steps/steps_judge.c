@@ -153,8 +153,7 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 		return;
 	if (s.state == IDX_STEP_COMPLETE || s.state == IDX_STEP_INCOMPLETE) {
 		steps_rt_drop(fs, id);
-		if (steps_is_slot(&s))
-			steps_slot_done(fs, &s);
+		steps_versions_done(fs, &s);
 	}
 	if (s.state == IDX_STEP_COMPLETE)
 		steps_retention(fs, s.kind);

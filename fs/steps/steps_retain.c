@@ -148,7 +148,7 @@ static void prune_retained(struct ckfs *fs, int kind)
 
 		if (!S_ISDIR(e.modes[i]) || idx_step_by_dir(fs->ix, e.inos[i], &s) < 0 ||
 		    s.kind != kind || s.state != IDX_STEP_COMPLETE || s.pinned || steps_is_slot(&s) ||
-		    s.id == newest.id)
+		    s.id == newest.id || steps_version_shadowed(fs, &s))
 			continue;
 		if (!began && idx_begin(fs->ix) < 0)
 			goto out;
@@ -171,9 +171,11 @@ static int collect_complete(const struct idx_step *s, void *arg)
 	struct ret_ctx *c = arg;
 
 	if (s->kind != c->kind || s->state != IDX_STEP_COMPLETE || steps_is_slot(s))
-		return 0; /* a slot's old versions go when its new one completes: steps_slot_done */
+		return 0; /* a slot's old versions go when its new one completes: steps_versions_done */
 	if (!policy_lineage_member(&c->lin, s))
 		return 0; /* another lineage's step: neither counted nor pruned (policy rule 6) */
+	if (steps_version_shadowed(c->fs, s))
+		return 0; /* a kept version: its new version decides (steps_versions_done) */
 	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
 		return -ENOMEM;
 	c->ids[c->n++] = s->id;

@@ -34,11 +34,13 @@
  *      version: its tree is cloned (same chunks) into /.ckptfs/retained and its row moves
  *      there; a new row, writing, owns the directory the trainer rewrites.
  *   3. The new version completes like any step (its marker, every file whole and durable):
- *      then the kept versions of the slot are pruned (steps_slot_done).
+ *      then the kept versions of the slot are pruned (steps_versions_done).
  *   4. The new version set aside (its writers gone unsealed, or a file torn): it goes to
  *      quarantine and the newest kept version is put back at the slot's name (steps_restore()), so
  *      a resume sees the slot's last complete version, files and markers together.
- * Slots are not counted by retention and never pruned by it.
+ * Slots are not counted by retention and never pruned by it. Any other complete step changed in
+ * place gets the same treatment, 2 to 4 (steps_reopen_complete, in steps.c), except that its new
+ * version keeps the step's number.
  */
 
 /* Set slot s's number from the name of the marker sealing it ("<digits>.step"). */
@@ -63,31 +65,47 @@ struct slot_ctx {
 	size_t n, cap;
 };
 
-static int slot_kept_cb(const struct idx_step *o, void *arg)
+/*
+ * The kept versions of step s: complete steps of its kind and name in /.ckptfs/retained, other
+ * than s, into c (ids). Costs what /.ckptfs/retained holds (a few steps), not the step table.
+ * Returns 0 or -errno.
+ */
+static int kept_versions(struct ckfs *fs, struct slot_ctx *c)
 {
-	struct slot_ctx *c = arg;
+	struct steps_entries e = { 0 };
+	int rc = 0;
 
-	if (o->id == c->s->id || o->kind != c->s->kind || strcmp(o->name, c->s->name) != 0 ||
-	    o->state != IDX_STEP_COMPLETE)
-		return 0;
-	if (ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids)) < 0)
-		return -ENOMEM;
-	c->ids[c->n++] = o->id;
-	return 0;
+	if (!fs->retained_ino || (rc = steps_dir_entries(fs, fs->retained_ino, 1, &e)) < 0)
+		goto out;
+	for (size_t i = 0; i < e.n; i++) {
+		struct idx_step o;
+
+		if (!S_ISDIR(e.modes[i]) || idx_step_by_dir(fs->ix, e.inos[i], &o) < 0 ||
+		    o.id == c->s->id || o.kind != c->s->kind || strcmp(o.name, c->s->name) != 0 ||
+		    o.state != IDX_STEP_COMPLETE)
+			continue;
+		if ((rc = ckpt_grow(&c->ids, &c->cap, c->n, sizeof(*c->ids))) < 0)
+			break;
+		c->ids[c->n++] = o.id;
+	}
+out:
+	steps_dir_entries_free(&e);
+	return rc;
 }
 
 /*
- * Slot s was judged: complete, its kept versions are pruned (invariant 3); set aside, the
- * newest kept version takes its place again (invariant 4).
+ * Step s (a slot's new version, or a step rewritten in place: steps_reopen_complete) was
+ * judged: complete, its kept versions are pruned (invariant 3); set aside, the newest kept
+ * version takes its place again (invariant 4).
  */
-void steps_slot_done(struct ckfs *fs, const struct idx_step *s)
+void steps_versions_done(struct ckfs *fs, const struct idx_step *s)
 {
 	struct slot_ctx c = { .s = s };
 	struct ino_freed fr = { 0 };
 	struct idx_step o, best = { .id = 0 };
 	bool ok = true;
 
-	if (idx_step_foreach(fs->ix, slot_kept_cb, &c) < 0 || c.n == 0)
+	if (kept_versions(fs, &c) < 0 || c.n == 0)
 		goto out;
 	if (s->state == IDX_STEP_INCOMPLETE) {
 		for (size_t i = 0; i < c.n; i++)
@@ -185,4 +203,18 @@ void steps_before_write(struct ckfs *fs, uint64_t ino, pid_t pid)
 	 * commits and judges it first (fs_settle_for_reader). A slot rewritten in place is
 	 * written through opens of existing names only (tests/mount/test_slots.py test_1b). */
 	steps_on_name(fs, parent, name, ino, pid, false);
+}
+
+bool steps_version_shadowed(struct ckfs *fs, const struct idx_step *s)
+{
+	const char *leaf;
+	uint64_t home, cur;
+	struct idx_step o;
+
+	return s->state == IDX_STEP_COMPLETE && steps_is_retained(fs, s) &&
+	       steps_step_home(fs, s->name, &home, &leaf) == 0 &&
+	       idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0 &&
+	       idx_step_by_dir(fs->ix, cur, &o) == 0 && o.id != s->id && o.kind == s->kind &&
+	       (o.state == IDX_STEP_WRITING || o.state == IDX_STEP_SEALED ||
+		o.state == IDX_STEP_COMPLETE);
 }

@@ -25,6 +25,7 @@ sys.dont_write_bytecode = True
 import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
@@ -126,26 +127,48 @@ class TestLineage(unittest.TestCase):
 
     def test_complete_step_changed_in_place(self):
         """Issue 40.3: `truncate -s 100000` of a file in a complete step succeeded on cb3ae28, the
-        tracker still named it, ckptctl said complete, and the resume's torch.load failed. Now
-        the step goes back to writing at once (no tracker names it), is set aside when the
-        change is left unsealed, and a resume lands on the step before it, bit-exact; a save of
-        the same step again by the trainer completes it again."""
+        tracker still named it, ckptctl said complete, and the resume's torch.load failed. Now a
+        change starts a new version: while it is open no tracker names the step; left unsealed,
+        it is set aside and the complete version comes back, so a resume lands on the step as it
+        was saved, bit-exact; the trainer saving the step again completes a new version."""
         layout = 'megatron'
         with ckfs.Mount() as m:
             log = os.path.join(m.tmp, 'run.log')
             run(layout, m.mnt, log, steps=4, every=2)
             self.assertEqual(self.read_tracker(m, layout), '4')
             f = m.path('iter_0000004', 'mp_rank_00', 'model_optim_rng.pt')
-            r = ckfs.run(['truncate', '-s', '100000', f], timeout=30)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(self.read_tracker(m, layout), '2', 'a changed step is not named')
-            ckfs.wait_for('the changed step 4 set aside', lambda: (
-                os.listdir(m.mnt), self.states(m).get('iter_0000004') == 'incomplete')[1])
-            self.resume_lands_on(m, layout, log, 2)
-            # the trainer saving step 4 again (a resume from 2): complete again, named again
+            size = os.path.getsize(f)
+            # a writer holds the file open, truncated: the step is not what a tracker names
+            w = subprocess.Popen(['/usr/bin/python3', '-c',
+                                  'import os,sys; f=open(sys.argv[1], "r+b"); f.truncate(100000);'
+                                  ' f.flush(); sys.stdin.read()', f],
+                                 stdin=subprocess.PIPE)
+            try:
+                ckfs.wait_for('the truncate', lambda: os.path.getsize(f) == 100000)
+                self.assertEqual(self.read_tracker(m, layout), '2',
+                                 'a step being changed is not named')
+            finally:
+                w.stdin.close()
+                w.wait(timeout=30)
+            # the change, left unsealed, is set aside; the complete version is back
+            ckfs.wait_for('step 4 back', lambda: self.read_tracker(m, layout) == '4',
+                          extra=m.log_tail)
+            self.assertEqual(os.path.getsize(f), size)
+            states = sorted(s['state'] for s in json.loads(
+                m.ckptctl('steps', json_out=True).stdout) if s['name'] == 'iter_0000004')
+            self.assertEqual(states, ['complete', 'incomplete'])
+            self.resume_lands_on(m, layout, log, 4)
+            # the trainer saving step 4 again (a resume from 2): a new version, complete
+            with open(m.path(LAYOUTS[layout][0]), 'w') as t:
+                t.write('2')                       # a rollback to 2 first
+            self.assertEqual(self.read_tracker(m, layout), '2')
             run(layout, m.mnt, log, steps=4, every=2, resume=True)
             self.assertEqual(self.read_tracker(m, layout), '4')
             self.resume_lands_on(m, layout, log, 4)
+            states = sorted(s['state'] for s in json.loads(
+                m.ckptctl('steps', json_out=True).stdout) if s['name'] == 'iter_0000004')
+            self.assertEqual(states, ['complete', 'incomplete', 'pruned'],
+                             'the earlier version is pruned once the new one is complete')
 
     def test_step_made_ahead_by_a_launcher(self):
         """Issue 40.6: `mkdir -p iter_0000002/mp_rank_00` from a shell, an `ls`, then a save into
