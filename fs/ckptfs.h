@@ -33,6 +33,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "index/index.h"
@@ -127,6 +128,17 @@ void ckpt_repo_check_unlock(int fd);
  * realpath, opendir or readdir. Thread-safe.
  */
 int ckpt_paths_check(const char *store, const char *mnt, bool nonempty, char *err, size_t cap);
+
+/*
+ * ckpt_control_addr - the address of the control socket of the daemon that mounts store (a
+ * socket in Linux's abstract namespace, unix(7), named after the store directory's device and
+ * inode, so a store path of any length has one and no file is left behind): the daemon listens
+ * there (fs/fuse/control.c), ckptctl connects there to manage steps while mounted.
+ * Returns 0 (*ret and *ret_len, the length to give bind/connect), or the -errno of stat(store).
+ * Thread-safe.
+ */
+struct sockaddr_un;
+int ckpt_control_addr(const char *store, struct sockaddr_un *ret, socklen_t *ret_len);
 
 /*
  * ckpt_repo_backup_index - REPO_EXCLUSIVE, with nothing left to commit (the daemon at a clean

@@ -1,5 +1,6 @@
 /*
- * paths.c — the checks on STORE and MOUNTPOINT made before anything is created or mounted.
+ * paths.c — the checks on STORE and MOUNTPOINT made before anything is created or mounted, and
+ * the address of a mounted store's control socket.
  *
  * Why each refusal: a store inside its own mount point (or equal to it) is written through the
  * mount by the daemon that serves it, which deadlocks or loses what is written; a mount point
@@ -16,7 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "fs/ckptfs.h"
@@ -165,5 +169,21 @@ int ckpt_paths_check(const char *store, const char *mnt, bool nonempty, char *er
 		     "an empty or absent directory)", store, first);
 		return -ENOTEMPTY;
 	}
+	return 0;
+}
+
+int ckpt_control_addr(const char *store, struct sockaddr_un *ret, socklen_t *ret_len)
+{
+	struct stat sb;
+	int n;
+
+	if (stat(store, &sb) < 0)
+		return -errno;
+	memset(ret, 0, sizeof(*ret));
+	ret->sun_family = AF_UNIX;
+	/* sun_path[0] = '\0': Linux's abstract namespace (unix(7)); no file, no path length limit */
+	n = snprintf(ret->sun_path + 1, sizeof(ret->sun_path) - 1, "ckptfs-control/%llx:%llx",
+		     (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino);
+	*ret_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 	return 0;
 }

@@ -773,6 +773,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 {
 	struct ckfs fs = { .staging_dirfd = -1 };
 	struct fs_metrics *metrics = NULL;
+	struct fs_control *control = NULL;
 	uint64_t inodes = 0, chunks = 0;
 	unsigned nworkers = 0;
 	size_t wbuf = 0;
@@ -810,12 +811,19 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		ckpt_log("recovered store '%s' after an unclean stop: removed %llu "
 			"unlinked files and %llu unreferenced chunks\n", c->store,
 			(unsigned long long)inodes, (unsigned long long)chunks);
+	/* after the mount: the steps a request names are the ones the mount serves */
+	char cerr[512];
+
+	if (!(control = fs_control_start(&fs, c->store, cerr, sizeof(cerr))))
+		ckpt_log("%s; 'ckptctl %s pin|unpin|drop|rollback' will need the store "
+			 "unmounted\n", cerr, c->store);
 	report_ready();
 	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
 		o->mountpoint);
 	start_threads(&fs, wbuf, nworkers);
 	ret = session_loop(fs.se, o);
 out:
+	fs_control_stop(control); /* before teardown: a request takes fs->mu */
 	fs_metrics_stop(metrics); /* before teardown: a scrape reads fs */
 	teardown(&fs, ret);
 	return ret;

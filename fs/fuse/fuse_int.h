@@ -118,6 +118,20 @@ struct fs_metrics;
 struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err, size_t cap);
 void fs_metrics_stop(struct fs_metrics *m);
 
+/* ---- control.c: ckptctl's requests on a mounted store ---- */
+struct fs_control;
+/*
+ * fs_control_start - listen on the control socket of store (ckpt_control_addr) and serve
+ * `ckptctl pin|unpin|drop|rollback STEP` on one thread (steps_ctl_*, which take fs->mu), for
+ * the daemon's own user and root only. Returns the server (owned: fs_control_stop), or NULL
+ * with a one-line reason in err (cap bytes): the address is taken (another daemon of the same
+ * store directory) or no socket could be made.
+ * fs_control_stop - stop serving (a request in progress finishes first) and free c; NULL is a
+ * no-op. Call before fs is torn down.
+ */
+struct fs_control *fs_control_start(struct ckfs *fs, const char *store, char *err, size_t cap);
+void fs_control_stop(struct fs_control *c);
+
 /* ---- ops.c (ops_dir.c, ops_file.c: ops_int.h) ---- */
 extern const struct fuse_lowlevel_ops fs_ops;
 

@@ -158,4 +158,24 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 		    pid_t pid);
 
 
+/* ---- steps_control.c: steps managed while mounted (ckptctl through the control socket) ---- */
+
+/*
+ * steps_ctl_pin, steps_ctl_drop, steps_ctl_rollback - the commands of `ckptctl pin|unpin|drop|
+ * rollback STEP` on a mounted store. arg names one step as ckptctl's STEP does (a step number
+ * or a step directory name; pruned steps left out). msg (cap bytes) gets one line for the user:
+ * what was done, or why not and what to do.
+ * pin: a complete step; unpin runs retention for its layout at once.
+ * drop: any step that is not being written (writing, sealed), not pinned, and not the one a
+ *       tracker names: its tree leaves the namespace (or the quarantine, or retained), its
+ *       chunks no other step uses are freed, its state becomes pruned ("dropped").
+ * rollback: a complete step of a layout with a tracker: a claim of it is recorded as if the
+ *       trainer wrote its tracker, so the tracker names it (policy rule 6, lineage) and the
+ *       newer steps are kept as another lineage.
+ * Returns 0 done, -1 refused or failed (msg says which). Take fs->mu themselves.
+ */
+int steps_ctl_pin(struct ckfs *fs, const char *arg, bool pin, char *msg, size_t cap);
+int steps_ctl_drop(struct ckfs *fs, const char *arg, char *msg, size_t cap);
+int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap);
+
 #endif /* CKPTFS_FS_STEPS_H */

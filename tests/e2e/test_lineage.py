@@ -170,6 +170,52 @@ class TestLineage(unittest.TestCase):
             self.assertEqual(states, ['complete', 'incomplete', 'pruned'],
                              'the earlier version is pruned once the new one is complete')
 
+    def test_steps_managed_while_mounted(self):
+        """Issue 40.5: pin, unpin, gc and friends needed the store unmounted (training stopped).
+        Now ckptctl asks the daemon: a live pin keeps a step through retention, rollback makes
+        the tracker name an older step and a resume lands on it bit-exact, drop removes a step
+        set aside, and the step a tracker names cannot be dropped."""
+        layout = 'megatron'
+        with ckfs.Mount(opts=('keep_checkpoint_max=2',)) as m:
+            log = os.path.join(m.tmp, 'run.log')
+            run(layout, m.mnt, log, steps=4, every=2)              # 2 4
+            r = m.ckptctl('pin', '2')                               # through the mount point too
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn('pinned', r.stdout)
+            run(layout, m.mnt, log, steps=8, every=2, resume=True)  # 6 8: 4 pruned, 2 pinned
+            st = self.states(m)
+            self.assertEqual((st['iter_0000002'], st['iter_0000004'], st['iter_0000006'],
+                              st['iter_0000008']), ('complete', 'pruned', 'complete', 'complete'))
+            r = ckfs.run([ckfs.ckptctl_bin(), m.mnt, 'rollback', '6'], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.read_tracker(m, layout), '6')
+            self.resume_lands_on(m, layout, log, 6)
+            r = m.ckptctl('drop', '6')
+            self.assertEqual(r.returncode, 2)
+            self.assertIn('tracker names', r.stderr)
+            r = m.ckptctl('drop', '8')                              # the other lineage's step
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn('iter_0000008', os.listdir(m.mnt))
+            self.assertEqual(self.states(m)['iter_0000008'], 'pruned')
+            # a save set aside (abandoned: files, no claim), dropped from the quarantine
+            d = m.path('iter_0000010', 'mp_rank_00')
+            ckfs.run(['/usr/bin/python3', '-c', 'import os,sys; os.makedirs(sys.argv[1]); '
+                      'open(os.path.join(sys.argv[1], "x.pt"), "wb").write(b"x" * 4096)', d],
+                     timeout=60)
+            ckfs.wait_for('step 10 set aside', lambda: (
+                os.listdir(m.mnt), self.states(m).get('iter_0000010') == 'incomplete')[1])
+            r = m.ckptctl('drop', 'iter_0000010')
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(m.path('.ckptfs', 'quarantine')), [])
+            r = m.ckptctl('unpin', '2')
+            self.assertEqual(r.returncode, 0, r.stderr)
+            # unpinned, 2 counts again: with 6 the newest, keep_checkpoint_max=2 keeps both
+            self.assertEqual(self.states(m)['iter_0000002'], 'complete')
+            m.unmount()     # on a store not mounted, drop says the store must be mounted
+            r = m.ckptctl('drop', '2')
+            self.assertEqual(r.returncode, 2)
+            self.assertIn('not mounted', r.stderr)
+
     def test_step_made_ahead_by_a_launcher(self):
         """Issue 40.6: `mkdir -p iter_0000002/mp_rank_00` from a shell, an `ls`, then a save into
         it got ENOENT on cb3ae28 (the empty directory was already set aside). A step directory

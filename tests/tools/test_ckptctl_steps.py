@@ -191,9 +191,14 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.ctl('pin', '200', rc=2)
 
     def test_6_pin_mounted(self):
-        r = self.ctl('pin', '100', rc=2)
-        self.assertIn('mounted by pid %d' % self.m.pid, r.stderr)
-        self.assertIn('unmount', r.stderr)
+        # a mounted store: the daemon pins (issue 40.5; cb3ae28 asked for an unmount)
+        r = self.ctl('pin', '100')
+        self.assertIn("step 'iter_0000100' pinned", r.stdout)
+        self.assertTrue(self.ctl('steps', json_out=True)[0]['pinned'])
+        r = self.ctl('pin', '200', rc=2)
+        self.assertIn('only complete steps can be pinned', r.stderr)
+        j = self.ctl('unpin', '100', json_out=True)
+        self.assertEqual((j['request'], j['step']), ('unpin', '100'))
         self.assertFalse(self.ctl('steps', json_out=True)[0]['pinned'])
 
     def test_7_pin_unmounted(self):

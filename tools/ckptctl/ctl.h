@@ -67,6 +67,16 @@ int cmd_export(const struct ctl_opts *o);
 int cmd_claims(const struct ctl_opts *o);
 int cmd_import(const struct ctl_opts *o);
 int cmd_remote(const struct ctl_opts *o);
+int cmd_drop(const struct ctl_opts *o);
+int cmd_rollback(const struct ctl_opts *o);
+
+/*
+ * ctl_daemon_request - ask the daemon of mounted store root to run "verb arg" (pin, unpin, drop,
+ * rollback; fs/fuse/control.c) and print its answer (one line, or a JSON object with request,
+ * step and message when json). Returns EXIT_OK, or EXIT_ERROR (the daemon refused, or cannot be
+ * reached: reported on stderr).
+ */
+int ctl_daemon_request(const char *root, const char *verb, const char *arg, bool json);
 
 /*
  * ctl_usage - print "ckptctl: <message>", the short usage and a pointer to --help on stderr.

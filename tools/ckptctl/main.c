@@ -64,8 +64,16 @@ static const struct ctl_cmd commands[] = {
 	  "              (STEP: a step number, or a step directory name such as iter_0000100)\n" },
 	{ "pin", cmd_pin, 1, 1, "one STEP",
 	  "  pin STEP, unpin STEP\n"
-	  "              protect a complete step from retention, or stop (not mounted)\n" },
+	  "              protect a complete step from retention, or stop (mounted: through\n"
+	  "              the daemon)\n" },
 	{ "unpin", cmd_pin, 1, 1, "one STEP", NULL },
+	{ "drop", cmd_drop, 1, 1, "one STEP",
+	  "  drop STEP   remove a step now (mounted): a quarantined, retained or complete one,\n"
+	  "              not pinned, not the one a tracker names; its chunks are freed\n" },
+	{ "rollback", cmd_rollback, 1, 1, "one STEP",
+	  "  rollback STEP\n"
+	  "              make the tracker name complete step STEP (mounted), as if the trainer\n"
+	  "              wrote it: newer steps are kept as another lineage\n" },
 	{ "export", cmd_export, 2, 2, "a STEP and a DIR",
 	  "  export STEP DIR\n"
 	  "              copy a complete step to DIR/NAME as plain files, each verified against\n"
@@ -127,7 +135,8 @@ int ctl_usage(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
-	      "               pin STEP | unpin STEP | export [--force] STEP DIR | claims |\n"
+	      "               pin STEP | unpin STEP | drop STEP | rollback STEP |\n"
+	      "               export [--force] STEP DIR | claims |\n"
 	      "               import [--dest PATH] DIR | fsck [--rebuild] | remote [verify|gc]\n"
 	      "run 'ckptctl --help' for details\n",
 	      stderr);

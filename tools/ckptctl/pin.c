@@ -1,6 +1,6 @@
 /*
- * pin.c — ckptctl pin STEP, unpin STEP: protect a complete step from retention, or stop
- * (only while not mounted).
+ * pin.c — ckptctl pin STEP, unpin STEP: protect a complete step from retention, or stop; on a
+ * mounted store through its daemon (live.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,16 +23,13 @@ static int pin_run(const char *root, const char *arg, bool pin, bool json)
 	memset(&m, 0, sizeof(m));
 	rc = ckpt_repo_open(root, REPO_EXCLUSIVE, NULL, err, sizeof(err), &r);
 	if (rc == -EBUSY) {
-		/* who holds it: a daemon (mounted), or another ckptctl reading it */
+		/* who holds it: a daemon (mounted: ask it), or another ckptctl reading it */
 		if (ckpt_repo_open(root, REPO_RDONLY, NULL, err, sizeof(err), &r) == 0 &&
-		    r->mounted)
-			ctl_err("store '%s' is mounted by pid %d; %sning a step needs the store "
-				"unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
-				"'ckptctl %s %s %s' again",
-				root, (int)r->owner_pid, verb, root, verb, arg);
-		else
-			ctl_err("store '%s' is in use by another process; retry when it is done",
-				root);
+		    r->mounted) {
+			ckpt_repo_close(r);
+			return ctl_daemon_request(root, verb, arg, json);
+		}
+		ctl_err("store '%s' is in use by another process; retry when it is done", root);
 		ckpt_repo_close(r);
 		return EXIT_ERROR;
 	}

@@ -1,0 +1,204 @@
+/*
+ * steps_control.c — steps managed while training runs: pin, unpin, drop and rollback, asked for
+ * by `ckptctl` through the daemon's control socket (fs/fuse/control.c), so they need no unmount.
+ *
+ * Each command names a step as ckptctl's STEP does (a step number, or a step directory name),
+ * runs under fs->mu in one index transaction, and answers one line for the person who asked.
+ *
+ * Locking: every function here takes fs->mu itself (the control thread holds nothing).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/steps/steps.h"
+#include "fs/policy/layout.h"
+#include "fs/policy/policy.h"
+#include "fs/steps/steps_int.h"
+
+static void answer(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void answer(char *msg, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, cap, fmt, ap);
+	va_end(ap);
+}
+
+struct ctl_find {
+	const char *arg;
+	int64_t number; /* arg as a step number, or -1 */
+	struct idx_step best;
+	unsigned n;     /* steps matched, pruned ones left out */
+};
+
+static int find_cb(const struct idx_step *s, void *arg)
+{
+	struct ctl_find *f = arg;
+
+	if (s->state == IDX_STEP_PRUNED)
+		return 0;
+	if (strcmp(s->name, f->arg) != 0 && (f->number < 0 || s->step != f->number))
+		return 0;
+	/* one step saved twice (a kept version and its new one): the newest row answers */
+	if (f->n == 0 || strcmp(f->best.name, s->name) != 0 || f->best.kind != s->kind)
+		f->n++;
+	if (f->n == 1 || s->id > f->best.id)
+		f->best = *s;
+	return 0;
+}
+
+/* The one step arg names (not pruned) into *ret. Returns 0, or -1 with the answer in msg. */
+static int find_step(struct ckfs *fs, const char *arg, struct idx_step *ret, char *msg, size_t cap)
+{
+	struct ctl_find f = { .arg = arg, .number = -1 };
+	char *end;
+	long long v = strtoll(arg, &end, 10);
+
+	if (*arg && !*end && v >= 0)
+		f.number = v;
+	if (idx_step_foreach(fs->ix, find_cb, &f) < 0) {
+		answer(msg, cap, "cannot read the step table");
+		return -1;
+	}
+	if (f.n == 0) {
+		answer(msg, cap, "no step '%s' (a step number or a step directory name; see "
+		       "'ckptctl STORE steps')", arg);
+		return -1;
+	}
+	if (f.n > 1) {
+		answer(msg, cap, "'%s' names %u steps; give the step directory name", arg, f.n);
+		return -1;
+	}
+	*ret = f.best;
+	return 0;
+}
+
+int steps_ctl_pin(struct ckfs *fs, const char *arg, bool pin, char *msg, size_t cap)
+{
+	struct idx_step s;
+	int rc = -1;
+
+	fs_lock(fs);
+	if (find_step(fs, arg, &s, msg, cap) < 0)
+		goto out;
+	if (pin && s.state != IDX_STEP_COMPLETE) {
+		answer(msg, cap, "step '%s' is %s; only complete steps can be pinned", s.name,
+		       idx_step_state_name(s.state));
+		goto out;
+	}
+	if (s.pinned != pin && (idx_begin(fs->ix) < 0 || idx_step_set_pinned(fs->ix, s.id, pin) < 0 ||
+				idx_commit(fs->ix) < 0)) {
+		idx_rollback(fs->ix);
+		answer(msg, cap, "cannot record the pin of step '%s' in the index", s.name);
+		goto out;
+	}
+	answer(msg, cap, "step '%s' %s", s.name, pin ? "pinned: retention keeps it" :
+		       "unpinned: retention counts it again");
+	if (!pin && s.pinned)
+		steps_retention(fs, s.kind); /* it may be beyond keep_checkpoint_max now */
+	rc = 0;
+out:
+	fs_unlock(fs);
+	return rc;
+}
+
+/* Whether step s is what a tracker of a layout sharing its kind names now. */
+static bool named_by_tracker(struct ckfs *fs, const struct idx_step *s)
+{
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
+		char buf[LAYOUT_TRACKER_MAX];
+		struct idx_step t;
+
+		if (layout_tracker_shared((enum layout_kind)k, (enum layout_kind)s->kind) &&
+		    steps_tracker_content(fs, k, buf, sizeof(buf), &t) >= 0 && t.id == s->id)
+			return true;
+	}
+	return false;
+}
+
+int steps_ctl_drop(struct ckfs *fs, const char *arg, char *msg, size_t cap)
+{
+	struct ino_freed fr = { 0 };
+	struct idx_step s;
+	int rc = -1;
+	bool ok;
+
+	fs_lock(fs);
+	if (find_step(fs, arg, &s, msg, cap) < 0)
+		goto out;
+	if (s.state == IDX_STEP_WRITING || s.state == IDX_STEP_SEALED) {
+		answer(msg, cap, "step '%s' is being written (%s); drop it once it is judged",
+		       s.name, idx_step_state_name(s.state));
+		goto out;
+	}
+	if (s.pinned) {
+		answer(msg, cap, "step '%s' is pinned; unpin it first", s.name);
+		goto out;
+	}
+	if (s.state == IDX_STEP_COMPLETE && named_by_tracker(fs, &s)) {
+		answer(msg, cap, "step '%s' is what the tracker names, the step a resume loads; "
+		       "roll back to another step first ('ckptctl STORE rollback STEP')", s.name);
+		goto out;
+	}
+	if (idx_begin(fs->ix) < 0) {
+		answer(msg, cap, "cannot write the index");
+		goto out;
+	}
+	ok = steps_drop_tree(fs, &s, &fr) == 0 &&
+	     (s.kind != LAYOUT_MF1 || steps_mf1_drop_files(fs, &s, &fr) == 0) &&
+	     steps_set_state(fs, &s, IDX_STEP_PRUNED, "dropped (ckptctl drop)") == 0;
+	ok = ok && idx_commit(fs->ix) == 0;
+	if (!ok)
+		idx_rollback(fs->ix);
+	ino_release_finish(fs, &fr, ok);
+	if (!ok) {
+		answer(msg, cap, "cannot drop step '%s': the index refused the change", s.name);
+		goto out;
+	}
+	answer(msg, cap, "step '%s' dropped; its chunks no other step uses are freed", s.name);
+	rc = 0;
+out:
+	fs_unlock(fs);
+	return rc;
+}
+
+int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap)
+{
+	char tracker[LAYOUT_PATH_MAX], content[LAYOUT_TRACKER_MAX];
+	struct layout_tracker t = { .epoch = -1 };
+	struct idx_step s;
+	int n, rc = -1;
+
+	fs_lock(fs);
+	if (find_step(fs, arg, &s, msg, cap) < 0)
+		goto out;
+	if (s.state != IDX_STEP_COMPLETE) {
+		answer(msg, cap, "step '%s' is %s; only a complete step can be rolled back to",
+		       s.name, idx_step_state_name(s.state));
+		goto out;
+	}
+	t.step = s.step;
+	if (s.kind == LAYOUT_MF1 ||
+	    layout_tracker_path((enum layout_kind)s.kind, s.step, -1, tracker, sizeof(tracker)) < 0 ||
+	    (n = layout_tracker_format((enum layout_kind)s.kind, &t, content, sizeof(content))) < 0) {
+		answer(msg, cap, "step '%s' is of a layout whose trainer resumes from the highest "
+		       "step it finds (%s), not from a tracker: drop the newer steps instead "
+		       "('ckptctl STORE drop STEP')", s.name, layout_name(s.kind));
+		goto out;
+	}
+	/* as if the trainer wrote its tracker: a claim, the head of a new lineage (rule 6) */
+	steps_on_claim(fs, s.kind, tracker, content, (size_t)n, 0);
+	steps_inval_queue(fs, IDX_ROOT_INO, tracker);
+	answer(msg, cap, "'%s' now names step %" PRId64 " ('%s'); the newer steps are kept as "
+	       "another lineage", tracker, s.step, s.name);
+	rc = 0;
+out:
+	fs_unlock(fs);
+	return rc;
+}
