@@ -259,6 +259,18 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
 		put(o, " %s %u", idx_step_state_name(s), by_state[s]);
 	put(o, "\n");
+	/* what du of the mount does not see (the root's listing leaves .ckptfs out): said here */
+	uint64_t q_n = 0, q_bytes = 0;
+
+	for (size_t i = 0; i < c->n; i++)
+		if ((c->v[i].state == IDX_STEP_INCOMPLETE || c->v[i].state == IDX_STEP_CORRUPT) &&
+		    c->v[i].dir_ino) {
+			q_n++;
+			q_bytes += c->v[i].stored_bytes;
+		}
+	put(o, "set aside:          %" PRIu64 " steps, %" PRIu64 " bytes stored, in "
+	       ".ckptfs/quarantine (keep_quarantine=%u%s; not counted by du of the mount)\n",
+	    q_n, q_bytes, fs->keep_quarantine, fs->keep_quarantine ? "" : ": all");
 	if (idx_claim_foreach(fs->ix, claim_cb, &cs) == 0) {
 		put(o, "tracker claims:     %" PRIu64 " recorded, %" PRIu64 " not a step, %" PRIu64
 		       " naming a step that never completed\n", cs.total, cs.junk, cs.unfulfilled);

@@ -12,6 +12,7 @@ sys.dont_write_bytecode = True
 import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import unittest  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
@@ -150,6 +151,14 @@ class QuarantineLimitTest(unittest.TestCase):
                              ['pruned'] * 3 + ['incomplete'] * 2, by)
             show = json.loads(m.ckptctl('show', 'iter_0000001', json_out=True).stdout)[0]
             self.assertIn('quarantine limit', json.dumps(show))
+            # du of the mount does not see .ckptfs (the root's listing leaves it out): status
+            # says what the quarantine holds
+            with open(m.path('.ckptfs', 'status')) as f:
+                status = f.read()
+            self.assertRegex(status, r'set aside: +2 steps, \d+ bytes stored, in '
+                             r'\.ckptfs/quarantine \(keep_quarantine=2;')
+            held = int(re.search(r'set aside: +2 steps, (\d+) bytes', status).group(1))
+            self.assertGreaterEqual(held, 2 << 20)
 
 
 if __name__ == '__main__':
