@@ -117,6 +117,13 @@ int ckpt_repo_check_lock(struct ckpt_repo *r);
 void ckpt_repo_check_unlock(int fd);
 
 /*
+ * ckpt_msg - format a one-line message for the user into buf (cap bytes, truncated to fit,
+ * always NUL-terminated when cap > 0); buf NULL or cap 0: nothing. The err/msg out-parameters
+ * of this module and of the layers above are filled with it. Thread-safe.
+ */
+void ckpt_msg(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
  * ckpt_paths_check - refuse STORE and MOUNTPOINT paths that would lose or hide data, before
  * anything is created or mounted: equal or nested in either direction (after realpath(3); a
  * store that does not exist yet is resolved through its parent), a mountpoint that is not empty

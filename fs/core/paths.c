@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +23,6 @@
 #include <unistd.h>
 
 #include "fs/ckptfs.h"
-
-static void perr(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void perr(char *err, size_t cap, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, cap, fmt, ap);
-	va_end(ap);
-}
 
 /*
  * The absolute, symlink-free form of path into out (PATH_MAX bytes): realpath(3) of path when
@@ -126,16 +115,16 @@ int ckpt_paths_check(const char *store, const char *mnt, bool nonempty, char *er
 	int rc;
 
 	if ((rc = canon(store, s)) < 0) {
-		perr(err, cap, "store '%s': %s", store, strerror(-rc));
+		ckpt_msg(err, cap, "store '%s': %s", store, strerror(-rc));
 		return rc;
 	}
 	if ((rc = canon(mnt, m)) < 0) {
-		perr(err, cap, "mountpoint '%s': %s%s", mnt, strerror(-rc),
+		ckpt_msg(err, cap, "mountpoint '%s': %s%s", mnt, strerror(-rc),
 		     rc == -ENOENT ? " (create it with mkdir)" : "");
 		return rc;
 	}
 	if (contains(m, s) || contains(s, m)) {
-		perr(err, cap, "store '%s' and mountpoint '%s' overlap (%s); give two separate "
+		ckpt_msg(err, cap, "store '%s' and mountpoint '%s' overlap (%s); give two separate "
 		     "directories, e.g. 'ckptfs output/.ckptfs-store output/checkpoint'", store, mnt,
 		     !strcmp(s, m) ? "the same directory: the daemon would write its store "
 				     "through its own mount" :
@@ -147,11 +136,11 @@ int ckpt_paths_check(const char *store, const char *mnt, bool nonempty, char *er
 	}
 	rc = first_entry(m, NULL, first);
 	if (rc < 0) {
-		perr(err, cap, "mountpoint '%s': %s", mnt, strerror(-rc));
+		ckpt_msg(err, cap, "mountpoint '%s': %s", mnt, strerror(-rc));
 		return rc;
 	}
 	if (rc > 0 && !nonempty) {
-		perr(err, cap, "mountpoint '%s' is not empty (it holds '%s'): the mount would hide "
+		ckpt_msg(err, cap, "mountpoint '%s' is not empty (it holds '%s'): the mount would hide "
 		     "what it holds, and a trainer resuming there would not find its checkpoints; "
 		     "bring them into the store first ('ckptctl %s import %s', then mount on an "
 		     "empty directory), or give -o nonempty to mount over them anyway", mnt, first,
@@ -160,11 +149,11 @@ int ckpt_paths_check(const char *store, const char *mnt, bool nonempty, char *er
 	}
 	rc = first_entry(s, fs_root, first);
 	if (rc < 0) {
-		perr(err, cap, "store '%s': %s", store, strerror(-rc));
+		ckpt_msg(err, cap, "store '%s': %s", store, strerror(-rc));
 		return rc;
 	}
 	if (rc > 0 && !is_store(s)) {
-		perr(err, cap, "'%s' is not a ckptfs store: it holds '%s' and no index; were STORE "
+		ckpt_msg(err, cap, "'%s' is not a ckptfs store: it holds '%s' and no index; were STORE "
 		     "and MOUNTPOINT swapped? (usage: ckptfs STORE MOUNTPOINT; a new store must be "
 		     "an empty or absent directory)", store, first);
 		return -ENOTEMPTY;

@@ -50,15 +50,14 @@ int64_t ckpt_mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void seterr(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t cap, const char *fmt, ...)
+void ckpt_msg(char *buf, size_t cap, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !cap)
+	if (!buf || !cap)
 		return;
 	va_start(ap, fmt);
-	vsnprintf(err, cap, fmt, ap);
+	vsnprintf(buf, cap, fmt, ap);
 	va_end(ap);
 }
 
@@ -281,13 +280,13 @@ static int repo_check_names(int dir_fd, size_t n, const char **ret_name)
 static int repo_name_err(const char *root, const char *name, int rc, char *err, size_t errcap)
 {
 	if (rc == -ELOOP)
-		seterr(err, errcap, "'%s/%s' is a symbolic link; ckptfs never follows a link inside "
+		ckpt_msg(err, errcap, "'%s/%s' is a symbolic link; ckptfs never follows a link inside "
 		       "a store: remove it", root, name);
 	else if (rc == -EPERM)
-		seterr(err, errcap, "'%s/%s' is not a plain %s; remove it", root, name,
+		ckpt_msg(err, errcap, "'%s/%s' is not a plain %s; remove it", root, name,
 		       strcmp(name, "staging") && strcmp(name, "chunks") ? "file" : "directory");
 	else
-		seterr(err, errcap, "cannot check '%s/%s': %s", root, name, strerror(-rc));
+		ckpt_msg(err, errcap, "cannot check '%s/%s': %s", root, name, strerror(-rc));
 	return rc;
 }
 
@@ -330,7 +329,7 @@ static int repo_open_root(struct ckpt_repo *r, const char *root, int flags, char
 	if (r->dir_fd < 0 && errno == ENOENT && (flags & REPO_CREATE)) {
 		if (mkdir(root, 0700) < 0 && errno != EEXIST) {
 			rc = -errno;
-			seterr(err, errcap, "cannot create store '%s': %s", root, strerror(-rc));
+			ckpt_msg(err, errcap, "cannot create store '%s': %s", root, strerror(-rc));
 			return rc;
 		}
 		r->dir_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -338,20 +337,20 @@ static int repo_open_root(struct ckpt_repo *r, const char *root, int flags, char
 	if (r->dir_fd < 0 || fstat(r->dir_fd, &stt) < 0) {
 		rc = -errno;
 		if (rc == -ENOTDIR)
-			seterr(err, errcap, "store '%s' is not a directory", root);
+			ckpt_msg(err, errcap, "store '%s' is not a directory", root);
 		else
-			seterr(err, errcap, "cannot use store '%s': %s%s", root, strerror(-rc),
+			ckpt_msg(err, errcap, "cannot use store '%s': %s%s", root, strerror(-rc),
 			       rc == -ENOENT ? " (mount it once with ckptfs to create it)" : "");
 		return rc;
 	}
 	if (stt.st_mode & (S_IWGRP | S_IWOTH)) {
-		seterr(err, errcap,
+		ckpt_msg(err, errcap,
 		       "store '%s' is writable by group or others (mode %04o); run 'chmod 0700 %s'",
 		       root, (unsigned)(stt.st_mode & 07777), root);
 		return -EPERM;
 	}
 	if (may_write && !(flags & REPO_FOREIGN) && stt.st_uid != geteuid()) {
-		seterr(err, errcap,
+		ckpt_msg(err, errcap,
 		       "store '%s' is owned by uid %u, not by uid %u that opens it: its owner could "
 		       "make ckptfs write through it to other files; run this as uid %u, or (ckptfs) "
 		       "mount with -o allow_foreign_store if you trust that user",
@@ -374,7 +373,7 @@ static int path_join(char *buf, size_t cap, const char *root, const char *name)
 /* The message of a store path too long for PATH_MAX; returns -ENAMETOOLONG. */
 static int repo_path_too_long(const char *root, char *err, size_t errcap)
 {
-	seterr(err, errcap, "store path '%s' is too long", root);
+	ckpt_msg(err, errcap, "store path '%s' is too long", root);
 	return -ENAMETOOLONG;
 }
 
@@ -393,29 +392,29 @@ static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char
 	if ((rc = lock_exclusive(r->lock_fd, root, &owner, &finishing)) == -EBUSY) {
 		r->owner_pid = owner;
 		if (finishing)
-			seterr(err, errcap,
+			ckpt_msg(err, errcap,
 			       "store '%s' is still being written by its ckptfs (pid %d) %d s after "
 			       "it was unmounted ('%s/ckptfs.log' says why); retry once 'ps -p %d' "
 			       "shows nothing",
 			       root, (int)owner, FINISH_WAIT_S, root, (int)owner);
 		else if (!owner_exiting(owner))
-			seterr(err, errcap,
+			ckpt_msg(err, errcap,
 			       "store '%s' is in use by another ckptfs (pid %d); unmount it "
 			       "first (fusermount3 -u MOUNTPOINT)",
 			       root, (int)owner);
 		else if (owner > 0)
-			seterr(err, errcap,
+			ckpt_msg(err, errcap,
 			       "store '%s' is still locked %d s after its ckptfs (pid %d) began "
 			       "to exit; wait until 'ps -p %d' shows nothing, then retry",
 			       root, LOCK_WAIT_S, (int)owner, (int)owner);
 		else
-			seterr(err, errcap,
+			ckpt_msg(err, errcap,
 			       "store '%s' is locked by another process (a ckptctl reading it?) "
 			       "for more than %d s; find it with 'fuser -v %s/lock' and retry",
 			       root, LOCK_WAIT_S, root);
 		return rc;
 	} else if (rc < 0) {
-		seterr(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
+		ckpt_msg(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
 		return rc;
 	}
 	char pidbuf[32];
@@ -423,7 +422,7 @@ static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char
 
 	if (ftruncate(r->lock_fd, 0) < 0 || pwrite(r->lock_fd, pidbuf, n, 0) != n) {
 		rc = -errno;
-		seterr(err, errcap, "cannot write '%s': %s", path, strerror(-rc));
+		ckpt_msg(err, errcap, "cannot write '%s': %s", path, strerror(-rc));
 		return rc;
 	}
 	struct stat stt;
@@ -514,7 +513,7 @@ static int repo_lock(struct ckpt_repo *r, const char *root, int *flags, char *er
 		r->lock_fd = -1;
 		if (rc == -ELOOP || rc == -EPERM)
 			return repo_name_err(root, "lock", rc, err, errcap);
-		seterr(err, errcap, "cannot open '%s': %s%s", path, strerror(-rc),
+		ckpt_msg(err, errcap, "cannot open '%s': %s%s", path, strerror(-rc),
 		       rc == -ENOENT ? " (is this a ckptfs store?)" : "");
 		return rc;
 	}
@@ -523,7 +522,7 @@ static int repo_lock(struct ckpt_repo *r, const char *root, int *flags, char *er
 	if (flock(r->lock_fd, LOCK_SH | LOCK_NB) < 0) {
 		if (errno != EWOULDBLOCK) {
 			rc = -errno;
-			seterr(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
+			ckpt_msg(err, errcap, "cannot lock '%s': %s", path, strerror(-rc));
 			return rc;
 		}
 		r->mounted = true;
@@ -590,13 +589,13 @@ static int repo_check_index_present(const char *root, char *err, size_t errcap)
 		return repo_path_too_long(root, err, errcap);
 	has_bak = access(bak, F_OK) == 0;
 	if ((chunks = repo_has_chunks(root)) < 0) {
-		seterr(err, errcap, "cannot list the chunk files of store '%s': %s", root,
+		ckpt_msg(err, errcap, "cannot list the chunk files of store '%s': %s", root,
 		       strerror(-chunks));
 		return chunks;
 	}
 	if (!chunks && !has_bak)
 		return 0; /* a new store */
-	seterr(err, errcap, "the index of store '%s' (%s/" REPO_INDEX_FILE ") is missing or empty, "
+	ckpt_msg(err, errcap, "the index of store '%s' (%s/" REPO_INDEX_FILE ") is missing or empty, "
 	       "but the store holds %s; nothing was changed. If the file was moved, put it back; "
 	       "otherwise, with the store unmounted, run 'ckptctl %s fsck --rebuild' (%s, and keeps "
 	       "every chunk file it cannot place in %s/lost+found)", root, root,
@@ -639,7 +638,7 @@ static int repo_restore_backup(struct ckpt_repo *r, const char *root, char *err,
 	if (lstat(bak, &sb) < 0) {
 		if (errno != ENOENT) {
 			rc = -errno;
-			seterr(err, errcap, "cannot read '%s': %s", bak, strerror(-rc));
+			ckpt_msg(err, errcap, "cannot read '%s': %s", bak, strerror(-rc));
 			return rc;
 		}
 		r->rebuilt = REPO_REBUILT_NEW;
@@ -649,7 +648,7 @@ static int repo_restore_backup(struct ckpt_repo *r, const char *root, char *err,
 	if (rc == 0)
 		rc = idx_integrity(bix, true, msg, sizeof(msg));
 	if (rc < 0) {
-		seterr(err, errcap, "the index backup '%s' is not usable (%s); nothing was changed: "
+		ckpt_msg(err, errcap, "the index backup '%s' is not usable (%s); nothing was changed: "
 		       "move it aside to start a new index", bak, msg[0] ? msg : strerror(-rc));
 		idx_close(bix);
 		return rc;
@@ -659,7 +658,7 @@ static int repo_restore_backup(struct ckpt_repo *r, const char *root, char *err,
 	    (rc = repo_set_aside(root, REPO_INDEX_FILE "-wal", stamp)) < 0 ||
 	    (rc = repo_set_aside(root, REPO_INDEX_FILE "-shm", stamp)) < 0 ||
 	    (rc = idx_backup(bix, db)) < 0) {
-		seterr(err, errcap, "cannot restore '%s' to '%s': %s", bak, db, strerror(-rc));
+		ckpt_msg(err, errcap, "cannot restore '%s' to '%s': %s", bak, db, strerror(-rc));
 		idx_close(bix);
 		return rc;
 	}
@@ -709,7 +708,7 @@ static int repo_open_index(struct ckpt_repo *r, const char *root, int flags, cha
 	if (rc == -EIO && (flags & REPO_SALVAGE)) {
 		r->index_err = rc; /* fsck salvages what it can */
 	} else if (rc < 0) {
-		seterr(err, errcap, "cannot open index '%s': %s%s%s%s%s", path, strerror(-rc),
+		ckpt_msg(err, errcap, "cannot open index '%s': %s%s%s%s%s", path, strerror(-rc),
 		       rc == -EPROTO ? " (written by a newer ckptfs, or not a ckptfs index)"
 				     : rc == -ENOENT ? " (is this a ckptfs store?)" : "",
 		       rc == -EIO ? "; the index file is damaged: with the store unmounted, run "
@@ -731,7 +730,7 @@ static int repo_open_index(struct ckpt_repo *r, const char *root, int flags, cha
 
 		rc = idx_integrity(r->ix, true, msg, sizeof(msg));
 		if (rc < 0) {
-			seterr(err, errcap, "index '%s' is damaged (%s); nothing was changed: with "
+			ckpt_msg(err, errcap, "index '%s' is damaged (%s); nothing was changed: with "
 			       "the store unmounted, run 'ckptctl %s fsck' to rebuild it from what "
 			       "is still readable", path, rc == -EUCLEAN ? msg : strerror(-rc),
 			       root);
@@ -751,7 +750,7 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 	r = calloc(1, sizeof(*r));
 	if (!r || !(r->root = strdup(root))) {
 		free(r);
-		seterr(err, errcap, "out of memory");
+		ckpt_msg(err, errcap, "out of memory");
 		return -ENOMEM;
 	}
 	r->lock_fd = -1;
@@ -771,7 +770,7 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 	so.read_only = (flags & REPO_RDONLY) != 0;
 	rc = store_open(root, &so, &r->st);
 	if (rc < 0) {
-		seterr(err, errcap, "cannot open chunk store in '%s': %s", root, strerror(-rc));
+		ckpt_msg(err, errcap, "cannot open chunk store in '%s': %s", root, strerror(-rc));
 		goto fail;
 	}
 	*ret = r;

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,16 +18,6 @@
 #include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
 #include "fs/steps/steps_int.h"
-
-static void answer(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void answer(char *msg, size_t cap, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, cap, fmt, ap);
-	va_end(ap);
-}
 
 struct ctl_find {
 	const char *arg;
@@ -63,16 +52,16 @@ static int find_step(struct ckfs *fs, const char *arg, struct idx_step *ret, cha
 	if (*arg && !*end && v >= 0)
 		f.number = v;
 	if (idx_step_foreach(fs->ix, find_cb, &f) < 0) {
-		answer(msg, cap, "cannot read the step table");
+		ckpt_msg(msg, cap, "cannot read the step table");
 		return -1;
 	}
 	if (f.n == 0) {
-		answer(msg, cap, "no step '%s' (a step number or a step directory name; see "
+		ckpt_msg(msg, cap, "no step '%s' (a step number or a step directory name; see "
 		       "'ckptctl STORE steps')", arg);
 		return -1;
 	}
 	if (f.n > 1) {
-		answer(msg, cap, "'%s' names %u steps; give the step directory name", arg, f.n);
+		ckpt_msg(msg, cap, "'%s' names %u steps; give the step directory name", arg, f.n);
 		return -1;
 	}
 	*ret = f.best;
@@ -88,17 +77,17 @@ int steps_ctl_pin(struct ckfs *fs, const char *arg, bool pin, char *msg, size_t 
 	if (find_step(fs, arg, &s, msg, cap) < 0)
 		goto out;
 	if (pin && s.state != IDX_STEP_COMPLETE) {
-		answer(msg, cap, "step '%s' is %s; only complete steps can be pinned", s.name,
+		ckpt_msg(msg, cap, "step '%s' is %s; only complete steps can be pinned", s.name,
 		       idx_step_state_name(s.state));
 		goto out;
 	}
 	if (s.pinned != pin && (idx_begin(fs->ix) < 0 || idx_step_set_pinned(fs->ix, s.id, pin) < 0 ||
 				idx_commit(fs->ix) < 0)) {
 		idx_rollback(fs->ix);
-		answer(msg, cap, "cannot record the pin of step '%s' in the index", s.name);
+		ckpt_msg(msg, cap, "cannot record the pin of step '%s' in the index", s.name);
 		goto out;
 	}
-	answer(msg, cap, "step '%s' %s", s.name, pin ? "pinned: retention keeps it" :
+	ckpt_msg(msg, cap, "step '%s' %s", s.name, pin ? "pinned: retention keeps it" :
 		       "unpinned: retention counts it again");
 	if (!pin && s.pinned)
 		steps_retention(fs, s.kind); /* it may be beyond keep_checkpoint_max now */
@@ -133,21 +122,21 @@ int steps_ctl_drop(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 	if (find_step(fs, arg, &s, msg, cap) < 0)
 		goto out;
 	if (s.state == IDX_STEP_WRITING || s.state == IDX_STEP_SEALED) {
-		answer(msg, cap, "step '%s' is being written (%s); drop it once it is judged",
+		ckpt_msg(msg, cap, "step '%s' is being written (%s); drop it once it is judged",
 		       s.name, idx_step_state_name(s.state));
 		goto out;
 	}
 	if (s.pinned) {
-		answer(msg, cap, "step '%s' is pinned; unpin it first", s.name);
+		ckpt_msg(msg, cap, "step '%s' is pinned; unpin it first", s.name);
 		goto out;
 	}
 	if (s.state == IDX_STEP_COMPLETE && named_by_tracker(fs, &s)) {
-		answer(msg, cap, "step '%s' is what the tracker names, the step a resume loads; "
+		ckpt_msg(msg, cap, "step '%s' is what the tracker names, the step a resume loads; "
 		       "roll back to another step first ('ckptctl STORE rollback STEP')", s.name);
 		goto out;
 	}
 	if (idx_begin(fs->ix) < 0) {
-		answer(msg, cap, "cannot write the index");
+		ckpt_msg(msg, cap, "cannot write the index");
 		goto out;
 	}
 	ok = steps_drop_tree(fs, &s, &fr) == 0 &&
@@ -158,10 +147,10 @@ int steps_ctl_drop(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 		idx_rollback(fs->ix);
 	ino_release_finish(fs, &fr, ok);
 	if (!ok) {
-		answer(msg, cap, "cannot drop step '%s': the index refused the change", s.name);
+		ckpt_msg(msg, cap, "cannot drop step '%s': the index refused the change", s.name);
 		goto out;
 	}
-	answer(msg, cap, "step '%s' dropped; its chunks no other step uses are freed", s.name);
+	ckpt_msg(msg, cap, "step '%s' dropped; its chunks no other step uses are freed", s.name);
 	rc = 0;
 out:
 	fs_unlock(fs);
@@ -179,7 +168,7 @@ int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 	if (find_step(fs, arg, &s, msg, cap) < 0)
 		goto out;
 	if (s.state != IDX_STEP_COMPLETE) {
-		answer(msg, cap, "step '%s' is %s; only a complete step can be rolled back to",
+		ckpt_msg(msg, cap, "step '%s' is %s; only a complete step can be rolled back to",
 		       s.name, idx_step_state_name(s.state));
 		goto out;
 	}
@@ -187,7 +176,7 @@ int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 	if (s.kind == LAYOUT_MF1 ||
 	    layout_tracker_path((enum layout_kind)s.kind, s.step, -1, tracker, sizeof(tracker)) < 0 ||
 	    (n = layout_tracker_format((enum layout_kind)s.kind, &t, content, sizeof(content))) < 0) {
-		answer(msg, cap, "step '%s' is of a layout whose trainer resumes from the highest "
+		ckpt_msg(msg, cap, "step '%s' is of a layout whose trainer resumes from the highest "
 		       "step it finds (%s), not from a tracker: drop the newer steps instead "
 		       "('ckptctl STORE drop STEP')", s.name, layout_name(s.kind));
 		goto out;
@@ -195,7 +184,7 @@ int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 	/* as if the trainer wrote its tracker: a claim, the head of a new lineage (rule 6) */
 	steps_on_claim(fs, s.kind, tracker, content, (size_t)n, 0);
 	steps_inval_queue(fs, IDX_ROOT_INO, tracker);
-	answer(msg, cap, "'%s' now names step %" PRId64 " ('%s'); the newer steps are kept as "
+	ckpt_msg(msg, cap, "'%s' now names step %" PRId64 " ('%s'); the newer steps are kept as "
 	       "another lineage", tracker, s.step, s.name);
 	rc = 0;
 out:
