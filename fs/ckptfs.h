@@ -95,7 +95,8 @@ struct ckpt_repo {
  * An absent index (STORE/index.db missing or 0 bytes) in a store that holds chunk files or an
  * index backup is refused (-EUCLEAN, the message naming 'ckptctl STORE fsck --rebuild'), in
  * every mode but REPO_REBUILD: opening it would create an empty index that names none of them.
- * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -ELOOP (a name in STORE is a symbolic link); -EBUSY (REPO_EXCLUSIVE and a live process owns it, or
+ * Returns 0; -ENOENT; -ENOTDIR; -EPERM; -ELOOP (a name in STORE is a symbolic link); -EBUSY
+ * (REPO_EXCLUSIVE and a live process owns it, or
  * a wait ran out);
  * -EUCLEAN (REPO_CHECK and the index file is damaged; or the index is absent, as above);
  * -EPROTO (index from a newer ckptfs or not a ckptfs index); -EIO; -ENOMEM; other -errno of
