@@ -84,8 +84,10 @@ def run_worker(root, n):
     return json.loads(p.stdout)
 
 
-def build_passthrough(dst):
-    """passthrough_ll compiled into dst, or None (with the reason printed) when it cannot be"""
+def build_passthrough(dst, defines=()):
+    """passthrough_ll compiled into dst, or None (with the reason printed) when it cannot be.
+    defines: -D flags of libfuse's config.h to add (none for the benchmarks; scripts/xfstests.sh
+    adds -DHAVE_FALLOCATE -DHAVE_COPY_FILE_RANGE, as libfuse's own build on Linux does)."""
     src = os.path.join(PT_SRC, 'passthrough_ll.c')
     if not os.path.exists(src):
         print('passthrough_ll: %s is missing (apt-get install libfuse3-dev): no FUSE baseline'
@@ -96,7 +98,8 @@ def build_passthrough(dst):
     cflags = subprocess.run(['pkg-config', '--cflags', '--libs', 'fuse3'], capture_output=True,
                             text=True, check=True).stdout.split()
     out = os.path.join(dst, 'passthrough_ll')
-    p = subprocess.run(['cc', '-O2', os.path.join(dst, 'passthrough_ll.c'), '-o', out] + cflags,
+    p = subprocess.run(['cc', '-O2'] + list(defines) +
+                       [os.path.join(dst, 'passthrough_ll.c'), '-o', out] + cflags,
                        capture_output=True, text=True)
     if p.returncode != 0:
         print('passthrough_ll: does not compile, no FUSE baseline:\n' + p.stderr)
