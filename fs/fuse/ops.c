@@ -144,10 +144,14 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 		if (oi && atomic_load(&oi->ov_dirty)) {
 			uint64_t sz = atomic_load(&oi->ov_size);
 			uint64_t w = atomic_load(&oi->ov_written);
+			int64_t mt = atomic_load(&oi->ov_mtime);
 
 			st->st_size = (off_t)sz;
-			ts_of(atomic_load(&oi->ov_mtime), &st->st_mtim);
-			st->st_ctim = st->st_mtim;
+			ts_of(mt, &st->st_mtim);
+			/* a write moves the ctime to its mtime; a setattr since (a chmod, a utimensat
+			 * of the atime alone) stored a later ctime in the index, which stays shown,
+			 * as idx_file_set_content keeps the later of the two at the commit */
+			ts_of(a.ctime_ns > mt ? a.ctime_ns : mt, &st->st_ctim);
 			if (w > sz)
 				w = sz;
 			if (stored < w)
