@@ -509,7 +509,8 @@ void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off
 /*
  * lseek(2)'s SEEK_DATA and SEEK_HOLE (the kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself):
  * a regular file's holes are the ranges no chunk backs (oi_seek_data); a virtual file is all
- * data. ENXIO at or past the end, as ext4.
+ * data. ENXIO at or past the end and for a negative off, as ext4 (the kernel forwards off
+ * unchecked: fs/fuse/file.c fuse_lseek).
  */
 void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 		     struct fuse_file_info *fi)
@@ -518,8 +519,12 @@ void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	uint64_t r = 0;
 	int rc;
 
-	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) {
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
 		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (off < 0) { /* ext4 (iomap_seek_data, iomap_seek_hole): no data nor hole before 0 */
+		fuse_reply_err(req, ENXIO);
 		return;
 	}
 	if (h->vkind || !h->oi) {

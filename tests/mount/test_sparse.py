@@ -265,6 +265,31 @@ class SparseTest(FreshMountTestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
+    def test_seek_negative_offset(self):
+        """SEEK_DATA and SEEK_HOLE from a negative offset are ENXIO, as ext4 answers
+        (iomap_seek_data/iomap_seek_hole: offset < 0 is ENXIO; xfstests generic/448). The
+        kernel forwards both to the daemon (fs/fuse/file.c fuse_file_llseek -> fuse_lseek,
+        FUSE_LSEEK, no check of the offset), so the answer is ckptfs's. For an empty, a
+        full and a sparse file; the position does not move."""
+        for name, size in (('empty', 0), ('data', 4096), ('sparse', 2 * MiB)):
+            path = self.p(name)
+            with open(path, 'wb') as f:
+                f.write(b'x' * min(size, 4096))
+                f.truncate(size)
+            for whence in (os.SEEK_DATA, os.SEEK_HOLE):
+                for off in (-1, -4096, -(1 << 62)):
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        with self.assertRaises(OSError, msg='%s %d %d' % (name, whence, off)) \
+                                as cm:
+                            os.lseek(fd, off, whence)
+                        self.assertEqual(cm.exception.errno, errno.ENXIO,
+                                         '%s whence %d off %d: %s' % (name, whence, off,
+                                                                      cm.exception))
+                        self.assertEqual(os.lseek(fd, 0, os.SEEK_CUR), 0, 'position moved')
+                    finally:
+                        os.close(fd)
+
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(600, exit=True)
     unittest.main(verbosity=2)
