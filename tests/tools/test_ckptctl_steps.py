@@ -244,6 +244,81 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.ctl('export', '100', os.path.join(self.m.tmp, 'repaired'))
 
 
+# file names a trainer may write, shown by ckptctl text output escaped (tools/ckptctl ctl_escape)
+ODD_NAMES = {
+    'evil\nname\x1b[31m.bin': 'evil\\nname\\x1b[31m.bin',     # a fake line, a colour escape
+    'tab\there\rback\\slash': 'tab\\there\\rback\\\\slash',
+    'del\x7f\x07bell': 'del\\x7f\\abell',
+    'caf\u00e9-\u4e2d.pt': 'caf\u00e9-\u4e2d.pt',              # well-formed UTF-8: kept
+    'c1\u009b31m': 'c1\\xc2\\x9b31m',                          # a C1 CSI: escaped
+}
+ODD_LINK = ('link', '\x1b]0;title\x07', '\\x1b]0;title\\a')  # name, target, as shown
+
+
+class CkptctlNamesTest(ckfs.CkptctlCase, unittest.TestCase):
+    """Names with control characters: text output escapes them (as GNU ls -b, git's quoted
+    paths), --json keeps them exact. One step, iter_0000300, written without torch."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.m = m = ckfs.Mount().start()
+        try:
+            d = m.path('iter_0000300')
+            os.mkdir(d)
+            for i, n in enumerate(ODD_NAMES):
+                with open(os.path.join(d, n), 'wb') as f:
+                    f.write(b'%d' % i * 1000)
+            os.symlink(ODD_LINK[1], os.path.join(d, ODD_LINK[0]))
+            m.settle()
+        except BaseException:
+            m.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.m.close()
+
+    def assert_escaped(self, out, what):
+        self.assertNotIn('\x1b', out, what)
+        self.assertNotIn('\x07', out, what)
+        self.assertNotIn('\x7f', out, what)
+        self.assertNotIn('\r', out, what)
+        self.assertNotIn('\u009b', out, what)
+        for shown in ODD_NAMES.values():
+            self.assertIn(shown, out, what)
+
+    def test_show(self):
+        out = self.ctl('show', '300').stdout
+        self.assert_escaped(out, out)
+        self.assertNotIn('evil\n', out)
+        js = self.ctl('show', '300', json_out=True)[0]
+        self.assertEqual(sorted(f['path'] for f in js['files_list'] if f['path'] != 'link'),
+                         sorted(ODD_NAMES))
+
+    def test_ls(self):
+        out = self.ctl('ls', '/iter_0000300').stdout
+        self.assert_escaped(out, out)
+        self.assertIn('%s -> %s\n' % (ODD_LINK[0], ODD_LINK[2]), out)
+        self.assertEqual(len(out.splitlines()), 1 + len(ODD_NAMES) + 1, out)
+        for name, shown in ODD_NAMES.items():
+            one = self.ctl('ls', '/iter_0000300/' + name).stdout
+            self.assertIn(' /iter_0000300/' + shown + '\n', one)
+        strings = set()
+
+        def walk(v):
+            if isinstance(v, dict):
+                for x in v.values():
+                    walk(x)
+            elif isinstance(v, list):
+                for x in v:
+                    walk(x)
+            elif isinstance(v, str):
+                strings.add(v)
+        walk(self.ctl('ls', '/iter_0000300', json_out=True))
+        for name in list(ODD_NAMES) + [ODD_LINK[1]]:
+            self.assertIn(name, strings)
+
+
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
                                       exit=True)

@@ -9,35 +9,6 @@
 
 #include "ctl.h"
 
-size_t ctl_escape(const uint8_t *p, size_t len, char *buf, size_t cap)
-{
-	size_t i, o = 0;
-
-	for (i = 0; i < len; i++) {
-		char e[5];
-		size_t el;
-
-		if (p[i] == '\\')
-			el = (size_t)snprintf(e, sizeof(e), "\\\\");
-		else if (p[i] == '\n')
-			el = (size_t)snprintf(e, sizeof(e), "\\n");
-		else if (p[i] == '\t')
-			el = (size_t)snprintf(e, sizeof(e), "\\t");
-		else if (p[i] == '\r')
-			el = (size_t)snprintf(e, sizeof(e), "\\r");
-		else if (p[i] >= 0x20 && p[i] < 0x7f)
-			el = (size_t)snprintf(e, sizeof(e), "%c", p[i]);
-		else
-			el = (size_t)snprintf(e, sizeof(e), "\\x%02x", p[i]);
-		if (o + el >= cap)
-			break;
-		memcpy(buf + o, e, el);
-		o += el;
-	}
-	buf[o] = '\0';
-	return i;
-}
-
 /* Longest claim content shown, in bytes. */
 #define CLAIM_PREVIEW 60
 
@@ -52,7 +23,7 @@ static int claim_row(int64_t id, const char *tracker, const void *content, size_
 		     int64_t step, int64_t ts_ns, void *arg)
 {
 	struct claim_ctx *c = arg;
-	char tb[40], sbuf[24], prev[4 * CLAIM_PREVIEW + 8];
+	char tb[40], sbuf[24], prev[4 * CLAIM_PREVIEW + 8], qt[CTL_QUOTE_CAP(PATH_CAP)];
 	size_t shown = len < CLAIM_PREVIEW ? len : CLAIM_PREVIEW;
 	uint64_t written = len;
 	int rc;
@@ -89,7 +60,7 @@ static int claim_row(int64_t id, const char *tracker, const void *content, size_
 		printf("%-20s  %-*s  %-11s  %s\n", "TIME", c->wtracker, "TRACKER", "STEP",
 		       "CONTENT");
 	printf("%-20s  %-*s  %-11s  \"%s\"%s\n", policy_time_iso(ts_ns, tb, sizeof(tb)), c->wtracker,
-	       tracker, sbuf, prev,
+	       ctl_quote(tracker, qt, sizeof(qt)), sbuf, prev,
 	       written > shown ? "..." : "");
 	c->n++;
 	return 0;
@@ -99,7 +70,8 @@ static int claim_width(int64_t id, const char *tracker, const void *content, siz
 		       int64_t step, int64_t ts_ns, void *arg)
 {
 	struct claim_ctx *c = arg;
-	int w = (int)strlen(tracker);
+	char qt[CTL_QUOTE_CAP(PATH_CAP)];
+	int w = (int)strlen(ctl_quote(tracker, qt, sizeof(qt)));
 
 	if (w > c->wtracker)
 		c->wtracker = w;

@@ -146,6 +146,27 @@ char *ctl_mode(uint32_t mode, char buf[11]);
 /* ctl_type - JSON name of an inode's type ("file", "dir", ...); borrowed static string. */
 const char *ctl_type(uint32_t mode);
 
+/* CTL_QUOTE_CAP(n) - the bytes that hold the ctl_escape of any n bytes ("\xHH" each) and a NUL */
+#define CTL_QUOTE_CAP(n) (4 * (size_t)(n) + 1)
+
+/*
+ * ctl_escape - len bytes of p as text output prints them, into buf (cap bytes, NUL-ended): the
+ * one escaping of ckptctl for names (files, steps, symlink targets) and tracker contents. A
+ * name may hold any byte but '/' and NUL; a newline or an escape sequence printed raw would fake
+ * lines or drive the terminal. As GNU ls -b and git's quoted paths do: backslash as "\\";
+ * \a \b \t \n \v \f \r by their letter; any other byte below 0x20, DEL, a byte that starts no
+ * well-formed UTF-8 sequence (RFC 3629), and the UTF-8 of a C1 control (U+0080-U+009F, which
+ * some terminals obey) as "\xHH" per byte; printable ASCII and other well-formed UTF-8 as they
+ * are. JSON output escapes names with jansson, exactly, not with this.
+ * Stops when the next piece would not fit in cap-1 bytes (an escape is never cut; cap of
+ * CTL_QUOTE_CAP(len) always fits). cap > 0. Returns the number of input bytes consumed.
+ * Reentrant.
+ */
+size_t ctl_escape(const uint8_t *p, size_t len, char *buf, size_t cap);
+
+/* ctl_quote - ctl_escape of the NUL-terminated string s into buf (cap bytes). Returns buf. */
+char *ctl_quote(const char *s, char *buf, size_t cap);
+
 /* ctl_numw - the number of decimal digits of v, for column widths. */
 int ctl_numw(uint64_t v);
 
@@ -392,15 +413,5 @@ int ctl_tree_collect(struct idx *ix, uint64_t dir, struct tree *t);
 
 /* ctl_flags - "torn,malformed", "valid" or "-" for IDX_INODE_* bits into buf. Returns buf. */
 char *ctl_flags(uint32_t flags, char *buf, size_t cap);
-
-/* ---- claims.c, shared with import ---- */
-
-/*
- * ctl_escape - printable form of len bytes of p into buf (cap bytes, NUL-terminated): ASCII
- * printable as is, backslash as "\\", newline, tab and CR as \n \t \r, anything else as \xNN.
- * Stops before cap-1 bytes of output (an escape is never cut).
- * Returns the number of input bytes consumed.
- */
-size_t ctl_escape(const uint8_t *p, size_t len, char *buf, size_t cap);
 
 #endif /* CKPTCTL_CTL_H */

@@ -546,28 +546,30 @@ static int export_report_json(const struct export_job *j)
 static void export_report_text(const struct export_job *j)
 {
 	const struct idx_step *s = j->s;
-	char sb[64];
+	char sb[64], q[CTL_QUOTE_CAP(PATH_CAP)], q2[CTL_QUOTE_CAP(PATH_CAP)];
 	size_t i;
 
 	printf("exported step %" PRId64 " ('%s', %s, %s) to %s: %zu files, %s, ", s->step,
-	       s->name, ctl_kind(s->kind), idx_step_state_name(s->state), j->top, j->nfiles,
+	       ctl_quote(s->name, q, sizeof(q)), ctl_kind(s->kind), idx_step_state_name(s->state),
+	       ctl_quote(j->top, q2, sizeof(q2)), j->nfiles,
 	       ctl_size(j->x.done, sb, sizeof(sb)));
 	if (j->ndmg)
 		printf("%zu did not verify\n", j->ndmg);
 	else
 		printf("every file verified\n");
 	for (i = 0; i < j->ndmg; i++)
-		printf("damaged: %s (%s); the bytes read are left in that file\n", j->dmg[i].path,
-		       j->dmg[i].reason);
+		printf("damaged: %s (%s); the bytes read are left in that file\n",
+		       ctl_quote(j->dmg[i].path, q, sizeof(q)), j->dmg[i].reason);
 	for (i = 0; i < j->nflagged; i++)
 		printf("flagged: %s: the daemon judged it unsound; its bytes are what "
 		       "was written\n",
-		       j->flagged[i]);
+		       ctl_quote(j->flagged[i], q, sizeof(q)));
 	if (j->tpath[0] && j->kept)
-		printf("tracker: %s left as is: it names a newer step (%s)\n", j->tpath,
-		       j->tcontent);
+		printf("tracker: %s left as is: it names a newer step (%s)\n",
+		       ctl_quote(j->tpath, q, sizeof(q)), ctl_quote(j->tcontent, q2, sizeof(q2)));
 	else if (j->tpath[0])
-		printf("tracker: %s = %s\n", j->tpath, j->tcontent);
+		printf("tracker: %s = %s\n", ctl_quote(j->tpath, q, sizeof(q)),
+		       ctl_quote(j->tcontent, q2, sizeof(q2)));
 	else if (j->ndmg)
 		printf("tracker: not written (some files did not verify)\n");
 	else if (s->state != IDX_STEP_COMPLETE)

@@ -579,7 +579,7 @@ static const char *imp_state_name(const struct imp_step *s)
 /* imp_report - the result on stdout: text, or one JSON object with --json. */
 static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 {
-	char b1[64], b2[64];
+	char b1[64], b2[64], q[CTL_QUOTE_CAP(PATH_CAP)];
 	size_t i;
 
 	if (c->json) {
@@ -650,7 +650,8 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		for (i = 0; i < c->nsteps; i++) {
 			int k;
 
-			if ((k = (int)strlen(c->v[c->steps[i].ent].name)) > wname)
+			if ((k = (int)strlen(ctl_quote(c->v[c->steps[i].ent].name, q,
+							 sizeof(q)))) > wname)
 				wname = k;
 			if ((k = (int)strlen(ctl_kind(c->steps[i].kind))) > wl)
 				wl = k;
@@ -663,22 +664,24 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 			const struct imp_step *s = &c->steps[i];
 
 			printf("%-*s  %-*s  %*" PRIu64 "  %10s  %-10s  %s\n", wname,
-			       c->v[s->ent].name, wl, ctl_kind(s->kind), wf, s->files,
+			       ctl_quote(c->v[s->ent].name, q, sizeof(q)), wl, ctl_kind(s->kind), wf, s->files,
 			       ctl_short_size(s->bytes, b1, sizeof(b1)), imp_state_name(s), s->why);
 		}
 	}
 	for (i = 0; i < c->nclaims; i++)
 		printf("tracker: %s = \"%s\" recorded as a claim (trackers are virtual: a mount "
 		       "serves the newest complete step)\n",
-		       c->v[c->claims[i].ent].rel, c->claims[i].content);
+		       ctl_quote(c->v[c->claims[i].ent].rel, q, sizeof(q)), c->claims[i].content);
 	for (i = 0; i < c->nskipped; i++)
-		printf("skipped: %s (the name of the mount's own directory)\n", c->skipped[i]);
+		printf("skipped: %s (the name of the mount's own directory)\n",
+		       ctl_quote(c->skipped[i], q, sizeof(q)));
 	printf("stored: %s added, %" PRIu64 " chunks written, %" PRIu64 " dedup hits; %.1f MB/s "
 	       "(%.2f s)\n",
 	       ctl_size(c->stored_added, b2, sizeof(b2)), c->chunks_written, c->dedup_hits,
 	       imp_mbps(c, secs), secs);
 	for (i = 0; i < c->nfail; i++)
-		printf("failed: %s: %s\n", c->fail[i].path, c->fail[i].reason);
+		printf("failed: %s: %s\n", ctl_quote(c->fail[i].path, q, sizeof(q)),
+		       c->fail[i].reason);
 }
 
 /*

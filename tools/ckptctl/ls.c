@@ -176,7 +176,7 @@ static void ls_widths_add(struct ls_widths *w, const struct ls_ent *e)
 
 static void ls_print_line(const struct ls_ent *e, const struct ls_widths *w)
 {
-	char mode[11], tbuf[40], stored[24];
+	char mode[11], tbuf[40], stored[24], q[CTL_QUOTE_CAP(PATH_CAP)];
 
 	if (S_ISREG(e->in.mode))
 		snprintf(stored, sizeof(stored), "%" PRIu64, e->stored);
@@ -185,9 +185,9 @@ static void ls_print_line(const struct ls_ent *e, const struct ls_widths *w)
 	printf("%s %*" PRIu32 " %*" PRIu32 " %*" PRIu32 " %*" PRIu64 " %*s %s %s",
 	       ctl_mode(e->in.mode, mode), w->nlink, e->in.nlink, w->uid, e->in.uid, w->gid,
 	       e->in.gid, w->size, e->in.size, w->stored, stored,
-	       policy_time_iso(e->in.mtime_ns, tbuf, sizeof(tbuf)), e->name);
+	       policy_time_iso(e->in.mtime_ns, tbuf, sizeof(tbuf)), ctl_quote(e->name, q, sizeof(q)));
 	if (S_ISLNK(e->in.mode))
-		printf(" -> %s", e->target ? e->target : "?");
+		printf(" -> %s", e->target ? ctl_quote(e->target, q, sizeof(q)) : "?");
 	putchar('\n');
 }
 

@@ -79,8 +79,10 @@ static int pin_run(const char *root, const char *arg, bool pin, bool json)
 		if (ctl_print(o) < 0)
 			goto out;
 	} else {
+		char q[CTL_QUOTE_CAP(IDX_STEP_NAME_MAX)];
+
 		printf("%s step %" PRId64 " ('%s', id %" PRId64 ")%s\n", pin ? "pinned" : "unpinned",
-		       s->step, s->name, s->id,
+		       s->step, ctl_quote(s->name, q, sizeof(q)), s->id,
 		       changed ? "" : pin ? " (it was already pinned)" : " (it was not pinned)");
 	}
 	status = EXIT_OK;

@@ -284,8 +284,10 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 	       "LOGICAL");
 	for (size_t i = 0; i < c->nsteps; i++) {
 		const struct r_step *s = &c->steps[i];
+		char q[CTL_QUOTE_CAP(IDX_STEP_NAME_MAX)];
 
-		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n", s->step, s->name,
+		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n", s->step,
+		       ctl_quote(s->name, q, sizeof(q)),
 		       s->parts >= nodes && s->sealed ? "global" : "waiting for nodes", s->nodes,
 		       s->files, ctl_short_size(s->bytes, s1, sizeof(s1)));
 	}

@@ -55,6 +55,7 @@ static int steps_run(const char *root, bool json)
 	bool known[LAYOUT_KIND_COUNT] = { false };
 	struct ckpt_repo *r = NULL;
 	struct step_list l = { 0 };
+	char qn[CTL_QUOTE_CAP(IDX_STEP_NAME_MAX)];
 	int wn = 4, wname = 4, wl = 6, ws = 5, wf = 5;
 	int rc, status = EXIT_ERROR;
 	size_t i;
@@ -91,7 +92,7 @@ static int steps_run(const char *root, bool json)
 
 		if ((k = ctl_numw((uint64_t)s->step)) > wn)
 			wn = k;
-		if ((k = (int)strlen(s->name)) > wname)
+		if ((k = (int)strlen(ctl_quote(s->name, qn, sizeof(qn)))) > wname)
 			wname = k;
 		if ((k = (int)strlen(ctl_kind(s->kind))) > wl)
 			wl = k;
@@ -108,7 +109,7 @@ static int steps_run(const char *root, bool json)
 		char lb[32], sb[32], tb[40];
 
 		printf("%*" PRId64 "  %-*s  %-*s  %-*s  %*" PRIu64 "  %10s  %10s  %-20s  %-3s  %s\n", wn,
-		       s->step, wname, s->name, wl, ctl_kind(s->kind), ws,
+		       s->step, wname, ctl_quote(s->name, qn, sizeof(qn)), wl, ctl_kind(s->kind), ws,
 		       idx_step_state_name(s->state), wf, s->files,
 		       ctl_short_size(s->logical_bytes, lb, sizeof(lb)),
 		       ctl_short_size(s->stored_bytes, sb, sizeof(sb)),
@@ -445,7 +446,7 @@ static void show_json(const struct idx_step *s, const char *where,
 /* show_files_text - the files of a step as an aligned table, or "(no files)". */
 static void show_files_text(const struct show_file *files, size_t nfiles)
 {
-	char hex[2 * STORE_HASH_LEN + 1], fb[64];
+	char hex[2 * STORE_HASH_LEN + 1], fb[64], q[CTL_QUOTE_CAP(PATH_CAP)];
 	int wsz = 4, wst = 6, wfl = 5;
 	size_t i;
 
@@ -469,7 +470,7 @@ static void show_files_text(const struct show_file *files, size_t nfiles)
 		printf("  %*" PRIu64 " %*" PRIu64 " %-*s %-32s %s\n", wsz, files[i].in.size, wst,
 		       files[i].stored, wfl, ctl_flags(files[i].in.flags, fb, sizeof(fb)),
 		       files[i].in.has_hash ? ctl_hex(files[i].in.hash, hex) : "(none)",
-		       files[i].rel);
+		       ctl_quote(files[i].rel, q, sizeof(q)));
 }
 
 /* show_text - step s (directory where, its files and history) as text; a blank line first
@@ -478,16 +479,16 @@ static void show_text(const struct idx_step *s, const char *where,
 		      const struct show_file *files, size_t nfiles, const struct event_list *ev,
 		      bool first)
 {
-	char hex[2 * STORE_HASH_LEN + 1], tb[40], fb[64];
+	char hex[2 * STORE_HASH_LEN + 1], tb[40], fb[64], q[CTL_QUOTE_CAP(PATH_CAP)];
 
 	if (!first)
 		putchar('\n');
 	printf("step:        %" PRId64 "\n", s->step);
-	printf("name:        %s\n", s->name);
+	printf("name:        %s\n", ctl_quote(s->name, q, sizeof(q)));
 	printf("id:          %" PRId64 "\n", s->id);
 	printf("layout:      %s\n", ctl_kind(s->kind));
 	printf("state:       %s%s\n", idx_step_state_name(s->state), s->pinned ? " (pinned)" : "");
-	printf("directory:   %s\n", where);
+	printf("directory:   %s\n", ctl_quote(where, q, sizeof(q)));
 	printf("created:     %s\n", policy_time_iso(s->created_ns, tb, sizeof(tb)));
 	printf("sealed:      %s\n", s->sealed_ns ? policy_time_iso(s->sealed_ns, tb, sizeof(tb)) : "-");
 	printf("completed:   %s\n",
@@ -504,7 +505,7 @@ static void show_text(const struct idx_step *s, const char *where,
 		printf("  %s  %s -> %s%s%s\n", policy_time_iso(ev->v[i].ts_ns, tb, sizeof(tb)),
 		       idx_step_state_name(ev->v[i].old_state),
 		       idx_step_state_name(ev->v[i].new_state), ev->v[i].note ? ": " : "",
-		       ev->v[i].note ? ev->v[i].note : "");
+		       ev->v[i].note ? ctl_quote(ev->v[i].note, q, sizeof(q)) : "");
 }
 
 /*

@@ -578,7 +578,7 @@ static void v_free(struct v_ctx *c)
 /* v_report - print the result, text or JSON. Returns 0 or -EIO (JSON output failed). */
 static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 {
-	char hex[2 * STORE_HASH_LEN + 1];
+	char hex[2 * STORE_HASH_LEN + 1], q[CTL_QUOTE_CAP(PATH_CAP)];
 	size_t i;
 
 	if (c->json) {
@@ -651,9 +651,11 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 	       " damaged files\n",
 	       c->nchunks, c->nfiles, bad_chunks, bad_files);
 	for (i = 0; i < c->ndmg; i++)
-		printf("damaged: %s (%s)\n", c->dmg[i].path, c->dmg[i].reason);
+		printf("damaged: %s (%s)\n", ctl_quote(c->dmg[i].path, q, sizeof(q)),
+		       c->dmg[i].reason);
 	for (i = 0; i < c->nnotes; i++)
-		printf("note: %s (%s)\n", c->notes[i].path, c->notes[i].reason);
+		printf("note: %s (%s)\n", ctl_quote(c->notes[i].path, q, sizeof(q)),
+		       c->notes[i].reason);
 	if (c->marked_now || c->cleared_now)
 		printf("verify: marked %" PRIu64 " chunks bad in the index, cleared %" PRIu64
 		       " marks\n",
