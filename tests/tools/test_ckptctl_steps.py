@@ -253,6 +253,7 @@ ODD_NAMES = {
     'c1\u009b31m': 'c1\\xc2\\x9b31m',                          # a C1 CSI: escaped
 }
 ODD_LINK = ('link', '\x1b]0;title\x07', '\\x1b]0;title\\a')  # name, target, as shown
+LONG_NAME = 'L' * 252 + '.pt'      # NAME_MAX bytes: no room for a suffix beside it
 
 
 class CkptctlNamesTest(ckfs.CkptctlCase, unittest.TestCase):
@@ -269,6 +270,8 @@ class CkptctlNamesTest(ckfs.CkptctlCase, unittest.TestCase):
                 with open(os.path.join(d, n), 'wb') as f:
                     f.write(b'%d' % i * 1000)
             os.symlink(ODD_LINK[1], os.path.join(d, ODD_LINK[0]))
+            with open(os.path.join(d, LONG_NAME), 'wb') as f:
+                f.write(ckfs.content('long', 300000))
             m.settle()
         except BaseException:
             m.close()
@@ -287,19 +290,35 @@ class CkptctlNamesTest(ckfs.CkptctlCase, unittest.TestCase):
         for shown in ODD_NAMES.values():
             self.assertIn(shown, out, what)
 
+    def test_export_long_name(self):
+        """export writes each file under a short temporary name in its directory, so a name of
+        NAME_MAX (255) bytes exports; nothing temporary is left."""
+        self.assertEqual(len(LONG_NAME.encode()), 255)
+        dest = os.path.join(self.m.tmp, 'export-long')
+        e = self.ctl('--force', 'export', '300', dest, json_out=True)
+        self.assertTrue(e['verified'], e)
+        top = os.path.join(dest, 'iter_0000300')
+        self.assertEqual(ckfs.read_bytes(os.path.join(top, LONG_NAME)),
+                         ckfs.read_bytes(self.m.path('iter_0000300', LONG_NAME)))
+        for n in ODD_NAMES:
+            self.assertEqual(ckfs.read_bytes(os.path.join(top, n)),
+                             ckfs.read_bytes(self.m.path('iter_0000300', n)))
+        self.assertEqual(sorted(os.listdir(top)), sorted(list(ODD_NAMES) + [ODD_LINK[0],
+                                                                           LONG_NAME]))
+
     def test_show(self):
         out = self.ctl('show', '300').stdout
         self.assert_escaped(out, out)
         self.assertNotIn('evil\n', out)
         js = self.ctl('show', '300', json_out=True)[0]
-        self.assertEqual(sorted(f['path'] for f in js['files_list'] if f['path'] != 'link'),
-                         sorted(ODD_NAMES))
+        self.assertEqual(sorted(f['path'] for f in js['files_list']
+                                if f['path'] not in ('link', LONG_NAME)), sorted(ODD_NAMES))
 
     def test_ls(self):
         out = self.ctl('ls', '/iter_0000300').stdout
         self.assert_escaped(out, out)
         self.assertIn('%s -> %s\n' % (ODD_LINK[0], ODD_LINK[2]), out)
-        self.assertEqual(len(out.splitlines()), 1 + len(ODD_NAMES) + 1, out)
+        self.assertEqual(len(out.splitlines()), 1 + len(ODD_NAMES) + 2, out)
         for name, shown in ODD_NAMES.items():
             one = self.ctl('ls', '/iter_0000300/' + name).stdout
             self.assertIn(' /iter_0000300/' + shown + '\n', one)

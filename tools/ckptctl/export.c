@@ -2,12 +2,15 @@
  * export.c — ckptctl export [--force] STEP DIR: copy a complete step out as plain, verified
  * files, with the framework's tracker beside it.
  *
- * export never overwrites: it refuses an existing DIR/NAME, writes each file as NAME.partial
- * and renames it only once its whole-file XXH3-128 matches the index and it is fsynced.
+ * export never overwrites: it refuses an existing DIR/NAME, writes each file under a short
+ * temporary name in its directory (EXPORT_TEMP) and renames it to its name only once its
+ * whole-file XXH3-128 matches the index and it is fsynced; a file that does not verify is left
+ * as NAME.partial, or under its temporary name when NAME.partial would exceed NAME_MAX.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,10 @@
 #include "fs/policy/layout.h"
 
 #include "ctl.h"
+
+/* The name a file is written under until it verifies, in its own directory (mkstemp(3)): short,
+ * so that a file whose name is NAME_MAX bytes exports too; a leading dot keeps it out of ls. */
+#define EXPORT_TEMP ".ckptfs-export-XXXXXX"
 
 /* Progress of an export, on stderr when it is a terminal. */
 struct export_ctx {
@@ -39,7 +46,7 @@ static void export_progress(struct export_ctx *x, bool force)
 /* Outcome of exporting one file. */
 enum export_result {
 	EX_OK,        /* written, verified, renamed into place */
-	EX_DAMAGED,   /* left as .partial; reason filled */
+	EX_DAMAGED,   /* left as NAME.partial or under its temporary name; reason filled */
 };
 
 struct export_sink_arg {
@@ -48,7 +55,7 @@ struct export_sink_arg {
 	const char *partial;
 };
 
-/* ctl_sink of export: write the piece to the .partial file, count it, show progress. */
+/* ctl_sink of export: write the piece to the temporary file, count it, show progress. */
 static int export_sink(const void *buf, size_t len, void *arg, char *reason, size_t cap)
 {
 	struct export_sink_arg *a = arg;
@@ -71,35 +78,60 @@ static int export_sink(const void *buf, size_t len, void *arg, char *reason, siz
 }
 
 /*
- * export_file - copy regular file ino to dst: written to "dst.partial", every chunk read through
- * store_chunk_pread (decoded and re-hashed), the whole-file XXH3-128 compared with the recorded
- * one, fsynced, given the recorded mode and times, then renamed to dst. On a read error or a
- * digest mismatch the bytes stay in "dst.partial" and reason says why (cap bytes).
+ * keep_damaged - give the unverified bytes in temporary file tmp the name dst.partial, when that
+ * name fits NAME_MAX and is free, else leave them under tmp; ret_left (cap bytes) gets the path
+ * they are left at.
+ */
+static void keep_damaged(const char *tmp, const char *dst, char *ret_left, size_t cap)
+{
+	const char *base = strrchr(dst, '/');
+	char partial[PATH_CAP + 16];
+
+	base = base ? base + 1 : dst;
+	if (strlen(base) + strlen(".partial") <= NAME_MAX &&
+	    (size_t)snprintf(partial, sizeof(partial), "%s.partial", dst) < sizeof(partial) &&
+	    renameat2(AT_FDCWD, tmp, AT_FDCWD, partial, RENAME_NOREPLACE) == 0)
+		snprintf(ret_left, cap, "%s", partial);
+	else
+		snprintf(ret_left, cap, "%s", tmp);
+}
+
+/*
+ * export_file - copy regular file ino to dst: written to a new temporary file EXPORT_TEMP in
+ * dst's directory, every chunk read through store_chunk_pread (decoded and re-hashed), the
+ * whole-file XXH3-128 compared with the recorded one, fsynced, given the recorded mode and
+ * times, then renamed to dst. On a read error or a digest mismatch the bytes stay, renamed to
+ * "dst.partial" when that name fits (keep_damaged); ret_left (leftcap bytes) gets where, and
+ * reason (cap bytes) why.
  * Returns an enum export_result, -errno of the index (-ENOMEM), or -errno of the destination
- * (what failed is then in reason).
+ * (what failed is then in reason; the temporary file is removed).
  */
 static int export_file(struct export_ctx *x, uint64_t ino, const char *dst, char *reason,
-		       size_t cap, struct idx_inode *ret_in)
+		       size_t cap, char *ret_left, size_t leftcap, struct idx_inode *ret_in)
 {
 	struct idx_extent *ext = NULL;
 	struct store_hash got;
-	char partial[PATH_CAP + 16], hex[2 * STORE_HASH_LEN + 1], hex2[2 * STORE_HASH_LEN + 1];
-	size_t n = 0;
+	char partial[PATH_CAP + sizeof(EXPORT_TEMP)], hex[2 * STORE_HASH_LEN + 1],
+		hex2[2 * STORE_HASH_LEN + 1];
+	const char *slash = strrchr(dst, '/');
+	size_t n = 0, dirlen = slash ? (size_t)(slash - dst) : 0;
 	bool created = false;
 	int fd = -1, rc;
 
-	reason[0] = '\0';
+	reason[0] = ret_left[0] = '\0';
 	rc = idx_inode_get(x->r->ix, ino, ret_in);
 	if (rc == 0)
 		rc = idx_file_extents(x->r->ix, ino, &ext, &n);
 	if (rc < 0)
 		return rc;
-	if ((size_t)snprintf(partial, sizeof(partial), "%s.partial", dst) >= sizeof(partial)) {
-		snprintf(reason, cap, "cannot create '%s.partial': %s", dst, strerror(ENAMETOOLONG));
+	if ((size_t)snprintf(partial, sizeof(partial), "%.*s%s" EXPORT_TEMP, (int)dirlen, dst,
+			     slash ? "/" : "") >= sizeof(partial)) {
+		snprintf(reason, cap, "cannot create a file beside '%s': %s", dst,
+			 strerror(ENAMETOOLONG));
 		rc = -ENAMETOOLONG;
 		goto out;
 	}
-	fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = mkostemp(partial, O_CLOEXEC); /* mode 0600 until it verifies */
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(reason, cap, "cannot create '%s': %s", partial, strerror(-rc));
@@ -164,6 +196,8 @@ out:
 			(void)fsync(fd); /* keep what was read, for a person to look at */
 		close(fd);
 	}
+	if (rc == EX_DAMAGED)
+		keep_damaged(partial, dst, ret_left, leftcap);
 	if (rc < 0 && created)
 		(void)unlink(partial); /* a failure of ours, not of the data: nothing to keep */
 	free(ext);
@@ -261,7 +295,7 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 
 /* A file that could not be exported faithfully. */
 struct export_damage {
-	char *path;   /* owned: the .partial file left behind */
+	char *path;   /* owned: where the unverified bytes are left (NAME.partial or temporary) */
 	char *reason; /* owned */
 };
 
@@ -360,9 +394,9 @@ static int export_make_top(struct export_job *j)
 }
 
 /* export_note - remember a file the daemon flagged (in.flags torn or malformed) and a file that
- * did not verify (rc EX_DAMAGED, left as path.partial, why in reason). Returns 0 or -1
+ * did not verify (rc EX_DAMAGED, its bytes left at path left, why in reason). Returns 0 or -1
  * (out of memory, printed). */
-static int export_note(struct export_job *j, const char *rel, const char *path, int rc,
+static int export_note(struct export_job *j, const char *rel, const char *left, int rc,
 		       const struct idx_inode *in, const char *reason)
 {
 	if (in->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)) {
@@ -386,7 +420,7 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 			return -1;
 		}
 		d = &j->dmg[j->ndmg];
-		d->path = malloc(strlen(path) + 9);
+		d->path = strdup(left);
 		d->reason = strdup(reason);
 		if (!d->path || !d->reason) {
 			free(d->path);
@@ -394,7 +428,6 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 			ctl_err("out of memory");
 			return -1;
 		}
-		sprintf(d->path, "%s.partial", path);
 		j->ndmg++;
 	}
 	return 0;
@@ -408,7 +441,7 @@ static int export_note(struct export_job *j, const char *rel, const char *path, 
 static int export_entry(struct export_job *j, size_t i)
 {
 	const struct tree_ent *te = &j->t.v[i];
-	char path[PATH_CAP], reason[2 * PATH_CAP + 256];
+	char path[PATH_CAP], reason[2 * PATH_CAP + 256], left[PATH_CAP + sizeof(EXPORT_TEMP)];
 	struct idx_inode in;
 	int rc;
 
@@ -437,7 +470,8 @@ static int export_entry(struct export_job *j, size_t i)
 			return -1;
 		}
 	} else {
-		rc = export_file(&j->x, te->ino, path, reason, sizeof(reason), &in);
+		rc = export_file(&j->x, te->ino, path, reason, sizeof(reason), left, sizeof(left),
+				 &in);
 		j->x.files_done++;
 		if (rc == -ENOENT && j->x.r->mounted)
 			return 0; /* deleted by the daemon since the listing */
@@ -451,7 +485,7 @@ static int export_entry(struct export_job *j, size_t i)
 			return -1;
 		}
 		j->nfiles++;
-		return export_note(j, te->rel, path, rc, &in, reason);
+		return export_note(j, te->rel, left, rc, &in, reason);
 	}
 	return 0;
 }
@@ -656,7 +690,8 @@ static int export_run(const char *root, const char *arg, const char *dest, bool 
 	}
 	if (j.ndmg)
 		ctl_err("%zu file(s) of step %" PRId64 " did not verify; they are left with a "
-			".partial suffix under '%s'",
+			".partial suffix (or as " EXPORT_TEMP " files, for the longest names) under "
+			"'%s'",
 			j.ndmg, j.s->step, j.top);
 	status = j.ndmg ? EXIT_DAMAGE : EXIT_OK;
 	goto out;
