@@ -10,6 +10,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,16 @@
 #include <microhttpd.h>
 
 #include "fs/fuse/fuse_int.h"
+
+/*
+ * Connections: at most METRICS_CONNS at once, of them at most METRICS_CONNS_PER_IP from one
+ * address, so that slow clients of one host (a byte every few seconds keeps a connection alive,
+ * slowloris) cannot take every slot from a scraper; a connection idle METRICS_IDLE_S seconds is
+ * closed (a scrape sends its request at once and reads a reply of a few KiB).
+ */
+#define METRICS_CONNS 16u
+#define METRICS_CONNS_PER_IP 4u
+#define METRICS_IDLE_S 3u
 
 struct fs_metrics {
 	struct ckfs *fs;
@@ -123,6 +134,19 @@ static int parse_addr(const char *spec, struct sockaddr_storage *ss, char *err, 
 	return 0;
 }
 
+/* Whether ss is a loopback address: 127.0.0.0/8, ::1, or ::ffff:127.0.0.0/104. */
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
 struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err, size_t cap)
 {
 	struct sockaddr_storage ss = { 0 };
@@ -131,6 +155,10 @@ struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err
 
 	if (parse_addr(spec, &ss, err, cap) < 0)
 		return NULL;
+	if (!is_loopback(&ss)) /* the figures name steps and paths: say who may read them */
+		ckpt_log("warning: metrics on %s are served to every host that reaches it, not only "
+			 "this one (loopback); use -o metrics=127.0.0.1:PORT unless a firewall "
+			 "guards the port\n", spec);
 	if (!(m = calloc(1, sizeof(*m)))) {
 		snprintf(err, cap, "out of memory");
 		return NULL;
@@ -140,8 +168,9 @@ struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err
 		flags |= MHD_USE_IPv6;
 	errno = 0;
 	m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
-				(struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, 16u,
-				MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+				(struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNS,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_CONNS_PER_IP,
+				MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S, MHD_OPTION_END);
 	if (!m->d) {
 		snprintf(err, cap, "cannot listen on %s: %s (is the port in use? choose another "
 			 "with -o metrics=ADDR:PORT)", spec, errno ? strerror(errno) : "refused");

@@ -229,6 +229,77 @@ class TestPrometheus(unittest.TestCase):
 
 
 
+class MetricsExposureTest(unittest.TestCase):
+    """The metrics listener facing a network (no Prometheus needed): an address that is not
+    loopback is said at startup; slow clients (a byte every 2 s, slowloris) from one host hold at
+    most a few of the listener's 16 connections, so a scrape from another host still answers."""
+
+    def start_stderr(self, opts):
+        """(Mount started with opts, the ckptfs log so far)"""
+        m = ckfs.Mount(opts=opts).start()
+        self.addCleanup(m.close)
+        return m, m.log_tail(200)
+
+    def test_non_loopback_address_warns(self):
+        port = free_port()
+        m, log = self.start_stderr(['metrics=0.0.0.0:%d' % port])
+        self.assertRegex(log, r'warning: .*0\.0\.0\.0:%d.* not .*loopback' % port, log)
+        code, _, _ = http_get('http://127.0.0.1:%d/metrics' % port)
+        self.assertEqual(code, 200)
+        port = free_port()
+        m, log = self.start_stderr(['metrics=127.0.0.1:%d' % port])
+        self.assertNotIn('loopback', log)
+        port = free_port()
+        m, log = self.start_stderr(['metrics=[::1]:%d' % port])
+        self.assertNotIn('loopback', log)
+
+    def test_tricklers_do_not_starve_a_scrape(self):
+        port = free_port()
+        self.start_stderr(['metrics=127.0.0.1:%d' % port])
+        stop = threading.Event()
+        socks = []
+        self.addCleanup(lambda: [s.close() for s in socks])
+        # 16 connections from another loopback address (another host, as the listener sees
+        # it), each sending its request a byte every 2 s
+        for _ in range(16):
+            s = socket.socket()
+            s.bind(('127.0.0.2', 0))
+            s.settimeout(5)
+            try:
+                s.connect(('127.0.0.1', port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        req = b'GET /metrics HTTP/1.1\r\nHost: x\r\n' + b'X-A: b\r\n' * 100
+
+        def trickle():
+            for i in range(len(req)):
+                for s in socks:
+                    try:
+                        s.send(req[i:i + 1])
+                    except OSError:
+                        pass
+                if stop.wait(2):
+                    return
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        self.addCleanup(t.join)
+        self.addCleanup(stop.set)       # cleanups run last first: stop, join, close
+        time.sleep(1)
+        for attempt in range(3):
+            t0 = time.monotonic()
+            try:
+                code, _, body = http_get('http://127.0.0.1:%d/metrics' % port, timeout=5)
+            except (OSError, urllib.error.URLError) as e:
+                self.fail('scrape %d failed after %.1f s with 16 trickling connections: %s' %
+                          (attempt, time.monotonic() - t0, e))
+            self.assertEqual(code, 200)
+            self.assertIn('ckptfs_', body)
+            self.assertLess(time.monotonic() - t0, 5)
+            time.sleep(2.5)
+
+
 def write_bytes(path, n):
     with open(path, 'wb') as f:
         f.write(b'f' * n)
