@@ -29,6 +29,8 @@
 #ifndef CKPTFS_CKPTFS_H
 #define CKPTFS_CKPTFS_H
 
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -289,6 +291,31 @@ ssize_t ckpt_extents_pread(struct store *st, const struct idx_extent *ext, size_
  * lowercase, no final period, names in quotes (STYLE.md). Thread-safe: one line per stdio call.
  */
 void ckpt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * A limit on the log lines of one cause (a peer that aborts connections by the thousand must
+ * not fill the disk with the log): at most burst lines per window_ns; the lines held back are
+ * counted and said in one line when the next window opens. Initialise with
+ * CKPT_RATELIMIT_INIT(window seconds, burst) in static storage, one per cause.
+ */
+struct ckpt_ratelimit {
+	pthread_mutex_t mu;
+	int64_t window_ns;
+	unsigned burst;
+	int64_t start_ns;    /* CLOCK_MONOTONIC start of the current window */
+	unsigned n;          /* lines written in it */
+	unsigned long held;  /* lines held back since the last one written */
+};
+#define CKPT_RATELIMIT_INIT(window_s, lines)                                                    \
+	{ PTHREAD_MUTEX_INITIALIZER, (int64_t)(window_s) * 1000000000, (lines), 0, 0, 0 }
+
+/*
+ * ckpt_logv_limited - ckpt_log of (fmt, ap) unless rl's window already holds its burst (then
+ * only counted); the first line of a new window is preceded by "(N lines like the next one held
+ * back)" when some were. Thread-safe.
+ */
+void ckpt_logv_limited(struct ckpt_ratelimit *rl, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 
 /*
  * Process facts from /proc (core/proc.c). Any thread, no lock.

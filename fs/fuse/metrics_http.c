@@ -147,6 +147,19 @@ static bool is_loopback(const struct sockaddr_storage *ss)
 	return false;
 }
 
+/*
+ * libmicrohttpd's own messages (a connection aborted, a malformed request) are the peers' doing:
+ * at most 10 a minute reach the log, the others are counted (ckpt_logv_limited).
+ */
+static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	static struct ckpt_ratelimit rl = CKPT_RATELIMIT_INIT(60, 10);
+
+	(void)cls;
+	ckpt_logv_limited(&rl, fmt, ap);
+}
+
 struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err, size_t cap)
 {
 	struct sockaddr_storage ss = { 0 };
@@ -170,7 +183,8 @@ struct fs_metrics *fs_metrics_start(struct ckfs *fs, const char *spec, char *err
 	m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
 				(struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNS,
 				MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_CONNS_PER_IP,
-				MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S, MHD_OPTION_END);
+				MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S,
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	if (!m->d) {
 		snprintf(err, cap, "cannot listen on %s: %s (is the port in use? choose another "
 			 "with -o metrics=ADDR:PORT)", spec, errno ? strerror(errno) : "refused");
