@@ -227,6 +227,38 @@ def chunk_files(store):
 def chunk_bytes(store):
     return sum(chunk_files(store).values())
 
+def ctl_escaped(name):
+    """bytes: how ckptctl's text output shows the name `name` (bytes): tools/ckptctl/common.c
+    ctl_escape, GNU ls -b style. \\a \\b \\t \\n \\v \\f \\r and backslash get a
+    letter; other control bytes, DEL, bytes of invalid UTF-8 (overlong forms, surrogates) and C1
+    controls (U+0080..U+009F) become \\xHH; valid UTF-8 is kept as it is."""
+    letters = {0x07: b'a', 0x08: b'b', 0x09: b't', 0x0a: b'n', 0x0b: b'v', 0x0c: b'f',
+               0x0d: b'r', 0x5c: b'\\'}
+    out, i = b'', 0
+    while i < len(name):
+        c = name[i]
+        if c in letters:
+            out += b'\\' + letters[c]
+            i += 1
+            continue
+        k = 0
+        for n in (1, 2, 3, 4):
+            try:
+                ch = name[i:i + n].decode('utf-8')
+            except UnicodeDecodeError:
+                continue
+            if len(ch) == 1:
+                k = n
+            break
+        if k == 0 or c < 0x20 or c == 0x7f or (k == 2 and 0x80 <= ord(ch) <= 0x9f):
+            out += b'\\x%02x' % c
+            i += 1
+        else:
+            out += name[i:i + k]
+            i += k
+    return out
+
+
 
 # fallocate(2) modes, <linux/falloc.h>
 FALLOC_FL_KEEP_SIZE = 0x01

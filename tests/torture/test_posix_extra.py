@@ -716,13 +716,14 @@ class NameTest(Base):
         check()
         if PLAIN:
             return
-        # ckptctl ls prints the bytes; --json gives every entry a name (valid UTF-8 as is,
-        # other bytes as U+FFFD)
+        # ckptctl ls prints each name escaped as ls -b does (a newline in a name cannot fake a
+        # line); --json gives every entry a name (valid UTF-8 as is, other bytes as U+FFFD)
         argv = [ckfs.ckptctl_bin(), self.m.store, 'ls', '/' + self._testMethodName]
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(p.stdout.splitlines()), 1 + len(want), 'one line per entry')
         for n in names:
-            self.assertIn(n, p.stdout)
+            self.assertIn(ckfs.ctl_escaped(n), p.stdout)
         p = subprocess.run(argv[:1] + ['--json'] + argv[1:], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
