@@ -4,13 +4,20 @@
  * Format "ckptfs-manifest/1":
  *   { "format": "ckptfs-manifest/1", "node": NAME, "nodes": N, "kind": K, "layout": "megatron",
  *     "step": S, "name": "iter_0000100", "sealed": true|false, "created_ns": T,
+ *     "version": HEX,                                     which save of the step (below)
  *     "dirs":  [ "mp_rank_00", ... ],                    paths relative to the step directory
  *     "files": [ { "path": "mp_rank_00/model_optim_rng.pt", "size": BYTES, "mode": 420,
  *                  "mtime_ns": T, "flags": IDX_INODE_* bits, "xxh3_128": HEX or null,
  *                  "extents": [ [OFFSET, LENGTH, HEX], ... ] }, ... ] }
  * Every extent is one whole chunk (idx_extent): LENGTH is its raw size, HEX its XXH3-128.
+ * "version" is the XXH3-128 of the compact, key-sorted JSON text of "files": the same files with
+ * the same bytes and times give the same version, so a part fetched back from the remote (a
+ * node whose store was lost) is recognised as the one published, and a step saved again is a
+ * new version. Manifests without it (published before versions) read as version "".
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +26,8 @@
 #include "fs/node/node_int.h"
 #include "fs/policy/policy.h"
 
-static json_t *file_json(struct idx *ix, const char *path, uint64_t ino)
+/* The manifest entry of file ino at path; NULL with *foreign set when another node's. */
+static json_t *file_json(struct idx *ix, const char *path, uint64_t ino, bool *foreign)
 {
 	char hex[2 * STORE_HASH_LEN + 1];
 	struct idx_extent *ext = NULL;
@@ -28,7 +36,14 @@ static json_t *file_json(struct idx *ix, const char *path, uint64_t ino)
 	json_t *f, *xs;
 	size_t n = 0;
 
-	if (idx_inode_get(ix, ino, &a) < 0 || idx_file_extents(ix, ino, &ext, &n) < 0)
+	*foreign = false;
+	if (idx_inode_get(ix, ino, &a) < 0)
+		return NULL;
+	if (a.flags & IDX_INODE_FOREIGN) {
+		*foreign = true; /* shown from another node's manifest: its part, not ours */
+		return NULL;
+	}
+	if (idx_file_extents(ix, ino, &ext, &n) < 0)
 		return NULL;
 	xs = json_array();
 	for (size_t i = 0; xs && i < n; i++) {
@@ -51,9 +66,10 @@ static json_t *file_json(struct idx *ix, const char *path, uint64_t ino)
 	return f;
 }
 
-/* Add the tree under dir (its paths prefixed by pre) to dirs and files. */
+/* Add the tree under dir (its paths prefixed by pre) to dirs and files; *own counts the
+ * entries that are this node's (a directory holding only other nodes' files is not). */
 static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, json_t *files,
-		int depth)
+		int depth, size_t *own)
 {
 	struct steps_entries e = { 0 };
 	int rc = steps_dir_entries(fs, dir, depth, &e);
@@ -67,39 +83,76 @@ static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, js
 			break;
 		}
 		if (S_ISDIR(e.modes[i])) {
-			if (json_array_append_new(dirs, json_string(path)) < 0)
-				rc = -ENOMEM;
-			else
-				rc = walk(fs, e.inos[i], path, dirs, files, depth + 1);
-		} else if (S_ISREG(e.modes[i])) {
-			json_t *f = file_json(fs->ix, path, e.inos[i]);
+			size_t below = 0, at = json_array_size(dirs);
 
+			rc = walk(fs, e.inos[i], path, dirs, files, depth + 1, &below);
+			/* the directory before what is below it; an empty one is this node's */
+			if (rc >= 0 && (below || idx_dir_is_empty(fs->ix, e.inos[i]) == 1)) {
+				if (json_array_insert_new(dirs, at, json_string(path)) < 0)
+					rc = -ENOMEM;
+				(*own)++;
+			}
+		} else if (S_ISREG(e.modes[i])) {
+			bool foreign;
+			json_t *f = file_json(fs->ix, path, e.inos[i], &foreign);
+
+			if (foreign)
+				continue;
 			if (!f || json_array_append_new(files, f) < 0)
 				rc = -EIO;
+			(*own)++;
 		}
 	}
 	steps_dir_entries_free(&e);
 	return rc < 0 ? rc : 0;
 }
 
+char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const char *node,
+			const char *version)
+{
+	if (version[0])
+		snprintf(key, cap, "manifests/%d/%" PRId64 "/%s/%s.json", kind, step, node, version);
+	else
+		snprintf(key, cap, "manifests/%d/%" PRId64 "/%s.json", kind, step, node);
+	return key;
+}
+
+/* The version of a part: XXH3-128 of its "files" as compact, key-sorted JSON (top of file). */
+static int part_version(json_t *files, char out[NODE_VERSION_LEN + 1])
+{
+	char *text = json_dumps(files, JSON_COMPACT | JSON_SORT_KEYS);
+	struct store_hash h;
+
+	if (!text)
+		return -ENOMEM;
+	store_hash_buf(text, strlen(text), &h);
+	free(text);
+	store_hash_hex(&h, out);
+	return 0;
+}
+
 json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char *node,
-			   unsigned nodes, bool sealed)
+			   unsigned nodes, bool sealed, bool empty, size_t *ret_files)
 {
 	json_t *dirs = json_array(), *files = json_array(), *m;
 	const char *layout = s->kind >= 0 && s->kind < LAYOUT_KIND_COUNT
 				     ? layout_name((enum layout_kind)s->kind)
 				     : "?";
+	char version[NODE_VERSION_LEN + 1];
+	size_t own = 0;
 
-	if (!dirs || !files || walk(fs, s->dir_ino, "", dirs, files, 0) < 0) {
+	if (!dirs || !files || (!empty && walk(fs, s->dir_ino, "", dirs, files, 0, &own) < 0) ||
+	    part_version(files, version) < 0) {
 		json_decref(dirs);
 		json_decref(files);
 		return NULL;
 	}
-	m = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I, s:o, s:b, s:I, s:o, s:o}", "format",
+	*ret_files = json_array_size(files);
+	m = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I, s:o, s:b, s:I, s:s, s:o, s:o}", "format",
 		      NODE_MANIFEST_FORMAT, "node", node, "nodes", (int)nodes, "kind", s->kind,
 		      "layout", layout, "step", (json_int_t)s->step, "name", policy_json_name(s->name),
-		      "sealed", (int)sealed, "created_ns", (json_int_t)s->created_ns, "dirs", dirs,
-		      "files", files);
+		      "sealed", (int)sealed, "created_ns", (json_int_t)s->created_ns, "version",
+		      version, "dirs", dirs, "files", files);
 	return m;
 }
 
@@ -108,19 +161,23 @@ int node_manifest_parse(const void *buf, size_t len, struct node_part *ret, char
 {
 	json_error_t je;
 	json_t *m = json_loadb(buf, len, 0, &je);
-	const char *format = NULL, *node = NULL, *name = NULL;
-	json_int_t kind = -1, step = -1;
+	const char *format = NULL, *node = NULL, *name = NULL, *version = "";
+	json_int_t kind = -1, step = -1, created = 0, nodes = 0;
 	int sealed = 0;
 
 	if (!m) {
 		snprintf(err, errlen, "not JSON: %s (line %d)", je.text, je.line);
 		return -EBADMSG;
 	}
-	if (json_unpack_ex(m, &je, 0, "{s:s, s:s, s:I, s:I, s:s, s:b}", "format", &format, "node",
-			   &node, "kind", &kind, "step", &step, "name", &name, "sealed",
-			   &sealed) < 0 ||
+	if (json_unpack_ex(m, &je, 0, "{s:s, s:s, s:I, s:I, s:s, s:b, s?:I, s?:I, s?:s}", "format",
+			   &format, "node", &node, "kind", &kind, "step", &step, "name", &name,
+			   "sealed", &sealed, "created_ns", &created, "nodes", &nodes, "version",
+			   &version) < 0 ||
 	    strcmp(format, NODE_MANIFEST_FORMAT) != 0 || kind < 0 || kind >= LAYOUT_KIND_COUNT ||
-	    step < 0 || strlen(node) > NODE_NAME_MAX || strlen(name) > IDX_STEP_NAME_MAX) {
+	    step < 0 || strlen(node) > NODE_NAME_MAX || strlen(name) > IDX_STEP_NAME_MAX ||
+	    nodes < 0 || nodes > UINT_MAX ||
+	    (version[0] && (strlen(version) != NODE_VERSION_LEN ||
+			    strspn(version, "0123456789abcdef") != NODE_VERSION_LEN))) {
 		snprintf(err, errlen, "not a %s manifest: %s", NODE_MANIFEST_FORMAT,
 			 format && strcmp(format, NODE_MANIFEST_FORMAT) ? "unknown format"
 									 : je.text);
@@ -133,6 +190,9 @@ int node_manifest_parse(const void *buf, size_t len, struct node_part *ret, char
 	ret->kind = (int)kind;
 	ret->step = step;
 	ret->sealed = sealed != 0;
+	ret->created_ns = created;
+	ret->nodes = (unsigned)nodes;
+	memcpy(ret->version, version, strlen(version) + 1);
 	json_decref(m);
 	return 0;
 }

@@ -44,13 +44,26 @@ static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
 	return false;
 }
 
-static bool has_part(struct node *n, const char *node, int kind, int64_t step)
+/* The part node has of (kind, step): one per node, its newest version. mu held. */
+static struct node_part *find_part(struct node *n, const char *node, int kind, int64_t step)
 {
 	for (size_t i = 0; i < n->nparts; i++)
 		if (n->parts[i].kind == kind && n->parts[i].step == step &&
 		    strcmp(n->parts[i].node, node) == 0)
-			return true;
-	return false;
+			return &n->parts[i];
+	return NULL;
+}
+
+static bool has_part(struct node *n, const char *node, int kind, int64_t step)
+{
+	return find_part(n, node, kind, step) != NULL;
+}
+
+static void key_del(struct node_key *v, size_t *n, int kind, int64_t step)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (v[i].kind == kind && v[i].step == step)
+			v[i--] = v[--*n];
 }
 
 void node_set_error(struct node *n, const char *fmt, ...)
@@ -77,12 +90,22 @@ static int recompute_global(struct node *n)
 	n->nglobal = 0;
 	for (size_t i = 0; i < n->nparts; i++) {
 		const struct node_part *a = &n->parts[i];
+
+		if (a->nodes && a->nodes != n->nodes && !n->disagree[0])
+			snprintf(n->disagree, sizeof(n->disagree),
+				 "node '%s' was mounted with nodes=%u, this one with nodes=%u: "
+				 "no step becomes global here until every node is mounted with the "
+				 "same -o nodes=N", a->node, a->nodes, n->nodes);
+	}
+	for (size_t i = 0; i < n->nparts && !n->disagree[0]; i++) {
+		const struct node_part *a = &n->parts[i];
 		size_t k = 0;
 
 		if (key_in(n->global, n->nglobal, a->kind, a->step))
 			continue;
 		for (size_t j = 0; j < n->nparts; j++)
-			if (n->parts[j].kind == a->kind && n->parts[j].step == a->step)
+			if (n->parts[j].kind == a->kind && n->parts[j].step == a->step &&
+			    !n->parts[j].stale)
 				pp[k++] = (struct policy_part){ n->parts[j].node, n->parts[j].sealed };
 		if (!policy_global_complete(pp, k, n->nodes))
 			continue;
@@ -96,16 +119,33 @@ static int recompute_global(struct node *n)
 	return 0;
 }
 
+/*
+ * Take part p into the parts known: a node's newer version of a step replaces its older one (a
+ * step saved again), and then the step is shown again (show_global replaces the files of the
+ * older version). An older version than the one known is left out. Takes mu.
+ */
 static int add_part(struct node *n, const struct node_part *p)
 {
+	struct node_part *q;
 	int rc = 0;
 
 	pthread_mutex_lock(&n->mu);
-	if (!has_part(n, p->node, p->kind, p->step)) {
-		if (ckpt_grow(&n->parts, &n->capparts, n->nparts, sizeof(*n->parts)) < 0)
+	q = find_part(n, p->node, p->kind, p->step);
+	if (q && strcmp(q->version, p->version) == 0) {
+		q->seen = true;
+		q->sealed = p->sealed;
+	} else if (q && q->created_ns > p->created_ns) {
+		/* an older version still on the remote: its node removes it */
+	} else {
+		if (q) {
+			*q = *p;
+		} else if (ckpt_grow(&n->parts, &n->capparts, n->nparts, sizeof(*n->parts)) < 0) {
 			rc = -ENOMEM;
-		else
+		} else {
 			n->parts[n->nparts++] = *p;
+		}
+		n->parts_changed = true;
+		key_del(n->shown, &n->nshown, p->kind, p->step);
 		if (rc == 0)
 			rc = recompute_global(n);
 	}
@@ -113,25 +153,48 @@ static int add_part(struct node *n, const struct node_part *p)
 	return rc;
 }
 
+/* Forget node's part of (kind, step): its manifest left the remote (withdrawn by a new save,
+ * or removed by gc). The step is no longer global until its parts are complete again. mu held. */
+static void drop_part(struct node *n, size_t i)
+{
+	key_del(n->shown, &n->nshown, n->parts[i].kind, n->parts[i].step);
+	n->parts[i] = n->parts[--n->nparts];
+	n->parts_changed = true;
+	recompute_global(n);
+}
+
 /* ---- learning the remote's manifests ---- */
 
-/* The node, kind and step of a manifest's key "manifests/<kind>/<step>/<node>.json". */
+/* The node, kind, step and version of a manifest's key "manifests/<kind>/<step>/<node>/
+ * <version>.json" (or "manifests/<kind>/<step>/<node>.json", version "", from before versions). */
 static bool parse_key(const char *key, struct node_part *p)
 {
 	int kind, off = 0;
 	long long step;
-	const char *node;
+	const char *node, *slash;
 	size_t len;
 
 	if (sscanf(key, "manifests/%d/%lld/%n", &kind, &step, &off) != 2 || off == 0)
 		return false;
 	node = key + off;
 	len = strlen(node);
-	if (len <= 5 || len - 5 > NODE_NAME_MAX || strcmp(node + len - 5, ".json") != 0 ||
-	    strchr(node, '/'))
+	if (len <= 5 || strcmp(node + len - 5, ".json") != 0)
 		return false;
 	memset(p, 0, sizeof(*p));
-	memcpy(p->node, node, len - 5);
+	slash = strchr(node, '/');
+	if (slash) {
+		const char *ver = slash + 1;
+
+		if ((size_t)(slash - node) > NODE_NAME_MAX || slash == node ||
+		    strlen(ver) != NODE_VERSION_LEN + 5 || strchr(ver, '/'))
+			return false;
+		memcpy(p->node, node, (size_t)(slash - node));
+		memcpy(p->version, ver, NODE_VERSION_LEN);
+	} else {
+		if (len - 5 > NODE_NAME_MAX)
+			return false;
+		memcpy(p->node, node, len - 5);
+	}
 	p->kind = kind;
 	p->step = step;
 	return true;
@@ -146,14 +209,17 @@ struct learn_ctx {
 static int learn_cb(const char *key, uint64_t size, void *arg)
 {
 	struct learn_ctx *c = arg;
-	struct node_part p;
+	struct node_part p, *q;
 	bool known;
 
 	(void)size;
 	if (!parse_key(key, &p))
 		return 0;
 	pthread_mutex_lock(&c->n->mu);
-	known = has_part(c->n, p.node, p.kind, p.step);
+	q = find_part(c->n, p.node, p.kind, p.step);
+	known = q && strcmp(q->version, p.version) == 0;
+	if (known)
+		q->seen = true;
 	pthread_mutex_unlock(&c->n->mu);
 	if (known || strlen(key) > REMOTE_KEY_MAX)
 		return 0;
@@ -163,42 +229,92 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
 	return 0;
 }
 
-/* Read the manifests not known yet. Returns 0 or the remote's -errno. */
+/*
+ * Read the manifests not known yet, and forget the parts whose manifest is gone (only after a
+ * whole listing: a part is never dropped because a listing failed half-way). Returns 0 or the
+ * remote's -errno.
+ */
 static int learn(struct node *n)
 {
 	struct learn_ctx c = { .n = n };
-	int rc = remote_list(n->r, "manifests/", learn_cb, &c);
+	int rc;
 
+	pthread_mutex_lock(&n->mu);
+	for (size_t i = 0; i < n->nparts; i++)
+		n->parts[i].seen = false;
+	pthread_mutex_unlock(&n->mu);
+	rc = remote_list(n->r, "manifests/", learn_cb, &c);
 	for (size_t i = 0; rc == 0 && i < c.nkeys; i++) {
-		struct node_part p;
-		char err[256];
+		struct node_part p, k;
+		char err[256] = "";
 		size_t len;
 		void *buf;
 
-		if ((rc = remote_get(n->r, c.keys[i], &buf, &len)) < 0)
+		if ((rc = remote_get(n->r, c.keys[i], &buf, &len)) == -ENOENT) {
+			rc = 0; /* removed since the listing (a new version, gc) */
+			continue;
+		}
+		if (rc < 0)
 			break;
-		if (node_manifest_parse(buf, len, &p, err, sizeof(err)) < 0)
+		if (node_manifest_parse(buf, len, &p, err, sizeof(err)) < 0 || !parse_key(c.keys[i], &k) ||
+		    strcmp(k.node, p.node) || k.kind != p.kind || k.step != p.step ||
+		    strcmp(k.version, p.version)) {
+			if (!err[0])
+				snprintf(err, sizeof(err), "its key does not match its content");
 			ckpt_log("remote manifest '%s' ignored: %s", c.keys[i], err);
-		else
+		} else {
+			p.seen = true;
+			p.learnt_ns = ckfs_now(n->fs);
 			rc = add_part(n, &p);
+		}
 		free(buf);
 	}
 	free(c.keys);
+	if (rc == 0) {
+		pthread_mutex_lock(&n->mu);
+		for (size_t i = 0; i < n->nparts; i++)
+			if (!n->parts[i].seen)
+				drop_part(n, i--);
+		pthread_mutex_unlock(&n->mu);
+	}
 	return rc;
 }
 
 /* ---- sealing this node's part from another node's seal ---- */
 
+static int publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed);
+
+/* Has this node any row of the step named name (kind)? fs->mu taken. */
+static bool step_known_here(struct ckfs *fs, int kind, const char *name)
+{
+	struct idx_step s;
+	int rc;
+
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_step_by_name(fs->ix, kind, name, &s);
+	pthread_mutex_unlock(&fs->mu);
+	return rc != -ENOENT;
+}
+
+/*
+ * Seal this node's part of every step another node sealed (the claim came after a barrier every
+ * rank passed, so this node's ranks are done too). A node with no row of the step at all wrote
+ * nothing of it (Megatron's legacy format writes on data-parallel rank 0 only): it publishes an
+ * empty part, so that the step can become global (rule 5 counts parts, not files). Not for a
+ * step sealed before this store first mounted with the remote (n->since_ns; the sealer's clock
+ * against this node's, so a skew shorter than the time between a store's loss and its remount):
+ * a node whose store was lost must not publish an empty part of a step its ranks wrote.
+ */
 static void seal_from_remote(struct node *n)
 {
 	struct node_part *v = NULL;
 	size_t nv = 0, capv = 0;
 
 	pthread_mutex_lock(&n->mu);
-	for (size_t i = 0; i < n->nparts; i++) {
+	for (size_t i = 0; i < n->nparts && !n->disagree[0]; i++) {
 		const struct node_part *p = &n->parts[i];
 
-		if (!p->sealed || strcmp(p->node, n->name) == 0 ||
+		if (!p->sealed || p->stale || strcmp(p->node, n->name) == 0 ||
 		    has_part(n, n->name, p->kind, p->step) ||
 		    key_in(n->sealed_here, n->nsealed, p->kind, p->step))
 			continue;
@@ -211,8 +327,24 @@ static void seal_from_remote(struct node *n)
 		char why[NODE_NAME_MAX + 32];
 
 		snprintf(why, sizeof(why), "sealed by node '%s'", v[i].node);
-		if (steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0)
-			continue; /* no unfinished part here (yet) */
+		if (steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0) {
+			/* no unfinished part here: nothing at all, or a part not finished yet */
+			if (v[i].created_ns < n->since_ns || strchr(v[i].name, '/') ||
+			    step_known_here(n->fs, v[i].kind, v[i].name))
+				continue;
+			struct idx_step e = { .kind = v[i].kind, .step = v[i].step,
+					      .created_ns = ckfs_now(n->fs) };
+			size_t files;
+			json_t *m;
+
+			snprintf(e.name, sizeof(e.name), "%s", v[i].name);
+			m = node_manifest_json(n->fs, &e, n->name, n->nodes, false, true, &files);
+			if (!m || publish_part(n, &e, m, false) == 0)
+				ckpt_log("step '%s': no file of it was written here; published an "
+					 "empty part as node '%s'", e.name, n->name);
+			json_decref(m);
+			continue;
+		}
 		if (ckpt_grow(&n->sealed_here, &n->capsealed, n->nsealed,
 			      sizeof(*n->sealed_here)) == 0)
 			n->sealed_here[n->nsealed++] = (struct node_key){ v[i].kind, v[i].step };
@@ -321,8 +453,22 @@ static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
 	} else {
 		base = path;
 	}
-	if (idx_dentry_lookup(fs->ix, dir, base, &ino) == 0)
-		return 0; /* this node has that name itself (a file every node writes) */
+	bool replace = false;
+
+	if (idx_dentry_lookup(fs->ix, dir, base, &ino) == 0) {
+		struct idx_inode o;
+
+		/* this node's own file of that name (a file every node writes) stays; another
+		 * node's file of an earlier save of the step is replaced by this save's */
+		if (idx_inode_get(fs->ix, ino, &o) < 0 || !(o.flags & IDX_INODE_FOREIGN) ||
+		    !S_ISREG(o.mode))
+			return 0;
+		if (hex && store_hash_parse(hex, &h) == 0 && o.has_hash &&
+		    memcmp(o.hash, h.b, STORE_HASH_LEN) == 0 &&
+		    o.size == (uint64_t)json_integer_value(json_object_get(f, "size")))
+			return 0;
+		replace = true;
+	}
 	if (n && !(ext = calloc(n, sizeof(*ext))))
 		return -ENOMEM;
 	json_array_foreach(xs, i, x)
@@ -345,8 +491,8 @@ static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
 	};
 	if (hex && store_hash_parse(hex, &h) < 0)
 		hex = NULL;
-	rc = idx_inode_create(fs->ix, &a, &ino);
-	if (rc == 0)
+	rc = replace ? 0 : idx_inode_create(fs->ix, &a, &ino);
+	if (rc == 0 && !replace)
 		rc = idx_dentry_add(fs->ix, dir, base, ino);
 	if (rc == 0)
 		rc = idx_file_set_content(fs->ix, ino, ext, n,
@@ -400,7 +546,7 @@ static int show_step(struct node *n, const struct node_key *k)
 	pthread_mutex_lock(&n->mu);
 	for (size_t i = 0; i < n->nparts; i++)
 		if (n->parts[i].kind == k->kind && n->parts[i].step == k->step &&
-		    ckpt_grow(&v, &capv, nv, sizeof(*v)) == 0)
+		    !n->parts[i].stale && ckpt_grow(&v, &capv, nv, sizeof(*v)) == 0)
 			v[nv++] = n->parts[i];
 	pthread_mutex_unlock(&n->mu);
 	for (size_t i = 0; rc == 0 && i < nv; i++) {
@@ -411,8 +557,8 @@ static int show_step(struct node *n, const struct node_key *k)
 		void *buf;
 
 		/* this node's own manifest too: after its store was lost, its part is there only */
-		snprintf(key, sizeof(key), "manifests/%d/%" PRId64 "/%s.json", v[i].kind,
-			 v[i].step, v[i].node);
+		node_manifest_key(key, sizeof(key), v[i].kind, v[i].step, v[i].node,
+				  v[i].version);
 		if ((rc = remote_get(n->r, key, &buf, &len)) < 0)
 			break;
 		m = json_loadb(buf, len, 0, NULL);
@@ -580,6 +726,37 @@ static void *send_main(void *arg)
 	}
 }
 
+/*
+ * The manifest at key already exists: published by this node before a restart (the same
+ * version of the same files) or by someone else. It counts as published only when it says what
+ * this node would write (text); anything else is replaced. Returns 0 or the remote's -errno.
+ */
+static int manifest_there(struct node *n, const char *key, const char *text)
+{
+	struct node_part mine, theirs;
+	char err[256];
+	size_t len;
+	void *buf;
+	int rc = remote_get(n->r, key, &buf, &len);
+
+	if (rc == -ENOENT)
+		return remote_put_if_absent(n->r, key, text, strlen(text));
+	if (rc < 0)
+		return rc;
+	rc = node_manifest_parse(text, strlen(text), &mine, err, sizeof(err));
+	if (rc == 0 && node_manifest_parse(buf, len, &theirs, err, sizeof(err)) == 0 &&
+	    strcmp(mine.node, theirs.node) == 0 && strcmp(mine.version, theirs.version) == 0 &&
+	    mine.sealed == theirs.sealed && mine.nodes == theirs.nodes && mine.step == theirs.step &&
+	    mine.kind == theirs.kind && strcmp(mine.name, theirs.name) == 0) {
+		free(buf);
+		return 0;
+	}
+	free(buf);
+	ckpt_log("remote manifest '%s' holds something else than this node's part; replaced",
+		 key);
+	return remote_put(n->r, key, text, strlen(text));
+}
+
 /* Every chunk of manifest m, on NODE_SENDERS threads: a chunk is a HEAD, a local read, a zstd
  * encode and a PUT, each waiting on something else; then m itself (invariant 1). */
 static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
@@ -617,10 +794,13 @@ static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
 		return job.rc;
 	if (!(text = json_dumps(m, JSON_COMPACT)))
 		return -ENOMEM;
-	snprintf(key, sizeof(key), "manifests/%d/%" PRId64 "/%s.json", s->kind, s->step, n->name);
+	node_manifest_key(key, sizeof(key), s->kind, s->step, n->name,
+			  json_string_value(json_object_get(m, "version")));
 	rc = remote_put_if_absent(n->r, key, text, strlen(text));
+	if (rc == -EEXIST)
+		rc = manifest_there(n, key, text);
 	free(text);
-	return rc == -EEXIST ? 0 : rc; /* published before a restart */
+	return rc;
 }
 
 /*
@@ -648,25 +828,137 @@ static int upload_begin(struct node *n, const struct idx_step *s, char *mark, si
 
 struct pending {
 	struct node *n;
-	struct idx_step *v;
+	struct idx_step *v;       /* complete steps to publish (or to match to a part) */
 	size_t nv, cap;
+	struct node_key *w;       /* steps saved again here: withdraw this node's part */
+	size_t nw, capw;
 };
 
+static bool quiet_row(const struct node *n, int64_t id)
+{
+	for (size_t i = 0; i < n->nquiet; i++)
+		if (n->quiet_rows[i] == id)
+			return true;
+	return false;
+}
+
+/* idx_step_foreach callback, fs->mu held: which steps have something to publish. */
 static int pending_cb(const struct idx_step *s, void *arg)
 {
 	struct pending *p = arg;
-	bool mine;
+	struct node *n = p->n;
+	struct node_part *q;
+	bool want = false, withdraw = false;
 
-	if (s->state != IDX_STEP_COMPLETE || s->dir_ino == 0)
+	if (s->dir_ino == 0 || (s->state != IDX_STEP_COMPLETE && s->state != IDX_STEP_WRITING &&
+				s->state != IDX_STEP_SEALED))
 		return 0;
-	pthread_mutex_lock(&p->n->mu);
-	mine = has_part(p->n, p->n->name, s->kind, s->step);
-	pthread_mutex_unlock(&p->n->mu);
-	if (mine)
+	if (s->state == IDX_STEP_COMPLETE && (quiet_row(n, s->id) ||
+					      steps_version_shadowed(n->fs, s)))
 		return 0;
-	if (ckpt_grow(&p->v, &p->cap, p->nv, sizeof(*p->v)) < 0)
-		return -ENOMEM;
-	p->v[p->nv++] = *s;
+	pthread_mutex_lock(&n->mu);
+	q = find_part(n, n->name, s->kind, s->step);
+	if (s->state != IDX_STEP_COMPLETE) {
+		/* a save of the step in progress here: the other nodes' parts known now are of an
+		 * earlier save (theirs of this one are published after its claim, which comes after
+		 * this node's files, so after this row); this node's part of an earlier save goes */
+		for (size_t i = 0; i < n->nparts; i++)
+			if (n->parts[i].kind == s->kind && n->parts[i].step == s->step &&
+			    n->parts[i].learnt_ns < s->created_ns && !n->parts[i].stale &&
+			    strcmp(n->parts[i].node, n->name) != 0) {
+				n->parts[i].stale = true;
+				recompute_global(n);
+				key_del(n->shown, &n->nshown, s->kind, s->step);
+			}
+		withdraw = q && q->row_id != s->id;
+	} else {
+		want = !q || q->row_id != s->id;
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (withdraw && ckpt_grow(&p->w, &p->capw, p->nw, sizeof(*p->w)) == 0)
+		p->w[p->nw++] = (struct node_key){ s->kind, s->step };
+	if (want) {
+		if (ckpt_grow(&p->v, &p->cap, p->nv, sizeof(*p->v)) < 0)
+			return -ENOMEM;
+		p->v[p->nv++] = *s;
+	}
+	return 0;
+}
+
+/* This node saves step k again: its published part (an earlier save) leaves the remote, so
+ * that no node pairs it with the other nodes' parts of the new save. */
+static void withdraw(struct node *n, const struct node_key *k)
+{
+	char key[REMOTE_KEY_MAX + 1] = "";
+	struct node_part *q;
+	int rc;
+
+	pthread_mutex_lock(&n->mu);
+	if ((q = find_part(n, n->name, k->kind, k->step))) {
+		node_manifest_key(key, sizeof(key), q->kind, q->step, q->node, q->version);
+		drop_part(n, (size_t)(q - n->parts));
+	}
+	key_del(n->sealed_here, &n->nsealed, k->kind, k->step);
+	pthread_mutex_unlock(&n->mu);
+	if (!key[0])
+		return;
+	rc = remote_delete(n->r, key);
+	if (rc < 0 && rc != -ENOENT)
+		node_set_error(n, "cannot withdraw '%s' (step %" PRId64 " is saved again here): %s",
+			       key, k->step, strerror(-rc));
+	else
+		ckpt_log("step %" PRId64 " is saved again here: its earlier part '%s' withdrawn",
+			 k->step, key);
+}
+
+/*
+ * Publish manifest m (this node's part of step s, its chunks first; invariant 1), under the gc
+ * protocol's marker, then take it as this node's part (its earlier version removed from the
+ * remote). Returns 0, -EAGAIN (a gc runs), or the remote's -errno (logged, in status).
+ */
+static int publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed)
+{
+	struct node_part me = { .kind = s->kind, .step = s->step, .sealed = sealed,
+				.created_ns = s->created_ns, .nodes = n->nodes, .seen = true,
+				.row_id = s->id, .learnt_ns = ckfs_now(n->fs) };
+	char mark[REMOTE_KEY_MAX + 1], old[REMOTE_KEY_MAX + 1] = "";
+	struct node_part *q;
+	int rc = upload_begin(n, s, mark, sizeof(mark));
+
+	if (rc == -EAGAIN)
+		return rc; /* a gc holds the lease: the next tick */
+	if (rc == 0) {
+		rc = publish_one(n, s, m);
+		int drc = remote_delete(n->r, mark);
+
+		if (rc == 0 && drc < 0)
+			node_set_error(n, "cannot remove upload marker '%s': %s; a "
+				       "'ckptctl remote gc' waits for it", mark, strerror(-drc));
+	}
+	if (rc < 0) {
+		node_set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
+			       strerror(-rc));
+		return rc;
+	}
+	snprintf(me.node, sizeof(me.node), "%s", n->name);
+	snprintf(me.name, sizeof(me.name), "%s", s->name);
+	snprintf(me.version, sizeof(me.version), "%s",
+		 json_string_value(json_object_get(m, "version")));
+	pthread_mutex_lock(&n->mu);
+	q = find_part(n, n->name, s->kind, s->step);
+	if (q && strcmp(q->version, me.version) != 0)
+		node_manifest_key(old, sizeof(old), q->kind, q->step, q->node, q->version);
+	if (q)
+		q->created_ns = me.created_ns - 1; /* the new version replaces it (add_part) */
+	pthread_mutex_unlock(&n->mu);
+	add_part(n, &me);
+	pthread_mutex_lock(&n->mu);
+	n->published++;
+	n->last_error[0] = '\0';
+	pthread_mutex_unlock(&n->mu);
+	if (old[0] && (rc = remote_delete(n->r, old)) < 0 && rc != -ENOENT)
+		ckpt_log("cannot remove the earlier part '%s': %s", old, strerror(-rc));
+	ckpt_log("published step '%s' to the remote as node '%s'", s->name, n->name);
 	return 0;
 }
 
@@ -678,53 +970,48 @@ static void publish(struct node *n)
 	pthread_mutex_lock(&fs->mu);
 	idx_step_foreach(fs->ix, pending_cb, &p);
 	pthread_mutex_unlock(&fs->mu);
-	for (size_t i = 0; i < p.nv; i++) {
+	for (size_t i = 0; i < p.nw; i++)
+		withdraw(n, &p.w[i]);
+	for (size_t i = 0; i < p.nv && !n->disagree[0]; i++) {
 		const struct idx_step *s = &p.v[i];
 		bool sealed = !key_in(n->sealed_here, n->nsealed, s->kind, s->step);
-		struct node_part me = { .kind = s->kind, .step = s->step, .sealed = sealed };
+		struct node_part *q;
+		size_t files = 0;
+		bool same;
 		json_t *m;
-		int rc;
 
 		pthread_mutex_lock(&fs->mu);
-		m = node_manifest_json(fs, s, n->name, n->nodes, sealed);
+		m = node_manifest_json(fs, s, n->name, n->nodes, sealed, false, &files);
 		pthread_mutex_unlock(&fs->mu);
 		if (!m) {
 			node_set_error(n, "cannot describe step '%s' for the remote: %s", s->name,
 				  strerror(EIO));
 			continue;
 		}
-		char mark[REMOTE_KEY_MAX + 1];
-
-		rc = upload_begin(n, s, mark, sizeof(mark));
-		if (rc == -EAGAIN) {
-			json_decref(m);
-			break; /* a gc holds the lease: the next tick */
-		}
-		if (rc == 0) {
-			rc = publish_one(n, s, m);
-			int drc = remote_delete(n->r, mark);
-
-			if (rc == 0 && drc < 0)
-				node_set_error(n, "cannot remove upload marker '%s': %s; a "
-					       "'ckptctl remote gc' waits for it", mark,
-					       strerror(-drc));
-		}
-		json_decref(m);
-		if (rc < 0) {
-			node_set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
-				  strerror(-rc));
-			break; /* the remote is down: the next tick tries again */
-		}
-		snprintf(me.node, sizeof(me.node), "%s", n->name);
-		snprintf(me.name, sizeof(me.name), "%s", s->name);
-		add_part(n, &me);
 		pthread_mutex_lock(&n->mu);
-		n->published++;
-		n->last_error[0] = '\0';
+		q = find_part(n, n->name, s->kind, s->step);
+		/* the part published (before a restart), or fetched back from the remote (no file
+		 * here is this node's own then: the store was lost, or the part is empty) */
+		same = q && (files == 0 || strcmp(q->version,
+						  json_string_value(json_object_get(m, "version"))) == 0);
+		if (same)
+			q->row_id = s->id;
+		else if (!q && files == 0 &&
+			 ckpt_grow(&n->quiet_rows, &n->capquiet, n->nquiet, sizeof(*n->quiet_rows)) == 0)
+			n->quiet_rows[n->nquiet++] = s->id; /* nothing of it is this node's */
 		pthread_mutex_unlock(&n->mu);
-		ckpt_log("published step '%s' to the remote as node '%s'", s->name, n->name);
+		if (same || files == 0) {
+			json_decref(m);
+			continue;
+		}
+		int rc = publish_part(n, s, m, sealed);
+
+		json_decref(m);
+		if (rc < 0)
+			break; /* a gc, or the remote is down: the next tick tries again */
 	}
 	free(p.v);
+	free(p.w);
 }
 
 static void *node_main(void *arg)
@@ -782,6 +1069,7 @@ static void node_free(struct node *n)
 	free(n->global);
 	free(n->sealed_here);
 	free(n->shown);
+	free(n->quiet_rows);
 	free(n->dirs_pending);
 	free(n);
 }
@@ -943,6 +1231,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	    (uint64_t)n->chunks_fetched, (uint64_t)n->bytes_fetched);
 	if (n->last_error[0])
 		PUT("remote error:     %s\n", n->last_error);
+	if (n->disagree[0])
+		PUT("nodes disagree:   %s\n", n->disagree);
 	for (size_t i = 0; i < n->nparts; i++) {
 		const struct node_part *a = &n->parts[i];
 		bool first = true;

@@ -16,13 +16,25 @@
 
 #define NODE_MANIFEST_FORMAT "ckptfs-manifest/1"
 
+/* A part's version: 32 hex digits (node_manifest_version), NUL-ended; "" for a manifest
+ * published before versions (key manifests/<kind>/<step>/<node>.json). */
+#define NODE_VERSION_LEN (2 * STORE_HASH_LEN)
+
 /* One published manifest, as the node thread keeps it. */
 struct node_part {
 	char node[NODE_NAME_MAX + 1];
 	char name[IDX_STEP_NAME_MAX + 1]; /* the step directory's name */
+	char version[NODE_VERSION_LEN + 1]; /* which save of the step this part is */
 	int kind;                          /* enum layout_kind */
 	int64_t step;
+	int64_t created_ns;                /* when the node made this version (its own clock) */
+	unsigned nodes;                    /* the job's node count as the node was told, 0: unsaid */
 	bool sealed;                       /* it carries the seal (policy rule 5) */
+	bool seen;                         /* learn: in this tick's listing */
+	bool stale;                        /* of a save older than this node's save of the step */
+	int64_t learnt_ns;                 /* when this node learnt it (ckfs_now) */
+	int64_t row_id;                    /* this node's part: the step row it was made from, 0:
+					      not matched yet (fetched back, or empty) */
 };
 
 /* A step of one layout. */
@@ -54,6 +66,11 @@ struct node {
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
 	char last_error[256]; /* mu */
+	char disagree[256];   /* why no step becomes global here (nodes differ), "" if none; mu */
+	bool parts_changed;   /* parts changed since node_cache_save; mu */
+	int64_t since_ns;     /* this store's first mount with the remote (remote.json) */
+	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
+	size_t nquiet, capquiet;
 	struct node_dir_pending {
 		char name[IDX_STEP_NAME_MAX + 1];
 		mode_t mode;
@@ -69,13 +86,22 @@ void node_set_error(struct node *n, const char *fmt, ...) __attribute__((format(
 void node_dirs_retry(struct node *n);
 
 /*
+ * node_manifest_key - the key of a node's part (kind, step, node, version) into key (cap bytes):
+ * "manifests/<kind>/<step>/<node>/<version>.json". Returns key.
+ */
+char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const char *node,
+			const char *version);
+
+/*
  * node_manifest_json - this node's manifest of step s (its directory's tree: dirs, files, their
  * extents), format at the top of manifest.c. sealed: this node saw the step's claim itself.
- * Returns a new reference, or NULL (out of memory, an index error, a tree deeper than
- * STEPS_TREE_DEPTH_MAX). fs->mu held (reads the index).
+ * empty: a part with no file (this node's ranks wrote nothing of the step; s only names it).
+ * Files shown from other nodes' manifests (IDX_INODE_FOREIGN) are not this node's part and are
+ * left out. ret_files: the files in the part. Returns a new reference, or NULL (out of memory,
+ * an index error, a tree deeper than STEPS_TREE_DEPTH_MAX). fs->mu held (reads the index).
  */
 json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char *node,
-			   unsigned nodes, bool sealed);
+			   unsigned nodes, bool sealed, bool empty, size_t *ret_files);
 
 /*
  * node_manifest_parse - the fields rule 5 needs from a manifest's len bytes at buf into *ret.

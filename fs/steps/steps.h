@@ -178,4 +178,13 @@ int steps_ctl_pin(struct ckfs *fs, const char *arg, bool pin, char *msg, size_t 
 int steps_ctl_drop(struct ckfs *fs, const char *arg, char *msg, size_t cap);
 int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap);
 
+/*
+ * steps_version_shadowed - whether complete step s is a kept version: it lies in
+ * /.ckptfs/retained while a newer version of it (writing, sealed or complete) holds its name.
+ * Such a step is named by no tracker and neither counted nor pruned by retention until its new
+ * version is judged (steps_versions_done); the node layer does not publish it. fs->mu held;
+ * reads the index only.
+ */
+bool steps_version_shadowed(struct ckfs *fs, const struct idx_step *s);
+
 #endif /* CKPTFS_FS_STEPS_H */

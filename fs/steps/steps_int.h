@@ -290,13 +290,6 @@ void steps_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
  */
 void steps_versions_done(struct ckfs *fs, const struct idx_step *s);
 
-/*
- * steps_version_shadowed - whether complete step s is a kept version: it lies in
- * /.ckptfs/retained while a newer version of it (writing, sealed or complete) holds its name.
- * Such a step is named by no tracker and neither counted nor pruned by retention until its new
- * version is judged (steps_versions_done). fs->mu held; reads the index only.
- */
-bool steps_version_shadowed(struct ckfs *fs, const struct idx_step *s);
 
 /* ---- steps_mf1.c: MindFormers 1.0 ---- */
 

@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""Three nodes over a plain shared directory (-o remote=DIR,node=,nodes=3; fs/node/), without
+Ceph or a trainer: the ways a resume on many nodes landed wrong or never landed (issue 41).
+
+The save is Megatron-LM's file sequence (tests/traces/megatron.md; megatron/training/
+checkpointing.py save_checkpoint: every rank writes iter_N/mp_rank_RR/model_optim_rng.pt, then
+after a barrier rank 0 writes latest_checkpointed_iteration.txt), one rank per node: rank 0
+through node a, rank 1 through b, rank 2 through c, written by this process. `writers` names the
+nodes whose rank writes: Megatron's legacy format writes only on data-parallel rank 0, so with
+data parallelism across nodes the other nodes write nothing.
+
+Scenarios:
+- resave_after_unclaimed: step 20 is saved on every node but the job dies before the claim; it
+  resumes at 10 and saves 20 again with other bytes, then claims it. Every node's tracker must
+  name 20 and every node must serve the second save's bytes of every rank. Before versions in
+  the manifests the node holding a part of the first save never published the second: no
+  tracker ever named 20 (or a cold node mixed the two saves).
+- rewrite_of_global: step 20 is global, then saved again (Megatron saves the last iteration
+  again at the end of training, a restarted job re-saves it): every node serves the new bytes.
+- empty_node: node c writes nothing; the step becomes global on all three, c shows every rank's
+  file.
+- remote_away_at_restart: node c is remounted while the remote is unreachable: it mounts, its
+  tracker names the last global step at once, status says the remote is away; once the remote is
+  back, a new step becomes global on c too.
+- nodes_disagree: a node mounted with nodes=2 beside two with nodes=3: it says so in its status
+  and no step becomes global on it.
+- name_taken_twice: two stores mounted as node a: the second says the name is taken and no step
+  becomes global on it.
+
+Run: /usr/bin/python3 tests/mount/test_nodes3.py
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
+import ckfs  # noqa: E402
+from ckfs import wait_for  # noqa: E402
+
+TRACKER = 'latest_checkpointed_iteration.txt'
+NAMES = ('a', 'b', 'c')
+SIZE = 192 << 10
+
+
+def rank_file(step, rank):
+    return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
+
+
+class ThreeNodes(unittest.TestCase):
+    def setUp(self):
+        ckfs.check_fuse_usable()
+        self.remote = tempfile.mkdtemp(prefix='ckptfs-test-remote-', dir=ckfs.test_tmp_root())
+        self.addCleanup(shutil.rmtree, self.remote, True)
+        self.m = {}
+        for n in NAMES:
+            self.m[n] = self.mount(n)
+
+    def mount(self, name, nodes=3, store=None):
+        m = ckfs.Mount(store=store, opts=['remote=' + self.remote, 'node=' + name,
+                                          'nodes=%d' % nodes])
+        m.start()
+        self.addCleanup(m.close)
+        return m
+
+    def save(self, step, tag, writers=NAMES, claim=True):
+        """Megatron's save of step, rank r through node NAMES[r] when that node is in writers;
+        the tracker on node a when claim. Returns {relative path: bytes}."""
+        want = {}
+        for r, n in enumerate(NAMES):
+            if n not in writers:
+                continue
+            p = self.m[n].path(rank_file(step, r))
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            data = ckfs.content('%s step %d rank %d' % (tag, step, r), SIZE)
+            with open(p, 'wb') as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            want[rank_file(step, r)] = data
+        if claim:
+            with open(self.m['a'].path(TRACKER), 'w') as f:
+                f.write(str(step))
+        return want
+
+    def status(self):
+        return '\n'.join('--- node %s ---\n%s' % (n, self.m[n].status_text()) for n in NAMES)
+
+    def trackers(self, step, nodes=NAMES, timeout=30):
+        wait_for('trackers of %s at %d' % (','.join(nodes), step),
+                 lambda: all(self.m[n].read_text(TRACKER) == str(step) for n in nodes),
+                 timeout,
+                 lambda: 'trackers %s\n%s' % ({n: self.m[n].read_text(TRACKER) for n in NAMES},
+                                              self.status()))
+
+    def serves(self, want, nodes=NAMES):
+        for n in nodes:
+            for f, data in want.items():
+                got = ckfs.read_bytes(self.m[n].path(f))
+                self.assertTrue(got == data, 'node %s serves other bytes for %s\n%s' %
+                                (n, f, self.status()))
+
+    # ---- versions (issue 41 item 1) --------------------------------------------------------
+    def test_resave_after_an_unclaimed_save(self):
+        want = self.save(10, 'first')
+        self.trackers(10)
+        self.serves(want)
+        self.save(20, 'lost', claim=False)   # the job dies before rank 0's claim
+        time.sleep(1.5)                      # every node publishes its part of the lost save
+        self.trackers(10, timeout=1)
+        want = self.save(20, 'again')        # resumed at 10, step 20 saved again, claimed
+        self.trackers(20)
+        self.serves(want)
+
+    def test_rewrite_of_a_global_step(self):
+        self.save(10, 'first')
+        self.save(20, 'first')
+        self.trackers(20)
+        want = self.save(20, 'final')        # the last iteration saved again
+        wait_for('every node serving the new bytes of step 20',
+                 lambda: all(ckfs.read_bytes(self.m[n].path(f)) == d
+                             for n in NAMES for f, d in want.items()), 30, self.status)
+        self.trackers(20)
+
+    # ---- a node that writes nothing (item 2) -----------------------------------------------
+    def test_a_node_that_writes_nothing(self):
+        want = self.save(10, 'dp0', writers=('a', 'b'))
+        self.trackers(10)
+        self.serves(want)
+
+    # ---- the remote away at a restart (item 3) ---------------------------------------------
+    def test_remote_away_at_restart(self):
+        want = self.save(10, 'first')
+        self.trackers(10)
+        c = self.m['c']
+        c.unmount()
+        away = self.remote + '.away'
+        os.rename(self.remote, away)
+        try:
+            c.start()
+            self.assertEqual(c.read_text(TRACKER), '10', c.status_text())
+            self.serves(want, nodes=('c',))
+            self.assertIn('remote error:', c.status_text())
+        finally:
+            os.rename(away, self.remote)
+        want = self.save(20, 'second')
+        self.trackers(20)
+        self.serves(want)
+
+    # ---- nodes that disagree (item 6) ------------------------------------------------------
+    def test_nodes_disagree(self):
+        d = self.mount('d', nodes=2)
+        self.save(10, 'first')
+        self.trackers(10)
+        wait_for('node d reporting the disagreement',
+                 lambda: 'nodes=3' in d.status_text(), 30, d.status_text)
+        self.assertIsNone(d.read_text(TRACKER), d.status_text())
+
+    def test_a_name_taken_twice(self):
+        twin = self.mount('a')
+        self.save(10, 'first')
+        self.trackers(10)
+        wait_for('the second node a reporting the name taken twice',
+                 lambda: 'taken' in twin.status_text(), 30, twin.status_text)
+        self.assertIsNone(twin.read_text(TRACKER), twin.status_text())
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
+                                      exit=True)
+    unittest.main(verbosity=2)
