@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/random.h>
 
 #include "fs/node/node_int.h"
 #include "fs/policy/policy.h"
@@ -34,6 +35,14 @@
 
 /* Threads sending one step's chunks at once (publish_one). */
 #define NODE_SENDERS 4
+
+/* How often a node renews nodes/<name>.json (presence), in ticks: every 5 s. */
+#define NODE_PRESENCE_TICKS 25
+
+/* A presence not renewed for this long is a stopped node's (its name is free again), ns: six
+ * renewals missed, far above a tick's work, short enough that a store remounted under the
+ * name of a lost one is refused for half a minute at most. Compared across nodes' wall clocks. */
+#define NODE_PRESENCE_TTL_NS (30 * 1000000000LL)
 
 
 static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
@@ -52,6 +61,13 @@ static struct node_part *find_part(struct node *n, const char *node, int kind, i
 		    strcmp(n->parts[i].node, node) == 0)
 			return &n->parts[i];
 	return NULL;
+}
+
+/* No step becomes global here, nothing is published or sealed: the nodes disagree. mu or the
+ * node thread. */
+static bool blocked(const struct node *n)
+{
+	return n->disagree[0] || n->taken[0];
 }
 
 static bool has_part(struct node *n, const char *node, int kind, int64_t step)
@@ -91,13 +107,15 @@ static int recompute_global(struct node *n)
 	for (size_t i = 0; i < n->nparts; i++) {
 		const struct node_part *a = &n->parts[i];
 
-		if (a->nodes && a->nodes != n->nodes && !n->disagree[0])
+		if (a->nodes && a->nodes != n->nodes && !n->disagree[0]) {
 			snprintf(n->disagree, sizeof(n->disagree),
 				 "node '%s' was mounted with nodes=%u, this one with nodes=%u: "
 				 "no step becomes global here until every node is mounted with the "
 				 "same -o nodes=N", a->node, a->nodes, n->nodes);
+			ckpt_log("%s", n->disagree);
+		}
 	}
-	for (size_t i = 0; i < n->nparts && !n->disagree[0]; i++) {
+	for (size_t i = 0; i < n->nparts && !blocked(n); i++) {
 		const struct node_part *a = &n->parts[i];
 		size_t k = 0;
 
@@ -271,11 +289,21 @@ static int learn(struct node *n)
 	}
 	free(c.keys);
 	if (rc == 0) {
+		size_t seen = 0;
+
 		pthread_mutex_lock(&n->mu);
 		for (size_t i = 0; i < n->nparts; i++)
+			seen += n->parts[i].seen;
+		/* a listing with none of the parts known is a remote that is not what it was (a
+		 * shared file system not mounted at its path): keep them rather than lose every
+		 * global step; a gc never removes the newest steps' manifests */
+		for (size_t i = 0; seen && i < n->nparts; i++)
 			if (!n->parts[i].seen)
 				drop_part(n, i--);
 		pthread_mutex_unlock(&n->mu);
+		if (!seen && n->nparts)
+			node_set_error(n, "the remote lists none of the %zu manifests known here; "
+				       "is it the right remote?", n->nparts);
 	}
 	return rc;
 }
@@ -283,6 +311,7 @@ static int learn(struct node *n)
 /* ---- sealing this node's part from another node's seal ---- */
 
 static int publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed);
+static int write_remote_json(struct ckfs *fs, struct node *n);
 
 /* Has this node any row of the step named name (kind)? fs->mu taken. */
 static bool step_known_here(struct ckfs *fs, int kind, const char *name)
@@ -311,7 +340,7 @@ static void seal_from_remote(struct node *n)
 	size_t nv = 0, capv = 0;
 
 	pthread_mutex_lock(&n->mu);
-	for (size_t i = 0; i < n->nparts && !n->disagree[0]; i++) {
+	for (size_t i = 0; i < n->nparts && !blocked(n); i++) {
 		const struct node_part *p = &n->parts[i];
 
 		if (!p->sealed || p->stale || strcmp(p->node, n->name) == 0 ||
@@ -632,6 +661,7 @@ static void show_global(struct node *n)
 		pthread_mutex_lock(&n->mu);
 		if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
 			n->shown[n->nshown++] = todo[i];
+		n->parts_changed = true;
 		for (size_t j = 0; j < n->nparts && !name[0]; j++)
 			if (n->parts[j].kind == todo[i].kind && n->parts[j].step == todo[i].step)
 				memcpy(name, n->parts[j].name, sizeof(name));
@@ -972,7 +1002,7 @@ static void publish(struct node *n)
 	pthread_mutex_unlock(&fs->mu);
 	for (size_t i = 0; i < p.nw; i++)
 		withdraw(n, &p.w[i]);
-	for (size_t i = 0; i < p.nv && !n->disagree[0]; i++) {
+	for (size_t i = 0; i < p.nv && !blocked(n); i++) {
 		const struct idx_step *s = &p.v[i];
 		bool sealed = !key_in(n->sealed_here, n->nsealed, s->kind, s->step);
 		struct node_part *q;
@@ -1014,6 +1044,70 @@ static void publish(struct node *n)
 	free(p.w);
 }
 
+/*
+ * nodes/<name>.json says which store runs under this node name (its store_id, host, pid,
+ * renewed every NODE_PRESENCE_TICKS). Another store's presence renewed within
+ * NODE_PRESENCE_TTL_NS means two nodes were given one name: this one publishes nothing and
+ * counts no step global (their manifests would collide), and says so in status and the log.
+ */
+static void presence(struct node *n)
+{
+	char key[REMOTE_KEY_MAX + 1], host[HOST_NAME_MAX + 1] = "?", *text;
+	struct timespec now;
+	size_t len;
+	void *buf;
+	json_t *o;
+	int rc;
+
+	snprintf(key, sizeof(key), "nodes/%s.json", n->name);
+	clock_gettime(CLOCK_REALTIME, &now);
+	int64_t now_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+
+	if ((rc = remote_get(n->r, key, &buf, &len)) == 0) {
+		o = json_loadb(buf, len, 0, NULL);
+		free(buf);
+		const char *id = json_string_value(json_object_get(o, "store_id"));
+		int64_t beat = json_integer_value(json_object_get(o, "beat_ns"));
+
+		if (id && strcmp(id, n->store_id) != 0 && now_ns - beat < NODE_PRESENCE_TTL_NS) {
+			pthread_mutex_lock(&n->mu);
+			if (!n->taken[0]) {
+				snprintf(n->taken, sizeof(n->taken),
+					 "node name '%s' is taken by another store (host %s, pid %d): "
+					 "give each node its own -o node=NAME; nothing is published "
+					 "from here meanwhile", n->name,
+					 json_string_value(json_object_get(o, "host"))
+						 ? json_string_value(json_object_get(o, "host"))
+						 : "?",
+					 (int)json_integer_value(json_object_get(o, "pid")));
+				ckpt_log("%s", n->taken);
+				recompute_global(n);
+			}
+			pthread_mutex_unlock(&n->mu);
+			json_decref(o);
+			return;
+		}
+		json_decref(o);
+	} else if (rc != -ENOENT) {
+		return; /* the remote is away: the next renewal */
+	}
+	gethostname(host, sizeof(host) - 1);
+	o = json_pack("{s:s, s:s, s:i, s:I, s:i}", "store_id", n->store_id, "host", host, "pid",
+		      (int)getpid(), "beat_ns", (json_int_t)now_ns, "nodes", (int)n->nodes);
+	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (text && remote_put(n->r, key, text, strlen(text)) == 0) {
+		pthread_mutex_lock(&n->mu);
+		if (n->taken[0]) {
+			ckpt_log("node name '%s' is this store's again", n->name);
+			n->taken[0] = '\0';
+			recompute_global(n);
+		}
+		pthread_mutex_unlock(&n->mu);
+	}
+	free(text);
+}
+
 static void *node_main(void *arg)
 {
 	struct node *n = arg;
@@ -1025,15 +1119,24 @@ static void *node_main(void *arg)
 		if ((rc = learn(n)) < 0)
 			node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 				  strerror(-rc));
+		if (n->ticks++ % NODE_PRESENCE_TICKS == 0)
+			presence(n);
 		node_dirs_retry(n);
 		seal_from_remote(n);
 		publish(n);
 		show_global(n);
 		pthread_mutex_lock(&n->mu);
+		bool save = n->parts_changed;
+
+		pthread_mutex_unlock(&n->mu);
+		if (save && (rc = write_remote_json(n->fs, n)) < 0)
+			node_set_error(n, "cannot record the remote's state in '" REMOTE_STORE_RECORD
+				       "': %s; a mount while the remote is away knows less", strerror(-rc));
+		pthread_mutex_lock(&n->mu);
 		if (!n->stop) {
 			struct timespec t;
 
-			clock_gettime(CLOCK_REALTIME, &t);
+			clock_gettime(CLOCK_MONOTONIC, &t);
 			t.tv_nsec += NODE_TICK_MS * 1000000L;
 			t.tv_sec += t.tv_nsec / 1000000000L;
 			t.tv_nsec %= 1000000000L;
@@ -1083,17 +1186,41 @@ static bool name_ok(const char *s)
 	return strchr(s, '/') == NULL;
 }
 
-/* STORE/remote.json (REMOTE_STORE_RECORD) for ckptctl: url, node, nodes, keep_checkpoint_max;
- * replaced atomically and durably (temp file, fdatasync, rename, fsync of STORE), the temp file
- * removed on failure. */
-static int write_remote_json(struct ckfs *fs, const struct node *n)
+/*
+ * STORE/remote.json (REMOTE_STORE_RECORD): for ckptctl, url, node, nodes, keep_checkpoint_max;
+ * for this node's next mount, what it knows of the remote: "store_id" (this store's identity,
+ * telling two stores mounted under one node name apart), "since_ns" (its first mount with the
+ * remote), "parts" (every manifest known, as struct node_part) and "shown" (the global steps whose
+ * other nodes' files are in the index). A mount while the remote is away starts from them, so
+ * the trackers name the last global step known. Replaced atomically and durably (temp file,
+ * fdatasync, rename, fsync of STORE), the temp file removed on failure. Takes n->mu.
+ */
+static int write_remote_json(struct ckfs *fs, struct node *n)
 {
 	static const char tmp[] = REMOTE_STORE_RECORD ".tmp";
 	const int dfd = fs->repo->dir_fd;
-	json_t *o = json_pack("{s:s, s:s, s:i, s:i}", "url", n->url, "node", n->name, "nodes",
-			      (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max);
+	json_t *parts = json_array(), *shown = json_array(), *o;
 	int fd, rc = 0;
 
+	pthread_mutex_lock(&n->mu);
+	for (size_t i = 0; parts && i < n->nparts; i++) {
+		const struct node_part *p = &n->parts[i];
+
+		json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:b}",
+						       "node", p->node, "name", p->name, "version",
+						       p->version, "kind", p->kind, "step",
+						       (json_int_t)p->step, "created_ns",
+						       (json_int_t)p->created_ns, "nodes",
+						       (int)p->nodes, "sealed", (int)p->sealed));
+	}
+	for (size_t i = 0; shown && i < n->nshown; i++)
+		json_array_append_new(shown, json_pack("[i, I]", n->shown[i].kind,
+						       (json_int_t)n->shown[i].step));
+	n->parts_changed = false;
+	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I, s:o?, s:o?}", "url", n->url, "node", n->name,
+		      "nodes", (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max, "store_id",
+		      n->store_id, "since_ns", (json_int_t)n->since_ns, "parts", parts, "shown", shown);
+	pthread_mutex_unlock(&n->mu);
 	if (!o)
 		return -ENOMEM;
 	/* a fresh file in STORE, never a link or a file linked from elsewhere (ckptfs.h) */
@@ -1103,7 +1230,7 @@ static int write_remote_json(struct ckfs *fs, const struct node *n)
 		rc = fd;
 	} else {
 		errno = 0;
-		if (json_dumpfd(o, fd, JSON_INDENT(2)) < 0)
+		if (json_dumpfd(o, fd, JSON_INDENT(1)) < 0)
 			rc = errno ? -errno : -EIO;
 		if (rc == 0 && fdatasync(fd) < 0) /* whole before its name is */
 			rc = -errno;
@@ -1117,7 +1244,69 @@ static int write_remote_json(struct ckfs *fs, const struct node *n)
 			unlinkat(dfd, tmp, 0);
 	}
 	json_decref(o);
+	if (rc < 0) {
+		pthread_mutex_lock(&n->mu);
+		n->parts_changed = true; /* the next tick tries again */
+		pthread_mutex_unlock(&n->mu);
+	}
 	return rc;
+}
+
+/*
+ * What the last mount with this remote knew (write_remote_json), into n: the store's identity
+ * and first mount, the parts and the shown steps. A file of another remote (a store moved to
+ * another job) gives only the identity. Returns the parts loaded.
+ */
+static size_t read_remote_json(struct ckfs *fs, struct node *n)
+{
+	int fd = ckpt_repo_openat(fs->repo, REMOTE_STORE_RECORD, O_RDONLY, 0);
+	json_t *o = fd >= 0 ? json_loadfd(fd, 0, NULL) : NULL, *x;
+	const char *id, *url;
+	size_t i, loaded = 0;
+
+	if (fd >= 0)
+		close(fd);
+	if (!o)
+		return 0;
+	id = json_string_value(json_object_get(o, "store_id"));
+	url = json_string_value(json_object_get(o, "url"));
+	if (id && strlen(id) < sizeof(n->store_id))
+		snprintf(n->store_id, sizeof(n->store_id), "%s", id);
+	if (!url || strcmp(url, n->url) != 0 || !n->store_id[0]) {
+		json_decref(o);
+		return 0;
+	}
+	n->since_ns = json_integer_value(json_object_get(o, "since_ns"));
+	json_array_foreach(json_object_get(o, "parts"), i, x)
+	{
+		struct node_part p = { .seen = true };
+		const char *node = json_string_value(json_object_get(x, "node"));
+		const char *name = json_string_value(json_object_get(x, "name"));
+		const char *ver = json_string_value(json_object_get(x, "version"));
+
+		if (!node || !name || !ver || strlen(node) > NODE_NAME_MAX ||
+		    strlen(name) > IDX_STEP_NAME_MAX || strlen(ver) > NODE_VERSION_LEN ||
+		    ckpt_grow(&n->parts, &n->capparts, n->nparts, sizeof(*n->parts)) < 0)
+			continue;
+		snprintf(p.node, sizeof(p.node), "%s", node);
+		snprintf(p.name, sizeof(p.name), "%s", name);
+		snprintf(p.version, sizeof(p.version), "%s", ver);
+		p.kind = (int)json_integer_value(json_object_get(x, "kind"));
+		p.step = json_integer_value(json_object_get(x, "step"));
+		p.created_ns = json_integer_value(json_object_get(x, "created_ns"));
+		p.nodes = (unsigned)json_integer_value(json_object_get(x, "nodes"));
+		p.sealed = json_is_true(json_object_get(x, "sealed"));
+		n->parts[n->nparts++] = p;
+		loaded++;
+	}
+	json_array_foreach(json_object_get(o, "shown"), i, x)
+		if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
+			n->shown[n->nshown++] = (struct node_key){
+				(int)json_integer_value(json_array_get(x, 0)),
+				json_integer_value(json_array_get(x, 1)) };
+	json_decref(o);
+	recompute_global(n);
+	return loaded;
 }
 
 int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t errlen)
@@ -1127,8 +1316,13 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 
 	if (!n)
 		return -ENOMEM;
+	pthread_condattr_t ca;
+
 	pthread_mutex_init(&n->mu, NULL);
-	pthread_cond_init(&n->cv, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the tick, not the wall clock */
+	pthread_cond_init(&n->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	n->fs = fs;
 	n->nodes = cfg->nodes;
 	if (cfg->name)
@@ -1145,9 +1339,33 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 		node_free(n);
 		return -EINVAL;
 	}
+	size_t known = read_remote_json(fs, n);
+
+	if (!n->store_id[0]) {
+		uint8_t rnd[16];
+		struct store_hash h;
+		char hex[2 * STORE_HASH_LEN + 1];
+
+		if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+			clock_gettime(CLOCK_REALTIME, (struct timespec *)rnd);
+		store_hash_buf(rnd, sizeof(rnd), &h);
+		snprintf(n->store_id, sizeof(n->store_id), "%.16s", store_hash_hex(&h, hex));
+	}
+	if (!n->since_ns)
+		n->since_ns = ckfs_now(fs);
 	if ((rc = remote_open(cfg->url, NULL, &n->r, err, errlen)) < 0) {
-		node_free(n);
-		return rc;
+		struct remote_opts lazy = { .unchecked = true };
+		char why[512];
+
+		/* this store has used the remote before: mount with what it knew, catch up later */
+		snprintf(why, sizeof(why), "%s", err);
+		if (!known || remote_open(cfg->url, &lazy, &n->r, err, errlen) < 0) {
+			snprintf(err, errlen, "%s", why);
+			node_free(n);
+			return rc;
+		}
+		node_set_error(n, "the remote does not answer at mount (%s); the trackers name the "
+			       "last global step known here until it does", why);
 	}
 	if ((rc = write_remote_json(fs, n)) < 0)
 		ckpt_log("cannot record the remote in '%s/" REMOTE_STORE_RECORD "': %s; 'ckptctl %s "
@@ -1167,6 +1385,8 @@ void node_prime(struct ckfs *fs)
 	struct node *n = fs->node;
 	int rc;
 
+	presence(n);
+	n->ticks = 1;
 	if ((rc = learn(n)) < 0) {
 		node_set_error(n, "cannot read the remote's manifests: %s; the trackers name no "
 			       "step newer than this node knows global until the remote answers",
@@ -1233,6 +1453,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		PUT("remote error:     %s\n", n->last_error);
 	if (n->disagree[0])
 		PUT("nodes disagree:   %s\n", n->disagree);
+	if (n->taken[0])
+		PUT("nodes disagree:   %s\n", n->taken);
 	for (size_t i = 0; i < n->nparts; i++) {
 		const struct node_part *a = &n->parts[i];
 		bool first = true;

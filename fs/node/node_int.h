@@ -67,8 +67,11 @@ struct node {
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
 	char last_error[256]; /* mu */
 	char disagree[256];   /* why no step becomes global here (nodes differ), "" if none; mu */
+	char taken[256];      /* why: this node's name is another store's (presence); mu */
 	bool parts_changed;   /* parts changed since node_cache_save; mu */
 	int64_t since_ns;     /* this store's first mount with the remote (remote.json) */
+	char store_id[17];    /* this store's identity (remote.json), 16 hex digits */
+	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
 	size_t nquiet, capquiet;
 	struct node_dir_pending {

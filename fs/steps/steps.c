@@ -606,7 +606,7 @@ struct vchunks {
 	size_t n, cap;
 };
 
-/* Append every chunk of the regular files under dir to c. Returns 0 or -errno. */
+/* Append every chunk of this node's regular files under dir to c. Returns 0 or -errno. */
 static int collect_tree(struct ckfs *fs, uint64_t dir, int depth, struct vchunks *c)
 {
 	struct steps_entries e = { 0 };
@@ -618,7 +618,12 @@ static int collect_tree(struct ckfs *fs, uint64_t dir, int depth, struct vchunks
 			rc = collect_tree(fs, e.inos[i], depth + 1, c);
 			continue;
 		}
-		if (!S_ISREG(e.modes[i]))
+		struct idx_inode a;
+
+		/* another node's file (fs/node) is checked when its chunks are fetched: the mount
+		 * does not download the whole job, nor fail while the remote is away */
+		if (!S_ISREG(e.modes[i]) || (idx_inode_get(fs->ix, e.inos[i], &a) == 0 &&
+					     (a.flags & IDX_INODE_FOREIGN)))
 			continue;
 		struct idx_extent *ext = NULL;
 		size_t n = 0;

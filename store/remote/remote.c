@@ -90,10 +90,11 @@ int remote_open(const char *url, const struct remote_opts *opts, struct remote *
 			return remote_errf(err, errlen, -EINVAL,
 					   "bad URL '%s': use file:///ABSOLUTE/PATH (three slashes)",
 					   url);
-		return remote_dir_open(url + 7, ret_remote, err, errlen);
+		return remote_dir_open(url + 7, !(opts && opts->unchecked), ret_remote, err,
+				       errlen);
 	}
 	if (url[0] == '/')
-		return remote_dir_open(url, ret_remote, err, errlen);
+		return remote_dir_open(url, !(opts && opts->unchecked), ret_remote, err, errlen);
 	return remote_errf(err, errlen, -EINVAL,
 			   "bad remote URL '%s': use s3://BUCKET/PREFIX, file:///ABSOLUTE/PATH or "
 			   "an absolute path", url);

@@ -31,6 +31,7 @@
 #ifndef CKPTFS_REMOTE_H
 #define CKPTFS_REMOTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,10 @@ struct remote_opts {
 	int max_tries;          /* attempts per request on 5xx, 429 and network errors: 0 means 5 */
 	size_t multipart_threshold; /* remote_put uses multipart upload above this: 0 means 16 MiB */
 	size_t part_size;       /* multipart part size in bytes, >= 5 MiB: 0 means 8 MiB */
+	/* open without checking that the remote answers (S3: no listing; directory: only the
+	 * path's length): for a node that used this remote before and must mount while it is
+	 * away; each call then says what is wrong */
+	bool unchecked;
 };
 
 struct remote;

@@ -160,6 +160,18 @@ static int read_fd(int fd, uint64_t off, void *buf, size_t len, size_t *ret_got)
 	return 0;
 }
 
+/* A key found missing (rc -ENOENT): missing from a remote directory that is there, or the whole
+ * directory gone (a shared file system unmounted, moved): -ENOTCONN then, never "no such key",
+ * so that nobody takes an object for lost while the remote is away. */
+static int missing(struct remote *r, int rc)
+{
+	struct stat st;
+
+	if (rc == -ENOENT && to_dir(r)->root[0] && stat(to_dir(r)->root, &st) < 0)
+		return -ENOTCONN;
+	return rc;
+}
+
 static int open_key(struct remote *r, const char *key, struct stat *st)
 {
 	char path[PATH_MAX];
@@ -169,7 +181,7 @@ static int open_key(struct remote *r, const char *key, struct stat *st)
 		return rc;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return errno == ENOTDIR ? -ENOENT : -errno;
+		return missing(r, errno == ENOTDIR ? -ENOENT : -errno);
 	if (fstat(fd, st) < 0)
 		rc = -errno;
 	else if (!S_ISREG(st->st_mode))
@@ -230,7 +242,7 @@ static int dir_head(struct remote *r, const char *key, uint64_t *ret_size)
 	if (rc < 0)
 		return rc;
 	if (stat(path, &st) < 0)
-		return errno == ENOTDIR ? -ENOENT : -errno;
+		return missing(r, errno == ENOTDIR ? -ENOENT : -errno);
 	if (!S_ISREG(st.st_mode))
 		return -ENOENT;
 	if (ret_size)
@@ -291,7 +303,14 @@ static int walk(struct remote_dir *d, char *rel, size_t rlen, const char *prefix
 static int dir_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg)
 {
 	char rel[PATH_MAX] = "";
+	struct stat st;
 
+	/* a missing prefix lists nothing, a missing remote directory is an error: the listing of
+	 * a shared file system that went away must not read as "no keys" */
+	if (stat(to_dir(r)->root[0] ? to_dir(r)->root : "/", &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
 	return walk(to_dir(r), rel, 0, prefix, fn, arg);
 }
 
@@ -337,7 +356,8 @@ static int probe(const char *dir)
 	return rc;
 }
 
-int remote_dir_open(const char *dir, struct remote **ret_remote, char *err, size_t errlen)
+int remote_dir_open(const char *dir, bool check, struct remote **ret_remote, char *err,
+		    size_t errlen)
 {
 	struct remote_dir *d;
 	struct stat st;
@@ -349,6 +369,8 @@ int remote_dir_open(const char *dir, struct remote **ret_remote, char *err, size
 	if (n + REMOTE_KEY_MAX + 32 > PATH_MAX)
 		return remote_errf(err, errlen, -ENAMETOOLONG, "remote directory path '%s' is too long",
 				   dir);
+	if (!check)
+		goto make;
 	if (stat(dir, &st) < 0)
 		return remote_errf(err, errlen, -errno,
 				   "remote directory '%s': %s (create it, or mount the shared file "
@@ -369,6 +391,7 @@ int remote_dir_open(const char *dir, struct remote **ret_remote, char *err, size
 		return remote_errf(err, errlen, rc,
 				   "cannot create a file in the remote directory '%s': %s (check the "
 				   "mount: read-only, full, or its server gone?)", dir, strerror(-rc));
+make:
 	d = calloc(1, sizeof(*d));
 	if (!d || !(d->root = strndup(dir, n == 1 ? 0 : n))) {
 		free(d);

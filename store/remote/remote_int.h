@@ -31,10 +31,12 @@ struct remote {
 #define REMOTE_TMP_PREFIX ".tmp-"
 
 /*
- * remote_dir_open - open the directory backend at the absolute path dir (remote_dir.c).
+ * remote_dir_open - open the directory backend at the absolute path dir (remote_dir.c); check:
+ * the checks remote_open lists (false: remote_opts.unchecked).
  * Returns 0 and *ret_remote, or -ENOENT, -ENOTDIR, -EACCES, -ENOMEM with a message in err.
  */
-int remote_dir_open(const char *dir, struct remote **ret_remote, char *err, size_t errlen);
+int remote_dir_open(const char *dir, bool check, struct remote **ret_remote, char *err,
+		    size_t errlen);
 
 /*
  * remote_s3_open - open the S3 backend for bucket and prefix ("" or "p/q", no trailing '/')

@@ -147,10 +147,16 @@ class ThreeNodes(unittest.TestCase):
         try:
             c.start()
             self.assertEqual(c.read_text(TRACKER), '10', c.status_text())
-            self.serves(want, nodes=('c',))
+            # its own rank's file; the other ranks' chunks come from the remote, once it is back
+            own = rank_file(10, 2)
+            self.assertTrue(ckfs.read_bytes(c.path(own)) == want[own])
             self.assertIn('remote error:', c.status_text())
+            with open(c.path(rank_file(10, 0)), 'rb') as f:
+                with self.assertRaises(OSError):
+                    f.read()
         finally:
             os.rename(away, self.remote)
+        self.serves(want)   # nothing was set aside while the remote was away
         want = self.save(20, 'second')
         self.trackers(20)
         self.serves(want)
