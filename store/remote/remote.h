@@ -106,6 +106,7 @@ void remote_close(struct remote *r);
  *            reads it back: exactly these bytes count as this call's own write (0), so a writer
  *            racing with identical bytes may also get 0;
  *   S3: -EACCES, -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, -EIO as remote_open;
+ *   -EDQUOT  S3: the bucket or user is over its quota (403 QuotaExceeded, Ceph RGW);
  *   -EFBIG   len above 5 GiB (S3's single-PUT limit); directory: any errno of open, write,
  *   fsync, link (-ENOSPC, -EDQUOT, -EIO, ...). The temporary file is removed on every failure.
  * Thread-safe; see invariant 2 for concurrent callers.

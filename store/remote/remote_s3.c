@@ -29,8 +29,18 @@ static struct remote_s3 *to_s3(struct remote *r)
 	return (struct remote_s3 *)r;
 }
 
+/* The -errno of an answer: by its status, but a 403 whose error code is QuotaExceeded (Ceph
+ * RGW's bucket and user quotas) is -EDQUOT, so that a caller can tell a full remote from
+ * missing permissions (a gc frees space then: tools/ckptctl/remote.c). */
 static int status_rc(const struct s3_resp *resp)
 {
+	char code[64];
+
+	if (resp->status == 403 && resp->body.buf) {
+		s3_xml_error_code(resp->body.buf, resp->body.len, code, sizeof(code));
+		if (strcmp(code, "QuotaExceeded") == 0)
+			return -EDQUOT;
+	}
 	return s3_status_errno(resp->status);
 }
 
