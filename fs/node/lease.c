@@ -21,7 +21,7 @@
 
 #include "fs/node/lease.h"
 
-#define NS_PER_S 1000000000LL
+#define NS_PER_S ((int64_t)1000000000)
 
 int64_t lease_now_ns(void)
 {

@@ -64,7 +64,7 @@
  * chunks (node.c publish_one): a node's part of the largest checkpoints (a 405B-parameter model
  * with Adam states is about 6.5 TB over 16 nodes, 400 GB each) at a congested 50 MB/s takes
  * about 2.2 hours, a tenth of a day. An upload still running after half this expiry starts over
- * under a fresh marker instead of writing its manifest (node.c publish), so a gc that judged
+ * under a fresh marker instead of writing its manifest (node.c publish_one), so a gc that judged
  * its marker stale cannot have removed a chunk that manifest names. The cost of the long figure:
  * a node that died in an upload blocks gc for at most a day (gc frees space, no resume needs
  * it), or until `ckptctl STORE remote gc --force`.

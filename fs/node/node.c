@@ -788,8 +788,11 @@ static int manifest_there(struct node *n, const char *key, const char *text)
 }
 
 /* Every chunk of manifest m, on NODE_SENDERS threads: a chunk is a HEAD, a local read, a zstd
- * encode and a PUT, each waiting on something else; then m itself (invariant 1). */
-static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
+ * encode and a PUT, each waiting on something else; then m itself (invariant 1). began: when
+ * upload_begin put this upload's marker (ckpt_mono_ns). Returns 0 (published), 1 (the chunks
+ * took longer than half the marker's expiry: m not written, start over), or the remote's
+ * -errno. */
+static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began)
 {
 	char key[REMOTE_KEY_MAX + 1], *text;
 	struct send_job job = { .n = n };
@@ -822,6 +825,11 @@ static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
 	free(job.ext);
 	if (job.rc < 0)
 		return job.rc;
+	/* a gc judges the marker stale LEASE_UPLOAD_EXPIRY_S after it was put and may then have
+	 * removed a chunk that a HEAD above found: past half of that, start over under a fresh
+	 * marker (every chunk looked at again) rather than write a manifest naming a lost chunk */
+	if (ckpt_mono_ns() - began > LEASE_UPLOAD_EXPIRY_S / 2 * 1000000000LL)
+		return 1;
 	if (!(text = json_dumps(m, JSON_COMPACT)))
 		return -ENOMEM;
 	node_manifest_key(key, sizeof(key), s->kind, s->step, n->name,
@@ -834,26 +842,80 @@ static int publish_one(struct node *n, const struct idx_step *s, json_t *m)
 }
 
 /*
+ * Keep note, what upload_begin last saw of the gc lease, for .ckptfs/status ("" when there is
+ * none). upload_begin runs at every tick while a step waits, so a note is logged and made the
+ * last error (node_set_error) only when it changed; a publish then clears the last error, the
+ * note stays until the lease is gone.
+ */
+static void gc_note(struct node *n, const char *note)
+{
+	bool changed, was;
+
+	pthread_mutex_lock(&n->mu);
+	changed = strcmp(n->gc_note, note) != 0;
+	was = n->gc_note[0] != '\0';
+	snprintf(n->gc_note, sizeof(n->gc_note), "%s", note);
+	pthread_mutex_unlock(&n->mu);
+	if (changed && note[0])
+		node_set_error(n, "%s", note);
+	else if (changed && was)
+		ckpt_log("the remote's gc lease is gone: publishing");
+}
+
+/*
  * The upload side of the gc protocol (tools/ckptctl/remote.c, `ckptctl STORE remote gc`): put
- * the marker uploads/<node>/<kind>-<step> (key into mark, cap bytes), then look for the gc's
- * lease gc/lease. A gc puts its lease first and then lists uploads/: either it sees this
- * marker and deletes nothing, or this node sees its lease and uploads nothing (S3 and a shared
- * directory are read-after-write consistent, listings included). Returns 0 (upload, then
- * delete the marker), -EAGAIN (a gc runs: the marker is gone, try at the next tick), or the
- * remote's -errno.
+ * the marker uploads/<node>/<kind>-<step> (key into mark, cap bytes; a lease of this node,
+ * lease.h, expiring after LEASE_UPLOAD_EXPIRY_S), then read the gc's lease gc/lease. A gc puts
+ * its lease first and then lists uploads/: either it sees this marker and deletes nothing, or
+ * this node sees its lease and uploads nothing (S3 and a shared directory are read-after-write
+ * consistent, listings included).
+ * A stale lease (not renewed within its expiry: a gc that died) is ignored, so a dead gc cannot
+ * stop publishing; a live one, or one that does not parse (an older ckptctl's: its age is
+ * unknown), makes this node wait. Either is said in .ckptfs/status (gc_note).
+ * Returns 0 (upload, then delete the marker), -EAGAIN (a gc runs: the marker is gone, try at
+ * the next tick), or the remote's -errno (the marker is gone).
  */
 static int upload_begin(struct node *n, const struct idx_step *s, char *mark, size_t cap)
 {
+	char who[NODE_NAME_MAX + 32], held[256], when[32], note[sizeof(n->gc_note)];
+	const char *root = n->fs->repo->root;
+	struct lease mine, gc;
 	int rc;
 
 	snprintf(mark, cap, "uploads/%s/%d-%" PRId64, n->name, s->kind, s->step);
-	if ((rc = remote_put(n->r, mark, "", 0)) < 0)
+	snprintf(who, sizeof(who), "ckptfs node '%s'", n->name);
+	lease_init(&mine, who, LEASE_UPLOAD_EXPIRY_S, lease_now_ns());
+	if ((rc = lease_put(n->r, mark, &mine, false)) < 0)
 		return rc;
-	rc = remote_head(n->r, "gc/lease", NULL);
-	if (rc == -ENOENT)
+	rc = lease_read(n->r, LEASE_GC_KEY, lease_now_ns(), &gc);
+	switch (rc) {
+	case LEASE_ABSENT:
+		gc_note(n, "");
 		return 0;
+	case LEASE_STALE:
+		snprintf(note, sizeof(note), "stale gc lease '%s' ignored: held by %s, not renewed "
+			 "since %s (expiry %" PRId64 " s), a gc that died; the next 'ckptctl %s "
+			 "remote gc' takes it over", LEASE_GC_KEY, lease_describe(&gc, held, sizeof(held)),
+			 lease_time(gc.renewed_ns, when, sizeof(when)), gc.expiry_s, root);
+		gc_note(n, note);
+		return 0;
+	case LEASE_LIVE:
+		snprintf(note, sizeof(note), "waiting for gc lease held by %s: publishing resumes "
+			 "when that gc ends, or %" PRId64 " s after its last renewal if it dies",
+			 lease_describe(&gc, held, sizeof(held)), gc.expiry_s);
+		gc_note(n, note);
+		rc = -EAGAIN;
+		break;
+	case -EBADMSG:
+		snprintf(note, sizeof(note), "waiting: '%s' on the remote is no lease this ckptfs "
+			 "reads (an older ckptctl's, or damaged); if no gc runs, remove it with "
+			 "'ckptctl %s remote gc --force'", LEASE_GC_KEY, root);
+		gc_note(n, note);
+		rc = -EAGAIN;
+		break;
+	}
 	remote_delete(n->r, mark);
-	return rc == 0 ? -EAGAIN : rc;
+	return rc;
 }
 
 struct pending {
@@ -952,18 +1014,27 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 				.created_ns = s->created_ns, .nodes = n->nodes, .seen = true,
 				.row_id = s->id, .learnt_ns = ckfs_now(n->fs) };
 	char mark[REMOTE_KEY_MAX + 1], old[REMOTE_KEY_MAX + 1] = "";
+	int64_t began = ckpt_mono_ns();
 	struct node_part *q;
 	int rc = upload_begin(n, s, mark, sizeof(mark));
 
 	if (rc == -EAGAIN)
 		return rc; /* a gc holds the lease: the next tick */
 	if (rc == 0) {
-		rc = publish_one(n, s, m);
+		rc = publish_one(n, s, m, began);
 		int drc = remote_delete(n->r, mark);
 
 		if (rc == 0 && drc < 0)
 			node_set_error(n, "cannot remove upload marker '%s': %s; a "
-				       "'ckptctl remote gc' waits for it", mark, strerror(-drc));
+				       "'ckptctl remote gc' waits for it until it expires "
+				       "(%d s)", mark, strerror(-drc), LEASE_UPLOAD_EXPIRY_S);
+	}
+	if (rc == 1) {
+		node_set_error(n, "the upload of step '%s' took longer than %d s, half its "
+			       "marker's expiry: starting over under a fresh marker, so that "
+			       "no chunk a gc removed meanwhile goes missing", s->name,
+			       LEASE_UPLOAD_EXPIRY_S / 2);
+		return -EAGAIN;
 	}
 	if (rc < 0) {
 		node_set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
@@ -1455,6 +1526,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		PUT("nodes disagree:   %s\n", n->disagree);
 	if (n->taken[0])
 		PUT("nodes disagree:   %s\n", n->taken);
+	if (n->gc_note[0])
+		PUT("gc lease:         %s\n", n->gc_note);
 	for (size_t i = 0; i < n->nparts; i++) {
 		const struct node_part *a = &n->parts[i];
 		bool first = true;

@@ -14,8 +14,10 @@
  *                                          codec, raw size, store_encode's payload)
  *   manifests/<kind>/<step>/<node>.json    one node's part of one step (node_manifest_json)
  *   dirs/<name>                            a step directory made during a save (node_dir.c)
- *   uploads/<node>/<kind>-<step>           a publish in progress (empty; node.c upload_begin)
- *   gc/lease                               `ckptctl STORE remote gc` runs (tools/ckptctl/remote.c)
+ *   uploads/<node>/<kind>-<step>           a publish in progress (a lease, lease.h; node.c
+ *                                          upload_begin)
+ *   gc/lease                               `ckptctl STORE remote gc` runs (a lease, lease.h;
+ *                                          tools/ckptctl/remote.c)
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the
@@ -96,8 +98,9 @@ void node_dir_unpublish(struct ckfs *fs, const char *name);
 
 /*
  * node_status - the node layer's lines for .ckptfs/status into buf (cap bytes): the remote,
- * this node, the steps published, and per known step which nodes have published and whether it
- * is globally complete. Returns the length written (truncated at cap - 1), 0 without a remote.
+ * this node, the steps published, the last remote error, the gc lease when the last upload
+ * found one (a stale one ignored, or a live one waited for), and per known step which nodes
+ * have published and whether it is globally complete. Returns the length written (truncated at cap - 1), 0 without a remote.
  * Takes the node lock only.
  */
 size_t node_status(struct ckfs *fs, char *buf, size_t cap);

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "fs/node/lease.h"
 #include "fs/node/node.h"
 #include "store/remote/remote.h"
 
@@ -74,6 +75,7 @@ struct node {
 	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
 	size_t nquiet, capquiet;
+	char gc_note[320];    /* the gc lease as upload_begin last saw it, for .ckptfs/status; "" none; mu */
 	struct node_dir_pending {
 		char name[IDX_STEP_NAME_MAX + 1];
 		mode_t mode;
