@@ -111,8 +111,15 @@ static void usage(FILE *f)
 	fputs("\n"
 	      "options:\n"
 	      "  --json      print one JSON document instead of text\n"
-	      "  --force     export: also a step that is not complete; remote gc: take a lease\n"
-	      "              left by a gc that died, ignore uploads of nodes that died\n"
+	      "  --force     export: also a step that is not complete; remote gc: also take a\n"
+	      "              live lease and remove live upload markers, when you know their gc\n"
+	      "              or node died (stale ones are taken over without it)\n"
+	      "  --dry-run   remote gc: list what it would remove, and what would stop it;\n"
+	      "              remove nothing, take no lease\n"
+	      "  --force-no-lease\n"
+	      "              remote gc on a full remote where even its lease does not fit:\n"
+	      "              run without a lease, every upload marker taken as a dead node's;\n"
+	      "              only once ckptfs is stopped on every node\n"
 	      "  --dest PATH import: into PATH (relative to the mount root, created if absent)\n"
 	      "              instead of the root; steps and trackers count only at the root\n"
 	      "  --rebuild   fsck: when index.db is missing or empty, restore index.db.bak (the\n"
@@ -137,7 +144,8 @@ int ctl_usage(const char *fmt, ...)
 	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
 	      "               pin STEP | unpin STEP | drop STEP | rollback STEP |\n"
 	      "               export [--force] STEP DIR | claims |\n"
-	      "               import [--dest PATH] DIR | fsck [--rebuild] | remote [verify|gc]\n"
+	      "               import [--dest PATH] DIR | fsck [--rebuild] | remote [verify] |\n"
+	      "               remote gc [--dry-run|--force|--force-no-lease]\n"
 	      "run 'ckptctl --help' for details\n",
 	      stderr);
 	return EXIT_ERROR;
@@ -150,6 +158,8 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, 'f' },
 		{ "dest", required_argument, NULL, 'd' },
 		{ "rebuild", no_argument, NULL, 'r' },
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "force-no-lease", no_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -176,6 +186,12 @@ int main(int argc, char **argv)
 			break;
 		case 'r':
 			o.rebuild = true;
+			break;
+		case 'n':
+			o.dry_run = true;
+			break;
+		case 'L':
+			o.force_no_lease = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -210,6 +226,12 @@ int main(int argc, char **argv)
 		return ctl_usage("'--dest' is an option of 'import' only");
 	if (o.rebuild && strcmp(o.cmd, "fsck"))
 		return ctl_usage("'--rebuild' is an option of 'fsck' only");
+	if ((o.dry_run || o.force_no_lease) &&
+	    (strcmp(o.cmd, "remote") || o.argc != 1 || strcmp(o.argv[0], "gc")))
+		return ctl_usage("'%s' is an option of 'remote gc' only",
+				 o.dry_run ? "--dry-run" : "--force-no-lease");
+	if (o.dry_run && o.force_no_lease)
+		return ctl_usage("'--dry-run' takes no lease already: drop '--force-no-lease'");
 	for (size_t i = 0; i < NCOMMANDS; i++) {
 		const struct ctl_cmd *cmd = &commands[i];
 

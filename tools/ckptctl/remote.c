@@ -8,17 +8,8 @@
  *                  directories of saves in progress (dirs/)
  *   remote verify  also reads every chunk a manifest names, decodes it and checks it against
  *                  its digest (the name of the object); exit 1 when one is missing or damaged
- *   remote gc      removes what no resume can need: the manifests of global steps older than
- *                  the newest keep_checkpoint_max (recorded at mount; 0 keeps every global
- *                  step), of steps never global that are older than the newest global one (a
- *                  node died in their save), then every chunk no remaining manifest names
- *
- * The gc protocol, with node.c's upload_begin: gc puts gc/lease (put-if-absent: one gc at a
- * time), then lists uploads/. A node puts its marker uploads/<node>/<kind>-<step> before it
- * sends a step's chunks and looks for the lease after: so either the gc sees the marker and
- * removes nothing, or the node sees the lease and waits for the next tick. A chunk an upload
- * found on the remote (and so did not send) can therefore never be removed under it. --force
- * takes a lease left by a gc that died and ignores markers left by a node that died.
+ *   remote gc      removes what no resume can need (remote_gc.c says what, and how it keeps
+ *                  out of the way of the nodes' uploads)
  *
  * status and verify never write the remote; none of the three writes the store. Chunk objects
  * are store_object_encode's (store.h); manifests are fs/node/manifest.c's ("ckptfs-manifest/1").
@@ -30,36 +21,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
-#include "store/remote/remote.h"
+#include "remote_int.h"
 
-/* One step as the manifests describe it. */
-struct r_step {
-	int kind;
-	int64_t step;
-	char name[IDX_STEP_NAME_MAX + 1];
-	char nodes[256]; /* "a* b": the nodes that published, '*' on the one(s) with the seal */
-	unsigned parts;
-	bool sealed;
-	uint64_t files, bytes;
-};
-
-struct r_ctx {
-	struct remote *r;
-	struct r_step *steps;
-	size_t nsteps, capsteps;
-	char (*keys)[REMOTE_KEY_MAX + 1]; /* manifests/... keys */
-	size_t nkeys, capkeys;
-	char (*named)[2 * STORE_HASH_LEN + 1]; /* chunks the manifests name (sorted, unique) */
-	size_t nnamed, capnamed;
-	uint64_t chunks, chunk_bytes, dirs, unnamed, unnamed_bytes;
-	struct r_step *doomed; /* gc: the steps whose manifests go */
-	size_t ndoomed, capdoomed;
-	bool gc;               /* chunk_cb deletes the chunks no manifest names */
-	uint64_t removed, removed_bytes, remove_errors;
-};
-
-static int key_cb(const char *key, uint64_t size, void *arg)
+int r_key_cb(const char *key, uint64_t size, void *arg)
 {
 	struct r_ctx *c = arg;
 
@@ -85,7 +49,7 @@ static int hexcmp(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
-static bool named(const struct r_ctx *c, const char *hex)
+bool r_named(const struct r_ctx *c, const char *hex)
 {
 	return bsearch(hex, c->named, c->nnamed, sizeof(*c->named), hexcmp) != NULL;
 }
@@ -97,21 +61,10 @@ static int chunk_cb(const char *key, uint64_t size, void *arg)
 
 	c->chunks++;
 	c->chunk_bytes += size;
-	if (named(c, hex))
+	if (r_named(c, hex))
 		return 0;
 	c->unnamed++;
 	c->unnamed_bytes += size;
-	if (c->gc) {
-		int rc = remote_delete(c->r, key);
-
-		if (rc < 0) {
-			ctl_err("cannot remove '%s' from the remote: %s", key, strerror(-rc));
-			c->remove_errors++;
-		} else {
-			c->removed++;
-			c->removed_bytes += size;
-		}
-	}
 	return 0;
 }
 
@@ -161,14 +114,12 @@ static int add_manifest(struct r_ctx *c, json_t *m)
 	return 0;
 }
 
-/* The step a manifest's key names ("manifests/<kind>/<step>/<node>.json"); false if none. */
-static bool key_step(const char *key, int *kind, int64_t *step)
+bool r_key_step(const char *key, int *kind, int64_t *step)
 {
 	return sscanf(key, "manifests/%d/%" SCNd64 "/", kind, step) == 2;
 }
 
-/* Is (kind, step) among the doomed steps? */
-static bool doomed(const struct r_ctx *c, int kind, int64_t step)
+bool r_doomed(const struct r_ctx *c, int kind, int64_t step)
 {
 	for (size_t i = 0; i < c->ndoomed; i++)
 		if (c->doomed[i].kind == kind && c->doomed[i].step == step)
@@ -176,10 +127,9 @@ static bool doomed(const struct r_ctx *c, int kind, int64_t step)
 	return false;
 }
 
-/* Read every manifest of a step not doomed; sort and dedupe c->named. Returns 0 or -errno. */
-static int read_manifests(struct r_ctx *c)
+int r_read_manifests(struct r_ctx *c)
 {
-	int rc = c->nkeys ? 0 : remote_list(c->r, "manifests/", key_cb, c);
+	int rc = c->nkeys ? 0 : remote_list(c->r, "manifests/", r_key_cb, c);
 
 	for (size_t i = 0; rc == 0 && i < c->nkeys; i++) {
 		json_t *m;
@@ -188,8 +138,10 @@ static int read_manifests(struct r_ctx *c)
 		int kind;
 		int64_t step;
 
-		if (key_step(c->keys[i], &kind, &step) && doomed(c, kind, step))
+		if (r_key_step(c->keys[i], &kind, &step) && r_doomed(c, kind, step))
 			continue;
+		if ((rc = r_keep(c)) < 0)
+			break;
 
 		if ((rc = remote_get(c->r, c->keys[i], &buf, &len)) == -ENOENT) {
 			rc = 0; /* removed since the listing */
@@ -301,8 +253,7 @@ static int step_cmp(const void *a, const void *b)
 				  : (x->step > y->step) - (x->step < y->step);
 }
 
-/* Choose the doomed steps (the header's rule) from c->steps, sorted by kind then step. */
-static int choose_doomed(struct r_ctx *c, unsigned nodes, unsigned keep)
+int r_choose_doomed(struct r_ctx *c, unsigned nodes, unsigned keep)
 {
 	for (size_t i = 0; i < c->nsteps; i++) {
 		const struct r_step *s = &c->steps[i];
@@ -326,88 +277,6 @@ static int choose_doomed(struct r_ctx *c, unsigned nodes, unsigned keep)
 	return 0;
 }
 
-/* Take the lease and check for uploads (the header's protocol). Returns 0 or EXIT_ERROR. */
-static int gc_lease(struct r_ctx *c, bool force)
-{
-	char who[128], host[64] = "?";
-	int len, rc;
-
-	gethostname(host, sizeof(host));
-	host[sizeof(host) - 1] = '\0';
-	len = snprintf(who, sizeof(who), "ckptctl pid %d on %s\n", (int)getpid(), host);
-	rc = force ? remote_put(c->r, "gc/lease", who, (size_t)len)
-		   : remote_put_if_absent(c->r, "gc/lease", who, (size_t)len);
-	if (rc == -EEXIST) {
-		ctl_err("another gc holds the remote's gc/lease; if none is running (it died), "
-			"run again with --force");
-		return EXIT_ERROR;
-	}
-	if (rc < 0) {
-		ctl_err("cannot take the remote's gc/lease: %s", strerror(-rc));
-		return EXIT_ERROR;
-	}
-	c->nkeys = 0;
-	if ((rc = remote_list(c->r, "uploads/", key_cb, c)) < 0 || (c->nkeys && !force)) {
-		if (rc < 0)
-			ctl_err("cannot list the remote's uploads/: %s", strerror(-rc));
-		else
-			ctl_err("a node is publishing ('%s'): nothing removed; run again once its "
-				"upload ends, or with --force if that node died in it", c->keys[0]);
-		remote_delete(c->r, "gc/lease");
-		return EXIT_ERROR;
-	}
-	for (size_t i = 0; i < c->nkeys; i++) /* --force: markers of dead nodes */
-		remote_delete(c->r, c->keys[i]);
-	c->nkeys = 0;
-	return 0;
-}
-
-/* gc: the lease, the doomed manifests and step directories, then the unnamed chunks. */
-static int remote_gc(struct r_ctx *c, json_t *cfg, unsigned nodes, bool force)
-{
-	unsigned keep = (unsigned)json_integer_value(json_object_get(cfg, "keep_checkpoint_max"));
-	uint64_t manifests = 0;
-	int rc;
-
-	if (gc_lease(c, force) != 0)
-		return -EAGAIN;
-	rc = choose_doomed(c, nodes, keep);
-	c->nkeys = 0;
-	if (rc == 0)
-		rc = remote_list(c->r, "manifests/", key_cb, c);
-	for (size_t i = 0; rc == 0 && i < c->nkeys; i++) {
-		int kind;
-		int64_t step;
-
-		if (!key_step(c->keys[i], &kind, &step) || !doomed(c, kind, step))
-			continue;
-		if ((rc = remote_delete(c->r, c->keys[i])) == 0)
-			manifests++;
-	}
-	for (size_t i = 0; rc == 0 && i < c->ndoomed; i++) {
-		char key[REMOTE_KEY_MAX + 1];
-
-		snprintf(key, sizeof(key), "dirs/%s", c->doomed[i].name);
-		rc = remote_delete(c->r, key);
-	}
-	/* the chunks the remaining manifests name; chunk_cb removes the others */
-	c->nnamed = 0;
-	c->chunks = c->chunk_bytes = c->unnamed = c->unnamed_bytes = 0;
-	c->gc = true;
-	if (rc == 0 && (rc = read_manifests(c)) == 0)
-		rc = remote_list(c->r, "chunks/", chunk_cb, c);
-	remote_delete(c->r, "gc/lease");
-	if (rc < 0) {
-		ctl_err("gc stopped: %s; what it removed is not needed by any kept step, run it "
-			"again", strerror(-rc));
-		return rc;
-	}
-	printf("gc:        removed %zu steps (%" PRIu64 " manifests), %" PRIu64
-	       " chunks (%" PRIu64 " bytes); keep_checkpoint_max %u\n",
-	       c->ndoomed, manifests, c->removed, c->removed_bytes, keep);
-	return c->remove_errors ? -EIO : 0;
-}
-
 int cmd_remote(const struct ctl_opts *o)
 {
 	struct r_ctx c = { 0 };
@@ -423,7 +292,7 @@ int cmd_remote(const struct ctl_opts *o)
 	if (open_recorded(o, &c, &cfg) != 0)
 		return EXIT_ERROR;
 	nodes = (unsigned)json_integer_value(json_object_get(cfg, "nodes"));
-	if ((rc = read_manifests(&c)) < 0 ||
+	if ((rc = r_read_manifests(&c)) < 0 ||
 	    (rc = remote_list(c.r, "chunks/", chunk_cb, &c)) < 0 ||
 	    (rc = remote_list(c.r, "dirs/", dir_cb, &c)) < 0) {
 		ctl_err("cannot read the remote: %s; check that it answers and try again",
@@ -432,7 +301,7 @@ int cmd_remote(const struct ctl_opts *o)
 	}
 	qsort(c.steps, c.nsteps, sizeof(*c.steps), step_cmp);
 	if (gc) {
-		status = remote_gc(&c, cfg, nodes, o->force) == 0 ? EXIT_OK : EXIT_ERROR;
+		status = remote_gc(&c, cfg, nodes, o);
 		goto out;
 	}
 	for (size_t i = 0; verify && i < c.nnamed; i++) {
