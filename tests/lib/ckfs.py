@@ -727,3 +727,32 @@ def run_as(uid, gid, fn, *args):
 def in_child(fn, *args):
     """Fork, run fn(*args) in the child as the same user; return as run_as."""
     return run_as(os.getuid(), os.getgid(), fn, *args)
+
+
+# -- many nodes over one remote (-o remote=DIR,node=,nodes=2; fs/node/) ----------------------
+
+def megatron_rank_file(step, rank):
+    """Megatron-LM's file of rank `rank` in the save of `step` (tests/traces/megatron.md)."""
+    return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
+
+
+def megatron_save_two_nodes(a, b, step, ranks=4, size=256 << 10):
+    """Megatron-LM's save of step through two node mounts a and b of one remote, written by this
+    process: node A makes iter_N, every rank writes its file (the first half of the ranks
+    through A, the others through B, once the directory reached B through the remote), then
+    rank 0 writes the tracker through A after the barrier. Returns {relative path: bytes}."""
+    os.mkdir(a.path('iter_%07d' % step))
+    want = {}
+    for r in range(ranks):
+        m = a if r < ranks // 2 else b
+        p = m.path(megatron_rank_file(step, r))
+        wait_for('iter_%07d on node %s' % (step, 'ab'[m is b]),
+                 lambda: os.path.isdir(os.path.dirname(os.path.dirname(p))), 30)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        data = content('step %d rank %d' % (step, r), size)
+        with open(p, 'wb') as f:
+            f.write(data)
+        want[megatron_rank_file(step, r)] = data
+    with open(a.path(TRACKER), 'w') as f:
+        f.write(str(step))
+    return want

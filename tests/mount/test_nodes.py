@@ -45,10 +45,6 @@ RANKS = 4
 SHOW_DELAY_MS = 2000
 
 
-def rank_file(step, rank):
-    return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
-
-
 class TwoNodes(unittest.TestCase):
     def setUp(self):
         ckfs.check_fuse_usable()
@@ -63,25 +59,9 @@ class TwoNodes(unittest.TestCase):
             self.addCleanup(m.close)
 
     def save(self, step):
-        """Megatron's save of step: every rank's file, ranks 0-1 on A and 2-3 on B (B's ranks
-        wait for the directory, which A made, to reach B through the remote), then the tracker
-        on A. Returns {relative path: bytes}."""
-        a, b = self.a, self.b
-        os.mkdir(a.path('iter_%07d' % step))
-        want = {}
-        for r in range(RANKS):
-            m = a if r < 2 else b
-            p = m.path(rank_file(step, r))
-            wait_for('iter_%07d on node %s' % (step, 'ab'[r >= 2]),
-                     lambda: os.path.isdir(os.path.dirname(os.path.dirname(p))), 30)
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            data = ckfs.content('step %d rank %d' % (step, r), 256 << 10)
-            with open(p, 'wb') as f:
-                f.write(data)
-            want[rank_file(step, r)] = data
-        with open(a.path(TRACKER), 'w') as f:
-            f.write(str(step))
-        return want
+        """Megatron's save of step, ranks 0-1 on A and 2-3 on B. Returns {relative path:
+        bytes}."""
+        return ckfs.megatron_save_two_nodes(self.a, self.b, step, RANKS)
 
     def test_a_tracker_names_a_global_step_only_with_every_nodes_files(self):
         a, b = self.a, self.b
