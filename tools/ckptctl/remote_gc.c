@@ -326,6 +326,9 @@ static int gc_chunk_cb(const char *key, uint64_t size, void *arg)
 	struct chunk_pass *p = arg;
 	int rc;
 
+	/* a listing of 10^6 chunks takes minutes even when none goes: renew meanwhile */
+	if ((rc = r_keep(p->c)) < 0)
+		return rc;
 	p->c->chunks++;
 	p->c->chunk_bytes += size;
 	if (r_named(p->c, key + strlen("chunks/")))
