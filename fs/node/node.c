@@ -863,8 +863,8 @@ static void gc_note(struct node *n, const char *note)
 }
 
 /*
- * The upload side of the gc protocol (tools/ckptctl/remote.c, `ckptctl STORE remote gc`): put
- * the marker uploads/<node>/<kind>-<step> (key into mark, cap bytes; a lease of this node,
+ * The upload side of the gc protocol (tools/ckptctl/remote_gc.c, `ckptctl STORE remote gc`):
+ * put the marker uploads/<node>/<kind>-<step> (key into mark, cap bytes; a lease of this node,
  * lease.h, expiring after LEASE_UPLOAD_EXPIRY_S), then read the gc's lease gc/lease. A gc puts
  * its lease first and then lists uploads/: either it sees this marker and deletes nothing, or
  * this node sees its lease and uploads nothing (S3 and a shared directory are read-after-write

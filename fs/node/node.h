@@ -17,7 +17,7 @@
  *   uploads/<node>/<kind>-<step>           a publish in progress (a lease, lease.h; node.c
  *                                          upload_begin)
  *   gc/lease                               `ckptctl STORE remote gc` runs (a lease, lease.h;
- *                                          tools/ckptctl/remote.c)
+ *                                          tools/ckptctl/remote_gc.c)
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the

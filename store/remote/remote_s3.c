@@ -31,7 +31,7 @@ static struct remote_s3 *to_s3(struct remote *r)
 
 /* The -errno of an answer: by its status, but a 403 whose error code is QuotaExceeded (Ceph
  * RGW's bucket and user quotas) is -EDQUOT, so that a caller can tell a full remote from
- * missing permissions (a gc frees space then: tools/ckptctl/remote.c). */
+ * missing permissions (a gc frees space then: tools/ckptctl/remote_gc.c). */
 static int status_rc(const struct s3_resp *resp)
 {
 	char code[64];
