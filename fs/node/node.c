@@ -308,6 +308,20 @@ static int learn(struct node *n)
 	return rc;
 }
 
+/* remote_list callback of node_repair: collect the repair/<hex> keys. */
+static int repair_cb(const char *key, uint64_t size, void *arg)
+{
+	struct learn_ctx *c = arg;
+
+	(void)size;
+	if (strlen(key) != strlen("repair/") + 2 * STORE_HASH_LEN)
+		return 0;
+	if (ckpt_grow(&c->keys, &c->cap, c->nkeys, sizeof(*c->keys)) < 0)
+		return -ENOMEM;
+	snprintf(c->keys[c->nkeys++], sizeof(*c->keys), "%s", key);
+	return 0;
+}
+
 /* ---- sealing this node's part from another node's seal ---- */
 
 static int publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed);
@@ -383,6 +397,8 @@ static void seal_from_remote(struct node *n)
 
 /* ---- the other nodes' files: in the namespace, fetched on first read ---- */
 
+static int ask_repair(struct node *n, const char *hex, const char *why);
+
 /* store_fetch_fn: chunk h from the remote, checked against h, into the local store. */
 static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 {
@@ -397,12 +413,15 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 
 	snprintf(key, sizeof(key), "chunks/%s", store_hash_hex(h, hex));
 	if ((rc = remote_get(n->r, key, &buf, &len)) < 0) {
-		if (rc == -ENOENT)
-			return rc;
+		if (rc == -ENOENT) /* a manifest names it (invariant 1): lost on the remote */
+			return ask_repair(n, hex, "missing");
 		ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
 	rc = store_object_decode(buf, len, h, &raw, &rawlen);
+	free(buf);
+	if (rc == -EBADMSG || rc == -EIO) /* the remote's copy is damaged, not this step */
+		return ask_repair(n, hex, rc == -EBADMSG ? "digest mismatch" : "does not decode");
 	if (rc == 0)
 		rc = store_chunk_put_hashed(st, raw, rawlen, h, 0, &info);
 	if (rc == 0) {
@@ -412,8 +431,76 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 		ckpt_log("chunk '%s' from the remote is unusable: %s", hex, strerror(-rc));
 	}
 	free(raw);
-	free(buf);
 	return rc < 0 ? rc : 0;
+}
+
+/*
+ * Chunk hex on the remote is damaged or missing (why): ask the nodes for a good copy
+ * (repair/<hex>, repaired by node_repair on a node that holds it, or by `ckptctl remote verify
+ * --repair`). The read fails with -EAGAIN meanwhile: the step is not damaged here, so it is not
+ * set aside on this node alone while the other nodes keep it (their trackers would disagree).
+ */
+static int ask_repair(struct node *n, const char *hex, const char *why)
+{
+	char key[80];
+	int rc;
+
+	snprintf(key, sizeof(key), "repair/%s", hex);
+	rc = remote_put(n->r, key, n->name, strlen(n->name));
+	node_set_error(n, "chunk '%s' on the remote: %s; %s", hex, why,
+		       rc == 0 ? "asked the nodes that hold it to replace it (repair/)"
+			       : "cannot ask the other nodes to replace it; run 'ckptctl STORE remote "
+				 "verify --repair' on the node that wrote it");
+	return -EAGAIN;
+}
+
+/*
+ * Replace every chunk the remote asks for (repair/<hex>) that this node holds sound: the
+ * encoded copy is put over the damaged one and the request removed. A chunk not held here is
+ * left for another node. One listing per call. Node thread.
+ */
+static void node_repair(struct node *n)
+{
+	struct learn_ctx c = { .n = n };
+
+	if (remote_list(n->r, "repair/", repair_cb, &c) < 0)
+		return;
+	for (size_t i = 0; i < c.nkeys; i++) {
+		const char *hex = c.keys[i] + strlen("repair/");
+		char key[80];
+		struct store_hash h;
+		uint8_t *raw;
+		void *body;
+		size_t blen;
+		ssize_t got;
+		struct store_chunk_info info;
+		int rc;
+
+		if (store_hash_parse(hex, &h) < 0 || store_chunk_stat(n->fs->st, &h, &info) < 0 ||
+		    store_chunk_verify(n->fs->st, &h) < 0)
+			continue; /* not here, or not sound here either */
+		if (!(raw = malloc(info.raw_size ? info.raw_size : 1)))
+			continue;
+		got = store_chunk_pread(n->fs->st, &h, raw, info.raw_size, 0);
+		rc = got == (ssize_t)info.raw_size
+			     ? store_object_encode(raw, info.raw_size, NODE_ZSTD_LEVEL, &body, &blen)
+			     : -EIO;
+		free(raw);
+		if (rc < 0)
+			continue;
+		snprintf(key, sizeof(key), "chunks/%s", hex);
+		rc = remote_put(n->r, key, body, blen);
+		free(body);
+		if (rc == 0)
+			rc = remote_delete(n->r, c.keys[i]);
+		if (rc == 0)
+			ckpt_log("replaced chunk '%s' on the remote, which was asked for as damaged or "
+				 "missing, with this node's sound copy", hex);
+		else
+			node_set_error(n, "cannot replace chunk '%s' on the remote: %s", hex,
+				       strerror(-rc));
+	}
+	free(c.keys);
 }
 
 /* The directory at path (relative to dir; "a/b"), made as needed. In a transaction, fs->mu. */
@@ -963,6 +1050,11 @@ static int pending_cb(const struct idx_step *s, void *arg)
 				key_del(n->shown, &n->nshown, s->kind, s->step);
 			}
 		withdraw = q && q->row_id != s->id;
+		/* a step being written (not sealed) that this node sealed from another node's
+		 * seal: that seal was of an earlier save (a row set aside since); this save takes
+		 * the seal of its own claim */
+		if (s->state == IDX_STEP_WRITING)
+			key_del(n->sealed_here, &n->nsealed, s->kind, s->step);
 	} else {
 		want = !q || q->row_id != s->id;
 	}
@@ -1193,6 +1285,7 @@ static void *node_main(void *arg)
 		if (n->ticks++ % NODE_PRESENCE_TICKS == 0)
 			presence(n);
 		node_dirs_retry(n);
+		node_repair(n);
 		seal_from_remote(n);
 		publish(n);
 		show_global(n);

@@ -279,9 +279,12 @@ static int find_part_cb(const struct idx_step *s, void *arg)
 	if (s->kind != f->kind || s->step != f->step || s->dir_ino == 0 ||
 	    (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_INCOMPLETE))
 		return 0;
-	f->s = *s;
+	/* the newest row: a save of the step after an earlier one was set aside is the one the
+	 * seal is for */
+	if (!f->found || s->id > f->s.id)
+		f->s = *s;
 	f->found = true;
-	return 1;
+	return 0;
 }
 
 int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why)

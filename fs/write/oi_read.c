@@ -122,10 +122,10 @@ static int chunk_bad(struct ckfs *fs, const struct oinode *oi, const struct stor
 {
 	char hex[2 * STORE_HASH_LEN + 1];
 
-	if (n == -EAGAIN) { /* another node's chunk, the remote did not answer: not bad */
-		ckpt_log("cannot read chunk '%s' of inode %llu: the remote holding it did not "
-			 "answer; try again once it is back\n", store_hash_hex(h, hex),
-			 (unsigned long long)oi->ino);
+	if (n == -EAGAIN) { /* another node's chunk, no sound copy from the remote: not bad here */
+		ckpt_log("cannot read chunk '%s' of inode %llu: the remote gave no sound copy (it "
+			 "did not answer, or its copy is being replaced: .ckptfs/status says which); "
+			 "try again\n", store_hash_hex(h, hex), (unsigned long long)oi->ino);
 		return -EIO;
 	}
 	pthread_mutex_lock(&fs->mu);

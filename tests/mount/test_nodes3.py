@@ -10,11 +10,12 @@ nodes whose rank writes: Megatron's legacy format writes only on data-parallel r
 data parallelism across nodes the other nodes write nothing.
 
 Scenarios:
-- resave_after_unclaimed: step 20 is saved on every node but the job dies before the claim; it
-  resumes at 10 and saves 20 again with other bytes, then claims it. Every node's tracker must
-  name 20 and every node must serve the second save's bytes of every rank. Before versions in
-  the manifests the node holding a part of the first save never published the second: no
-  tracker ever named 20 (or a cold node mixed the two saves).
+- resave_after_a_crash_between_publishes: step 20 claimed, nodes a and b publish their parts,
+  node c's daemon dies before its file is durable; the job resumes at 10 and saves 20 again.
+  Every node's tracker must name 20 and every node must serve the second save's bytes of every
+  rank. Before versions, a and b never published the second save (their part was known).
+- resave_after_unclaimed: the same with a first save that was never claimed (no part of it is
+  published; a guard for the withdrawal path, which must not hold the second save back).
 - rewrite_of_global: step 20 is global, then saved again (Megatron saves the last iteration
   again at the end of training, a restarted job re-saves it): every node serves the new bytes.
 - empty_node: node c writes nothing; the step becomes global on all three, c shows every rank's
@@ -120,6 +121,39 @@ class ThreeNodes(unittest.TestCase):
         self.trackers(20)
         self.serves(want)
 
+    def test_resave_after_a_crash_between_publishes(self):
+        """Step 20 is claimed, nodes a and b publish their parts, and node c's daemon dies
+        before its file of step 20 is durable: step 20 is never global, the job resumes at 10
+        and saves 20 again. Before versions, a and b never published the second save (their
+        part of step 20 was known), so every node served a's and b's bytes of the first save
+        beside c's of the second."""
+        c = self.m['c']
+        c.unmount()
+        c.env = {'CKPTFS_FAULT': 'commit-before-index:2'}   # dies at its 2nd file's commit
+        c.start()
+        want = self.save(10, 'first')
+        self.trackers(10)
+        self.save(20, 'lost', writers=('a', 'b'), claim=False)
+        p = c.path(rank_file(20, 2))
+        try:                                 # the daemon dies under this fsync
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, 'wb') as f:
+                f.write(ckfs.content('lost step 20 rank 2', SIZE))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            pass
+        self.assertTrue(c.wait_daemon_death(30), 'node c did not die at its commit')
+        with open(self.m['a'].path(TRACKER), 'w') as f:
+            f.write('20')
+        time.sleep(1.5)                      # a and b publish their parts of the first save
+        c.env = {}
+        c.start()
+        self.trackers(10)                    # c lost its part: 20 is not global
+        want = self.save(20, 'again')        # the job resumed at 10 and saves 20 again
+        self.trackers(20)
+        self.serves(want)
+
     def test_rewrite_of_a_global_step(self):
         self.save(10, 'first')
         self.save(20, 'first')
@@ -160,6 +194,49 @@ class ThreeNodes(unittest.TestCase):
         want = self.save(20, 'second')
         self.trackers(20)
         self.serves(want)
+
+    # ---- a damaged chunk on the remote (item 5) --------------------------------------------
+    def remote_chunks_of(self, node, step):
+        """The chunk keys of node's part of step, from its manifest on the remote."""
+        import glob
+        import json
+        out = []
+        for p in glob.glob(os.path.join(self.remote, 'manifests', '*', str(step), node,
+                                        '*.json')):
+            with open(p) as f:
+                for fl in json.load(f)['files']:
+                    out += [os.path.join(self.remote, 'chunks', x[2]) for x in fl['extents']]
+        return out
+
+    def test_a_damaged_chunk_on_the_remote_is_replaced(self):
+        want = self.save(10, 'first')
+        self.trackers(10)
+        chunks = self.remote_chunks_of('a', 10)
+        self.assertTrue(chunks, 'no chunk of node a on the remote')
+        with open(chunks[0], 'r+b') as f:      # bit rot on the remote
+            f.seek(20)
+            b = f.read(1)
+            f.seek(20)
+            f.write(bytes([b[0] ^ 0xff]))
+        c, f0 = self.m['c'], rank_file(10, 0)
+
+        def read():
+            try:
+                return ckfs.read_bytes(c.path(f0))
+            except OSError:
+                return None
+        got = read()
+        # node c never sets the step aside alone: every tracker stays on 10, and the read
+        # succeeds once node a has put its sound copy back
+        wait_for('node c reading rank 0 of step 10 whole', lambda: read() == want[f0], 30,
+                 self.status)
+        self.trackers(10, timeout=1)
+        r = self.m['b'].ckptctl('remote', 'verify', json_out=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn('"damaged_chunks": 0', r.stdout.replace(' ', '').replace(':', ': '))
+        self.assertIsNone(got, 'node c read the damaged chunk as sound')
+        with open(os.path.join(self.m['a'].store, 'ckptfs.log')) as f:
+            self.assertIn("replaced chunk '%s'" % os.path.basename(chunks[0]), f.read())
 
     # ---- nodes that disagree (item 6) ------------------------------------------------------
     def test_nodes_disagree(self):
