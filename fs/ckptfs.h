@@ -188,6 +188,29 @@ int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean);
  */
 int ckpt_repo_sweep(struct ckpt_repo *r, uint64_t *ret_inodes, uint64_t *ret_chunks);
 
+/* What ckpt_repo_sweep would remove, and what it would leave. */
+struct ckpt_sweep_preview {
+	uint64_t inodes;     /* inodes it would delete (its *ret_inodes) */
+	uint64_t chunks;     /* chunks it would remove (its *ret_chunks): chunk rows released,
+				whether their file is there or not, and chunk files no row names */
+	uint64_t files;      /* chunk files on disk it would delete */
+	uint64_t bytes;      /* their stored bytes (file sizes, headers included) */
+	uint64_t left_files; /* chunk files on disk it would keep */
+	uint64_t left_bytes; /* their stored bytes */
+};
+
+/*
+ * ckpt_repo_sweep_preview - what ckpt_repo_sweep would remove from r now, removing nothing:
+ * idx_recover runs inside a transaction that is rolled back, then every chunk file is walked
+ * once (store_chunk_foreach). REPO_EXCLUSIVE and writable, as ckpt_repo_sweep: the rolled-back
+ * transaction changes no row, and with the lock held nothing else changes the store between the
+ * preview and a sweep that follows it.
+ * @ret: filled on success, untouched on failure.
+ * Returns 0, -EROFS (r is read-only), -ENOMEM, or the -errno of the index or of a failed
+ * readdir of the chunk directory. Not thread-safe against other users of r->ix.
+ */
+int ckpt_repo_sweep_preview(struct ckpt_repo *r, struct ckpt_sweep_preview *ret);
+
 /*
  * CKPT_RESERVE_BYTES - size of STORE/reserve, space held back so that a full disk can still be
  * emptied: deleting files writes the index (SQLite WAL pages), and on a disk with no free byte

@@ -909,6 +909,84 @@ out:
 	return rc;
 }
 
+/* sweep_hash_cmp - qsort and bsearch of struct store_hash by their bytes. */
+static int sweep_hash_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, sizeof(struct store_hash));
+}
+
+/* What ckpt_repo_sweep_preview counts. */
+struct preview_ctx {
+	struct ckpt_repo *r;
+	const struct store_hash *freed; /* the rows idx_recover would release, sorted */
+	size_t nfreed;
+	uint64_t orphans;      /* chunk files the index does not know */
+	uint64_t files, bytes; /* chunk files the sweep would delete, and their stored bytes */
+	uint64_t left_files, left_bytes; /* and those it would keep */
+};
+
+/*
+ * preview_file - store_chunk_foreach callback of ckpt_repo_sweep_preview: the sweep deletes a
+ * chunk file whose row idx_recover releases (ckpt_repo_sweep's first loop) or whose hash the
+ * index does not know (its sweep_file). Returns 0 or the -errno of idx_chunk_exists.
+ */
+static int preview_file(const struct store_hash *h, uint64_t stored_size, void *arg)
+{
+	struct preview_ctx *c = arg;
+	int rc = 0;
+
+	if (!c->nfreed || !bsearch(h, c->freed, c->nfreed, sizeof(*h), sweep_hash_cmp)) {
+		rc = idx_chunk_exists(c->r->ix, h->b);
+		if (rc < 0)
+			return rc;
+		if (rc == 0)
+			c->orphans++;
+	}
+	if (rc == 0) {
+		c->files++;
+		c->bytes += stored_size;
+	} else {
+		c->left_files++;
+		c->left_bytes += stored_size;
+	}
+	return 0;
+}
+
+int ckpt_repo_sweep_preview(struct ckpt_repo *r, struct ckpt_sweep_preview *ret)
+{
+	struct sweep_ctx c = { .r = r };
+	struct preview_ctx p = { .r = r };
+	int rc, inodes;
+
+	/* the sweep's own rule (idx_recover), run and rolled back: what it would delete is then
+	 * exactly what a sweep deletes, with no second copy of which inodes and rows are garbage */
+	if ((rc = idx_begin(r->ix)) < 0)
+		return rc;
+	inodes = idx_recover(r->ix, sweep_release, &c);
+	idx_rollback(r->ix);
+	if (inodes < 0 || c.err < 0) {
+		rc = inodes < 0 ? inodes : c.err;
+		goto out;
+	}
+	if (c.n)
+		qsort(c.freed, c.n, sizeof(*c.freed), sweep_hash_cmp);
+	p.freed = c.freed;
+	p.nfreed = c.n;
+	rc = store_chunk_foreach(r->st, preview_file, &p);
+	if (rc < 0)
+		goto out;
+	ret->inodes = (uint64_t)inodes;
+	ret->chunks = c.n + p.orphans; /* as ckpt_repo_sweep counts: rows released, then orphans */
+	ret->files = p.files;
+	ret->bytes = p.bytes;
+	ret->left_files = p.left_files;
+	ret->left_bytes = p.left_bytes;
+	rc = 0;
+out:
+	free(c.freed);
+	return rc;
+}
+
 void ckpt_repo_close(struct ckpt_repo *r)
 {
 	if (!r)

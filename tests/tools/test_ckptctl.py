@@ -136,6 +136,61 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertFalse(os.path.exists(orphan))
         self.ctl('verify')
 
+    def test_gc_dry_run(self):
+        """Issue 40: gc --dry-run on an unmounted store says what a sweep would remove (the
+        same keys as a sweep's --json) and removes nothing; the sweep after it removes exactly
+        that. While mounted it is accepted and only counts, as gc does."""
+        m = self.m
+        # garbage of both kinds: an inode unlinked while open when its daemon died (it and its
+        # chunks), and a chunk file the index does not know
+        doomed = content('doomed', 3 * MiB)
+        with open(m.path('doomed.bin'), 'wb') as f:
+            f.write(doomed)
+        m.settle()
+        held = open(m.path('doomed.bin'), 'rb')
+        os.unlink(m.path('doomed.bin'))
+        m.kill_daemon()
+        held.close()
+        ext = self.ctl('ls', 'bystander.bin', json_out=True)['extents'][0]
+        src = os.path.join(m.store, 'chunks', ext['chunk'][:2], ext['chunk'])
+        orphan = os.path.join(m.store, 'chunks', ext['chunk'][:2], ext['chunk'][:2] + '0' * 30)
+        with open(src, 'rb') as a, open(orphan, 'wb') as b:
+            b.write(a.read())
+        before = ckfs.chunk_files(m.store)
+        dry = self.ctl('gc', '--dry-run', json_out=True)
+        self.assertEqual(ckfs.chunk_files(m.store), before, 'gc --dry-run removed chunk files')
+        self.assertFalse(dry['swept'])
+        self.assertEqual(dry['inodes_removed'], 1, dry)
+        self.assertGreaterEqual(dry['chunks_removed'], 2, dry)
+        text = self.ctl('gc', '--dry-run').stdout
+        self.assertIn('would remove 1 unlinked inodes and %d chunks' % dry['chunks_removed'],
+                      text)
+        self.assertIn('nothing removed', text)
+        self.assertEqual(ckfs.chunk_files(m.store), before, 'gc --dry-run removed chunk files')
+        real = self.ctl('gc', json_out=True)
+        self.assertTrue(real['swept'])
+        self.assertEqual(set(dry), set(real))
+        for k in ('inodes_removed', 'chunks_removed', 'bytes_freed', 'chunk_files',
+                  'chunk_bytes'):
+            self.assertEqual(dry[k], real[k], k)
+        after = ckfs.chunk_files(m.store)
+        self.assertEqual(real['bytes_freed'], sum(before.values()) - sum(after.values()))
+        # chunk files are named by their 32-hex-digit digest (the store keeps others, such as
+        # emptied files it reuses)
+        def named(files):
+            return [k for k in files if len(os.path.basename(k)) == 32]
+        self.assertEqual(len(named(before)) - len(named(after)), real['chunks_removed'])
+        self.assertEqual(len(named(after)), real['chunk_files'])
+        self.assertFalse(os.path.exists(orphan))
+        self.ctl('verify')
+        # mounted: accepted, and counts what is left (nothing now)
+        m.start()
+        r = self.ctl('gc', '--dry-run')
+        self.assertIn('gc: store is mounted by pid %d' % m.pid, r.stdout)
+        g = self.ctl('gc', '--dry-run', json_out=True)
+        self.assertEqual((g['swept'], g['unreferenced_chunk_files']), (False, 0))
+        self.ctl('status', '--dry-run', rc=2)
+
     def test_mount_point_names_the_store(self):
         """Issue 40.5: 'ckptctl MOUNTPOINT status' failed with 'is this a ckptfs store?'."""
         m = self.m

@@ -51,7 +51,8 @@ static const struct ctl_cmd commands[] = {
 	{ "verify", cmd_verify, 0, 0, "no arguments",
 	  "  verify      re-read every chunk and re-hash every file; exit 1 on damage\n" },
 	{ "gc", cmd_gc, 0, 0, "no arguments",
-	  "  gc          remove unlinked inodes and unreferenced chunks (not mounted)\n" },
+	  "  gc          remove unlinked inodes and unreferenced chunks (not mounted; mounted,\n"
+	  "              only counts them); --dry-run says what it would remove, removing nothing\n" },
 	{ "fsck", cmd_fsck, 0, 0, "no arguments",
 	  "  fsck        check and repair (not mounted): the index file (a damaged one is\n"
 	  "              rebuilt from its readable rows, the old kept aside), the index's\n"
@@ -114,8 +115,9 @@ static void usage(FILE *f)
 	      "  --force     export: also a step that is not complete; remote gc: also take a\n"
 	      "              live lease and remove live upload markers, when you know their gc\n"
 	      "              or node died (stale ones are taken over without it)\n"
-	      "  --dry-run   remote gc: list what it would remove, and what would stop it;\n"
-	      "              remove nothing, take no lease\n"
+	      "  --dry-run   gc: say what a sweep would remove (counts and bytes, the same JSON\n"
+	      "              keys as a sweep's); remote gc: list what it would remove, and what\n"
+	      "              would stop it, take no lease; either removes nothing\n"
 	      "  --force-no-lease\n"
 	      "              remote gc on a full remote where even its lease does not fit:\n"
 	      "              run without a lease, every upload marker taken as a dead node's;\n"
@@ -141,8 +143,8 @@ int ctl_usage(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc | steps | show STEP |\n"
-	      "               pin STEP | unpin STEP | drop STEP | rollback STEP |\n"
+	fputs("\nusage: ckptctl [--json] STORE status | ls [PATH] | verify | gc [--dry-run] | steps |\n"
+	      "               show STEP | pin STEP | unpin STEP | drop STEP | rollback STEP |\n"
 	      "               export [--force] STEP DIR | claims |\n"
 	      "               import [--dest PATH] DIR | fsck [--rebuild] | remote [verify] |\n"
 	      "               remote gc [--dry-run|--force|--force-no-lease]\n"
@@ -226,10 +228,11 @@ int main(int argc, char **argv)
 		return ctl_usage("'--dest' is an option of 'import' only");
 	if (o.rebuild && strcmp(o.cmd, "fsck"))
 		return ctl_usage("'--rebuild' is an option of 'fsck' only");
-	if ((o.dry_run || o.force_no_lease) &&
+	if (o.dry_run && strcmp(o.cmd, "gc") &&
 	    (strcmp(o.cmd, "remote") || o.argc != 1 || strcmp(o.argv[0], "gc")))
-		return ctl_usage("'%s' is an option of 'remote gc' only",
-				 o.dry_run ? "--dry-run" : "--force-no-lease");
+		return ctl_usage("'--dry-run' is an option of 'gc' and 'remote gc' only");
+	if (o.force_no_lease && (strcmp(o.cmd, "remote") || o.argc != 1 || strcmp(o.argv[0], "gc")))
+		return ctl_usage("'--force-no-lease' is an option of 'remote gc' only");
 	if (o.dry_run && o.force_no_lease)
 		return ctl_usage("'--dry-run' takes no lease already: drop '--force-no-lease'");
 	for (size_t i = 0; i < NCOMMANDS; i++) {
