@@ -212,6 +212,20 @@ struct ckpt_sweep_preview {
 int ckpt_repo_sweep_preview(struct ckpt_repo *r, struct ckpt_sweep_preview *ret);
 
 /*
+ * ckpt_repo_mount_point - where the daemon that owns r serves its mount: the MOUNTPOINT of the
+ * "PID mounted MAJ:MIN MOUNTPOINT" line it keeps in STORE/lock (core/repo.c invariant 3), its
+ * mountinfo escapes undone (ckpt_mountinfo_unescape), checked to be that mount in this
+ * process's mount namespace as well (stat(2) of it gives device MAJ:MIN).
+ * @buf: receives the path as the daemon's mountinfo shows it (absolute), NUL-terminated; cap
+ *       bytes. Untouched on failure.
+ * Returns 0; -ENOENT (r->mounted is false, or its daemon serves no mount at this moment:
+ * starting, or finishing its writes after an unmount); -ESTALE (no such mount at that path in
+ * this process's view: another mount namespace, or it is gone); -ENAMETOOLONG (cap too small).
+ * Reads only (pread of r->lock_fd). Thread-safe.
+ */
+int ckpt_repo_mount_point(const struct ckpt_repo *r, char *buf, size_t cap);
+
+/*
  * CKPT_RESERVE_BYTES - size of STORE/reserve, space held back so that a full disk can still be
  * emptied: deleting files writes the index (SQLite WAL pages), and on a disk with no free byte
  * that fails with ENOSPC, leaving the user unable to free anything. 8 MiB covers the WAL of
@@ -355,6 +369,13 @@ int ckpt_pid_flags(pid_t pid, unsigned long *ret);
 pid_t ckpt_tgid_of(pid_t tid);
 int ckpt_pid_stat(pid_t pid, char *ret_state, unsigned long long *ret_start);
 bool ckpt_pid_alive(pid_t pid, unsigned long long start);
+
+/*
+ * ckpt_mountinfo_unescape - undo, in place, the octal escapes of a field of
+ * /proc/PID/mountinfo (proc(5): space, tab, newline and backslash are written as \ooo, three
+ * octal digits); s is NUL-terminated and only shrinks. No errors. Reentrant.
+ */
+void ckpt_mountinfo_unescape(char *s);
 
 /*
  * ckpt_grow - make room for one more element in the array *vp (*cap elements of elem bytes, n in

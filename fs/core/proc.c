@@ -1,5 +1,6 @@
 /*
- * proc.c — process facts from /proc (proc(5)): thread group, state, start time, flags.
+ * proc.c — process facts from /proc (proc(5)): thread group, state, start time, flags, and the
+ * escapes of mountinfo fields.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -138,4 +139,20 @@ int ckpt_pid_flags(pid_t pid, unsigned long *ret)
 		return rc;
 	*ret = (unsigned long)flags;
 	return 0;
+}
+
+void ckpt_mountinfo_unescape(char *s)
+{
+	char *w = s;
+
+	for (const char *r = s; *r; r++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+		    r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
 }

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -985,6 +986,31 @@ int ckpt_repo_sweep_preview(struct ckpt_repo *r, struct ckpt_sweep_preview *ret)
 out:
 	free(c.freed);
 	return rc;
+}
+
+int ckpt_repo_mount_point(const struct ckpt_repo *r, char *buf, size_t cap)
+{
+	char state[LOCK_LINE_MAX], *mnt;
+	unsigned maj, min;
+	struct stat st;
+	int n = 0;
+
+	if (!r->mounted || r->lock_fd < 0)
+		return -ENOENT;
+	read_owner_state(r->lock_fd, state, sizeof(state));
+	/* "mounted MAJ:MIN MOUNTPOINT" (invariant 3); the mount point as mountinfo escapes it */
+	if (sscanf(state, "mounted %u:%u %n", &maj, &min, &n) != 2 || !n || !state[n])
+		return -ENOENT;
+	mnt = state + n;
+	ckpt_mountinfo_unescape(mnt);
+	if (strlen(mnt) >= cap)
+		return -ENAMETOOLONG;
+	/* the line is the daemon's view: the path must be that very mount in this process's
+	 * mount namespace too */
+	if (stat(mnt, &st) < 0 || major(st.st_dev) != maj || minor(st.st_dev) != min)
+		return -ESTALE;
+	snprintf(buf, cap, "%s", mnt);
+	return 0;
 }
 
 void ckpt_repo_close(struct ckpt_repo *r)

@@ -402,24 +402,6 @@ int ctl_fsync_path(const char *path)
 	return rc;
 }
 
-/* Undo the octal escapes of a /proc/self/mountinfo field (proc(5): space, tab, newline and
- * backslash are written as \ooo), in place. */
-static void ctl_unescape_mountinfo(char *s)
-{
-	char *w = s;
-
-	for (const char *r = s; *r; r++) {
-		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
-		    r[3] >= '0' && r[3] <= '7') {
-			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-			r += 3;
-		} else {
-			*w++ = *r;
-		}
-	}
-	*w = '\0';
-}
-
 int ctl_store_of_mount(const char *path, char *buf, size_t cap)
 {
 	char real[PATH_MAX], *line = NULL;
@@ -449,10 +431,10 @@ int ctl_store_of_mount(const char *path, char *buf, size_t cap)
 		}
 		if (!mnt || !fstype || !src || strcmp(fstype, "fuse.ckptfs"))
 			continue;
-		ctl_unescape_mountinfo(mnt);
+		ckpt_mountinfo_unescape(mnt);
 		if (strcmp(mnt, real))
 			continue;
-		ctl_unescape_mountinfo(src);
+		ckpt_mountinfo_unescape(src);
 		if (src[0] == '/' && strlen(src) < cap) {
 			snprintf(buf, cap, "%s", src); /* the newest mount there wins */
 			found = 1;
