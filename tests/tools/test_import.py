@@ -3,9 +3,11 @@
 with torch.save (Debian's python3-torch), with a tracker naming step 20 and a torn step 30, is
 imported into a fresh store and mounted: the virtual tracker says 20, the tensors of step 20 are
 bit-exact, step 30 is set aside in /.ckptfs/quarantine, steps 10 and 20 are complete. Also: a
-second import of the same names refuses (exit 2), an import into a mounted store refuses
-(exit 2), a Hugging Face checkpoint-N with trainer_state.json imports complete, and an
-unreadable file gives exit 1 with the rest imported.
+second import of the same names refuses (exit 2), a Hugging Face checkpoint-N with
+trainer_state.json imports complete, and an unreadable file gives exit 1 with the rest imported.
+Into a mounted store (issue 40) the import goes through the mount point and the daemon judges
+the steps: one step complete and a second import refused (exit 2); several steps under one
+tracker all sealed; a step with an unreadable file left without the tracker naming it.
 
 Run: /usr/bin/python3 tests/tools/test_import.py   (CKPTFS_BIN / CKPTCTL_BIN name the binaries)
 """
@@ -64,6 +66,31 @@ with open(os.path.join(d, "trainer_state.json"), "w") as f:
     json.dump({"global_step": 5, "log_history": []}, f)
 '''
 
+# Megatron's layout with one step, 10, and the tracker naming it
+MAKE_STEP_10 = r'''
+import os, sys, torch
+root = sys.argv[1]
+torch.manual_seed(10)
+sd = {"model": {"w": torch.randn(512, 512), "b": torch.randn(512)}, "iteration": 10}
+path = os.path.join(root, "iter_0000010", "mp_rank_00", "model_optim_rng.pt")
+os.makedirs(os.path.dirname(path))
+torch.save(sd, path)
+with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
+    f.write("10")
+'''
+
+# Megatron's layout with steps 10 and 20, the tracker naming 20
+MAKE_TWO_STEPS = r'''
+import os, sys, torch
+root = sys.argv[1]
+for step in (10, 20):
+    torch.manual_seed(step)
+    path = os.path.join(root, "iter_%07d" % step, "mp_rank_00", "model_optim_rng.pt")
+    os.makedirs(os.path.dirname(path))
+    torch.save({"model": {"w": torch.randn(256, 256)}, "iteration": step}, path)
+with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
+    f.write("20")
+'''
 
 NOBODY = 65534
 
@@ -140,9 +167,6 @@ class ImportTest(unittest.TestCase):
                              (st_src.st_mode, st_src.st_size, st_src.st_mtime_ns))
             steps = {s['step']: s['state'] for s in self.ctl(store, 'steps', json_out=True)}
             self.assertEqual(steps, {10: 'complete', 20: 'complete', 30: 'incomplete'})
-            # mounted: import refuses, exit 2, and says to unmount
-            r = self.ctl(store, 'import', '--dest', '/again', self.src, rc=2)
-            self.assertIn('unmount', r.stderr)
             m.unmount()
         finally:
             m.close()
@@ -163,6 +187,106 @@ class ImportTest(unittest.TestCase):
         self.assertEqual(out['chunks_written'], 1)  # only the tracker, a plain file here
         self.assertGreater(out['dedup_hits'], 0)
         self.ctl(store, 'ls', '/copy/of/iter_0000020/mp_rank_00')
+
+    def test_import_into_mounted_store(self):
+        """Issue 40: import into a running mount copies through the mount point (the daemon
+        chunks, judges and seals the step as a trainer's save, the tracker written last);
+        importing the same step again is refused and changes nothing."""
+        src = self.store('mounted-src')
+        os.mkdir(src)
+        py(MAKE_STEP_10, src)
+        rank = os.path.join(src, 'iter_0000010', RANK_FILE)
+        with ckfs.Mount(store=self.store('mounted')) as m:
+            out = self.ctl(m.store, 'import', src, json_out=True)
+            self.assertEqual(out['files'], 1, out)  # the tracker is a claim, not a file
+            self.assertEqual(out['failed'], [])
+            self.assertEqual(out['mount'], m.mnt)
+            self.assertEqual([(s['name'], s['layout'], s['files']) for s in out['steps']],
+                             [('iter_0000010', 'megatron', 1)])
+            self.assertEqual([(c['tracker'], c['step']) for c in out['claims']], [(TRACKER, 10)])
+            self.assertEqual(ckfs.file_hash(m.path('iter_0000010', RANK_FILE)),
+                             ckfs.file_hash(rank))
+            st_src, st_mnt = os.stat(rank), os.stat(m.path('iter_0000010', RANK_FILE))
+            self.assertEqual((st_mnt.st_mode, st_mnt.st_size, st_mnt.st_mtime_ns),
+                             (st_src.st_mode, st_src.st_size, st_src.st_mtime_ns))
+
+            def steps():
+                return {s['step']: s['state'] for s in self.ctl(m.store, 'steps', json_out=True)}
+            ckfs.wait_for('step 10 to be complete', lambda: steps() == {10: 'complete'},
+                          extra=lambda: ': %r%s' % (steps(), m.log_tail()))
+            self.assertEqual(m.read_text(TRACKER), '10')
+            claims = self.ctl(m.store, 'claims', json_out=True)
+            self.assertEqual([(c['tracker'], c['step']) for c in claims], [(TRACKER, 10)])
+            # again, naming the store by its mount point: refused, nothing written
+            before = (sorted(os.listdir(m.mnt)), self.ctl(m.store, 'status', json_out=True))
+            r = self.ctl(m.mnt, 'import', src, rc=2)
+            self.assertIn('already exist', r.stderr)
+            self.assertIn('iter_0000010', r.stderr)
+            self.assertEqual((sorted(os.listdir(m.mnt)),
+                              self.ctl(m.store, 'status', json_out=True)), before)
+            self.assertEqual(self.ctl(m.store, 'claims', json_out=True), claims)
+            self.assertEqual(steps(), {10: 'complete'})
+            self.assertEqual(ckfs.file_hash(m.path('iter_0000010', RANK_FILE)),
+                             ckfs.file_hash(rank))
+        self.ctl(m.store, 'verify')
+
+    def test_import_into_mounted_store_several_steps(self):
+        """Through a mount, a tracker naming step 20 seals only step 20 (the daemon knows every
+        claim): the import writes the tracker the trainer wrote after step 10 first, so both
+        are complete, as an import into a store not mounted makes them; torn step 30, which no
+        tracker names, is set aside."""
+        with ckfs.Mount(store=self.store('mounted-many')) as m:
+            out = self.ctl(m.store, 'import', self.src, json_out=True)
+            self.assertEqual([(c['tracker'], c['step'], c['replayed']) for c in out['claims']],
+                             [(TRACKER, 10, True), (TRACKER, 20, False)])
+
+            def steps():
+                return {s['step']: s['state'] for s in self.ctl(m.store, 'steps', json_out=True)}
+            want = {10: 'complete', 20: 'complete', 30: 'incomplete'}
+            ckfs.wait_for('steps 10 and 20 to be complete, 30 set aside',
+                          lambda: steps() == want, extra=lambda: ': %r%s' % (steps(), m.log_tail()))
+            self.assertEqual(m.read_text(TRACKER), '20')
+            for step in ('iter_0000010', 'iter_0000020'):
+                self.assertEqual(ckfs.file_hash(m.path(step, RANK_FILE)),
+                                 ckfs.file_hash(os.path.join(self.src, step, RANK_FILE)))
+
+    def test_import_into_mounted_store_unreadable_file(self):
+        """Through a mount, a step one file of which DIR cannot give is left unsealed: the file's
+        partial copy is removed and the tracker naming the step is not written (exit 1), so no
+        tracker ever names a half-copied step; the older step it stood for is still sealed.
+        DIR is another ckptfs mount whose chunk of step 20's file is damaged (reads give EIO)."""
+        with ckfs.Mount(opts=('layout=none',)) as a, \
+                ckfs.Mount(store=self.store('mounted-torn')) as b:
+            py(MAKE_TWO_STEPS, a.mnt)
+            a.settle()
+            bad = 'iter_0000020/' + RANK_FILE
+            chunk = self.ctl(a.store, 'ls', '/' + bad, json_out=True)['extents'][-1]['chunk']
+            path = os.path.join(a.store, 'chunks', chunk[:2], chunk)
+            with open(path, 'r+b') as f:
+                f.seek(40)
+                byte = f.read(1)
+                f.seek(40)
+                f.write(bytes([byte[0] ^ 1]))
+            a.unmount()
+            a.start()
+            r = ckfs.ckptctl(b.store, 'import', a.mnt, json_out=True)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            out = json.loads(r.stdout)
+            self.assertEqual([f['path'] for f in out['failed']], [bad, TRACKER], out)
+            self.assertEqual([(c['tracker'], c['step'], c['replayed']) for c in out['claims']],
+                             [(TRACKER, 10, True)])
+            self.assertFalse(os.path.exists(b.path(bad)), 'a partial copy was left')
+            self.assertEqual(ckfs.file_hash(b.path('iter_0000010', RANK_FILE)),
+                             ckfs.file_hash(a.path('iter_0000010', RANK_FILE)))
+
+            def steps():
+                return {s['step']: s['state'] for s in self.ctl(b.store, 'steps', json_out=True)}
+            ckfs.wait_for('step 10 to be complete', lambda: steps().get(10) == 'complete',
+                          extra=lambda: ': %r%s' % (steps(), b.log_tail()))
+            self.assertNotEqual(steps().get(20), 'complete')
+            self.assertEqual(b.read_text(TRACKER), '10')
+            claims = self.ctl(b.store, 'claims', json_out=True)
+            self.assertEqual([c['step'] for c in claims], [10])
 
     def test_hf_checkpoint_is_complete(self):
         src = self.store('hf-src')

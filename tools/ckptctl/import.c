@@ -1,7 +1,8 @@
 /*
- * import.c — ckptctl import [--dest PATH] DIR: ingest a plain checkpoint directory (only
- * while not mounted): files chunked into the store, steps recognised and judged, trackers
- * recorded as claims.
+ * import.c — ckptctl import [--dest PATH] DIR: ingest a plain checkpoint directory into a store
+ * not mounted: files chunked into the store, steps recognised and judged, trackers recorded as
+ * claims. A mounted store is imported into through its mount instead (import_mount.c); both
+ * share the scan, the trackers' claims and the report here.
  *
  * Every index change is made inside one transaction; import batches several files per
  * transaction, each committed after store_sync.
@@ -70,8 +71,7 @@ static void imp_free(struct imp_ctx *c)
 	store_hasher_free(c->hs);
 }
 
-/* imp_elapsed - seconds since the import began. */
-static double imp_elapsed(const struct imp_ctx *c)
+double imp_elapsed(const struct imp_ctx *c)
 {
 	struct timespec now;
 
@@ -326,6 +326,63 @@ static int imp_read_small(const char *path, char **ret, size_t *ret_len)
 	return 0;
 }
 
+int imp_tracker_read(struct imp_ctx *c, size_t i, struct imp_claim *ret, char **ret_buf,
+		     size_t *ret_len)
+{
+	struct imp_ent *e = &c->v[i];
+	struct layout_tracker t;
+	struct layout_match m;
+	char path[PATH_CAP], *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s", c->src, e->rel);
+	rc = imp_read_small(path, &buf, &len);
+	if (rc < 0)
+		return imp_fail_add(c, -1, e->rel, "cannot read tracker: %s", strerror(-rc));
+	if (layout_classify(e->rel, LAYOUT_NONE, &m) < 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	memset(ret, 0, sizeof(*ret));
+	ret->ent = i;
+	ret->kind = m.kind;
+	ctl_escape((const uint8_t *)buf, len, ret->content, sizeof(ret->content));
+	ret->step = layout_tracker_parse(m.kind, e->name, buf, len, &t) == 0 ? t.step : -1;
+	*ret_buf = buf;
+	*ret_len = len;
+	return 1;
+}
+
+int imp_claim_keep(struct imp_ctx *c, const struct imp_claim *claim)
+{
+	const char *rel = c->v[claim->ent].rel;
+	struct imp_claim *cl;
+
+	if (ckpt_grow(&c->claims, &c->capclaims, c->nclaims, sizeof(*c->claims)) < 0)
+		return -ENOMEM;
+	cl = &c->claims[c->nclaims++];
+	*cl = *claim;
+	cl->sealed = 0;
+	if (cl->step < 0)
+		return 0;
+	for (size_t j = 0; j < c->nsteps; j++) {
+		struct imp_step *s = &c->steps[j];
+		enum policy_seal how = policy_claim_seals(cl->kind, cl->step, s->kind, s->step,
+							   false);
+
+		if (how == POLICY_SEAL_NONE)
+			continue;
+		if (how == POLICY_SEAL_NAMED || !s->sealed_by[0])
+			snprintf(s->sealed_by, sizeof(s->sealed_by),
+				 how == POLICY_SEAL_NAMED ? "tracker '%s' names it"
+							  : "tracker '%s' names a later step",
+				 rel);
+		cl->sealed++;
+	}
+	return 0;
+}
+
 /*
  * imp_claims - record every top-level tracker as a claim (open transaction) and mark the steps
  * it seals (policy rule 2 without history: a plain directory keeps only the last claim).
@@ -336,61 +393,33 @@ static int imp_claims(struct imp_ctx *c)
 	int rc;
 
 	for (size_t i = 0; i < c->n; i++) {
-		struct imp_ent *e = &c->v[i];
-		struct layout_tracker t;
-		struct layout_match m;
-		struct imp_claim *cl;
-		char path[PATH_CAP], *buf = NULL;
+		struct imp_claim cl;
+		char *buf = NULL;
 		size_t len = 0;
 		int64_t id;
 
-		if (!e->tracker)
+		if (!c->v[i].tracker)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", c->src, e->rel);
-		rc = imp_read_small(path, &buf, &len);
-		if (rc < 0) {
-			if ((rc = imp_fail_add(c, -1, e->rel, "cannot read tracker: %s",
-					       strerror(-rc))) < 0)
-				return rc;
-			continue;
-		}
-		if (layout_classify(e->rel, LAYOUT_NONE, &m) < 0 ||
-		    ckpt_grow(&c->claims, &c->capclaims, c->nclaims, sizeof(*c->claims)) < 0) {
-			free(buf);
-			ctl_err("out of memory");
-			return -ENOMEM;
-		}
-		cl = &c->claims[c->nclaims++];
-		memset(cl, 0, sizeof(*cl));
-		cl->ent = i;
-		cl->kind = m.kind;
-		ctl_escape((const uint8_t *)buf, len, cl->content, sizeof(cl->content));
-		cl->step = layout_tracker_parse(m.kind, e->name, buf, len, &t) == 0 ? t.step : -1;
-		rc = imp_txn(c);
+		rc = imp_tracker_read(c, i, &cl, &buf, &len);
 		if (rc == 0)
-			rc = idx_claim_add(c->r->ix, e->rel, buf, len, cl->step, ckpt_now_ns(), &id);
-		free(buf);
+			continue;
 		if (rc < 0) {
-			ctl_err("cannot record the claim of tracker '%s' in store '%s': %s", e->rel,
-				c->root, strerror(-rc));
+			ctl_err("out of memory");
 			return rc;
 		}
-		if (cl->step < 0)
-			continue;
-		for (size_t j = 0; j < c->nsteps; j++) {
-			struct imp_step *s = &c->steps[j];
-
-			enum policy_seal how = policy_claim_seals(m.kind, cl->step, s->kind,
-								   s->step, false);
-
-			if (how == POLICY_SEAL_NONE)
-				continue;
-			if (how == POLICY_SEAL_NAMED || !s->sealed_by[0])
-				snprintf(s->sealed_by, sizeof(s->sealed_by),
-					 how == POLICY_SEAL_NAMED ? "tracker '%s' names it"
-								  : "tracker '%s' names a later step",
-					 e->rel);
-			cl->sealed++;
+		rc = imp_txn(c);
+		if (rc == 0)
+			rc = idx_claim_add(c->r->ix, c->v[i].rel, buf, len, cl.step, ckpt_now_ns(),
+					   &id);
+		free(buf);
+		if (rc < 0) {
+			ctl_err("cannot record the claim of tracker '%s' in store '%s': %s",
+				c->v[i].rel, c->root, strerror(-rc));
+			return rc;
+		}
+		if (imp_claim_keep(c, &cl) < 0) {
+			ctl_err("out of memory");
+			return -ENOMEM;
 		}
 	}
 	return 0;
@@ -540,9 +569,40 @@ static int imp_dest(struct imp_ctx *c, const char *dest, uint64_t *ret_ino)
 	return rc;
 }
 
-/* imp_open - open (creating) root exclusively; refuses a mounted store. Returns EXIT_OK or
- * EXIT_ERROR (printed). */
-static int imp_open(struct imp_ctx *c, bool *ret_created)
+/* What imp_open found. */
+enum imp_opened {
+	IMP_OPEN_FAILED = -1, /* printed */
+	IMP_OPEN_OWNED,       /* held exclusively, writable (created if absent) */
+	IMP_OPEN_MOUNTED,     /* mounted: opened read-only, c->mnt is its mount point */
+};
+
+/*
+ * imp_open_mounted - c->r is a mounted store, open read-only: find its mount point
+ * (ckpt_repo_mount_point) into c->mnt. Returns 0, or -1 (printed).
+ */
+static int imp_open_mounted(struct imp_ctx *c)
+{
+	int rc = ckpt_repo_mount_point(c->r, c->mnt, sizeof(c->mnt));
+
+	if (rc == 0)
+		return 0;
+	if (rc == -ESTALE)
+		ctl_err("store '%s' is mounted by pid %d at a mount this process does not see "
+			"(another mount namespace?): run the import where the mount is, or unmount "
+			"the store first",
+			c->root, (int)c->r->owner_pid);
+	else
+		ctl_err("store '%s' is owned by pid %d, which serves no mount now (starting, or "
+			"finishing its writes after an unmount): retry once it is mounted or gone",
+			c->root, (int)c->r->owner_pid);
+	return -1;
+}
+
+/*
+ * imp_open - open (creating) root exclusively; a mounted store is opened read-only instead,
+ * with its mount point into c->mnt, to import through the mount.
+ */
+static enum imp_opened imp_open(struct imp_ctx *c, bool *ret_created)
 {
 	char err[1024] = "";
 	struct stat st;
@@ -552,23 +612,22 @@ static int imp_open(struct imp_ctx *c, bool *ret_created)
 	rc = ckpt_repo_open(c->root, REPO_CREATE | REPO_EXCLUSIVE, NULL, err, sizeof(err), &c->r);
 	if (rc == -EBUSY) {
 		if (ckpt_repo_open(c->root, REPO_RDONLY, NULL, err, sizeof(err), &c->r) == 0 &&
-		    c->r->mounted)
-			ctl_err("store '%s' is mounted by pid %d; importing needs the store "
-				"unmounted: unmount it first (fusermount3 -u MOUNTPOINT), then run "
-				"'ckptctl %s import %s' again",
-				c->root, (int)c->r->owner_pid, c->root, c->src);
-		else
+		    c->r->mounted) {
+			if (imp_open_mounted(c) == 0)
+				return IMP_OPEN_MOUNTED;
+		} else {
 			ctl_err("store '%s' is in use by another process; retry when it is done",
 				c->root);
+		}
 		ckpt_repo_close(c->r);
 		c->r = NULL;
-		return EXIT_ERROR;
+		return IMP_OPEN_FAILED;
 	}
 	if (rc < 0) {
 		ctl_err("%s", err[0] ? err : strerror(-rc));
-		return EXIT_ERROR;
+		return IMP_OPEN_FAILED;
 	}
-	return EXIT_OK;
+	return IMP_OPEN_OWNED;
 }
 
 static const char *imp_state_name(const struct imp_step *s)
@@ -576,23 +635,24 @@ static const char *imp_state_name(const struct imp_step *s)
 	return s->id ? idx_step_state_name(s->state) : "not recorded";
 }
 
-/* imp_report - the result on stdout: text, or one JSON object with --json. */
-static void imp_report(struct imp_ctx *c, const char *dest, double secs)
+void imp_report(struct imp_ctx *c, const char *dest, double secs)
 {
 	char b1[64], b2[64], q[CTL_QUOTE_CAP(PATH_CAP)];
 	size_t i;
 
 	if (c->json) {
+		bool m = c->mnt[0]; /* through a mount: the daemon stored the chunks, not we */
 		json_t *a = json_array();
-		json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}",
-				      "store", c->root, "source", c->src, "destination", dest,
-				      "files", ctl_u64(c->files), "dirs", ctl_u64(c->dirs),
-				      "symlinks", ctl_u64(c->symlinks),
-				      "logical_bytes", ctl_u64(c->logical),
-				      "stored_bytes_added", ctl_u64(c->stored_added),
-				      "chunks_written", ctl_u64(c->chunks_written),
-				      "dedup_hits", ctl_u64(c->dedup_hits), "seconds", secs,
-				      "mb_per_s", imp_mbps(c, secs));
+		json_t *o = json_pack(
+			"{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}",
+			"store", c->root, "source", c->src, "destination", dest,
+			"mount", m ? json_string(c->mnt) : json_null(),
+			"files", ctl_u64(c->files), "dirs", ctl_u64(c->dirs),
+			"symlinks", ctl_u64(c->symlinks), "logical_bytes", ctl_u64(c->logical),
+			"stored_bytes_added", m ? json_null() : ctl_u64(c->stored_added),
+			"chunks_written", m ? json_null() : ctl_u64(c->chunks_written),
+			"dedup_hits", m ? json_null() : ctl_u64(c->dedup_hits),
+			"seconds", secs, "mb_per_s", imp_mbps(c, secs));
 		for (i = 0; i < c->nsteps; i++) {
 			const struct imp_step *s = &c->steps[i];
 			json_t *so = json_object();
@@ -621,6 +681,7 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 								? json_integer(c->claims[i].step)
 								: json_null());
 			json_object_set_new(co, "steps_sealed", json_integer(c->claims[i].sealed));
+			json_object_set_new(co, "replayed", json_boolean(c->claims[i].replayed));
 			json_array_append_new(a, co);
 		}
 		json_object_set_new(o, "claims", a);
@@ -640,9 +701,10 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		ctl_print(o);
 		return;
 	}
-	printf("imported '%s' into store '%s' at '%s': %" PRIu64 " files, %" PRIu64
+	printf("imported '%s' into store '%s'%s%s%s at '%s': %" PRIu64 " files, %" PRIu64
 	       " directories, %" PRIu64 " symlinks, %s\n",
-	       c->src, c->root, dest, c->files, c->dirs, c->symlinks,
+	       c->src, c->root, c->mnt[0] ? " through its mount '" : "", c->mnt,
+	       c->mnt[0] ? "'" : "", dest, c->files, c->dirs, c->symlinks,
 	       ctl_size(c->logical, b1, sizeof(b1)));
 	if (c->nsteps) {
 		int wname = 4, wl = 6, wf = 5;
@@ -669,16 +731,25 @@ static void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		}
 	}
 	for (i = 0; i < c->nclaims; i++)
-		printf("tracker: %s = \"%s\" recorded as a claim (trackers are virtual: a mount "
-		       "serves the newest complete step)\n",
-		       ctl_quote(c->v[c->claims[i].ent].rel, q, sizeof(q)), c->claims[i].content);
+		printf("tracker: %s = \"%s\" %s%s\n",
+		       ctl_quote(c->v[c->claims[i].ent].rel, q, sizeof(q)), c->claims[i].content,
+		       c->mnt[0] ? "written through the mount, after the files it seals"
+				 : "recorded as a claim (trackers are virtual: a mount serves the "
+				   "newest complete step)",
+		       c->claims[i].replayed ? " (the trainer's earlier write, written again: "
+					       "a plain directory keeps only the last)"
+					     : "");
 	for (i = 0; i < c->nskipped; i++)
 		printf("skipped: %s (the name of the mount's own directory)\n",
 		       ctl_quote(c->skipped[i], q, sizeof(q)));
-	printf("stored: %s added, %" PRIu64 " chunks written, %" PRIu64 " dedup hits; %.1f MB/s "
-	       "(%.2f s)\n",
-	       ctl_size(c->stored_added, b2, sizeof(b2)), c->chunks_written, c->dedup_hits,
-	       imp_mbps(c, secs), secs);
+	if (c->mnt[0])
+		printf("copied: %.1f MB/s (%.2f s); the daemon chunked and stored the files\n",
+		       imp_mbps(c, secs), secs);
+	else
+		printf("stored: %s added, %" PRIu64 " chunks written, %" PRIu64 " dedup hits; "
+		       "%.1f MB/s (%.2f s)\n",
+		       ctl_size(c->stored_added, b2, sizeof(b2)), c->chunks_written,
+		       c->dedup_hits, imp_mbps(c, secs), secs);
 	for (i = 0; i < c->nfail; i++)
 		printf("failed: %s: %s\n", ctl_quote(c->fail[i].path, q, sizeof(q)),
 		       c->fail[i].reason);
@@ -878,8 +949,15 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 	clock_gettime(CLOCK_MONOTONIC, &c.start);
 	if (imp_prepare(&c, dest) < 0)
 		goto out;
-	if (imp_open(&c, &created) != EXIT_OK)
+	switch (imp_open(&c, &created)) {
+	case IMP_OPEN_FAILED:
 		goto out;
+	case IMP_OPEN_MOUNTED:
+		status = imp_mounted(&c, dest);
+		goto out;
+	case IMP_OPEN_OWNED:
+		break;
+	}
 	restore_clean = created || c.r->was_clean;
 	rc = imp_dest(&c, dest, &c.dest_ino);
 	if (rc < 0) {

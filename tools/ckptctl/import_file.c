@@ -165,12 +165,7 @@ static int imp_failed(int rc)
 	return rc < 0 ? rc : 1;
 }
 
-/*
- * imp_file_open - open regular file path of entry e for reading into *ret_fd, its attributes
- * into *ret_st. Returns 0, 1 (recorded as failed: it cannot be opened or is no longer a regular
- * file), or -ENOMEM.
- */
-static int imp_file_open(struct imp_ctx *c, const struct imp_ent *e, const char *path,
+int imp_file_open(struct imp_ctx *c, const struct imp_ent *e, const char *path,
 			 int *ret_fd, struct stat *ret_st)
 {
 	int fd, rc;

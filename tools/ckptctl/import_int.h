@@ -1,6 +1,7 @@
 /*
- * import_int.h — what import.c (scanning, steps, claims, the command) and import_file.c
- * (reading one regular file into the store) share.
+ * import_int.h — what import.c (scanning, steps, claims, the command, the report),
+ * import_file.c (reading one regular file into the store) and import_mount.c (importing through
+ * the mount of a mounted store) share.
  *
  * import copies a plain checkpoint directory into the store as the daemon would have recorded
  * it had the trainer written through a mount:
@@ -24,6 +25,14 @@
  *   5. STORE/clean is removed first; it is put back at the end only when it was there (or the
  *      store is new) and every file was read, so an interrupted or partial import leaves chunks
  *      for the next mount's sweep.
+ *   6. A mounted store is never written by ckptctl (main.c invariant 1): its import copies DIR
+ *      into the mount point, and the daemon chunks, judges and seals what it receives as it does
+ *      a trainer's writes. Step 1 is the same; names taken in the mount refuse the import before
+ *      anything is written; each file is written, then fsynced (durable in the index when that
+ *      returns); top-level trackers are written last, only after every file of the steps they
+ *      seal, and not when one of those could not be copied, so a crash mid-import leaves no
+ *      tracker naming a half-copied step. The figures of step 2 (chunks, dedup) are the
+ *      daemon's and are not reported; a step's state is the index's when the import ends.
  */
 #ifndef CKPTCTL_IMPORT_INT_H
 #define CKPTCTL_IMPORT_INT_H
@@ -83,6 +92,8 @@ struct imp_claim {
 	char content[64]; /* printable preview */
 	int64_t step;     /* parsed, -1 when not a step */
 	unsigned sealed;  /* steps it sealed */
+	bool replayed;    /* through a mount: the trainer's earlier write of this tracker, for an
+			     older step, written again (DIR keeps only the last) */
 };
 
 /* A file or directory that could not be imported. */
@@ -94,6 +105,7 @@ struct imp_fail {
 struct imp_ctx {
 	const char *root, *src;
 	bool json; /* --json */
+	char mnt[PATH_CAP]; /* importing through a mount (invariant 6): its mount point; else "" */
 	struct ckpt_repo *r;
 	bool at_root; /* the destination is the mount root: steps and trackers apply */
 	uint64_t dest_ino;
@@ -165,6 +177,49 @@ int imp_fail_add(struct imp_ctx *c, int step, const char *rel, const char *fmt, 
 
 /* import_progress - ctl_progress_work with the import's counts (files and bytes read). */
 void import_progress(struct imp_ctx *c, bool force);
+
+/* imp_elapsed - seconds since the import began (c->start, CLOCK_MONOTONIC). */
+double imp_elapsed(const struct imp_ctx *c);
+
+/*
+ * imp_report - the result on stdout: text, or one JSON object with --json (fields in
+ * ckptctl(8)); through a mount (c->mnt set), the daemon's figures (stored bytes, chunks, dedup)
+ * are not known and shown as null, and "mount" names the mount point. dest: as given.
+ */
+void imp_report(struct imp_ctx *c, const char *dest, double secs);
+
+/*
+ * imp_tracker_read - read top-level tracker c->v[i] whole from DIR (at most IMPORT_TRACKER_MAX
+ * bytes) and parse it into *ret: its kind, a printable preview, the step it names (-1: none).
+ * @ret_buf: its bytes, owned by the caller (free()); NULL when empty. @ret_len: their count.
+ * Returns 1 (read), 0 (could not be read: recorded as a failure; outputs untouched), or -ENOMEM.
+ */
+int imp_tracker_read(struct imp_ctx *c, size_t i, struct imp_claim *ret, char **ret_buf,
+		     size_t *ret_len);
+
+/*
+ * imp_claim_keep - append *claim to c->claims, for the report, and mark the steps of c->steps
+ * it seals (policy rule 2 without history: a plain directory keeps only the last claim), in
+ * their sealed_by and its sealed count. Returns 0 or -ENOMEM.
+ */
+int imp_claim_keep(struct imp_ctx *c, const struct imp_claim *claim);
+
+/*
+ * imp_mounted - import the scanned DIR through the mount c->mnt of store c->root (c->r open
+ * read-only) into dest (relative to the mount root, created if absent): invariant 6. Prints
+ * the report, or why it stopped. Returns the exit status: EXIT_OK, EXIT_DAMAGE (some entry of
+ * DIR could not be read or created: listed; the rest was imported), or EXIT_ERROR (nothing
+ * written, a name being taken; or the mount failed a write, the import stopping there).
+ */
+int imp_mounted(struct imp_ctx *c, const char *dest);
+
+/*
+ * imp_file_open - open regular file path of entry e for reading into *ret_fd (owned: close(2)),
+ * its attributes into *ret_st. Returns 0, 1 (recorded as failed: it cannot be opened or is no
+ * longer a regular file), or -ENOMEM.
+ */
+int imp_file_open(struct imp_ctx *c, const struct imp_ent *e, const char *path, int *ret_fd,
+		  struct stat *ret_st);
 
 /*
  * imp_file - import regular file c->v[i] into directory parent (an inode number): chunks into

@@ -12,7 +12,9 @@
  *      the index and the chunk store read-only when a daemon holds the lock.
  *   2. ckptctl writes a store only while it holds the ownership lock exclusively
  *      (REPO_EXCLUSIVE): verify's bad-chunk marks, gc's sweep, fsck's repairs, pins, imports.
- *      Every index change is made inside one transaction.
+ *      Every index change is made inside one transaction. A mounted store changes only through
+ *      its daemon: the control socket (pin, unpin, drop, rollback), or its mount point
+ *      (import, which writes there as a trainer does).
  *   3. Standard output carries the result only (aligned text, or one JSON document with
  *      --json); progress and errors go to standard error, errors as one line
  *      "ckptctl: what happened; what to do".
@@ -82,10 +84,11 @@ static const struct ctl_cmd commands[] = {
 	{ "claims", cmd_claims, 0, 0, "no arguments",
 	  "  claims      what trainers wrote into their tracker files\n" },
 	{ "import", cmd_import, 1, 1, "one DIR",
-	  "  import DIR  copy a plain checkpoint directory into the store (not mounted; the\n"
-	  "              store is created if absent): steps recognised, sealed by their\n"
-	  "              tracker or marker, complete when every file is whole; trackers\n"
-	  "              recorded as claims; refuses names that already exist\n" },
+	  "  import DIR  copy a plain checkpoint directory into the store (created if absent):\n"
+	  "              steps recognised, sealed by their tracker or marker, complete when\n"
+	  "              every file is whole; trackers recorded as claims; refuses names that\n"
+	  "              already exist. Mounted: copied through the mount point, each step's\n"
+	  "              files fsynced before the marker or tracker that seals it\n" },
 	{ "remote", cmd_remote, 0, 1, "nothing, 'verify' or 'gc'",
 	  "  remote [verify|gc]\n"
 	  "              a many-node job's remote (recorded at mount by -o remote): per step\n"
