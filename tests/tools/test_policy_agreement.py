@@ -1,11 +1,15 @@
 #!/usr/bin/python3
 """The daemon, `ckptctl import` and `ckptctl fsck` judge the same checkpoints the same way: they
 all call the one policy module (fs/policy/policy.h). For each layout, the same trainer sequence
-is written three ways, and the states of the steps compared once the store has been mounted:
+is written four ways, and the states of the steps compared once the store has been mounted:
 
   live    written through a mounted ckptfs, claim after claim;
   import  written into a plain directory (where only the last tracker write survives), then
           `ckptctl import` into a fresh store;
+  mounted the same plain directory imported into a running mount (issue 40): ckptctl copies it
+          through the mount point, markers and trackers after the files they seal, and the
+          claims of older steps the last tracker stands for written before it, so the daemon,
+          which knows every claim, judges it as the live save;
   fsck    the imported store with its step records deleted (as a salvage that lost them
           would leave it), rebuilt by `ckptctl fsck` from the directories, the recorded
           claims and the markers.
@@ -211,7 +215,21 @@ class PolicyAgreementTest(unittest.TestCase):
         # the fsck copy starts from the imported store before its first mount
         copy = os.path.join(self.tmp, layout + '-fsck')
         shutil.copytree(store, copy, symlinks=True)
-        return mount_and_judge(store), copy
+        return mount_and_judge(store), copy, src
+
+    def mounted_import(self, layout, src):
+        store = os.path.join(self.tmp, layout + '-mounted')
+        m = ckfs.Mount(store=store)
+        try:
+            m.start()
+            out = ctl(store, 'import', src)
+            self.assertEqual(out['failed'], [], out)
+            self.assertEqual(out['mount'], m.mnt)
+            judged(store, m)
+            m.unmount()
+        finally:
+            m.close()
+        return mount_and_judge(store)
 
     def fscked(self, store):
         db = sqlite3.connect(os.path.join(store, 'index.db'))
@@ -225,10 +243,12 @@ class PolicyAgreementTest(unittest.TestCase):
 
     def check(self, layout):
         live = self.live(layout)
-        imp, copy = self.imported(layout)
+        imp, copy, src = self.imported(layout)
+        mounted = self.mounted_import(layout, src)
         fsck = self.fscked(copy)
         self.assertEqual(live, EXPECT[layout], 'live mount')
         self.assertEqual(imp, EXPECT[layout], 'import, then mount')
+        self.assertEqual(mounted, EXPECT[layout], 'import into a mount')
         self.assertEqual(fsck, EXPECT[layout], 'fsck, then mount')
 
     def test_megatron(self):
