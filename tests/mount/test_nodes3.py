@@ -238,6 +238,27 @@ class ThreeNodes(unittest.TestCase):
         with open(os.path.join(self.m['a'].store, 'ckptfs.log')) as f:
             self.assertIn("replaced chunk '%s'" % os.path.basename(chunks[0]), f.read())
 
+    def test_remote_verify_repair(self):
+        """`ckptctl STORE remote verify --repair` puts the store's sound copy over a chunk
+        damaged on the remote; on a node that does not hold it, it says so and exits 1."""
+        self.save(10, 'first')
+        self.trackers(10)
+        chunk = self.remote_chunks_of('a', 10)[0]
+        with open(chunk, 'r+b') as f:
+            f.truncate(100)
+        a, b = self.m['a'], self.m['b']
+        r = b.ckptctl('remote', 'verify')
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn('damaged: chunk %s' % os.path.basename(chunk), r.stdout)
+        r = b.ckptctl('remote', 'verify', '--repair')
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn('not held sound here', r.stdout)
+        r = a.ckptctl('remote', 'verify', '--repair')
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn('repaired: chunk %s' % os.path.basename(chunk), r.stdout)
+        r = b.ckptctl('remote', 'verify')
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     # ---- nodes that disagree (item 6) ------------------------------------------------------
     def test_nodes_disagree(self):
         d = self.mount('d', nodes=2)

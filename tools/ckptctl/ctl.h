@@ -46,6 +46,7 @@ struct ctl_opts {
 	bool force;        /* --force (export, remote gc) */
 	const char *dest;  /* --dest PATH (import only), NULL when not given */
 	bool rebuild;      /* --rebuild (fsck only): restore or start an absent index */
+	bool repair;       /* --repair (remote verify only): replace bad remote chunks from here */
 	bool dry_run;      /* --dry-run (gc, remote gc): say what would go, remove nothing */
 	bool force_no_lease; /* --force-no-lease (remote gc only): no gc/lease, nodes stopped */
 };

@@ -127,6 +127,8 @@ static void usage(FILE *f)
 	      "              only once ckptfs is stopped on every node\n"
 	      "  --dest PATH import: into PATH (relative to the mount root, created if absent)\n"
 	      "              instead of the root; steps and trackers count only at the root\n"
+	      "  --repair    remote verify: put this store's sound copy over every chunk found\n"
+	      "              missing or damaged on the remote\n"
 	      "  --rebuild   fsck: when index.db is missing or empty, restore index.db.bak (the\n"
 	      "              copy made at the last clean unmount), or start a new index if there\n"
 	      "              is none; chunk files it does not name go to STORE/lost+found\n"
@@ -163,6 +165,7 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, 'f' },
 		{ "dest", required_argument, NULL, 'd' },
 		{ "rebuild", no_argument, NULL, 'r' },
+		{ "repair", no_argument, NULL, 'R' },
 		{ "dry-run", no_argument, NULL, 'n' },
 		{ "force-no-lease", no_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
@@ -191,6 +194,9 @@ int main(int argc, char **argv)
 			break;
 		case 'r':
 			o.rebuild = true;
+			break;
+		case 'R':
+			o.repair = true;
 			break;
 		case 'n':
 			o.dry_run = true;
@@ -231,6 +237,8 @@ int main(int argc, char **argv)
 		return ctl_usage("'--dest' is an option of 'import' only");
 	if (o.rebuild && strcmp(o.cmd, "fsck"))
 		return ctl_usage("'--rebuild' is an option of 'fsck' only");
+	if (o.repair && (strcmp(o.cmd, "remote") || o.argc != 1 || strcmp(o.argv[0], "verify")))
+		return ctl_usage("'--repair' is an option of 'remote verify' only");
 	if (o.dry_run && strcmp(o.cmd, "gc") &&
 	    (strcmp(o.cmd, "remote") || o.argc != 1 || strcmp(o.argv[0], "gc")))
 		return ctl_usage("'--dry-run' is an option of 'gc' and 'remote gc' only");

@@ -22,6 +22,11 @@
 #include <unistd.h>
 
 #include "remote_int.h"
+#include "fs/policy/policy.h"
+
+/* zstd level of a chunk put back by --repair: the daemon's (fs/node/node.c NODE_ZSTD_LEVEL,
+ * zstd's default); any level decodes the same. */
+#define CTL_REMOTE_ZSTD_LEVEL 3
 
 int r_key_cb(const char *key, uint64_t size, void *arg)
 {
@@ -66,6 +71,30 @@ static int chunk_cb(const char *key, uint64_t size, void *arg)
 	c->unnamed++;
 	c->unnamed_bytes += size;
 	return 0;
+}
+
+/*
+ * Whether step s is global: the daemon's rule (policy_global_complete: a part from every one of
+ * nodes distinct nodes, one with the seal), on the parts its manifests name ("a* b": '*' on a
+ * sealed one). Two versions of one node's part (a step saved again, the earlier not removed
+ * yet) count once.
+ */
+static bool r_global(const struct r_step *s, unsigned nodes)
+{
+	struct policy_part pp[64];
+	char names[64][64], buf[sizeof(s->nodes)], *save = NULL, *t;
+	size_t n = 0;
+
+	snprintf(buf, sizeof(buf), "%s", s->nodes);
+	for (t = strtok_r(buf, " ", &save); t && n < 64; t = strtok_r(NULL, " ", &save)) {
+		size_t len = strlen(t);
+		bool sealed = len && t[len - 1] == '*';
+
+		snprintf(names[n], sizeof(names[n]), "%.*s", (int)(len - sealed), t);
+		pp[n] = (struct policy_part){ names[n], sealed };
+		n++;
+	}
+	return policy_global_complete(pp, n, nodes);
 }
 
 /* Add manifest m (parsed) to the steps and its chunks to c->named. */
@@ -195,6 +224,55 @@ static int check_chunk(struct r_ctx *c, const char *hex, char *why, size_t cap)
 	return rc;
 }
 
+/*
+ * Put store o->root's sound copy of chunk hex (found why on the remote) over the remote's, and
+ * remove a node's request for it (repair/<hex>, fs/node/node.c). Returns 0 when replaced, or
+ * -errno (-ENOENT: not held here; -EBADMSG: not sound here either) with a line printed.
+ */
+static int repair_chunk(struct r_ctx *c, const struct ctl_opts *o, const char *hex,
+			const char *why)
+{
+	struct ckpt_repo *r = NULL;
+	struct store_chunk_info info;
+	struct store_hash h;
+	char key[80];
+	uint8_t *raw = NULL;
+	void *body = NULL;
+	size_t blen;
+	ssize_t got;
+	int rc;
+
+	if (store_hash_parse(hex, &h) < 0)
+		return -EINVAL;
+	if (ctl_open_read(o->root, &r) < 0)
+		return -EIO;
+	rc = store_chunk_stat(r->st, &h, &info);
+	if (rc == 0)
+		rc = store_chunk_verify(r->st, &h);
+	if (rc == 0 && !(raw = malloc(info.raw_size ? info.raw_size : 1)))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		got = store_chunk_pread(r->st, &h, raw, info.raw_size, 0);
+		rc = got == (ssize_t)info.raw_size ? 0 : got < 0 ? (int)got : -EIO;
+	}
+	if (rc == 0)
+		rc = store_object_encode(raw, info.raw_size, CTL_REMOTE_ZSTD_LEVEL, &body, &blen);
+	free(raw);
+	ckpt_repo_close(r);
+	if (rc == 0) {
+		snprintf(key, sizeof(key), "chunks/%s", hex);
+		rc = remote_put(c->r, key, body, blen);
+		free(body);
+	}
+	if (rc == 0) {
+		snprintf(key, sizeof(key), "repair/%s", hex);
+		remote_delete(c->r, key);
+		if (!o->json)
+			printf("repaired: chunk %s (%s) with this store's sound copy\n", hex, why);
+	}
+	return rc;
+}
+
 /* The remote recorded in o->root's STORE/remote.json, opened. Returns 0 or EXIT_ERROR. */
 static int open_recorded(const struct ctl_opts *o, struct r_ctx *c, json_t **ret_cfg)
 {
@@ -240,7 +318,7 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 
 		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n", s->step,
 		       ctl_quote(s->name, q, sizeof(q)),
-		       s->parts >= nodes && s->sealed ? "global" : "waiting for nodes", s->nodes,
+		       r_global(s, nodes) ? "global" : "waiting for nodes", s->nodes,
 		       s->files, ctl_short_size(s->bytes, s1, sizeof(s1)));
 	}
 }
@@ -258,12 +336,12 @@ int r_choose_doomed(struct r_ctx *c, unsigned nodes, unsigned keep)
 	for (size_t i = 0; i < c->nsteps; i++) {
 		const struct r_step *s = &c->steps[i];
 		unsigned newer_global = 0;
-		bool global = s->parts >= nodes && s->sealed, older_than_global = false;
+		bool global = r_global(s, nodes), older_than_global = false;
 
 		for (size_t j = 0; j < c->nsteps; j++) {
 			const struct r_step *t = &c->steps[j];
 
-			if (t->kind != s->kind || t->step <= s->step || !(t->parts >= nodes && t->sealed))
+			if (t->kind != s->kind || t->step <= s->step || !r_global(t, nodes))
 				continue;
 			newer_global++;
 			older_than_global = true;
@@ -283,7 +361,7 @@ int cmd_remote(const struct ctl_opts *o)
 	json_t *cfg = NULL;
 	bool verify = o->argc == 1 && strcmp(o->argv[0], "verify") == 0;
 	bool gc = o->argc == 1 && strcmp(o->argv[0], "gc") == 0;
-	uint64_t bad = 0;
+	uint64_t bad = 0, repaired = 0;
 	unsigned nodes;
 	int rc, status = EXIT_ERROR;
 
@@ -309,6 +387,10 @@ int cmd_remote(const struct ctl_opts *o)
 
 		if (check_chunk(&c, c.named[i], why, sizeof(why)) == 0)
 			continue;
+		if (o->repair && repair_chunk(&c, o, c.named[i], why) == 0) {
+			repaired++;
+			continue;
+		}
 		bad++;
 		if (!o->json)
 			printf("damaged: chunk %s (%s)\n", c.named[i], why);
@@ -322,18 +404,25 @@ int cmd_remote(const struct ctl_opts *o)
 			json_array_append_new(a, json_pack("{s:I, s:s, s:s, s:s, s:b, s:I, s:I}",
 							   "step", (json_int_t)s->step, "name",
 							   s->name, "nodes", s->nodes, "state",
-							   s->parts >= nodes && s->sealed
+							   r_global(s, nodes)
 								   ? "global"
 								   : "waiting for nodes",
 							   "sealed", s->sealed, "files",
 							   (json_int_t)s->files, "logical_bytes",
 							   (json_int_t)s->bytes));
 		}
-		json_t *r = json_pack("{s:O, s:o, s:o, s:o, s:o, s:o, s:o}", "remote", cfg, "steps",
-				      a, "chunks", ctl_u64(c.chunks), "chunk_bytes",
+		/* what ckptctl reads of remote.json, not the node's own record of the parts */
+		json_t *rec = json_pack("{s:O?, s:O?, s:O?, s:O?}", "url",
+					json_object_get(cfg, "url"), "node",
+					json_object_get(cfg, "node"), "nodes",
+					json_object_get(cfg, "nodes"), "keep_checkpoint_max",
+					json_object_get(cfg, "keep_checkpoint_max"));
+		json_t *r = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "remote", rec,
+				      "steps", a, "chunks", ctl_u64(c.chunks), "chunk_bytes",
 				      ctl_u64(c.chunk_bytes), "unnamed_chunks", ctl_u64(c.unnamed),
 				      "saving_dirs", ctl_u64(c.dirs), "damaged_chunks",
-				      verify ? ctl_u64(bad) : json_null());
+				      verify ? ctl_u64(bad) : json_null(), "repaired_chunks",
+				      o->repair ? ctl_u64(repaired) : json_null());
 		if (ctl_print(r) < 0)
 			goto out;
 	} else {
@@ -342,6 +431,10 @@ int cmd_remote(const struct ctl_opts *o)
 			printf("verify:    %zu chunks named by the manifests read and checked: %" PRIu64
 			       " missing or damaged\n",
 			       c.nnamed, bad);
+		if (o->repair)
+			printf("repaired:  %" PRIu64 " chunks replaced with this store's sound copy%s\n",
+			       repaired, bad ? "; the others are not held sound here: run it on the "
+					       "nodes that wrote them (the manifests naming them)" : "");
 	}
 	status = bad ? EXIT_DAMAGE : EXIT_OK;
 out:
