@@ -401,6 +401,12 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 		put(o, "# TYPE ckptfs_last_complete_step gauge\nckptfs_last_complete_step %" PRId64
 		       "\n", last->step);
 	}
+	if (fs->node) {
+		char nb[4096];
+
+		if (node_metrics(fs, nb, sizeof(nb)) > 0)
+			put(o, "%s", nb);
+	}
 }
 
 /* Does /.ckptfs/<file which> show whole-store figures (idx_stats)? */

@@ -82,6 +82,13 @@ static void key_del(struct node_key *v, size_t *n, int kind, int64_t step)
 			v[i--] = v[--*n];
 }
 
+void node_count_error(struct node *n, enum node_err k)
+{
+	pthread_mutex_lock(&n->mu);
+	n->errors[k]++;
+	pthread_mutex_unlock(&n->mu);
+}
+
 void node_set_error(struct node *n, const char *fmt, ...)
 {
 	char line[sizeof(n->last_error)];
@@ -416,6 +423,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 		if (rc == -ENOENT) /* a manifest names it (invariant 1): lost on the remote */
 			return ask_repair(n, hex, "missing");
 		ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
+		node_count_error(n, NODE_ERR_FETCH);
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
 	rc = store_object_decode(buf, len, h, &raw, &rawlen);
@@ -445,6 +453,7 @@ static int ask_repair(struct node *n, const char *hex, const char *why)
 	char key[80];
 	int rc;
 
+	node_count_error(n, NODE_ERR_DAMAGED);
 	snprintf(key, sizeof(key), "repair/%s", hex);
 	rc = remote_put(n->r, key, n->name, strlen(n->name));
 	node_set_error(n, "chunk '%s' on the remote: %s; %s", hex, why,
@@ -1129,6 +1138,7 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 		return -EAGAIN;
 	}
 	if (rc < 0) {
+		node_count_error(n, NODE_ERR_PUBLISH);
 		node_set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
 			       strerror(-rc));
 		return rc;
@@ -1148,6 +1158,8 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 	pthread_mutex_lock(&n->mu);
 	n->published++;
 	n->last_error[0] = '\0';
+	if (s->completed_ns)
+		n->upload_lag_ns = ckfs_now(n->fs) - s->completed_ns;
 	pthread_mutex_unlock(&n->mu);
 	if (old[0] && (rc = remote_delete(n->r, old)) < 0 && rc != -ENOENT)
 		ckpt_log("cannot remove the earlier part '%s': %s", old, strerror(-rc));
@@ -1279,9 +1291,11 @@ static void *node_main(void *arg)
 	pthread_mutex_lock(&n->mu);
 	while (!n->stop) {
 		pthread_mutex_unlock(&n->mu);
-		if ((rc = learn(n)) < 0)
+		if ((rc = learn(n)) < 0) {
+			node_count_error(n, NODE_ERR_LIST);
 			node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 				  strerror(-rc));
+		}
 		if (n->ticks++ % NODE_PRESENCE_TICKS == 0)
 			presence(n);
 		node_dirs_retry(n);
@@ -1639,6 +1653,70 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 				PUT(" %s%s", n->parts[j].node, n->parts[j].sealed ? "*" : "");
 		PUT("\n");
 	}
+	pthread_mutex_unlock(&n->mu);
+#undef PUT
+	return used < cap ? used : cap - 1;
+}
+
+size_t node_metrics(struct ckfs *fs, char *buf, size_t cap)
+{
+	static const char *const err_kind[NODE_ERR_COUNT] = { "list", "publish", "fetch",
+							      "damaged" };
+	struct node *n = fs->node;
+	int64_t last[LAYOUT_KIND_COUNT];
+	size_t used = 0, mine = 0;
+
+#define PUT(...)                                                                  \
+	do {                                                                      \
+		if (used < cap)                                                   \
+			used += (size_t)snprintf(buf + used, cap - used, __VA_ARGS__); \
+	} while (0)
+	if (!n || cap == 0)
+		return 0;
+	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
+		last[k] = -1;
+	pthread_mutex_lock(&n->mu);
+	for (size_t i = 0; i < n->nparts; i++)
+		mine += strcmp(n->parts[i].node, n->name) == 0;
+	for (size_t i = 0; i < n->nglobal; i++)
+		if (n->global[i].kind >= 0 && n->global[i].kind < LAYOUT_KIND_COUNT &&
+		    n->global[i].step > last[n->global[i].kind])
+			last[n->global[i].kind] = n->global[i].step;
+	PUT("# HELP ckptfs_remote_bytes_total Bytes of chunk objects sent to the remote (up) and "
+	    "fetched from it (down), as stored there (compressed).\n"
+	    "# TYPE ckptfs_remote_bytes_total counter\n"
+	    "ckptfs_remote_bytes_total{direction=\"up\"} %" PRIu64 "\n"
+	    "ckptfs_remote_bytes_total{direction=\"down\"} %" PRIu64 "\n",
+	    n->bytes_sent, (uint64_t)n->bytes_fetched);
+	PUT("# HELP ckptfs_remote_chunks_total Chunks sent, found there already (another node sent "
+	    "them), and fetched.\n# TYPE ckptfs_remote_chunks_total counter\n"
+	    "ckptfs_remote_chunks_total{op=\"sent\"} %" PRIu64 "\n"
+	    "ckptfs_remote_chunks_total{op=\"there\"} %" PRIu64 "\n"
+	    "ckptfs_remote_chunks_total{op=\"fetched\"} %" PRIu64 "\n",
+	    n->chunks_sent, n->chunks_there, (uint64_t)n->chunks_fetched);
+	PUT("# HELP ckptfs_remote_steps Steps this node has published (complete here) and steps "
+	    "globally complete (every node's part on the remote, one sealed).\n"
+	    "# TYPE ckptfs_remote_steps gauge\n"
+	    "ckptfs_remote_steps{state=\"published\"} %zu\n"
+	    "ckptfs_remote_steps{state=\"global\"} %zu\n", mine, n->nglobal);
+	PUT("# HELP ckptfs_remote_last_global_step Step number of the newest globally complete "
+	    "step, per layout.\n# TYPE ckptfs_remote_last_global_step gauge\n");
+	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
+		if (last[k] >= 0)
+			PUT("ckptfs_remote_last_global_step{layout=\"%s\"} %" PRId64 "\n",
+			    layout_name((enum layout_kind)k), last[k]);
+	PUT("# HELP ckptfs_remote_upload_lag_seconds The last published step: complete here to "
+	    "its manifest on the remote.\n# TYPE ckptfs_remote_upload_lag_seconds gauge\n"
+	    "ckptfs_remote_upload_lag_seconds %.3f\n", (double)n->upload_lag_ns / 1e9);
+	PUT("# HELP ckptfs_remote_errors_total Failures talking to the remote, by kind.\n"
+	    "# TYPE ckptfs_remote_errors_total counter\n");
+	for (int k = 0; k < NODE_ERR_COUNT; k++)
+		PUT("ckptfs_remote_errors_total{kind=\"%s\"} %" PRIu64 "\n", err_kind[k],
+		    n->errors[k]);
+	PUT("# HELP ckptfs_remote_nodes_disagree 1 when the nodes disagree (node count, a name "
+	    "taken twice): no step becomes global on this node.\n"
+	    "# TYPE ckptfs_remote_nodes_disagree gauge\nckptfs_remote_nodes_disagree %d\n",
+	    blocked(n) ? 1 : 0);
 	pthread_mutex_unlock(&n->mu);
 #undef PUT
 	return used < cap ? used : cap - 1;

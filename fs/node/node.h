@@ -105,4 +105,14 @@ void node_dir_unpublish(struct ckfs *fs, const char *name);
  */
 size_t node_status(struct ckfs *fs, char *buf, size_t cap);
 
+/*
+ * node_metrics - the node layer's series in the Prometheus text exposition format into buf (cap
+ * bytes): ckptfs_remote_bytes_total{direction="up"|"down"}, ckptfs_remote_chunks_total,
+ * ckptfs_remote_steps{state="published"|"global"}, ckptfs_remote_last_global_step{layout},
+ * ckptfs_remote_upload_lag_seconds, ckptfs_remote_errors_total{kind}, ckptfs_remote_nodes_disagree.
+ * Returns the length written (truncated at cap - 1), 0 without a remote. Takes the node lock
+ * only.
+ */
+size_t node_metrics(struct ckfs *fs, char *buf, size_t cap);
+
 #endif /* CKPTFS_FS_NODE_H */

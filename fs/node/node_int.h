@@ -38,6 +38,18 @@ struct node_part {
 					      not matched yet (fetched back, or empty) */
 };
 
+/* Kinds of remote failures counted for the metrics (node_metrics). */
+enum node_err {
+	NODE_ERR_LIST,    /* the manifests could not be listed or read */
+	NODE_ERR_PUBLISH, /* a chunk or a manifest could not be put */
+	NODE_ERR_FETCH,   /* another node's chunk could not be fetched */
+	NODE_ERR_DAMAGED, /* a chunk on the remote was damaged or missing */
+	NODE_ERR_COUNT
+};
+
+/* Count one failure of kind k. Takes n->mu. */
+void node_count_error(struct node *n, enum node_err k);
+
 /* A step of one layout. */
 struct node_key {
 	int kind;
@@ -67,6 +79,8 @@ struct node {
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
 	char last_error[256]; /* mu */
+	uint64_t errors[NODE_ERR_COUNT]; /* failures by kind (node_metrics); mu */
+	int64_t upload_lag_ns; /* the last publish: its step complete here to its manifest up; mu */
 	char disagree[256];   /* why no step becomes global here (nodes differ), "" if none; mu */
 	char taken[256];      /* why: this node's name is another store's (presence); mu */
 	bool parts_changed;   /* parts changed since node_cache_save; mu */

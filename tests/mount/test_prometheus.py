@@ -28,6 +28,7 @@ import shutil  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
@@ -89,7 +90,11 @@ class TestPrometheus(unittest.TestCase):
             self.fail('prometheus not found: install Debian\'s prometheus '
                       '(scripts/install-deps.sh) or set PROMETHEUS_BIN')
         self.port = free_port()
-        self.m = ckfs.Mount(opts=['metrics=127.0.0.1:%d' % self.port]).start()
+        # a one-node job over a shared directory: the remote's series exist too
+        self.remote = tempfile.mkdtemp(prefix='ckptfs-test-remote-', dir=ckfs.test_tmp_root())
+        self.addCleanup(shutil.rmtree, self.remote, True)
+        self.m = ckfs.Mount(opts=['metrics=127.0.0.1:%d' % self.port, 'remote=' + self.remote,
+                                  'node=a', 'nodes=1']).start()
         self.prom = None
 
     def tearDown(self):
