@@ -36,6 +36,17 @@
 /* Threads sending one step's chunks at once (publish_one). */
 #define NODE_SENDERS 4
 
+/* How often an idle node lists the remote's manifests, in ticks: every 5 s; a node that saves
+ * lists at every tick (node_main). */
+#define NODE_IDLE_LIST_TICKS 25
+
+/* A step completed here this recently and not global yet keeps the node listing at every tick,
+ * ns: the other nodes' parts of one save come within seconds of each other. */
+#define NODE_BUSY_NS (120 * 1000000000LL)
+
+/* Steps listed in .ckptfs/status, the newest (node_status). */
+#define NODE_STATUS_STEPS 32
+
 /* How often a node renews nodes/<name>.json (presence), in ticks: every 5 s. */
 #define NODE_PRESENCE_TICKS 25
 
@@ -45,22 +56,115 @@
 #define NODE_PRESENCE_TTL_NS (30 * 1000000000LL)
 
 
-static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
+/*
+ * The sets below are sorted arrays searched by bisection: parts by (kind, step, node), the
+ * step keys (global, shown, sealed_here) by (kind, step). A tick's work is then a listing and
+ * O(log P) per key of it, a step's parts are one run of the array, and a job of many nodes and
+ * steps costs no more per step than a small one (issue 41 item 8).
+ */
+static int kcmp(int kind, int64_t step, int kind2, int64_t step2)
 {
-	for (size_t i = 0; i < n; i++)
-		if (v[i].kind == kind && v[i].step == step)
-			return true;
-	return false;
+	if (kind != kind2)
+		return kind < kind2 ? -1 : 1;
+	return step < step2 ? -1 : step > step2;
 }
 
-/* The part node has of (kind, step): one per node, its newest version. mu held. */
+/* The first index of v (n sorted keys) not below (kind, step). */
+static size_t key_lower(const struct node_key *v, size_t n, int kind, int64_t step)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (kcmp(kind, step, v[mid].kind, v[mid].step) > 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
+{
+	size_t i = key_lower(v, n, kind, step);
+
+	return i < n && v[i].kind == kind && v[i].step == step;
+}
+
+/* Add (kind, step) to the sorted set *v (*n keys, *cap allocated). 0 or -ENOMEM. */
+static int key_add(struct node_key **v, size_t *cap, size_t *n, int kind, int64_t step)
+{
+	size_t i = key_lower(*v, *n, kind, step);
+
+	if (i < *n && (*v)[i].kind == kind && (*v)[i].step == step)
+		return 0;
+	if (ckpt_grow(v, cap, *n, sizeof(**v)) < 0)
+		return -ENOMEM;
+	memmove(*v + i + 1, *v + i, (*n - i) * sizeof(**v));
+	(*v)[i] = (struct node_key){ kind, step };
+	(*n)++;
+	return 0;
+}
+
+static void key_del(struct node_key *v, size_t *n, int kind, int64_t step)
+{
+	size_t i = key_lower(v, *n, kind, step);
+
+	if (i < *n && v[i].kind == kind && v[i].step == step) {
+		memmove(v + i, v + i + 1, (*n - i - 1) * sizeof(*v));
+		(*n)--;
+	}
+}
+
+static int pcmp(int kind, int64_t step, const char *node, const struct node_part *p)
+{
+	int c = kcmp(kind, step, p->kind, p->step);
+
+	return c ? c : strcmp(node, p->node);
+}
+
+static int part_sort_cmp(const void *a, const void *b)
+{
+	const struct node_part *x = a;
+
+	return pcmp(x->kind, x->step, x->node, b);
+}
+
+/* The first index of n->parts not below (kind, step, node); node "" is below every name. */
+static size_t part_lower(const struct node *n, int kind, int64_t step, const char *node)
+{
+	size_t lo = 0, hi = n->nparts;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (pcmp(kind, step, node, &n->parts[mid]) > 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The parts of (kind, step): n->parts[*lo, *hi). mu held. */
+static void step_range(const struct node *n, int kind, int64_t step, size_t *lo, size_t *hi)
+{
+	size_t i = part_lower(n, kind, step, "");
+
+	*lo = i;
+	while (i < n->nparts && n->parts[i].kind == kind && n->parts[i].step == step)
+		i++;
+	*hi = i;
+}
+
+/* The part node has of (kind, step): one per node, its newest version. Valid until the parts
+ * change. mu held. */
 static struct node_part *find_part(struct node *n, const char *node, int kind, int64_t step)
 {
-	for (size_t i = 0; i < n->nparts; i++)
-		if (n->parts[i].kind == kind && n->parts[i].step == step &&
-		    strcmp(n->parts[i].node, node) == 0)
-			return &n->parts[i];
-	return NULL;
+	size_t i = part_lower(n, kind, step, node);
+
+	return i < n->nparts && pcmp(kind, step, node, &n->parts[i]) == 0 ? &n->parts[i] : NULL;
 }
 
 /* No step becomes global here, nothing is published or sealed: the nodes disagree. mu or the
@@ -73,13 +177,6 @@ static bool blocked(const struct node *n)
 static bool has_part(struct node *n, const char *node, int kind, int64_t step)
 {
 	return find_part(n, node, kind, step) != NULL;
-}
-
-static void key_del(struct node_key *v, size_t *n, int kind, int64_t step)
-{
-	for (size_t i = 0; i < *n; i++)
-		if (v[i].kind == kind && v[i].step == step)
-			v[i--] = v[--*n];
 }
 
 void node_count_error(struct node *n, enum node_err k)
@@ -103,44 +200,67 @@ void node_set_error(struct node *n, const char *fmt, ...)
 	ckpt_log("%s", line);
 }
 
-/* Recompute the globally complete steps from parts (rule 5). mu held. */
-static int recompute_global(struct node *n)
+/* Part a says another node count than this node's: no step becomes global here. mu held. */
+static void check_nodes(struct node *n, const struct node_part *a)
 {
-	struct policy_part *pp = calloc(n->nparts ? n->nparts : 1, sizeof(*pp));
+	if (a->nodes && a->nodes != n->nodes && !n->disagree[0]) {
+		snprintf(n->disagree, sizeof(n->disagree),
+			 "node '%s' was mounted with nodes=%u, this one with nodes=%u: no step "
+			 "becomes global here until every node is mounted with the same -o nodes=N",
+			 a->node, a->nodes, n->nodes);
+		ckpt_log("%s", n->disagree);
+		n->nglobal = 0;
+	}
+}
 
-	if (!pp)
-		return -ENOMEM;
+/* Whether (kind, step) is globally complete (rule 5) from its parts, the stale ones left out,
+ * and the global set made to say so. mu held. */
+static void recompute_step(struct node *n, int kind, int64_t step)
+{
+	struct policy_part pp[64], *v = pp;
+	size_t lo, hi, k = 0;
+	bool global;
+
+	step_range(n, kind, step, &lo, &hi);
+	if (hi - lo > 64 && !(v = calloc(hi - lo, sizeof(*v))))
+		return;
+	for (size_t i = lo; i < hi; i++)
+		if (!n->parts[i].stale)
+			v[k++] = (struct policy_part){ n->parts[i].node, n->parts[i].sealed };
+	global = !blocked(n) && policy_global_complete(v, k, n->nodes);
+	if (v != pp)
+		free(v);
+	if (global)
+		key_add(&n->global, &n->capglobal, &n->nglobal, kind, step);
+	else
+		key_del(n->global, &n->nglobal, kind, step);
+}
+
+/* Recompute every step's globality from the parts (sorted): O(parts). mu held. */
+static void recompute_global(struct node *n)
+{
 	n->nglobal = 0;
-	for (size_t i = 0; i < n->nparts; i++) {
-		const struct node_part *a = &n->parts[i];
+	for (size_t i = 0; i < n->nparts; i++)
+		check_nodes(n, &n->parts[i]);
+	for (size_t i = 0; i < n->nparts && !blocked(n);) {
+		size_t lo, hi;
 
-		if (a->nodes && a->nodes != n->nodes && !n->disagree[0]) {
-			snprintf(n->disagree, sizeof(n->disagree),
-				 "node '%s' was mounted with nodes=%u, this one with nodes=%u: "
-				 "no step becomes global here until every node is mounted with the "
-				 "same -o nodes=N", a->node, a->nodes, n->nodes);
-			ckpt_log("%s", n->disagree);
-		}
+		step_range(n, n->parts[i].kind, n->parts[i].step, &lo, &hi);
+		recompute_step(n, n->parts[i].kind, n->parts[i].step);
+		i = hi;
 	}
-	for (size_t i = 0; i < n->nparts && !blocked(n); i++) {
-		const struct node_part *a = &n->parts[i];
-		size_t k = 0;
+}
 
-		if (key_in(n->global, n->nglobal, a->kind, a->step))
-			continue;
-		for (size_t j = 0; j < n->nparts; j++)
-			if (n->parts[j].kind == a->kind && n->parts[j].step == a->step &&
-			    !n->parts[j].stale)
-				pp[k++] = (struct policy_part){ n->parts[j].node, n->parts[j].sealed };
-		if (!policy_global_complete(pp, k, n->nodes))
-			continue;
-		if (ckpt_grow(&n->global, &n->capglobal, n->nglobal, sizeof(*n->global)) < 0) {
-			free(pp);
-			return -ENOMEM;
-		}
-		n->global[n->nglobal++] = (struct node_key){ a->kind, a->step };
-	}
-	free(pp);
+/* Insert part p, known absent, at its place. 0 or -ENOMEM. mu held. */
+static int part_insert(struct node *n, const struct node_part *p)
+{
+	size_t i = part_lower(n, p->kind, p->step, p->node);
+
+	if (ckpt_grow(&n->parts, &n->capparts, n->nparts, sizeof(*n->parts)) < 0)
+		return -ENOMEM;
+	memmove(n->parts + i + 1, n->parts + i, (n->nparts - i) * sizeof(*n->parts));
+	n->parts[i] = *p;
+	n->nparts++;
 	return 0;
 }
 
@@ -162,30 +282,85 @@ static int add_part(struct node *n, const struct node_part *p)
 	} else if (q && q->created_ns > p->created_ns) {
 		/* an older version still on the remote: its node removes it */
 	} else {
-		if (q) {
+		if (q)
 			*q = *p;
-		} else if (ckpt_grow(&n->parts, &n->capparts, n->nparts, sizeof(*n->parts)) < 0) {
-			rc = -ENOMEM;
-		} else {
-			n->parts[n->nparts++] = *p;
-		}
+		else
+			rc = part_insert(n, p);
 		n->parts_changed = true;
 		key_del(n->shown, &n->nshown, p->kind, p->step);
-		if (rc == 0)
-			rc = recompute_global(n);
+		check_nodes(n, p);
+		recompute_step(n, p->kind, p->step);
 	}
 	pthread_mutex_unlock(&n->mu);
 	return rc;
 }
 
-/* Forget node's part of (kind, step): its manifest left the remote (withdrawn by a new save,
- * or removed by gc). The step is no longer global until its parts are complete again. mu held. */
+/*
+ * Take the parts v[0, nv) learnt from one listing: as add_part for each, in one pass (new ones
+ * appended, then one sort): O((P + nv) log P) rather than a move of the array per part. Takes mu.
+ */
+static int add_parts(struct node *n, const struct node_part *v, size_t nv)
+{
+	size_t sorted, o = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&n->mu);
+	sorted = n->nparts;
+	for (size_t i = 0; i < nv; i++) {
+		size_t j = part_lower(n, v[i].kind, v[i].step, v[i].node);
+		struct node_part *q = j < sorted && pcmp(v[i].kind, v[i].step, v[i].node,
+							 &n->parts[j]) == 0 ? &n->parts[j] : NULL;
+
+		if (q && strcmp(q->version, v[i].version) == 0) {
+			q->seen = true;
+			q->sealed = v[i].sealed;
+			continue;
+		}
+		if (q && q->created_ns > v[i].created_ns)
+			continue;
+		if (q) {
+			*q = v[i];
+		} else if (ckpt_grow(&n->parts, &n->capparts, n->nparts, sizeof(*n->parts)) < 0) {
+			rc = -ENOMEM;
+			break;
+		} else {
+			n->parts[n->nparts++] = v[i];
+		}
+		key_del(n->shown, &n->nshown, v[i].kind, v[i].step);
+		n->parts_changed = true;
+	}
+	if (n->nparts > sorted) {
+		qsort(n->parts, n->nparts, sizeof(*n->parts), part_sort_cmp);
+		/* two versions of one node's part in one listing: the newest stays */
+		for (size_t i = 0; i < n->nparts; i++) {
+			if (o && pcmp(n->parts[i].kind, n->parts[i].step, n->parts[i].node,
+				      &n->parts[o - 1]) == 0) {
+				if (n->parts[i].created_ns > n->parts[o - 1].created_ns)
+					n->parts[o - 1] = n->parts[i];
+				continue;
+			}
+			n->parts[o++] = n->parts[i];
+		}
+		n->nparts = o;
+	}
+	if (nv)
+		recompute_global(n);
+	pthread_mutex_unlock(&n->mu);
+	return rc;
+}
+
+/* Forget part i: its manifest left the remote (withdrawn by a new save, or removed by gc). The
+ * step is no longer global until its parts are complete again. mu held. */
 static void drop_part(struct node *n, size_t i)
 {
-	key_del(n->shown, &n->nshown, n->parts[i].kind, n->parts[i].step);
-	n->parts[i] = n->parts[--n->nparts];
+	int kind = n->parts[i].kind;
+	int64_t step = n->parts[i].step;
+
+	key_del(n->shown, &n->nshown, kind, step);
+	memmove(n->parts + i, n->parts + i + 1, (n->nparts - i - 1) * sizeof(*n->parts));
+	n->nparts--;
 	n->parts_changed = true;
-	recompute_global(n);
+	recompute_step(n, kind, step);
 }
 
 /* ---- learning the remote's manifests ---- */
@@ -269,6 +444,9 @@ static int learn(struct node *n)
 		n->parts[i].seen = false;
 	pthread_mutex_unlock(&n->mu);
 	rc = remote_list(n->r, "manifests/", learn_cb, &c);
+	struct node_part *got = NULL;
+	size_t ngot = 0, capgot = 0;
+
 	for (size_t i = 0; rc == 0 && i < c.nkeys; i++) {
 		struct node_part p, k;
 		char err[256] = "";
@@ -287,16 +465,24 @@ static int learn(struct node *n)
 			if (!err[0])
 				snprintf(err, sizeof(err), "its key does not match its content");
 			ckpt_log("remote manifest '%s' ignored: %s", c.keys[i], err);
+		} else if (ckpt_grow(&got, &capgot, ngot, sizeof(*got)) < 0) {
+			rc = -ENOMEM;
 		} else {
 			p.seen = true;
 			p.learnt_ns = ckfs_now(n->fs);
-			rc = add_part(n, &p);
+			got[ngot++] = p;
 		}
 		free(buf);
 	}
 	free(c.keys);
+	if (ngot) {
+		int arc = add_parts(n, got, ngot);
+
+		rc = rc ? rc : arc;
+	}
+	free(got);
 	if (rc == 0) {
-		size_t seen = 0;
+		size_t seen = 0, o = 0;
 
 		pthread_mutex_lock(&n->mu);
 		for (size_t i = 0; i < n->nparts; i++)
@@ -304,9 +490,18 @@ static int learn(struct node *n)
 		/* a listing with none of the parts known is a remote that is not what it was (a
 		 * shared file system not mounted at its path): keep them rather than lose every
 		 * global step; a gc never removes the newest steps' manifests */
-		for (size_t i = 0; seen && i < n->nparts; i++)
-			if (!n->parts[i].seen)
-				drop_part(n, i--);
+		for (size_t i = 0; seen && i < n->nparts; i++) {
+			if (!n->parts[i].seen) {
+				key_del(n->shown, &n->nshown, n->parts[i].kind, n->parts[i].step);
+				continue;
+			}
+			n->parts[o++] = n->parts[i];
+		}
+		if (seen && o != n->nparts) {
+			n->nparts = o;
+			n->parts_changed = true;
+			recompute_global(n);
+		}
 		pthread_mutex_unlock(&n->mu);
 		if (!seen && n->nparts)
 			node_set_error(n, "the remote lists none of the %zu manifests known here; "
@@ -395,9 +590,7 @@ static void seal_from_remote(struct node *n)
 			json_decref(m);
 			continue;
 		}
-		if (ckpt_grow(&n->sealed_here, &n->capsealed, n->nsealed,
-			      sizeof(*n->sealed_here)) == 0)
-			n->sealed_here[n->nsealed++] = (struct node_key){ v[i].kind, v[i].step };
+		key_add(&n->sealed_here, &n->capsealed, &n->nsealed, v[i].kind, v[i].step);
 	}
 	free(v);
 }
@@ -722,23 +915,27 @@ static void show_global(struct node *n)
 	size_t nt = 0, capt = 0;
 
 	pthread_mutex_lock(&n->mu);
-	for (size_t i = 0; i < n->nglobal; i++) {
-		const struct node_key *g = &n->global[i];
-		unsigned newer = 0;
+	size_t kind_end = n->nglobal;
 
-		if (key_in(n->shown, n->nshown, g->kind, g->step))
+	/* backwards: global is sorted by (kind, step), so the steps newer than global[i] of its
+	 * kind are global[i + 1, kind_end) */
+	for (size_t i = n->nglobal; i-- > 0;) {
+		const struct node_key g = n->global[i];
+		size_t newer;
+
+		if (i + 1 < n->nglobal && n->global[i + 1].kind != g.kind)
+			kind_end = i + 1;
+		newer = kind_end - i - 1;
+		if (key_in(n->shown, n->nshown, g.kind, g.step))
 			continue;
-		for (size_t j = 0; j < n->nglobal; j++)
-			newer += n->global[j].kind == g->kind && n->global[j].step > g->step;
 		if (n->fs->keep_max && newer >= n->fs->keep_max) {
 			/* retention has no room for it: never shown again (after a restart, a step
 			 * pruned here long ago stays pruned) */
-			if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
-				n->shown[n->nshown++] = *g;
+			key_add(&n->shown, &n->capshown, &n->nshown, g.kind, g.step);
 			continue;
 		}
 		if (ckpt_grow(&todo, &capt, nt, sizeof(*todo)) == 0)
-			todo[nt++] = *g;
+			todo[nt++] = g;
 	}
 	pthread_mutex_unlock(&n->mu);
 	for (size_t i = 0; i < nt; i++) {
@@ -754,13 +951,14 @@ static void show_global(struct node *n)
 		}
 		char name[IDX_STEP_NAME_MAX + 1] = "";
 
+		size_t lo, hi;
+
 		pthread_mutex_lock(&n->mu);
-		if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
-			n->shown[n->nshown++] = todo[i];
+		key_add(&n->shown, &n->capshown, &n->nshown, todo[i].kind, todo[i].step);
 		n->parts_changed = true;
-		for (size_t j = 0; j < n->nparts && !name[0]; j++)
-			if (n->parts[j].kind == todo[i].kind && n->parts[j].step == todo[i].step)
-				memcpy(name, n->parts[j].name, sizeof(name));
+		step_range(n, todo[i].kind, todo[i].step, &lo, &hi);
+		if (lo < hi)
+			memcpy(name, n->parts[lo].name, sizeof(name));
 		pthread_mutex_unlock(&n->mu);
 		/* every node shows it now: its directory object has done its work (node_dir.c) */
 		if (name[0])
@@ -1016,6 +1214,7 @@ static int upload_begin(struct node *n, const struct idx_step *s, char *mark, si
 
 struct pending {
 	struct node *n;
+	bool busy;                /* a save in progress, or a step just complete and not global */
 	struct idx_step *v;       /* complete steps to publish (or to match to a part) */
 	size_t nv, cap;
 	struct node_key *w;       /* steps saved again here: withdraw this node's part */
@@ -1041,6 +1240,9 @@ static int pending_cb(const struct idx_step *s, void *arg)
 	if (s->dir_ino == 0 || (s->state != IDX_STEP_COMPLETE && s->state != IDX_STEP_WRITING &&
 				s->state != IDX_STEP_SEALED))
 		return 0;
+	if (s->state != IDX_STEP_COMPLETE ||
+	    ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS)
+		p->busy = true;
 	if (s->state == IDX_STEP_COMPLETE && (quiet_row(n, s->id) ||
 					      steps_version_shadowed(n->fs, s)))
 		return 0;
@@ -1050,12 +1252,14 @@ static int pending_cb(const struct idx_step *s, void *arg)
 		/* a save of the step in progress here: the other nodes' parts known now are of an
 		 * earlier save (theirs of this one are published after its claim, which comes after
 		 * this node's files, so after this row); this node's part of an earlier save goes */
-		for (size_t i = 0; i < n->nparts; i++)
-			if (n->parts[i].kind == s->kind && n->parts[i].step == s->step &&
-			    n->parts[i].learnt_ns < s->created_ns && !n->parts[i].stale &&
+		size_t lo, hi;
+
+		step_range(n, s->kind, s->step, &lo, &hi);
+		for (size_t i = lo; i < hi; i++)
+			if (n->parts[i].learnt_ns < s->created_ns && !n->parts[i].stale &&
 			    strcmp(n->parts[i].node, n->name) != 0) {
 				n->parts[i].stale = true;
-				recompute_global(n);
+				recompute_step(n, s->kind, s->step);
 				key_del(n->shown, &n->nshown, s->kind, s->step);
 			}
 		withdraw = q && q->row_id != s->id;
@@ -1175,6 +1379,7 @@ static void publish(struct node *n)
 	pthread_mutex_lock(&fs->mu);
 	idx_step_foreach(fs->ix, pending_cb, &p);
 	pthread_mutex_unlock(&fs->mu);
+	n->busy = p.busy;
 	for (size_t i = 0; i < p.nw; i++)
 		withdraw(n, &p.w[i]);
 	for (size_t i = 0; i < p.nv && !blocked(n); i++) {
@@ -1291,7 +1496,10 @@ static void *node_main(void *arg)
 	pthread_mutex_lock(&n->mu);
 	while (!n->stop) {
 		pthread_mutex_unlock(&n->mu);
-		if ((rc = learn(n)) < 0) {
+		/* a listing costs the remote's time for every manifest: every tick while this
+		 * node saves or waits for a step to become global, else every
+		 * NODE_IDLE_LIST_TICKS (another node's save this node writes nothing of, gc) */
+		if ((n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 0) && (rc = learn(n)) < 0) {
 			node_count_error(n, NODE_ERR_LIST);
 			node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 				  strerror(-rc));
@@ -1299,7 +1507,8 @@ static void *node_main(void *arg)
 		if (n->ticks++ % NODE_PRESENCE_TICKS == 0)
 			presence(n);
 		node_dirs_retry(n);
-		node_repair(n);
+		if (n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 1)
+			node_repair(n);
 		seal_from_remote(n);
 		publish(n);
 		show_global(n);
@@ -1478,11 +1687,11 @@ static size_t read_remote_json(struct ckfs *fs, struct node *n)
 		loaded++;
 	}
 	json_array_foreach(json_object_get(o, "shown"), i, x)
-		if (ckpt_grow(&n->shown, &n->capshown, n->nshown, sizeof(*n->shown)) == 0)
-			n->shown[n->nshown++] = (struct node_key){
-				(int)json_integer_value(json_array_get(x, 0)),
-				json_integer_value(json_array_get(x, 1)) };
+		key_add(&n->shown, &n->capshown, &n->nshown,
+			(int)json_integer_value(json_array_get(x, 0)),
+			json_integer_value(json_array_get(x, 1)));
 	json_decref(o);
+	qsort(n->parts, n->nparts, sizeof(*n->parts), part_sort_cmp);
 	recompute_global(n);
 	return loaded;
 }
@@ -1635,23 +1844,33 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		PUT("nodes disagree:   %s\n", n->taken);
 	if (n->gc_note[0])
 		PUT("gc lease:         %s\n", n->gc_note);
-	for (size_t i = 0; i < n->nparts; i++) {
-		const struct node_part *a = &n->parts[i];
-		bool first = true;
+	/* the newest NODE_STATUS_STEPS steps (of the last layouts): parts are sorted by step */
+	size_t from = n->nparts, shown = 0;
 
-		for (size_t j = 0; j < i && first; j++)
-			first = !(n->parts[j].kind == a->kind && n->parts[j].step == a->step);
-		if (!first)
-			continue;
+	while (from > 0 && shown < NODE_STATUS_STEPS) {
+		size_t lo, hi;
+
+		step_range(n, n->parts[from - 1].kind, n->parts[from - 1].step, &lo, &hi);
+		from = lo;
+		shown++;
+	}
+	if (from > 0)
+		PUT("steps:            %zu parts of older steps not listed\n", from);
+	for (size_t i = from; i < n->nparts;) {
+		const struct node_part *a = &n->parts[i];
+		size_t lo, hi;
+
+		step_range(n, a->kind, a->step, &lo, &hi);
 		PUT("step %s (%" PRId64 "): %s; published by", a->name, a->step,
 		    !key_in(n->global, n->nglobal, a->kind, a->step) ? "waiting for nodes"
 		    : key_in(n->shown, n->nshown, a->kind, a->step)
 			    ? "globally complete"
 			    : "globally complete, the other nodes' files not shown here yet");
-		for (size_t j = i; j < n->nparts; j++)
-			if (n->parts[j].kind == a->kind && n->parts[j].step == a->step)
-				PUT(" %s%s", n->parts[j].node, n->parts[j].sealed ? "*" : "");
+		for (size_t j = lo; j < hi; j++)
+			PUT(" %s%s%s", n->parts[j].node, n->parts[j].sealed ? "*" : "",
+			    n->parts[j].stale ? " (an earlier save)" : "");
 		PUT("\n");
+		i = hi;
 	}
 	pthread_mutex_unlock(&n->mu);
 #undef PUT

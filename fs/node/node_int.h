@@ -87,6 +87,7 @@ struct node {
 	int64_t since_ns;     /* this store's first mount with the remote (remote.json) */
 	char store_id[17];    /* this store's identity (remote.json), 16 hex digits */
 	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
+	bool busy;            /* node thread: a save here in progress or not global yet */
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
 	size_t nquiet, capquiet;
 	char gc_note[320];    /* the gc lease as upload_begin last saw it, for .ckptfs/status; "" none; mu */
