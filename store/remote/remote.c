@@ -3,9 +3,11 @@
  * backend (remote_dir.c, remote_s3.c).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "store/remote/remote_int.h"
 
@@ -19,6 +21,57 @@ int remote_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
 		va_end(ap);
 	}
 	return rc;
+}
+
+uint64_t remote_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int remote_lim_init(struct remote_lim *lim, const struct remote_call *call)
+{
+	static const struct remote_call none;
+
+	if (!call)
+		call = &none;
+	lim->err = call->errlen ? call->err : NULL;
+	lim->errlen = lim->err ? call->errlen : 0;
+	if (lim->errlen)
+		lim->err[0] = '\0';
+	lim->max_len = call->max_len ? call->max_len : REMOTE_GET_MAX;
+	lim->deadline_ms = call->deadline_ms > 0 ? call->deadline_ms : 0;
+	lim->deadline_ns = 0;
+	if (lim->deadline_ms)
+		lim->deadline_ns = remote_now_ns() + (uint64_t)lim->deadline_ms * 1000000u;
+	if (call->deadline_ms < 0)
+		return remote_errf(lim->err, lim->errlen, -EINVAL, "negative deadline %ld ms",
+				   call->deadline_ms);
+	return 0;
+}
+
+long remote_lim_left_ms(const struct remote_lim *lim)
+{
+	uint64_t now;
+
+	if (!lim->deadline_ns)
+		return LONG_MAX;
+	now = remote_now_ns();
+	if (now >= lim->deadline_ns)
+		return 0;
+	/* rounded up: 1 ns left is an attempt of 1 ms, never "no time" before the deadline */
+	return (long)((lim->deadline_ns - now + 999999u) / 1000000u);
+}
+
+struct remote_lim remote_lim_quiet(const struct remote_lim *lim)
+{
+	struct remote_lim q = *lim;
+
+	q.err = NULL;
+	q.errlen = 0;
+	return q;
 }
 
 /* Whether key is valid per remote.h: 1..REMOTE_KEY_MAX bytes of non-empty components. */
@@ -106,61 +159,144 @@ void remote_close(struct remote *r)
 		r->ops->close(r);
 }
 
+/* When a call failed without a message of its backend's: what failed, on which key. */
+static int done(const struct remote_lim *lim, int rc, const char *what, const char *key)
+{
+	if (rc < 0 && lim->errlen && !lim->err[0])
+		snprintf(lim->err, lim->errlen, "cannot %s '%s' on the remote: %s", what, key,
+			 strerror(-rc));
+	return rc;
+}
+
+int remote_put_if_absent_with(struct remote *r, const char *key, const void *buf, size_t len,
+			      const struct remote_call *call)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (rc == 0 && (!key_ok(key) || (!buf && len)))
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = r->ops->put(r, key, buf, len, true, &lim);
+	return done(&lim, rc, "store", key ? key : "");
+}
+
 int remote_put_if_absent(struct remote *r, const char *key, const void *buf, size_t len)
 {
-	if (!key_ok(key) || (!buf && len))
-		return -EINVAL;
-	return r->ops->put(r, key, buf, len, true);
+	return remote_put_if_absent_with(r, key, buf, len, NULL);
+}
+
+int remote_put_with(struct remote *r, const char *key, const void *buf, size_t len,
+		    const struct remote_call *call)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (rc == 0 && (!key_ok(key) || (!buf && len)))
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = r->ops->put(r, key, buf, len, false, &lim);
+	return done(&lim, rc, "store", key ? key : "");
 }
 
 int remote_put(struct remote *r, const char *key, const void *buf, size_t len)
 {
-	if (!key_ok(key) || (!buf && len))
-		return -EINVAL;
-	return r->ops->put(r, key, buf, len, false);
+	return remote_put_with(r, key, buf, len, NULL);
+}
+
+int remote_get_with(struct remote *r, const char *key, const struct remote_call *call,
+		    void **ret_buf, size_t *ret_len)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (rc == 0 && (!key_ok(key) || !ret_buf || !ret_len))
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = r->ops->get(r, key, &lim, ret_buf, ret_len);
+	return done(&lim, rc, "read", key ? key : "");
 }
 
 int remote_get(struct remote *r, const char *key, void **ret_buf, size_t *ret_len)
 {
-	if (!key_ok(key) || !ret_buf || !ret_len)
-		return -EINVAL;
-	return r->ops->get(r, key, ret_buf, ret_len);
+	return remote_get_with(r, key, NULL, ret_buf, ret_len);
+}
+
+int remote_get_range_with(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
+			  const struct remote_call *call, size_t *ret_got)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (rc == 0 && (!key_ok(key) || (!buf && len) || !ret_got))
+		rc = -EINVAL;
+	if (rc == 0 && len == 0) {
+		rc = r->ops->head(r, key, &lim, NULL);
+		if (rc == 0)
+			*ret_got = 0;
+	} else if (rc == 0) {
+		rc = r->ops->get_range(r, key, off, buf, len, &lim, ret_got);
+	}
+	return done(&lim, rc, "read", key ? key : "");
 }
 
 int remote_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
 		     size_t *ret_got)
 {
-	if (!key_ok(key) || (!buf && len) || !ret_got)
-		return -EINVAL;
-	if (len == 0) {
-		int rc = r->ops->head(r, key, NULL);
+	return remote_get_range_with(r, key, off, buf, len, NULL, ret_got);
+}
 
-		if (rc == 0)
-			*ret_got = 0;
-		return rc;
-	}
-	return r->ops->get_range(r, key, off, buf, len, ret_got);
+int remote_head_with(struct remote *r, const char *key, const struct remote_call *call,
+		     uint64_t *ret_size)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (rc == 0 && !key_ok(key))
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = r->ops->head(r, key, &lim, ret_size);
+	return done(&lim, rc, "look up", key ? key : "");
 }
 
 int remote_head(struct remote *r, const char *key, uint64_t *ret_size)
 {
-	if (!key_ok(key))
-		return -EINVAL;
-	return r->ops->head(r, key, ret_size);
+	return remote_head_with(r, key, NULL, ret_size);
+}
+
+int remote_list_with(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
+		     const struct remote_call *call)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (!prefix)
+		prefix = "";
+	if (rc == 0 && (!fn || strnlen(prefix, REMOTE_KEY_MAX + 1) > REMOTE_KEY_MAX))
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = r->ops->list(r, prefix, fn, arg, &lim);
+	return done(&lim, rc, "list the keys starting with", prefix);
 }
 
 int remote_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg)
 {
-	if (!prefix)
-		prefix = "";
-	if (!fn || strnlen(prefix, REMOTE_KEY_MAX + 1) > REMOTE_KEY_MAX)
-		return -EINVAL;
-	return r->ops->list(r, prefix, fn, arg);
+	return remote_list_with(r, prefix, fn, arg, NULL);
+}
+
+int remote_delete_with(struct remote *r, const char *key, const struct remote_call *call)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (rc == 0 && !key_ok(key))
+		rc = -EINVAL;
+	if (rc == 0)
+		rc = r->ops->del(r, key, &lim);
+	return done(&lim, rc, "delete", key ? key : "");
 }
 
 int remote_delete(struct remote *r, const char *key)
 {
-	if (!key_ok(key))
-		return -EINVAL;
-	return r->ops->del(r, key);
+	return remote_delete_with(r, key, NULL);
 }

@@ -24,6 +24,9 @@
  *   3. A remote is immutable after remote_open: every function below may be called from any
  *      number of threads at once on one struct remote. S3 calls use one CURL easy handle per call
  *      and share libcurl's connection and DNS caches (a CURLSH under a mutex).
+ *   4. Every call is bounded: in time by its deadline (struct remote_call; S3 only) or else by
+ *      remote_opts' per-attempt limits times max_tries; in memory by max_len (remote_get), which
+ *      a Content-Length, the bytes actually received or a file's size must not pass.
  *
  * Links libcurl, libxml2 and libcrypto (OpenSSL, for SHA-256); never store/'s libckstore. Does
  * not log: every failure is a negative errno, and remote_open also writes a message for people.
@@ -35,12 +38,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/store.h"
+
 /* The file in a STORE where a daemon mounted with -o remote records its remote (JSON: url, node,
  * nodes, keep_checkpoint_max; fs/node/node.c writes it, `ckptctl STORE remote` reads it). */
 #define REMOTE_STORE_RECORD "remote.json"
 
 /* Longest key in bytes (S3's limit, less room for a prefix). */
 #define REMOTE_KEY_MAX 1024
+
+/*
+ * The largest object remote_get accepts unless the call says otherwise, in bytes: 16 times
+ * STORE_CHUNK_MAX, 64 MiB. What ckptfs reads whole is small next to it: a chunk object is
+ * STORE_OBJECT_HEADER plus its encoded payload (about STORE_CHUNK_MAX at most), a step directory
+ * object a few bytes, and a manifest (fs/node/manifest.c) about 60 bytes of compact JSON per
+ * extent, so 64 MiB holds a node's part of a step of about a million chunks (1 TiB at
+ * STORE_CHUNK_AVG). A larger answer is a broken or hostile endpoint, not an object to allocate.
+ */
+#define REMOTE_GET_MAX (16u * (size_t)STORE_CHUNK_MAX)
 
 /* Options of remote_open. Zero-initialise, then set what you need; NULL/0 means the default. */
 struct remote_opts {
@@ -71,6 +86,33 @@ struct remote_opts {
 struct remote;
 
 /*
+ * Limits of one call, and where its failure is explained (the remote_*_with functions below).
+ * Zero-initialise, then set what you need; a NULL struct remote_call means all defaults. Only
+ * read during the call; err is written during the call only.
+ */
+struct remote_call {
+	/*
+	 * The whole call in milliseconds, counted from its start on CLOCK_MONOTONIC: every attempt,
+	 * every backoff wait between attempts and, for a call made of several requests (multipart
+	 * upload, a listing's pages, the read-back of put_if_absent), all of them. 0 means none: each attempt is then bounded only by remote_opts'
+	 * timeout_ms (no byte moved) and connect_timeout_ms, max_tries times. An attempt the
+	 * deadline cuts short fails the call with -ETIMEDOUT; when an attempt failed on its own
+	 * (refused, 5xx) and the deadline leaves no room for the wait before another, the call
+	 * returns that attempt's error. Negative: -EINVAL.
+	 * S3 only: the directory backend's system calls cannot be cut short (a hung NFS or CephFS
+	 * mount blocks them in the kernel), so it ignores the deadline.
+	 */
+	long deadline_ms;
+	/* remote_get: the largest object accepted, in bytes (-EFBIG above it); 0 means
+	 * REMOTE_GET_MAX. S3 bounds every body it keeps by it (listing pages, error documents). */
+	size_t max_len;
+	/* errlen bytes for a one-line message for people, written when the call fails
+	 * (NUL-terminated, truncated to errlen), unspecified on success; NULL when errlen is 0. */
+	char *err;
+	size_t errlen;
+};
+
+/*
  * remote_open - open the store at url and check that it works.
  * url: "s3://BUCKET" or "s3://BUCKET/PREFIX" (PREFIX without leading or trailing '/'), or
  *   "file:///ABS/DIR" or "/ABS/DIR" (an existing directory). opts: may be NULL.
@@ -98,51 +140,77 @@ int remote_open(const char *url, const struct remote_opts *opts, struct remote *
 void remote_close(struct remote *r);
 
 /*
+ * Every operation below comes in two forms: remote_OP(...) and remote_OP_with(..., call), where
+ * call (may be NULL) bounds it and receives a message on failure (struct remote_call);
+ * remote_OP is remote_OP_with with call NULL: no deadline, REMOTE_GET_MAX, no message.
+ * Errors every S3 call may return, besides those listed per operation:
+ *   -ECONNREFUSED, -EHOSTUNREACH, -EPROTO, -EIO (5xx after all tries) as remote_open;
+ *   -ETIMEDOUT  no answer within remote_opts' per-attempt limits, or within call's deadline;
+ *   -EACCES     bad credentials or no permission;
+ *   -EFBIG      an answer's body above call->max_len (a listing page, an error document);
+ *   -EINVAL     a bad key, or call->deadline_ms < 0; -ENOMEM.
+ * Every call is thread-safe (invariant 3).
+ */
+
+/*
  * remote_put_if_absent - store len bytes of buf under key unless an object is there already.
  * Durable on return (directory: fsync of file and directory; S3: the PUT's 200).
  * Returns 0 when this call created the object, or
- *   -EEXIST  an object was already there (its content is unchanged); -EINVAL bad key;
+ *   -EEXIST  an object was already there (its content is unchanged);
  *            S3: when a lost answer made this call retry and the retry found the object, it
  *            reads it back: exactly these bytes count as this call's own write (0), so a writer
  *            racing with identical bytes may also get 0;
- *   S3: -EACCES, -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, -EIO as remote_open;
  *   -EDQUOT  S3: the bucket or user is over its quota (403 QuotaExceeded, Ceph RGW);
- *   -EFBIG   len above 5 GiB (S3's single-PUT limit); directory: any errno of open, write,
- *   fsync, link (-ENOSPC, -EDQUOT, -EIO, ...). The temporary file is removed on every failure.
- * Thread-safe; see invariant 2 for concurrent callers.
+ *   -EFBIG   len above 5 GiB (S3's single-PUT limit); the S3 errors above; directory: any errno
+ *   of open, write, fsync, link (-ENOSPC, -EDQUOT, -EIO, ...). The temporary file is removed on
+ *   every failure. A call that fails by its deadline may still have stored the object.
+ * See invariant 2 for concurrent callers.
  */
 int remote_put_if_absent(struct remote *r, const char *key, const void *buf, size_t len);
+int remote_put_if_absent_with(struct remote *r, const char *key, const void *buf, size_t len,
+			      const struct remote_call *call);
 
 /*
  * remote_put - store len bytes of buf under key, replacing any object there.
  * S3: multipart upload when len > multipart_threshold (parts of part_size bytes, aborted on
- * failure). Durable on return as remote_put_if_absent. Returns 0, or the errors of
- * remote_put_if_absent except -EEXIST (-EFBIG only above 10000 parts). Thread-safe.
+ * failure; an abort the deadline leaves no time for is not sent, so the parts stay until a
+ * bucket lifecycle rule removes them). Durable on return as remote_put_if_absent. Returns 0, or
+ * the errors of remote_put_if_absent except -EEXIST (-EFBIG only above 10000 parts).
  */
 int remote_put(struct remote *r, const char *key, const void *buf, size_t len);
+int remote_put_with(struct remote *r, const char *key, const void *buf, size_t len,
+		    const struct remote_call *call);
 
 /*
  * remote_get - read the whole object at key.
  * Returns 0, *ret_buf (malloc'd, owned by the caller: free(3); not NUL-terminated; non-NULL even
  * for an empty object) and *ret_len in bytes, or
- *   -ENOENT no such object; -EINVAL bad key; -ENOMEM; the network errors of remote_open; -EIO.
- * Thread-safe.
+ *   -ENOENT no such object; -EFBIG the object is larger than call->max_len (REMOTE_GET_MAX by
+ *   default): S3 by its Content-Length, before any allocation, or by the bytes received when
+ *   there is none; directory by the file's size; the S3 errors above; directory: errors of open,
+ *   fstat, pread.
  */
 int remote_get(struct remote *r, const char *key, void **ret_buf, size_t *ret_len);
+int remote_get_with(struct remote *r, const char *key, const struct remote_call *call,
+		    void **ret_buf, size_t *ret_len);
 
 /*
  * remote_get_range - read up to len bytes of the object at key from byte offset off into buf.
  * *ret_got is the number of bytes read: len, or fewer when the object ends first (0 when off is at
- * or past the end). Returns 0, or -ENOENT, -EINVAL, the network errors, -EIO. Thread-safe.
+ * or past the end). Returns 0, or -ENOENT, the S3 errors above, directory: errors of open, pread.
  */
 int remote_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
 		     size_t *ret_got);
+int remote_get_range_with(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
+			  const struct remote_call *call, size_t *ret_got);
 
 /*
  * remote_head - the size in bytes of the object at key, into *ret_size (may be NULL to test for
- * existence). Returns 0, or -ENOENT, -EINVAL, the network errors, -EIO. Thread-safe.
+ * existence). Returns 0, or -ENOENT, the S3 errors above, directory: errors of stat.
  */
 int remote_head(struct remote *r, const char *key, uint64_t *ret_size);
+int remote_head_with(struct remote *r, const char *key, const struct remote_call *call,
+		     uint64_t *ret_size);
 
 /*
  * remote_list_fn - called once per object by remote_list with its key (borrowed: valid during the
@@ -156,20 +224,23 @@ typedef int (*remote_list_fn)(const char *key, uint64_t size, void *arg);
  * "" or NULL for all; "a/b" matches "a/b/c" and "a/bc"). Order: S3 in lexicographic byte order
  * of the keys; directory unspecified. Objects put or deleted during the listing may or may not
  * be seen. Directory: temporary files are skipped. S3: pages of up to 1000 keys, followed by
- * continuation token.
+ * continuation token; the deadline covers every page and the time fn takes.
  * Returns 0 when all were listed, fn's nonzero value when it stopped the listing, or -EINVAL
- * (prefix longer than REMOTE_KEY_MAX), -ENOMEM, -EPROTO (an S3 answer that does not parse), the
- * network errors, -EIO; directory: errors of opendir/readdir/stat other than -ENOENT (an entry
- * deleted during the walk is skipped). Thread-safe.
+ * (prefix longer than REMOTE_KEY_MAX), -EPROTO (an S3 answer that does not parse), the S3
+ * errors above; directory: errors of opendir/readdir/stat other than -ENOENT (an entry
+ * deleted during the walk is skipped).
  */
 int remote_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg);
+int remote_list_with(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
+		     const struct remote_call *call);
 
 /*
  * remote_delete - delete the object at key. Deleting an absent object returns 0 (S3's DELETE
  * cannot tell the two apart). Directory: the file is unlinked and the directory fsynced; empty
- * parent directories are left in place. Returns 0, or -EINVAL, -EACCES, the network errors,
- * -EIO. Thread-safe.
+ * parent directories are left in place. Returns 0, or the S3 errors above; directory: errors of
+ * unlink and fsync (-EACCES, -EIO, ...).
  */
 int remote_delete(struct remote *r, const char *key);
+int remote_delete_with(struct remote *r, const char *key, const struct remote_call *call);
 
 #endif /* CKPTFS_REMOTE_H */

@@ -10,6 +10,10 @@
  *   2. Names starting with ".tmp-" are never keys (remote.c refuses them), so remote_list skips
  *      them; a temporary file left by a crash stays until someone removes it.
  *   3. Directories are created on demand (mkdir -p) and never removed.
+ *   4. A call's deadline (struct remote_lim) is not enforced here: a system call on a hung NFS
+ *      or CephFS mount cannot be cut short from user space, and abandoning it to a thread would
+ *      leave one blocked thread per call. Its max_len is: remote_get checks the file's size
+ *      before allocating (objects are immutable, so the size read is the size to read).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -112,7 +116,8 @@ static int write_tmp(const char *path, const void *buf, size_t len, char *tmp)
 	return rc;
 }
 
-static int dir_put(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent)
+static int dir_put(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent,
+		   const struct remote_lim *lim)
 {
 	char path[PATH_MAX], tmp[PATH_MAX];
 	int rc = join(to_dir(r), key, path, sizeof(path));
@@ -193,7 +198,8 @@ static int open_key(struct remote *r, const char *key, struct stat *st)
 	return fd;
 }
 
-static int dir_get(struct remote *r, const char *key, void **ret_buf, size_t *ret_len)
+static int dir_get(struct remote *r, const char *key, const struct remote_lim *lim,
+		   void **ret_buf, size_t *ret_len)
 {
 	struct stat st;
 	size_t got;
@@ -202,6 +208,12 @@ static int dir_get(struct remote *r, const char *key, void **ret_buf, size_t *re
 
 	if (fd < 0)
 		return fd;
+	if ((uint64_t)st.st_size > lim->max_len) {
+		close(fd);
+		return remote_errf(lim->err, lim->errlen, -EFBIG,
+				   "the remote object '%s' is %lld bytes, more than the %zu this "
+				   "read accepts", key, (long long)st.st_size, lim->max_len);
+	}
 	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
 	if (!buf) {
 		close(fd);
@@ -221,7 +233,7 @@ static int dir_get(struct remote *r, const char *key, void **ret_buf, size_t *re
 }
 
 static int dir_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
-			 size_t *ret_got)
+			 const struct remote_lim *lim, size_t *ret_got)
 {
 	struct stat st;
 	int rc, fd = open_key(r, key, &st);
@@ -233,7 +245,8 @@ static int dir_get_range(struct remote *r, const char *key, uint64_t off, void *
 	return rc;
 }
 
-static int dir_head(struct remote *r, const char *key, uint64_t *ret_size)
+static int dir_head(struct remote *r, const char *key, const struct remote_lim *lim,
+		    uint64_t *ret_size)
 {
 	char path[PATH_MAX];
 	struct stat st;
@@ -300,7 +313,8 @@ static int walk(struct remote_dir *d, char *rel, size_t rlen, const char *prefix
 	return rc;
 }
 
-static int dir_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg)
+static int dir_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
+		    const struct remote_lim *lim)
 {
 	char rel[PATH_MAX] = "";
 	struct stat st;
@@ -314,7 +328,7 @@ static int dir_list(struct remote *r, const char *prefix, remote_list_fn fn, voi
 	return walk(to_dir(r), rel, 0, prefix, fn, arg);
 }
 
-static int dir_del(struct remote *r, const char *key)
+static int dir_del(struct remote *r, const char *key, const struct remote_lim *lim)
 {
 	char path[PATH_MAX];
 	int rc = join(to_dir(r), key, path, sizeof(path));

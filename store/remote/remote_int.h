@@ -7,19 +7,33 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "store/remote/remote.h"
+
+/* One call's limits as the backends see them: remote_lim_init makes it from a remote_call. */
+struct remote_lim {
+	uint64_t deadline_ns; /* CLOCK_MONOTONIC (remote_now_ns), absolute; 0: none */
+	long deadline_ms;     /* as the caller gave it, for messages; 0: none */
+	size_t max_len;       /* bytes, >= 1 */
+	char *err;            /* errlen bytes for the failure's message, or NULL (errlen 0) */
+	size_t errlen;
+};
 
 /* One backend's operations; arguments already validated by remote.c. */
 struct remote_ops {
 	void (*close)(struct remote *r);
-	int (*put)(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent);
-	int (*get)(struct remote *r, const char *key, void **ret_buf, size_t *ret_len);
+	int (*put)(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent,
+		   const struct remote_lim *lim);
+	int (*get)(struct remote *r, const char *key, const struct remote_lim *lim, void **ret_buf,
+		   size_t *ret_len);
 	int (*get_range)(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
-			 size_t *ret_got);
-	int (*head)(struct remote *r, const char *key, uint64_t *ret_size);
-	int (*list)(struct remote *r, const char *prefix, remote_list_fn fn, void *arg);
-	int (*del)(struct remote *r, const char *key);
+			 const struct remote_lim *lim, size_t *ret_got);
+	int (*head)(struct remote *r, const char *key, const struct remote_lim *lim,
+		    uint64_t *ret_size);
+	int (*list)(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
+		    const struct remote_lim *lim);
+	int (*del)(struct remote *r, const char *key, const struct remote_lim *lim);
 };
 
 /* Every backend's struct starts with this. */
@@ -44,6 +58,23 @@ int remote_dir_open(const char *dir, bool check, struct remote **ret_remote, cha
  */
 int remote_s3_open(const char *bucket, const char *prefix, const struct remote_opts *opts,
 		   struct remote **ret_remote, char *err, size_t errlen);
+
+/* remote_now_ns - CLOCK_MONOTONIC in nanoseconds: the clock of every deadline and backoff. */
+uint64_t remote_now_ns(void);
+
+/*
+ * remote_lim_init - lim from call (may be NULL: no deadline, REMOTE_GET_MAX, no message); the
+ * deadline starts now. Empties call->err. Returns 0, or -EINVAL (a negative deadline_ms).
+ */
+int remote_lim_init(struct remote_lim *lim, const struct remote_call *call);
+
+/* remote_lim_left_ms - milliseconds left before lim's deadline, >= 1; LONG_MAX without one; 0
+ * once it has passed. */
+long remote_lim_left_ms(const struct remote_lim *lim);
+
+/* remote_lim_quiet - lim without its message buffer: for a request inside a call whose failure
+ * is not the call's (a read-back, an abort). */
+struct remote_lim remote_lim_quiet(const struct remote_lim *lim);
 
 /* remote_errf - printf into err (errlen bytes; nothing when errlen is 0) and return rc. */
 __attribute__((format(printf, 4, 5))) int remote_errf(char *err, size_t errlen, int rc,

@@ -44,20 +44,25 @@ static int status_rc(const struct s3_resp *resp)
 	return s3_status_errno(resp->status);
 }
 
-/* Whether the object at key holds exactly len bytes equal to buf. */
-static bool same_bytes(struct remote_s3 *s, const char *key, const void *buf, size_t len)
+/* Whether the object at key holds exactly len bytes equal to buf, read within lim's deadline; a
+ * read that fails counts as "not the same" and leaves lim's message alone. */
+static bool same_bytes(struct remote_s3 *s, const char *key, const void *buf, size_t len,
+		       const struct remote_lim *lim)
 {
+	struct remote_lim q = remote_lim_quiet(lim);
 	void *got = NULL;
 	size_t glen = 0;
-	bool same = s->base.ops->get(&s->base, key, &got, &glen) == 0 && glen == len &&
-		    (len == 0 || memcmp(got, buf, len) == 0);
+	bool same;
 
+	q.max_len = len ? len : 1; /* a larger object is not these bytes: no need to read it */
+	same = s->base.ops->get(&s->base, key, &q, &got, &glen) == 0 && glen == len &&
+	       (len == 0 || memcmp(got, buf, len) == 0);
 	free(got);
 	return same;
 }
 
 static int put_single(struct remote_s3 *s, const char *key, const void *buf, size_t len,
-		      bool if_absent)
+		      bool if_absent, const struct remote_lim *lim)
 {
 	struct s3_req req = { .method = "PUT", .key = key, .body = buf, .body_len = len };
 	struct s3_resp resp = { 0 };
@@ -70,7 +75,7 @@ static int put_single(struct remote_s3 *s, const char *key, const void *buf, siz
 	/* AWS answers 409 ConditionalRequestConflict while a racing conditional PUT is in flight:
 	 * asking again gets the final answer (200 or 412). */
 	for (i = 0; i < s->max_tries; i++) {
-		rc = s3_perform(s, &req, &resp);
+		rc = s3_perform(s, &req, lim, &resp);
 		if (rc < 0 || resp.status != 409 || !if_absent)
 			break;
 	}
@@ -78,26 +83,31 @@ static int put_single(struct remote_s3 *s, const char *key, const void *buf, siz
 		rc = status_rc(&resp);
 	/* 412 after a retry may answer this call's own earlier attempt, which the server stored
 	 * but whose answer was lost: the object holding exactly these bytes counts as ours. */
-	if (rc == -EEXIST && resp.tries > 1 && same_bytes(s, key, buf, len))
+	if (rc == -EEXIST && resp.tries > 1 && same_bytes(s, key, buf, len, lim))
 		rc = 0;
 	free(resp.body.buf);
 	return rc;
 }
 
-static void mpu_abort(struct remote_s3 *s, const char *key, const char *qid)
+/* Abort the upload, best effort, within what is left of lim's deadline (remote_put says what
+ * stays when nothing is). */
+static void mpu_abort(struct remote_s3 *s, const char *key, const char *qid,
+		      const struct remote_lim *lim)
 {
 	char query[1200];
 	struct s3_req req = { .method = "DELETE", .key = key, .query = query };
 	struct s3_resp resp = { 0 };
+	struct remote_lim q = remote_lim_quiet(lim);
 
 	snprintf(query, sizeof(query), "uploadId=%s", qid);
-	s3_perform(s, &req, &resp);
+	s3_perform(s, &req, &q, &resp);
 	free(resp.body.buf);
 }
 
 /* Upload part number n (1-based); its ETag appended to the Complete document xml. */
 static int mpu_part(struct remote_s3 *s, const char *key, const char *qid, unsigned n,
-		    const char *p, size_t plen, char *xml, size_t xcap)
+		    const char *p, size_t plen, char *xml, size_t xcap,
+		    const struct remote_lim *lim)
 {
 	char query[1200];
 	struct s3_req req = { .method = "PUT", .key = key, .query = query, .body = p,
@@ -107,7 +117,7 @@ static int mpu_part(struct remote_s3 *s, const char *key, const char *qid, unsig
 	int rc;
 
 	snprintf(query, sizeof(query), "partNumber=%u&uploadId=%s", n, qid);
-	rc = s3_perform(s, &req, &resp);
+	rc = s3_perform(s, &req, lim, &resp);
 	if (rc == 0)
 		rc = status_rc(&resp);
 	if (rc == 0 && !resp.etag[0])
@@ -122,8 +132,9 @@ static int mpu_part(struct remote_s3 *s, const char *key, const char *qid, unsig
 
 /* CompleteMultipartUpload with the parts listed in xml. */
 static int mpu_complete(struct remote_s3 *s, const char *key, const char *qid, char *xml,
-			size_t xcap, size_t len)
+			size_t xcap, size_t len, const struct remote_lim *lim)
 {
+	struct remote_lim q = remote_lim_quiet(lim);
 	char query[1200], code[64];
 	size_t xl = strlen(xml);
 	struct s3_req req = { .method = "POST", .key = key, .query = query };
@@ -136,7 +147,7 @@ static int mpu_complete(struct remote_s3 *s, const char *key, const char *qid, c
 	req.body = xml;
 	req.body_len = strlen(xml);
 	snprintf(query, sizeof(query), "uploadId=%s", qid);
-	rc = s3_perform(s, &req, &resp);
+	rc = s3_perform(s, &req, lim, &resp);
 	if (rc == 0) {
 		/* A 200 may still carry an <Error> (S3 sends it once the body has started). */
 		s3_xml_error_code(resp.body.buf, resp.body.len, code, sizeof(code));
@@ -145,14 +156,15 @@ static int mpu_complete(struct remote_s3 *s, const char *key, const char *qid, c
 			rc = -EIO;
 		/* A retried Complete of an upload that did complete: 404 NoSuchUpload. */
 		if (rc == -ENOENT && strcmp(code, "NoSuchUpload") == 0 &&
-		    s->base.ops->head(&s->base, key, &size) == 0 && size == len)
+		    s->base.ops->head(&s->base, key, &q, &size) == 0 && size == len)
 			rc = 0;
 	}
 	free(resp.body.buf);
 	return rc;
 }
 
-static int put_multipart(struct remote_s3 *s, const char *key, const void *buf, size_t len)
+static int put_multipart(struct remote_s3 *s, const char *key, const void *buf, size_t len,
+			 const struct remote_lim *lim)
 {
 	struct s3_req req = { .method = "POST", .key = key, .query = "uploads=" };
 	struct s3_resp resp = { 0 };
@@ -163,7 +175,7 @@ static int put_multipart(struct remote_s3 *s, const char *key, const void *buf, 
 
 	if (nparts > S3_PARTS_MAX)
 		return -EFBIG;
-	rc = s3_perform(s, &req, &resp);
+	rc = s3_perform(s, &req, lim, &resp);
 	if (rc == 0)
 		rc = status_rc(&resp);
 	if (rc == 0)
@@ -183,31 +195,33 @@ static int put_multipart(struct remote_s3 *s, const char *key, const void *buf, 
 	for (n = 1, off = 0; rc == 0 && off < len; n++, off += s->part_size) {
 		size_t plen = len - off < s->part_size ? len - off : s->part_size;
 
-		rc = mpu_part(s, key, qid, n, (const char *)buf + off, plen, xml, xcap);
+		rc = mpu_part(s, key, qid, n, (const char *)buf + off, plen, xml, xcap, lim);
 	}
 	if (rc == 0)
-		rc = mpu_complete(s, key, qid, xml, xcap, len);
+		rc = mpu_complete(s, key, qid, xml, xcap, len, lim);
 	if (rc < 0)
-		mpu_abort(s, key, qid);
+		mpu_abort(s, key, qid, lim);
 	free(xml);
 	free(id);
 	return rc;
 }
 
-static int s3_put(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent)
+static int s3_put(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent,
+		  const struct remote_lim *lim)
 {
 	struct remote_s3 *s = to_s3(r);
 
 	if (!if_absent && len > s->multipart_threshold)
-		return put_multipart(s, key, buf, len);
-	return put_single(s, key, buf, len, if_absent);
+		return put_multipart(s, key, buf, len, lim);
+	return put_single(s, key, buf, len, if_absent, lim);
 }
 
-static int s3_get(struct remote *r, const char *key, void **ret_buf, size_t *ret_len)
+static int s3_get(struct remote *r, const char *key, const struct remote_lim *lim, void **ret_buf,
+		  size_t *ret_len)
 {
 	struct s3_req req = { .method = "GET", .key = key };
 	struct s3_resp resp = { 0 };
-	int rc = s3_perform(to_s3(r), &req, &resp);
+	int rc = s3_perform(to_s3(r), &req, lim, &resp);
 
 	if (rc == 0)
 		rc = status_rc(&resp);
@@ -225,7 +239,7 @@ static int s3_get(struct remote *r, const char *key, void **ret_buf, size_t *ret
 }
 
 static int s3_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
-			size_t *ret_got)
+			const struct remote_lim *lim, size_t *ret_got)
 {
 	char range[64];
 	struct s3_req req = { .method = "GET", .key = key, .hdr = { range } };
@@ -234,7 +248,7 @@ static int s3_get_range(struct remote *r, const char *key, uint64_t off, void *b
 
 	snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64, off,
 		 off + (uint64_t)len - 1);
-	rc = s3_perform(to_s3(r), &req, &resp);
+	rc = s3_perform(to_s3(r), &req, lim, &resp);
 	if (rc == 0) {
 		if (resp.status == 416) {
 			resp.body.len = 0; /* off at or past the end */
@@ -250,11 +264,12 @@ static int s3_get_range(struct remote *r, const char *key, uint64_t off, void *b
 	return rc;
 }
 
-static int s3_head(struct remote *r, const char *key, uint64_t *ret_size)
+static int s3_head(struct remote *r, const char *key, const struct remote_lim *lim,
+		   uint64_t *ret_size)
 {
 	struct s3_req req = { .method = "HEAD", .key = key };
 	struct s3_resp resp = { 0 };
-	int rc = s3_perform(to_s3(r), &req, &resp);
+	int rc = s3_perform(to_s3(r), &req, lim, &resp);
 
 	if (rc == 0)
 		rc = status_rc(&resp);
@@ -284,18 +299,19 @@ static int list_query(const char *tok, const char *pre, int max_keys, char *q, s
 
 /* One ListObjectsV2 page: the full answer in resp (caller frees resp->body.buf). */
 static int list_page(struct remote_s3 *s, const char *tok, const char *epre, int max_keys,
-		     struct s3_resp *resp)
+		     const struct remote_lim *lim, struct s3_resp *resp)
 {
 	char query[8192];
 	struct s3_req req = { .method = "GET", .query = query };
 	int rc = list_query(tok, epre, max_keys, query, sizeof(query));
 
 	if (rc == 0)
-		rc = s3_perform(s, &req, resp);
+		rc = s3_perform(s, &req, lim, resp);
 	return rc;
 }
 
-static int s3_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg)
+static int s3_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
+		   const struct remote_lim *lim)
 {
 	struct remote_s3 *s = to_s3(r);
 	char full[2 * REMOTE_KEY_MAX + 2], epre[3 * sizeof(full)], *tok = NULL;
@@ -308,7 +324,7 @@ static int s3_list(struct remote *r, const char *prefix, remote_list_fn fn, void
 		struct s3_resp resp = { 0 };
 		char *next = NULL;
 
-		rc = list_page(s, tok, epre, 0, &resp);
+		rc = list_page(s, tok, epre, 0, lim, &resp);
 		if (rc == 0)
 			rc = status_rc(&resp);
 		if (rc == 0)
@@ -321,11 +337,11 @@ static int s3_list(struct remote *r, const char *prefix, remote_list_fn fn, void
 	return rc;
 }
 
-static int s3_del(struct remote *r, const char *key)
+static int s3_del(struct remote *r, const char *key, const struct remote_lim *lim)
 {
 	struct s3_req req = { .method = "DELETE", .key = key };
 	struct s3_resp resp = { 0 };
-	int rc = s3_perform(to_s3(r), &req, &resp);
+	int rc = s3_perform(to_s3(r), &req, lim, &resp);
 
 	if (rc == 0)
 		rc = status_rc(&resp);
@@ -457,10 +473,12 @@ static int s3_check(struct remote_s3 *s, const struct s3_conf *c, char *err, siz
 {
 	char epre[3 * (REMOTE_KEY_MAX + 2)], *tok = NULL;
 	struct s3_resp resp = { 0 };
+	struct remote_lim lim;
 	int rc = s3_encode(s->prefix, false, epre, sizeof(epre));
 
+	remote_lim_init(&lim, NULL); /* explain() writes the message */
 	if (rc == 0)
-		rc = list_page(s, NULL, epre, 1, &resp);
+		rc = list_page(s, NULL, epre, 1, &lim, &resp);
 	if (rc < 0 || resp.status < 200 || resp.status >= 300) {
 		rc = explain(s, c, rc, &resp, err, errlen);
 	} else {

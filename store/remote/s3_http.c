@@ -16,6 +16,13 @@
  *      idempotent: PUT of a whole object, GET, HEAD, DELETE, and the multipart calls (a part PUT
  *      replaces the part; a repeated Complete of a finished upload answers 404 NoSuchUpload,
  *      which remote_s3.c checks with a HEAD).
+ *   3. A call ends by its deadline (remote_lim), measured like every backoff wait on
+ *      CLOCK_MONOTONIC: each attempt's CURLOPT_TIMEOUT_MS is what is left of it, and no wait
+ *      starts that would reach it. Without one, an attempt ends only when no byte moved for
+ *      timeout_ms (CURLOPT_LOW_SPEED_TIME) or a connection took connect_timeout_ms.
+ *   4. A body kept in memory never grows past lim->max_len: on_header refuses a Content-Length
+ *      above it before any allocation, on_write the byte that would pass it (a body without a
+ *      Content-Length, or longer than it said). Either stops the transfer: -EFBIG, not retried.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -157,6 +164,8 @@ struct call {
 	CURL *h;
 	const struct s3_req *req;
 	struct s3_resp *resp;
+	const struct remote_lim *lim;
+	struct curl_slist *hdrs;
 	size_t sent;           /* payload bytes handed to libcurl in this attempt */
 };
 
@@ -180,6 +189,18 @@ static int on_seek(void *p, curl_off_t off, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
+/* Keep the start of a non-2xx answer's body, where S3 puts its error document. */
+static void keep_errdoc(struct s3_resp *resp, const char *src, size_t len)
+{
+	size_t room = sizeof(resp->errdoc) - 1 - resp->errdoc_len;
+
+	if (len > room)
+		len = room;
+	memcpy(resp->errdoc + resp->errdoc_len, src, len);
+	resp->errdoc_len += len;
+	resp->errdoc[resp->errdoc_len] = '\0';
+}
+
 static size_t on_write(char *src, size_t size, size_t n, void *p)
 {
 	struct call *c = p;
@@ -188,6 +209,8 @@ static size_t on_write(char *src, size_t size, size_t n, void *p)
 	long status = 0;
 
 	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+	if (status < 200 || status >= 300)
+		keep_errdoc(c->resp, src, len);
 	if (b->fixed && status >= 200 && status < 300) {
 		size_t take = len < b->cap - b->len ? len : b->cap - b->len;
 
@@ -197,15 +220,21 @@ static size_t on_write(char *src, size_t size, size_t n, void *p)
 		return len;
 	}
 	if (b->fixed)
-		return len; /* an error document in place of the range: the status says enough */
+		return len; /* an error document in place of the range: errdoc has its start */
+	if (len > b->limit - b->len) {
+		/* more than the Content-Length on_header checked, or a body without one */
+		b->too_big = true;
+		return 0; /* CURLE_WRITE_ERROR */
+	}
 	if (b->len + len + 1 > b->cap) {
 		curl_off_t cl = -1;
 		size_t cap = b->cap ? b->cap : 4096;
 		char *nb;
 
-		/* The first write of a body of known size: room for all of it at once. */
+		/* The first write of a body of known size: room for all of it at once (on_header
+		 * refused a Content-Length above limit). */
 		if (!b->cap && curl_easy_getinfo(c->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) ==
-				       CURLE_OK && cl > 0 && (uint64_t)cl < SIZE_MAX / 2)
+				       CURLE_OK && cl > 0 && (uint64_t)cl <= b->limit)
 			cap = (size_t)cl + 1;
 		while (cap < b->len + len + 1)
 			cap *= 2;
@@ -221,11 +250,37 @@ static size_t on_write(char *src, size_t size, size_t n, void *p)
 	return len;
 }
 
+/*
+ * The end of a final answer's headers: refuse a body the Content-Length says is above the limit
+ * before a byte of it is read or allocated. Returns false to stop the transfer.
+ */
+static bool headers_done(struct call *c)
+{
+	struct s3_body *b = &c->resp->body;
+	curl_off_t cl = -1;
+	long status = 0;
+
+	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+	/* 1xx: another header block follows. HEAD: Content-Length is the object's, no body. A
+	 * fixed buffer never grows: what does not fit is dropped (on_write). */
+	if (status < 200 || b->fixed || strcmp(c->req->method, "HEAD") == 0)
+		return true;
+	if (curl_easy_getinfo(c->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
+	    cl > 0 && (uint64_t)cl > b->limit) {
+		c->resp->content_length = cl;
+		b->too_big = true;
+		return false;
+	}
+	return true;
+}
+
 static size_t on_header(char *src, size_t size, size_t n, void *p)
 {
 	struct call *c = p;
 	size_t len = size * n;
 
+	if ((len == 2 && src[0] == '\r' && src[1] == '\n') || (len == 1 && src[0] == '\n'))
+		return headers_done(c) ? len : 0;
 	if (len > 5 && strncasecmp(src, "ETag:", 5) == 0) {
 		const char *v = src + 5;
 		size_t vlen = len - 5;
@@ -260,36 +315,45 @@ static char *make_url(const struct remote_s3 *s, const struct s3_req *req)
 	return url;
 }
 
-/* Build the easy handle for req. Returns 0, or -ENOMEM. */
-static int setup(struct remote_s3 *s, struct call *c, const char *url, struct curl_slist **hdrs)
+/* The signed headers and the credentials on the easy handle. Returns 0, -ENOMEM. */
+static int set_auth(struct remote_s3 *s, struct call *c)
 {
 	const struct s3_req *req = c->req;
+	struct curl_slist *hdrs;
 	char line[128], hex[65];
-	CURL *h = c->h;
 	int i;
 
 	if (sha256_hex(req->body, req->body_len, hex) < 0)
 		return -ENOMEM;
 	snprintf(line, sizeof(line), "x-amz-content-sha256: %s", hex);
-	*hdrs = curl_slist_append(NULL, line);
-	for (i = 0; *hdrs && i < 3 && req->hdr[i]; i++)
-		*hdrs = curl_slist_append(*hdrs, req->hdr[i]);
-	if (*hdrs && s->token_hdr)
-		*hdrs = curl_slist_append(*hdrs, s->token_hdr);
-	if (*hdrs && strcmp(req->method, "POST") == 0)
-		*hdrs = curl_slist_append(*hdrs, "Content-Type: application/xml");
-	if (!*hdrs)
+	hdrs = curl_slist_append(NULL, line);
+	for (i = 0; hdrs && i < 3 && req->hdr[i]; i++)
+		hdrs = curl_slist_append(hdrs, req->hdr[i]);
+	if (hdrs && s->token_hdr)
+		hdrs = curl_slist_append(hdrs, s->token_hdr);
+	if (hdrs && strcmp(req->method, "POST") == 0)
+		hdrs = curl_slist_append(hdrs, "Content-Type: application/xml");
+	if (!hdrs)
 		return -ENOMEM;
+	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(c->h, CURLOPT_USERPWD, s->userpwd);
+	c->hdrs = hdrs;
+	return 0;
+}
+
+/* Build the easy handle for c->req. Returns 0, or -ENOMEM. */
+static int setup(struct remote_s3 *s, struct call *c, const char *url)
+{
+	const struct s3_req *req = c->req;
+	CURL *h = c->h;
+
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_SHARE, s->share);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, s->sigv4);
-	curl_easy_setopt(h, CURLOPT_USERPWD, s->userpwd);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hdrs);
 	/* A stall, not a slow transfer, fails an attempt: objects may be gigabytes. */
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, s->timeout_ms >= 1000 ? s->timeout_ms / 1000 : 1L);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s->connect_timeout_ms);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->resp->curl_msg);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
@@ -311,7 +375,7 @@ static int setup(struct remote_s3 *s, struct call *c, const char *url, struct cu
 	} else if (strcmp(req->method, "DELETE") == 0) {
 		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
 	}
-	return 0;
+	return set_auth(s, c);
 }
 
 /* errno for a libcurl failure; *retry set when another attempt may succeed. */
@@ -357,68 +421,143 @@ static int curl_errno(CURL *h, CURLcode cc, bool *retry)
  * Sleep before the retry that follows failed attempt number try (1-based): "equal jitter" over
  * d = min(cap, base * 2^(try-1)), i.e. uniformly in [d/2, d] (M. Brooker, "Exponential Backoff
  * And Jitter", AWS Architecture Blog, 2015): 50-100 ms, 100-200 ms, 200-400 ms, ...
+ * Measured on CLOCK_MONOTONIC, as lim's deadline. Returns false, without sleeping, when the wait
+ * would reach the deadline: no time is left for another attempt.
  */
-static void backoff(int try)
+static bool backoff(int try, const struct remote_lim *lim)
 {
 	unsigned long ms = BACKOFF_BASE_MS << (try < 10 ? try - 1 : 9), rnd = 0;
+	uint64_t until;
 	struct timespec ts;
 
 	if (ms > BACKOFF_CAP_MS)
 		ms = BACKOFF_CAP_MS;
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
-		rnd = (unsigned long)time(NULL);
+		rnd = (unsigned long)remote_now_ns();
 	ms = ms / 2 + rnd % (ms / 2 + 1);
-	ts.tv_sec = (time_t)(ms / 1000);
-	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+	until = remote_now_ns() + (uint64_t)ms * 1000000u;
+	if (lim->deadline_ns && until >= lim->deadline_ns)
+		return false;
+	ts.tv_sec = (time_t)(until / 1000000000u);
+	ts.tv_nsec = (long)(until % 1000000000u);
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
+	return true;
 }
 
-int s3_perform(struct remote_s3 *s, const struct s3_req *req, struct s3_resp *resp)
+/*
+ * One attempt of c->req, bounded by what is left of the deadline. Returns 0 when an answer came
+ * (*retry: a 5xx or 429, worth another attempt), or -errno of a network failure (*retry: whether
+ * another attempt may succeed), -EFBIG (a body above the limit), -ETIMEDOUT (no time left).
+ */
+static int attempt(struct remote_s3 *s, struct call *c, int try, bool *retry)
 {
-	struct curl_slist *hdrs = NULL;
-	struct call c = { .req = req, .resp = resp };
+	struct s3_resp *resp = c->resp;
+	long left = remote_lim_left_ms(c->lim);
+	curl_off_t cl = -1;
+	CURLcode cc;
+	int rc;
+
+	*retry = false;
+	if (left == 0)
+		return -ETIMEDOUT;
+	/* the whole transfer, not only a stall, within the deadline; none without one */
+	curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, left == LONG_MAX ? 0L : left);
+	curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS,
+			 left < s->connect_timeout_ms ? left : s->connect_timeout_ms);
+	c->sent = 0;
+	resp->body.len = 0;
+	resp->body.overflow = false;
+	resp->body.too_big = false;
+	resp->errdoc_len = 0;
+	resp->errdoc[0] = '\0';
+	resp->code[0] = '\0';
+	resp->etag[0] = '\0';
+	resp->curl_msg[0] = '\0';
+	resp->status = 0;
+	resp->content_length = -1;
+	resp->tries = try;
+	cc = curl_easy_perform(c->h);
+	if (cc == CURLE_OK) {
+		curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &resp->status);
+		curl_easy_getinfo(c->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+		resp->content_length = cl;
+		if (resp->status >= 300)
+			s3_xml_error_code(resp->errdoc, resp->errdoc_len, resp->code,
+					  sizeof(resp->code));
+		*retry = resp->status >= 500 || resp->status == 429;
+		return 0;
+	}
+	if (resp->body.too_big)
+		return -EFBIG;
+	rc = curl_errno(c->h, cc, retry);
+	if (!resp->curl_msg[0])
+		snprintf(resp->curl_msg, sizeof(resp->curl_msg), "%s", curl_easy_strerror(cc));
+	return rc;
+}
+
+/* The object a request names, for messages. */
+static const char *what(const struct s3_req *req)
+{
+	return req->key ? req->key : "(the bucket)";
+}
+
+/* Explain the outcome rc of c's last attempt in c->lim->err (s3_perform). */
+static void describe(struct remote_s3 *s, const struct call *c, int rc)
+{
+	const struct remote_lim *lim = c->lim;
+	const struct s3_resp *resp = c->resp;
+	const char *m = c->req->method;
+
+	if (!lim->errlen || (rc == 0 && resp->status >= 200 && resp->status < 300))
+		return;
+	if (rc == -ETIMEDOUT && lim->deadline_ns && remote_lim_left_ms(lim) == 0)
+		remote_errf(lim->err, lim->errlen, rc,
+			    "no answer from the S3 endpoint '%s' to %s '%s' within the call's "
+			    "deadline of %ld ms (%d attempt%s)", s->endpoint, m, what(c->req),
+			    lim->deadline_ms, resp->tries, resp->tries == 1 ? "" : "s");
+	else if (rc == -EFBIG && resp->content_length >= 0)
+		remote_errf(lim->err, lim->errlen, rc,
+			    "the S3 endpoint '%s' answered %s '%s' with %lld bytes, more than the "
+			    "%zu this call accepts", s->endpoint, m, what(c->req),
+			    (long long)resp->content_length, lim->max_len);
+	else if (rc == -EFBIG)
+		remote_errf(lim->err, lim->errlen, rc,
+			    "the S3 endpoint '%s' answered %s '%s' with more than the %zu bytes "
+			    "this call accepts", s->endpoint, m, what(c->req), lim->max_len);
+	else if (rc < 0)
+		remote_errf(lim->err, lim->errlen, rc,
+			    "cannot reach the S3 endpoint '%s' for %s '%s': %s (%s)", s->endpoint,
+			    m, what(c->req), strerror(-rc), resp->curl_msg);
+	else
+		remote_errf(lim->err, lim->errlen, -EIO,
+			    "the S3 endpoint '%s' answered %s '%s' with HTTP %ld %s%s",
+			    s->endpoint, m, what(c->req), resp->status, resp->code,
+			    resp->tries > 1 ? " after all tries" : "");
+}
+
+int s3_perform(struct remote_s3 *s, const struct s3_req *req, const struct remote_lim *lim,
+	       struct s3_resp *resp)
+{
+	struct call c = { .req = req, .resp = resp, .lim = lim };
 	char *url = make_url(s, req);
-	int rc, try;
+	bool retry = false;
+	int rc, try = 0;
 
 	resp->content_length = -1;
+	resp->body.limit = lim->max_len;
 	c.h = curl_easy_init();
-	rc = url && c.h ? setup(s, &c, url, &hdrs) : -ENOMEM;
-	for (try = 1; rc == 0 && try <= s->max_tries; try++) {
-		CURLcode cc;
-		bool retry = false;
-		curl_off_t cl = -1;
-
-		if (try > 1)
-			backoff(try - 1);
-		c.sent = 0;
-		resp->body.len = 0;
-		resp->body.overflow = false;
-		resp->etag[0] = '\0';
-		resp->curl_msg[0] = '\0';
-		resp->status = 0;
-		resp->tries = try;
-		cc = curl_easy_perform(c.h);
-		if (cc == CURLE_OK) {
-			curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &resp->status);
-			curl_easy_getinfo(c.h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-			resp->content_length = cl;
-			if ((resp->status >= 500 || resp->status == 429) && try < s->max_tries)
-				continue;
+	rc = url && c.h ? setup(s, &c, url) : -ENOMEM;
+	while (rc == 0) {
+		rc = attempt(s, &c, ++try, &retry);
+		if (!retry || try >= s->max_tries || !backoff(try, lim))
 			break;
-		}
-		rc = curl_errno(c.h, cc, &retry);
-		if (!resp->curl_msg[0])
-			snprintf(resp->curl_msg, sizeof(resp->curl_msg), "%s",
-				 curl_easy_strerror(cc));
-		if (retry && try < s->max_tries)
-			rc = 0;
-		else
-			break;
+		rc = 0;
 	}
-	curl_slist_free_all(hdrs);
+	describe(s, &c, rc);
 	if (c.h)
 		curl_easy_cleanup(c.h);
+	curl_slist_free_all(c.hdrs);
 	free(url);
 	return rc;
 }

@@ -36,6 +36,8 @@ struct s3_body {
 	size_t cap;
 	char *fixed;      /* remote_get_range: write here, at most cap bytes */
 	bool overflow;    /* the server sent more than a fixed buffer holds */
+	size_t limit;     /* a growable body's most bytes (remote_lim.max_len); set by s3_perform */
+	bool too_big;     /* the answer said or sent more than limit: the transfer was stopped */
 };
 
 /* One request. key NULL: the bucket itself. query: already sorted and percent-encoded, or NULL. */
@@ -57,21 +59,29 @@ struct s3_resp {
 	int64_t content_length;     /* -1 unknown */
 	int tries;                  /* attempts made (1 when the first answer was final) */
 	char curl_msg[CURL_ERROR_SIZE]; /* libcurl's message when status is 0 */
+	char errdoc[2048];          /* the start of a non-2xx answer's body (S3 error documents
+				     * are a few hundred bytes), also with a fixed body */
+	size_t errdoc_len;
+	char code[64];              /* a non-2xx answer's error <Code>, or "" */
 };
 
 /*
- * s3_perform - send req, retrying with exponential backoff and full jitter on network errors,
- * timeouts, HTTP 5xx and 429 (up to s->max_tries attempts); never on other 4xx.
+ * s3_perform - send req, retrying with exponential backoff and equal jitter on network errors,
+ * timeouts, HTTP 5xx and 429 (up to s->max_tries attempts, and within lim's deadline); never on
+ * other 4xx.
  * resp: zero-initialised by the caller (body.fixed/cap set for a fixed buffer); the caller frees
  * resp->body.buf. Returns 0 when an HTTP answer came (any status: see s3_status_errno), or
- * -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, -EPROTO (TLS), -ENOMEM, -EIO when none did.
- * Thread-safe.
+ * -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT (an attempt's limits or lim's deadline), -EPROTO
+ * (TLS), -EFBIG (a body above lim->max_len), -ENOMEM, -EIO when none did. Writes a message into
+ * lim->err for every outcome but a 2xx answer. Thread-safe.
  */
-int s3_perform(struct remote_s3 *s, const struct s3_req *req, struct s3_resp *resp);
+int s3_perform(struct remote_s3 *s, const struct s3_req *req, const struct remote_lim *lim,
+	       struct s3_resp *resp);
 
 /* s3_status_errno - 0 for 2xx, else 404 -ENOENT, 403/401 -EACCES, 412 -EEXIST, 400 -EINVAL,
  * 416 -ERANGE, 429 -EAGAIN, others -EIO. */
 int s3_status_errno(long status);
+
 
 /* s3_encode - percent-encode s into out (cap bytes) per SigV4 (unreserved bytes kept, and '/'
  * when keep_slash). Returns 0 or -ENAMETOOLONG. */

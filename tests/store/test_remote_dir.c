@@ -6,7 +6,9 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -101,6 +103,40 @@ Test(remote_dir, files_on_disk)
 	/* A key cannot also be a directory of keys here (remote.h). */
 	cr_assert_eq(remote_put_if_absent(r, "x/y", "d", 1), -EEXIST);
 	cr_assert_eq(remote_put(r, "x/y/z/deeper", "d", 1), -EEXIST);
+}
+
+/* remote_get refuses a file larger than the call accepts, by its size, before reading it. */
+Test(remote_dir, get_bounded)
+{
+	char path[256], err[256];
+	struct remote_call call = { .max_len = 3, .err = err, .errlen = sizeof(err) };
+	void *buf = NULL;
+	size_t len = 0;
+	int fd;
+
+	cr_assert_eq(remote_put(r, "big/three", "abc", 3), 0);
+	cr_assert_eq(remote_get_with(r, "big/three", &call, &buf, &len), 0, "%s", err);
+	cr_assert_eq(len, 3);
+	free(buf);
+	buf = NULL;
+	cr_assert_eq(remote_put(r, "big/four", "abcd", 4), 0);
+	cr_assert_eq(remote_get_with(r, "big/four", &call, &buf, &len), -EFBIG);
+	cr_assert_not_null(strstr(err, "big/four"), "message: %s", err);
+	cr_assert_null(buf);
+
+	/* the default cap, with a sparse file one byte above it */
+	snprintf(path, sizeof(path), "%s/big/sparse", root);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)REMOTE_GET_MAX + 1), 0);
+	close(fd);
+	cr_assert_eq(remote_get(r, "big/sparse", &buf, &len), -EFBIG);
+	cr_assert_null(buf);
+
+	/* a deadline changes nothing here (remote_dir.c invariant 4) */
+	call = (struct remote_call){ .deadline_ms = 1 };
+	cr_assert_eq(remote_get_with(r, "big/three", &call, &buf, &len), 0);
+	free(buf);
 }
 
 Test(remote_dir, open_errors)

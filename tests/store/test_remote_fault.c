@@ -1,0 +1,381 @@
+/*
+ * test_remote_fault.c — the S3 backend of store/remote/remote.h against an endpoint that
+ * misbehaves: a tiny HTTP server on loopback, in this file, that answers remote_open's listing
+ * and then, as the test asks, never answers, answers 503 forever, or announces or streams a
+ * body larger than any object. What each test checks is remote.h's invariant 4: every call
+ * bounded, in time and in memory.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/lib/ctest.h"
+#include "store/remote/remote.h"
+
+/* What the server does with a request other than a listing. */
+enum fault_mode {
+	FAULT_OK,           /* GET: 200 "hello"; HEAD: 200, 5 bytes; PUT, DELETE: 200 */
+	FAULT_HANG,         /* accept, read the request, never answer */
+	FAULT_503,          /* 503 SlowDown, every time */
+	FAULT_HUGE_LENGTH,  /* 200 with Content-Length: 1 TiB, a few bytes, then nothing */
+	FAULT_HUGE_CHUNKED, /* 200, chunked, FAULT_STREAM_BYTES of body unless the client quits */
+};
+
+#define FAULT_STREAM_BYTES (REMOTE_GET_MAX + 16u * 1024 * 1024)
+#define FAULT_PARKED_MAX 64
+
+static struct fault_srv {
+	int lfd, stop[2];
+	int port;
+	pthread_t th;
+	_Atomic int mode;
+	_Atomic int requests;          /* requests read, the listing of remote_open included */
+	int parked[FAULT_PARKED_MAX];  /* connections never answered: closed at fault_stop */
+	int nparked;
+} srv;
+
+static void send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return; /* the client gave up: what the test wants to see */
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void answer(int fd, const char *status, const char *extra, const char *body)
+{
+	char head[512];
+
+	snprintf(head, sizeof(head),
+		 "HTTP/1.1 %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n", status,
+		 strlen(body), extra);
+	send_all(fd, head, strlen(head));
+	send_all(fd, body, strlen(body));
+}
+
+/* Stream FAULT_STREAM_BYTES in chunks of 64 KiB; stops when the client closes. */
+static void stream_chunked(int fd)
+{
+	static char chunk[64 * 1024 + 16];
+	const char *head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+			   "Connection: close\r\n\r\n";
+	size_t sent = 0;
+	int hl;
+
+	send_all(fd, head, strlen(head));
+	hl = snprintf(chunk, sizeof(chunk), "%x\r\n", 64 * 1024);
+	memset(chunk + hl, 'x', 64 * 1024);
+	memcpy(chunk + hl + 64 * 1024, "\r\n", 2);
+	while (sent < FAULT_STREAM_BYTES) {
+		ssize_t n = send(fd, chunk, (size_t)hl + 64 * 1024 + 2, MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return;
+		sent += 64 * 1024;
+	}
+	send_all(fd, "0\r\n\r\n", 5);
+}
+
+/* Read one request's head and body (Content-Length) from fd into req (cap bytes). */
+static bool read_request(int fd, char *req, size_t cap)
+{
+	size_t len = 0, body = 0, want;
+	char *end = NULL, *cl;
+
+	while (!end) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if (len + 1 >= cap || poll(&p, 1, 2000) <= 0)
+			return false;
+		n = recv(fd, req + len, cap - 1 - len, 0);
+		if (n <= 0)
+			return false;
+		len += (size_t)n;
+		req[len] = '\0';
+		end = strstr(req, "\r\n\r\n");
+	}
+	cl = strcasestr(req, "\r\nContent-Length:");
+	if (cl && cl < end)
+		body = strtoul(cl + 17, NULL, 10);
+	want = (size_t)(end + 4 - req) + body;
+	/* libcurl asks before a PUT's body, and waits a second for an answer that never comes */
+	if (len < want && strcasestr(req, "\r\nExpect: 100-continue"))
+		send_all(fd, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+	while (len < want) { /* the body: read and dropped */
+		char sink[4096];
+		ssize_t n = recv(fd, sink, sizeof(sink), 0);
+
+		if (n <= 0)
+			return false;
+		len += (size_t)n;
+	}
+	return true;
+}
+
+static void serve(int fd)
+{
+	char req[16384], method[16] = "";
+
+	if (!read_request(fd, req, sizeof(req))) {
+		close(fd);
+		return;
+	}
+	atomic_fetch_add(&srv.requests, 1);
+	sscanf(req, "%15s", method);
+	if (strstr(req, "list-type=2")) {
+		answer(fd, "200 OK", "Content-Type: application/xml\r\n",
+		       "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
+		close(fd);
+		return;
+	}
+	switch (atomic_load(&srv.mode)) {
+	case FAULT_HANG:
+		if (srv.nparked < FAULT_PARKED_MAX) {
+			srv.parked[srv.nparked++] = fd;
+			return;
+		}
+		break;
+	case FAULT_503:
+		answer(fd, "503 Slow Down", "", "<Error><Code>SlowDown</Code></Error>");
+		break;
+	case FAULT_HUGE_LENGTH: {
+		const char *h = "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\nxxxx";
+
+		send_all(fd, h, strlen(h));
+		if (srv.nparked < FAULT_PARKED_MAX) {
+			srv.parked[srv.nparked++] = fd;
+			return;
+		}
+		break;
+	}
+	case FAULT_HUGE_CHUNKED:
+		stream_chunked(fd);
+		break;
+	default:
+		if (strcmp(method, "HEAD") == 0) {
+			const char *h = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"
+					"Connection: close\r\n\r\n";
+
+			send_all(fd, h, strlen(h));
+		} else {
+			answer(fd, "200 OK", "ETag: \"5d41402abc4b2a76b9719d911017c592\"\r\n",
+			       strcmp(method, "GET") == 0 ? "hello" : "");
+		}
+		break;
+	}
+	close(fd);
+}
+
+static void *serve_loop(void *arg)
+{
+	for (;;) {
+		struct pollfd p[2] = { { .fd = srv.lfd, .events = POLLIN },
+				       { .fd = srv.stop[0], .events = POLLIN } };
+		int fd;
+
+		if (poll(p, 2, -1) < 0 || p[1].revents)
+			return NULL;
+		fd = accept(srv.lfd, NULL, NULL);
+		if (fd >= 0)
+			serve(fd);
+	}
+}
+
+static void fault_start(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+
+	memset(&srv, 0, sizeof(srv));
+	srv.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(srv.lfd, 0);
+	cr_assert_eq(bind(srv.lfd, (struct sockaddr *)&a, sizeof(a)), 0, "bind: %s",
+		     strerror(errno));
+	cr_assert_eq(listen(srv.lfd, 16), 0);
+	cr_assert_eq(getsockname(srv.lfd, (struct sockaddr *)&a, &alen), 0);
+	srv.port = ntohs(a.sin_port);
+	cr_assert_eq(pipe(srv.stop), 0);
+	cr_assert_eq(pthread_create(&srv.th, NULL, serve_loop, NULL), 0);
+	/* the tests choose where credentials come from; none from the machine's own */
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	unsetenv("AWS_SESSION_TOKEN");
+	unsetenv("AWS_PROFILE");
+	unsetenv("AWS_ENDPOINT_URL");
+	unsetenv("AWS_ENDPOINT_URL_S3");
+	setenv("AWS_CONFIG_FILE", "/nonexistent/ckptfs-test-aws-config", 1);
+	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/ckptfs-test-aws-credentials", 1);
+}
+
+static void fault_stop(void)
+{
+	if (write(srv.stop[1], "x", 1) == 1)
+		pthread_join(srv.th, NULL);
+	for (int i = 0; i < srv.nparked; i++)
+		close(srv.parked[i]);
+	close(srv.lfd);
+	close(srv.stop[0]);
+	close(srv.stop[1]);
+}
+
+TestSuite(remote_fault, .init = fault_start, .fini = fault_stop, .timeout = 20);
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Open s3://ckpt-test on the fault server; credentials from o, else test ones. */
+static struct remote *open_fault(struct remote_opts *o)
+{
+	char url[] = "s3://ckpt-test", err[512], endpoint[64];
+	struct remote_opts dflt = { .access_key = "AKIDTEST", .secret_key = "secret" };
+	struct remote *r = NULL;
+	int rc;
+
+	if (!o)
+		o = &dflt;
+	snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", srv.port);
+	o->endpoint = endpoint;
+	o->region = "us-east-1";
+	rc = remote_open(url, o, &r, err, sizeof(err));
+	cr_assert_eq(rc, 0, "remote_open on the fault server: %s (%s)", err, strerror(-rc));
+	return r;
+}
+
+/*
+ * An endpoint that accepts and never answers: with the defaults (5 tries, each ended only by
+ * 60 s without a byte) a call would wait minutes; the deadline ends it, retries included.
+ */
+Test(remote_fault, deadline_no_answer)
+{
+	struct remote *r = open_fault(NULL);
+	char err[512];
+	struct remote_call call = { .deadline_ms = 1000, .err = err, .errlen = sizeof(err) };
+	void *buf = NULL;
+	size_t len = 0;
+	double t0, dt;
+	int rc;
+
+	atomic_store(&srv.mode, FAULT_HANG);
+	t0 = now_s();
+	rc = remote_get_with(r, "dirs/iter_0000100", &call, &buf, &len);
+	dt = now_s() - t0;
+	cr_assert_eq(rc, -ETIMEDOUT, "get: %d (%s)", rc, err);
+	cr_assert(dt >= 0.9 && dt < 2.5, "a 1000 ms deadline took %.2f s", dt);
+	cr_assert_not_null(strstr(err, "1000 ms"), "message: %s", err);
+	cr_assert_not_null(strstr(err, "dirs/iter_0000100"), "message: %s", err);
+
+	t0 = now_s();
+	rc = remote_put_if_absent_with(r, "dirs/iter_0000100", "0755\n", 5, &call);
+	dt = now_s() - t0;
+	cr_assert_eq(rc, -ETIMEDOUT, "put_if_absent: %d (%s)", rc, err);
+	cr_assert(dt >= 0.9 && dt < 2.5, "a 1000 ms deadline took %.2f s", dt);
+	remote_close(r);
+}
+
+/* An endpoint that answers 503 forever: retries go on only while the deadline leaves time. */
+Test(remote_fault, deadline_covers_retries)
+{
+	struct remote_opts o = { .access_key = "AKIDTEST", .secret_key = "secret",
+				 .max_tries = 1000 };
+	struct remote *r = open_fault(&o);
+	char err[512];
+	struct remote_call call = { .deadline_ms = 1500, .err = err, .errlen = sizeof(err) };
+	double t0, dt;
+	int rc, before;
+
+	atomic_store(&srv.mode, FAULT_503);
+	before = atomic_load(&srv.requests);
+	t0 = now_s();
+	rc = remote_head_with(r, "chunks/0123", &call, NULL);
+	dt = now_s() - t0;
+	cr_assert_eq(rc, -EIO, "head: %d (%s)", rc, err);
+	cr_assert(dt < 2.5, "a 1500 ms deadline took %.2f s", dt);
+	cr_assert_geq(atomic_load(&srv.requests) - before, 3, "retried %d times only",
+		      atomic_load(&srv.requests) - before);
+	cr_assert_not_null(strstr(err, "503"), "message: %s", err);
+
+	/* a deadline shorter than the first backoff wait (50 ms at least): one attempt only */
+	call.deadline_ms = 40;
+	before = atomic_load(&srv.requests);
+	rc = remote_head_with(r, "chunks/0123", &call, NULL);
+	cr_assert(rc == -EIO || rc == -ETIMEDOUT, "head: %d (%s)", rc, err);
+	cr_assert_eq(atomic_load(&srv.requests) - before, 1);
+	call.deadline_ms = -1;
+	cr_assert_eq(remote_head_with(r, "chunks/0123", &call, NULL), -EINVAL);
+	remote_close(r);
+}
+
+/* A Content-Length of 1 TiB: refused from the header, before any allocation. */
+Test(remote_fault, get_huge_content_length)
+{
+	struct remote *r = open_fault(NULL);
+	char err[512];
+	struct remote_call call = { .err = err, .errlen = sizeof(err) };
+	void *buf = NULL;
+	size_t len = 0;
+	double t0 = now_s();
+	int rc;
+
+	atomic_store(&srv.mode, FAULT_HUGE_LENGTH);
+	rc = remote_get(r, "chunks/0123", &buf, &len);
+	cr_assert_eq(rc, -EFBIG, "plain get: %d", rc);
+	rc = remote_get_with(r, "chunks/0123", &call, &buf, &len);
+	cr_assert_eq(rc, -EFBIG, "get: %d (%s)", rc, err);
+	cr_assert_not_null(strstr(err, "1099511627776"), "message: %s", err);
+	cr_assert(now_s() - t0 < 2, "refusing took %.2f s: was it retried?", now_s() - t0);
+	cr_assert_null(buf);
+	remote_close(r);
+}
+
+/* No Content-Length, a body that goes on: the bytes received are counted against the cap. */
+Test(remote_fault, get_huge_chunked)
+{
+	struct remote *r = open_fault(NULL);
+	struct remote_call call = { .max_len = 1024 * 1024 };
+	void *buf = NULL;
+	size_t len = 0;
+	int rc, before;
+
+	atomic_store(&srv.mode, FAULT_HUGE_CHUNKED);
+	before = atomic_load(&srv.requests);
+	rc = remote_get(r, "manifests/1/100/n0.json", &buf, &len);
+	cr_assert_eq(rc, -EFBIG, "default cap (%zu bytes): %d, %zu bytes", REMOTE_GET_MAX, rc,
+		     len);
+	cr_assert_eq(atomic_load(&srv.requests) - before, 1, "-EFBIG is not retried");
+	rc = remote_get_with(r, "manifests/1/100/n0.json", &call, &buf, &len);
+	cr_assert_eq(rc, -EFBIG, "1 MiB cap: %d", rc);
+	cr_assert_null(buf);
+
+	/* at the cap exactly is fine */
+	atomic_store(&srv.mode, FAULT_OK);
+	call.max_len = 5;
+	cr_assert_eq(remote_get_with(r, "k", &call, &buf, &len), 0);
+	cr_assert_eq(len, 5);
+	cr_assert_eq(memcmp(buf, "hello", 5), 0);
+	free(buf);
+	call.max_len = 4;
+	cr_assert_eq(remote_get_with(r, "k", &call, &buf, &len), -EFBIG);
+	remote_close(r);
+}
