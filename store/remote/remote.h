@@ -21,10 +21,18 @@
  *      key, across processes and nodes sharing the store, exactly one gets 0 and the others
  *      -EEXIST. S3: a single PUT with "If-None-Match: *" (HTTP 412 when the object exists; Ceph
  *      RGW honours it on single PUTs only, so put_if_absent never uses multipart upload).
- *   3. A remote is immutable after remote_open: every function below may be called from any
- *      number of threads at once on one struct remote. S3 calls use one CURL easy handle per call
- *      and share libcurl's connection and DNS caches (a CURLSH under a mutex).
- *   4. Every call is bounded: in time by its deadline (struct remote_call; S3 only) or else by
+ *   3. A remote is immutable after remote_open but for the S3 credentials, which a call
+ *      replaces whole (never in place) when the endpoint rejects them as expired (invariant 4):
+ *      every function below may be called from any number of threads at once on one struct
+ *      remote. S3 calls use one CURL easy handle per call and share libcurl's connection and DNS
+ *      caches (a CURLSH under a mutex).
+ *   4. S3: an answer 400/401/403 whose error code says the credentials are expired or unknown
+ *      (ExpiredToken, TokenRefreshRequired, InvalidToken, InvalidAccessKeyId,
+ *      SignatureDoesNotMatch; a HEAD's answer has no body, so any 400/401/403 to a HEAD) makes
+ *      the call read the credentials again, as remote_open does (the environment, then the AWS
+ *      shared files; not when remote_opts gave them), and when they changed, repeat the request
+ *      once with them, for this and every later call. Rejected again, or unchanged: -EACCES.
+ *   5. Every call is bounded: in time by its deadline (struct remote_call; S3 only) or else by
  *      remote_opts' per-attempt limits times max_tries; in memory by max_len (remote_get), which
  *      a Content-Length, the bytes actually received or a file's size must not pass.
  *
@@ -94,7 +102,8 @@ struct remote_call {
 	/*
 	 * The whole call in milliseconds, counted from its start on CLOCK_MONOTONIC: every attempt,
 	 * every backoff wait between attempts and, for a call made of several requests (multipart
-	 * upload, a listing's pages, the read-back of put_if_absent), all of them. 0 means none: each attempt is then bounded only by remote_opts'
+	 * upload, a listing's pages, the read-back of put_if_absent, the repeat with credentials
+	 * read again), all of them. 0 means none: each attempt is then bounded only by remote_opts'
 	 * timeout_ms (no byte moved) and connect_timeout_ms, max_tries times. An attempt the
 	 * deadline cuts short fails the call with -ETIMEDOUT; when an attempt failed on its own
 	 * (refused, 5xx) and the deadline leaves no room for the wait before another, the call
@@ -146,10 +155,12 @@ void remote_close(struct remote *r);
  * Errors every S3 call may return, besides those listed per operation:
  *   -ECONNREFUSED, -EHOSTUNREACH, -EPROTO, -EIO (5xx after all tries) as remote_open;
  *   -ETIMEDOUT  no answer within remote_opts' per-attempt limits, or within call's deadline;
- *   -EACCES     bad credentials or no permission;
+ *   -EACCES     no permission, or credentials rejected as expired or unknown, also after
+ *               reading them again (invariant 4: call->err then says they have expired);
  *   -EFBIG      an answer's body above call->max_len (a listing page, an error document);
  *   -EINVAL     a bad key, or call->deadline_ms < 0; -ENOMEM.
- * Every call is thread-safe (invariant 3).
+ * Every call is thread-safe (invariant 3), provided no other thread changes the environment
+ * while an S3 call reads the credentials again (getenv(3), as remote_open).
  */
 
 /*

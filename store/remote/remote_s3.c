@@ -36,12 +36,12 @@ static int status_rc(const struct s3_resp *resp)
 {
 	char code[64];
 
-	if (resp->status == 403 && resp->body.buf) {
+	if (resp->status == 403 && !resp->creds_rejected && resp->body.buf) {
 		s3_xml_error_code(resp->body.buf, resp->body.len, code, sizeof(code));
 		if (strcmp(code, "QuotaExceeded") == 0)
 			return -EDQUOT;
 	}
-	return s3_status_errno(resp->status);
+	return s3_resp_errno(resp);
 }
 
 /* Whether the object at key holds exactly len bytes equal to buf, read within lim's deadline; a
@@ -358,13 +358,9 @@ static void s3_close(struct remote *r)
 	free(s->region);
 	free(s->bucket);
 	free(s->prefix);
-	if (s->userpwd)
-		explicit_bzero(s->userpwd, strlen(s->userpwd));
-	free(s->userpwd);
 	free(s->sigv4);
-	if (s->token_hdr)
-		explicit_bzero(s->token_hdr, strlen(s->token_hdr));
-	free(s->token_hdr);
+	s3_creds_put(s->creds);
+	pthread_mutex_destroy(&s->creds_mu);
 	free(s);
 }
 
@@ -409,11 +405,14 @@ static int s3_fill(struct remote_s3 *s, const struct s3_conf *c, const struct re
 	if (rc == 0)
 		rc = dup_fmt(&s->prefix, "%s%s", prefix, prefix[0] ? "/" : "");
 	if (rc == 0)
-		rc = dup_fmt(&s->userpwd, "%s:%s", c->access_key, c->secret_key);
-	if (rc == 0)
 		rc = dup_fmt(&s->sigv4, "aws:amz:%s:s3", c->region);
-	if (rc == 0 && c->session_token[0])
-		rc = dup_fmt(&s->token_hdr, "x-amz-security-token: %s", c->session_token);
+	if (rc == 0 && !(s->creds = s3_creds_new(c->access_key, c->secret_key, c->session_token,
+						 c->profile, 1)))
+		rc = -ENOMEM;
+	/* credentials the caller gave are not read again when rejected (remote.h invariant 4) */
+	s->creds_fixed = o && ((o->access_key && o->access_key[0]) ||
+			       (o->secret_key && o->secret_key[0]) ||
+			       (o->session_token && o->session_token[0]));
 	if (rc == 0)
 		rc = s3_init_share(s);
 	s->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 60000;
@@ -511,6 +510,7 @@ int remote_s3_open(const char *bucket, const char *prefix, const struct remote_o
 		return remote_errf(err, errlen, -ENOMEM, "out of memory");
 	}
 	s->base.ops = &s3_ops;
+	pthread_mutex_init(&s->creds_mu, NULL);
 	s3_conf_resolve(opts, c);
 	if (!c->access_key[0] || !c->secret_key[0])
 		rc = remote_errf(err, errlen, -EINVAL,

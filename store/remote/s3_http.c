@@ -23,6 +23,8 @@
  *   4. A body kept in memory never grows past lim->max_len: on_header refuses a Content-Length
  *      above it before any allocation, on_write the byte that would pass it (a body without a
  *      Content-Length, or longer than it said). Either stops the transfer: -EFBIG, not retried.
+ *   5. Each call signs with one reference to a credential set (s3_creds.c), exchanged only by
+ *      renew() after a rejection, at most once per call.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -119,6 +121,11 @@ int s3_status_errno(long status)
 	}
 }
 
+int s3_resp_errno(const struct s3_resp *resp)
+{
+	return resp->creds_rejected ? -EACCES : s3_status_errno(resp->status);
+}
+
 int s3_encode(const char *s, bool keep_slash, char *out, size_t cap)
 {
 	static const char hex[] = "0123456789ABCDEF";
@@ -165,6 +172,7 @@ struct call {
 	const struct s3_req *req;
 	struct s3_resp *resp;
 	const struct remote_lim *lim;
+	struct s3_creds *creds; /* the set this call signs with (a reference: s3_creds_get) */
 	struct curl_slist *hdrs;
 	size_t sent;           /* payload bytes handed to libcurl in this attempt */
 };
@@ -315,8 +323,8 @@ static char *make_url(const struct remote_s3 *s, const struct s3_req *req)
 	return url;
 }
 
-/* The signed headers and the credentials on the easy handle. Returns 0, -ENOMEM. */
-static int set_auth(struct remote_s3 *s, struct call *c)
+/* The signed headers and the credentials of c->creds on the easy handle. Returns 0, -ENOMEM. */
+static int set_auth(struct call *c)
 {
 	const struct s3_req *req = c->req;
 	struct curl_slist *hdrs;
@@ -329,14 +337,15 @@ static int set_auth(struct remote_s3 *s, struct call *c)
 	hdrs = curl_slist_append(NULL, line);
 	for (i = 0; hdrs && i < 3 && req->hdr[i]; i++)
 		hdrs = curl_slist_append(hdrs, req->hdr[i]);
-	if (hdrs && s->token_hdr)
-		hdrs = curl_slist_append(hdrs, s->token_hdr);
+	if (hdrs && c->creds->token_hdr)
+		hdrs = curl_slist_append(hdrs, c->creds->token_hdr);
 	if (hdrs && strcmp(req->method, "POST") == 0)
 		hdrs = curl_slist_append(hdrs, "Content-Type: application/xml");
 	if (!hdrs)
 		return -ENOMEM;
 	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hdrs);
-	curl_easy_setopt(c->h, CURLOPT_USERPWD, s->userpwd);
+	curl_easy_setopt(c->h, CURLOPT_USERPWD, c->creds->userpwd);
+	curl_slist_free_all(c->hdrs); /* after the handle no longer points to it */
 	c->hdrs = hdrs;
 	return 0;
 }
@@ -375,7 +384,7 @@ static int setup(struct remote_s3 *s, struct call *c, const char *url)
 	} else if (strcmp(req->method, "DELETE") == 0) {
 		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
 	}
-	return set_auth(s, c);
+	return set_auth(c);
 }
 
 /* errno for a libcurl failure; *retry set when another attempt may succeed. */
@@ -443,6 +452,27 @@ static bool backoff(int try, const struct remote_lim *lim)
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
 	return true;
+}
+
+/*
+ * Whether resp says the credentials are expired or unknown (remote.h invariant 4): S3 error
+ * codes (AWS "S3 error responses": ExpiredToken and TokenRefreshRequired are 400, InvalidToken
+ * 400, InvalidAccessKeyId and SignatureDoesNotMatch 403), or any 400/401/403 to a HEAD, whose
+ * answer carries no body to tell.
+ */
+static bool creds_rejected(const struct s3_req *req, const struct s3_resp *resp)
+{
+	static const char *const codes[] = { "ExpiredToken", "TokenRefreshRequired", "InvalidToken",
+					     "InvalidAccessKeyId", "SignatureDoesNotMatch" };
+
+	if (resp->status != 400 && resp->status != 401 && resp->status != 403)
+		return false;
+	if (strcmp(req->method, "HEAD") == 0 && !resp->code[0])
+		return true;
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+		if (strcmp(resp->code, codes[i]) == 0)
+			return true;
+	return false;
 }
 
 /*
@@ -529,6 +559,14 @@ static void describe(struct remote_s3 *s, const struct call *c, int rc)
 		remote_errf(lim->err, lim->errlen, rc,
 			    "cannot reach the S3 endpoint '%s' for %s '%s': %s (%s)", s->endpoint,
 			    m, what(c->req), strerror(-rc), resp->curl_msg);
+	else if (resp->creds_rejected)
+		remote_errf(lim->err, lim->errlen, -EACCES,
+			    "the S3 endpoint '%s' rejected access key '%s' (HTTP %ld %s), also "
+			    "after reading the credentials again: they have expired (or are "
+			    "wrong); renew them in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+			    "AWS_SESSION_TOKEN or in profile '%s' of ~/.aws/credentials",
+			    s->endpoint, c->creds->access_key, resp->status, resp->code,
+			    c->creds->profile);
 	else
 		remote_errf(lim->err, lim->errlen, -EIO,
 			    "the S3 endpoint '%s' answered %s '%s' with HTTP %ld %s%s",
@@ -536,12 +574,26 @@ static void describe(struct remote_s3 *s, const struct call *c, int rc)
 			    resp->tries > 1 ? " after all tries" : "");
 }
 
+/* After a rejection of c->creds: the set in use now, when it differs. 1: send again, 0: not,
+ * -ENOMEM. */
+static int renew(struct remote_s3 *s, struct call *c)
+{
+	int rc = s3_creds_refresh(s, c->creds->gen);
+
+	if (rc <= 0)
+		return rc;
+	s3_creds_put(c->creds);
+	c->creds = s3_creds_get(s);
+	rc = set_auth(c);
+	return rc < 0 ? rc : 1;
+}
+
 int s3_perform(struct remote_s3 *s, const struct s3_req *req, const struct remote_lim *lim,
 	       struct s3_resp *resp)
 {
-	struct call c = { .req = req, .resp = resp, .lim = lim };
+	struct call c = { .req = req, .resp = resp, .lim = lim, .creds = s3_creds_get(s) };
 	char *url = make_url(s, req);
-	bool retry = false;
+	bool renewed = false, retry = false;
 	int rc, try = 0;
 
 	resp->content_length = -1;
@@ -550,14 +602,28 @@ int s3_perform(struct remote_s3 *s, const struct s3_req *req, const struct remot
 	rc = url && c.h ? setup(s, &c, url) : -ENOMEM;
 	while (rc == 0) {
 		rc = attempt(s, &c, ++try, &retry);
+		if (rc == 0 && !renewed && creds_rejected(req, resp)) {
+			renewed = true; /* once per call: a second rejection is final */
+			rc = renew(s, &c);
+			if (rc > 0) {
+				try--; /* a rejected request stored nothing: not a try */
+				rc = 0;
+				continue;
+			}
+			if (rc < 0)
+				break;
+		}
 		if (!retry || try >= s->max_tries || !backoff(try, lim))
 			break;
 		rc = 0;
 	}
+	if (rc == 0 && creds_rejected(req, resp))
+		resp->creds_rejected = true;
 	describe(s, &c, rc);
 	if (c.h)
 		curl_easy_cleanup(c.h);
 	curl_slist_free_all(c.hdrs);
+	s3_creds_put(c.creds);
 	free(url);
 	return rc;
 }

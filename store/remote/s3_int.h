@@ -7,19 +7,37 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "store/remote/remote_int.h"
 
-/* The backend. Immutable after remote_s3_open except share, which libcurl locks via share_mu. */
+/*
+ * One set of credentials. Never changed once made: s3_creds_refresh puts a new set in use, and
+ * the old one lives on while calls that took it still run (refs).
+ */
+struct s3_creds {
+	atomic_uint refs;  /* remote_s3.creds's own reference, plus one per s3_creds_get */
+	unsigned gen;      /* 1 at remote_s3_open, one more per set s3_creds_refresh puts in use */
+	char *access_key;  /* for messages */
+	char *profile;     /* the AWS profile they were read for, for messages */
+	char *userpwd;     /* "ACCESS:SECRET" for CURLOPT_USERPWD */
+	char *token_hdr;   /* "x-amz-security-token: ..." or NULL */
+};
+
+/*
+ * The backend. Immutable after remote_s3_open except share, which libcurl locks via share_mu,
+ * and creds, replaced whole under creds_mu (remote.h invariant 4).
+ */
 struct remote_s3 {
 	struct remote base;
 	char *endpoint;   /* "http://host:port", no trailing '/' */
 	char *region;
 	char *bucket;
 	char *prefix;     /* "" or "p/q/" (with the trailing '/') */
-	char *userpwd;    /* "ACCESS:SECRET" for CURLOPT_USERPWD */
 	char *sigv4;      /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4 */
-	char *token_hdr;  /* "x-amz-security-token: ..." or NULL */
+	pthread_mutex_t creds_mu; /* guards the pointer creds only; a leaf lock */
+	struct s3_creds *creds;   /* in use; creds_mu */
+	bool creds_fixed; /* remote_opts gave them: nothing to read again */
 	long timeout_ms;
 	long connect_timeout_ms;
 	int max_tries;
@@ -63,14 +81,17 @@ struct s3_resp {
 				     * are a few hundred bytes), also with a fixed body */
 	size_t errdoc_len;
 	char code[64];              /* a non-2xx answer's error <Code>, or "" */
+	bool creds_rejected;        /* the credentials were rejected, also after reading them
+				     * again (remote.h invariant 4): the call fails with -EACCES */
 };
 
 /*
  * s3_perform - send req, retrying with exponential backoff and equal jitter on network errors,
  * timeouts, HTTP 5xx and 429 (up to s->max_tries attempts, and within lim's deadline); never on
- * other 4xx.
+ * other 4xx. Credentials rejected as expired or unknown: read again and, when they changed, the
+ * request sent once more with them, not counted as a try (remote.h invariant 4).
  * resp: zero-initialised by the caller (body.fixed/cap set for a fixed buffer); the caller frees
- * resp->body.buf. Returns 0 when an HTTP answer came (any status: see s3_status_errno), or
+ * resp->body.buf. Returns 0 when an HTTP answer came (any status: see s3_resp_errno), or
  * -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT (an attempt's limits or lim's deadline), -EPROTO
  * (TLS), -EFBIG (a body above lim->max_len), -ENOMEM, -EIO when none did. Writes a message into
  * lim->err for every outcome but a 2xx answer. Thread-safe.
@@ -82,6 +103,30 @@ int s3_perform(struct remote_s3 *s, const struct s3_req *req, const struct remot
  * 416 -ERANGE, 429 -EAGAIN, others -EIO. */
 int s3_status_errno(long status);
 
+/* s3_resp_errno - s3_status_errno of resp's status, but -EACCES when resp->creds_rejected. */
+int s3_resp_errno(const struct s3_resp *resp);
+
+/*
+ * s3_creds_new - a set of credentials (refs 1, generation gen) from the access key, secret
+ * key, session token (may be "") and profile name. Returns it, or NULL (out of memory).
+ * s3_creds_get - the set in use, with a reference the caller drops with s3_creds_put. Takes
+ * s->creds_mu. s3_creds_put - drop a reference; the last one zeroes the secrets and frees.
+ * NULL is a no-op.
+ */
+struct s3_creds *s3_creds_new(const char *access_key, const char *secret_key, const char *token,
+			      const char *profile, unsigned gen);
+struct s3_creds *s3_creds_get(struct remote_s3 *s);
+void s3_creds_put(struct s3_creds *c);
+
+/*
+ * s3_creds_refresh - the endpoint rejected the credentials of generation gen: read them again
+ * (s3_conf_resolve: the environment, then the AWS shared files) and put them in use when they
+ * differ. Returns 1 when the set in use now differs from generation gen (this call or a
+ * concurrent one replaced it: send again), 0 when the same came back or none did (or remote_opts
+ * gave them: never read again), -ENOMEM. Reads the environment and files without a lock held;
+ * takes s->creds_mu to swap. Thread-safe, provided no thread changes the environment.
+ */
+int s3_creds_refresh(struct remote_s3 *s, unsigned gen);
 
 /* s3_encode - percent-encode s into out (cap bytes) per SigV4 (unreserved bytes kept, and '/'
  * when keep_slash). Returns 0 or -ENAMETOOLONG. */

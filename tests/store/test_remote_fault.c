@@ -1,9 +1,13 @@
 /*
  * test_remote_fault.c — the S3 backend of store/remote/remote.h against an endpoint that
  * misbehaves: a tiny HTTP server on loopback, in this file, that answers remote_open's listing
- * and then, as the test asks, never answers, answers 503 forever, or announces or streams a
- * body larger than any object. What each test checks is remote.h's invariant 4: every call
- * bounded, in time and in memory.
+ * and then, as the test asks, never answers, answers 503 forever, announces or streams a body
+ * larger than any object, or rejects one access key as expired. What each test checks is
+ * remote.h's invariant 5 (every call bounded, in time and memory) and invariant 4 (expired
+ * credentials read again once).
+ *
+ * The server does not check signatures: it reads the access key from the Authorization
+ * header's Credential= (what SigV4 signs with), which is all the credential tests need.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -40,6 +44,11 @@ static struct fault_srv {
 	pthread_t th;
 	_Atomic int mode;
 	_Atomic int requests;          /* requests read, the listing of remote_open included */
+	pthread_mutex_t mu;
+	char reject_key[64];           /* requests signed with it: 400/403 reject_code; mu */
+	char reject_code[64];          /* mu */
+	char last_key[64];             /* the access key of the last request; mu */
+	char last_method[16];          /* mu */
 	int parked[FAULT_PARKED_MAX];  /* connections never answered: closed at fault_stop */
 	int nparked;
 } srv;
@@ -131,7 +140,8 @@ static bool read_request(int fd, char *req, size_t cap)
 
 static void serve(int fd)
 {
-	char req[16384], method[16] = "";
+	char req[16384], key[64] = "", method[16] = "", *cred;
+	bool reject;
 
 	if (!read_request(fd, req, sizeof(req))) {
 		close(fd);
@@ -139,6 +149,27 @@ static void serve(int fd)
 	}
 	atomic_fetch_add(&srv.requests, 1);
 	sscanf(req, "%15s", method);
+	cred = strstr(req, "Credential=");
+	if (cred)
+		sscanf(cred + 11, "%63[^/]", key);
+	pthread_mutex_lock(&srv.mu);
+	snprintf(srv.last_key, sizeof(srv.last_key), "%s", key);
+	snprintf(srv.last_method, sizeof(srv.last_method), "%s", method);
+	reject = srv.reject_key[0] && strcmp(key, srv.reject_key) == 0;
+	if (reject) {
+		char body[256];
+
+		snprintf(body, sizeof(body), "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error>"
+			 "<Code>%s</Code><Message>rejected</Message></Error>", srv.reject_code);
+		answer(fd, strcmp(srv.reject_code, "InvalidAccessKeyId") == 0 ? "403 Forbidden"
+									      : "400 Bad Request",
+		       "", strcmp(method, "HEAD") == 0 ? "" : body);
+	}
+	pthread_mutex_unlock(&srv.mu);
+	if (reject) {
+		close(fd);
+		return;
+	}
 	if (strstr(req, "list-type=2")) {
 		answer(fd, "200 OK", "Content-Type: application/xml\r\n",
 		       "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
@@ -204,6 +235,7 @@ static void fault_start(void)
 	socklen_t alen = sizeof(a);
 
 	memset(&srv, 0, sizeof(srv));
+	pthread_mutex_init(&srv.mu, NULL);
 	srv.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert_geq(srv.lfd, 0);
 	cr_assert_eq(bind(srv.lfd, (struct sockaddr *)&a, sizeof(a)), 0, "bind: %s",
@@ -245,7 +277,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Open s3://ckpt-test on the fault server; credentials from o, else test ones. */
+/* Open s3://ckpt-test on the fault server; credentials from o, else the environment/files. */
 static struct remote *open_fault(struct remote_opts *o)
 {
 	char url[] = "s3://ckpt-test", err[512], endpoint[64];
@@ -377,5 +409,120 @@ Test(remote_fault, get_huge_chunked)
 	free(buf);
 	call.max_len = 4;
 	cr_assert_eq(remote_get_with(r, "k", &call, &buf, &len), -EFBIG);
+	remote_close(r);
+}
+
+/* A credentials file as ~/.aws/credentials, profile default. */
+static void write_creds(const char *path, const char *key)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f);
+	fprintf(f, "[default]\naws_access_key_id = %s\naws_secret_access_key = s-%s\n"
+		   "aws_session_token = t-%s\n", key, key, key);
+	fclose(f);
+}
+
+/* Reject requests signed with key as code, from now on. */
+static void reject(const char *key, const char *code)
+{
+	pthread_mutex_lock(&srv.mu);
+	snprintf(srv.reject_key, sizeof(srv.reject_key), "%s", key);
+	snprintf(srv.reject_code, sizeof(srv.reject_code), "%s", code);
+	pthread_mutex_unlock(&srv.mu);
+}
+
+static void expect_last_key(const char *key)
+{
+	pthread_mutex_lock(&srv.mu);
+	cr_expect_str_eq(srv.last_key, key);
+	pthread_mutex_unlock(&srv.mu);
+}
+
+/* The session expires; whoever renews it rewrites ~/.aws/credentials: the next call reads it. */
+Test(remote_fault, expired_token_read_again)
+{
+	char dir[128], path[192], err[512];
+	struct remote_opts o = { 0 };
+	struct remote_call call = { .err = err, .errlen = sizeof(err) };
+	struct remote *r;
+	void *buf = NULL;
+	size_t len = 0;
+	int rc, before;
+
+	ct_tmpdir(dir, sizeof(dir), "ckptfs-creds");
+	snprintf(path, sizeof(path), "%s/credentials", dir);
+	write_creds(path, "AKIDOLD");
+	setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+	r = open_fault(&o);
+	expect_last_key("AKIDOLD");
+
+	reject("AKIDOLD", "ExpiredToken");
+	write_creds(path, "AKIDNEW");
+	before = atomic_load(&srv.requests);
+	rc = remote_get_with(r, "manifests/1/100/n0.json", &call, &buf, &len);
+	cr_assert_eq(rc, 0, "get after renewal: %d (%s)", rc, err);
+	cr_assert_eq(len, 5);
+	free(buf);
+	cr_assert_eq(atomic_load(&srv.requests) - before, 2, "one rejected, one sent again");
+	expect_last_key("AKIDNEW");
+
+	/* the new set stays in use: the next call goes straight through */
+	before = atomic_load(&srv.requests);
+	cr_assert_eq(remote_put_if_absent(r, "dirs/iter_0000200", "0755\n", 5), 0);
+	cr_assert_eq(atomic_load(&srv.requests) - before, 1);
+
+	/* expired again, and nobody renewed them: -EACCES saying so, after one reading */
+	reject("AKIDNEW", "ExpiredToken");
+	before = atomic_load(&srv.requests);
+	rc = remote_get_with(r, "manifests/1/100/n0.json", &call, &buf, &len);
+	cr_assert_eq(rc, -EACCES, "still expired: %d (%s)", rc, err);
+	cr_assert_not_null(strstr(err, "expired"), "message: %s", err);
+	cr_assert_not_null(strstr(err, "AKIDNEW"), "message: %s", err);
+	cr_assert_eq(atomic_load(&srv.requests) - before, 1, "nothing new to send again with");
+	remote_close(r);
+	ct_rmtree(dir);
+}
+
+/* The environment comes first, as at remote_open; a HEAD's rejection has no body to read. */
+Test(remote_fault, unknown_key_read_again_from_env)
+{
+	struct remote_opts o = { 0 };
+	uint64_t size = 0;
+	struct remote *r;
+	int rc;
+
+	setenv("AWS_ACCESS_KEY_ID", "AKIDENV1", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "secret1", 1);
+	r = open_fault(&o);
+	reject("AKIDENV1", "InvalidAccessKeyId");
+	setenv("AWS_ACCESS_KEY_ID", "AKIDENV2", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "secret2", 1);
+	rc = remote_head(r, "chunks/0123", &size);
+	cr_assert_eq(rc, 0, "head after renewal: %d", rc);
+	cr_assert_eq(size, 5);
+	expect_last_key("AKIDENV2");
+
+	/* rejected with nothing new: -EACCES (not -EINVAL for the 400 a HEAD gets) */
+	reject("AKIDENV2", "ExpiredToken");
+	cr_assert_eq(remote_head(r, "chunks/0123", &size), -EACCES);
+	remote_close(r);
+}
+
+/* Credentials given in remote_opts are the caller's to renew: never read again. */
+Test(remote_fault, opts_credentials_not_read_again)
+{
+	struct remote *r = open_fault(NULL);
+	void *buf = NULL;
+	size_t len = 0;
+	int before;
+
+	setenv("AWS_ACCESS_KEY_ID", "AKIDENV", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+	reject("AKIDTEST", "ExpiredToken");
+	before = atomic_load(&srv.requests);
+	cr_assert_eq(remote_get(r, "k", &buf, &len), -EACCES);
+	cr_assert_eq(atomic_load(&srv.requests) - before, 1);
+	expect_last_key("AKIDTEST");
 	remote_close(r);
 }
