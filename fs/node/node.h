@@ -77,17 +77,19 @@ void node_stop(struct ckfs *fs);
 /*
  * Step directories shared while a save runs (node_dir.c says why and what it costs). Each is a
  * no-op returning 0 without a remote. None takes fs->mu; call them without it (they wait on
- * the network).
+ * the network, each for at most NODE_DIR_DEADLINE_MS, 5 s, retries included: node_dir.c).
  *
  * node_dir_publish - step directory name (an entry of the root, 1..IDX_STEP_NAME_MAX bytes)
  * was made here with mode (permission bits): put dirs/<name> on the remote, so that the other
  * nodes' node_dir_lookup finds it. Returns 0 (also when another node published it first), or
- * the remote's -errno: then logged, shown in .ckptfs/status and retried by the node thread;
- * the caller's mkdir stands.
+ * the remote's -errno (-ETIMEDOUT when it did not answer in time, -EACCES when it rejected the
+ * credentials, ...): then logged with the remote's explanation, shown in .ckptfs/status and
+ * retried by the node thread; the caller's mkdir stands.
  *
  * node_dir_lookup - a lookup at the root missed name: did another node publish it?
  * Returns 1 and *ret_mode (permission bits), 0 (not published), or -ENAMETOOLONG or the
- * remote's -errno (logged; the caller answers ENOENT).
+ * remote's -errno, -ETIMEDOUT included (logged with the remote's explanation; the caller
+ * answers ENOENT, so a rank saves locally as when the remote is down: node_dir.c invariant 2).
  *
  * node_dir_unpublish - name was removed at the root (or its step is globally complete): delete
  * dirs/<name> and forget a publish still to retry. Errors are logged.

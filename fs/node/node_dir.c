@@ -39,6 +39,23 @@
 /* The key of a step directory's object: "dirs/" then the name (layout names are short). */
 #define DIR_KEY_PREFIX "dirs/"
 
+/*
+ * How long each call here waits for the remote, retries included, in milliseconds
+ * (struct remote_call). mkdir of a step directory, a lookup at the root that misses and rmdir
+ * at the root wait for it inside a rank's system call, and a FUSE request has no time limit of
+ * its own: without one, an endpoint that accepts and never answers holds the rank for
+ * max_tries (5) attempts of up to timeout_ms (60 s) each. The objects are a few bytes, so a
+ * working endpoint answers in milliseconds; 5 s still holds a slow connection (TCP, TLS) and the
+ * four retries remote.h makes after a 5xx or 429 (backoff waits of at most 100, 200, 400 and
+ * 800 ms). Giving up early costs little: a publish is kept and retried by the node thread
+ * (invariant 2) and a lookup answers ENOENT, so the ranks save locally; waiting longer would
+ * hold every path walk into a missing step directory for as long.
+ */
+#define NODE_DIR_DEADLINE_MS 5000
+
+/* A dirs/<name> object's body: "%04o\n"; a larger object is read up to this many bytes. */
+#define DIR_BODY_MAX 4096
+
 static int dir_key(const char *name, char *key, size_t cap)
 {
 	int len = snprintf(key, cap, DIR_KEY_PREFIX "%s", name);
@@ -70,29 +87,38 @@ static void keep_pending(struct node *n, const char *name, mode_t mode)
 	pthread_mutex_unlock(&n->mu);
 }
 
-/* Put dirs/<name> with mode; 0 when it is there (ours or another node's), else -errno. */
-static int put_dir(struct node *n, const char *name, mode_t mode)
+/*
+ * Put dirs/<name> with mode within NODE_DIR_DEADLINE_MS; 0 when it is there (ours or another
+ * node's), else -errno and why in err (errlen bytes).
+ */
+static int put_dir(struct node *n, const char *name, mode_t mode, char *err, size_t errlen)
 {
+	struct remote_call call = { .deadline_ms = NODE_DIR_DEADLINE_MS, .err = err,
+				    .errlen = errlen };
 	char key[REMOTE_KEY_MAX + 1], body[16];
 	int len = snprintf(body, sizeof(body), "%04o\n", (unsigned)(mode & 07777));
 	int rc = dir_key(name, key, sizeof(key));
 
-	if (rc == 0)
-		rc = remote_put_if_absent(n->r, key, body, (size_t)len);
+	if (rc < 0) {
+		snprintf(err, errlen, "%s", strerror(-rc));
+		return rc;
+	}
+	rc = remote_put_if_absent_with(n->r, key, body, (size_t)len, &call);
 	return rc == -EEXIST ? 0 : rc;
 }
 
 int node_dir_publish(struct ckfs *fs, const char *name, mode_t mode)
 {
 	struct node *n = fs->node;
+	char err[512];
 	int rc;
 
 	if (!n)
 		return 0;
-	if ((rc = put_dir(n, name, mode)) < 0) {
+	if ((rc = put_dir(n, name, mode, err, sizeof(err))) < 0) {
 		node_set_error(n, "cannot publish step directory '%s' to the remote: %s; the other "
 			       "nodes cannot see it until the remote takes it (retrying)", name,
-			       strerror(-rc));
+			       err);
 		keep_pending(n, name, mode);
 	}
 	return rc;
@@ -101,7 +127,9 @@ int node_dir_publish(struct ckfs *fs, const char *name, mode_t mode)
 int node_dir_lookup(struct ckfs *fs, const char *name, mode_t *ret_mode)
 {
 	struct node *n = fs->node;
-	char key[REMOTE_KEY_MAX + 1], text[16];
+	char key[REMOTE_KEY_MAX + 1], text[16], err[512];
+	struct remote_call call = { .deadline_ms = NODE_DIR_DEADLINE_MS, .max_len = DIR_BODY_MAX,
+				    .err = err, .errlen = sizeof(err) };
 	unsigned mode = 0;
 	size_t len;
 	void *buf;
@@ -111,12 +139,12 @@ int node_dir_lookup(struct ckfs *fs, const char *name, mode_t *ret_mode)
 		return 0;
 	if ((rc = dir_key(name, key, sizeof(key))) < 0)
 		return rc;
-	rc = remote_get(n->r, key, &buf, &len);
+	rc = remote_get_with(n->r, key, &call, &buf, &len);
 	if (rc == -ENOENT)
 		return 0;
 	if (rc < 0) {
-		node_set_error(n, "cannot ask the remote whether another node made '%s': %s", name,
-			       strerror(-rc));
+		node_set_error(n, "cannot ask the remote whether another node made '%s' (answering "
+			       "that it does not exist): %s", name, err);
 		return rc;
 	}
 	memcpy(text, buf, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
@@ -131,17 +159,18 @@ int node_dir_lookup(struct ckfs *fs, const char *name, mode_t *ret_mode)
 void node_dir_unpublish(struct ckfs *fs, const char *name)
 {
 	struct node *n = fs->node;
-	char key[REMOTE_KEY_MAX + 1];
-	int rc;
+	char key[REMOTE_KEY_MAX + 1], err[512];
+	struct remote_call call = { .deadline_ms = NODE_DIR_DEADLINE_MS, .err = err,
+				    .errlen = sizeof(err) };
 
 	if (!n || dir_key(name, key, sizeof(key)) < 0)
 		return;
 	pthread_mutex_lock(&n->mu);
 	drop_pending(n, name);
 	pthread_mutex_unlock(&n->mu);
-	if ((rc = remote_delete(n->r, key)) < 0)
+	if (remote_delete_with(n->r, key, &call) < 0)
 		node_set_error(n, "cannot remove step directory '%s' from the remote: %s", name,
-			       strerror(-rc));
+			       err);
 }
 
 void node_dirs_retry(struct node *n)
@@ -156,7 +185,9 @@ void node_dirs_retry(struct node *n)
 		}
 		d = n->dirs_pending[n->ndirs - 1];
 		pthread_mutex_unlock(&n->mu);
-		if (put_dir(n, d.name, d.mode) < 0)
+		char err[512];
+
+		if (put_dir(n, d.name, d.mode, err, sizeof(err)) < 0)
 			return; /* still down: the next tick */
 		pthread_mutex_lock(&n->mu);
 		drop_pending(n, d.name);

@@ -78,7 +78,7 @@ struct node {
 	size_t nshown, capshown;
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
-	char last_error[256]; /* mu */
+	char last_error[512]; /* mu; room for the remote's explanation (remote_call.err) */
 	uint64_t errors[NODE_ERR_COUNT]; /* failures by kind (node_metrics); mu */
 	int64_t upload_lag_ns; /* the last publish: its step complete here to its manifest up; mu */
 	char disagree[256];   /* why no step becomes global here (nodes differ), "" if none; mu */

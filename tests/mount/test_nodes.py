@@ -11,7 +11,11 @@ test_multinode.py) hits only by chance:
   B's step-6 files appear while it ran);
 - `ckptctl verify` on a mounted node while the daemon shows another node's step reports that
   step's unfetched chunks as notes, never as damage: it lists chunks and files from one snapshot
-  of the index.
+  of the index;
+- a mkdir of a step directory and a lookup at the root that misses, which wait for the remote
+  inside the rank's system call (fs/node/node_dir.c), return within their deadline when the
+  remote is an S3 endpoint that accepts and never answers (a tiny server here that answers
+  listings only).
 
 The windows are held open with CKPTFS_FAULT=point@ms (fs/core/fault.c): node-show delays the
 node thread between learning a step global and showing it; verify-listed delays ckptctl verify
@@ -29,9 +33,11 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import http.server  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 
@@ -117,6 +123,76 @@ class TwoNodes(unittest.TestCase):
         r = a.ckptctl('verify')
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("another node's, on the remote", r.stdout)
+
+
+class _Unanswering(http.server.BaseHTTPRequestHandler):
+    """An S3 endpoint that answers listings (remote_open's check, the node thread's) with no
+    objects and holds every other request without an answer until the test ends."""
+    protocol_version = 'HTTP/1.1'
+
+    def do_GET(self):
+        if 'list-type=2' not in self.path:
+            return self._hold()
+        body = b'<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>'
+        self.send_response(200)
+        self.send_header('Content-Type', 'application/xml')
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _hold(self):
+        self.server.held.append(self.command + ' ' + self.path)
+        self.server.release.wait(120)
+        self.close_connection = True
+
+    do_PUT = do_HEAD = do_DELETE = do_POST = _hold
+
+    def log_message(self, *args):
+        pass
+
+
+class UnansweringRemote(unittest.TestCase):
+    """Node A over an S3 endpoint that accepts and never answers (issue 41 item 10)."""
+
+    DEADLINE_S = 5   # NODE_DIR_DEADLINE_MS in fs/node/node_dir.c
+
+    def setUp(self):
+        ckfs.check_fuse_usable()
+        srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Unanswering)
+        srv.daemon_threads = True
+        srv.held, srv.release = [], threading.Event()
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        self.addCleanup(srv.release.set)
+        self.srv = srv
+        self.m = ckfs.Mount(opts=['remote=s3://ckpt-test', 'node=a', 'nodes=2'])
+        self.m.env = {'AWS_ENDPOINT_URL': 'http://127.0.0.1:%d' % srv.server_address[1],
+                      'AWS_REGION': 'us-east-1', 'AWS_ACCESS_KEY_ID': 'AKIDTEST',
+                      'AWS_SECRET_ACCESS_KEY': 'secret', 'AWS_SESSION_TOKEN': ''}
+        self.m.start()
+        self.addCleanup(self.m.close)
+
+    def test_mkdir_and_lookup_end_by_the_deadline(self):
+        m = self.m
+        # mkdir: the kernel's lookup of the new name asks the remote (GET dirs/...), then the
+        # publish (PUT dirs/...): two calls of at most DEADLINE_S each
+        t0 = time.monotonic()
+        os.mkdir(m.path('iter_0000001'))
+        dt = time.monotonic() - t0
+        self.assertLess(dt, 2 * self.DEADLINE_S + 3, 'mkdir took %.1f s' % dt)
+        self.assertTrue(os.path.isdir(m.path('iter_0000001')))
+        self.assertIn('PUT /ckpt-test/dirs/iter_0000001', self.srv.held)
+        status = m.status_text()
+        self.assertIn("cannot publish step directory 'iter_0000001'", status)
+        self.assertIn('deadline of %d ms' % (self.DEADLINE_S * 1000), status)
+        # a rank's walk into a step directory this node lacks: ENOENT within the deadline
+        t0 = time.monotonic()
+        self.assertFalse(os.path.exists(m.path('iter_0000002')))
+        dt = time.monotonic() - t0
+        self.assertLess(dt, self.DEADLINE_S + 3, 'lookup took %.1f s' % dt)
+        self.assertIn('GET /ckpt-test/dirs/iter_0000002', self.srv.held)
+        self.assertIn("another node made 'iter_0000002'", m.status_text())
 
 
 if __name__ == '__main__':
