@@ -36,6 +36,11 @@
 /* Threads sending one step's chunks at once (publish_one). */
 #define NODE_SENDERS 4
 
+/* The longest a call made before the mount answers (node_prime) or by the presence renewal
+ * waits for the remote, ms, retries included: a remote that accepts and never answers must not
+ * hold the mount, which starts from what remote.json knew; the node thread goes on after it. */
+#define NODE_PRIME_DEADLINE_MS 5000
+
 /* How often an idle node lists the remote's manifests, in ticks: every 5 s; a node that saves
  * lists at every tick (node_main). */
 #define NODE_IDLE_LIST_TICKS 25
@@ -434,7 +439,7 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
  * whole listing: a part is never dropped because a listing failed half-way). Returns 0 or the
  * remote's -errno.
  */
-static int learn(struct node *n)
+static int learn(struct node *n, const struct remote_call *call)
 {
 	struct learn_ctx c = { .n = n };
 	int rc;
@@ -443,7 +448,7 @@ static int learn(struct node *n)
 	for (size_t i = 0; i < n->nparts; i++)
 		n->parts[i].seen = false;
 	pthread_mutex_unlock(&n->mu);
-	rc = remote_list(n->r, "manifests/", learn_cb, &c);
+	rc = remote_list_with(n->r, "manifests/", learn_cb, &c, call);
 	struct node_part *got = NULL;
 	size_t ngot = 0, capgot = 0;
 
@@ -453,7 +458,7 @@ static int learn(struct node *n)
 		size_t len;
 		void *buf;
 
-		if ((rc = remote_get(n->r, c.keys[i], &buf, &len)) == -ENOENT) {
+		if ((rc = remote_get_with(n->r, c.keys[i], call, &buf, &len)) == -ENOENT) {
 			rc = 0; /* removed since the listing (a new version, gc) */
 			continue;
 		}
@@ -1432,6 +1437,7 @@ static void publish(struct node *n)
  */
 static void presence(struct node *n)
 {
+	const struct remote_call call = { .deadline_ms = NODE_PRIME_DEADLINE_MS };
 	char key[REMOTE_KEY_MAX + 1], host[HOST_NAME_MAX + 1] = "?", *text;
 	struct timespec now;
 	size_t len;
@@ -1443,7 +1449,7 @@ static void presence(struct node *n)
 	clock_gettime(CLOCK_REALTIME, &now);
 	int64_t now_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
 
-	if ((rc = remote_get(n->r, key, &buf, &len)) == 0) {
+	if ((rc = remote_get_with(n->r, key, &call, &buf, &len)) == 0) {
 		o = json_loadb(buf, len, 0, NULL);
 		free(buf);
 		const char *id = json_string_value(json_object_get(o, "store_id"));
@@ -1476,7 +1482,7 @@ static void presence(struct node *n)
 		      (int)getpid(), "beat_ns", (json_int_t)now_ns, "nodes", (int)n->nodes);
 	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
-	if (text && remote_put(n->r, key, text, strlen(text)) == 0) {
+	if (text && remote_put_with(n->r, key, text, strlen(text), &call) == 0) {
 		pthread_mutex_lock(&n->mu);
 		if (n->taken[0]) {
 			ckpt_log("node name '%s' is this store's again", n->name);
@@ -1499,7 +1505,7 @@ static void *node_main(void *arg)
 		/* a listing costs the remote's time for every manifest: every tick while this
 		 * node saves or waits for a step to become global, else every
 		 * NODE_IDLE_LIST_TICKS (another node's save this node writes nothing of, gc) */
-		if ((n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 0) && (rc = learn(n)) < 0) {
+		if ((n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 0) && (rc = learn(n, NULL)) < 0) {
 			node_count_error(n, NODE_ERR_LIST);
 			node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 				  strerror(-rc));
@@ -1772,9 +1778,11 @@ void node_prime(struct ckfs *fs)
 	struct node *n = fs->node;
 	int rc;
 
+	const struct remote_call call = { .deadline_ms = NODE_PRIME_DEADLINE_MS };
+
 	presence(n);
 	n->ticks = 1;
-	if ((rc = learn(n)) < 0) {
+	if ((rc = learn(n, &call)) < 0) {
 		node_set_error(n, "cannot read the remote's manifests: %s; the trackers name no "
 			       "step newer than this node knows global until the remote answers",
 			       strerror(-rc));
