@@ -49,6 +49,10 @@
  * ns: the other nodes' parts of one save come within seconds of each other. */
 #define NODE_BUSY_NS (120 * 1000000000LL)
 
+/* Most digests kept of the chunks sent ahead (send_chunks): 16 MiB of them, far more than a
+ * step in flight has; past it the set starts empty again (a HEAD more per chunk). */
+#define NODE_SENT_MAX (1u << 20)
+
 /* Steps listed in .ckptfs/status, the newest (node_status). */
 #define NODE_STATUS_STEPS 32
 
@@ -1086,25 +1090,76 @@ static int manifest_there(struct node *n, const char *key, const char *text)
 	return remote_put(n->r, key, text, strlen(text));
 }
 
-/* Every chunk of manifest m, on NODE_SENDERS threads: a chunk is a HEAD, a local read, a zstd
- * encode and a PUT, each waiting on something else; then m itself (invariant 1). began: when
- * upload_begin put this upload's marker (ckpt_mono_ns). Returns 0 (published), 1 (the chunks
- * took longer than half the marker's expiry: m not written, start over), or the remote's
- * -errno. */
-static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began)
+/*
+ * The chunks sent ahead of their step's completion (send_ahead), so that a later pass does not
+ * look at them again: an open-addressing set of digests, emptied when half full. Node thread.
+ */
+static bool sent_has(const struct node *n, const uint8_t *h)
 {
-	char key[REMOTE_KEY_MAX + 1], *text;
+	uint64_t k;
+
+	if (!n->sent_cap)
+		return false;
+	memcpy(&k, h, sizeof(k));
+	for (size_t i = k & (n->sent_cap - 1);; i = (i + 1) & (n->sent_cap - 1)) {
+		if (!n->sent_used[i])
+			return false;
+		if (memcmp(n->sent[i].b, h, STORE_HASH_LEN) == 0)
+			return true;
+	}
+}
+
+static void sent_add(struct node *n, const uint8_t *h)
+{
+	uint64_t k;
+
+	if (n->sent_n + 1 > n->sent_cap / 2) {
+		size_t cap = n->sent_cap ? n->sent_cap : 1024;
+
+		if (n->sent_cap && n->sent_cap < NODE_SENT_MAX)
+			cap = n->sent_cap * 2;
+		/* rehashing is not worth it: a set of what was sent ahead only saves HEADs */
+		free(n->sent);
+		free(n->sent_used);
+		n->sent = calloc(cap, sizeof(*n->sent));
+		n->sent_used = calloc(cap, sizeof(*n->sent_used));
+		n->sent_n = 0;
+		n->sent_cap = n->sent && n->sent_used ? cap : 0;
+		if (!n->sent_cap)
+			return;
+	}
+	memcpy(&k, h, sizeof(k));
+	for (size_t i = k & (n->sent_cap - 1);; i = (i + 1) & (n->sent_cap - 1)) {
+		if (n->sent_used[i] && memcmp(n->sent[i].b, h, STORE_HASH_LEN) == 0)
+			return;
+		if (!n->sent_used[i]) {
+			memcpy(n->sent[i].b, h, STORE_HASH_LEN);
+			n->sent_used[i] = true;
+			n->sent_n++;
+			return;
+		}
+	}
+}
+
+/* Send every chunk manifest m names, on NODE_SENDERS threads (a HEAD, a local read, a zstd
+ * encode and a PUT each, each waiting on something else); ahead: only those not sent ahead
+ * yet, remembered once sent. Returns 0 or the first failure's -errno. */
+static int send_chunks(struct node *n, json_t *m, bool ahead)
+{
 	struct send_job job = { .n = n };
 	pthread_t th[NODE_SENDERS];
 	unsigned started = 0;
+	struct store_hash h;
 	json_t *f, *x;
 	size_t i, j, cap = 0;
-	int rc = 0;
 
 	json_array_foreach(json_object_get(m, "files"), i, f)
 	{
 		json_array_foreach(json_object_get(f, "extents"), j, x)
 		{
+			if (ahead && (store_hash_parse(json_string_value(json_array_get(x, 2)), &h) < 0 ||
+				      sent_has(n, h.b)))
+				continue;
 			if (ckpt_grow(&job.ext, &cap, job.count, sizeof(*job.ext)) < 0) {
 				free(job.ext);
 				return -ENOMEM;
@@ -1121,9 +1176,25 @@ static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int6
 	for (unsigned t = 0; t < started; t++)
 		pthread_join(th[t], NULL);
 	pthread_mutex_destroy(&job.mu);
+	for (size_t k = 0; ahead && job.rc == 0 && k < job.count; k++)
+		if (store_hash_parse(json_string_value(json_array_get(job.ext[k], 2)), &h) == 0)
+			sent_add(n, h.b);
 	free(job.ext);
-	if (job.rc < 0)
-		return job.rc;
+	return job.rc;
+}
+
+/* Every chunk of manifest m (send_chunks: every one looked at again, since a gc may have removed
+ * one sent ahead, before this upload's marker), then m itself (invariant 1). began: when
+ * upload_begin put this upload's marker (ckpt_mono_ns). Returns 0 (published), 1 (the chunks
+ * took longer than half the marker's expiry: m not written, start over), or the remote's
+ * -errno. */
+static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began)
+{
+	char key[REMOTE_KEY_MAX + 1], *text;
+	int rc = send_chunks(n, m, false);
+
+	if (rc < 0)
+		return rc;
 	/* a gc judges the marker stale LEASE_UPLOAD_EXPIRY_S after it was put and may then have
 	 * removed a chunk that a HEAD above found: past half of that, start over under a fresh
 	 * marker (every chunk looked at again) rather than write a manifest naming a lost chunk */
@@ -1224,6 +1295,7 @@ struct pending {
 	size_t nv, cap;
 	struct node_key *w;       /* steps saved again here: withdraw this node's part */
 	size_t nw, capw;
+	struct idx_step ahead;    /* the newest step being saved here (send_ahead), id 0: none */
 };
 
 static bool quiet_row(const struct node *n, int64_t id)
@@ -1253,6 +1325,8 @@ static int pending_cb(const struct idx_step *s, void *arg)
 		return 0;
 	pthread_mutex_lock(&n->mu);
 	q = find_part(n, n->name, s->kind, s->step);
+	if (s->state != IDX_STEP_COMPLETE && s->id > p->ahead.id)
+		p->ahead = *s;
 	if (s->state != IDX_STEP_COMPLETE) {
 		/* a save of the step in progress here: the other nodes' parts known now are of an
 		 * earlier save (theirs of this one are published after its claim, which comes after
@@ -1376,6 +1450,30 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 	return 0;
 }
 
+/*
+ * Send the chunks of the files of step s (being saved here) that are durable already, before
+ * the step completes: the upload runs beside the save, and once the step is complete its
+ * publish finds its chunks there (a HEAD each) and puts only its manifest. A torn save leaves
+ * chunks no manifest names, which `ckptctl remote gc` removes. No upload marker: a gc may
+ * remove such a chunk meanwhile, and the publish then sends it again.
+ */
+static void send_ahead(struct node *n, const struct idx_step *s)
+{
+	size_t files = 0;
+	json_t *m;
+	int rc;
+
+	pthread_mutex_lock(&n->fs->mu);
+	m = node_manifest_json(n->fs, s, n->name, n->nodes, false, false, &files);
+	pthread_mutex_unlock(&n->fs->mu);
+	if (!m)
+		return;
+	if (files && (rc = send_chunks(n, m, true)) < 0)
+		ckpt_log("cannot send the chunks of step '%s' ahead of its completion: %s; they go "
+			 "with its publish", s->name, strerror(-rc));
+	json_decref(m);
+}
+
 static void publish(struct node *n)
 {
 	struct ckfs *fs = n->fs;
@@ -1387,6 +1485,8 @@ static void publish(struct node *n)
 	n->busy = p.busy;
 	for (size_t i = 0; i < p.nw; i++)
 		withdraw(n, &p.w[i]);
+	if (p.ahead.id && !blocked(n))
+		send_ahead(n, &p.ahead);
 	for (size_t i = 0; i < p.nv && !blocked(n); i++) {
 		const struct idx_step *s = &p.v[i];
 		bool sealed = !key_in(n->sealed_here, n->nsealed, s->kind, s->step);
@@ -1566,6 +1666,8 @@ static void node_free(struct node *n)
 	free(n->sealed_here);
 	free(n->shown);
 	free(n->quiet_rows);
+	free(n->sent);
+	free(n->sent_used);
 	free(n->dirs_pending);
 	free(n);
 }

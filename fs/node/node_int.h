@@ -88,6 +88,9 @@ struct node {
 	char store_id[17];    /* this store's identity (remote.json), 16 hex digits */
 	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
 	bool busy;            /* node thread: a save here in progress or not global yet */
+	struct store_hash *sent; /* node thread: chunks sent ahead (send_chunks), open addressing */
+	bool *sent_used;
+	size_t sent_n, sent_cap;
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
 	size_t nquiet, capquiet;
 	char gc_note[320];    /* the gc lease as upload_begin last saw it, for .ckptfs/status; "" none; mu */

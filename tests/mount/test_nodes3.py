@@ -164,6 +164,23 @@ class ThreeNodes(unittest.TestCase):
                              for n in NAMES for f, d in want.items()), 30, self.status)
         self.trackers(20)
 
+    # ---- uploads beside the save (item 11) ------------------------------------------------
+    def test_chunks_go_up_before_the_claim(self):
+        """A node sends the chunks of its files as they become durable, before the step
+        completes: once the claim comes, only the manifests are left to put."""
+        self.save(10, 'first')
+        self.trackers(10)
+        chunks = os.path.join(self.remote, 'chunks')
+        before = len(os.listdir(chunks))
+        want = self.save(20, 'second', claim=False)   # three new files of other bytes
+        ckfs.wait_for('the chunks of step 20 on the remote before its claim',
+                      lambda: len(os.listdir(chunks)) >= before + len(NAMES), 30, self.status)
+        self.assertFalse(self.remote_chunks_of('a', 20), 'a manifest of step 20 before its claim')
+        with open(self.m['a'].path(TRACKER), 'w') as f:
+            f.write('20')
+        self.trackers(20)
+        self.serves(want)
+
     # ---- a node that writes nothing (item 2) -----------------------------------------------
     def test_a_node_that_writes_nothing(self):
         want = self.save(10, 'dp0', writers=('a', 'b'))
