@@ -1926,16 +1926,27 @@ void node_stop(struct ckfs *fs)
 	node_free(n);
 }
 
+/* Append to buf (cap bytes, *used of them written), truncating at cap - 1. */
+static void bput(char *buf, size_t cap, size_t *used, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void bput(char *buf, size_t cap, size_t *used, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (*used >= cap)
+		return;
+	va_start(ap, fmt);
+	*used += (size_t)vsnprintf(buf + *used, cap - *used, fmt, ap);
+	va_end(ap);
+}
+
 size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 {
 	struct node *n = fs->node;
 	size_t used = 0;
 
-#define PUT(...)                                                                  \
-	do {                                                                      \
-		if (used < cap)                                                   \
-			used += (size_t)snprintf(buf + used, cap - used, __VA_ARGS__); \
-	} while (0)
+#define PUT(...) bput(buf, cap, &used, __VA_ARGS__)
 	if (!n || cap == 0)
 		return 0;
 	pthread_mutex_lock(&n->mu);
@@ -1995,11 +2006,7 @@ size_t node_metrics(struct ckfs *fs, char *buf, size_t cap)
 	int64_t last[LAYOUT_KIND_COUNT];
 	size_t used = 0, mine = 0;
 
-#define PUT(...)                                                                  \
-	do {                                                                      \
-		if (used < cap)                                                   \
-			used += (size_t)snprintf(buf + used, cap - used, __VA_ARGS__); \
-	} while (0)
+#define PUT(...) bput(buf, cap, &used, __VA_ARGS__)
 	if (!n || cap == 0)
 		return 0;
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)

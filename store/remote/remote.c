@@ -168,8 +168,9 @@ static int done(const struct remote_lim *lim, int rc, const char *what, const ch
 	return rc;
 }
 
-int remote_put_if_absent_with(struct remote *r, const char *key, const void *buf, size_t len,
-			      const struct remote_call *call)
+/* remote_put_with and remote_put_if_absent_with: the backend's put, if_absent or not. */
+static int put_with(struct remote *r, const char *key, const void *buf, size_t len, bool if_absent,
+		    const struct remote_call *call)
 {
 	struct remote_lim lim;
 	int rc = remote_lim_init(&lim, call);
@@ -177,8 +178,14 @@ int remote_put_if_absent_with(struct remote *r, const char *key, const void *buf
 	if (rc == 0 && (!key_ok(key) || (!buf && len)))
 		rc = -EINVAL;
 	if (rc == 0)
-		rc = r->ops->put(r, key, buf, len, true, &lim);
+		rc = r->ops->put(r, key, buf, len, if_absent, &lim);
 	return done(&lim, rc, "store", key ? key : "");
+}
+
+int remote_put_if_absent_with(struct remote *r, const char *key, const void *buf, size_t len,
+			      const struct remote_call *call)
+{
+	return put_with(r, key, buf, len, true, call);
 }
 
 int remote_put_if_absent(struct remote *r, const char *key, const void *buf, size_t len)
@@ -189,14 +196,7 @@ int remote_put_if_absent(struct remote *r, const char *key, const void *buf, siz
 int remote_put_with(struct remote *r, const char *key, const void *buf, size_t len,
 		    const struct remote_call *call)
 {
-	struct remote_lim lim;
-	int rc = remote_lim_init(&lim, call);
-
-	if (rc == 0 && (!key_ok(key) || (!buf && len)))
-		rc = -EINVAL;
-	if (rc == 0)
-		rc = r->ops->put(r, key, buf, len, false, &lim);
-	return done(&lim, rc, "store", key ? key : "");
+	return put_with(r, key, buf, len, false, call);
 }
 
 int remote_put(struct remote *r, const char *key, const void *buf, size_t len)
