@@ -297,6 +297,7 @@ static int add_part(struct node *n, const struct node_part *p)
 			rc = part_insert(n, p);
 		n->parts_changed = true;
 		key_del(n->shown, &n->nshown, p->kind, p->step);
+		key_del(n->unlisted, &n->nunlisted, p->kind, p->step);
 		check_nodes(n, p);
 		recompute_step(n, p->kind, p->step);
 	}
@@ -336,6 +337,7 @@ static int add_parts(struct node *n, const struct node_part *v, size_t nv)
 			n->parts[n->nparts++] = v[i];
 		}
 		key_del(n->shown, &n->nshown, v[i].kind, v[i].step);
+		key_del(n->unlisted, &n->nunlisted, v[i].kind, v[i].step);
 		n->parts_changed = true;
 	}
 	if (n->nparts > sorted) {
@@ -366,6 +368,7 @@ static void drop_part(struct node *n, size_t i)
 	int64_t step = n->parts[i].step;
 
 	key_del(n->shown, &n->nshown, kind, step);
+	key_del(n->unlisted, &n->nunlisted, kind, step);
 	memmove(n->parts + i, n->parts + i + 1, (n->nparts - i - 1) * sizeof(*n->parts));
 	n->nparts--;
 	n->parts_changed = true;
@@ -502,6 +505,7 @@ static int learn(struct node *n, const struct remote_call *call)
 		for (size_t i = 0; seen && i < n->nparts; i++) {
 			if (!n->parts[i].seen) {
 				key_del(n->shown, &n->nshown, n->parts[i].kind, n->parts[i].step);
+				key_del(n->unlisted, &n->nunlisted, n->parts[i].kind, n->parts[i].step);
 				continue;
 			}
 			n->parts[o++] = n->parts[i];
@@ -861,6 +865,59 @@ static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
 	return idx_step_get(fs->ix, id, ret);
 }
 
+/*
+ * MindFormers 2.0's metadata.json lists every rank's files, of every node (verify_ckpt_valid in
+ * mindformers checkpoint/checkpoint.py @ 8d9e5d7): once every node's files of step k are shown,
+ * check the list against all of them (each node checks only what it holds before that,
+ * steps_judge.c step_facts). metadata.json's chunks are fetched first, without fs->mu. Returns
+ * 0, or -ENODATA (a name no node published: the step is not shown, so no tracker names it;
+ * logged) or an -errno.
+ */
+static int listed_everywhere(struct node *n, const struct node_key *k)
+{
+	struct ckfs *fs = n->fs;
+	char missing[NAME_MAX + 64] = "", name[IDX_STEP_NAME_MAX + 1] = "";
+	struct idx_extent *ext = NULL;
+	struct idx_step s;
+	struct store_hash h;
+	size_t next = 0, lo, hi;
+	uint64_t ino;
+	uint8_t one;
+	int rc;
+
+	pthread_mutex_lock(&n->mu);
+	step_range(n, k->kind, k->step, &lo, &hi);
+	if (lo < hi)
+		memcpy(name, n->parts[lo].name, sizeof(name));
+	pthread_mutex_unlock(&n->mu);
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_step_by_name(fs->ix, k->kind, name, &s);
+	if (rc == 0 && idx_dentry_lookup(fs->ix, s.dir_ino, "metadata.json", &ino) == 0)
+		idx_file_extents(fs->ix, ino, &ext, &next);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < next; i++) { /* a read fetches a chunk another node wrote */
+		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
+		store_chunk_pread(fs->st, &h, &one, 1, 0);
+	}
+	free(ext);
+	pthread_mutex_lock(&fs->mu);
+	rc = policy_listed_names(fs->ix, fs->st, &s, missing, sizeof(missing));
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		return rc;
+	if (rc == 0) {
+		pthread_mutex_lock(&n->mu);
+		key_add(&n->unlisted, &n->capunlisted, &n->nunlisted, k->kind, k->step);
+		pthread_mutex_unlock(&n->mu);
+		node_set_error(n, "step '%s': metadata.json names '%s', which no node published; "
+			       "no tracker names the step", name, missing);
+		return -ENODATA;
+	}
+	return 0;
+}
+
 /* Put the files of every node's manifest of global step k that this node's namespace lacks
  * into it (show_file skips the names it has). */
 static int show_step(struct node *n, const struct node_key *k)
@@ -914,6 +971,8 @@ static int show_step(struct node *n, const struct node_key *k)
 		json_decref(m);
 	}
 	free(v);
+	if (rc == 0 && k->kind == LAYOUT_MF2)
+		rc = listed_everywhere(n, k);
 	return rc;
 }
 
@@ -935,7 +994,8 @@ static void show_global(struct node *n)
 		if (i + 1 < n->nglobal && n->global[i + 1].kind != g.kind)
 			kind_end = i + 1;
 		newer = kind_end - i - 1;
-		if (key_in(n->shown, n->nshown, g.kind, g.step))
+		if (key_in(n->shown, n->nshown, g.kind, g.step) ||
+		    key_in(n->unlisted, n->nunlisted, g.kind, g.step))
 			continue;
 		if (n->fs->keep_max && newer >= n->fs->keep_max) {
 			/* retention has no room for it: never shown again (after a restart, a step
@@ -951,8 +1011,8 @@ static void show_global(struct node *n)
 		ckpt_fault("node-show");
 		int rc = show_step(n, &todo[i]);
 
-		if (rc == -EBUSY)
-			continue; /* this node's part is not complete here yet */
+		if (rc == -EBUSY || rc == -ENODATA)
+			continue; /* this node's part is not complete here yet; said already */
 		if (rc < 0) {
 			node_set_error(n, "cannot show step %" PRId64 " of the other nodes: %s",
 				  todo[i].step, strerror(-rc));
@@ -1340,6 +1400,7 @@ static int pending_cb(const struct idx_step *s, void *arg)
 				n->parts[i].stale = true;
 				recompute_step(n, s->kind, s->step);
 				key_del(n->shown, &n->nshown, s->kind, s->step);
+				key_del(n->unlisted, &n->nunlisted, s->kind, s->step);
 			}
 		withdraw = q && q->row_id != s->id;
 		/* a step being written (not sealed) that this node sealed from another node's
@@ -1665,6 +1726,7 @@ static void node_free(struct node *n)
 	free(n->global);
 	free(n->sealed_here);
 	free(n->shown);
+	free(n->unlisted);
 	free(n->quiet_rows);
 	free(n->sent);
 	free(n->sent_used);

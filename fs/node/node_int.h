@@ -76,6 +76,9 @@ struct node {
 	size_t nsealed, capsealed;
 	struct node_key *shown; /* global steps whose other nodes' files are in the namespace */
 	size_t nshown, capshown;
+	struct node_key *unlisted; /* global MindFormers 2.0 steps whose metadata.json names a file
+				      no node published (listed_everywhere); until their parts change */
+	size_t nunlisted, capunlisted;
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
 	char last_error[512]; /* mu; room for the remote's explanation (remote_call.err) */

@@ -52,6 +52,17 @@ NAMES = ('a', 'b', 'c')
 SIZE = 192 << 10
 
 
+def safetensors(raw):
+    """raw as a safetensors file of one uint8 tensor (the format ckptfs's structure check
+    reads: an 8-byte little-endian header length, the JSON header, the data)."""
+    import json
+    import struct
+    hdr = json.dumps({'w': {'dtype': 'U8', 'shape': [len(raw)],
+                            'data_offsets': [0, len(raw)]}}).encode()
+    hdr += b' ' * (-len(hdr) % 8)
+    return struct.pack('<Q', len(hdr)) + hdr + raw
+
+
 def rank_file(step, rank):
     return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
 
@@ -185,6 +196,50 @@ class ThreeNodes(unittest.TestCase):
     def test_a_node_that_writes_nothing(self):
         want = self.save(10, 'dp0', writers=('a', 'b'))
         self.trackers(10)
+        self.serves(want)
+
+    # ---- MindFormers 2.0's metadata.json over every node (item 4) -------------------------
+    def mf2_save(self, step, writers):
+        """MindFormers 2.0's save (mindformers checkpoint/checkpoint.py @ 8d9e5d7: rank 0 makes
+        iteration_N/, every rank writes its safetensors into it, rank 0 writes metadata.json
+        listing every rank's file, then the tracker), rank r through node NAMES[r] when that
+        node is in writers. Returns {relative path: bytes} of what was written."""
+        d = 'iteration_%08d' % step
+        os.mkdir(self.m['a'].path(d))
+        names = ['model-%07d-%07d.safetensors' % (r, len(NAMES)) for r in range(len(NAMES))]
+        want = {}
+        for r, n in enumerate(NAMES):
+            if n not in writers:
+                continue
+            p = self.m[n].path(d, names[r])
+            wait_for('%s on node %s' % (d, n), lambda: os.path.isdir(os.path.dirname(p)), 30)
+            data = safetensors(ckfs.content('mf2 step %d rank %d' % (step, r), SIZE))
+            with open(p, 'wb') as f:
+                f.write(data)
+                os.fsync(f.fileno())
+            want[os.path.join(d, names[r])] = data
+        import json
+        meta = json.dumps({'storage_data': {'w%d' % r: [{'file_name': names[r]}]
+                                            for r in range(len(NAMES))}})
+        for name, text in (('common.json', '{"step_num": %d}' % step), ('metadata.json', meta)):
+            with open(self.m['a'].path(d, name), 'w') as f:
+                f.write(text)
+                os.fsync(f.fileno())
+        with open(self.m['a'].path(TRACKER), 'w') as f:
+            f.write(str(step))
+        return want
+
+    def test_mf2_metadata_checked_over_every_node(self):
+        """Node c's rank wrote nothing of step 10 although metadata.json lists its file: c's
+        part is empty, the step has every node's part, and still no tracker may name it (the
+        resume would not find rank 2's file). Step 20, saved whole, is named everywhere."""
+        self.mf2_save(10, writers=('a', 'b'))
+        wait_for('the step judged over every node',
+                 lambda: 'metadata.json names' in self.m['a'].status_text(), 30, self.status)
+        for n in NAMES:
+            self.assertIsNone(self.m[n].read_text(TRACKER), self.status())
+        want = self.mf2_save(20, writers=NAMES)
+        self.trackers(20)
         self.serves(want)
 
     # ---- the remote away at a restart (item 3) ---------------------------------------------
