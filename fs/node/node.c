@@ -1655,6 +1655,31 @@ static void presence(struct node *n)
 	free(text);
 }
 
+/*
+ * A clean stop: remove this store's presence, so that the name is free at once (a node whose
+ * store was lost and is mounted again on an empty one, with a new store_id, is not taken for a
+ * second node of that name). Another store's presence is left alone. Waits at most
+ * NODE_PRIME_DEADLINE_MS per call.
+ */
+static void presence_leave(struct node *n)
+{
+	const struct remote_call call = { .deadline_ms = NODE_PRIME_DEADLINE_MS };
+	char key[REMOTE_KEY_MAX + 1];
+	size_t len;
+	void *buf;
+	json_t *o;
+
+	snprintf(key, sizeof(key), "nodes/%s.json", n->name);
+	if (n->taken[0] || remote_get_with(n->r, key, &call, &buf, &len) < 0)
+		return;
+	o = json_loadb(buf, len, 0, NULL);
+	free(buf);
+	if (o && json_string_value(json_object_get(o, "store_id")) &&
+	    strcmp(json_string_value(json_object_get(o, "store_id")), n->store_id) == 0)
+		remote_delete_with(n->r, key, &call);
+	json_decref(o);
+}
+
 static void *node_main(void *arg)
 {
 	struct node *n = arg;
@@ -1980,6 +2005,7 @@ void node_stop(struct ckfs *fs)
 	pthread_mutex_unlock(&n->mu);
 	if (n->started)
 		pthread_join(n->th, NULL);
+	presence_leave(n);
 	store_set_fetch(fs->st, NULL, NULL); /* a read after this finds the chunk missing */
 	pthread_mutex_lock(&fs->mu);
 	fs->global_ok = NULL;

@@ -340,6 +340,20 @@ class ThreeNodes(unittest.TestCase):
                  lambda: 'nodes=3' in d.status_text(), 30, d.status_text)
         self.assertIsNone(d.read_text(TRACKER), d.status_text())
 
+    def test_a_wiped_store_takes_its_name_back_at_once(self):
+        """Node c's store is lost and c is mounted again on an empty one (a new store): after a
+        clean unmount its name is free, so c is not taken for a second node 'c'."""
+        want = self.save(10, 'first')
+        self.trackers(10)
+        c = self.m['c']
+        c.unmount()
+        shutil.rmtree(c.store)
+        os.makedirs(c.store)
+        c.start()
+        self.trackers(10, timeout=15)
+        self.serves(want, nodes=('c',))
+        self.assertNotIn('taken', c.status_text())
+
     def test_a_name_taken_twice(self):
         twin = self.mount('a')
         self.save(10, 'first')
