@@ -140,10 +140,12 @@ static int part_sort_cmp(const void *a, const void *b)
 	return pcmp(x->kind, x->step, x->node, b);
 }
 
-/* The first index of n->parts not below (kind, step, node); node "" is below every name. */
-static size_t part_lower(const struct node *n, int kind, int64_t step, const char *node)
+/* The first index of n->parts[0, count) (sorted) not below (kind, step, node); node "" is
+ * below every name. */
+static size_t part_lower_in(const struct node *n, size_t count, int kind, int64_t step,
+			    const char *node)
 {
-	size_t lo = 0, hi = n->nparts;
+	size_t lo = 0, hi = count;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
@@ -154,6 +156,12 @@ static size_t part_lower(const struct node *n, int kind, int64_t step, const cha
 			hi = mid;
 	}
 	return lo;
+}
+
+/* part_lower_in over every part. */
+static size_t part_lower(const struct node *n, int kind, int64_t step, const char *node)
+{
+	return part_lower_in(n, n->nparts, kind, step, node);
 }
 
 /* The parts of (kind, step): n->parts[*lo, *hi). mu held. */
@@ -317,7 +325,7 @@ static int add_parts(struct node *n, const struct node_part *v, size_t nv)
 	pthread_mutex_lock(&n->mu);
 	sorted = n->nparts;
 	for (size_t i = 0; i < nv; i++) {
-		size_t j = part_lower(n, v[i].kind, v[i].step, v[i].node);
+		size_t j = part_lower_in(n, sorted, v[i].kind, v[i].step, v[i].node);
 		struct node_part *q = j < sorted && pcmp(v[i].kind, v[i].step, v[i].node,
 							 &n->parts[j]) == 0 ? &n->parts[j] : NULL;
 
