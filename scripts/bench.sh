@@ -8,6 +8,9 @@
 #                                                 and libfuse's passthrough_ll (issue 22)
 #        scripts/bench.sh --meta [--sizes 100 1000 10000]   a .ckptfs/status read: its cost and
 #                                                 what it makes other requests wait (issue 22)
+#        scripts/bench.sh --nodes-scaling [--nodes 64 256] [--steps 100 1000] [--cap 300]
+#                                                 one node over a synthetic remote of N nodes x
+#                                                 S steps: mount, tracker, CPU per tick (issue 41)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -30,6 +33,10 @@ fi
 if [ "${1:-}" = --meta ]; then
 	shift
 	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_meta.py "$@"
+fi
+if [ "${1:-}" = --nodes-scaling ]; then
+	shift
+	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_nodes_scaling.py "$@"
 fi
 if [ "${1:-}" = --multinode ]; then
 	shift
