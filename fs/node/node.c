@@ -1385,9 +1385,13 @@ static int pending_cb(const struct idx_step *s, void *arg)
 	if (s->dir_ino == 0 || (s->state != IDX_STEP_COMPLETE && s->state != IDX_STEP_WRITING &&
 				s->state != IDX_STEP_SEALED))
 		return 0;
-	if (s->state != IDX_STEP_COMPLETE ||
-	    ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS)
-		p->busy = true;
+	if (s->state != IDX_STEP_COMPLETE) {
+		p->busy = true; /* a save in progress here */
+	} else if (ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS) {
+		pthread_mutex_lock(&n->mu); /* just complete here: busy until it is global */
+		p->busy |= !key_in(n->global, n->nglobal, s->kind, s->step);
+		pthread_mutex_unlock(&n->mu);
+	}
 	if (s->state == IDX_STEP_COMPLETE && (quiet_row(n, s->id) ||
 					      steps_version_shadowed(n->fs, s)))
 		return 0;
@@ -1698,11 +1702,17 @@ static void *node_main(void *arg)
 		pthread_mutex_unlock(&n->mu);
 		/* a listing costs the remote's time for every manifest: every tick while this
 		 * node saves or waits for a step to become global, else every
-		 * NODE_IDLE_LIST_TICKS (another node's save this node writes nothing of, gc) */
-		if ((n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 0) && (rc = learn(n, NULL)) < 0) {
-			node_count_error(n, NODE_ERR_LIST);
-			node_set_error(n, "cannot read the remote's manifests: %s; retrying",
-				  strerror(-rc));
+		 * NODE_IDLE_LIST_TICKS (another node's save this node writes nothing of, gc),
+		 * and idle never more than a tenth of the time (a job of many steps and nodes) */
+		int64_t t0 = ckpt_mono_ns();
+
+		if ((n->busy || (n->ticks % NODE_IDLE_LIST_TICKS == 0 && t0 >= n->next_idle_ns))) {
+			if ((rc = learn(n, NULL)) < 0) {
+				node_count_error(n, NODE_ERR_LIST);
+				node_set_error(n, "cannot read the remote's manifests: %s; retrying",
+					       strerror(-rc));
+			}
+			n->next_idle_ns = ckpt_mono_ns() + 9 * (ckpt_mono_ns() - t0);
 		}
 		if (n->ticks++ % NODE_PRESENCE_TICKS == 0)
 			presence(n);

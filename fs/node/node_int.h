@@ -91,6 +91,7 @@ struct node {
 	char store_id[17];    /* this store's identity (remote.json), 16 hex digits */
 	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
 	bool busy;            /* node thread: a save here in progress or not global yet */
+	int64_t next_idle_ns; /* node thread: no idle listing before (ckpt_mono_ns) */
 	struct store_hash *sent; /* node thread: chunks sent ahead (send_chunks), open addressing */
 	bool *sent_used;
 	size_t sent_n, sent_cap;
