@@ -53,6 +53,13 @@
  * step in flight has; past it the set starts empty again (a HEAD more per chunk). */
 #define NODE_SENT_MAX (1u << 20)
 
+/* Global steps per layout whose parts STORE/remote.json keeps (write_remote_json), at least:
+ * the trackers need the newest, retention keep_checkpoint_max of them. */
+#define NODE_RECORD_STEPS 64
+
+/* Least time between two writes of STORE/remote.json by the node thread, ns. */
+#define NODE_RECORD_EVERY_NS (2 * 1000000000LL)
+
 /* Steps listed in .ckptfs/status, the newest (node_status). */
 #define NODE_STATUS_STEPS 32
 
@@ -1723,9 +1730,11 @@ static void *node_main(void *arg)
 		publish(n);
 		show_global(n);
 		pthread_mutex_lock(&n->mu);
-		bool save = n->parts_changed;
+		bool save = n->parts_changed && ckpt_mono_ns() >= n->next_record_ns;
 
 		pthread_mutex_unlock(&n->mu);
+		if (save)
+			n->next_record_ns = ckpt_mono_ns() + NODE_RECORD_EVERY_NS;
 		if (save && (rc = write_remote_json(n->fs, n)) < 0)
 			node_set_error(n, "cannot record the remote's state in '" REMOTE_STORE_RECORD
 				       "': %s; a mount while the remote is away knows less", strerror(-rc));
@@ -1802,9 +1811,28 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 	json_t *parts = json_array(), *shown = json_array(), *o;
 	int fd, rc = 0;
 
+	int64_t from[LAYOUT_KIND_COUNT];
+
 	pthread_mutex_lock(&n->mu);
+	/* a restart needs the newest global steps (the trackers', retention's) and what is newer:
+	 * the parts of older steps stay on the remote only, so that the record stays small */
+	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
+		from[k] = INT64_MIN;
+	for (size_t i = n->nglobal, kind_n = 0; i-- > 0;) {
+		const struct node_key *g = &n->global[i];
+
+		if (i + 1 == n->nglobal || n->global[i + 1].kind != g->kind)
+			kind_n = 0;
+		kind_n++;
+		if (g->kind >= 0 && g->kind < LAYOUT_KIND_COUNT &&
+		    kind_n == (fs->keep_max > NODE_RECORD_STEPS ? fs->keep_max : NODE_RECORD_STEPS))
+			from[g->kind] = g->step;
+	}
 	for (size_t i = 0; parts && i < n->nparts; i++) {
 		const struct node_part *p = &n->parts[i];
+
+		if (p->kind >= 0 && p->kind < LAYOUT_KIND_COUNT && p->step < from[p->kind])
+			continue;
 
 		json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:b}",
 						       "node", p->node, "name", p->name, "version",
@@ -1814,8 +1842,10 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 						       (int)p->nodes, "sealed", (int)p->sealed));
 	}
 	for (size_t i = 0; shown && i < n->nshown; i++)
-		json_array_append_new(shown, json_pack("[i, I]", n->shown[i].kind,
-						       (json_int_t)n->shown[i].step));
+		if (n->shown[i].kind < 0 || n->shown[i].kind >= LAYOUT_KIND_COUNT ||
+		    n->shown[i].step >= from[n->shown[i].kind])
+			json_array_append_new(shown, json_pack("[i, I]", n->shown[i].kind,
+							       (json_int_t)n->shown[i].step));
 	n->parts_changed = false;
 	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I, s:o?, s:o?}", "url", n->url, "node", n->name,
 		      "nodes", (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max, "store_id",
@@ -2023,6 +2053,8 @@ void node_stop(struct ckfs *fs)
 	pthread_mutex_unlock(&n->mu);
 	if (n->started)
 		pthread_join(n->th, NULL);
+	if (n->parts_changed && write_remote_json(fs, n) < 0)
+		ckpt_log("cannot record the remote's state in '" REMOTE_STORE_RECORD "' at unmount");
 	presence_leave(n);
 	store_set_fetch(fs->st, NULL, NULL); /* a read after this finds the chunk missing */
 	pthread_mutex_lock(&fs->mu);

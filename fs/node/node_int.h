@@ -92,6 +92,7 @@ struct node {
 	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
 	bool busy;            /* node thread: a save here in progress or not global yet */
 	int64_t next_idle_ns; /* node thread: no idle listing before (ckpt_mono_ns) */
+	int64_t next_record_ns; /* node thread: no write of remote.json before (ckpt_mono_ns) */
 	struct store_hash *sent; /* node thread: chunks sent ahead (send_chunks), open addressing */
 	bool *sent_used;
 	size_t sent_n, sent_cap;
