@@ -57,6 +57,9 @@
  * the trackers need the newest, retention keep_checkpoint_max of them. */
 #define NODE_RECORD_STEPS 64
 
+/* Most manifests one learn reads in the node thread, the newest first (select_keys). */
+#define NODE_LEARN_MAX 4096
+
 /* Least time between two writes of STORE/remote.json by the node thread, ns. */
 #define NODE_RECORD_EVERY_NS (2 * 1000000000LL)
 
@@ -427,11 +430,79 @@ static bool parse_key(const char *key, struct node_part *p)
 	return true;
 }
 
+/* A key of a listing, with the layout and step a manifest's key names. */
+struct lkey {
+	char *key; /* owned */
+	int kind;
+	int64_t step;
+};
+
 struct learn_ctx {
 	struct node *n;
-	char (*keys)[REMOTE_KEY_MAX + 1];
+	struct lkey *keys;
 	size_t nkeys, cap;
 };
+
+static int lkey_add(struct learn_ctx *c, const char *key, int kind, int64_t step)
+{
+	char *k;
+
+	if (ckpt_grow(&c->keys, &c->cap, c->nkeys, sizeof(*c->keys)) < 0 || !(k = strdup(key)))
+		return -ENOMEM;
+	c->keys[c->nkeys++] = (struct lkey){ k, kind, step };
+	return 0;
+}
+
+static void lkeys_free(struct learn_ctx *c)
+{
+	for (size_t i = 0; i < c->nkeys; i++)
+		free(c->keys[i].key);
+	free(c->keys);
+}
+
+/* Newest step first (then by layout): a learn that reads only some manifests reads those. */
+static int lkey_newest_first(const void *a, const void *b)
+{
+	const struct lkey *x = a, *y = b;
+
+	if (x->step != y->step)
+		return x->step > y->step ? -1 : 1;
+	return (x->kind > y->kind) - (x->kind < y->kind);
+}
+
+/*
+ * Keep the keys learn reads now: at mount (prime), those of the newest NODE_RECORD_STEPS (or
+ * keep_checkpoint_max) steps of each layout, so that the mount costs what the kept steps have
+ * published, not the whole job; in the node thread, the newest NODE_LEARN_MAX, so that a tick
+ * stays short and the older ones come at the next ticks.
+ */
+static void select_keys(struct learn_ctx *c, bool prime, unsigned keep)
+{
+	int64_t last[LAYOUT_KIND_COUNT];
+	unsigned steps[LAYOUT_KIND_COUNT] = { 0 };
+	size_t o = 0;
+
+	qsort(c->keys, c->nkeys, sizeof(*c->keys), lkey_newest_first);
+	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
+		last[k] = -1;
+	for (size_t i = 0; i < c->nkeys; i++) {
+		const struct lkey *x = &c->keys[i];
+		bool keep_it = o < NODE_LEARN_MAX;
+
+		if (prime && x->kind >= 0 && x->kind < LAYOUT_KIND_COUNT) {
+			if (x->step != last[x->kind]) {
+				last[x->kind] = x->step;
+				steps[x->kind]++;
+			}
+			keep_it = steps[x->kind] <= keep;
+		}
+		if (keep_it)
+			c->keys[o++] = *x;
+		else
+			free(x->key);
+	}
+	c->nkeys = o;
+}
 
 static int learn_cb(const char *key, uint64_t size, void *arg)
 {
@@ -450,10 +521,7 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
 	pthread_mutex_unlock(&c->n->mu);
 	if (known || strlen(key) > REMOTE_KEY_MAX)
 		return 0;
-	if (ckpt_grow(&c->keys, &c->cap, c->nkeys, sizeof(*c->keys)) < 0)
-		return -ENOMEM;
-	snprintf(c->keys[c->nkeys++], sizeof(*c->keys), "%s", key);
-	return 0;
+	return lkey_add(c, key, p.kind, p.step);
 }
 
 /*
@@ -461,7 +529,7 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
  * whole listing: a part is never dropped because a listing failed half-way). Returns 0 or the
  * remote's -errno.
  */
-static int learn(struct node *n, const struct remote_call *call)
+static int learn(struct node *n, const struct remote_call *call, bool prime)
 {
 	struct learn_ctx c = { .n = n };
 	int rc;
@@ -471,6 +539,9 @@ static int learn(struct node *n, const struct remote_call *call)
 		n->parts[i].seen = false;
 	pthread_mutex_unlock(&n->mu);
 	rc = remote_list_with(n->r, "manifests/", learn_cb, &c, call);
+	if (rc == 0)
+		select_keys(&c, prime, n->fs->keep_max > NODE_RECORD_STEPS ? n->fs->keep_max
+									    : NODE_RECORD_STEPS);
 	struct node_part *got = NULL;
 	size_t ngot = 0, capgot = 0;
 
@@ -480,18 +551,19 @@ static int learn(struct node *n, const struct remote_call *call)
 		size_t len;
 		void *buf;
 
-		if ((rc = remote_get_with(n->r, c.keys[i], call, &buf, &len)) == -ENOENT) {
+		if ((rc = remote_get_with(n->r, c.keys[i].key, call, &buf, &len)) == -ENOENT) {
 			rc = 0; /* removed since the listing (a new version, gc) */
 			continue;
 		}
 		if (rc < 0)
 			break;
-		if (node_manifest_parse(buf, len, &p, err, sizeof(err)) < 0 || !parse_key(c.keys[i], &k) ||
+		if (node_manifest_parse(buf, len, &p, err, sizeof(err)) < 0 ||
+		    !parse_key(c.keys[i].key, &k) ||
 		    strcmp(k.node, p.node) || k.kind != p.kind || k.step != p.step ||
 		    strcmp(k.version, p.version)) {
 			if (!err[0])
 				snprintf(err, sizeof(err), "its key does not match its content");
-			ckpt_log("remote manifest '%s' ignored: %s", c.keys[i], err);
+			ckpt_log("remote manifest '%s' ignored: %s", c.keys[i].key, err);
 		} else if (ckpt_grow(&got, &capgot, ngot, sizeof(*got)) < 0) {
 			rc = -ENOMEM;
 		} else {
@@ -501,7 +573,7 @@ static int learn(struct node *n, const struct remote_call *call)
 		}
 		free(buf);
 	}
-	free(c.keys);
+	lkeys_free(&c);
 	if (ngot) {
 		int arc = add_parts(n, got, ngot);
 
@@ -546,10 +618,7 @@ static int repair_cb(const char *key, uint64_t size, void *arg)
 	(void)size;
 	if (strlen(key) != strlen("repair/") + 2 * STORE_HASH_LEN)
 		return 0;
-	if (ckpt_grow(&c->keys, &c->cap, c->nkeys, sizeof(*c->keys)) < 0)
-		return -ENOMEM;
-	snprintf(c->keys[c->nkeys++], sizeof(*c->keys), "%s", key);
-	return 0;
+	return lkey_add(c, key, 0, 0);
 }
 
 /* ---- sealing this node's part from another node's seal ---- */
@@ -696,7 +765,7 @@ static void node_repair(struct node *n)
 	if (remote_list(n->r, "repair/", repair_cb, &c) < 0)
 		return;
 	for (size_t i = 0; i < c.nkeys; i++) {
-		const char *hex = c.keys[i] + strlen("repair/");
+		const char *hex = c.keys[i].key + strlen("repair/");
 		char key[80];
 		struct store_hash h;
 		uint8_t *raw;
@@ -722,7 +791,7 @@ static void node_repair(struct node *n)
 		rc = remote_put(n->r, key, body, blen);
 		free(body);
 		if (rc == 0)
-			rc = remote_delete(n->r, c.keys[i]);
+			rc = remote_delete(n->r, c.keys[i].key);
 		if (rc == 0)
 			ckpt_log("replaced chunk '%s' on the remote, which was asked for as damaged or "
 				 "missing, with this node's sound copy", hex);
@@ -730,7 +799,7 @@ static void node_repair(struct node *n)
 			node_set_error(n, "cannot replace chunk '%s' on the remote: %s", hex,
 				       strerror(-rc));
 	}
-	free(c.keys);
+	lkeys_free(&c);
 }
 
 /* The directory at path (relative to dir; "a/b"), made as needed. In a transaction, fs->mu. */
@@ -1714,7 +1783,7 @@ static void *node_main(void *arg)
 		int64_t t0 = ckpt_mono_ns();
 
 		if ((n->busy || (n->ticks % NODE_IDLE_LIST_TICKS == 0 && t0 >= n->next_idle_ns))) {
-			if ((rc = learn(n, NULL)) < 0) {
+			if ((rc = learn(n, NULL, false)) < 0) {
 				node_count_error(n, NODE_ERR_LIST);
 				node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 					       strerror(-rc));
@@ -2019,7 +2088,7 @@ void node_prime(struct ckfs *fs)
 
 	presence(n);
 	n->ticks = 1;
-	if ((rc = learn(n, &call)) < 0) {
+	if ((rc = learn(n, &call, true)) < 0) {
 		node_set_error(n, "cannot read the remote's manifests: %s; the trackers name no "
 			       "step newer than this node knows global until the remote answers",
 			       strerror(-rc));
