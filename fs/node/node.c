@@ -638,6 +638,71 @@ static bool step_known_here(struct ckfs *fs, int kind, const char *name)
 	return rc != -ENOENT;
 }
 
+/* The files of this node (not shown from another node's manifest) in directory dir. fs->mu. */
+static size_t own_files(struct ckfs *fs, uint64_t dir, const char *name)
+{
+	struct idx_step t = { .dir_ino = dir };
+	size_t files = 0;
+	json_t *m;
+
+	snprintf(t.name, sizeof(t.name), "%s", name);
+	m = node_manifest_json(fs, &t, "", 0, false, false, &files);
+	json_decref(m);
+	return m ? files : 0;
+}
+
+/* Does the root hold a directory name with files of this node? fs->mu taken. */
+static bool dir_has_own_files(struct ckfs *fs, const char *name)
+{
+	struct idx_inode a;
+	uint64_t dir;
+	bool r = false;
+
+	pthread_mutex_lock(&fs->mu);
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &dir) == 0 &&
+	    idx_inode_get(fs->ix, dir, &a) == 0 && S_ISDIR(a.mode))
+		r = own_files(fs, dir, name) > 0;
+	pthread_mutex_unlock(&fs->mu);
+	return r;
+}
+
+/*
+ * Another node sealed step p, and this node has a directory of that name holding files of its
+ * ranks but no step row for it: a layout whose step directories are known by a file another
+ * node's rank wrote (InternEvo's digits-only names need its marker, which rank 0 writes) did not
+ * take it for a step here. The other node's part is that evidence: the directory becomes the
+ * step, being written, for the seal to apply to and the policy to judge. Returns true if made.
+ */
+static bool adopt_step(struct node *n, const struct node_part *p)
+{
+	struct ckfs *fs = n->fs;
+	struct idx_step s;
+	struct idx_inode a;
+	uint64_t dir;
+	int64_t id;
+	bool made = false;
+
+	if (strchr(p->name, '/'))
+		return false;
+	pthread_mutex_lock(&fs->mu);
+	if (idx_step_by_name(fs->ix, p->kind, p->name, &s) == -ENOENT &&
+	    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, p->name, &dir) == 0 &&
+	    idx_inode_get(fs->ix, dir, &a) == 0 && S_ISDIR(a.mode) && own_files(fs, dir, p->name) &&
+	    idx_begin(fs->ix) == 0) {
+		made = idx_step_create(fs->ix, p->kind, p->name, p->step, dir, ckfs_now(fs), &id) == 0 &&
+		       idx_commit(fs->ix) == 0;
+		if (!made)
+			idx_rollback(fs->ix);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (made)
+		ckpt_log("step '%s': its directory here is a step of node '%s' (%s): taken as this "
+			 "node's part", p->name, p->node,
+			 p->kind >= 0 && p->kind < LAYOUT_KIND_COUNT
+				 ? layout_name((enum layout_kind)p->kind) : "?");
+	return made;
+}
+
 /*
  * Seal this node's part of every step another node sealed (the claim came after a barrier every
  * rank passed, so this node's ranks are done too). A node with no row of the step at all wrote
@@ -669,10 +734,13 @@ static void seal_from_remote(struct node *n)
 		char why[NODE_NAME_MAX + 32];
 
 		snprintf(why, sizeof(why), "sealed by node '%s'", v[i].node);
-		if (steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0) {
+		if (steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0 &&
+		    (!adopt_step(n, &v[i]) ||
+		     steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0)) {
 			/* no unfinished part here: nothing at all, or a part not finished yet */
 			if (v[i].created_ns < n->since_ns || strchr(v[i].name, '/') ||
-			    step_known_here(n->fs, v[i].kind, v[i].name))
+			    step_known_here(n->fs, v[i].kind, v[i].name) ||
+			    dir_has_own_files(n->fs, v[i].name))
 				continue;
 			struct idx_step e = { .kind = v[i].kind, .step = v[i].step,
 					      .created_ns = ckfs_now(n->fs) };
