@@ -482,7 +482,8 @@ static void select_keys(struct learn_ctx *c, bool prime, unsigned keep)
 	unsigned steps[LAYOUT_KIND_COUNT] = { 0 };
 	size_t o = 0;
 
-	qsort(c->keys, c->nkeys, sizeof(*c->keys), lkey_newest_first);
+	if (c->nkeys)
+		qsort(c->keys, c->nkeys, sizeof(*c->keys), lkey_newest_first);
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 		last[k] = -1;
 	for (size_t i = 0; i < c->nkeys; i++) {
@@ -2071,7 +2072,8 @@ static size_t read_remote_json(struct ckfs *fs, struct node *n)
 			(int)json_integer_value(json_array_get(x, 0)),
 			json_integer_value(json_array_get(x, 1)));
 	json_decref(o);
-	qsort(n->parts, n->nparts, sizeof(*n->parts), part_sort_cmp);
+	if (n->nparts)
+		qsort(n->parts, n->nparts, sizeof(*n->parts), part_sort_cmp);
 	recompute_global(n);
 	return loaded;
 }
