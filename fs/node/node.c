@@ -765,6 +765,25 @@ static void seal_from_remote(struct node *n)
 
 static int ask_repair(struct node *n, const char *hex, const char *why);
 
+/* Chunk h (raw length len) of the local store as a remote object (store_object_encode) into
+ * *ret_body (malloc'd, the caller frees) and *ret_len. 0, or -errno of the read or encode. */
+static int encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
+			size_t *ret_len)
+{
+	uint8_t *raw = malloc(len ? len : 1);
+	ssize_t got;
+	int rc;
+
+	if (!raw)
+		return -ENOMEM;
+	got = store_chunk_pread(n->fs->st, h, raw, len, 0);
+	rc = got < 0 ? (int)got : (size_t)got != len ? -EIO : 0;
+	if (rc == 0)
+		rc = store_object_encode(raw, len, NODE_ZSTD_LEVEL, ret_body, ret_len);
+	free(raw);
+	return rc;
+}
+
 /* store_fetch_fn: chunk h from the remote, checked against h, into the local store. */
 static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 {
@@ -837,25 +856,15 @@ static void node_repair(struct node *n)
 		const char *hex = c.keys[i].key + strlen("repair/");
 		char key[80];
 		struct store_hash h;
-		uint8_t *raw;
 		void *body;
 		size_t blen;
-		ssize_t got;
 		struct store_chunk_info info;
 		int rc;
 
 		if (store_hash_parse(hex, &h) < 0 || store_chunk_stat(n->fs->st, &h, &info) < 0 ||
-		    store_chunk_verify(n->fs->st, &h) < 0)
+		    store_chunk_verify(n->fs->st, &h) < 0 ||
+		    encode_chunk(n, &h, info.raw_size, &body, &blen) < 0)
 			continue; /* not here, or not sound here either */
-		if (!(raw = malloc(info.raw_size ? info.raw_size : 1)))
-			continue;
-		got = store_chunk_pread(n->fs->st, &h, raw, info.raw_size, 0);
-		rc = got == (ssize_t)info.raw_size
-			     ? store_object_encode(raw, info.raw_size, NODE_ZSTD_LEVEL, &body, &blen)
-			     : -EIO;
-		free(raw);
-		if (rc < 0)
-			continue;
 		snprintf(key, sizeof(key), "chunks/%s", hex);
 		rc = remote_put(n->r, key, body, blen);
 		free(body);
@@ -1200,10 +1209,8 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 {
 	char key[80];
 	struct store_hash h;
-	uint8_t *raw;
 	void *body;
 	size_t blen;
-	ssize_t got;
 	int rc;
 
 	snprintf(key, sizeof(key), "chunks/%s", hex);
@@ -1215,14 +1222,7 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 	}
 	if (rc != -ENOENT || store_hash_parse(hex, &h) < 0)
 		return rc == -ENOENT ? -EBADMSG : rc;
-	if (!(raw = malloc(len ? len : 1)))
-		return -ENOMEM;
-	got = store_chunk_pread(n->fs->st, &h, raw, len, 0);
-	rc = got < 0 ? (int)got : (size_t)got != len ? -EIO : 0;
-	if (rc == 0)
-		rc = store_object_encode(raw, len, NODE_ZSTD_LEVEL, &body, &blen);
-	free(raw);
-	if (rc < 0)
+	if ((rc = encode_chunk(n, &h, len, &body, &blen)) < 0)
 		return rc;
 	rc = remote_put_if_absent(n->r, key, body, blen);
 	free(body);

@@ -61,7 +61,7 @@ long remote_lim_left_ms(const struct remote_lim *lim)
 	now = remote_now_ns();
 	if (now >= lim->deadline_ns)
 		return 0;
-	/* rounded up: 1 ns left is an attempt of 1 ms, never "no time" before the deadline */
+	/* rounded up: time left before the deadline is never an attempt of no time */
 	return (long)((lim->deadline_ns - now + 999999u) / 1000000u);
 }
 
