@@ -100,9 +100,9 @@
 #define IX_BUSY_TIMEOUT_MS 5000
 #define IX_CACHE_KIB "-65536" /* PRAGMA cache_size: negative = KiB, here 64 MiB */
 
-/* literals in the steps SQL below: states 1 (sealed), 2 (complete), 3 (pruned), 0..5, kinds 0..31 */
+/* literals in the steps SQL below: states 1 (sealed), 2 (complete), 3 (pruned), 0..6, kinds 0..31 */
 _Static_assert(IDX_STEP_WRITING == 0 && IDX_STEP_SEALED == 1 && IDX_STEP_COMPLETE == 2 &&
-		       IDX_STEP_PRUNED == 3 && IDX_STEP_CORRUPT == 5 && IDX_STEP_STATE_COUNT == 6 &&
+		       IDX_STEP_PRUNED == 3 && IDX_STEP_COPIED == 6 && IDX_STEP_STATE_COUNT == 7 &&
 		       IDX_STEP_KIND_MAX == 32,
 	       "step states or kinds differ from the literals used in the SQL");
 
@@ -305,10 +305,10 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_CHECK_STEP_DIR] = "SELECT s.id, s.dir_ino, i.ino IS NULL FROM steps s "
 			      "LEFT JOIN inodes i ON i.ino = s.dir_ino WHERE s.dir_ino <> 0 "
 			      "AND (i.ino IS NULL OR (i.mode & 61440) <> 16384) LIMIT 1",
-	[IX_CHECK_STEP_STATE] = "SELECT id, state, kind FROM steps WHERE state NOT BETWEEN 0 AND 5 "
+	[IX_CHECK_STEP_STATE] = "SELECT id, state, kind FROM steps WHERE state NOT BETWEEN 0 AND 6 "
 				"OR kind NOT BETWEEN 0 AND 31 LIMIT 1",
 	[IX_CHECK_EVENT_STATE] = "SELECT step_id, old_state, new_state FROM step_events "
-				 "WHERE old_state NOT BETWEEN 0 AND 5 OR new_state NOT BETWEEN 0 AND 5 "
+				 "WHERE old_state NOT BETWEEN 0 AND 6 OR new_state NOT BETWEEN 0 AND 6 "
 				 "OR (old_state = 3 AND new_state <> 3) LIMIT 1",
 };
 

@@ -537,8 +537,10 @@ enum idx_step_state {
 	IDX_STEP_PRUNED = 3,     /* removed by retention or by the trainer; terminal */
 	IDX_STEP_INCOMPLETE = 4, /* found unfinished (abandoned, crash, remount) */
 	IDX_STEP_CORRUPT = 5,    /* a checksum or structure check failed */
+	IDX_STEP_COPIED = 6,     /* never sealed, every file whole, its one writer gone: copied in,
+				  * waiting for a claim or a drop (fs/policy/policy.h rule 3) */
 };
-#define IDX_STEP_STATE_COUNT 6
+#define IDX_STEP_STATE_COUNT 7
 /* kinds are bit positions of idx_step_newest's kind_mask */
 #define IDX_STEP_KIND_MAX 32
 /* longest step directory name, bytes, without the NUL */
@@ -692,8 +694,8 @@ int idx_step_events(struct idx *ix, int64_t id,
 		    void *arg);
 
 /*
- * idx_step_state_name - "writing", "sealed", "complete", "pruned", "incomplete", "corrupt", or
- * "unknown" for any other value. A static string (never freed). Thread-safe.
+ * idx_step_state_name - "writing", "sealed", "complete", "pruned", "incomplete", "corrupt",
+ * "copied", or "unknown" for any other value. A static string (never freed). Thread-safe.
  */
 const char *idx_step_state_name(int state);
 

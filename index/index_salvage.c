@@ -755,7 +755,7 @@ static int ix_fix_steps(struct idx *ix, const struct idx_repair_ops *ops,
 		ix_lost(ops, 0, "step '%s': its directory was lost%s", name ? name : "?",
 			state == IDX_STEP_COMPLETE ? "; no longer complete" : "");
 		if (n < IX_STEPS_RESET_MAX && (state == IDX_STEP_WRITING || state == IDX_STEP_SEALED ||
-				state == IDX_STEP_COMPLETE))
+				state == IDX_STEP_COMPLETE || state == IDX_STEP_COPIED))
 			ids[n++] = sqlite3_column_int64(st, 0);
 		s->steps_reset++;
 		r = 0;

@@ -418,6 +418,8 @@ const char *idx_step_state_name(int state)
 		return "incomplete";
 	case IDX_STEP_CORRUPT:
 		return "corrupt";
+	case IDX_STEP_COPIED:
+		return "copied";
 	default:
 		return "unknown";
 	}

@@ -411,7 +411,8 @@ Test(steps, transitions_events_timestamps, .init = setup_open_txn, .fini = teard
 	cr_assert_str_eq(idx_step_state_name(IDX_STEP_PRUNED), "pruned");
 	cr_assert_str_eq(idx_step_state_name(IDX_STEP_INCOMPLETE), "incomplete");
 	cr_assert_str_eq(idx_step_state_name(IDX_STEP_CORRUPT), "corrupt");
-	cr_assert_str_eq(idx_step_state_name(6), "unknown");
+	cr_assert_str_eq(idx_step_state_name(IDX_STEP_COPIED), "copied");
+	cr_assert_str_eq(idx_step_state_name(7), "unknown");
 	cr_assert_str_eq(idx_step_state_name(-1), "unknown");
 	cr_assert_eq(idx_commit(ix), 0);
 	check_ok();
@@ -936,8 +937,8 @@ Test(check, step_dir_and_states, .init = setup_open_txn, .fini = teardown)
 	ct_raw_exec(dbpath, "UPDATE steps SET dir_ino = 2");
 	check_ok();
 
-	ct_raw_exec(dbpath, "UPDATE steps SET state = 6");
-	check_fails("invariant 7: step 1 has state 6");
+	ct_raw_exec(dbpath, "UPDATE steps SET state = 7");
+	check_fails("invariant 7: step 1 has state 7");
 	ct_raw_exec(dbpath, "UPDATE steps SET state = -1");
 	check_fails("invariant 7");
 	ct_raw_exec(dbpath, "UPDATE steps SET state = 1, kind = 32");
