@@ -129,9 +129,10 @@ static void incomplete_why(const struct policy_facts *f, char *why, size_t cap)
 enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t cap)
 {
 	bool prev_ok = f->previous == POLICY_PREV_ALL || (f->previous == POLICY_PREV_NONE && f->quiet);
+	bool whole = f->files > 0 && f->open == 0 && f->uncommitted == 0 && f->unsound == 0 &&
+		     f->unreadable == 0;
 
-	if (f->sealed && f->files > 0 && f->open == 0 && f->uncommitted == 0 && f->unsound == 0 &&
-	    f->unreadable == 0 && !f->unlisted[0] && !f->unprovable && prev_ok) {
+	if (f->sealed && whole && !f->unlisted[0] && !f->unprovable && prev_ok) {
 		snprintf(why, cap, "every file whole");
 		return POLICY_COMPLETE;
 	}
@@ -139,8 +140,20 @@ enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t
 		snprintf(why, cap, "waiting for its writers");
 		return POLICY_WAIT;
 	}
+	/* rule 3's copy: one writer, gone, every file whole, never sealed */
+	if (!f->sealed && whole && f->by_tracker && !f->recovering && !f->rewrite &&
+	    f->writers == 1) {
+		snprintf(why, cap, "every file whole, written by one process that is gone, no "
+			 "tracker claim: a copy, named by no tracker until one claims it");
+		return POLICY_COPIED;
+	}
 	incomplete_why(f, why, cap);
 	return POLICY_INCOMPLETE;
+}
+
+bool policy_found_by_tracker(enum layout_kind kind)
+{
+	return kind != LAYOUT_MF1 && layout_tracker_shared(kind, kind);
 }
 
 struct prev_ctx {

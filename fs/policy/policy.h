@@ -42,6 +42,22 @@
  *     for a while (the caller's `quiet`). A step that cannot be complete once its writers are
  *     gone is incomplete; the daemon sets it aside, import leaves that to the daemon's first
  *     mount (which owns the namespace).
+ *     A copy is the exception: a step never sealed, of a layout whose trainer finds its steps
+ *     only through a tracker (policy_found_by_tracker: Megatron, MindFormers 2.0, DeepSpeed),
+ *     whose files are all whole (closed by a live writer, committed, sound) and were all written
+ *     by one process that is gone, seen by this daemon, and that is not a new version of a
+ *     complete step, is copied: `cp -r` of a saved step makes exactly that. A copy stays at its
+ *     name, named by no tracker, until a claim seals it (then it is judged as any sealed step)
+ *     or `ckptctl drop` removes it. A crashed save is told from a copy by what a copy never
+ *     shows: a file torn or left open (a writer killed in a write), several writing processes
+ *     (a job's ranks each write their own files), or a daemon that did not see it written
+ *     (its writers unknown). What remains alike, a one-process save killed after its last
+ *     file and before its claim, has every file whole, and is listed as copied. Neither can
+ *     look complete to a resume: a tracker read resolves to a complete step only, a copy
+ *     becomes complete only through a claim (the trainer's, or the user's who copied it), and
+ *     a claim seals it, then every file is judged again as for any save. Layouts
+ *     a trainer resolves by scanning get no copies: their trainer would load the newest
+ *     directory it finds, so what is not complete there leaves the namespace.
  *
  *  4. Figures and digest. A step's figures are the count, logical bytes and stored bytes of its
  *     regular files; its digest is XXH3-128 over, for each regular file in listing order
@@ -178,6 +194,12 @@ struct policy_facts {
 				 * whose names need not repeat */
 	const char *absent;     /* with POLICY_PREV_MISSING: the first name absent, else "" */
 	const char *unlisted;   /* a name the step's metadata lists that it lacks, or "" */
+	/* for copies (rule 3); all 0 where copies are not told apart (import, fsck) */
+	bool by_tracker;        /* policy_found_by_tracker(the step's layout) */
+	bool recovering;        /* the daemon that saw it written is gone: its writers unknown */
+	bool rewrite;           /* a new version of a complete step, whose kept version comes back
+				 * if this one is not completed */
+	unsigned writers;       /* distinct processes known to have written into it (0: unknown) */
 };
 
 enum policy_prev {
@@ -190,15 +212,28 @@ enum policy_verdict {
 	POLICY_WAIT = 0,       /* not complete yet; it may become complete */
 	POLICY_COMPLETE = 1,
 	POLICY_INCOMPLETE = 2, /* it cannot become complete: set it aside */
+	POLICY_COPIED = 3,     /* a copy (rule 3): left at its name until a claim or a drop */
 };
 
 /*
  * policy_judge - rule 3 on the facts f.
  * @why: receives why, NUL-terminated, truncated to cap: for POLICY_COMPLETE a short account,
  *       otherwise what is missing or wrong (the text a step's event log keeps). cap >= 1.
- * Returns a policy_verdict: POLICY_INCOMPLETE only when f->settled. Thread-safe.
+ * Returns a policy_verdict: POLICY_INCOMPLETE and POLICY_COPIED only when f->settled,
+ * POLICY_COPIED only when f->by_tracker. Thread-safe.
  */
 enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t cap);
+
+/*
+ * policy_found_by_tracker - does layout kind's trainer find the step to resume only through a
+ * tracker it writes after every save (Megatron and MindFormers 2.0's
+ * latest_checkpointed_iteration.txt, DeepSpeed's `latest`), never by scanning the directory?
+ * Then a step that is not complete may stay at its name (a copy, rule 3; an empty step made
+ * ahead of its job): no resume reads it. MindFormers 1.0 (files, not directories, judged per
+ * rank) and the layouts resolved by scanning (HF, DCP, Orbax, InternEvo) answer false.
+ * Thread-safe.
+ */
+bool policy_found_by_tracker(enum layout_kind kind);
 
 /*
  * policy_previous_names - does the step with row s (its kind, id, step and dir_ino) hold every

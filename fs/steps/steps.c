@@ -18,6 +18,16 @@
  *                                  (moved to .ckptfs/quarantine; a later claim whose files
  *                                   are all sound brings it back, sealed)
  *
+ * A copy (policy rule 3: never sealed, every file whole, written by one process that is gone,
+ * of a layout found through its tracker; what `cp -r` of a saved step leaves) is not set aside:
+ *
+ *               its writer gone               a claim names it
+ *     writing ──────────────────► copied ─────────────────────► sealed (judged as any save)
+ *        ▲                          │  │     `ckptctl drop`
+ *        └── written into again ────┘  └────────────────────► pruned
+ *
+ *   A copied step stays at its name and is named by no tracker.
+ *
  * Invariants:
  *   1. Only complete steps are named by a tracker read or counted by retention.
  *   2. A step is complete only if it was sealed, every regular file under its directory has a
@@ -123,6 +133,25 @@ void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid)
 	}
 }
 
+unsigned steps_rt_writers(struct ckfs *fs, int64_t id)
+{
+	struct step_rt *r = rt_get(fs, id, false);
+
+	return r ? r->npids : 0;
+}
+
+void steps_note_writer(struct ckfs *fs, struct idx_step *s, pid_t pid)
+{
+	char note[64];
+
+	if (s->state == IDX_STEP_COPIED && idx_begin(fs->ix) == 0) {
+		snprintf(note, sizeof(note), "written into again (pid %d)", (int)ckpt_tgid_of(pid));
+		steps_record(fs, steps_set_state(fs, s, IDX_STEP_WRITING, note),
+			     "that step '%s' is written into again", s->name);
+	}
+	steps_rt_note(fs, s->id, pid);
+}
+
 /* ---- hooks ---- */
 
 /*
@@ -169,7 +198,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 			return;
 		/* a candidate is looked up only: its marker makes it a step (policy rule 1) */
 		if (steps_step_of_path(fs, name, &m, &s) == 0)
-			steps_rt_note(fs, s.id, pid);
+			steps_note_writer(fs, &s, pid);
 		return;
 	}
 	if (steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
@@ -188,7 +217,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	if ((m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || m.step_prefix_len == 0 ||
 	    steps_step_of_path(fs, rel, &m, &s) < 0)
 		return;
-	steps_rt_note(fs, s.id, pid);
+	steps_note_writer(fs, &s, pid);
 	/* a marker renamed into place (DCP .metadata.tmp -> .metadata) seals its step */
 	if (renamed && m.role == ROLE_MARKER)
 		steps_seal(fs, &s, "marker");
@@ -337,7 +366,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	if (mf1 && !(m.flags & LAYOUT_F_TMP)) {
 		steps_mf1_on_file(fs, &m, pid);
 	} else if (stepped) {
-		steps_rt_note(fs, s.id, pid);
+		steps_note_writer(fs, &s, pid);
 		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
 			if (m.flags & LAYOUT_F_SLOT)
 				steps_slot_number(fs, &s, strrchr(rel, '/') + 1);

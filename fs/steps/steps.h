@@ -167,8 +167,9 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
  * what was done, or why not and what to do.
  * pin: a complete step; unpin runs retention for its layout at once.
  * drop: any step that is not being written (writing, sealed), not pinned, and not the one a
- *       tracker names: its tree leaves the namespace (or the quarantine, or retained), its
- *       chunks no other step uses are freed, its state becomes pruned ("dropped").
+ *       tracker names (a copied step, policy rule 3, included): its tree leaves the namespace
+ *       (or the quarantine, or retained), its chunks no other step uses are freed, its state
+ *       becomes pruned ("dropped").
  * rollback: a complete step of a layout with a tracker: a claim of it is recorded as if the
  *       trainer wrote its tracker, so the tracker names it (policy rule 6, lineage) and the
  *       newer steps are kept as another lineage.

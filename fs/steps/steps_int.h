@@ -87,6 +87,18 @@ struct step_scan {
  */
 void steps_rt_note(struct ckfs *fs, int64_t id, pid_t pid);
 
+/* steps_rt_writers - how many distinct processes step id's runtime facts record as its
+ * writers (at most 16); 0 without runtime facts. fs->mu held. */
+unsigned steps_rt_writers(struct ckfs *fs, int64_t id);
+
+/*
+ * steps_note_writer - pid (a thread id) writes into step *s: steps_rt_note, and a copied step
+ * (policy rule 3) goes back to writing, to be judged anew once its writers are gone: what is
+ * written into it now is no longer what was copied. On an index error it stays copied (a claim
+ * still judges every file). fs->mu held; runs its own transaction for the change of state.
+ */
+void steps_note_writer(struct ckfs *fs, struct idx_step *s, pid_t pid);
+
 /*
  * steps_rt_empty_grace - mark (on) or unmark step id's runtime facts as an empty step left in
  * place for STEP_EMPTY_GRACE_NS: a marked step is left to the reaper's passes, not judged at
@@ -289,6 +301,11 @@ void steps_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
  * an error nothing is pruned. fs->mu held; runs its own transaction.
  */
 void steps_versions_done(struct ckfs *fs, const struct idx_step *s);
+
+/* steps_has_kept_version - is step s a new version of a complete step, whose kept version
+ * waits in /.ckptfs/retained (steps_reopen_complete, a slot's rewrite)? False on an index
+ * error. Costs what /.ckptfs/retained holds. fs->mu held. */
+bool steps_has_kept_version(struct ckfs *fs, const struct idx_step *s);
 
 
 /* ---- steps_mf1.c: MindFormers 1.0 ---- */

@@ -86,6 +86,14 @@ static int step_facts(struct ckfs *fs, const struct idx_step *s, const struct st
 	f->unprovable = recovering && fs->crash_recovery &&
 			!policy_marker_after_all_ranks(s->kind) && !newer_step_started(fs, s) &&
 			f->previous != POLICY_PREV_ALL;
+	/* a copy (policy rule 3): what a `cp -r` leaves, told from a crashed save by its one
+	 * writer, gone, and every file whole; an earlier daemon's steps have no known writers */
+	f->by_tracker = policy_found_by_tracker((enum layout_kind)s->kind);
+	f->recovering = recovering;
+	if (f->by_tracker && !f->sealed && settled && !recovering) {
+		f->writers = steps_rt_writers(fs, s->id);
+		f->rewrite = steps_has_kept_version(fs, s);
+	}
 	/* with many nodes (fs->node) MindFormers 2.0's metadata.json lists every node's files and
 	 * this node holds its own ranks' only: the list is not this node's part to check */
 	if (f->sealed && sc->open == 0 && sc->uncommitted == 0 && sc->unsound == 0 &&
@@ -123,8 +131,7 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 		return;
 	v = policy_judge(&f, why, sizeof(why));
 	if (v == POLICY_INCOMPLETE && !recovering && sc.fig.files == 0 &&
-	    s.state == IDX_STEP_WRITING && layout_tracker_shared((enum layout_kind)s.kind,
-								  (enum layout_kind)s.kind) &&
+	    s.state == IDX_STEP_WRITING && f.by_tracker &&
 	    ckfs_now(fs) - s.created_ns < STEP_EMPTY_GRACE_NS) {
 		steps_rt_empty_grace(fs, id, true); /* made ahead of the job that fills it */
 		return;
@@ -142,6 +149,8 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 		rc = steps_set_state(fs, &s, IDX_STEP_INCOMPLETE, why);
 		if (rc == 0)
 			rc = steps_move_to_quarantine(fs, &s);
+	} else if (rc == 0 && v == POLICY_COPIED) {
+		rc = steps_set_state(fs, &s, IDX_STEP_COPIED, why); /* stays at its name */
 	}
 	if (rc < 0) {
 		idx_rollback(fs->ix);
@@ -151,6 +160,8 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
 		ckpt_fault("step-complete-txn");
 	if (idx_commit(fs->ix) < 0)
 		return;
+	if (s.state == IDX_STEP_COPIED)
+		steps_rt_drop(fs, id); /* judged again only once written into (steps_note_writer) */
 	if (s.state == IDX_STEP_COMPLETE || s.state == IDX_STEP_INCOMPLETE) {
 		steps_rt_drop(fs, id);
 		steps_versions_done(fs, &s);
@@ -247,7 +258,8 @@ void steps_seal(struct ckfs *fs, struct idx_step *s, const char *why)
 			idx_rollback(fs->ix);
 			return;
 		}
-	} else if (s->state == IDX_STEP_WRITING) {
+	} else if (s->state == IDX_STEP_WRITING || s->state == IDX_STEP_COPIED) {
+		/* a copy's claim: the user or the trainer names it (policy rule 3) */
 		if (idx_begin(fs->ix) < 0)
 			return;
 		if (steps_record(fs, steps_set_state(fs, s, IDX_STEP_SEALED, why),

@@ -93,6 +93,15 @@ out:
 	return rc;
 }
 
+bool steps_has_kept_version(struct ckfs *fs, const struct idx_step *s)
+{
+	struct slot_ctx c = { .s = s };
+	bool r = kept_versions(fs, &c) == 0 && c.n > 0;
+
+	free(c.ids);
+	return r;
+}
+
 /*
  * Step s (a slot's new version, or a step rewritten in place: steps_reopen_complete) was
  * judged: complete, its kept versions are pruned (invariant 3); set aside, the newest kept

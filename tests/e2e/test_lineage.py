@@ -13,6 +13,8 @@ over gloo), real mounts.
   rollback  A run saved 2, 4, 6, 8; `echo 4 > latest_checkpointed_iteration.txt` (the usual
             answer to a loss spike) returned 0 and read back 8 on cb3ae28. Now it reads 4 back,
             after a remount too, and a resume lands on step 4 bit-exact.
+  copied    Steps copied in with `cp -r` stay listed as `copied` until a claim completes them
+            or `ckptctl drop` removes them (policy rule 3).
 
 Environment: CKPTFS_BIN, CKPTCTL_BIN (../lib/ckfs.py).
 Run: /usr/bin/python3 tests/e2e/test_lineage.py [-v]
@@ -197,9 +199,11 @@ class TestLineage(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertNotIn('iter_0000008', os.listdir(m.mnt))
             self.assertEqual(self.states(m)['iter_0000008'], 'pruned')
-            # a save set aside (abandoned: files, no claim), dropped from the quarantine
+            # a save set aside (abandoned: files by two processes, as a job's ranks, no
+            # claim), dropped from the quarantine
             d = m.path('iter_0000010', 'mp_rank_00')
-            ckfs.run(['/usr/bin/python3', '-c', 'import os,sys; os.makedirs(sys.argv[1]); '
+            ckfs.run(['mkdir', '-p', d], timeout=60)
+            ckfs.run(['/usr/bin/python3', '-c', 'import os,sys; '
                       'open(os.path.join(sys.argv[1], "x.pt"), "wb").write(b"x" * 4096)', d],
                      timeout=60)
             ckfs.wait_for('step 10 set aside', lambda: (
@@ -236,6 +240,54 @@ class TestLineage(unittest.TestCase):
             self.assertEqual((st.get('iter_0000002'), st.get('iter_0000004')),
                              ('complete', 'complete'), st)
             self.resume_lands_on(m, layout, log, 4)
+
+    def test_step_copied_in(self):
+        """Issue 40.6: a complete Megatron step copied in with `cp -r` (from a plain directory,
+        into a mount whose tracker names an older step) vanished at the next `ls` on ac5022b:
+        never claimed, its writer gone, it was set aside until a tracker named it. Now it stays
+        at its name as `copied` (every file whole, its writer exited, no claim), named by no
+        tracker, across a remount too; writing the tracker to name it (a claim) completes it and
+        a resume lands on it bit-exact; `ckptctl drop` removes one."""
+        layout = 'megatron'
+        tracker, reads, dname = LAYOUTS[layout]
+        with ckfs.Mount() as m:
+            run(layout, m.mnt, os.path.join(m.tmp, 'run.log'), steps=2, every=2)   # 2
+            self.assertEqual(self.read_tracker(m, layout), '2')
+            plain = os.path.join(m.tmp, 'plain')
+            plain_log = os.path.join(m.tmp, 'plain.log')
+            run(layout, plain, plain_log, steps=6, every=3)                        # 3 6
+            for n in (3, 6):
+                r = ckfs.run(['cp', '-r', os.path.join(plain, dname(n)), m.mnt + '/'],
+                             timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+            os.listdir(m.mnt)      # a reader's lookup of the root settles abandoned steps
+            time.sleep(3)          # past STEP_SETTLE_NS (1.5 s), several reaper passes
+            for when in ('after the copy', 'after a remount'):
+                listed = os.listdir(m.mnt)
+                for n in (3, 6):
+                    self.assertIn(dname(n), listed, '%s: %s' % (when, m.log_tail()))
+                st = self.states(m)
+                self.assertEqual((st.get(dname(3)), st.get(dname(6))), ('copied', 'copied'),
+                                 '%s: %s' % (when, st))
+                self.assertEqual(self.read_tracker(m, layout), '2',
+                                 '%s: no tracker names an unclaimed step' % when)
+                self.assertEqual(os.listdir(m.path('.ckptfs', 'quarantine')), [], when)
+                if when == 'after the copy':
+                    m.unmount()
+                    m.start()
+            r = ckfs.run([ckfs.ckptctl_bin(), m.store, 'steps'], timeout=60)
+            self.assertRegex(r.stdout, r'%s\s.*copied' % dname(6), r.stdout)
+            # a claim of the copied step completes it
+            with open(m.path(tracker), 'w') as f:
+                f.write('6')
+            self.assertEqual(self.read_tracker(m, layout), '6')
+            self.assertEqual(self.states(m)[dname(6)], 'complete')
+            self.resume_lands_on(m, layout, plain_log, 6)
+            # the other copy is dropped
+            r = m.ckptctl('drop', dname(3))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn(dname(3), os.listdir(m.mnt))
+            self.assertEqual(self.states(m)[dname(3)], 'pruned')
 
 
 if __name__ == '__main__':

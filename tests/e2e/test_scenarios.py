@@ -25,9 +25,11 @@ its files and tensors are bit-exact with what the writers logged (trainers.check
                  remain in `ls`, the older are pruned (ckptctl steps) and their chunks reclaimed
                  (the store's chunk bytes are those of the steps left); with keep_every=4 the steps divisible by
                  4 also remain (whether 6 is pruned too is not asserted: see the test).
-  5 abandoned    a Megatron step directory copied in completely by a process that exits without
+  5 abandoned    a Megatron step directory written completely by several processes (a mkdir,
+                 then one copy per rank directory, as a job's ranks write it) that exit without
                  writing the tracker is quarantined (/.ckptfs/quarantine, not in `ls`); a later
-                 tracker write naming it brings it back complete, and a resume lands on it.
+                 tracker write naming it brings it back complete, and a resume lands on it. (A
+                 step copied in by one `cp -r` stays listed as copied: test_lineage.py.)
   6 mf1_keep     MindFormers 1.0 file operations (MindSpore's keep_checkpoint_max deletes the
                  oldest .ckpt of each rank BEFORE it saves): a job saved step 2 on both ranks,
                  wrote both step-4 files and died before meta.json; the restarted job, re-saving
@@ -412,9 +414,12 @@ class TestScenarios(unittest.TestCase):
             # the step's files, written by the real trainer on a plain directory
             log = os.path.join(plain.tmp, 'trainer.log')
             run_to_end('megatron', plain.mnt, log, steps=2, every=2)
-            # a process copies the whole step in and exits without writing the tracker
-            subprocess.run(['cp', '-r', os.path.join(plain.mnt, step_dir(2)), m.mnt],
-                           check=True, timeout=60)
+            # the whole step is written by several processes that exit without writing the
+            # tracker: a job's ranks, not one copy (policy rule 3)
+            subprocess.run(['mkdir', m.path(step_dir(2))], check=True, timeout=60)
+            for rank_dir in sorted(os.listdir(os.path.join(plain.mnt, step_dir(2)))):
+                subprocess.run(['cp', '-r', os.path.join(plain.mnt, step_dir(2), rank_dir),
+                                m.path(step_dir(2))], check=True, timeout=60)
             qdir = m.path('.ckptfs', 'quarantine')
 
             def quarantined():

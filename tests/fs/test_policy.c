@@ -208,6 +208,66 @@ Test(policy, judge)
 	cr_assert(strstr(why, "no earlier complete step"), "%s", why);
 }
 
+/* rule 3's copy: what `cp -r` of a saved step leaves, and the crashed saves it is told from */
+static struct policy_facts copy(void)
+{
+	struct policy_facts f = whole();
+
+	f.sealed = false;
+	f.by_tracker = true;
+	f.writers = 1;
+	return f;
+}
+
+Test(policy, judge_copy)
+{
+	struct policy_facts f = copy();
+	char why[256];
+
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_COPIED);
+	cr_assert(strstr(why, "a copy"), "%s", why);
+	f.settled = false; /* its writer is still copying */
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_WAIT);
+	f = copy();
+	f.sealed = true; /* a claim named it: judged as any sealed step */
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_COMPLETE);
+	/* crashed saves: a file torn or never closed, several ranks, writers unknown */
+	f = copy();
+	f.unsound = 1;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	f = copy();
+	f.uncommitted = 1;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	f = copy();
+	f.writers = 2;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	f.writers = 0;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	f = copy();
+	f.recovering = true;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	/* a rewrite of a complete step left unsealed: its kept version comes back */
+	f = copy();
+	f.rewrite = true;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	/* a layout resolved by scanning would load it: never a copy */
+	f = copy();
+	f.by_tracker = false;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+	f = copy();
+	f.files = 0;
+	cr_assert_eq(policy_judge(&f, why, sizeof(why)), POLICY_INCOMPLETE);
+
+	cr_assert(policy_found_by_tracker(LAYOUT_MEGATRON));
+	cr_assert(policy_found_by_tracker(LAYOUT_MF2));
+	cr_assert(policy_found_by_tracker(LAYOUT_DEEPSPEED));
+	cr_assert_not(policy_found_by_tracker(LAYOUT_MF1));
+	cr_assert_not(policy_found_by_tracker(LAYOUT_HF));
+	cr_assert_not(policy_found_by_tracker(LAYOUT_DCP));
+	cr_assert_not(policy_found_by_tracker(LAYOUT_ORBAX));
+	cr_assert_not(policy_found_by_tracker(LAYOUT_INTERNEVO));
+}
+
 /* ---- previous names, figures, digest (on a real index) ---- */
 
 Test(policy, previous_names, .init = setup, .fini = teardown)

@@ -133,9 +133,13 @@ class QuarantineLimitTest(unittest.TestCase):
         with ckfs.Mount(opts=('keep_quarantine=2',)) as m:
             for n in range(1, 6):
                 d = m.path('iter_%07d' % n, 'mp_rank_00')
-                # each save written by a process that exits without a tracker claim: abandoned
+                # each save written by processes that exit without a tracker claim: abandoned
+                # (two of them, as a job's ranks: one process alone would leave a copy, policy
+                # rule 3)
+                r = ckfs.run(['mkdir', '-p', d], timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
                 r = ckfs.run(['/usr/bin/python3', '-c',
-                              'import os,sys; os.makedirs(sys.argv[1]); '
+                              'import os,sys; '
                               'open(os.path.join(sys.argv[1], "model_optim_rng.pt"), "wb")'
                               '.write(os.urandom(1 << 20))', d], timeout=60)
                 self.assertEqual(r.returncode, 0, r.stderr)

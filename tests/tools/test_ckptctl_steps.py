@@ -124,16 +124,16 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertEqual(f['size'], os.path.getsize(self.m.path('iter_0000100', RANK_FILE)))
         self.assertEqual(f['flags'], ['valid'])
         self.assertEqual(len(f['xxh3_128']), 32)
-        # the writer (a separate process) exited before the tracker was opened: the tracker's
-        # lookup judged the step abandoned at once (issue 18: a reader never waits for a timer
-        # to see an abandoned step), and the tracker's claim brought it back, sealed
+        # the writer (one separate process) exited before the tracker was opened: the
+        # tracker's lookup judged the step at once (issue 18: a reader never waits for a timer),
+        # every file whole and one writer gone: copied, left at its name (policy rule 3); the
+        # tracker's claim sealed it
         self.assertEqual([(h['from'], h['to']) for h in s['history']],
-                         [('writing', 'incomplete'), ('incomplete', 'sealed'),
-                          ('sealed', 'complete')])
+                         [('writing', 'copied'), ('copied', 'sealed'), ('sealed', 'complete')])
         out = self.ctl('show', '100').stdout
         self.assertIn('directory:   /iter_0000100', out)
         self.assertIn(RANK_FILE, out)
-        self.assertIn('incomplete -> sealed', out)
+        self.assertIn('copied -> sealed', out)
         self.assertIn('sealed -> complete', out)
         r = self.ctl('show', '12345', rc=2)
         self.assertIn("no step '12345'", r.stderr)

@@ -17,7 +17,11 @@ is written four ways, and the states of the steps compared once the store has be
 The cases, one store per layout, each with a step the layout's own evidence shows complete and
 steps that are not:
   megatron   10, 20 complete; 30 claimed by the tracker but its file torn half-way
-             (malformed); 40 whole but never claimed
+             (malformed); 40 whole but never claimed, written by one process: a copy (policy
+             rule 3), left at its name as `copied` by the live mount and by both imports (the
+             import is its one writer). fsck alone sets it aside: the record it rebuilds has
+             lost who wrote the step, and a step whose writers are unknown may be a crashed
+             save, never a copy
   deepspeed  10 complete; 20 claimed by `latest` but one rank's optimizer shard never written
              (the previous complete step's names are the record of what a step holds)
   mf2        10 complete; 20 claimed, but its metadata.json lists a file that is not there
@@ -128,12 +132,15 @@ elif layout == "internevo":
 '''
 
 EXPECT = {
-    'megatron': {10: 'complete', 20: 'complete', 30: 'incomplete', 40: 'incomplete'},
+    'megatron': {10: 'complete', 20: 'complete', 30: 'incomplete', 40: 'copied'},
     'deepspeed': {10: 'complete', 20: 'incomplete'},
     'mf2': {10: 'complete', 20: 'incomplete'},
     'dcp': {10: 'complete', 20: 'incomplete'},
     'internevo': {10: 'complete', 30: 'incomplete'},
 }
+
+# what fsck cannot call a copy: the writers of a step whose record was lost are unknown
+FSCK_UNKNOWN_WRITERS = {'megatron': {40: 'incomplete'}}
 
 
 def write(layout, root):
@@ -207,10 +214,12 @@ class PolicyAgreementTest(unittest.TestCase):
         out = ctl(store, 'import', src)
         self.assertEqual(out['failed'], [], out)
         # import does not set a step aside (the daemon owns the namespace): what is not
-        # complete stays writing or sealed until the first mount
+        # complete stays writing or sealed until the first mount, a copy is copied
         for s in out['steps']:
             want = EXPECT[layout][s['step']]
             self.assertEqual(s['state'] == 'complete', want == 'complete',
+                             'import judged %s %s: %s' % (layout, s['name'], s))
+            self.assertEqual(s['state'] == 'copied', want == 'copied',
                              'import judged %s %s: %s' % (layout, s['name'], s))
         # the fsck copy starts from the imported store before its first mount
         copy = os.path.join(self.tmp, layout + '-fsck')
@@ -249,7 +258,8 @@ class PolicyAgreementTest(unittest.TestCase):
         self.assertEqual(live, EXPECT[layout], 'live mount')
         self.assertEqual(imp, EXPECT[layout], 'import, then mount')
         self.assertEqual(mounted, EXPECT[layout], 'import into a mount')
-        self.assertEqual(fsck, EXPECT[layout], 'fsck, then mount')
+        self.assertEqual(fsck, {**EXPECT[layout], **FSCK_UNKNOWN_WRITERS.get(layout, {})},
+                         'fsck, then mount')
 
     def test_megatron(self):
         self.check('megatron')

@@ -438,14 +438,20 @@ static int imp_step_order(const void *a, const void *b, void *arg)
 
 /*
  * imp_judge_one - judge step s by the policy (rule 3) and record its figures and state in the
- * open transaction. What is not complete stays writing (unsealed) or sealed: setting a step
- * aside moves its directory, which is the daemon's, at the first mount. Returns 0 or -errno.
+ * open transaction. A copy (every file whole, nothing sealed it, a layout found through its
+ * tracker) is recorded copied; what else is not complete stays writing (unsealed) or sealed:
+ * setting a step aside moves its directory, which is the daemon's, at the first mount.
+ * Returns 0 or -errno.
  */
 static int imp_judge_one(struct imp_ctx *c, struct imp_step *s, int64_t now)
 {
+	/* this import is the step's one writer, gone once it ends: a whole step nothing sealed
+	 * is a copy (policy rule 3), as a `cp -r` through a mount makes it */
 	struct policy_facts f = { .sealed = s->sealed_by[0] != 0, .settled = true, .quiet = true,
 				  .unsound = s->malformed, .unreadable = s->failed,
-				  .previous = POLICY_PREV_ALL, .absent = "", .unlisted = "" };
+				  .previous = POLICY_PREV_ALL, .absent = "", .unlisted = "",
+				  .by_tracker = policy_found_by_tracker((enum layout_kind)s->kind),
+				  .writers = 1 };
 	char absent[NAME_MAX + 64] = "", unlisted[NAME_MAX + 64] = "", note[PATH_CAP + 320];
 	struct policy_figures fig;
 	struct idx_step row;
@@ -468,9 +474,13 @@ static int imp_judge_one(struct imp_ctx *c, struct imp_step *s, int64_t now)
 	if ((rc = policy_listed_names(c->r->ix, c->r->st, &row, unlisted, sizeof(unlisted))) < 0)
 		return rc;
 	f.unlisted = unlisted;
-	if (policy_judge(&f, s->why, sizeof(s->why)) == POLICY_COMPLETE) {
+	enum policy_verdict v = policy_judge(&f, s->why, sizeof(s->why));
+
+	if (v == POLICY_COMPLETE) {
 		s->state = IDX_STEP_COMPLETE;
 		snprintf(s->why, sizeof(s->why), "sealed by %s, every file whole", s->sealed_by);
+	} else if (v == POLICY_COPIED) {
+		s->state = IDX_STEP_COPIED; /* left at its name by the daemon, as a copy */
 	} else {
 		/* a step missing files it could not read is not recorded sealed: what was
 		 * imported of it is not what the trainer sealed */
@@ -481,7 +491,7 @@ static int imp_judge_one(struct imp_ctx *c, struct imp_step *s, int64_t now)
 			snprintf(s->why + l, sizeof(s->why) - l, "; %s", s->bad);
 		}
 	}
-	if (s->state != IDX_STEP_WRITING) {
+	if (s->state == IDX_STEP_SEALED || s->state == IDX_STEP_COMPLETE) {
 		snprintf(note, sizeof(note), "imported from '%s': %s", c->src, s->sealed_by);
 		if ((rc = idx_step_set_state(c->r->ix, s->id, IDX_STEP_SEALED, now, note)) < 0)
 			return rc;

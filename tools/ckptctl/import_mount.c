@@ -612,8 +612,9 @@ static void imp_mnt_why(struct imp_step *s, const struct imp_mnt_history *h)
 			 "exited", h->sealed, h->sealed[0] ? "; " : "");
 		break;
 	case IDX_STEP_WRITING:
-		snprintf(s->why, sizeof(s->why), "nothing sealed it: the daemon sets it aside as "
-			 "incomplete after this import has exited");
+		snprintf(s->why, sizeof(s->why), "nothing sealed it: after this import has exited "
+			 "the daemon keeps it as copied, named by no tracker until a claim (every "
+			 "file whole, a layout with a tracker), or sets it aside as incomplete");
 		break;
 	default:
 		snprintf(s->why, sizeof(s->why), "%s", h->last);
@@ -681,9 +682,10 @@ int imp_mounted(struct imp_ctx *c, const char *dest)
 	close(destfd);
 	if (rc < 0) {
 		ctl_err("the import through the mount of store '%s' stopped there: what was "
-			"copied stays, and nothing that seals a step was written after it; the "
-			"daemon sets the steps left unsealed aside once this process has exited "
-			"('ckptctl %s steps' lists them, 'ckptctl %s drop STEP' removes one)",
+			"copied stays, and nothing that seals a step was written after it; once "
+			"this process has exited the daemon lists each step left unsealed as copied "
+			"(named by no tracker) or sets it aside ('ckptctl %s steps' lists them, "
+			"'ckptctl %s drop STEP' removes one)",
 			c->root, c->root, c->root);
 		return EXIT_ERROR;
 	}
