@@ -3,7 +3,7 @@
 made, and retention counts only the current lineage. Real trainers (tests/e2e/trainer.py, 2 ranks
 over gloo), real mounts.
 
-  new_run   An earlier run left steps 5 and 10 (Megatron, or DeepSpeed) under
+  new_run   An earlier run left steps 5 and 10 (Megatron, DeepSpeed, MindFormers 2.0) under
             -o keep_checkpoint_max=2. A new run in the same directory (a fresh fine-tune, a
             counter that restarted) saves 2 and 4. On cb3ae28 the tracker still read 10 after
             each save, so a restarted trainer resumed the old run, and retention pruned 2 and 4
@@ -41,6 +41,7 @@ from trainers import Trainer  # noqa: E402
 LAYOUTS = {
     'megatron': ('latest_checkpointed_iteration.txt', str, lambda n: 'iter_%07d' % n),
     'deepspeed': ('latest', lambda n: 'global_step%d' % n, lambda n: 'global_step%d' % n),
+    'mf2': ('latest_checkpointed_iteration.txt', str, lambda n: 'iteration_%08d' % n),
 }
 
 
@@ -104,6 +105,9 @@ class TestLineage(unittest.TestCase):
 
     def test_new_run_deepspeed(self):
         self.new_run('deepspeed')
+
+    def test_new_run_mf2(self):
+        self.new_run('mf2')
 
     def test_rollback_by_tracker_write(self):
         layout = 'megatron'
