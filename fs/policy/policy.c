@@ -583,6 +583,39 @@ static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64
 	return 1;
 }
 
+/* What scan_lineage_cb has seen of a kind's complete steps, highest numbers first. */
+struct scan_walk {
+	int64_t num;       /* the step number being passed over */
+	int64_t num_max;   /* the latest completion among the steps of that number */
+	int64_t above_max; /* the latest completion among the steps numbered above it */
+	int64_t last_ns;   /* the latest completion found: the head */
+	int64_t since_ns;  /* above_max when the head was found */
+	bool any;
+};
+
+/* idx_step_newest_each callback (complete steps of one kind, highest number first) */
+static int scan_lineage_cb(const struct idx_step *s, void *arg)
+{
+	struct scan_walk *w = arg;
+
+	if (policy_is_slot(s))
+		return 0;
+	if (!w->any || s->step != w->num) {
+		if (w->any && w->num_max > w->above_max)
+			w->above_max = w->num_max;
+		w->num = s->step;
+		w->num_max = 0;
+	}
+	w->any = true;
+	if (s->completed_ns > w->last_ns) {
+		w->last_ns = s->completed_ns;
+		w->since_ns = w->above_max; /* the last completion of a step numbered above it */
+	}
+	if (s->completed_ns > w->num_max)
+		w->num_max = s->completed_ns;
+	return 0;
+}
+
 int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind forced,
 		   struct policy_lineage *ret)
 {
@@ -596,6 +629,14 @@ int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind force
 			return rc;
 		if (w.err < 0)
 			return w.err;
+	} else if (kind > LAYOUT_NONE && kind < LAYOUT_KIND_COUNT && kind != LAYOUT_MF1) {
+		/* no tracker: the step completed last heads the lineage (rule 6) */
+		struct scan_walk sw = { 0 };
+
+		rc = idx_step_newest_each(ix, 1u << kind, IDX_STEP_COMPLETE, scan_lineage_cb, &sw);
+		if (rc < 0)
+			return rc;
+		l.since_ns = sw.since_ns;
 	}
 	*ret = l;
 	return 0;
@@ -603,5 +644,13 @@ int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind force
 
 bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step *s)
 {
+	if (l->since_ns > 0 && s->completed_ns <= l->since_ns && !policy_is_slot(s))
+		return false; /* saved before an earlier run's last step: that run's */
 	return !l->claimed || s->step <= l->head_step || s->completed_ns > l->head_ns;
+}
+
+bool policy_is_slot(const struct idx_step *s)
+{
+	/* layout.h: a slot is "snapshot/K", the only step row whose name holds a '/' */
+	return s->kind == LAYOUT_INTERNEVO && strchr(s->name, '/') != NULL;
 }

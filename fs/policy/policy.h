@@ -83,11 +83,20 @@
  *     rollback (a claim of an older complete step: `echo 40 > latest_checkpointed_iteration.txt`)
  *     or by an earlier run in the same directory (a new run's first claim of its own step): a
  *     tracker does not name it, and retention neither counts nor prunes it; it stays until
- *     removed by hand. Without such a claim (HF, DCP, Orbax, InternEvo, whose trainers pick the
- *     highest step by scanning; MindFormers 1.0, whose per-rank meta.json files are judged
- *     apart; a store whose claims were never seen) every complete step is in the lineage.
- *     Known limit: a claim of a newer step of an abandoned lineage (a roll forward) makes every
- *     step at most its number a member again, the other run's included.
+ *     removed by hand. Without such a claim (MindFormers 1.0, whose per-rank meta.json files
+ *     are judged apart; a store whose claims were never seen) every complete step is in the
+ *     lineage.
+ *     Layouts without a tracker (HF, DCP, Orbax, InternEvo: the trainer resumes from the
+ *     highest step it finds by scanning, and that choice stands) have no claims; there the
+ *     step completed last stands for the newest claim. A complete step numbered above it was
+ *     saved before it, by an earlier run in the same directory (a save lower than one already
+ *     complete is how a new run starts there), and so was every step completed before the last
+ *     of those: the lineage is the steps completed after that one. So retention counts a new
+ *     run's own steps and keeps an earlier run's, as with a tracker. InternEvo's slots
+ *     (policy_is_slot), rewritten in place at every snapshot, take no part.
+ *     Known limits: a claim of a newer step of an abandoned lineage (a roll forward), or a
+ *     scanned layout's new run saving past the earlier run's highest step, makes every step at
+ *     most its number a member again, the other run's included.
  */
 #ifndef CKPTFS_POLICY_H
 #define CKPTFS_POLICY_H
@@ -290,16 +299,21 @@ int policy_step_walk(struct idx *ix, uint64_t dir, policy_file_fn fn, void *arg,
 
 /* The head of a lineage, as policy_lineage finds it. */
 struct policy_lineage {
-	bool claimed;      /* a claim names a complete step: the fields below hold; else every
-			    * complete step is a member */
+	bool claimed;      /* a claim names a complete step: head_step and head_ns hold; else
+			    * every complete step completed after since_ns is a member */
 	int64_t head_step; /* the step that claim names */
 	int64_t head_ns;   /* the claim's time, ns since the epoch */
+	int64_t since_ns;  /* a layout without a tracker: when the last step of an earlier run
+			    * completed (ns since the epoch; 0: no earlier run) */
 };
 
 /*
  * policy_lineage - the head of the lineage of complete steps of kind (rule 6), from the recorded
  * claims, newest first, looking at most at POLICY_LINEAGE_CLAIMS of them (a tracker rewritten
  * more often than that without naming a complete step means no head: every step is a member).
+ * A kind without a tracker has no claims: its lineage starts after the earlier run's steps
+ * (since_ns), found from every complete step of kind (what retention keeps of them: the cost
+ * of one retention pass).
  * @forced: the mount's -o layout (LAYOUT_NONE: detect), as for policy_claim_kind.
  * Returns 0 (*ret filled; ret->claimed false when there is no head), -ENOMEM, -EIO.
  * Reads ix only.
@@ -310,6 +324,10 @@ int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind force
 
 /* policy_lineage_member - whether complete step s belongs to lineage l (rule 6). Pure. */
 bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step *s);
+
+/* policy_is_slot - is step row s an InternEvo snapshot slot ("snapshot/K", layout.h), a step
+ * directory rewritten in place, each of its versions a row of that name? Pure. */
+bool policy_is_slot(const struct idx_step *s);
 
 /* ---- many nodes (rule 5) ---- */
 

@@ -198,10 +198,11 @@ int steps_dir_links_add(struct ckfs *fs, uint64_t dir, int delta, bool touch)
 	return idx_inode_update(fs->ix, &d);
 }
 
-/* Is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place? */
+/* Is s an InternEvo snapshot slot ("snapshot/K"), a step rewritten in place? The policy's
+ * rule: policy_is_slot. */
 bool steps_is_slot(const struct idx_step *s)
 {
-	return s->kind == LAYOUT_INTERNEVO && strchr(s->name, '/') != NULL;
+	return policy_is_slot(s);
 }
 
 /* The directory at path rel (relative to the root, '/'-separated), into *ret. -errno. */

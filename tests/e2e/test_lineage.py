@@ -9,7 +9,9 @@ over gloo), real mounts.
             each save, so a restarted trainer resumed the old run, and retention pruned 2 and 4
             ("complete -> pruned: retention") to keep 5 and 10. Now the tracker names 4, a
             resume (after a remount) lands on 4 bit-exact, 2 and 4 are kept, and the earlier
-            run's steps are kept too, named by no tracker.
+            run's steps are kept too, named by no tracker. Hugging Face and DCP (resolved by
+            scanning): the new run saves 2, 4, 6; retention keeps its 4 and 6 and the earlier
+            run's 5 and 10 (on ac5022b it pruned 2, 4 and 5 to keep 6 and 10).
   rollback  A run saved 2, 4, 6, 8; `echo 4 > latest_checkpointed_iteration.txt` (the usual
             answer to a loss spike) returned 0 and read back 8 on cb3ae28. Now it reads 4 back,
             after a remount too, and a resume lands on step 4 bit-exact.
@@ -42,6 +44,11 @@ LAYOUTS = {
     'megatron': ('latest_checkpointed_iteration.txt', str, lambda n: 'iter_%07d' % n),
     'deepspeed': ('latest', lambda n: 'global_step%d' % n, lambda n: 'global_step%d' % n),
     'mf2': ('latest_checkpointed_iteration.txt', str, lambda n: 'iteration_%08d' % n),
+}
+# layouts whose trainer resumes from the highest step it finds by scanning: no tracker
+SCANNED = {
+    'hf': lambda n: 'checkpoint-%d' % n,
+    'dcp': lambda n: 'step-%d' % n,
 }
 
 
@@ -108,6 +115,45 @@ class TestLineage(unittest.TestCase):
 
     def test_new_run_mf2(self):
         self.new_run('mf2')
+
+    def new_run_scanned(self, layout):
+        """A layout resolved by scanning: the trainer's choice of the highest number stands (a
+        resume lands on the earlier run's 10), but retention follows the lineage: the new run
+        saves 2, 4, 6 under keep_checkpoint_max=2 and keeps its own two newest, 4 and 6; its 2
+        is pruned to keep them, never to keep the earlier run's 5 and 10, which stay, counted
+        and pruned by no one, listed as another lineage."""
+        dname = SCANNED[layout]
+        with ckfs.Mount(opts=('keep_checkpoint_max=2',)) as m:
+            old_log = os.path.join(m.tmp, 'old.log')
+            run(layout, m.mnt, old_log, steps=10, every=5)                  # 5 10
+            run(layout, m.mnt, os.path.join(m.tmp, 'new.log'), steps=6, every=2)  # 2 4 6
+            m.settle()
+
+            def judged():
+                st = self.states(m)
+                return st if all(st.get(dname(n)) not in (None, 'writing', 'sealed')
+                                 for n in (2, 4, 6, 5, 10)) else None
+            st = ckfs.wait_for('every step judged', judged, extra=m.log_tail)
+            self.assertEqual([st.get(dname(n)) for n in (2, 4, 6, 5, 10)],
+                             ['pruned', 'complete', 'complete', 'complete', 'complete'],
+                             '%s%s' % (st, m.log_tail()))
+            other = {s['name'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)
+                     if s['other_lineage']}
+            self.assertEqual(other, {dname(5), dname(10)}, 'ckptctl steps names the old run')
+            listed = os.listdir(m.mnt)
+            for n in (4, 6, 5, 10):
+                self.assertIn(dname(n), listed)
+            self.assertNotIn(dname(2), listed)
+            m.unmount()
+            m.start()
+            self.assertEqual(self.states(m), st, 'after a remount')
+            self.resume_lands_on(m, layout, old_log, 10)
+
+    def test_new_run_hf_retention(self):
+        self.new_run_scanned('hf')
+
+    def test_new_run_dcp_retention(self):
+        self.new_run_scanned('dcp')
 
     def test_rollback_by_tracker_write(self):
         layout = 'megatron'

@@ -348,6 +348,74 @@ Test(policy, figures_and_digest, .init = setup, .fini = teardown)
 
 /* ---- 5. reporting ---- */
 
+/* ---- lineage (rule 6) ---- */
+
+/* a complete step of kind, completed at t ns */
+static struct idx_step done(int kind, const char *name, int64_t step, int64_t t)
+{
+	struct idx_step s;
+	int64_t id = mkstep(kind, name, step, 0, IDX_STEP_WRITING);
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_step_set_state(ix, id, IDX_STEP_COMPLETE, t, "test"), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_step_get(ix, id, &s), 0);
+	return s;
+}
+
+Test(policy, lineage_scanned, .init = setup, .fini = teardown)
+{
+	struct policy_lineage l;
+
+	/* an earlier run saved 5 and 10; a new run in the same directory saves 2, 4, 6 */
+	struct idx_step o5 = done(LAYOUT_HF, "checkpoint-5", 5, 10);
+	struct idx_step o10 = done(LAYOUT_HF, "checkpoint-10", 10, 20);
+	struct idx_step n2 = done(LAYOUT_HF, "checkpoint-2", 2, 30);
+
+	cr_assert_eq(policy_lineage(ix, LAYOUT_HF, LAYOUT_NONE, &l), 0);
+	cr_assert_not(l.claimed);
+	cr_assert_eq(l.since_ns, 20);
+	cr_assert(policy_lineage_member(&l, &n2));
+	cr_assert_not(policy_lineage_member(&l, &o5));
+	cr_assert_not(policy_lineage_member(&l, &o10));
+	struct idx_step n4 = done(LAYOUT_HF, "checkpoint-4", 4, 40);
+	struct idx_step n6 = done(LAYOUT_HF, "checkpoint-6", 6, 50);
+
+	cr_assert_eq(policy_lineage(ix, LAYOUT_HF, LAYOUT_NONE, &l), 0);
+	cr_assert_eq(l.since_ns, 20, "5 is below 6, but the earlier run's");
+	cr_assert(policy_lineage_member(&l, &n4) && policy_lineage_member(&l, &n6));
+	cr_assert_not(policy_lineage_member(&l, &o5));
+	/* the known limit: past the earlier run's highest step, every step is a member again */
+	struct idx_step n12 = done(LAYOUT_HF, "checkpoint-12", 12, 60);
+
+	cr_assert_eq(policy_lineage(ix, LAYOUT_HF, LAYOUT_NONE, &l), 0);
+	cr_assert_eq(l.since_ns, 0);
+	cr_assert(policy_lineage_member(&l, &n12) && policy_lineage_member(&l, &o10));
+
+	/* one run only: every step is a member */
+	done(LAYOUT_DCP, "step-1", 1, 10);
+	done(LAYOUT_DCP, "step-2", 2, 20);
+	cr_assert_eq(policy_lineage(ix, LAYOUT_DCP, LAYOUT_NONE, &l), 0);
+	cr_assert_eq(l.since_ns, 0);
+
+	/* InternEvo: a slot's versions, rewritten in place, are no run */
+	struct idx_step i100 = done(LAYOUT_INTERNEVO, "100", 100, 10);
+	struct idx_step i50 = done(LAYOUT_INTERNEVO, "50", 50, 30);
+	struct idx_step slot = done(LAYOUT_INTERNEVO, "snapshot/0", 200, 100);
+
+	cr_assert(policy_is_slot(&slot) && !policy_is_slot(&i50));
+	cr_assert_eq(policy_lineage(ix, LAYOUT_INTERNEVO, LAYOUT_NONE, &l), 0);
+	cr_assert_eq(l.since_ns, 10);
+	cr_assert(policy_lineage_member(&l, &i50) && policy_lineage_member(&l, &slot));
+	cr_assert_not(policy_lineage_member(&l, &i100));
+
+	/* a layout with a tracker and no claim recorded: every step */
+	done(LAYOUT_MEGATRON, "iter_0000010", 10, 10);
+	done(LAYOUT_MEGATRON, "iter_0000002", 2, 20);
+	cr_assert_eq(policy_lineage(ix, LAYOUT_MEGATRON, LAYOUT_NONE, &l), 0);
+	cr_assert(!l.claimed && l.since_ns == 0);
+}
+
 Test(policy, time_iso)
 {
 	char b[40];
