@@ -100,9 +100,11 @@
 #define IX_BUSY_TIMEOUT_MS 5000
 #define IX_CACHE_KIB "-65536" /* PRAGMA cache_size: negative = KiB, here 64 MiB */
 
-/* literals in the steps SQL below: states 1 (sealed), 2 (complete), 3 (pruned), 0..6, kinds 0..31 */
+/* literals in the steps SQL below: states 1 (sealed), 2 (complete), 3 (pruned), 4 (incomplete),
+ * 5 (corrupt), 0..6, kinds 0..31 */
 _Static_assert(IDX_STEP_WRITING == 0 && IDX_STEP_SEALED == 1 && IDX_STEP_COMPLETE == 2 &&
-		       IDX_STEP_PRUNED == 3 && IDX_STEP_COPIED == 6 && IDX_STEP_STATE_COUNT == 7 &&
+		       IDX_STEP_PRUNED == 3 && IDX_STEP_INCOMPLETE == 4 && IDX_STEP_CORRUPT == 5 &&
+		       IDX_STEP_COPIED == 6 && IDX_STEP_STATE_COUNT == 7 &&
 		       IDX_STEP_KIND_MAX == 32,
 	       "step states or kinds differ from the literals used in the SQL");
 
@@ -230,6 +232,11 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_STEP_BY_DIR] = "SELECT " IX_STEP_COLS " FROM steps WHERE dir_ino = ?1 AND dir_ino <> 0",
 	[IX_STEP_BY_NAME] = "SELECT " IX_STEP_COLS " FROM steps WHERE kind = ?1 AND name = ?2 "
 			    "AND state <> 3 ORDER BY id DESC LIMIT 1",
+	/* steps_kind_name narrows to the rows of one name: a few versions. States 3, 4, 5:
+	 * pruned, incomplete, corrupt (the rows that leave the name) */
+	[IX_STEP_BY_NAME_AT] = "SELECT " IX_STEP_COLS " FROM steps WHERE kind = ?1 AND name = ?2 "
+			       "AND created_ns <= ?3 AND NOT (state IN (3, 4, 5) AND "
+			       "state_ns <= ?3) ORDER BY created_ns DESC, id DESC LIMIT 1",
 	[IX_STEP_STATE_OF] = "SELECT state FROM steps WHERE id = ?1",
 	/* the right-hand sides see the old row: "state <> ?2" means the state changes */
 	[IX_STEP_SET_STATE] = "UPDATE steps SET state = ?2, "

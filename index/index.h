@@ -602,6 +602,17 @@ int idx_step_by_dir(struct idx *ix, uint64_t dir_ino, struct idx_step *ret);
 int idx_step_by_name(struct idx *ix, int kind, const char *name, struct idx_step *ret);
 
 /*
+ * idx_step_by_name_at - of the versions of one step (the rows of this kind and name), the one
+ * that held the name at ts_ns, into *ret: made at or before ts_ns (created_ns), not pruned,
+ * incomplete or corrupt by then (a row in one of those states whose state_ns <= ts_ns had left
+ * the name), the one made last (then the highest id). Its state is the one it has now, any.
+ * name as for idx_step_by_name. Returns 0 or -ENOENT (none; also for a kind or name no step
+ * can have).
+ */
+int idx_step_by_name_at(struct idx *ix, int kind, const char *name, int64_t ts_ns,
+			struct idx_step *ret);
+
+/*
  * idx_step_set_state - move step id to state, at now_ns (nanoseconds since the epoch), and append
  * an event (id, now_ns, old state, state, note) to its history. When the state changes, state_ns
  * becomes now_ns, and so does sealed_ns when entering IDX_STEP_SEALED, completed_ns when entering

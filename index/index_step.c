@@ -181,6 +181,23 @@ int idx_step_by_name(struct idx *ix, int kind, const char *name, struct idx_step
 	return ix_step_one(ix, st, ret);
 }
 
+int idx_step_by_name_at(struct idx *ix, int kind, const char *name, int64_t ts_ns,
+			struct idx_step *ret)
+{
+	sqlite3_stmt *st = ix_stmt(ix, IX_STEP_BY_NAME_AT);
+	int r, len;
+
+	if (!ix_kind_ok(kind) || (len = ix_step_name_len(name)) < 0)
+		return -ENOENT; /* no step can have it */
+	if ((r = ix_bind_i64(ix, st, 1, kind)) < 0 ||
+	    (r = ix_bind_bytes(ix, st, 2, name, (size_t)len)) < 0 ||
+	    (r = ix_bind_i64(ix, st, 3, ts_ns)) < 0) {
+		ix_done(st);
+		return r;
+	}
+	return ix_step_one(ix, st, ret);
+}
+
 /* ix_set_state - idx_step_set_state inside the caller's savepoint. */
 static int ix_set_state(struct idx *ix, int64_t id, int state, int64_t now_ns, const char *note)
 {

@@ -145,6 +145,18 @@ Test(steps, create_get_by_dir_by_name, .init = setup_open_txn, .fini = teardown)
 	cr_assert_eq(t.id, b);
 	cr_assert_eq(idx_step_set_state(ix, b, IDX_STEP_PRUNED, 4000, NULL), 0);
 	cr_assert_eq(idx_step_by_name(ix, 1, "iter_0000200", &t), -ENOENT);
+	/* by_name_at: the row made last by then, unless it had left the name (pruned at 4000) */
+	cr_assert_eq(idx_step_by_name_at(ix, 1, "iter_0000200", 1999, &t), -ENOENT);
+	cr_assert_eq(idx_step_by_name_at(ix, 1, "iter_0000200", 2000, &t), 0);
+	cr_assert_eq(t.id, b);
+	cr_assert_eq(idx_step_by_name_at(ix, 1, "iter_0000200", 2999, &t), 0);
+	cr_assert_eq(t.id, b);
+	cr_assert_eq(idx_step_by_name_at(ix, 1, "iter_0000200", 3999, &t), 0);
+	cr_assert_eq(t.id, c);
+	cr_assert_eq(t.state, IDX_STEP_PRUNED, "its state now");
+	cr_assert_eq(idx_step_by_name_at(ix, 1, "iter_0000200", 9999, &t), -ENOENT);
+	cr_assert_eq(idx_step_by_name_at(ix, 2, "iter_0000200", 9999, &t), -ENOENT);
+	cr_assert_eq(idx_step_by_name_at(ix, 1, "", 9999, &t), -ENOENT);
 	/* pruned or not, by_dir still finds the row that has the directory */
 	cr_assert_eq(idx_step_by_dir(ix, d2, &t), 0);
 	cr_assert_eq(t.id, c);
