@@ -554,6 +554,24 @@ struct lineage_walk {
 	int err;
 };
 
+/*
+ * The version of kind's step named name that a claim made at ts_ns names: the one that held the
+ * name then (idx_step_by_name_at). A rewrite in place makes a new version and keeps the complete
+ * one; whichever of them is set aside, the claim names the one at the name when it was made: a
+ * new version the trainer claimed and then left torn is not stood for by the older version that
+ * comes back at the name, and a version claimed stays claimed after a later rewrite of it is set
+ * aside. A claim older than every row of the name (rows remade by fsck or import after the
+ * claims were recorded) names the newest row that is not pruned. Returns 0, -ENOENT or the
+ * index's -errno.
+ */
+static int claimed_row(struct idx *ix, enum layout_kind kind, const char *name, int64_t ts_ns,
+		       struct idx_step *ret)
+{
+	int rc = idx_step_by_name_at(ix, kind, name, ts_ns, ret);
+
+	return rc == -ENOENT ? idx_step_by_name(ix, kind, name, ret) : rc;
+}
+
 static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64_t ts_ns,
 			    void *arg)
 {
@@ -569,7 +587,7 @@ static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64
 	    !layout_tracker_shared(tk, w->kind) ||
 	    layout_step_dir_name(w->kind, step, name, sizeof(name)) < 0)
 		return 0;
-	int rc = idx_step_by_name(w->ix, w->kind, name, &s);
+	int rc = claimed_row(w->ix, w->kind, name, ts_ns, &s);
 
 	if (rc == -ENOENT || (rc == 0 && s.state != IDX_STEP_COMPLETE))
 		return 0; /* a save that did not finish, or a step no longer kept: older claims */

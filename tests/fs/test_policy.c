@@ -416,6 +416,66 @@ Test(policy, lineage_scanned, .init = setup, .fini = teardown)
 	cr_assert(!l.claimed && l.since_ns == 0);
 }
 
+static void claim(const char *content, int64_t step, int64_t t)
+{
+	int64_t id;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_claim_add(ix, "latest_checkpointed_iteration.txt", content,
+				   strlen(content), step, t, &id), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+/* a version of step name made at t0, in state at t1 */
+static struct idx_step version(const char *name, int64_t step, int64_t t0, int state, int64_t t1)
+{
+	struct idx_step s;
+	int64_t id;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_step_create(ix, LAYOUT_MEGATRON, name, step, 0, t0, &id), 0);
+	cr_assert_eq(idx_step_set_state(ix, id, state, t1, "test"), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_step_get(ix, id, &s), 0);
+	return s;
+}
+
+/* a claim names the version of the step that held its name when it was made */
+Test(policy, lineage_claim_names_a_version, .init = setup, .fini = teardown)
+{
+	struct policy_lineage l;
+
+	version("iter_0000002", 2, 1, IDX_STEP_COMPLETE, 4);
+	claim("2", 2, 5);
+	struct idx_step v4 = version("iter_0000004", 4, 6, IDX_STEP_COMPLETE, 20);
+
+	claim("4", 4, 20);
+	/* a rewrite of 4 by hand, made after the claim and set aside: 4 stays claimed */
+	version("iter_0000004", 4, 30, IDX_STEP_INCOMPLETE, 35);
+	cr_assert_eq(policy_lineage(ix, LAYOUT_MEGATRON, LAYOUT_NONE, &l), 0);
+	cr_assert(l.claimed && l.head_step == 4 && l.head_ns == 20);
+	cr_assert(policy_lineage_member(&l, &v4));
+
+	/* 6 was complete in an earlier lineage; after a rollback to 4 the trainer saves 6 again,
+	 * claims the new version (DeepSpeed's `latest` comes before every rank is done) and is
+	 * killed: the new version is set aside and the old one is back at the name, but the claim
+	 * named the new one */
+	struct idx_step o6 = version("iter_0000006", 6, 7, IDX_STEP_COMPLETE, 8);
+
+	claim("4", 4, 40);
+	version("iter_0000006", 6, 45, IDX_STEP_INCOMPLETE, 60);
+	claim("6", 6, 50);
+	cr_assert_eq(policy_lineage(ix, LAYOUT_MEGATRON, LAYOUT_NONE, &l), 0);
+	cr_assert(l.claimed && l.head_step == 4 && l.head_ns == 40, "head %ld", (long)l.head_step);
+	cr_assert_not(policy_lineage_member(&l, &o6));
+
+	/* rows remade after the claims (fsck, import): the claim names the row of the name */
+	version("iter_0000008", 8, 100, IDX_STEP_COMPLETE, 101);
+	claim("8", 8, 90);
+	cr_assert_eq(policy_lineage(ix, LAYOUT_MEGATRON, LAYOUT_NONE, &l), 0);
+	cr_assert(l.claimed && l.head_step == 8 && l.head_ns == 90);
+}
+
 Test(policy, time_iso)
 {
 	char b[40];
