@@ -222,6 +222,7 @@ struct names_walk {
 	uint64_t (*pairs)[2];  /* [previous step's directory, same directory in this step] */
 	size_t n, cap;
 	uint64_t cur;          /* this step's directory matching the one being listed */
+	int64_t since_ns;      /* > 0: a file of this step counts only if written since then */
 	char *missing;
 	size_t mcap;
 };
@@ -248,6 +249,10 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 	if (idx_dentry_lookup(w->ix, w->cur, want, &mine) < 0 ||
 	    idx_inode_get(w->ix, mine, &a) < 0 || (S_ISDIR(mode) != S_ISDIR(a.mode))) {
 		snprintf(w->missing, w->mcap, "%s", want);
+		return 1;
+	}
+	if (w->since_ns > 0 && S_ISREG(mode) && a.mtime_ns < w->since_ns) {
+		snprintf(w->missing, w->mcap, "%s, not written again", want);
 		return 1;
 	}
 	if (S_ISDIR(mode)) {
@@ -283,6 +288,28 @@ int policy_previous_names(struct idx *ix, const struct idx_step *s, char *missin
 		size_t l = strlen(missing);
 
 		snprintf(missing + l, cap - l, " (in step %" PRId64 ")", pc.best.step);
+		return POLICY_PREV_MISSING;
+	}
+	return rc < 0 ? rc : POLICY_PREV_ALL;
+}
+
+int policy_rewritten_names(struct idx *ix, const struct idx_step *s, uint64_t kept_dir,
+			   char *missing, size_t cap)
+{
+	struct names_walk w = { .ix = ix, .from = s->step, .to = s->step, .cur = s->dir_ino,
+				.since_ns = s->created_ns > 0 ? s->created_ns : 1,
+				.missing = missing, .mcap = cap };
+	int rc = idx_dir_list(ix, kept_dir, 0, names_cb, &w);
+
+	for (size_t i = 0; rc == 0 && i < w.n; i++) { /* w.pairs grows as we go */
+		w.cur = w.pairs[i][1];
+		rc = idx_dir_list(ix, w.pairs[i][0], 0, names_cb, &w);
+	}
+	free(w.pairs);
+	if (rc == 1) {
+		size_t l = strlen(missing);
+
+		snprintf(missing + l, cap - l, " (in its complete version)");
 		return POLICY_PREV_MISSING;
 	}
 	return rc < 0 ? rc : POLICY_PREV_ALL;

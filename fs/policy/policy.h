@@ -39,7 +39,9 @@
  *     metadata lists is there (MindFormers 2.0 metadata.json), and, for layouts whose marker
  *     may precede other ranks' files (DeepSpeed, Hugging Face), it holds every name of the
  *     previous complete step of its layout, or, when there is none, nothing was written into it
- *     for a while (the caller's `quiet`). A step that cannot be complete once its writers are
+ *     for a while (the caller's `quiet`); a new version of a complete step of those layouts (a
+ *     rewrite in place) holds every name of its kept version, each written again since it
+ *     began (policy_rewritten_names). A step that cannot be complete once its writers are
  *     gone is incomplete; the daemon sets it aside, import leaves that to the daemon's first
  *     mount (which owns the namespace).
  *     A copy is the exception: a step never sealed, of a layout whose trainer finds its steps
@@ -255,6 +257,21 @@ bool policy_found_by_tracker(enum layout_kind kind);
  * Returns POLICY_PREV_ALL, POLICY_PREV_NONE, POLICY_PREV_MISSING, or -ENOMEM / -errno of the index.
  */
 int policy_previous_names(struct idx *ix, const struct idx_step *s, char *missing, size_t cap);
+
+/*
+ * policy_rewritten_names - step s is a new version of a complete step whose tree is kept at
+ * kept_dir (a rewrite in place): has it written every file and directory name of that version
+ * again, each regular file since s began (its mtime at or after s->created_ns)? A new version
+ * starts in the directory of the old one, with every file of it: for a layout whose marker may
+ * precede other ranks' files (policy_names_repeat), those files would pass for the new save's
+ * (policy_previous_names finds every name) while a rank is still to write them, and a step
+ * judged complete then would hold two saves. The kept version is the record of what the step
+ * holds (rule 3).
+ * @missing: receives the first name not written again, NUL-terminated, truncated to cap.
+ * Returns POLICY_PREV_ALL, POLICY_PREV_MISSING, or -ENOMEM / -errno of the index.
+ */
+int policy_rewritten_names(struct idx *ix, const struct idx_step *s, uint64_t kept_dir,
+			   char *missing, size_t cap);
 
 /*
  * policy_listed_names - does step s hold every file its own metadata lists? MindFormers 2.0's

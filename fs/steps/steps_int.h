@@ -302,10 +302,11 @@ void steps_slot_number(struct ckfs *fs, struct idx_step *s, const char *marker);
  */
 void steps_versions_done(struct ckfs *fs, const struct idx_step *s);
 
-/* steps_has_kept_version - is step s a new version of a complete step, whose kept version
- * waits in /.ckptfs/retained (steps_reopen_complete, a slot's rewrite)? False on an index
- * error. Costs what /.ckptfs/retained holds. fs->mu held. */
-bool steps_has_kept_version(struct ckfs *fs, const struct idx_step *s);
+/* steps_kept_version_dir - if step s is a new version of a complete step, whose kept version
+ * waits in /.ckptfs/retained (steps_reopen_complete, a slot's rewrite), the directory of the
+ * newest kept version into *ret_dir and true; false otherwise or on an index error (*ret_dir
+ * untouched). Costs what /.ckptfs/retained holds. fs->mu held. */
+bool steps_kept_version_dir(struct ckfs *fs, const struct idx_step *s, uint64_t *ret_dir);
 
 
 /* ---- steps_mf1.c: MindFormers 1.0 ---- */

@@ -76,9 +76,20 @@ static int step_facts(struct ckfs *fs, const struct idx_step *s, const struct st
 	absent[0] = unlisted[0] = '\0';
 	if (policy_names_repeat(s->kind) && f->sealed && sc->open == 0 &&
 	    !newer_step_started(fs, s)) {
+		uint64_t kept;
+
 		if ((rc = policy_previous_names(fs->ix, s, absent, NAME_MAX + 64)) < 0)
 			return rc;
 		f->previous = rc;
+		/* a rewrite in place: the files of its complete version are in its directory from
+		 * the start; each must be written again (DeepSpeed's `latest` seals it while
+		 * another rank is still to rewrite its own) */
+		if (f->previous != POLICY_PREV_MISSING && steps_kept_version_dir(fs, s, &kept)) {
+			if ((rc = policy_rewritten_names(fs->ix, s, kept, absent,
+							 NAME_MAX + 64)) < 0)
+				return rc;
+			f->previous = rc;
+		}
 	}
 	/* after a crash, a step whose marker may precede other ranks' files (DeepSpeed's `latest`,
 	 * HF's trainer_state.json) has all its files only if it holds every name of the previous
@@ -91,8 +102,10 @@ static int step_facts(struct ckfs *fs, const struct idx_step *s, const struct st
 	f->by_tracker = policy_found_by_tracker((enum layout_kind)s->kind);
 	f->recovering = recovering;
 	if (f->by_tracker && !f->sealed && settled && !recovering) {
+		uint64_t kept;
+
 		f->writers = steps_rt_writers(fs, s->id);
-		f->rewrite = steps_has_kept_version(fs, s);
+		f->rewrite = steps_kept_version_dir(fs, s, &kept);
 	}
 	/* with many nodes (fs->node) MindFormers 2.0's metadata.json lists every node's files and
 	 * this node holds its own ranks' only: the list is not this node's part to check */

@@ -93,13 +93,20 @@ out:
 	return rc;
 }
 
-bool steps_has_kept_version(struct ckfs *fs, const struct idx_step *s)
+bool steps_kept_version_dir(struct ckfs *fs, const struct idx_step *s, uint64_t *ret_dir)
 {
 	struct slot_ctx c = { .s = s };
-	bool r = kept_versions(fs, &c) == 0 && c.n > 0;
+	struct idx_step o, best = { .id = 0 };
 
+	if (kept_versions(fs, &c) == 0)
+		for (size_t i = 0; i < c.n; i++)
+			if (idx_step_get(fs->ix, c.ids[i], &o) == 0 && o.dir_ino && o.id > best.id)
+				best = o;
 	free(c.ids);
-	return r;
+	if (!best.id)
+		return false;
+	*ret_dir = best.dir_ino;
+	return true;
 }
 
 /*

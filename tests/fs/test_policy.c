@@ -348,6 +348,46 @@ Test(policy, figures_and_digest, .init = setup, .fini = teardown)
 
 /* ---- 5. reporting ---- */
 
+static void set_mtime(uint64_t ino, int64_t t)
+{
+	struct idx_inode a;
+
+	cr_assert_eq(idx_inode_get(ix, ino, &a), 0);
+	a.mtime_ns = t;
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_inode_update(ix, &a), 0);
+	cr_assert_eq(idx_commit(ix), 0);
+}
+
+/* a new version of a complete step starts with the old version's files in its directory */
+Test(policy, rewritten_names, .init = setup, .fini = teardown)
+{
+	char miss[128];
+	uint64_t kept = mk(IDX_ROOT_INO, "kept", true, 0);
+	uint64_t ksub = mk(kept, "sub", true, 0);
+
+	mk(kept, "mp_rank_00_model_states.pt", false, 0);
+	mk(ksub, "zero_pp_rank_1_mp_rank_00_optim_states.pt", false, 0);
+	uint64_t d = mk(IDX_ROOT_INO, "global_step4", true, 0);
+	uint64_t dsub = mk(d, "sub", true, 0);
+	uint64_t f0 = mk(d, "mp_rank_00_model_states.pt", false, 0);
+	uint64_t f1 = mk(dsub, "zero_pp_rank_1_mp_rank_00_optim_states.pt", false, 0);
+	struct idx_step s = { .kind = LAYOUT_DEEPSPEED, .step = 4, .dir_ino = d,
+			      .created_ns = 50 };
+
+	set_mtime(f0, 60); /* rank 0 wrote its file again; rank 1 not yet */
+	set_mtime(f1, 10);
+	cr_assert_eq(policy_rewritten_names(ix, &s, kept, miss, sizeof(miss)), POLICY_PREV_MISSING);
+	cr_assert(strstr(miss, "zero_pp_rank_1_mp_rank_00_optim_states.pt, not written again"),
+		  "%s", miss);
+	set_mtime(f1, 70);
+	cr_assert_eq(policy_rewritten_names(ix, &s, kept, miss, sizeof(miss)), POLICY_PREV_ALL);
+	/* a name of the complete version that the new one lacks */
+	mk(kept, "zero_to_fp32.py", false, 0);
+	cr_assert_eq(policy_rewritten_names(ix, &s, kept, miss, sizeof(miss)), POLICY_PREV_MISSING);
+	cr_assert(strstr(miss, "zero_to_fp32.py"), "%s", miss);
+}
+
 /* ---- lineage (rule 6) ---- */
 
 /* a complete step of kind, completed at t ns */
