@@ -163,7 +163,8 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 /*
  * steps_ctl_pin, steps_ctl_drop, steps_ctl_rollback - the commands of `ckptctl pin|unpin|drop|
  * rollback STEP` on a mounted store. arg names one step as ckptctl's STEP does (a step number
- * or a step directory name; pruned steps left out). msg (cap bytes) gets one line for the user:
+ * or a step directory name; pruned steps left out; of several versions of one step, the one at
+ * its name, else the newest). msg (cap bytes) gets one line for the user:
  * what was done, or why not and what to do.
  * pin: a complete step; unpin runs retention for its layout at once.
  * drop: any step that is not being written (writing, sealed), not pinned, and not the one a

@@ -20,32 +20,52 @@
 #include "fs/steps/steps_int.h"
 
 struct ctl_find {
+	struct ckfs *fs;
 	const char *arg;
 	int64_t number; /* arg as a step number, or -1 */
 	struct idx_step best;
+	bool best_home; /* best is the version at the step's name */
 	unsigned n;     /* steps matched, pruned ones left out */
 };
+
+/* Is version s of a step the one at the step's name (not kept in retained, not set aside)? */
+static bool at_home(struct ckfs *fs, const struct idx_step *s)
+{
+	const char *leaf;
+	uint64_t home, cur;
+
+	return s->dir_ino && steps_step_home(fs, s->name, &home, &leaf) == 0 &&
+	       idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0 && cur == s->dir_ino;
+}
 
 static int find_cb(const struct idx_step *s, void *arg)
 {
 	struct ctl_find *f = arg;
+	bool home;
 
 	if (s->state == IDX_STEP_PRUNED)
 		return 0;
 	if (strcmp(s->name, f->arg) != 0 && (f->number < 0 || s->step != f->number))
 		return 0;
-	/* one step saved twice (a kept version and its new one): the newest row answers */
-	if (f->n == 0 || strcmp(f->best.name, s->name) != 0 || f->best.kind != s->kind)
+	home = at_home(f->fs, s);
+	/* one step saved more than once (a kept version and its new one, a rewrite set aside):
+	 * the version at its name answers, what a resume reads; else the newest row */
+	if (f->n == 0 || strcmp(f->best.name, s->name) != 0 || f->best.kind != s->kind) {
 		f->n++;
-	if (f->n == 1 || s->id > f->best.id)
-		f->best = *s;
+	} else if (f->best_home && !home) {
+		return 0;
+	} else if (home == f->best_home && s->id < f->best.id) {
+		return 0;
+	}
+	f->best = *s;
+	f->best_home = home;
 	return 0;
 }
 
 /* The one step arg names (not pruned) into *ret. Returns 0, or -1 with the answer in msg. */
 static int find_step(struct ckfs *fs, const char *arg, struct idx_step *ret, char *msg, size_t cap)
 {
-	struct ctl_find f = { .arg = arg, .number = -1 };
+	struct ctl_find f = { .fs = fs, .arg = arg, .number = -1 };
 	char *end;
 	long long v = strtoll(arg, &end, 10);
 

@@ -210,6 +210,10 @@ class TestLineage(unittest.TestCase):
                 m.ckptctl('steps', json_out=True).stdout) if s['name'] == 'iter_0000004')
             self.assertEqual(states, ['complete', 'incomplete'])
             self.resume_lands_on(m, layout, log, 4)
+            # ckptctl's STEP names the version at the step's name, not the one set aside
+            r = ckfs.run([ckfs.ckptctl_bin(), m.mnt, 'rollback', '4'], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(self.read_tracker(m, layout), '4')
             # the trainer saving step 4 again (a resume from 2): a new version, complete
             with open(m.path(LAYOUTS[layout][0]), 'w') as t:
                 t.write('2')                       # a rollback to 2 first
