@@ -97,7 +97,8 @@ if [ -z "${CKPTFS_NO_SANITIZE:-}" ] && [ $# -eq 0 ]; then
 	ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C "$asan" --print-errorlogs --num-processes 1 \
-		--suite unit --suite mount --suite torture --suite remote --no-suite crash-loop ||
+		--suite unit --suite mount --suite torture --suite remote --no-suite crash-loop \
+		--no-suite crash-lineage ||
 		rc=$?
 fi
 
