@@ -448,7 +448,14 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 		if (idx_dentry_lookup(fs->ix, newparent, newname, &ino) == 0)
 			steps_on_name(fs, newparent, newname, ino, fuse_req_ctx(req)->pid, true);
 	}
+	/* the old name is gone here: the other nodes' lookups no longer make it (node_dir.c).
+	 * The new name is not published: a step renamed into place (Orbax's commit) reaches the
+	 * other nodes as its seal, which renames their part (steps_seal_remote) */
+	bool shared = rc == 0 && !(flags & RENAME_EXCHANGE) && fs_shared_step_dir(fs, parent, name);
+
 	pthread_mutex_unlock(&fs->mu);
+	if (shared)
+		node_dir_unpublish(fs, name);
 	fuse_reply_err(req, -rc);
 }
 

@@ -73,8 +73,11 @@ void steps_settle_now(struct ckfs *fs);
 void steps_retention(struct ckfs *fs, int kind);
 /*
  * steps_seal_remote - another node published the seal of step (kind, step) (policy rule 5):
- * seal this node's part of it and judge it, as a local claim would. why: for the log. Returns 0,
- * -ENOENT when this node has no unfinished part of that step (none yet, or already complete).
+ * seal this node's part of it and judge it, as a local claim would. A part of an Orbax step
+ * still under its tmp name first takes the step's name: the primary host's commit rename, which
+ * renamed only its own node's part. why: for the log. Returns 0 (also when that name is taken
+ * here: logged, the part left unsealed), -ENOENT when this node has no unfinished part of that
+ * step (none yet, or already complete).
  * Takes fs->mu.
  */
 int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why);

@@ -312,12 +312,62 @@ static int find_part_cb(const struct idx_step *s, void *arg)
 	return 0;
 }
 
+/*
+ * Orbax's primary host commits a step by renaming `<step>.orbax-checkpoint-tmp` to `<step>`
+ * (orbax atomicity.py AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md). On one shared
+ * filesystem that one rename moves every host's shards; here it happened in the primary's node
+ * only, and the other nodes' shards are still under the tmp name in theirs. Another node's seal
+ * of step s is that rename: s, still under its tmp name here, takes the final name, as
+ * orbax_renamed does for a local rename. Returns 0 (renamed, or nothing to rename), -EEXIST
+ * when the final name is taken here (then s is not sealed: two directories would hold the
+ * step), or the index's -errno. fs->mu held; runs its own transaction.
+ */
+static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
+{
+	struct layout_match m;
+	char final[IDX_STEP_NAME_MAX + 1];
+	uint64_t cur;
+	int rc;
+
+	if (s->kind != LAYOUT_ORBAX || layout_classify(s->name, fs->layout, &m) < 0 ||
+	    !(m.flags & LAYOUT_F_TMP) || strchr(s->name, '/'))
+		return 0;
+	if (layout_step_dir_name((enum layout_kind)s->kind, s->step, final, sizeof(final)) < 0)
+		return -ENAMETOOLONG;
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) < 0 || cur != s->dir_ino)
+		return 0; /* not at its tmp name (moved or set aside): nothing to rename */
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, final, &cur) == 0) {
+		ckpt_log("step '%s': sealed by another node, but '%s' is taken here: not renamed "
+			 "and not sealed, so the step cannot become global", s->name, final);
+		return -EEXIST;
+	}
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, IDX_ROOT_INO, final);
+	if (rc == 0)
+		rc = idx_step_set_name(fs->ix, s->id, final);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0) {
+		idx_rollback(fs->ix);
+		ckpt_log("step '%s': cannot take its final name '%s': %s", s->name, final,
+			 strerror(-rc));
+		return rc;
+	}
+	steps_inval_queue(fs, IDX_ROOT_INO, s->name);
+	ckpt_log("step '%s': renamed to '%s', as its primary host's rename did on its node",
+		 s->name, final);
+	snprintf(s->name, sizeof(s->name), "%s", final);
+	return 0;
+}
+
 int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why)
 {
 	struct find_part f = { .kind = kind, .step = step };
 
 	pthread_mutex_lock(&fs->mu);
-	if (idx_step_foreach(fs->ix, find_part_cb, &f) >= 0 && f.found)
+	if (idx_step_foreach(fs->ix, find_part_cb, &f) >= 0 && f.found &&
+	    remote_commit_rename(fs, &f.s) == 0)
 		steps_seal(fs, &f.s, why);
 	pthread_mutex_unlock(&fs->mu);
 	return f.found ? 0 : -ENOENT;

@@ -26,14 +26,12 @@ import ckfs  # noqa: E402
 from trainers import PYTHON, TRAINER, RUN_TIMEOUT  # noqa: E402
 
 NODES = 3
-LAYOUTS = ('megatron', 'mf2', 'deepspeed', 'hf', 'dcp', 'internevo')
+LAYOUTS = ('megatron', 'mf2', 'deepspeed', 'hf', 'dcp', 'internevo', 'orbax')
 # Not yet across nodes (issue 41 item 4), run only when named in CKPTFS_THREE_NODES_LAYOUTS:
 #   mf1             its steps have no directory, so no node publishes them
 #   internevo-snap  a snapshot slot ("snapshot/0") is published by the node that writes its
 #                   marker only; the others' parts of it are never sealed
-#   orbax           each node renames its own temporary directory: the step's shards of the
-#                   other nodes are not in "4/" when rank 0 commits it
-NOT_YET = ('mf1', 'internevo-snap', 'orbax')
+NOT_YET = ('mf1', 'internevo-snap')
 ONLY = [x for x in os.environ.get('CKPTFS_THREE_NODES_LAYOUTS', '').split(',') if x]
 
 
