@@ -319,7 +319,7 @@ struct export_job {
 
 /*
  * export_find - the step that arg names (m: owned by the caller, free m->found.v), refused
- * unless complete (or pinned and not pruned, or force) and still with a directory; then every
+ * unless it still has a directory and is complete (or pinned and not pruned, or force); then every
  * entry under it into j->t, and the number and bytes of its regular files into j->x.files_total
  * and j->x.total.
  * Returns 0, or -1 when the export cannot go on (printed).
@@ -336,16 +336,17 @@ static int export_find(struct export_job *j, const char *arg, bool force, struct
 	s = j->s = ctl_pick_step(m);
 	if (!s)
 		return ctl_no_step(root, arg), -1;
+	/* first: without a directory --force has nothing to export, so it is not suggested */
+	if (!s->dir_ino) {
+		ctl_err("step %" PRId64 " ('%s', id %" PRId64 ") is %s and has no directory any "
+			"more; nothing to export",
+			s->step, s->name, s->id, idx_step_state_name(s->state));
+		return -1;
+	}
 	if (s->state != IDX_STEP_COMPLETE && !(s->pinned && s->state != IDX_STEP_PRUNED) &&
 	    !force) {
 		ctl_err("step %" PRId64 " ('%s', id %" PRId64 ") is %s; only complete steps are "
 			"exported: add --force to export it anyway",
-			s->step, s->name, s->id, idx_step_state_name(s->state));
-		return -1;
-	}
-	if (!s->dir_ino) {
-		ctl_err("step %" PRId64 " ('%s', id %" PRId64 ") is %s and has no directory any "
-			"more; nothing to export",
 			s->step, s->name, s->id, idx_step_state_name(s->state));
 		return -1;
 	}
