@@ -51,6 +51,92 @@ struct ctl_opts {
 	bool force_no_lease; /* --force-no-lease (remote gc only): no gc/lease, nodes stopped */
 };
 
+/* ---- the command table (main.c) and the help made from it (help.c) ---- */
+
+/*
+ * One command. The table of main.c is the only list of commands: dispatch, the global --help,
+ * each command's --help, the short usage of an error, the suggestion for a typo and the bash
+ * completion (which reads --help) all come from it.
+ */
+struct ctl_cmd {
+	const char *name;
+	int (*fn)(const struct ctl_opts *o); /* NULL for help, which main runs itself */
+	int min_args, max_args;              /* operands after the command */
+	const char *args;                    /* the operand count in words, for the error */
+	const char *operands;                /* as the usage shows them ("STEP DIR"), or NULL */
+	const char *subs;                    /* subcommands, space-separated ("verify gc"), or NULL */
+	const char *help;                    /* what it does: one paragraph, wrapped when printed */
+	bool no_store;                       /* takes no STORE (help) */
+};
+
+/* One option a command takes besides --json, --help and --version. */
+struct ctl_option {
+	const char *name; /* long name without the dashes */
+	int val;          /* getopt_long's value */
+	const char *arg;  /* its operand as the usage shows it, NULL for a flag */
+	bool repeat;      /* may be given more than once */
+};
+
+/*
+ * What one option does for one command ("remote gc" for a subcommand): an option several
+ * commands take has a row for each, since --force means something else to each. These rows are
+ * the only record of which command takes which option: main refuses an option given to a
+ * command without a row, and the usage lines and help texts list the rows.
+ */
+struct ctl_optdoc {
+	int val;          /* the struct ctl_option's val */
+	const char *cmd;  /* "export", "remote gc" */
+	const char *help; /* one paragraph */
+};
+
+/* The tables of main.c, and their lengths; read-only, valid for the life of the process. */
+extern const struct ctl_cmd ctl_commands[];
+extern const size_t ctl_ncommands;
+extern const struct ctl_option ctl_options[];
+extern const size_t ctl_noptions;
+extern const struct ctl_optdoc ctl_optdocs[];
+extern const size_t ctl_noptdocs;
+
+/*
+ * ctl_command - the table's entry named name, or NULL when there is none. The returned pointer
+ * is into the static table. Reentrant.
+ */
+const struct ctl_cmd *ctl_command(const char *name);
+
+/*
+ * ctl_help_global - the full help on f: usage, every command with what it does, every option
+ * with what it does for each command that takes it, the exit status. Main thread only.
+ */
+void ctl_help_global(FILE *f);
+
+/*
+ * ctl_help_command - the help of command c on f: its usage lines (one per subcommand), what it
+ * does, and its own options and the global ones. Main thread only.
+ */
+void ctl_help_command(FILE *f, const struct ctl_cmd *c);
+
+/*
+ * ctl_usage_command - remember the command being run (NULL: none), so that ctl_usage prints its
+ * usage alone instead of every command's. c is borrowed from the table. Main thread only.
+ */
+void ctl_usage_command(const struct ctl_cmd *c);
+
+/*
+ * ctl_edit_distance - the optimal string alignment distance of a and b (Levenshtein's, plus the
+ * transposition of two adjacent characters as one edit: "stauts" is 1 from "status"), in bytes.
+ * Strings longer than 64 bytes are compared on their first 64 (commands and options are
+ * shorter). Returns the distance, 0..64. Reentrant.
+ */
+int ctl_edit_distance(const char *a, const char *b);
+
+/*
+ * ctl_suggest - among the n strings cands[i*stride] (stride in bytes: the field of a table's
+ * rows), the one closest to typed by ctl_edit_distance, when close enough to be the likely
+ * intent: at most 1 edit for up to 4 bytes typed, 2 for longer (git's help.c takes a similar
+ * threshold), the earliest on a tie. Returns a pointer into cands' strings, or NULL. Reentrant.
+ */
+const char *ctl_suggest(const char *typed, const void *cands, size_t n, size_t stride);
+
 /* ---- commands (one file each; main.c dispatches through its table) ---- */
 
 /*
@@ -82,7 +168,9 @@ int cmd_rollback(const struct ctl_opts *o);
 int ctl_daemon_request(const char *root, const char *verb, const char *arg, bool json);
 
 /*
- * ctl_usage - print "ckptctl: <message>", the short usage and a pointer to --help on stderr.
+ * ctl_usage - print "ckptctl: <message>", the short usage (of the command being run, once main
+ * has named it with ctl_usage_command, else of every command) and a pointer to the help on
+ * stderr. Defined in help.c. Main thread only.
  * Returns EXIT_ERROR, for "return ctl_usage(...)".
  */
 int ctl_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

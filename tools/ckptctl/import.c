@@ -1034,7 +1034,5 @@ out:
 
 int cmd_import(const struct ctl_opts *o)
 {
-	if (o->force)
-		return ctl_usage("'import' never replaces anything: it has no '--force'");
 	return import_run(o->root, o->dest ? o->dest : "/", o->argv[0], o->json);
 }
