@@ -33,7 +33,7 @@ BASH_COMPLETION = '/usr/share/bash-completion/bash_completion'
 COMMANDS = {
     'status': None, 'ls': None, 'verify': None, 'gc': '--dry-run', 'fsck': '--rebuild',
     'steps': None, 'show': None, 'pin': None, 'unpin': None, 'drop': None, 'rollback': None,
-    'export': None, 'claims': None, 'import': '--dest',
+    'export': '--include', 'diff': None, 'claims': None, 'import': '--dest',
     'remote': '--repair',
 }
 
@@ -112,9 +112,9 @@ class HelpTest(unittest.TestCase):
         self.assertIn("missing STORE before command 'status'", r.stderr)
 
     def test_option_of_another_command(self):
-        r = ctl('--dest', 'x', '/no/such/store', 'status')
+        r = ctl('--include', '*.pt', '/no/such/store', 'status')
         self.assertEqual(r.returncode, 2)
-        self.assertIn("'--dest' is an option of 'import' only", r.stderr)
+        self.assertIn("'--include' is an option of 'export' only", r.stderr)
         r = ctl('--dry-run', '/no/such/store', 'status')
         self.assertIn("'--dry-run' is an option of 'gc' and 'remote gc' only", r.stderr)
 
@@ -208,15 +208,15 @@ printf '%%s\n' "${COMPREPLY[@]}"
         names = [s['name'] for s in steps]
         self.assertIn('iter_0000005', names)
         self.assertEqual(names.count('iter_0000010'), 2, steps)
-        for cmd in ('show', 'pin', 'export', 'drop', 'rollback'):
+        for cmd in ('show', 'pin', 'export', 'diff', 'drop', 'rollback'):
             got = self.complete(self.m.store, cmd, 'iter')
             self.assertEqual(sorted(w for w in got if w.startswith('iter_')),
                              ['iter_0000010', 'iter_0000020'], cmd)
-        # commands come from ckptctl's own table: none missing (drop, rollback were)
+        # commands come from ckptctl's own table: none missing (drop, rollback, diff were)
         got = self.complete(self.m.store, '')
         self.assertEqual(sorted(got), sorted(COMMANDS), got)
         got = self.complete(self.m.store, 'export', '--')
-        self.assertIn('--force', got)
+        self.assertIn('--include', got)
         self.assertEqual(len(got), len(set(got)), got)
 
 

@@ -49,6 +49,9 @@ struct ctl_opts {
 	bool repair;       /* --repair (remote verify only): replace bad remote chunks from here */
 	bool dry_run;      /* --dry-run (gc, remote gc): say what would go, remove nothing */
 	bool force_no_lease; /* --force-no-lease (remote gc only): no gc/lease, nodes stopped */
+	const char **include; /* --include PATTERN (export only), in the order given: owned by
+			       * main, the strings borrowed from argv; NULL when none */
+	size_t ninclude;
 };
 
 /* ---- the command table (main.c) and the help made from it (help.c) ---- */
@@ -158,6 +161,7 @@ int cmd_import(const struct ctl_opts *o);
 int cmd_remote(const struct ctl_opts *o);
 int cmd_drop(const struct ctl_opts *o);
 int cmd_rollback(const struct ctl_opts *o);
+int cmd_diff(const struct ctl_opts *o);
 
 /*
  * ctl_daemon_request - ask the daemon of mounted store root to run "verb arg" (pin, unpin, drop,

@@ -1,6 +1,7 @@
 /*
- * export.c — ckptctl export [--force] STEP DIR: copy a complete step out as plain, verified
- * files, with the framework's tracker beside it.
+ * export.c — ckptctl export [--force] [--include PATTERN]... STEP DIR: copy a complete step out
+ * as plain, verified files, with the framework's tracker beside it; or only the files the
+ * patterns name, without the tracker.
  *
  * export never overwrites: it refuses an existing DIR/NAME, writes each file under a short
  * temporary name in its directory (EXPORT_TEMP) and renames it to its name only once its
@@ -9,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -312,19 +314,133 @@ struct export_job {
 	size_t nfiles;
 	bool made_top;             /* top was created: an incomplete export is left there */
 	bool kept;                 /* the tracker in DIR names a newer step and was kept */
+	bool partial;              /* --include: only some files, so no tracker */
 	char top[PATH_CAP];        /* DIR/NAME */
 	char tpath[PATH_CAP];      /* the tracker written, "" when none */
 	char tcontent[LAYOUT_TRACKER_MAX];
 };
 
 /*
+ * include_match - whether path rel (in the step) is one --include names: a pattern matches rel,
+ * or a directory rel lies under. fnmatch(3) without FNM_PATHNAME: '*' matches '/' too, as in
+ * git's pathspecs, so "*.pt" names every .pt file of the step at any depth. @hits[k] counts
+ * the entries pattern k matched.
+ */
+static bool include_match(const char *rel, const char *const *pats, size_t npats, size_t *hits)
+{
+	char buf[PATH_CAP];
+	bool any = false;
+
+	snprintf(buf, sizeof(buf), "%s", rel);
+	for (size_t k = 0; k < npats; k++) {
+		/* rel itself, then each directory it lies under, nearest first */
+		for (size_t len = strlen(buf);;) {
+			buf[len] = '\0';
+			if (fnmatch(pats[k], buf, 0) == 0) {
+				hits[k]++;
+				any = true;
+				break;
+			}
+			while (len > 0 && buf[len - 1] != '/')
+				len--;
+			if (len == 0)
+				break;
+			len--; /* the '/' */
+		}
+		snprintf(buf, sizeof(buf), "%s", rel);
+	}
+	return any;
+}
+
+/* tree_find - the index of the entry of t whose rel is rel (t sorted by rel), or t->n. */
+static size_t tree_find(const struct tree *t, const char *rel)
+{
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(t->v[mid].rel, rel);
+
+		if (c == 0)
+			return mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return t->n;
+}
+
+/*
+ * export_filter - keep in j->t only the entries the --include patterns pats[0..npats) name,
+ * and the directories that hold them (made so that the files have a place; a matched
+ * directory brings everything under it). A pattern that names nothing is refused, before
+ * anything is made: a typo would otherwise export less than asked, silently.
+ * Returns 0, or -1 (printed).
+ */
+static int export_filter(struct export_job *j, const char *const *pats, size_t npats)
+{
+	struct tree *t = &j->t;
+	bool *keep = calloc(t->n ? t->n : 1, sizeof(*keep));
+	size_t *hits = calloc(npats, sizeof(*hits)), n = 0;
+	char q[CTL_QUOTE_CAP(PATH_CAP)];
+	int rc = -1;
+
+	if (!keep || !hits) {
+		ctl_err("out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < t->n; i++)
+		keep[i] = include_match(t->v[i].rel, pats, npats, hits);
+	for (size_t k = 0; k < npats; k++) {
+		if (hits[k])
+			continue;
+		ctl_err("'%s' matches no file of step %" PRId64 " ('%s'); 'ckptctl %s show %s' "
+			"lists them",
+			ctl_quote(pats[k], q, sizeof(q)), j->s->step, j->s->name, j->x.root,
+			j->s->name);
+		goto out;
+	}
+	/* the directories above each entry kept: t is sorted, so each is found by bisection */
+	for (size_t i = 0; i < t->n; i++) {
+		char dir[PATH_CAP], *slash;
+
+		if (!keep[i])
+			continue;
+		snprintf(dir, sizeof(dir), "%s", t->v[i].rel);
+		while ((slash = strrchr(dir, '/'))) {
+			size_t at;
+
+			*slash = '\0';
+			at = tree_find(t, dir);
+			if (at == t->n || keep[at])
+				break; /* kept already: so are the ones above it */
+			keep[at] = true;
+		}
+	}
+	for (size_t i = 0; i < t->n; i++) {
+		if (keep[i])
+			t->v[n++] = t->v[i];
+		else
+			free(t->v[i].rel);
+	}
+	t->n = n;
+	rc = 0;
+out:
+	free(keep);
+	free(hits);
+	return rc;
+}
+
+/*
  * export_find - the step that arg names (m: owned by the caller, free m->found.v), refused
- * unless it still has a directory and is complete (or pinned and not pruned, or force); then every
- * entry under it into j->t, and the number and bytes of its regular files into j->x.files_total
- * and j->x.total.
+ * unless it still has a directory and is complete (or pinned and not pruned, or force); then
+ * every entry under it into j->t (only those pats[0..npats) name, when npats > 0), and the
+ * number and bytes of its regular files into j->x.files_total and j->x.total.
  * Returns 0, or -1 when the export cannot go on (printed).
  */
-static int export_find(struct export_job *j, const char *arg, bool force, struct step_match *m)
+static int export_find(struct export_job *j, const char *arg, bool force, const char *const *pats,
+		       size_t npats, struct step_match *m)
 {
 	const char *root = j->x.root;
 	const struct idx_step *s;
@@ -353,6 +469,8 @@ static int export_find(struct export_job *j, const char *arg, bool force, struct
 	rc = ctl_tree_collect(j->x.r->ix, s->dir_ino, &j->t);
 	if (rc < 0)
 		return ctl_index_err(root, "list the step's files", rc), -1;
+	if (npats && export_filter(j, pats, npats) < 0)
+		return -1;
 	for (size_t i = 0; i < j->t.n; i++) {
 		struct idx_inode in;
 
@@ -573,6 +691,7 @@ static int export_report_json(const struct export_job *j)
 	for (i = 0; i < j->nflagged; i++)
 		json_array_append_new(ad, policy_json_name(j->flagged[i]));
 	json_object_set_new(o, "flagged", ad);
+	json_object_set_new(o, "partial", json_boolean(j->partial));
 	json_object_set_new(o, "verified", json_boolean(j->ndmg == 0));
 	return ctl_print(o);
 }
@@ -607,6 +726,8 @@ static void export_report_text(const struct export_job *j)
 		       ctl_quote(j->tcontent, q2, sizeof(q2)));
 	else if (j->ndmg)
 		printf("tracker: not written (some files did not verify)\n");
+	else if (j->partial)
+		printf("tracker: not written (only the files --include names)\n");
 	else if (s->state != IDX_STEP_COMPLETE)
 		printf("tracker: not written (the step is not complete)\n");
 }
@@ -644,7 +765,8 @@ static int export_copy(struct export_job *j)
 			return rc;
 	if (export_finish_dirs(j) < 0)
 		return -1;
-	if (!j->ndmg && j->s->state == IDX_STEP_COMPLETE &&
+	/* a tracker makes a framework resume from the step: only a whole, sound, complete one */
+	if (!j->ndmg && !j->partial && j->s->state == IDX_STEP_COMPLETE &&
 	    export_tracker(j->dest, j->s, j->tpath, j->tcontent, sizeof(j->tcontent), &j->kept) < 0)
 		return -1;
 	rc = ctl_fsync_path(j->dest);
@@ -655,17 +777,22 @@ static int export_copy(struct export_job *j)
 	return 0;
 }
 
-static int export_run(const char *root, const char *arg, const char *dest, bool force,
-		      bool json)
+/*
+ * export_run - export step arg of store root to dest (o's operands), with o's options.
+ * Returns the exit status (EXIT_OK, EXIT_DAMAGE when a file did not verify, EXIT_ERROR).
+ */
+static int export_run(const char *root, const char *arg, const char *dest,
+		      const struct ctl_opts *o)
 {
-	struct export_job j = { .x = { .root = root }, .dest = dest };
+	struct export_job j = { .x = { .root = root }, .dest = dest, .partial = o->ninclude > 0 };
 	struct step_match m;
 	int rc, status = EXIT_ERROR;
 
 	memset(&m, 0, sizeof(m));
 	if (ctl_open_read(root, &j.x.r) < 0)
 		return EXIT_ERROR;
-	if (export_find(&j, arg, force, &m) < 0 || export_make_top(&j) < 0)
+	if (export_find(&j, arg, o->force, o->include, o->ninclude, &m) < 0 ||
+	    export_make_top(&j) < 0)
 		goto out;
 	ctl_progress_init(&j.x.prog);
 	j.x.buf = malloc(STORE_CHUNK_MAX);
@@ -683,7 +810,7 @@ static int export_run(const char *root, const char *arg, const char *dest, bool 
 	export_progress(&j.x, true);
 	ctl_progress_clear(&j.x.prog);
 
-	if (json) {
+	if (o->json) {
 		if (export_report_json(&j) < 0)
 			goto out;
 	} else {
@@ -711,5 +838,5 @@ out:
 
 int cmd_export(const struct ctl_opts *o)
 {
-	return export_run(o->root, o->argv[0], o->argv[1], o->force, o->json);
+	return export_run(o->root, o->argv[0], o->argv[1], o);
 }

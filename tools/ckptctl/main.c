@@ -65,6 +65,9 @@ const struct ctl_cmd ctl_commands[] = {
 	{ "show", cmd_show, 1, 1, "one STEP", "STEP", NULL,
 	  "one step's fields, directory, files and state history (STEP: a step number, or a "
 	  "step directory name such as iter_0000100)", false },
+	{ "diff", cmd_diff, 2, 2, "two STEPs", "STEP STEP", NULL,
+	  "what changed from the first step to the second: files added, removed and changed "
+	  "(by their digest), and the bytes the two share (chunks in common)", false },
 	{ "pin", cmd_pin, 1, 1, "one STEP", "STEP", NULL,
 	  "protect a complete step from retention (mounted: through the daemon)", false },
 	{ "unpin", cmd_pin, 1, 1, "one STEP", "STEP", NULL,
@@ -104,6 +107,7 @@ const struct ctl_option ctl_options[] = {
 	{ "dry-run", 'n', NULL, false },
 	{ "force", 'f', NULL, false },
 	{ "force-no-lease", 'L', NULL, false },
+	{ "include", 'i', "PATTERN", true },
 	{ "dest", 'd', "PATH", false },
 	{ "rebuild", 'r', NULL, false },
 	{ "repair", 'R', NULL, false },
@@ -122,6 +126,10 @@ const struct ctl_optdoc ctl_optdocs[] = {
 	{ 'f', "export",
 	  "also a step that is not complete but still has its directory (set aside, or being "
 	  "written); no tracker is written for it" },
+	{ 'i', "export",
+	  "only the files whose path in the step matches the glob PATTERN (fnmatch(3), '*' "
+	  "matching '/' too), or lies under a directory it matches; may be repeated; no "
+	  "tracker is written" },
 	{ 'd', "import",
 	  "import into PATH (relative to the mount root, created if absent) instead of the "
 	  "root; steps and trackers count only at the root" },
@@ -292,6 +300,12 @@ static int set_option(struct ctl_opts *o, bool *given, int val, char *arg, int a
 	case 'L':
 		o->force_no_lease = true;
 		break;
+	case 'i':
+		/* at most one --include per argument: argc entries always suffice */
+		if (!o->include && !(o->include = calloc((size_t)argc, sizeof(*o->include))))
+			return -ENOMEM;
+		o->include[o->ninclude++] = arg;
+		break;
 	default:
 		assert(!"an option of ctl_options without a case");
 	}
@@ -382,5 +396,6 @@ int main(int argc, char **argv)
 		}
 	}
 	rc = run(&o, given, argv + optind, argc - optind, want_help);
+	free(o.include);
 	return rc;
 }
