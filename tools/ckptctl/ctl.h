@@ -135,8 +135,8 @@ int ctl_edit_distance(const char *a, const char *b);
 /*
  * ctl_suggest - among the n strings cands[i*stride] (stride in bytes: the field of a table's
  * rows), the one closest to typed by ctl_edit_distance, when close enough to be the likely
- * intent: at most 1 edit for up to 4 bytes typed, 2 for longer (git's help.c takes a similar
- * threshold), the earliest on a tie. Returns a pointer into cands' strings, or NULL. Reentrant.
+ * intent: at most 1 edit for up to 4 bytes typed (more would match most short names), 2 for
+ * longer, the earliest on a tie. Returns a pointer into cands' strings, or NULL. Reentrant.
  */
 const char *ctl_suggest(const char *typed, const void *cands, size_t n, size_t stride);
 

@@ -101,31 +101,48 @@ static char *option_head(const struct ctl_option *op, char *buf, size_t cap)
 	return buf;
 }
 
+/* append - printf at *o in buf (cap bytes), *o kept below cap: the text is cut, never overrun. */
+static void append(char *buf, size_t cap, size_t *o, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void append(char *buf, size_t cap, size_t *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *o, cap - *o, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*o = *o + (size_t)n < cap ? *o + (size_t)n : cap - 1;
+}
+
 /*
  * form - the usage of one form of a command: "NAME [SUB] [--opt ARG]... OPERANDS" (sub NULL:
  * the command itself, with its operands unless it has subcommands) into buf (cap bytes),
- * without the "ckptctl ... STORE" prefix. Returns buf.
+ * without the "ckptctl ... STORE" prefix; cut short if it does not fit (cap > 0). Returns buf.
  */
 static char *form(const struct ctl_cmd *c, const char *sub, size_t sublen, char *buf,
 		  size_t cap)
 {
 	char key[64], head[64];
-	size_t o;
+	size_t o = 0;
 
-	o = (size_t)snprintf(buf, cap, "%s", c->name);
+	buf[0] = '\0';
+	append(buf, cap, &o, "%s", c->name);
 	if (sub)
-		o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, " %.*s", (int)sublen, sub);
+		append(buf, cap, &o, " %.*s", (int)sublen, sub);
 	snprintf(key, sizeof(key), "%s", buf);
 	for (size_t i = 0; i < ctl_noptdocs; i++) {
 		const struct ctl_option *op = find_option(ctl_optdocs[i].val);
 
 		if (strcmp(ctl_optdocs[i].cmd, key) || !op)
 			continue;
-		o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, " [%s]%s",
-				      option_head(op, head, sizeof(head)), op->repeat ? "..." : "");
+		append(buf, cap, &o, " [%s]%s", option_head(op, head, sizeof(head)),
+		       op->repeat ? "..." : "");
 	}
 	if (!sub && !c->subs && c->operands)
-		snprintf(buf + o, o < cap ? cap - o : 0, " %s", c->operands);
+		append(buf, cap, &o, " %s", c->operands);
 	return buf;
 }
 
