@@ -129,6 +129,20 @@ def pid_alive(pid):
                for t in tids)
 
 
+def daemon_stacks(pid):
+    """Every thread's stack of process pid, as gdb prints it (what a daemon that does not exit
+    is waiting for), or why there is none: a hang in CI is then diagnosed from its log."""
+    if not shutil.which('gdb'):
+        return '(no gdb)'
+    try:
+        p = subprocess.run(['gdb', '-batch', '-nx', '-p', str(pid), '-ex', 'thread apply all bt'],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return '(gdb: %s)' % e
+    return '\n'.join(ln for ln in p.stdout.splitlines() if ln.startswith(('#', 'Thread')))
+
+
 def wait_pid_exit(pid, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -469,10 +483,11 @@ class Mount:
                 raise MountError('; '.join(problems) + self.log_tail())
             return pid
         if pid is not None and not wait_pid_exit(pid, timeout):
+            stacks = daemon_stacks(pid)
             os.kill(pid, signal.SIGKILL)
             wait_pid_exit(pid, 10)
-            problems.append('daemon %d did not exit within %.0f s of unmount (killed)' %
-                            (pid, timeout))
+            problems.append('daemon %d did not exit within %.0f s of unmount (killed); its '
+                            'threads were at:\n%s' % (pid, timeout, stacks))
         if is_fuse_mounted(self.mnt):
             run(['fusermount3', '-uz', self.mnt], timeout=60)
             problems.append('%s still mounted after unmount' % self.mnt)
