@@ -599,6 +599,58 @@ static int claimed_row(struct idx *ix, enum layout_kind kind, const char *name, 
 	return rc == -ENOENT ? idx_step_by_name(ix, kind, name, ret) : rc;
 }
 
+bool policy_mf1_key(const struct idx_step *s, int64_t *ret_epoch, int64_t *ret_step)
+{
+	long long e, st;
+	int end = 0;
+
+	if (s->kind != LAYOUT_MF1 || sscanf(s->name, "%lld_%lld%n", &e, &st, &end) != 2 ||
+	    s->name[end] != '\0')
+		return false;
+	*ret_epoch = e;
+	*ret_step = st;
+	return true;
+}
+
+/* What mf1_claimed_cb looks for: the MF1 row of step number step made last before ts_ns. */
+struct mf1_claim {
+	int64_t step, ts_ns;
+	struct idx_step best;
+	bool found;
+};
+
+static int mf1_claimed_cb(const struct idx_step *s, void *arg)
+{
+	struct mf1_claim *c = arg;
+
+	if (s->kind != LAYOUT_MF1 || s->step != c->step || s->created_ns > c->ts_ns ||
+	    (c->found && s->created_ns < c->best.created_ns))
+		return 0;
+	c->best = *s;
+	c->found = true;
+	return 0;
+}
+
+/*
+ * The MF1 step a claim of step number step made at ts_ns names. MindSpore's meta.json names
+ * (last_epoch, last_step), and the claim keeps the step only, which restarts every epoch
+ * (_checkpoint.py: "{prefix}-{epoch}_{step_in_epoch}.ckpt"): the claim is written right after
+ * its step's files, so the row of that number made last before the claim is the one it names.
+ * Costs one walk of the step rows. Returns 0, -ENOENT, or the index's -errno.
+ */
+static int mf1_claimed_row(struct idx *ix, int64_t step, int64_t ts_ns, struct idx_step *ret)
+{
+	struct mf1_claim c = { .step = step, .ts_ns = ts_ns };
+	int rc = idx_step_foreach(ix, mf1_claimed_cb, &c);
+
+	if (rc < 0)
+		return rc;
+	if (!c.found)
+		return -ENOENT;
+	*ret = c.best;
+	return 0;
+}
+
 static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64_t ts_ns,
 			    void *arg)
 {
@@ -606,15 +658,26 @@ static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64
 	enum layout_kind tk = policy_claim_kind(tracker, w->forced);
 	char name[LAYOUT_NAME_MAX + 1];
 	struct idx_step s;
+	int rc;
+
+	struct layout_match m;
 
 	(void)id;
 	if (++w->seen > POLICY_LINEAGE_CLAIMS)
 		return 1;
-	if (tk == LAYOUT_NONE || tk == LAYOUT_MF1 || step < 0 ||
-	    !layout_tracker_shared(tk, w->kind) ||
-	    layout_step_dir_name(w->kind, step, name, sizeof(name)) < 0)
+	/* policy_claim_kind leaves out MF1's meta.json, a tracker of one rank (rank_N/) */
+	if (tk == LAYOUT_NONE && w->kind == LAYOUT_MF1 &&
+	    layout_classify(tracker, w->forced, &m) == 0 && m.role == ROLE_TRACKER &&
+	    m.kind == LAYOUT_MF1)
+		tk = LAYOUT_MF1;
+	if (tk == LAYOUT_NONE || step < 0 || !layout_tracker_shared(tk, w->kind))
 		return 0;
-	int rc = claimed_row(w->ix, w->kind, name, ts_ns, &s);
+	if (w->kind == LAYOUT_MF1)
+		rc = tk == LAYOUT_MF1 ? mf1_claimed_row(w->ix, step, ts_ns, &s) : -ENOENT;
+	else if (tk == LAYOUT_MF1 || layout_step_dir_name(w->kind, step, name, sizeof(name)) < 0)
+		return 0;
+	else
+		rc = claimed_row(w->ix, w->kind, name, ts_ns, &s);
 
 	if (rc == -ENOENT || (rc == 0 && s.state != IDX_STEP_COMPLETE))
 		return 0; /* a save that did not finish, or a step no longer kept: older claims */
@@ -625,6 +688,8 @@ static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64
 	w->l->claimed = true;
 	w->l->head_step = step;
 	w->l->head_ns = ts_ns;
+	if (!policy_mf1_key(&s, &w->l->head_epoch, &w->l->head_step))
+		w->l->head_epoch = 0;
 	return 1;
 }
 
@@ -668,7 +733,7 @@ int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind force
 	struct lineage_walk w = { ix, kind, forced, &l, 0, 0 };
 	int rc;
 
-	if (kind != LAYOUT_MF1 && layout_tracker_shared(kind, kind)) {
+	if (layout_tracker_shared(kind, kind)) {
 		rc = idx_claim_newest_each(ix, lineage_claim_cb, &w);
 		if (rc < 0)
 			return rc;
@@ -691,6 +756,11 @@ bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step
 {
 	if (l->since_ns > 0 && s->completed_ns <= l->since_ns && !policy_is_slot(s))
 		return false; /* saved before an earlier run's last step: that run's */
+	int64_t e, st;
+
+	if (l->claimed && policy_mf1_key(s, &e, &st)) /* MF1 steps are ordered by (epoch, step) */
+		return e < l->head_epoch || (e == l->head_epoch && st <= l->head_step) ||
+		       s->completed_ns > l->head_ns;
 	return !l->claimed || s->step <= l->head_step || s->completed_ns > l->head_ns;
 }
 

@@ -85,9 +85,11 @@
  *     rollback (a claim of an older complete step: `echo 40 > latest_checkpointed_iteration.txt`)
  *     or by an earlier run in the same directory (a new run's first claim of its own step): a
  *     tracker does not name it, and retention neither counts nor prunes it; it stays until
- *     removed by hand. Without such a claim (MindFormers 1.0, whose per-rank meta.json files
- *     are judged apart; a store whose claims were never seen) every complete step is in the
- *     lineage.
+ *     removed by hand. Without such a claim (a store whose claims were never seen) every
+ *     complete step is in the lineage. MindFormers 1.0's claims are its ranks' meta.json
+ *     files, naming (epoch, step): its steps are numbered by (epoch, step) in that order (the
+ *     step restarts every epoch), and a claim names the row of its step number made last
+ *     before it (policy_mf1_key).
  *     Layouts without a tracker (HF, DCP, Orbax, InternEvo: the trainer resumes from the
  *     highest step it finds by scanning, and that choice stands) have no claims; there the
  *     step completed last stands for the newest claim. A complete step numbered above it was
@@ -319,6 +321,8 @@ struct policy_lineage {
 	bool claimed;      /* a claim names a complete step: head_step and head_ns hold; else
 			    * every complete step completed after since_ns is a member */
 	int64_t head_step; /* the step that claim names */
+	int64_t head_epoch; /* MindFormers 1.0: that step's epoch (its steps restart every epoch);
+			     * 0 for the other layouts */
 	int64_t head_ns;   /* the claim's time, ns since the epoch */
 	int64_t since_ns;  /* a layout without a tracker: when the last step of an earlier run
 			    * completed (ns since the epoch; 0: no earlier run) */
@@ -341,6 +345,10 @@ int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind force
 
 /* policy_lineage_member - whether complete step s belongs to lineage l (rule 6). Pure. */
 bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step *s);
+
+/* policy_mf1_key - the (epoch, step) of MindFormers 1.0 step row s, named "{epoch}_{step}"
+ * (steps_mf1.c), into *ret_epoch and *ret_step: true; false for any other row. Pure. */
+bool policy_mf1_key(const struct idx_step *s, int64_t *ret_epoch, int64_t *ret_step);
 
 /* policy_is_slot - is step row s an InternEvo snapshot slot ("snapshot/K", layout.h), a step
  * directory rewritten in place, each of its versions a row of that name? Pure. */

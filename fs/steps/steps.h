@@ -151,8 +151,8 @@ int steps_vname(struct ckfs *fs, int kind, char *buf, size_t cap);
 /* steps_vcontent - the bytes a reader of virtual tracker vino gets (length), or -ENOENT.
  * steps_tracker_vino - the vino of kind's tracker in directory parent (0: none).
  * steps_rank_dir - the rank of a top-level rank_N directory, or -1.
- * steps_mf1_meta - rank's virtual meta.json (length), -ENOENT without a step complete on all
- * ranks. */
+ * steps_mf1_meta - rank's virtual meta.json (length), naming the newest step of the current
+ * lineage (policy rule 6) complete on all ranks; -ENOENT without one. */
 int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct idx_step *ret);
 uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind);
 int steps_rank_dir(struct ckfs *fs, uint64_t dir);

@@ -187,13 +187,7 @@ int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
 /* (epoch, step) of MF1 step s from its name "EPOCH_STEP"; false when s is not one. */
 bool steps_mf1_key(const struct idx_step *s, int64_t *epoch, int64_t *step)
 {
-	long long e, st;
-
-	if (s->kind != LAYOUT_MF1 || sscanf(s->name, "%lld_%lld", &e, &st) != 2)
-		return false;
-	*epoch = e;
-	*step = st;
-	return true;
+	return policy_mf1_key(s, epoch, step);
 }
 
 /* Complete MF1 step s if every rank's file is whole and every rank's meta.json claimed it. */
@@ -290,6 +284,8 @@ int steps_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct ino_f
 
 struct mf1_best {
 	struct ckfs *fs;
+	struct policy_lineage lin; /* the current lineage (policy rule 6): the steps meta.json
+				    * may name */
 	int64_t epoch, step;
 	struct idx_step s;
 	bool found;
@@ -300,7 +296,8 @@ static int mf1_best_cb(const struct idx_step *s, void *arg)
 	struct mf1_best *b = arg;
 	int64_t e, st;
 
-	if (s->state != IDX_STEP_COMPLETE || !steps_mf1_key(s, &e, &st))
+	if (s->state != IDX_STEP_COMPLETE || !steps_mf1_key(s, &e, &st) ||
+	    !policy_lineage_member(&b->lin, s))
 		return 0;
 	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
 		return 0;
@@ -490,7 +487,9 @@ int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
 	struct layout_tracker t = { 0 };
 	struct mf1_find f;
 
-	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found)
+	if (policy_lineage(fs->ix, LAYOUT_MF1,
+			   fs->layout < 0 ? LAYOUT_NONE : (enum layout_kind)fs->layout, &b.lin) < 0 ||
+	    idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found)
 		return -ENOENT;
 	steps_mf1_restore(fs, &b.s);
 	if (!mf1_file(fs, rank, b.epoch, b.step, &f))

@@ -3,7 +3,7 @@
 made, and retention counts only the current lineage. Real trainers (tests/e2e/trainer.py, 2 ranks
 over gloo), real mounts.
 
-  new_run   An earlier run left steps 5 and 10 (Megatron, DeepSpeed, MindFormers 2.0) under
+  new_run   An earlier run left steps 5 and 10 (Megatron, DeepSpeed, MindFormers 2.0 and 1.0) under
             -o keep_checkpoint_max=2. A new run in the same directory (a fresh fine-tune, a
             counter that restarted) saves 2 and 4. On cb3ae28 the tracker still read 10 after
             each save, so a restarted trainer resumed the old run, and retention pruned 2 and 4
@@ -44,6 +44,8 @@ LAYOUTS = {
     'megatron': ('latest_checkpointed_iteration.txt', str, lambda n: 'iter_%07d' % n),
     'deepspeed': ('latest', lambda n: 'global_step%d' % n, lambda n: 'global_step%d' % n),
     'mf2': ('latest_checkpointed_iteration.txt', str, lambda n: 'iteration_%08d' % n),
+    # MindFormers 1.0: each rank's meta.json (last_step read here), steps named epoch_step
+    'mf1': ('rank_0/meta.json', str, lambda n: '1_%d' % n),
 }
 # layouts whose trainer resumes from the highest step it finds by scanning: no tracker
 SCANNED = {
@@ -73,7 +75,8 @@ class TestLineage(unittest.TestCase):
 
     def read_tracker(self, m, layout):
         with open(m.path(LAYOUTS[layout][0])) as f:
-            return f.read().strip()
+            text = f.read().strip()
+        return str(json.loads(text)['last_step']) if layout == 'mf1' else text
 
     def resume_lands_on(self, m, layout, log, step):
         """A fresh trainer resumes (the trainer checks every file it loads against the hashes
@@ -99,9 +102,10 @@ class TestLineage(unittest.TestCase):
             other = {s['name'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)
                      if s['other_lineage']}
             self.assertEqual(other, {dname(5), dname(10)}, 'ckptctl steps names the old run')
-            listed = os.listdir(m.mnt)
+            listed = os.listdir(m.mnt if layout != 'mf1' else m.path('rank_0'))
             for n in (2, 4, 5, 10):
-                self.assertIn(dname(n), listed)
+                self.assertTrue([x for x in listed if x == dname(n) or
+                                 x.endswith('-%s.ckpt' % dname(n))], '%s: %s' % (n, listed))
             m.unmount()
             m.start()
             self.assertEqual(self.read_tracker(m, layout), reads(4), 'after a remount')
@@ -115,6 +119,11 @@ class TestLineage(unittest.TestCase):
 
     def test_new_run_mf2(self):
         self.new_run('mf2')
+
+    def test_new_run_mf1(self):
+        """MindFormers 1.0: on 8c04640 each rank's meta.json still named 10 after the new
+        run's saves, retention pruned its 1_2 and 1_4, and the resume found no step."""
+        self.new_run('mf1')
 
     def new_run_scanned(self, layout):
         """A layout resolved by scanning: the trainer's choice of the highest number stands (a
