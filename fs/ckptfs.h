@@ -10,7 +10,8 @@
  *   STORE/chunks/   chunk files (store/)
  *   STORE/clean     present only between a clean unmount and the next mount; its absence at
  *                   mount means the previous daemon died, and recovery sweeps orphans
- *   STORE/ckptfs.log  the daemon's log when it runs in the background
+ *   STORE/ckptfs.log  the daemon's log when it runs in the background (not under systemd),
+ *                   rotated to ckptfs.log.1 .. ckptfs.log.3 (fs/core/log.c)
  *   STORE/check, STORE/reserve, STORE/staging/, STORE/remote.json  see their functions
  *
  * Every name in STORE is opened relative to the directory fd ckpt_repo_open took (dir_fd),
@@ -278,6 +279,13 @@ int ckpt_repo_open_reader(const struct ckpt_repo *r, struct idx **ret);
  */
 int ckpt_repo_openat(const struct ckpt_repo *r, const char *name, int flags, mode_t mode);
 
+/*
+ * ckpt_openat_plain - ckpt_repo_openat on a directory descriptor (dir_fd, borrowed) instead of a
+ * struct ckpt_repo, for a module that keeps its own descriptor of STORE (the log). Same flags,
+ * returns and errors. Thread-safe.
+ */
+int ckpt_openat_plain(int dir_fd, const char *name, int flags, mode_t mode);
+
 /* ckpt_repo_close - close index and store, release the lock, free; NULL accepted. */
 void ckpt_repo_close(struct ckpt_repo *r);
 
@@ -323,11 +331,64 @@ ssize_t ckpt_extents_pread(struct store *st, const struct idx_extent *ext, size_
 			   size_t len, uint64_t off);
 
 /*
- * ckpt_log - write one line "ckptfs: MESSAGE" to stderr (printf format; the newline is added
- * when fmt does not end with one; lines over 8 KiB are cut). The daemon's only logging helper:
- * lowercase, no final period, names in quotes (STYLE.md). Thread-safe: one line per stdio call.
+ * ckpt_log - write one line "ckptfs: MESSAGE" (printf format; the newline is added when fmt does
+ * not end with one; lines over 8 KiB are cut) where ckpt_log_to_store, ckpt_log_to_journal or
+ * ckpt_log_stamped sent the log: to stderr as it is until one of them is called (the messages
+ * a command prints to its user), else preceded by an ISO 8601 UTC timestamp with milliseconds
+ * ("2026-12-02T06:10:00.123Z ckptfs: ...") except on the journal. The daemon's only logging
+ * helper: lowercase, no final period, names in quotes (STYLE.md). Thread-safe: one write(2) per
+ * line under the log's lock, so lines of several threads never interleave or cross a rotation.
  */
 void ckpt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ckpt_logv - ckpt_log of (fmt, ap), for a foreign log callback (libfuse's). Thread-safe. */
+void ckpt_logv(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
+/*
+ * The store log's cap (bytes) and how many rotated files are kept beside it: a line that would
+ * take STORE/ckptfs.log past the cap first renames ckptfs.log.N-1 to .N, ..., ckptfs.log to
+ * ckptfs.log.1 (the oldest dropped) and starts a new ckptfs.log. At most (1 + KEEP) x MAX bytes
+ * of log in a store of checkpoints many times that: a year of a job's step lines, not a disk.
+ * CKPTFS_LOG_MAX=BYTES in the environment sets another cap, for the tests (not documented for
+ * users).
+ */
+#define CKPT_LOG_MAX_BYTES ((uint64_t)16 << 20)
+#define CKPT_LOG_KEEP 3
+
+/*
+ * ckpt_log_journal_stream - whether stderr is the stream systemd gave this process: the
+ * environment's JOURNAL_STREAM ("DEV:INODE", systemd.exec(5)) names fd 2's device and inode.
+ * Checking the inode (not only the variable) keeps a daemon started from a shell inside a
+ * systemd session, whose stderr is redirected, off the journal. Thread-safe.
+ */
+bool ckpt_log_journal_stream(void);
+
+/*
+ * ckpt_log_to_journal - from now on, lines go to stderr without a timestamp of their own: journald
+ * stamps each line as it receives it (journalctl -o short-iso-precise shows it to the
+ * microsecond), and a second stamp in the message would only differ from it. Call before any
+ * thread logs. Thread-safety: none (startup).
+ */
+void ckpt_log_to_journal(void);
+
+/*
+ * ckpt_log_stamped - from now on, lines go to stderr with their timestamp (a daemon in the
+ * foreground: stderr is its log). Call before any thread logs. Thread-safety: none (startup).
+ */
+void ckpt_log_stamped(void);
+
+/*
+ * ckpt_log_to_store - from now on, lines go to STORE/ckptfs.log, opened (created 0600, appended
+ * to) relative to r->dir_fd without following a link (ckpt_openat_plain), with their timestamp,
+ * and rotated at the cap (CKPT_LOG_MAX_BYTES, CKPT_LOG_KEEP); the file is also made the process's
+ * stderr (dup2 onto fd 2, again after each rotation), so what libraries or a sanitizer write
+ * there lands in the same log. The log keeps a descriptor of its own of STORE (dup of
+ * r->dir_fd): r may be closed before the last line. Call before any thread logs.
+ * Returns 0; -ELOOP (ckptfs.log is a symbolic link); -EPERM (not a plain file); other -errno of
+ * openat, fstat, fcntl or dup. On failure nothing changes: lines still go to stderr.
+ * Thread-safety: none (startup); the rotation it arms is thread-safe.
+ */
+int ckpt_log_to_store(const struct ckpt_repo *r);
 
 /*
  * A limit on the log lines of one cause (a peer that aborts connections by the thousand must

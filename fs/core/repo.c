@@ -243,6 +243,9 @@ static const struct {
 	{ "reserve", false },
 	{ "reserve.tmp", false },
 	{ "ckptfs.log", false },
+	{ "ckptfs.log.1", false }, /* the rotated logs, CKPT_LOG_KEEP of them (log.c) */
+	{ "ckptfs.log.2", false },
+	{ "ckptfs.log.3", false },
 	{ REMOTE_STORE_RECORD, false },
 	{ REMOTE_STORE_RECORD ".tmp", false },
 	{ REPO_BACKUP_FILE, false },
@@ -293,11 +296,16 @@ static int repo_name_err(const char *root, const char *name, int rc, char *err, 
 
 int ckpt_repo_openat(const struct ckpt_repo *r, const char *name, int flags, mode_t mode)
 {
+	return ckpt_openat_plain(r->dir_fd, name, flags, mode);
+}
+
+int ckpt_openat_plain(int dir_fd, const char *name, int flags, mode_t mode)
+{
 	struct stat stt;
 	int fd, rc;
 
 	/* O_NONBLOCK: a FIFO planted under the name must not hang the open */
-	fd = openat(r->dir_fd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode);
+	fd = openat(dir_fd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &stt) < 0)

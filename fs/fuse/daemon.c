@@ -520,12 +520,19 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 	return 0;
 }
 
+/* libfuse's log callback (fuse_set_log_func): its lines go where ours go. */
+static void fuse_log_line(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	(void)level;
+	ckpt_logv(fmt, ap);
+}
+
 /*
  * Open store c->store (created if new, locked for this daemon), recover it after an unclean
  * stop (*ret_inodes, *ret_chunks: what the sweep removed), open the remote (-o remote), prepare
- * pins, the step table, the reserve, the clean flag and the staging directory. In the
- * background, stderr goes to the store's ckptfs.log from here on. Returns 0, or -1 after reporting the problem; what was
- * opened is left in fs for teardown.
+ * pins, the step table, the reserve, the clean flag and the staging directory. The log goes
+ * to the journal, the store's ckptfs.log or the terminal from here on (fs/core/log.c).
+ * Returns 0, or -1 after reporting the problem; what was opened is left in fs for teardown.
  */
 static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes,
 		      uint64_t *ret_chunks)
@@ -546,23 +553,25 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 	}
 	fs->ix = fs->repo->ix;
 	fs->st = fs->repo->st;
-	if (status_fd >= 0) {
-		/* in the background, everything from here on (recovery included) goes to the log;
-		 * a startup failure still reaches the user through the status pipe */
-		int logfd = ckpt_repo_openat(fs->repo, "ckptfs.log", O_WRONLY | O_CREAT | O_APPEND,
-					     0600);
-
-		if (logfd >= 0) {
-			dup2(logfd, 2);
-			close(logfd);
-		} else if (logfd == -ELOOP || logfd == -EPERM) {
+	/* where the log goes, before recovery logs anything: the journal when systemd runs us
+	 * (whether or not in the foreground), else the store's log in the background, else the
+	 * terminal of a daemon in the foreground; a startup failure still reaches the user through
+	 * the status pipe */
+	if (ckpt_log_journal_stream()) {
+		ckpt_log_to_journal();
+	} else if (status_fd >= 0) {
+		rc = ckpt_log_to_store(fs->repo);
+		if (rc == -ELOOP || rc == -EPERM) {
 			/* anything else: the log stays where stderr was, as before a log existed */
 			startup_fail("'%s/ckptfs.log' is %s; remove it", c->store,
-				     logfd == -ELOOP ? "a symbolic link, and ckptfs never follows a "
+				     rc == -ELOOP ? "a symbolic link, and ckptfs never follows a "
 				     "link inside a store" : "not a plain file");
 			return -1;
 		}
+	} else {
+		ckpt_log_stamped();
 	}
+	fuse_set_log_func(fuse_log_line); /* libfuse's own lines, stamped as ours */
 	if (!fs->repo->was_clean) {
 		rc = ckpt_repo_sweep(fs->repo, ret_inodes, ret_chunks);
 		if (rc < 0) {
@@ -818,8 +827,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 		ckpt_log("%s; 'ckptctl %s pin|unpin|drop|rollback' will need the store "
 			 "unmounted\n", cerr, c->store);
 	report_ready();
-	fprintf(stderr, "ckptfs %s: serving '%s' at '%s'\n", CKPTFS_VERSION, c->store,
-		o->mountpoint);
+	ckpt_log("version %s serving '%s' at '%s'", CKPTFS_VERSION, c->store, o->mountpoint);
 	start_threads(&fs, wbuf, nworkers);
 	ret = session_loop(fs.se, o);
 out:

@@ -379,6 +379,7 @@ class Mount:
         self.pid = None
         self.mounted = False
         self.mount_count = 0
+        self.start_stderr = ''   # what the last `ckptfs` command printed on stderr
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -406,6 +407,7 @@ class Mount:
             self._cleanup_after_failed_start()
             raise MountError('%s did not return within %.0f s' % (' '.join(argv),
                                                                    MOUNT_TIMEOUT))
+        self.start_stderr = p.stderr
         if p.returncode != 0:
             self._cleanup_after_failed_start()
             raise MountError('%s exited %d: %s' % (' '.join(argv), p.returncode,
