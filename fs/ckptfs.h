@@ -12,6 +12,8 @@
  *                   mount means the previous daemon died, and recovery sweeps orphans
  *   STORE/ckptfs.log  the daemon's log when it runs in the background (not under systemd),
  *                   rotated to ckptfs.log.1 .. ckptfs.log.3 (fs/core/log.c)
+ *   STORE/recovery.json  the last mount that recovered from an unclean stop or set a step
+ *                   aside (fs/steps/steps_report.c), for ckptctl status
  *   STORE/check, STORE/reserve, STORE/staging/, STORE/remote.json  see their functions
  *
  * Every name in STORE is opened relative to the directory fd ckpt_repo_open took (dir_fd),
@@ -42,6 +44,10 @@
 #include "index/index.h"
 #include "store/store.h"
 
+/* STORE/recovery.json: the last mount that recovered from an unclean stop or set a step aside
+ * (written by fs/steps/steps_report.c, read by ckptctl status) */
+#define CKPT_RECOVERY_FILE "recovery.json"
+
 /* ckpt_repo_open flags */
 #define REPO_CREATE 0x1    /* create STORE (mode 0700) and the index if absent */
 #define REPO_EXCLUSIVE 0x2 /* take the ownership lock exclusively (the daemon, ckptctl gc) */
@@ -68,6 +74,9 @@ struct ckpt_repo {
 	bool mounted;        /* another process (pid owner_pid) holds the exclusive lock */
 	pid_t owner_pid;     /* daemon pid when mounted, else 0 */
 	bool was_clean;      /* REPO_EXCLUSIVE: STORE/clean existed (previous stop was clean) */
+	bool fresh;          /* REPO_CREATE: the store had no index before this open (new) */
+	pid_t prev_pid;      /* REPO_EXCLUSIVE: the pid STORE/lock named before this open (the
+			      * previous owner: a daemon, or a ckptctl gc or fsck), 0 if none */
 	struct idx *ix;      /* owned; NULL only with REPO_SALVAGE when index_err < 0 */
 	int index_err;       /* REPO_SALVAGE: idx_open's error, else 0 */
 	enum repo_rebuilt rebuilt; /* REPO_REBUILD: what was done to an absent index */
@@ -285,6 +294,15 @@ int ckpt_repo_openat(const struct ckpt_repo *r, const char *name, int flags, mod
  * returns and errors. Thread-safe.
  */
 int ckpt_openat_plain(int dir_fd, const char *name, int flags, mode_t mode);
+
+/*
+ * ckpt_repo_publish - replace the file name at the top of STORE (a plain name) with buf[0, len)
+ * atomically and durably: a fresh NAME.tmp (0600, O_EXCL, never through a link), written,
+ * fdatasync, renamed over name, fsync of STORE; the temp file removed on failure, the old file
+ * then kept. Returns 0, -ENAMETOOLONG, or -errno of unlinkat, openat (-ELOOP, -EPERM as
+ * ckpt_repo_openat), write, fdatasync, close, renameat or fsync. Thread-safe for distinct names.
+ */
+int ckpt_repo_publish(const struct ckpt_repo *r, const char *name, const void *buf, size_t len);
 
 /* ckpt_repo_close - close index and store, release the lock, free; NULL accepted. */
 void ckpt_repo_close(struct ckpt_repo *r);

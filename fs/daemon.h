@@ -11,6 +11,7 @@
  *   oinode.lock -> ra_pool.mu (a leaf: ra_note_read queues chunks under the read lock)
  *   ckfs.mu -> commit_q.mu (a leaf: cq_busy under mu); cq_wait_idle is called with no lock
  *   held, since the commits it waits for take oinode.lock and ckfs.mu
+ *   ckfs.mu -> mount_report.mu (a leaf: the step engine notes what the mount sets aside)
  * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
  * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards what the
  * writer, the file's cutter, the workers and readers share (struct oinode, invariant 6).
@@ -55,6 +56,36 @@ struct space;
 
 /* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
 enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
+
+/*
+ * What this mount found and did before it served (fs/steps/steps_report.c): an unclean stop of
+ * the previous daemon and what recovery did, the steps set aside while recovering or by the
+ * check of the newest steps, and an index upgrade. Said in the log, by the `ckptfs` command on
+ * its stderr, and kept in STORE/recovery.json for `ckptctl status`.
+ */
+#define MOUNT_REPORT_ASIDE 8 /* steps set aside named one by one; more are counted */
+struct mount_aside {
+	int kind;                /* enum layout_kind */
+	int state;               /* IDX_STEP_INCOMPLETE or IDX_STEP_CORRUPT */
+	char name[256];          /* the step's name ("iter_0000004") */
+	char why[256];           /* the note of its state change */
+	char resume[256];        /* the step a resume finds once the check is over; "" none */
+};
+struct mount_report {
+	pthread_mutex_t mu;      /* guards every field below; a leaf, taken under ckfs.mu */
+	pthread_cond_t cv;       /* signalled when done becomes true */
+	bool active;             /* between steps_report_begin and steps_report_finish */
+	bool done;               /* steps_report_finish ran: the check of the newest steps ended */
+	bool unclean;            /* the previous daemon did not stop cleanly */
+	pid_t prev_pid;          /* its pid, 0 if unknown */
+	uint64_t files_removed, chunks_removed; /* the recovery sweep (ckpt_repo_sweep) */
+	unsigned judged;         /* unfinished steps judged while recovering */
+	unsigned completed;      /* of those, complete */
+	unsigned malformed;      /* files found malformed while recovering */
+	unsigned naside, more;   /* steps set aside: in aside[], and beyond it */
+	struct mount_aside aside[MOUNT_REPORT_ASIDE];
+	char upgrade[512];       /* the index upgrade said at mount, "" none */
+};
 
 /* Daemon-wide state: one per mount. */
 struct ckfs {
@@ -109,6 +140,7 @@ struct ckfs {
 	pthread_t checker;       /* the newest steps' check after the mount (steps_init) */
 	bool checker_started;
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
+	struct mount_report report; /* what the mount found and did (steps_report.c) */
 	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
 	pthread_mutex_t inval_mu; /* fs_flush_inval: one sender at a time, before fs->mu */
 	/* Upcalls from a lower layer to a higher one, set once before the session starts (the

@@ -246,6 +246,8 @@ static const struct {
 	{ "ckptfs.log.1", false }, /* the rotated logs, CKPT_LOG_KEEP of them (log.c) */
 	{ "ckptfs.log.2", false },
 	{ "ckptfs.log.3", false },
+	{ "recovery.json", false }, /* the last mount that recovered (fs/steps/steps_report.c) */
+	{ "recovery.json.tmp", false },
 	{ REMOTE_STORE_RECORD, false },
 	{ REMOTE_STORE_RECORD ".tmp", false },
 	{ REPO_BACKUP_FILE, false },
@@ -428,6 +430,8 @@ static int repo_lock_exclusive(struct ckpt_repo *r, const char *root, const char
 	}
 	char pidbuf[32];
 	int n = snprintf(pidbuf, sizeof(pidbuf), "%d\n", (int)getpid());
+
+	r->prev_pid = read_owner(r->lock_fd); /* the last owner's line, before ours replaces it */
 
 	if (ftruncate(r->lock_fd, 0) < 0 || pwrite(r->lock_fd, pidbuf, n, 0) != n) {
 		rc = -errno;
@@ -770,6 +774,8 @@ int ckpt_repo_open(const char *root, int flags, const struct store_opts *sopts, 
 	if ((rc = repo_open_root(r, root, flags, err, errcap)) < 0 ||
 	    (rc = repo_lock(r, root, &flags, err, errcap)) < 0)
 		goto fail;
+	/* a new store has no index yet (an absent one beside chunks is refused next) */
+	r->fresh = (flags & REPO_CREATE) && !(flags & REPO_REBUILD) && repo_index_absent(root) == 1;
 	if (!(flags & REPO_REBUILD))
 		rc = repo_check_index_present(root, err, errcap);
 	else if ((rc = repo_index_absent(root)) > 0)
@@ -834,6 +840,40 @@ int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean)
 	/* make the new directory entry durable */
 	if (rc == 0 && fsync(r->dir_fd) < 0)
 		rc = -errno;
+	return rc;
+}
+
+int ckpt_repo_publish(const struct ckpt_repo *r, const char *name, const void *buf, size_t len)
+{
+	char tmp[NAME_MAX + 1];
+	const int dfd = r->dir_fd;
+	int fd, rc = 0;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	/* a fresh file in STORE, never a link or a file linked from elsewhere (ckptfs.h) */
+	if (unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT)
+		return -errno;
+	if ((fd = ckpt_repo_openat(r, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0)
+		return fd;
+	for (size_t off = 0; rc == 0 && off < len;) {
+		ssize_t n = write(fd, (const char *)buf + off, len - off);
+
+		if (n < 0 && errno != EINTR)
+			rc = -errno;
+		else if (n > 0)
+			off += (size_t)n;
+	}
+	if (rc == 0 && fdatasync(fd) < 0) /* whole before its name is */
+		rc = -errno;
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
+		rc = -errno;
+	if (rc == 0 && fsync(dfd) < 0) /* the new name durable */
+		rc = -errno;
+	if (rc < 0)
+		unlinkat(dfd, tmp, 0);
 	return rc;
 }
 

@@ -320,13 +320,18 @@ static void startup_fail(const char *fmt, ...)
 	}
 }
 
-/* Parent side: wait for the child's status line. Returns the exit status. */
+/*
+ * Parent side: read the child's status lines until it closes the pipe: "note TEXT" lines (what
+ * the mount found: printed as they are), then "ok" (mounted) or one error line (printed).
+ * Returns the exit status.
+ */
 static int wait_child(pid_t pid, int fd)
 {
-	char line[1100];
+	char line[8192];
 	size_t len = 0;
 	ssize_t n;
 	int status;
+	bool ok = false;
 
 	while (len < sizeof(line) - 1 && (n = read(fd, line + len, sizeof(line) - 1 - len)) != 0) {
 		if (n < 0 && errno == EINTR)
@@ -337,13 +342,20 @@ static int wait_child(pid_t pid, int fd)
 	}
 	line[len] = 0;
 	close(fd);
-	if (strcmp(line, "ok\n") == 0)
+	for (char *p = line, *nl; *p; p = nl) {
+		nl = p + strcspn(p, "\n");
+		if (*nl)
+			*nl++ = '\0';
+		if (strcmp(p, "ok") == 0)
+			ok = true;
+		else if (strncmp(p, "note ", 5) == 0)
+			ckpt_log("%s", p + 5);
+		else if (*p)
+			ckpt_log("%s", p);
+	}
+	if (ok)
 		return 0;
-	if (len) {
-		ckpt_log("%s", line);
-		if (line[len - 1] != '\n')
-			fputc('\n', stderr);
-	} else {
+	if (!len) {
 		waitpid(pid, &status, 0);
 		ckpt_log("the daemon exited during startup (%s %d)\n",
 			WIFSIGNALED(status) ? "signal" : "status",
@@ -580,6 +592,10 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 			return -1;
 		}
 	}
+	/* a new store has no clean marker yet, and nothing to recover */
+	steps_report_begin(fs, !fs->repo->was_clean && !fs->repo->fresh, fs->repo->prev_pid,
+			   *ret_inodes,
+			   *ret_chunks);
 	if (c->remote) {
 		/* before steps_init: its check of the newest step reads other nodes' chunks */
 		struct node_cfg nc = { c->remote, c->node_name, c->nodes };
@@ -667,6 +683,32 @@ static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts 
 			 "is unmounted may be refused until this daemon exits\n", fs->repo->root,
 			 strerror(-rc));
 	return 0;
+}
+
+/*
+ * How long `ckptfs` waits, once the mount is up, for the check of the newest steps to end, so
+ * that it can say on its user's terminal what the check set aside. The check of a small step
+ * ends within it; a big one goes on after the command returns (as the mount was designed to:
+ * a trainer's start overlaps it), and the command says so.
+ */
+#define REPORT_WAIT_NS 1000000000LL
+
+/*
+ * In the background: send the parent waiting on the status pipe what this mount found and did
+ * (steps_report_notes), one "note TEXT" line each, which it prints on its stderr before it
+ * returns. No-op in the foreground, whose log is the terminal already.
+ */
+static void report_notes(struct ckfs *fs)
+{
+	char buf[8192], *line, *save = NULL;
+
+	if (status_fd < 0)
+		return;
+	steps_report_wait(fs, REPORT_WAIT_NS);
+	steps_report_notes(fs, buf, sizeof(buf));
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		if (dprintf(status_fd, "note %s\n", line) < 0)
+			break; /* the parent is gone; the log has it all */
 }
 
 /* In the background: detach from the terminal and tell the parent waiting on the status pipe
@@ -773,6 +815,7 @@ static void teardown(struct ckfs *fs, int ret)
 	pins_free(fs->pins);
 	if (fs->staging_dirfd >= 0)
 		close(fs->staging_dirfd);
+	steps_report_destroy(fs);
 	pthread_mutex_destroy(&fs->inval_mu);
 	pthread_mutex_destroy(&fs->stats_mu);
 	pthread_mutex_destroy(&fs->mu);
@@ -793,6 +836,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	pthread_mutex_init(&fs.mu, NULL);
 	pthread_mutex_init(&fs.inval_mu, NULL);
 	pthread_mutex_init(&fs.stats_mu, NULL);
+	steps_report_init(&fs);
 	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0)
 		goto out;
 	/* before the mount: a port in use fails the start with nothing mounted */
@@ -816,16 +860,13 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 			goto out;
 		}
 	}
-	if (inodes || chunks)
-		ckpt_log("recovered store '%s' after an unclean stop: removed %llu "
-			"unlinked files and %llu unreferenced chunks\n", c->store,
-			(unsigned long long)inodes, (unsigned long long)chunks);
 	/* after the mount: the steps a request names are the ones the mount serves */
 	char cerr[512];
 
 	if (!(control = fs_control_start(&fs, c->store, cerr, sizeof(cerr))))
 		ckpt_log("%s; 'ckptctl %s pin|unpin|drop|rollback' will need the store "
 			 "unmounted\n", cerr, c->store);
+	report_notes(&fs);
 	report_ready();
 	ckpt_log("version %s serving '%s' at '%s'", CKPTFS_VERSION, c->store, o->mountpoint);
 	start_threads(&fs, wbuf, nworkers);

@@ -797,6 +797,7 @@ static void *checker_main(void *arg)
 	sem_post(&cs->held); /* cs lives on the starter's stack: not touched after this */
 	ckpt_fault("mount-check");
 	verify_newest(fs);
+	steps_report_finish(fs); /* before STORE/check is let go: ckptctl status reads it next */
 	pthread_mutex_unlock(&fs->mu);
 	ckpt_repo_check_unlock(lockfd);
 	return NULL;
@@ -825,6 +826,7 @@ static void start_checker(struct ckfs *fs)
 	if (!fs->checker_started) {
 		pthread_mutex_lock(&fs->mu);
 		verify_newest(fs);
+		steps_report_finish(fs);
 		pthread_mutex_unlock(&fs->mu);
 	}
 }
@@ -850,11 +852,16 @@ int steps_init(struct ckfs *fs)
 		/* a daemon killed inside retention left more complete steps than it keeps */
 		for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 			steps_retention(fs, k);
+		steps_report_recovered(fs);
 		if (fs->node)
 			verify_newest(fs); /* node_prime, next in the start, follows the check */
 		else
 			check_later = true;
+	} else if (rc == 0) {
+		steps_report_recovered(fs); /* the sweep alone: no steps without a layout */
 	}
+	if (!check_later)
+		steps_report_finish(fs);
 	pthread_mutex_unlock(&fs->mu);
 	if (check_later)
 		start_checker(fs);

@@ -44,6 +44,70 @@ void steps_dir_entries_free(struct steps_entries *c);
  * the index's -errno.
  */
 int steps_init(struct ckfs *fs);
+/* ---- what the mount found and did: steps_report.c (struct mount_report, daemon.h) ---- */
+
+/*
+ * steps_report_init / steps_report_destroy - the report's lock and condition (startup and
+ * teardown, one thread).
+ */
+void steps_report_init(struct ckfs *fs);
+void steps_report_destroy(struct ckfs *fs);
+
+/*
+ * steps_report_begin - start the mount's report, before steps_init: whether the previous daemon
+ * stopped cleanly (unclean; prev_pid, its pid or 0), and what the recovery sweep removed (files,
+ * chunks). From here until steps_report_finish, steps_report_state notes steps set aside. Any
+ * thread, no lock held.
+ */
+void steps_report_begin(struct ckfs *fs, bool unclean, pid_t prev_pid, uint64_t files,
+			uint64_t chunks);
+
+/*
+ * steps_report_state - note a state change of step s to state (with its note, may be NULL)
+ * while the report is active: a step set aside (incomplete, corrupt), or completed while
+ * recovering (fs->crash_recovery). Called by steps_set_state, fs->mu held.
+ */
+void steps_report_state(struct ckfs *fs, const struct idx_step *s, int state, const char *note);
+
+/* steps_report_malformed - note a file found malformed while recovering. fs->mu held. */
+void steps_report_malformed(struct ckfs *fs);
+
+/*
+ * steps_report_recovered - after an unclean stop, log one line: the previous daemon's pid and
+ * what recovery did (the sweep, the unfinished steps judged, completed and set aside, the files
+ * found malformed). Nothing after a clean stop. fs->mu held, after the recovery's judgments.
+ */
+void steps_report_recovered(struct ckfs *fs);
+
+/*
+ * steps_report_upgrade - note the index upgrade said at mount (msg, one line, copied) for the
+ * `ckptfs` command to repeat. Any thread, no lock held.
+ */
+void steps_report_upgrade(struct ckfs *fs, const char *msg);
+
+/*
+ * steps_report_finish - the check of the newest steps is over: find the step a resume now lands
+ * on for each step set aside, log each in one line, and when the mount recovered or set a step
+ * aside, record it all in STORE/recovery.json (temp file, fdatasync, rename, fsync of STORE;
+ * on failure logged, the previous record kept). Wakes steps_report_wait. fs->mu held.
+ */
+void steps_report_finish(struct ckfs *fs);
+
+/*
+ * steps_report_wait - wait until steps_report_finish ran or timeout_ns (nanoseconds) passed.
+ * Returns true when it ran. No lock held (the check holds fs->mu until it ends).
+ */
+bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns);
+
+/*
+ * steps_report_notes - what the `ckptfs` command tells its user about this mount, one line each
+ * ('\n'-terminated) into buf (cap bytes, cut at a line's end when full): the unclean stop and
+ * its recovery, each step set aside and where a resume lands now, the index upgrade, and, when
+ * the check is still running (done false), that it goes on after the command returns. Returns
+ * the bytes written. No lock held.
+ */
+size_t steps_report_notes(struct ckfs *fs, char *buf, size_t cap);
+
 /* steps_checker_join - wait for the check steps_init started, if any (no lock held). */
 void steps_checker_join(struct ckfs *fs);
 /* steps_start / steps_stop - the reaper thread (no lock held); steps_stop joins the check too. */

@@ -168,6 +168,7 @@ static int revalidate_file(const char *name, uint64_t ino, const struct idx_inod
 	if (rc == -EBADMSG || rc == -EIO) {
 		a.flags = (a.flags & ~(uint32_t)IDX_INODE_VALID) | IDX_INODE_MALFORMED;
 		ckpt_log("recovery: '%s' (inode %" PRIu64 ") is malformed: %s", name, ino, why);
+		steps_report_malformed(fs);
 		if (idx_begin(fs->ix) == 0)
 			steps_record(fs, idx_inode_update(fs->ix, &a), "that '%s' is malformed", name);
 	}
@@ -338,6 +339,7 @@ int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *
 	    !fs->crash_recovery && s->created_ns > 0)
 		ckpt_hist_observe(&fs->save_hist, now - s->created_ns);
 	if (rc == 0) {
+		steps_report_state(fs, s, state, note);
 		ckpt_log("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
 			 idx_step_state_name(s->state), idx_step_state_name(state),
 			 note ? ": " : "", note ? note : "");

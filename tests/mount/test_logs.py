@@ -76,6 +76,14 @@ def flip_newest_chunk(store, before):
         f.write(bytes([b[0] ^ 0x01]))
 
 
+def close_quietly(f):
+    """Close a file of a mount whose daemon is gone (its flush fails: ENOTCONN)."""
+    try:
+        f.close()
+    except OSError:
+        pass
+
+
 class TimestampTest(unittest.TestCase):
 
     def test_every_line_starts_with_a_utc_timestamp_in_milliseconds(self):
@@ -158,6 +166,100 @@ class JournalTest(unittest.TestCase):
             log = os.path.join(m.store, 'ckptfs.log')
             self.assertFalse(os.path.exists(log) and os.path.getsize(log),
                              'the store log was written too: %s' % m.log_tail())
+        finally:
+            m.close()
+
+
+class UncleanStopTest(unittest.TestCase):
+
+    def test_a_mount_after_a_kill_says_so_and_what_recovery_did(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            save(m, 2)
+            d = m.path('iter_0000004', 'mp_rank_00')
+            os.makedirs(d)
+            f = open(os.path.join(d, 'model_optim_rng.pt'), 'wb')
+            f.write(content('half', 3 * MiB))
+            f.flush()
+            dead = m.pid
+            m.kill_daemon(then=lambda: close_quietly(f))
+            m.start()
+            lines = log_lines(m.store)
+            said = [ln for ln in lines if 'did not stop cleanly' in ln]
+            self.assertEqual(len(said), 1, m.log_tail(40))
+            self.assertIn('(pid %d)' % dead, said[0])
+            self.assertIn('recovery', said[0])
+            self.assertRegex(said[0], r'1 steps? set aside', said[0])
+            # the command itself said what it set aside and where the tracker goes now
+            out = m.start_stderr
+            self.assertIn("'iter_0000004'", out)
+            self.assertIn('set aside', out)
+            self.assertIn("'iter_0000002'", out)
+            self.assertEqual(ckfs.read_bytes(m.path(TRACKER)).strip(), b'2')
+            r = ckfs.ckptctl(m.store, 'status')
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn('did not stop cleanly', r.stdout)
+            self.assertIn("'iter_0000004'", r.stdout)
+            j = json.loads(ckfs.ckptctl(m.store, 'status', json_out=True).stdout)
+            last = j['last_recovery']
+            self.assertEqual(last['previous_pid'], dead)
+            self.assertEqual([s['name'] for s in last['set_aside']], ['iter_0000004'])
+            self.assertEqual(last['set_aside'][0]['tracker_step'], 'iter_0000002')
+            m.remount()  # a clean stop and mount: nothing new to say, the record stays
+            self.assertNotIn('did not stop cleanly', m.start_stderr)
+            self.assertEqual(len([ln for ln in log_lines(m.store)
+                                  if 'did not stop cleanly' in ln]), 1)
+            j = json.loads(ckfs.ckptctl(m.store, 'status', json_out=True).stdout)
+            self.assertEqual(j['last_recovery']['previous_pid'], dead)
+        finally:
+            m.close()
+
+
+class DamagedAtMountTest(unittest.TestCase):
+
+    def damaged(self, steps):
+        m = ckfs.Mount()
+        m.start()
+        for it in steps[:-1]:
+            save(m, it, n=3 * MiB)
+        m.unmount()
+        before = set(ckfs.chunk_files(m.store))
+        m.start()
+        save(m, steps[-1], n=3 * MiB)
+        m.unmount()
+        flip_newest_chunk(m.store, before)
+        return m
+
+    def test_the_command_says_the_newest_step_was_set_aside(self):
+        m = self.damaged([2, 4])
+        try:
+            m.start()
+            out = m.start_stderr
+            self.assertIn("'iter_0000004'", out, out + m.log_tail())
+            self.assertIn('checksum', out)
+            self.assertIn("'iter_0000002'", out)
+            self.assertEqual(ckfs.read_bytes(m.path(TRACKER)).strip(), b'2')
+            r = ckfs.ckptctl(m.store, 'status')
+            self.assertIn("'iter_0000004'", r.stdout)
+            self.assertIn('checksum', r.stdout)
+            j = json.loads(ckfs.ckptctl(m.store, 'status', json_out=True).stdout)
+            last = j['last_recovery']
+            self.assertIsNone(last['previous_pid'])  # a clean stop before: only the check
+            self.assertEqual([(s['name'], s['state'], s['tracker_step'])
+                              for s in last['set_aside']],
+                             [('iter_0000004', 'corrupt', 'iter_0000002')])
+        finally:
+            m.close()
+
+    def test_the_only_step_set_aside_leaves_no_tracker_and_says_so(self):
+        m = self.damaged([4])
+        try:
+            m.start()
+            out = m.start_stderr
+            self.assertIn("'iter_0000004'", out, out + m.log_tail())
+            self.assertIn('no complete step', out)
+            self.assertFalse(os.path.exists(m.path(TRACKER)))
         finally:
             m.close()
 

@@ -1,9 +1,12 @@
 /*
  * status.c — ckptctl status: what the store holds, and whether a daemon owns it.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
@@ -16,6 +19,62 @@ static bool store_is_clean(const char *root)
 	if ((size_t)snprintf(path, sizeof(path), "%s/clean", root) >= sizeof(path))
 		return false;
 	return access(path, F_OK) == 0;
+}
+
+/*
+ * The record of the last mount that recovered from an unclean stop or set a step aside
+ * (STORE/recovery.json, fs/steps/steps_report.c). Returns it (owned, json_decref) or NULL when
+ * there is none or it cannot be read.
+ */
+static json_t *last_recovery(const struct ckpt_repo *r)
+{
+	int fd = ckpt_repo_openat(r, CKPT_RECOVERY_FILE, O_RDONLY, 0);
+	json_t *o;
+
+	if (fd < 0)
+		return NULL;
+	o = json_loadfd(fd, 0, NULL);
+	close(fd);
+	if (o && !json_is_object(o)) {
+		json_decref(o);
+		o = NULL;
+	}
+	return o;
+}
+
+/* The record as text lines, each under the "last recovery:" heading. */
+static void print_recovery(const json_t *o)
+{
+	const char *ind = "                  ";
+	char when[64] = "?";
+	json_int_t ns = json_integer_value(json_object_get(o, "time_ns"));
+	time_t t = (time_t)(ns / 1000000000);
+	struct tm tm;
+	const json_t *a;
+	size_t i;
+
+	if (ns > 0 && gmtime_r(&t, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	printf("last recovery:    at the mount of %s (daemon pid %d)\n", when,
+	       (int)json_integer_value(json_object_get(o, "pid")));
+	if (json_is_true(json_object_get(o, "unclean")))
+		printf("%s%s\n", ind, json_string_value(json_object_get(o, "summary"))
+			       ? json_string_value(json_object_get(o, "summary"))
+			       : "the previous ckptfs did not stop cleanly");
+	json_array_foreach(json_object_get(o, "set_aside"), i, a) {
+		const char *res = json_string_value(json_object_get(a, "tracker_step"));
+
+		printf("%sstep '%s' (%s) set aside as %s: %s; %s%s%s\n", ind,
+		       json_string_value(json_object_get(a, "name")),
+		       json_string_value(json_object_get(a, "layout")),
+		       json_string_value(json_object_get(a, "state")),
+		       json_string_value(json_object_get(a, "why")),
+		       res ? "a resume then found '" : "no complete step was left",
+		       res ? res : "", res ? "'" : "");
+	}
+	if (json_integer_value(json_object_get(o, "set_aside_more")) > 0)
+		printf("%sand %d more steps set aside\n", ind,
+		       (int)json_integer_value(json_object_get(o, "set_aside_more")));
 }
 
 static int status_run(const char *root, bool json)
@@ -54,6 +113,9 @@ static int status_run(const char *root, bool json)
 		json_object_set_new(o, "stored_logical_ratio",
 				    s.logical_bytes ? json_real(ratio) : json_null());
 		json_object_set_new(o, "bad_chunks", ctl_u64(s.bad_chunks));
+		json_t *rec = last_recovery(r);
+
+		json_object_set_new(o, "last_recovery", rec ? rec : json_null());
 		if (ctl_print(o) < 0)
 			goto out;
 		status = EXIT_OK;
@@ -84,6 +146,14 @@ static int status_run(const char *root, bool json)
 		       s.bad_chunks, root);
 	else
 		printf("bad chunks:       0\n");
+	json_t *rec = last_recovery(r);
+
+	if (rec)
+		print_recovery(rec);
+	else
+		printf("last recovery:    none (no mount found an unclean stop or set a step "
+		       "aside)\n");
+	json_decref(rec);
 	status = EXIT_OK;
 out:
 	ckpt_repo_close(r);

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * steps_report.c — what a mount found and did before it served, told three ways: in the log,
+ * by the `ckptfs` command on its user's terminal (fs/fuse/daemon.c asks steps_report_notes
+ * before it daemonizes), and in STORE/recovery.json for `ckptctl status` afterwards.
+ *
+ * A mount recovers (after an unclean stop: the sweep, then the judgment of every step the dead
+ * daemon left unfinished) and checks the newest complete step of each layout; either can set a
+ * step aside, and the step a resume finds then moves back, or goes away with the tracker. A user
+ * who only sees the tracker change, or vanish, is left to guess why.
+ *
+ * States of struct mount_report (daemon.h):
+ *     idle --steps_report_begin--> active --steps_report_finish--> done
+ * Invariants:
+ *   1. Steps set aside are noted only while active (from before steps_init to the end of the
+ *      check), so a step the reaper sets aside later is not said to be the mount's.
+ *   2. Every field is read and written with report.mu held; report.mu is a leaf, taken under
+ *      fs->mu by the step engine's hooks.
+ *   3. STORE/recovery.json is replaced only by a mount that recovered from an unclean stop or set
+ *      a step aside: it says the last time one did, however many clean mounts followed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fs/steps/steps.h"
+#include "fs/policy/layout.h"
+#include "fs/steps/steps_int.h"
+
+void steps_report_init(struct ckfs *fs)
+{
+	pthread_mutex_init(&fs->report.mu, NULL);
+	pthread_cond_init(&fs->report.cv, NULL);
+}
+
+void steps_report_destroy(struct ckfs *fs)
+{
+	pthread_cond_destroy(&fs->report.cv);
+	pthread_mutex_destroy(&fs->report.mu);
+}
+
+void steps_report_begin(struct ckfs *fs, bool unclean, pid_t prev_pid, uint64_t files,
+			uint64_t chunks)
+{
+	struct mount_report *r = &fs->report;
+
+	pthread_mutex_lock(&r->mu);
+	r->active = true;
+	r->unclean = unclean;
+	r->prev_pid = unclean ? prev_pid : 0;
+	r->files_removed = files;
+	r->chunks_removed = chunks;
+	pthread_mutex_unlock(&r->mu);
+}
+
+void steps_report_state(struct ckfs *fs, const struct idx_step *s, int state, const char *note)
+{
+	struct mount_report *r = &fs->report;
+
+	pthread_mutex_lock(&r->mu);
+	if (!r->active)
+		goto out;
+	if (fs->crash_recovery && (s->state == IDX_STEP_WRITING || s->state == IDX_STEP_SEALED)) {
+		r->judged++;
+		r->completed += state == IDX_STEP_COMPLETE;
+	}
+	if (state != IDX_STEP_INCOMPLETE && state != IDX_STEP_CORRUPT)
+		goto out;
+	if (r->naside == MOUNT_REPORT_ASIDE) {
+		r->more++;
+		goto out;
+	}
+	struct mount_aside *a = &r->aside[r->naside++];
+
+	a->kind = s->kind;
+	a->state = state;
+	snprintf(a->name, sizeof(a->name), "%s", s->name);
+	snprintf(a->why, sizeof(a->why), "%s", note ? note : "no reason recorded");
+	a->resume[0] = '\0';
+out:
+	pthread_mutex_unlock(&r->mu);
+}
+
+void steps_report_malformed(struct ckfs *fs)
+{
+	pthread_mutex_lock(&fs->report.mu);
+	if (fs->report.active)
+		fs->report.malformed++;
+	pthread_mutex_unlock(&fs->report.mu);
+}
+
+void steps_report_upgrade(struct ckfs *fs, const char *msg)
+{
+	pthread_mutex_lock(&fs->report.mu);
+	snprintf(fs->report.upgrade, sizeof(fs->report.upgrade), "%s", msg);
+	pthread_mutex_unlock(&fs->report.mu);
+}
+
+/* The unclean stop and what recovery did, one line without a newline, into buf. report.mu held. */
+static void summary(const struct mount_report *r, char *buf, size_t cap)
+{
+	char pid[32] = "";
+
+	if (r->prev_pid > 0)
+		snprintf(pid, sizeof(pid), " (pid %d)", (int)r->prev_pid);
+	snprintf(buf, cap,
+		 "the previous ckptfs%s did not stop cleanly; recovery removed %llu unlinked files "
+		 "and %llu unreferenced chunks, judged %u unfinished steps: %u complete, %u steps "
+		 "set aside, %u files found malformed",
+		 pid, (unsigned long long)r->files_removed, (unsigned long long)r->chunks_removed,
+		 r->judged, r->completed, r->judged - r->completed, r->malformed);
+}
+
+void steps_report_recovered(struct ckfs *fs)
+{
+	char line[512];
+
+	pthread_mutex_lock(&fs->report.mu);
+	if (fs->report.unclean)
+		summary(&fs->report, line, sizeof(line));
+	pthread_mutex_unlock(&fs->report.mu);
+	if (fs->report.unclean) /* written only before any other thread runs */
+		ckpt_log("%s", line);
+}
+
+/*
+ * The step a resume of kind finds now into buf ("" none): what its tracker names, or, for a
+ * layout whose trainer scans instead (no tracker), its newest complete step. fs->mu held.
+ */
+static void resume_of(struct ckfs *fs, int kind, char *buf, size_t cap)
+{
+	char name[LAYOUT_NAME_MAX + 1], content[LAYOUT_TRACKER_MAX];
+	struct idx_step s;
+
+	buf[0] = '\0';
+	if (steps_vname(fs, kind, name, sizeof(name)) >= 0) {
+		if (steps_tracker_content(fs, kind, content, sizeof(content), &s) >= 0)
+			snprintf(buf, cap, "%s", s.name);
+	} else if (idx_step_newest(fs->ix, 1u << kind, IDX_STEP_COMPLETE, &s) == 0 && s.dir_ino) {
+		snprintf(buf, cap, "%s", s.name);
+	}
+}
+
+/*
+ * One step set aside, as said in the log and by the command, into buf (no newline); with_resume:
+ * and where a resume lands now (known once the check is over).
+ */
+static void aside_line(const struct mount_aside *a, bool with_resume, char *buf, size_t cap)
+{
+	char where[320];
+
+	if (!with_resume)
+		where[0] = '\0';
+	else if (a->resume[0])
+		snprintf(where, sizeof(where), "a resume now finds '%s'", a->resume);
+	else
+		snprintf(where, sizeof(where), "no complete step is left, so a resume starts from "
+			 "scratch (no tracker)");
+	snprintf(buf, cap, "step '%s' (%s) set aside at mount as %s: %s%s%s", a->name,
+		 layout_name((enum layout_kind)a->kind), idx_step_state_name(a->state), a->why,
+		 where[0] ? "; " : "", where);
+}
+
+/* The report as STORE/recovery.json's object (report.mu held). NULL: no memory. */
+static json_t *report_json(const struct mount_report *r)
+{
+	json_t *aside = json_array(), *o;
+	char sum[512] = "";
+
+	for (unsigned i = 0; aside && i < r->naside; i++) {
+		const struct mount_aside *a = &r->aside[i];
+
+		json_array_append_new(aside, json_pack("{s:s, s:s, s:s, s:s, s:s?}", "name",
+						       a->name, "layout",
+						       layout_name((enum layout_kind)a->kind),
+						       "state", idx_step_state_name(a->state), "why",
+						       a->why, "tracker_step",
+						       a->resume[0] ? a->resume : NULL));
+	}
+	if (r->unclean)
+		summary(r, sum, sizeof(sum));
+	o = json_pack("{s:I, s:i, s:b, s:o, s:s?, s:I, s:I, s:i, s:i, s:i, s:o, s:i}", "time_ns",
+		      (json_int_t)ckpt_now_ns(), "pid", (int)getpid(), "unclean", (int)r->unclean,
+		      "previous_pid", r->unclean && r->prev_pid > 0 ? json_integer(r->prev_pid)
+								  : json_null(),
+		      "summary", r->unclean ? sum : NULL, "files_removed",
+		      (json_int_t)r->files_removed, "chunks_removed", (json_int_t)r->chunks_removed,
+		      "steps_judged", (int)r->judged, "steps_completed", (int)r->completed,
+		      "files_malformed", (int)r->malformed, "set_aside", aside ? aside : json_array(),
+		      "set_aside_more", (int)r->more);
+	return o;
+}
+
+/* Replace STORE/recovery.json with o, durably (ckpt_repo_publish). Returns 0 or -errno. */
+static int report_publish(struct ckfs *fs, json_t *o)
+{
+	char *text = json_dumps(o, JSON_INDENT(1));
+	int rc;
+
+	if (!text)
+		return -ENOMEM;
+	rc = ckpt_repo_publish(fs->repo, CKPT_RECOVERY_FILE, text, strlen(text));
+	free(text);
+	return rc;
+}
+
+void steps_report_finish(struct ckfs *fs)
+{
+	struct mount_report *r = &fs->report;
+	struct mount_aside aside[MOUNT_REPORT_ASIDE];
+	json_t *o = NULL;
+	unsigned n;
+
+	pthread_mutex_lock(&r->mu);
+	r->active = false;
+	n = r->naside;
+	memcpy(aside, r->aside, sizeof(aside));
+	pthread_mutex_unlock(&r->mu);
+	/* outside report.mu: a tracker read may judge a step, whose hook takes report.mu */
+	for (unsigned i = 0; i < n; i++) {
+		char line[1200];
+
+		resume_of(fs, aside[i].kind, aside[i].resume, sizeof(aside[i].resume));
+		aside_line(&aside[i], true, line, sizeof(line));
+		ckpt_log("%s", line);
+	}
+	pthread_mutex_lock(&r->mu);
+	memcpy(r->aside, aside, sizeof(aside));
+	if (r->unclean || r->naside)
+		o = report_json(r);
+	pthread_mutex_unlock(&r->mu);
+	if (o) {
+		int rc = report_publish(fs, o);
+
+		if (rc < 0)
+			ckpt_log("cannot record this mount's recovery in '%s/" CKPT_RECOVERY_FILE "': %s; "
+				 "'ckptctl status' shows the one before", fs->repo->root, strerror(-rc));
+		json_decref(o);
+	}
+	pthread_mutex_lock(&r->mu);
+	r->done = true;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns)
+{
+	struct mount_report *r = &fs->report;
+	struct timespec until;
+	bool done;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)(timeout_ns / 1000000000);
+	until.tv_nsec += (long)(timeout_ns % 1000000000);
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&r->mu);
+	while (!r->done && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0)
+		;
+	done = r->done;
+	pthread_mutex_unlock(&r->mu);
+	return done;
+}
+
+/* Append line and a newline to buf at *len if the whole line fits. */
+static void add_line(char *buf, size_t cap, size_t *len, const char *line)
+{
+	size_t n = strlen(line);
+
+	if (*len + n + 2 > cap)
+		return;
+	memcpy(buf + *len, line, n);
+	*len += n;
+	buf[(*len)++] = '\n';
+	buf[*len] = '\0';
+}
+
+size_t steps_report_notes(struct ckfs *fs, char *buf, size_t cap)
+{
+	struct mount_report *r = &fs->report;
+	char line[1200];
+	size_t len = 0;
+
+	if (!cap)
+		return 0;
+	buf[0] = '\0';
+	pthread_mutex_lock(&r->mu);
+	if (r->upgrade[0])
+		add_line(buf, cap, &len, r->upgrade);
+	if (r->unclean) {
+		summary(r, line, sizeof(line));
+		add_line(buf, cap, &len, line);
+	}
+	/* before the check ends only the recovery's judgments are known, and final */
+	for (unsigned i = 0; i < r->naside; i++) {
+		aside_line(&r->aside[i], r->done, line, sizeof(line));
+		add_line(buf, cap, &len, line);
+	}
+	if (r->more) {
+		snprintf(line, sizeof(line), "and %u more steps set aside (ckptfs.log names them)",
+			 r->more);
+		add_line(buf, cap, &len, line);
+	}
+	if (!r->done)
+		add_line(buf, cap, &len,
+			 "the check of the newest complete steps goes on after this command returns "
+			 "(reads of the mount wait for it); a step it sets aside is in the log and in "
+			 "'ckptctl STORE status'");
+	pthread_mutex_unlock(&r->mu);
+	return len;
+}
