@@ -304,6 +304,14 @@ int ckpt_openat_plain(int dir_fd, const char *name, int flags, mode_t mode);
  */
 int ckpt_repo_publish(const struct ckpt_repo *r, const char *name, const void *buf, size_t len);
 
+/*
+ * ckpt_repo_upgrade_msg - when ckpt_repo_open upgraded the index (idx_opened_version below
+ * IDX_SCHEMA_VERSION; the old index copied to STORE/index.db.vN.bak first), the one line that
+ * says so, with both versions and the copy's path, into buf (cap bytes). Returns 1 (upgraded,
+ * buf set) or 0 (buf untouched). Thread-safety: as r->ix (one thread at a time).
+ */
+int ckpt_repo_upgrade_msg(const struct ckpt_repo *r, char *buf, size_t cap);
+
 /* ckpt_repo_close - close index and store, release the lock, free; NULL accepted. */
 void ckpt_repo_close(struct ckpt_repo *r);
 

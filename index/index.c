@@ -28,6 +28,7 @@
  *   9. PRAGMA user_version is the schema version. A database at version v >= 1 has
  *      meta('format') = 'ckptfs-index'; at version 0 it is empty (no schema objects at all).
  *      migrations[v] takes version v to v + 1, in its own transaction, and sets user_version.
+ *      Before the first of them, a database at v >= 1 is copied whole to PATH.vV.bak.
  *
  * Schema v1:
  *   meta(key TEXT PRIMARY KEY, value)                       'format' -> 'ckptfs-index'
@@ -89,7 +90,10 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -828,6 +832,21 @@ static int ix_open_wal(struct idx *ix)
 	return ix->wal_fd < 0 ? -errno : 0;
 }
 
+/*
+ * Copy the index at path, at schema version, to "PATH.vVERSION.bak" (idx_backup: the online
+ * backup API, temp file, fsync, rename, fsync of the directory) before it is migrated.
+ * Returns 0, -ENAMETOOLONG, or idx_backup's -errno (-ENOSPC: the disk cannot hold the copy,
+ * and the index is left as it was).
+ */
+static int ix_backup_before_upgrade(struct idx *ix, const char *path, int64_t version)
+{
+	char bak[PATH_MAX];
+
+	if (snprintf(bak, sizeof(bak), "%s.v%" PRId64 ".bak", path, version) >= (int)sizeof(bak))
+		return -ENAMETOOLONG;
+	return idx_backup(ix, bak);
+}
+
 int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t now_ns,
 	     struct idx **ret)
 {
@@ -895,9 +914,14 @@ int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t no
 			r = version == 0 ? -ENOENT : -EPROTO;
 			goto fail;
 		}
+		/* an upgrade cannot be undone by an older ckptfs: keep the index as it was, whole,
+		 * before the first change (a new, empty database has nothing to keep) */
+		if (version >= 1 && (r = ix_backup_before_upgrade(ix, path, version)) < 0)
+			goto fail;
 		if ((r = ix_migrate(ix, &a)) < 0)
 			goto fail;
 	}
+	ix->opened_version = version;
 	if (!ix->rdonly && (r = ix_exec_const(ix, ix_optional_indexes)) < 0)
 		goto fail;
 	if ((r = ix_prepare_all(ix)) < 0)
@@ -909,6 +933,22 @@ int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t no
 fail:
 	idx_close(ix);
 	return r;
+}
+
+int idx_opened_version(const struct idx *ix)
+{
+	return (int)ix->opened_version;
+}
+
+int idx_schema_version(struct idx *ix, int *ret)
+{
+	int64_t v = 0;
+	int r = ix_query_i64(ix, "PRAGMA user_version", &v);
+
+	if (r < 0)
+		return r;
+	*ret = (int)v;
+	return 0;
 }
 
 void idx_close(struct idx *ix)

@@ -140,6 +140,23 @@ typedef bool (*idx_release_fn)(const uint8_t hash[IDX_HASH_LEN], void *arg);
 int idx_open(const char *path, int flags, uint32_t uid, uint32_t gid, int64_t now_ns,
 	     struct idx **ret);
 
+/*
+ * idx_open also upgrades: a read-write open of a database at an older schema version v (>= 1)
+ * first copies it whole to "PATH.vV.bak" (idx_backup), then migrates it; a failed copy fails the
+ * open with idx_backup's -errno and leaves the database unchanged.
+ *
+ * idx_opened_version - the schema version (PRAGMA user_version) the database had when idx_open
+ * opened it: 0 when idx_open created it, below IDX_SCHEMA_VERSION when it upgraded it (the copy
+ * is then at PATH.vN.bak), IDX_SCHEMA_VERSION otherwise. Any thread (set at open, read-only).
+ */
+int idx_opened_version(const struct idx *ix);
+
+/*
+ * idx_schema_version - the database's schema version now (PRAGMA user_version) into *ret.
+ * Returns 0 or -errno (-EIO, -EBUSY, -ENOMEM). As every call on ix: one thread at a time.
+ */
+int idx_schema_version(struct idx *ix, int *ret);
+
 /* idx_close - finalize statements and close; NULL accepted. */
 void idx_close(struct idx *ix);
 

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "index/index_int.h"
@@ -79,6 +80,11 @@ int idx_backup(struct idx *ix, const char *dst_path)
 	dst = NULL;
 	if (r != SQLITE_OK) {
 		rc = -EIO;
+		goto out;
+	}
+	/* SQLite creates files 0644 (less the umask); the index's copies are as private as it */
+	if (chmod(tmp, 0600) < 0) {
+		rc = -errno;
 		goto out;
 	}
 	if ((rc = ix_fsync_path(tmp, 0)) < 0)

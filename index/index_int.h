@@ -159,6 +159,7 @@ struct idx {
 	int hold;         /* idx_hold depth: > 0 keeps one read transaction across read calls */
 	bool in_read;     /* a deferred transaction opened by ix_step for a hold is open */
 	int wal_fd;       /* the WAL file, read-only, for idx_sync; -1 on a read-only handle */
+	int64_t opened_version; /* PRAGMA user_version found by idx_open (idx_opened_version) */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
 	struct ix_pent pc[IX_PCACHE]; /* dentry parents, read-write handles only (above) */
 };

@@ -252,11 +252,18 @@ static const struct {
 	{ REMOTE_STORE_RECORD ".tmp", false },
 	{ REPO_BACKUP_FILE, false },
 	{ REPO_BACKUP_FILE ".tmp", false },
+	/* the copies idx_open keeps of an index before upgrading it, one per older version */
+	{ REPO_INDEX_FILE ".v1.bak", false },
+	{ REPO_INDEX_FILE ".v1.bak.tmp", false },
+	{ REPO_INDEX_FILE ".v2.bak", false },
+	{ REPO_INDEX_FILE ".v2.bak.tmp", false },
 	{ "staging", true },
 	{ "chunks", true },
 	{ "lost+found", true },
 };
 #define REPO_INDEX_NAMES 4 /* the first entries of repo_names: what SQLite opens by path */
+_Static_assert(IDX_SCHEMA_VERSION == 3, "a new schema version: add its index.db.vN.bak names, "
+	       "N the version before it, to repo_names");
 
 /*
  * Check the first n names of repo_names in dir_fd: absent, or of their kind (plain file or
@@ -875,6 +882,20 @@ int ckpt_repo_publish(const struct ckpt_repo *r, const char *name, const void *b
 	if (rc < 0)
 		unlinkat(dfd, tmp, 0);
 	return rc;
+}
+
+int ckpt_repo_upgrade_msg(const struct ckpt_repo *r, char *buf, size_t cap)
+{
+	int from = r->ix ? idx_opened_version(r->ix) : 0, now = IDX_SCHEMA_VERSION;
+
+	if (from < 1 || from >= IDX_SCHEMA_VERSION)
+		return 0;
+	if (idx_schema_version(r->ix, &now) < 0)
+		now = IDX_SCHEMA_VERSION;
+	ckpt_msg(buf, cap, "upgraded the index of '%s' from schema version %d to %d; the index as "
+		 "it was is kept as '%s/" REPO_INDEX_FILE ".v%d.bak' (an older ckptfs reads that "
+		 "one only)", r->root, from, now, r->root, from);
+	return 1;
 }
 
 struct sweep_ctx {

@@ -584,6 +584,12 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 		ckpt_log_stamped();
 	}
 	fuse_set_log_func(fuse_log_line); /* libfuse's own lines, stamped as ours */
+	char upgraded[1024];
+
+	if (ckpt_repo_upgrade_msg(fs->repo, upgraded, sizeof(upgraded)) > 0) {
+		ckpt_log("%s", upgraded);
+		steps_report_upgrade(fs, upgraded); /* and the command says it too */
+	}
 	if (!fs->repo->was_clean) {
 		rc = ckpt_repo_sweep(fs->repo, ret_inodes, ret_chunks);
 		if (rc < 0) {

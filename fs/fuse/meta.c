@@ -217,6 +217,10 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	put(o, "keep_checkpoint_max: %u%s\n", fs->keep_max, fs->keep_max ? "" : " (keep all)");
 	if (fs->keep_every)
 		put(o, "keep_every:         %" PRId64 "\n", fs->keep_every);
+	int schema;
+
+	if (idx_schema_version(fs->ix, &schema) == 0)
+		put(o, "index schema:       %d\n", schema);
 	put(o, "files:              %" PRIu64 "\n", st->files);
 	put(o, "logical bytes:      %" PRIu64 "\n", st->logical_bytes);
 	put(o, "stored bytes:       %" PRIu64 " (%.3f of logical)\n", st->stored_bytes,

@@ -264,6 +264,46 @@ class DamagedAtMountTest(unittest.TestCase):
             m.close()
 
 
+class SchemaTest(unittest.TestCase):
+
+    def test_the_schema_version_is_shown_and_an_upgrade_keeps_the_old_index(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            save(m, 2)
+            with open(m.path('.ckptfs', 'status')) as f:
+                status = f.read()
+            m.unmount()
+            self.assertRegex(status, r'index schema: +3\b')
+            r = ckfs.ckptctl(m.store, 'status')
+            self.assertRegex(r.stdout, r'index schema: +3\b')
+            j = json.loads(ckfs.ckptctl(m.store, 'status', json_out=True).stdout)
+            self.assertEqual(j['index_schema'], 3)
+            # take the index back to version 2 (v2 -> v3 only adds the xattrs table)
+            db = sqlite3.connect(os.path.join(m.store, 'index.db'))
+            db.execute('DROP TABLE xattrs')
+            db.execute('PRAGMA user_version = 2')
+            db.commit()
+            db.close()
+            m.start()
+            self.assertEqual(ckfs.read_bytes(m.path(TRACKER)).strip(), b'2')
+            bak = os.path.join(m.store, 'index.db.v2.bak')
+            self.assertTrue(os.path.exists(bak), os.listdir(m.store))
+            self.assertEqual(stat.S_IMODE(os.stat(bak).st_mode), 0o600)
+            old = sqlite3.connect('file:%s?mode=ro' % bak, uri=True)
+            self.assertEqual(old.execute('PRAGMA user_version').fetchone()[0], 2)
+            self.assertEqual(old.execute("SELECT count(*) FROM sqlite_master WHERE "
+                                         "name = 'xattrs'").fetchone()[0], 0)
+            self.assertGreater(old.execute('SELECT count(*) FROM steps').fetchone()[0], 0)
+            old.close()
+            said = [ln for ln in log_lines(m.store) if 'schema version 2 to 3' in ln]
+            self.assertEqual(len(said), 1, m.log_tail())
+            self.assertIn('index.db.v2.bak', said[0])
+            self.assertIn('schema version 2 to 3', m.start_stderr)
+        finally:
+            m.close()
+
+
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(int(os.environ.get('CKPTFS_TEST_TIMEOUT', '580')),
                                       exit=True)

@@ -196,6 +196,8 @@ int ctl_open_write_flags(const char *root, const struct store_opts *sopts, int f
 
 	rc = ckpt_repo_open(root, REPO_EXCLUSIVE | flags, sopts, err, sizeof(err), ret);
 	if (rc == 0) {
+		if (ckpt_repo_upgrade_msg(*ret, err, sizeof(err)) > 0)
+			fprintf(stderr, "ckptctl: %s\n", err);
 		*ret_writable = true;
 		return 0;
 	}

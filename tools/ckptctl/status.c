@@ -84,7 +84,7 @@ static int status_run(const char *root, bool json)
 	char b1[64], b2[64], b3[64];
 	bool clean = false;
 	double ratio = 0.0;
-	int rc, status = EXIT_ERROR;
+	int rc, status = EXIT_ERROR, schema = 0;
 
 	if (ctl_open_read(root, &r) < 0)
 		return EXIT_ERROR;
@@ -96,6 +96,10 @@ static int status_run(const char *root, bool json)
 	}
 	if (!r->mounted)
 		clean = store_is_clean(root);
+	if ((rc = idx_schema_version(r->ix, &schema)) < 0) {
+		status = ctl_index_err(root, "read the index's schema version", rc);
+		goto out;
+	}
 	if (s.logical_bytes)
 		ratio = (double)s.stored_bytes / (double)s.logical_bytes;
 
@@ -113,6 +117,7 @@ static int status_run(const char *root, bool json)
 		json_object_set_new(o, "stored_logical_ratio",
 				    s.logical_bytes ? json_real(ratio) : json_null());
 		json_object_set_new(o, "bad_chunks", ctl_u64(s.bad_chunks));
+		json_object_set_new(o, "index_schema", json_integer(schema));
 		json_t *rec = last_recovery(r);
 
 		json_object_set_new(o, "last_recovery", rec ? rec : json_null());
@@ -130,6 +135,7 @@ static int status_run(const char *root, bool json)
 	else
 		printf("state:            not mounted, unclean (the last daemon did not stop cleanly;"
 		       " the next mount recovers the store)\n");
+	printf("index schema:     %d (this ckptctl's: %d)\n", schema, IDX_SCHEMA_VERSION);
 	printf("files:            %" PRIu64 "\n", s.files);
 	printf("directories:      %" PRIu64 "\n", s.dirs);
 	printf("symlinks:         %" PRIu64 "\n", s.symlinks);
