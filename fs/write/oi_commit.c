@@ -306,6 +306,7 @@ static void oi_commit_end(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c,
 			oi_space_settle(fs, oi); /* the provisional last chunk is stored */
 		}
 		oi->dirty = false;
+		oi->patched = 0;
 		atomic_store(&oi->ov_dirty, false);
 		atomic_store(&oi->ov_written, 0);
 	}

@@ -1,7 +1,8 @@
 /*
- * oi_int.h — private to the open-file content layer (oinode.c, oi_read.c, oi_commit.c): the
- * helpers the three files share. struct oinode, its modes and numbered invariants are in
- * write.h; "the lock" below is oi->lock, "fly_mu" oi->fly_mu (lock order: fs/daemon.h).
+ * oi_int.h — private to the open-file content layer (oinode.c, oi_read.c, oi_commit.c,
+ * oi_overwrite.c): the helpers these files share. struct oinode, its modes and numbered
+ * invariants are in write.h; "the lock" below is oi->lock, "fly_mu" oi->fly_mu (lock order:
+ * fs/daemon.h).
  */
 #ifndef CKPTFS_FS_OI_INT_H
 #define CKPTFS_FS_OI_INT_H
@@ -79,5 +80,24 @@ ssize_t oi_read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t 
  * hole (false), or size when there is none (invariant 1). The lock held. Pure otherwise.
  */
 uint64_t oi_stream_next(const struct oinode *oi, uint64_t pos, bool data);
+
+/* ---- oi_overwrite.c ---- */
+
+/*
+ * oi_overwrite_fits - whether a write of len bytes at off is to be made in place by
+ * oi_overwrite: oi is in stream mode, drained (write.h invariant 5) and not fly_lost, len > 0,
+ * the write ends at or below ext_end, and the bytes it cuts again keep oi->patched within its
+ * budget (oi_overwrite.c invariant 2). O(n_ext). The lock held. Pure.
+ */
+bool oi_overwrite_fits(const struct oinode *oi, size_t len, uint64_t off);
+
+/*
+ * oi_overwrite - write buf (len bytes) at off into oi's stored extents in place: the extents
+ * the write overlaps are read, patched and cut into new chunks (pinned until the next commit),
+ * which replace them; hash_ok is cleared. Only when oi_overwrite_fits said so. Returns 0, or
+ * -ENOMEM, -EIO (an extent's chunk missing or damaged) or pins_chunk_put's -errno, with the
+ * content unchanged. Write lock held; takes fs->mu briefly per chunk put.
+ */
+int oi_overwrite(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t len, uint64_t off);
 
 #endif /* CKPTFS_FS_OI_INT_H */

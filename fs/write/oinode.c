@@ -2,8 +2,9 @@
  * oinode.c — the content of open regular files: the table of open inodes, their lifetime
  * (oi_get, oi_put) and locking, appends cut into chunks as they arrive, a staging file for
  * writes at other offsets, truncate and hole punching. Reads are in oi_read.c, the commit that
- * makes a file's content durable and records it in the index in oi_commit.c; the helpers the
- * three share are declared in oi_int.h.
+ * makes a file's content durable and records it in the index in oi_commit.c, writes made in
+ * place inside the stored chunks in oi_overwrite.c; the helpers they share are declared in
+ * oi_int.h.
  *
  * The modes and invariants are described on struct oinode (write.h). Appended bytes are cut
  * and their chunks stored by the write-back pool (wb.c) while the writer goes on; commit drains
@@ -953,6 +954,7 @@ static int wrlock_harvest(struct ckfs *fs, struct oinode *oi)
 ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len, uint64_t off)
 {
 	ssize_t rc = (ssize_t)len;
+	bool inplace = false;
 
 	if (off + len < off || off + len > CKPTFS_MAX_FILE_SIZE)
 		return -EFBIG;
@@ -963,8 +965,14 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 	if (oi->stage_fd < 0 && off < oi->data_end)
 		trim_zeros_from(fs, oi, off);
 	if (oi->stage_fd < 0 && off != oi->data_end) {
-		int r = enter_staging(fs, oi);
+		int r = 0;
 
+		/* inside the stored chunks: in place, at the cost of this write (oi_overwrite.c);
+		 * elsewhere, or past its budget, a staging copy of the file */
+		oi_fly_drain(fs, oi);
+		inplace = oi_overwrite_fits(oi, len, off);
+		if (!inplace)
+			r = enter_staging(fs, oi);
 		if (r < 0) {
 			rc = r;
 			goto out;
@@ -974,7 +982,15 @@ ssize_t oi_write(struct ckfs *fs, struct oinode *oi, const void *buf, size_t len
 		rc = -ENOSPC;
 		goto out;
 	}
-	if (oi->stage_fd >= 0) {
+	if (inplace) {
+		int r = oi_overwrite(fs, oi, buf, len, off);
+
+		space_release(fs, len); /* stored, or not taken: invariant 7 */
+		if (r < 0) {
+			rc = r;
+			goto out;
+		}
+	} else if (oi->stage_fd >= 0) {
 		size_t done = 0;
 
 		while (done < len) {

@@ -77,8 +77,9 @@ enum { CUT_IDLE, CUT_QUEUED, CUT_RUNNING };
  *           goes to the pool as a job.
  *  staging: stage_fd (an unlinked O_TMPFILE in STORE/staging) holds all bytes [0, size), a
  *           sparse file whose holes are the file's (SEEK_DATA/SEEK_HOLE find them at commit);
- *           entered on the first write that is not at data_end, a truncate below data_end
- *           that is not to 0, or a hole punched (fallocate).
+ *           entered on the first write that is not at data_end and not made in place in
+ *           the stored extents (oi_overwrite.c), a truncate below data_end that is not to 0,
+ *           or a hole punched (fallocate).
  * Invariants:
  *   1. stream: data_end <= size, the extents lie in [0, ext_end) in order (a gap between them,
  *      or after the last one up to ext_end, is a hole: zeros) and the in-flight chunks tile
@@ -127,6 +128,7 @@ struct oinode {
 	bool fly_lost;          /* invariant 1's exception */
 	struct store_cdc cdc;   /* invariant 4 */
 	uint64_t stage_held;    /* invariant 7: bytes, staging mode */
+	uint64_t patched;       /* bytes cut again in place since the last commit (oi_overwrite.c) */
 
 	pthread_mutex_t fly_mu; /* a leaf: guards the fields below */
 	pthread_cond_t fly_cv;  /* a job of this file finished, or its cutter went idle */
