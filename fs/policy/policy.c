@@ -265,6 +265,22 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 	return 0;
 }
 
+/* Walk the tree at dir (a step's earlier version) against w->cur's tree, directory by
+ * directory (names_cb pairs them as it goes). Returns 0 (every name there), 1 (w->missing
+ * filled), or names_cb's / the index's -errno. Frees w->pairs. */
+static int names_walk_tree(struct names_walk *w, uint64_t dir)
+{
+	int rc = idx_dir_list(w->ix, dir, 0, names_cb, w);
+
+	for (size_t i = 0; rc == 0 && i < w->n; i++) { /* w->pairs grows as we go */
+		w->cur = w->pairs[i][1];
+		rc = idx_dir_list(w->ix, w->pairs[i][0], 0, names_cb, w);
+	}
+	free(w->pairs);
+	w->pairs = NULL;
+	return rc;
+}
+
 int policy_previous_names(struct idx *ix, const struct idx_step *s, char *missing, size_t cap)
 {
 	struct prev_ctx pc = { .s = s };
@@ -278,12 +294,7 @@ int policy_previous_names(struct idx *ix, const struct idx_step *s, char *missin
 	w.from = pc.best.step;
 	w.to = s->step;
 	w.cur = s->dir_ino;
-	rc = idx_dir_list(ix, pc.best.dir_ino, 0, names_cb, &w);
-	for (size_t i = 0; rc == 0 && i < w.n; i++) { /* w.pairs grows as we go */
-		w.cur = w.pairs[i][1];
-		rc = idx_dir_list(ix, w.pairs[i][0], 0, names_cb, &w);
-	}
-	free(w.pairs);
+	rc = names_walk_tree(&w, pc.best.dir_ino);
 	if (rc == 1) {
 		size_t l = strlen(missing);
 
@@ -299,13 +310,8 @@ int policy_rewritten_names(struct idx *ix, const struct idx_step *s, uint64_t ke
 	struct names_walk w = { .ix = ix, .from = s->step, .to = s->step, .cur = s->dir_ino,
 				.since_ns = s->created_ns > 0 ? s->created_ns : 1,
 				.missing = missing, .mcap = cap };
-	int rc = idx_dir_list(ix, kept_dir, 0, names_cb, &w);
+	int rc = names_walk_tree(&w, kept_dir);
 
-	for (size_t i = 0; rc == 0 && i < w.n; i++) { /* w.pairs grows as we go */
-		w.cur = w.pairs[i][1];
-		rc = idx_dir_list(ix, w.pairs[i][0], 0, names_cb, &w);
-	}
-	free(w.pairs);
 	if (rc == 1) {
 		size_t l = strlen(missing);
 

@@ -16,16 +16,21 @@
 
 #include "ctl.h"
 
+void ctl_verr(const char *fmt, va_list ap)
+{
+	ctl_progress_hide();
+	fputs("ckptctl: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
 void ctl_err(const char *fmt, ...)
 {
 	va_list ap;
 
-	ctl_progress_hide();
-	fputs("ckptctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	ctl_verr(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 char *ctl_size(uint64_t bytes, char *buf, size_t cap)

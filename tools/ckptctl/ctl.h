@@ -18,6 +18,7 @@
 #ifndef CKPTCTL_CTL_H
 #define CKPTCTL_CTL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -203,6 +204,8 @@ int ctl_store_of_mount(const char *path, char *buf, size_t cap);
  * if one is up (ctl_progress_hide).
  */
 void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ctl_verr - ctl_err with its arguments as a va_list (ctl_usage's message). */
+void ctl_verr(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /*
  * ctl_index_err - report a failure of the index of store root on stderr, with what to do next

@@ -321,12 +321,9 @@ int ctl_usage(const char *fmt, ...)
 {
 	va_list ap;
 
-	ctl_progress_hide();
-	fputs("ckptctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	ctl_verr(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 	short_usage(stderr, usage_cmd);
 	if (usage_cmd)
 		fprintf(stderr, "run 'ckptctl help %s' for its options\n", usage_cmd->name);
