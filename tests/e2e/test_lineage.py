@@ -235,6 +235,29 @@ class TestLineage(unittest.TestCase):
             self.assertEqual(states, ['complete', 'incomplete', 'pruned'],
                              'the earlier version is pruned once the new one is complete')
 
+    def test_complete_step_appended_or_unlinked(self):
+        """Issue 40.3, the other two changes: `echo >>` into a file of a complete step only set a
+        `malformed` flag on cb3ae28, and an unlink took the file from the step the tracker names.
+        An append is a new version that, left unsealed, is set aside (the complete version comes
+        back at its name); an unlinked file of the step the tracker names is back when a tracker
+        read resolves to it. Each time the resume lands on step 4 bit-exact."""
+        layout = 'megatron'
+        with ckfs.Mount() as m:
+            log = os.path.join(m.tmp, 'run.log')
+            run(layout, m.mnt, log, steps=4, every=2)
+            f = m.path('iter_0000004', 'mp_rank_00', 'model_optim_rng.pt')
+            size = os.path.getsize(f)
+            r = subprocess.run(['sh', '-c', 'echo appended >> "$1"', 'sh', f])
+            self.assertEqual(r.returncode, 0)
+            ckfs.wait_for('the appended version set aside, step 4 back',
+                          lambda: self.read_tracker(m, layout) == '4' and
+                          os.path.getsize(f) == size, extra=m.log_tail)
+            self.resume_lands_on(m, layout, log, 4)
+            os.unlink(f)
+            self.assertEqual(self.read_tracker(m, layout), '4', 'the tracker after the unlink')
+            self.assertEqual(os.path.getsize(f), size, 'the file is back for a resuming reader')
+            self.resume_lands_on(m, layout, log, 4)
+
     def test_steps_managed_while_mounted(self):
         """Issue 40.5: pin, unpin, gc and friends needed the store unmounted (training stopped).
         Now ckptctl asks the daemon: a live pin keeps a step through retention, rollback makes
