@@ -258,6 +258,50 @@ class TestLineage(unittest.TestCase):
             self.assertEqual(os.path.getsize(f), size, 'the file is back for a resuming reader')
             self.resume_lands_on(m, layout, log, 4)
 
+    def test_drop_and_pin_while_a_job_saves(self):
+        """Issue 40.4 and 40.5 while training runs: a torn save set aside is dropped, and a
+        complete step pinned and another dropped, while a 2-rank job saves every 2 steps; the job
+        goes on unharmed, retention keeps the pinned step until it is unpinned, and a resume
+        lands on the job's last save bit-exact."""
+        layout = 'megatron'
+        with ckfs.Mount(opts=('keep_checkpoint_max=4',)) as m:
+            log = os.path.join(m.tmp, 'run.log')
+            run(layout, m.mnt, log, steps=4, every=2)                      # 2 4
+            # a torn save of step 100 by two processes that exit without a claim: set aside
+            d = m.path('iter_0000100', 'mp_rank_00')
+            self.assertEqual(ckfs.run(['mkdir', '-p', d], timeout=60).returncode, 0)
+            r = ckfs.run(['/usr/bin/python3', '-c', 'import os,sys; open(os.path.join('
+                          'sys.argv[1], "model_optim_rng.pt"), "wb").write(b"x" * 4096)', d],
+                         timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ckfs.wait_for('iter_0000100 set aside', lambda: self.states(m).get(
+                'iter_0000100') == 'incomplete', extra=m.log_tail)
+            t = Trainer(layout, m.mnt, log, steps=12, every=2, resume=True, slow=0.3)
+            try:
+                ckfs.wait_for('the job saving', lambda: self.states(m).get('iter_0000006')
+                              == 'complete', timeout=60, extra=m.log_tail)
+                # before 10 completes (then retention would prune 2 itself)
+                for args, want in ((('drop', 'iter_0000100'), 'dropped'),
+                                   (('pin', '4'), 'pinned'),
+                                   (('drop', '2'), 'dropped')):
+                    r = m.ckptctl(*args)
+                    self.assertEqual(r.returncode, 0, '%s: %s%s' % (args, r.stderr,
+                                                                     m.log_tail()))
+                    self.assertIn(want, r.stdout)
+                rc = t.wait()
+                self.assertEqual(rc, 0, 'the job while steps were managed%s' % t.tail())
+            finally:
+                t.close()
+            st = self.states(m)
+            self.assertEqual([st['iter_0000100']] + [st['iter_%07d' % n] for n in range(2, 13, 2)],
+                             ['pruned', 'pruned'] + ['complete'] * 5, st)
+            self.assertEqual(self.read_tracker(m, layout), '12')
+            self.resume_lands_on(m, layout, log, 12)
+            r = m.ckptctl('unpin', '4')
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ckfs.wait_for('4 pruned once unpinned',
+                          lambda: self.states(m)['iter_0000004'] == 'pruned', extra=m.log_tail)
+
     def test_steps_managed_while_mounted(self):
         """Issue 40.5: pin, unpin, gc and friends needed the store unmounted (training stopped).
         Now ckptctl asks the daemon: a live pin keeps a step through retention, rollback makes
