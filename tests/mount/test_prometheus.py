@@ -201,6 +201,19 @@ class TestPrometheus(unittest.TestCase):
         self.assertEqual(len(q), 1, q)
         self.assertGreater(float(q[0]['value'][1]), 0)
         self.check_dashboard()
+        self.check_promtool()
+
+    def check_promtool(self):
+        """Issue 44: the exposition follows Prometheus' naming rules. `promtool check metrics`
+        (Debian's prometheus package) lints it: counters end in _total, units are base units
+        in the name (_bytes, _seconds), no reserved suffix misused; it prints each problem and
+        exits 1."""
+        promtool = shutil.which('promtool') or os.path.join(os.path.dirname(self.prom_bin),
+                                                            'promtool')
+        _, _, body = http_get('http://127.0.0.1:%d/metrics' % self.port)
+        p = subprocess.run([promtool, 'check', 'metrics'], input=body, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual((p.returncode, p.stdout + p.stderr), (0, ''), body[:2000])
 
     def check_dashboard(self):
         """every query of the shipped Grafana dashboard answers with at least one series"""
