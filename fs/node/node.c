@@ -2136,6 +2136,11 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 		node_set_error(n, "the remote does not answer at mount (%s); the trackers name the "
 			       "last global step known here until it does", why);
 	}
+	if (remote_endpoint_plaintext(remote_endpoint(n->r)))
+		ckpt_log("warning: the remote's endpoint '%s' is plain HTTP to another host: every "
+			 "chunk and manifest crosses the network unencrypted (SigV4 signs requests, "
+			 "it does not hide them); use https:// unless the network is trusted\n",
+			 remote_endpoint(n->r));
 	if ((rc = write_remote_json(fs, n)) < 0)
 		ckpt_log("cannot record the remote in '%s/" REMOTE_STORE_RECORD "': %s; 'ckptctl %s "
 			 "remote' will not find it", fs->repo->root, strerror(-rc), fs->repo->root);

@@ -2,11 +2,13 @@
  * remote.c — the public entry points of remote.h: URL parsing, key validation, dispatch to the
  * backend (remote_dir.c, remote_s3.c).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "store/remote/remote_int.h"
@@ -151,6 +153,42 @@ int remote_open(const char *url, const struct remote_opts *opts, struct remote *
 	return remote_errf(err, errlen, -EINVAL,
 			   "bad remote URL '%s': use s3://BUCKET/PREFIX, file:///ABSOLUTE/PATH or "
 			   "an absolute path", url);
+}
+
+bool remote_endpoint_plaintext(const char *endpoint)
+{
+	char host[256];
+	const char *h, *end;
+	size_t n;
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (!endpoint || strncasecmp(endpoint, "http://", 7) != 0)
+		return false; /* https://, or no network at all */
+	h = endpoint + 7;
+	if (*h == '[') { /* [v6]:port */
+		h++;
+		end = strchr(h, ']');
+	} else {
+		end = h + strcspn(h, ":/");
+	}
+	if (!end || (n = (size_t)(end - h)) == 0 || n >= sizeof(host))
+		return true; /* not a host we can tell is this machine */
+	memcpy(host, h, n);
+	host[n] = '\0';
+	if (strcasecmp(host, "localhost") == 0)
+		return false;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) != 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return !IN6_IS_ADDR_LOOPBACK(&a6) &&
+		       !(IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+	return true; /* a name: resolved elsewhere, maybe to another host */
+}
+
+const char *remote_endpoint(const struct remote *r)
+{
+	return r && r->ops->endpoint ? r->ops->endpoint(r) : NULL;
 }
 
 void remote_close(struct remote *r)

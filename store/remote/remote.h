@@ -145,6 +145,20 @@ struct remote_call {
 int remote_open(const char *url, const struct remote_opts *opts, struct remote **ret_remote,
 		char *err, size_t errlen);
 
+/*
+ * remote_endpoint - the URL r's requests go to (S3: the endpoint, "http://127.0.0.1:7480"), or
+ * NULL when r sends nothing over a network (the directory backend) or r is NULL. Owned by r,
+ * valid until remote_close. Thread-safe (read-only after remote_open).
+ *
+ * remote_endpoint_plaintext - is endpoint an http:// URL (not https://) whose host is not this
+ * machine's loopback (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104, "localhost")? Then every chunk
+ * and manifest crosses the network readable by anyone on the path, and SigV4 signs requests
+ * without hiding them. A host name other than localhost answers true: it may resolve to
+ * another host. false for NULL. Pure.
+ */
+const char *remote_endpoint(const struct remote *r);
+bool remote_endpoint_plaintext(const char *endpoint);
+
 /* remote_close - free r and everything it holds; NULL is a no-op. Not concurrently with calls on r. */
 void remote_close(struct remote *r);
 

@@ -34,6 +34,9 @@ struct remote_ops {
 	int (*list)(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
 		    const struct remote_lim *lim);
 	int (*del)(struct remote *r, const char *key, const struct remote_lim *lim);
+	/* the URL requests go to ("http://host:port"), or NULL when none is sent over a network
+	 * (the directory backend: NULL op) */
+	const char *(*endpoint)(const struct remote *r);
 };
 
 /* Every backend's struct starts with this. */

@@ -364,7 +364,13 @@ static void s3_close(struct remote *r)
 	free(s);
 }
 
+static const char *s3_endpoint(const struct remote *r)
+{
+	return ((const struct remote_s3 *)r)->endpoint;
+}
+
 static const struct remote_ops s3_ops = {
+	.endpoint = s3_endpoint,
 	.close = s3_close,
 	.put = s3_put,
 	.get = s3_get,

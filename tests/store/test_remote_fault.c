@@ -526,3 +526,36 @@ Test(remote_fault, opts_credentials_not_read_again)
 	expect_last_key("AKIDTEST");
 	remote_close(r);
 }
+
+/*
+ * Issue 41: a plain http:// endpoint on another host was accepted without a word. The node
+ * warns at mount when remote_endpoint_plaintext says so; this is that rule, and the endpoint
+ * an S3 remote reports (opened unchecked: nothing is asked of a server).
+ */
+Test(remote_fault, endpoint_plaintext)
+{
+	struct remote_opts o = { .access_key = "AKIDTEST", .secret_key = "secret",
+				 .endpoint = "http://10.1.2.3:7480/", .region = "us-east-1",
+				 .unchecked = true };
+	struct remote *r = NULL;
+	char err[512];
+
+	cr_assert_eq(remote_open("s3://ckpt-test", &o, &r, err, sizeof(err)), 0, "%s", err);
+	cr_assert_str_eq(remote_endpoint(r), "http://10.1.2.3:7480");
+	cr_assert(remote_endpoint_plaintext(remote_endpoint(r)));
+	remote_close(r);
+	cr_assert_null(remote_endpoint(NULL));
+
+	static const char *const plain[] = { "http://10.1.2.3:7480", "HTTP://rgw.example.org",
+					     "http://[2001:db8::1]:80", "http://128.0.0.1" };
+	static const char *const not_plain[] = { "https://10.1.2.3", "http://127.0.0.1:7480",
+						 "http://127.9.9.9", "http://localhost:9000",
+						 "http://[::1]:7480", "http://[::ffff:127.0.0.1]:1",
+						 NULL };
+
+	for (size_t i = 0; i < sizeof(plain) / sizeof(*plain); i++)
+		cr_expect(remote_endpoint_plaintext(plain[i]), "%s is plain HTTP", plain[i]);
+	for (size_t i = 0; i < sizeof(not_plain) / sizeof(*not_plain); i++)
+		cr_expect(!remote_endpoint_plaintext(not_plain[i]), "%s is not",
+			  not_plain[i] ? not_plain[i] : "NULL");
+}
