@@ -9,7 +9,7 @@ pkgs=(build-essential meson ninja-build pkg-config
       strace   # syscall counts: tests/mount/test_writeback.py SmallFilesTest
       liburing-dev libaio-dev   # tests/mount/iomode.c: io_uring and Linux AIO writes
       clang libclang-rt-14-dev   # libFuzzer and the sanitizers' runtimes: scripts/fuzz.sh
-      libcurl4-openssl-dev libxml2-dev libssl-dev   # store/remote/: S3 over HTTP, XML, SHA-256
+      libcurl4-openssl-dev libxml2-dev libssl-dev libinih-dev   # store/remote/: S3 over HTTP, XML, SHA-256, the AWS files
       ceph-mon ceph-osd radosgw ceph-common ceph-mds ceph-fuse curl   # scripts/ceph.sh
       libmicrohttpd-dev prometheus   # -o metrics=ADDR:PORT; tests/mount/test_prometheus.py
       scdoc man-db bash-completion systemd   # man pages, ckptctl completion, the unit (dist/)

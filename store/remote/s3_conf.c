@@ -10,55 +10,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ini.h>
+
 #include "store/remote/s3_conf.h"
 
-static char *trim(char *s)
-{
-	char *e;
+/* What ini_get looks for in one file, and what it found. */
+struct ini_want {
+	const char *section, *key;
+	char *out;
+	size_t cap;
+	bool found;
+};
 
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
-		*--e = '\0';
-	return s;
+/* ini_parse's handler: the first value of key in section (AWS reads the first one too). */
+static int ini_cb(void *user, const char *section, const char *name, const char *value)
+{
+	struct ini_want *w = user;
+
+	if (!w->found && strcmp(section, w->section) == 0 && strcmp(name, w->key) == 0) {
+		snprintf(w->out, w->cap, "%s", value);
+		w->found = true;
+	}
+	return 1; /* go on: a later line's syntax error must not hide an earlier value */
 }
 
-/* The value of key in [section] of the INI file path into out (cap bytes). 0, or -ENOENT. */
+/*
+ * The value of key in [section] of the INI file path into out (cap bytes), parsed by libinih
+ * (comments, whitespace, sections and continuation lines as the AWS CLI's files use them).
+ * 0, or -ENOENT (no file, or no such key). A file with syntax errors still gives the values
+ * of the lines it could read.
+ */
 static int ini_get(const char *path, const char *section, const char *key, char *out, size_t cap)
 {
-	char line[1024];
-	bool in = false;
-	int rc = -ENOENT;
-	FILE *f = fopen(path, "re");
+	struct ini_want w = { .section = section, .key = key, .out = out, .cap = cap };
 
-	if (!f)
-		return -ENOENT;
-	while (rc < 0 && fgets(line, sizeof(line), f)) {
-		char *l = trim(line), *eq;
-
-		if (l[0] == '#' || l[0] == ';' || !l[0])
-			continue;
-		if (l[0] == '[') {
-			char *end = strchr(l, ']');
-
-			if (end) {
-				*end = '\0';
-				in = strcmp(trim(l + 1), section) == 0;
-			}
-			continue;
-		}
-		eq = strchr(l, '=');
-		if (!in || !eq)
-			continue;
-		*eq = '\0';
-		if (strcmp(trim(l), key) == 0) {
-			snprintf(out, cap, "%s", trim(eq + 1));
-			rc = 0;
-		}
-	}
-	fclose(f);
-	return rc;
+	if (ini_parse(path, ini_cb, &w) == -1)
+		return -ENOENT; /* not opened */
+	return w.found ? 0 : -ENOENT;
 }
 
 static void file_path(const char *env, const char *name, char *out, size_t cap)

@@ -559,3 +559,51 @@ Test(remote_fault, endpoint_plaintext)
 		cr_expect(!remote_endpoint_plaintext(not_plain[i]), "%s is not",
 			  not_plain[i] ? not_plain[i] : "NULL");
 }
+
+/*
+ * The AWS shared files, read with libinih (issue 43: no hand-written INI parser): comments,
+ * blank lines, whitespace around '=', the config file's "[profile NAME]" sections against the
+ * credentials file's "[NAME]", and the first value of a key winning. Opened unchecked: only the
+ * files are read.
+ */
+Test(remote_fault, aws_files_parsed)
+{
+	struct remote_opts o = { .unchecked = true };
+	char dir[256], cred[300], conf[300], err[512];
+	struct remote *r = NULL;
+	FILE *f;
+
+	ct_tmpdir(dir, sizeof(dir), "ckptfs-awsfiles");
+	snprintf(cred, sizeof(cred), "%s/credentials", dir);
+	snprintf(conf, sizeof(conf), "%s/config", dir);
+	f = fopen(cred, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "# made by hand\n[default]\naws_access_key_id = AKIDDEFAULT\n\n[ckpt]\n"
+		   "  aws_access_key_id=AKIDFILE\n; a comment\naws_secret_access_key =  s3cr3t  \n"
+		   "aws_access_key_id = AKIDLATER\n");
+	fclose(f);
+	f = fopen(conf, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "[default]\nendpoint_url = http://10.0.0.1:1\n[profile ckpt]\nregion = eu-west-1\n"
+		   "endpoint_url = http://10.9.8.7:7480\n");
+	fclose(f);
+	setenv("AWS_SHARED_CREDENTIALS_FILE", cred, 1);
+	setenv("AWS_CONFIG_FILE", conf, 1);
+	setenv("AWS_PROFILE", "ckpt", 1);
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	cr_assert_eq(remote_open("s3://ckpt-test", &o, &r, err, sizeof(err)), 0, "%s", err);
+	cr_expect_str_eq(remote_endpoint(r), "http://10.9.8.7:7480", "[profile ckpt] of config");
+	remote_close(r);
+	struct remote_opts served = { 0 }; /* on the fault server: it records the key signed with */
+
+	r = open_fault(&served);
+	expect_last_key("AKIDFILE");
+	remote_close(r);
+	setenv("AWS_PROFILE", "nobody", 1);
+	cr_expect_neq(remote_open("s3://ckpt-test", &o, &r, err, sizeof(err)), 0,
+		      "a profile with no credentials is refused");
+	cr_expect(strstr(err, "credentials") != NULL, "%s", err);
+	unsetenv("AWS_PROFILE");
+	ct_rmtree(dir);
+}
