@@ -1944,10 +1944,8 @@ static bool name_ok(const char *s)
  */
 static int write_remote_json(struct ckfs *fs, struct node *n)
 {
-	static const char tmp[] = REMOTE_STORE_RECORD ".tmp";
-	const int dfd = fs->repo->dir_fd;
 	json_t *parts = json_array(), *shown = json_array(), *o;
-	int fd, rc = 0;
+	int rc;
 
 	int64_t from[LAYOUT_KIND_COUNT];
 
@@ -1991,26 +1989,11 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 	pthread_mutex_unlock(&n->mu);
 	if (!o)
 		return -ENOMEM;
-	/* a fresh file in STORE, never a link or a file linked from elsewhere (ckptfs.h) */
-	if (unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT) {
-		rc = -errno;
-	} else if ((fd = ckpt_repo_openat(fs->repo, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0) {
-		rc = fd;
-	} else {
-		errno = 0;
-		if (json_dumpfd(o, fd, JSON_INDENT(1)) < 0)
-			rc = errno ? -errno : -EIO;
-		if (rc == 0 && fdatasync(fd) < 0) /* whole before its name is */
-			rc = -errno;
-		if (close(fd) < 0 && rc == 0)
-			rc = -errno;
-		if (rc == 0 && renameat(dfd, tmp, dfd, REMOTE_STORE_RECORD) < 0)
-			rc = -errno;
-		if (rc == 0 && fsync(dfd) < 0) /* the new name durable */
-			rc = -errno;
-		if (rc < 0)
-			unlinkat(dfd, tmp, 0);
-	}
+	char *text = json_dumps(o, JSON_INDENT(1));
+
+	/* atomically and durably, never through a link (ckptfs.h) */
+	rc = text ? ckpt_repo_publish(fs->repo, REMOTE_STORE_RECORD, text, strlen(text)) : -ENOMEM;
+	free(text);
 	json_decref(o);
 	if (rc < 0) {
 		pthread_mutex_lock(&n->mu);
