@@ -530,3 +530,20 @@ void store_set_fetch(struct store *st, store_fetch_fn fn, void *arg)
 	st->fetch = fn;
 	st->fetch_arg = arg;
 }
+
+int store_chunk_object(struct store *st, const struct store_hash *h, size_t len, int level,
+		       void **ret_obj, size_t *ret_len)
+{
+	uint8_t *raw = malloc(len ? len : 1);
+	ssize_t got;
+	int rc;
+
+	if (!raw)
+		return -ENOMEM;
+	got = store_chunk_pread(st, h, raw, len, 0);
+	rc = got < 0 ? (int)got : (size_t)got != len ? -EIO : 0;
+	if (rc == 0)
+		rc = store_object_encode(raw, len, level, ret_obj, ret_len);
+	free(raw);
+	return rc;
+}

@@ -374,6 +374,16 @@ void *store_thread_buf(unsigned slot, size_t len);
 ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *buf, size_t len,
 			  uint64_t off);
 
+/*
+ * store_chunk_object - chunk h of this store (len raw bytes, its size) as a remote object
+ * (store_object_encode at zstd level): what a node sends and what a repair puts back. Read as
+ * store_chunk_pread reads it, so a damaged copy is never sent. *ret_obj: malloc'd, owned by the
+ * caller (free(3)), *ret_len bytes. Returns 0, -EIO (shorter than len), or the -errno of
+ * store_chunk_pread or store_object_encode. Thread-safe.
+ */
+int store_chunk_object(struct store *st, const struct store_hash *h, size_t len, int level,
+		       void **ret_obj, size_t *ret_len);
+
 /* A reference to one chunk's decoded bytes in the read cache (store_chunk_hold). */
 struct store_hold;
 

@@ -770,18 +770,7 @@ static int ask_repair(struct node *n, const char *hex, const char *why);
 static int encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
 			size_t *ret_len)
 {
-	uint8_t *raw = malloc(len ? len : 1);
-	ssize_t got;
-	int rc;
-
-	if (!raw)
-		return -ENOMEM;
-	got = store_chunk_pread(n->fs->st, h, raw, len, 0);
-	rc = got < 0 ? (int)got : (size_t)got != len ? -EIO : 0;
-	if (rc == 0)
-		rc = store_object_encode(raw, len, NODE_ZSTD_LEVEL, ret_body, ret_len);
-	free(raw);
-	return rc;
+	return store_chunk_object(n->fs->st, h, len, NODE_ZSTD_LEVEL, ret_body, ret_len);
 }
 
 /* store_fetch_fn: chunk h from the remote, checked against h, into the local store. */

@@ -236,10 +236,8 @@ static int repair_chunk(struct r_ctx *c, const struct ctl_opts *o, const char *h
 	struct store_chunk_info info;
 	struct store_hash h;
 	char key[80];
-	uint8_t *raw = NULL;
 	void *body = NULL;
 	size_t blen;
-	ssize_t got;
 	int rc;
 
 	if (store_hash_parse(hex, &h) < 0)
@@ -249,15 +247,9 @@ static int repair_chunk(struct r_ctx *c, const struct ctl_opts *o, const char *h
 	rc = store_chunk_stat(r->st, &h, &info);
 	if (rc == 0)
 		rc = store_chunk_verify(r->st, &h);
-	if (rc == 0 && !(raw = malloc(info.raw_size ? info.raw_size : 1)))
-		rc = -ENOMEM;
-	if (rc == 0) {
-		got = store_chunk_pread(r->st, &h, raw, info.raw_size, 0);
-		rc = got == (ssize_t)info.raw_size ? 0 : got < 0 ? (int)got : -EIO;
-	}
 	if (rc == 0)
-		rc = store_object_encode(raw, info.raw_size, CTL_REMOTE_ZSTD_LEVEL, &body, &blen);
-	free(raw);
+		rc = store_chunk_object(r->st, &h, info.raw_size, CTL_REMOTE_ZSTD_LEVEL, &body,
+					&blen);
 	ckpt_repo_close(r);
 	if (rc == 0) {
 		snprintf(key, sizeof(key), "chunks/%s", hex);
