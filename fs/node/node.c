@@ -705,6 +705,35 @@ static bool adopt_step(struct node *n, const struct node_part *p)
 }
 
 /*
+ * The newest mtime (ns since the epoch, the sealing node's clock) of the files of part p, read
+ * from its manifest: the time its node sealed it (the marker is a save's last file). 0 when the
+ * manifest cannot be read or has no file (the seal is then not applied to a slot: never guess).
+ */
+static int64_t part_newest_mtime(struct node *n, const struct node_part *p)
+{
+	char key[REMOTE_KEY_MAX + 1];
+	int64_t newest = 0;
+	json_t *m, *f;
+	size_t len, i;
+	void *buf;
+
+	node_manifest_key(key, sizeof(key), p->kind, p->step, p->node, p->version);
+	if (remote_get(n->r, key, &buf, &len) < 0)
+		return 0;
+	m = json_loadb(buf, len, 0, NULL);
+	free(buf);
+	json_array_foreach(json_object_get(m, "files"), i, f)
+	{
+		json_int_t t = json_integer_value(json_object_get(f, "mtime_ns"));
+
+		if (t > newest)
+			newest = t;
+	}
+	json_decref(m);
+	return newest;
+}
+
+/*
  * Seal this node's part of every step another node sealed (the claim came after a barrier every
  * rank passed, so this node's ranks are done too). A node with no row of the step at all wrote
  * nothing of it (Megatron's legacy format writes on data-parallel rank 0 only): it publishes an
@@ -733,11 +762,18 @@ static void seal_from_remote(struct node *n)
 	pthread_mutex_unlock(&n->mu);
 	for (size_t i = 0; i < nv; i++) {
 		char why[NODE_NAME_MAX + 32];
+		int64_t marker_ns = strchr(v[i].name, '/') ? part_newest_mtime(n, &v[i]) : 0;
+		int rc;
 
 		snprintf(why, sizeof(why), "sealed by node '%s'", v[i].node);
-		if (steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0 &&
-		    (!adopt_step(n, &v[i]) ||
-		     steps_seal_remote(n->fs, v[i].kind, v[i].step, why) < 0)) {
+		rc = steps_seal_remote(n->fs, v[i].kind, v[i].step, v[i].name, marker_ns, why);
+		if (rc == -ESTALE) { /* a slot rewritten since: this version is not here any more */
+			key_add(&n->sealed_here, &n->capsealed, &n->nsealed, v[i].kind, v[i].step);
+			continue;
+		}
+		if (rc < 0 && (!adopt_step(n, &v[i]) ||
+			       steps_seal_remote(n->fs, v[i].kind, v[i].step, v[i].name, marker_ns,
+						 why) < 0)) {
 			/* no unfinished part here: nothing at all, or a part not finished yet */
 			if (v[i].created_ns < n->since_ns || strchr(v[i].name, '/') ||
 			    step_known_here(n->fs, v[i].kind, v[i].name) ||

@@ -139,12 +139,17 @@ void steps_retention(struct ckfs *fs, int kind);
  * steps_seal_remote - another node published the seal of step (kind, step) (policy rule 5):
  * seal this node's part of it and judge it, as a local claim would. A part of an Orbax step
  * still under its tmp name first takes the step's name: the primary host's commit rename, which
- * renamed only its own node's part. why: for the log. Returns 0 (also when that name is taken
- * here: logged, the part left unsealed), -ENOENT when this node has no unfinished part of that
- * step (none yet, or already complete).
+ * renamed only its own node's part. An InternEvo slot (name "snapshot/K": its versions share the
+ * name, and this node never sees the marker that numbers them) is found by name and takes the
+ * number step, unless a file of it is newer than marker_ns (the sealing node's newest file, ns
+ * since the epoch) by more than a clock skew: then this node's ranks are writing the next
+ * snapshot into it. why: for the log. Returns 0 (also when the Orbax name is taken here:
+ * logged, the part left unsealed), -ESTALE (a slot written since: logged, left unsealed),
+ * -ENOENT when this node has no unfinished part of that step (none yet, or already complete).
  * Takes fs->mu.
  */
-int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why);
+int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *name,
+		      int64_t marker_ns, const char *why);
 /* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed);

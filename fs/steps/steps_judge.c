@@ -293,6 +293,7 @@ void steps_seal(struct ckfs *fs, struct idx_step *s, const char *why)
 struct find_part {
 	int kind;
 	int64_t step;
+	const char *slot; /* a slot's name ("snapshot/0"): its rows match by name, else NULL */
 	struct idx_step s;
 	bool found;
 };
@@ -301,7 +302,8 @@ static int find_part_cb(const struct idx_step *s, void *arg)
 {
 	struct find_part *f = arg;
 
-	if (s->kind != f->kind || s->step != f->step || s->dir_ino == 0 ||
+	if (s->kind != f->kind || s->dir_ino == 0 ||
+	    (f->slot ? strcmp(s->name, f->slot) != 0 : s->step != f->step) ||
 	    (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_INCOMPLETE))
 		return 0;
 	/* the newest row: a save of the step after an earlier one was set aside is the one the
@@ -361,14 +363,68 @@ static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 	return 0;
 }
 
-int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *why)
+/* policy_step_walk callback: the newest mtime of the files of a step (ns since the epoch). */
+static int newest_mtime_cb(const char *name, uint64_t ino, const struct idx_inode *a, void *arg)
+{
+	int64_t *newest = arg;
+
+	(void)name;
+	(void)ino;
+	if (a->mtime_ns > *newest)
+		*newest = a->mtime_ns;
+	return 0;
+}
+
+/*
+ * A slot (InternEvo's snapshot/K) is rewritten in place at every snapshot, and another node's
+ * seal of one of its versions may reach this node after its ranks began the next one in the
+ * same directory: their part then holds files of two saves. Such a part is not this version's:
+ * it is sealed only if none of its files was written after the sealing node's last file
+ * (marker_ns) and NODE clocks' skew (STEPS_SLOT_SKEW_NS). fs->mu held. Returns 0 (the part is
+ * that version), -ESTALE (written since: logged), or the index's -errno.
+ */
+#define STEPS_SLOT_SKEW_NS (1000 * 1000 * 1000LL)
+static int slot_part_of(struct ckfs *fs, const struct idx_step *s, int64_t step,
+			int64_t marker_ns)
+{
+	struct policy_figures fig;
+	int64_t newest = 0;
+	int rc;
+
+	if (marker_ns <= 0)
+		return -ESTALE; /* no time to compare with: never guess */
+	if ((rc = policy_step_walk(fs->ix, s->dir_ino, newest_mtime_cb, &newest, &fig)) < 0)
+		return rc;
+	if (newest > marker_ns + STEPS_SLOT_SKEW_NS) {
+		ckpt_log("slot '%s': another node sealed its step %" PRId64 ", but this node's "
+			 "ranks wrote into it %.1f s after that: a later snapshot; not sealed as %"
+			 PRId64, s->name, step, (double)(newest - marker_ns) / 1e9, step);
+		return -ESTALE;
+	}
+	return 0;
+}
+
+int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *name,
+		      int64_t marker_ns, const char *why)
 {
 	struct find_part f = { .kind = kind, .step = step };
+	int rc = 0;
 
+	if (kind == LAYOUT_INTERNEVO && name && strchr(name, '/'))
+		f.slot = name;
 	pthread_mutex_lock(&fs->mu);
-	if (idx_step_foreach(fs->ix, find_part_cb, &f) >= 0 && f.found &&
-	    remote_commit_rename(fs, &f.s) == 0)
-		steps_seal(fs, &f.s, why);
+	if (idx_step_foreach(fs->ix, find_part_cb, &f) >= 0 && f.found) {
+		if (f.slot && (rc = slot_part_of(fs, &f.s, step, marker_ns)) == 0 &&
+		    f.s.step != step) {
+			if ((rc = idx_begin(fs->ix)) == 0)
+				rc = steps_record(fs, idx_step_set_number(fs->ix, f.s.id, step),
+						  "step %" PRId64 " of slot '%s'", step, f.s.name);
+			if (rc == 0)
+				f.s.step = step;
+		}
+		if (rc == 0 && remote_commit_rename(fs, &f.s) == 0)
+			steps_seal(fs, &f.s, why);
+	}
 	pthread_mutex_unlock(&fs->mu);
-	return f.found ? 0 : -ENOENT;
+	return !f.found ? -ENOENT : rc == -ESTALE ? -ESTALE : 0;
 }

@@ -267,6 +267,49 @@ class ThreeNodes(unittest.TestCase):
         self.trackers(20)
         self.serves(want)
 
+    # ---- InternEvo's snapshot slots (item 4) -----------------------------------------------
+    def slot_write(self, node, rank, tag):
+        """rank's optimizer shard of InternEvo's snapshot slot 0, written through node."""
+        p = self.m[node].path('snapshot', '0', 'optimizer_tp0_pp0_zo%d.pt' % rank)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        data = ckfs.content('%s rank %d' % (tag, rank), SIZE)
+        with open(p, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return data
+
+    def test_a_slot_rewritten_before_its_seal_arrives(self):
+        """A slot is rewritten in place at every snapshot, and the marker that numbers a version
+        ({step}.step) is written on node a only. Node b learns of a's seal of step 2 only after
+        its rank began the next snapshot in the same slot (here: b was restarted while the
+        remote was away, and rewrote its shard 2 s after a's marker): b's part holds the next
+        save's shard, so it is not sealed as step 2, and step 2 never becomes global on b."""
+        self.save(10, 'first')      # a global step first: b may then mount with the remote away
+        self.trackers(10)
+        for r, n in enumerate(NAMES):
+            self.slot_write(n, r, 'step 2')
+        b = self.m['b']
+        b.unmount()
+        with open(self.m['a'].path('snapshot', '0', '2.step'), 'wb') as f:
+            f.write(b'step 2')
+        wait_for('a publishes step 2', lambda: 'snapshot/0 (2)' in self.m['a'].status_text(),
+                 30, self.status)
+        away = self.remote + '.away'
+        os.rename(self.remote, away)
+        try:
+            b.start()
+            time.sleep(2)
+            self.slot_write('b', 1, 'step 4')   # the next snapshot, before b hears of step 2
+        finally:
+            os.rename(away, self.remote)
+        wait_for('b declines step 2', lambda: 'a later snapshot; not sealed as 2' in
+                 b.log_tail(50), 30, lambda: b.log_tail(30) + self.status())
+        time.sleep(1)
+        self.assertNotIn('snapshot/0 (2): globally complete', b.status_text())
+        self.assertNotIn(' b', [ln for ln in b.status_text().splitlines()
+                                if 'snapshot/0 (2)' in ln][0].split('published by')[1])
+
     # ---- a damaged chunk on the remote (item 5) --------------------------------------------
     def remote_chunks_of(self, node, step):
         """The chunk keys of node's part of step, from its manifest on the remote."""
