@@ -380,9 +380,12 @@ static int newest_mtime_cb(const char *name, uint64_t ino, const struct idx_inod
  * seal of one of its versions may reach this node after its ranks began the next one in the
  * same directory: their part then holds files of two saves. Such a part is not this version's:
  * it is sealed only if none of its files was written after the sealing node's last file
- * (marker_ns) and NODE clocks' skew (STEPS_SLOT_SKEW_NS). fs->mu held. Returns 0 (the part is
- * that version), -ESTALE (written since: logged), or the index's -errno.
+ * (marker_ns) and the nodes' clock skew (STEPS_SLOT_SKEW_NS). fs->mu held. Returns 0 (the part
+ * is that version), -ESTALE (written since: logged), or the index's -errno.
  */
+/* 1 s: well above the skew of clocks kept by NTP or PTP across a cluster's nodes, well below the
+ * time between two snapshots (at least one training step, and a save). A larger skew only keeps
+ * a version from becoming global (no resume from it), never seals a mixed one. */
 #define STEPS_SLOT_SKEW_NS (1000 * 1000 * 1000LL)
 static int slot_part_of(struct ckfs *fs, const struct idx_step *s, int64_t step,
 			int64_t marker_ns)
