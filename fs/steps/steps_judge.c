@@ -384,8 +384,9 @@ static int newest_mtime_cb(const char *name, uint64_t ino, const struct idx_inod
  * is that version), -ESTALE (written since: logged), or the index's -errno.
  */
 /* 1 s: well above the skew of clocks kept by NTP or PTP across a cluster's nodes, well below the
- * time between two snapshots (at least one training step, and a save). A larger skew only keeps
- * a version from becoming global (no resume from it), never seals a mixed one. */
+ * time between two snapshots (at least one training step, and a save). This node's clock ahead
+ * by more keeps versions from becoming global here (no resume from them); behind by d, it lets a
+ * rewrite started within 1 s + d of the marker pass for the sealed save. */
 #define STEPS_SLOT_SKEW_NS (1000 * 1000 * 1000LL)
 static int slot_part_of(struct ckfs *fs, const struct idx_step *s, int64_t step,
 			int64_t marker_ns)
