@@ -103,6 +103,57 @@ void fs_meta_stats_close(struct ckfs *fs);
 int fs_meta_render(struct ckfs *fs, int which, const struct idx_stats *stats, char **ret_buf,
 		   size_t *ret_len);
 
+/* ---- view.c: /.ckptfs/snapshots, every kept step read-only (its invariants at its top) ---- */
+
+/* The name of the view's directory in /.ckptfs. */
+#define FS_VIEW_DIR "snapshots"
+/* Virtual inode of /.ckptfs/snapshots. */
+#define VINO_SNAPS (VINO_BASE + 200)
+/* Set on an index inode's number to make the inode of the same file in the view: above every
+ * index inode and every other virtual inode (VINO_BASE is bit 56). */
+#define VINO_VIEW (1ull << 57)
+
+/* fs_view_ino - is ino /.ckptfs/snapshots or inside it? Pure. */
+static inline bool fs_view_ino(uint64_t ino)
+{
+	return ino == VINO_SNAPS || (ino & VINO_VIEW) != 0;
+}
+
+/*
+ * fs_view_lookup - the view inode of parent/name: "snapshots" in /.ckptfs (parent meta_ino),
+ * a listed step's name in VINO_SNAPS (NAME, or NAME@ID for an older version of NAME), or an
+ * entry of a view directory. Takes no kernel reference (the caller replies with entry timeout
+ * 0 and calls no ino_lookup_inc). Returns 0 and *ret_ino, -ENOENT (no such name, or parent's
+ * step left the view), or the index's -errno. Costs a scan of the step table in VINO_SNAPS.
+ * fs->mu held; reads only.
+ */
+int fs_view_lookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_ino);
+
+/*
+ * fs_view_stat - the attributes of view inode ino (fs_view_ino): those of its index inode with
+ * st_ino = ino, or a read-only directory for VINO_SNAPS. Returns 0, -ENOENT (its step left the
+ * view, and it is not a file still open), or the index's -errno. fs->mu held; reads only.
+ */
+int fs_view_stat(struct ckfs *fs, uint64_t ino, struct stat *st);
+
+/*
+ * fs_view_real - the index inode behind view inode ino, when ino lies in a step the view lists
+ * now. Returns 0 and *ret_real, or -ENOENT (VINO_SNAPS, or its step left the view). fs->mu held;
+ * reads only.
+ */
+int fs_view_real(struct ckfs *fs, uint64_t ino, uint64_t *ret_real);
+
+/* A listing's sink: name (borrowed for the call), inode, S_IFMT bits; 0 or -errno to stop. */
+typedef int (*fs_view_add_fn)(void *arg, const char *name, uint64_t ino, uint32_t mode);
+
+/*
+ * fs_view_list - the entries of view directory ino, "." and ".." first, each passed to add:
+ * VINO_SNAPS lists the steps (invariant 2 of view.c), a step's directory its index entries as
+ * view inodes. Returns 0, add's non-zero value, -ENOENT (the step left the view), or the
+ * index's -errno. fs->mu held; reads only.
+ */
+int fs_view_list(struct ckfs *fs, uint64_t ino, fs_view_add_fn add, void *arg);
+
 /* ---- metrics_http.c: -o metrics=ADDR:PORT ---- */
 struct fs_metrics;
 /*

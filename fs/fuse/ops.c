@@ -65,6 +65,8 @@ bool fs_in_meta(struct ckfs *fs, uint64_t ino)
 	char p[64];
 	int n;
 
+	if (fs_view_ino(ino))
+		return true;
 	if (steps_in_meta(fs, ino))
 		return true;
 	n = idx_path(fs->ix, ino, p, sizeof(p));
@@ -80,9 +82,11 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	struct ckfs *fs = fs_req_fs(req);
 
-	pthread_mutex_lock(&fs->mu);
-	ino_forget_locked(fs, ino, nlookup);
-	pthread_mutex_unlock(&fs->mu);
+	if (!fs_view_ino(ino)) { /* the view takes no reference (view.c, invariant 3) */
+		pthread_mutex_lock(&fs->mu);
+		ino_forget_locked(fs, ino, nlookup);
+		pthread_mutex_unlock(&fs->mu);
+	}
 	fuse_reply_none(req);
 }
 
@@ -96,7 +100,8 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 
 	pthread_mutex_lock(&fs->mu);
 	for (size_t i = 0; i < count; i++) {
-		if (!ino_forget_count(fs, forgets[i].ino, forgets[i].nlookup))
+		if (fs_view_ino(forgets[i].ino) ||
+		    !ino_forget_count(fs, forgets[i].ino, forgets[i].nlookup))
 			continue;
 		if (gone)
 			gone[k++] = forgets[i].ino;
@@ -338,6 +343,32 @@ void fs_settle_for_reader(struct ckfs *fs)
 	steps_settle_now(fs);
 }
 
+/*
+ * A lookup in /.ckptfs/snapshots (view.c): no settling, no wait for the commit queue, no kernel
+ * reference on the index inode; entry timeout 0, so every path walk asks which step a name is
+ * now (a name moves to NAME@ID when a newer version completes, leaves with retention).
+ */
+static void view_lookup(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e = { 0 };
+	uint64_t ino;
+	int rc;
+
+	fs_lock(fs);
+	rc = fs_view_lookup(fs, parent, name, &ino);
+	if (rc == 0)
+		rc = fs_view_stat(fs, ino, &e.attr);
+	fs_unlock(fs);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	e.ino = ino;
+	e.attr_timeout = ATTR_TIMEOUT;
+	e.entry_timeout = 0;
+	fuse_reply_entry(req, &e);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ckfs *fs = fs_req_fs(req);
@@ -348,6 +379,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (fs_view_ino(parent) || (parent == fs->meta_ino && strcmp(name, FS_VIEW_DIR) == 0)) {
+		view_lookup(req, fs, parent, name);
 		return;
 	}
 	if (parent == fs->meta_ino) /* the figures kept, for a size: never a scan (meta.c) */
@@ -415,6 +450,16 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	int rc;
 
+	if (fs_view_ino(ino)) {
+		fs_lock(fs);
+		rc = fs_view_stat(fs, ino, &st);
+		fs_unlock(fs);
+		if (rc < 0)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+		return;
+	}
 	if (ino >= VINO_BASE)
 		cq_wait_idle(fs); /* trackers and /.ckptfs files: see op_lookup */
 	if (fs_meta_of(ino) >= 0)
@@ -441,7 +486,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	int64_t now = ckfs_now(fs);
 	int rc;
 
-	if (fs_meta_of(ino) >= 0) {
+	if (fs_meta_of(ino) >= 0 || fs_view_ino(ino)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
@@ -547,10 +592,16 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	char buf[PATH_MAX + 1];
 	int rc;
 
+	uint64_t real = ino;
+
 	pthread_mutex_lock(&fs->mu);
-	rc = idx_symlink_get(fs->ix, ino, buf, sizeof(buf));
+	rc = fs_view_ino(ino) ? fs_view_real(fs, ino, &real) : 0;
+	if (rc == 0)
+		rc = idx_symlink_get(fs->ix, real, buf, sizeof(buf));
 	pthread_mutex_unlock(&fs->mu);
-	if (rc < 0)
+	if (rc == -ENOENT && fs_view_ino(ino) && real == ino)
+		fuse_reply_err(req, ENOENT); /* its step left the view */
+	else if (rc < 0)
 		fuse_reply_err(req, rc == -ENOENT ? EINVAL : -rc);
 	else
 		fuse_reply_readlink(req, buf);
@@ -595,7 +646,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	if (flags & ~(XATTR_CREATE | XATTR_REPLACE))
 		rc = -EINVAL;
 	else if (xa_virtual(fs, ino))
-		rc = ino >= VINO_BASE ? -EPERM : -EROFS;
+		rc = ino >= VINO_BASE && !fs_view_ino(ino) ? -EPERM : -EROFS;
 	else
 		rc = fs_xattr_set(fs, ino, name, value, size, f);
 	fuse_reply_err(req, -rc);
@@ -658,7 +709,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	int rc;
 
 	if (xa_virtual(fs, ino))
-		rc = ino >= VINO_BASE ? -EPERM : -EROFS;
+		rc = ino >= VINO_BASE && !fs_view_ino(ino) ? -EPERM : -EROFS;
 	else
 		rc = fs_xattr_remove(fs, ino, name);
 	fuse_reply_err(req, -rc);

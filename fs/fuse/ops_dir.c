@@ -43,6 +43,8 @@ int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char 
 
 	if (rc < 0)
 		return rc;
+	if (fs_view_ino(parent))
+		return -EROFS; /* /.ckptfs/snapshots (view.c) */
 	if ((rc = idx_inode_get(fs->ix, parent, &pa)) < 0)
 		return rc;
 	if (!S_ISDIR(pa.mode))
@@ -185,6 +187,10 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	int64_t now = ckfs_now(fs);
 	int rc;
 
+	if (fs_view_ino(parent)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	pthread_mutex_lock(&fs->mu);
 	if (steps_tracker_name(fs, parent, name)) {
 		pthread_mutex_unlock(&fs->mu);
@@ -424,6 +430,10 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 	struct ino_freed fr = { 0 };
 	int rc;
 
+	if (fs_view_ino(parent) || fs_view_ino(newparent)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	if (parent == IDX_ROOT_INO && newparent == IDX_ROOT_INO && steps_commit_rename(fs, name))
 		cq_wait_idle(fs); /* the files closed before Orbax's commit rename are durable first,
 				     so its step completes before the rename returns */
@@ -467,6 +477,10 @@ void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char
 	int64_t now = ckfs_now(fs);
 	int rc = fs_check_name(newname);
 
+	if (rc == 0 && (fs_view_ino(ino) || fs_view_ino(newparent))) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	fs_lock(fs);
 	if (rc == 0)
 		rc = idx_inode_get(fs->ix, ino, &a);
@@ -564,6 +578,12 @@ static int snap_add_index(const char *name, uint64_t ino, uint32_t mode, int64_t
 	return snap_add(d, name, ino, mode);
 }
 
+/* fs_view_list's sink: one entry of a view directory. */
+static int snap_add_view(void *arg, const char *name, uint64_t ino, uint32_t mode)
+{
+	return snap_add(arg, name, ino, mode);
+}
+
 /* Take directory ino's listing into d: ".", "..", the index's entries, then the virtual files
  * of /.ckptfs, a MindFormers 1.0 rank directory's meta.json and the root's trackers. fs->mu
  * held. 0, or -ENOMEM or the index's -errno (d then holds nothing). */
@@ -574,6 +594,14 @@ static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
 
 	d->nlen = d->n = 0;
 	d->taken = false;
+	if (fs_view_ino(ino)) {
+		if ((rc = fs_view_list(fs, ino, snap_add_view, d)) < 0) {
+			d->nlen = d->n = 0;
+			return rc;
+		}
+		d->taken = true;
+		return 0;
+	}
 	d->hide = ino == IDX_ROOT_INO ? fs->meta_ino : 0;
 	if (ino != IDX_ROOT_INO)
 		idx_dentry_parent(fs->ix, ino, &up, NULL, 0);
@@ -582,6 +610,8 @@ static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
 	rc = idx_dir_list(fs->ix, ino, 0, snap_add_index, d);
 	for (int k = 0; rc == 0 && ino == fs->meta_ino && k < META_FILE_COUNT; k++)
 		rc = snap_add(d, fs_meta_file_name(k), VINO_META(k), S_IFREG);
+	if (rc == 0 && ino == fs->meta_ino)
+		rc = snap_add(d, FS_VIEW_DIR, VINO_SNAPS, S_IFDIR);
 	if (rc == 0 && steps_rank_dir(fs, ino) >= 0) {
 		char tmp[LAYOUT_TRACKER_MAX];
 		uint64_t v = steps_tracker_vino(fs, ino, LAYOUT_MF1);
@@ -659,7 +689,8 @@ static void dir_serve(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	pthread_mutex_lock(&d->mu);
 	if (rc == 0 && (off == 0 || !d->taken)) { /* the first, a rewinddir, or a seek before */
 		fs_lock(fs);
-		fs_settle_for_reader(fs);
+		if (!fs_view_ino(ino)) /* browsing the view judges no step (view.c) */
+			fs_settle_for_reader(fs);
 		rc = snap_take(fs, d, ino);
 		fs_unlock(fs);
 	}
@@ -718,6 +749,15 @@ void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int rc;
 
 	fs_lock(fs);
+	if (fs_view_ino(ino)) { /* no settling, nothing to forget: the view changes nothing */
+		struct stat st;
+
+		rc = fs_view_stat(fs, ino, &st);
+		if (rc == 0 && !S_ISDIR(st.st_mode))
+			rc = -ENOTDIR;
+		fs_unlock(fs);
+		goto opened;
+	}
 	rc = steps_is_vino(ino) ? -ENOTDIR : idx_inode_get(fs->ix, ino, &a);
 	if (rc == 0 && !S_ISDIR(a.mode))
 		rc = -ENOTDIR;
@@ -730,6 +770,7 @@ void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * the directory during an open, and holds it during a readdir. */
 	if (rc == 0)
 		fs_flush_inval(fs);
+opened:
 	if (rc == 0 && !(d = calloc(1, sizeof(*d))))
 		rc = -ENOMEM;
 	if (rc < 0) {

@@ -138,8 +138,47 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 	return 0;
 }
 
+/*
+ * Open a file of /.ckptfs/snapshots (view.c) for reading: a handle on the index inode behind it,
+ * as an open of the file at its name (its reads verified the same way; the open holds the inode
+ * and its chunks until the release, whatever retention does meanwhile). Writers get -EROFS.
+ */
+static int open_view(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
+{
+	struct idx_inode a;
+	uint64_t real;
+	int rc;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
+		return -EROFS;
+	fs_lock(fs);
+	rc = fs_view_real(fs, ino, &real);
+	if (rc == 0)
+		rc = idx_inode_get(fs->ix, real, &a);
+	if (rc == 0 && S_ISDIR(a.mode))
+		rc = -EISDIR;
+	fs_unlock(fs);
+	if (rc < 0)
+		return rc;
+	return open_handle(fs, real, fi, 0);
+}
+
 void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (fs_view_ino(ino)) {
+		struct ckfs *fs = fs_req_fs(req);
+		int rc = open_view(fs, ino, fi);
+
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
+		} else if (fuse_reply_open(req, fi) == -ENOENT) {
+			struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+
+			oi_put(fs, h->oi);
+			free(h);
+		}
+		return;
+	}
 	if (fs_meta_of(ino) >= 0) {
 		struct ckfs *fs = fs_req_fs(req);
 		struct idx_stats mst;

@@ -1,6 +1,6 @@
 /*
- * ops_int.h — private to the FUSE operation layer (ops.c, ops_dir.c, ops_file.c): the open file
- * handle and the helpers the three files share.
+ * ops_int.h — private to the FUSE operation layer (ops.c, ops_dir.c, ops_file.c, and view.c,
+ * which serves /.ckptfs/snapshots to them): the open file handle and the helpers they share.
  *
  * Conventions (libfuse's passthrough_hp.cc): an fs_op_* handler replies exactly once, a positive
  * errno on error; the helpers return 0 or -errno and reply nothing unless said.
