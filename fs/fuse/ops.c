@@ -590,9 +590,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct ckfs *fs = fs_req_fs(req);
 	char buf[PATH_MAX + 1];
+	uint64_t real = ino; /* left as ino when a view inode's step left the view */
 	int rc;
-
-	uint64_t real = ino;
 
 	pthread_mutex_lock(&fs->mu);
 	rc = fs_view_ino(ino) ? fs_view_real(fs, ino, &real) : 0;
@@ -621,6 +620,24 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 }
 
 /* ---- extended attributes (xattr.c keeps them) ---- */
+
+/*
+ * The inode whose extended attributes a read of ino's gets: ino, or the index inode behind a
+ * file of /.ckptfs/snapshots (its attributes and ACLs are the step's, read-only). fs->mu not
+ * held. 0 and *ret, or -ENOENT (its step left the view).
+ */
+static int xa_source(struct ckfs *fs, fuse_ino_t ino, uint64_t *ret)
+{
+	int rc = 0;
+
+	*ret = ino;
+	if (fs_view_ino(ino) && ino != VINO_SNAPS) {
+		pthread_mutex_lock(&fs->mu);
+		rc = fs_view_real(fs, ino, ret);
+		pthread_mutex_unlock(&fs->mu);
+	}
+	return rc;
+}
 
 /* A virtual inode (trackers, /.ckptfs) has no attributes and takes none. fs->mu not held. */
 static bool xa_virtual(struct ckfs *fs, fuse_ino_t ino)
@@ -656,9 +673,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 {
 	struct ckfs *fs = fs_req_fs(req);
 	char *buf = NULL;
+	uint64_t src;
 	int rc;
 
-	if (xa_virtual(fs, ino)) {
+	if ((rc = xa_source(fs, ino, &src)) < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (src == ino && xa_virtual(fs, ino)) {
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
@@ -666,7 +688,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	rc = fs_xattr_get(fs, ino, name, buf, size);
+	rc = fs_xattr_get(fs, src, name, buf, size);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else if (size == 0)
@@ -680,9 +702,14 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct ckfs *fs = fs_req_fs(req);
 	char *buf = NULL;
+	uint64_t src;
 	ssize_t rc;
 
-	if (xa_virtual(fs, ino)) {
+	if ((rc = xa_source(fs, ino, &src)) < 0) {
+		fuse_reply_err(req, (int)-rc);
+		return;
+	}
+	if (src == ino && xa_virtual(fs, ino)) {
 		if (size)
 			fuse_reply_buf(req, NULL, 0);
 		else
@@ -693,7 +720,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	rc = fs_xattr_list(fs, ino, buf, size);
+	rc = fs_xattr_list(fs, src, buf, size);
 	if (rc < 0)
 		fuse_reply_err(req, (int)-rc);
 	else if (size == 0)

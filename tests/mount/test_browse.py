@@ -107,6 +107,9 @@ class BrowseTest(unittest.TestCase, ckfs.CkptctlCase):
         self.assert_step_bytes('iter_0000002', s2)
         self.assert_step_bytes('iter_0000004', s4)
         self.assertEqual(os.readlink(self.view('iter_0000004', 'shard.pt')), SHARD)
+        os.setxattr(m.path('iter_0000004', 'args.json'), 'user.note', b'kept')
+        self.assertEqual(os.getxattr(self.view('iter_0000004', 'args.json'), 'user.note'), b'kept')
+        self.assertIn('user.note', os.listxattr(self.view('iter_0000004', 'args.json')))
         self.assertEqual(ckfs.read_bytes(self.view('iter_0000004', 'shard.pt')), s4[SHARD])
         st = os.stat(self.view('iter_0000004', SHARD))
         self.assertNotEqual(st.st_ino, os.stat(m.path('iter_0000004', SHARD)).st_ino,
