@@ -24,7 +24,7 @@ args=("$@")
 if [ $# -eq 0 ] && [ -z "${CKPTFS_NO_LONG:-}" ]; then
 	args=(--no-suite crash-loop) # the crash loop below runs every layout: a longer copy
 fi
-meson test -C "$build" --print-errorlogs --num-processes 1 "${args[@]}" || rc=$?
+meson test -C "$build" --setup all --print-errorlogs --num-processes 1 "${args[@]}" || rc=$?
 
 # The crash loop over every layout (the meson subset covers four at 3 rounds): each layout's real
 # trainer SIGKILLed inside a save 5 times, the daemon at the 5th (~6 s a round, ~4 min on 2
@@ -96,7 +96,7 @@ if [ -z "${CKPTFS_NO_SANITIZE:-}" ] && [ $# -eq 0 ]; then
 	meson compile -C "$asan"
 	ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		meson test -C "$asan" --print-errorlogs --num-processes 1 \
+		meson test -C "$asan" --setup all --print-errorlogs --num-processes 1 \
 		--suite unit --suite mount --suite torture --suite remote --no-suite crash-loop \
 		--no-suite crash-lineage ||
 		rc=$?
