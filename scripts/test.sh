@@ -18,7 +18,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rm -f "${build}-asan/meson-logs/testlog.json" "$build/torture-long.ok" "$build/torture-long.log"
+# meson names the logs of setup "all" testlog-all.*
+rm -f "$build/meson-logs/testlog-all.json" "${build}-asan/meson-logs/testlog-all.json" \
+	"$build/torture-long.ok" "$build/torture-long.log"
 rc=0
 args=("$@")
 if [ $# -eq 0 ] && [ -z "${CKPTFS_NO_LONG:-}" ]; then
@@ -103,7 +105,7 @@ if [ -z "${CKPTFS_NO_SANITIZE:-}" ] && [ $# -eq 0 ]; then
 fi
 
 # One closing line any CI reader understands (both passes counted).
-/usr/bin/python3 - "$build/meson-logs/testlog.json" "${build}-asan/meson-logs/testlog.json" <<'PY'
+/usr/bin/python3 - "$build/meson-logs/testlog-all.json" "${build}-asan/meson-logs/testlog-all.json" <<'PY'
 import json, os, sys
 ok = bad = skip = 0
 for extra in ('torture-long.log', 'multinode.log', 'package.log', 'fuzz.log'):
