@@ -128,6 +128,7 @@ class TestMultiNode(unittest.TestCase):
             self.addCleanup(m.close)
             ms[node] = m
         self.log = os.path.join(ms['a'].tmp, 'trainer.log')
+        self.mounts = (ms['a'], ms['b'])
         return ms['a'], ms['b']
 
     def job(self, a, b, steps, resume=False, slow=0.0):
@@ -163,10 +164,22 @@ class TestMultiNode(unittest.TestCase):
         start = max(i for i, ln in enumerate(lines) if ln.startswith('START'))
         got = [ln for ln in lines[start:] if ln.startswith(('RESUMED', 'FRESH'))]
         self.assertTrue(got and got[0].startswith('RESUMED step=%d ' % step),
-                        'resume: %s' % got[:1])
+                        'resume: %s\n%s' % (got[:1], self.nodes_state()))
         bad = [ln for ln in lines[start:] if ln.startswith('VERIFY FAIL')]
         self.assertEqual(bad, [], 'the resumed files differ from what was written')
         self.assertTrue(any(ln.startswith('VERIFY ok step=%d' % step) for ln in lines[start:]))
+
+    def nodes_state(self):
+        """Both nodes' trackers, status and log tails, for a failure message."""
+        out = []
+        for m in getattr(self, 'mounts', ()):
+            try:
+                tracker = m.read_text(self.lay.tracker)
+            except OSError as e:
+                tracker = '(%s)' % e
+            out.append('--- %s: tracker %r ---\n%s%s' % (m.mnt, tracker, m.status_text(),
+                                                        m.log_tail(40)))
+        return '\n'.join(out)
 
     def in_save(self, p, b, step):
         """Wait until job p's save of step has a file on node B (its ranks are writing)."""
