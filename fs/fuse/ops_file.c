@@ -163,20 +163,26 @@ static int open_view(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi)
 	return open_handle(fs, real, fi, 0);
 }
 
+/* Answer an open of a file handle made by open_handle or open_view (rc: theirs). */
+static void reply_opened(fuse_req_t req, struct ckfs *fs, struct fuse_file_info *fi, int rc)
+{
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+	} else if (fuse_reply_open(req, fi) == -ENOENT) {
+		/* the open was interrupted: no release will come for this handle */
+		struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+
+		oi_put(fs, h->oi);
+		free(h);
+	}
+}
+
 void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	if (fs_view_ino(ino)) {
 		struct ckfs *fs = fs_req_fs(req);
-		int rc = open_view(fs, ino, fi);
 
-		if (rc < 0) {
-			fuse_reply_err(req, -rc);
-		} else if (fuse_reply_open(req, fi) == -ENOENT) {
-			struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-
-			oi_put(fs, h->oi);
-			free(h);
-		}
+		reply_opened(req, fs, fi, open_view(fs, ino, fi));
 		return;
 	}
 	if (fs_meta_of(ino) >= 0) {
@@ -221,20 +227,9 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_open(req, fi);
 		return;
 	}
-	{
 	struct ckfs *fs = fs_req_fs(req);
-	int rc = open_handle(fs, ino, fi, fuse_req_ctx(req)->pid);
 
-	if (rc < 0) {
-		fuse_reply_err(req, -rc);
-	} else if (fuse_reply_open(req, fi) == -ENOENT) {
-		/* the open was interrupted: no release will come for this handle */
-		struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-
-		oi_put(fs, h->oi);
-		free(h);
-	}
-	}
+	reply_opened(req, fs, fi, open_handle(fs, ino, fi, fuse_req_ctx(req)->pid));
 }
 
 void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
