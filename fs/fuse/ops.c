@@ -133,6 +133,8 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 	st->st_ino = ino;
 	st->st_mode = a.mode;
 	st->st_nlink = a.nlink;
+	if (ino == fs->meta_ino)
+		st->st_nlink++; /* its virtual subdirectory snapshots (view.c) */
 	st->st_uid = a.uid;
 	st->st_gid = a.gid;
 	st->st_size = (off_t)a.size;

@@ -86,9 +86,13 @@ static int view_steps(struct ckfs *fs, struct view_list *l)
 }
 
 /* The view name of l->v[i] into buf (NAME_MAX + 1 bytes): -ENAMETOOLONG when NAME@ID does not
- * fit a name (the step is then left out of the view). */
+ * fit a name, -EINVAL for an InternEvo slot, whose name ("snapshot/0") holds a '/' no directory
+ * entry may (the kernel fails a whole READDIR that returns one with EIO): the step is then left
+ * out of the view. */
 static int view_name(const struct view_list *l, size_t i, char *buf)
 {
+	if (strchr(l->v[i].name, '/'))
+		return -EINVAL;
 	bool newest = i + 1 == l->n || strcmp(l->v[i + 1].name, l->v[i].name) != 0;
 	int n = newest ? snprintf(buf, NAME_MAX + 1, "%s", l->v[i].name)
 		       : snprintf(buf, NAME_MAX + 1, "%s@%lld", l->v[i].name,
@@ -172,12 +176,24 @@ int fs_view_stat(struct ckfs *fs, uint64_t ino, struct stat *st)
 	int rc;
 
 	if (ino == VINO_SNAPS) {
+		struct view_list l = { 0 };
+		nlink_t subdirs = 0;
+		char vn[NAME_MAX + 1];
+
 		if ((rc = idx_inode_get(fs->ix, fs->meta_ino, &a)) < 0)
 			return rc;
+		/* POSIX: '.', the entry in /.ckptfs, and each listed step's '..' */
+		if ((rc = view_steps(fs, &l)) < 0) {
+			free(l.v);
+			return rc;
+		}
+		for (size_t i = 0; i < l.n; i++)
+			subdirs += view_name(&l, i, vn) == 0;
+		free(l.v);
 		memset(st, 0, sizeof(*st));
 		st->st_ino = VINO_SNAPS;
 		st->st_mode = S_IFDIR | 0555;
-		st->st_nlink = 2;
+		st->st_nlink = 2 + subdirs;
 		st->st_uid = a.uid;
 		st->st_gid = a.gid;
 		st->st_blksize = 4096;

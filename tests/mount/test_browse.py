@@ -121,6 +121,27 @@ class BrowseTest(unittest.TestCase, ckfs.CkptctlCase):
         self.assertLess(int(r.stdout.split()[0]), 2 * (6 * MiB + 64 * 1024),
                         'du counts the view: %s' % r.stdout)
 
+    def test_1b_link_counts_and_slots(self):
+        """POSIX link counts hold with the view: /.ckptfs counts snapshots among its
+        subdirectories and snapshots counts its steps (CI at e63709b: test_scenarios'
+        dir_link_errors found '.ckptfs: nlink 4, 3 subdirectories'). An InternEvo slot, whose
+        step name holds a '/', is left out of the listing (a READDIR entry with a '/' makes the
+        kernel fail the whole listing with EIO), and the other steps stay listed."""
+        m = self.mount()
+        save(m, 2)
+        save(m, 4)
+        d = m.path('snapshot', '0')
+        os.makedirs(d)
+        with open(os.path.join(d, 'model_tp0_pp0.pt'), 'wb') as f:
+            f.write(content('slot', 4096))
+        with open(os.path.join(d, '6.step'), 'wb') as f:
+            f.write(b'step 6')
+        m.settle()
+        ckfs.wait_for('steps complete', lambda: sorted(os.listdir(self.view())) ==
+                      ['iter_0000002', 'iter_0000004'], extra=m.status_text)
+        self.assertEqual(ckfs.dir_link_errors(m.mnt), [])
+        self.assertEqual(os.lstat(self.view()).st_nlink, 4)
+
     def test_2_read_only(self):
         """Every change through the view is EROFS, and browsing changes no step."""
         m = self.mount()
