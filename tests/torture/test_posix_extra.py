@@ -1016,8 +1016,8 @@ class MetaTest(Base):
         self.assertIn('store:', rfile(self.m.path('.ckptfs', 'status')).decode())
         self.assertNotIn('.ckptfs', os.listdir(self.m.mnt))
         self.assertEqual(sorted(os.listdir(self.m.path('.ckptfs'))),
-                         sorted(['quarantine', 'retained', 'status', 'steps', 'steps.json',
-                                 'metrics']))
+                         sorted(['quarantine', 'retained', 'snapshots', 'status', 'steps',
+                                 'steps.json', 'metrics']))
 
 
 @unittest.skipIf(PLAIN, 'ckptfs only')
