@@ -139,7 +139,9 @@ if [ -n "${CKPTFS_BIN:-}" ] && [ -n "${CKPTCTL_BIN:-}" ]; then
 else
 	buildlog=$(mktemp)
 	say "building (meson, build/)"
-	if ! { { [ -f build/build.ninja ] || meson setup build; } && meson compile -C build; } \
+	# -Dtests=false: the demo needs neither the test libraries nor their build
+	if ! { { [ -f build/build.ninja ] || meson setup build -Dtests=false; } &&
+		meson compile -C build; } \
 		>"$buildlog" 2>&1; then
 		cat "$buildlog" >&2; rm -f "$buildlog"; fail "the build failed"
 	fi
@@ -218,7 +220,7 @@ print(min(json.load(open(p))["last_step"] for p in sys.argv[1:]))' \
 # state of the newest index entry for step $1 (.ckptfs/steps.json)
 step_state() {
 	$python -c 'import json, sys
-st = [s["state"] for s in json.load(open(sys.argv[1])) if s["step"] == int(sys.argv[2])]
+st = [s["state"] for s in json.load(open(sys.argv[1]))["steps"] if s["step"] == int(sys.argv[2])]
 print(st[-1] if st else "")' "$mnt/.ckptfs/steps.json" "$1" 2>/dev/null || true
 }
 rank1_glob() { # the files rank 1 writes for step $1
@@ -325,7 +327,7 @@ if [ "$layout" = mf1 ]; then
 else
 	newest=$(printf 'iteration_%08d' "$crashed_step")
 	[ "$layout" = megatron ] && newest=$(printf 'iter_%07d' "$crashed_step")
-	say "the torn step $newest was set aside by ckptfs (kept for forensics, out of the" \
+	say "the torn step $newest was quarantined by ckptfs (kept for forensics, out of the" \
 		"trainer's way):"
 	show ls "$mnt/.ckptfs/quarantine"
 	for q in "$mnt"/.ckptfs/quarantine/*; do [ -d "$q" ] && show ls -lR "$q"; done

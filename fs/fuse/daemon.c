@@ -74,7 +74,7 @@ static const struct num_opt {
 	{ "keep_every=", offsetof(struct cfg, keep_every), NUM_LLONG, 0, INT64_MAX / 2,
 	  "a step interval, 0 for none" },
 	{ "keep_quarantine=", offsetof(struct cfg, keep_quarantine), NUM_UINT, 0, 1000000,
-	  "steps set aside kept, 0 for all" },
+	  "quarantined steps kept, 0 for all" },
 	{ "ranks=", offsetof(struct cfg, ranks), NUM_UINT, 1, 1 << 20, "the world size" },
 	{ "workers=", offsetof(struct cfg, workers), NUM_UINT, 0, WB_MAX_THREADS,
 	  "write-back threads, 0 for the default" },
@@ -228,7 +228,7 @@ static void usage(const char *prog)
 	       "                           trusted: the store's files are theirs to swap)\n"
 	       "    -o keep_checkpoint_max=N  keep the N newest complete steps (0: all, default)\n"
 	       "    -o keep_every=K        also keep every step divisible by K\n"
-	       "    -o keep_quarantine=N   keep the N steps set aside last in\n"
+	       "    -o keep_quarantine=N   keep the N steps quarantined last in\n"
 	       "                           .ckptfs/quarantine (default 4; 0: all)\n"
 	       "    -o ranks=N             MindFormers 1.0 world size (default: the number of\n"
 	       "                           rank_N directories)\n"
@@ -759,7 +759,7 @@ static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
 		ckpt_log("cannot start the committer: %s; close() waits until the "
 			"file is durable\n", strerror(-rc));
 	if ((rc = steps_start(fs)) < 0)
-		ckpt_log("cannot start the step reaper: %s; abandoned steps are "
+		ckpt_log("cannot start the step reaper: %s; unfinished steps are "
 			"judged at unmount\n", strerror(-rc));
 }
 

@@ -153,8 +153,11 @@ static int render_steps_json(struct out *o, const struct collect *c)
 			return -ENOMEM;
 		}
 	}
-	txt = json_dumps(a, JSON_INDENT(2));
-	json_decref(a);
+	/* the document ckptctl --json steps prints, schema docs/schemas/steps.json */
+	json_t *doc = json_pack("{s:s, s:o}", "schema", "ckptfs-steps/1", "steps", a);
+
+	txt = doc ? json_dumps(doc, JSON_INDENT(2)) : NULL;
+	json_decref(doc);
 	if (!txt)
 		return -ENOMEM;
 	put(o, "%s\n", txt);
@@ -222,9 +225,17 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 	if (idx_schema_version(fs->ix, &schema) == 0)
 		put(o, "index schema:       %d\n", schema);
 	put(o, "files:              %" PRIu64 "\n", st->files);
-	put(o, "logical bytes:      %" PRIu64 "\n", st->logical_bytes);
-	put(o, "stored bytes:       %" PRIu64 " (%.3f of logical)\n", st->stored_bytes,
-	    st->logical_bytes ? (double)st->stored_bytes / (double)st->logical_bytes : 0.0);
+	char sz[64];
+	double ratio = st->logical_bytes ? (double)st->stored_bytes / (double)st->logical_bytes : 0;
+
+	/* the labels, forms and ratio of `ckptctl status` (docs/glossary.md) */
+	put(o, "logical size:       %s\n", policy_size_text(st->logical_bytes, sz, sizeof(sz)));
+	put(o, "after dedup:        %s\n", policy_size_text(st->chunk_raw_bytes, sz, sizeof(sz)));
+	put(o, "stored size:        %s\n", policy_size_text(st->stored_bytes, sz, sizeof(sz)));
+	if (st->logical_bytes)
+		put(o, "stored/logical:     %.3f (%.1f%%)\n", ratio, 100.0 * ratio);
+	else
+		put(o, "stored/logical:     - (no file data)\n");
 	put(o, "bad chunks:         %" PRIu64 "%s\n", st->bad_chunks,
 	    st->bad_chunks ? " (run 'ckptctl STORE verify')" : "");
 	size_t wb_budget, wb_used, wb_kept, wb_peak;
@@ -272,7 +283,7 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 			q_n++;
 			q_bytes += c->v[i].stored_bytes;
 		}
-	put(o, "set aside:          %" PRIu64 " steps, %" PRIu64 " bytes stored, in "
+	put(o, "quarantined:        %" PRIu64 " steps, %" PRIu64 " bytes stored, in "
 	       ".ckptfs/quarantine (keep_quarantine=%u%s; not counted by du of the mount)\n",
 	    q_n, q_bytes, fs->keep_quarantine, fs->keep_quarantine ? "" : ": all");
 	if (idx_claim_foreach(fs->ix, claim_cb, &cs) == 0) {
@@ -383,11 +394,12 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 	       "was not in order (they are cut into chunks at close, on the closing request).\n");
 	put(o, "# TYPE ckptfs_staging_copies_total counter\nckptfs_staging_copies_total %" PRIu64
 	       "\n", atomic_load(&fs->n_staging));
-	if (st->stored_bytes) {
-		put(o, "# HELP ckptfs_dedup_ratio Logical bytes over stored bytes: what "
-		       "deduplication and compression save together (2 = half the disk).\n");
-		put(o, "# TYPE ckptfs_dedup_ratio gauge\nckptfs_dedup_ratio %.4f\n",
-		    (double)st->logical_bytes / (double)st->stored_bytes);
+	if (st->logical_bytes) {
+		put(o, "# HELP ckptfs_stored_logical_ratio Stored bytes over logical bytes, the ratio "
+		       "ckptctl status shows: what deduplication and compression leave (0.5 = half "
+		       "the disk).\n");
+		put(o, "# TYPE ckptfs_stored_logical_ratio gauge\nckptfs_stored_logical_ratio %.4f\n",
+		    (double)st->stored_bytes / (double)st->logical_bytes);
 	}
 	put_hist(o, "ckptfs_save_seconds", "A step directory's creation to the step judged "
 	         "complete (every file durable, the claim seen), per step saved since the mount.",

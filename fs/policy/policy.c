@@ -106,8 +106,8 @@ static void incomplete_why(const struct policy_facts *f, char *why, size_t cap)
 			 f->previous == POLICY_PREV_NONE ? "no earlier complete step to compare with"
 							 : "files still open");
 	else if (!f->sealed)
-		snprintf(why, cap, f->files ? "abandoned: never sealed, no writer left"
-					    : "abandoned empty");
+		snprintf(why, cap, f->files ? "never sealed, no writer left"
+					    : "never sealed, empty");
 	else if (f->files == 0)
 		snprintf(why, cap, "sealed, but holds no file");
 	else if (f->unreadable)
@@ -524,6 +524,24 @@ json_t *policy_json_name(const char *name)
 	return j;
 }
 
+char *policy_size_text(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes;
+	int u = -1;
+
+	if (bytes < 1024) {
+		snprintf(buf, cap, "%" PRIu64 " bytes", bytes);
+		return buf;
+	}
+	while (v >= 1024.0 && u < 5) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, cap, "%.2f %s (%" PRIu64 " bytes)", v, units[u], bytes);
+	return buf;
+}
+
 json_t *policy_json_time(int64_t ns)
 {
 	char t[40];
@@ -541,10 +559,10 @@ json_t *policy_step_json(const struct idx_step *s)
 	memcpy(dg.b, s->digest, STORE_HASH_LEN);
 	store_hash_hex(&dg, hex);
 	/* json_pack: "o" takes the reference of a json_t *, "s?" packs NULL as null */
-	return json_pack("{s:I, s:I, s:o, s:i, s:s, s:s, s:I, s:I, s:o, s:I, s:o, s:I, s:o,"
+	return json_pack("{s:I, s:I, s:o, s:s, s:s, s:I, s:I, s:o, s:I, s:o, s:I, s:o,"
 			 " s:I, s:o, s:I, s:I, s:I, s:s?, s:b}",
 			 "id", (json_int_t)s->id, "step", (json_int_t)s->step,
-			 "name", policy_json_name(s->name), "kind", s->kind,
+			 "name", policy_json_name(s->name),
 			 "layout", layout ? layout : "?", "state", idx_step_state_name(s->state),
 			 "dir_ino", (json_int_t)s->dir_ino,
 			 "created_ns", (json_int_t)s->created_ns,
@@ -553,11 +571,11 @@ json_t *policy_step_json(const struct idx_step *s)
 			 "sealed", policy_json_time(s->sealed_ns),
 			 "completed_ns", (json_int_t)s->completed_ns,
 			 "completed", policy_json_time(s->completed_ns),
-			 "state_ns", (json_int_t)s->state_ns,
+			 "state_changed_ns", (json_int_t)s->state_ns,
 			 "state_changed", policy_json_time(s->state_ns),
 			 "files", (json_int_t)s->files, "logical_bytes", (json_int_t)s->logical_bytes,
 			 "stored_bytes", (json_int_t)s->stored_bytes,
-			 "digest", s->has_digest ? hex : NULL, "pinned", (int)s->pinned);
+			 "xxh3_128", s->has_digest ? hex : NULL, "pinned", (int)s->pinned);
 }
 
 bool policy_global_complete(const struct policy_part *parts, size_t n, unsigned nodes)

@@ -382,6 +382,14 @@ bool policy_global_complete(const struct policy_part *parts, size_t n, unsigned 
 char *policy_time_iso(int64_t ns, char *buf, size_t cap);
 
 /*
+ * policy_size_text - a byte count as people read it: "1.23 GiB (1320702443 bytes)", or
+ * "512 bytes" below 1 KiB (binary units, 2 decimals), into buf (cap bytes, truncated to fit and
+ * NUL-terminated when cap > 0). The one form `ckptctl status` and MOUNT/.ckptfs/status print.
+ * Returns buf. Thread-safe.
+ */
+char *policy_size_text(uint64_t bytes, char *buf, size_t cap);
+
+/*
  * policy_json_time - a step or event time (nanoseconds since the epoch) as JSON: an ISO-8601
  * string (policy_time_iso), or null for 0 (never). Returns a new reference, or NULL on
  * allocation failure.
@@ -397,11 +405,13 @@ json_t *policy_json_time(int64_t ns);
 json_t *policy_json_name(const char *name);
 
 /*
- * policy_step_json - every field of step row s as a JSON object, the one schema that
- * `ckptctl steps --json` and MOUNT/.ckptfs/steps.json print: id, step, name, kind, layout,
- * state, dir_ino, created_ns/created, sealed_ns/sealed, completed_ns/completed,
- * state_ns/state_changed (ISO-8601 or null for never), files, logical_bytes, stored_bytes,
- * digest (32 hex digits or null), pinned. Returns a new reference, or NULL on allocation failure.
+ * policy_step_json - every field of step row s as a JSON object, one element of the "steps"
+ * list that `ckptctl --json steps` and MOUNT/.ckptfs/steps.json print (docs/schemas/steps.json):
+ * id, step, name, layout (by name), state, dir_ino, created_ns/created, sealed_ns/sealed,
+ * completed_ns/completed, state_changed_ns/state_changed (each instant twice: nanoseconds since
+ * the epoch, 0 for never, and ISO 8601 UTC or null), files, logical_bytes, stored_bytes,
+ * xxh3_128 (the step's digest, 32 hex digits, or null), pinned. Returns a new reference, or
+ * NULL on allocation failure.
  */
 json_t *policy_step_json(const struct idx_step *s);
 

@@ -744,7 +744,7 @@ static void verify_newest(struct ckfs *fs)
 
 			ckpt_log("checked step '%s' in %.2f s: %s%s", s.name,
 				 (double)(ckpt_mono_ns() - t0) / 1e9,
-				 bad == 0 ? "intact" : bad > 0 ? "damaged, set aside" :
+				 bad == 0 ? "intact" : bad > 0 ? "damaged, quarantined" :
 				 "not checked: ", bad < 0 ? strerror(-bad) : "");
 			if (bad <= 0)
 				break;

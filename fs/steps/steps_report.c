@@ -112,7 +112,7 @@ static void summary(const struct mount_report *r, char *buf, size_t cap)
 	snprintf(buf, cap,
 		 "the previous ckptfs%s did not stop cleanly; recovery removed %llu unlinked files "
 		 "and %llu unreferenced chunks, judged %u unfinished steps: %u complete, %u steps "
-		 "set aside, %u files found malformed",
+		 "quarantined, %u files found malformed",
 		 pid, (unsigned long long)r->files_removed, (unsigned long long)r->chunks_removed,
 		 r->judged, r->completed, r->judged - r->completed, r->malformed);
 }
@@ -162,7 +162,7 @@ static void aside_line(const struct mount_aside *a, bool with_resume, char *buf,
 	else
 		snprintf(where, sizeof(where), "no complete step is left, so a resume starts from "
 			 "scratch (no tracker)");
-	snprintf(buf, cap, "step '%s' (%s) set aside at mount as %s: %s%s%s", a->name,
+	snprintf(buf, cap, "step '%s' (%s) quarantined at mount as %s: %s%s%s", a->name,
 		 layout_name((enum layout_kind)a->kind), idx_step_state_name(a->state), a->why,
 		 where[0] ? "; " : "", where);
 }
@@ -185,15 +185,20 @@ static json_t *report_json(const struct mount_report *r)
 	}
 	if (r->unclean)
 		summary(r, sum, sizeof(sum));
-	o = json_pack("{s:I, s:i, s:b, s:o, s:s?, s:I, s:I, s:i, s:i, s:i, s:o, s:i}", "time_ns",
-		      (json_int_t)ckpt_now_ns(), "pid", (int)getpid(), "unclean", (int)r->unclean,
+	int64_t now = ckpt_now_ns();
+
+	/* docs/schemas/recovery.json; ckptctl status --json shows it as last_recovery */
+	o = json_pack("{s:s, s:I, s:o, s:i, s:b, s:o, s:s?, s:I, s:I, s:i, s:i, s:i, s:o, s:i}",
+		      "schema", "ckptfs-recovery/1", "mounted_ns", (json_int_t)now, "mounted",
+		      policy_json_time(now), "pid", (int)getpid(), "previous_stopped_cleanly",
+		      (int)!r->unclean,
 		      "previous_pid", r->unclean && r->prev_pid > 0 ? json_integer(r->prev_pid)
 								  : json_null(),
 		      "summary", r->unclean ? sum : NULL, "files_removed",
 		      (json_int_t)r->files_removed, "chunks_removed", (json_int_t)r->chunks_removed,
 		      "steps_judged", (int)r->judged, "steps_completed", (int)r->completed,
-		      "files_malformed", (int)r->malformed, "set_aside", aside ? aside : json_array(),
-		      "set_aside_more", (int)r->more);
+		      "files_malformed", (int)r->malformed, "quarantined",
+		      aside ? aside : json_array(), "quarantined_more", (int)r->more);
 	return o;
 }
 
@@ -305,7 +310,7 @@ size_t steps_report_notes(struct ckfs *fs, char *buf, size_t cap)
 		add_line(buf, cap, &len, line);
 	}
 	if (r->more) {
-		snprintf(line, sizeof(line), "and %u more steps set aside (ckptfs.log names them)",
+		snprintf(line, sizeof(line), "and %u more steps quarantined (ckptfs.log names them)",
 			 r->more);
 		add_line(buf, cap, &len, line);
 	}

@@ -45,7 +45,7 @@ def run(layout, saves):
             tr.close()
         time.sleep(2.5)     # a first step completes once quiet
         r = ckfs.ckptctl(m.store, 'steps', json_out=True)
-        rows = json.loads(r.stdout)
+        rows = json.loads(r.stdout)['steps']
     done = {}
     for s in rows:
         if s['state'] in ('complete', 'pruned') and s['completed_ns']:

@@ -71,7 +71,7 @@ class TestLineage(unittest.TestCase):
         """{step directory name: state} from ckptctl steps --json"""
         r = m.ckptctl('steps', json_out=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        return {s['name']: s['state'] for s in json.loads(r.stdout)}
+        return {s['name']: s['state'] for s in json.loads(r.stdout)['steps']}
 
     def read_tracker(self, m, layout):
         with open(m.path(LAYOUTS[layout][0])) as f:
@@ -99,7 +99,7 @@ class TestLineage(unittest.TestCase):
             st = self.states(m)
             for n in (2, 4, 5, 10):
                 self.assertEqual(st.get(dname(n)), 'complete', '%s: %s' % (dname(n), st))
-            other = {s['name'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)
+            other = {s['name'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)['steps']
                      if s['other_lineage']}
             self.assertEqual(other, {dname(5), dname(10)}, 'ckptctl steps names the old run')
             listed = os.listdir(m.mnt if layout != 'mf1' else m.path('rank_0'))
@@ -146,7 +146,7 @@ class TestLineage(unittest.TestCase):
             self.assertEqual([st.get(dname(n)) for n in (2, 4, 6, 5, 10)],
                              ['pruned', 'complete', 'complete', 'complete', 'complete'],
                              '%s%s' % (st, m.log_tail()))
-            other = {s['name'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)
+            other = {s['name'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)['steps']
                      if s['other_lineage']}
             self.assertEqual(other, {dname(5), dname(10)}, 'ckptctl steps names the old run')
             listed = os.listdir(m.mnt)
@@ -216,7 +216,7 @@ class TestLineage(unittest.TestCase):
                           extra=m.log_tail)
             self.assertEqual(os.path.getsize(f), size)
             states = sorted(s['state'] for s in json.loads(
-                m.ckptctl('steps', json_out=True).stdout) if s['name'] == 'iter_0000004')
+                m.ckptctl('steps', json_out=True).stdout)['steps'] if s['name'] == 'iter_0000004')
             self.assertEqual(states, ['complete', 'incomplete'])
             self.resume_lands_on(m, layout, log, 4)
             # ckptctl's STEP names the version at the step's name, not the one set aside
@@ -231,7 +231,7 @@ class TestLineage(unittest.TestCase):
             self.assertEqual(self.read_tracker(m, layout), '4')
             self.resume_lands_on(m, layout, log, 4)
             states = sorted(s['state'] for s in json.loads(
-                m.ckptctl('steps', json_out=True).stdout) if s['name'] == 'iter_0000004')
+                m.ckptctl('steps', json_out=True).stdout)['steps'] if s['name'] == 'iter_0000004')
             self.assertEqual(states, ['complete', 'incomplete', 'pruned'],
                              'the earlier version is pruned once the new one is complete')
 

@@ -106,7 +106,7 @@ def ctl_json(store, *args):
 def steps_by_number(store):
     """{step number: [state, ...]} from ckptctl steps (a number may have several rows)."""
     res = {}
-    for s in ctl_json(store, 'steps'):
+    for s in ctl_json(store, 'steps')['steps']:
         res.setdefault(s['step'], []).append(s['state'])
     return res
 
@@ -206,7 +206,7 @@ class TestScenarios(unittest.TestCase):
             finally:
                 b.close()
             # the step resumed onto is complete in the daemon's own account
-            states = [s['state'] for s in ctl_json(m.store, 'steps') if s['step'] == step]
+            states = [s['state'] for s in ctl_json(m.store, 'steps')['steps'] if s['step'] == step]
             if 'complete' not in states and 'pruned' not in states:
                 raise AssertionError('resumed onto step %d, whose state is %s; %s' %
                                      (step, states, note))
@@ -232,7 +232,7 @@ class TestScenarios(unittest.TestCase):
             m.unmount()
             chunks = {}     # step -> {chunk: file}
             for step in (2, 4, 6):
-                files = ctl_json(m.store, 'show', str(step))[0]['files_list']
+                files = ctl_json(m.store, 'show', str(step))['versions'][0]['files_list']
                 self.assertEqual(len(files), 2, files)
                 for f in files:
                     rel = '%s/%s' % (step_dir(step), f['path'])
@@ -313,14 +313,14 @@ class TestScenarios(unittest.TestCase):
                                  (what, results[what], m.log_tail()))
                 self.assertIn(step_dir(4), listing(m))
             print('junk tracker writes: %s' % results, flush=True)
-            claims = ctl_json(m.store, 'claims')
+            claims = ctl_json(m.store, 'claims')['claims']
             bad = [c for c in claims if c['step'] is None]
             for what, data in junk[:2]:
                 if results[what] == 'ok':
                     self.assertTrue([c for c in bad if c['content'] == data.decode()],
                                     '%s not listed as unparseable: %s' % (what, claims))
             if results['10 MB of random bytes'] == 'ok':
-                self.assertTrue([c for c in bad if c['length'] >= 1 << 20 or
+                self.assertTrue([c for c in bad if c['content_bytes'] >= 1 << 20 or
                                  c['content'] not in ('not a number', '../../etc/passwd', '')],
                                 '10 MB of junk not listed as unparseable: %s' % claims)
             self.assertFalse([c for c in claims if c['step'] not in (None, 2, 4)], claims)
@@ -375,7 +375,7 @@ class TestScenarios(unittest.TestCase):
                 self.assertEqual(st.get(s), ['pruned'], st)
             self.assertEqual(sorted(st.get(8)), ['incomplete', 'pruned'], st)
             self.assertEqual((st.get(10), st.get(12)), (['complete'], ['complete']), st)
-            rows = ctl_json(m.store, 'steps')
+            rows = ctl_json(m.store, 'steps')['steps']
             m.unmount()
             bytes_kept = m.chunk_bytes()
             # the chunk files hold what the steps still in the store use (10, 12 and the torn

@@ -81,7 +81,7 @@ class BrowseTest(unittest.TestCase, ckfs.CkptctlCase):
         return self.m.path('.ckptfs', 'snapshots', *parts)
 
     def steps(self):
-        return {s['id']: s for s in self.ctl('steps', json_out=True)}
+        return {s['id']: s for s in self.ctl('steps', json_out=True)['steps']}
 
     def assert_step_bytes(self, vname, files):
         for rel, b in files.items():

@@ -190,11 +190,11 @@ class UncleanStopTest(unittest.TestCase):
             self.assertEqual(len(said), 1, m.log_tail(40))
             self.assertIn('(pid %d)' % dead, said[0])
             self.assertIn('recovery', said[0])
-            self.assertRegex(said[0], r'1 steps? set aside', said[0])
+            self.assertRegex(said[0], r'1 steps? quarantined', said[0])
             # the command itself said what it set aside and where the tracker goes now
             out = m.start_stderr
             self.assertIn("'iter_0000004'", out)
-            self.assertIn('set aside', out)
+            self.assertIn('quarantined', out)
             self.assertIn("'iter_0000002'", out)
             self.assertEqual(ckfs.read_bytes(m.path(TRACKER)).strip(), b'2')
             r = ckfs.ckptctl(m.store, 'status')
@@ -204,8 +204,8 @@ class UncleanStopTest(unittest.TestCase):
             j = json.loads(ckfs.ckptctl(m.store, 'status', json_out=True).stdout)
             last = j['last_recovery']
             self.assertEqual(last['previous_pid'], dead)
-            self.assertEqual([s['name'] for s in last['set_aside']], ['iter_0000004'])
-            self.assertEqual(last['set_aside'][0]['tracker_step'], 'iter_0000002')
+            self.assertEqual([s['name'] for s in last['quarantined']], ['iter_0000004'])
+            self.assertEqual(last['quarantined'][0]['tracker_step'], 'iter_0000002')
             m.remount()  # a clean stop and mount: nothing new to say, the record stays
             self.assertNotIn('did not stop cleanly', m.start_stderr)
             self.assertEqual(len([ln for ln in log_lines(m.store)
@@ -247,7 +247,7 @@ class DamagedAtMountTest(unittest.TestCase):
             last = j['last_recovery']
             self.assertIsNone(last['previous_pid'])  # a clean stop before: only the check
             self.assertEqual([(s['name'], s['state'], s['tracker_step'])
-                              for s in last['set_aside']],
+                              for s in last['quarantined']],
                              [('iter_0000004', 'corrupt', 'iter_0000002')])
         finally:
             m.close()

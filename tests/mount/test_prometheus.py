@@ -191,10 +191,10 @@ class TestPrometheus(unittest.TestCase):
         self.assertGreater(local['ckptfs_logical_bytes'], 8 << 20)  # two 4 MiB tensors
         self.assertEqual(local['ckptfs_checksum_failures'], 0)
         self.assertGreaterEqual(local['ckptfs_durable_seconds_count'], 2)
-        ratio = self.query('ckptfs_dedup_ratio')
+        ratio = self.query('ckptfs_stored_logical_ratio')
         self.assertEqual(len(ratio), 1, ratio)
         self.assertAlmostEqual(float(ratio[0]['value'][1]),
-                               local['ckptfs_logical_bytes'] / local['ckptfs_stored_bytes'],
+                               local['ckptfs_stored_bytes'] / local['ckptfs_logical_bytes'],
                                places=3)
         # a latency quantile a dashboard would plot is computable from the histogram
         q = self.query('histogram_quantile(0.9, ckptfs_save_seconds_bucket)')
@@ -354,7 +354,7 @@ class FiguresOutsideTheLockTest(unittest.TestCase):
     def figures(self, m, port):
         st = read_all_text(m.path('.ckptfs', 'status'))
         f = re.search(r'files: +(\d+)', st)
-        lg = re.search(r'logical bytes: +(\d+)', st)
+        lg = re.search(r'logical size: +(?:[^(\n]*\()?(\d+) bytes', st)
         self.assertTrue(f and lg, st)
         code, _, body = http_get('http://127.0.0.1:%d/metrics' % port)
         self.assertEqual(code, 200)

@@ -149,19 +149,19 @@ class QuarantineLimitTest(unittest.TestCase):
                                            for x in os.listdir(q)))[1], timeout=30)
             kept = sorted(x.split('.')[0] for x in os.listdir(m.path('.ckptfs', 'quarantine')))
             self.assertEqual(kept, ['iter_0000004', 'iter_0000005'])
-            steps = json.loads(m.ckptctl('steps', json_out=True).stdout)
+            steps = json.loads(m.ckptctl('steps', json_out=True).stdout)['steps']
             by = {s['name']: s['state'] for s in steps}
             self.assertEqual([by['iter_%07d' % n] for n in range(1, 6)],
                              ['pruned'] * 3 + ['incomplete'] * 2, by)
-            show = json.loads(m.ckptctl('show', 'iter_0000001', json_out=True).stdout)[0]
+            show = json.loads(m.ckptctl('show', 'iter_0000001', json_out=True).stdout)['versions'][0]
             self.assertIn('quarantine limit', json.dumps(show))
             # du of the mount does not see .ckptfs (the root's listing leaves it out): status
             # says what the quarantine holds
             with open(m.path('.ckptfs', 'status')) as f:
                 status = f.read()
-            self.assertRegex(status, r'set aside: +2 steps, \d+ bytes stored, in '
+            self.assertRegex(status, r'quarantined: +2 steps, \d+ bytes stored, in '
                              r'\.ckptfs/quarantine \(keep_quarantine=2;')
-            held = int(re.search(r'set aside: +2 steps, (\d+) bytes', status).group(1))
+            held = int(re.search(r'quarantined: +2 steps, (\d+) bytes', status).group(1))
             self.assertGreaterEqual(held, 2 << 20)
 
 

@@ -270,7 +270,7 @@ class MountCheckTest(unittest.TestCase):
             self.assertGreater(t_ctl, self.DELAY_MS / 1000 - 0.2,
                                'ckptctl steps did not wait for the check: %.2f s' % t_ctl)
             self.assertIn('waiting for ckptfs', err)
-            states = {st['step']: st['state'] for st in json.loads(out)}
+            states = {st['step']: st['state'] for st in json.loads(out)['steps']}
             self.assertEqual(states, {2: 'complete', 4: 'corrupt'}, out)
             self.assert_resumes_on_2(m)
             with open(os.path.join(m.store, 'ckptfs.log')) as f:
@@ -278,7 +278,7 @@ class MountCheckTest(unittest.TestCase):
             # the log says why readers wait, and what the check found
             self.assertIn("checking step 'iter_0000004'", log)
             self.assertIn("checked step 'iter_0000004' in", log)
-            self.assertIn("damaged, set aside", log)
+            self.assertIn("damaged, quarantined", log)
         finally:
             m.close()
 

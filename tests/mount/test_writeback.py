@@ -326,8 +326,8 @@ def status_figures(m):
     st = read_all(m.path('.ckptfs', 'status')).decode()
     d = re.search(r'deferred chunks: +(\d+) \(\d+ MiB stored raw.*since mount (\d+) deferred, '
                   r'(\d+) compressed', st)
-    s = re.search(r'stored bytes: +(\d+)', st)
-    lg = re.search(r'logical bytes: +(\d+)', st)
+    s = re.search(r'stored size: +(?:[^(\n]*\()?(\d+) bytes', st)
+    lg = re.search(r'logical size: +(?:[^(\n]*\()?(\d+) bytes', st)
     assert d and s and lg, st
     return tuple(int(x) for x in d.groups()) + (int(s.group(1)), int(lg.group(1)))
 
@@ -454,7 +454,7 @@ def step_states(m):
     r = m.ckptctl('steps', json_out=True)
     if r.returncode != 0:
         raise AssertionError('ckptctl steps exited %d: %s' % (r.returncode, r.stderr))
-    return {s['step']: s['state'] for s in json.loads(r.stdout)}
+    return {s['step']: s['state'] for s in json.loads(r.stdout)['steps']}
 
 
 class CloseBeforeDurableTest(unittest.TestCase):

@@ -61,14 +61,14 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertEqual(st['logical_bytes'], 13 * MiB + 3)
         self.assertLess(st['stored_bytes'], 9 * MiB)     # the copy is deduplicated
         self.assertIn('mounted (daemon pid %d)' % m.pid, self.ctl('status').stdout)
-        ents = {e['name']: e for e in self.ctl('ls', json_out=True)}
+        ents = {e['name']: e for e in self.ctl('ls', json_out=True)['entries']}
         self.assertEqual(set(ents), {'iter_0000100', 'bystander.bin', 'cur',
                                      'latest_checkpointed_iteration.txt'})
         self.assertEqual(ents['cur']['target'], 'iter_0000100')
         self.assertEqual(ents['iter_0000100']['type'], 'dir')
         f = self.ctl('ls', '/iter_0000100/model.pt', json_out=True)
         self.assertEqual(f['size'], 5 * MiB)
-        self.assertEqual(sum(x['length'] for x in f['extents']), 5 * MiB)
+        self.assertEqual(sum(x['logical_bytes'] for x in f['extents']), 5 * MiB)
         self.assertEqual(len(f['xxh3_128']), 32)
         out = self.ctl('ls', 'iter_0000100').stdout
         self.assertIn('model.pt', out)
@@ -77,7 +77,7 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         m.unmount()
         st = self.ctl('status', json_out=True)
         self.assertFalse(st['mounted'])
-        self.assertTrue(st['clean'])
+        self.assertTrue(st['stopped_cleanly'])
         self.assertIn('not mounted, clean', self.ctl('status').stdout)
 
     def test_verify_tamper(self):
@@ -87,7 +87,7 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         m.unmount()
         self.ctl('verify')
         ext = self.ctl('ls', 'iter_0000100/model.pt', json_out=True)['extents']
-        target = max(ext, key=lambda x: x['stored_size'])['chunk']
+        target = max(ext, key=lambda x: x['stored_bytes'])['chunk']
         cpath = os.path.join(m.store, 'chunks', target[:2], target)
         flip(cpath, HEADER + (os.path.getsize(cpath) - HEADER) // 2)
         r = self.ctl('verify', rc=1)
@@ -132,7 +132,7 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         g = self.ctl('gc', json_out=True)
         self.assertTrue(g['swept'])
         self.assertEqual(g['chunks_removed'], 1)
-        self.assertEqual(g['bytes_freed'], os.path.getsize(src))
+        self.assertEqual(g['freed_bytes'], os.path.getsize(src))
         self.assertFalse(os.path.exists(orphan))
         self.ctl('verify')
 
@@ -170,11 +170,11 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         real = self.ctl('gc', json_out=True)
         self.assertTrue(real['swept'])
         self.assertEqual(set(dry), set(real))
-        for k in ('inodes_removed', 'chunks_removed', 'bytes_freed', 'chunk_files',
+        for k in ('inodes_removed', 'chunks_removed', 'freed_bytes', 'chunk_files',
                   'chunk_bytes'):
             self.assertEqual(dry[k], real[k], k)
         after = ckfs.chunk_files(m.store)
-        self.assertEqual(real['bytes_freed'], sum(before.values()) - sum(after.values()))
+        self.assertEqual(real['freed_bytes'], sum(before.values()) - sum(after.values()))
         # chunk files are named by their 32-hex-digit digest (the store keeps others, such as
         # emptied files it reuses)
         def named(files):

@@ -62,7 +62,7 @@ class DiffTest(ckfs.CkptctlCase, unittest.TestCase):
 
                 def complete():
                     r = m.ckptctl('show', str(step), json_out=True)
-                    return r.returncode == 0 and json.loads(r.stdout)[0]['state'] == 'complete'
+                    return r.returncode == 0 and json.loads(r.stdout)['versions'][0]['state'] == 'complete'
                 wait_for('step %d complete' % step, complete, 30,
                          lambda: m.ckptctl('steps').stdout)
         except BaseException:
@@ -79,7 +79,7 @@ class DiffTest(ckfs.CkptctlCase, unittest.TestCase):
         for rel in files:
             f = self.ctl('ls', '/iter_%07d/%s' % (step, rel), json_out=True)
             for x in f['extents']:
-                out[x['chunk']] = x['length']
+                out[x['chunk']] = x['logical_bytes']
         return out
 
     def expected_shared(self):
@@ -97,7 +97,7 @@ class DiffTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertEqual([(x['path'], x['size']) for x in d['removed']], [('sub/c.bin', len(C))])
         self.assertEqual([x['path'] for x in d['changed']], ['b.bin', 'd.bin'])
         b, dd = d['changed']
-        self.assertEqual((b['old_size'], b['new_size']), (len(B1), len(B2)))
+        self.assertEqual((b['old_bytes'], b['new_bytes']), (len(B1), len(B2)))
         self.assertEqual(dd['shared_bytes'], 0)      # rewritten: no chunk in common
         # b.bin kept its chunks before and after the rewritten MiB
         self.assertGreater(b['shared_bytes'], MiB)

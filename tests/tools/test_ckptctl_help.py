@@ -145,7 +145,7 @@ class LiveStepsTest(ckfs.CkptctlCase, unittest.TestCase):
 
             def state_of(name, state):
                 return any(s['name'] == name and s['state'] == state
-                           for s in json.loads(steps() or '[]'))
+                           for s in json.loads(steps() or '{"steps": []}')['steps'])
             for step, prev in ((5, None), (10, 5), (20, 10)):
                 megatron_save(m, step, {'mp_rank_00/model.bin': content('s%d' % step, 300000)})
                 m.settle()
@@ -204,7 +204,7 @@ printf '%%s\n' "${COMPREPLY[@]}"
 
     def test_completion_live_steps_once(self):
         """The completion offered pruned steps, and a name once per record."""
-        steps = self.ctl('steps', json_out=True)
+        steps = self.ctl('steps', json_out=True)['steps']
         names = [s['name'] for s in steps]
         self.assertIn('iter_0000005', names)
         self.assertEqual(names.count('iter_0000010'), 2, steps)

@@ -87,10 +87,10 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
 
     def show_json(self, step):
         r = self.m.ckptctl('show', step, json_out=True)
-        return json.loads(r.stdout) if r.returncode == 0 else [{'state': None}]
+        return json.loads(r.stdout)['versions'] if r.returncode == 0 else [{'state': None}]
 
     def test_1_steps(self):
-        steps = self.ctl('steps', json_out=True)
+        steps = self.ctl('steps', json_out=True)['steps']
         self.assertEqual([s['step'] for s in steps], [100, 200])
         s = steps[0]
         self.assertEqual((s['name'], s['layout'], s['state']),
@@ -98,10 +98,10 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertEqual(s['files'], 1)
         self.assertEqual(s['logical_bytes'], os.path.getsize(self.m.path('iter_0000100', RANK_FILE)))
         self.assertGreater(s['stored_bytes'], 0)
-        self.assertEqual(len(s['digest']), 32)
+        self.assertEqual(len(s['xxh3_128']), 32)
         self.assertGreater(s['completed_ns'], s['sealed_ns'])
         self.assertFalse(s['pinned'])
-        for k in ('id', 'kind', 'dir_ino', 'created_ns', 'state_ns'):
+        for k in ('id', 'dir_ino', 'created_ns', 'state_changed_ns'):
             self.assertIn(k, s)
         self.assertEqual(steps[1]['state'], 'incomplete')
         out = self.ctl('steps').stdout.splitlines()
@@ -113,8 +113,8 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertIn('incomplete', out[2])
 
     def test_2_show(self):
-        by_number = self.ctl('show', '100', json_out=True)
-        by_name = self.ctl('show', 'iter_0000100', json_out=True)
+        by_number = self.ctl('show', '100', json_out=True)['versions']
+        by_name = self.ctl('show', 'iter_0000100', json_out=True)['versions']
         self.assertEqual(by_number, by_name)
         self.assertEqual(len(by_number), 1)
         s = by_number[0]
@@ -140,9 +140,9 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.ctl('show', 'iter_9999999', rc=2)
 
     def test_3_claims(self):
-        c = self.ctl('claims', json_out=True)
+        c = self.ctl('claims', json_out=True)['claims']
         self.assertEqual(len(c), 1)
-        self.assertEqual((c[0]['tracker'], c[0]['step'], c[0]['content'], c[0]['length']),
+        self.assertEqual((c[0]['tracker'], c[0]['step'], c[0]['content'], c[0]['content_bytes']),
                          (TRACKER, 100, '100', 3))
         out = self.ctl('claims').stdout.splitlines()
         self.assertEqual(out[0].split(), ['TIME', 'TRACKER', 'STEP', 'CONTENT'])
@@ -169,13 +169,13 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertIn('already exists', r.stderr)
 
     def test_5_torn(self):
-        s = self.ctl('show', '200', json_out=True)[0]
+        s = self.ctl('show', '200', json_out=True)['versions'][0]
         self.assertEqual(s['state'], 'incomplete')
         self.assertEqual(s['path'], '/.ckptfs/quarantine/iter_0000200.%d' % s['id'])
         self.assertEqual([f['path'] for f in s['files_list']], [RANK_FILE])
         self.assertIn('torn', s['files_list'][0]['flags'])
         self.assertNotIn('iter_0000200', os.listdir(self.m.mnt))
-        self.assertEqual(s, self.ctl('show', 'iter_0000200.%d' % s['id'], json_out=True)[0])
+        self.assertEqual(s, self.ctl('show', 'iter_0000200.%d' % s['id'], json_out=True)['versions'][0])
         out = self.ctl('show', 'iter_0000200').stdout
         self.assertIn('state:       incomplete', out)
         self.assertIn('/.ckptfs/quarantine/iter_0000200.', out)
@@ -194,29 +194,29 @@ class CkptctlStepsTest(ckfs.CkptctlCase, unittest.TestCase):
         # a mounted store: the daemon pins (issue 40.5; cb3ae28 asked for an unmount)
         r = self.ctl('pin', '100')
         self.assertIn("step 'iter_0000100' pinned", r.stdout)
-        self.assertTrue(self.ctl('steps', json_out=True)[0]['pinned'])
+        self.assertTrue(self.ctl('steps', json_out=True)['steps'][0]['pinned'])
         r = self.ctl('pin', '200', rc=2)
         self.assertIn('only complete steps can be pinned', r.stderr)
         j = self.ctl('unpin', '100', json_out=True)
         self.assertEqual((j['request'], j['step']), ('unpin', '100'))
-        self.assertFalse(self.ctl('steps', json_out=True)[0]['pinned'])
+        self.assertFalse(self.ctl('steps', json_out=True)['steps'][0]['pinned'])
 
     def test_7_pin_unmounted(self):
         self.m.unmount()
         p = self.ctl('pin', '100', json_out=True)
         self.assertEqual((p['pinned'], p['changed']), (True, True))
-        self.assertTrue(self.ctl('steps', json_out=True)[0]['pinned'])
+        self.assertTrue(self.ctl('steps', json_out=True)['steps'][0]['pinned'])
         self.assertIn('*', self.ctl('steps').stdout.splitlines()[1])
         self.assertIn('already pinned', self.ctl('pin', 'iter_0000100').stdout)
         r = self.ctl('pin', '200', rc=2)
         self.assertIn('is incomplete; only complete steps can be pinned', r.stderr)
         self.ctl('pin', '777', rc=2)
         self.assertIn('unpinned step 100', self.ctl('unpin', '100').stdout)
-        self.assertFalse(self.ctl('steps', json_out=True)[0]['pinned'])
+        self.assertFalse(self.ctl('steps', json_out=True)['steps'][0]['pinned'])
         # a remount sees the pins the daemon itself uses
         self.ctl('pin', '100')
         self.m.start()
-        self.assertTrue(self.ctl('steps', json_out=True)[0]['pinned'])
+        self.assertTrue(self.ctl('steps', json_out=True)['steps'][0]['pinned'])
         self.m.unmount()
 
     def test_8_export_damaged(self):
@@ -310,7 +310,7 @@ class CkptctlNamesTest(ckfs.CkptctlCase, unittest.TestCase):
         out = self.ctl('show', '300').stdout
         self.assert_escaped(out, out)
         self.assertNotIn('evil\n', out)
-        js = self.ctl('show', '300', json_out=True)[0]
+        js = self.ctl('show', '300', json_out=True)['versions'][0]
         self.assertEqual(sorted(f['path'] for f in js['files_list']
                                 if f['path'] not in ('link', LONG_NAME)), sorted(ODD_NAMES))
 

@@ -133,7 +133,7 @@ class ImportTest(unittest.TestCase):
                                   'iter_0000030': 'writing'}, out)
         self.assertEqual([(c['tracker'], c['step']) for c in out['claims']], [(TRACKER, 20)])
         self.assertGreater(out['stored_bytes_added'], 0)
-        self.assertGreater(out['mb_per_s'], 0)
+        self.assertGreater(out['logical_bytes_per_second'], 0)
         # text form of the same facts, in another store
         text = self.ctl(self.store('megatron-text'), 'import', self.src).stdout
         self.assertIn('iter_0000020  megatron', text)
@@ -165,7 +165,7 @@ class ImportTest(unittest.TestCase):
             st_mnt = os.stat(m.path('iter_0000020', RANK_FILE))
             self.assertEqual((st_mnt.st_mode, st_mnt.st_size, st_mnt.st_mtime_ns),
                              (st_src.st_mode, st_src.st_size, st_src.st_mtime_ns))
-            steps = {s['step']: s['state'] for s in self.ctl(store, 'steps', json_out=True)}
+            steps = {s['step']: s['state'] for s in self.ctl(store, 'steps', json_out=True)['steps']}
             self.assertEqual(steps, {10: 'complete', 20: 'complete', 30: 'incomplete'})
             m.unmount()
         finally:
@@ -211,11 +211,11 @@ class ImportTest(unittest.TestCase):
                              (st_src.st_mode, st_src.st_size, st_src.st_mtime_ns))
 
             def steps():
-                return {s['step']: s['state'] for s in self.ctl(m.store, 'steps', json_out=True)}
+                return {s['step']: s['state'] for s in self.ctl(m.store, 'steps', json_out=True)['steps']}
             ckfs.wait_for('step 10 to be complete', lambda: steps() == {10: 'complete'},
                           extra=lambda: ': %r%s' % (steps(), m.log_tail()))
             self.assertEqual(m.read_text(TRACKER), '10')
-            claims = self.ctl(m.store, 'claims', json_out=True)
+            claims = self.ctl(m.store, 'claims', json_out=True)['claims']
             self.assertEqual([(c['tracker'], c['step']) for c in claims], [(TRACKER, 10)])
             # again, naming the store by its mount point: refused, nothing written
             before = (sorted(os.listdir(m.mnt)), self.ctl(m.store, 'status', json_out=True))
@@ -224,7 +224,7 @@ class ImportTest(unittest.TestCase):
             self.assertIn('iter_0000010', r.stderr)
             self.assertEqual((sorted(os.listdir(m.mnt)),
                               self.ctl(m.store, 'status', json_out=True)), before)
-            self.assertEqual(self.ctl(m.store, 'claims', json_out=True), claims)
+            self.assertEqual(self.ctl(m.store, 'claims', json_out=True)['claims'], claims)
             self.assertEqual(steps(), {10: 'complete'})
             self.assertEqual(ckfs.file_hash(m.path('iter_0000010', RANK_FILE)),
                              ckfs.file_hash(rank))
@@ -241,7 +241,7 @@ class ImportTest(unittest.TestCase):
                              [(TRACKER, 10, True), (TRACKER, 20, False)])
 
             def steps():
-                return {s['step']: s['state'] for s in self.ctl(m.store, 'steps', json_out=True)}
+                return {s['step']: s['state'] for s in self.ctl(m.store, 'steps', json_out=True)['steps']}
             want = {10: 'complete', 20: 'complete', 30: 'incomplete'}
             ckfs.wait_for('steps 10 and 20 to be complete, 30 set aside',
                           lambda: steps() == want, extra=lambda: ': %r%s' % (steps(), m.log_tail()))
@@ -280,12 +280,12 @@ class ImportTest(unittest.TestCase):
                              ckfs.file_hash(a.path('iter_0000010', RANK_FILE)))
 
             def steps():
-                return {s['step']: s['state'] for s in self.ctl(b.store, 'steps', json_out=True)}
+                return {s['step']: s['state'] for s in self.ctl(b.store, 'steps', json_out=True)['steps']}
             ckfs.wait_for('step 10 to be complete', lambda: steps().get(10) == 'complete',
                           extra=lambda: ': %r%s' % (steps(), b.log_tail()))
             self.assertNotEqual(steps().get(20), 'complete')
             self.assertEqual(b.read_text(TRACKER), '10')
-            claims = self.ctl(b.store, 'claims', json_out=True)
+            claims = self.ctl(b.store, 'claims', json_out=True)['claims']
             self.assertEqual([c['step'] for c in claims], [10])
 
     def test_hf_checkpoint_is_complete(self):
@@ -296,7 +296,7 @@ class ImportTest(unittest.TestCase):
         out = self.ctl(store, 'import', src, json_out=True)
         self.assertEqual([(s['name'], s['layout'], s['state'], s['files'])
                           for s in out['steps']], [('checkpoint-5', 'hf', 'complete', 3)])
-        show = self.ctl(store, 'show', '5', json_out=True)
+        show = self.ctl(store, 'show', '5', json_out=True)['versions']
         self.assertEqual(show[0]['state'], 'complete')
         with ckfs.Mount(store=store) as m:
             self.assertEqual(sorted(os.listdir(m.path('checkpoint-5'))),

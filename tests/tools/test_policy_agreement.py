@@ -156,7 +156,7 @@ def ctl(store, *args, rc=(0,)):
 
 
 def states(store):
-    return {s['step']: s['state'] for s in ctl(store, 'steps')}
+    return {s['step']: s['state'] for s in ctl(store, 'steps')['steps']}
 
 
 def judged(store, m, timeout=60):

@@ -130,8 +130,7 @@ class TestCorruption(unittest.TestCase):
     def steps_of(store):
         p = ctl(store, 'steps', json_out=True)
         assert p.returncode == 0, p.stdout + p.stderr
-        v = json.loads(p.stdout)
-        return v['steps'] if isinstance(v, dict) else v
+        return json.loads(p.stdout)['steps']
 
     @staticmethod
     def chunk_path(store, h):

@@ -113,7 +113,7 @@ class TestCrashLineage(unittest.TestCase):
     def states(self, m):
         r = m.ckptctl('steps', json_out=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        return json.loads(r.stdout)
+        return json.loads(r.stdout)['steps']
 
     def tracker(self, m, layout):
         return ckfs.read_tracker(m, TRACKED[layout][0])

@@ -145,8 +145,7 @@ class TestDiskFull(unittest.TestCase):
     def steps(self, m):
         p = m.ckptctl('steps', json_out=True)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        v = json.loads(p.stdout)
-        return v['steps'] if isinstance(v, dict) else v
+        return json.loads(p.stdout)['steps']
 
     def check_bit_exact(self, m, done, step):
         for r in range(RANKS):

@@ -112,8 +112,7 @@ def steps_json(m):
     if p.returncode != 0:
         raise AssertionError('ckptctl steps exited %d: %s%s' % (p.returncode, p.stdout,
                                                                 p.stderr))
-    v = json.loads(p.stdout)
-    return v['steps'] if isinstance(v, dict) else v
+    return json.loads(p.stdout)['steps']
 
 
 def fault_lines(m):

@@ -727,7 +727,7 @@ class NameTest(Base):
         p = subprocess.run(argv[:1] + ['--json'] + argv[1:], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
-        ents = json.loads(p.stdout)
+        ents = json.loads(p.stdout)['entries']
         self.assertEqual(len(ents), len(want))
         got = sorted(e.get('name') or '(no name)' for e in ents)
         self.assertEqual(got, sorted(n.decode(errors='replace') for n in want))

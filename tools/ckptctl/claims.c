@@ -40,11 +40,11 @@ static int claim_row(int64_t id, const char *tracker, const void *content, size_
 			return -ENOMEM;
 		ctl_escape(content, len, full, 4 * len + 1);
 		json_object_set_new(o, "id", json_integer(id));
-		json_object_set_new(o, "time", policy_json_time(ts_ns));
-		json_object_set_new(o, "ts_ns", json_integer(ts_ns));
+		json_object_set_new(o, "claimed", policy_json_time(ts_ns));
+		json_object_set_new(o, "claimed_ns", json_integer(ts_ns));
 		json_object_set_new(o, "tracker", json_string(tracker));
 		json_object_set_new(o, "step", step >= 0 ? json_integer(step) : json_null());
-		json_object_set_new(o, "length", ctl_u64(written));
+		json_object_set_new(o, "content_bytes", ctl_u64(written));
 		json_object_set_new(o, "truncated", json_boolean(written > len));
 		json_object_set_new(o, "content", json_string(full));
 		free(full);
@@ -99,7 +99,7 @@ static int claims_run(const char *root, bool json)
 		goto out;
 	}
 	if (c.a) {
-		if (ctl_print(c.a) < 0)
+		if (ctl_print("ckptfs-claims/1", json_pack("{s:o}", "claims", c.a)) < 0)
 			goto out;
 	} else if (c.n == 0) {
 		printf("no tracker claims recorded in store '%s'\n", root);

@@ -33,24 +33,6 @@ void ctl_err(const char *fmt, ...)
 	va_end(ap);
 }
 
-char *ctl_size(uint64_t bytes, char *buf, size_t cap)
-{
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-	double v = (double)bytes;
-	int u = -1;
-
-	if (bytes < 1024) {
-		snprintf(buf, cap, "%" PRIu64 " bytes", bytes);
-		return buf;
-	}
-	while (v >= 1024.0 && u < 5) {
-		v /= 1024.0;
-		u++;
-	}
-	snprintf(buf, cap, "%.2f %s (%" PRIu64 " bytes)", v, units[u], bytes);
-	return buf;
-}
-
 char *ctl_short_size(uint64_t bytes, char *buf, size_t cap)
 {
 	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };

@@ -220,11 +220,6 @@ int ctl_index_err(const char *root, const char *what, int rc);
 
 /* ---- common.c: formatting (each returns its buf, or a borrowed static string) ---- */
 
-/*
- * ctl_size - "1.23 GiB (1320702443 bytes)", or "512 bytes" below 1 KiB, into buf (cap bytes).
- * Returns buf.
- */
-char *ctl_size(uint64_t bytes, char *buf, size_t cap);
 
 /* ctl_short_size - "1.2 GiB" or "512 B" into buf (cap bytes), for progress lines. Returns buf. */
 char *ctl_short_size(uint64_t bytes, char *buf, size_t cap);
@@ -329,10 +324,17 @@ int ctl_stream(struct store *st, const struct idx_extent *ext, size_t n, uint64_
 /* ---- out.c: JSON ---- */
 
 /*
- * ctl_print - write obj (indented) and a newline to stdout, then drop the reference.
- * Returns 0, -ENOMEM when obj is NULL (a failed constructor), or -EIO when writing failed.
+ * ctl_print - write a --json document to stdout: obj's members (indented) after a first member
+ * "schema": schema, and a newline; then drop the reference to obj.
+ *
+ * @schema: the document's schema and version, "ckptfs-NAME/N" (docs/schemas/NAME.json
+ *          describes it; N grows when a member changes meaning or goes away).
+ * @obj:    a JSON object (new reference, taken; NULL stands for a failed constructor). A
+ *          command whose answer is a list puts it under a member named for what it lists.
+ * Returns 0, -ENOMEM when obj is NULL or not an object or out of memory, or -EIO when writing
+ * failed. Not thread-safe (stdout).
  */
-int ctl_print(json_t *obj);
+int ctl_print(const char *schema, json_t *obj);
 
 /* ctl_u64 - a JSON integer of an unsigned count (counts never reach 2^63); new reference. */
 json_t *ctl_u64(uint64_t v);

@@ -344,8 +344,8 @@ static int diff_json(const struct dstep *a, const struct dstep *b, const struct 
 		const struct dchange *c = &x->changed[i];
 
 		if (json_array_append_new(ch, json_pack("{s:o, s:I, s:I, s:I}", "path",
-							policy_json_name(c->b->rel), "old_size",
-							(json_int_t)c->a->size, "new_size",
+							policy_json_name(c->b->rel), "old_bytes",
+							(json_int_t)c->a->size, "new_bytes",
 							(json_int_t)c->b->size, "shared_bytes",
 							(json_int_t)c->shared)) < 0) {
 			json_decref(ch);
@@ -353,7 +353,8 @@ static int diff_json(const struct dstep *a, const struct dstep *b, const struct 
 		}
 	}
 	/* json_pack's "o" takes the references, and frees them too when it fails */
-	return ctl_print(json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I}", "from", side_json(a),
+	return ctl_print("ckptfs-diff/1",
+			 json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I}", "from", side_json(a),
 				   "to", side_json(b), "added", files_json(x->added, x->nadded),
 				   "removed", files_json(x->removed, x->nremoved), "changed", ch,
 				   "unchanged", (json_int_t)x->unchanged, "shared_chunks",
@@ -395,7 +396,7 @@ static void diff_text(const struct dstep *a, const struct dstep *b, const struct
 		       ctl_short_size(c->shared, s3, sizeof(s3)));
 	}
 	printf("unchanged: %" PRIu64 " file%s\n", x->unchanged, x->unchanged == 1 ? "" : "s");
-	printf("shared:    %s in %" PRIu64 " chunks", ctl_size(x->shared_bytes, big, sizeof(big)),
+	printf("shared:    %s in %" PRIu64 " chunks", policy_size_text(x->shared_bytes, big, sizeof(big)),
 	       x->shared_chunks);
 	if (b->uniq_bytes)
 		printf(", %.1f%% of the second step's chunk bytes", 100.0 * (double)x->shared_bytes /

@@ -668,7 +668,7 @@ static int export_report_json(const struct export_job *j)
 	json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 	json_object_set_new(o, "destination", json_string(j->top));
 	json_object_set_new(o, "files", ctl_u64(j->nfiles));
-	json_object_set_new(o, "bytes", ctl_u64(j->x.done));
+	json_object_set_new(o, "logical_bytes", ctl_u64(j->x.done));
 	if (j->tpath[0]) {
 		json_t *tr = json_object();
 
@@ -682,7 +682,7 @@ static int export_report_json(const struct export_job *j)
 	for (i = 0; i < j->ndmg; i++) {
 		json_t *d = json_object();
 
-		json_object_set_new(d, "partial", policy_json_name(j->dmg[i].path));
+		json_object_set_new(d, "path", policy_json_name(j->dmg[i].path));
 		json_object_set_new(d, "reason", json_string(j->dmg[i].reason));
 		json_array_append_new(ad, d);
 	}
@@ -693,7 +693,7 @@ static int export_report_json(const struct export_job *j)
 	json_object_set_new(o, "flagged", ad);
 	json_object_set_new(o, "partial", json_boolean(j->partial));
 	json_object_set_new(o, "verified", json_boolean(j->ndmg == 0));
-	return ctl_print(o);
+	return ctl_print("ckptfs-export/1", o);
 }
 
 /* export_report_text - the result as text on stdout. */
@@ -706,7 +706,7 @@ static void export_report_text(const struct export_job *j)
 	printf("exported step %" PRId64 " ('%s', %s, %s) to %s: %zu files, %s, ", s->step,
 	       ctl_quote(s->name, q, sizeof(q)), ctl_kind(s->kind), idx_step_state_name(s->state),
 	       ctl_quote(j->top, q2, sizeof(q2)), j->nfiles,
-	       ctl_size(j->x.done, sb, sizeof(sb)));
+	       policy_size_text(j->x.done, sb, sizeof(sb)));
 	if (j->ndmg)
 		printf("%zu did not verify\n", j->ndmg);
 	else

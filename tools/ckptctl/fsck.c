@@ -467,7 +467,7 @@ static int fsck_set_aside(struct fsck_ctx *c, const char *root, uint64_t *ret_fi
 	if (!c->json && g.files)
 		printf("fsck: kept %" PRIu64 " chunk files (%s) that no file of the index names in "
 		       "'%s': their file names are lost; delete them once nothing there is wanted\n",
-		       g.files, ctl_size(g.bytes, b, sizeof(b)), dir);
+		       g.files, policy_size_text(g.bytes, b, sizeof(b)), dir);
 	return 0;
 }
 
@@ -553,7 +553,7 @@ static int fsck_report_json(const struct fsck_ctx *c, const char *root, bool dam
 	json_object_set_new(o, "index_rebuilt", json_string(rebuilt[rebuilt_how]));
 	json_object_set_new(o, "chunks_kept_in_lost_found", ctl_u64(aside));
 	json_object_set_new(o, "lost", a);
-	return ctl_print(o);
+	return ctl_print("ckptfs-fsck/1", o);
 }
 
 static int fsck_run(const char *root, bool json, bool rebuild)

@@ -96,17 +96,17 @@ static int gc_mounted(struct ckpt_repo *r, const char *root, bool json)
 		json_object_set_new(o, "swept", json_false());
 		json_object_set_new(o, "unreferenced_chunk_files", ctl_u64(g.files));
 		json_object_set_new(o, "unreferenced_bytes", ctl_u64(g.bytes));
-		return ctl_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+		return ctl_print("ckptfs-gc/1", o) < 0 ? EXIT_ERROR : EXIT_OK;
 	}
 	if (r->mounted)
 		printf("gc: store is mounted by pid %d; the daemon frees a file's chunks when it is "
 		       "deleted. %" PRIu64 " unreferenced chunk files (%s) remain from earlier "
 		       "crashes; unmount and run 'ckptctl %s gc' to remove them.\n",
-		       (int)r->owner_pid, g.files, ctl_size(g.bytes, b, sizeof(b)), root);
+		       (int)r->owner_pid, g.files, policy_size_text(g.bytes, b, sizeof(b)), root);
 	else
 		printf("gc: cannot lock store '%s' for writing; nothing removed. %" PRIu64
 		       " unreferenced chunk files (%s) found.\n",
-		       root, g.files, ctl_size(g.bytes, b, sizeof(b)));
+		       root, g.files, policy_size_text(g.bytes, b, sizeof(b)));
 	return EXIT_OK;
 }
 
@@ -147,15 +147,15 @@ static int gc_sweep(struct ckpt_repo *r, const char *root, bool json)
 		json_object_set_new(o, "swept", json_true());
 		json_object_set_new(o, "inodes_removed", ctl_u64(inodes));
 		json_object_set_new(o, "chunks_removed", ctl_u64(chunks));
-		json_object_set_new(o, "bytes_freed", ctl_u64(freed));
+		json_object_set_new(o, "freed_bytes", ctl_u64(freed));
 		json_object_set_new(o, "chunk_files", ctl_u64(after.files));
 		json_object_set_new(o, "chunk_bytes", ctl_u64(after.bytes));
-		return ctl_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+		return ctl_print("ckptfs-gc/1", o) < 0 ? EXIT_ERROR : EXIT_OK;
 	}
 	printf("gc: removed %" PRIu64 " unlinked inodes and %" PRIu64 " chunks, freed %s\n",
-	       inodes, chunks, ctl_size(freed, b, sizeof(b)));
+	       inodes, chunks, policy_size_text(freed, b, sizeof(b)));
 	printf("gc: %" PRIu64 " chunk files remain (%s)\n", after.files,
-	       ctl_size(after.bytes, b, sizeof(b)));
+	       policy_size_text(after.bytes, b, sizeof(b)));
 	return EXIT_OK;
 
 fail_list:
@@ -193,15 +193,15 @@ static int gc_preview(struct ckpt_repo *r, const char *root, bool json)
 		json_object_set_new(o, "swept", json_false());
 		json_object_set_new(o, "inodes_removed", ctl_u64(p.inodes));
 		json_object_set_new(o, "chunks_removed", ctl_u64(p.chunks));
-		json_object_set_new(o, "bytes_freed", ctl_u64(p.bytes));
+		json_object_set_new(o, "freed_bytes", ctl_u64(p.bytes));
 		json_object_set_new(o, "chunk_files", ctl_u64(p.left_files));
 		json_object_set_new(o, "chunk_bytes", ctl_u64(p.left_bytes));
-		return ctl_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+		return ctl_print("ckptfs-gc/1", o) < 0 ? EXIT_ERROR : EXIT_OK;
 	}
 	printf("gc: would remove %" PRIu64 " unlinked inodes and %" PRIu64 " chunks, freeing %s\n",
-	       p.inodes, p.chunks, ctl_size(p.bytes, b, sizeof(b)));
+	       p.inodes, p.chunks, policy_size_text(p.bytes, b, sizeof(b)));
 	printf("gc: %" PRIu64 " chunk files would remain (%s)\n", p.left_files,
-	       ctl_size(p.left_bytes, b, sizeof(b)));
+	       policy_size_text(p.left_bytes, b, sizeof(b)));
 	printf("gc: dry run, nothing removed; run 'ckptctl %s gc' to remove them\n", root);
 	return EXIT_OK;
 }

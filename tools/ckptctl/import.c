@@ -662,7 +662,8 @@ void imp_report(struct imp_ctx *c, const char *dest, double secs)
 			"stored_bytes_added", m ? json_null() : ctl_u64(c->stored_added),
 			"chunks_written", m ? json_null() : ctl_u64(c->chunks_written),
 			"dedup_hits", m ? json_null() : ctl_u64(c->dedup_hits),
-			"seconds", secs, "mb_per_s", imp_mbps(c, secs));
+			"elapsed_seconds", secs, "logical_bytes_per_second",
+			secs > 0 ? (double)c->done / secs : 0.0);
 		for (i = 0; i < c->nsteps; i++) {
 			const struct imp_step *s = &c->steps[i];
 			json_t *so = json_object();
@@ -672,7 +673,7 @@ void imp_report(struct imp_ctx *c, const char *dest, double secs)
 			json_object_set_new(so, "step", json_integer(s->step));
 			json_object_set_new(so, "layout", json_string(ctl_kind(s->kind)));
 			json_object_set_new(so, "files", ctl_u64(s->files));
-			json_object_set_new(so, "bytes", ctl_u64(s->bytes));
+			json_object_set_new(so, "logical_bytes", ctl_u64(s->bytes));
 			json_object_set_new(so, "state", json_string(imp_state_name(s)));
 			json_object_set_new(so, "sealed_by", s->sealed_by[0]
 								  ? json_string(s->sealed_by)
@@ -708,14 +709,14 @@ void imp_report(struct imp_ctx *c, const char *dest, double secs)
 		for (i = 0; i < c->nskipped; i++)
 			json_array_append_new(a, policy_json_name(c->skipped[i]));
 		json_object_set_new(o, "skipped", a);
-		ctl_print(o);
+		ctl_print("ckptfs-import/1", o);
 		return;
 	}
 	printf("imported '%s' into store '%s'%s%s%s at '%s': %" PRIu64 " files, %" PRIu64
 	       " directories, %" PRIu64 " symlinks, %s\n",
 	       c->src, c->root, c->mnt[0] ? " through its mount '" : "", c->mnt,
 	       c->mnt[0] ? "'" : "", dest, c->files, c->dirs, c->symlinks,
-	       ctl_size(c->logical, b1, sizeof(b1)));
+	       policy_size_text(c->logical, b1, sizeof(b1)));
 	if (c->nsteps) {
 		int wname = 4, wl = 6, wf = 5;
 
@@ -758,7 +759,7 @@ void imp_report(struct imp_ctx *c, const char *dest, double secs)
 	else
 		printf("stored: %s added, %" PRIu64 " chunks written, %" PRIu64 " dedup hits; "
 		       "%.1f MB/s (%.2f s)\n",
-		       ctl_size(c->stored_added, b2, sizeof(b2)), c->chunks_written,
+		       policy_size_text(c->stored_added, b2, sizeof(b2)), c->chunks_written,
 		       c->dedup_hits, imp_mbps(c, secs), secs);
 	for (i = 0; i < c->nfail; i++)
 		printf("failed: %s: %s\n", ctl_quote(c->fail[i].path, q, sizeof(q)),
@@ -1024,7 +1025,7 @@ out_rollback:
 	}
 	if (c.r && c.files)
 		ctl_err("the import into store '%s' is incomplete: what was committed stays; its "
-			"steps are set aside at the next mount",
+			"steps are quarantined at the next mount",
 			root);
 out:
 	ckpt_repo_close(c.r);

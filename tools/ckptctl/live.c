@@ -70,7 +70,7 @@ int ctl_daemon_request(const char *root, const char *verb, const char *arg, bool
 		json_object_set_new(o, "request", json_string(verb));
 		json_object_set_new(o, "step", policy_json_name(arg));
 		json_object_set_new(o, "message", json_string(msg));
-		return ctl_print(o) < 0 ? EXIT_ERROR : EXIT_OK;
+		return ctl_print("ckptfs-request/1", o) < 0 ? EXIT_ERROR : EXIT_OK;
 	}
 	printf("%s\n", msg);
 	return EXIT_OK;

@@ -245,7 +245,7 @@ static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino, bool json
 
 		for (i = 0; i < l.n; i++)
 			json_array_append_new(a, ls_json_ent(&l.v[i]));
-		if (ctl_print(a) < 0)
+		if (ctl_print("ckptfs-ls/1", json_pack("{s:o}", "entries", a)) < 0)
 			goto out;
 		status = EXIT_OK;
 		goto out;
@@ -308,8 +308,8 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino, bool js
 				json_t *x = json_object();
 
 				json_object_set_new(x, "offset", ctl_u64(ext[i].offset));
-				json_object_set_new(x, "length", json_integer(ext[i].length));
-				json_object_set_new(x, "stored_size",
+				json_object_set_new(x, "logical_bytes", json_integer(ext[i].length));
+				json_object_set_new(x, "stored_bytes",
 						    json_integer(ext[i].stored_size));
 				json_object_set_new(x, "codec",
 						    json_string(ctl_codec(ext[i].codec)));
@@ -319,7 +319,7 @@ static int ls_other(struct ckpt_repo *r, const char *root, uint64_t ino, bool js
 			}
 			json_object_set_new(o, "extents", a);
 		}
-		if (ctl_print(o) < 0)
+		if (ctl_print("ckptfs-file/1", o) < 0)
 			goto out;
 		status = EXIT_OK;
 		goto out;

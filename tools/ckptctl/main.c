@@ -124,7 +124,7 @@ const struct ctl_optdoc ctl_optdocs[] = {
 	  "clean unmount), or start a new index if there is none; chunk files it does not name "
 	  "go to STORE/lost+found" },
 	{ 'f', "export",
-	  "also a step that is not complete but still has its directory (set aside, or being "
+	  "also a step that is not complete but still has its directory (quarantined, or being "
 	  "written); no tracker is written for it" },
 	{ 'i', "export",
 	  "only the files whose path in the step matches the glob PATTERN (fnmatch(3), '*' "

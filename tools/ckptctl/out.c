@@ -19,15 +19,26 @@
 
 #include "ctl.h"
 
-int ctl_print(json_t *obj)
+int ctl_print(const char *schema, json_t *obj)
 {
+	json_t *doc;
 	int rc;
 
-	if (!obj)
+	if (!json_is_object(obj)) {
+		json_decref(obj);
 		return -ENOMEM;
-	rc = json_dumpf(obj, stdout, JSON_INDENT(2)) < 0 ? -EIO : 0;
-	fputc('\n', stdout);
+	}
+	/* jansson keeps members in insertion order: "schema" comes first, as a reader expects */
+	doc = json_pack("{s:s}", "schema", schema);
+	if (!doc || json_object_update(doc, obj) < 0) {
+		json_decref(doc);
+		json_decref(obj);
+		return -ENOMEM;
+	}
 	json_decref(obj);
+	rc = json_dumpf(doc, stdout, JSON_INDENT(2)) < 0 ? -EIO : 0;
+	fputc('\n', stdout);
+	json_decref(doc);
 	return rc;
 }
 

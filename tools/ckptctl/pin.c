@@ -76,7 +76,7 @@ static int pin_run(const char *root, const char *arg, bool pin, bool json)
 		json_object_set_new(o, "state", json_string(idx_step_state_name(s->state)));
 		json_object_set_new(o, "pinned", json_boolean(pin));
 		json_object_set_new(o, "changed", json_boolean(changed));
-		if (ctl_print(o) < 0)
+		if (ctl_print("ckptfs-pin/1", o) < 0)
 			goto out;
 	} else {
 		char q[CTL_QUOTE_CAP(IDX_STEP_NAME_MAX)];

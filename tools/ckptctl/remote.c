@@ -299,8 +299,8 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 	       json_string_value(json_object_get(cfg, "url")),
 	       json_string_value(json_object_get(cfg, "node")), nodes);
 	printf("chunks:    %" PRIu64 " (%s), %" PRIu64 " (%s) named by no manifest\n", c->chunks,
-	       ctl_size(c->chunk_bytes, s1, sizeof(s1)), c->unnamed,
-	       ctl_size(c->unnamed_bytes, s2, sizeof(s2)));
+	       policy_size_text(c->chunk_bytes, s1, sizeof(s1)), c->unnamed,
+	       policy_size_text(c->unnamed_bytes, s2, sizeof(s2)));
 	printf("saving:    %" PRIu64 " step directories of saves in progress (dirs/)\n", c->dirs);
 	printf("%6s  %-20s  %-17s  %-16s  %6s  %10s\n", "STEP", "NAME", "STATE", "NODES", "FILES",
 	       "LOGICAL");
@@ -310,7 +310,7 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 
 		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n", s->step,
 		       ctl_quote(s->name, q, sizeof(q)),
-		       r_global(s, nodes) ? "global" : "waiting for nodes", s->nodes,
+		       r_global(s, nodes) ? "global" : "waiting_for_nodes", s->nodes,
 		       s->files, ctl_short_size(s->bytes, s1, sizeof(s1)));
 	}
 }
@@ -415,7 +415,7 @@ int cmd_remote(const struct ctl_opts *o)
 				      "saving_dirs", ctl_u64(c.dirs), "damaged_chunks",
 				      verify ? ctl_u64(bad) : json_null(), "repaired_chunks",
 				      o->repair ? ctl_u64(repaired) : json_null());
-		if (ctl_print(r) < 0)
+		if (ctl_print("ckptfs-remote/1", r) < 0)
 			goto out;
 	} else {
 		print_text(&c, cfg, nodes);

@@ -389,7 +389,7 @@ static int gc_dry_run(struct r_ctx *c, unsigned keep)
 	       " step directories), %" PRIu64 " upload markers of dead nodes, %" PRIu64
 	       " chunks of %s; keep_checkpoint_max %u; nothing removed, no lease taken\n",
 	       c->ndoomed, g.manifests, g.dirs, g.markers, g.chunks,
-	       ctl_size(g.chunk_bytes, s1, sizeof(s1)), keep);
+	       policy_size_text(g.chunk_bytes, s1, sizeof(s1)), keep);
 	return EXIT_OK;
 }
 
@@ -459,6 +459,6 @@ int remote_gc(struct r_ctx *c, json_t *cfg, unsigned nodes, const struct ctl_opt
 	       " step directories), %" PRIu64 " upload markers of dead nodes, %" PRIu64
 	       " chunks of %s; keep_checkpoint_max %u\n",
 	       c->ndoomed, g.manifests, g.dirs, g.markers, g.chunks,
-	       ctl_size(g.chunk_bytes, s1, sizeof(s1)), keep);
+	       policy_size_text(g.chunk_bytes, s1, sizeof(s1)), keep);
 	return g.errors ? EXIT_ERROR : EXIT_OK;
 }

@@ -22,9 +22,10 @@ static bool store_is_clean(const char *root)
 }
 
 /*
- * The record of the last mount that recovered from an unclean stop or set a step aside
- * (STORE/recovery.json, fs/steps/steps_report.c). Returns it (owned, json_decref) or NULL when
- * there is none or it cannot be read.
+ * The record of the last mount that recovered from an unclean stop or quarantined a step
+ * (STORE/recovery.json, fs/steps/steps_report.c, docs/schemas/recovery.json). Returns it (owned,
+ * json_decref) or NULL when there is none, it cannot be read, or it is not of schema
+ * ckptfs-recovery/1 (a record of an older ckptfs, whose fields this one does not read).
  */
 static json_t *last_recovery(const struct ckpt_repo *r)
 {
@@ -35,7 +36,9 @@ static json_t *last_recovery(const struct ckpt_repo *r)
 		return NULL;
 	o = json_loadfd(fd, 0, NULL);
 	close(fd);
-	if (o && !json_is_object(o)) {
+	const char *schema = json_string_value(json_object_get(o, "schema"));
+
+	if (o && (!json_is_object(o) || !schema || strcmp(schema, "ckptfs-recovery/1") != 0)) {
 		json_decref(o);
 		o = NULL;
 	}
@@ -47,7 +50,7 @@ static void print_recovery(const json_t *o)
 {
 	const char *ind = "                  ";
 	char when[64] = "?";
-	json_int_t ns = json_integer_value(json_object_get(o, "time_ns"));
+	json_int_t ns = json_integer_value(json_object_get(o, "mounted_ns"));
 	time_t t = (time_t)(ns / 1000000000);
 	struct tm tm;
 	const json_t *a;
@@ -57,14 +60,14 @@ static void print_recovery(const json_t *o)
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	printf("last recovery:    at the mount of %s (daemon pid %d)\n", when,
 	       (int)json_integer_value(json_object_get(o, "pid")));
-	if (json_is_true(json_object_get(o, "unclean")))
+	if (json_is_false(json_object_get(o, "previous_stopped_cleanly")))
 		printf("%s%s\n", ind, json_string_value(json_object_get(o, "summary"))
 			       ? json_string_value(json_object_get(o, "summary"))
 			       : "the previous ckptfs did not stop cleanly");
-	json_array_foreach(json_object_get(o, "set_aside"), i, a) {
+	json_array_foreach(json_object_get(o, "quarantined"), i, a) {
 		const char *res = json_string_value(json_object_get(a, "tracker_step"));
 
-		printf("%sstep '%s' (%s) set aside as %s: %s; %s%s%s\n", ind,
+		printf("%sstep '%s' (%s) quarantined as %s: %s; %s%s%s\n", ind,
 		       json_string_value(json_object_get(a, "name")),
 		       json_string_value(json_object_get(a, "layout")),
 		       json_string_value(json_object_get(a, "state")),
@@ -72,9 +75,9 @@ static void print_recovery(const json_t *o)
 		       res ? "a resume then found '" : "no complete step was left",
 		       res ? res : "", res ? "'" : "");
 	}
-	if (json_integer_value(json_object_get(o, "set_aside_more")) > 0)
-		printf("%sand %d more steps set aside\n", ind,
-		       (int)json_integer_value(json_object_get(o, "set_aside_more")));
+	if (json_integer_value(json_object_get(o, "quarantined_more")) > 0)
+		printf("%sand %d more steps quarantined\n", ind,
+		       (int)json_integer_value(json_object_get(o, "quarantined_more")));
 }
 
 static int status_run(const char *root, bool json)
@@ -106,7 +109,7 @@ static int status_run(const char *root, bool json)
 	if (json) {
 		json_t *o = ctl_store_json(root, r);
 
-		json_object_set_new(o, "clean", r->mounted ? json_null() : json_boolean(clean));
+		json_object_set_new(o, "stopped_cleanly", r->mounted ? json_null() : json_boolean(clean));
 		json_object_set_new(o, "files", ctl_u64(s.files));
 		json_object_set_new(o, "dirs", ctl_u64(s.dirs));
 		json_object_set_new(o, "symlinks", ctl_u64(s.symlinks));
@@ -121,7 +124,7 @@ static int status_run(const char *root, bool json)
 		json_t *rec = last_recovery(r);
 
 		json_object_set_new(o, "last_recovery", rec ? rec : json_null());
-		if (ctl_print(o) < 0)
+		if (ctl_print("ckptfs-status/1", o) < 0)
 			goto out;
 		status = EXIT_OK;
 		goto out;
@@ -139,10 +142,10 @@ static int status_run(const char *root, bool json)
 	printf("files:            %" PRIu64 "\n", s.files);
 	printf("directories:      %" PRIu64 "\n", s.dirs);
 	printf("symlinks:         %" PRIu64 "\n", s.symlinks);
-	printf("logical size:     %s\n", ctl_size(s.logical_bytes, b1, sizeof(b1)));
+	printf("logical size:     %s\n", policy_size_text(s.logical_bytes, b1, sizeof(b1)));
 	printf("distinct chunks:  %" PRIu64 "\n", s.chunks);
-	printf("deduplicated:     %s\n", ctl_size(s.chunk_raw_bytes, b2, sizeof(b2)));
-	printf("stored size:      %s\n", ctl_size(s.stored_bytes, b3, sizeof(b3)));
+	printf("after dedup:      %s\n", policy_size_text(s.chunk_raw_bytes, b2, sizeof(b2)));
+	printf("stored size:      %s\n", policy_size_text(s.stored_bytes, b3, sizeof(b3)));
 	if (s.logical_bytes)
 		printf("stored/logical:   %.3f (%.1f%%)\n", ratio, 100.0 * ratio);
 	else
@@ -157,8 +160,8 @@ static int status_run(const char *root, bool json)
 	if (rec)
 		print_recovery(rec);
 	else
-		printf("last recovery:    none (no mount found an unclean stop or set a step "
-		       "aside)\n");
+		printf("last recovery:    none (no mount found an unclean stop or quarantined a "
+		       "step)\n");
 	json_decref(rec);
 	status = EXIT_OK;
 out:

@@ -78,7 +78,9 @@ static int steps_run(const char *root, bool json)
 									     known)));
 			json_array_append_new(a, o);
 		}
-		status = ctl_print(a) < 0 ? EXIT_ERROR : EXIT_OK;
+		status = ctl_print("ckptfs-steps/1", json_pack("{s:o}", "steps", a)) < 0
+				 ? EXIT_ERROR
+				 : EXIT_OK;
 		goto out;
 	}
 	if (l.n == 0) {
@@ -430,8 +432,8 @@ static void show_json(const struct idx_step *s, const char *where,
 	for (i = 0; i < ev->n; i++) {
 		json_t *x = json_object();
 
-		json_object_set_new(x, "time", policy_json_time(ev->v[i].ts_ns));
-		json_object_set_new(x, "ts_ns", json_integer(ev->v[i].ts_ns));
+		json_object_set_new(x, "changed", policy_json_time(ev->v[i].ts_ns));
+		json_object_set_new(x, "changed_ns", json_integer(ev->v[i].ts_ns));
 		json_object_set_new(x, "from", json_string(idx_step_state_name(ev->v[i].old_state)));
 		json_object_set_new(x, "to", json_string(idx_step_state_name(ev->v[i].new_state)));
 		json_object_set_new(x, "note", ev->v[i].note ? json_string(ev->v[i].note)
@@ -494,8 +496,8 @@ static void show_text(const struct idx_step *s, const char *where,
 	printf("completed:   %s\n",
 	       s->completed_ns ? policy_time_iso(s->completed_ns, tb, sizeof(tb)) : "-");
 	printf("files:       %" PRIu64 "\n", s->files);
-	printf("logical:     %s\n", ctl_size(s->logical_bytes, fb, sizeof(fb)));
-	printf("stored:      %s\n", ctl_size(s->stored_bytes, fb, sizeof(fb)));
+	printf("logical:     %s\n", policy_size_text(s->logical_bytes, fb, sizeof(fb)));
+	printf("stored:      %s\n", policy_size_text(s->stored_bytes, fb, sizeof(fb)));
 	printf("digest:      %s\n", s->has_digest ? ctl_hex(s->digest, hex) : "-");
 	show_files_text(files, nfiles);
 	printf("\nhistory:\n");
@@ -568,7 +570,7 @@ static int show_run(const char *root, const char *arg, bool json)
 			goto out;
 		}
 	}
-	if (a && ctl_print(a) < 0)
+	if (a && ctl_print("ckptfs-show/1", json_pack("{s:o}", "versions", a)) < 0)
 		goto out;
 	status = EXIT_OK;
 out:

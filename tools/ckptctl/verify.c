@@ -635,8 +635,8 @@ static int v_report(struct v_ctx *c, uint64_t bad_chunks, uint64_t bad_files)
 			      "damaged_file_count", ctl_u64(bad_files),
 			      "marked_bad", ctl_u64(c->marked_now),
 			      "marks_cleared", ctl_u64(c->cleared_now), "damaged_chunks", ac,
-			      "damaged_files", af, "notes", an, "clean", (int)(c->ndmg == 0));
-		return ctl_print(o);
+			      "damaged_files", af, "notes", an, "intact", (int)(c->ndmg == 0));
+		return ctl_print("ckptfs-verify/1", o);
 	}
 
 	if (c->r->mounted)
@@ -690,9 +690,10 @@ int ctl_verify(const char *root, const char *what, bool json)
 				json_t *o = json_object();
 
 				json_object_set_new(o, "store", json_string(root));
-				json_object_set_new(o, "index_damaged", json_string(msg));
-				json_object_set_new(o, "clean", json_false());
-				ctl_print(o);
+				json_object_set_new(o, "index_damaged", json_true());
+				json_object_set_new(o, "index_message", json_string(msg));
+				json_object_set_new(o, "intact", json_false());
+				ctl_print("ckptfs-verify/1", o);
 			} else {
 				printf("damaged: index file '%s/index.db' (%s)\n", root, msg);
 			}
