@@ -14,7 +14,7 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --tests
 [ -f build/build.ninja ] || meson setup build >/dev/null
 meson compile -C build >/dev/null
 if [ "${1:-}" = --scaling ]; then
