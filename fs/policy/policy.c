@@ -466,9 +466,7 @@ char *policy_time_iso(int64_t ns, char *buf, size_t cap)
 	return buf;
 }
 
-/* utf8_seq - length of the valid UTF-8 sequence (RFC 3629: no overlong form, no surrogate)
- * at p (n bytes left, n > 0), or 0 when p[0] does not start one. */
-static size_t utf8_seq(const uint8_t *p, size_t n)
+size_t policy_utf8_seq(const uint8_t *p, size_t n)
 {
 	/* the second byte's range excludes overlong forms (e0, f0), surrogates (ed) and code
 	 * points above U+10FFFF (f4) */
@@ -506,7 +504,7 @@ json_t *policy_json_name(const char *name)
 	if (!(buf = malloc(3 * n + 1)))
 		return NULL;
 	for (size_t i = 0; i < n;) {
-		size_t k = utf8_seq(p + i, n - i);
+		size_t k = policy_utf8_seq(p + i, n - i);
 
 		if (k) {
 			memcpy(buf + o, p + i, k);

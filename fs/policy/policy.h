@@ -397,6 +397,14 @@ char *policy_size_text(uint64_t bytes, char *buf, size_t cap);
 json_t *policy_json_time(int64_t ns);
 
 /*
+ * policy_utf8_seq - the length in bytes (1-4) of the well-formed UTF-8 sequence at p, of which n
+ * bytes (n > 0) may be read, or 0 when p[0] starts none: a stray continuation byte, an overlong
+ * form, a surrogate, a code point above U+10FFFF, or a sequence cut short (RFC 3629 section 4).
+ * Thread-safe; reads at most min(n, 4) bytes.
+ */
+size_t policy_utf8_seq(const uint8_t *p, size_t n);
+
+/*
  * policy_json_name - a file or step name as a JSON string: the name itself when it is UTF-8,
  * otherwise with each byte outside a valid UTF-8 sequence (RFC 3629) replaced by U+FFFD, since
  * json_string refuses anything but UTF-8 and the key would be lost.

@@ -221,42 +221,6 @@ int ctl_index_err(const char *root, const char *what, int rc)
 	return EXIT_ERROR;
 }
 
-/*
- * utf8_len - the length of the well-formed UTF-8 sequence at p (of at most n bytes), or 0 when
- * p[0] starts none (a stray continuation byte, an overlong form, a surrogate, above U+10FFFF,
- * cut short): RFC 3629 section 4.
- */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-	size_t len, i;
-	unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
-
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		len = 2;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		len = 3;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if (p[0] == 0xe0)
-		lo = 0xa0;
-	else if (p[0] == 0xed)
-		hi = 0x9f;
-	else if (p[0] == 0xf0)
-		lo = 0x90;
-	else if (p[0] == 0xf4)
-		hi = 0x8f;
-	if (n < len || p[1] < lo || p[1] > hi)
-		return 0;
-	for (i = 2; i < len; i++)
-		if (p[i] < 0x80 || p[i] > 0xbf)
-			return 0;
-	return len;
-}
-
 /* esc_letter - the letter of c's backslash escape ('n' for a newline), or 0 when it has none */
 static char esc_letter(unsigned char c)
 {
@@ -279,7 +243,7 @@ size_t ctl_escape(const uint8_t *p, size_t len, char *buf, size_t cap)
 
 	assert(cap > 0);
 	while (i < len) {
-		size_t k = utf8_len(p + i, len - i), used = k;
+		size_t k = policy_utf8_seq(p + i, len - i), used = k;
 		const uint8_t *out = p + i;
 		char esc[8];
 
