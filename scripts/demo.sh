@@ -386,5 +386,5 @@ show "$ckptctl" "$store" verify || vrc=$?
 [ $vrc -eq 0 ] || fail "ckptctl verify exited $vrc"
 [ $loss_ok -eq 1 ] || fail "the resumed loss does not match the loss logged before the crash"
 say "demo OK in $(elapsed) s: killed while saving step $crashed_step, resumed from step" \
-	"$resumed_step with the loss it had before the crash, trained to step $steps, verify clean," \
+	"$resumed_step with the loss it had before the crash, trained to step $steps, verify found every chunk intact," \
 	"nothing left mounted"
