@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "ckptfs_config.h"
+#include "fs/core/prom.h"
 #include "fs/fuse/fuse_int.h"
 #include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
@@ -321,24 +322,12 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 }
 
 /* One histogram in the exposition format: _bucket{le=...} cumulative, +Inf, _sum, _count. */
-static void put_hist(struct out *o, const char *name, const char *help, struct ckpt_hist *h)
-{
-	uint64_t cum[CKPT_HIST_BUCKETS + 1];
-	double sum;
-
-	ckpt_hist_read(h, cum, &sum);
-	put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-	for (size_t i = 0; i < CKPT_HIST_BUCKETS; i++)
-		put(o, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, ckpt_hist_bound(i), cum[i]);
-	put(o, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum[CKPT_HIST_BUCKETS]);
-	put(o, "%s_sum %.6f\n%s_count %" PRIu64 "\n", name, sum, name, cum[CKPT_HIST_BUCKETS]);
-}
-
 static void render_metrics(struct ckfs *fs, struct out *o, const struct collect *c,
 			   const struct idx_stats *st)
 {
 	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
 	const struct idx_step *last = NULL;
+	struct prom p = { 0 };
 
 	for (size_t i = 0; i < c->n; i++) {
 		if (c->v[i].state >= 0 && c->v[i].state < IDX_STEP_STATE_COUNT)
@@ -347,82 +336,81 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 		    (!last || c->v[i].completed_ns > last->completed_ns))
 			last = &c->v[i];
 	}
-	put(o, "# HELP ckptfs_steps Checkpoint steps by lifecycle state.\n");
-	put(o, "# TYPE ckptfs_steps gauge\n");
+	prom_family(&p, "ckptfs_steps", "gauge", "Checkpoint steps by lifecycle state.");
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
-		put(o, "ckptfs_steps{state=\"%s\"} %u\n", idx_step_state_name(s), by_state[s]);
-	put(o, "# HELP ckptfs_logical_bytes Bytes of all regular files as written.\n");
-	put(o, "# TYPE ckptfs_logical_bytes gauge\nckptfs_logical_bytes %" PRIu64 "\n",
-	    st->logical_bytes);
-	put(o, "# HELP ckptfs_stored_bytes Bytes of chunk data on disk after dedup and "
-	       "compression.\n");
-	put(o, "# TYPE ckptfs_stored_bytes gauge\nckptfs_stored_bytes %" PRIu64 "\n",
-	    st->stored_bytes);
-	put(o, "# HELP ckptfs_chunks Distinct chunks stored.\n");
-	put(o, "# TYPE ckptfs_chunks gauge\nckptfs_chunks %" PRIu64 "\n", st->chunks);
-	put(o, "# HELP ckptfs_checksum_failures Chunks found not to match their XXH3-128.\n");
-	put(o, "# TYPE ckptfs_checksum_failures gauge\nckptfs_checksum_failures %" PRIu64 "\n",
-	    st->bad_chunks);
+		prom_u64(&p, "ckptfs_steps", "state", idx_step_state_name(s), by_state[s]);
+	prom_family(&p, "ckptfs_logical_bytes", "gauge", "Bytes of all regular files as written.");
+	prom_u64(&p, "ckptfs_logical_bytes", NULL, NULL, st->logical_bytes);
+	prom_family(&p, "ckptfs_stored_bytes", "gauge",
+		    "Bytes of chunk data on disk after dedup and compression.");
+	prom_u64(&p, "ckptfs_stored_bytes", NULL, NULL, st->stored_bytes);
+	prom_family(&p, "ckptfs_chunks", "gauge", "Distinct chunks stored.");
+	prom_u64(&p, "ckptfs_chunks", NULL, NULL, st->chunks);
+	prom_family(&p, "ckptfs_checksum_failures", "gauge",
+		    "Chunks found not to match their XXH3-128.");
+	prom_u64(&p, "ckptfs_checksum_failures", NULL, NULL, st->bad_chunks);
+
 	size_t wb_budget, wb_used, wb_kept, wb_peak;
 	unsigned wb_threads;
 
 	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
-	put(o, "# HELP ckptfs_write_buffer_bytes Written bytes being chunked and compressed in the "
-	       "background, buffers kept for the next writes (now), peak of both, budget.\n");
-	put(o, "# TYPE ckptfs_write_buffer_bytes gauge\n");
-	put(o, "ckptfs_write_buffer_bytes{kind=\"in_flight\"} %zu\n", wb_used);
-	put(o, "ckptfs_write_buffer_bytes{kind=\"kept\"} %zu\n", wb_kept);
-	put(o, "ckptfs_write_buffer_bytes{kind=\"peak\"} %zu\n", wb_peak);
-	put(o, "ckptfs_write_buffer_bytes{kind=\"budget\"} %zu\n", wb_budget);
+	prom_family(&p, "ckptfs_write_buffer_bytes", "gauge",
+		    "Written bytes being chunked and compressed in the background, buffers kept for "
+		    "the next writes (now), peak of both, budget.");
+	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "in_flight", wb_used);
+	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "kept", wb_kept);
+	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "peak", wb_peak);
+	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "budget", wb_budget);
+
 	uint64_t hits, loads, warmed, recycled;
 
 	store_cache_figures(fs->st, &hits, &loads, &warmed, &recycled);
-	put(o, "# HELP ckptfs_chunk_reads_total Chunk lookups by readers: served from the "
-	       "decompressed-chunk cache, or read from disk, decoded and re-hashed.\n");
-	put(o, "# TYPE ckptfs_chunk_reads_total counter\n");
-	put(o, "ckptfs_chunk_reads_total{from=\"cache\"} %" PRIu64 "\n", hits);
-	put(o, "ckptfs_chunk_reads_total{from=\"disk\"} %" PRIu64 "\n", loads);
-	put(o, "# HELP ckptfs_chunk_readahead_total Chunks read from disk, decoded and re-hashed "
-	       "ahead of a sequential reader (-o readahead).\n");
-	put(o, "# TYPE ckptfs_chunk_readahead_total counter\n"
-	       "ckptfs_chunk_readahead_total %" PRIu64 "\n", warmed);
-	put(o, "# HELP ckptfs_chunk_buffers_recycled_total Chunk loads that decoded into the "
-	       "buffer of an evicted cache entry instead of a new allocation.\n");
-	put(o, "# TYPE ckptfs_chunk_buffers_recycled_total counter\n"
-	       "ckptfs_chunk_buffers_recycled_total %" PRIu64 "\n", recycled);
-	put(o, "# HELP ckptfs_staging_copies_total Files switched to a staging copy because a write "
-	       "was not in order (they are cut into chunks at close, on the closing request).\n");
-	put(o, "# TYPE ckptfs_staging_copies_total counter\nckptfs_staging_copies_total %" PRIu64
-	       "\n", atomic_load(&fs->n_staging));
+	prom_family(&p, "ckptfs_chunk_reads_total", "counter",
+		    "Chunk lookups by readers: served from the decompressed-chunk cache, or read "
+		    "from disk, decoded and re-hashed.");
+	prom_u64(&p, "ckptfs_chunk_reads_total", "from", "cache", hits);
+	prom_u64(&p, "ckptfs_chunk_reads_total", "from", "disk", loads);
+	prom_family(&p, "ckptfs_chunk_readahead_total", "counter",
+		    "Chunks read from disk, decoded and re-hashed ahead of a sequential reader "
+		    "(-o readahead).");
+	prom_u64(&p, "ckptfs_chunk_readahead_total", NULL, NULL, warmed);
+	prom_family(&p, "ckptfs_chunk_buffers_recycled_total", "counter",
+		    "Chunk loads that decoded into the buffer of an evicted cache entry instead of "
+		    "a new allocation.");
+	prom_u64(&p, "ckptfs_chunk_buffers_recycled_total", NULL, NULL, recycled);
+	prom_family(&p, "ckptfs_staging_copies_total", "counter",
+		    "Files switched to a staging copy because a write was not in order (they are "
+		    "cut into chunks at close, on the closing request).");
+	prom_u64(&p, "ckptfs_staging_copies_total", NULL, NULL, atomic_load(&fs->n_staging));
 	if (st->logical_bytes) {
-		put(o, "# HELP ckptfs_stored_logical_ratio Stored bytes over logical bytes, the ratio "
-		       "ckptctl status shows: what deduplication and compression leave (0.5 = half "
-		       "the disk).\n");
-		put(o, "# TYPE ckptfs_stored_logical_ratio gauge\nckptfs_stored_logical_ratio %.4f\n",
-		    (double)st->stored_bytes / (double)st->logical_bytes);
+		prom_family(&p, "ckptfs_stored_logical_ratio", "gauge",
+			    "Stored bytes over logical bytes, the ratio ckptctl status shows: what "
+			    "deduplication and compression leave (0.5 = half the disk).");
+		prom_double(&p, "ckptfs_stored_logical_ratio", NULL, NULL,
+			    (double)st->stored_bytes / (double)st->logical_bytes);
 	}
-	put_hist(o, "ckptfs_save_seconds", "A step directory's creation to the step judged "
-	         "complete (every file durable, the claim seen), per step saved since the mount.",
-		 &fs->save_hist);
-	put_hist(o, "ckptfs_durable_seconds", "A written file's close to its content durable "
-	         "(chunks stored and synced, extents in the index), per file since the mount.",
-		 &fs->durable_hist);
+	prom_hist(&p, "ckptfs_save_seconds",
+		  "A step directory's creation to the step judged complete (every file durable, "
+		  "the claim seen), per step saved since the mount.", &fs->save_hist);
+	prom_hist(&p, "ckptfs_durable_seconds",
+		  "A written file's close to its content durable (chunks stored and synced, "
+		  "extents in the index), per file since the mount.", &fs->durable_hist);
 	if (last) {
-		put(o, "# HELP ckptfs_last_save_seconds Step directory created to step complete, "
-		       "for the newest complete step.\n");
-		put(o, "# TYPE ckptfs_last_save_seconds gauge\nckptfs_last_save_seconds %.3f\n",
-		    (double)(last->completed_ns - last->created_ns) / 1e9);
-		put(o, "# HELP ckptfs_last_complete_step Step number of the newest complete "
-		       "step.\n");
-		put(o, "# TYPE ckptfs_last_complete_step gauge\nckptfs_last_complete_step %" PRId64
-		       "\n", last->step);
+		prom_family(&p, "ckptfs_last_save_seconds", "gauge",
+			    "Step directory created to step complete, for the newest complete step.");
+		prom_double(&p, "ckptfs_last_save_seconds", NULL, NULL,
+			    (double)(last->completed_ns - last->created_ns) / 1e9);
+		prom_family(&p, "ckptfs_last_complete_step", "gauge",
+			    "Step number of the newest complete step.");
+		prom_i64(&p, "ckptfs_last_complete_step", NULL, NULL, last->step);
 	}
-	if (fs->node) {
-		char nb[4096];
-
-		if (node_metrics(fs, nb, sizeof(nb)) > 0)
-			put(o, "%s", nb);
-	}
+	if (fs->node)
+		node_metrics(fs, &p);
+	if (p.err)
+		o->err = p.err;
+	else if (p.len)
+		put(o, "%s", p.buf);
+	prom_free(&p);
 }
 
 /* Does /.ckptfs/<file which> show whole-store figures (idx_stats)? */

@@ -2288,17 +2288,16 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	return used < cap ? used : cap - 1;
 }
 
-size_t node_metrics(struct ckfs *fs, char *buf, size_t cap)
+void node_metrics(struct ckfs *fs, struct prom *p)
 {
 	static const char *const err_kind[NODE_ERR_COUNT] = { "list", "publish", "fetch",
 							      "damaged" };
 	struct node *n = fs->node;
 	int64_t last[LAYOUT_KIND_COUNT];
-	size_t used = 0, mine = 0;
+	size_t mine = 0;
 
-#define PUT(...) bput(buf, cap, &used, __VA_ARGS__)
-	if (!n || cap == 0)
-		return 0;
+	if (!n)
+		return;
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 		last[k] = -1;
 	pthread_mutex_lock(&n->mu);
@@ -2308,42 +2307,38 @@ size_t node_metrics(struct ckfs *fs, char *buf, size_t cap)
 		if (n->global[i].kind >= 0 && n->global[i].kind < LAYOUT_KIND_COUNT &&
 		    n->global[i].step > last[n->global[i].kind])
 			last[n->global[i].kind] = n->global[i].step;
-	PUT("# HELP ckptfs_remote_bytes_total Bytes of chunk objects sent to the remote (up) and "
-	    "fetched from it (down), as stored there (compressed).\n"
-	    "# TYPE ckptfs_remote_bytes_total counter\n"
-	    "ckptfs_remote_bytes_total{direction=\"up\"} %" PRIu64 "\n"
-	    "ckptfs_remote_bytes_total{direction=\"down\"} %" PRIu64 "\n",
-	    n->bytes_sent, (uint64_t)n->bytes_fetched);
-	PUT("# HELP ckptfs_remote_chunks_total Chunks sent, found there already (another node sent "
-	    "them), and fetched.\n# TYPE ckptfs_remote_chunks_total counter\n"
-	    "ckptfs_remote_chunks_total{op=\"sent\"} %" PRIu64 "\n"
-	    "ckptfs_remote_chunks_total{op=\"there\"} %" PRIu64 "\n"
-	    "ckptfs_remote_chunks_total{op=\"fetched\"} %" PRIu64 "\n",
-	    n->chunks_sent, n->chunks_there, (uint64_t)n->chunks_fetched);
-	PUT("# HELP ckptfs_remote_steps Steps this node has published (complete here) and steps "
-	    "globally complete (every node's part on the remote, one sealed).\n"
-	    "# TYPE ckptfs_remote_steps gauge\n"
-	    "ckptfs_remote_steps{state=\"published\"} %zu\n"
-	    "ckptfs_remote_steps{state=\"global\"} %zu\n", mine, n->nglobal);
-	PUT("# HELP ckptfs_remote_last_global_step Step number of the newest globally complete "
-	    "step, per layout.\n# TYPE ckptfs_remote_last_global_step gauge\n");
+	prom_family(p, "ckptfs_remote_bytes_total", "counter",
+		    "Bytes of chunk objects sent to the remote (up) and fetched from it (down), as "
+		    "stored there (compressed).");
+	prom_u64(p, "ckptfs_remote_bytes_total", "direction", "up", n->bytes_sent);
+	prom_u64(p, "ckptfs_remote_bytes_total", "direction", "down", n->bytes_fetched);
+	prom_family(p, "ckptfs_remote_chunks_total", "counter",
+		    "Chunks sent, found there already (another node sent them), and fetched.");
+	prom_u64(p, "ckptfs_remote_chunks_total", "op", "sent", n->chunks_sent);
+	prom_u64(p, "ckptfs_remote_chunks_total", "op", "there", n->chunks_there);
+	prom_u64(p, "ckptfs_remote_chunks_total", "op", "fetched", n->chunks_fetched);
+	prom_family(p, "ckptfs_remote_steps", "gauge",
+		    "Steps this node has published (complete here) and steps globally complete "
+		    "(every node's part on the remote, one sealed).");
+	prom_u64(p, "ckptfs_remote_steps", "state", "published", mine);
+	prom_u64(p, "ckptfs_remote_steps", "state", "global", n->nglobal);
+	prom_family(p, "ckptfs_remote_last_global_step", "gauge",
+		    "Step number of the newest globally complete step, per layout.");
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 		if (last[k] >= 0)
-			PUT("ckptfs_remote_last_global_step{layout=\"%s\"} %" PRId64 "\n",
-			    layout_name((enum layout_kind)k), last[k]);
-	PUT("# HELP ckptfs_remote_upload_lag_seconds The last published step: complete here to "
-	    "its manifest on the remote.\n# TYPE ckptfs_remote_upload_lag_seconds gauge\n"
-	    "ckptfs_remote_upload_lag_seconds %.3f\n", (double)n->upload_lag_ns / 1e9);
-	PUT("# HELP ckptfs_remote_errors_total Failures talking to the remote, by kind.\n"
-	    "# TYPE ckptfs_remote_errors_total counter\n");
+			prom_i64(p, "ckptfs_remote_last_global_step", "layout",
+				 layout_name((enum layout_kind)k), last[k]);
+	prom_family(p, "ckptfs_remote_upload_lag_seconds", "gauge",
+		    "The last published step: complete here to its manifest on the remote.");
+	prom_double(p, "ckptfs_remote_upload_lag_seconds", NULL, NULL,
+		    (double)n->upload_lag_ns / 1e9);
+	prom_family(p, "ckptfs_remote_errors_total", "counter",
+		    "Failures talking to the remote, by kind.");
 	for (int k = 0; k < NODE_ERR_COUNT; k++)
-		PUT("ckptfs_remote_errors_total{kind=\"%s\"} %" PRIu64 "\n", err_kind[k],
-		    n->errors[k]);
-	PUT("# HELP ckptfs_remote_nodes_disagree 1 when the nodes disagree (node count, a name "
-	    "taken twice): no step becomes global on this node.\n"
-	    "# TYPE ckptfs_remote_nodes_disagree gauge\nckptfs_remote_nodes_disagree %d\n",
-	    blocked(n) ? 1 : 0);
+		prom_u64(p, "ckptfs_remote_errors_total", "kind", err_kind[k], n->errors[k]);
+	prom_family(p, "ckptfs_remote_nodes_disagree", "gauge",
+		    "1 when the nodes disagree (node count, a name taken twice): no step becomes "
+		    "global on this node.");
+	prom_u64(p, "ckptfs_remote_nodes_disagree", NULL, NULL, blocked(n) ? 1 : 0);
 	pthread_mutex_unlock(&n->mu);
-#undef PUT
-	return used < cap ? used : cap - 1;
 }

@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "fs/core/prom.h"
 #include "fs/steps/steps.h"
 
 /* -o remote=URL, node=NAME, nodes=N (node defaults to the hostname). */
@@ -108,13 +109,12 @@ void node_dir_unpublish(struct ckfs *fs, const char *name);
 size_t node_status(struct ckfs *fs, char *buf, size_t cap);
 
 /*
- * node_metrics - the node layer's series in the Prometheus text exposition format into buf (cap
- * bytes): ckptfs_remote_bytes_total{direction="up"|"down"}, ckptfs_remote_chunks_total,
+ * node_metrics - append the node layer's series to p (fs/core/prom.h):
+ * ckptfs_remote_bytes_total{direction="up"|"down"}, ckptfs_remote_chunks_total,
  * ckptfs_remote_steps{state="published"|"global"}, ckptfs_remote_last_global_step{layout},
  * ckptfs_remote_upload_lag_seconds, ckptfs_remote_errors_total{kind}, ckptfs_remote_nodes_disagree.
- * Returns the length written (truncated at cap - 1), 0 without a remote. Takes the node lock
- * only.
+ * Nothing without a remote; an allocation failure is left in p->err. Takes the node lock only.
  */
-size_t node_metrics(struct ckfs *fs, char *buf, size_t cap);
+void node_metrics(struct ckfs *fs, struct prom *p);
 
 #endif /* CKPTFS_FS_NODE_H */
