@@ -7,9 +7,9 @@
  * is its HELP and TYPE lines then its samples; HELP text escapes '\' and newline, label values
  * '\', '"' and newline; floating values print as Go's strconv does (NaN, +Inf, -Inf).
  *
- * The text grows in a heap buffer. A failed allocation is remembered (err) and every later call
- * does nothing, so a caller writes every series and checks once at the end.
- * Not thread-safe: one struct prom per writer.
+ * Every function appends to a struct ckpt_text (fs/core/text.h): a failed allocation is left in
+ * its err, so a caller writes every series and checks once at the end. Not thread-safe: one
+ * buffer per writer.
  */
 #ifndef CKPTFS_PROM_H
 #define CKPTFS_PROM_H
@@ -18,23 +18,14 @@
 #include <stdint.h>
 
 #include "fs/ckptfs.h"
-
-struct prom {
-	char *buf;  /* the text so far, NUL-terminated when len > 0; owned, free with prom_free */
-	size_t len; /* bytes of text, without the NUL */
-	size_t cap; /* bytes allocated */
-	int err;    /* 0, or -ENOMEM once an allocation failed (the text is then cut short) */
-};
-
-/* prom_free - release p's buffer and zero p (a zeroed struct prom is empty and valid). */
-void prom_free(struct prom *p);
+#include "fs/core/text.h"
 
 /*
  * prom_family - start the series family @name: its "# HELP" and "# TYPE" lines.
  * @name: a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*; not checked, callers pass literals).
  * @type: "counter", "gauge" or "histogram". @help: one line of text (escaped here).
  */
-void prom_family(struct prom *p, const char *name, const char *type, const char *help);
+void prom_family(struct ckpt_text *p, const char *name, const char *type, const char *help);
 
 /*
  * prom_u64, prom_i64, prom_double - one sample of @name: `name value` or, with @label non-NULL,
@@ -42,11 +33,11 @@ void prom_family(struct prom *p, const char *name, const char *type, const char 
  * Integers print exactly; prom_double prints 9 significant digits ("%.9g"), and NaN, +Inf and
  * -Inf by name.
  */
-void prom_u64(struct prom *p, const char *name, const char *label, const char *lvalue,
+void prom_u64(struct ckpt_text *p, const char *name, const char *label, const char *lvalue,
 	      uint64_t value);
-void prom_i64(struct prom *p, const char *name, const char *label, const char *lvalue,
+void prom_i64(struct ckpt_text *p, const char *name, const char *label, const char *lvalue,
 	      int64_t value);
-void prom_double(struct prom *p, const char *name, const char *label, const char *lvalue,
+void prom_double(struct ckpt_text *p, const char *name, const char *label, const char *lvalue,
 		 double value);
 
 /*
@@ -54,6 +45,6 @@ void prom_double(struct prom *p, const char *name, const char *label, const char
  * and +Inf (cumulative counts), `name_sum` (seconds) and `name_count`, read from @h (see
  * ckpt_hist_read: lock-free, may race one observation).
  */
-void prom_hist(struct prom *p, const char *name, const char *help, struct ckpt_hist *h);
+void prom_hist(struct ckpt_text *p, const char *name, const char *help, struct ckpt_hist *h);
 
 #endif /* CKPTFS_PROM_H */

@@ -49,47 +49,8 @@ const char *fs_meta_file_name(int which)
 	return which >= 0 && which < META_FILE_COUNT ? meta_names[which] : NULL;
 }
 
-/* A growing text buffer. */
-struct out {
-	char *buf;
-	size_t len, cap;
-	int err;
-};
-
-static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct out *o, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (o->err)
-		return;
-	for (;;) {
-		va_start(ap, fmt);
-		n = vsnprintf(o->buf ? o->buf + o->len : NULL, o->buf ? o->cap - o->len : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			o->err = -EIO;
-			return;
-		}
-		if (o->buf && o->len + (size_t)n < o->cap) {
-			o->len += (size_t)n;
-			return;
-		}
-		size_t nc = o->cap ? o->cap * 2 : 4096;
-
-		while (nc < o->len + (size_t)n + 1)
-			nc *= 2;
-		char *p = realloc(o->buf, nc);
-
-		if (!p) {
-			o->err = -ENOMEM;
-			return;
-		}
-		o->buf = p;
-		o->cap = nc;
-	}
-}
+/* The generated files' text (fs/core/text.h). */
+#define put ckpt_text_printf
 
 /* a step time for people: ISO-8601, or "-" for 0 (never) */
 static void iso8601(int64_t ns, char *buf, size_t cap)
@@ -122,7 +83,7 @@ static int collect_cb(const struct idx_step *s, void *arg)
 	return 0;
 }
 
-static void render_steps(struct out *o, const struct collect *c)
+static void render_steps(struct ckpt_text *o, const struct collect *c)
 {
 	put(o, "%12s  %-24s %-10s %-10s %6s %14s %14s  %-20s %s\n", "STEP", "NAME", "LAYOUT",
 	    "STATE", "FILES", "LOGICAL", "STORED", "COMPLETED", "PIN");
@@ -139,7 +100,7 @@ static void render_steps(struct out *o, const struct collect *c)
 	}
 }
 
-static int render_steps_json(struct out *o, const struct collect *c)
+static int render_steps_json(struct ckpt_text *o, const struct collect *c)
 {
 	json_t *a = json_array();
 	char *txt;
@@ -204,7 +165,7 @@ static int claim_cb(int64_t id, const char *tracker, const void *content, size_t
 	return 0;
 }
 
-static void render_status(struct ckfs *fs, struct out *o, const struct collect *c,
+static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct collect *c,
 			  const struct idx_stats *st)
 {
 	struct claim_scan cs = { .steps = c };
@@ -322,12 +283,11 @@ static void render_status(struct ckfs *fs, struct out *o, const struct collect *
 }
 
 /* One histogram in the exposition format: _bucket{le=...} cumulative, +Inf, _sum, _count. */
-static void render_metrics(struct ckfs *fs, struct out *o, const struct collect *c,
+static void render_metrics(struct ckfs *fs, struct ckpt_text *o, const struct collect *c,
 			   const struct idx_stats *st)
 {
 	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
 	const struct idx_step *last = NULL;
-	struct prom p = { 0 };
 
 	for (size_t i = 0; i < c->n; i++) {
 		if (c->v[i].state >= 0 && c->v[i].state < IDX_STEP_STATE_COUNT)
@@ -336,81 +296,76 @@ static void render_metrics(struct ckfs *fs, struct out *o, const struct collect 
 		    (!last || c->v[i].completed_ns > last->completed_ns))
 			last = &c->v[i];
 	}
-	prom_family(&p, "ckptfs_steps", "gauge", "Checkpoint steps by lifecycle state.");
+	prom_family(o, "ckptfs_steps", "gauge", "Checkpoint steps by lifecycle state.");
 	for (int s = 0; s < IDX_STEP_STATE_COUNT; s++)
-		prom_u64(&p, "ckptfs_steps", "state", idx_step_state_name(s), by_state[s]);
-	prom_family(&p, "ckptfs_logical_bytes", "gauge", "Bytes of all regular files as written.");
-	prom_u64(&p, "ckptfs_logical_bytes", NULL, NULL, st->logical_bytes);
-	prom_family(&p, "ckptfs_stored_bytes", "gauge",
+		prom_u64(o, "ckptfs_steps", "state", idx_step_state_name(s), by_state[s]);
+	prom_family(o, "ckptfs_logical_bytes", "gauge", "Bytes of all regular files as written.");
+	prom_u64(o, "ckptfs_logical_bytes", NULL, NULL, st->logical_bytes);
+	prom_family(o, "ckptfs_stored_bytes", "gauge",
 		    "Bytes of chunk data on disk after dedup and compression.");
-	prom_u64(&p, "ckptfs_stored_bytes", NULL, NULL, st->stored_bytes);
-	prom_family(&p, "ckptfs_chunks", "gauge", "Distinct chunks stored.");
-	prom_u64(&p, "ckptfs_chunks", NULL, NULL, st->chunks);
-	prom_family(&p, "ckptfs_checksum_failures", "gauge",
+	prom_u64(o, "ckptfs_stored_bytes", NULL, NULL, st->stored_bytes);
+	prom_family(o, "ckptfs_chunks", "gauge", "Distinct chunks stored.");
+	prom_u64(o, "ckptfs_chunks", NULL, NULL, st->chunks);
+	prom_family(o, "ckptfs_checksum_failures", "gauge",
 		    "Chunks found not to match their XXH3-128.");
-	prom_u64(&p, "ckptfs_checksum_failures", NULL, NULL, st->bad_chunks);
+	prom_u64(o, "ckptfs_checksum_failures", NULL, NULL, st->bad_chunks);
 
 	size_t wb_budget, wb_used, wb_kept, wb_peak;
 	unsigned wb_threads;
 
 	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
-	prom_family(&p, "ckptfs_write_buffer_bytes", "gauge",
+	prom_family(o, "ckptfs_write_buffer_bytes", "gauge",
 		    "Written bytes being chunked and compressed in the background, buffers kept for "
 		    "the next writes (now), peak of both, budget.");
-	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "in_flight", wb_used);
-	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "kept", wb_kept);
-	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "peak", wb_peak);
-	prom_u64(&p, "ckptfs_write_buffer_bytes", "kind", "budget", wb_budget);
+	prom_u64(o, "ckptfs_write_buffer_bytes", "kind", "in_flight", wb_used);
+	prom_u64(o, "ckptfs_write_buffer_bytes", "kind", "kept", wb_kept);
+	prom_u64(o, "ckptfs_write_buffer_bytes", "kind", "peak", wb_peak);
+	prom_u64(o, "ckptfs_write_buffer_bytes", "kind", "budget", wb_budget);
 
 	uint64_t hits, loads, warmed, recycled;
 
 	store_cache_figures(fs->st, &hits, &loads, &warmed, &recycled);
-	prom_family(&p, "ckptfs_chunk_reads_total", "counter",
+	prom_family(o, "ckptfs_chunk_reads_total", "counter",
 		    "Chunk lookups by readers: served from the decompressed-chunk cache, or read "
 		    "from disk, decoded and re-hashed.");
-	prom_u64(&p, "ckptfs_chunk_reads_total", "from", "cache", hits);
-	prom_u64(&p, "ckptfs_chunk_reads_total", "from", "disk", loads);
-	prom_family(&p, "ckptfs_chunk_readahead_total", "counter",
+	prom_u64(o, "ckptfs_chunk_reads_total", "from", "cache", hits);
+	prom_u64(o, "ckptfs_chunk_reads_total", "from", "disk", loads);
+	prom_family(o, "ckptfs_chunk_readahead_total", "counter",
 		    "Chunks read from disk, decoded and re-hashed ahead of a sequential reader "
 		    "(-o readahead).");
-	prom_u64(&p, "ckptfs_chunk_readahead_total", NULL, NULL, warmed);
-	prom_family(&p, "ckptfs_chunk_buffers_recycled_total", "counter",
+	prom_u64(o, "ckptfs_chunk_readahead_total", NULL, NULL, warmed);
+	prom_family(o, "ckptfs_chunk_buffers_recycled_total", "counter",
 		    "Chunk loads that decoded into the buffer of an evicted cache entry instead of "
 		    "a new allocation.");
-	prom_u64(&p, "ckptfs_chunk_buffers_recycled_total", NULL, NULL, recycled);
-	prom_family(&p, "ckptfs_staging_copies_total", "counter",
+	prom_u64(o, "ckptfs_chunk_buffers_recycled_total", NULL, NULL, recycled);
+	prom_family(o, "ckptfs_staging_copies_total", "counter",
 		    "Files switched to a staging copy because a write was not in order (they are "
 		    "cut into chunks at close, on the closing request).");
-	prom_u64(&p, "ckptfs_staging_copies_total", NULL, NULL, atomic_load(&fs->n_staging));
+	prom_u64(o, "ckptfs_staging_copies_total", NULL, NULL, atomic_load(&fs->n_staging));
 	if (st->logical_bytes) {
-		prom_family(&p, "ckptfs_stored_logical_ratio", "gauge",
+		prom_family(o, "ckptfs_stored_logical_ratio", "gauge",
 			    "Stored bytes over logical bytes, the ratio ckptctl status shows: what "
 			    "deduplication and compression leave (0.5 = half the disk).");
-		prom_double(&p, "ckptfs_stored_logical_ratio", NULL, NULL,
+		prom_double(o, "ckptfs_stored_logical_ratio", NULL, NULL,
 			    (double)st->stored_bytes / (double)st->logical_bytes);
 	}
-	prom_hist(&p, "ckptfs_save_seconds",
+	prom_hist(o, "ckptfs_save_seconds",
 		  "A step directory's creation to the step judged complete (every file durable, "
 		  "the claim seen), per step saved since the mount.", &fs->save_hist);
-	prom_hist(&p, "ckptfs_durable_seconds",
+	prom_hist(o, "ckptfs_durable_seconds",
 		  "A written file's close to its content durable (chunks stored and synced, "
 		  "extents in the index), per file since the mount.", &fs->durable_hist);
 	if (last) {
-		prom_family(&p, "ckptfs_last_save_seconds", "gauge",
+		prom_family(o, "ckptfs_last_save_seconds", "gauge",
 			    "Step directory created to step complete, for the newest complete step.");
-		prom_double(&p, "ckptfs_last_save_seconds", NULL, NULL,
+		prom_double(o, "ckptfs_last_save_seconds", NULL, NULL,
 			    (double)(last->completed_ns - last->created_ns) / 1e9);
-		prom_family(&p, "ckptfs_last_complete_step", "gauge",
+		prom_family(o, "ckptfs_last_complete_step", "gauge",
 			    "Step number of the newest complete step.");
-		prom_i64(&p, "ckptfs_last_complete_step", NULL, NULL, last->step);
+		prom_i64(o, "ckptfs_last_complete_step", NULL, NULL, last->step);
 	}
 	if (fs->node)
-		node_metrics(fs, &p);
-	if (p.err)
-		o->err = p.err;
-	else if (p.len)
-		put(o, "%s", p.buf);
-	prom_free(&p);
+		node_metrics(fs, o);
 }
 
 /* Does /.ckptfs/<file which> show whole-store figures (idx_stats)? */
@@ -481,7 +436,7 @@ int fs_meta_render(struct ckfs *fs, int which, const struct idx_stats *stats, ch
 {
 	struct collect c = { 0 };
 	struct idx_stats st = { 0 };
-	struct out o = { 0 };
+	struct ckpt_text o = { 0 };
 	int rc = 0;
 
 	if (which < 0 || which >= META_FILE_COUNT)
@@ -519,7 +474,7 @@ int fs_meta_render(struct ckfs *fs, int which, const struct idx_stats *stats, ch
 		o.buf = NULL;
 	}
 out:
-	free(o.buf);
+	ckpt_text_free(&o);
 	free(c.v);
 	return rc;
 }

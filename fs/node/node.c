@@ -2288,7 +2288,7 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	return used < cap ? used : cap - 1;
 }
 
-void node_metrics(struct ckfs *fs, struct prom *p)
+void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 {
 	static const char *const err_kind[NODE_ERR_COUNT] = { "list", "publish", "fetch",
 							      "damaged" };

@@ -115,6 +115,6 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap);
  * ckptfs_remote_upload_lag_seconds, ckptfs_remote_errors_total{kind}, ckptfs_remote_nodes_disagree.
  * Nothing without a remote; an allocation failure is left in p->err. Takes the node lock only.
  */
-void node_metrics(struct ckfs *fs, struct prom *p);
+void node_metrics(struct ckfs *fs, struct ckpt_text *p);
 
 #endif /* CKPTFS_FS_NODE_H */

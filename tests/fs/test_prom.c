@@ -15,7 +15,7 @@
 
 Test(prom, family_and_samples)
 {
-	struct prom p = { 0 };
+	struct ckpt_text p = { 0 };
 
 	prom_family(&p, "ckptfs_x_total", "counter", "A \\ back\nslash.");
 	prom_u64(&p, "ckptfs_x_total", NULL, NULL, UINT64_MAX);
@@ -32,7 +32,7 @@ Test(prom, family_and_samples)
 				"ckptfs_x_total NaN\n"
 				"ckptfs_x_total -Inf\n");
 	cr_assert_eq(p.len, strlen(p.buf));
-	prom_free(&p);
+	ckpt_text_free(&p);
 	cr_assert_null(p.buf);
 	cr_assert_eq(p.len, 0);
 }
@@ -40,7 +40,7 @@ Test(prom, family_and_samples)
 Test(prom, histogram)
 {
 	struct ckpt_hist h = { 0 };
-	struct prom p = { 0 };
+	struct ckpt_text p = { 0 };
 	char want[128];
 
 	ckpt_hist_observe(&h, 3000000);	      /* 3 ms: in every bucket */
@@ -55,12 +55,12 @@ Test(prom, histogram)
 	snprintf(want, sizeof(want), "ckptfs_save_seconds_sum %.6f\nckptfs_save_seconds_count 2\n",
 		 4.003);
 	cr_assert(strstr(p.buf, want), "%s", p.buf);
-	prom_free(&p);
+	ckpt_text_free(&p);
 }
 
 Test(prom, grows_past_any_fixed_buffer)
 {
-	struct prom p = { 0 };
+	struct ckpt_text p = { 0 };
 	char label[32];
 
 	for (int i = 0; i < 2000; i++) {
@@ -70,5 +70,5 @@ Test(prom, grows_past_any_fixed_buffer)
 	cr_assert_eq(p.err, 0);
 	cr_assert_gt(p.len, 60000);
 	cr_assert(strstr(p.buf, "ckptfs_remote_parts{node=\"node1999\"} 1999\n"));
-	prom_free(&p);
+	ckpt_text_free(&p);
 }
