@@ -297,12 +297,20 @@ int ckpt_openat_plain(int dir_fd, const char *name, int flags, mode_t mode);
 
 /*
  * ckpt_repo_publish - replace the file name at the top of STORE (a plain name) with buf[0, len)
- * atomically and durably: a fresh NAME.tmp (0600, O_EXCL, never through a link), written,
- * fdatasync, renamed over name, fsync of STORE; the temp file removed on failure, the old file
- * then kept. Returns 0, -ENAMETOOLONG, or -errno of unlinkat, openat (-ELOOP, -EPERM as
- * ckpt_repo_openat), write, fdatasync, close, renameat or fsync. Thread-safe for distinct names.
+ * atomically and durably: ckpt_publish_at(STORE, name, buf, len, 0600).
  */
 int ckpt_repo_publish(const struct ckpt_repo *r, const char *name, const void *buf, size_t len);
+
+/*
+ * ckpt_publish_at - the one durable publish: replace the file @name (a plain name, no '/') in the
+ * directory @dfd with buf[0, len) atomically and durably. A fresh NAME.tmp (@mode, O_EXCL, never
+ * through a link, any stale one removed first) is written, fdatasync'd, renamed over name, and
+ * the directory fsync'd; on failure the temp file is removed and the old file kept.
+ * Returns 0, -EINVAL (a '/' in name), -ENAMETOOLONG, or -errno of unlinkat, openat (-ELOOP,
+ * -EPERM as ckpt_openat_plain), write, fdatasync, close, renameat or fsync.
+ * Thread-safe for distinct names in one directory.
+ */
+int ckpt_publish_at(int dfd, const char *name, const void *buf, size_t len, mode_t mode);
 
 /*
  * ckpt_repo_upgrade_msg - when ckpt_repo_open upgraded the index (idx_opened_version below

@@ -852,25 +852,22 @@ int ckpt_repo_set_clean(struct ckpt_repo *r, bool clean)
 
 int ckpt_repo_publish(const struct ckpt_repo *r, const char *name, const void *buf, size_t len)
 {
-	char tmp[NAME_MAX + 1];
-	const int dfd = r->dir_fd;
-	int fd, rc = 0;
+	return ckpt_publish_at(r->dir_fd, name, buf, len, 0600);
+}
 
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	/* a fresh file in STORE, never a link or a file linked from elsewhere (ckptfs.h) */
+int ckpt_publish_at(int dfd, const char *name, const void *buf, size_t len, mode_t mode)
+{
+	char tmp[NAME_MAX + 1];
+	int fd, rc;
+
+	if (strchr(name, '/') || (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= sizeof(tmp))
+		return strchr(name, '/') ? -EINVAL : -ENAMETOOLONG;
+	/* a fresh file, never a link or a file linked from elsewhere (ckptfs.h) */
 	if (unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT)
 		return -errno;
-	if ((fd = ckpt_repo_openat(r, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0)
+	if ((fd = ckpt_openat_plain(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, mode)) < 0)
 		return fd;
-	for (size_t off = 0; rc == 0 && off < len;) {
-		ssize_t n = write(fd, (const char *)buf + off, len - off);
-
-		if (n < 0 && errno != EINTR)
-			rc = -errno;
-		else if (n > 0)
-			off += (size_t)n;
-	}
+	rc = store_write_all(fd, buf, len);
 	if (rc == 0 && fdatasync(fd) < 0) /* whole before its name is */
 		rc = -errno;
 	if (close(fd) < 0 && rc == 0)

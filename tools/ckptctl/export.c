@@ -229,8 +229,8 @@ static int mkdir_p(const char *path)
 }
 
 /*
- * export_tracker - write the framework's tracker naming step s into dir (temp file, fsync,
- * rename), unless one there already names a newer step.
+ * export_tracker - write the framework's tracker naming step s into dir (ckpt_publish_at:
+ * atomic and durable), unless one there already names a newer step.
  * @ret_path, @ret_content: what was written (or found), each cap bytes; ret_path "" when the
  * layout has no tracker ckptctl can write. @ret_kept: true when a newer tracker was left as is.
  * Returns 0, or -errno (what failed is printed).
@@ -239,7 +239,7 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 			  char *ret_content, size_t cap, bool *ret_kept)
 {
 	struct layout_tracker t = { .step = s->step, .epoch = -1 };
-	char rel[LAYOUT_PATH_MAX], tmp[PATH_CAP + 16], old[LAYOUT_TRACKER_MAX];
+	char rel[LAYOUT_PATH_MAX], old[LAYOUT_TRACKER_MAX];
 	int len, fd, rc;
 	ssize_t oldlen;
 
@@ -254,8 +254,7 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 		ret_content[0] = '\0';
 		return 0;
 	}
-	if ((size_t)snprintf(ret_path, cap, "%s/%s", dir, rel) >= cap ||
-	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", ret_path) >= sizeof(tmp)) {
+	if ((size_t)snprintf(ret_path, cap, "%s/%s", dir, rel) >= cap) {
 		ctl_err("cannot write the tracker in '%s': %s", dir, strerror(ENAMETOOLONG));
 		return -ENAMETOOLONG;
 	}
@@ -274,22 +273,13 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 			return 0;
 		}
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = -errno;
-		ctl_err("cannot create '%s': %s", tmp, strerror(-rc));
-		return rc;
-	}
-	rc = store_write_all(fd, ret_content, (size_t)len);
-	if (rc == 0 && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0 && rename(tmp, ret_path) < 0)
-		rc = -errno;
+	/* the tracker is a plain name at the top of dir (MF1's per-rank ones are not written) */
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rc = fd < 0 ? -errno : ckpt_publish_at(fd, rel, ret_content, (size_t)len, 0644);
+	if (fd >= 0)
+		close(fd);
 	if (rc < 0) {
 		ctl_err("cannot write '%s': %s", ret_path, strerror(-rc));
-		(void)unlink(tmp);
 		return rc;
 	}
 	return 0;
