@@ -473,8 +473,6 @@ void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n
 			 unsigned nthreads, int *results)
 {
 	struct verify_job j = { .st = st, .hs = hs, .n = n, .results = results };
-	pthread_t th[STORE_VERIFY_MAX_THREADS];
-	unsigned started = 0;
 
 	if (nthreads == 0) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -487,11 +485,7 @@ void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n
 	if (nthreads > n)
 		nthreads = (unsigned)n;
 	atomic_init(&j.next, 0);
-	while (started + 1 < nthreads && pthread_create(&th[started], NULL, verify_main, &j) == 0)
-		started++;
-	verify_main(&j);
-	while (started > 0)
-		pthread_join(th[--started], NULL);
+	store_parallel(nthreads, verify_main, &j);
 }
 
 int store_cache_init(struct store *st)

@@ -427,8 +427,8 @@ static int publish(struct store *st, unsigned s, const char *path, const uint8_t
 	err = store_chunk_write_file(fd, hdr, payload, payload_len);
 	/* start writeback now so the disk works while the writer goes on; store_sync waits for it.
 	 * A small file is left to store_sync, which writes many of them in one plugged batch: one
-	 * disk request each here cost a small file's save 4% of the daemon's CPU (RESULTS.md,
-	 * "Small files"). A swap replaces a durable copy: the new one must be durable before its
+	 * disk request each here is a measurable part of a small file's save (RESULTS.md, "Small
+	 * files"). A swap replaces a durable copy: the new one must be durable before its
 	 * name is. */
 	if (!err && swap && fdatasync(fd) < 0)
 		err = -errno;

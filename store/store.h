@@ -484,6 +484,19 @@ int store_chunk_foreach(struct store *st,
 			int (*fn)(const struct store_hash *h, uint64_t stored_size, void *arg),
 			void *arg);
 
+/* Most threads store_parallel starts for one call. */
+#define STORE_PARALLEL_MAX 64
+
+/*
+ * store_parallel - run fn(arg) on @nthreads threads at once, the calling thread being one of
+ * them, and return once every run has returned. fn shares the work out itself (an atomic
+ * counter in arg, say) and must not count on a number of threads: when a thread cannot be
+ * started, fewer run, at least the caller. nthreads 0 counts as 1, more than STORE_PARALLEL_MAX
+ * as that. Returns how many ran (1..STORE_PARALLEL_MAX). Thread-safe; fn's return value is
+ * ignored.
+ */
+unsigned store_parallel(unsigned nthreads, void *(*fn)(void *), void *arg);
+
 /*
  * store_write_all - write exactly len bytes of buf to fd at its file offset, retrying short
  * writes and EINTR. Returns 0, -EIO (write(2) made no progress), or the -errno of write(2). Not

@@ -116,8 +116,8 @@ static pid_t read_owner(int fd)
  * or its thread-group leader is a zombie (state Z or X). PID 0 (no pid written) counts as gone.
  *
  * A SIGKILLed daemon's leader thread is a zombie at once, but the lock is released only when
- * its last thread has torn down the address space and closed its files: 1.1-2.0 s after
- * SIGKILL for a daemon that had just taken 600 MiB of writes on the CI machine (2 cores).
+ * its last thread has torn down the address space and closed its files, which takes seconds
+ * for a daemon that had just taken hundreds of MiB of writes.
  */
 static bool owner_exiting(pid_t pid)
 {

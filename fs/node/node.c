@@ -1385,8 +1385,6 @@ static void sent_add(struct node *n, const uint8_t *h)
 static int send_chunks(struct node *n, json_t *m, bool ahead)
 {
 	struct send_job job = { .n = n };
-	pthread_t th[NODE_SENDERS];
-	unsigned started = 0;
 	struct store_hash h;
 	json_t *f, *x;
 	size_t i, j, cap = 0;
@@ -1406,13 +1404,9 @@ static int send_chunks(struct node *n, json_t *m, bool ahead)
 		}
 	}
 	pthread_mutex_init(&job.mu, NULL);
-	for (; started < NODE_SENDERS && started < job.count; started++)
-		if (pthread_create(&th[started], NULL, send_main, &job) != 0)
-			break;
-	if (started == 0)
-		send_main(&job); /* no thread: this one sends them all */
-	for (unsigned t = 0; t < started; t++)
-		pthread_join(th[t], NULL);
+	/* the node thread sends too: NODE_SENDERS requests in flight in all */
+	store_parallel(job.count < NODE_SENDERS ? (unsigned)job.count : NODE_SENDERS, send_main,
+		       &job);
 	pthread_mutex_destroy(&job.mu);
 	for (size_t k = 0; ahead && job.rc == 0 && k < job.count; k++)
 		if (store_hash_parse(json_string_value(json_array_get(job.ext[k], 2)), &h) == 0)

@@ -128,7 +128,7 @@ int steps_scan_tree(struct ckfs *fs, uint64_t dir, bool check_bad, struct step_s
 
 /*
  * Has some chunk of a file under dir been found bad? 1 yes, 0 no. The walk reads every file's
- * extents with fs->mu held (0.2 s for a step of 10^4 files), and every tracker read resolves
+ * extents with fs->mu held (linear in the step's files), and every tracker read resolves
  * the newest step: the index first says whether any file under dir uses a chunk marked bad,
  * climbing from the few chunks marked bad (idx_dir_has_bad_chunk), and only then does the walk
  * say whether one of the step's own files does, as the policy counts them (tests/bench/

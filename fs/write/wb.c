@@ -90,8 +90,8 @@
  * touched buffer is kept, within the budget (invariant 1), so the next save of the same size
  * writes into pages already mapped, and a writer of many small files reuses one buffer rather
  * than mapping and unmapping 8 MiB per file: each munmap of a multi-threaded process shoots down
- * the TLB of every CPU (flush_tlb_mm_range, smp_call_function_many_cond: 11% of the daemon's CPU
- * creating 1 KiB files, before). Kept memory must not be memory the machine cannot get back, so
+ * the TLB of every CPU (flush_tlb_mm_range, smp_call_function_many_cond in a profile of 1 KiB
+ * files: tests/bench/RESULTS.md). Kept memory must not be memory the machine cannot get back, so
  * after WB_IDLE_LAZY_S of idleness the kept buffers are given to the kernel with MADV_FREE (Linux
  * 4.5): under memory pressure it reclaims their pages instead of swapping anything; otherwise
  * they stay mapped, and the next write into one only sets its dirty bit (madvise(2); jemalloc's

@@ -514,7 +514,7 @@ bool ino_forget_count(struct ckfs *fs, uint64_t ino, uint64_t n);
  * kernel reference, no name and no open file, and free their chunks once that is durable: one
  * WAL fdatasync for all of them. For a FUSE_BATCH_FORGET: when a step of many files is deleted
  * (retention), the kernel forgets their inodes in batches of up to thousands, and a transaction
- * each took a third of the daemon's CPU while the next step was written (tests/bench/RESULTS.md,
+ * each competes with the next step's writes for the daemon's CPU (tests/bench/RESULTS.md,
  * "Forgotten inodes deleted in one transaction"). A failure rolls back the whole batch, left to
  * idx_recover at unmount or the next mount. fs->mu held; never fails.
  */

@@ -139,22 +139,13 @@ static void *imp_worker(void *arg)
  */
 static int imp_pool_run(struct imp_pool *pool)
 {
-	pthread_t t[IMPORT_THREADS];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t nt = cpus < 1 ? 1 : cpus > IMPORT_THREADS ? IMPORT_THREADS : (size_t)cpus;
-	size_t started = 0;
 
 	if (nt > pool->n)
 		nt = pool->n;
 	atomic_store(&pool->next, 0);
-	for (size_t i = 1; i < nt; i++) {
-		if (pthread_create(&t[started], NULL, imp_worker, pool) != 0)
-			break;
-		started++;
-	}
-	imp_worker(pool); /* the calling thread works too */
-	for (size_t i = 0; i < started; i++)
-		pthread_join(t[i], NULL);
+	store_parallel((unsigned)nt, imp_worker, pool);
 	return 0;
 }
 
