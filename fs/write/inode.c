@@ -4,9 +4,14 @@
  *
  * An inode whose nlink drops to 0 stays in the index until its last close (oi_put) and its
  * last forget (ino_forget_locked), as on any POSIX filesystem; an unmount or a crash in between
- * leaves it to idx_recover. All functions here run with fs->mu held.
+ * leaves it to idx_recover. The lookup counts run with fs->mu held.
+ *
+ * Also the daemon's clock (ckfs_now: inode times, lock-free) and the release of the chunks an
+ * index transaction freed (ino_release_*: their files deleted once it committed).
  */
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "fs/write/write.h"
@@ -108,4 +113,67 @@ int ino_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct ino_freed *
 	if (a.nlink == 0 && !ino_referenced(fs, ino))
 		return idx_inode_delete(fs->ix, ino, ino_release_collect, fr);
 	return idx_inode_update(fs->ix, &a);
+}
+
+/* ---- the daemon clock, and chunks freed by index transactions ---- */
+
+int64_t ckfs_now(struct ckfs *fs)
+{
+	int64_t now = ckpt_now_ns();
+	int64_t last = atomic_load(&fs->last_ns);
+
+	for (;;) {
+		int64_t t = now > last ? now : last + 1;
+
+		if (atomic_compare_exchange_weak(&fs->last_ns, &last, t))
+			return t;
+	}
+}
+
+/* ---- release of chunks freed by index transactions ---- */
+
+bool ino_release_collect(const uint8_t hash[IDX_HASH_LEN], void *arg)
+{
+	struct ino_freed *fr = arg;
+
+	if (fr->n == fr->cap) {
+		size_t ncap = fr->cap ? fr->cap * 2 : 32;
+		struct store_hash *p = realloc(fr->h, ncap * sizeof(*p));
+
+		if (!p) {
+			/* keep the row: the chunk stays stored, which is safe */
+			fr->err = -ENOMEM;
+			return false;
+		}
+		fr->h = p;
+		fr->cap = ncap;
+	}
+	memcpy(fr->h[fr->n++].b, hash, IDX_HASH_LEN);
+	return true;
+}
+
+void ino_release_requeried(struct ckfs *fs, struct ino_freed *fr)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < fr->n; i++)
+		if (idx_chunk_exists(fs->ix, fr->h[i].b) == 0)
+			fr->h[k++] = fr->h[i];
+	fr->n = k;
+}
+
+void ino_release_finish(struct ckfs *fs, struct ino_freed *fr, bool committed)
+{
+	if (committed) {
+		if (fr->n)
+			ckpt_fault("commit-after-index");
+		for (size_t i = 0; i < fr->n; i++) {
+			if (i)
+				ckpt_fault("chunk-free");
+			pins_chunk_free(fs, &fr->h[i]); /* failures leave an orphan for recovery */
+		}
+	}
+	free(fr->h);
+	fr->h = NULL;
+	fr->n = fr->cap = 0;
 }

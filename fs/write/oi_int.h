@@ -14,7 +14,40 @@
 
 #include "fs/write/write.h"
 
-/* ---- oinode.c ---- */
+/* ---- oi_seg.c: the stream's segments and the reservation they hold ---- */
+
+/*
+ * oi_uncut_held - the stream bytes of oi not yet cut that hold a free-space reservation
+ * (write.h invariant 7). fly_mu held, or oi drained with the write lock held. Pure.
+ */
+uint64_t oi_uncut_held(const struct oinode *oi);
+
+/*
+ * oi_seg_new - an empty segment at file offset off with room for cap bytes (WB_SEG,
+ * STORE_CHUNK_MAX, or a shrunk file's exact size), one reference: a buffer the write-back pool
+ * kept (resident: what it has charged for it), else a fresh one (nothing charged or populated).
+ * Returns it, or NULL on ENOMEM. Thread-safe (the pool's lock).
+ */
+struct seg *oi_seg_new(struct ckfs *fs, uint64_t off, size_t cap);
+
+/* oi_seg_put - drop a reference to sg (NULL is fine); the last one frees it (wb_seg_free).
+ * oi_segs_put - oi_seg_put every segment of a list linked by next. Thread-safe. */
+void oi_seg_put(struct ckfs *fs, struct seg *sg);
+void oi_segs_put(struct ckfs *fs, struct seg *list);
+
+/*
+ * oi_seg_populate - fault in len bytes of a segment buffer not touched yet in one call
+ * (MADV_POPULATE_WRITE, Linux 5.14), best effort: an older kernel refuses it and the pages fault
+ * as they are written. Thread-safe.
+ */
+void oi_seg_populate(uint8_t *buf, size_t len);
+
+/* oi_seg_at - the segment of oi's list holding byte pos (< data_end). fly_mu held. Pure. */
+struct seg *oi_seg_at(const struct oinode *oi, uint64_t pos);
+
+/* oi_segs_trim_locked - unlink the segments wholly below cut_start, never seg_tail (write.h
+ * invariant 6), onto *dead; fly_mu held; the caller oi_segs_put()s *dead after releasing it. */
+void oi_segs_trim_locked(struct oinode *oi, struct seg **dead);
 
 /*
  * oi_segs_copy_locked - copy bytes [pos, pos + n) of oi's stream into dst (n bytes); all of
@@ -35,6 +68,32 @@ void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end);
  * (invariant 5), write lock held. Cannot fail.
  */
 void oi_space_settle(struct ckfs *fs, struct oinode *oi);
+
+/* ---- oi_cut.c: the cutter, chunks in flight, pins ---- */
+
+/*
+ * Bytes of the stream the writer has appended and the cutter has not fed, at least this many,
+ * before the writer queues the cutter: 1 MiB, the average chunk (STORE_CHUNK_AVG), so a run of
+ * small writes costs one hand-over per chunk rather than one per write.
+ */
+#define CUT_KICK STORE_CHUNK_AVG
+
+/*
+ * oi_cut_kick - start oi's cutter if it is idle and at least min_bytes (>= 1) wait for it:
+ * queued in the write-back pool, or run on this thread when inline_cut or there is no pool.
+ * Write lock held, not fly_mu.
+ */
+void oi_cut_kick(struct ckfs *fs, struct oinode *oi, uint64_t min_bytes, bool inline_cut);
+
+/*
+ * oi_fly_harvest - move finished in-flight chunks, in file order, into the extents (their pins
+ * into pins[]); stop at the first one not finished. A failed one sets err and fly_lost. Write
+ * lock held.
+ */
+void oi_fly_harvest(struct ckfs *fs, struct oinode *oi);
+
+
+
 
 /*
  * oi_fly_drain - wait for oi's cutter, cut what it left, wait until no chunk of oi is in

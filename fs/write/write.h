@@ -345,7 +345,7 @@ bool cq_busy(struct ckfs *fs);
  * without a committer). Caller holds no lock: the commits take oinode locks and fs->mu. */
 void cq_wait_idle(struct ckfs *fs);
 
-/* ---- oinode.c (table, writes, cutter), oi_read.c (reads, seek), oi_commit.c (commit) ---- */
+/* ---- oinode.c (table, writes), oi_cut.c (cutter), oi_read.c (reads, seek), oi_commit.c ---- */
 
 /*
  * oi_cut_run - a worker runs oi's queued cutter (wb.c): feeds the bytes written since its last
@@ -360,9 +360,6 @@ void oi_cut_run(struct ckfs *fs, struct oinode *oi);
  * held.
  */
 void oi_job_run(struct ckfs *fs, struct fly_job *j);
-
-/* ckfs_now - a CLOCK_REALTIME timestamp in ns, strictly greater than any earlier one. */
-int64_t ckfs_now(struct ckfs *fs);
 
 /*
  * oi_get - the open-inode state of regular file ino, creating and loading it from the index
@@ -473,6 +470,11 @@ void oi_stream_shrink(struct ckfs *fs, struct oinode *oi);
 /* oi_error - the sticky error of oi (0 or -errno; read lock taken inside). */
 int oi_error(struct oinode *oi);
 
+/* ---- inode.c: inode lifetime (fs->mu held), the clock, chunks freed by a transaction ---- */
+
+/* ckfs_now - a CLOCK_REALTIME timestamp in ns, strictly greater than any earlier one. */
+int64_t ckfs_now(struct ckfs *fs);
+
 /* ino_release_collect / ino_release_finish - the idx_release_fn used by every transaction that can
  * free chunks: collect digests in the transaction, free their files after it commits. */
 struct ino_freed {
@@ -491,7 +493,6 @@ void ino_release_finish(struct ckfs *fs, struct ino_freed *fr, bool committed);
  */
 void ino_release_requeried(struct ckfs *fs, struct ino_freed *fr);
 
-/* ---- inode.c: inode lifetime (fs->mu held) ---- */
 
 /*
  * ino_lookup_inc - one more kernel reference to ino, taken by every successful entry reply.
