@@ -75,10 +75,12 @@ static int view_cmp(const void *a, const void *b)
 }
 
 /* The listed steps, sorted by view_cmp, into *l (zeroed by the caller, l->v freed by it on
- * every path). Costs one scan of the step table. fs->mu held. 0 or the index's -errno. */
+ * every path). Reads only the complete steps (the state index): a lookup or stat in the view
+ * costs what retention keeps, not the pruned rows a long job leaves in the table. fs->mu held.
+ * 0, -ENOMEM or the index's -errno. */
 static int view_steps(struct ckfs *fs, struct view_list *l)
 {
-	int rc = idx_step_foreach(fs->ix, view_collect_cb, l);
+	int rc = idx_step_newest_each(fs->ix, 0, IDX_STEP_COMPLETE, view_collect_cb, l);
 
 	if (rc == 0 && l->n > 1)
 		qsort(l->v, l->n, sizeof(*l->v), view_cmp);
