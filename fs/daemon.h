@@ -149,10 +149,10 @@ struct ckfs {
 	 * the queued invalidations (fs_flush_inval). Called with no lock held. */
 	void (*on_commit)(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
 	void (*flush_inval)(struct ckfs *fs);
-	/* With -o remote (the node layer, fs/node/): is step (kind, step) globally complete
-	 * (policy rule 5), with the other nodes' files of it in this namespace? NULL: one node,
-	 * every complete step counts. Called with mu held. */
-	bool (*global_ok)(struct ckfs *fs, int kind, int64_t step);
+	/* With -o remote (the node layer, fs/node/): is step row s globally complete (policy
+	 * rule 5), with the other nodes' files of it in this namespace? NULL: one node, every
+	 * complete step counts. Called with mu held. */
+	bool (*global_ok)(struct ckfs *fs, const struct idx_step *s);
 	struct node *node;       /* the node layer's state, or NULL (fs/node/node.c) */
 	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
 							       kernel's dentry cache; mu */

@@ -10,6 +10,10 @@
  *                  "mtime_ns": T, "flags": IDX_INODE_* bits, "xxh3_128": HEX or null,
  *                  "extents": [ [OFFSET, LENGTH, HEX], ... ] }, ... ] }
  * Every extent is one whole chunk (idx_extent): LENGTH is its raw size, HEX its XXH3-128.
+ * "step" is the step's number across nodes (policy_node_step): for MindFormers 1.0, whose step
+ * restarts every epoch, epoch * 2^32 + step, the name saying "{epoch}_{step}". MindFormers 1.0
+ * has no step directory: its paths are relative to the mount root, each rank's file of the step
+ * under its final name, "rank_3/llama_rank_3-1_400.ckpt", and "dirs" the rank_N holding them.
  * "version" is the XXH3-128 of the compact, key-sorted JSON text of "files": the same files with
  * the same bytes and times give the same version, so a part fetched back from the remote (a
  * node whose store was lost) is recognised as the one published, and a step saved again is a
@@ -107,6 +111,56 @@ static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, js
 	return rc < 0 ? rc : 0;
 }
 
+/*
+ * MindFormers 1.0's part (no step directory, steps_mf1.c): this node's files of step s, each
+ * rank_N/{prefix}-{epoch}_{step}.ckpt|.safetensors at the root under its final name (a .tmp is a
+ * save in progress, MindSpore _exec_save renames it), and the rank_N holding one into dirs.
+ */
+static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, json_t *files,
+		    size_t *own)
+{
+	struct steps_entries top = { 0 };
+	int64_t epoch, step;
+	int rc;
+
+	if (!policy_mf1_key(s, &epoch, &step))
+		return -EINVAL;
+	rc = steps_dir_entries(fs, IDX_ROOT_INO, 0, &top);
+	for (size_t i = 0; rc >= 0 && i < top.n; i++) {
+		struct steps_entries e = { 0 };
+		struct layout_match m;
+		size_t at = json_array_size(files);
+
+		if (!S_ISDIR(top.modes[i]) || layout_classify(top.names[i], LAYOUT_MF1, &m) < 0 ||
+		    m.kind != LAYOUT_MF1 || m.role != ROLE_PLAIN || m.rank < 0)
+			continue;
+		rc = steps_dir_entries(fs, top.inos[i], 1, &e);
+		for (size_t j = 0; rc >= 0 && j < e.n; j++) {
+			char path[LAYOUT_PATH_MAX];
+			bool foreign;
+			json_t *f;
+
+			snprintf(path, sizeof(path), "%s/%s", top.names[i], e.names[j]);
+			if (!S_ISREG(e.modes[j]) || layout_classify(path, LAYOUT_MF1, &m) < 0 ||
+			    m.role != ROLE_STEP_FILE || (m.flags & LAYOUT_F_TMP) ||
+			    m.epoch != epoch || m.step != step)
+				continue;
+			f = file_json(fs->ix, path, e.inos[j], &foreign);
+			if (foreign)
+				continue;
+			if (!f || json_array_append_new(files, f) < 0)
+				rc = -EIO;
+			(*own)++;
+		}
+		steps_dir_entries_free(&e);
+		if (rc >= 0 && json_array_size(files) > at &&
+		    json_array_append_new(dirs, json_string(top.names[i])) < 0)
+			rc = -ENOMEM;
+	}
+	steps_dir_entries_free(&top);
+	return rc < 0 ? rc : 0;
+}
+
 char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const char *node,
 			const char *version)
 {
@@ -140,8 +194,13 @@ json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char
 				     : "?";
 	char version[NODE_VERSION_LEN + 1];
 	size_t own = 0;
+	int64_t step = policy_node_step(s);
+	/* an MF1 row has no directory, unless retention kept its files (steps_mf1_before_remove) */
+	bool mf1 = s->kind == LAYOUT_MF1 && s->dir_ino == 0;
 
-	if (!dirs || !files || (!empty && walk(fs, s->dir_ino, "", dirs, files, 0, &own) < 0) ||
+	if (!dirs || !files || step < 0 ||
+	    (!empty && (mf1 ? walk_mf1(fs, s, dirs, files, &own)
+			    : walk(fs, s->dir_ino, "", dirs, files, 0, &own)) < 0) ||
 	    part_version(files, version) < 0) {
 		json_decref(dirs);
 		json_decref(files);
@@ -150,7 +209,7 @@ json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char
 	*ret_files = json_array_size(files);
 	m = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I, s:o, s:b, s:I, s:s, s:o, s:o}", "format",
 		      NODE_MANIFEST_FORMAT, "node", node, "nodes", (int)nodes, "kind", s->kind,
-		      "layout", layout, "step", (json_int_t)s->step, "name", policy_json_name(s->name),
+		      "layout", layout, "step", (json_int_t)step, "name", policy_json_name(s->name),
 		      "sealed", (int)sealed, "created_ns", (json_int_t)s->created_ns, "version",
 		      version, "dirs", dirs, "files", files);
 	return m;

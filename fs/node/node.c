@@ -751,8 +751,11 @@ static void seal_from_remote(struct node *n)
 	for (size_t i = 0; i < n->nparts && !blocked(n); i++) {
 		const struct node_part *p = &n->parts[i];
 
-		if (!p->sealed || p->stale || strcmp(p->node, n->name) == 0 ||
-		    has_part(n, n->name, p->kind, p->step) ||
+		/* MindFormers 1.0 has no barrier before its claims (each rank's meta.json claims
+		 * its own file, callback.py CheckpointMonitor._save_ckpt): another node's seal
+		 * says nothing of this node's ranks, whose own claims seal this node's part */
+		if (!p->sealed || p->stale || p->kind == LAYOUT_MF1 ||
+		    strcmp(p->node, n->name) == 0 || has_part(n, n->name, p->kind, p->step) ||
 		    key_in(n->sealed_here, n->nsealed, p->kind, p->step))
 			continue;
 		if (ckpt_grow(&v, &capv, nv, sizeof(*v)) < 0)
@@ -1030,26 +1033,101 @@ static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
 }
 
 /* The step of part p, as this node has it complete; created complete when this node has no
- * part of it (a node that starts with an empty store). fs->mu held, in a transaction. */
+ * part of it (a node that starts with an empty store). *ret_dir: the directory its manifests'
+ * paths are relative to (MindFormers 1.0, which has no step directory: the root). fs->mu held,
+ * in a transaction. */
 static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
-		      struct idx_step *ret)
+		      struct idx_step *ret, uint64_t *ret_dir)
 {
-	uint64_t dir;
+	bool mf1 = p->kind == LAYOUT_MF1;
+	uint64_t dir = IDX_ROOT_INO;
 	int64_t id;
 	int rc = idx_step_by_name(fs->ix, p->kind, p->name, ret);
 
-	if (rc == 0)
-		return ret->state == IDX_STEP_COMPLETE && ret->dir_ino ? 0 : -EBUSY;
+	if (rc == 0) {
+		*ret_dir = mf1 ? IDX_ROOT_INO : ret->dir_ino;
+		return ret->state == IDX_STEP_COMPLETE && (mf1 || ret->dir_ino) ? 0 : -EBUSY;
+	}
 	if (rc != -ENOENT || strchr(p->name, '/'))
 		return rc == -ENOENT ? -EINVAL : rc;
-	if ((rc = mkdirs(fs, IDX_ROOT_INO, p->name, now, &dir)) < 0 ||
-	    (rc = idx_step_create(fs->ix, p->kind, p->name, p->step, dir, now, &id)) < 0 ||
+	struct idx_step probe = { .kind = p->kind, .step = p->step };
+
+	snprintf(probe.name, sizeof(probe.name), "%s", p->name);
+	if (mf1 && policy_node_step(&probe) != p->step)
+		return -EINVAL; /* its name and its number disagree: not a step of the layout */
+	if ((!mf1 && (rc = mkdirs(fs, IDX_ROOT_INO, p->name, now, &dir)) < 0) ||
+	    (rc = idx_step_create(fs->ix, p->kind, p->name,
+				  policy_node_step_number(p->kind, p->step), mf1 ? 0 : dir, now,
+				  &id)) < 0 ||
 	    (rc = idx_step_set_state(fs->ix, id, IDX_STEP_SEALED, now, "sealed on another node")) <
 		    0 ||
 	    (rc = idx_step_set_state(fs->ix, id, IDX_STEP_COMPLETE, now,
 				     "complete on every node (from the remote)")) < 0)
 		return rc;
+	*ret_dir = dir;
 	return idx_step_get(fs->ix, id, ret);
+}
+
+/*
+ * May file f of part p go into the namespace? A MindFormers 1.0 part's paths are at the root
+ * (manifest.c): only a rank's file of p's step, rank_N/{prefix}-{epoch}_{step}.ckpt under its
+ * final name, so that a manifest never names another file of the root. Other layouts' paths are
+ * inside the step's directory (show_file checks them).
+ */
+static bool file_fits(const struct node_part *p, json_t *f)
+{
+	const char *path = json_string_value(json_object_get(f, "path"));
+	struct layout_match m;
+	struct idx_step probe = { .kind = p->kind };
+
+	if (p->kind != LAYOUT_MF1)
+		return true;
+	snprintf(probe.name, sizeof(probe.name), "%s", p->name);
+	return path && layout_classify(path, LAYOUT_MF1, &m) == 0 && m.kind == LAYOUT_MF1 &&
+	       m.role == ROLE_STEP_FILE && !(m.flags & LAYOUT_F_TMP) && m.rank >= 0 &&
+	       strchr(path, '/') == strrchr(path, '/') && policy_node_step(&probe) == p->step &&
+	       m.epoch >= 0 && m.epoch < INT32_MAX && m.step >= 0 &&
+	       m.step < POLICY_MF1_EPOCH_SPAN && m.epoch * POLICY_MF1_EPOCH_SPAN + m.step == p->step;
+}
+
+/*
+ * MindFormers 1.0's resume reads every rank's file of the step meta.json names (mindformers
+ * utils/resume_ckpt_utils.py get_resume_ckpt_list: the steps whose files exist for all ranks):
+ * once every node's files of global step k are shown, check that every rank of the world has its
+ * file (steps_mf1_whole), the check one node makes of its own steps. A rank with none (it wrote
+ * nothing of the step, or its node published before the file landed and has not published
+ * again yet) keeps the step unnamed (n->unlisted) until a part of it changes. Returns 0,
+ * -ENODATA (logged), or an -errno.
+ */
+static int mf1_whole_everywhere(struct node *n, const struct node_key *k)
+{
+	struct ckfs *fs = n->fs;
+	char name[IDX_STEP_NAME_MAX + 1] = "";
+	struct idx_step s;
+	size_t lo, hi;
+	int rc, rank = -1;
+
+	pthread_mutex_lock(&n->mu);
+	step_range(n, k->kind, k->step, &lo, &hi);
+	if (lo < hi)
+		memcpy(name, n->parts[lo].name, sizeof(name));
+	pthread_mutex_unlock(&n->mu);
+	pthread_mutex_lock(&fs->mu);
+	rc = idx_step_by_name(fs->ix, k->kind, name, &s);
+	if (rc == 0)
+		rc = steps_mf1_whole(fs, &s, &rank);
+	pthread_mutex_unlock(&fs->mu);
+	if (rc < 0)
+		return rc;
+	if (rc == 0) {
+		pthread_mutex_lock(&n->mu);
+		key_add(&n->unlisted, &n->capunlisted, &n->nunlisted, k->kind, k->step);
+		pthread_mutex_unlock(&n->mu);
+		node_set_error(n, "step '%s': rank %d has no file of it on any node; no meta.json "
+			       "names the step", name, rank);
+		return -ENODATA;
+	}
+	return 0;
 }
 
 /*
@@ -1123,6 +1201,7 @@ static int show_step(struct node *n, const struct node_key *k)
 	for (size_t i = 0; rc == 0 && i < nv; i++) {
 		char key[REMOTE_KEY_MAX + 1];
 		struct idx_step s;
+		uint64_t dir = 0;
 		json_t *m, *f;
 		size_t len, j;
 		void *buf;
@@ -1142,12 +1221,12 @@ static int show_step(struct node *n, const struct node_key *k)
 
 		pthread_mutex_lock(&fs->mu);
 		if ((rc = idx_begin(fs->ix)) == 0) {
-			rc = local_step(fs, &v[i], now, &s);
+			rc = local_step(fs, &v[i], now, &s, &dir);
 			json_array_foreach(json_object_get(m, "files"), j, f)
 			{
 				if (rc < 0)
 					break;
-				rc = show_file(fs, s.dir_ino, f, now);
+				rc = file_fits(&v[i], f) ? show_file(fs, dir, f, now) : -EBADMSG;
 			}
 			if (rc >= 0)
 				rc = idx_commit(fs->ix);
@@ -1160,6 +1239,8 @@ static int show_step(struct node *n, const struct node_key *k)
 	free(v);
 	if (rc == 0 && k->kind == LAYOUT_MF2)
 		rc = listed_everywhere(n, k);
+	if (rc == 0 && k->kind == LAYOUT_MF1)
+		rc = mf1_whole_everywhere(n, k);
 	return rc;
 }
 
@@ -1216,8 +1297,9 @@ static void show_global(struct node *n)
 		if (lo < hi)
 			memcpy(name, n->parts[lo].name, sizeof(name));
 		pthread_mutex_unlock(&n->mu);
-		/* every node shows it now: its directory object has done its work (node_dir.c) */
-		if (name[0])
+		/* every node shows it now: its directory object has done its work (node_dir.c);
+		 * MindFormers 1.0 has none */
+		if (name[0] && todo[i].kind != LAYOUT_MF1)
 			node_dir_unpublish(n->fs, name);
 		/* a new global step may free a place in retention (rule 5 counts global steps) */
 		pthread_mutex_lock(&n->fs->mu);
@@ -1434,7 +1516,7 @@ static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int6
 		return 1;
 	if (!(text = json_dumps(m, JSON_COMPACT)))
 		return -ENOMEM;
-	node_manifest_key(key, sizeof(key), s->kind, s->step, n->name,
+	node_manifest_key(key, sizeof(key), s->kind, policy_node_step(s), n->name,
 			  json_string_value(json_object_get(m, "version")));
 	rc = remote_put_if_absent(n->r, key, text, strlen(text));
 	if (rc == -EEXIST)
@@ -1484,7 +1566,7 @@ static int upload_begin(struct node *n, const struct idx_step *s, char *mark, si
 	struct lease mine, gc;
 	int rc;
 
-	snprintf(mark, cap, "uploads/%s/%d-%" PRId64, n->name, s->kind, s->step);
+	snprintf(mark, cap, "uploads/%s/%d-%" PRId64, n->name, s->kind, policy_node_step(s));
 	snprintf(who, sizeof(who), "ckptfs node '%s'", n->name);
 	lease_init(&mine, who, LEASE_UPLOAD_EXPIRY_S, lease_now_ns());
 	if ((rc = lease_put(n->r, mark, &mine, false)) < 0)
@@ -1545,51 +1627,65 @@ static int pending_cb(const struct idx_step *s, void *arg)
 	struct node *n = p->n;
 	struct node_part *q;
 	bool want = false, withdraw = false;
+	/* MindFormers 1.0's rows have no directory: its part is its ranks' files (manifest.c) */
+	bool mf1 = s->kind == LAYOUT_MF1;
+	int64_t step = policy_node_step(s);
 
-	if (s->dir_ino == 0 || (s->state != IDX_STEP_COMPLETE && s->state != IDX_STEP_WRITING &&
-				s->state != IDX_STEP_SEALED))
+	if ((s->dir_ino == 0 && !mf1) || step < 0 ||
+	    (s->state != IDX_STEP_COMPLETE && s->state != IDX_STEP_WRITING &&
+	     s->state != IDX_STEP_SEALED))
 		return 0;
 	if (s->state != IDX_STEP_COMPLETE) {
 		p->busy = true; /* a save in progress here */
 	} else if (ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS) {
 		pthread_mutex_lock(&n->mu); /* just complete here: busy until it is global */
-		p->busy |= !key_in(n->global, n->nglobal, s->kind, s->step);
+		p->busy |= !key_in(n->global, n->nglobal, s->kind, step);
 		pthread_mutex_unlock(&n->mu);
 	}
 	if (s->state == IDX_STEP_COMPLETE && (quiet_row(n, s->id) ||
 					      steps_version_shadowed(n->fs, s)))
 		return 0;
 	pthread_mutex_lock(&n->mu);
-	q = find_part(n, n->name, s->kind, s->step);
+	q = find_part(n, n->name, s->kind, step);
 	if (s->state != IDX_STEP_COMPLETE && s->id > p->ahead.id)
 		p->ahead = *s;
 	if (s->state != IDX_STEP_COMPLETE) {
 		/* a save of the step in progress here: the other nodes' parts known now are of an
 		 * earlier save (theirs of this one are published after its claim, which comes after
-		 * this node's files, so after this row); this node's part of an earlier save goes */
+		 * this node's files, so after this row); this node's part of an earlier save goes.
+		 * Not for MindFormers 1.0, which has no barrier: another node's ranks may have
+		 * saved and claimed the step before this node's ranks began it */
 		size_t lo, hi;
 
-		step_range(n, s->kind, s->step, &lo, &hi);
-		for (size_t i = lo; i < hi; i++)
+		step_range(n, s->kind, step, &lo, &hi);
+		for (size_t i = lo; i < hi && !mf1; i++)
 			if (n->parts[i].learnt_ns < s->created_ns && !n->parts[i].stale &&
 			    strcmp(n->parts[i].node, n->name) != 0) {
 				n->parts[i].stale = true;
-				recompute_step(n, s->kind, s->step);
-				key_del(n->shown, &n->nshown, s->kind, s->step);
-				key_del(n->unlisted, &n->nunlisted, s->kind, s->step);
+				recompute_step(n, s->kind, step);
+				key_del(n->shown, &n->nshown, s->kind, step);
+				key_del(n->unlisted, &n->nunlisted, s->kind, step);
 			}
 		withdraw = q && q->row_id != s->id;
 		/* a step being written (not sealed) that this node sealed from another node's
 		 * seal: that seal was of an earlier save (a row set aside since); this save takes
 		 * the seal of its own claim */
 		if (s->state == IDX_STEP_WRITING)
-			key_del(n->sealed_here, &n->nsealed, s->kind, s->step);
+			key_del(n->sealed_here, &n->nsealed, s->kind, step);
 	} else {
 		want = !q || q->row_id != s->id;
+		/* MindFormers 1.0: a rank of this node that had written nothing yet when the step
+		 * completed here (steps_mf1.c mf1_ranks) lands its file after it: looked at again
+		 * (publish compares the versions) until the step is global and shown, for as long
+		 * as a save's ranks take */
+		if (mf1 && !want && ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS &&
+		    !(key_in(n->global, n->nglobal, s->kind, step) &&
+		      key_in(n->shown, n->nshown, s->kind, step)))
+			want = true;
 	}
 	pthread_mutex_unlock(&n->mu);
 	if (withdraw && ckpt_grow(&p->w, &p->capw, p->nw, sizeof(*p->w)) == 0)
-		p->w[p->nw++] = (struct node_key){ s->kind, s->step };
+		p->w[p->nw++] = (struct node_key){ s->kind, step };
 	if (want) {
 		if (ckpt_grow(&p->v, &p->cap, p->nv, sizeof(*p->v)) < 0)
 			return -ENOMEM;
@@ -1631,7 +1727,7 @@ static void withdraw(struct node *n, const struct node_key *k)
  */
 static int publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed)
 {
-	struct node_part me = { .kind = s->kind, .step = s->step, .sealed = sealed,
+	struct node_part me = { .kind = s->kind, .step = policy_node_step(s), .sealed = sealed,
 				.created_ns = s->created_ns, .nodes = n->nodes, .seen = true,
 				.row_id = s->id, .learnt_ns = ckfs_now(n->fs) };
 	char mark[REMOTE_KEY_MAX + 1], old[REMOTE_KEY_MAX + 1] = "";
@@ -1668,7 +1764,7 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 	snprintf(me.version, sizeof(me.version), "%s",
 		 json_string_value(json_object_get(m, "version")));
 	pthread_mutex_lock(&n->mu);
-	q = find_part(n, n->name, s->kind, s->step);
+	q = find_part(n, n->name, s->kind, me.step);
 	if (q && strcmp(q->version, me.version) != 0)
 		node_manifest_key(old, sizeof(old), q->kind, q->step, q->node, q->version);
 	if (q)
@@ -1726,7 +1822,8 @@ static void publish(struct node *n)
 		send_ahead(n, &p.ahead);
 	for (size_t i = 0; i < p.nv && !blocked(n); i++) {
 		const struct idx_step *s = &p.v[i];
-		bool sealed = !key_in(n->sealed_here, n->nsealed, s->kind, s->step);
+		int64_t step = policy_node_step(s);
+		bool sealed = !key_in(n->sealed_here, n->nsealed, s->kind, step);
 		struct node_part *q;
 		size_t files = 0;
 		bool same;
@@ -1741,7 +1838,7 @@ static void publish(struct node *n)
 			continue;
 		}
 		pthread_mutex_lock(&n->mu);
-		q = find_part(n, n->name, s->kind, s->step);
+		q = find_part(n, n->name, s->kind, step);
 		/* the part published (before a restart), or fetched back from the remote (no file
 		 * here is this node's own then: the store was lost, or the part is empty) */
 		same = q && (files == 0 || strcmp(q->version,
@@ -1913,13 +2010,15 @@ static void *node_main(void *arg)
 /* fs->global_ok: step is globally complete and its other nodes' files are in this node's
  * namespace (show_global), so a resume that reads any rank's file through this mount finds it
  * once a tracker here names the step. */
-static bool global_ok(struct ckfs *fs, int kind, int64_t step)
+static bool global_ok(struct ckfs *fs, const struct idx_step *s)
 {
 	struct node *n = fs->node;
+	int64_t step = policy_node_step(s);
 	bool ok;
 
 	pthread_mutex_lock(&n->mu);
-	ok = key_in(n->global, n->nglobal, kind, step) && key_in(n->shown, n->nshown, kind, step);
+	ok = key_in(n->global, n->nglobal, s->kind, step) &&
+	     key_in(n->shown, n->nshown, s->kind, step);
 	pthread_mutex_unlock(&n->mu);
 	return ok;
 }
@@ -2266,7 +2365,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		size_t lo, hi;
 
 		step_range(n, a->kind, a->step, &lo, &hi);
-		PUT("step %s (%" PRId64 "): %s; published by", a->name, a->step,
+		PUT("step %s (%" PRId64 "): %s; published by", a->name,
+		    policy_node_step_number(a->kind, a->step),
 		    !key_in(n->global, n->nglobal, a->kind, a->step) ? "waiting for nodes"
 		    : key_in(n->shown, n->nshown, a->kind, a->step)
 			    ? "globally complete"
@@ -2321,7 +2421,8 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 		if (last[k] >= 0)
 			prom_i64(p, "ckptfs_remote_last_global_step", "layout",
-				 layout_name((enum layout_kind)k), last[k]);
+				 layout_name((enum layout_kind)k),
+				 policy_node_step_number(k, last[k]));
 	prom_family(p, "ckptfs_remote_upload_lag_seconds", "gauge",
 		    "The last published step: complete here to its manifest on the remote.");
 	prom_double(p, "ckptfs_remote_upload_lag_seconds", NULL, NULL,

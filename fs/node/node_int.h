@@ -27,7 +27,7 @@ struct node_part {
 	char name[IDX_STEP_NAME_MAX + 1]; /* the step directory's name */
 	char version[NODE_VERSION_LEN + 1]; /* which save of the step this part is */
 	int kind;                          /* enum layout_kind */
-	int64_t step;
+	int64_t step;                      /* policy_node_step: MF1's holds its epoch */
 	int64_t created_ns;                /* when the node made this version (its own clock) */
 	unsigned nodes;                    /* the job's node count as the node was told, 0: unsaid */
 	bool sealed;                       /* it carries the seal (policy rule 5) */
@@ -53,7 +53,7 @@ void node_count_error(struct node *n, enum node_err k);
 /* A step of one layout. */
 struct node_key {
 	int kind;
-	int64_t step;
+	int64_t step; /* its number across nodes (policy_node_step): MF1's holds its epoch */
 };
 
 /* The node layer's state (fs->node); the locking is node.c's invariant 3. */
@@ -76,8 +76,10 @@ struct node {
 	size_t nsealed, capsealed;
 	struct node_key *shown; /* global steps whose other nodes' files are in the namespace */
 	size_t nshown, capshown;
-	struct node_key *unlisted; /* global MindFormers 2.0 steps whose metadata.json names a file
-				      no node published (listed_everywhere); until their parts change */
+	struct node_key *unlisted; /* global steps no tracker may name until their parts change:
+				      MindFormers 2.0's whose metadata.json names a file no node
+				      published (listed_everywhere), MindFormers 1.0's with a rank
+				      whose file no node published (mf1_whole_everywhere) */
 	size_t nunlisted, capunlisted;
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
@@ -122,7 +124,8 @@ char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const cha
 
 /*
  * node_manifest_json - this node's manifest of step s (its directory's tree: dirs, files, their
- * extents), format at the top of manifest.c. sealed: this node saw the step's claim itself.
+ * extents; MindFormers 1.0, which has no directory: its ranks' files of the step under rank_N/),
+ * format at the top of manifest.c. sealed: this node saw the step's claim itself.
  * empty: a part with no file (this node's ranks wrote nothing of the step; s only names it).
  * Files shown from other nodes' manifests (IDX_INODE_FOREIGN) are not this node's part and are
  * left out. ret_files: the files in the part. Returns a new reference, or NULL (out of memory,

@@ -634,6 +634,23 @@ bool policy_mf1_key(const struct idx_step *s, int64_t *ret_epoch, int64_t *ret_s
 	return true;
 }
 
+int64_t policy_node_step(const struct idx_step *s)
+{
+	int64_t e, st;
+
+	if (s->kind != LAYOUT_MF1)
+		return s->step;
+	if (!policy_mf1_key(s, &e, &st) || e < 0 || e >= INT32_MAX || st < 0 ||
+	    st >= POLICY_MF1_EPOCH_SPAN)
+		return -1;
+	return e * POLICY_MF1_EPOCH_SPAN + st;
+}
+
+int64_t policy_node_step_number(int kind, int64_t key)
+{
+	return kind == LAYOUT_MF1 && key >= 0 ? key % POLICY_MF1_EPOCH_SPAN : key;
+}
+
 /* What mf1_claimed_cb looks for: the MF1 row of step number step made last before ts_ns. */
 struct mf1_claim {
 	int64_t step, ts_ns;

@@ -356,6 +356,22 @@ bool policy_is_slot(const struct idx_step *s);
 
 /* ---- many nodes (rule 5) ---- */
 
+/*
+ * policy_node_step - the number step row s is known by across nodes (the node layer's parts and
+ * keys, the remote's manifests, `ckptctl remote`): its step number, except for MindFormers 1.0,
+ * whose step restarts every epoch (MindSpore ModelCheckpoint names "{prefix}-{epoch}_
+ * {step_in_epoch}.ckpt", train/callback/_checkpoint.py): epoch * POLICY_MF1_EPOCH_SPAN + step,
+ * so that two epochs' steps of one number stay apart and the numbers order as (epoch, step) do.
+ * Returns >= 0, or -1 for an MF1 row whose epoch or step does not fit (epoch >= 2^31, step >=
+ * 2^32: never published). Pure.
+ */
+#define POLICY_MF1_EPOCH_SPAN ((int64_t)1 << 32)
+int64_t policy_node_step(const struct idx_step *s);
+
+/* policy_node_step_number - the step number of a step of kind known across nodes as key
+ * (policy_node_step): MF1's step within its epoch, key itself for any other kind. Pure. */
+int64_t policy_node_step_number(int kind, int64_t key);
+
 /* One node's published manifest of a step, as far as rule 5 needs it. */
 struct policy_part {
 	const char *node; /* the node's name (borrowed) */

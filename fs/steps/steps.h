@@ -226,6 +226,16 @@ int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct
 uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind);
 int steps_rank_dir(struct ckfs *fs, uint64_t dir);
 int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap);
+/*
+ * steps_mf1_whole - whether every rank of the world (-o ranks=N, else the rank_N directories at
+ * the root) has its file of MindFormers 1.0 step s here, written here or shown from another
+ * node's part, under its final name, committed and sound: the check one node makes of its own
+ * step (steps_mf1.c), made by the node layer over every node's part once the step is global
+ * and its other nodes' files are shown (node.c show_step). Returns 1; 0 with *ret_rank the first
+ * rank without such a file (-1: no rank_N directory at all); -EINVAL when s is no MF1 step.
+ * fs->mu held.
+ */
+int steps_mf1_whole(struct ckfs *fs, const struct idx_step *s, int *ret_rank);
 void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
 		    pid_t pid);
 

@@ -29,6 +29,13 @@
  * "{epoch}_{step}" and has no directory. It is complete when every rank of the world (-o ranks=N,
  * else the number of rank_N directories) has its file under the final name, committed, closed
  * and sound. rank_R/meta.json is virtual: it names the newest step complete on all ranks.
+ *
+ * Across nodes (-o remote, fs->global_ok set) each node judges its own ranks only (mf1_ranks):
+ * MindFormers 1.0 has no barrier between the ranks' saves (callback.py CheckpointMonitor.
+ * _save_ckpt: each rank saves and writes its own meta.json), so nothing on one node speaks for
+ * another node's ranks. The node layer publishes each node's files of the step (manifest.c),
+ * shows the other nodes' files under their rank_N/ once the step is global, and then asks
+ * steps_mf1_whole whether every rank of the world has its file; meta.json names only such steps.
  */
 
 /* The rank of directory dir if it is a top-level rank_N directory, else -1. */
@@ -110,33 +117,51 @@ static bool mf1_file(struct ckfs *fs, int rank, int64_t epoch, int64_t step, str
 	return f->found;
 }
 
-/* Are all ranks' files of (epoch, step) present, committed, closed and sound? */
-static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step, uint64_t *ret_files,
-		      uint64_t *ret_bytes, uint64_t *ret_stored)
+/* Is rank's file of (epoch, step) present, committed, closed and sound? Adds its size and
+ * stored bytes to *bytes and *stored. */
+static bool mf1_rank_sound(struct ckfs *fs, int rank, int64_t epoch, int64_t step,
+			   uint64_t *bytes, uint64_t *stored)
 {
-	int world = mf1_world(fs);
+	struct mf1_find f;
+	struct idx_inode a;
+	struct oinode *oi;
+	uint64_t st = 0;
+
+	if (!mf1_file(fs, rank, epoch, step, &f) || idx_inode_get(fs->ix, f.ino, &a) < 0 ||
+	    !a.has_hash || (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+		return false;
+	if ((oi = oi_find(fs, f.ino)) && atomic_load(&oi->ov_dirty))
+		return false;
+	*bytes += a.size;
+	if (idx_file_stored_bytes(fs->ix, f.ino, &st) == 0)
+		*stored += st;
+	return true;
+}
+
+/*
+ * Are the files of (epoch, step) of the n ranks ranks[0, n) (ranks NULL: ranks 0 .. n-1)
+ * present, committed, closed and sound? *ret_missing (may be NULL): the first rank that is not,
+ * set on false.
+ */
+static bool mf1_sound_over(struct ckfs *fs, int64_t epoch, int64_t step, const int *ranks,
+			   int n, uint64_t *ret_bytes, uint64_t *ret_stored, int *ret_missing)
+{
 	uint64_t bytes = 0, stored = 0;
 
-	if (world <= 0)
+	if (n <= 0) {
+		if (ret_missing)
+			*ret_missing = -1;
 		return false;
-	for (int r = 0; r < world; r++) {
-		struct mf1_find f;
-		struct idx_inode a;
-		struct oinode *oi;
-
-		if (!mf1_file(fs, r, epoch, step, &f) || idx_inode_get(fs->ix, f.ino, &a) < 0 ||
-		    !a.has_hash || (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
-			return false;
-		if ((oi = oi_find(fs, f.ino)) && atomic_load(&oi->ov_dirty))
-			return false;
-		bytes += a.size;
-		uint64_t st = 0;
-
-		if (idx_file_stored_bytes(fs->ix, f.ino, &st) == 0)
-			stored += st;
 	}
-	if (ret_files)
-		*ret_files = (uint64_t)world;
+	for (int i = 0; i < n; i++) {
+		int r = ranks ? ranks[i] : i;
+
+		if (!mf1_rank_sound(fs, r, epoch, step, &bytes, &stored)) {
+			if (ret_missing)
+				*ret_missing = r;
+			return false;
+		}
+	}
 	if (ret_bytes)
 		*ret_bytes = bytes;
 	if (ret_stored)
@@ -144,20 +169,106 @@ static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step, uint64_t *re
 	return true;
 }
 
-/* Has every rank's meta.json claimed (epoch, step) or a later step? (The MF1 commit marker.) */
-static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step)
+/* Are all ranks' files of (epoch, step) present, committed, closed and sound? */
+static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step)
 {
-	int world = mf1_world(fs);
+	return mf1_sound_over(fs, epoch, step, NULL, mf1_world(fs), NULL, NULL, NULL);
+}
 
-	if (world <= 0 || world > fs->mf1_nranks)
+/* Has the meta.json of each of the n ranks ranks[0, n) (NULL: 0 .. n-1) claimed (epoch, step) or
+ * a later step? (The MF1 commit marker.) */
+static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step, const int *ranks, int n)
+{
+	if (n <= 0)
 		return false;
-	for (int r = 0; r < world; r++) {
+	for (int i = 0; i < n; i++) {
+		int r = ranks ? ranks[i] : i;
+
+		if (r < 0 || r >= fs->mf1_nranks)
+			return false;
 		int64_t e = fs->mf1_claim[r].epoch, st = fs->mf1_claim[r].step;
 
 		if (e < epoch || (e == epoch && st < step))
 			return false;
 	}
 	return true;
+}
+
+/* idx_dir_list callback: stop at the first regular file written on this node. */
+static int own_file_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct ckfs *fs = *(struct ckfs **)arg;
+	struct idx_inode a;
+
+	(void)name;
+	(void)cookie;
+	if (!S_ISREG(mode) || idx_inode_get(fs->ix, ino, &a) < 0 || (a.flags & IDX_INODE_FOREIGN))
+		return 0;
+	*(struct ckfs **)arg = NULL; /* found */
+	return 1;
+}
+
+struct rank_set {
+	int *v;
+	uint64_t *dirs; /* the rank_N directory of each */
+	size_t n, cap, capdirs;
+	int err;
+};
+
+/* idx_dir_list callback over the root: the rank_N directories. */
+static int rank_dir_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct rank_set *rs = arg;
+	struct layout_match m;
+
+	(void)cookie;
+	if (!S_ISDIR(mode) || layout_classify(name, LAYOUT_NONE, &m) < 0 ||
+	    m.kind != LAYOUT_MF1 || m.role != ROLE_PLAIN || m.rank < 0)
+		return 0;
+	if (ckpt_grow(&rs->v, &rs->cap, rs->n, sizeof(*rs->v)) < 0 ||
+	    ckpt_grow(&rs->dirs, &rs->capdirs, rs->n, sizeof(*rs->dirs)) < 0) {
+		rs->err = -ENOMEM;
+		return 1;
+	}
+	rs->v[rs->n] = m.rank;
+	rs->dirs[rs->n++] = ino;
+	return 0;
+}
+
+/*
+ * The ranks this node judges its steps over, into *ret (malloc'd, the caller frees; NULL for
+ * ranks 0 .. count-1). One node: the world (mf1_world), NULL. Across nodes (fs->global_ok):
+ * the ranks whose meta.json was claimed here or whose rank_N directory holds a file written here
+ * (not one shown from another node, IDX_INODE_FOREIGN). A rank of this node that has written
+ * nothing yet at all (its first save) is not counted: as on one node without -o ranks, where it
+ * has no rank_N directory yet; its file, once there, goes into this node's part (node.c
+ * publishes again), and steps_mf1_whole judges the world. Returns the count (>= 0) or -ENOMEM.
+ */
+static int mf1_ranks(struct ckfs *fs, int **ret)
+{
+	struct rank_set rs = { 0 };
+	size_t o = 0;
+
+	*ret = NULL;
+	if (!fs->global_ok)
+		return mf1_world(fs);
+	/* the rank directories first: a listing is not nested in another (one statement each) */
+	if (idx_dir_list(fs->ix, IDX_ROOT_INO, 0, rank_dir_cb, &rs) < 0 || rs.err < 0) {
+		free(rs.v);
+		free(rs.dirs);
+		return rs.err < 0 ? rs.err : 0;
+	}
+	for (size_t i = 0; i < rs.n; i++) {
+		int r = rs.v[i];
+		struct ckfs *probe = fs; /* own_file_cb clears it when it finds one */
+
+		if ((r < fs->mf1_nranks && fs->mf1_claim[r].epoch >= 0) ||
+		    (idx_dir_list(fs->ix, rs.dirs[i], 0, own_file_cb, &probe) == 0 && !probe))
+			rs.v[o++] = r;
+	}
+	free(rs.dirs);
+	*ret = rs.v;
+	return (int)o;
 }
 
 /* Remember rank's newest meta.json claim. Returns 0 or -ENOMEM. */
@@ -196,17 +307,23 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 	struct idx_step s = *sp;
 	uint64_t files, bytes, stored;
 	int64_t e, st;
+	int *ranks = NULL, n;
+	bool ok;
 
 	if (s.state != IDX_STEP_WRITING && s.state != IDX_STEP_SEALED)
 		return;
-	if (!steps_mf1_key(&s, &e, &st) || !mf1_claimed(fs, e, st) ||
-	    !mf1_sound(fs, e, st, &files, &bytes, &stored))
+	if (!steps_mf1_key(&s, &e, &st) || (n = mf1_ranks(fs, &ranks)) <= 0)
 		return;
-	if (idx_begin(fs->ix) < 0)
+	ok = mf1_claimed(fs, e, st, ranks, n) &&
+	     mf1_sound_over(fs, e, st, ranks, n, &bytes, &stored, NULL);
+	free(ranks);
+	if (!ok || idx_begin(fs->ix) < 0)
 		return;
-	char note[64];
+	char note[80];
 
-	snprintf(note, sizeof(note), "all %" PRIu64 " ranks written and claimed", files);
+	files = (uint64_t)n;
+	snprintf(note, sizeof(note), "all %" PRIu64 " ranks%s written and claimed", files,
+		 fs->global_ok ? " of this node" : "");
 	if (idx_step_set_figures(fs->ix, s.id, files, bytes, stored, NULL) < 0 ||
 	    steps_set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0) {
 		idx_rollback(fs->ix);
@@ -301,9 +418,12 @@ static int mf1_best_cb(const struct idx_step *s, void *arg)
 		return 0;
 	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
 		return 0;
+	/* across nodes: every node's part in and every rank's file here (node.c show_step) */
+	if (b->fs->global_ok && !b->fs->global_ok(b->fs, s))
+		return 0;
 	/* the trainer may have deleted it since (keep_checkpoint_max): still all there, or kept
 	 * in /.ckptfs/retained because it was the newest (steps_mf1_before_remove)? */
-	if (!steps_is_retained(b->fs, s) && !mf1_sound(b->fs, e, st, NULL, NULL, NULL))
+	if (!steps_is_retained(b->fs, s) && !mf1_sound(b->fs, e, st))
 		return 0;
 	b->epoch = e;
 	b->step = st;
@@ -498,4 +618,17 @@ int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
 	t.epoch = b.epoch;
 	snprintf(t.ckpt_file, sizeof(t.ckpt_file), "%s", f.name);
 	return layout_tracker_format(LAYOUT_MF1, &t, buf, cap);
+}
+
+int steps_mf1_whole(struct ckfs *fs, const struct idx_step *s, int *ret_rank)
+{
+	int64_t e, st;
+	int missing = -1;
+
+	if (!steps_mf1_key(s, &e, &st))
+		return -EINVAL;
+	if (mf1_sound_over(fs, e, st, NULL, mf1_world(fs), NULL, NULL, &missing))
+		return 1;
+	*ret_rank = missing;
+	return 0;
 }

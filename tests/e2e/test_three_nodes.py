@@ -26,10 +26,10 @@ import ckfs  # noqa: E402
 from trainers import PYTHON, TRAINER, RUN_TIMEOUT  # noqa: E402
 
 NODES = 3
-LAYOUTS = ('megatron', 'mf2', 'deepspeed', 'hf', 'dcp', 'internevo', 'internevo-snap', 'orbax')
-# Not yet across nodes (issue 41 item 4), run only when named in CKPTFS_THREE_NODES_LAYOUTS:
-#   mf1             its steps have no directory, so no node publishes them
-NOT_YET = ('mf1',)
+LAYOUTS = ('megatron', 'mf2', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'internevo-snap',
+           'orbax')
+# Not yet across nodes, run only when named in CKPTFS_THREE_NODES_LAYOUTS: none today.
+NOT_YET = ()
 ONLY = [x for x in os.environ.get('CKPTFS_THREE_NODES_LAYOUTS', '').split(',') if x]
 
 

@@ -27,6 +27,10 @@ Scenarios:
   and no step becomes global on it.
 - name_taken_twice: two stores mounted as node a: the second says the name is taken and no step
   becomes global on it.
+- mf1_*: MindFormers 1.0 (no step directory: rank_R/{prefix}-{epoch}_{step}.ckpt and a virtual
+  rank_R/meta.json), ranks 0-1 through node a, 2-3 through b, 4-5 through c: every node names a
+  step in every rank's meta.json only once every node's ranks saved it, and serves every rank's
+  file; two epochs' steps of one number stay apart.
 
 Run: /usr/bin/python3 tests/mount/test_nodes3.py
 """
@@ -50,6 +54,8 @@ from ckfs import wait_for  # noqa: E402
 TRACKER = 'latest_checkpointed_iteration.txt'
 NAMES = ('a', 'b', 'c')
 SIZE = 192 << 10
+MF1_RANKS = {'a': (0, 1), 'b': (2, 3), 'c': (4, 5)}
+MF1_WORLD = 6
 
 
 def safetensors(raw):
@@ -241,6 +247,110 @@ class ThreeNodes(unittest.TestCase):
         want = self.mf2_save(20, writers=NAMES)
         self.trackers(20)
         self.serves(want)
+
+    # ---- MindFormers 1.0: per-rank files, no step directory (issue 41 item 4) ---------------
+    @staticmethod
+    def mf1_name(rank, epoch, step):
+        return 'llama_rank_%d-%d_%d.ckpt' % (rank, epoch, step)
+
+    def mf1_save(self, epoch, step, writers=NAMES, skip=()):
+        """MindFormers 1.0's save (tests/traces/mf1.md: mindformers core/callback/callback.py
+        CheckpointMonitor, MindSpore serialization.py _exec_save): each rank, with no barrier,
+        writes rank_R/{prefix}-{epoch}_{step}.ckpt as NAME.tmp, renames it and makes it 0400,
+        then writes rank_R/meta.json through a temporary file and os.replace. Ranks 0-1 through
+        node a, 2-3 through b, 4-5 through c, those of the nodes in writers, but not the ranks
+        in skip. Returns {relative path: bytes}."""
+        import json
+        want = {}
+        for n in writers:
+            for r in MF1_RANKS[n]:
+                if r in skip:
+                    continue
+                d = self.m[n].path('rank_%d' % r)
+                os.makedirs(d, exist_ok=True)
+                name = self.mf1_name(r, epoch, step)
+                data = ckfs.content('mf1 epoch %d step %d rank %d' % (epoch, step, r), SIZE)
+                tmp = os.path.join(d, name[:-len('.ckpt')] + '.tmp')
+                with open(tmp, 'ab') as f:
+                    f.write(data)
+                os.rename(tmp, os.path.join(d, name))
+                os.chmod(os.path.join(d, name), 0o400)
+                fd, t = tempfile.mkstemp(dir=d)
+                os.write(fd, json.dumps({'last_epoch': epoch, 'last_step': step,
+                                         'last_ckpt_file': name}).encode())
+                os.close(fd)
+                os.replace(t, os.path.join(d, 'meta.json'))
+                want['rank_%d/%s' % (r, name)] = data
+        return want
+
+    def mf1_metas(self):
+        """{(node, rank): meta.json as (epoch, step, file), or None}, every rank on every node."""
+        import json
+        out = {}
+        for n in NAMES:
+            for r in range(MF1_WORLD):
+                t = self.m[n].read_text('rank_%d' % r, 'meta.json')
+                out[(n, r)] = t and tuple(json.loads(t)[k] for k in
+                                          ('last_epoch', 'last_step', 'last_ckpt_file'))
+        return out
+
+    def mf1_named(self, epoch, step, timeout=30):
+        """Wait until every rank's meta.json on every node names (epoch, step) and that rank's
+        own file of it."""
+        want = {(n, r): (epoch, step, self.mf1_name(r, epoch, step))
+                for n in NAMES for r in range(MF1_WORLD)}
+        wait_for('every meta.json on every node naming %d_%d' % (epoch, step),
+                 lambda: self.mf1_metas() == want, timeout,
+                 lambda: 'meta.json %s\n%s' % (self.mf1_metas(), self.status()))
+
+    def mf1_serves(self, want):
+        """Every node lists and reads every rank's file, bit-exact."""
+        for n in NAMES:
+            for f, data in want.items():
+                d, name = f.split('/')
+                self.assertIn(name, os.listdir(self.m[n].path(d)),
+                              'node %s does not list %s\n%s' % (n, f, self.status()))
+            self.serves(want, nodes=(n,))
+
+    def test_mf1_every_rank_through_every_node(self):
+        want = self.mf1_save(1, 2)
+        self.mf1_named(1, 2)
+        self.mf1_serves(want)
+        # node c's ranks have not saved step 4 yet: no meta.json on any node names it
+        self.mf1_save(1, 4, writers=('a', 'b'))
+        time.sleep(3)
+        self.assertEqual(set(self.mf1_metas().values()),
+                         {(1, 2, self.mf1_name(r, 1, 2)) for r in range(MF1_WORLD)},
+                         self.status())
+        want.update(self.mf1_save(1, 4, writers=('c',)))
+        self.mf1_named(1, 4)
+        # epoch 2 restarts the step count: its step 2 is not epoch 1's
+        want.update(self.mf1_save(2, 2))
+        self.mf1_named(2, 2)
+        self.mf1_serves(want)
+
+    def test_mf1_a_rank_missing_on_one_node(self):
+        """MindFormers' resume loads every rank's file of the step meta.json names
+        (resume_ckpt_utils.py), so no meta.json may name a step a rank lacks. Rank 3 (node b)
+        has only made its directory when the other ranks have saved step 2: every node has a
+        part of it, and still no meta.json names it until rank 3's file is in. Then rank 3
+        saves step 2 but not step 4 (rank 2 of b writes its file of 4 and no meta.json)."""
+        os.makedirs(self.m['b'].path('rank_3'))
+        want = self.mf1_save(1, 2, skip=(3,))
+        wait_for('a node finding rank 3 missing', lambda: 'rank 3 has no file' in
+                 self.status(), 30, self.status)
+        self.assertEqual(set(self.mf1_metas().values()), {None}, self.status())
+        want.update(self.mf1_save(1, 2, writers=('b',), skip=(2,)))
+        self.mf1_named(1, 2)
+        self.mf1_serves(want)
+        self.mf1_save(1, 4, writers=('a', 'c'))
+        d = self.m['b'].path('rank_2')
+        with open(os.path.join(d, self.mf1_name(2, 1, 4)), 'wb') as f:
+            f.write(ckfs.content('rank 2 alone', SIZE))
+        time.sleep(3)
+        self.assertEqual(set(self.mf1_metas().values()),
+                         {(1, 2, self.mf1_name(r, 1, 2)) for r in range(MF1_WORLD)},
+                         self.status())
 
     # ---- the remote away at a restart (item 3) ---------------------------------------------
     def test_remote_away_at_restart(self):
