@@ -1032,24 +1032,48 @@ static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
 	return rc;
 }
 
-/* The step of part p, as this node has it complete; created complete when this node has no
- * part of it (a node that starts with an empty store). *ret_dir: the directory its manifests'
- * paths are relative to (MindFormers 1.0, which has no step directory: the root). fs->mu held,
- * in a transaction. */
+/*
+ * The step of part p, as this node has it complete; created complete when this node has no
+ * part of it (a node that starts with an empty store: its own part is on the remote only).
+ * *ret_dir: the directory its manifests' paths are relative to (MindFormers 1.0, which has no
+ * step directory: the root). An InternEvo slot ("snapshot/K", layout.h) is made as its
+ * directory only where none is: a slot directory this node has is the step engine's to judge.
+ * Its row here holding none of this node's files (a slot this node shows only) takes the number
+ * of the version shown, as the sealing node's marker numbered it (steps_slot.c invariant 1).
+ * fs->mu held, in a transaction.
+ */
 static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
 		      struct idx_step *ret, uint64_t *ret_dir)
 {
-	bool mf1 = p->kind == LAYOUT_MF1;
+	bool mf1 = p->kind == LAYOUT_MF1, slot = p->kind == LAYOUT_INTERNEVO && strchr(p->name, '/');
 	uint64_t dir = IDX_ROOT_INO;
 	int64_t id;
 	int rc = idx_step_by_name(fs->ix, p->kind, p->name, ret);
 
 	if (rc == 0) {
 		*ret_dir = mf1 ? IDX_ROOT_INO : ret->dir_ino;
-		return ret->state == IDX_STEP_COMPLETE && (mf1 || ret->dir_ino) ? 0 : -EBUSY;
+		if (ret->state != IDX_STEP_COMPLETE || !(mf1 || ret->dir_ino))
+			return -EBUSY;
+		if (slot && ret->step != p->step) {
+			if (own_files(fs, ret->dir_ino, ret->name))
+				return -EBUSY; /* this node's ranks wrote another version */
+			if ((rc = idx_step_set_number(fs->ix, ret->id, p->step)) < 0)
+				return rc;
+			ret->step = p->step;
+		}
+		return 0;
 	}
-	if (rc != -ENOENT || strchr(p->name, '/'))
-		return rc == -ENOENT ? -EINVAL : rc;
+	if (rc != -ENOENT)
+		return rc;
+	if (strchr(p->name, '/')) {
+		uint64_t top, cur;
+
+		if (!slot)
+			return -EINVAL;
+		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &top) == 0 &&
+		    idx_dentry_lookup(fs->ix, top, strchr(p->name, '/') + 1, &cur) == 0)
+			return -EBUSY;
+	}
 	struct idx_step probe = { .kind = p->kind, .step = p->step };
 
 	snprintf(probe.name, sizeof(probe.name), "%s", p->name);

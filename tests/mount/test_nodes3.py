@@ -31,6 +31,8 @@ Scenarios:
   rank_R/meta.json), ranks 0-1 through node a, 2-3 through b, 4-5 through c: every node names a
   step in every rank's meta.json only once every node's ranks saved it, and serves every rank's
   file; two epochs' steps of one number stay apart.
+- a_cold_node_shows_a_slot: a node whose store was lost shows an InternEvo snapshot slot (a step
+  named "snapshot/K") it has no row of, from the parts on the remote.
 
 Run: /usr/bin/python3 tests/mount/test_nodes3.py
 """
@@ -419,6 +421,33 @@ class ThreeNodes(unittest.TestCase):
         self.assertNotIn('snapshot/0 (2): globally complete', b.status_text())
         self.assertNotIn(' b', [ln for ln in b.status_text().splitlines()
                                 if 'snapshot/0 (2)' in ln][0].split('published by')[1])
+
+    def test_a_cold_node_shows_a_slot(self):
+        """Snapshot slot 0 holds step 2 on every node, then node c's store is lost and c is
+        mounted again on an empty one: c has no row of the slot, only its part on the remote,
+        and must still show the slot, every rank's shard and the marker, as the other nodes do
+        (InternEvo's resume, checkpoint_manager.py query_latest_snapshot_step_local, walks the
+        folders for the highest N.step and loads that folder)."""
+        want = {}
+        for r, n in enumerate(NAMES):
+            want[os.path.join('snapshot', '0', 'optimizer_tp0_pp0_zo%d.pt' % r)] = \
+                self.slot_write(n, r, 'step 2')
+        with open(self.m['a'].path('snapshot', '0', '2.step'), 'wb') as f:
+            f.write(b'step 2')
+        want[os.path.join('snapshot', '0', '2.step')] = b'step 2'
+        line = 'snapshot/0 (2): globally complete;'
+        wait_for('slot 0 at step 2 global on every node',
+                 lambda: all(line in self.m[n].status_text() for n in NAMES), 30, self.status)
+        c = self.m['c']
+        c.unmount()
+        shutil.rmtree(c.store)
+        os.makedirs(c.store)
+        c.start()
+        wait_for('node c showing slot 0', lambda: line in c.status_text(), 30,
+                 lambda: c.status_text() + c.log_tail(20))
+        self.assertEqual(sorted(os.listdir(c.path('snapshot', '0'))),
+                         sorted(os.path.basename(f) for f in want), c.status_text())
+        self.serves(want, nodes=('c',))
 
     # ---- a damaged chunk on the remote (item 5) --------------------------------------------
     def remote_chunks_of(self, node, step):

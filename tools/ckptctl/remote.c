@@ -308,7 +308,10 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 		const struct r_step *s = &c->steps[i];
 		char q[CTL_QUOTE_CAP(IDX_STEP_NAME_MAX)];
 
-		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n", s->step,
+		/* MindFormers 1.0's number across nodes holds its epoch (policy_node_step); its
+		 * name "{epoch}_{step}" says both */
+		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n",
+		       policy_node_step_number(s->kind, s->step),
 		       ctl_quote(s->name, q, sizeof(q)),
 		       r_global(s, nodes) ? "global" : "waiting_for_nodes", s->nodes,
 		       s->files, ctl_short_size(s->bytes, s1, sizeof(s1)));
@@ -394,7 +397,7 @@ int cmd_remote(const struct ctl_opts *o)
 			const struct r_step *s = &c.steps[i];
 
 			json_array_append_new(a, json_pack("{s:I, s:s, s:s, s:s, s:b, s:I, s:I}",
-							   "step", (json_int_t)s->step, "name",
+							   "step", (json_int_t)policy_node_step_number(s->kind, s->step), "name",
 							   s->name, "nodes", s->nodes, "state",
 							   r_global(s, nodes)
 								   ? "global"
