@@ -571,3 +571,24 @@ Test(policy, global_complete)
 	cr_assert_not(policy_global_complete(both, 2, 0));
 	cr_assert_not(policy_global_complete(NULL, 0, 1));
 }
+
+/* a step's number across nodes: MindFormers 1.0's step restarts every epoch, so its number holds
+ * the epoch, and the numbers order as (epoch, step) */
+Test(policy, node_step)
+{
+	struct idx_step mf1a = { .kind = LAYOUT_MF1, .step = 2, .name = "1_2" };
+	struct idx_step mf1b = { .kind = LAYOUT_MF1, .step = 2, .name = "2_2" };
+	struct idx_step mf1c = { .kind = LAYOUT_MF1, .step = 4000, .name = "1_4000" };
+	struct idx_step big = { .kind = LAYOUT_MF1, .step = 1, .name = "4294967296_1" };
+	struct idx_step bad = { .kind = LAYOUT_MF1, .step = 1, .name = "x" };
+	struct idx_step meg = { .kind = LAYOUT_MEGATRON, .step = 100, .name = "iter_0000100" };
+
+	cr_assert_eq(policy_node_step(&meg), 100);
+	cr_assert_neq(policy_node_step(&mf1a), policy_node_step(&mf1b), "two epochs' step 2");
+	cr_assert_lt(policy_node_step(&mf1a), policy_node_step(&mf1c));
+	cr_assert_lt(policy_node_step(&mf1c), policy_node_step(&mf1b), "(1, 4000) < (2, 2)");
+	cr_assert_eq(policy_node_step_number(LAYOUT_MF1, policy_node_step(&mf1b)), 2);
+	cr_assert_eq(policy_node_step_number(LAYOUT_MEGATRON, 100), 100);
+	cr_assert_eq(policy_node_step(&big), -1, "an epoch that does not fit");
+	cr_assert_eq(policy_node_step(&bad), -1);
+}
