@@ -313,7 +313,7 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n",
 		       policy_node_step_number(s->kind, s->step),
 		       ctl_quote(s->name, q, sizeof(q)),
-		       r_global(s, nodes) ? "global" : "waiting_for_nodes", s->nodes,
+		       r_global(s, nodes) ? "global" : "waiting for nodes", s->nodes,
 		       s->files, ctl_short_size(s->bytes, s1, sizeof(s1)));
 	}
 }
@@ -397,11 +397,14 @@ int cmd_remote(const struct ctl_opts *o)
 			const struct r_step *s = &c.steps[i];
 
 			json_array_append_new(a, json_pack("{s:I, s:s, s:s, s:s, s:b, s:I, s:I}",
-							   "step", (json_int_t)policy_node_step_number(s->kind, s->step), "name",
+							   "step",
+							   (json_int_t)policy_node_step_number(s->kind,
+											       s->step),
+							   "name",
 							   s->name, "nodes", s->nodes, "state",
 							   r_global(s, nodes)
 								   ? "global"
-								   : "waiting for nodes",
+								   : "waiting_for_nodes",
 							   "sealed", s->sealed, "files",
 							   (json_int_t)s->files, "logical_bytes",
 							   (json_int_t)s->bytes));
