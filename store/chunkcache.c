@@ -92,13 +92,14 @@ void store_buf_put(struct store *st, uint8_t *p, uint32_t cap)
 }
 
 /*
- * Load chunk h from disk (fetched first when missing, fetch true and a fetch function set),
+ * Load chunk h from disk as how says (store_chunk_read_whole; fetched first when missing, fetch
+ * true and a fetch function set),
  * decode it and check its digest (invariants 2 and 7). On success *ret_data is a buffer of
  * buf_get (give it back with store_buf_put(st, data, *ret_cap)) holding *ret_size bytes.
  * Returns 0, -ENOENT, -EIO, -EBADMSG, -ENOMEM, or the fetch function's -EAGAIN.
  */
-int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, uint8_t **ret_data,
-		     uint32_t *ret_size, uint32_t *ret_cap)
+int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, unsigned how,
+		     uint8_t **ret_data, uint32_t *ret_size, uint32_t *ret_cap)
 {
 	struct chunk_hdr hdr;
 	struct store_hash got;
@@ -107,9 +108,9 @@ int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, u
 	uint32_t cap = 0;
 	int err;
 
-	err = store_chunk_read_whole(st, h, &hdr, &file);
+	err = store_chunk_read_whole(st, h, how, &hdr, &file);
 	if (err == -ENOENT && fetch && st->fetch && (err = st->fetch(st, h, st->fetch_arg)) == 0)
-		err = store_chunk_read_whole(st, h, &hdr, &file);
+		err = store_chunk_read_whole(st, h, how, &hdr, &file);
 	if (err)
 		return err;
 	data = buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap);
@@ -234,9 +235,11 @@ static void cache_put(struct store *st, struct cache_ent *e)
  * Insert e (refs == 1, owned by the caller) unless an entry for its digest is already linked.
  * Returns the entry the caller now holds a reference to: e itself (now also referenced by the
  * table), or the existing one, in which case e has been freed. Evicts least recently used
- * entries until cache_used <= cache_cap.
+ * entries until cache_used <= cache_cap. keep > 0 (the mount's check, invariant 13): e is
+ * linked only when cache_used stays within keep, nothing is evicted, and e is returned unlinked
+ * otherwise.
  */
-static struct cache_ent *cache_insert(struct store *st, struct cache_ent *e)
+static struct cache_ent *cache_insert(struct store *st, struct cache_ent *e, size_t keep)
 {
 	struct cache_ent *old, *victims = NULL, *v;
 
@@ -248,6 +251,12 @@ static struct cache_ent *cache_insert(struct store *st, struct cache_ent *e)
 		ent_free(st, e);
 		return old;
 	}
+	if (keep && st->cache_used + e->cap > keep) {
+		pthread_mutex_unlock(&st->cache_lock);
+		return e;
+	}
+	if (keep)
+		st->kept++;
 	e->refs++; /* the table's */
 	e->linked = true;
 	e->hnext = st->buckets[cache_bucket(st, &e->hash)];
@@ -339,7 +348,7 @@ static int chunk_get(struct store *st, const struct store_hash *h, struct cache_
 		st->loads++;
 	pthread_mutex_unlock(&st->cache_lock);
 
-	err = store_chunk_load(st, h, !warm, &data, &size, &cap);
+	err = store_chunk_load(st, h, !warm, STORE_RD_DIRECT, &data, &size, &cap);
 	e = NULL;
 	if (!err && !(e = calloc(1, sizeof(*e)))) {
 		store_buf_put(st, data, cap);
@@ -352,7 +361,7 @@ static int chunk_get(struct store *st, const struct store_hash *h, struct cache_
 		e->cap = cap;
 		e->refs = 1;
 		if (cap <= st->cache_cap)
-			e = cache_insert(st, e);
+			e = cache_insert(st, e, 0);
 	}
 	pthread_mutex_lock(&st->cache_lock);
 	for (pp = &st->loading; *pp != &me; pp = &(*pp)->next)
@@ -444,17 +453,165 @@ int store_chunk_verify(struct store *st, const struct store_hash *h)
 	uint32_t size, cap;
 	int err;
 
-	err = store_chunk_load(st, h, true, &data, &size, &cap);
+	err = store_chunk_load(st, h, true, STORE_RD_DIRECT, &data, &size, &cap);
 	if (err)
 		return err;
 	store_buf_put(st, data, cap);
 	return 0;
 }
 
+/* ---- the mount's check (invariant 13) ---- */
+
+/* List h as left in the page cache by the check; a list that cannot grow just misses it. */
+static void primed_add(struct store *st, const struct store_hash *h)
+{
+	pthread_mutex_lock(&st->primed_lock);
+	if (st->nprimed == st->primed_cap) {
+		size_t cap = st->primed_cap ? 2 * st->primed_cap : 256;
+		struct primed_ent *p = realloc(st->primed, cap * sizeof(*p));
+
+		if (p) {
+			st->primed = p;
+			st->primed_cap = cap;
+		}
+	}
+	if (st->nprimed < st->primed_cap) {
+		st->primed[st->nprimed].h = *h;
+		st->primed[st->nprimed++].taken = false;
+		st->primed_left++;
+		st->primed_added++;
+	}
+	pthread_mutex_unlock(&st->primed_lock);
+}
+
+static int primed_cmp(const void *a, const void *b)
+{
+	return memcmp(((const struct primed_ent *)a)->h.b, ((const struct primed_ent *)b)->h.b,
+		      STORE_HASH_LEN);
+}
+
+/* The check has ended: sort the list so that loads can look chunks up in it. */
+static void primed_publish(struct store *st)
+{
+	pthread_mutex_lock(&st->primed_lock);
+	qsort(st->primed, st->nprimed, sizeof(*st->primed), primed_cmp);
+	st->primed_ready = true;
+	pthread_mutex_unlock(&st->primed_lock);
+}
+
+bool store_primed_take(struct store *st, const struct store_hash *h)
+{
+	struct primed_ent key = { .h = *h }, *p = NULL;
+
+	pthread_mutex_lock(&st->primed_lock);
+	if (st->primed_ready && st->primed_left)
+		p = bsearch(&key, st->primed, st->nprimed, sizeof(*st->primed), primed_cmp);
+	if (p && p->taken)
+		p = NULL;
+	if (p) {
+		p->taken = true;
+		if (--st->primed_left == 0) {
+			free(st->primed);
+			st->primed = NULL;
+			st->nprimed = st->primed_cap = 0;
+		}
+	}
+	pthread_mutex_unlock(&st->primed_lock);
+	return p != NULL;
+}
+
+void store_primed_hit(struct store *st)
+{
+	pthread_mutex_lock(&st->primed_lock);
+	st->primed_hits++;
+	pthread_mutex_unlock(&st->primed_lock);
+}
+
+/*
+ * The mount's check of chunk h: 0 at once when the cache holds it (read from disk and verified
+ * since store_open, invariant 2); else read it through the page cache, decode it and re-hash
+ * it, and keep it for the reader that follows: linked into the cache while the check's share
+ * (keep bytes) has room, its pages then dropped; else its pages left in the page cache and its
+ * digest listed (invariant 13). A load of h by another thread meanwhile is waited for, as
+ * chunk_get does. Returns 0 or store_chunk_load's -errno.
+ */
+static int chunk_check(struct store *st, const struct store_hash *h, size_t keep)
+{
+	struct cache_ent *e = NULL;
+	struct loading me, **pp;
+	uint8_t *data;
+	uint32_t size, cap;
+	bool linked = false;
+	int err;
+
+	pthread_mutex_lock(&st->cache_lock);
+	for (;;) {
+		struct loading *l;
+
+		if (cache_find(st, h)) {
+			pthread_mutex_unlock(&st->cache_lock);
+			return 0;
+		}
+		for (l = st->loading; l && memcmp(l->hash.b, h->b, STORE_HASH_LEN); l = l->next)
+			;
+		if (!l)
+			break;
+		pthread_cond_wait(&st->load_cv, &st->cache_lock);
+	}
+	me.hash = *h;
+	me.next = st->loading;
+	st->loading = &me;
+	st->checked++;
+	pthread_mutex_unlock(&st->cache_lock);
+
+	err = store_chunk_load(st, h, true, STORE_RD_KEEP_PAGES, &data, &size, &cap);
+	if (!err && (e = calloc(1, sizeof(*e)))) {
+		struct cache_ent *got;
+
+		e->hash = *h;
+		e->data = data;
+		e->size = size;
+		e->cap = cap;
+		e->refs = 1;
+		got = cache_insert(st, e, keep);
+		pthread_mutex_lock(&st->cache_lock);
+		linked = got->linked;
+		pthread_mutex_unlock(&st->cache_lock);
+		cache_put(st, got); /* unlinked: freed here */
+	} else if (!err) {
+		store_buf_put(st, data, cap);
+	}
+	if (!err && linked)
+		store_chunk_drop_pages(st, h); /* the decoded copy serves the reader */
+	else if (!err)
+		primed_add(st, h);
+	pthread_mutex_lock(&st->cache_lock);
+	for (pp = &st->loading; *pp != &me; pp = &(*pp)->next)
+		;
+	*pp = me.next;
+	pthread_cond_broadcast(&st->load_cv);
+	pthread_mutex_unlock(&st->cache_lock);
+	return err;
+}
+
+void store_check_figures(struct store *st, uint64_t *ret_checked, uint64_t *ret_kept,
+			 uint64_t *ret_primed, uint64_t *ret_primed_hits)
+{
+	pthread_mutex_lock(&st->cache_lock);
+	*ret_checked = st->checked;
+	*ret_kept = st->kept;
+	pthread_mutex_unlock(&st->cache_lock);
+	pthread_mutex_lock(&st->primed_lock);
+	*ret_primed = st->primed_added;
+	*ret_primed_hits = st->primed_hits;
+	pthread_mutex_unlock(&st->primed_lock);
+}
+
 struct verify_job {
 	struct store *st;
 	const struct store_hash *hs;
 	size_t n;
+	size_t keep;         /* 0: store_chunk_verify; else chunk_check's share of the cache */
 	int *results;
 	_Atomic size_t next; /* the next entry to take */
 };
@@ -465,14 +622,15 @@ static void *verify_main(void *arg)
 	size_t i;
 
 	while ((i = atomic_fetch_add(&j->next, 1)) < j->n)
-		j->results[i] = store_chunk_verify(j->st, &j->hs[i]);
+		j->results[i] = j->keep ? chunk_check(j->st, &j->hs[i], j->keep)
+					: store_chunk_verify(j->st, &j->hs[i]);
 	return NULL;
 }
 
 void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n,
-			 unsigned nthreads, int *results)
+			 unsigned nthreads, size_t keep, int *results)
 {
-	struct verify_job j = { .st = st, .hs = hs, .n = n, .results = results };
+	struct verify_job j = { .st = st, .hs = hs, .n = n, .keep = keep, .results = results };
 
 	if (nthreads == 0) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -486,6 +644,8 @@ void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n
 		nthreads = (unsigned)n;
 	atomic_init(&j.next, 0);
 	store_parallel(nthreads, verify_main, &j);
+	if (keep)
+		primed_publish(st);
 }
 
 int store_cache_init(struct store *st)

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "store/store.h"
@@ -268,33 +269,74 @@ void *store_thread_buf(unsigned slot, size_t len)
 	return t->slot[slot].p;
 }
 
+void store_chunk_drop_pages(const struct store *st, const struct store_hash *h)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	if (store_chunk_path(st, h, path, sizeof(path)) < 0)
+		return;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+}
+
+/*
+ * Read chunk h's file of size bytes from the page cache into buf, if all of it is there: the
+ * mount's check left it there (invariant 13). fd is open with O_DIRECT; it is taken off for the
+ * try (RWF_NOWAIT: a page not cached fails the read instead of waiting for the disk) and put back
+ * after it. The pages are dropped once read: the decoded bytes go to the chunk cache, and the
+ * check's copy has served its one reader. Returns true when buf holds the file.
+ */
+static bool read_primed(int fd, uint8_t *buf, size_t size)
+{
+	int fl = fcntl(fd, F_GETFL);
+	struct iovec iov = { .iov_base = buf, .iov_len = size };
+	ssize_t r = -1;
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) < 0)
+		return false;
+	do
+		r = preadv2(fd, &iov, 1, 0, RWF_NOWAIT);
+	while (r < 0 && errno == EINTR);
+	if (r == (ssize_t)size)
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	(void)fcntl(fd, F_SETFL, fl); /* failing, the read goes on through the page cache */
+	return r == (ssize_t)size;
+}
+
 /*
  * Read all of chunk h's file (header and payload) into this thread's STORE_TBUF_PAYLOAD buffer
- * and validate its header (hdr_check). The file is read with O_DIRECT, in one request rounded up
+ * and validate its header (hdr_check). STORE_RD_DIRECT: the file is read with O_DIRECT, in one
+ * request rounded up
  * to DIRECT_ALIGN: the bytes land in a buffer the daemon already has mapped instead of in fresh
  * page-cache pages copied from there; it also checks what is on the disk, not a cached copy (the
  * kernel writes back dirty pages of the range first, so a just-written chunk reads correctly).
- * Whatever
+ * The exception is a chunk the mount's check read into the page cache for its reader
+ * (STORE_RD_KEEP_PAGES, invariant 13): that copy was read from the disk moments ago, and the
+ * caller re-hashes it as it would the disk's. Whatever
  * O_DIRECT cannot do (EINVAL at open, or at a read: a filesystem without it, an offset left
  * unaligned by a short read) goes on through the page cache.
  * On success *ret_file points at the file's bytes (not owned; valid until this thread's next
  * store_thread_buf(STORE_TBUF_PAYLOAD)). Returns 0, -ENOENT, -ENOMEM or -EIO.
  */
-int store_chunk_read_whole(const struct store *st, const struct store_hash *h,
-			    struct chunk_hdr *ret_hdr, uint8_t **ret_file)
+int store_chunk_read_whole(struct store *st, const struct store_hash *h, unsigned how,
+			   struct chunk_hdr *ret_hdr, uint8_t **ret_file)
 {
 	char path[PATH_MAX];
 	struct stat sb;
 	uint8_t *buf;
 	size_t size, want, got;
-	bool direct = true;
+	bool direct = how == STORE_RD_DIRECT;
 	int fd, fl, err;
 
 	err = store_chunk_path(st, h, path, sizeof(path));
 	if (err)
 		return err;
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
-	if (fd < 0 && errno == EINVAL) {
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (direct ? O_DIRECT : 0));
+	if (fd < 0 && errno == EINVAL && direct) {
 		direct = false;
 		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	}
@@ -312,7 +354,12 @@ int store_chunk_read_whole(const struct store *st, const struct store_hash *h,
 		err = -ENOMEM;
 		goto out;
 	}
-	for (got = 0; got < size;) {
+	got = 0;
+	if (direct && store_primed_take(st, h) && read_primed(fd, buf, size)) {
+		store_primed_hit(st);
+		got = size;
+	}
+	while (got < size) {
 		ssize_t r;
 
 		if (direct && direct_refused_by_test()) {

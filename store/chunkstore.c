@@ -63,9 +63,22 @@
  *  12. chunks/ and its shard directories are real directories, not symbolic links (checked by
  *      store_open), and no chunk, temporary or free file is opened through a link (O_NOFOLLOW):
  *      the owner of the store may plant links, and the daemon may run as root.
+ *  13. The mount's check (store_chunks_verify with keep > 0) reads each chunk once for itself
+ *      and for the reader that follows it, through the page cache. A chunk it verified is
+ *      linked into the cache when cache_used stays within keep, and nothing is evicted for it
+ *      (the first chunks in the order given stay for the reader, who reads in that order); its
+ *      pages are then dropped. A chunk that does not fit keeps its pages in the page cache and
+ *      its digest is listed in primed: the next load of it (STORE_RD_DIRECT) takes the file
+ *      from the page cache if all of it is still there (RWF_NOWAIT), drops those pages and
+ *      takes it off the list, else reads the disk. Either way the bytes are re-hashed before
+ *      use (invariant 2). The page cache is the kernel's to reclaim, so what the check leaves
+ *      there costs no memory the kernel cannot take back; the daemon's own stays cache_cap,
+ *      plus 24 bytes per listed chunk. primed is sorted (and primed_ready set) when the check
+ *      ends; until then nothing is taken from it. It is freed when every entry is taken and
+ *      when the store closes.
  *
  * Lock order: sync_lock -> dirty_lock; dirty_lock and cache_lock are leaves; no path holds
- * cache_lock with either of the others.
+ * cache_lock with either of the others. primed_lock is a leaf.
  */
 #include <assert.h>
 #include <dirent.h>
@@ -222,6 +235,7 @@ int store_open(const char *root, const struct store_opts *opts, struct store **r
 	pthread_mutex_init(&st->cache_lock, NULL);
 	pthread_mutex_init(&st->pool_lock, NULL);
 	pthread_mutex_init(&st->free_lock, NULL);
+	pthread_mutex_init(&st->primed_lock, NULL);
 	pthread_cond_init(&st->load_cv, NULL);
 	pthread_mutex_init(&st->sync_lock, NULL);
 	st->root_fd = -1;
@@ -283,6 +297,8 @@ void store_close(struct store *st)
 	pthread_mutex_destroy(&st->cache_lock);
 	pthread_mutex_destroy(&st->pool_lock);
 	pthread_mutex_destroy(&st->free_lock);
+	pthread_mutex_destroy(&st->primed_lock);
+	free(st->primed);
 	pthread_cond_destroy(&st->load_cv);
 	free(st);
 }
@@ -326,7 +342,7 @@ static int put_existing(struct store *st, const struct store_hash *h, const void
 		return err == -ENOMEM ? err : 0;
 	close(fd);
 	if (st->verify_dedup_hits) {
-		err = store_chunk_load(st, h, true, &data, &size, &cap);
+		err = store_chunk_load(st, h, true, STORE_RD_DIRECT, &data, &size, &cap);
 		if (err == -ENOMEM)
 			return err;
 		if (err)
@@ -544,7 +560,7 @@ int store_chunk_recode(struct store *st, const struct store_hash *h,
 
 	if (st->read_only)
 		return -EROFS;
-	err = store_chunk_read_whole(st, h, &hdr, &file);
+	err = store_chunk_read_whole(st, h, STORE_RD_DIRECT, &hdr, &file);
 	if (err)
 		return err;
 	if (hdr.codec != STORE_CODEC_DEFERRED) {

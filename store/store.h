@@ -452,11 +452,28 @@ int store_chunk_verify(struct store *st, const struct store_hash *h);
  * decode and re-hash; results[i] (n entries, the
  * caller's) gets hs[i]'s result: 0 or store_chunk_verify's -errno (or a fetch function's -EAGAIN,
  * store_set_fetch). A thread that cannot be started leaves its share to the others; never fails.
- * Each chunk is read once per entry: pass each digest once. Thread-safe; returns when all n are
- * done.
+ * Each chunk is read once per entry: pass each digest once. Chunks are taken in the order given.
+ * @keep: 0, every chunk is read from the disk and dropped. Else, bytes (at most the cache's
+ * size): the check that precedes a reader of these chunks (a mount's check of the newest step),
+ * whose reads they are to serve (chunkstore.c invariant 13): a chunk the cache holds counts as
+ * verified (it was, when it was loaded); the chunks verified are linked into the cache while it
+ * holds at most keep bytes, never evicting anything, and the ones past that are read through
+ * the page cache and left there, so that the reader's first load of each takes it from memory
+ * (re-hashed again) instead of the disk. The memory the daemon itself holds stays within the
+ * cache's size; what is left in the page cache is the kernel's to reclaim.
+ * Thread-safe; returns when all n are done.
  */
 void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n,
-			 unsigned nthreads, int *results);
+			 unsigned nthreads, size_t keep, int *results);
+
+/*
+ * store_check_figures - what store_chunks_verify with keep > 0 did since store_open:
+ * *ret_checked chunks it read from disk, *ret_kept of them it linked into the cache,
+ * *ret_primed of them it left in the page cache for the reader, *ret_primed_hits loads served from that page-cache copy.
+ * Counts of chunks. Thread-safe.
+ */
+void store_check_figures(struct store *st, uint64_t *ret_checked, uint64_t *ret_kept,
+			 uint64_t *ret_primed, uint64_t *ret_primed_hits);
 
 /*
  * store_chunk_delete - remove chunk h's file (and drop it from the cache).

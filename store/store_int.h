@@ -152,6 +152,17 @@ struct store {
 	pthread_cond_t load_cv;     /* a load ended; with cache_lock */
 	uint64_t hits, loads;       /* store_cache_figures */
 	uint64_t warmed;            /* loads by store_chunk_warm (read-ahead) */
+	uint64_t checked, kept;     /* store_check_figures: loads by the mount's check, kept */
+
+	pthread_mutex_t primed_lock; /* leaf lock: guards the fields below (invariant 13) */
+	struct primed_ent {
+		struct store_hash h;
+		bool taken;         /* read back (or tried) once */
+	} *primed;                  /* checked chunks left in the page cache, sorted once ready */
+	size_t nprimed, primed_cap, primed_left; /* primed_left: entries not taken */
+	bool primed_ready;          /* sorted: lookups may bsearch it */
+	uint64_t primed_added;      /* chunks ever listed */
+	uint64_t primed_hits;       /* loads served from the page cache the check left */
 
 	pthread_mutex_t pool_lock;  /* leaf lock: guards the pool (invariant 9) */
 	struct {
@@ -202,15 +213,23 @@ void store_hdr_encode(const struct chunk_hdr *h, uint8_t out[STORE_HDR_LEN]);
 int store_chunk_open(const struct store *st, const struct store_hash *h, int *ret_fd,
 		     struct chunk_hdr *ret_hdr);
 
+/* How store_chunk_read_whole reads a chunk file. */
+enum {
+	STORE_RD_DIRECT,     /* O_DIRECT where the filesystem allows it; a chunk the mount's check
+			      * left in the page cache (invariant 13) is taken from there first */
+	STORE_RD_KEEP_PAGES, /* through the page cache, and its pages left there for the reader
+			      * that follows the mount's check (invariant 13) */
+};
+
 /*
  * store_chunk_read_whole - read all of chunk h's file (header and payload) into this thread's
- * STORE_TBUF_PAYLOAD buffer, with O_DIRECT when the filesystem allows it, and validate its header
+ * STORE_TBUF_PAYLOAD buffer, as how (enum above) says, and validate its header
  * as store_chunk_open does. The digest of the payload is not checked here.
  * On success *ret_file points at the file's bytes (borrowed: valid until this thread's next
  * store_thread_buf(STORE_TBUF_PAYLOAD)) and *ret_hdr holds the header.
  * Returns 0, -ENOENT, -ENOMEM or -EIO. Thread-safe; takes no store lock.
  */
-int store_chunk_read_whole(const struct store *st, const struct store_hash *h,
+int store_chunk_read_whole(struct store *st, const struct store_hash *h, unsigned how,
 			   struct chunk_hdr *ret_hdr, uint8_t **ret_file);
 
 /*
@@ -238,16 +257,33 @@ int store_cache_init(struct store *st);
 void store_cache_free(struct store *st);
 
 /*
- * store_chunk_load - load chunk h from disk, decode it and check its XXH3-128 against h
- * (invariants 2 and 7), bypassing the cache. A chunk file missing here is fetched through
+ * store_chunk_load - load chunk h from disk (read as how says: store_chunk_read_whole), decode
+ * it and check its XXH3-128 against h (invariants 2 and 7), bypassing the cache. A chunk file missing here is fetched through
  * store_set_fetch's function when fetch is true and one is set. On success *ret_data is a pooled
  * buffer (owned: give it back with store_buf_put(st, data, *ret_cap)) holding *ret_size raw bytes.
  * Returns 0, -ENOENT, -EIO (unreadable or malformed file), -EBADMSG (payload does not decode or
  * its digest differs), -ENOMEM, or the fetch function's -EAGAIN. Thread-safe (takes pool_lock
  * briefly).
  */
-int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, uint8_t **ret_data,
-		     uint32_t *ret_size, uint32_t *ret_cap);
+int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, unsigned how,
+		     uint8_t **ret_data, uint32_t *ret_size, uint32_t *ret_cap);
+
+/*
+ * store_primed_take - whether chunk h is one the mount's check left in the page cache
+ * (invariant 13) and not yet read back; if so it is taken off the list (one try per chunk).
+ * Thread-safe (primed_lock).
+ */
+bool store_primed_take(struct store *st, const struct store_hash *h);
+
+/*
+ * store_chunk_drop_pages - drop chunk h's file from the page cache (POSIX_FADV_DONTNEED), best
+ * effort: the mount's check read it there and the cache now holds its decoded bytes
+ * (invariant 13). Thread-safe; takes no store lock.
+ */
+void store_chunk_drop_pages(const struct store *st, const struct store_hash *h);
+
+/* store_primed_hit - count a load served from the page cache the check left. Thread-safe. */
+void store_primed_hit(struct store *st);
 
 /*
  * store_buf_put - give back a buffer of cap bytes obtained from store_chunk_load, to the pool

@@ -219,6 +219,13 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 	put(o, "chunk reads:        %" PRIu64 " from the cache, %" PRIu64 " loaded by the "
 	       "reader, %" PRIu64 " loaded ahead (readahead_mb=%" PRIu64 ")\n", c_hits, c_loads,
 	    c_warmed, fs->ra ? fs->ra_window >> 20 : 0);
+	uint64_t k_checked, k_kept, k_primed, k_primed_hits;
+
+	/* the check's reads serve the trainer's first read of the step (store_chunks_verify) */
+	store_check_figures(fs->st, &k_checked, &k_kept, &k_primed, &k_primed_hits);
+	put(o, "mount check reads:  %" PRIu64 " chunks, %" PRIu64 " kept in the cache, %" PRIu64
+	       " left in the page cache (%" PRIu64 " read back from there)\n", k_checked, k_kept,
+	    k_primed, k_primed_hits);
 	put(o, "deferred chunks:    %" PRIu64 " (%" PRIu64 " MiB stored raw, to compress when "
 	       "the workers are idle); since mount %" PRIu64 " deferred, %" PRIu64
 	       " compressed; defer_compress=%s\n", st->codec_chunks[STORE_CODEC_DEFERRED],

@@ -628,6 +628,7 @@ static int ensure_dir(struct ckfs *fs, uint64_t parent, const char *name, uint32
 struct vchunk {
 	struct store_hash h;
 	uint64_t ino;
+	size_t pos; /* its place in the files' order: collect_tree's */
 };
 
 struct vchunks {
@@ -663,6 +664,7 @@ static int collect_tree(struct ckfs *fs, uint64_t dir, int depth, struct vchunks
 			if ((rc = ckpt_grow(&c->v, &c->cap, c->n, sizeof(*c->v))) < 0)
 				break;
 			memcpy(c->v[c->n].h.b, ext[j].hash, STORE_HASH_LEN);
+			c->v[c->n].pos = c->n;
 			c->v[c->n++].ino = e.inos[i];
 		}
 		free(ext);
@@ -671,16 +673,30 @@ static int collect_tree(struct ckfs *fs, uint64_t dir, int depth, struct vchunks
 	return rc < 0 ? rc : 0;
 }
 
+/* By digest, then by place: the first of equal digests is the one met first in the files. */
 static int vchunk_cmp(const void *a, const void *b)
 {
-	return memcmp(((const struct vchunk *)a)->h.b, ((const struct vchunk *)b)->h.b,
-		      STORE_HASH_LEN);
+	const struct vchunk *x = a, *y = b;
+	int c = memcmp(x->h.b, y->h.b, STORE_HASH_LEN);
+
+	return c ? c : x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int vchunk_pos_cmp(const void *a, const void *b)
+{
+	const struct vchunk *x = a, *y = b;
+
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
 /*
  * Re-read and re-hash every chunk of the files under dir, each once, several at a time
- * (store_chunks_verify's default threads); mark the bad ones in the index. Returns the number
- * of bad chunks found (>= 0) or -errno.
+ * (store_chunks_verify's default threads); mark the bad ones in the index. The chunks go in the
+ * files' order and stay for the trainer's read that follows (store_chunks_verify's keep): in
+ * half the chunk cache, the other half being the read-ahead's (fs/write/ra.c keeps what it
+ * queues within half the cache), so that the read-ahead past the kept chunks does not evict
+ * them before the reader gets there; past that, in the page cache. Returns the number of bad
+ * chunks found (>= 0) or -errno.
  */
 static int verify_tree(struct ckfs *fs, uint64_t dir)
 {
@@ -695,6 +711,7 @@ static int verify_tree(struct ckfs *fs, uint64_t dir)
 	for (size_t i = 0; i < c.n; i++) /* each digest once, with the first inode holding it */
 		if (n == 0 || memcmp(c.v[n - 1].h.b, c.v[i].h.b, STORE_HASH_LEN) != 0)
 			c.v[n++] = c.v[i];
+	qsort(c.v, n, sizeof(*c.v), vchunk_pos_cmp); /* back in the order a trainer reads */
 	hs = malloc((n ? n : 1) * sizeof(*hs));
 	res = malloc((n ? n : 1) * sizeof(*res));
 	if (!hs || !res) {
@@ -703,7 +720,7 @@ static int verify_tree(struct ckfs *fs, uint64_t dir)
 	}
 	for (size_t i = 0; i < n; i++)
 		hs[i] = c.v[i].h;
-	store_chunks_verify(fs->st, hs, n, 0, res);
+	store_chunks_verify(fs->st, hs, n, 0, store_cache_bytes(fs->st) / 2, res);
 	for (size_t i = 0; i < n; i++) {
 		if (res[i] == 0 || res[i] == -EAGAIN) /* -EAGAIN: on a remote that did not answer */
 			continue;
@@ -724,7 +741,9 @@ out:
  * re-hash its chunks now; a damaged one becomes corrupt and leaves the namespace, and the next
  * newest is checked in turn. Costs one read of one step per layout in use, several chunks at a
  * time (verify_tree), with fs->mu held throughout: nothing reads the namespace until it ends
- * (start_checker).
+ * (start_checker). That read is also the trainer's: what it verified stays in the chunk cache
+ * and the page cache for the resume's first read (verify_tree), which then does not go to the
+ * disk again.
  */
 static void verify_newest(struct ckfs *fs)
 {

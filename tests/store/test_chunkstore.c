@@ -1156,7 +1156,7 @@ Test(chunkstore, verify_many_on_threads)
 	for (unsigned threads = 0; threads <= 8; threads = threads ? threads * 2 : 1) {
 		for (int i = 0; i < N; i++)
 			res[i] = 12345;
-		store_chunks_verify(st, h, N, threads, res);
+		store_chunks_verify(st, h, N, threads, 0, res);
 		for (int i = 0; i < N; i++) {
 			int want = i == 3 || i == N - 1 ? -EBADMSG : i == 10 ? -ENOENT : 0;
 
@@ -1164,7 +1164,7 @@ Test(chunkstore, verify_many_on_threads)
 				     res[i], want);
 		}
 	}
-	store_chunks_verify(st, h, 0, 4, res);
+	store_chunks_verify(st, h, 0, 4, 0, res);
 	store_close(st);
 	free(buf);
 }
