@@ -462,13 +462,14 @@ int store_chunk_verify(struct store *st, const struct store_hash *h)
 
 /* ---- the mount's check (invariant 13) ---- */
 
-/* List h as left in the page cache by the check; a list that cannot grow just misses it. */
-static void primed_add(struct store *st, const struct store_hash *h)
+/* List h (size raw bytes) as left in the page cache by the check; a list that cannot grow just
+ * misses it. */
+static void primed_add(struct store *st, const struct store_hash *h, uint32_t size)
 {
 	pthread_mutex_lock(&st->primed_lock);
 	if (st->nprimed == st->primed_cap) {
 		size_t cap = st->primed_cap ? 2 * st->primed_cap : 256;
-		struct primed_ent *p = realloc(st->primed, cap * sizeof(*p));
+		struct store_hash *p = realloc(st->primed, cap * sizeof(*p));
 
 		if (p) {
 			st->primed = p;
@@ -476,17 +477,16 @@ static void primed_add(struct store *st, const struct store_hash *h)
 		}
 	}
 	if (st->nprimed < st->primed_cap) {
-		st->primed[st->nprimed].h = *h;
-		st->primed[st->nprimed++].taken = false;
-		st->primed_left++;
+		st->primed[st->nprimed++] = *h;
 		st->primed_added++;
+		st->primed_bytes += size;
 	}
 	pthread_mutex_unlock(&st->primed_lock);
 }
 
 static int primed_cmp(const void *a, const void *b)
 {
-	return memcmp(((const struct primed_ent *)a)->h.b, ((const struct primed_ent *)b)->h.b,
+	return memcmp(((const struct store_hash *)a)->b, ((const struct store_hash *)b)->b,
 		      STORE_HASH_LEN);
 }
 
@@ -499,25 +499,15 @@ static void primed_publish(struct store *st)
 	pthread_mutex_unlock(&st->primed_lock);
 }
 
-bool store_primed_take(struct store *st, const struct store_hash *h)
+bool store_primed_has(struct store *st, const struct store_hash *h)
 {
-	struct primed_ent key = { .h = *h }, *p = NULL;
+	bool has = false;
 
 	pthread_mutex_lock(&st->primed_lock);
-	if (st->primed_ready && st->primed_left)
-		p = bsearch(&key, st->primed, st->nprimed, sizeof(*st->primed), primed_cmp);
-	if (p && p->taken)
-		p = NULL;
-	if (p) {
-		p->taken = true;
-		if (--st->primed_left == 0) {
-			free(st->primed);
-			st->primed = NULL;
-			st->nprimed = st->primed_cap = 0;
-		}
-	}
+	if (st->primed_ready && st->nprimed)
+		has = bsearch(h, st->primed, st->nprimed, sizeof(*st->primed), primed_cmp) != NULL;
 	pthread_mutex_unlock(&st->primed_lock);
-	return p != NULL;
+	return has;
 }
 
 void store_primed_hit(struct store *st)
@@ -529,19 +519,20 @@ void store_primed_hit(struct store *st)
 
 /*
  * The mount's check of chunk h: 0 at once when the cache holds it (read from disk and verified
- * since store_open, invariant 2); else read it through the page cache, decode it and re-hash
- * it, and keep it for the reader that follows: linked into the cache while the check's share
- * (keep bytes) has room, its pages then dropped; else its pages left in the page cache and its
- * digest listed (invariant 13). A load of h by another thread meanwhile is waited for, as
- * chunk_get does. Returns 0 or store_chunk_load's -errno.
+ * since store_open, invariant 2); else read it, decode it and re-hash it, and keep it for the
+ * reader that follows (invariant 13): linked into the cache while keep->cache_bytes has room,
+ * and read through the page cache while the check has left less than keep->page_bytes there,
+ * its pages left there and its digest listed. A load of h by another thread meanwhile is waited
+ * for, as chunk_get does. Returns 0 or store_chunk_load's -errno.
  */
-static int chunk_check(struct store *st, const struct store_hash *h, size_t keep)
+static int chunk_check(struct store *st, const struct store_hash *h,
+		       const struct store_keep *keep)
 {
 	struct cache_ent *e = NULL;
 	struct loading me, **pp;
 	uint8_t *data;
 	uint32_t size, cap;
-	bool linked = false;
+	bool paged;
 	int err;
 
 	pthread_mutex_lock(&st->cache_lock);
@@ -563,28 +554,26 @@ static int chunk_check(struct store *st, const struct store_hash *h, size_t keep
 	st->loading = &me;
 	st->checked++;
 	pthread_mutex_unlock(&st->cache_lock);
+	pthread_mutex_lock(&st->primed_lock);
+	paged = st->primed_bytes < keep->page_bytes;
+	pthread_mutex_unlock(&st->primed_lock);
 
-	err = store_chunk_load(st, h, true, STORE_RD_KEEP_PAGES, &data, &size, &cap);
-	if (!err && (e = calloc(1, sizeof(*e)))) {
-		struct cache_ent *got;
-
+	err = store_chunk_load(st, h, true, paged ? STORE_RD_KEEP_PAGES : STORE_RD_DIRECT, &data,
+			       &size, &cap);
+	if (!err && keep->cache_bytes && (e = calloc(1, sizeof(*e)))) {
 		e->hash = *h;
 		e->data = data;
 		e->size = size;
 		e->cap = cap;
 		e->refs = 1;
-		got = cache_insert(st, e, keep);
-		pthread_mutex_lock(&st->cache_lock);
-		linked = got->linked;
-		pthread_mutex_unlock(&st->cache_lock);
-		cache_put(st, got); /* unlinked: freed here */
+		cache_put(st, cache_insert(st, e, keep->cache_bytes)); /* unlinked: freed here */
 	} else if (!err) {
 		store_buf_put(st, data, cap);
 	}
-	if (!err && linked)
-		store_chunk_drop_pages(st, h); /* the decoded copy serves the reader */
-	else if (!err)
-		primed_add(st, h);
+	/* linked or not: a linked chunk evicted before its reader gets there (read-ahead, other
+	 * files) is then loaded from the page cache, not the disk */
+	if (!err && paged)
+		primed_add(st, h, size);
 	pthread_mutex_lock(&st->cache_lock);
 	for (pp = &st->loading; *pp != &me; pp = &(*pp)->next)
 		;
@@ -611,7 +600,7 @@ struct verify_job {
 	struct store *st;
 	const struct store_hash *hs;
 	size_t n;
-	size_t keep;         /* 0: store_chunk_verify; else chunk_check's share of the cache */
+	const struct store_keep *keep; /* NULL: store_chunk_verify; else chunk_check's */
 	int *results;
 	_Atomic size_t next; /* the next entry to take */
 };
@@ -628,7 +617,7 @@ static void *verify_main(void *arg)
 }
 
 void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n,
-			 unsigned nthreads, size_t keep, int *results)
+			 unsigned nthreads, const struct store_keep *keep, int *results)
 {
 	struct verify_job j = { .st = st, .hs = hs, .n = n, .keep = keep, .results = results };
 
@@ -643,6 +632,11 @@ void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n
 	if (nthreads > n)
 		nthreads = (unsigned)n;
 	atomic_init(&j.next, 0);
+	if (keep) { /* the list grows unsorted until primed_publish */
+		pthread_mutex_lock(&st->primed_lock);
+		st->primed_ready = false;
+		pthread_mutex_unlock(&st->primed_lock);
+	}
 	store_parallel(nthreads, verify_main, &j);
 	if (keep)
 		primed_publish(st);

@@ -269,26 +269,12 @@ void *store_thread_buf(unsigned slot, size_t len)
 	return t->slot[slot].p;
 }
 
-void store_chunk_drop_pages(const struct store *st, const struct store_hash *h)
-{
-	char path[PATH_MAX];
-	int fd;
-
-	if (store_chunk_path(st, h, path, sizeof(path)) < 0)
-		return;
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	close(fd);
-}
-
 /*
  * Read chunk h's file of size bytes from the page cache into buf, if all of it is there: the
  * mount's check left it there (invariant 13). fd is open with O_DIRECT; it is taken off for the
  * try (RWF_NOWAIT: a page not cached fails the read instead of waiting for the disk) and put back
- * after it. The pages are dropped once read: the decoded bytes go to the chunk cache, and the
- * check's copy has served its one reader. Returns true when buf holds the file.
+ * after it. The pages stay: a chunk evicted from the chunk cache before its reader is done with
+ * it (read-ahead, other files) is loaded from them again. Returns true when buf holds the file.
  */
 static bool read_primed(int fd, uint8_t *buf, size_t size)
 {
@@ -301,8 +287,6 @@ static bool read_primed(int fd, uint8_t *buf, size_t size)
 	do
 		r = preadv2(fd, &iov, 1, 0, RWF_NOWAIT);
 	while (r < 0 && errno == EINTR);
-	if (r == (ssize_t)size)
-		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	(void)fcntl(fd, F_SETFL, fl); /* failing, the read goes on through the page cache */
 	return r == (ssize_t)size;
 }
@@ -355,7 +339,7 @@ int store_chunk_read_whole(struct store *st, const struct store_hash *h, unsigne
 		goto out;
 	}
 	got = 0;
-	if (direct && store_primed_take(st, h) && read_primed(fd, buf, size)) {
+	if (direct && store_primed_has(st, h) && read_primed(fd, buf, size)) {
 		store_primed_hit(st);
 		got = size;
 	}

@@ -63,19 +63,20 @@
  *  12. chunks/ and its shard directories are real directories, not symbolic links (checked by
  *      store_open), and no chunk, temporary or free file is opened through a link (O_NOFOLLOW):
  *      the owner of the store may plant links, and the daemon may run as root.
- *  13. The mount's check (store_chunks_verify with keep > 0) reads each chunk once for itself
- *      and for the reader that follows it, through the page cache. A chunk it verified is
- *      linked into the cache when cache_used stays within keep, and nothing is evicted for it
- *      (the first chunks in the order given stay for the reader, who reads in that order); its
- *      pages are then dropped. A chunk that does not fit keeps its pages in the page cache and
- *      its digest is listed in primed: the next load of it (STORE_RD_DIRECT) takes the file
- *      from the page cache if all of it is still there (RWF_NOWAIT), drops those pages and
- *      takes it off the list, else reads the disk. Either way the bytes are re-hashed before
- *      use (invariant 2). The page cache is the kernel's to reclaim, so what the check leaves
- *      there costs no memory the kernel cannot take back; the daemon's own stays cache_cap,
- *      plus 24 bytes per listed chunk. primed is sorted (and primed_ready set) when the check
- *      ends; until then nothing is taken from it. It is freed when every entry is taken and
- *      when the store closes.
+ *  13. The mount's check (store_chunks_verify with keep) reads each chunk once for itself and
+ *      for the reader that follows it. While the chunks it left in the page cache (primed_bytes,
+ *      raw) are fewer than keep->page_bytes, it reads through the page cache, leaves the pages
+ *      there and lists the digest in primed; past that, it reads with O_DIRECT. A chunk it
+ *      verified is linked into the cache when cache_used stays within keep->cache_bytes, and
+ *      nothing is evicted for it (the first chunks in the order given stay for the reader, who
+ *      reads in that order). A load of a listed chunk (STORE_RD_DIRECT: its reader's, when it
+ *      is not in the cache) takes the file from the page cache if all of it is still there
+ *      (RWF_NOWAIT), else reads the disk; the bytes are re-hashed before use either way
+ *      (invariant 2): the page cache holds what the check read from the disk, and a copy that
+ *      differs fails the digest as the disk's would. The page cache is the kernel's to reclaim;
+ *      the daemon's own memory stays cache_cap, plus 16 bytes per listed chunk (one step's
+ *      chunks per layout and mount). primed is sorted (and primed_ready set) when the check
+ *      ends; until then nothing is looked up in it. It is freed when the store closes.
  *
  * Lock order: sync_lock -> dirty_lock; dirty_lock and cache_lock are leaves; no path holds
  * cache_lock with either of the others. primed_lock is a leaf.

@@ -446,6 +446,16 @@ int store_chunk_verify(struct store *st, const struct store_hash *h);
 #define STORE_VERIFY_THREADS_PER_CPU 4
 
 /*
+ * What the check that precedes a reader keeps for it (store_chunks_verify), bytes: raw bytes of
+ * verified chunks linked into the cache (at most the cache's size; the first chunks in the
+ * order given), then raw bytes of chunks left in the page cache.
+ */
+struct store_keep {
+	size_t cache_bytes;
+	size_t page_bytes;
+};
+
+/*
  * store_chunks_verify - store_chunk_verify of each of the n chunks hs[0, n), on nthreads threads
  * at once (1..STORE_VERIFY_MAX_THREADS, capped; 0: STORE_VERIFY_THREADS_PER_CPU per online CPU;
  * the caller's own thread is one of them), so that one chunk's disk read overlaps another's
@@ -453,23 +463,25 @@ int store_chunk_verify(struct store *st, const struct store_hash *h);
  * caller's) gets hs[i]'s result: 0 or store_chunk_verify's -errno (or a fetch function's -EAGAIN,
  * store_set_fetch). A thread that cannot be started leaves its share to the others; never fails.
  * Each chunk is read once per entry: pass each digest once. Chunks are taken in the order given.
- * @keep: 0, every chunk is read from the disk and dropped. Else, bytes (at most the cache's
- * size): the check that precedes a reader of these chunks (a mount's check of the newest step),
- * whose reads they are to serve (chunkstore.c invariant 13): a chunk the cache holds counts as
- * verified (it was, when it was loaded); the chunks verified are linked into the cache while it
- * holds at most keep bytes, never evicting anything, and the ones past that are read through
- * the page cache and left there, so that the reader's first load of each takes it from memory
- * (re-hashed again) instead of the disk. The memory the daemon itself holds stays within the
+ * @keep: NULL, every chunk is read from the disk and dropped. Else the check precedes a reader
+ * of these chunks in this order (a mount's check of the newest step) and its reads are to serve
+ * that reader's (chunkstore.c invariant 13): a chunk the cache holds counts as verified (it was,
+ * when it was loaded); the chunks verified are linked into the cache while it holds at most
+ * keep->cache_bytes, never evicting anything; and they are left in the page cache while the
+ * check has left there less than keep->page_bytes (raw bytes, so an upper bound for compressed
+ * chunks; the threads in flight may pass it by a chunk each), so that the reader's first load
+ * of one not in the cache takes it from memory (and re-hashes it) instead of the disk; the rest
+ * are read with O_DIRECT, as without keep. The daemon's own memory stays within the
  * cache's size; what is left in the page cache is the kernel's to reclaim.
  * Thread-safe; returns when all n are done.
  */
 void store_chunks_verify(struct store *st, const struct store_hash *hs, size_t n,
-			 unsigned nthreads, size_t keep, int *results);
+			 unsigned nthreads, const struct store_keep *keep, int *results);
 
 /*
  * store_check_figures - what store_chunks_verify with keep > 0 did since store_open:
  * *ret_checked chunks it read from disk, *ret_kept of them it linked into the cache,
- * *ret_primed of them it left in the page cache for the reader, *ret_primed_hits loads served from that page-cache copy.
+ * *ret_primed of them it left in the page cache for the reader (linked ones too), *ret_primed_hits loads served from that page-cache copy.
  * Counts of chunks. Thread-safe.
  */
 void store_check_figures(struct store *st, uint64_t *ret_checked, uint64_t *ret_kept,

@@ -155,13 +155,11 @@ struct store {
 	uint64_t checked, kept;     /* store_check_figures: loads by the mount's check, kept */
 
 	pthread_mutex_t primed_lock; /* leaf lock: guards the fields below (invariant 13) */
-	struct primed_ent {
-		struct store_hash h;
-		bool taken;         /* read back (or tried) once */
-	} *primed;                  /* checked chunks left in the page cache, sorted once ready */
-	size_t nprimed, primed_cap, primed_left; /* primed_left: entries not taken */
+	struct store_hash *primed;  /* checked chunks left in the page cache, sorted once ready */
+	size_t nprimed, primed_cap;
 	bool primed_ready;          /* sorted: lookups may bsearch it */
 	uint64_t primed_added;      /* chunks ever listed */
+	uint64_t primed_bytes;      /* their raw bytes */
 	uint64_t primed_hits;       /* loads served from the page cache the check left */
 
 	pthread_mutex_t pool_lock;  /* leaf lock: guards the pool (invariant 9) */
@@ -269,18 +267,10 @@ int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, u
 		     uint8_t **ret_data, uint32_t *ret_size, uint32_t *ret_cap);
 
 /*
- * store_primed_take - whether chunk h is one the mount's check left in the page cache
- * (invariant 13) and not yet read back; if so it is taken off the list (one try per chunk).
- * Thread-safe (primed_lock).
+ * store_primed_has - whether chunk h is one the mount's check left in the page cache
+ * (invariant 13). Thread-safe (primed_lock).
  */
-bool store_primed_take(struct store *st, const struct store_hash *h);
-
-/*
- * store_chunk_drop_pages - drop chunk h's file from the page cache (POSIX_FADV_DONTNEED), best
- * effort: the mount's check read it there and the cache now holds its decoded bytes
- * (invariant 13). Thread-safe; takes no store lock.
- */
-void store_chunk_drop_pages(const struct store *st, const struct store_hash *h);
+bool store_primed_has(struct store *st, const struct store_hash *h);
 
 /* store_primed_hit - count a load served from the page cache the check left. Thread-safe. */
 void store_primed_hit(struct store *st);

@@ -690,13 +690,27 @@ static int vchunk_pos_cmp(const void *a, const void *b)
 }
 
 /*
+ * What the mount's check leaves in the page cache for the trainer's read, bytes: a quarter of
+ * the machine's memory. The check goes in the files' order, so once what it leaves exceeds what
+ * the page cache keeps, the kernel drops the oldest, the chunks the reader needs first; past
+ * this, the check reads with O_DIRECT and leaves the page cache to the trainer (its data set,
+ * its libraries), the reader then loading those chunks from the disk again.
+ */
+static size_t check_page_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	return pages > 0 && psz > 0 ? (size_t)pages / 4 * (size_t)psz : 0;
+}
+
+/*
  * Re-read and re-hash every chunk of the files under dir, each once, several at a time
  * (store_chunks_verify's default threads); mark the bad ones in the index. The chunks go in the
  * files' order and stay for the trainer's read that follows (store_chunks_verify's keep): in
  * half the chunk cache, the other half being the read-ahead's (fs/write/ra.c keeps what it
  * queues within half the cache), so that the read-ahead past the kept chunks does not evict
- * them before the reader gets there; past that, in the page cache. Returns the number of bad
- * chunks found (>= 0) or -errno.
+ * them before the reader gets there; past that, in the page cache (check_page_bytes). Returns
+ * the number of bad chunks found (>= 0) or -errno.
  */
 static int verify_tree(struct ckfs *fs, uint64_t dir)
 {
@@ -720,7 +734,10 @@ static int verify_tree(struct ckfs *fs, uint64_t dir)
 	}
 	for (size_t i = 0; i < n; i++)
 		hs[i] = c.v[i].h;
-	store_chunks_verify(fs->st, hs, n, 0, store_cache_bytes(fs->st) / 2, res);
+	struct store_keep keep = { .cache_bytes = store_cache_bytes(fs->st) / 2,
+				   .page_bytes = check_page_bytes() };
+
+	store_chunks_verify(fs->st, hs, n, 0, &keep, res);
 	for (size_t i = 0; i < n; i++) {
 		if (res[i] == 0 || res[i] == -EAGAIN) /* -EAGAIN: on a remote that did not answer */
 			continue;

@@ -114,8 +114,9 @@ class ColdRestoreTest(unittest.TestCase):
         return got, stored, status
 
     def assert_once(self, got, stored, status):
-        sys.stderr.write('read_bytes %.1f MiB for %.1f MiB stored: %.2fx\n' %
-                         (got / MiB, stored / MiB, got / stored))
+        line = re.search(r'^mount check reads:.*$', status, re.M)
+        sys.stderr.write('read_bytes %.1f MiB for %.1f MiB stored: %.2fx; %s\n' %
+                         (got / MiB, stored / MiB, got / stored, line.group(0) if line else ''))
         self.assertLess(got, stored + OTHER_READS,
                         'the daemon read %.1f MiB for a step of %.1f MiB stored (%.2fx): the '
                         'step crossed the disk more than once\n%s' %
@@ -135,8 +136,9 @@ class ColdRestoreTest(unittest.TestCase):
         self.assert_once(got, stored, status)
         checked, kept, primed, back = check_reads(status)
         self.assertLess(kept, checked)
-        self.assertEqual(kept + primed, checked)
-        self.assertEqual(back, primed, 'each chunk left in the page cache read back from it')
+        self.assertEqual(primed, checked, 'every chunk left in the page cache too')
+        self.assertGreaterEqual(back, checked - kept,
+                                'each chunk not in the cache read back from the page cache')
 
 
 if __name__ == '__main__':

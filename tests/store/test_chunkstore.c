@@ -1156,7 +1156,7 @@ Test(chunkstore, verify_many_on_threads)
 	for (unsigned threads = 0; threads <= 8; threads = threads ? threads * 2 : 1) {
 		for (int i = 0; i < N; i++)
 			res[i] = 12345;
-		store_chunks_verify(st, h, N, threads, 0, res);
+		store_chunks_verify(st, h, N, threads, NULL, res);
 		for (int i = 0; i < N; i++) {
 			int want = i == 3 || i == N - 1 ? -EBADMSG : i == 10 ? -ENOENT : 0;
 
@@ -1164,9 +1164,67 @@ Test(chunkstore, verify_many_on_threads)
 				     res[i], want);
 		}
 	}
-	store_chunks_verify(st, h, 0, 4, 0, res);
+	store_chunks_verify(st, h, 0, 4, NULL, res);
 	store_close(st);
 	free(buf);
+}
+
+/*
+ * store_chunks_verify with keep (the mount's check feeding the resume's read, chunkstore.c
+ * invariant 13): the first chunks in the order given go into the cache up to keep.cache_bytes
+ * and into the page cache up to keep.page_bytes, those not in the cache are read back from the
+ * page cache once, the rest are only verified; every chunk reads back right, a damaged one is -EBADMSG to the
+ * check and to the reader and kept nowhere, and a chunk already cached is not read again.
+ */
+Test(chunkstore, verify_keeps_for_the_reader)
+{
+	enum { N = 12 };
+	struct store *st = open_store(64 * MiB, false);
+	size_t len = 1 * MiB;
+	uint8_t *data[N];
+	struct store_hash h[N];
+	int res[N];
+	uint64_t checked, kept, primed, back, hits, loads, warmed, rec;
+
+	for (int i = 0; i < N; i++) {
+		data[i] = tu_malloc(len);
+		tu_fill_random(data[i], len, 900 + (unsigned)i);
+		h[i] = put_ok(st, data[i], len, false);
+	}
+	store_close(st);
+	st = open_store(64 * MiB, false);
+	flip_byte(st, &h[5], 32 + 99);
+	/* 3 chunks fit in the cache's share; the first 7 sound ones in the page cache's (the
+	 * threads in flight may each leave one more there); the rest only verified */
+	struct store_keep keep = { .cache_bytes = 3 * len + len / 2, .page_bytes = 7 * len };
+
+	store_chunks_verify(st, h, N, 1, &keep, res);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(res[i], i == 5 ? -EBADMSG : 0, "chunk %d: %d", i, res[i]);
+	store_check_figures(st, &checked, &kept, &primed, &back);
+	cr_assert(checked == N && kept == 3 && primed == 7 && back == 0,
+		  "checked %" PRIu64 " kept %" PRIu64 " primed %" PRIu64 " back %" PRIu64, checked,
+		  kept, primed, back);
+	for (int i = 0; i < N; i++) {
+		uint8_t *got = tu_malloc(len);
+
+		cr_assert_eq(store_chunk_pread(st, &h[i], got, len, 0), i == 5 ? -EBADMSG : (ssize_t)len,
+			     "chunk %d", i);
+		if (i != 5)
+			cr_assert_eq(memcmp(got, data[i], len), 0, "chunk %d", i);
+		free(got);
+	}
+	store_check_figures(st, &checked, &kept, &primed, &back);
+	store_cache_figures(st, &hits, &loads, &warmed, &rec);
+	cr_assert_eq(back, 4, "the 4 not in the cache read back from the page cache: %" PRIu64, back);
+	cr_assert(hits == 3 && loads == N - 3, "hits %" PRIu64 " loads %" PRIu64, hits, loads);
+	/* the check of chunks the cache holds reads nothing */
+	store_chunks_verify(st, h, 3, 1, &keep, res);
+	store_check_figures(st, &checked, &kept, &primed, &back);
+	cr_assert_eq(checked, N, "cached chunks were read again: %" PRIu64, checked);
+	store_close(st);
+	for (int i = 0; i < N; i++)
+		free(data[i]);
 }
 
 /*

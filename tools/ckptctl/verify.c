@@ -169,7 +169,7 @@ static int v_chunks(struct v_ctx *c)
 
 			for (size_t j = 0; j < nb; j++)
 				memcpy(hs[j].b, c->chunks[i + j].hash, STORE_HASH_LEN);
-			store_chunks_verify(c->r->st, hs, nb, 0, 0, res);
+			store_chunks_verify(c->r->st, hs, nb, 0, NULL, res);
 		}
 		ctl_progress_work(&c->prog, i == 0, c->what, "chunks", i, c->nchunks, done_bytes,
 				  c->total_bytes);
