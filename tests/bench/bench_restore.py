@@ -13,7 +13,10 @@ fresh process, alternating which goes first. Also end to end, what the user wait
 remount's start until the resuming process (started as soon as the mount returns) has exited
 with the weights loaded, its interpreter's start and `import torch` included, against the
 direct process's own start to exit. The mount's check of the newest step runs while that
-process starts (fs/steps/steps.c start_checker). A benchmark, not a test: it prints figures.
+process starts (fs/steps/steps.c start_checker). Also what the daemon read from the disk from
+its start to the resume's end (/proc/PID/io read_bytes) over the step's stored size: 1 when the
+check and the resume share each chunk's read (issue 45), 2 when each reads it. A benchmark, not
+a test: it prints figures.
 
 Before each cold phase the whole page cache is dropped: a restart on a fresh node. With
 --same-node only the checkpoint's bytes are evicted (the direct file and the store's chunk
@@ -92,6 +95,15 @@ def worker(mode, root, mib):
     return r
 
 
+def daemon_read_bytes(pid):
+    """What process pid had the block layer read, bytes (/proc/PID/io read_bytes)."""
+    with open('/proc/%d/io' % pid) as f:
+        for line in f:
+            if line.startswith('read_bytes:'):
+                return int(line.split()[1])
+    raise SystemExit('no read_bytes in /proc/%d/io' % pid)
+
+
 def evict(paths):
     """Drop the page cache of each file in paths (written back first)."""
     for p in paths:
@@ -126,7 +138,7 @@ def main():
         raise SystemExit('bench_restore: run as root (it drops the page cache)')
     direct_root = tempfile.mkdtemp(prefix='ckptfs-bench-direct-', dir=ckfs.test_tmp_root())
     rows = {'remount_s': [], 'resume_s': [], 'direct_load_s': [], 'end_to_end_s': [],
-            'direct_wall_s': []}
+            'direct_wall_s': [], 'read_ratio': []}
     nbytes = 0
     try:
         worker('save', direct_root, a.size_mib)
@@ -149,6 +161,8 @@ def main():
                         r = worker('resume', m.mnt, a.size_mib)  # at once, as a restart does
                         rows['end_to_end_s'].append(time.perf_counter() - t)
                         rows['resume_s'].append(r['resume_s'])
+                        rows['read_ratio'].append(daemon_read_bytes(m.pid) /
+                                                  ckfs.chunk_bytes(m.store))
                         nbytes = r['bytes']
                     if r['iteration'] != 100:
                         raise SystemExit('resumed onto iteration %d, not 100' % r['iteration'])
@@ -176,6 +190,8 @@ def main():
     print('crash to weights, end to end (the process\'s start and import torch included): '
           '%.2f s through ckptfs, %.2f s direct' % (statistics.median(rows['end_to_end_s']),
                                                    statistics.median(rows['direct_wall_s'])))
+    print('daemon read_bytes from its start to the resume\'s end / stored bytes: %s' %
+          ', '.join('%.2f' % x for x in rows['read_ratio']))
 
 
 if __name__ == '__main__':
