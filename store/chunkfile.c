@@ -428,14 +428,16 @@ static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err
  * (copy_folio_from_iter_atomic, clear_page) that are then written back anyway; O_DIRECT moves
  * them from a buffer the worker has mapped already. Whatever O_DIRECT cannot
  * do (a filesystem without it, tmpfs before Linux 6.6 for one), or a thread that cannot get its
- * buffer (ENOMEM), goes through the page cache.
+ * buffer (ENOMEM), goes through the page cache; so does all of it with keep_pages, whose pages
+ * are to stay there for a reader (chunkstore.c invariant 13).
  * Durability is store_sync's either way: O_DIRECT does not flush the disk's cache or commit the
  * file's size. Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
-int store_chunk_write_file(int fd, const uint8_t *hdr, const void *payload, size_t payload_len)
+int store_chunk_write_file(int fd, const uint8_t *hdr, const void *payload, size_t payload_len,
+			   bool keep_pages)
 {
 	size_t size = STORE_HDR_LEN + payload_len;
-	size_t whole = size / DIRECT_ALIGN * DIRECT_ALIGN, done = 0;
+	size_t whole = keep_pages ? 0 : size / DIRECT_ALIGN * DIRECT_ALIGN, done = 0;
 	uint8_t *b = whole ? store_thread_buf(STORE_TBUF_WRITE, whole) : NULL;
 	int fl = b ? fcntl(fd, F_GETFL) : -1;
 	int err = 0;

@@ -73,10 +73,12 @@
  *      is not in the cache) takes the file from the page cache if all of it is still there
  *      (RWF_NOWAIT), else reads the disk; the bytes are re-hashed before use either way
  *      (invariant 2): the page cache holds what the check read from the disk, and a copy that
- *      differs fails the digest as the disk's would. The page cache is the kernel's to reclaim;
- *      the daemon's own memory stays cache_cap, plus 16 bytes per listed chunk (one step's
- *      chunks per layout and mount). primed is sorted (and primed_ready set) when the check
- *      ends; until then nothing is looked up in it. It is freed when the store closes.
+ *      differs fails the digest as the disk's would. store_chunk_recode of a listed chunk
+ *      writes its new copy through the page cache too, so that the reader finds that one
+ *      there. The page cache is the kernel's to reclaim; the daemon's own memory stays
+ *      cache_cap, plus 16 bytes per listed chunk (one step's chunks per layout and mount).
+ *      primed is sorted (and primed_ready set) when the check ends; until then nothing is
+ *      looked up in it. It is freed when the store closes.
  *
  * Lock order: sync_lock -> dirty_lock; dirty_lock and cache_lock are leaves; no path holds
  * cache_lock with either of the others. primed_lock is a leaf.
@@ -420,11 +422,12 @@ static void ewma(_Atomic uint64_t *avg, uint64_t v)
  * (store_chunk_write_file), start the writeback of what went through the page cache, and rename
  * it to path (durable at the next store_sync, invariant 8). With swap (store_chunk_recode), the
  * file is fdatasync'd instead and exchanged with the copy at path (-ENOENT, nothing changed, when there
- * is none), and the old copy unlinked. On failure the file written is gone.
+ * is none), and the old copy unlinked. keep_pages: written through the page cache alone, its
+ * pages left there (store_chunk_write_file). On failure the file written is gone.
  * Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
 static int publish(struct store *st, unsigned s, const char *path, const uint8_t *hdr,
-		   const void *payload, size_t payload_len, bool swap)
+		   const void *payload, size_t payload_len, bool swap, bool keep_pages)
 {
 	char tmp[PATH_MAX];
 	unsigned from = s;
@@ -441,7 +444,7 @@ static int publish(struct store *st, unsigned s, const char *path, const uint8_t
 		if (fd < 0)
 			return -errno;
 	}
-	err = store_chunk_write_file(fd, hdr, payload, payload_len);
+	err = store_chunk_write_file(fd, hdr, payload, payload_len, keep_pages);
 	/* start writeback now so the disk works while the writer goes on; store_sync waits for it.
 	 * A small file is left to store_sync, which writes many of them in one plugged batch: one
 	 * disk request each here is a measurable part of a small file's save (RESULTS.md, "Small
@@ -527,7 +530,8 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
 	hdr.raw_size = (uint32_t)len;
 	hdr.payload_size = (uint32_t)payload_len;
 	store_hdr_encode(&hdr, raw_hdr);
-	err = publish(st, store_shard_of(&hdr.hash), path, raw_hdr, payload, payload_len, false);
+	err = publish(st, store_shard_of(&hdr.hash), path, raw_hdr, payload, payload_len, false,
+		      false);
 	if (err)
 		return err;
 	ewma(&st->wr_ps, (now_ns() - t0) * 1000 / (payload_len + STORE_HDR_LEN));
@@ -581,7 +585,10 @@ int store_chunk_recode(struct store *st, const struct store_hash *h,
 		hdr.codec = codec;
 		hdr.payload_size = (uint32_t)payload_len;
 		store_hdr_encode(&hdr, raw_hdr);
-		err = publish(st, store_shard_of(h), path, raw_hdr, payload, payload_len, true);
+		/* a chunk the mount's check left in the page cache for its reader (invariant 13):
+		 * its new copy goes there too, or the reader would find it only on the disk */
+		err = publish(st, store_shard_of(h), path, raw_hdr, payload, payload_len, true,
+			      store_primed_has(st, h));
 	}
 	if (err)
 		return err;

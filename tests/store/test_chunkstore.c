@@ -1228,6 +1228,45 @@ Test(chunkstore, verify_keeps_for_the_reader)
 }
 
 /*
+ * A chunk the mount's check left in the page cache and then compressed (store_chunk_recode of a
+ * deferred chunk, the daemon's idle work) is read back from the page cache all the same: the
+ * new copy is written through it (chunkstore.c invariant 13), and reads back right.
+ */
+Test(chunkstore, recode_of_a_checked_chunk_stays_in_the_page_cache)
+{
+	struct store *st = open_store(64 * MiB, false);
+	size_t len = 1 * MiB;
+	uint8_t *data = tu_malloc(len), *got = tu_malloc(len);
+	struct store_chunk_info info;
+	struct store_hash h;
+	int res;
+	uint64_t checked, kept, primed, back;
+
+	for (size_t i = 0; i < len; i++)
+		data[i] = (uint8_t)(i % 251 < 128 ? 0 : i); /* compressible */
+	store_hash_buf(data, len, &h);
+	cr_assert_eq(store_chunk_put_hashed(st, data, len, &h, STORE_PUT_DEFER, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_DEFERRED);
+	store_close(st);
+	st = open_store(64 * MiB, false);
+	struct store_keep keep = { .cache_bytes = 0, .page_bytes = 8 * len };
+
+	store_chunks_verify(st, &h, 1, 1, &keep, &res);
+	cr_assert_eq(res, 0);
+	cr_assert_eq(store_chunk_recode(st, &h, &info), 0);
+	cr_assert_neq(info.codec, STORE_CODEC_DEFERRED);
+	cr_assert_eq(store_chunk_pread(st, &h, got, len, 0), (ssize_t)len);
+	cr_assert_eq(memcmp(got, data, len), 0);
+	store_check_figures(st, &checked, &kept, &primed, &back);
+	cr_assert(checked == 1 && kept == 0 && primed == 1 && back == 2,
+		  "checked %" PRIu64 " kept %" PRIu64 " primed %" PRIu64 " back %" PRIu64
+		  " (the recode's read and the reader's)", checked, kept, primed, back);
+	store_close(st);
+	free(data);
+	free(got);
+}
+
+/*
  * store_chunk_warm (read-ahead, fs/write/ra.c): it loads a chunk into the cache, so the reader's
  * next read of it is a hit and no load; a chunk already cached is not loaded again; a damaged or
  * missing chunk gives the reader's own error and caches nothing.
