@@ -125,11 +125,37 @@ static const struct layout_rule layout_rules[] = {
 
 #define N_RULES (sizeof(layout_rules) / sizeof(layout_rules[0]))
 
-static const char *const layout_names[LAYOUT_KIND_COUNT] = {
-	[LAYOUT_NONE] = "none",         [LAYOUT_MF2] = "mf2",   [LAYOUT_MEGATRON] = "megatron",
-	[LAYOUT_MF1] = "mf1",           [LAYOUT_DEEPSPEED] = "deepspeed",
-	[LAYOUT_HF] = "hf",             [LAYOUT_DCP] = "dcp",   [LAYOUT_INTERNEVO] = "internevo",
-	[LAYOUT_ORBAX] = "orbax",
+/*
+ * One row per kind: what the layout is besides its names (struct layout_desc in layout.h).
+ * marker and tracker_name repeat what the kind's rules above say (test_layout checks that they
+ * agree); the other traits are read from the trainers' code cited in layout.h and policy.h.
+ */
+static const struct layout_desc layout_descs[LAYOUT_KIND_COUNT] = {
+	[LAYOUT_NONE] = { .kind = LAYOUT_NONE, .name = "none" },
+	/* root tracker written after every rank's files; metadata.json lists them */
+	[LAYOUT_MF2] = { .kind = LAYOUT_MF2, .name = "mf2", .marker_after_all_ranks = true,
+			 .lists_names = true, .tracker = LAYOUT_TRACKER_ROOT,
+			 .tracker_name = LATEST_ITER, .found_by_tracker = true },
+	[LAYOUT_MEGATRON] = { .kind = LAYOUT_MEGATRON, .name = "megatron",
+			      .marker_after_all_ranks = true, .tracker = LAYOUT_TRACKER_ROOT,
+			      .tracker_name = LATEST_ITER, .found_by_tracker = true },
+	/* per-rank files under rank_N/, each rank's meta.json names its newest */
+	[LAYOUT_MF1] = { .kind = LAYOUT_MF1, .name = "mf1", .per_rank = true,
+			 .tracker = LAYOUT_TRACKER_PER_RANK, .tracker_name = "meta.json" },
+	/* `latest` is written by rank 0 without a barrier: other ranks' files may follow it */
+	[LAYOUT_DEEPSPEED] = { .kind = LAYOUT_DEEPSPEED, .name = "deepspeed", .names_repeat = true,
+			       .tracker = LAYOUT_TRACKER_ROOT, .tracker_name = "latest",
+			       .found_by_tracker = true },
+	/* trainer_state.json is written by the main process, not after a barrier on every rank */
+	[LAYOUT_HF] = { .kind = LAYOUT_HF, .name = "hf", .marker = "trainer_state.json",
+			.names_repeat = true },
+	[LAYOUT_DCP] = { .kind = LAYOUT_DCP, .name = "dcp", .marker = ".metadata",
+			 .marker_after_all_ranks = true },
+	[LAYOUT_INTERNEVO] = { .kind = LAYOUT_INTERNEVO, .name = "internevo",
+			       .slot_dir = LAYOUT_SLOT_DIR, .marker = ".step", .marker_step = true,
+			       .marker_after_all_ranks = true },
+	[LAYOUT_ORBAX] = { .kind = LAYOUT_ORBAX, .name = "orbax", .seal_by_rename = true,
+			   .marker = "commit_success.txt", .marker_after_all_ranks = true },
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -552,8 +578,7 @@ int layout_classify(const char *path, enum layout_kind forced, struct layout_mat
 		goto out;
 
 	/* 0. InternEvo's snapshot slots (a directory of step directories). */
-	if ((forced == LAYOUT_NONE || forced == LAYOUT_INTERNEVO) &&
-	    slot_classify(path, c0, c1, last, ncomp, &m))
+	if (layout_slot_dir(forced) && slot_classify(path, c0, c1, last, ncomp, &m))
 		goto out;
 
 	/* 1. A step directory, and what lies inside it. */
@@ -1067,7 +1092,32 @@ bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind)
 
 const char *layout_name(enum layout_kind kind)
 {
-	return kind_valid(kind) ? layout_names[kind] : NULL;
+	return kind_valid(kind) ? layout_descs[kind].name : NULL;
+}
+
+const struct layout_desc *layout_desc(int kind)
+{
+	return &layout_descs[kind >= 0 && kind < LAYOUT_KIND_COUNT ? kind : LAYOUT_NONE];
+}
+
+enum layout_kind layout_per_rank_kind(void)
+{
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++)
+		if (layout_descs[k].per_rank)
+			return (enum layout_kind)k;
+	return LAYOUT_NONE;
+}
+
+const char *layout_slot_dir(int forced)
+{
+	if (forced != LAYOUT_NONE && layout_desc(forced)->slot_dir == NULL)
+		return NULL;
+	return forced < 0 || forced >= LAYOUT_KIND_COUNT ? NULL : LAYOUT_SLOT_DIR;
+}
+
+bool layout_per_rank_under(int forced)
+{
+	return forced == LAYOUT_NONE || layout_desc(forced)->per_rank;
 }
 
 int layout_from_name(const char *name, enum layout_kind *ret)
@@ -1079,7 +1129,7 @@ int layout_from_name(const char *name, enum layout_kind *ret)
 		return 0;
 	}
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++) {
-		if (strcmp(name, layout_names[k]) == 0) {
+		if (strcmp(name, layout_descs[k].name) == 0) {
 			*ret = (enum layout_kind)k;
 			return 0;
 		}

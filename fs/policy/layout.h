@@ -5,7 +5,17 @@
  * A pure module: no I/O, no allocation, no global state, libc only. Every function is
  * thread-safe and reentrant (it reads only its arguments and a constant table).
  *
- * The rules live in ONE table in layout.c (`layout_rules[]`); adding a framework is one row.
+ * A layout is described in two tables of layout.c, and nothing outside fs/policy/ chooses
+ * behaviour by which framework it is:
+ *   - `layout_rules[]`: how its names look (step directories, markers, trackers), one row per
+ *     way it names a step (Megatron has `iter_N` and `release`), read by layout_classify();
+ *   - `layout_descs[]`: one row per kind, struct layout_desc, every trait the daemon and ckptctl
+ *     act on (where steps live, commit marker, seal-by-rename, tracker, slots, per-rank steps,
+ *     what resume finds), read through layout_desc().
+ * Adding a framework is a value in enum layout_kind, its name rows, and its description row;
+ * its traits must be among those struct layout_desc already has. One limit: a per-rank layout
+ * (per_rank) has its own machinery in fs/steps/steps_mf1.c and its virtual trackers a fixed
+ * inode range (fs/daemon.h VINO_MF1_META), so the table holds at most one (layout_per_rank_kind).
  * Sources of every name and format: ../shared/research/framework-io.md, which read
  *   - Megatron-LM      NVIDIA/Megatron-LM megatron/training/checkpointing.py
  *                      (`iter_{:07d}`, `release`, `mp_rank_XX[_YYY]/model_optim_rng.pt`,
@@ -273,6 +283,82 @@ int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf
  * Thread-safe.
  */
 bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind);
+
+/* Where a layout's tracker lives (struct layout_desc.tracker). */
+enum layout_tracker_where {
+	LAYOUT_TRACKER_NONE,     /* no tracker: resume scans for the highest complete step */
+	LAYOUT_TRACKER_ROOT,     /* one file at the mount root, naming a step of the whole job */
+	LAYOUT_TRACKER_PER_RANK, /* one file per rank directory, each naming that rank's step */
+};
+
+/*
+ * Everything a layout is besides how its names look: one constant row per kind (layout.c
+ * `layout_descs[]`). The daemon (fs/steps, fs/node, fs/fuse) and ckptctl read these fields
+ * instead of testing which kind a step is. Sources of each value: the header comment above.
+ */
+struct layout_desc {
+	enum layout_kind kind;
+	const char *name;            /* layout_name(kind) */
+
+	/* Where steps live. */
+	bool per_rank;               /* no step directory: a step is one file per rank under the
+					rank directories, keyed by (epoch, step), sealed once every
+					rank's tracker names it; fs/steps/steps_mf1.c runs it (MF1) */
+	const char *slot_dir;        /* top-level directory of in-place slots `<slot_dir>/K/`, each
+					a step directory rewritten at every save and sealed by a
+					"<digits>.step" marker (InternEvo "snapshot"); NULL when
+					none. Equals LAYOUT_SLOT_DIR when set */
+
+	/* How a step is committed. */
+	const char *marker;          /* the in-step commit marker's name (for marker_step its
+					suffix); NULL when only a tracker or a rename says it */
+	bool marker_step;            /* the marker is "<step><marker>" (InternEvo `N/N.step`) */
+	bool seal_by_rename;         /* renaming the in-progress step directory (LAYOUT_F_TMP) to
+					its final name commits the step, with no marker file needed
+					(Orbax AtomicRenameTemporaryPath.finalize) */
+	bool marker_after_all_ranks; /* policy_marker_after_all_ranks() */
+	bool names_repeat;           /* policy_names_repeat() */
+	bool lists_names;            /* a file of the step (MF2 metadata.json) lists every file of
+					it: policy_listed_names() checks them all */
+
+	/* What resume reads. */
+	enum layout_tracker_where tracker;
+	const char *tracker_name;    /* the tracker's file name (in the root, or in each rank
+					directory); NULL for LAYOUT_TRACKER_NONE */
+	bool found_by_tracker;       /* policy_found_by_tracker() */
+};
+
+/*
+ * layout_desc - the description of a layout.
+ *
+ * @kind: any value; out of range (including a negative int stored in an index row) is treated
+ *        as LAYOUT_NONE.
+ * Returns a pointer into a constant table (static storage, never freed, never NULL). The
+ * LAYOUT_NONE row has every trait false or NULL and tracker LAYOUT_TRACKER_NONE.
+ * Thread-safe; no allocation.
+ */
+const struct layout_desc *layout_desc(int kind);
+
+/*
+ * layout_per_rank_kind - the layout whose steps are per-rank files (desc->per_rank: MF1).
+ * Returns that kind, or LAYOUT_NONE if no row has per_rank (the table holds at most one:
+ * test_layout checks it). Thread-safe.
+ */
+enum layout_kind layout_per_rank_kind(void);
+
+/*
+ * layout_slot_dir - the directory of in-place slots recognised under -o layout=@forced.
+ * @forced: LAYOUT_NONE (auto-detect) or a kind.
+ * Returns LAYOUT_SLOT_DIR when @forced is LAYOUT_NONE or has slots, NULL otherwise (also for
+ * @forced out of range). The string is static. Thread-safe.
+ */
+const char *layout_slot_dir(int forced);
+
+/*
+ * layout_per_rank_under - whether per-rank directories (`rank_N/`) are recognised under
+ * -o layout=@forced: true when @forced is LAYOUT_NONE or a per_rank layout. Thread-safe.
+ */
+bool layout_per_rank_under(int forced);
 
 /*
  * layout_name - the name of a layout for -o layout=NAME and for logs: "none", "mf2",

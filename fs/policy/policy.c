@@ -33,7 +33,8 @@ enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind
 		return POLICY_OTHER;
 	if (ret_match)
 		*ret_match = m;
-	if (top && S_ISREG(mode) && m.role == ROLE_TRACKER && m.kind != LAYOUT_MF1)
+	if (top && S_ISREG(mode) && m.role == ROLE_TRACKER &&
+	    layout_desc(m.kind)->tracker == LAYOUT_TRACKER_ROOT)
 		return POLICY_TRACKER;
 	if (top && S_ISDIR(mode) && m.role == ROLE_STEP_DIR && !(m.flags & LAYOUT_F_TMP) &&
 	    m.step >= 0)
@@ -76,21 +77,12 @@ enum layout_kind policy_claim_kind(const char *rel, enum layout_kind forced)
 
 bool policy_marker_after_all_ranks(enum layout_kind kind)
 {
-	switch (kind) {
-	case LAYOUT_MEGATRON:
-	case LAYOUT_MF2:
-	case LAYOUT_DCP:
-	case LAYOUT_INTERNEVO:
-	case LAYOUT_ORBAX:
-		return true;
-	default:
-		return false;
-	}
+	return layout_desc(kind)->marker_after_all_ranks;
 }
 
 bool policy_names_repeat(enum layout_kind kind)
 {
-	return kind == LAYOUT_DEEPSPEED || kind == LAYOUT_HF;
+	return layout_desc(kind)->names_repeat;
 }
 
 /* ---- 3. completeness ---- */
@@ -153,7 +145,7 @@ enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t
 
 bool policy_found_by_tracker(enum layout_kind kind)
 {
-	return kind != LAYOUT_MF1 && layout_tracker_shared(kind, kind);
+	return layout_desc(kind)->found_by_tracker;
 }
 
 struct prev_ctx {
@@ -367,7 +359,7 @@ int policy_listed_names(struct idx *ix, struct store *st, const struct idx_step 
 	char *buf;
 	bool ok;
 
-	if (s->kind != LAYOUT_MF2 || idx_dentry_lookup(ix, s->dir_ino, "metadata.json", &ino) < 0 ||
+	if (!layout_desc(s->kind)->lists_names || idx_dentry_lookup(ix, s->dir_ino, "metadata.json", &ino) < 0 ||
 	    idx_inode_get(ix, ino, &a) < 0 || !S_ISREG(a.mode) || !a.has_hash ||
 	    a.size > POLICY_METADATA_MAX)
 		return 1;
@@ -626,7 +618,7 @@ bool policy_mf1_key(const struct idx_step *s, int64_t *ret_epoch, int64_t *ret_s
 	long long e, st;
 	int end = 0;
 
-	if (s->kind != LAYOUT_MF1 || sscanf(s->name, "%lld_%lld%n", &e, &st, &end) != 2 ||
+	if (!layout_desc(s->kind)->per_rank || sscanf(s->name, "%lld_%lld%n", &e, &st, &end) != 2 ||
 	    s->name[end] != '\0')
 		return false;
 	*ret_epoch = e;
@@ -662,7 +654,7 @@ static int mf1_claimed_cb(const struct idx_step *s, void *arg)
 {
 	struct mf1_claim *c = arg;
 
-	if (s->kind != LAYOUT_MF1 || s->step != c->step || s->created_ns > c->ts_ns ||
+	if (!layout_desc(s->kind)->per_rank || s->step != c->step || s->created_ns > c->ts_ns ||
 	    (c->found && s->created_ns < c->best.created_ns))
 		return 0;
 	c->best = *s;
@@ -705,15 +697,15 @@ static int lineage_claim_cb(int64_t id, const char *tracker, int64_t step, int64
 	if (++w->seen > POLICY_LINEAGE_CLAIMS)
 		return 1;
 	/* policy_claim_kind leaves out MF1's meta.json, a tracker of one rank (rank_N/) */
-	if (tk == LAYOUT_NONE && w->kind == LAYOUT_MF1 &&
+	if (tk == LAYOUT_NONE && layout_desc(w->kind)->per_rank &&
 	    layout_classify(tracker, w->forced, &m) == 0 && m.role == ROLE_TRACKER &&
-	    m.kind == LAYOUT_MF1)
-		tk = LAYOUT_MF1;
+	    m.kind == w->kind)
+		tk = w->kind;
 	if (tk == LAYOUT_NONE || step < 0 || !layout_tracker_shared(tk, w->kind))
 		return 0;
-	if (w->kind == LAYOUT_MF1)
-		rc = tk == LAYOUT_MF1 ? mf1_claimed_row(w->ix, step, ts_ns, &s) : -ENOENT;
-	else if (tk == LAYOUT_MF1 || layout_step_dir_name(w->kind, step, name, sizeof(name)) < 0)
+	if (layout_desc(w->kind)->per_rank)
+		rc = tk == w->kind ? mf1_claimed_row(w->ix, step, ts_ns, &s) : -ENOENT;
+	else if (layout_desc(tk)->per_rank || layout_step_dir_name(w->kind, step, name, sizeof(name)) < 0)
 		return 0;
 	else
 		rc = claimed_row(w->ix, w->kind, name, ts_ns, &s);
@@ -778,7 +770,7 @@ int policy_lineage(struct idx *ix, enum layout_kind kind, enum layout_kind force
 			return rc;
 		if (w.err < 0)
 			return w.err;
-	} else if (kind > LAYOUT_NONE && kind < LAYOUT_KIND_COUNT && kind != LAYOUT_MF1) {
+	} else if (kind > LAYOUT_NONE && kind < LAYOUT_KIND_COUNT && !layout_desc(kind)->per_rank) {
 		/* no tracker: the step completed last heads the lineage (rule 6) */
 		struct scan_walk sw = { 0 };
 
@@ -806,5 +798,5 @@ bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step
 bool policy_is_slot(const struct idx_step *s)
 {
 	/* layout.h: a slot is "snapshot/K", the only step row whose name holds a '/' */
-	return s->kind == LAYOUT_INTERNEVO && strchr(s->name, '/') != NULL;
+	return layout_desc(s->kind)->slot_dir != NULL && strchr(s->name, '/') != NULL;
 }

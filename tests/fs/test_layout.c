@@ -817,6 +817,54 @@ Test(layout, tracker_shared)
 	cr_assert(!layout_tracker_shared((enum layout_kind)30, LAYOUT_MF2));
 }
 
+/* Each description agrees with its kind's name rules, and the table's shape holds. */
+Test(layout, descriptions)
+{
+	int per_rank = 0;
+
+	for (int k = 0; k < LAYOUT_KIND_COUNT; k++) {
+		const struct layout_desc *d = layout_desc(k);
+		char path[LAYOUT_PATH_MAX], dir[64], mk[128];
+		struct layout_match m;
+		int rc;
+
+		cr_assert_eq(d->kind, k);
+		cr_assert_str_eq(d->name, layout_name((enum layout_kind)k));
+		per_rank += d->per_rank;
+		/* a tracker exactly when layout_tracker_path names one, at that name */
+		rc = layout_tracker_path((enum layout_kind)k, 5, 3, path, sizeof(path));
+		cr_assert_eq(rc > 0, k != LAYOUT_NONE && d->tracker != LAYOUT_TRACKER_NONE, "%s",
+			     d->name);
+		if (rc > 0) {
+			const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+
+			cr_assert_str_eq(base, d->tracker_name, "%s", d->name);
+			cr_assert_eq(strchr(path, '/') != NULL,
+				     d->tracker == LAYOUT_TRACKER_PER_RANK, "%s", d->name);
+		}
+		cr_assert_eq(layout_tracker_shared((enum layout_kind)k, (enum layout_kind)k),
+			     d->tracker != LAYOUT_TRACKER_NONE, "%s", d->name);
+		/* per-rank steps exactly when there is no step directory name */
+		rc = layout_step_dir_name((enum layout_kind)k, 5, dir, sizeof(dir));
+		if (k != LAYOUT_NONE)
+			cr_assert_eq(rc == -EOPNOTSUPP, d->per_rank, "%s", d->name);
+		/* the marker classifies as the marker of the kind's step directory */
+		if (d->marker && rc > 0) {
+			snprintf(mk, sizeof(mk), "%s/%s%s", dir, d->marker_step ? "5" : "", d->marker);
+			cr_assert_eq(layout_classify(mk, (enum layout_kind)k, &m), 0);
+			cr_assert_eq(m.role, ROLE_MARKER, "%s: %s", d->name, mk);
+			cr_assert_eq(m.kind, k, "%s", d->name);
+		}
+		cr_assert_eq(layout_slot_dir(k) != NULL, k == LAYOUT_NONE || d->slot_dir != NULL);
+		cr_assert_eq(layout_per_rank_under(k), k == LAYOUT_NONE || d->per_rank);
+	}
+	cr_assert_leq(per_rank, 1, "the per-rank machinery and inode range serve one layout");
+	cr_assert_eq(layout_desc(-1)->kind, LAYOUT_NONE);
+	cr_assert_eq(layout_desc(LAYOUT_KIND_COUNT)->kind, LAYOUT_NONE);
+	cr_assert_eq(layout_per_rank_kind(), LAYOUT_MF1);
+	cr_assert_null(layout_slot_dir(LAYOUT_KIND_COUNT));
+}
+
 Test(layout, names)
 {
 	static const char *const want[] = { "none", "mf2", "megatron", "mf1", "deepspeed",
