@@ -44,9 +44,10 @@ struct pins;
 
 /* Virtual tracker inodes: VINO_BASE + layout kind (index inodes never get this high). */
 #define VINO_BASE (1ull << 56)
-/* rank_R/meta.json of MindFormers 1.0, R < VINO_MF1_RANKS */
-#define VINO_MF1_RANKS (1u << 20)
-#define VINO_MF1_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
+/* The tracker of rank R of the per-rank layout (layout_per_rank_kind: MindFormers 1.0's
+ * rank_R/meta.json), R < VINO_RANK_MAX */
+#define VINO_RANK_MAX (1u << 20)
+#define VINO_RANK_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
 
 struct step_rt;
 struct wb_pool;

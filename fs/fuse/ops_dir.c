@@ -409,7 +409,8 @@ static int rename_into_tracker(fuse_req_t req, struct ckfs *fs, fuse_ino_t paren
 	pthread_mutex_lock(&fs->mu);
 	if (n < 0)
 		return (int)n;
-	snprintf(cname, sizeof(cname), "rank_%d/meta.json", steps_rank_dir(fs, newparent));
+	if ((rc = steps_tracker_path(fs, newparent, kind, cname, sizeof(cname))) < 0)
+		return rc;
 	steps_on_claim(fs, kind, cname, buf, (size_t)n, fuse_req_ctx(req)->pid);
 	if ((rc = idx_begin(fs->ix)) < 0)
 		return rc;
@@ -438,9 +439,13 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 		cq_wait_idle(fs); /* the files closed before Orbax's commit rename are durable first,
 				     so its step completes before the rename returns */
 	pthread_mutex_lock(&fs->mu);
-	if (flags == 0 && steps_tracker_name(fs, newparent, newname) == LAYOUT_MF1 &&
+	int ntk = flags == 0 ? steps_tracker_name(fs, newparent, newname) : 0;
+
+	/* a per-rank tracker is written to a temporary name and renamed into place (MindSpore
+	 * CheckpointMonitor): the rename is its claim */
+	if (layout_desc(ntk)->tracker == LAYOUT_TRACKER_PER_RANK &&
 	    !steps_tracker_name(fs, parent, name)) {
-		rc = rename_into_tracker(req, fs, parent, name, newparent, LAYOUT_MF1);
+		rc = rename_into_tracker(req, fs, parent, name, newparent, ntk);
 		pthread_mutex_unlock(&fs->mu);
 		fuse_reply_err(req, -rc);
 		/* the kernel now has newname pointing at the renamed (dropped) inode: forget it,
@@ -614,10 +619,11 @@ static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
 		rc = snap_add(d, FS_VIEW_DIR, VINO_SNAPS, S_IFDIR);
 	if (rc == 0 && steps_rank_dir(fs, ino) >= 0) {
 		char tmp[LAYOUT_TRACKER_MAX];
-		uint64_t v = steps_tracker_vino(fs, ino, LAYOUT_MF1);
+		int rk = (int)layout_per_rank_kind();
+		uint64_t v = steps_tracker_vino(fs, ino, rk);
 
 		if (v && steps_vcontent(fs, v, tmp, sizeof(tmp), NULL) >= 0)
-			rc = snap_add(d, "meta.json", v, S_IFREG);
+			rc = snap_add(d, layout_desc(rk)->tracker_name, v, S_IFREG);
 	}
 	for (int k = 1; rc == 0 && ino == IDX_ROOT_INO && k < LAYOUT_KIND_COUNT; k++) {
 		char name[256], other[256];

@@ -101,10 +101,10 @@ static int open_tracker(struct ckfs *fs, uint64_t vino, int kind, const char *na
 	h->vkind = kind;
 	if (name)
 		snprintf(h->vname, sizeof(h->vname), "%s", name);
-	else if (kind == LAYOUT_MF1)
-		snprintf(h->vname, sizeof(h->vname), "rank_%d/meta.json",
-			 (int)(vino - VINO_MF1_META(0)));
-	if (!name && kind != LAYOUT_MF1) {
+	else if (steps_vino_rank(vino) >= 0 &&
+		 layout_tracker_path(kind, -1, steps_vino_rank(vino), h->vname, sizeof(h->vname)) < 0)
+		h->vname[0] = '\0';
+	if (!name && steps_vino_rank(vino) < 0) {
 		fs_lock(fs);
 		rc = steps_vname(fs, kind, h->vname, sizeof(h->vname));
 		fs_unlock(fs);
@@ -218,7 +218,7 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (steps_is_vino(ino)) {
-		int kind = ino >= VINO_MF1_META(0) ? LAYOUT_MF1 : (int)(ino - VINO_BASE);
+		int kind = steps_vino_kind(ino);
 		int rc = open_tracker(fs_req_fs(req), ino, kind, NULL, false, fi);
 
 		if (rc < 0)
@@ -245,13 +245,8 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 	uint64_t vino = tk ? steps_tracker_vino(fs, parent, tk) : 0;
 	char cname[300];
 
-	if (tk == LAYOUT_MF1) {
-		int r = steps_rank_dir(fs, parent);
-
-		snprintf(cname, sizeof(cname), "rank_%d/%s", r, name);
-	} else {
+	if (parent == IDX_ROOT_INO || steps_tracker_path(fs, parent, tk, cname, sizeof(cname)) < 0)
 		snprintf(cname, sizeof(cname), "%s", name);
-	}
 	fs_unlock(fs);
 	if (tk && vino) {
 		rc = open_tracker(fs, vino, tk, cname, true, fi);

@@ -15,7 +15,7 @@
  * Adding a framework is a value in enum layout_kind, its name rows, and its description row;
  * its traits must be among those struct layout_desc already has. One limit: a per-rank layout
  * (per_rank) has its own machinery in fs/steps/steps_mf1.c and its virtual trackers a fixed
- * inode range (fs/daemon.h VINO_MF1_META), so the table holds at most one (layout_per_rank_kind).
+ * inode range (fs/daemon.h VINO_RANK_META), so the table holds at most one (layout_per_rank_kind).
  * Sources of every name and format: ../shared/research/framework-io.md, which read
  *   - Megatron-LM      NVIDIA/Megatron-LM megatron/training/checkpointing.py
  *                      (`iter_{:07d}`, `release`, `mp_rank_XX[_YYY]/model_optim_rng.pt`,

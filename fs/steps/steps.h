@@ -211,6 +211,16 @@ bool steps_in_meta(struct ckfs *fs, uint64_t ino);
  * step. steps_vname: the current name of kind's tracker. steps_on_claim: a trainer wrote
  * buf[0..len) into tracker name. */
 bool steps_is_vino(uint64_t ino);
+/* steps_vino_kind - the layout kind of the tracker behind vino (steps_is_vino(vino) true): the
+ * kind of a root tracker, layout_per_rank_kind() for a rank's. steps_vino_rank - the rank whose
+ * tracker vino is, or -1 for a root tracker. Pure arithmetic on vino: no lock needed. */
+int steps_vino_kind(uint64_t vino);
+int steps_vino_rank(uint64_t vino);
+/* steps_tracker_path - the path, relative to the root, of kind's tracker in directory parent
+ * (the root, or a rank directory for a per-rank tracker), into buf of cap bytes (256 suffice).
+ * Returns its length, -ENOENT when parent holds no tracker of kind, -ENOSPC when cap is too
+ * small (layout_tracker_path). fs->mu held. */
+int steps_tracker_path(struct ckfs *fs, uint64_t parent, int kind, char *buf, size_t cap);
 int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name);
 int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *ret_vino);
 int steps_vstat(struct ckfs *fs, uint64_t vino, struct stat *st);

@@ -274,7 +274,7 @@ static int mf1_ranks(struct ckfs *fs, int **ret)
 /* Remember rank's newest meta.json claim. Returns 0 or -ENOMEM. */
 int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
 {
-	if (rank < 0 || rank >= (int)VINO_MF1_RANKS)
+	if (rank < 0 || rank >= (int)VINO_RANK_MAX)
 		return 0;
 	if (rank >= fs->mf1_nranks) {
 		int n = rank + 1;

@@ -27,13 +27,36 @@
 bool steps_is_vino(uint64_t ino)
 {
 	return (ino >= VINO_BASE && ino < VINO_BASE + LAYOUT_KIND_COUNT) ||
-	       (ino >= VINO_MF1_META(0) && ino < VINO_MF1_META(VINO_MF1_RANKS));
+	       (ino >= VINO_RANK_META(0) && ino < VINO_RANK_META(VINO_RANK_MAX));
+}
+
+int steps_vino_rank(uint64_t vino)
+{
+	return vino >= VINO_RANK_META(0) && vino < VINO_RANK_META(VINO_RANK_MAX)
+		       ? (int)(vino - VINO_RANK_META(0)) : -1;
+}
+
+int steps_vino_kind(uint64_t vino)
+{
+	return steps_vino_rank(vino) >= 0 ? (int)layout_per_rank_kind() : (int)(vino - VINO_BASE);
+}
+
+int steps_tracker_path(struct ckfs *fs, uint64_t parent, int kind, char *buf, size_t cap)
+{
+	const struct layout_desc *d = layout_desc(kind);
+	int rank = -1;
+
+	if (d->tracker == LAYOUT_TRACKER_NONE ||
+	    (d->tracker == LAYOUT_TRACKER_PER_RANK) != (parent != IDX_ROOT_INO) ||
+	    (parent != IDX_ROOT_INO && (rank = steps_rank_dir(fs, parent)) < 0))
+		return -ENOENT;
+	return layout_tracker_path(d->kind, -1, rank, buf, cap);
 }
 
 int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct idx_step *ret)
 {
-	if (vino >= VINO_MF1_META(0)) {
-		int n = steps_mf1_meta(fs, (int)(vino - VINO_MF1_META(0)), buf, cap);
+	if (vino >= VINO_RANK_META(0)) {
+		int n = steps_mf1_meta(fs, steps_vino_rank(vino), buf, cap);
 
 		if (n >= 0 && ret) {
 			memset(ret, 0, sizeof(*ret));
@@ -224,7 +247,7 @@ uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind)
 	if (kind == LAYOUT_MF1) {
 		int r = steps_rank_dir(fs, parent);
 
-		return r >= 0 && (unsigned)r < VINO_MF1_RANKS ? VINO_MF1_META(r) : 0;
+		return r >= 0 && (unsigned)r < VINO_RANK_MAX ? VINO_RANK_META(r) : 0;
 	}
 	return VINO_BASE + (uint64_t)kind;
 }
