@@ -245,10 +245,11 @@ static int export_tracker(const char *dir, const struct idx_step *s, char *ret_p
 
 	*ret_kept = false;
 	ret_path[0] = ret_content[0] = '\0';
-	if (s->kind == LAYOUT_INTERNEVO || s->kind == LAYOUT_MF1)
-		return 0; /* InternEvo's tracker is the trainer's pickle; MF1's is per rank */
-	if (layout_tracker_path((enum layout_kind)s->kind, s->step, -1, rel, sizeof(rel)) < 0)
-		return 0; /* HF, DCP, Orbax: the marker is inside the step directory */
+	/* a per-rank tracker (MF1) names one rank's file, not the step; a layout without a
+	 * tracker (HF, DCP, Orbax, InternEvo) has its marker inside the step directory */
+	if (layout_desc(s->kind)->tracker != LAYOUT_TRACKER_ROOT ||
+	    layout_tracker_path((enum layout_kind)s->kind, s->step, -1, rel, sizeof(rel)) < 0)
+		return 0;
 	len = layout_tracker_format((enum layout_kind)s->kind, &t, ret_content, cap);
 	if (len < 0) {
 		ret_content[0] = '\0';

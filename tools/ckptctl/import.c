@@ -157,9 +157,16 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 		e->in_step = true;
 		if (pe == POLICY_MARKER && e->step >= 0) {
 			e->marker = true;
-			/* `N/commit_success.txt` says an all-digit step is Orbax's, not InternEvo's */
-			if (m.kind == LAYOUT_ORBAX)
-				c->steps[e->step].kind = LAYOUT_ORBAX;
+			struct imp_step *s = &c->steps[e->step];
+			enum layout_kind nk;
+			int64_t ns;
+
+			/* a marker of another kind than the name's says whose an all-digit step
+			 * is (`N/commit_success.txt`: Orbax's, not InternEvo's) */
+			if ((m.flags & LAYOUT_F_AMBIGUOUS) &&
+			    layout_parse_name(c->v[s->ent].rel, LAYOUT_NONE, &nk, &ns) == 1 &&
+			    m.kind != nk)
+				s->kind = m.kind;
 		}
 	}
 	return 0;

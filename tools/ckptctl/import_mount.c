@@ -380,7 +380,7 @@ static bool imp_mnt_late(const struct imp_ctx *c, size_t i)
 	if (e->marker)
 		return true;
 	return layout_classify(e->rel, LAYOUT_NONE, &m) == 0 && m.role == ROLE_TRACKER &&
-	       m.kind == LAYOUT_MF1;
+	       layout_desc(m.kind)->tracker == LAYOUT_TRACKER_PER_RANK;
 }
 
 /*
