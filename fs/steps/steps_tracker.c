@@ -171,11 +171,12 @@ int steps_vlookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t *
 
 	if (parent != IDX_ROOT_INO) {
 		char mbuf[LAYOUT_TRACKER_MAX];
+		int tk = steps_tracker_name(fs, parent, name);
 		uint64_t v;
 
-		if (steps_tracker_name(fs, parent, name) != LAYOUT_MF1)
+		if (layout_desc(tk)->tracker != LAYOUT_TRACKER_PER_RANK)
 			return 0;
-		v = steps_tracker_vino(fs, parent, LAYOUT_MF1);
+		v = steps_tracker_vino(fs, parent, tk);
 		if (!v || steps_vcontent(fs, v, mbuf, sizeof(mbuf), NULL) < 0)
 			return -ENOENT;
 		*ret_vino = v;
@@ -237,14 +238,17 @@ int steps_tracker_name(struct ckfs *fs, uint64_t parent, const char *name)
 {
 	if (parent == IDX_ROOT_INO)
 		return tracker_kind(fs, name);
-	if (strcmp(name, "meta.json") == 0 && steps_rank_dir(fs, parent) >= 0)
-		return LAYOUT_MF1;
+	enum layout_kind rk = layout_per_rank_kind();
+
+	if (rk != LAYOUT_NONE && strcmp(name, layout_desc(rk)->tracker_name) == 0 &&
+	    steps_rank_dir(fs, parent) >= 0)
+		return rk;
 	return LAYOUT_NONE;
 }
 
 uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind)
 {
-	if (kind == LAYOUT_MF1) {
+	if (layout_desc(kind)->tracker == LAYOUT_TRACKER_PER_RANK) {
 		int r = steps_rank_dir(fs, parent);
 
 		return r >= 0 && (unsigned)r < VINO_RANK_MAX ? VINO_RANK_META(r) : 0;
@@ -267,12 +271,13 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 		ckpt_log("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
 		return;
 	}
-	if (kind == LAYOUT_MF1) {
-		int rank = -1;
+	if (layout_desc(kind)->tracker == LAYOUT_TRACKER_PER_RANK) {
+		struct layout_match m;
 
-		/* the marker of MF1: every rank's meta.json; a step completes once all claimed it */
-		if (sscanf(name, "rank_%d/", &rank) == 1 &&
-		    steps_mf1_note_claim(fs, rank, t.epoch, t.step) == 0)
+		/* the marker of a per-rank layout: every rank's tracker (MF1 rank_N/meta.json); a
+		 * step completes once all claimed it */
+		if (layout_classify(name, (enum layout_kind)kind, &m) == 0 && m.rank >= 0 &&
+		    steps_mf1_note_claim(fs, m.rank, t.epoch, t.step) == 0)
 			idx_step_foreach(fs->ix, steps_mf1_judge_cb, fs);
 		return;
 	}
