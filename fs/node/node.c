@@ -1181,7 +1181,8 @@ static int listed_everywhere(struct node *n, const struct node_key *k)
 	pthread_mutex_unlock(&n->mu);
 	pthread_mutex_lock(&fs->mu);
 	rc = idx_step_by_name(fs->ix, k->kind, name, &s);
-	if (rc == 0 && idx_dentry_lookup(fs->ix, s.dir_ino, "metadata.json", &ino) == 0)
+	if (rc == 0 && layout_desc(k->kind)->names_list &&
+	    idx_dentry_lookup(fs->ix, s.dir_ino, layout_desc(k->kind)->names_list, &ino) == 0)
 		idx_file_extents(fs->ix, ino, &ext, &next);
 	pthread_mutex_unlock(&fs->mu);
 	if (rc < 0)
@@ -1261,7 +1262,7 @@ static int show_step(struct node *n, const struct node_key *k)
 		json_decref(m);
 	}
 	free(v);
-	if (rc == 0 && k->kind == LAYOUT_MF2)
+	if (rc == 0 && layout_desc(k->kind)->names_list)
 		rc = listed_everywhere(n, k);
 	if (rc == 0 && k->kind == LAYOUT_MF1)
 		rc = mf1_whole_everywhere(n, k);

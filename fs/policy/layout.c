@@ -134,7 +134,7 @@ static const struct layout_desc layout_descs[LAYOUT_KIND_COUNT] = {
 	[LAYOUT_NONE] = { .kind = LAYOUT_NONE, .name = "none" },
 	/* root tracker written after every rank's files; metadata.json lists them */
 	[LAYOUT_MF2] = { .kind = LAYOUT_MF2, .name = "mf2", .marker_after_all_ranks = true,
-			 .lists_names = true, .tracker = LAYOUT_TRACKER_ROOT,
+			 .names_list = "metadata.json", .tracker = LAYOUT_TRACKER_ROOT,
 			 .tracker_name = LATEST_ITER, .found_by_tracker = true },
 	[LAYOUT_MEGATRON] = { .kind = LAYOUT_MEGATRON, .name = "megatron",
 			      .marker_after_all_ranks = true, .tracker = LAYOUT_TRACKER_ROOT,
@@ -1057,6 +1057,23 @@ int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t,
 	return out_done(&o);
 }
 
+int layout_rank_dir_name(enum layout_kind kind, int rank, char *buf, size_t cap)
+{
+	struct out o;
+
+	if (!kind_valid(kind) || !layout_descs[kind].per_rank || rank < 0 ||
+	    out_init(&o, buf, cap) < 0)
+		return -EINVAL;
+	for (size_t i = 0; i < N_RULES; i++) {
+		if (layout_rules[i].kind == kind && layout_rules[i].shape == SHAPE_RANK_DIR) {
+			out_str(&o, layout_rules[i].prefix);
+			out_i64(&o, rank, 0);
+			return out_done(&o);
+		}
+	}
+	return -EINVAL;
+}
+
 int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf, size_t cap)
 {
 	struct out o;
@@ -1110,9 +1127,8 @@ enum layout_kind layout_per_rank_kind(void)
 
 const char *layout_slot_dir(int forced)
 {
-	if (forced != LAYOUT_NONE && layout_desc(forced)->slot_dir == NULL)
-		return NULL;
-	return forced < 0 || forced >= LAYOUT_KIND_COUNT ? NULL : LAYOUT_SLOT_DIR;
+	/* auto-detection recognises every layout's slots; they share one directory name */
+	return forced == LAYOUT_NONE ? LAYOUT_SLOT_DIR : layout_desc(forced)->slot_dir;
 }
 
 bool layout_per_rank_under(int forced)

@@ -3,7 +3,7 @@
  * layout.h — which checkpoint step a path belongs to, and the trainers' tracker formats.
  *
  * A pure module: no I/O, no allocation, no global state, libc only. Every function is
- * thread-safe and reentrant (it reads only its arguments and a constant table).
+ * thread-safe and reentrant (it reads only its arguments and constant tables).
  *
  * A layout is described in two tables of layout.c, and nothing outside fs/policy/ chooses
  * behaviour by which framework it is:
@@ -318,8 +318,9 @@ struct layout_desc {
 					(Orbax AtomicRenameTemporaryPath.finalize) */
 	bool marker_after_all_ranks; /* policy_marker_after_all_ranks() */
 	bool names_repeat;           /* policy_names_repeat() */
-	bool lists_names;            /* a file of the step (MF2 metadata.json) lists every file of
-					it: policy_listed_names() checks them all */
+	const char *names_list;      /* the file, directly in the step directory, that lists every
+					file of the step (MF2 "metadata.json"; policy_listed_names()
+					checks them all), or NULL */
 
 	/* What resume reads. */
 	enum layout_tracker_where tracker;
@@ -345,6 +346,16 @@ const struct layout_desc *layout_desc(int kind);
  * test_layout checks it). Thread-safe.
  */
 enum layout_kind layout_per_rank_kind(void);
+
+/*
+ * layout_rank_dir_name - the name of rank @rank's directory in a per-rank layout (MF1
+ * "rank_%d"), at the mount root.
+ * @kind: a layout with desc->per_rank; @rank: >= 0; @buf, @cap: output, NUL-terminated.
+ * Returns the length written without the NUL (> 0); -EINVAL (kind not per-rank, rank
+ * negative, buf NULL with cap > 0), -ENOSPC (cap too small; buf contents then unspecified).
+ * Thread-safe.
+ */
+int layout_rank_dir_name(enum layout_kind kind, int rank, char *buf, size_t cap);
 
 /*
  * layout_slot_dir - the directory of in-place slots recognised under -o layout=@forced.

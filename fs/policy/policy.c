@@ -356,10 +356,11 @@ int policy_listed_names(struct idx *ix, struct store *st, const struct idx_step 
 	size_t n = 0;
 	uint64_t ino;
 	json_t *j;
+	const char *list = layout_desc(s->kind)->names_list;
 	char *buf;
 	bool ok;
 
-	if (!layout_desc(s->kind)->lists_names || idx_dentry_lookup(ix, s->dir_ino, "metadata.json", &ino) < 0 ||
+	if (!list || idx_dentry_lookup(ix, s->dir_ino, list, &ino) < 0 ||
 	    idx_inode_get(ix, ino, &a) < 0 || !S_ISREG(a.mode) || !a.has_hash ||
 	    a.size > POLICY_METADATA_MAX)
 		return 1;

@@ -179,14 +179,15 @@ enum layout_kind policy_claim_kind(const char *rel, enum layout_kind forced);
  * writes N/N.step after a barrier; Orbax renames the step directory after all writes)? Then a
  * sealed step whose files are all closed and sound is complete at once. DeepSpeed writes
  * `latest` before its barrier and HF rank 0 writes trainer_state.json without waiting for the
- * other ranks' files. Thread-safe.
+ * other ranks' files. Reads layout_desc(kind)->marker_after_all_ranks. Thread-safe.
  */
 bool policy_marker_after_all_ranks(enum layout_kind kind);
 
 /*
  * policy_names_repeat - do layout kind's step directories hold the same names at every step,
  * with a marker that may precede other ranks' files (DeepSpeed, Hugging Face)? The previous
- * complete step's names are then the only record of what a step should hold. Thread-safe.
+ * complete step's names are then the only record of what a step should hold. Reads
+ * layout_desc(kind)->names_repeat. Thread-safe.
  */
 bool policy_names_repeat(enum layout_kind kind);
 
@@ -244,7 +245,7 @@ enum policy_verdict policy_judge(const struct policy_facts *f, char *why, size_t
  * Then a step that is not complete may stay at its name (a copy, rule 3; an empty step made
  * ahead of its job): no resume reads it. MindFormers 1.0 (files, not directories, judged per
  * rank) and the layouts resolved by scanning (HF, DCP, Orbax, InternEvo) answer false.
- * Thread-safe.
+ * Reads layout_desc(kind)->found_by_tracker. Thread-safe.
  */
 bool policy_found_by_tracker(enum layout_kind kind);
 
@@ -350,8 +351,9 @@ bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step
  * (steps_mf1.c), into *ret_epoch and *ret_step: true; false for any other row. Pure. */
 bool policy_mf1_key(const struct idx_step *s, int64_t *ret_epoch, int64_t *ret_step);
 
-/* policy_is_slot - is step row s an InternEvo snapshot slot ("snapshot/K", layout.h), a step
- * directory rewritten in place, each of its versions a row of that name? Pure. */
+/* policy_is_slot - is step row s an in-place slot (a layout with desc->slot_dir: InternEvo's
+ * "snapshot/K", layout.h), a step directory rewritten in place, each of its versions a row of
+ * that name? Pure. */
 bool policy_is_slot(const struct idx_step *s);
 
 /* ---- many nodes (rule 5) ---- */

@@ -155,17 +155,18 @@ void steps_note_writer(struct ckfs *fs, struct idx_step *s, pid_t pid)
 /* ---- hooks ---- */
 
 /*
- * Orbax on a local filesystem commits a step by renaming `<step>.orbax-checkpoint-tmp` to
- * `<step>`, with no commit file (orbax atomicity.py AtomicRenameTemporaryPath.finalize;
- * tests/traces/orbax.md). Directory ino was just renamed to root/name: if it is an Orbax step
- * still under its tmp name, the step takes the final name and is sealed. Returns whether it was.
+ * A layout with desc->seal_by_rename commits a step by renaming its tmp directory to the final
+ * name, with no commit file (Orbax on a local filesystem: `<step>.orbax-checkpoint-tmp` to
+ * `<step>`, orbax atomicity.py AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md).
+ * Directory ino was just renamed to root/name: if it is such a step still under its tmp name,
+ * the step takes the final name and is sealed. Returns whether it was.
  */
-static bool orbax_renamed(struct ckfs *fs, uint64_t ino, const char *name, pid_t pid)
+static bool sealed_by_rename(struct ckfs *fs, uint64_t ino, const char *name, pid_t pid)
 {
 	struct layout_match was;
 	struct idx_step s;
 
-	if (idx_step_by_dir(fs->ix, ino, &s) < 0 || s.kind != LAYOUT_ORBAX ||
+	if (idx_step_by_dir(fs->ix, ino, &s) < 0 || !layout_desc(s.kind)->seal_by_rename ||
 	    layout_classify(s.name, fs->layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP))
 		return false;
 	if (idx_begin(fs->ix) < 0)
@@ -194,7 +195,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 
 		if (pe != POLICY_STEP_DIR && pe != POLICY_CANDIDATE)
 			return;
-		if (renamed && orbax_renamed(fs, ino, name, pid))
+		if (renamed && sealed_by_rename(fs, ino, name, pid))
 			return;
 		/* a candidate is looked up only: its marker makes it a step (policy rule 1) */
 		if (steps_step_of_path(fs, name, &m, &s) == 0)
@@ -209,7 +210,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 			steps_rt_note(fs, s.id, pid);
 		return;
 	}
-	if (m.kind == LAYOUT_MF1 && m.role == ROLE_STEP_FILE) {
+	if (layout_desc(m.kind)->per_rank && m.role == ROLE_STEP_FILE) {
 		if (renamed && !(m.flags & LAYOUT_F_TMP))
 			steps_mf1_on_file(fs, &m, pid);
 		return;
@@ -246,7 +247,7 @@ void steps_reopen_complete(struct ckfs *fs, uint64_t ino, pid_t pid)
 
 	if (fs->layout < 0 || steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
 	    layout_classify(rel, fs->layout, &m) < 0 ||
-	    (m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || m.kind == LAYOUT_MF1 ||
+	    (m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || layout_desc(m.kind)->per_rank ||
 	    (m.flags & LAYOUT_F_SLOT) || m.step_prefix_len == 0 || m.step_prefix_len >= sizeof(dname))
 		return;
 	memcpy(dname, rel, m.step_prefix_len);
@@ -321,7 +322,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	rc = steps_rel_path(fs, oi->ino, rel, sizeof(rel));
 	if (rc == 0)
 		rc = layout_classify(rel, fs->layout, &m);
-	bool mf1 = rc == 0 && m.kind == LAYOUT_MF1 && m.role == ROLE_STEP_FILE;
+	bool mf1 = rc == 0 && layout_desc(m.kind)->per_rank && m.role == ROLE_STEP_FILE;
 	bool in_step = rc == 0 && (m.role == ROLE_STEP_FILE || m.role == ROLE_MARKER) &&
 		       (m.step_prefix_len > 0 || mf1);
 	uint64_t size = 0;
@@ -439,7 +440,8 @@ bool steps_commit_rename(const struct ckfs *fs, const char *name)
 	struct layout_match m;
 
 	return fs->layout >= 0 && layout_classify(name, fs->layout, &m) == 0 &&
-	       m.kind == LAYOUT_ORBAX && m.role == ROLE_STEP_DIR && (m.flags & LAYOUT_F_TMP);
+	       layout_desc(m.kind)->seal_by_rename && m.role == ROLE_STEP_DIR &&
+	       (m.flags & LAYOUT_F_TMP);
 }
 
 bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name)
@@ -798,17 +800,19 @@ static void verify_newest(struct ckfs *fs)
 	}
 }
 
-/* idx_claim_foreach callback: MF1 meta.json claims recorded by earlier mounts. */
+/* idx_claim_foreach callback: per-rank trackers' claims (MF1 rank_N/meta.json) recorded by
+ * earlier mounts. */
 static int mf1_reload_claim(int64_t id, const char *tracker, const void *content, size_t len,
 			    int64_t step, int64_t ts_ns, void *arg)
 {
 	struct ckfs *fs = arg;
 	struct layout_tracker t;
-	int rank;
+	struct layout_match m;
 
-	if (sscanf(tracker, "rank_%d/meta.json", &rank) == 1 && content &&
-	    layout_tracker_parse(LAYOUT_MF1, "meta.json", content, len, &t) == 0)
-		steps_mf1_note_claim(fs, rank, t.epoch, t.step);
+	if (layout_classify(tracker, LAYOUT_NONE, &m) == 0 && m.role == ROLE_TRACKER &&
+	    layout_desc(m.kind)->tracker == LAYOUT_TRACKER_PER_RANK && m.rank >= 0 && content &&
+	    layout_tracker_parse(m.kind, NULL, content, len, &t) == 0)
+		steps_mf1_note_claim(fs, m.rank, t.epoch, t.step);
 	return 0;
 }
 

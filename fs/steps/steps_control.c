@@ -160,7 +160,7 @@ int steps_ctl_drop(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 		goto out;
 	}
 	ok = steps_drop_tree(fs, &s, &fr) == 0 &&
-	     (s.kind != LAYOUT_MF1 || steps_mf1_drop_files(fs, &s, &fr) == 0) &&
+	     (!layout_desc(s.kind)->per_rank || steps_mf1_drop_files(fs, &s, &fr) == 0) &&
 	     steps_set_state(fs, &s, IDX_STEP_PRUNED, "dropped (ckptctl drop)") == 0;
 	ok = ok && idx_commit(fs->ix) == 0;
 	if (!ok)
@@ -193,7 +193,7 @@ int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 		goto out;
 	}
 	t.step = s.step;
-	if (s.kind == LAYOUT_MF1 ||
+	if (layout_desc(s.kind)->tracker != LAYOUT_TRACKER_ROOT ||
 	    layout_tracker_path((enum layout_kind)s.kind, s.step, -1, tracker, sizeof(tracker)) < 0 ||
 	    (n = layout_tracker_format((enum layout_kind)s.kind, &t, content, sizeof(content))) < 0) {
 		ckpt_msg(msg, cap, "step '%s' is of a layout whose trainer resumes from the highest "

@@ -315,14 +315,15 @@ static int find_part_cb(const struct idx_step *s, void *arg)
 }
 
 /*
- * Orbax's primary host commits a step by renaming `<step>.orbax-checkpoint-tmp` to `<step>`
- * (orbax atomicity.py AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md). On one shared
- * filesystem that one rename moves every host's shards; here it happened in the primary's node
- * only, and the other nodes' shards are still under the tmp name in theirs. Another node's seal
- * of step s is that rename: s, still under its tmp name here, takes the final name, as
- * orbax_renamed does for a local rename. Returns 0 (renamed, or nothing to rename), -EEXIST
- * when the final name is taken here (then s is not sealed: two directories would hold the
- * step), or the index's -errno. fs->mu held; runs its own transaction.
+ * A layout with desc->seal_by_rename commits a step by renaming its tmp directory (Orbax's
+ * primary host renames `<step>.orbax-checkpoint-tmp` to `<step>`, orbax atomicity.py
+ * AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md). On one shared filesystem that one
+ * rename moves every host's shards; here it happened in the primary's node only, and the other
+ * nodes' shards are still under the tmp name in theirs. Another node's seal of step s is that
+ * rename: s, still under its tmp name here, takes the final name, as sealed_by_rename (steps.c)
+ * does for a local rename. Returns 0 (renamed, or nothing to rename), -EEXIST when the final
+ * name is taken here (then s is not sealed: two directories would hold the step), or the
+ * index's -errno. fs->mu held; runs its own transaction.
  */
 static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 {
@@ -331,7 +332,7 @@ static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 	uint64_t cur;
 	int rc;
 
-	if (s->kind != LAYOUT_ORBAX || layout_classify(s->name, fs->layout, &m) < 0 ||
+	if (!layout_desc(s->kind)->seal_by_rename || layout_classify(s->name, fs->layout, &m) < 0 ||
 	    !(m.flags & LAYOUT_F_TMP) || strchr(s->name, '/'))
 		return 0;
 	if (layout_step_dir_name((enum layout_kind)s->kind, s->step, final, sizeof(final)) < 0)
@@ -414,7 +415,7 @@ int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *name,
 	struct find_part f = { .kind = kind, .step = step };
 	int rc = 0;
 
-	if (kind == LAYOUT_INTERNEVO && name && strchr(name, '/'))
+	if (layout_desc(kind)->slot_dir && name && strchr(name, '/'))
 		f.slot = name;
 	pthread_mutex_lock(&fs->mu);
 	if (idx_step_foreach(fs->ix, find_part_cb, &f) >= 0 && f.found) {

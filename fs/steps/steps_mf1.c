@@ -1,6 +1,7 @@
 /*
- * steps_mf1.c — MindFormers 1.0 (LAYOUT_MF1): one file per rank per step under rank_N/, judged
- * across ranks, with per-rank meta.json trackers.
+ * steps_mf1.c — the per-rank layout (layout_desc(kind)->per_rank, layout_per_rank_kind():
+ * MindFormers 1.0): one file per rank per step under rank_N/, judged across ranks, with
+ * per-rank meta.json trackers. The rest of fs/ calls it only through that trait.
  *
  * Locking: every function here runs with fs->mu held unless its comment says otherwise.
  */
@@ -38,6 +39,19 @@
  * steps_mf1_whole whether every rank of the world has its file; meta.json names only such steps.
  */
 
+/* The per-rank layout whose steps this file runs. */
+static enum layout_kind mf1_kind(void)
+{
+	return layout_per_rank_kind();
+}
+
+/* Rank rank's directory name (MF1 "rank_N") into buf of cap bytes; "" when it does not fit. */
+static void rank_dir(int rank, char *buf, size_t cap)
+{
+	if (layout_rank_dir_name(mf1_kind(), rank, buf, cap) < 0 && cap)
+		buf[0] = '\0';
+}
+
 /* The rank of directory dir if it is a top-level rank_N directory, else -1. */
 int steps_rank_dir(struct ckfs *fs, uint64_t dir)
 {
@@ -45,10 +59,10 @@ int steps_rank_dir(struct ckfs *fs, uint64_t dir)
 	struct layout_match m;
 	uint64_t parent;
 
-	if (fs->layout < 0 || (fs->layout && fs->layout != LAYOUT_MF1) ||
+	if (fs->layout < 0 || !layout_per_rank_under(fs->layout) ||
 	    idx_dentry_parent(fs->ix, dir, &parent, name, sizeof(name)) < 0 ||
 	    parent != IDX_ROOT_INO || layout_classify(name, LAYOUT_NONE, &m) < 0 ||
-	    m.kind != LAYOUT_MF1 || m.role != ROLE_PLAIN || m.rank < 0)
+	    !layout_desc(m.kind)->per_rank || m.role != ROLE_PLAIN || m.rank < 0)
 		return -1;
 	return m.rank;
 }
@@ -58,7 +72,7 @@ static int count_rank_dir(const char *name, uint64_t ino, uint32_t mode, int64_t
 	struct layout_match m;
 
 	if (S_ISDIR(mode) && layout_classify(name, LAYOUT_NONE, &m) == 0 &&
-	    m.kind == LAYOUT_MF1 && m.role == ROLE_PLAIN && m.rank >= 0)
+	    layout_desc(m.kind)->per_rank && m.role == ROLE_PLAIN && m.rank >= 0)
 		(*(int *)arg)++;
 	return 0;
 }
@@ -90,8 +104,9 @@ static int mf1_find_cb(const char *name, uint64_t ino, uint32_t mode, int64_t co
 
 	if (!S_ISREG(mode))
 		return 0;
-	snprintf(rel, sizeof(rel), "rank_%d/%s", f->rank, name);
-	if (layout_classify(rel, LAYOUT_MF1, &m) < 0 || m.role != ROLE_STEP_FILE ||
+	rank_dir(f->rank, rel, sizeof(rel));
+	snprintf(rel + strlen(rel), sizeof(rel) - strlen(rel), "/%s", name);
+	if (layout_classify(rel, mf1_kind(), &m) < 0 || m.role != ROLE_STEP_FILE ||
 	    (m.flags & LAYOUT_F_TMP) || m.epoch != f->epoch || m.step != f->step)
 		return 0;
 	snprintf(f->name, sizeof(f->name), "%s", name);
@@ -110,7 +125,7 @@ static bool mf1_file(struct ckfs *fs, int rank, int64_t epoch, int64_t step, str
 	f->rank = rank;
 	f->epoch = epoch;
 	f->step = step;
-	snprintf(dname, sizeof(dname), "rank_%d", rank);
+	rank_dir(rank, dname, sizeof(dname));
 	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir) < 0)
 		return false;
 	idx_dir_list(fs->ix, dir, 0, mf1_find_cb, f);
@@ -331,14 +346,14 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 	}
 	steps_rt_drop(fs, s.id);
 	/* -o keep_checkpoint_max: now that a newer step is complete */
-	steps_retention(fs, LAYOUT_MF1);
+	steps_retention(fs, mf1_kind());
 }
 
 int steps_mf1_judge_cb(const struct idx_step *s, void *arg)
 {
 	struct idx_step copy = *s;
 
-	if (s->kind == LAYOUT_MF1)
+	if (layout_desc(s->kind)->per_rank)
 		mf1_judge(arg, &copy);
 	return 0;
 }
@@ -350,10 +365,10 @@ void steps_mf1_on_file(struct ckfs *fs, const struct layout_match *m, pid_t pid)
 	int64_t id;
 
 	snprintf(name, sizeof(name), "%" PRId64 "_%" PRId64, m->epoch, m->step);
-	if (idx_step_by_name(fs->ix, LAYOUT_MF1, name, &s) < 0) {
+	if (idx_step_by_name(fs->ix, mf1_kind(), name, &s) < 0) {
 		if (idx_begin(fs->ix) < 0)
 			return;
-		if (idx_step_create(fs->ix, LAYOUT_MF1, name, m->step, 0, ckfs_now(fs), &id) < 0 ||
+		if (idx_step_create(fs->ix, mf1_kind(), name, m->step, 0, ckfs_now(fs), &id) < 0 ||
 		    idx_commit(fs->ix) < 0) {
 			idx_rollback(fs->ix);
 			return;
@@ -383,7 +398,7 @@ int steps_mf1_drop_files(struct ckfs *fs, const struct idx_step *s, struct ino_f
 		struct mf1_find f;
 		uint64_t rdir;
 
-		snprintf(dname, sizeof(dname), "rank_%d", r);
+		rank_dir(r, dname, sizeof(dname));
 		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0)
 			continue;
 		for (int k = 0; rc == 0 && k < 16 && mf1_file(fs, r, e, st, &f); k++) {
@@ -494,8 +509,9 @@ void steps_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
 	uint64_t top;
 	int world = mf1_world(fs), rc;
 
-	snprintf(rel, sizeof(rel), "rank_%d/%s", rank, name);
-	if (layout_classify(rel, LAYOUT_MF1, &m) < 0 || m.role != ROLE_STEP_FILE ||
+	rank_dir(rank, rel, sizeof(rel));
+	snprintf(rel + strlen(rel), sizeof(rel) - strlen(rel), "/%s", name);
+	if (layout_classify(rel, mf1_kind(), &m) < 0 || m.role != ROLE_STEP_FILE ||
 	    (m.flags & LAYOUT_F_TMP) || world <= 0)
 		return;
 	if (idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found || b.epoch != m.epoch ||
@@ -510,7 +526,7 @@ void steps_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
 		struct mf1_find f;
 		uint64_t rdir, cdir;
 
-		snprintf(dname, sizeof(dname), "rank_%d", r);
+		rank_dir(r, dname, sizeof(dname));
 		if (!mf1_file(fs, r, m.epoch, m.step, &f) ||
 		    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0) {
 			rc = -ENOENT;
@@ -572,7 +588,7 @@ void steps_mf1_restore(struct ckfs *fs, struct idx_step *s)
 		struct idx_inode d;
 		uint64_t rdir, cdir, cur;
 
-		snprintf(dname, sizeof(dname), "rank_%d", r);
+		rank_dir(r, dname, sizeof(dname));
 		if (mf1_file(fs, r, e, st, &f) ||
 		    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &rdir) < 0 ||
 		    idx_dentry_lookup(fs->ix, s->dir_ino, dname, &cdir) < 0 ||
@@ -607,7 +623,7 @@ int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
 	struct layout_tracker t = { 0 };
 	struct mf1_find f;
 
-	if (policy_lineage(fs->ix, LAYOUT_MF1,
+	if (policy_lineage(fs->ix, mf1_kind(),
 			   fs->layout < 0 ? LAYOUT_NONE : (enum layout_kind)fs->layout, &b.lin) < 0 ||
 	    idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found)
 		return -ENOENT;
@@ -617,7 +633,7 @@ int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
 	t.step = b.step;
 	t.epoch = b.epoch;
 	snprintf(t.ckpt_file, sizeof(t.ckpt_file), "%s", f.name);
-	return layout_tracker_format(LAYOUT_MF1, &t, buf, cap);
+	return layout_tracker_format(mf1_kind(), &t, buf, cap);
 }
 
 int steps_mf1_whole(struct ckfs *fs, const struct idx_step *s, int *ret_rank)

@@ -82,7 +82,7 @@ int steps_prune(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr)
 {
 	int rc = steps_drop_tree(fs, s, fr);
 
-	if (rc == 0 && s->kind == LAYOUT_MF1)
+	if (rc == 0 && layout_desc(s->kind)->per_rank)
 		rc = steps_mf1_drop_files(fs, s, fr); /* its rank files, in the rank directories */
 
 	if (rc == 0)
@@ -208,7 +208,7 @@ void steps_retention(struct ckfs *fs, int kind)
 		c.ids[i] = c.ids[c.n - 1 - i];
 		c.ids[c.n - 1 - i] = t;
 	}
-	if (kind == LAYOUT_MF1)
+	if (layout_desc(kind)->per_rank)
 		mf1_order(fs, c.ids, c.n); /* its step number restarts every epoch */
 	/* ids come ordered by step number ascending: keep from the newest end */
 	if (idx_begin(fs->ix) < 0)
@@ -407,7 +407,7 @@ void steps_restore(struct ckfs *fs, struct idx_step *s)
 	char name[300], pname[320];
 	bool partial;
 
-	if (s->kind == LAYOUT_MF1)
+	if (layout_desc(s->kind)->per_rank)
 		return; /* per-rank files, no directory: steps_mf1_restore, from a meta.json read */
 	const char *leaf;
 	uint64_t home;

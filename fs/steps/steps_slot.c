@@ -152,10 +152,10 @@ out:
  */
 static uint64_t slot_of_dir(struct ckfs *fs, uint64_t dir)
 {
+	const char *sd = fs->layout < 0 ? NULL : layout_slot_dir(fs->layout);
 	uint64_t snap, up, upup;
 
-	if (fs->layout < 0 || (fs->layout && fs->layout != LAYOUT_INTERNEVO) ||
-	    dir == IDX_ROOT_INO || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &snap) < 0 ||
+	if (!sd || dir == IDX_ROOT_INO || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, sd, &snap) < 0 ||
 	    idx_dentry_parent(fs->ix, dir, &up, NULL, 0) < 0)
 		return 0;
 	if (up == snap)
@@ -167,11 +167,11 @@ static uint64_t slot_of_dir(struct ckfs *fs, uint64_t dir)
 
 bool steps_slot_home(struct ckfs *fs, uint64_t dir)
 {
+	const char *sd = fs->layout < 0 ? NULL : layout_slot_dir(fs->layout);
 	uint64_t snap;
 
-	return fs->layout >= 0 && (!fs->layout || fs->layout == LAYOUT_INTERNEVO) &&
-	       dir != IDX_ROOT_INO &&
-	       idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &snap) == 0 && snap == dir;
+	return sd && dir != IDX_ROOT_INO && idx_dentry_lookup(fs->ix, IDX_ROOT_INO, sd, &snap) == 0 &&
+	       snap == dir;
 }
 
 void steps_before_change(struct ckfs *fs, uint64_t dir)
@@ -190,7 +190,7 @@ void steps_before_change(struct ckfs *fs, uint64_t dir)
 		return;
 	rc = steps_keep_copy(fs, &s, &a, qname, sizeof(qname));
 	if (rc == 0)
-		rc = idx_step_create(fs->ix, LAYOUT_INTERNEVO, s.name, 0, slot, ckfs_now(fs), &id);
+		rc = idx_step_create(fs->ix, s.kind, s.name, 0, slot, ckfs_now(fs), &id);
 	if (rc == 0)
 		rc = idx_commit(fs->ix);
 	else

@@ -863,6 +863,14 @@ Test(layout, descriptions)
 	cr_assert_eq(layout_desc(LAYOUT_KIND_COUNT)->kind, LAYOUT_NONE);
 	cr_assert_eq(layout_per_rank_kind(), LAYOUT_MF1);
 	cr_assert_null(layout_slot_dir(LAYOUT_KIND_COUNT));
+
+	char buf[16];
+
+	cr_assert_eq(layout_rank_dir_name(LAYOUT_MF1, 12, buf, sizeof(buf)), 7);
+	cr_assert_str_eq(buf, "rank_12");
+	cr_assert_eq(layout_rank_dir_name(LAYOUT_MF1, 12, buf, 7), -ENOSPC);
+	cr_assert_eq(layout_rank_dir_name(LAYOUT_MF1, -1, buf, sizeof(buf)), -EINVAL);
+	cr_assert_eq(layout_rank_dir_name(LAYOUT_HF, 0, buf, sizeof(buf)), -EINVAL);
 }
 
 Test(layout, names)
