@@ -131,8 +131,9 @@ static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, jso
 		struct layout_match m;
 		size_t at = json_array_size(files);
 
-		if (!S_ISDIR(top.modes[i]) || layout_classify(top.names[i], LAYOUT_MF1, &m) < 0 ||
-		    m.kind != LAYOUT_MF1 || m.role != ROLE_PLAIN || m.rank < 0)
+		if (!S_ISDIR(top.modes[i]) ||
+		    layout_classify(top.names[i], layout_per_rank_kind(), &m) < 0 ||
+		    !layout_desc(m.kind)->per_rank || m.role != ROLE_PLAIN || m.rank < 0)
 			continue;
 		rc = steps_dir_entries(fs, top.inos[i], 1, &e);
 		for (size_t j = 0; rc >= 0 && j < e.n; j++) {
@@ -141,7 +142,8 @@ static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, jso
 			json_t *f;
 
 			snprintf(path, sizeof(path), "%s/%s", top.names[i], e.names[j]);
-			if (!S_ISREG(e.modes[j]) || layout_classify(path, LAYOUT_MF1, &m) < 0 ||
+			if (!S_ISREG(e.modes[j]) ||
+			    layout_classify(path, layout_per_rank_kind(), &m) < 0 ||
 			    m.role != ROLE_STEP_FILE || (m.flags & LAYOUT_F_TMP) ||
 			    m.epoch != epoch || m.step != step)
 				continue;
@@ -195,8 +197,9 @@ json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char
 	char version[NODE_VERSION_LEN + 1];
 	size_t own = 0;
 	int64_t step = policy_node_step(s);
-	/* an MF1 row has no directory, unless retention kept its files (steps_mf1_before_remove) */
-	bool mf1 = s->kind == LAYOUT_MF1 && s->dir_ino == 0;
+	/* a per-rank (MF1) row has no directory, unless retention kept its files
+	 * (steps_mf1_before_remove) */
+	bool mf1 = layout_desc(s->kind)->per_rank && s->dir_ino == 0;
 
 	if (!dirs || !files || step < 0 ||
 	    (!empty && (mf1 ? walk_mf1(fs, s, dirs, files, &own)

@@ -754,7 +754,7 @@ static void seal_from_remote(struct node *n)
 		/* MindFormers 1.0 has no barrier before its claims (each rank's meta.json claims
 		 * its own file, callback.py CheckpointMonitor._save_ckpt): another node's seal
 		 * says nothing of this node's ranks, whose own claims seal this node's part */
-		if (!p->sealed || p->stale || p->kind == LAYOUT_MF1 ||
+		if (!p->sealed || p->stale || layout_desc(p->kind)->per_rank ||
 		    strcmp(p->node, n->name) == 0 || has_part(n, n->name, p->kind, p->step) ||
 		    key_in(n->sealed_here, n->nsealed, p->kind, p->step))
 			continue;
@@ -1045,7 +1045,8 @@ static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
 static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
 		      struct idx_step *ret, uint64_t *ret_dir)
 {
-	bool mf1 = p->kind == LAYOUT_MF1, slot = p->kind == LAYOUT_INTERNEVO && strchr(p->name, '/');
+	const struct layout_desc *d = layout_desc(p->kind);
+	bool mf1 = d->per_rank, slot = d->slot_dir && strchr(p->name, '/');
 	uint64_t dir = IDX_ROOT_INO;
 	int64_t id;
 	int rc = idx_step_by_name(fs->ix, p->kind, p->name, ret);
@@ -1070,7 +1071,7 @@ static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
 
 		if (!slot)
 			return -EINVAL;
-		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, LAYOUT_SLOT_DIR, &top) == 0 &&
+		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, d->slot_dir, &top) == 0 &&
 		    idx_dentry_lookup(fs->ix, top, strchr(p->name, '/') + 1, &cur) == 0)
 			return -EBUSY;
 	}
@@ -1104,10 +1105,10 @@ static bool file_fits(const struct node_part *p, json_t *f)
 	struct layout_match m;
 	struct idx_step probe = { .kind = p->kind };
 
-	if (p->kind != LAYOUT_MF1)
+	if (!layout_desc(p->kind)->per_rank)
 		return true;
 	snprintf(probe.name, sizeof(probe.name), "%s", p->name);
-	return path && layout_classify(path, LAYOUT_MF1, &m) == 0 && m.kind == LAYOUT_MF1 &&
+	return path && layout_classify(path, p->kind, &m) == 0 && (int)m.kind == p->kind &&
 	       m.role == ROLE_STEP_FILE && !(m.flags & LAYOUT_F_TMP) && m.rank >= 0 &&
 	       strchr(path, '/') == strrchr(path, '/') && policy_node_step(&probe) == p->step &&
 	       m.epoch >= 0 && m.epoch < INT32_MAX && m.step >= 0 &&
@@ -1264,7 +1265,7 @@ static int show_step(struct node *n, const struct node_key *k)
 	free(v);
 	if (rc == 0 && layout_desc(k->kind)->names_list)
 		rc = listed_everywhere(n, k);
-	if (rc == 0 && k->kind == LAYOUT_MF1)
+	if (rc == 0 && layout_desc(k->kind)->per_rank)
 		rc = mf1_whole_everywhere(n, k);
 	return rc;
 }
@@ -1324,7 +1325,7 @@ static void show_global(struct node *n)
 		pthread_mutex_unlock(&n->mu);
 		/* every node shows it now: its directory object has done its work (node_dir.c);
 		 * MindFormers 1.0 has none */
-		if (name[0] && todo[i].kind != LAYOUT_MF1)
+		if (name[0] && !layout_desc(todo[i].kind)->per_rank)
 			node_dir_unpublish(n->fs, name);
 		/* a new global step may free a place in retention (rule 5 counts global steps) */
 		pthread_mutex_lock(&n->fs->mu);
@@ -1653,7 +1654,7 @@ static int pending_cb(const struct idx_step *s, void *arg)
 	struct node_part *q;
 	bool want = false, withdraw = false;
 	/* MindFormers 1.0's rows have no directory: its part is its ranks' files (manifest.c) */
-	bool mf1 = s->kind == LAYOUT_MF1;
+	bool mf1 = layout_desc(s->kind)->per_rank;
 	int64_t step = policy_node_step(s);
 
 	if ((s->dir_ino == 0 && !mf1) || step < 0 ||

@@ -453,7 +453,7 @@ bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name)
 		return false;
 	if (parent == IDX_ROOT_INO)
 		return layout_parse_name(name, fs->layout, &k, &step) == 1 ||
-		       strcmp(name, LAYOUT_SLOT_DIR) == 0;
+		       (layout_slot_dir(fs->layout) && strcmp(name, layout_slot_dir(fs->layout)) == 0);
 	return steps_slot_home(fs, parent);
 }
 

@@ -238,7 +238,7 @@ static int rank_dir_cb(const char *name, uint64_t ino, uint32_t mode, int64_t co
 
 	(void)cookie;
 	if (!S_ISDIR(mode) || layout_classify(name, LAYOUT_NONE, &m) < 0 ||
-	    m.kind != LAYOUT_MF1 || m.role != ROLE_PLAIN || m.rank < 0)
+	    !layout_desc(m.kind)->per_rank || m.role != ROLE_PLAIN || m.rank < 0)
 		return 0;
 	if (ckpt_grow(&rs->v, &rs->cap, rs->n, sizeof(*rs->v)) < 0 ||
 	    ckpt_grow(&rs->dirs, &rs->capdirs, rs->n, sizeof(*rs->dirs)) < 0) {
