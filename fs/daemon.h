@@ -128,8 +128,9 @@ struct ckfs {
 	unsigned keep_quarantine; /* -o keep_quarantine=N: steps set aside kept, 0 = all */
 	int ranks;               /* -o ranks=N: MindFormers 1.0 world size; 0 = count rank_N dirs */
 	struct {
-		int64_t epoch, step;
-	} *mf1_claim;            /* newest meta.json claim per rank (MindFormers 1.0) */
+		int64_t epoch, step, ts_ns;
+	} *mf1_claim;            /* newest meta.json claim per rank (MindFormers 1.0): what it
+				    names and when it was recorded (steps_mf1_note_claim) */
 	int mf1_nranks;
 	uint64_t meta_ino;       /* /.ckptfs */
 	uint64_t quarantine_ino; /* /.ckptfs/quarantine */

@@ -644,19 +644,26 @@ int64_t policy_node_step_number(int kind, int64_t key)
 	return kind == LAYOUT_MF1 && key >= 0 ? key % POLICY_MF1_EPOCH_SPAN : key;
 }
 
-/* What mf1_claimed_cb looks for: the MF1 row of step number step made last before ts_ns. */
+/* What mf1_claimed_cb looks for: the MF1 row of step number step made last before ts_ns, and,
+ * for a claim older than every row of that number, the newest such row not pruned. */
 struct mf1_claim {
 	int64_t step, ts_ns;
-	struct idx_step best;
-	bool found;
+	struct idx_step best, newest;
+	bool found, found_newest;
 };
 
 static int mf1_claimed_cb(const struct idx_step *s, void *arg)
 {
 	struct mf1_claim *c = arg;
 
-	if (!layout_desc(s->kind)->per_rank || s->step != c->step || s->created_ns > c->ts_ns ||
-	    (c->found && s->created_ns < c->best.created_ns))
+	if (!layout_desc(s->kind)->per_rank || s->step != c->step)
+		return 0;
+	if (s->state != IDX_STEP_PRUNED &&
+	    (!c->found_newest || s->created_ns >= c->newest.created_ns)) {
+		c->newest = *s;
+		c->found_newest = true;
+	}
+	if (s->created_ns > c->ts_ns || (c->found && s->created_ns < c->best.created_ns))
 		return 0;
 	c->best = *s;
 	c->found = true;
@@ -668,6 +675,10 @@ static int mf1_claimed_cb(const struct idx_step *s, void *arg)
  * (last_epoch, last_step), and the claim keeps the step only, which restarts every epoch
  * (_checkpoint.py: "{prefix}-{epoch}_{step_in_epoch}.ckpt"): the claim is written right after
  * its step's files, so the row of that number made last before the claim is the one it names.
+ * A claim older than every row of its number names the newest of them not pruned, as
+ * claimed_row does: the rank's rename of its file and its meta.json write race the daemon's
+ * recording of the row (a fresh run's claim of step 4, recorded first, named no row, so the
+ * earlier run's claim of 10 stayed the head: test_lineage test_new_run_mf1, one run in six).
  * Costs one walk of the step rows. Returns 0, -ENOENT, or the index's -errno.
  */
 static int mf1_claimed_row(struct idx *ix, int64_t step, int64_t ts_ns, struct idx_step *ret)
@@ -677,9 +688,9 @@ static int mf1_claimed_row(struct idx *ix, int64_t step, int64_t ts_ns, struct i
 
 	if (rc < 0)
 		return rc;
-	if (!c.found)
+	if (!c.found && !c.found_newest)
 		return -ENOENT;
-	*ret = c.best;
+	*ret = c.found ? c.best : c.newest;
 	return 0;
 }
 

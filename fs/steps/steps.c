@@ -812,7 +812,7 @@ static int mf1_reload_claim(int64_t id, const char *tracker, const void *content
 	if (layout_classify(tracker, LAYOUT_NONE, &m) == 0 && m.role == ROLE_TRACKER &&
 	    layout_desc(m.kind)->tracker == LAYOUT_TRACKER_PER_RANK && m.rank >= 0 && content &&
 	    layout_tracker_parse(m.kind, NULL, content, len, &t) == 0)
-		steps_mf1_note_claim(fs, m.rank, t.epoch, t.step);
+		steps_mf1_note_claim(fs, m.rank, t.epoch, t.step, ts_ns);
 	return 0;
 }
 

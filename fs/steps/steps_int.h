@@ -311,9 +311,10 @@ bool steps_kept_version_dir(struct ckfs *fs, const struct idx_step *s, uint64_t 
 
 /* ---- steps_mf1.c: MindFormers 1.0 ---- */
 
-/* steps_mf1_note_claim - remember rank's newest meta.json claim (epoch, step). Returns 0 or
- * -ENOMEM. fs->mu held. */
-int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step);
+/* steps_mf1_note_claim - remember rank's newest meta.json claim (epoch, step), recorded at ts_ns
+ * (ns since the epoch, the claim row's time); claims are passed in the order they were made.
+ * Returns 0 or -ENOMEM. fs->mu held. */
+int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step, int64_t ts_ns);
 
 /* steps_mf1_key - the (epoch, step) of MF1 step s from its name "EPOCH_STEP" into *epoch, *step;
  * false (outputs untouched) when s is not an MF1 step. Pure. */

@@ -190,9 +190,18 @@ static bool mf1_sound(struct ckfs *fs, int64_t epoch, int64_t step)
 	return mf1_sound_over(fs, epoch, step, NULL, mf1_world(fs), NULL, NULL, NULL);
 }
 
-/* Has the meta.json of each of the n ranks ranks[0, n) (NULL: 0 .. n-1) claimed (epoch, step) or
- * a later step? (The MF1 commit marker.) */
-static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step, const int *ranks, int n)
+/*
+ * Has the meta.json of each of the n ranks ranks[0, n) (NULL: 0 .. n-1) claimed (epoch, step),
+ * the row made at created_ns? (The MF1 commit marker.) A rank's newest claim counts when it names
+ * that step, or a later one and was made after the row: a rank that saved again before its claim
+ * of this step was seen has moved on. A claim of a later step made before the row existed is an
+ * earlier run's (a new run in the same directory saves 2 while every meta.json still names 10)
+ * and says nothing of this step: counting it completed the new run's step before its own claim,
+ * and retention, still seeing 10 as the lineage's head, pruned it (test_lineage
+ * test_new_run_mf1, one run in eight).
+ */
+static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step, int64_t created_ns,
+			const int *ranks, int n)
 {
 	if (n <= 0)
 		return false;
@@ -202,8 +211,10 @@ static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step, const int 
 		if (r < 0 || r >= fs->mf1_nranks)
 			return false;
 		int64_t e = fs->mf1_claim[r].epoch, st = fs->mf1_claim[r].step;
+		bool same = e == epoch && st == step;
+		bool later = e > epoch || (e == epoch && st > step);
 
-		if (e < epoch || (e == epoch && st < step))
+		if (!same && !(later && fs->mf1_claim[r].ts_ns >= created_ns))
 			return false;
 	}
 	return true;
@@ -286,8 +297,9 @@ static int mf1_ranks(struct ckfs *fs, int **ret)
 	return (int)o;
 }
 
-/* Remember rank's newest meta.json claim. Returns 0 or -ENOMEM. */
-int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
+/* Remember rank's newest meta.json claim, made at ts_ns (claims come in the order they were
+ * made: as written, or from the index at mount). Returns 0 or -ENOMEM. */
+int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step, int64_t ts_ns)
 {
 	if (rank < 0 || rank >= (int)VINO_RANK_MAX)
 		return 0;
@@ -299,14 +311,12 @@ int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step)
 			return -ENOMEM;
 		fs->mf1_claim = p;
 		for (int i = fs->mf1_nranks; i < n; i++)
-			fs->mf1_claim[i].epoch = fs->mf1_claim[i].step = -1;
+			fs->mf1_claim[i].epoch = fs->mf1_claim[i].step = fs->mf1_claim[i].ts_ns = -1;
 		fs->mf1_nranks = n;
 	}
-	if (epoch > fs->mf1_claim[rank].epoch ||
-	    (epoch == fs->mf1_claim[rank].epoch && step > fs->mf1_claim[rank].step)) {
-		fs->mf1_claim[rank].epoch = epoch;
-		fs->mf1_claim[rank].step = step;
-	}
+	fs->mf1_claim[rank].epoch = epoch;
+	fs->mf1_claim[rank].step = step;
+	fs->mf1_claim[rank].ts_ns = ts_ns;
 	return 0;
 }
 
@@ -329,7 +339,7 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 		return;
 	if (!steps_mf1_key(&s, &e, &st) || (n = mf1_ranks(fs, &ranks)) <= 0)
 		return;
-	ok = mf1_claimed(fs, e, st, ranks, n) &&
+	ok = mf1_claimed(fs, e, st, s.created_ns, ranks, n) &&
 	     mf1_sound_over(fs, e, st, ranks, n, &bytes, &stored, NULL);
 	free(ranks);
 	if (!ok || idx_begin(fs->ix) < 0)

@@ -262,10 +262,10 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 	struct layout_tracker t;
 	int64_t id;
 	int rc = layout_tracker_parse((enum layout_kind)kind, name, buf, len, &t);
-	int64_t step = rc == 0 ? t.step : -1;
+	int64_t step = rc == 0 ? t.step : -1, now = ckfs_now(fs);
 
 	if (idx_begin(fs->ix) == 0)
-		steps_record(fs, idx_claim_add(fs->ix, name, buf, len, step, ckfs_now(fs), &id),
+		steps_record(fs, idx_claim_add(fs->ix, name, buf, len, step, now, &id),
 			     "the claim of tracker '%s'", name);
 	if (rc < 0) {
 		ckpt_log("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
@@ -277,7 +277,7 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 		/* the marker of a per-rank layout: every rank's tracker (MF1 rank_N/meta.json); a
 		 * step completes once all claimed it */
 		if (layout_classify(name, (enum layout_kind)kind, &m) == 0 && m.rank >= 0 &&
-		    steps_mf1_note_claim(fs, m.rank, t.epoch, t.step) == 0)
+		    steps_mf1_note_claim(fs, m.rank, t.epoch, t.step, now) == 0)
 			idx_step_foreach(fs->ix, steps_mf1_judge_cb, fs);
 		return;
 	}
