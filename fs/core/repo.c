@@ -860,8 +860,10 @@ int ckpt_publish_at(int dfd, const char *name, const void *buf, size_t len, mode
 	char tmp[NAME_MAX + 1];
 	int fd, rc;
 
-	if (strchr(name, '/') || (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= sizeof(tmp))
-		return strchr(name, '/') ? -EINVAL : -ENAMETOOLONG;
+	if (!name || strchr(name, '/'))
+		return -EINVAL;
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= sizeof(tmp))
+		return -ENAMETOOLONG;
 	/* a fresh file, never a link or a file linked from elsewhere (ckptfs.h) */
 	if (unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT)
 		return -errno;
