@@ -494,7 +494,8 @@ static int primed_cmp(const void *a, const void *b)
 static void primed_publish(struct store *st)
 {
 	pthread_mutex_lock(&st->primed_lock);
-	qsort(st->primed, st->nprimed, sizeof(*st->primed), primed_cmp);
+	if (st->nprimed > 1) /* qsort's base must not be NULL, even for 0 elements */
+		qsort(st->primed, st->nprimed, sizeof(*st->primed), primed_cmp);
 	st->primed_ready = true;
 	pthread_mutex_unlock(&st->primed_lock);
 }
