@@ -70,6 +70,20 @@ static json_t *file_json(struct idx *ix, const char *path, uint64_t ino, bool *f
 	return f;
 }
 
+/* Append file path (inode ino) to files, counting it in *own, unless another node wrote it
+ * (IDX_INODE_FOREIGN: its own manifest names it). Returns 0, or -EIO when it cannot be
+ * described. */
+static int own_file(struct idx *ix, const char *path, uint64_t ino, json_t *files, size_t *own)
+{
+	bool foreign;
+	json_t *f = file_json(ix, path, ino, &foreign);
+
+	if (foreign)
+		return 0;
+	(*own)++;
+	return f && json_array_append_new(files, f) == 0 ? 0 : -EIO;
+}
+
 /* Add the tree under dir (its paths prefixed by pre) to dirs and files; *own counts the
  * entries that are this node's (a directory holding only other nodes' files is not). */
 static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, json_t *files,
@@ -97,14 +111,7 @@ static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, js
 				(*own)++;
 			}
 		} else if (S_ISREG(e.modes[i])) {
-			bool foreign;
-			json_t *f = file_json(fs->ix, path, e.inos[i], &foreign);
-
-			if (foreign)
-				continue;
-			if (!f || json_array_append_new(files, f) < 0)
-				rc = -EIO;
-			(*own)++;
+			rc = own_file(fs->ix, path, e.inos[i], files, own);
 		}
 	}
 	steps_dir_entries_free(&e);
@@ -138,8 +145,6 @@ static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, jso
 		rc = steps_dir_entries(fs, top.inos[i], 1, &e);
 		for (size_t j = 0; rc >= 0 && j < e.n; j++) {
 			char path[LAYOUT_PATH_MAX];
-			bool foreign;
-			json_t *f;
 
 			snprintf(path, sizeof(path), "%s/%s", top.names[i], e.names[j]);
 			if (!S_ISREG(e.modes[j]) ||
@@ -147,12 +152,7 @@ static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, jso
 			    m.role != ROLE_STEP_FILE || (m.flags & LAYOUT_F_TMP) ||
 			    m.epoch != epoch || m.step != step)
 				continue;
-			f = file_json(fs->ix, path, e.inos[j], &foreign);
-			if (foreign)
-				continue;
-			if (!f || json_array_append_new(files, f) < 0)
-				rc = -EIO;
-			(*own)++;
+			rc = own_file(fs->ix, path, e.inos[j], files, own);
 		}
 		steps_dir_entries_free(&e);
 		if (rc >= 0 && json_array_size(files) > at &&

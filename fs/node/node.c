@@ -1115,6 +1115,15 @@ static bool file_fits(const struct node_part *p, json_t *f)
 	       m.step < POLICY_MF1_EPOCH_SPAN && m.epoch * POLICY_MF1_EPOCH_SPAN + m.step == p->step;
 }
 
+/* Keep global step k unnamed by every tracker (n->unlisted) until a part of it changes: a check
+ * over every node's files found one missing. Takes the node lock. */
+static void keep_unnamed(struct node *n, const struct node_key *k)
+{
+	pthread_mutex_lock(&n->mu);
+	key_add(&n->unlisted, &n->capunlisted, &n->nunlisted, k->kind, k->step);
+	pthread_mutex_unlock(&n->mu);
+}
+
 /*
  * MindFormers 1.0's resume reads every rank's file of the step meta.json names (mindformers
  * utils/resume_ckpt_utils.py get_resume_ckpt_list: the steps whose files exist for all ranks):
@@ -1145,9 +1154,7 @@ static int mf1_whole_everywhere(struct node *n, const struct node_key *k)
 	if (rc < 0)
 		return rc;
 	if (rc == 0) {
-		pthread_mutex_lock(&n->mu);
-		key_add(&n->unlisted, &n->capunlisted, &n->nunlisted, k->kind, k->step);
-		pthread_mutex_unlock(&n->mu);
+		keep_unnamed(n, k);
 		node_set_error(n, "step '%s': rank %d has no file of it on any node; no meta.json "
 			       "names the step", name, rank);
 		return -ENODATA;
@@ -1199,9 +1206,7 @@ static int listed_everywhere(struct node *n, const struct node_key *k)
 	if (rc < 0)
 		return rc;
 	if (rc == 0) {
-		pthread_mutex_lock(&n->mu);
-		key_add(&n->unlisted, &n->capunlisted, &n->nunlisted, k->kind, k->step);
-		pthread_mutex_unlock(&n->mu);
+		keep_unnamed(n, k);
 		node_set_error(n, "step '%s': metadata.json names '%s', which no node published; "
 			       "no tracker names the step", name, missing);
 		return -ENODATA;

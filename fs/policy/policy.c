@@ -631,7 +631,7 @@ int64_t policy_node_step(const struct idx_step *s)
 {
 	int64_t e, st;
 
-	if (s->kind != LAYOUT_MF1)
+	if (!layout_desc(s->kind)->per_rank)
 		return s->step;
 	if (!policy_mf1_key(s, &e, &st) || e < 0 || e >= INT32_MAX || st < 0 ||
 	    st >= POLICY_MF1_EPOCH_SPAN)
@@ -641,7 +641,7 @@ int64_t policy_node_step(const struct idx_step *s)
 
 int64_t policy_node_step_number(int kind, int64_t key)
 {
-	return kind == LAYOUT_MF1 && key >= 0 ? key % POLICY_MF1_EPOCH_SPAN : key;
+	return layout_desc(kind)->per_rank && key >= 0 ? key % POLICY_MF1_EPOCH_SPAN : key;
 }
 
 /* What mf1_claimed_cb looks for: the MF1 row of step number step made last before ts_ns, and,
