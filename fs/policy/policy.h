@@ -56,10 +56,12 @@
  *     (its writers unknown). What remains alike, a one-process save killed after its last
  *     file and before its claim, has every file whole, and is listed as copied. Neither can
  *     look complete to a resume: a tracker read resolves to a complete step only, a copy
- *     becomes complete only through a claim (the trainer's, or the user's who copied it), and
- *     a claim seals it, then every file is judged again as for any save. Layouts
- *     a trainer resolves by scanning get no copies: their trainer would load the newest
- *     directory it finds, so what is not complete there leaves the namespace.
+ *     becomes complete only through a claim (the trainer's, the user's who copied it, or on many
+ *     nodes another node's seal, rule 5: a job's last save looks like a copy on a node whose
+ *     ranks exited before that seal arrived), and a claim seals it, then every file is judged
+ *     again as for any save. Layouts a trainer resolves by scanning get no copies: their
+ *     trainer would load the newest directory it finds, so what is not complete there leaves
+ *     the namespace.
  *
  *  4. Figures and digest. A step's figures are the count, logical bytes and stored bytes of its
  *     regular files; its digest is XXH3-128 over, for each regular file in listing order

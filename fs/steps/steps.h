@@ -145,7 +145,8 @@ void steps_retention(struct ckfs *fs, int kind);
  * since the epoch) by more than a clock skew: then this node's ranks are writing the next
  * snapshot into it. why: for the log. Returns 0 (also when the Orbax name is taken here:
  * logged, the part left unsealed), -ESTALE (a slot written since: logged, left unsealed),
- * -ENOENT when this node has no unfinished part of that step (none yet, or already complete).
+ * -ENOENT when this node has no unfinished part of that step (none yet, or already complete;
+ * a copy, policy rule 3, counts as unfinished: the seal is the claim it waits for).
  * Takes fs->mu.
  */
 int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *name,

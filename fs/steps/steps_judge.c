@@ -302,9 +302,12 @@ static int find_part_cb(const struct idx_step *s, void *arg)
 {
 	struct find_part *f = arg;
 
+	/* a copy too (policy rule 3): a job's last save whose ranks here exited before another
+	 * node's seal arrived looks like one, and that seal is the claim a copy waits for */
 	if (s->kind != f->kind || s->dir_ino == 0 ||
 	    (f->slot ? strcmp(s->name, f->slot) != 0 : s->step != f->step) ||
-	    (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_INCOMPLETE))
+	    (s->state != IDX_STEP_WRITING && s->state != IDX_STEP_INCOMPLETE &&
+	     s->state != IDX_STEP_COPIED))
 		return 0;
 	/* the newest row: a save of the step after an earlier one was set aside is the one the
 	 * seal is for */

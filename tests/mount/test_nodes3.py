@@ -18,6 +18,8 @@ Scenarios:
   published; a guard for the withdrawal path, which must not hold the second save back).
 - rewrite_of_global: step 20 is global, then saved again (Megatron saves the last iteration
   again at the end of training, a restarted job re-saves it): every node serves the new bytes.
+- the_last_save_of_a_job: the ranks of nodes b and c exit before node a's seal reaches them
+  (their part looks like a copy, policy rule 3); the seal must still make it global.
 - empty_node: node c writes nothing; the step becomes global on all three, c shows every rank's
   file.
 - remote_away_at_restart: node c is remounted while the remote is unreachable: it mounts, its
@@ -204,6 +206,32 @@ class ThreeNodes(unittest.TestCase):
     def test_a_node_that_writes_nothing(self):
         want = self.save(10, 'dp0', writers=('a', 'b'))
         self.trackers(10)
+        self.serves(want)
+
+    def test_the_last_save_of_a_job_on_a_node_without_the_claim(self):
+        """The last save of a job: every rank's process exits right after its files (the job
+        ends, or crashes, after the barrier), so on nodes b and c the writer is gone before node
+        a's seal reaches them through the remote. Their part, every file whole and written by
+        one process that is gone, is what policy rule 3 calls a copy; the seal from another
+        node is the claim that seals it (rule 5). Before the fix the copy stayed a copy, was
+        never published, and the step never became global (CI at d005e34: three_nodes'
+        DeepSpeed job hung at step 4)."""
+        def ranks(step):
+            for r, n in enumerate(NAMES):
+                if n != 'a':
+                    p = self.m[n].path(rank_file(step, r))
+                    os.makedirs(os.path.dirname(p), exist_ok=True)
+                    with open(p, 'wb') as f:
+                        f.write(ckfs.content('last step %d rank %d' % (step, r), SIZE))
+            return 0
+        self.assertEqual(ckfs.in_child(ranks, 30), ('ok', 0))
+        for n in ('b', 'c'):
+            wait_for('step 30 a copy on node %s' % n, lambda: ' copied 1' in
+                     self.m[n].status_text(), 30, self.status)
+        want = self.save(30, 'last', writers=('a',))
+        want.update({rank_file(30, r): ckfs.content('last step %d rank %d' % (30, r), SIZE)
+                     for r in (1, 2)})
+        self.trackers(30)
         self.serves(want)
 
     # ---- MindFormers 2.0's metadata.json over every node (item 4) -------------------------
