@@ -28,6 +28,7 @@
 #include <sys/uio.h>
 
 #include "fs/ckptfs.h"
+#include "fs/core/workers.h"
 
 struct oinode;
 #define OTAB_BUCKETS 1024
@@ -136,9 +137,9 @@ struct ckfs {
 	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
 	uint64_t retained_ino;   /* /.ckptfs/retained */
 	struct step_rt *steps_rt;
-	pthread_t reaper;
+	struct ckpt_workers reaper; /* the step reaper (steps_start) */
 	pthread_cond_t reaper_cv;
-	bool reaper_started, stopping;
+	bool stopping;
 	pthread_t checker;       /* the newest steps' check after the mount (steps_init) */
 	bool checker_started;
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */

@@ -2309,11 +2309,10 @@ int node_start(struct ckfs *fs, char *err, size_t errlen)
 	struct node *n = fs->node;
 	int rc;
 
-	if ((rc = pthread_create(&n->th, NULL, node_main, n)) != 0) {
-		snprintf(err, errlen, "cannot start the node thread: %s", strerror(rc));
-		return -rc;
+	if ((rc = ckpt_workers_start(&n->th, 1, node_main, n)) < 0) {
+		snprintf(err, errlen, "cannot start the node thread: %s", strerror(-rc));
+		return rc;
 	}
-	n->started = true;
 	return 0;
 }
 
@@ -2323,12 +2322,7 @@ void node_stop(struct ckfs *fs)
 
 	if (!n)
 		return;
-	pthread_mutex_lock(&n->mu);
-	n->stop = true;
-	pthread_cond_signal(&n->cv);
-	pthread_mutex_unlock(&n->mu);
-	if (n->started)
-		pthread_join(n->th, NULL);
+	ckpt_workers_stop(&n->th, &n->mu, &n->cv, &n->stop);
 	if (n->parts_changed && write_remote_json(fs, n) < 0)
 		ckpt_log("cannot record the remote's state in '" REMOTE_STORE_RECORD "' at unmount");
 	presence_leave(n);

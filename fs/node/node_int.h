@@ -63,8 +63,7 @@ struct node {
 	char name[NODE_NAME_MAX + 1];
 	char url[512];
 	unsigned nodes;
-	pthread_t th;
-	bool started; /* th runs (node_start) */
+	struct ckpt_workers th; /* the node thread, once node_start started it */
 	pthread_mutex_t mu; /* invariant 3 */
 	pthread_cond_t cv;
 	bool stop;

@@ -56,6 +56,7 @@
 
 #include <jansson.h>
 
+#include "fs/core/workers.h"
 #include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
@@ -917,24 +918,17 @@ void steps_checker_join(struct ckfs *fs)
 
 int steps_start(struct ckfs *fs)
 {
-	int rc = pthread_create(&fs->reaper, NULL, reaper_main, fs);
+	int rc = ckpt_workers_start(&fs->reaper, 1, reaper_main, fs);
 
-	if (rc == 0)
-		fs->reaper_started = true;
-	return -rc;
+	return rc < 0 ? rc : 0;
 }
 
 void steps_stop(struct ckfs *fs)
 {
 	steps_checker_join(fs);
-	if (!fs->reaper_started)
+	if (fs->reaper.n == 0)
 		return;
-	pthread_mutex_lock(&fs->mu);
-	fs->stopping = true;
-	pthread_cond_signal(&fs->reaper_cv);
-	pthread_mutex_unlock(&fs->mu);
-	pthread_join(fs->reaper, NULL);
-	fs->reaper_started = false;
+	ckpt_workers_stop(&fs->reaper, &fs->mu, &fs->reaper_cv, &fs->stopping);
 	while (fs->steps_rt)
 		steps_rt_drop(fs, fs->steps_rt->id);
 	free(fs->mf1_claim);

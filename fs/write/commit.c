@@ -56,6 +56,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fs/core/workers.h"
 #include "fs/write/write.h"
 
 /* Jobs committed together at most: one store_sync and one index transaction for them all. */
@@ -81,7 +82,7 @@ struct commit_q {
 	unsigned waiters;        /* threads in cq_wait_idle (invariant 6) */
 	uint64_t queued, done;   /* jobs ever queued / ever finished (FIFO: done counts a prefix) */
 	bool stopping;
-	pthread_t thread;
+	struct ckpt_workers w;   /* the one committer thread (commits are made in order) */
 };
 
 /* Finish job j, whose commit returned rc: the step engine, or the log; frees j. */
@@ -174,13 +175,12 @@ int cq_start(struct ckfs *fs)
 	pthread_cond_init(&q->cv_work, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&q->cv_idle, NULL);
-	rc = pthread_create(&q->thread, NULL, cq_main, q);
-	if (rc != 0) {
+	if ((rc = ckpt_workers_start(&q->w, 1, cq_main, q)) < 0) {
 		pthread_cond_destroy(&q->cv_idle);
 		pthread_cond_destroy(&q->cv_work);
 		pthread_mutex_destroy(&q->mu);
 		free(q);
-		return -rc;
+		return rc;
 	}
 	fs->cq = q;
 	return 0;
@@ -192,11 +192,7 @@ void cq_stop(struct ckfs *fs)
 
 	if (!q)
 		return;
-	pthread_mutex_lock(&q->mu);
-	q->stopping = true;
-	pthread_cond_signal(&q->cv_work);
-	pthread_mutex_unlock(&q->mu);
-	pthread_join(q->thread, NULL);
+	ckpt_workers_stop(&q->w, &q->mu, &q->cv_work, &q->stopping);
 	fs->cq = NULL;
 	pthread_cond_destroy(&q->cv_idle);
 	pthread_cond_destroy(&q->cv_work);

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fs/core/workers.h"
 #include "fs/write/oi_int.h"
 
 /* Queue length, chunks: 4 windows of 16 MiB of 4 MiB chunks (invariant 1). */
@@ -58,8 +59,7 @@ struct ra_pool {
 		uint64_t ino;
 		int64_t at_ns;
 	} files[RA_FILES];       /* the files that queued lately */
-	unsigned nthreads;
-	pthread_t th[RA_MAX_THREADS];
+	struct ckpt_workers w;
 };
 
 static int64_t now_ns(void)
@@ -96,7 +96,7 @@ static void *ra_main(void *arg)
 int ra_start(struct ckfs *fs, uint64_t window, unsigned nthreads)
 {
 	struct ra_pool *p;
-	int rc = 0;
+	int rc;
 
 	if (window == 0 || nthreads == 0)
 		return 0;
@@ -110,17 +110,11 @@ int ra_start(struct ckfs *fs, uint64_t window, unsigned nthreads)
 	p->half_cache = store_cache_bytes(fs->st) / 2;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
-	for (unsigned i = 0; i < nthreads; i++) {
-		rc = pthread_create(&p->th[i], NULL, ra_main, p);
-		if (rc != 0)
-			break;
-		p->nthreads++;
-	}
-	if (p->nthreads == 0) {
+	if ((rc = ckpt_workers_start(&p->w, nthreads, ra_main, p)) < 0) {
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->mu);
 		free(p);
-		return -rc;
+		return rc;
 	}
 	fs->ra = p;
 	return 0;
@@ -132,12 +126,7 @@ void ra_stop(struct ckfs *fs)
 
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->mu);
-	p->stop = true;
-	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->mu);
-	for (unsigned i = 0; i < p->nthreads; i++)
-		pthread_join(p->th[i], NULL);
+	ckpt_workers_stop(&p->w, &p->mu, &p->cv, &p->stop);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
 	fs->ra = NULL;

@@ -62,6 +62,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fs/core/workers.h"
 #include "fs/write/write.h"
 
 /*
@@ -142,8 +143,7 @@ struct wb_pool {
 	bool recoding;          /* a worker is in pins_recode_idle */
 	struct keep_list keep[2]; /* invariant 5: [0] WB_SEG, [1] STORE_CHUNK_MAX bytes each */
 	bool stopping;
-	unsigned nthreads;
-	pthread_t threads[WB_MAX_THREADS];
+	struct ckpt_workers w;
 };
 
 /*
@@ -317,21 +317,14 @@ int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads)
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv_work, NULL);
 	pthread_cond_init(&p->cv_space, NULL);
-	for (unsigned i = 0; i < nthreads; i++) {
-		rc = pthread_create(&p->threads[i], NULL, wb_main, p);
-		if (rc != 0) {
-			if (i == 0) {
-				pthread_cond_destroy(&p->cv_space);
-				pthread_cond_destroy(&p->cv_work);
-				pthread_mutex_destroy(&p->mu);
-				free(p->keep[0].v);
-				free(p->keep[1].v);
-				free(p);
-				return -rc;
-			}
-			break; /* fewer workers than asked: still a pool */
-		}
-		p->nthreads++;
+	if ((rc = ckpt_workers_start(&p->w, nthreads, wb_main, p)) < 0) {
+		pthread_cond_destroy(&p->cv_space);
+		pthread_cond_destroy(&p->cv_work);
+		pthread_mutex_destroy(&p->mu);
+		free(p->keep[0].v);
+		free(p->keep[1].v);
+		free(p);
+		return rc;
 	}
 	fs->wb = p;
 	return 0;
@@ -343,12 +336,7 @@ void wb_stop(struct ckfs *fs)
 
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->mu);
-	p->stopping = true;
-	pthread_cond_broadcast(&p->cv_work);
-	pthread_mutex_unlock(&p->mu);
-	for (unsigned i = 0; i < p->nthreads; i++)
-		pthread_join(p->threads[i], NULL);
+	ckpt_workers_stop(&p->w, &p->mu, &p->cv_work, &p->stopping);
 	fs->wb = NULL;
 	for (int i = 0; i < 2; i++) { /* the workers are gone: nobody else holds p */
 		size_t charged;
@@ -387,7 +375,7 @@ bool wb_should_defer(struct wb_pool *p)
 	if (p->fs->defer == FS_DEFER_ALWAYS)
 		return true;
 	pthread_mutex_lock(&p->mu);
-	behind = p->queued >= WB_DEFER_QUEUE * p->nthreads;
+	behind = p->queued >= WB_DEFER_QUEUE * p->w.n;
 	pthread_mutex_unlock(&p->mu);
 	return behind && store_defer_pays(p->fs->st);
 }
@@ -528,7 +516,7 @@ void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t 
 	*ret_kept = p->keep[0].charged + p->keep[1].charged;
 	*ret_used = p->used - *ret_kept;
 	*ret_peak = p->peak;
-	*ret_threads = p->nthreads;
+	*ret_threads = p->w.n;
 	pthread_mutex_unlock(&p->mu);
 }
 
