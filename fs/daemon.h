@@ -28,6 +28,7 @@
 #include <sys/uio.h>
 
 #include "fs/ckptfs.h"
+#include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
 
 struct oinode;
@@ -172,14 +173,14 @@ struct ckfs {
  */
 static inline void fs_lock(struct ckfs *fs)
 {
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	idx_hold(fs->ix);
 }
 
 static inline void fs_unlock(struct ckfs *fs)
 {
 	idx_unhold(fs->ix);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 }
 
 #endif /* CKPTFS_FS_DAEMON_H */

@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "fs/core/lockrank.h"
 #include "ckptfs_config.h"
 #include "fs/core/prom.h"
 #include "fs/fuse/fuse_int.h"
@@ -425,9 +426,9 @@ int fs_meta_stats(struct ckfs *fs, int which, bool fresh, struct idx_stats *ret)
 
 	if (!meta_has_stats(which))
 		return 0;
-	pthread_mutex_lock(&fs->stats_mu);
+	ckpt_lock(&fs->stats_mu, CKPT_RANK_STATS);
 	rc = stats_read(fs, fresh, ret);
-	pthread_mutex_unlock(&fs->stats_mu);
+	ckpt_unlock(&fs->stats_mu, CKPT_RANK_STATS);
 	return rc == 0 ? 1 : 0; /* failed: fs_meta_render reads them under fs->mu */
 }
 

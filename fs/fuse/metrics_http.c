@@ -19,6 +19,7 @@
 
 #include <microhttpd.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/fuse/fuse_int.h"
 
 /*
@@ -80,9 +81,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return reply_text(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n");
 	bool have = fs_meta_stats(m->fs, META_METRICS, true, &st) > 0; /* before the lock */
 
-	pthread_mutex_lock(&m->fs->mu);
+	ckpt_lock(&m->fs->mu, CKPT_RANK_FS);
 	rc = fs_meta_render(m->fs, META_METRICS, have ? &st : NULL, &buf, &len);
-	pthread_mutex_unlock(&m->fs->mu);
+	ckpt_unlock(&m->fs->mu, CKPT_RANK_FS);
 	if (rc < 0) {
 		ckpt_log("metrics: cannot render for a scrape: %s\n", strerror(-rc));
 		return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot read the index\n");

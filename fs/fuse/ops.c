@@ -22,6 +22,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/fuse/ops_int.h"
 #include "fs/policy/layout.h"
 
@@ -83,9 +84,9 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	struct ckfs *fs = fs_req_fs(req);
 
 	if (!fs_view_ino(ino)) { /* the view takes no reference (view.c, invariant 3) */
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		ino_forget_locked(fs, ino, nlookup);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	}
 	fuse_reply_none(req);
 }
@@ -98,7 +99,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	uint64_t *gone = malloc(count * sizeof(*gone));
 	size_t k = 0;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	for (size_t i = 0; i < count; i++) {
 		if (fs_view_ino(forgets[i].ino) ||
 		    !ino_forget_count(fs, forgets[i].ino, forgets[i].nlookup))
@@ -109,7 +110,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 			ino_reap_many(fs, &forgets[i].ino, 1);
 	}
 	ino_reap_many(fs, gone, k);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	free(gone);
 	fuse_reply_none(req);
 }
@@ -188,9 +189,9 @@ void fs_reply_entry(fuse_req_t req, struct ckfs *fs, uint64_t ino)
 	ino_lookup_inc(fs, ino);
 	fs_unlock(fs);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
-		pthread_mutex_lock(&fs->mu); /* interrupted: the kernel took no reference */
+		ckpt_lock(&fs->mu, CKPT_RANK_FS); /* interrupted: the kernel took no reference */
 		ino_forget_locked(fs, ino, 1);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	}
 }
 
@@ -264,14 +265,14 @@ static void op_destroy(void *userdata)
 	for (;;) {
 		struct oinode *dirty = NULL;
 
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		for (unsigned i = 0; i < OTAB_BUCKETS && !dirty; i++)
 			for (struct oinode *oi = fs->otab[i]; oi && !dirty; oi = oi->next)
 				if (atomic_load(&oi->ov_dirty) && !oi->err) {
 					dirty = oi;
 					dirty->refs++;
 				}
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		if (!dirty)
 			break;
 		int rc = oi_commit(fs, dirty);
@@ -287,7 +288,7 @@ static void op_destroy(void *userdata)
 	struct ino_freed fr = { 0 };
 	bool ok;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	steps_reap(fs, true); /* nobody writes any more: judge every unfinished step */
 	ok = idx_begin(fs->ix) == 0 && idx_recover(fs->ix, ino_release_collect, &fr) >= 0 &&
 	     idx_commit(fs->ix) == 0;
@@ -302,7 +303,7 @@ static void op_destroy(void *userdata)
 			fs->ltab[i] = n;
 		}
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 }
 
 /* ---- attributes ---- */
@@ -317,9 +318,9 @@ static int lookup_shared_dir(fuse_req_t req, struct ckfs *fs, const char *name, 
 	mode_t mode = 0;
 	int rc;
 
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	rc = node_dir_lookup(fs, name, &mode);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (rc <= 0)
 		return -ENOENT;
 	rc = fs_make_node(req, fs, IDX_ROOT_INO, name, S_IFDIR | mode, 0, NULL, false, ino);
@@ -338,9 +339,9 @@ void fs_settle_for_reader(struct ckfs *fs)
 	if (!steps_settle_due(fs))
 		return;
 	if (cq_busy(fs)) {
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		cq_wait_idle(fs);
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	}
 	steps_settle_now(fs);
 }
@@ -494,27 +495,27 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	}
 	if (steps_is_vino(ino)) {
 		/* trackers are virtual: a truncate before a write, or a chmod, changes nothing */
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		rc = steps_vstat(fs, ino, &st);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		if (rc < 0)
 			fuse_reply_err(req, -rc);
 		else
 			fuse_reply_attr(req, &st, 0);
 		return;
 	}
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = fs_in_meta(fs, ino) ? -EROFS : 0;
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (rc < 0)
 		goto fail;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		struct oinode *oi;
 
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		/* an InternEvo slot keeps its complete version; the step knows its writer */
 		steps_before_write(fs, ino, fuse_req_ctx(req)->pid);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		if (fi) {
 			struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 
@@ -522,9 +523,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			oi = h->oi;
 			rc = oi_truncate(fs, oi, (uint64_t)attr->st_size);
 		} else {
-			pthread_mutex_lock(&fs->mu);
+			ckpt_lock(&fs->mu, CKPT_RANK_FS);
 			rc = oi_get(fs, ino, &oi);
-			pthread_mutex_unlock(&fs->mu);
+			ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 			if (rc < 0)
 				goto fail;
 			rc = oi_truncate(fs, oi, (uint64_t)attr->st_size);
@@ -535,7 +536,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		if (rc < 0)
 			goto fail;
 	}
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_inode_get(fs->ix, ino, &a);
 	if (rc < 0)
 		goto fail_locked;
@@ -577,13 +578,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			goto fail_locked;
 	}
 	rc = fs_stat_locked(fs, ino, &st);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (rc < 0)
 		goto fail;
 	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
 	return;
 fail_locked:
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 fail:
 	fuse_reply_err(req, -rc);
 }
@@ -595,11 +596,11 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	uint64_t real = ino; /* left as ino when a view inode's step left the view */
 	int rc;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = fs_view_ino(ino) ? fs_view_real(fs, ino, &real) : 0;
 	if (rc == 0)
 		rc = idx_symlink_get(fs->ix, real, buf, sizeof(buf));
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (rc == -ENOENT && fs_view_ino(ino) && real == ino)
 		fuse_reply_err(req, ENOENT); /* its step left the view */
 	else if (rc < 0)
@@ -634,9 +635,9 @@ static int xa_source(struct ckfs *fs, fuse_ino_t ino, uint64_t *ret)
 
 	*ret = ino;
 	if (fs_view_ino(ino) && ino != VINO_SNAPS) {
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		rc = fs_view_real(fs, ino, ret);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	}
 	return rc;
 }
@@ -648,9 +649,9 @@ static bool xa_virtual(struct ckfs *fs, fuse_ino_t ino)
 
 	if (ino >= VINO_BASE)
 		return true;
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	v = fs_in_meta(fs, ino);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return v;
 }
 

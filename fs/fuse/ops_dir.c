@@ -22,6 +22,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/fuse/ops_int.h"
 #include "fs/policy/layout.h"
 
@@ -191,9 +192,9 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (steps_tracker_name(fs, parent, name)) {
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		ckpt_log("refused to unlink tracker '%s': trackers are virtual and "
 			"always name the newest complete step\n", name);
 		fuse_reply_err(req, EPERM);
@@ -233,7 +234,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 		ckpt_repo_reserve(fs->repo); /* back as soon as there is room; no-op when held */
 	bool shared = rc == 0 && dir && fs_shared_step_dir(fs, parent, name);
 
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (shared) /* the other nodes' lookups no longer make it (node_dir.c) */
 		node_dir_unpublish(fs, name);
 	fuse_reply_err(req, -rc);
@@ -403,10 +404,10 @@ static int rename_into_tracker(fuse_req_t req, struct ckfs *fs, fuse_ino_t paren
 		return -EISDIR;
 	if ((rc = oi_get(fs, ino, &oi)) < 0)
 		return rc;
-	pthread_mutex_unlock(&fs->mu); /* oi_read may take fs->mu (bad chunk) */
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS); /* oi_read may take fs->mu (bad chunk) */
 	n = oi_read(fs, oi, buf, sizeof(buf), 0);
 	oi_put(fs, oi);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (n < 0)
 		return (int)n;
 	if ((rc = steps_tracker_path(fs, newparent, kind, cname, sizeof(cname))) < 0)
@@ -438,7 +439,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 	if (parent == IDX_ROOT_INO && newparent == IDX_ROOT_INO && steps_commit_rename(fs, name))
 		cq_wait_idle(fs); /* the files closed before Orbax's commit rename are durable first,
 				     so its step completes before the rename returns */
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	int ntk = flags == 0 ? steps_tracker_name(fs, newparent, newname) : 0;
 
 	/* a per-rank tracker is written to a temporary name and renamed into place (MindSpore
@@ -446,7 +447,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 	if (layout_desc(ntk)->tracker == LAYOUT_TRACKER_PER_RANK &&
 	    !steps_tracker_name(fs, parent, name)) {
 		rc = rename_into_tracker(req, fs, parent, name, newparent, ntk);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		fuse_reply_err(req, -rc);
 		/* the kernel now has newname pointing at the renamed (dropped) inode: forget it,
 		 * so the next lookup finds the virtual meta.json. After the reply, so the rename
@@ -468,7 +469,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 	 * other nodes as its seal, which renames their part (steps_seal_remote) */
 	bool shared = rc == 0 && !(flags & RENAME_EXCHANGE) && fs_shared_step_dir(fs, parent, name);
 
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (shared)
 		node_dir_unpublish(fs, name);
 	fuse_reply_err(req, -rc);
@@ -692,7 +693,7 @@ static void dir_serve(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t len = 0, i, first, refs = 0;
 	int rc = buf && (held || !plus) ? 0 : -ENOMEM;
 
-	pthread_mutex_lock(&d->mu);
+	ckpt_lock(&d->mu, CKPT_RANK_DIRSNAP);
 	if (rc == 0 && (off == 0 || !d->taken)) { /* the first, a rewinddir, or a seek before */
 		fs_lock(fs);
 		if (!fs_view_ino(ino)) /* browsing the view judges no step (view.c) */
@@ -701,7 +702,7 @@ static void dir_serve(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fs_unlock(fs);
 	}
 	if (rc < 0) {
-		pthread_mutex_unlock(&d->mu);
+		ckpt_unlock(&d->mu, CKPT_RANK_DIRSNAP);
 		free(buf);
 		free(held);
 		fuse_reply_err(req, -rc);
@@ -737,12 +738,12 @@ static void dir_serve(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fs_unlock(fs);
 	if (fuse_reply_buf(req, buf, len) != 0 && refs) {
 		/* not delivered (interrupted): the kernel took none of the references */
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		for (size_t j = 0; j < refs; j++)
 			ino_forget_locked(fs, held[j], 1);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	}
-	pthread_mutex_unlock(&d->mu);
+	ckpt_unlock(&d->mu, CKPT_RANK_DIRSNAP);
 	free(buf);
 	free(held);
 }
@@ -810,8 +811,8 @@ void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 	/* the last READDIR's thread may still hold mu after its reply let the close through: wait
 	 * for it, as libfuse's high-level API does (lib/fuse.c, fuse_lib_releasedir) */
-	pthread_mutex_lock(&d->mu);
-	pthread_mutex_unlock(&d->mu);
+	ckpt_lock(&d->mu, CKPT_RANK_DIRSNAP);
+	ckpt_unlock(&d->mu, CKPT_RANK_DIRSNAP);
 	pthread_mutex_destroy(&d->mu);
 	free(d->ents);
 	free(d->names);

@@ -18,6 +18,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/fuse/ops_int.h"
 #include "fs/policy/layout.h"
 
@@ -203,9 +204,9 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		cq_wait_idle(fs);
 		bool have = fs_meta_stats(fs, fs_meta_of(ino), true, &mst) > 0;
 
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		rc = fs_meta_render(fs, fs_meta_of(ino), have ? &mst : NULL, &h->vbuf, &h->vlen);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		if (rc < 0) {
 			fh_free(h);
 			fuse_reply_err(req, -rc);
@@ -405,9 +406,9 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			/* the files closed before the tracker are durable before its claim is
 			 * judged: the step it names can complete at once */
 			cq_wait_idle(fs);
-			pthread_mutex_lock(&fs->mu);
+			ckpt_lock(&fs->mu, CKPT_RANK_FS);
 			steps_on_claim(fs, h->vkind, h->vname, h->vbuf ? h->vbuf : "", h->vlen, pid);
-			pthread_mutex_unlock(&fs->mu);
+			ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 			h->vdirty = false;
 		}
 		fuse_reply_err(req, 0);

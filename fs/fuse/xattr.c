@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/fuse/fuse_int.h"
 
 /* include/uapi/linux/posix_acl_xattr.h and include/uapi/linux/posix_acl.h */
@@ -162,7 +163,7 @@ int fs_xattr_set(struct ckfs *fs, uint64_t ino, const char *name, const void *va
 		return kind;
 	if (len > IDX_XATTR_VALUE_MAX)
 		return -E2BIG;
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if ((rc = idx_inode_get(fs->ix, ino, &a)) < 0)
 		goto out;
 	if (kind == 1) {
@@ -196,7 +197,7 @@ int fs_xattr_set(struct ckfs *fs, uint64_t ino, const char *name, const void *va
 		rc = xa_touch(fs, ino, mode_set, mode);
 	rc = fs_commit_or_rollback(fs, rc);
 out:
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return rc;
 }
 
@@ -206,9 +207,9 @@ int fs_xattr_get(struct ckfs *fs, uint64_t ino, const char *name, void *buf, siz
 
 	if (xa_kind(name) < 0)
 		return -EOPNOTSUPP;
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_xattr_get(fs->ix, ino, name, buf, cap);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return rc;
 }
 
@@ -216,9 +217,9 @@ ssize_t fs_xattr_list(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
 {
 	ssize_t rc;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_xattr_list(fs->ix, ino, buf, cap);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return rc;
 }
 
@@ -228,14 +229,14 @@ int fs_xattr_remove(struct ckfs *fs, uint64_t ino, const char *name)
 
 	if (xa_kind(name) < 0)
 		return -EOPNOTSUPP;
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if ((rc = idx_begin(fs->ix)) == 0) {
 		rc = idx_xattr_remove(fs->ix, ino, name);
 		if (rc == 0)
 			rc = xa_touch(fs, ino, false, 0);
 		rc = fs_commit_or_rollback(fs, rc);
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return rc;
 }
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <sys/random.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/node/node_int.h"
 #include "fs/policy/policy.h"
 
@@ -208,9 +209,9 @@ static bool has_part(struct node *n, const char *node, int kind, int64_t step)
 
 void node_count_error(struct node *n, enum node_err k)
 {
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	n->errors[k]++;
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 }
 
 void node_set_error(struct node *n, const char *fmt, ...)
@@ -221,9 +222,9 @@ void node_set_error(struct node *n, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	memcpy(n->last_error, line, sizeof(line));
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	ckpt_log("%s", line);
 }
 
@@ -301,7 +302,7 @@ static int add_part(struct node *n, const struct node_part *p)
 	struct node_part *q;
 	int rc = 0;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	q = find_part(n, p->node, p->kind, p->step);
 	if (q && strcmp(q->version, p->version) == 0) {
 		q->seen = true;
@@ -319,7 +320,7 @@ static int add_part(struct node *n, const struct node_part *p)
 		check_nodes(n, p);
 		recompute_step(n, p->kind, p->step);
 	}
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return rc;
 }
 
@@ -332,7 +333,7 @@ static int add_parts(struct node *n, const struct node_part *v, size_t nv)
 	size_t sorted, o = 0;
 	int rc = 0;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	sorted = n->nparts;
 	for (size_t i = 0; i < nv; i++) {
 		size_t j = part_lower_in(n, sorted, v[i].kind, v[i].step, v[i].node);
@@ -374,7 +375,7 @@ static int add_parts(struct node *n, const struct node_part *v, size_t nv)
 	}
 	if (nv)
 		recompute_global(n);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return rc;
 }
 
@@ -514,12 +515,12 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
 	(void)size;
 	if (!parse_key(key, &p))
 		return 0;
-	pthread_mutex_lock(&c->n->mu);
+	ckpt_lock(&c->n->mu, CKPT_RANK_NODE);
 	q = find_part(c->n, p.node, p.kind, p.step);
 	known = q && strcmp(q->version, p.version) == 0;
 	if (known)
 		q->seen = true;
-	pthread_mutex_unlock(&c->n->mu);
+	ckpt_unlock(&c->n->mu, CKPT_RANK_NODE);
 	if (known || strlen(key) > REMOTE_KEY_MAX)
 		return 0;
 	return lkey_add(c, key, p.kind, p.step);
@@ -535,10 +536,10 @@ static int learn(struct node *n, const struct remote_call *call, bool prime)
 	struct learn_ctx c = { .n = n };
 	int rc;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	for (size_t i = 0; i < n->nparts; i++)
 		n->parts[i].seen = false;
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	rc = remote_list_with(n->r, "manifests/", learn_cb, &c, call);
 	if (rc == 0)
 		select_keys(&c, prime, n->fs->keep_max > NODE_RECORD_STEPS ? n->fs->keep_max
@@ -584,7 +585,7 @@ static int learn(struct node *n, const struct remote_call *call, bool prime)
 	if (rc == 0) {
 		size_t seen = 0, o = 0;
 
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		for (size_t i = 0; i < n->nparts; i++)
 			seen += n->parts[i].seen;
 		/* a listing with none of the parts known is a remote that is not what it was (a
@@ -603,7 +604,7 @@ static int learn(struct node *n, const struct remote_call *call, bool prime)
 			n->parts_changed = true;
 			recompute_global(n);
 		}
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		if (!seen && n->nparts)
 			node_set_error(n, "the remote lists none of the %zu manifests known here; "
 				       "is it the right remote?", n->nparts);
@@ -633,9 +634,9 @@ static bool step_known_here(struct ckfs *fs, int kind, const char *name)
 	struct idx_step s;
 	int rc;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_step_by_name(fs->ix, kind, name, &s);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return rc != -ENOENT;
 }
 
@@ -659,11 +660,11 @@ static bool dir_has_own_files(struct ckfs *fs, const char *name)
 	uint64_t dir;
 	bool r = false;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &dir) == 0 &&
 	    idx_inode_get(fs->ix, dir, &a) == 0 && S_ISDIR(a.mode))
 		r = own_files(fs, dir, name) > 0;
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return r;
 }
 
@@ -685,7 +686,7 @@ static bool adopt_step(struct node *n, const struct node_part *p)
 
 	if (strchr(p->name, '/'))
 		return false;
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (idx_step_by_name(fs->ix, p->kind, p->name, &s) == -ENOENT &&
 	    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, p->name, &dir) == 0 &&
 	    idx_inode_get(fs->ix, dir, &a) == 0 && S_ISDIR(a.mode) && own_files(fs, dir, p->name) &&
@@ -695,7 +696,7 @@ static bool adopt_step(struct node *n, const struct node_part *p)
 		if (!made)
 			idx_rollback(fs->ix);
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (made)
 		ckpt_log("step '%s': its directory here is a step of node '%s' (%s): taken as this "
 			 "node's part", p->name, p->node,
@@ -747,7 +748,7 @@ static void seal_from_remote(struct node *n)
 	struct node_part *v = NULL;
 	size_t nv = 0, capv = 0;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	for (size_t i = 0; i < n->nparts && !blocked(n); i++) {
 		const struct node_part *p = &n->parts[i];
 
@@ -762,7 +763,7 @@ static void seal_from_remote(struct node *n)
 			break;
 		v[nv++] = *p;
 	}
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	for (size_t i = 0; i < nv; i++) {
 		char why[NODE_NAME_MAX + 32];
 		int64_t marker_ns = strchr(v[i].name, '/') ? part_newest_mtime(n, &v[i]) : 0;
@@ -1119,9 +1120,9 @@ static bool file_fits(const struct node_part *p, json_t *f)
  * over every node's files found one missing. Takes the node lock. */
 static void keep_unnamed(struct node *n, const struct node_key *k)
 {
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	key_add(&n->unlisted, &n->capunlisted, &n->nunlisted, k->kind, k->step);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 }
 
 /*
@@ -1141,16 +1142,16 @@ static int mf1_whole_everywhere(struct node *n, const struct node_key *k)
 	size_t lo, hi;
 	int rc, rank = -1;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	step_range(n, k->kind, k->step, &lo, &hi);
 	if (lo < hi)
 		memcpy(name, n->parts[lo].name, sizeof(name));
-	pthread_mutex_unlock(&n->mu);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_step_by_name(fs->ix, k->kind, name, &s);
 	if (rc == 0)
 		rc = steps_mf1_whole(fs, &s, &rank);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (rc < 0)
 		return rc;
 	if (rc == 0) {
@@ -1182,17 +1183,17 @@ static int listed_everywhere(struct node *n, const struct node_key *k)
 	uint8_t one;
 	int rc;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	step_range(n, k->kind, k->step, &lo, &hi);
 	if (lo < hi)
 		memcpy(name, n->parts[lo].name, sizeof(name));
-	pthread_mutex_unlock(&n->mu);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_step_by_name(fs->ix, k->kind, name, &s);
 	if (rc == 0 && layout_desc(k->kind)->names_list &&
 	    idx_dentry_lookup(fs->ix, s.dir_ino, layout_desc(k->kind)->names_list, &ino) == 0)
 		idx_file_extents(fs->ix, ino, &ext, &next);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < next; i++) { /* a read fetches a chunk another node wrote */
@@ -1200,9 +1201,9 @@ static int listed_everywhere(struct node *n, const struct node_key *k)
 		store_chunk_pread(fs->st, &h, &one, 1, 0);
 	}
 	free(ext);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = policy_listed_names(fs->ix, fs->st, &s, missing, sizeof(missing));
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (rc < 0)
 		return rc;
 	if (rc == 0) {
@@ -1223,12 +1224,12 @@ static int show_step(struct node *n, const struct node_key *k)
 	size_t nv = 0, capv = 0;
 	int rc = 0;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	for (size_t i = 0; i < n->nparts; i++)
 		if (n->parts[i].kind == k->kind && n->parts[i].step == k->step &&
 		    !n->parts[i].stale && ckpt_grow(&v, &capv, nv, sizeof(*v)) == 0)
 			v[nv++] = n->parts[i];
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	for (size_t i = 0; rc == 0 && i < nv; i++) {
 		char key[REMOTE_KEY_MAX + 1];
 		struct idx_step s;
@@ -1250,7 +1251,7 @@ static int show_step(struct node *n, const struct node_key *k)
 		}
 		int64_t now = ckfs_now(fs);
 
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		if ((rc = idx_begin(fs->ix)) == 0) {
 			rc = local_step(fs, &v[i], now, &s, &dir);
 			json_array_foreach(json_object_get(m, "files"), j, f)
@@ -1264,7 +1265,7 @@ static int show_step(struct node *n, const struct node_key *k)
 			if (rc < 0)
 				idx_rollback(fs->ix);
 		}
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		json_decref(m);
 	}
 	free(v);
@@ -1281,7 +1282,7 @@ static void show_global(struct node *n)
 	struct node_key *todo = NULL;
 	size_t nt = 0, capt = 0;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	size_t kind_end = n->nglobal;
 
 	/* backwards: global is sorted by (kind, step), so the steps newer than global[i] of its
@@ -1305,7 +1306,7 @@ static void show_global(struct node *n)
 		if (ckpt_grow(&todo, &capt, nt, sizeof(*todo)) == 0)
 			todo[nt++] = g;
 	}
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	for (size_t i = 0; i < nt; i++) {
 		ckpt_fault("node-show");
 		int rc = show_step(n, &todo[i]);
@@ -1321,21 +1322,21 @@ static void show_global(struct node *n)
 
 		size_t lo, hi;
 
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		key_add(&n->shown, &n->capshown, &n->nshown, todo[i].kind, todo[i].step);
 		n->parts_changed = true;
 		step_range(n, todo[i].kind, todo[i].step, &lo, &hi);
 		if (lo < hi)
 			memcpy(name, n->parts[lo].name, sizeof(name));
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		/* every node shows it now: its directory object has done its work (node_dir.c);
 		 * MindFormers 1.0 has none */
 		if (name[0] && !layout_desc(todo[i].kind)->per_rank)
 			node_dir_unpublish(n->fs, name);
 		/* a new global step may free a place in retention (rule 5 counts global steps) */
-		pthread_mutex_lock(&n->fs->mu);
+		ckpt_lock(&n->fs->mu, CKPT_RANK_FS);
 		steps_retention(n->fs, todo[i].kind);
-		pthread_mutex_unlock(&n->fs->mu);
+		ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
 	}
 	free(todo);
 }
@@ -1353,9 +1354,9 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 
 	snprintf(key, sizeof(key), "chunks/%s", hex);
 	if ((rc = remote_head(n->r, key, NULL)) == 0) {
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		n->chunks_there++;
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		return 0;
 	}
 	if (rc != -ENOENT || store_hash_parse(hex, &h) < 0)
@@ -1367,10 +1368,10 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 	if (rc == -EEXIST)
 		rc = 0; /* a replica on another node sent the same bytes first */
 	if (rc == 0) {
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		n->chunks_sent++;
 		n->bytes_sent += blen;
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	}
 	return rc;
 }
@@ -1392,20 +1393,20 @@ static void *send_main(void *arg)
 		json_t *x;
 		int rc;
 
-		pthread_mutex_lock(&j->mu);
+		ckpt_lock(&j->mu, CKPT_RANK_NODE_JOB);
 		if (j->rc < 0 || j->next == j->count) {
-			pthread_mutex_unlock(&j->mu);
+			ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
 			return NULL;
 		}
 		x = j->ext[j->next++];
-		pthread_mutex_unlock(&j->mu);
+		ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
 		rc = send_chunk(j->n, json_string_value(json_array_get(x, 2)),
 				(size_t)json_integer_value(json_array_get(x, 1)));
 		if (rc < 0) {
-			pthread_mutex_lock(&j->mu);
+			ckpt_lock(&j->mu, CKPT_RANK_NODE_JOB);
 			if (j->rc == 0)
 				j->rc = rc;
-			pthread_mutex_unlock(&j->mu);
+			ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
 		}
 	}
 }
@@ -1566,11 +1567,11 @@ static void gc_note(struct node *n, const char *note)
 {
 	bool changed, was;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	changed = strcmp(n->gc_note, note) != 0;
 	was = n->gc_note[0] != '\0';
 	snprintf(n->gc_note, sizeof(n->gc_note), "%s", note);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (changed && note[0])
 		node_set_error(n, "%s", note);
 	else if (changed && was)
@@ -1669,14 +1670,14 @@ static int pending_cb(const struct idx_step *s, void *arg)
 	if (s->state != IDX_STEP_COMPLETE) {
 		p->busy = true; /* a save in progress here */
 	} else if (ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS) {
-		pthread_mutex_lock(&n->mu); /* just complete here: busy until it is global */
+		ckpt_lock(&n->mu, CKPT_RANK_NODE); /* just complete here: busy until it is global */
 		p->busy |= !key_in(n->global, n->nglobal, s->kind, step);
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	}
 	if (s->state == IDX_STEP_COMPLETE && (quiet_row(n, s->id) ||
 					      steps_version_shadowed(n->fs, s)))
 		return 0;
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	q = find_part(n, n->name, s->kind, step);
 	if (s->state != IDX_STEP_COMPLETE && s->id > p->ahead.id)
 		p->ahead = *s;
@@ -1714,7 +1715,7 @@ static int pending_cb(const struct idx_step *s, void *arg)
 		      key_in(n->shown, n->nshown, s->kind, step)))
 			want = true;
 	}
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (withdraw && ckpt_grow(&p->w, &p->capw, p->nw, sizeof(*p->w)) == 0)
 		p->w[p->nw++] = (struct node_key){ s->kind, step };
 	if (want) {
@@ -1733,13 +1734,13 @@ static void withdraw(struct node *n, const struct node_key *k)
 	struct node_part *q;
 	int rc;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	if ((q = find_part(n, n->name, k->kind, k->step))) {
 		node_manifest_key(key, sizeof(key), q->kind, q->step, q->node, q->version);
 		drop_part(n, (size_t)(q - n->parts));
 	}
 	key_del(n->sealed_here, &n->nsealed, k->kind, k->step);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (!key[0])
 		return;
 	rc = remote_delete(n->r, key);
@@ -1794,20 +1795,20 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 	snprintf(me.name, sizeof(me.name), "%s", s->name);
 	snprintf(me.version, sizeof(me.version), "%s",
 		 json_string_value(json_object_get(m, "version")));
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	q = find_part(n, n->name, s->kind, me.step);
 	if (q && strcmp(q->version, me.version) != 0)
 		node_manifest_key(old, sizeof(old), q->kind, q->step, q->node, q->version);
 	if (q)
 		q->created_ns = me.created_ns - 1; /* the new version replaces it (add_part) */
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	add_part(n, &me);
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	n->published++;
 	n->last_error[0] = '\0';
 	if (s->completed_ns)
 		n->upload_lag_ns = ckfs_now(n->fs) - s->completed_ns;
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (old[0] && (rc = remote_delete(n->r, old)) < 0 && rc != -ENOENT)
 		ckpt_log("cannot remove the earlier part '%s': %s", old, strerror(-rc));
 	ckpt_log("published step '%s' to the remote as node '%s'", s->name, n->name);
@@ -1827,9 +1828,9 @@ static void send_ahead(struct node *n, const struct idx_step *s)
 	json_t *m;
 	int rc;
 
-	pthread_mutex_lock(&n->fs->mu);
+	ckpt_lock(&n->fs->mu, CKPT_RANK_FS);
 	m = node_manifest_json(n->fs, s, n->name, n->nodes, false, false, &files);
-	pthread_mutex_unlock(&n->fs->mu);
+	ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
 	if (!m)
 		return;
 	if (files && (rc = send_chunks(n, m, true)) < 0)
@@ -1843,9 +1844,9 @@ static void publish(struct node *n)
 	struct ckfs *fs = n->fs;
 	struct pending p = { .n = n };
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	idx_step_foreach(fs->ix, pending_cb, &p);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	n->busy = p.busy;
 	for (size_t i = 0; i < p.nw; i++)
 		withdraw(n, &p.w[i]);
@@ -1860,15 +1861,15 @@ static void publish(struct node *n)
 		bool same;
 		json_t *m;
 
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		m = node_manifest_json(fs, s, n->name, n->nodes, sealed, false, &files);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		if (!m) {
 			node_set_error(n, "cannot describe step '%s' for the remote: %s", s->name,
 				  strerror(EIO));
 			continue;
 		}
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		q = find_part(n, n->name, s->kind, step);
 		/* the part published (before a restart), or fetched back from the remote (no file
 		 * here is this node's own then: the store was lost, or the part is empty) */
@@ -1879,7 +1880,7 @@ static void publish(struct node *n)
 		else if (!q && files == 0 &&
 			 ckpt_grow(&n->quiet_rows, &n->capquiet, n->nquiet, sizeof(*n->quiet_rows)) == 0)
 			n->quiet_rows[n->nquiet++] = s->id; /* nothing of it is this node's */
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		if (same || files == 0) {
 			json_decref(m);
 			continue;
@@ -1921,7 +1922,7 @@ static void presence(struct node *n)
 		int64_t beat = json_integer_value(json_object_get(o, "beat_ns"));
 
 		if (id && strcmp(id, n->store_id) != 0 && now_ns - beat < NODE_PRESENCE_TTL_NS) {
-			pthread_mutex_lock(&n->mu);
+			ckpt_lock(&n->mu, CKPT_RANK_NODE);
 			if (!n->taken[0]) {
 				snprintf(n->taken, sizeof(n->taken),
 					 "node name '%s' is taken by another store (host %s, pid %d): "
@@ -1934,7 +1935,7 @@ static void presence(struct node *n)
 				ckpt_log("%s", n->taken);
 				recompute_global(n);
 			}
-			pthread_mutex_unlock(&n->mu);
+			ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 			json_decref(o);
 			return;
 		}
@@ -1948,13 +1949,13 @@ static void presence(struct node *n)
 	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (text && remote_put_with(n->r, key, text, strlen(text), &call) == 0) {
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		if (n->taken[0]) {
 			ckpt_log("node name '%s' is this store's again", n->name);
 			n->taken[0] = '\0';
 			recompute_global(n);
 		}
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	}
 	free(text);
 }
@@ -1989,9 +1990,9 @@ static void *node_main(void *arg)
 	struct node *n = arg;
 	int rc;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	while (!n->stop) {
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		/* a listing costs the remote's time for every manifest: every tick while this
 		 * node saves or waits for a step to become global, else every
 		 * NODE_IDLE_LIST_TICKS (another node's save this node writes nothing of, gc),
@@ -2014,16 +2015,16 @@ static void *node_main(void *arg)
 		seal_from_remote(n);
 		publish(n);
 		show_global(n);
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		bool save = n->parts_changed && ckpt_mono_ns() >= n->next_record_ns;
 
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		if (save)
 			n->next_record_ns = ckpt_mono_ns() + NODE_RECORD_EVERY_NS;
 		if (save && (rc = write_remote_json(n->fs, n)) < 0)
 			node_set_error(n, "cannot record the remote's state in '" REMOTE_STORE_RECORD
 				       "': %s; a mount while the remote is away knows less", strerror(-rc));
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		if (!n->stop) {
 			struct timespec t;
 
@@ -2031,10 +2032,10 @@ static void *node_main(void *arg)
 			t.tv_nsec += NODE_TICK_MS * 1000000L;
 			t.tv_sec += t.tv_nsec / 1000000000L;
 			t.tv_nsec %= 1000000000L;
-			pthread_cond_timedwait(&n->cv, &n->mu, &t);
+			ckpt_cond_wait(&n->cv, &n->mu, CKPT_RANK_NODE, &t);
 		}
 	}
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return NULL;
 }
 
@@ -2047,10 +2048,10 @@ static bool global_ok(struct ckfs *fs, const struct idx_step *s)
 	int64_t step = policy_node_step(s);
 	bool ok;
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	ok = key_in(n->global, n->nglobal, s->kind, step) &&
 	     key_in(n->shown, n->nshown, s->kind, step);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return ok;
 }
 
@@ -2098,7 +2099,7 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 
 	int64_t from[LAYOUT_KIND_COUNT];
 
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	/* a restart needs the newest global steps (the trackers', retention's) and what is newer:
 	 * the parts of older steps stay on the remote only, so that the record stays small */
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
@@ -2135,7 +2136,7 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I, s:o?, s:o?}", "url", n->url, "node", n->name,
 		      "nodes", (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max, "store_id",
 		      n->store_id, "since_ns", (json_int_t)n->since_ns, "parts", parts, "shown", shown);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (!o)
 		return -ENOMEM;
 	char *text = json_dumps(o, JSON_INDENT(1));
@@ -2145,9 +2146,9 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 	free(text);
 	json_decref(o);
 	if (rc < 0) {
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		n->parts_changed = true; /* the next tick tries again */
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	}
 	return rc;
 }
@@ -2280,9 +2281,9 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 	store_set_fetch(fs->st, fetch_chunk, n);
 	/* from now on only global steps count, for the trackers and for the retention that
 	 * steps_init runs: none until node_prime has learnt the remote's manifests */
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	fs->global_ok = global_ok;
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return 0;
 }
 
@@ -2327,10 +2328,10 @@ void node_stop(struct ckfs *fs)
 		ckpt_log("cannot record the remote's state in '" REMOTE_STORE_RECORD "' at unmount");
 	presence_leave(n);
 	store_set_fetch(fs->st, NULL, NULL); /* a read after this finds the chunk missing */
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	fs->global_ok = NULL;
 	fs->node = NULL;
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	node_free(n);
 }
 
@@ -2357,7 +2358,7 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 #define PUT(...) bput(buf, cap, &used, __VA_ARGS__)
 	if (!n || cap == 0)
 		return 0;
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	PUT("remote:           %s\n", n->url);
 	PUT("node:             %s (1 of %u)\n", n->name, n->nodes);
 	PUT("published:        %" PRIu64 " steps, %" PRIu64 " chunks sent (%" PRIu64
@@ -2402,7 +2403,7 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		PUT("\n");
 		i = hi;
 	}
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 #undef PUT
 	return used < cap ? used : cap - 1;
 }
@@ -2419,7 +2420,7 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 		return;
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 		last[k] = -1;
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	for (size_t i = 0; i < n->nparts; i++)
 		mine += strcmp(n->parts[i].node, n->name) == 0;
 	for (size_t i = 0; i < n->nglobal; i++)
@@ -2460,5 +2461,5 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 		    "1 when the nodes disagree (node count, a name taken twice): no step becomes "
 		    "global on this node.");
 	prom_u64(p, "ckptfs_remote_nodes_disagree", NULL, NULL, blocked(n) ? 1 : 0);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 }

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/node/node_int.h"
 
 /* The key of a step directory's object: "dirs/" then the name (layout names are short). */
@@ -78,13 +79,13 @@ static void drop_pending(struct node *n, const char *name)
 /* Keep name and mode for node_dirs_retry (once). n->mu not held. */
 static void keep_pending(struct node *n, const char *name, mode_t mode)
 {
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	drop_pending(n, name);
 	if (ckpt_grow(&n->dirs_pending, &n->capdirs, n->ndirs, sizeof(*n->dirs_pending)) == 0) {
 		snprintf(n->dirs_pending[n->ndirs].name, sizeof(n->dirs_pending->name), "%s", name);
 		n->dirs_pending[n->ndirs++].mode = mode;
 	}
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 }
 
 /*
@@ -165,9 +166,9 @@ void node_dir_unpublish(struct ckfs *fs, const char *name)
 
 	if (!n || dir_key(name, key, sizeof(key)) < 0)
 		return;
-	pthread_mutex_lock(&n->mu);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	drop_pending(n, name);
-	pthread_mutex_unlock(&n->mu);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (remote_delete_with(n->r, key, &call) < 0)
 		node_set_error(n, "cannot remove step directory '%s' from the remote: %s", name,
 			       err);
@@ -178,20 +179,20 @@ void node_dirs_retry(struct node *n)
 	for (;;) {
 		struct node_dir_pending d;
 
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		if (n->ndirs == 0) {
-			pthread_mutex_unlock(&n->mu);
+			ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 			return;
 		}
 		d = n->dirs_pending[n->ndirs - 1];
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		char err[512];
 
 		if (put_dir(n, d.name, d.mode, err, sizeof(err)) < 0)
 			return; /* still down: the next tick */
-		pthread_mutex_lock(&n->mu);
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		drop_pending(n, d.name);
-		pthread_mutex_unlock(&n->mu);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		ckpt_log("published step directory '%s' to the remote", d.name);
 	}
 }

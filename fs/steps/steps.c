@@ -56,6 +56,7 @@
 
 #include <jansson.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
 #include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
@@ -351,7 +352,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 			flags |= IDX_INODE_MALFORMED;
 	}
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	/* the flags are kept even in a directory not yet a step: its marker may come (rule 1) */
 	if (idx_inode_get(fs->ix, oi->ino, &a) == 0 && a.flags != flags) {
 		a.flags = flags;
@@ -390,7 +391,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 			pthread_cond_signal(&fs->reaper_cv);
 		}
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 }
 
 void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
@@ -568,7 +569,7 @@ static void *reaper_main(void *arg)
 {
 	struct ckfs *fs = arg;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	while (!fs->stopping) {
 		struct timespec ts;
 
@@ -578,18 +579,18 @@ static void *reaper_main(void *arg)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&fs->reaper_cv, &fs->mu, &ts);
+		ckpt_cond_wait(&fs->reaper_cv, &fs->mu, CKPT_RANK_FS, &ts);
 		if (fs->stopping)
 			break;
 		steps_reap(fs, false);
 		if (fs->ninval) {
-			pthread_mutex_unlock(&fs->mu);
+			ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 			if (fs->flush_inval)
 				fs->flush_inval(fs);
-			pthread_mutex_lock(&fs->mu);
+			ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		}
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return NULL;
 }
 
@@ -827,7 +828,7 @@ static void *checker_main(void *arg)
 	struct checker_start *cs = arg;
 	struct ckfs *fs = cs->fs;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	/* ckptctl waits on it as the mount's readers wait on fs->mu */
 	int lockfd = ckpt_repo_check_lock(fs->repo);
 
@@ -839,7 +840,7 @@ static void *checker_main(void *arg)
 	ckpt_fault("mount-check");
 	verify_newest(fs);
 	steps_report_finish(fs); /* before STORE/check is let go: ckptctl status reads it next */
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	ckpt_repo_check_unlock(lockfd);
 	return NULL;
 }
@@ -865,10 +866,10 @@ static void start_checker(struct ckfs *fs)
 		sem_destroy(&cs.held);
 	}
 	if (!fs->checker_started) {
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		verify_newest(fs);
 		steps_report_finish(fs);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	}
 }
 
@@ -878,7 +879,7 @@ int steps_init(struct ckfs *fs)
 	int rc;
 
 	pthread_cond_init(&fs->reaper_cv, NULL);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = ensure_dir(fs, IDX_ROOT_INO, META_NAME, 0555, &fs->meta_ino);
 	if (rc == 0)
 		rc = ensure_dir(fs, fs->meta_ino, QUARANTINE_NAME, 0555, &fs->quarantine_ino);
@@ -903,7 +904,7 @@ int steps_init(struct ckfs *fs)
 	}
 	if (!check_later)
 		steps_report_finish(fs);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (check_later)
 		start_checker(fs);
 	return rc;

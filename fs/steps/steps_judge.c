@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
@@ -420,7 +421,7 @@ int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *name,
 
 	if (layout_desc(kind)->slot_dir && name && strchr(name, '/'))
 		f.slot = name;
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (idx_step_foreach(fs->ix, find_part_cb, &f) >= 0 && f.found) {
 		if (f.slot && (rc = slot_part_of(fs, &f.s, step, marker_ns)) == 0 &&
 		    f.s.step != step) {
@@ -433,6 +434,6 @@ int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *name,
 		if (rc == 0 && remote_commit_rename(fs, &f.s) == 0)
 			steps_seal(fs, &f.s, why);
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return !f.found ? -ENOENT : rc == -ESTALE ? -ESTALE : 0;
 }

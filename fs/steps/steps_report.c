@@ -29,6 +29,7 @@
 
 #include <jansson.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
 #include "fs/steps/steps_int.h"
@@ -50,20 +51,20 @@ void steps_report_begin(struct ckfs *fs, bool unclean, pid_t prev_pid, uint64_t 
 {
 	struct mount_report *r = &fs->report;
 
-	pthread_mutex_lock(&r->mu);
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	r->active = true;
 	r->unclean = unclean;
 	r->prev_pid = unclean ? prev_pid : 0;
 	r->files_removed = files;
 	r->chunks_removed = chunks;
-	pthread_mutex_unlock(&r->mu);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 }
 
 void steps_report_state(struct ckfs *fs, const struct idx_step *s, int state, const char *note)
 {
 	struct mount_report *r = &fs->report;
 
-	pthread_mutex_lock(&r->mu);
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	if (!r->active)
 		goto out;
 	if (fs->crash_recovery && (s->state == IDX_STEP_WRITING || s->state == IDX_STEP_SEALED)) {
@@ -84,22 +85,22 @@ void steps_report_state(struct ckfs *fs, const struct idx_step *s, int state, co
 	snprintf(a->why, sizeof(a->why), "%s", note ? note : "no reason recorded");
 	a->resume[0] = '\0';
 out:
-	pthread_mutex_unlock(&r->mu);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 }
 
 void steps_report_malformed(struct ckfs *fs)
 {
-	pthread_mutex_lock(&fs->report.mu);
+	ckpt_lock(&fs->report.mu, CKPT_RANK_REPORT);
 	if (fs->report.active)
 		fs->report.malformed++;
-	pthread_mutex_unlock(&fs->report.mu);
+	ckpt_unlock(&fs->report.mu, CKPT_RANK_REPORT);
 }
 
 void steps_report_upgrade(struct ckfs *fs, const char *msg)
 {
-	pthread_mutex_lock(&fs->report.mu);
+	ckpt_lock(&fs->report.mu, CKPT_RANK_REPORT);
 	snprintf(fs->report.upgrade, sizeof(fs->report.upgrade), "%s", msg);
-	pthread_mutex_unlock(&fs->report.mu);
+	ckpt_unlock(&fs->report.mu, CKPT_RANK_REPORT);
 }
 
 /* The unclean stop and what recovery did, one line without a newline, into buf. report.mu held. */
@@ -121,10 +122,10 @@ void steps_report_recovered(struct ckfs *fs)
 {
 	char line[512];
 
-	pthread_mutex_lock(&fs->report.mu);
+	ckpt_lock(&fs->report.mu, CKPT_RANK_REPORT);
 	if (fs->report.unclean)
 		summary(&fs->report, line, sizeof(line));
-	pthread_mutex_unlock(&fs->report.mu);
+	ckpt_unlock(&fs->report.mu, CKPT_RANK_REPORT);
 	if (fs->report.unclean) /* written only before any other thread runs */
 		ckpt_log("%s", line);
 }
@@ -222,11 +223,11 @@ void steps_report_finish(struct ckfs *fs)
 	json_t *o = NULL;
 	unsigned n;
 
-	pthread_mutex_lock(&r->mu);
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	r->active = false;
 	n = r->naside;
 	memcpy(aside, r->aside, sizeof(aside));
-	pthread_mutex_unlock(&r->mu);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 	/* outside report.mu: a tracker read may judge a step, whose hook takes report.mu */
 	for (unsigned i = 0; i < n; i++) {
 		char line[1200];
@@ -235,11 +236,11 @@ void steps_report_finish(struct ckfs *fs)
 		aside_line(&aside[i], true, line, sizeof(line));
 		ckpt_log("%s", line);
 	}
-	pthread_mutex_lock(&r->mu);
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	memcpy(r->aside, aside, sizeof(aside));
 	if (r->unclean || r->naside)
 		o = report_json(r);
-	pthread_mutex_unlock(&r->mu);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 	if (o) {
 		int rc = report_publish(fs, o);
 
@@ -248,10 +249,10 @@ void steps_report_finish(struct ckfs *fs)
 				 "'ckptctl status' shows the one before", fs->repo->root, strerror(-rc));
 		json_decref(o);
 	}
-	pthread_mutex_lock(&r->mu);
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	r->done = true;
 	pthread_cond_broadcast(&r->cv);
-	pthread_mutex_unlock(&r->mu);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 }
 
 bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns)
@@ -267,11 +268,11 @@ bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000L;
 	}
-	pthread_mutex_lock(&r->mu);
-	while (!r->done && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0)
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
+	while (!r->done && ckpt_cond_wait(&r->cv, &r->mu, CKPT_RANK_REPORT, &until) == 0)
 		;
 	done = r->done;
-	pthread_mutex_unlock(&r->mu);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 	return done;
 }
 
@@ -297,7 +298,7 @@ size_t steps_report_notes(struct ckfs *fs, char *buf, size_t cap)
 	if (!cap)
 		return 0;
 	buf[0] = '\0';
-	pthread_mutex_lock(&r->mu);
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	if (r->upgrade[0])
 		add_line(buf, cap, &len, r->upgrade);
 	if (r->unclean) {
@@ -319,6 +320,6 @@ size_t steps_report_notes(struct ckfs *fs, char *buf, size_t cap)
 			 "the check of the newest complete steps goes on after this command returns "
 			 "(reads of the mount wait for it); a step it sets aside is in the log and in "
 			 "'ckptctl STORE status'");
-	pthread_mutex_unlock(&r->mu);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 	return len;
 }

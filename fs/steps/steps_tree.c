@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
 #include "fs/policy/policy.h"
@@ -72,13 +73,13 @@ void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 
 void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n)
 {
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	*ret_v = fs->inval;
 	*ret_n = fs->ninval;
 	fs->inval = NULL;
 	fs->ninval = fs->capinval = 0;
 	atomic_store(&fs->inval_queued, false);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 }
 
 /* ---- bad chunks ---- */

@@ -56,6 +56,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
 #include "fs/write/write.h"
 
@@ -111,9 +112,9 @@ static void *cq_main(void *arg)
 	for (;;) {
 		size_t n = 0, m;
 
-		pthread_mutex_lock(&q->mu);
+		ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
 		while (!q->head && !q->stopping)
-			pthread_cond_wait(&q->cv_work, &q->mu);
+			ckpt_cond_wait(&q->cv_work, &q->mu, CKPT_RANK_COMMIT, NULL);
 		if (q->head && !q->stopping && !q->waiters && q->len < CQ_BATCH) { /* invariant 6 */
 			struct timespec until;
 			int64_t t = ckpt_mono_ns() + CQ_LINGER_NS;
@@ -121,11 +122,11 @@ static void *cq_main(void *arg)
 			until.tv_sec = (time_t)(t / 1000000000);
 			until.tv_nsec = (long)(t % 1000000000);
 			while (!q->stopping && !q->waiters && q->len < CQ_BATCH &&
-			       pthread_cond_timedwait(&q->cv_work, &q->mu, &until) == 0)
+			       ckpt_cond_wait(&q->cv_work, &q->mu, CKPT_RANK_COMMIT, &until) == 0)
 				;
 		}
 		if (!q->head) { /* stopping and nothing left (invariant 3) */
-			pthread_mutex_unlock(&q->mu);
+			ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 			return NULL;
 		}
 		while (q->head && n < CQ_BATCH) { /* the oldest jobs, in order (invariant 4) */
@@ -138,13 +139,13 @@ static void *cq_main(void *arg)
 		q->len -= n;
 		if (!q->head)
 			q->tail = NULL;
-		pthread_mutex_unlock(&q->mu);
+		ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 
 		m = oi_commit_many(fs, ois, n, rcs);
 		for (size_t i = 0; i < m; i++)
 			cq_finish(fs, batch[i], rcs[i]);
 
-		pthread_mutex_lock(&q->mu);
+		ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
 		if (m < n) { /* the jobs oi_commit_many left go back to the front, in order */
 			for (size_t i = m; i < n; i++)
 				atomic_fetch_add(&ois[i]->cq_waiting, 1);
@@ -156,7 +157,7 @@ static void *cq_main(void *arg)
 		}
 		q->done += m;
 		pthread_cond_broadcast(&q->cv_idle);
-		pthread_mutex_unlock(&q->mu);
+		ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 	}
 }
 
@@ -214,12 +215,12 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	j->torn = torn;
 	j->t0 = ckpt_mono_ns();
 	atomic_fetch_add(&oi->cq_waiting, 1);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	oi->refs++; /* invariant 2 */
-	pthread_mutex_unlock(&fs->mu);
-	pthread_mutex_lock(&q->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
+	ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
 	if (q->stopping) { /* no request arrives after op_destroy; kept for safety */
-		pthread_mutex_unlock(&q->mu);
+		ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 		atomic_fetch_sub(&oi->cq_waiting, 1);
 		oi_put(fs, oi);
 		free(j);
@@ -233,7 +234,7 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	q->queued++;
 	if (++q->len == 1 || q->len == CQ_BATCH) /* invariant 6 */
 		pthread_cond_signal(&q->cv_work);
-	pthread_mutex_unlock(&q->mu);
+	ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 	return 0;
 }
 
@@ -244,9 +245,9 @@ bool cq_busy(struct ckfs *fs)
 
 	if (!q)
 		return false;
-	pthread_mutex_lock(&q->mu);
+	ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
 	busy = q->queued != q->done;
-	pthread_mutex_unlock(&q->mu);
+	ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 	return busy;
 }
 
@@ -256,15 +257,15 @@ void cq_wait_idle(struct ckfs *fs)
 
 	if (!q)
 		return;
-	pthread_mutex_lock(&q->mu);
+	ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
 	uint64_t upto = q->queued; /* not the closes that come while waiting (invariant 4) */
 
 	if (q->done < upto) {
 		q->waiters++;
 		pthread_cond_signal(&q->cv_work); /* end a linger (invariant 6) */
 		while (q->done < upto)
-			pthread_cond_wait(&q->cv_idle, &q->mu);
+			ckpt_cond_wait(&q->cv_idle, &q->mu, CKPT_RANK_COMMIT, NULL);
 		q->waiters--;
 	}
-	pthread_mutex_unlock(&q->mu);
+	ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 }

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/write/oi_int.h"
 
 
@@ -197,9 +198,9 @@ static int commit_stream(struct ckfs *fs, struct oinode *oi, struct idx_extent *
 			rc = -ENOMEM;
 			goto fail;
 		}
-		pthread_mutex_lock(&oi->fly_mu);
+		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 		oi_segs_copy_locked(oi, oi->cut_start, last, pend);
-		pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 		rc = oi_put_extent(fs, oi, last, pend, oi->cut_start, &all[n_all]);
 		free(last);
 		if (rc < 0)
@@ -333,7 +334,7 @@ static int commit_index_many(struct ckfs *fs, struct oinode *const *ois,
 	struct ino_freed fr = { 0 };
 	int rc;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_begin_lazy(fs->ix);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (!ready[i])
@@ -353,20 +354,20 @@ static int commit_index_many(struct ckfs *fs, struct oinode *const *ois,
 	if (rc < 0) {
 		idx_rollback(fs->ix);
 		ino_release_finish(fs, &fr, false);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		return rc;
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_sync(fs->ix);
 	if (rc < 0)
 		ckpt_log("cannot make the index durable (fdatasync of its WAL): %s; the files "
 			 "closed now may not survive a power loss", strerror(-rc));
 	ckpt_fault("commit-durable");
 	if (fr.n) { /* nothing freed, nothing allocated: fr.h is NULL */
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		ino_release_requeried(fs, &fr);
 		ino_release_finish(fs, &fr, rc == 0);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	}
 	return rc;
 }

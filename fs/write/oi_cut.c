@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/write/oi_int.h"
 
 /* ---- chunks in flight (write-back) ---- */
@@ -33,7 +34,7 @@ void oi_fly_harvest(struct ckfs *fs, struct oinode *oi)
 	for (;;) {
 		struct fly_job *j;
 
-		pthread_mutex_lock(&oi->fly_mu);
+		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 		j = oi->fly_head;
 		if (j && !j->done)
 			j = NULL;
@@ -42,7 +43,7 @@ void oi_fly_harvest(struct ckfs *fs, struct oinode *oi)
 			if (!oi->fly_head)
 				oi->fly_tail = NULL;
 		}
-		pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 		if (!j)
 			break;
 		int rc = j->err;
@@ -67,9 +68,9 @@ void oi_fly_harvest(struct ckfs *fs, struct oinode *oi)
 		}
 		free(j);
 	}
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	cut_err = oi->cut_err;
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	if (cut_err && !oi->err)
 		oi->err = cut_err; /* the bytes stay readable; the file cannot be committed */
 }
@@ -85,12 +86,12 @@ void oi_cut_kick(struct ckfs *fs, struct oinode *oi, uint64_t min_bytes, bool in
 {
 	bool go, queue = fs->wb && !inline_cut;
 
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	go = oi->cut_state == CUT_IDLE && !oi->cut_err &&
 	     oi->data_end - oi->cut_start - oi->cdc.len >= min_bytes;
 	if (go)
 		oi->cut_state = queue ? CUT_QUEUED : CUT_RUNNING;
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	if (go && queue)
 		wb_cut_schedule(fs->wb, oi);
 	else if (go)
@@ -103,17 +104,17 @@ void oi_cut_kick(struct ckfs *fs, struct oinode *oi, uint64_t min_bytes, bool in
  */
 void oi_fly_drain(struct ckfs *fs, struct oinode *oi)
 {
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	while (oi->cut_state != CUT_IDLE)
-		pthread_cond_wait(&oi->fly_cv, &oi->fly_mu);
-	pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_cond_wait(&oi->fly_cv, &oi->fly_mu, CKPT_RANK_FLY, NULL);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	/* cut the rest here rather than hand it to the pool: this thread would only wait (only a
 	 * writer, and this thread holds the write lock, can start the cutter meanwhile) */
 	oi_cut_kick(fs, oi, 1, true);
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	while (oi->fly_busy)
-		pthread_cond_wait(&oi->fly_cv, &oi->fly_mu);
-	pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_cond_wait(&oi->fly_cv, &oi->fly_mu, CKPT_RANK_FLY, NULL);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	oi_fly_harvest(fs, oi);
 }
 
@@ -189,7 +190,7 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j)
 		atomic_fetch_add(&fs->n_deferred, 1);
 	struct seg *sg = j->seg;
 
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	if (rc == 0)
 		j->info = info;
 	j->err = rc;
@@ -198,7 +199,7 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j)
 	j->seg = NULL;
 	oi->fly_busy--;
 	pthread_cond_broadcast(&oi->fly_cv);
-	pthread_mutex_unlock(&oi->fly_mu); /* j and oi are off limits now (struct fly_job) */
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY); /* j and oi are off limits now (struct fly_job) */
 	oi_seg_put(fs, sg);
 	/* on disk, or dropped with the file's bytes in flight (fly_lost): invariant 7 */
 	space_release(fs, held);
@@ -221,12 +222,12 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 
 	if (!j)
 		return -ENOMEM;
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	sg = oi_seg_at(oi, start);
 	inside = end <= sg->off + sg->len;
 	if (inside)
 		atomic_fetch_add(&sg->refs, 1);
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	if (inside) {
 		j->buf = sg->buf + (start - sg->off);
 	} else {
@@ -259,7 +260,7 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 	 * last chunk) */
 	j->held = end > oi->space_mark ? (uint32_t)(end - (start > oi->space_mark ? start :
 							     oi->space_mark)) : 0;
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	if (oi->fly_tail)
 		oi->fly_tail->next = j;
 	else
@@ -268,7 +269,7 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 	oi->fly_busy++;
 	oi->cut_start = end;
 	oi_segs_trim_locked(oi, &dead);
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	oi_segs_put(fs, dead);
 	if (fs->wb)
 		wb_submit(fs->wb, j);
@@ -286,19 +287,19 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 static void cut_loop(struct ckfs *fs, struct oinode *oi)
 {
 	for (;;) {
-		pthread_mutex_lock(&oi->fly_mu);
+		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 		uint64_t pos = oi->cut_start + oi->cdc.len;
 
 		if (oi->cut_err || pos >= oi->data_end) {
 			oi->cut_state = CUT_IDLE;
 			pthread_cond_broadcast(&oi->fly_cv);
-			pthread_mutex_unlock(&oi->fly_mu); /* oi is off limits to a worker now */
+			ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY); /* oi is off limits to a worker now */
 			return;
 		}
 		struct seg *sg = oi_seg_at(oi, pos);
 		size_t in = (size_t)(pos - sg->off), avail = sg->len - in;
 
-		pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 		const uint8_t *p = sg->buf + in;
 		size_t cut = store_cdc_feed(&oi->cdc, p, avail);
 		size_t take = cut ? cut : avail;
@@ -309,9 +310,9 @@ static void cut_loop(struct ckfs *fs, struct oinode *oi)
 			int rc = cut_emit(fs, oi, pos + take);
 
 			if (rc < 0) {
-				pthread_mutex_lock(&oi->fly_mu);
+				ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 				oi->cut_err = rc; /* cdc and hasher are past cut_start: see harvest */
-				pthread_mutex_unlock(&oi->fly_mu);
+				ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 			}
 		}
 	}
@@ -319,9 +320,9 @@ static void cut_loop(struct ckfs *fs, struct oinode *oi)
 
 void oi_cut_run(struct ckfs *fs, struct oinode *oi)
 {
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	oi->cut_state = CUT_RUNNING;
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	cut_loop(fs, oi);
 }
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/write/oi_int.h"
 
 /* ---- read, write, truncate ---- */
@@ -128,11 +129,11 @@ static int chunk_bad(struct ckfs *fs, const struct oinode *oi, const struct stor
 			 "try again\n", store_hash_hex(h, hex), (unsigned long long)oi->ino);
 		return -EIO;
 	}
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (idx_begin(fs->ix) == 0 &&
 	    (idx_chunk_mark_bad(fs->ix, h->b) < 0 || idx_commit(fs->ix) < 0))
 		idx_rollback(fs->ix);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	ckpt_log("cannot read chunk '%s' of inode %llu: %s\n",
 		store_hash_hex(h, hex), (unsigned long long)oi->ino,
 		n < 0 ? strerror((int)-n) : "short chunk");
@@ -170,12 +171,12 @@ ssize_t oi_read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t 
 		if (pos >= oi->ext_end) {
 			/* data_end and ext_end are fixed under the read lock; the cutter moves
 			 * cut_start and the workers finish jobs meanwhile, under fly_mu */
-			pthread_mutex_lock(&oi->fly_mu);
+			ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 			if (pos >= oi->cut_start) { /* not cut yet: in the segments */
 				if (want > oi->data_end - pos)
 					want = (size_t)(oi->data_end - pos);
 				oi_segs_copy_locked(oi, pos, buf + done, want);
-				pthread_mutex_unlock(&oi->fly_mu);
+				ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 				rv_add(rv, buf + done, want);
 				done += want;
 				continue;
@@ -186,7 +187,7 @@ ssize_t oi_read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t 
 			while (j && j->off + j->len <= pos)
 				j = j->next;
 			if (!j) {
-				pthread_mutex_unlock(&oi->fly_mu);
+				ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 				return -EIO; /* invariant 1 says this cannot be */
 			}
 			in = pos - j->off;
@@ -194,7 +195,7 @@ ssize_t oi_read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t 
 				want = j->len - in;
 			if (!j->done) {
 				memcpy(buf + done, j->buf + in, want);
-				pthread_mutex_unlock(&oi->fly_mu);
+				ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 				rv_add(rv, buf + done, want);
 				done += want;
 				continue;
@@ -202,7 +203,7 @@ ssize_t oi_read_locked(struct ckfs *fs, struct oinode *oi, uint8_t *buf, size_t 
 			int err = j->err;
 
 			h = j->info.hash;
-			pthread_mutex_unlock(&oi->fly_mu);
+			ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 			if (err)
 				return err == -ENOMEM ? -ENOMEM : -EIO;
 		} else {

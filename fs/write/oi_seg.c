@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/write/oi_int.h"
 
 /* Stream bytes of oi not yet cut that hold a reservation (invariant 7). fly_mu held, or oi
@@ -29,9 +30,9 @@ void oi_space_settle(struct ckfs *fs, struct oinode *oi)
 {
 	uint64_t give = oi_uncut_held(oi);
 
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	oi->space_mark = oi->data_end;
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	space_release(fs, give);
 }
 
@@ -151,12 +152,12 @@ void oi_stream_cut_back(struct ckfs *fs, struct oinode *oi, uint64_t end)
 	uint64_t give = oi_uncut_held(oi); /* drained: only this thread changes them */
 	struct seg *dead;
 
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	dead = oi->seg_head;
 	oi->seg_head = oi->seg_tail = NULL;
 	oi->cut_start = oi->data_end = oi->space_mark = end;
 	oi->cut_err = 0;
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	oi->cdc = (struct store_cdc){ 0 };
 	oi_segs_put(fs, dead);
 	space_release(fs, give);
@@ -178,11 +179,11 @@ void oi_stream_shrink(struct ckfs *fs, struct oinode *oi)
 	pthread_rwlock_wrlock(&oi->lock);
 	/* write lock: data_end and the segment list are this thread's; the cutter, idle, cannot
 	 * start (only a writer queues it), so cut_start stays too */
-	pthread_mutex_lock(&oi->fly_mu);
+	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	len = (size_t)(oi->data_end - oi->cut_start);
 	go = oi->stage_fd < 0 && oi->cut_state == CUT_IDLE && oi->seg_tail &&
 	     oi->seg_tail->cap == WB_SEG && len <= SHRINK_MAX;
-	pthread_mutex_unlock(&oi->fly_mu);
+	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	if (go && len && !(small = oi_seg_new(fs, oi->cut_start, len)))
 		go = false; /* the segment stays: only memory is at stake */
 	if (go) {
@@ -190,13 +191,13 @@ void oi_stream_shrink(struct ckfs *fs, struct oinode *oi)
 			wb_charge(fs->wb, len);
 			small->len = small->resident = len;
 		}
-		pthread_mutex_lock(&oi->fly_mu);
+		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 		if (small)
 			oi_segs_copy_locked(oi, small->off, small->buf, len);
 		/* the jobs pointing into the old segments hold references of their own */
 		dead = oi->seg_head;
 		oi->seg_head = oi->seg_tail = small;
-		pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 		oi_segs_put(fs, dead);
 	}
 	pthread_rwlock_unlock(&oi->lock);

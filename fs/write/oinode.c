@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/write/oi_int.h"
 
 /* ---- table ---- */
@@ -111,9 +112,9 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 		uint8_t buf[4096];
 		size_t n = oi->data_end - pos < sizeof(buf) ? (size_t)(oi->data_end - pos) : sizeof(buf);
 
-		pthread_mutex_lock(&oi->fly_mu);
+		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 		oi_segs_copy_locked(oi, pos, buf, n);
-		pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 		for (size_t i = 0; i < n; i++)
 			if (buf[i])
 				return;
@@ -188,12 +189,12 @@ void oi_drop_pins(struct ckfs *fs, struct oinode *oi)
 {
 	for (size_t i = 0; i < oi->n_pins; i++)
 		pins_chunk_unpin(fs, &oi->pins[i]);
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	for (size_t i = 0; i < oi->n_pins; i++) {
 		if (idx_chunk_exists(fs->ix, oi->pins[i].b) == 0)
 			pins_chunk_free(fs, &oi->pins[i]);
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	oi->n_pins = 0;
 }
 
@@ -204,7 +205,7 @@ void oi_put(struct ckfs *fs, struct oinode *oi)
 	struct ino_freed fr = { 0 };
 	bool last;
 
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	last = --oi->refs == 0;
 	if (last) {
 		pp = &fs->otab[oi->ino % OTAB_BUCKETS];
@@ -224,7 +225,7 @@ void oi_put(struct ckfs *fs, struct oinode *oi)
 			ino_release_finish(fs, &fr, ok);
 		}
 	}
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	if (last) {
 		pthread_rwlock_wrlock(&oi->lock);
 		oi_fly_drain(fs, oi);
@@ -274,7 +275,7 @@ static int stream_append(struct ckfs *fs, struct oinode *oi, const uint8_t *buf,
 			memcpy(sg->buf + sg->len, buf, n);
 		else
 			memset(sg->buf + sg->len, 0, n);
-		pthread_mutex_lock(&oi->fly_mu);
+		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 		if (fresh) {
 			if (oi->seg_tail)
 				oi->seg_tail->next = sg;
@@ -285,7 +286,7 @@ static int stream_append(struct ckfs *fs, struct oinode *oi, const uint8_t *buf,
 		}
 		sg->len += n;
 		oi->data_end += n;
-		pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 		oi_segs_put(fs, dead);
 		len -= n;
 		if (buf)
@@ -330,9 +331,9 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 	for (uint64_t pos = oi->ext_end; rc == 0 && pos < oi->data_end;) {
 		size_t n = oi->data_end - pos < bufsz ? (size_t)(oi->data_end - pos) : bufsz;
 
-		pthread_mutex_lock(&oi->fly_mu);
+		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 		oi_segs_copy_locked(oi, pos, buf, n);
-		pthread_mutex_unlock(&oi->fly_mu);
+		ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 		if (pwrite(fd, buf, n, (off_t)pos) != (ssize_t)n)
 			rc = errno ? -errno : -EIO;
 		pos += n;

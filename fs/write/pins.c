@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/write/write.h"
 
 #define PIN_BUCKETS 4096
@@ -72,14 +73,14 @@ void pins_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
 	struct pins *p = fs->pins;
 	struct pin **pp, *dead;
 
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_PINS);
 	pp = pin_slot(p, h);
 	if (*pp && --(*pp)->count == 0) {
 		dead = *pp;
 		*pp = dead->next;
 		free(dead);
 	}
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_PINS);
 }
 
 int pins_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
@@ -91,7 +92,7 @@ int pins_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
 	int rc;
 
 	store_hash_buf(buf, len, &h);
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_PINS);
 	pp = pin_slot(p, &h);
 	if (*pp) {
 		(*pp)->count++;
@@ -99,34 +100,34 @@ int pins_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
 		struct pin *n = calloc(1, sizeof(*n));
 
 		if (!n) {
-			pthread_mutex_unlock(&p->mu);
+			ckpt_unlock(&p->mu, CKPT_RANK_PINS);
 			return -ENOMEM;
 		}
 		n->h = h;
 		n->count = 1;
 		*pp = n;
 	}
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_PINS);
 
 	/* never deduplicate onto a copy known to be damaged: write the chunk again, which repairs
 	 * every file that shares it */
-	pthread_mutex_lock(&fs->mu);
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	bool bad = idx_chunk_is_bad(fs->ix, h.b) > 0;
 
 	if (bad)
 		store_chunk_delete(fs->st, &h);
-	pthread_mutex_unlock(&fs->mu);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	rc = store_chunk_put_hashed(fs->st, buf, len, &h, flags, ret);
 	if (rc < 0) {
 		pins_chunk_unpin(fs, &h);
 		return rc;
 	}
 	if (bad) {
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		if (idx_begin(fs->ix) == 0 &&
 		    (idx_chunk_clear_bad(fs->ix, h.b) < 0 || idx_commit(fs->ix) < 0))
 			idx_rollback(fs->ix);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		char hex[2 * STORE_HASH_LEN + 1];
 
 		ckpt_log("chunk '%s' was damaged on disk; written again from new "
@@ -140,13 +141,13 @@ int pins_chunk_free(struct ckfs *fs, const struct store_hash *h)
 	struct pins *p = fs->pins;
 	int rc = 0;
 
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_PINS);
 	if (!*pin_slot(p, h)) {
 		rc = store_chunk_delete(fs->st, h);
 		if (rc == -ENOENT)
 			rc = 0;
 	}
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_PINS);
 	return rc;
 }
 
@@ -169,9 +170,9 @@ bool pins_recode_idle(struct ckfs *fs)
 		int n, rc = 0;
 
 		memset(got, 0, sizeof(got));
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		n = idx_chunks_with_codec(fs->ix, STORE_CODEC_DEFERRED, hs, RECODE_BATCH);
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		if (n <= 0) {
 			if (n < 0)
 				ckpt_log("cannot list deferred chunks: %s; they stay "
@@ -196,11 +197,11 @@ bool pins_recode_idle(struct ckfs *fs)
 			} else if (rc == -ENOENT) {
 				/* freed meanwhile; a missing file of a live chunk is verify's */
 			} else if (rc == -EBADMSG) {
-				pthread_mutex_lock(&fs->mu);
+				ckpt_lock(&fs->mu, CKPT_RANK_FS);
 				if (idx_begin(fs->ix) == 0 &&
 				    (idx_chunk_mark_bad(fs->ix, hs[i]) < 0 || idx_commit(fs->ix) < 0))
 					idx_rollback(fs->ix);
-				pthread_mutex_unlock(&fs->mu);
+				ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 				ckpt_log("chunk '%s' is damaged on disk (its bytes do not "
 					"match its digest); marked bad, not compressed: run 'ckptctl "
 					"STORE verify' to see which files it holds\n",
@@ -213,7 +214,7 @@ bool pins_recode_idle(struct ckfs *fs)
 				break;
 			}
 		}
-		pthread_mutex_lock(&fs->mu);
+		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		if (idx_begin(fs->ix) == 0) {
 			int r = 0;
 
@@ -224,7 +225,7 @@ bool pins_recode_idle(struct ckfs *fs)
 			if (r < 0 || idx_commit(fs->ix) < 0)
 				idx_rollback(fs->ix);
 		}
-		pthread_mutex_unlock(&fs->mu);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		atomic_fetch_add(&fs->n_recoded, done);
 		/* stop on a failure, a yield, or a batch that changed nothing (a row whose file is
 		 * missing stays listed: verify reports it) */

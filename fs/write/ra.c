@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
 #include "fs/write/oi_int.h"
 
@@ -75,21 +76,21 @@ static void *ra_main(void *arg)
 	struct ra_pool *p = arg;
 
 	(void)pthread_setname_np(pthread_self(), "ckptfs-ra"); /* for top -H and perf */
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_RA);
 	for (;;) {
 		while (!p->stop && p->n == 0)
-			pthread_cond_wait(&p->cv, &p->mu);
+			ckpt_cond_wait(&p->cv, &p->mu, CKPT_RANK_RA, NULL);
 		if (p->stop)
 			break;
 		struct store_hash h = p->q[p->head];
 
 		p->head = (p->head + 1) % RA_QUEUE;
 		p->n--;
-		pthread_mutex_unlock(&p->mu);
+		ckpt_unlock(&p->mu, CKPT_RANK_RA);
 		(void)store_chunk_warm(p->fs->st, &h); /* errors: invariant 2 */
-		pthread_mutex_lock(&p->mu);
+		ckpt_lock(&p->mu, CKPT_RANK_RA);
 	}
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_RA);
 	return NULL;
 }
 
@@ -190,13 +191,13 @@ void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len)
 		to = end;
 	if (to >= oi->ext_end || to >= end + p->window / 2)
 		return; /* nothing stored past to, or at least half the largest window queued */
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_RA);
 	w = window_locked(p, oi->ino);
 	want = end + w;
 	if (want > oi->ext_end)
 		want = oi->ext_end;
 	if (w == 0 || to + w / 2 > want) {
-		pthread_mutex_unlock(&p->mu);
+		ckpt_unlock(&p->mu, CKPT_RANK_RA);
 		return;
 	}
 	/* the extents overlapping [to, want): binary search for the first, then in order */
@@ -214,6 +215,6 @@ void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len)
 		queue_locked(p, oi->ext[i].hash);
 	if (i > lo)
 		pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_RA);
 	atomic_store(&oi->ra_to, want);
 }

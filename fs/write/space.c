@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/write/write.h"
 
 /*
@@ -111,7 +112,7 @@ static bool space_sample(struct space *sp, int64_t since_ns)
 	uint64_t rel, avail, frsize;
 	bool ok = true;
 
-	pthread_mutex_lock(&sp->mu);
+	ckpt_lock(&sp->mu, CKPT_RANK_SPACE);
 	if (atomic_load(&sp->at_ns) >= since_ns && atomic_load(&sp->at_ns) != 0)
 		goto out; /* another writer sampled while this one waited for mu */
 	rel = atomic_load(&sp->released);
@@ -130,7 +131,7 @@ static bool space_sample(struct space *sp, int64_t since_ns)
 	atomic_store(&sp->at_ns, ckpt_mono_ns());
 	atomic_fetch_add(&sp->seq, 1);
 out:
-	pthread_mutex_unlock(&sp->mu);
+	ckpt_unlock(&sp->mu, CKPT_RANK_SPACE);
 	return ok;
 }
 
@@ -142,8 +143,8 @@ static bool space_read(struct space *sp, uint64_t *ret_avail, uint64_t *ret_rel_
 		uint64_t s = atomic_load(&sp->seq);
 
 		if (s & 1) { /* a sample is being written: wait for it on mu */
-			pthread_mutex_lock(&sp->mu);
-			pthread_mutex_unlock(&sp->mu);
+			ckpt_lock(&sp->mu, CKPT_RANK_SPACE);
+			ckpt_unlock(&sp->mu, CKPT_RANK_SPACE);
 			continue;
 		}
 		*ret_avail = atomic_load(&sp->avail);

@@ -62,6 +62,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
 #include "fs/write/write.h"
 
@@ -168,7 +169,7 @@ static void lazy_keep_locked(struct wb_pool *p, struct keep_list *k)
 		return;
 	memcpy(out, k->v + k->n_lazy, m * sizeof(*out));
 	k->n = k->n_lazy;
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 	for (size_t i = 0; i < m; i++) {
 		uintptr_t b = (uintptr_t)out[i].buf;
 		uintptr_t start = (b + mask) & ~mask, end = (b + out[i].charged) & ~mask;
@@ -176,7 +177,7 @@ static void lazy_keep_locked(struct wb_pool *p, struct keep_list *k)
 		if (end > start)
 			(void)madvise((void *)start, end - start, MADV_FREE);
 	}
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	back = k->cap - k->n < m ? k->cap - k->n : m;
 	memmove(k->v + k->n_lazy + back, k->v + k->n_lazy, (k->n - k->n_lazy) * sizeof(*k->v));
 	memcpy(k->v + k->n_lazy, out, back * sizeof(*out));
@@ -231,7 +232,7 @@ static void *wb_main(void *arg)
 		struct oinode *oi = NULL;
 		struct fly_job *j = NULL;
 
-		pthread_mutex_lock(&p->mu);
+		ckpt_lock(&p->mu, CKPT_RANK_WB);
 		while (!p->cut_head && !p->head && !p->stopping) {
 			if (p->active == 0 &&
 			    (keep_warm_locked(p) || (p->recode && !p->recoding))) {
@@ -239,7 +240,7 @@ static void *wb_main(void *arg)
 
 				clock_gettime(CLOCK_REALTIME, &ts);
 				ts.tv_sec += WB_IDLE_LAZY_S;
-				if (pthread_cond_timedwait(&p->cv_work, &p->mu, &ts) != ETIMEDOUT ||
+				if (ckpt_cond_wait(&p->cv_work, &p->mu, CKPT_RANK_WB, &ts) != ETIMEDOUT ||
 				    p->active != 0 || p->cut_head || p->head)
 					continue;
 				lazy_keep_locked(p, &p->keep[0]);
@@ -248,17 +249,17 @@ static void *wb_main(void *arg)
 					uint64_t gen = p->defer_gen;
 
 					p->recoding = true;
-					pthread_mutex_unlock(&p->mu);
+					ckpt_unlock(&p->mu, CKPT_RANK_WB);
 					bool more = pins_recode_idle(p->fs);
 
-					pthread_mutex_lock(&p->mu);
+					ckpt_lock(&p->mu, CKPT_RANK_WB);
 					p->recoding = false;
 					/* chunks committed meanwhile may not have been seen */
 					p->recode = more || gen != p->defer_gen;
 				}
 				continue;
 			}
-			pthread_cond_wait(&p->cv_work, &p->mu);
+			ckpt_cond_wait(&p->cv_work, &p->mu, CKPT_RANK_WB, NULL);
 		}
 		if ((oi = p->cut_head)) {
 			p->cut_head = oi->cut_qnext;
@@ -270,20 +271,20 @@ static void *wb_main(void *arg)
 				p->tail = NULL;
 			p->queued--;
 		} else { /* stopping and nothing left (invariant 4) */
-			pthread_mutex_unlock(&p->mu);
+			ckpt_unlock(&p->mu, CKPT_RANK_WB);
 			return NULL;
 		}
-		pthread_mutex_unlock(&p->mu);
+		ckpt_unlock(&p->mu, CKPT_RANK_WB);
 
 		if (oi)
 			oi_cut_run(p->fs, oi); /* oi is off limits once it returns */
 		else
 			oi_job_run(p->fs, j);  /* so is j */
 
-		pthread_mutex_lock(&p->mu);
+		ckpt_lock(&p->mu, CKPT_RANK_WB);
 		if (--p->active == 0)
 			pthread_cond_broadcast(&p->cv_space);
-		pthread_mutex_unlock(&p->mu);
+		ckpt_unlock(&p->mu, CKPT_RANK_WB);
 	}
 }
 
@@ -353,7 +354,7 @@ void wb_stop(struct ckfs *fs)
 
 void wb_submit(struct wb_pool *p, struct fly_job *j)
 {
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	j->qnext = NULL;
 	if (p->tail)
 		p->tail->qnext = j;
@@ -363,7 +364,7 @@ void wb_submit(struct wb_pool *p, struct fly_job *j)
 	p->active++;
 	p->queued++;
 	pthread_cond_signal(&p->cv_work);
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
 bool wb_should_defer(struct wb_pool *p)
@@ -374,9 +375,9 @@ bool wb_should_defer(struct wb_pool *p)
 		return false;
 	if (p->fs->defer == FS_DEFER_ALWAYS)
 		return true;
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	behind = p->queued >= WB_DEFER_QUEUE * p->w.n;
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 	return behind && store_defer_pays(p->fs->st);
 }
 
@@ -384,11 +385,11 @@ void wb_note_deferred(struct wb_pool *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	p->recode = true;
 	p->defer_gen++;
 	pthread_cond_signal(&p->cv_work); /* an idle worker waits untimed: start its timer */
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
 bool wb_busy(struct wb_pool *p)
@@ -397,15 +398,15 @@ bool wb_busy(struct wb_pool *p)
 
 	if (!p)
 		return false;
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	busy = p->cut_head || p->head || p->stopping || p->active;
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 	return busy;
 }
 
 void wb_cut_schedule(struct wb_pool *p, struct oinode *oi)
 {
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	oi->cut_qnext = NULL;
 	if (p->cut_tail)
 		p->cut_tail->cut_qnext = oi;
@@ -414,7 +415,7 @@ void wb_cut_schedule(struct wb_pool *p, struct oinode *oi)
 	p->cut_tail = oi;
 	p->active++;
 	pthread_cond_signal(&p->cv_work);
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
 static void charge_locked(struct wb_pool *p, size_t n)
@@ -428,7 +429,7 @@ void wb_reserve(struct wb_pool *p, size_t n)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	while (p->used > 0 && p->used + n > p->budget &&
 	       (p->keep[0].n || p->keep[1].n || p->active > 0)) {
 		/* a kept buffer is memory nobody writes: give it back first */
@@ -441,19 +442,19 @@ void wb_reserve(struct wb_pool *p, size_t n)
 			p->used -= charged;
 			continue;
 		}
-		pthread_cond_wait(&p->cv_space, &p->mu);
+		ckpt_cond_wait(&p->cv_space, &p->mu, CKPT_RANK_WB, NULL);
 	}
 	charge_locked(p, n);
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
 void wb_charge(struct wb_pool *p, size_t n)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	charge_locked(p, n);
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
 uint8_t *wb_seg_get(struct wb_pool *p, size_t size, size_t *ret_charged)
@@ -464,10 +465,10 @@ uint8_t *wb_seg_get(struct wb_pool *p, size_t size, size_t *ret_charged)
 	*ret_charged = 0;
 	if (!p)
 		return NULL;
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	if ((k = keep_of(p, size)) && k->n) /* stays counted in used: the segment's resident */
 		buf = pop_keep_locked(k, ret_charged);
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 	return buf;
 }
 
@@ -476,7 +477,7 @@ void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident)
 	struct keep_list *k = p && resident ? keep_of(p, cap) : NULL;
 
 	if (k) { /* invariant 5 */
-		pthread_mutex_lock(&p->mu);
+		ckpt_lock(&p->mu, CKPT_RANK_WB);
 		/* kept within the budget: idle memory never exceeds it */
 		if (k->n < k->cap && !p->stopping && p->used <= p->budget) {
 			k->v[k->n].buf = buf; /* stays counted (invariant 1) */
@@ -484,7 +485,7 @@ void wb_seg_free(struct wb_pool *p, uint8_t *buf, size_t cap, size_t resident)
 			k->charged += resident;
 			buf = NULL;
 		}
-		pthread_mutex_unlock(&p->mu);
+		ckpt_unlock(&p->mu, CKPT_RANK_WB);
 	}
 	if (buf) {
 		free(buf);
@@ -496,10 +497,10 @@ void wb_release(struct wb_pool *p, size_t n)
 {
 	if (!p || n == 0)
 		return;
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	p->used -= n < p->used ? n : p->used;
 	pthread_cond_broadcast(&p->cv_space);
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
 void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_kept,
@@ -510,14 +511,14 @@ void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t 
 		*ret_threads = 0;
 		return;
 	}
-	pthread_mutex_lock(&p->mu);
+	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	*ret_budget = p->budget;
 	/* the kept buffers hold no data */
 	*ret_kept = p->keep[0].charged + p->keep[1].charged;
 	*ret_used = p->used - *ret_kept;
 	*ret_peak = p->peak;
 	*ret_threads = p->w.n;
-	pthread_mutex_unlock(&p->mu);
+	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
 unsigned wb_default_threads(void)
