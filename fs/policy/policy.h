@@ -218,6 +218,47 @@ struct policy_facts {
 	unsigned writers;       /* distinct processes known to have written into it (0: unknown) */
 };
 
+/* What a caller knows of a step beyond the index, for policy_step_facts. */
+struct policy_step_in {
+	bool sealed;          /* sealed by evidence the row does not record yet (import judges
+			       * before it records the seal); a row in IDX_STEP_SEALED is sealed */
+	bool settled;         /* no writer of the step is left (import: always) */
+	bool quiet;           /* nothing written into it for a while (import: always) */
+	bool recovering;      /* the daemon that saw it written is gone: its writers unknown */
+	bool crashed;         /* with recovering: that daemon crashed (a clean stop proves every
+			       * rank was done with what it sealed) */
+	bool check_listed;    /* check the names its metadata lists (policy_listed_names); false
+			       * where the step holds part of them (one node of many, rule 5) */
+	uint64_t files;       /* regular files under its directory */
+	unsigned open;        /* files a writer still holds with unflushed data */
+	unsigned uncommitted; /* files never closed: no whole-file digest yet */
+	unsigned unsound;     /* torn or malformed files */
+	unsigned unreadable;  /* files whose bytes could not be read (import) */
+	unsigned writers;     /* distinct processes known to have written into it (0: unknown) */
+	/* a rewrite in place: when s is a new version of a complete step whose tree is kept, its
+	 * directory into *ret_dir and true; NULL when no version is ever kept (import). Called
+	 * only when the answer matters (it may cost a walk of the kept versions). */
+	bool (*kept_dir)(void *arg, const struct idx_step *s, uint64_t *ret_dir);
+	void *arg;            /* kept_dir's */
+};
+
+/*
+ * policy_step_facts - the facts rule 3 judges of step row s, the one way every caller gathers
+ * them: in (what only the caller knows: writers, open files, a crash) and the index (the
+ * previous complete step's names, unless a newer step of its layout started after its seal; the
+ * names of its kept version for a rewrite in place; the names its metadata lists, only for a
+ * sealed step whose files are all whole). in->writers and in->kept_dir count only for a copy
+ * (an unsealed, settled step of a layout found by tracker, while not recovering).
+ * @absent, @unlisted: buffers of cap bytes (cap >= 1), receiving the first name missing (or "");
+ *                     ret->absent and ret->unlisted point into them.
+ * @ret: filled on success, untouched on failure.
+ * Returns 0, -ENOMEM, or -errno of the index. Reads ix (and st for metadata.json) only; the
+ * handles' thread-safety.
+ */
+int policy_step_facts(struct idx *ix, struct store *st, const struct idx_step *s,
+		      const struct policy_step_in *in, char *absent, char *unlisted, size_t cap,
+		      struct policy_facts *ret);
+
 enum policy_prev {
 	POLICY_PREV_MISSING = 0, /* a name of the previous complete step is absent */
 	POLICY_PREV_ALL = 1,     /* every name is there (or the layout's names need not repeat) */

@@ -24,97 +24,31 @@
 #include "fs/steps/steps_int.h"
 #include "fs/policy/validate.h"
 
-struct newer_ctx {
-	const struct idx_step *s;
-	bool found;
-};
-
-/* idx_step_newest_each callback (steps of s's kind in one state, newest first) */
-static int newer_cb(const struct idx_step *o, void *arg)
+/* policy_step_in.kept_dir: steps_kept_version_dir (arg is the daemon) */
+static bool kept_dir_cb(void *arg, const struct idx_step *s, uint64_t *ret_dir)
 {
-	struct newer_ctx *c = arg;
-
-	if (o->step <= c->s->step)
-		return 1; /* newest first: none newer below */
-	if (o->id != c->s->id && o->created_ns > c->s->sealed_ns) {
-		c->found = true;
-		return 1;
-	}
-	return 0;
+	return steps_kept_version_dir(arg, s, ret_dir);
 }
 
-/*
- * Did the trainer start a newer step of the same layout after s was sealed? DeepSpeed's barrier
- * follows `latest`, and every trainer finishes a save on all ranks before training on to the
- * next one, so a newer step started means every rank was done with s.
- */
-static bool newer_step_started(struct ckfs *fs, const struct idx_step *s)
-{
-	struct newer_ctx c = { .s = s };
-
-	if (s->sealed_ns <= 0)
-		return false;
-	/* per state, newest first down to s: the steps above s, not the whole store */
-	for (int st = 0; st < IDX_STEP_STATE_COUNT && !c.found; st++)
-		if (idx_step_newest_each(fs->ix, 1u << s->kind, st, newer_cb, &c) < 0)
-			return false;
-	return c.found;
-}
-
-/* The facts policy_judge needs about step s, scanned in sc (fs->mu held). Returns 0, or -errno
- * when they cannot be known now (the reaper tries again). absent, unlisted: NAME_MAX + 64 bytes. */
+/* The facts policy_judge needs about step s, scanned in sc (fs->mu held): what the daemon knows
+ * of its writers and files, the rest read by the policy (policy_step_facts). Returns 0, or
+ * -errno when they cannot be known now (the reaper tries again). absent, unlisted:
+ * NAME_MAX + 64 bytes. */
 static int step_facts(struct ckfs *fs, const struct idx_step *s, const struct step_scan *sc,
 		      bool settled, bool recovering, bool quiet, struct policy_facts *f,
 		      char *absent, char *unlisted)
 {
-	int rc;
+	struct policy_step_in in = {
+		.settled = settled, .quiet = quiet, .recovering = recovering,
+		.crashed = fs->crash_recovery,
+		/* with many nodes (fs->node) MindFormers 2.0's metadata.json lists every node's
+		 * files and this node holds its own ranks' only: not this node's part to check */
+		.check_listed = !fs->node, .files = sc->fig.files, .open = sc->open,
+		.uncommitted = sc->uncommitted, .unsound = sc->unsound,
+		.writers = steps_rt_writers(fs, s->id), .kept_dir = kept_dir_cb, .arg = fs,
+	};
 
-	*f = (struct policy_facts){ .sealed = s->state == IDX_STEP_SEALED, .settled = settled,
-				    .quiet = quiet, .files = sc->fig.files, .open = sc->open,
-				    .uncommitted = sc->uncommitted, .unsound = sc->unsound,
-				    .previous = POLICY_PREV_ALL, .absent = absent,
-				    .unlisted = unlisted };
-	absent[0] = unlisted[0] = '\0';
-	if (policy_names_repeat(s->kind) && f->sealed && sc->open == 0 &&
-	    !newer_step_started(fs, s)) {
-		uint64_t kept;
-
-		if ((rc = policy_previous_names(fs->ix, s, absent, NAME_MAX + 64)) < 0)
-			return rc;
-		f->previous = rc;
-		/* a rewrite in place: the files of its complete version are in its directory from
-		 * the start; each must be written again (DeepSpeed's `latest` seals it while
-		 * another rank is still to rewrite its own) */
-		if (f->previous != POLICY_PREV_MISSING && steps_kept_version_dir(fs, s, &kept)) {
-			if ((rc = policy_rewritten_names(fs->ix, s, kept, absent,
-							 NAME_MAX + 64)) < 0)
-				return rc;
-			f->previous = rc;
-		}
-	}
-	/* after a crash, a step whose marker may precede other ranks' files (DeepSpeed's `latest`,
-	 * HF's trainer_state.json) has all its files only if it holds every name of the previous
-	 * complete step, or a newer step was started */
-	f->unprovable = recovering && fs->crash_recovery &&
-			!policy_marker_after_all_ranks(s->kind) && !newer_step_started(fs, s) &&
-			f->previous != POLICY_PREV_ALL;
-	/* a copy (policy rule 3): what a `cp -r` leaves, told from a crashed save by its one
-	 * writer, gone, and every file whole; an earlier daemon's steps have no known writers */
-	f->by_tracker = policy_found_by_tracker((enum layout_kind)s->kind);
-	f->recovering = recovering;
-	if (f->by_tracker && !f->sealed && settled && !recovering) {
-		uint64_t kept;
-
-		f->writers = steps_rt_writers(fs, s->id);
-		f->rewrite = steps_kept_version_dir(fs, s, &kept);
-	}
-	/* with many nodes (fs->node) MindFormers 2.0's metadata.json lists every node's files and
-	 * this node holds its own ranks' only: the list is not this node's part to check */
-	if (f->sealed && sc->open == 0 && sc->uncommitted == 0 && sc->unsound == 0 &&
-	    sc->fig.files > 0 && !f->unprovable && !fs->node &&
-	    policy_listed_names(fs->ix, fs->st, s, unlisted, NAME_MAX + 64) < 0)
-		return -ENOMEM;
-	return 0;
+	return policy_step_facts(fs->ix, fs->st, s, &in, absent, unlisted, NAME_MAX + 64, f);
 }
 
 /*

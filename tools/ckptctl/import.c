@@ -454,13 +454,12 @@ static int imp_judge_one(struct imp_ctx *c, struct imp_step *s, int64_t now)
 {
 	/* this import is the step's one writer, gone once it ends: a whole step nothing sealed
 	 * is a copy (policy rule 3), as a `cp -r` through a mount makes it */
-	struct policy_facts f = { .sealed = s->sealed_by[0] != 0, .settled = true, .quiet = true,
-				  .unsound = s->malformed, .unreadable = s->failed,
-				  .previous = POLICY_PREV_ALL, .absent = "", .unlisted = "",
-				  .by_tracker = policy_found_by_tracker((enum layout_kind)s->kind),
-				  .writers = 1 };
-	char absent[NAME_MAX + 64] = "", unlisted[NAME_MAX + 64] = "", note[PATH_CAP + 320];
+	struct policy_step_in in = { .sealed = s->sealed_by[0] != 0, .settled = true,
+				     .quiet = true, .check_listed = true, .unsound = s->malformed,
+				     .unreadable = s->failed, .writers = 1 };
+	char absent[NAME_MAX + 64], unlisted[NAME_MAX + 64], note[PATH_CAP + 320];
 	struct policy_figures fig;
+	struct policy_facts f;
 	struct idx_step row;
 	int rc;
 
@@ -470,17 +469,10 @@ static int imp_judge_one(struct imp_ctx *c, struct imp_step *s, int64_t now)
 				       fig.digest.b)) < 0 ||
 	    (rc = idx_step_get(c->r->ix, s->id, &row)) < 0)
 		return rc;
-	f.files = fig.files;
-	if (policy_names_repeat(s->kind) &&
-	    (rc = policy_previous_names(c->r->ix, &row, absent, sizeof(absent))) < 0)
+	in.files = fig.files;
+	if ((rc = policy_step_facts(c->r->ix, c->r->st, &row, &in, absent, unlisted,
+				    sizeof(absent), &f)) < 0)
 		return rc;
-	if (policy_names_repeat(s->kind)) {
-		f.previous = rc;
-		f.absent = absent;
-	}
-	if ((rc = policy_listed_names(c->r->ix, c->r->st, &row, unlisted, sizeof(unlisted))) < 0)
-		return rc;
-	f.unlisted = unlisted;
 	enum policy_verdict v = policy_judge(&f, s->why, sizeof(s->why));
 
 	if (v == POLICY_COMPLETE) {
