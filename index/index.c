@@ -254,6 +254,7 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_STEP_SET_DIR] = "UPDATE steps SET dir_ino = ?2 WHERE id = ?1",
 	[IX_STEP_SET_NUMBER] = "UPDATE steps SET step = ?2 WHERE id = ?1",
 	[IX_STEP_SET_NAME] = "UPDATE steps SET name = ?2 WHERE id = ?1",
+	[IX_STEP_SET_KIND] = "UPDATE steps SET kind = ?2 WHERE id = ?1",
 	[IX_STEP_SET_FIGURES] = "UPDATE steps SET files = ?2, logical_bytes = ?3, "
 				"stored_bytes = ?4, digest = ?5 WHERE id = ?1",
 	[IX_STEP_SET_PINNED] = "UPDATE steps SET pinned = ?2 WHERE id = ?1",

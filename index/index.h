@@ -666,6 +666,15 @@ int idx_step_set_number(struct idx *ix, int64_t id, int64_t step);
 int idx_step_set_name(struct idx *ix, int64_t id, const char *name);
 
 /*
+ * idx_step_set_kind - set the layout of step id (an all-digit step directory is InternEvo's by
+ * its name until Orbax's marker in it says it is Orbax's: fs/policy/policy.h rule 1).
+ * @kind: 0..IDX_STEP_KIND_MAX-1.
+ * Returns 0, -EINVAL (kind out of range), -ENOENT (no step id), -EROFS, -EIO. Not thread-safe
+ * (the index's own rule).
+ */
+int idx_step_set_kind(struct idx *ix, int64_t id, int kind);
+
+/*
  * idx_step_set_figures - record the figures of step id: files (count), logical and stored bytes,
  * and its 16-byte digest (NULL: none recorded, has_digest becomes false).
  * Returns 0, -ENOENT (no step id), -EOVERFLOW (a figure above INT64_MAX), -EROFS.

@@ -272,6 +272,15 @@ int idx_step_set_name(struct idx *ix, int64_t id, const char *name)
 	return ix_update(ix, IX_STEP_SET_NAME, -ENOENT, "in", id, name);
 }
 
+int idx_step_set_kind(struct idx *ix, int64_t id, int kind)
+{
+	if (ix->rdonly)
+		return -EROFS;
+	if (kind < 0 || kind >= IDX_STEP_KIND_MAX)
+		return -EINVAL;
+	return ix_update(ix, IX_STEP_SET_KIND, -ENOENT, "ii", id, (int64_t)kind);
+}
+
 int idx_step_set_figures(struct idx *ix, int64_t id, uint64_t files, uint64_t logical,
 			 uint64_t stored, const uint8_t digest[IDX_HASH_LEN])
 {

@@ -36,8 +36,7 @@ enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind
 	if (top && S_ISREG(mode) && m.role == ROLE_TRACKER &&
 	    layout_desc(m.kind)->tracker == LAYOUT_TRACKER_ROOT)
 		return POLICY_TRACKER;
-	if (top && S_ISDIR(mode) && m.role == ROLE_STEP_DIR && !(m.flags & LAYOUT_F_TMP) &&
-	    m.step >= 0)
+	if (top && S_ISDIR(mode) && m.role == ROLE_STEP_DIR && m.step >= 0)
 		return policy_needs_evidence(&m) ? POLICY_CANDIDATE : POLICY_STEP_DIR;
 	if (S_ISREG(mode) && m.step_prefix_len > 0 && m.role == ROLE_MARKER)
 		return POLICY_MARKER;
@@ -50,6 +49,18 @@ bool policy_needs_evidence(const struct layout_match *m)
 {
 	/* set only by auto-detection, on the all-digit names InternEvo and Orbax share (layout.h) */
 	return (m->flags & LAYOUT_F_AMBIGUOUS) != 0;
+}
+
+enum layout_kind policy_marker_kind(enum layout_kind kind, const char *dir,
+				    const struct layout_match *m, enum layout_kind forced)
+{
+	enum layout_kind by_name;
+	int64_t step;
+
+	if (m->role != ROLE_MARKER || !(m->flags & LAYOUT_F_AMBIGUOUS) ||
+	    layout_parse_name(dir, forced, &by_name, &step) != 1 || m->kind == by_name)
+		return kind;
+	return m->kind;
 }
 
 /* ---- 2. sealing ---- */

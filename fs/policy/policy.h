@@ -13,10 +13,12 @@
  * The rules (DESIGN.md, "Steps"; sources in layout.h and tests/traces/):
  *
  *  1. Entries. A step directory is a top-level directory whose name is a layout's step pattern
- *     (not an in-progress name, a non-negative step). A file under it is a step file; the
- *     layout's commit marker directly inside it (DCP .metadata, HF trainer_state.json, InternEvo
- *     N/N.step, Orbax commit_success.txt) is its marker. A top-level regular file that is a
- *     layout's tracker is a tracker, and what a trainer writes into it is a claim.
+ *     (a non-negative step). An in-progress name (LAYOUT_F_TMP: Orbax's N.orbax-checkpoint-tmp,
+ *     HF's tmp-checkpoint-N) is one too, sealed only by its rename (below): left at that name,
+ *     it is a save that did not finish. A file under it is a step file; the layout's commit
+ *     marker directly inside it (DCP .metadata, HF trainer_state.json, InternEvo N/N.step,
+ *     Orbax commit_success.txt) is its marker. A top-level regular file that is a layout's
+ *     tracker is a tracker, and what a trainer writes into it is a claim.
  *     A name alone does not make an all-digit directory a step when the layout is detected
  *     (layout_classify's LAYOUT_F_AMBIGUOUS): digits are InternEvo's and Orbax's step names, but
  *     also xfstests' work directories (`$$`, `$seq`), a user's `2024/` of logs or a dataset's
@@ -24,6 +26,15 @@
  *     marker directly inside it (InternEvo N/N.step, Orbax commit_success.txt), or an Orbax tmp
  *     directory renamed to it. Until then it is an ordinary directory: nothing in it is judged,
  *     sealed or set aside. Under -o layout=internevo or orbax the name alone is a step.
+ *     An all-digit directory is InternEvo's by its name, and Orbax's once Orbax's marker is in
+ *     it, whichever marker came first (policy_marker_kind): N/N.step beside
+ *     N/commit_success.txt makes an Orbax step, to the daemon, import and fsck alike.
+ *     Only the daemon sees a rename: a plain directory (`ckptctl import`, and an import through
+ *     a mount, which copies it by name) or a record rebuilt from the tree (`ckptctl fsck`)
+ *     shows an Orbax step committed by a local rename, with no commit_success.txt, as `N/` and
+ *     its files, exactly what a user's `2024/` shows; so there it is no step (its files are
+ *     kept, as ordinary files). Taking every all-digit directory for an Orbax step would make
+ *     every such directory of a user's a step, judged and set aside.
  *
  *  2. Sealing. A step is sealed by its whole marker (closed, not torn, not malformed), or by a
  *     claim that names it, of a tracker its layout shares (layout_tracker_shared). Trainers
@@ -147,6 +158,18 @@ enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind
  * (m->role ROLE_MARKER) makes it one. m must not be NULL. Thread-safe.
  */
 bool policy_needs_evidence(const struct layout_match *m);
+
+/*
+ * policy_marker_kind - the layout of the step directory named dir (a top-level name) once its
+ * marker m (layout_classify's match, m->role ROLE_MARKER) is seen, given the layout kind it has
+ * now (rule 1): an all-digit name is InternEvo's by default (LAYOUT_F_AMBIGUOUS), and a marker
+ * of another layout in it says whose it is (`N/commit_success.txt`: Orbax's). A directory
+ * holding both markers is therefore that other layout's, whichever marker came first: the
+ * daemon, import and fsck see the same files in different orders. Any other marker leaves kind
+ * as it is. @forced as for policy_entry_of. Thread-safe.
+ */
+enum layout_kind policy_marker_kind(enum layout_kind kind, const char *dir,
+				    const struct layout_match *m, enum layout_kind forced);
 
 /* ---- 2. sealing ---- */
 

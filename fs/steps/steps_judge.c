@@ -153,6 +153,30 @@ static void judge_older_sealed(struct ckfs *fs, int kind, int64_t step)
 		steps_evaluate(fs, c.ids[i], false, false, false);
 }
 
+/*
+ * A marker m of step s is named: the marker may say the step is another layout's than its row
+ * (policy_marker_kind: `N/commit_success.txt` makes an all-digit step Orbax's, whichever marker
+ * of N/ came first). Returns 0 (s->kind is the step's layout), or the index's -errno (s is
+ * left as it was).
+ */
+static int step_kind_of_marker(struct ckfs *fs, struct idx_step *s, const struct layout_match *m)
+{
+	enum layout_kind k = policy_marker_kind((enum layout_kind)s->kind, s->name, m, fs->layout);
+	int rc;
+
+	if ((int)k == s->kind)
+		return 0;
+	if ((rc = idx_begin(fs->ix)) < 0)
+		return rc;
+	if ((rc = steps_record(fs, idx_step_set_kind(fs->ix, s->id, k), "the layout of step '%s'",
+			       s->name)) < 0)
+		return rc;
+	ckpt_log("step '%s' holds a marker of %s: a %s step, not %s", s->name, layout_name(k),
+		 layout_name(k), layout_name((enum layout_kind)s->kind));
+	s->kind = k;
+	return 0;
+}
+
 /* The step whose directory is rel[0, m->step_prefix_len) (creating its row if needed). */
 int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
 		       struct idx_step *ret)
@@ -169,7 +193,7 @@ int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_mat
 	if ((rc = steps_lookup_path(fs, dname, &dir)) < 0)
 		return rc;
 	if (idx_step_by_dir(fs->ix, dir, ret) == 0)
-		return 0;
+		return step_kind_of_marker(fs, ret, m);
 	/* a digit directory is not a checkpoint until its marker says so (policy rule 1) */
 	if (policy_needs_evidence(m) && m->role != ROLE_MARKER)
 		return -ENOENT;

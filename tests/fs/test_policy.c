@@ -87,9 +87,13 @@ Test(policy, entries)
 	cr_assert_eq(policy_entry_of("checkpoint-30/trainer_state.json", S_IFREG, LAYOUT_NONE,
 				     NULL), POLICY_MARKER);
 	cr_assert_eq(policy_entry_of("40/40.step", S_IFREG, LAYOUT_NONE, NULL), POLICY_MARKER);
-	/* an in-progress name and MF1's per-rank meta.json are not this rule's */
+	/* an in-progress name is a step directory, as the daemon sees its files (sealed only by
+	 * its rename); MF1's per-rank meta.json is not this rule's */
 	cr_assert_eq(policy_entry_of("tmp-checkpoint-30", S_IFDIR, LAYOUT_NONE, NULL),
-		     POLICY_OTHER);
+		     POLICY_STEP_DIR);
+	cr_assert_eq(policy_entry_of("30.orbax-checkpoint-tmp", S_IFDIR, LAYOUT_NONE, &m),
+		     POLICY_STEP_DIR);
+	cr_assert_eq(m.kind, LAYOUT_ORBAX);
 	cr_assert_eq(policy_entry_of("rank_0/meta.json", S_IFREG, LAYOUT_NONE, NULL), POLICY_OTHER);
 	/* a forced layout recognises only its own names */
 	cr_assert_eq(policy_entry_of("iter_0000010", S_IFDIR, LAYOUT_HF, NULL), POLICY_OTHER);
@@ -121,6 +125,25 @@ Test(policy, digits_need_evidence)
 	cr_assert_eq(policy_entry_of("2024", S_IFDIR, LAYOUT_INTERNEVO, &m), POLICY_STEP_DIR);
 	cr_assert(!policy_needs_evidence(&m));
 	cr_assert_eq(policy_entry_of("2024", S_IFDIR, LAYOUT_ORBAX, NULL), POLICY_STEP_DIR);
+}
+
+/* Rule 1: an all-digit step is Orbax's once Orbax's marker is in it, whichever marker came
+ * first (InternEvo's N.step beside Orbax's commit_success.txt). */
+Test(policy, marker_kind)
+{
+	struct layout_match step, orbax, dcp;
+
+	cr_assert_eq(policy_entry_of("40/40.step", S_IFREG, LAYOUT_NONE, &step), POLICY_MARKER);
+	cr_assert_eq(policy_entry_of("40/commit_success.txt", S_IFREG, LAYOUT_NONE, &orbax),
+		     POLICY_MARKER);
+	cr_assert_eq(policy_marker_kind(step.kind, "40", &step, LAYOUT_NONE), LAYOUT_INTERNEVO);
+	cr_assert_eq(policy_marker_kind(LAYOUT_INTERNEVO, "40", &orbax, LAYOUT_NONE),
+		     LAYOUT_ORBAX);
+	cr_assert_eq(policy_marker_kind(LAYOUT_ORBAX, "40", &step, LAYOUT_NONE), LAYOUT_ORBAX);
+	/* a name that says its layout: its marker changes nothing */
+	cr_assert_eq(policy_entry_of("step-20/.metadata", S_IFREG, LAYOUT_NONE, &dcp),
+		     POLICY_MARKER);
+	cr_assert_eq(policy_marker_kind(LAYOUT_DCP, "step-20", &dcp, LAYOUT_NONE), LAYOUT_DCP);
 }
 
 /* ---- 2. sealing ---- */

@@ -193,6 +193,14 @@ Test(steps, create_get_by_dir_by_name, .init = setup_open_txn, .fini = teardown)
 	cr_assert_eq(idx_step_set_dir(ix, a, d1), 0, "setting the same directory again");
 	cr_assert_eq(idx_step_by_dir(ix, d1, &t), 0);
 	cr_assert_eq(t.id, a);
+
+	/* set_kind: an all-digit step found to be another layout's; kinds out of range refused */
+	cr_assert_eq(idx_step_set_kind(ix, a, 8), 0);
+	cr_assert_eq(idx_step_get(ix, a, &t), 0);
+	cr_assert_eq(t.kind, 8);
+	cr_assert_eq(idx_step_set_kind(ix, a, IDX_STEP_KIND_MAX), -EINVAL);
+	cr_assert_eq(idx_step_set_kind(ix, a, -1), -EINVAL);
+	cr_assert_eq(idx_step_set_kind(ix, 424242, 8), -ENOENT);
 	cr_assert_eq(idx_commit(ix), 0);
 	check_ok();
 }

@@ -129,6 +129,40 @@ elif layout == "internevo":
             torch.save({"step": step}, os.path.join(d, "%d.step" % step))
     os.makedirs(os.path.join(root, "2024", "sub"))
     text(os.path.join(root, "2024", "sub", "log"), "x\n")
+elif layout == "hf":
+    for step in (10, 20, 30):
+        d = os.path.join(root, "checkpoint-%d" % step)
+        tsave(os.path.join(d, "optimizer.pt"), step)
+        for r in (0, 1):
+            if step != 30 or r == 0:
+                tsave(os.path.join(d, "rng_state_%d.pth" % r), step)
+        if step != 20:
+            text(os.path.join(d, "trainer_state.json"), json.dumps({"global_step": step}))
+elif layout == "mf1":
+    for step in (10, 20, 30):
+        for r in (0, 1):
+            d = os.path.join(root, "rank_%d" % r)
+            f = os.path.join(d, "llama_rank_%d-1_%d.ckpt" % (r, step))
+            if step == 30 and r == 1:
+                continue
+            (torn if step == 20 and r == 1 else tsave)(f + ".tmp", step)
+            os.rename(f + ".tmp", f)
+            if step != 30:
+                text(os.path.join(d, "meta.json"),
+                     json.dumps({"last_epoch": 1, "last_step": step,
+                                 "last_ckpt_file": os.path.basename(f)}))
+elif layout == "orbax":
+    for step in (10, 20, 30):
+        tmp = os.path.join(root, "%d.orbax-checkpoint-tmp" % step)
+        (torn if step == 20 else tsave)(os.path.join(tmp, "shard_0.pt"), step)
+        if step != 30:
+            os.rename(tmp, os.path.join(root, str(step)))
+    # written in place and committed by its commit file (Orbax's CommitFileTemporaryPath),
+    # with InternEvo's N.step beside it, written first: whose is the step?
+    d = os.path.join(root, "40")
+    tsave(os.path.join(d, "shard_0.pt"), 40)
+    torch.save({"step": 40}, os.path.join(d, "40.step"))
+    text(os.path.join(d, "commit_success.txt"), "Checkpoint commit was successful")
 '''
 
 EXPECT = {
@@ -137,7 +171,25 @@ EXPECT = {
     'mf2': {10: 'complete', 20: 'incomplete'},
     'dcp': {10: 'complete', 20: 'incomplete'},
     'internevo': {10: 'complete', 30: 'incomplete'},
+    'hf': {10: 'complete', 20: 'incomplete', 30: 'incomplete'},
+    'mf1': {10: 'complete', 20: 'writing', 30: 'writing'},
+    'orbax': {10: 'complete', 20: 'incomplete', 30: 'incomplete', 40: 'complete'},
 }
+
+# the layout of each step, where it is not the store's own: InternEvo's N.step written before
+# Orbax's commit_success.txt, the daemon took InternEvo's, import Orbax's (policy_marker_kind)
+KINDS = {'orbax': {40: 'orbax'}}
+
+# what only a live mount sees: Orbax commits a step on a local filesystem by renaming its tmp
+# directory, with no commit file; a plain directory (import, an import through a mount) and a
+# record rebuilt from the tree (fsck) show `N/` as a user's `2024/` looks: no step (policy.h
+# rule 1)
+RENAME_ONLY = {'orbax': (10, 20)}
+
+
+def static(layout):
+    """EXPECT[layout] as a plain directory shows it (RENAME_ONLY)."""
+    return {k: v for k, v in EXPECT[layout].items() if k not in RENAME_ONLY.get(layout, ())}
 
 # what fsck cannot call a copy: the writers of a step whose record was lost are unknown
 FSCK_UNKNOWN_WRITERS = {'megatron': {40: 'incomplete'}}
@@ -159,24 +211,30 @@ def states(store):
     return {s['step']: s['state'] for s in ctl(store, 'steps')['steps']}
 
 
-def judged(store, m, timeout=60):
-    """Wait (mounted) until the daemon has judged every step: none writing or sealed."""
+def layouts(store):
+    return {s['step']: s['layout'] for s in ctl(store, 'steps')['steps']}
+
+
+def judged(store, m, want=None, timeout=60):
+    """Wait (mounted) until the daemon has judged every step: none writing or sealed, or the
+    states are want (MindFormers 1.0 leaves a step that is not complete on every rank writing:
+    a rank may still save it)."""
     deadline = time.monotonic() + timeout
     while True:
         m.settle()
         st = states(store)
-        if all(v not in ('writing', 'sealed') for v in st.values()):
+        if all(v not in ('writing', 'sealed') for v in st.values()) or st == want:
             return st
         if time.monotonic() > deadline:
             raise AssertionError('steps still unjudged after %ds: %s' % (timeout, st))
         time.sleep(0.3)
 
 
-def mount_and_judge(store):
+def mount_and_judge(store, want=None):
     m = ckfs.Mount(store=store)
     try:
         m.start()
-        judged(store, m)
+        judged(store, m, want)
         m.unmount()
     finally:
         m.close()
@@ -200,11 +258,11 @@ class PolicyAgreementTest(unittest.TestCase):
         try:
             m.start()
             write(layout, m.mnt)
-            judged(store, m)
+            judged(store, m, EXPECT[layout])
             m.unmount()
         finally:
             m.close()
-        return mount_and_judge(store)
+        return mount_and_judge(store, EXPECT[layout])
 
     def imported(self, layout):
         src = os.path.join(self.tmp, layout + '-plain')
@@ -224,7 +282,7 @@ class PolicyAgreementTest(unittest.TestCase):
         # the fsck copy starts from the imported store before its first mount
         copy = os.path.join(self.tmp, layout + '-fsck')
         shutil.copytree(store, copy, symlinks=True)
-        return mount_and_judge(store), copy, src
+        return mount_and_judge(store, static(layout)), copy, src
 
     def mounted_import(self, layout, src):
         store = os.path.join(self.tmp, layout + '-mounted')
@@ -234,13 +292,13 @@ class PolicyAgreementTest(unittest.TestCase):
             out = ctl(store, 'import', src)
             self.assertEqual(out['failed'], [], out)
             self.assertEqual(out['mount'], m.mnt)
-            judged(store, m)
+            judged(store, m, static(layout))
             m.unmount()
         finally:
             m.close()
-        return mount_and_judge(store)
+        return mount_and_judge(store, static(layout))
 
-    def fscked(self, store):
+    def fscked(self, layout, store):
         db = sqlite3.connect(os.path.join(store, 'index.db'))
         with db:
             db.execute('DELETE FROM step_events')
@@ -248,18 +306,26 @@ class PolicyAgreementTest(unittest.TestCase):
         db.close()
         self.assertEqual(states(store), {})
         ctl(store, 'fsck', rc=(0, 1))
-        return mount_and_judge(store)
+        return mount_and_judge(store, static(layout))
 
     def check(self, layout):
         live = self.live(layout)
         imp, copy, src = self.imported(layout)
         mounted = self.mounted_import(layout, src)
-        fsck = self.fscked(copy)
+        fsck = self.fscked(layout, copy)
+        kinds = {way: layouts(os.path.join(self.tmp, layout + '-' + way))
+                 for way in ('live', 'import', 'mounted', 'fsck')}
         self.assertEqual(live, EXPECT[layout], 'live mount')
-        self.assertEqual(imp, EXPECT[layout], 'import, then mount')
-        self.assertEqual(mounted, EXPECT[layout], 'import into a mount')
-        self.assertEqual(fsck, {**EXPECT[layout], **FSCK_UNKNOWN_WRITERS.get(layout, {})},
+        self.assertEqual(imp, static(layout), 'import, then mount')
+        self.assertEqual(mounted, static(layout), 'import into a mount')
+        self.assertEqual(fsck, {**static(layout), **FSCK_UNKNOWN_WRITERS.get(layout, {})},
                          'fsck, then mount')
+        for step, kind in KINDS.get(layout, {}).items():
+            self.assertEqual(kinds['live'][step], kind, 'live mount: the layout of %d' % step)
+        for way in ('import', 'mounted', 'fsck'):
+            self.assertEqual(kinds[way], {k: v for k, v in kinds['live'].items()
+                                          if k not in RENAME_ONLY.get(layout, ())},
+                             '%s: the layouts of the steps' % way)
 
     def test_megatron(self):
         self.check('megatron')
@@ -275,6 +341,12 @@ class PolicyAgreementTest(unittest.TestCase):
 
     def test_internevo(self):
         self.check('internevo')
+
+    def test_hf(self):
+        self.check('hf')
+
+    def test_orbax(self):
+        self.check('orbax')
 
 
 if __name__ == '__main__':

@@ -237,12 +237,14 @@ static int fsck_claim_collect(int64_t id, const char *tracker, const void *conte
 	return 0;
 }
 
-/* What fsck_marker_cb looks for: the whole commit marker of the step directory dir. */
+/* What fsck_marker_cb looks for: the whole commit marker of the step directory dir, and the
+ * layout its markers say it is. */
 struct fsck_marker {
 	struct idx *ix;
 	const char *dir;
-	char found[NAME_MAX + 1]; /* the marker's name, "" when none */
-	enum layout_kind kind;    /* the marker's layout (Orbax's settles an all-digit name) */
+	char found[NAME_MAX + 1]; /* the first whole marker's name, "" when none */
+	enum layout_kind kind;    /* the step's layout: its name's, then policy_marker_kind's for
+				   each marker in it (Orbax's settles an all-digit name) */
 };
 
 static int fsck_marker_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie,
@@ -254,15 +256,18 @@ static int fsck_marker_cb(const char *name, uint64_t ino, uint32_t mode, int64_t
 	struct idx_inode a;
 
 	(void)cookie;
-	if (!S_ISREG(mode) || k->found[0])
+	if (!S_ISREG(mode))
 		return 0;
 	snprintf(rel, sizeof(rel), "%s/%s", k->dir, name);
-	if (policy_entry_of(rel, mode, LAYOUT_NONE, &m) != POLICY_MARKER ||
-	    idx_inode_get(k->ix, ino, &a) < 0 || !a.has_hash ||
+	if (policy_entry_of(rel, mode, LAYOUT_NONE, &m) != POLICY_MARKER)
+		return 0;
+	/* every marker, whole or not, says whose the step is, as it does to the daemon, which
+	 * takes the kind when the marker is named */
+	k->kind = policy_marker_kind(k->kind, k->dir, &m, LAYOUT_NONE);
+	if (k->found[0] || idx_inode_get(k->ix, ino, &a) < 0 || !a.has_hash ||
 	    (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
 		return 0;
 	snprintf(k->found, sizeof(k->found), "%s", name);
-	k->kind = m.kind;
 	return 0;
 }
 
@@ -270,20 +275,20 @@ static int fsck_marker_cb(const char *name, uint64_t ino, uint32_t mode, int64_t
  * fsck_seal_why - why root step directory e (layout *kind, number step) is sealed, by policy
  * rule 2: its whole marker, or a recorded claim naming it or a later step of a layout sharing
  * its tracker (the claims recorded may be only the last ones of a plain directory imported, so
- * fsck, like import, takes a later claim for the earlier steps). *kind becomes the marker's
- * layout. Returns 1 sealed (why in buf), 0 not, or -errno.
+ * fsck, like import, takes a later claim for the earlier steps). *kind becomes the layout its
+ * markers say (policy_marker_kind). Returns 1 sealed (why in buf), 0 not, or -errno.
  */
 static int fsck_seal_why(struct fsck_ctx *c, const struct fsck_root_ent *e, const
 			 struct fsck_claims *cl, enum layout_kind *kind, int64_t step, char *buf,
 			 size_t cap)
 {
-	struct fsck_marker k = { .ix = c->r->ix, .dir = e->name };
+	struct fsck_marker k = { .ix = c->r->ix, .dir = e->name, .kind = *kind };
 	int rc = idx_dir_list(c->r->ix, e->ino, 0, fsck_marker_cb, &k);
 
 	if (rc < 0)
 		return rc;
+	*kind = k.kind;
 	if (k.found[0]) {
-		*kind = k.kind;
 		snprintf(buf, cap, "its marker '%s'", k.found);
 		return 1;
 	}

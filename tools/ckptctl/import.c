@@ -156,17 +156,10 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 		   (e->step >= 0 || !policy_needs_evidence(&m))) {
 		e->in_step = true;
 		if (pe == POLICY_MARKER && e->step >= 0) {
-			e->marker = true;
 			struct imp_step *s = &c->steps[e->step];
-			enum layout_kind nk;
-			int64_t ns;
 
-			/* a marker of another kind than the name's says whose an all-digit step
-			 * is (`N/commit_success.txt`: Orbax's, not InternEvo's) */
-			if ((m.flags & LAYOUT_F_AMBIGUOUS) &&
-			    layout_parse_name(c->v[s->ent].rel, LAYOUT_NONE, &nk, &ns) == 1 &&
-			    m.kind != nk)
-				s->kind = m.kind;
+			e->marker = true;
+			s->kind = policy_marker_kind(s->kind, c->v[s->ent].rel, &m, LAYOUT_NONE);
 		}
 	}
 	return 0;
