@@ -42,6 +42,12 @@ enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind
 		return POLICY_MARKER;
 	if (S_ISREG(mode) && m.step_prefix_len > 0 && m.role == ROLE_STEP_FILE)
 		return POLICY_STEP_FILE;
+	if (S_ISREG(mode) && m.role == ROLE_TRACKER &&
+	    layout_desc(m.kind)->tracker == LAYOUT_TRACKER_PER_RANK && m.rank >= 0)
+		return POLICY_RANK_TRACKER;
+	if (S_ISREG(mode) && m.step_prefix_len == 0 && m.role == ROLE_STEP_FILE &&
+	    layout_desc(m.kind)->per_rank)
+		return POLICY_RANK_FILE;
 	return POLICY_OTHER;
 }
 
@@ -636,6 +642,90 @@ bool policy_mf1_key(const struct idx_step *s, int64_t *ret_epoch, int64_t *ret_s
 	*ret_epoch = e;
 	*ret_step = st;
 	return true;
+}
+
+/* The rank directories at the root, then each one's steps (policy_rank_steps). */
+struct rank_walk {
+	uint64_t *dirs;
+	char (*names)[LAYOUT_NAME_MAX + 1];
+	size_t ndirs, capdirs, capnames;
+	const char *dir; /* the rank directory listed now */
+	struct rank_step {
+		enum layout_kind kind;
+		int64_t epoch, step;
+	} *v;
+	size_t n, cap;
+	int err;
+};
+
+/* idx_dir_list callback over the root: the rank_N directories */
+static int rank_dir_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct rank_walk *w = arg;
+	struct layout_match m;
+
+	(void)cookie;
+	if (!S_ISDIR(mode) || strlen(name) > LAYOUT_NAME_MAX ||
+	    layout_classify(name, LAYOUT_NONE, &m) < 0 || !layout_desc(m.kind)->per_rank ||
+	    m.role != ROLE_PLAIN || m.rank < 0)
+		return 0;
+	if (ckpt_grow(&w->dirs, &w->capdirs, w->ndirs, sizeof(*w->dirs)) < 0 ||
+	    ckpt_grow(&w->names, &w->capnames, w->ndirs, sizeof(*w->names)) < 0) {
+		w->err = -ENOMEM;
+		return 1;
+	}
+	w->dirs[w->ndirs] = ino;
+	snprintf(w->names[w->ndirs++], sizeof(*w->names), "%s", name);
+	return 0;
+}
+
+/* idx_dir_list callback over one rank directory: its steps, each once */
+static int rank_file_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct rank_walk *w = arg;
+	char rel[2 * LAYOUT_NAME_MAX + 2];
+	struct layout_match m;
+
+	(void)ino;
+	(void)cookie;
+	if ((size_t)snprintf(rel, sizeof(rel), "%s/%s", w->dir, name) >= sizeof(rel) ||
+	    policy_entry_of(rel, mode, LAYOUT_NONE, &m) != POLICY_RANK_FILE ||
+	    (m.flags & LAYOUT_F_TMP))
+		return 0;
+	for (size_t i = 0; i < w->n; i++)
+		if (w->v[i].kind == m.kind && w->v[i].epoch == m.epoch && w->v[i].step == m.step)
+			return 0;
+	if (ckpt_grow(&w->v, &w->cap, w->n, sizeof(*w->v)) < 0) {
+		w->err = -ENOMEM;
+		return 1;
+	}
+	w->v[w->n++] = (struct rank_step){ .kind = m.kind, .epoch = m.epoch, .step = m.step };
+	return 0;
+}
+
+int policy_rank_steps(struct idx *ix, policy_rank_step_fn fn, void *arg)
+{
+	struct rank_walk w = { 0 };
+	char name[64];
+	int rc;
+
+	/* one listing at a time (a listing is not nested in another), fn after the last */
+	rc = idx_dir_list(ix, IDX_ROOT_INO, 0, rank_dir_cb, &w);
+	for (size_t i = 0; rc >= 0 && w.err == 0 && i < w.ndirs; i++) {
+		w.dir = w.names[i];
+		rc = idx_dir_list(ix, w.dirs[i], 0, rank_file_cb, &w);
+	}
+	if (rc >= 0 && w.err < 0)
+		rc = w.err;
+	/* the row's name, as the daemon's steps_mf1_on_file makes it */
+	for (size_t i = 0; rc == 0 && i < w.n; i++) {
+		snprintf(name, sizeof(name), "%" PRId64 "_%" PRId64, w.v[i].epoch, w.v[i].step);
+		rc = fn(w.v[i].kind, name, w.v[i].epoch, w.v[i].step, arg);
+	}
+	free(w.dirs);
+	free(w.names);
+	free(w.v);
+	return rc;
 }
 
 int64_t policy_node_step(const struct idx_step *s)

@@ -139,6 +139,11 @@ enum policy_entry {
 	POLICY_MARKER,    /* a step's commit marker: a file of the step that seals it once whole */
 	POLICY_CANDIDATE, /* an auto-detected all-digit directory: a step only once its layout's
 			     evidence is seen (policy_needs_evidence) */
+	POLICY_RANK_TRACKER, /* a per-rank tracker (MF1 rank_N/meta.json): its content is a claim
+				of that rank, never a stored file */
+	POLICY_RANK_FILE, /* a per-rank step file (MF1 rank_N/{prefix}-{epoch}_{step}.ckpt, or
+			     its .tmp): checked as a step file; a step of a per-rank layout is the
+			     files of one (epoch, step) across ranks (policy_rank_steps) */
 };
 
 /*
@@ -416,6 +421,24 @@ bool policy_lineage_member(const struct policy_lineage *l, const struct idx_step
 /* policy_mf1_key - the (epoch, step) of MindFormers 1.0 step row s, named "{epoch}_{step}"
  * (steps_mf1.c), into *ret_epoch and *ret_step: true; false for any other row. Pure. */
 bool policy_mf1_key(const struct idx_step *s, int64_t *ret_epoch, int64_t *ret_step);
+
+/*
+ * policy_rank_step_fn - called by policy_rank_steps once for each (epoch, step) of a per-rank
+ * layout kind that some rank's file is named for, with the name its step row has
+ * ("{epoch}_{step}", borrowed for the call). Non-zero stops the walk and is returned.
+ */
+typedef int (*policy_rank_step_fn)(enum layout_kind kind, const char *name, int64_t epoch,
+				   int64_t step, void *arg);
+
+/*
+ * policy_rank_steps - the steps of a per-rank layout (MindFormers 1.0) whose files the tree of
+ * ix holds: for each top-level rank directory (rank_N/), the (epoch, step) of every regular
+ * file in it under its final name (POLICY_RANK_FILE without LAYOUT_F_TMP). Such a step has no
+ * directory: its row is what `ckptctl import` and `ckptctl fsck` make from the tree, as the
+ * daemon makes it when the first file is named. fn runs after the listings end, so it may
+ * write ix. Returns 0, -ENOMEM, -errno of the index, or fn's non-zero value.
+ */
+int policy_rank_steps(struct idx *ix, policy_rank_step_fn fn, void *arg);
 
 /* policy_is_slot - is step row s an in-place slot (a layout with desc->slot_dir: InternEvo's
  * "snapshot/K", layout.h), a step directory rewritten in place, each of its versions a row of

@@ -88,13 +88,20 @@ Test(policy, entries)
 				     NULL), POLICY_MARKER);
 	cr_assert_eq(policy_entry_of("40/40.step", S_IFREG, LAYOUT_NONE, NULL), POLICY_MARKER);
 	/* an in-progress name is a step directory, as the daemon sees its files (sealed only by
-	 * its rename); MF1's per-rank meta.json is not this rule's */
+	 * its rename); MF1's per-rank meta.json and files are per-rank entries */
 	cr_assert_eq(policy_entry_of("tmp-checkpoint-30", S_IFDIR, LAYOUT_NONE, NULL),
 		     POLICY_STEP_DIR);
 	cr_assert_eq(policy_entry_of("30.orbax-checkpoint-tmp", S_IFDIR, LAYOUT_NONE, &m),
 		     POLICY_STEP_DIR);
 	cr_assert_eq(m.kind, LAYOUT_ORBAX);
-	cr_assert_eq(policy_entry_of("rank_0/meta.json", S_IFREG, LAYOUT_NONE, NULL), POLICY_OTHER);
+	cr_assert_eq(policy_entry_of("rank_0/meta.json", S_IFREG, LAYOUT_NONE, NULL),
+		     POLICY_RANK_TRACKER);
+	cr_assert_eq(policy_entry_of("rank_0/llama_rank_0-1_10.ckpt", S_IFREG, LAYOUT_NONE, NULL),
+		     POLICY_RANK_FILE);
+	cr_assert_eq(policy_entry_of("rank_0/llama_rank_0-1_10.ckpt.tmp", S_IFREG, LAYOUT_NONE,
+				     &m), POLICY_RANK_FILE);
+	cr_assert(m.flags & LAYOUT_F_TMP);
+	cr_assert_eq(policy_claim_kind("rank_0/meta.json", LAYOUT_NONE), LAYOUT_NONE);
 	/* a forced layout recognises only its own names */
 	cr_assert_eq(policy_entry_of("iter_0000010", S_IFDIR, LAYOUT_HF, NULL), POLICY_OTHER);
 	cr_assert_eq(policy_claim_kind("latest", LAYOUT_NONE), LAYOUT_DEEPSPEED);
@@ -144,6 +151,44 @@ Test(policy, marker_kind)
 	cr_assert_eq(policy_entry_of("step-20/.metadata", S_IFREG, LAYOUT_NONE, &dcp),
 		     POLICY_MARKER);
 	cr_assert_eq(policy_marker_kind(LAYOUT_DCP, "step-20", &dcp, LAYOUT_NONE), LAYOUT_DCP);
+}
+
+struct rank_seen {
+	char names[8][32];
+	int n;
+};
+
+static int rank_seen_cb(enum layout_kind kind, const char *name, int64_t epoch, int64_t step,
+			void *arg)
+{
+	struct rank_seen *r = arg;
+
+	cr_assert_eq(kind, LAYOUT_MF1);
+	cr_assert_eq(epoch, 1);
+	cr_assert(step == 10 || step == 20);
+	cr_assert_lt(r->n, 8);
+	snprintf(r->names[r->n++], sizeof(r->names[0]), "%s", name);
+	return 0;
+}
+
+/* Rule 1: a per-rank layout's steps are the (epoch, step) its ranks' files are named for, each
+ * once; a file under its .tmp name, meta.json and a directory not a rank's name none. */
+Test(policy, rank_steps, .init = setup, .fini = teardown)
+{
+	uint64_t r0 = mk(IDX_ROOT_INO, "rank_0", true, 0), r1 = mk(IDX_ROOT_INO, "rank_1", true, 0);
+	uint64_t other = mk(IDX_ROOT_INO, "logs", true, 0);
+	struct rank_seen seen = { 0 };
+
+	mk(r0, "llama_rank_0-1_10.ckpt", false, 0);
+	mk(r0, "llama_rank_0-1_20.ckpt", false, 0);
+	mk(r0, "meta.json", false, 0);
+	mk(r1, "llama_rank_1-1_10.ckpt", false, 0);
+	mk(r1, "llama_rank_1-1_30.ckpt.tmp", false, 0);
+	mk(other, "llama_rank_0-1_40.ckpt", false, 0);
+	cr_assert_eq(policy_rank_steps(ix, rank_seen_cb, &seen), 0);
+	cr_assert_eq(seen.n, 2);
+	cr_assert_str_eq(seen.names[0], "1_10");
+	cr_assert_str_eq(seen.names[1], "1_20");
 }
 
 /* ---- 2. sealing ---- */

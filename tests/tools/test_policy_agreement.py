@@ -30,10 +30,22 @@ steps that are not:
   internevo  10 sealed by its 10.step, written last (tests/traces/internevo.md); 30 sealed but
              a file torn half-way; 20 without its marker and `2024/` of logs are directories
              named by digits with no InternEvo evidence: no steps at all
+  hf         10 complete; 20 without its trainer_state.json; 30 sealed but one rank's
+             rng_state never written (the previous complete step's names)
+  mf1        per-rank files, no step directory, each rank's meta.json naming 20 last: 10
+             complete on both ranks; 20 with rank 1's file torn half-way and 30 saved by rank 0
+             only stay writing (a rank may still save them: MF1 steps are never set aside)
+  orbax      10 and 20 committed by renaming their tmp directory (no commit file; 20's shard
+             torn); 30 left under its tmp name; 40 written in place with InternEvo's 40.step
+             first and Orbax's commit_success.txt after it: Orbax's step (policy_marker_kind).
+             Only a live mount sees a rename: elsewhere 10 and 20 are no steps (RENAME_ONLY)
+Each step's layout is compared too.
 
 Before the policy module, import judged deepspeed 20 and mf2 20 complete (it checked neither
 the previous step's names nor metadata.json), and fsck sealed steps only from tracker claims,
-of any layout, so it set aside every DCP step.
+of any layout, so it set aside every DCP step. Before policy_step_facts (issue 43), the daemon
+made orbax 40 an InternEvo step, import made no step of orbax 30 (a tmp name) nor of any mf1
+file (and stored meta.json as a file), and fsck made no mf1 step again.
 
 Run: /usr/bin/python3 tests/tools/test_policy_agreement.py  (CKPTFS_BIN / CKPTCTL_BIN)
 """
@@ -344,6 +356,9 @@ class PolicyAgreementTest(unittest.TestCase):
 
     def test_hf(self):
         self.check('hf')
+
+    def test_mf1(self):
+        self.check('mf1')
 
     def test_orbax(self):
         self.check('orbax')

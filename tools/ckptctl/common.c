@@ -209,6 +209,40 @@ int ctl_open_write(const char *root, const struct store_opts *sopts, struct ckpt
 	return ctl_open_write_flags(root, sopts, 0, ret, ret_writable);
 }
 
+struct rank_rows {
+	struct idx *ix;
+	int64_t created_ns;
+	int made;
+};
+
+/* policy_rank_steps callback: the row of one per-rank step, made when missing */
+static int rank_row_cb(enum layout_kind kind, const char *name, int64_t epoch, int64_t step,
+		       void *arg)
+{
+	struct rank_rows *r = arg;
+	struct idx_step s;
+	int64_t id;
+	int rc;
+
+	(void)epoch;
+	if ((rc = idx_step_by_name(r->ix, kind, name, &s)) == 0)
+		return 0;
+	if (rc != -ENOENT)
+		return rc;
+	if ((rc = idx_step_create(r->ix, kind, name, step, 0, r->created_ns, &id)) < 0)
+		return rc;
+	r->made++;
+	return 0;
+}
+
+int ctl_rank_step_rows(struct idx *ix, int64_t created_ns)
+{
+	struct rank_rows r = { .ix = ix, .created_ns = created_ns };
+	int rc = policy_rank_steps(ix, rank_row_cb, &r);
+
+	return rc < 0 ? rc : r.made;
+}
+
 int ctl_index_err(const char *root, const char *what, int rc)
 {
 	if (rc == -EIO)

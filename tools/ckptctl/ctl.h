@@ -204,6 +204,16 @@ int ctl_store_of_mount(const char *path, char *buf, size_t cap);
  * if one is up (ctl_progress_hide).
  */
 void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * ctl_rank_step_rows - give every step of a per-rank layout (MindFormers 1.0) whose files the
+ * tree holds (policy_rank_steps) a step row if it has none, unsealed, with no directory, made
+ * at created_ns (ns since the epoch): the daemon judges it at the next mount from its ranks'
+ * files and their meta.json claims, which count for it only when made at or after created_ns.
+ * In the open transaction of ix. Returns the number of rows made (>= 0), -ENOMEM, or -errno of
+ * the index.
+ */
+int ctl_rank_step_rows(struct idx *ix, int64_t created_ns);
+
 /* ctl_verr - ctl_err with its arguments as a va_list (ctl_usage's message). */
 void ctl_verr(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 

@@ -309,7 +309,8 @@ static int fsck_seal_why(struct fsck_ctx *c, const struct fsck_root_ent *e, cons
  * was deleted) gets one again, sealed when the policy's evidence survives (fsck_seal_why), so
  * the daemon judges it at the next mount (complete if every file is whole); without that
  * evidence it stays unsealed, and the daemon sets it aside as abandoned. An all-digit directory
- * is a step only with its marker (policy rule 1): without one it gets no row.
+ * is a step only with its marker (policy rule 1): without one it gets no row. A per-rank
+ * layout's step without a row gets one from its ranks' files (ctl_rank_step_rows).
  * Returns the number of rows made, or -errno.
  */
 static int fsck_steps(struct fsck_ctx *c)
@@ -360,6 +361,18 @@ static int fsck_steps(struct fsck_ctx *c)
 				 "(/.ckptfs/quarantine, files kept)", l.v[i].name);
 		}
 		fsck_lost(0, line, c);
+	}
+	/* a per-rank layout's steps (no directory) from their ranks' files, dated 0: when they
+	 * were made is lost, and the claims recorded may be the last ones of a plain directory
+	 * imported, each standing for the earlier steps (as the claims above, rule 2 without
+	 * history); the daemon judges them at the next mount from the files and those claims */
+	if (rc >= 0 && (rc = ctl_rank_step_rows(c->r->ix, 0)) > 0) {
+		char line[160];
+
+		snprintf(line, sizeof(line), "%d step%s of per-rank files: their records were lost; "
+			 "made again, judged at the next mount", rc, rc == 1 ? "" : "s");
+		fsck_lost(0, line, c);
+		made += rc;
 	}
 	if (rc >= 0)
 		rc = idx_commit(c->r->ix);

@@ -139,8 +139,10 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 	/* as the daemon: a digit directory is a step only with its marker in it (policy rule 1) */
 	if (pe == POLICY_CANDIDATE && imp_has_marker(c, e->rel))
 		pe = POLICY_STEP_DIR;
-	if (pe == POLICY_TRACKER) {
-		e->tracker = true;
+	if (pe == POLICY_TRACKER || pe == POLICY_RANK_TRACKER) {
+		e->tracker = true; /* a claim, never a file (fs/steps/steps.c invariant 3) */
+	} else if (pe == POLICY_RANK_FILE) {
+		e->in_step = true; /* checked as the daemon checks it; its step: imp_finish */
 	} else if (pe == POLICY_STEP_DIR) {
 		struct imp_step *s;
 
@@ -921,9 +923,15 @@ static enum imp_stop imp_entry(struct imp_ctx *c, size_t i)
  * Returns 0, or the -errno of the store or the index (printed). */
 static int imp_finish(struct imp_ctx *c)
 {
-	int rc;
+	int rc = 0;
 
-	rc = imp_judge(c);
+	/* a per-rank layout's steps have no directory: their rows come from the files, dated
+	 * before the claims were recorded, so that the ranks' last claims stand for the earlier
+	 * steps (policy rule 2 without history); the daemon judges them at the first mount */
+	if (c->at_root && (rc = imp_txn(c)) == 0)
+		rc = ctl_rank_step_rows(c->r->ix, c->begun_ns);
+	if (rc >= 0)
+		rc = imp_judge(c);
 	if (rc == 0 && (rc = imp_txn(c)) == 0) {
 		struct idx_inode d;
 
@@ -981,6 +989,7 @@ static int import_run(const char *root, const char *dest, const char *src, bool 
 		goto out_rollback;
 	}
 	/* 3. trackers: claims, and the steps they seal */
+	c.begun_ns = ckpt_now_ns();
 	if (imp_claims(&c) < 0)
 		goto out_rollback;
 	/* 4. the tree, in pre-order */

@@ -108,6 +108,8 @@ struct imp_ctx {
 	char mnt[PATH_CAP]; /* importing through a mount (invariant 6): its mount point; else "" */
 	struct ckpt_repo *r;
 	bool at_root; /* the destination is the mount root: steps and trackers apply */
+	int64_t begun_ns; /* when the import began recording (ns since the epoch): the time of
+			     the rows of per-rank steps, made before any claim */
 	uint64_t dest_ino;
 	struct imp_ent *v;
 	size_t n, cap;
