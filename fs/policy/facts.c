@@ -36,8 +36,9 @@ static int newer_cb(const struct idx_step *o, void *arg)
  * Did the trainer start a newer step of the same layout after s was sealed? DeepSpeed's barrier
  * follows `latest`, and every trainer finishes a save on all ranks before training on to the
  * next one, so a newer step started means every rank was done with s. A step not sealed yet
- * (sealed_ns 0: import judges before it records the seal) has no such evidence. An index error
- * answers false: the evidence is then only not seen.
+ * (sealed_ns 0: import judges before it records the seal) has no such evidence, nor has a row
+ * fsck made again (sealed when the newer one was made): a tree shows no order (rule 3). An
+ * index error answers false: the evidence is then only not seen.
  */
 static bool newer_step_started(struct idx *ix, const struct idx_step *s)
 {

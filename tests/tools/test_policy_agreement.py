@@ -30,8 +30,9 @@ steps that are not:
   internevo  10 sealed by its 10.step, written last (tests/traces/internevo.md); 30 sealed but
              a file torn half-way; 20 without its marker and `2024/` of logs are directories
              named by digits with no InternEvo evidence: no steps at all
-  hf         10 complete; 20 without its trainer_state.json; 30 sealed but one rank's
-             rng_state never written (the previous complete step's names)
+  hf         10 and 40 complete; 20 and 50 without their trainer_state.json; 30 sealed but one
+             rank's rng_state never written: complete to a daemon that saw step 40 started
+             after its seal, incomplete by the previous step's names elsewhere (ORDER_ONLY)
   mf1        per-rank files, no step directory, each rank's meta.json naming 20 last: 10
              complete on both ranks; 20 with rank 1's file torn half-way and 30 saved by rank 0
              only stay writing (a rank may still save them: MF1 steps are never set aside)
@@ -142,13 +143,13 @@ elif layout == "internevo":
     os.makedirs(os.path.join(root, "2024", "sub"))
     text(os.path.join(root, "2024", "sub", "log"), "x\n")
 elif layout == "hf":
-    for step in (10, 20, 30):
+    for step in (10, 20, 30, 40, 50):
         d = os.path.join(root, "checkpoint-%d" % step)
         tsave(os.path.join(d, "optimizer.pt"), step)
         for r in (0, 1):
             if step != 30 or r == 0:
                 tsave(os.path.join(d, "rng_state_%d.pth" % r), step)
-        if step != 20:
+        if step not in (20, 50):
             text(os.path.join(d, "trainer_state.json"), json.dumps({"global_step": step}))
 elif layout == "mf1":
     for step in (10, 20, 30):
@@ -183,7 +184,7 @@ EXPECT = {
     'mf2': {10: 'complete', 20: 'incomplete'},
     'dcp': {10: 'complete', 20: 'incomplete'},
     'internevo': {10: 'complete', 30: 'incomplete'},
-    'hf': {10: 'complete', 20: 'incomplete', 30: 'incomplete'},
+    'hf': {10: 'complete', 20: 'incomplete', 30: 'complete', 40: 'complete', 50: 'incomplete'},
     'mf1': {10: 'complete', 20: 'writing', 30: 'writing'},
     'orbax': {10: 'complete', 20: 'incomplete', 30: 'incomplete', 40: 'complete'},
 }
@@ -199,9 +200,18 @@ KINDS = {'orbax': {40: 'orbax'}}
 RENAME_ONLY = {'orbax': (10, 20)}
 
 
-def static(layout):
-    """EXPECT[layout] as a plain directory shows it (RENAME_ONLY)."""
-    return {k: v for k, v in EXPECT[layout].items() if k not in RENAME_ONLY.get(layout, ())}
+# what only a daemon that saw the steps written in order knows: hf 30, sealed without a rank's
+# rng_state, is complete once step 40 was started after its seal (a trainer trains on only after
+# every rank finished a save); a tree shows no such order, and import and fsck judge by the
+# previous step's names (policy.h rule 3). An import through a mount writes the steps in order.
+ORDER_ONLY = {'hf': {30: 'incomplete'}}
+
+
+def static(layout, order=False):
+    """EXPECT[layout] as a plain directory shows it (RENAME_ONLY), judged with the order the
+    steps were written in (an import through a mount) or without it (ORDER_ONLY)."""
+    want = {k: v for k, v in EXPECT[layout].items() if k not in RENAME_ONLY.get(layout, ())}
+    return want if order else {**want, **ORDER_ONLY.get(layout, {})}
 
 # what fsck cannot call a copy: the writers of a step whose record was lost are unknown
 FSCK_UNKNOWN_WRITERS = {'megatron': {40: 'incomplete'}}
@@ -286,7 +296,7 @@ class PolicyAgreementTest(unittest.TestCase):
         # import does not set a step aside (the daemon owns the namespace): what is not
         # complete stays writing or sealed until the first mount, a copy is copied
         for s in out['steps']:
-            want = EXPECT[layout][s['step']]
+            want = static(layout)[s['step']]
             self.assertEqual(s['state'] == 'complete', want == 'complete',
                              'import judged %s %s: %s' % (layout, s['name'], s))
             self.assertEqual(s['state'] == 'copied', want == 'copied',
@@ -304,11 +314,11 @@ class PolicyAgreementTest(unittest.TestCase):
             out = ctl(store, 'import', src)
             self.assertEqual(out['failed'], [], out)
             self.assertEqual(out['mount'], m.mnt)
-            judged(store, m, static(layout))
+            judged(store, m, static(layout, order=True))
             m.unmount()
         finally:
             m.close()
-        return mount_and_judge(store, static(layout))
+        return mount_and_judge(store, static(layout, order=True))
 
     def fscked(self, layout, store):
         db = sqlite3.connect(os.path.join(store, 'index.db'))
@@ -329,7 +339,7 @@ class PolicyAgreementTest(unittest.TestCase):
                  for way in ('live', 'import', 'mounted', 'fsck')}
         self.assertEqual(live, EXPECT[layout], 'live mount')
         self.assertEqual(imp, static(layout), 'import, then mount')
-        self.assertEqual(mounted, static(layout), 'import into a mount')
+        self.assertEqual(mounted, static(layout, order=True), 'import into a mount')
         self.assertEqual(fsck, {**static(layout), **FSCK_UNKNOWN_WRITERS.get(layout, {})},
                          'fsck, then mount')
         for step, kind in KINDS.get(layout, {}).items():
