@@ -656,6 +656,15 @@ int imp_mounted(struct imp_ctx *c, const char *dest)
 {
 	int destfd = -1, rc;
 
+	/* a rank's meta.json (a tracker inside rank_N/) is written through the mount as that
+	 * rank's last file (imp_mnt_late), and the daemon records its claim: a file to copy here */
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->v[i].tracker && c->v[i].parent != SIZE_MAX) {
+			c->v[i].tracker = false;
+			c->files_total++;
+			c->total += (uint64_t)c->v[i].st.st_size;
+		}
+	}
 	rc = imp_mnt_dest(c, dest, false, &destfd);
 	if (rc == 0)
 		rc = imp_mnt_taken(c, destfd, dest) < 0 ? -1 : 0;
