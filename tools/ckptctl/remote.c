@@ -28,179 +28,30 @@
  * zstd's default); any level decodes the same. */
 #define CTL_REMOTE_ZSTD_LEVEL 3
 
-int r_key_cb(const char *key, uint64_t size, void *arg)
-{
-	struct r_ctx *c = arg;
-
-	(void)size;
-	if (strlen(key) > REMOTE_KEY_MAX)
-		return 0;
-	if (ckpt_grow(&c->keys, &c->capkeys, c->nkeys, sizeof(*c->keys)) < 0)
-		return -ENOMEM;
-	snprintf(c->keys[c->nkeys++], sizeof(*c->keys), "%s", key);
-	return 0;
-}
-
 static int dir_cb(const char *key, uint64_t size, void *arg)
 {
 	(void)key;
 	(void)size;
-	((struct r_ctx *)arg)->dirs++;
+	((struct rgc *)arg)->dirs++;
 	return 0;
-}
-
-static int hexcmp(const void *a, const void *b)
-{
-	return strcmp(a, b);
-}
-
-bool r_named(const struct r_ctx *c, const char *hex)
-{
-	return bsearch(hex, c->named, c->nnamed, sizeof(*c->named), hexcmp) != NULL;
 }
 
 static int chunk_cb(const char *key, uint64_t size, void *arg)
 {
-	struct r_ctx *c = arg;
+	struct rgc *c = arg;
 	const char *hex = key + strlen("chunks/");
 
 	c->chunks++;
 	c->chunk_bytes += size;
-	if (r_named(c, hex))
+	if (rgc_named(c, hex))
 		return 0;
 	c->unnamed++;
 	c->unnamed_bytes += size;
 	return 0;
 }
 
-/*
- * Whether step s is global: the daemon's rule (policy_global_complete: a part from every one of
- * nodes distinct nodes, one with the seal), on the parts its manifests name ("a* b": '*' on a
- * sealed one). Two versions of one node's part (a step saved again, the earlier not removed
- * yet) count once.
- */
-static bool r_global(const struct r_step *s, unsigned nodes)
-{
-	struct policy_part pp[64];
-	char names[64][64], buf[sizeof(s->nodes)], *save = NULL, *t;
-	size_t n = 0;
-
-	snprintf(buf, sizeof(buf), "%s", s->nodes);
-	for (t = strtok_r(buf, " ", &save); t && n < 64; t = strtok_r(NULL, " ", &save)) {
-		size_t len = strlen(t);
-		bool sealed = len && t[len - 1] == '*';
-
-		snprintf(names[n], sizeof(names[n]), "%.*s", (int)(len - sealed), t);
-		pp[n] = (struct policy_part){ names[n], sealed };
-		n++;
-	}
-	return policy_global_complete(pp, n, nodes);
-}
-
-/* Add manifest m (parsed) to the steps and its chunks to c->named. */
-static int add_manifest(struct r_ctx *c, json_t *m)
-{
-	const char *node = json_string_value(json_object_get(m, "node"));
-	const char *name = json_string_value(json_object_get(m, "name"));
-	int kind = (int)json_integer_value(json_object_get(m, "kind"));
-	int64_t step = json_integer_value(json_object_get(m, "step"));
-	bool sealed = json_is_true(json_object_get(m, "sealed"));
-	struct r_step *s = NULL;
-	json_t *f, *x;
-	size_t i, j;
-
-	if (!node || !name)
-		return -EBADMSG;
-	for (i = 0; i < c->nsteps && !s; i++)
-		if (c->steps[i].kind == kind && c->steps[i].step == step)
-			s = &c->steps[i];
-	if (!s) {
-		if (ckpt_grow(&c->steps, &c->capsteps, c->nsteps, sizeof(*c->steps)) < 0)
-			return -ENOMEM;
-		s = &c->steps[c->nsteps++];
-		*s = (struct r_step){ .kind = kind, .step = step };
-		snprintf(s->name, sizeof(s->name), "%s", name);
-	}
-	s->parts++;
-	s->sealed |= sealed;
-	snprintf(s->nodes + strlen(s->nodes), sizeof(s->nodes) - strlen(s->nodes), "%s%s%s",
-		 s->nodes[0] ? " " : "", node, sealed ? "*" : "");
-	json_array_foreach(json_object_get(m, "files"), i, f)
-	{
-		s->files++;
-		s->bytes += (uint64_t)json_integer_value(json_object_get(f, "size"));
-		json_array_foreach(json_object_get(f, "extents"), j, x)
-		{
-			const char *hex = json_string_value(json_array_get(x, 2));
-
-			if (!hex || strlen(hex) != 2 * STORE_HASH_LEN)
-				return -EBADMSG;
-			if (ckpt_grow(&c->named, &c->capnamed, c->nnamed, sizeof(*c->named)) < 0)
-				return -ENOMEM;
-			memcpy(c->named[c->nnamed++], hex, sizeof(*c->named));
-		}
-	}
-	return 0;
-}
-
-bool r_key_step(const char *key, int *kind, int64_t *step)
-{
-	return sscanf(key, "manifests/%d/%" SCNd64 "/", kind, step) == 2;
-}
-
-bool r_doomed(const struct r_ctx *c, int kind, int64_t step)
-{
-	for (size_t i = 0; i < c->ndoomed; i++)
-		if (c->doomed[i].kind == kind && c->doomed[i].step == step)
-			return true;
-	return false;
-}
-
-int r_read_manifests(struct r_ctx *c)
-{
-	int rc = c->nkeys ? 0 : remote_list(c->r, "manifests/", r_key_cb, c);
-
-	for (size_t i = 0; rc == 0 && i < c->nkeys; i++) {
-		json_t *m;
-		size_t len;
-		void *buf;
-		int kind;
-		int64_t step;
-
-		if (r_key_step(c->keys[i], &kind, &step) && r_doomed(c, kind, step))
-			continue;
-		if ((rc = r_keep(c)) < 0)
-			break;
-
-		if ((rc = remote_get(c->r, c->keys[i], &buf, &len)) == -ENOENT) {
-			rc = 0; /* removed since the listing */
-			continue;
-		}
-		if (rc < 0)
-			break;
-		m = json_loadb(buf, len, 0, NULL);
-		free(buf);
-		rc = m ? add_manifest(c, m) : -EBADMSG;
-		json_decref(m);
-		if (rc == -EBADMSG) {
-			ctl_err("manifest '%s' on the remote does not parse; skipped", c->keys[i]);
-			rc = 0;
-		}
-	}
-	if (rc < 0)
-		return rc;
-	qsort(c->named, c->nnamed, sizeof(*c->named), hexcmp);
-	size_t o = 0;
-
-	for (size_t i = 0; i < c->nnamed; i++)
-		if (o == 0 || strcmp(c->named[o - 1], c->named[i]))
-			memmove(c->named[o++], c->named[i], sizeof(*c->named));
-	c->nnamed = o;
-	return 0;
-}
-
 /* Get chunk hex, decode it and check its digest. Returns 0, or a message in why (cap bytes). */
-static int check_chunk(struct r_ctx *c, const char *hex, char *why, size_t cap)
+static int check_chunk(struct rgc *c, const char *hex, char *why, size_t cap)
 {
 	char key[80];
 	struct store_hash want;
@@ -229,7 +80,7 @@ static int check_chunk(struct r_ctx *c, const char *hex, char *why, size_t cap)
  * remove a node's request for it (repair/<hex>, fs/node/node.c). Returns 0 when replaced, or
  * -errno (-ENOENT: not held here; -EBADMSG: not sound here either) with a line printed.
  */
-static int repair_chunk(struct r_ctx *c, const struct ctl_opts *o, const char *hex,
+static int repair_chunk(struct rgc *c, const struct ctl_opts *o, const char *hex,
 			const char *why)
 {
 	struct ckpt_repo *r = NULL;
@@ -266,7 +117,7 @@ static int repair_chunk(struct r_ctx *c, const struct ctl_opts *o, const char *h
 }
 
 /* The remote recorded in o->root's STORE/remote.json, opened. Returns 0 or EXIT_ERROR. */
-static int open_recorded(const struct ctl_opts *o, struct r_ctx *c, json_t **ret_cfg)
+static int open_recorded(const struct ctl_opts *o, struct rgc *c, json_t **ret_cfg)
 {
 	char path[PATH_CAP], err[768];
 	json_error_t je;
@@ -291,7 +142,7 @@ static int open_recorded(const struct ctl_opts *o, struct r_ctx *c, json_t **ret
 	return 0;
 }
 
-static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
+static void print_text(const struct rgc *c, json_t *cfg, unsigned nodes)
 {
 	char s1[32], s2[32];
 
@@ -305,7 +156,7 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 	printf("%6s  %-20s  %-17s  %-16s  %6s  %10s\n", "STEP", "NAME", "STATE", "NODES", "FILES",
 	       "LOGICAL");
 	for (size_t i = 0; i < c->nsteps; i++) {
-		const struct r_step *s = &c->steps[i];
+		const struct rgc_step *s = &c->steps[i];
 		char q[CTL_QUOTE_CAP(IDX_STEP_NAME_MAX)];
 
 		/* MindFormers 1.0's number across nodes holds its epoch (policy_node_step); its
@@ -313,46 +164,23 @@ static void print_text(const struct r_ctx *c, json_t *cfg, unsigned nodes)
 		printf("%6" PRId64 "  %-20s  %-17s  %-16s  %6" PRIu64 "  %10s\n",
 		       policy_node_step_number(s->kind, s->step),
 		       ctl_quote(s->name, q, sizeof(q)),
-		       r_global(s, nodes) ? "global" : "waiting for nodes", s->nodes,
+		       rgc_global(s, nodes) ? "global" : "waiting for nodes", s->nodes,
 		       s->files, ctl_short_size(s->bytes, s1, sizeof(s1)));
 	}
 }
 
 static int step_cmp(const void *a, const void *b)
 {
-	const struct r_step *x = a, *y = b;
+	const struct rgc_step *x = a, *y = b;
 
 	return x->kind != y->kind ? (x->kind > y->kind) - (x->kind < y->kind)
 				  : (x->step > y->step) - (x->step < y->step);
 }
 
-int r_choose_doomed(struct r_ctx *c, unsigned nodes, unsigned keep)
-{
-	for (size_t i = 0; i < c->nsteps; i++) {
-		const struct r_step *s = &c->steps[i];
-		unsigned newer_global = 0;
-		bool global = r_global(s, nodes), older_than_global = false;
-
-		for (size_t j = 0; j < c->nsteps; j++) {
-			const struct r_step *t = &c->steps[j];
-
-			if (t->kind != s->kind || t->step <= s->step || !r_global(t, nodes))
-				continue;
-			newer_global++;
-			older_than_global = true;
-		}
-		if (global ? !(keep && newer_global >= keep) : !older_than_global)
-			continue;
-		if (ckpt_grow(&c->doomed, &c->capdoomed, c->ndoomed, sizeof(*c->doomed)) < 0)
-			return -ENOMEM;
-		c->doomed[c->ndoomed++] = *s;
-	}
-	return 0;
-}
-
 int cmd_remote(const struct ctl_opts *o)
 {
-	struct r_ctx c = { 0 };
+	struct rgc c = { 0 };
+	struct rgc_opts ro;
 	json_t *cfg = NULL;
 	bool verify = o->argc == 1 && strcmp(o->argv[0], "verify") == 0;
 	bool gc = o->argc == 1 && strcmp(o->argv[0], "gc") == 0;
@@ -365,7 +193,10 @@ int cmd_remote(const struct ctl_opts *o)
 	if (open_recorded(o, &c, &cfg) != 0)
 		return EXIT_ERROR;
 	nodes = (unsigned)json_integer_value(json_object_get(cfg, "nodes"));
-	if ((rc = r_read_manifests(&c)) < 0 ||
+	ro = (struct rgc_opts){ .nodes = nodes, .holder = "ckptctl remote gc", .root = o->root,
+				.say = remote_say };
+	c.o = &ro;
+	if ((rc = rgc_read_manifests(&c)) < 0 ||
 	    (rc = remote_list(c.r, "chunks/", chunk_cb, &c)) < 0 ||
 	    (rc = remote_list(c.r, "dirs/", dir_cb, &c)) < 0) {
 		ctl_err("cannot read the remote: %s; check that it answers and try again",
@@ -394,7 +225,7 @@ int cmd_remote(const struct ctl_opts *o)
 		json_t *a = json_array();
 
 		for (size_t i = 0; a && i < c.nsteps; i++) {
-			const struct r_step *s = &c.steps[i];
+			const struct rgc_step *s = &c.steps[i];
 
 			json_array_append_new(a, json_pack("{s:I, s:s, s:s, s:s, s:b, s:I, s:I}",
 							   "step",
@@ -402,7 +233,7 @@ int cmd_remote(const struct ctl_opts *o)
 											       s->step),
 							   "name",
 							   s->name, "nodes", s->nodes, "state",
-							   r_global(s, nodes)
+							   rgc_global(s, nodes)
 								   ? "global"
 								   : "waiting_for_nodes",
 							   "sealed", s->sealed, "files",
@@ -438,9 +269,6 @@ int cmd_remote(const struct ctl_opts *o)
 out:
 	remote_close(c.r);
 	json_decref(cfg);
-	free(c.steps);
-	free(c.keys);
-	free(c.named);
-	free(c.doomed);
+	rgc_release(&c);
 	return status;
 }
