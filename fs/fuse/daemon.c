@@ -48,6 +48,7 @@ struct cfg {
 	char *remote;    /* -o remote=URL (the node layer) */
 	char *node_name; /* -o node=NAME */
 	unsigned nodes;  /* -o nodes=N */
+	char *remote_gc; /* -o remote_gc=on|off */
 	char *metrics;   /* -o metrics=ADDR:PORT (metrics_http.c) */
 	int nonempty;    /* -o nonempty: mount over a directory that holds files */
 };
@@ -107,6 +108,7 @@ static const struct fuse_opt ck_opts[] = {
 	{ "remote=%s", offsetof(struct cfg, remote), 0 },
 	{ "node=%s", offsetof(struct cfg, node_name), 0 },
 	FUSE_OPT_KEY("nodes=", KEY_NUM),
+	{ "remote_gc=%s", offsetof(struct cfg, remote_gc), 0 },
 	{ "metrics=%s", offsetof(struct cfg, metrics), 0 },
 	CK_OPT("nonempty", nonempty),
 	FUSE_OPT_END
@@ -253,6 +255,10 @@ static void usage(const char *prog)
 	       "                           steps complete on every node\n"
 	       "    -o node=NAME           this node's name in the job (default: hostname)\n"
 	       "    -o nodes=N             the number of nodes in the job (with remote)\n"
+	       "    -o remote_gc=on|off    on (default): with keep_checkpoint_max, the nodes\n"
+	       "                           remove the remote's pruned steps themselves, one\n"
+	       "                           at a time under the remote's gc lease; off: only\n"
+	       "                           'ckptctl STORE remote gc' does\n"
 	       "    -o metrics=ADDR:PORT   serve .ckptfs/metrics (Prometheus text format) over\n"
 	       "                           HTTP at http://ADDR:PORT/metrics\n"
 	       "    -o nonempty            mount even where MOUNTPOINT holds files (they are\n"
@@ -604,15 +610,22 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 			   *ret_chunks);
 	if (c->remote) {
 		/* before steps_init: its check of the newest step reads other nodes' chunks */
-		struct node_cfg nc = { c->remote, c->node_name, c->nodes };
+		struct node_cfg nc = { c->remote, c->node_name, c->nodes, false };
 		char rerr[768];
 
+		if (c->remote_gc && strcmp(c->remote_gc, "on") != 0 &&
+		    strcmp(c->remote_gc, "off") != 0) {
+			startup_fail("-o remote_gc=%s: must be on or off", c->remote_gc);
+			return -1;
+		}
+		nc.gc_off = c->remote_gc && strcmp(c->remote_gc, "off") == 0;
 		if (node_open(fs, &nc, rerr, sizeof(rerr)) < 0) {
 			startup_fail("remote '%s': %s", c->remote, rerr);
 			return -1;
 		}
-	} else if (c->node_name || c->nodes) {
-		startup_fail("-o node and -o nodes need -o remote=URL (the shared store of the job)");
+	} else if (c->node_name || c->nodes || c->remote_gc) {
+		startup_fail("-o node, -o nodes and -o remote_gc need -o remote=URL (the shared "
+			     "store of the job)");
 		return -1;
 	}
 	fs->pins = pins_new();
@@ -1017,6 +1030,7 @@ out:
 	free(c.metrics);
 	free(c.remote);
 	free(c.node_name);
+	free(c.remote_gc);
 	free(o.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

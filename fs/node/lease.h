@@ -1,8 +1,8 @@
 /*
  * lease.h — the leases of the gc protocol on the remote (node.h "Remote layout"): the gc's
  * gc/lease and the nodes' upload markers uploads/<node>/<kind>-<step>. One format and one
- * judgement, shared by the daemon (node.c upload_begin) and `ckptctl STORE remote gc`
- * (tools/ckptctl/remote_gc.c), so that the two never disagree on whether a lease holds.
+ * judgement, shared by the daemon (node.c upload_begin) and the gc (rgc.c, run by ckptctl and
+ * by the node thread), so that they never disagree on whether a lease holds.
  *
  * A lease is a small JSON object (format LEASE_FORMAT):
  *   {"format": "ckptfs-lease/1", "holder": "ckptctl remote gc", "host": "n1", "pid": 4242,

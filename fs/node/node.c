@@ -26,6 +26,7 @@
 
 #include "fs/core/lockrank.h"
 #include "fs/node/node_int.h"
+#include "fs/node/rgc.h"
 #include "fs/policy/policy.h"
 
 /* How often the node thread looks at the remote and the index, milliseconds. */
@@ -200,6 +201,25 @@ static struct node_part *find_part(struct node *n, const char *node, int kind, i
 static bool blocked(const struct node *n)
 {
 	return n->disagree[0] || n->taken[0];
+}
+
+/*
+ * Whether the remote's gc removes step (of kind) by what this node knows (rgc_rule_dooms), with
+ * keep_checkpoint_max set: retention prunes it here too, and its part, once a gc removed it, is
+ * not published again (it would be garbage for the next gc, and back and forth). mu held.
+ */
+static bool gc_dooms(const struct node *n, int kind, int64_t step)
+{
+	size_t i = key_lower(n->global, n->nglobal, kind, step);
+	size_t end = key_lower(n->global, n->nglobal, kind + 1, INT64_MIN);
+	bool global = i < n->nglobal && n->global[i].kind == kind && n->global[i].step == step;
+
+	return n->fs->keep_max && rgc_rule_dooms(global, end - i - global, n->fs->keep_max);
+}
+
+bool node_is_global(const struct node *n, int kind, int64_t step)
+{
+	return key_in(n->global, n->nglobal, kind, step);
 }
 
 static bool has_part(struct node *n, const char *node, int kind, int64_t step)
@@ -1579,7 +1599,7 @@ static void gc_note(struct node *n, const char *note)
 }
 
 /*
- * The upload side of the gc protocol (tools/ckptctl/remote_gc.c, `ckptctl STORE remote gc`):
+ * The upload side of the gc protocol (rgc.h; a node's gc or `ckptctl STORE remote gc`):
  * put the marker uploads/<node>/<kind>-<step> (key into mark, cap bytes; a lease of this node,
  * lease.h, expiring after LEASE_UPLOAD_EXPIRY_S), then read the gc's lease gc/lease. A gc puts
  * its lease first and then lists uploads/: either it sees this marker and deletes nothing, or
@@ -1705,7 +1725,7 @@ static int pending_cb(const struct idx_step *s, void *arg)
 		if (s->state == IDX_STEP_WRITING)
 			key_del(n->sealed_here, &n->nsealed, s->kind, step);
 	} else {
-		want = !q || q->row_id != s->id;
+		want = (!q || q->row_id != s->id) && !gc_dooms(n, s->kind, step);
 		/* MindFormers 1.0: a rank of this node that had written nothing yet when the step
 		 * completed here (steps_mf1.c mf1_ranks) lands its file after it: looked at again
 		 * (publish compares the versions) until the step is global and shown, for as long
@@ -2015,6 +2035,7 @@ static void *node_main(void *arg)
 		seal_from_remote(n);
 		publish(n);
 		show_global(n);
+		node_gc(n);
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		bool save = n->parts_changed && ckpt_mono_ns() >= n->next_record_ns;
 
@@ -2227,6 +2248,7 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 	pthread_condattr_destroy(&ca);
 	n->fs = fs;
 	n->nodes = cfg->nodes;
+	n->gc_off = cfg->gc_off;
 	if (cfg->name)
 		snprintf(n->name, sizeof(n->name), "%s", cfg->name);
 	else if (gethostname(n->name, sizeof(n->name)) < 0)
@@ -2374,6 +2396,16 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		PUT("nodes disagree:   %s\n", n->taken);
 	if (n->gc_note[0])
 		PUT("gc lease:         %s\n", n->gc_note);
+	if (n->gc_off)
+		PUT("remote gc:        off (-o remote_gc=off); 'ckptctl %s remote gc' collects by "
+		    "hand\n", fs->repo->root);
+	else if (fs->keep_max == 0)
+		PUT("remote gc:        none: keep_checkpoint_max=0 keeps every step ('ckptctl %s "
+		    "remote gc' removes chunks no manifest names)\n", fs->repo->root);
+	else
+		PUT("remote gc:        %s\n", n->gc_last[0] ? n->gc_last
+			: "no pass yet: one node at a time removes the steps past keep_checkpoint_max "
+			  "once a step is globally complete (-o remote_gc=off: never)");
 	/* the newest NODE_STATUS_STEPS steps (of the last layouts): parts are sorted by step */
 	size_t from = n->nparts, shown = 0;
 

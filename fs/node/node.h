@@ -16,8 +16,8 @@
  *   dirs/<name>                            a step directory made during a save (node_dir.c)
  *   uploads/<node>/<kind>-<step>           a publish in progress (a lease, lease.h; node.c
  *                                          upload_begin)
- *   gc/lease                               `ckptctl STORE remote gc` runs (a lease, lease.h;
- *                                          tools/ckptctl/remote_gc.c)
+ *   gc/lease                               a gc runs, a node's or `ckptctl STORE remote gc`
+ *                                          (a lease, lease.h; rgc.h)
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the
@@ -39,6 +39,7 @@ struct node_cfg {
 	const char *url;  /* s3://BUCKET/PREFIX or a shared directory (store/remote/remote.h) */
 	const char *name; /* this node's name, unique in the job; NULL: the hostname */
 	unsigned nodes;   /* nodes in the job, >= 1 */
+	bool gc_off;      /* -o remote_gc=off: the node thread never runs the remote's gc */
 };
 
 /* The longest node name, bytes (a path component of the manifests' keys). */

@@ -13,6 +13,7 @@
 
 #include "fs/node/lease.h"
 #include "fs/node/node.h"
+#include "fs/policy/layout.h"
 #include "store/remote/remote.h"
 
 #define NODE_MANIFEST_FORMAT "ckptfs-manifest/1"
@@ -100,6 +101,14 @@ struct node {
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
 	size_t nquiet, capquiet;
 	char gc_note[320];    /* the gc lease as upload_begin last saw it, for .ckptfs/status; "" none; mu */
+	bool gc_off;          /* -o remote_gc=off: node_gc does nothing */
+	bool gc_held;         /* node thread: the running gc pass took the lease */
+	int64_t gc_newest[LAYOUT_KIND_COUNT]; /* node thread: each layout's newest global step at
+						 node_gc's last look */
+	int64_t gc_next_ns;   /* node thread: the next pass even with nothing doomed (ckpt_mono_ns) */
+	int64_t gc_retry_ns;  /* node thread: a blocked or failed pass is tried again then, 0: none */
+	int64_t gc_wait_ns;   /* node thread: the wait before gc_retry_ns, doubled per failure */
+	char gc_last[512];    /* what this node's gc did last, for .ckptfs/status; "" none; mu */
 	struct node_dir_pending {
 		char name[IDX_STEP_NAME_MAX + 1];
 		mode_t mode;
@@ -109,6 +118,18 @@ struct node {
 
 /* Log a failure of the remote and keep it for .ckptfs/status (printf-style). Takes n->mu. */
 void node_set_error(struct node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* node_is_global - whether (kind, step) is globally complete by what n knows. n->mu held. */
+bool node_is_global(const struct node *n, int kind, int64_t step);
+
+/*
+ * node_gc - the remote's gc run by this node (node_gc.c says when): with fs->keep_max >= 1 and
+ * not -o remote_gc=off, a pass of rgc_run under the remote's gc lease, logged ("remote gc:
+ * removed K manifests, C chunks ...") and kept for .ckptfs/status (gc_last). Failures are
+ * logged and tried again later. Node thread only; takes n->mu, never fs->mu; waits on the
+ * remote for as long as the pass takes (it renews the lease meanwhile) or until n->stop.
+ */
+void node_gc(struct node *n);
 
 /* node_dirs_retry - publish the step directories whose publish failed (node_dir.c). Node
  * thread; takes n->mu, never fs->mu. */

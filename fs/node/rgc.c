@@ -190,24 +190,24 @@ int rgc_read_manifests(struct rgc *c)
 	return 0;
 }
 
+bool rgc_rule_dooms(bool global, size_t newer_global, unsigned keep)
+{
+	return global ? keep && newer_global >= keep : newer_global > 0;
+}
+
 int rgc_choose_doomed(struct rgc *c)
 {
-	unsigned nodes = c->o->nodes, keep = c->o->keep;
-
 	for (size_t i = 0; i < c->nsteps; i++) {
 		const struct rgc_step *s = &c->steps[i];
-		unsigned newer_global = 0;
-		bool global = rgc_global(s, nodes), older_than_global = false;
+		size_t newer_global = 0;
 
 		for (size_t j = 0; j < c->nsteps; j++) {
 			const struct rgc_step *t = &c->steps[j];
 
-			if (t->kind != s->kind || t->step <= s->step || !rgc_global(t, nodes))
-				continue;
-			newer_global++;
-			older_than_global = true;
+			if (t->kind == s->kind && t->step > s->step && rgc_global(t, c->o->nodes))
+				newer_global++;
 		}
-		if (global ? !(keep && newer_global >= keep) : !older_than_global)
+		if (!rgc_rule_dooms(rgc_global(s, c->o->nodes), newer_global, c->o->keep))
 			continue;
 		if (ckpt_grow(&c->doomed, &c->capdoomed, c->ndoomed, sizeof(*c->doomed)) < 0)
 			return -ENOMEM;
@@ -267,8 +267,8 @@ int rgc_keep(struct rgc *c)
 	return 0;
 }
 
-/* Remove key under the lease (r_keep first). Returns 0, -ESTALE, or the remote's -errno
- * (reported; g->errors counts it). */
+/* Remove key under the lease (rgc_keep first). Returns 0, -ESTALE, -ECANCELED, or the
+ * remote's -errno (said; g->errors counts it). */
 static int gc_delete(struct rgc *c, struct rgc_tally *g, const char *key)
 {
 	int rc = rgc_keep(c);
@@ -309,9 +309,10 @@ static int put_mine(struct rgc *c, bool replace)
 }
 
 /*
- * Take gc/lease (protocol 1 and 3): a stale one is taken over, any one with --force; either is
- * said on stdout. Returns 0 (c->hold.held), -ENOSPC or -EDQUOT (the remote is full: for the
- * caller, protocol 4), or -EAGAIN, -ESTALE or the remote's -errno (reported).
+ * Take gc/lease (protocol 1 and 3): a stale one is taken over, any one with force; either is
+ * said (RGC_REPORT). Returns 0 (c->hold.held), -ENOSPC or -EDQUOT (the remote is full: for the
+ * caller, protocol 4), -EAGAIN (another gc holds it: said, RGC_BLOCKED), or -ESTALE or the
+ * remote's -errno (said).
  */
 static int take_lease(struct rgc *c, bool force)
 {
@@ -347,7 +348,7 @@ static int take_lease(struct rgc *c, bool force)
 		if ((rc = put_mine(c, true)) < 0)
 			break;
 		/* two gcs taking over the same stale lease at once: the later write wins, the
-		 * other sees it here (or at its first renewal, r_keep) and stops */
+		 * other sees it here (or at its first renewal, rgc_keep) and stops */
 		if (lease_read(c->r, LEASE_GC_KEY, lease_now_ns(), &back) != LEASE_LIVE ||
 		    !lease_same(&back, &c->hold.mine)) {
 			say(c, RGC_BLOCKED, "another gc took the remote's '%s' over at the same time; let it "
@@ -378,9 +379,9 @@ static int take_lease(struct rgc *c, bool force)
 
 /*
  * Look at every upload marker (protocol 1 and 3). A dead one (stale; any with all_dead) is said
- * on stdout and removed (with c->o->dry_run: said as "would remove"); a live one, or one that is no
- * lease, is said on stderr (stdout with c->o->dry_run) and blocks. Returns the number of blocking
- * markers (>= 0), or -ESTALE or the remote's -errno (reported).
+ * (RGC_REPORT) and removed (with dry_run: said as "would remove"); a live one, or one that is
+ * no lease, is said (RGC_BLOCKED; RGC_REPORT with dry_run) and blocks. Returns the number of
+ * blocking markers (>= 0), or -ESTALE, -ECANCELED or the remote's -errno (said).
  */
 static int check_markers(struct rgc *c, struct rgc_tally *g, bool all_dead)
 {
@@ -441,7 +442,7 @@ static int check_markers(struct rgc *c, struct rgc_tally *g, bool all_dead)
 
 /* The manifests and dirs/ objects of the doomed steps: removed under the lease (or, full,
  * without it: protocol 4), or with c->o->dry_run listed. Leaves c->keys holding the listing of
- * manifests/. Returns 0, -ESTALE, or the remote's -errno (reported). */
+ * manifests/. Returns 0, -ESTALE, or the remote's -errno (said). */
 static int doomed_manifests(struct rgc *c, struct rgc_tally *g)
 {
 	int rc;
@@ -488,7 +489,7 @@ struct chunk_pass {
 };
 
 /* remote_list_fn over chunks/: each chunk no kept manifest names is removed (listed with
- * --dry-run). Returns 0, or -ESTALE (stops the listing). */
+ * dry_run). Returns 0, or -ESTALE or -ECANCELED (stops the listing). */
 static int gc_chunk_cb(const char *key, uint64_t size, void *arg)
 {
 	struct chunk_pass *p = arg;
@@ -504,7 +505,8 @@ static int gc_chunk_cb(const char *key, uint64_t size, void *arg)
 	if (p->c->o->dry_run) {
 		say_out(p->c, "would remove: %s (%" PRIu64 " bytes)", key, size);
 	} else if ((rc = gc_delete(p->c, p->g, key)) < 0) {
-		return rc == -ESTALE ? rc : 0; /* one chunk that cannot go: the others still go */
+		/* one chunk that cannot go: the others still go */
+		return rc == -ESTALE || rc == -ECANCELED ? rc : 0;
 	}
 	p->g->chunks++;
 	p->g->chunk_bytes += size;
@@ -521,7 +523,7 @@ static int unnamed_chunks(struct rgc *c, struct rgc_tally *g)
 	c->chunks = c->chunk_bytes = 0;
 	if ((rc = rgc_read_manifests(c)) == 0)
 		rc = remote_list(c->r, "chunks/", gc_chunk_cb, &p);
-	if (rc < 0 && rc != -ESTALE)
+	if (rc < 0 && rc != -ESTALE && rc != -ECANCELED)
 		say_err(c, "cannot read the remote: %s", strerror(-rc));
 	return rc;
 }
@@ -556,7 +558,7 @@ static int gc_dry_run(struct rgc *c, struct rgc_tally *g)
 }
 
 /* Protocol 4: the lease does not fit; make room without it, then take it. Returns take_lease's
- * result, or -ESTALE or the remote's -errno (reported). */
+ * result, or -ESTALE or the remote's -errno (said). */
 static int take_lease_full(struct rgc *c, struct rgc_tally *g, int why)
 {
 	int rc = doomed_manifests(c, g);

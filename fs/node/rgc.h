@@ -1,7 +1,7 @@
 /*
  * rgc.h — the remote's gc: remove from the remote what no resume can need, under the lease
  * gc/lease (lease.h). One rule and one protocol, run by `ckptctl STORE remote gc`
- * (tools/ckptctl/remote_gc.c) and by the mounted daemons themselves (node.c node_gc), so that
+ * (tools/ckptctl/remote_gc.c) and by the mounted daemons themselves (node_gc.c), so that
  * the two never disagree on what goes.
  *
  * What goes: the manifests of global steps older than the newest keep of their layout (keep 0:
@@ -137,6 +137,14 @@ bool rgc_named(const struct rgc *c, const char *hex);
 /* rgc_global - whether s is global among nodes (policy rule 5, on the parts of s->nodes; two
  * versions of one node's part count once). Pure. */
 bool rgc_global(const struct rgc_step *s, unsigned nodes);
+
+/*
+ * rgc_rule_dooms - the rule at the top for one step: whether gc removes a step that is global
+ * (or not) with newer_global global steps of its layout newer than it, keeping keep (0: every
+ * global step). The daemon asks it too of its own steps (node.c: a part the gc removed is not
+ * published again). Pure, thread-safe.
+ */
+bool rgc_rule_dooms(bool global, size_t newer_global, unsigned keep);
 
 /*
  * rgc_choose_doomed - the steps gc removes (the rule at the top), from c->steps into

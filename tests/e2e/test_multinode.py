@@ -298,8 +298,9 @@ class TestMultiNode(unittest.TestCase):
     def gc(self, kind):
         """keep_checkpoint_max=2: `ckptctl remote gc` removes steps 2 and 4 from the remote and
         the chunks only they named; `remote verify` stays clean; node A on an empty STORE
-        resumes on step 8 from the remote alone, bit-exact."""
-        a, b = self.nodes(kind, ['keep_checkpoint_max=2'])
+        resumes on step 8 from the remote alone, bit-exact. The daemons' own gc is off
+        (-o remote_gc=off; tests/mount/test_remote_gc.py tests it): the command does it here."""
+        a, b = self.nodes(kind, ['keep_checkpoint_max=2', 'remote_gc=off'])
         self.run_job(a, b, 8)
         self.both_trackers(a, b, 8)
         before = json.loads(b.ckptctl('remote', json_out=True).stdout)

@@ -13,6 +13,10 @@ directory (-o remote=DIR,node=a|b,nodes=2), with `ckptctl STORE remote gc`:
   dropped steps' manifests without a lease to make room for it, then collects; with nothing
   to remove first, it says to stop the nodes and run with --force-no-lease, which works.
 
+The tests of `ckptctl remote gc` that keep fewer steps than they save mount with
+-o remote_gc=off: the daemons would otherwise collect the remote themselves (test_remote_gc.py)
+before the command runs.
+
 Leases and markers of dead holders are written into the remote directory by this process, as
 the JSON a lease is (lease.h), with times in the past. The saves are Megatron-LM's file
 sequence, ranks 0-1 through node A and 2-3 through node B (ckfs.megatron_save_two_nodes).
@@ -185,7 +189,7 @@ class GcLease(unittest.TestCase):
                       "'busy-host'", r.stderr)
 
     def test_c_dry_run_lists_what_gc_removes_and_removes_nothing(self):
-        self.start('keep_checkpoint_max=1')
+        self.start('keep_checkpoint_max=1', 'remote_gc=off')
         for step in (1, 2):
             ckfs.megatron_save_two_nodes(self.a, self.b, step)
             self.wait_global(step)
@@ -260,7 +264,7 @@ class GcLease(unittest.TestCase):
             size //= 2
 
     def test_d_full_remote_gc_makes_room_for_its_lease(self):
-        self.start('keep_checkpoint_max=1')
+        self.start('keep_checkpoint_max=1', 'remote_gc=off')
         for step in (1, 2):
             ckfs.megatron_save_two_nodes(self.a, self.b, step)
             self.wait_global(step)
