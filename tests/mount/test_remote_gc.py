@@ -8,6 +8,8 @@ nodes over a plain shared directory (-o remote=DIR,node=a|b|c,nodes=3,keep_check
   by a kept manifest), the kept steps still read bit-exact through every node, and the logs show
   no two gcs running at once and say what each removed ("remote gc: removed K manifests, C
   chunks");
+- a gc lease and an upload marker left by holders that died (stale: not renewed within their
+  expiry, lease.h) are taken over and removed by the daemons' gc, and said in the log;
 - -o remote_gc=off: the daemons leave the remote alone (`ckptctl STORE remote gc` still works).
 
 The save is Megatron-LM's file sequence, one rank per node, as in test_nodes3.py.
@@ -40,6 +42,22 @@ NAMES = ('a', 'b', 'c')
 SIZE = 192 << 10
 KEEP = 2
 STEPS = (10, 20, 30, 40, 50)
+
+
+HOUR_NS = 3600 * 10**9
+GC_EXPIRY_S = 900          # lease.h LEASE_GC_EXPIRY_S
+UPLOAD_EXPIRY_S = 86400    # lease.h LEASE_UPLOAD_EXPIRY_S
+
+
+def put_lease(remote, key, holder, host, age_ns, expiry_s):
+    """A lease (lease.h's JSON) at key of the directory remote, last renewed age_ns ago."""
+    t = time.time_ns() - age_ns
+    p = os.path.join(remote, *key.split('/'))
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p + '.part', 'w') as f:
+        json.dump({'format': 'ckptfs-lease/1', 'holder': holder, 'host': host, 'pid': 4242,
+                   'created_ns': t, 'renewed_ns': t, 'expiry_s': expiry_s}, f)
+    os.rename(p + '.part', p)
 
 
 def rank_file(step, rank):
@@ -132,7 +150,19 @@ class RemoteGc(unittest.TestCase):
                         start = None
         return runs
 
+    def logs(self):
+        out = ''
+        for n in NAMES:
+            with open(os.path.join(self.m[n].store, 'ckptfs.log'), errors='replace') as f:
+                out += f.read()
+        return out
+
     def test_the_nodes_collect_the_remote_one_at_a_time(self):
+        # a gc and a node that died in their work: the nodes publish past the stale lease
+        put_lease(self.remote, 'gc/lease', 'ckptctl remote gc', 'gone-host', 2 * HOUR_NS,
+                  GC_EXPIRY_S)
+        put_lease(self.remote, 'uploads/deadnode/0-7', "ckptfs node 'deadnode'", 'dead-host',
+                  2 * 24 * HOUR_NS, UPLOAD_EXPIRY_S)
         self.start()
         want, named = {}, {}
         for step in STEPS:
@@ -169,6 +199,14 @@ class RemoteGc(unittest.TestCase):
         runs.sort(key=lambda x: x[1])
         for x, y in zip(runs, runs[1:]):
             self.assertLessEqual(x[2], y[1], 'two gcs at once: %s and %s' % (x, y))
+        # the dead holders' lease and marker taken over, removed, and said
+        self.assertFalse(os.path.exists(os.path.join(self.remote, 'uploads', 'deadnode', '0-7')))
+        logs = self.logs()
+        self.assertIn("remote gc: lease:     took over the stale 'gc/lease' held by 'ckptctl "
+                      "remote gc' pid 4242 on 'gone-host'", logs)
+        self.assertIn("remote gc: upload:    marker 'uploads/deadnode/0-7' of 'ckptfs node "
+                      "'deadnode'' pid 4242 on 'dead-host'", logs)
+        self.assertIn('taken as left by a node that died: removed', logs)
         ran = {n for n, _a, _b, _s in runs}
         for n in ran:
             self.assertIn('remote gc:', self.m[n].status_text())
