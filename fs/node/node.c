@@ -1630,8 +1630,9 @@ static int upload_begin(struct node *n, const struct idx_step *s, char *mark, si
 		return 0;
 	case LEASE_STALE:
 		snprintf(note, sizeof(note), "stale gc lease '%s' ignored: held by %s, not renewed "
-			 "since %s (expiry %" PRId64 " s), a gc that died; the next 'ckptctl %s "
-			 "remote gc' takes it over", LEASE_GC_KEY, lease_describe(&gc, held, sizeof(held)),
+			 "since %s (expiry %" PRId64 " s), a gc that died; the next gc (a node's, "
+			 "or 'ckptctl %s remote gc') takes it over", LEASE_GC_KEY,
+			 lease_describe(&gc, held, sizeof(held)),
 			 lease_time(gc.renewed_ns, when, sizeof(when)), gc.expiry_s, root);
 		gc_note(n, note);
 		return 0;
