@@ -211,10 +211,16 @@ static bool blocked(const struct node *n)
 static bool gc_dooms(const struct node *n, int kind, int64_t step)
 {
 	size_t i = key_lower(n->global, n->nglobal, kind, step);
-	size_t end = key_lower(n->global, n->nglobal, kind + 1, INT64_MIN);
+	size_t end = key_lower(n->global, n->nglobal, kind + 1, INT64_MIN), newer = 0;
 	bool global = i < n->nglobal && n->global[i].kind == kind && n->global[i].step == step;
 
-	return n->fs->keep_max && rgc_rule_dooms(global, end - i - global, n->fs->keep_max);
+	if (!n->fs->keep_max)
+		return false;
+	for (size_t j = i + global; j < end; j++)
+		newer += rgc_rule_counts(policy_node_step_number(kind, n->global[j].step),
+					 n->fs->keep_every);
+	return rgc_rule_dooms(global, policy_node_step_number(kind, step), newer, n->fs->keep_max,
+			      n->fs->keep_every);
 }
 
 bool node_is_global(const struct node *n, int kind, int64_t step)
@@ -2106,7 +2112,8 @@ static bool name_ok(const char *s)
 }
 
 /*
- * STORE/remote.json (REMOTE_STORE_RECORD): for ckptctl, url, node, nodes, keep_checkpoint_max;
+ * STORE/remote.json (REMOTE_STORE_RECORD): for ckptctl, url, node, nodes, keep_checkpoint_max,
+ * keep_every;
  * for this node's next mount, what it knows of the remote: "store_id" (this store's identity,
  * telling two stores mounted under one node name apart), "since_ns" (its first mount with the
  * remote), "parts" (every manifest known, as struct node_part) and "shown" (the global steps whose
@@ -2155,8 +2162,9 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 			json_array_append_new(shown, json_pack("[i, I]", n->shown[i].kind,
 							       (json_int_t)n->shown[i].step));
 	n->parts_changed = false;
-	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I, s:o?, s:o?}", "url", n->url, "node", n->name,
-		      "nodes", (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max, "store_id",
+	o = json_pack("{s:s, s:s, s:i, s:i, s:I, s:s, s:I, s:o?, s:o?}", "url", n->url, "node",
+		      n->name, "nodes", (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max,
+		      "keep_every", (json_int_t)fs->keep_every, "store_id",
 		      n->store_id, "since_ns", (json_int_t)n->since_ns, "parts", parts, "shown", shown);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (!o)

@@ -103,8 +103,10 @@ static bool gc_due(struct node *n, unsigned keep)
 	/* n->global is sorted by (kind, step): a layout's run ends at its newest */
 	for (size_t i = 0; i < n->nglobal; i++) {
 		const struct node_key *g = &n->global[i];
+		bool counts = rgc_rule_counts(policy_node_step_number(g->kind, g->step),
+					      n->fs->keep_every);
 
-		per_kind = i > 0 && n->global[i - 1].kind == g->kind ? per_kind + 1 : 1;
+		per_kind = (i > 0 && n->global[i - 1].kind == g->kind ? per_kind : 0) + counts;
 		doomed |= per_kind > keep;
 		if (g->kind >= 0 && g->kind < LAYOUT_KIND_COUNT)
 			newest[g->kind] = g->step;
@@ -131,6 +133,7 @@ static int gc_pass(struct node *n, bool full)
 	struct rgc_opts o = {
 		.nodes = n->nodes,
 		.keep = n->fs->keep_max,
+		.keep_every = n->fs->keep_every,
 		.holder = who,
 		.root = n->fs->repo->root,
 		.say = gc_say,

@@ -190,9 +190,17 @@ int rgc_read_manifests(struct rgc *c)
 	return 0;
 }
 
-bool rgc_rule_dooms(bool global, size_t newer_global, unsigned keep)
+bool rgc_rule_counts(int64_t number, int64_t keep_every)
 {
-	return global ? keep && newer_global >= keep : newer_global > 0;
+	return !(keep_every > 0 && number >= 0 && number % keep_every == 0);
+}
+
+bool rgc_rule_dooms(bool global, int64_t number, size_t newer_global, unsigned keep,
+		    int64_t keep_every)
+{
+	if (!global)
+		return newer_global > 0;
+	return keep && rgc_rule_counts(number, keep_every) && newer_global >= keep;
 }
 
 int rgc_choose_doomed(struct rgc *c)
@@ -204,10 +212,14 @@ int rgc_choose_doomed(struct rgc *c)
 		for (size_t j = 0; j < c->nsteps; j++) {
 			const struct rgc_step *t = &c->steps[j];
 
-			if (t->kind == s->kind && t->step > s->step && rgc_global(t, c->o->nodes))
+			if (t->kind == s->kind && t->step > s->step && rgc_global(t, c->o->nodes) &&
+			    rgc_rule_counts(policy_node_step_number(t->kind, t->step),
+					    c->o->keep_every))
 				newer_global++;
 		}
-		if (!rgc_rule_dooms(rgc_global(s, c->o->nodes), newer_global, c->o->keep))
+		if (!rgc_rule_dooms(rgc_global(s, c->o->nodes),
+				    policy_node_step_number(s->kind, s->step), newer_global,
+				    c->o->keep, c->o->keep_every))
 			continue;
 		if (ckpt_grow(&c->doomed, &c->capdoomed, c->ndoomed, sizeof(*c->doomed)) < 0)
 			return -ENOMEM;

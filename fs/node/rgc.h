@@ -7,8 +7,9 @@
  * What goes: the manifests of global steps older than the newest keep of their layout (keep 0:
  * none), and of steps never global that are older than the newest global one (a node died in
  * their save), their dirs/ objects, then every chunk no remaining manifest names. What stays:
- * the newest keep global steps, every step newer than the newest global one (a save still
- * arriving), every chunk a remaining manifest names.
+ * the newest keep global steps, global steps whose number is a multiple of keep_every (kept and
+ * not counted, as retention does: steps_retain.c), every step newer than the newest global one
+ * (a save still arriving), every chunk a remaining manifest names.
  *
  * The protocol with the nodes (node.c upload_begin):
  *   1. The gc puts gc/lease put-if-absent (one gc at a time), then lists uploads/. A node puts
@@ -77,6 +78,8 @@ typedef void rgc_say_fn(void *arg, enum rgc_say kind, const char *line);
 struct rgc_opts {
 	unsigned nodes;      /* the job's nodes (policy rule 5), >= 1 */
 	unsigned keep;       /* global steps kept per layout (keep_checkpoint_max), 0: all */
+	int64_t keep_every;  /* global steps numbered a multiple of it also kept (-o keep_every), 0:
+				none */
 	bool dry_run;        /* protocol 5 */
 	bool force;          /* take any lease, remove any marker (protocol 3) */
 	bool force_no_lease; /* no lease at all: the nodes are stopped (protocol 4) */
@@ -140,11 +143,17 @@ bool rgc_global(const struct rgc_step *s, unsigned nodes);
 
 /*
  * rgc_rule_dooms - the rule at the top for one step: whether gc removes a step that is global
- * (or not) with newer_global global steps of its layout newer than it, keeping keep (0: every
- * global step). The daemon asks it too of its own steps (node.c: a part the gc removed is not
- * published again). Pure, thread-safe.
+ * (or not), numbered number (policy_node_step_number), with newer_global counted global steps of
+ * its layout newer than it (rgc_rule_counts), keeping keep (0: every global step) and the
+ * multiples of keep_every (0: none). The daemon asks it too of its own steps (node.c: a part
+ * the gc removed is not published again). Pure, thread-safe.
  */
-bool rgc_rule_dooms(bool global, size_t newer_global, unsigned keep);
+bool rgc_rule_dooms(bool global, int64_t number, size_t newer_global, unsigned keep,
+		    int64_t keep_every);
+
+/* rgc_rule_counts - whether a global step numbered number counts toward keep (a multiple of
+ * keep_every does not: kept besides). Pure, thread-safe. */
+bool rgc_rule_counts(int64_t number, int64_t keep_every);
 
 /*
  * rgc_choose_doomed - the steps gc removes (the rule at the top), from c->steps into

@@ -36,12 +36,15 @@ static bool doomed(const struct rgc *c, int64_t step)
 
 Test(rgc, rule)
 {
-	cr_assert(!rgc_rule_dooms(true, 0, 2));
-	cr_assert(!rgc_rule_dooms(true, 1, 2));
-	cr_assert(rgc_rule_dooms(true, 2, 2));
-	cr_assert(!rgc_rule_dooms(true, 9, 0), "keep 0 keeps every global step");
-	cr_assert(!rgc_rule_dooms(false, 0, 2), "a save still arriving stays");
-	cr_assert(rgc_rule_dooms(false, 1, 0), "a step never global below a global one goes");
+	cr_assert(!rgc_rule_dooms(true, 7, 0, 2, 0));
+	cr_assert(!rgc_rule_dooms(true, 7, 1, 2, 0));
+	cr_assert(rgc_rule_dooms(true, 7, 2, 2, 0));
+	cr_assert(!rgc_rule_dooms(true, 7, 9, 0, 0), "keep 0 keeps every global step");
+	cr_assert(!rgc_rule_dooms(true, 20, 9, 2, 10), "a multiple of keep_every stays");
+	cr_assert(rgc_rule_dooms(true, 21, 9, 2, 10));
+	cr_assert(!rgc_rule_dooms(false, 7, 0, 2, 0), "a save still arriving stays");
+	cr_assert(rgc_rule_dooms(false, 7, 1, 0, 0), "a step never global below a global one goes");
+	cr_assert(!rgc_rule_counts(40, 20) && rgc_rule_counts(30, 20) && rgc_rule_counts(40, 0));
 }
 
 Test(rgc, global_is_rule_5)
@@ -73,5 +76,23 @@ Test(rgc, choose_keeps_the_newest_global_and_what_is_newer)
 	cr_assert(doomed(&c, 10) && doomed(&c, 20));
 	cr_assert(!doomed(&c, 30) && !doomed(&c, 40) && !doomed(&c, 50));
 	c.steps = NULL; /* v is on the stack */
+	rgc_release(&c);
+}
+
+Test(rgc, choose_keeps_keep_every_steps_uncounted)
+{
+	struct rgc_opts o = { .nodes = 2, .keep = 1, .keep_every = 20, .say = no_say };
+	struct rgc_step v[8];
+	struct rgc c = { .o = &o, .steps = v };
+
+	add_step(&c, v, 10, "a* b");
+	add_step(&c, v, 20, "a* b");
+	add_step(&c, v, 30, "a* b");
+	add_step(&c, v, 50, "a* b");
+	cr_assert_eq(rgc_choose_doomed(&c), 0);
+	cr_assert_eq(c.ndoomed, 2);
+	cr_assert(doomed(&c, 10) && doomed(&c, 30));
+	cr_assert(!doomed(&c, 20) && !doomed(&c, 50));
+	c.steps = NULL;
 	rgc_release(&c);
 }

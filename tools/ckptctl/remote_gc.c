@@ -1,8 +1,8 @@
 /*
  * remote_gc.c — ckptctl STORE remote gc [--dry-run] [--force] [--force-no-lease]: remove from
  * the remote what no resume can need, by the rule and the protocol with the nodes that the
- * mounted daemons follow too (fs/node/rgc.h), with the keep_checkpoint_max recorded at mount
- * (0 keeps every global step).
+ * mounted daemons follow too (fs/node/rgc.h), with the keep_checkpoint_max (0 keeps every
+ * global step) and keep_every recorded at mount.
  *
  * Output: the report on stdout (one line per lease or marker taken over, per object with
  * --dry-run, and a summary), errors on stderr. Main thread only.
@@ -33,6 +33,7 @@ int remote_gc(struct rgc *c, json_t *cfg, unsigned nodes, const struct ctl_opts 
 
 	ro.nodes = nodes;
 	ro.keep = (unsigned)json_integer_value(json_object_get(cfg, "keep_checkpoint_max"));
+	ro.keep_every = json_integer_value(json_object_get(cfg, "keep_every"));
 	ro.dry_run = o->dry_run;
 	ro.force = o->force;
 	ro.force_no_lease = o->force_no_lease;
