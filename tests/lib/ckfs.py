@@ -773,3 +773,46 @@ def megatron_save_two_nodes(a, b, step, ranks=4, size=256 << 10):
     with open(a.path(TRACKER), 'w') as f:
         f.write(str(step))
     return want
+
+
+def put_remote_lease(remote, key, holder, host, age_ns, expiry_s, pid=4242):
+    """A lease of the gc protocol (fs/node/lease.h's JSON) at key of the directory remote at
+    remote, taken and last renewed age_ns ago, written whole (temp file, rename)."""
+    t = time.time_ns() - age_ns
+    p = os.path.join(remote, *key.split('/'))
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p + '.part', 'w') as f:
+        json.dump({'format': 'ckptfs-lease/1', 'holder': holder, 'host': host, 'pid': pid,
+                   'created_ns': t, 'renewed_ns': t, 'expiry_s': expiry_s}, f)
+    os.rename(p + '.part', p)
+
+
+def mount_tmpfs(case, size_mb):
+    """A tmpfs of size_mb MiB mounted on a new directory, unmounted and removed at case's
+    cleanup. Returns its path. Raises MountError when it cannot be mounted (needs root)."""
+    top = tempfile.mkdtemp(prefix='ckptfs-test-full-', dir=test_tmp_root())
+    case.addCleanup(shutil.rmtree, top, True)
+    p = run(['mount', '-t', 'tmpfs', '-o', 'size=%dm' % size_mb, 'tmpfs', top])
+    if p.returncode != 0:
+        raise MountError('cannot mount a tmpfs for a full remote (needs root or '
+                         'CAP_SYS_ADMIN): %s' % (p.stderr.strip() or p.returncode))
+    case.addCleanup(run, ['umount', top])
+    return top
+
+
+def fill_filesystem(top):
+    """Fill the filesystem at top with filler files until not one more page fits: writes of
+    1 MiB, then of half as much each time one fails, down to a byte."""
+    n, size = 0, 1 << 20
+    while size:
+        n += 1
+        fd = os.open(os.path.join(top, 'filler-%d' % n), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while os.write(fd, b'\xa5' * size) == size:
+                pass
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+        finally:
+            os.close(fd)
+        size //= 2

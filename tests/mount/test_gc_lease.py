@@ -28,14 +28,12 @@ import sys
 
 sys.dont_write_bytecode = True
 
-import errno  # noqa: E402
 import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 import unittest  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
@@ -57,12 +55,7 @@ def put_object(remote, key, data):
     os.rename(p + '.part', p)
 
 
-def put_lease(remote, key, holder, host, age_ns, expiry_s, pid=4242):
-    """A lease (lease.h's JSON) at key, taken and last renewed age_ns ago."""
-    t = time.time_ns() - age_ns
-    put_object(remote, key, json.dumps({
-        'format': 'ckptfs-lease/1', 'holder': holder, 'host': host, 'pid': pid,
-        'created_ns': t, 'renewed_ns': t, 'expiry_s': expiry_s}).encode())
+put_lease = ckfs.put_remote_lease
 
 
 def remote_files(remote):
@@ -228,16 +221,10 @@ class GcLease(unittest.TestCase):
         copy's path. The nodes are unmounted: nothing uploads."""
         for m in (self.a, self.b):
             m.unmount()
-        top = tempfile.mkdtemp(prefix='ckptfs-test-full-', dir=ckfs.test_tmp_root())
-        self.addCleanup(shutil.rmtree, top, True)
-        p = ckfs.run(['mount', '-t', 'tmpfs', '-o', 'size=%dm' % size_mb, 'tmpfs', top])
-        if p.returncode != 0:
-            raise ckfs.MountError('cannot mount a tmpfs for the full remote (needs root or '
-                                  'CAP_SYS_ADMIN): %s' % (p.stderr.strip() or p.returncode))
-        self.addCleanup(ckfs.run, ['umount', top])
+        top = ckfs.mount_tmpfs(self, size_mb)
         copy = os.path.join(top, 'remote')
         shutil.copytree(self.remote, copy)
-        self.fill(top)
+        ckfs.fill_filesystem(top)
         rec = os.path.join(self.a.store, 'remote.json')
         with open(rec) as f:
             cfg = json.load(f)
@@ -245,23 +232,6 @@ class GcLease(unittest.TestCase):
         with open(rec, 'w') as f:
             json.dump(cfg, f)
         return copy
-
-    def fill(self, top):
-        """Fill the tmpfs at top with filler files until not one more page fits: writes of
-        1 MiB, then of half as much each time one fails, down to a byte."""
-        n, size = 0, 1 << 20
-        while size:
-            n += 1
-            fd = os.open(os.path.join(top, 'filler-%d' % n), os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                while os.write(fd, b'\xa5' * size) == size:
-                    pass
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-            finally:
-                os.close(fd)
-            size //= 2
 
     def test_d_full_remote_gc_makes_room_for_its_lease(self):
         self.start('keep_checkpoint_max=1', 'remote_gc=off')

@@ -10,6 +10,8 @@ nodes over a plain shared directory (-o remote=DIR,node=a|b|c,nodes=3,keep_check
   chunks");
 - a gc lease and an upload marker left by holders that died (stale: not renewed within their
   expiry, lease.h) are taken over and removed by the daemons' gc, and said in the log;
+- a full remote (a tmpfs filled to the last page, so the lease cannot be written): a node's gc
+  removes the pruned steps' manifests without the lease to make room for it, then collects;
 - -o remote_gc=off: the daemons leave the remote alone (`ckptctl STORE remote gc` still works).
 
 The save is Megatron-LM's file sequence, one rank per node, as in test_nodes3.py.
@@ -49,15 +51,7 @@ GC_EXPIRY_S = 900          # lease.h LEASE_GC_EXPIRY_S
 UPLOAD_EXPIRY_S = 86400    # lease.h LEASE_UPLOAD_EXPIRY_S
 
 
-def put_lease(remote, key, holder, host, age_ns, expiry_s):
-    """A lease (lease.h's JSON) at key of the directory remote, last renewed age_ns ago."""
-    t = time.time_ns() - age_ns
-    p = os.path.join(remote, *key.split('/'))
-    os.makedirs(os.path.dirname(p), exist_ok=True)
-    with open(p + '.part', 'w') as f:
-        json.dump({'format': 'ckptfs-lease/1', 'holder': holder, 'host': host, 'pid': 4242,
-                   'created_ns': t, 'renewed_ns': t, 'expiry_s': expiry_s}, f)
-    os.rename(p + '.part', p)
+put_lease = ckfs.put_remote_lease
 
 
 def rank_file(step, rank):
@@ -70,10 +64,10 @@ class RemoteGc(unittest.TestCase):
         self.remote = tempfile.mkdtemp(prefix='ckptfs-test-remote-', dir=ckfs.test_tmp_root())
         self.addCleanup(shutil.rmtree, self.remote, True)
 
-    def start(self, *opts):
+    def start(self, *opts, stores=None):
         self.m = {}
         for n in NAMES:
-            m = ckfs.Mount(opts=['remote=' + self.remote, 'node=' + n, 'nodes=3',
+            m = ckfs.Mount(store=stores and stores[n], opts=['remote=' + self.remote, 'node=' + n, 'nodes=3',
                                  'keep_checkpoint_max=%d' % KEEP] + list(opts))
             m.start()
             self.addCleanup(m.close)
@@ -210,6 +204,42 @@ class RemoteGc(unittest.TestCase):
         ran = {n for n, _a, _b, _s in runs}
         for n in ran:
             self.assertIn('remote gc:', self.m[n].status_text())
+
+    def test_the_nodes_collect_a_full_remote(self):
+        top = ckfs.mount_tmpfs(self, 32)
+        self.remote = os.path.join(top, 'remote')
+        os.mkdir(self.remote)
+        self.start('remote_gc=off')
+        want, named = {}, {}
+        for step in STEPS[:KEEP + 1]:
+            want[step] = self.save(step)
+            named[step] = set().union(*self.manifests(step).values())
+        stores = {n: self.m[n].store for n in NAMES}
+        for m in self.m.values():
+            m.unmount()
+        ckfs.fill_filesystem(top)
+        with self.assertRaises(OSError):
+            with open(os.path.join(self.remote, 'probe'), 'wb') as f:
+                f.write(b'x' * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+        self.start(stores=stores)   # remote_gc on: a node's gc finds two steps past keep
+        kept = STEPS[1:KEEP + 1]
+        wait_for('the remote holds steps %s only' % (kept,),
+                 lambda: self.remote_steps() == list(kept), 30,
+                 lambda: '%s\n%s' % (self.remote_steps(), self.status()))
+        wait_for('the chunks of step %d gone' % STEPS[0],
+                 lambda: not ((named[STEPS[0]] - set().union(*(named[s] for s in kept))) &
+                              self.remote_chunks()), 30, self.status)
+        self.assertRegex(self.logs(), r'remote gc: full: +the remote is full \(No space left '
+                                      r'on device\): removed 3 manifests')
+        self.assertRegex(self.logs(), r'remote gc: removed 3 manifests, [1-9]\d* chunks')
+        self.assertFalse(os.path.exists(os.path.join(self.remote, 'gc', 'lease')))
+        for n in NAMES:
+            for step in kept:
+                for f, data in want[step].items():
+                    self.assertTrue(ckfs.read_bytes(self.m[n].path(f)) == data,
+                                    'node %s serves other bytes for %s' % (n, f))
 
     def test_remote_gc_off(self):
         self.start('remote_gc=off')
