@@ -10,10 +10,10 @@
  * and publishing back that long at most.
  *
  * When:
- *   1. A layout's newest global step changed since the last look, and by what this node knows
- *      of the remote (its parts) the rule dooms a step: more than keep global steps of a layout,
- *      or a part of a step never global older than the newest global one. The pass itself
- *      decides on the remote's manifests, read afresh.
+ *   1. NODE_GC_GRACE_NS after a layout's newest global step changed, when by what this node
+ *      knows of the remote (its parts) the rule dooms a step: more than keep global steps of a
+ *      layout, or a part of a step never global older than the newest global one. The pass
+ *      itself decides on the remote's manifests, read afresh.
  *   2. Every NODE_GC_EVERY_NS whatever this node knows: chunks of uploads that died before
  *      their manifest, steps older than this node learnt, stale markers of dead nodes.
  *   3. A pass that was blocked (another gc holds the lease, a node uploads) or failed is tried
@@ -38,6 +38,12 @@
 /* How often a node runs a gc pass with nothing doomed by what it knows, ns: each pass reads
  * every manifest on the remote, an hour makes that a small share of the remote's requests. */
 #define NODE_GC_EVERY_NS (3600 * 1000000000LL)
+
+/* How long after a new global step the pass waits, ns: every node learns a step global within
+ * an idle listing (node.c NODE_IDLE_LIST_TICKS, 5 s) of the others; until then its trackers may
+ * still name the step before, which with keep_checkpoint_max=1 the pass removes. Two listings'
+ * time lets a resume at that moment still find it whole. */
+#define NODE_GC_GRACE_NS (10 * 1000000000LL)
 
 /* How long after a blocked or failed pass the node tries again, ns: an upload of one step
  * (whose marker blocks the gc) takes seconds to minutes; the other nodes' passes meanwhile
@@ -201,9 +207,10 @@ void node_gc(struct node *n)
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (n->gc_next_ns == 0)
 		n->gc_next_ns = now + NODE_GC_EVERY_NS;
+	if (due && !n->gc_retry_ns)
+		n->gc_retry_ns = now + NODE_GC_GRACE_NS; /* when 1 */
 	full = now >= n->gc_next_ns;
-	if (n->gc_retry_ns && now >= n->gc_retry_ns)
-		due = true;
+	due = n->gc_retry_ns && now >= n->gc_retry_ns;
 	if (!due && !full)
 		return;
 	n->gc_retry_ns = 0;

@@ -106,7 +106,7 @@ struct node {
 	int64_t gc_newest[LAYOUT_KIND_COUNT]; /* node thread: each layout's newest global step at
 						 node_gc's last look */
 	int64_t gc_next_ns;   /* node thread: the next pass even with nothing doomed (ckpt_mono_ns) */
-	int64_t gc_retry_ns;  /* node thread: a blocked or failed pass is tried again then, 0: none */
+	int64_t gc_retry_ns;  /* node thread: a pass is due then (node_gc.c), 0: none */
 	int64_t gc_wait_ns;   /* node thread: the wait before gc_retry_ns, doubled per failure */
 	char gc_last[512];    /* what this node's gc did last, for .ckptfs/status; "" none; mu */
 	struct node_dir_pending {

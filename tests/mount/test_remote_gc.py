@@ -49,6 +49,7 @@ STEPS = (10, 20, 30, 40, 50)
 HOUR_NS = 3600 * 10**9
 GC_EXPIRY_S = 900          # lease.h LEASE_GC_EXPIRY_S
 UPLOAD_EXPIRY_S = 86400    # lease.h LEASE_UPLOAD_EXPIRY_S
+GC_GRACE_S = 10            # node_gc.c NODE_GC_GRACE_NS
 
 
 put_lease = ckfs.put_remote_lease
@@ -245,7 +246,8 @@ class RemoteGc(unittest.TestCase):
         self.start('remote_gc=off')
         for step in STEPS[:KEEP + 1]:
             self.save(step)
-        time.sleep(3)   # a daemon's gc would have run once the last step became global
+        # a daemon's gc would have run GC_GRACE_S after the last step became global
+        time.sleep(GC_GRACE_S + 2)
         self.assertEqual(self.remote_steps(), list(STEPS[:KEEP + 1]))
         self.assertEqual(self.gc_runs(), [])
         for n in NAMES:
