@@ -753,6 +753,30 @@ def megatron_rank_file(step, rank):
     return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
 
 
+def megatron_save_per_node(mounts, step, tag, size, writers=None, claim=True):
+    """Megatron-LM's save of step with one rank per node: rank r writes its file through
+    mounts[r] (when r is in writers; all when None), each file fsynced, then rank 0 writes the
+    tracker through mounts[0] when claim (tests/traces/megatron.md). The bytes are
+    content('TAG step N rank R', size). Returns {relative path: bytes}."""
+    want = {}
+    for r, m in enumerate(mounts):
+        if writers is not None and r not in writers:
+            continue
+        rel = megatron_rank_file(step, r)
+        p = m.path(rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        data = content('%s step %d rank %d' % (tag, step, r), size)
+        with open(p, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        want[rel] = data
+    if claim:
+        with open(mounts[0].path(TRACKER), 'w') as f:
+            f.write(str(step))
+    return want
+
+
 def megatron_save_two_nodes(a, b, step, ranks=4, size=256 << 10):
     """Megatron-LM's save of step through two node mounts a and b of one remote, written by this
     process: node A makes iter_N, every rank writes its file (the first half of the ranks

@@ -73,8 +73,7 @@ def safetensors(raw):
     return struct.pack('<Q', len(hdr)) + hdr + raw
 
 
-def rank_file(step, rank):
-    return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
+rank_file = ckfs.megatron_rank_file
 
 
 class ThreeNodes(unittest.TestCase):
@@ -96,22 +95,9 @@ class ThreeNodes(unittest.TestCase):
     def save(self, step, tag, writers=NAMES, claim=True):
         """Megatron's save of step, rank r through node NAMES[r] when that node is in writers;
         the tracker on node a when claim. Returns {relative path: bytes}."""
-        want = {}
-        for r, n in enumerate(NAMES):
-            if n not in writers:
-                continue
-            p = self.m[n].path(rank_file(step, r))
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            data = ckfs.content('%s step %d rank %d' % (tag, step, r), SIZE)
-            with open(p, 'wb') as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            want[rank_file(step, r)] = data
-        if claim:
-            with open(self.m['a'].path(TRACKER), 'w') as f:
-                f.write(str(step))
-        return want
+        return ckfs.megatron_save_per_node([self.m[n] for n in NAMES], step, tag, SIZE,
+                                           [r for r, n in enumerate(NAMES) if n in writers],
+                                           claim)
 
     def status(self):
         return '\n'.join('--- node %s ---\n%s' % (n, self.m[n].status_text()) for n in NAMES)

@@ -55,8 +55,7 @@ GC_GRACE_S = 10            # node_gc.c NODE_GC_GRACE_NS
 put_lease = ckfs.put_remote_lease
 
 
-def rank_file(step, rank):
-    return os.path.join('iter_%07d' % step, 'mp_rank_%02d' % rank, 'model_optim_rng.pt')
+rank_file = ckfs.megatron_rank_file
 
 
 class RemoteGc(unittest.TestCase):
@@ -77,18 +76,7 @@ class RemoteGc(unittest.TestCase):
     def save(self, step):
         """Megatron's save of step, rank r through node NAMES[r], the tracker on node a; waits
         until every node's tracker names it. Returns {relative path: bytes}."""
-        want = {}
-        for r, n in enumerate(NAMES):
-            p = self.m[n].path(rank_file(step, r))
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            data = ckfs.content('gc step %d rank %d' % (step, r), SIZE)
-            with open(p, 'wb') as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            want[rank_file(step, r)] = data
-        with open(self.m['a'].path(TRACKER), 'w') as f:
-            f.write(str(step))
+        want = ckfs.megatron_save_per_node([self.m[n] for n in NAMES], step, 'gc', SIZE)
         wait_for('trackers at %d' % step,
                  lambda: all(self.m[n].read_text(TRACKER) == str(step) for n in NAMES), 30,
                  self.status)
