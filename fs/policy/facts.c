@@ -53,6 +53,14 @@ static bool newer_step_started(struct idx *ix, const struct idx_step *s)
 	return c.found;
 }
 
+/* newer_step_started, read from the index once per judgement (*memo: -1 not yet, else 0/1). */
+static bool newer_once(struct idx *ix, const struct idx_step *s, int *memo)
+{
+	if (*memo < 0)
+		*memo = newer_step_started(ix, s);
+	return *memo;
+}
+
 int policy_step_facts(struct idx *ix, struct store *st, const struct idx_step *s,
 		      const struct policy_step_in *in, char *absent, char *unlisted, size_t cap,
 		      struct policy_facts *ret)
@@ -67,14 +75,14 @@ int policy_step_facts(struct idx *ix, struct store *st, const struct idx_step *s
 		.recovering = in->recovering,
 	};
 	uint64_t kept;
-	int rc;
+	int newer = -1, rc;
 
 	assert(cap > 0);
 	absent[0] = unlisted[0] = '\0';
 	/* a marker that may precede other ranks' files: the previous complete step's names are the
 	 * record of what the step holds, unless a newer step started (every rank was done) */
 	if (policy_names_repeat(s->kind) && f.sealed && f.open == 0 &&
-	    !newer_step_started(ix, s)) {
+	    !newer_once(ix, s, &newer)) {
 		if ((rc = policy_previous_names(ix, s, absent, cap)) < 0)
 			return rc;
 		f.previous = rc;
@@ -93,7 +101,7 @@ int policy_step_facts(struct idx *ix, struct store *st, const struct idx_step *s
 	 * complete step, or a newer step was started */
 	f.unprovable = in->recovering && in->crashed &&
 		       !policy_marker_after_all_ranks(s->kind) && f.previous != POLICY_PREV_ALL &&
-		       !newer_step_started(ix, s);
+		       !newer_once(ix, s, &newer);
 	/* a copy (rule 3): what a `cp -r` leaves, told from a crashed save by its one writer,
 	 * gone, and every file whole; the steps of a daemon that is gone have no known writers */
 	if (f.by_tracker && !f.sealed && f.settled && !f.recovering) {
