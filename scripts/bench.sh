@@ -8,6 +8,9 @@
 #                                                 and libfuse's passthrough_ll (issue 22)
 #        scripts/bench.sh --meta [--sizes 100 1000 10000]   a .ckptfs/status read: its cost and
 #                                                 what it makes other requests wait (issue 22)
+#        scripts/bench.sh --writers [--total-mib 1024] [--procs 1 2 4 8] [--reps N]
+#                                                 W ranks saving and loading at once vs the
+#                                                 disk, daemon CPU per GiB (issue 45)
 #        scripts/bench.sh --nodes-scaling [--nodes 64 256] [--steps 100 1000] [--cap 300]
 #                                                 one node over a synthetic remote of N nodes x
 #                                                 S steps: mount, tracker, CPU per tick (issue 41)
@@ -37,6 +40,11 @@ fi
 if [ "${1:-}" = --nodes-scaling ]; then
 	shift
 	CKPTFS_BIN="$top/build/fs/ckptfs" exec /usr/bin/python3 tests/bench/bench_nodes_scaling.py "$@"
+fi
+if [ "${1:-}" = --writers ]; then
+	shift
+	CKPTFS_BIN="$top/build/fs/ckptfs" CKPTCTL_BIN="$top/build/tools/ckptctl" \
+		exec /usr/bin/python3 tests/bench/bench_writers.py "$@"
 fi
 if [ "${1:-}" = --multinode ]; then
 	shift
