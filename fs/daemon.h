@@ -30,6 +30,7 @@
 #include "fs/ckptfs.h"
 #include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
+#include "fs/steps/steps_state.h"
 
 struct oinode;
 #define OTAB_BUCKETS 1024
@@ -51,7 +52,6 @@ struct pins;
 #define VINO_RANK_MAX (1u << 20)
 #define VINO_RANK_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
 
-struct step_rt;
 struct wb_pool;
 struct commit_q;
 struct ra_pool;
@@ -59,36 +59,6 @@ struct space;
 
 /* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
 enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
-
-/*
- * What this mount found and did before it served (fs/steps/steps_report.c): an unclean stop of
- * the previous daemon and what recovery did, the steps set aside while recovering or by the
- * check of the newest steps, and an index upgrade. Said in the log, by the `ckptfs` command on
- * its stderr, and kept in STORE/recovery.json for `ckptctl status`.
- */
-#define MOUNT_REPORT_ASIDE 8 /* steps set aside named one by one; more are counted */
-struct mount_aside {
-	int kind;                /* enum layout_kind */
-	int state;               /* IDX_STEP_INCOMPLETE or IDX_STEP_CORRUPT */
-	char name[256];          /* the step's name ("iter_0000004") */
-	char why[256];           /* the note of its state change */
-	char resume[256];        /* the step a resume finds once the check is over; "" none */
-};
-struct mount_report {
-	pthread_mutex_t mu;      /* guards every field below; a leaf, taken under ckfs.mu */
-	pthread_cond_t cv;       /* signalled when done becomes true */
-	bool active;             /* between steps_report_begin and steps_report_finish */
-	bool done;               /* steps_report_finish ran: the check of the newest steps ended */
-	bool unclean;            /* the previous daemon did not stop cleanly */
-	pid_t prev_pid;          /* its pid, 0 if unknown */
-	uint64_t files_removed, chunks_removed; /* the recovery sweep (ckpt_repo_sweep) */
-	unsigned judged;         /* unfinished steps judged while recovering */
-	unsigned completed;      /* of those, complete */
-	unsigned malformed;      /* files found malformed while recovering */
-	unsigned naside, more;   /* steps set aside: in aside[], and beyond it */
-	struct mount_aside aside[MOUNT_REPORT_ASIDE];
-	char upgrade[512];       /* the index upgrade said at mount, "" none */
-};
 
 /* Daemon-wide state: one per mount. */
 struct ckfs {
@@ -121,30 +91,10 @@ struct ckfs {
 	_Atomic uint64_t n_deferred; /* chunks the workers stored raw for later (STORE_PUT_DEFER) */
 	_Atomic uint64_t n_recoded;  /* deferred chunks compressed since the mount */
 	struct ckpt_hist durable_hist; /* a file's close to its content durable (commit.c) */
-	struct ckpt_hist save_hist;    /* a step's creation to complete (steps_set_state) */
 
-	/* checkpoint semantics (the step engine, steps*.c); guarded by mu */
-	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
-	unsigned keep_max;       /* -o keep_checkpoint_max=N, 0 = keep all */
-	int64_t keep_every;      /* -o keep_every=K, 0 = none */
-	unsigned keep_quarantine; /* -o keep_quarantine=N: steps set aside kept, 0 = all */
-	int ranks;               /* -o ranks=N: MindFormers 1.0 world size; 0 = count rank_N dirs */
-	struct {
-		int64_t epoch, step, ts_ns;
-	} *mf1_claim;            /* newest meta.json claim per rank (MindFormers 1.0): what it
-				    names and when it was recorded (steps_mf1_note_claim) */
-	int mf1_nranks;
-	uint64_t meta_ino;       /* /.ckptfs */
-	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
-	uint64_t retained_ino;   /* /.ckptfs/retained */
-	struct step_rt *steps_rt;
-	struct ckpt_workers reaper; /* the step reaper (steps_start) */
-	pthread_cond_t reaper_cv;
-	bool stopping;
-	pthread_t checker;       /* the newest steps' check after the mount (steps_init) */
-	bool checker_started;
-	bool crash_recovery;     /* judging what a daemon that died left (steps_init only) */
-	struct mount_report report; /* what the mount found and did (steps_report.c) */
+	struct steps_state steps; /* the step engine's (fs/steps/steps_state.h): its settings,
+				      threads, /.ckptfs inodes, report, invalidation queue;
+				      mostly guarded by mu, as said there */
 	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
 	pthread_mutex_t inval_mu; /* fs_flush_inval: one sender at a time, before fs->mu */
 	/* Upcalls from a lower layer to a higher one, set once before the session starts (the
@@ -158,10 +108,6 @@ struct ckfs {
 	 * complete step counts. Called with mu held. */
 	bool (*global_ok)(struct ckfs *fs, const struct idx_step *s);
 	struct node *node;       /* the node layer's state, or NULL (fs/node/node.c) */
-	struct inval { uint64_t parent; char name[256]; } *inval; /* names to drop from the
-							       kernel's dentry cache; mu */
-	size_t ninval, capinval;
-	atomic_bool inval_queued; /* ninval > 0; written under mu, read without it (fs_flush_inval) */
 };
 
 /*

@@ -453,7 +453,7 @@ void fs_flush_inval(struct ckfs *fs)
 	if (pthread_mutex_timedlock(&fs->inval_mu, &until) != 0)
 		return;
 	/* nothing queued and no send in flight (the lock is ours): every opendir asks */
-	if (!atomic_load(&fs->inval_queued)) {
+	if (!steps_inval_pending(fs)) {
 		pthread_mutex_unlock(&fs->inval_mu);
 		return;
 	}
@@ -497,14 +497,12 @@ static char *absolute(const char *p)
 static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers,
 		     size_t *ret_wbuf)
 {
+	struct steps_opts so = { .keep_max = c->keep_max, .keep_every = c->keep_every,
+				 .keep_quarantine = c->keep_quarantine, .ranks = (int)c->ranks };
 	size_t wbuf = wb_default_budget();
 
-	fs->keep_max = c->keep_max;
-	fs->keep_every = c->keep_every;
-	fs->keep_quarantine = c->keep_quarantine;
-	fs->ranks = (int)c->ranks;
 	if (c->layout && strcmp(c->layout, "none") == 0) {
-		fs->layout = -1; /* a plain deduplicating filesystem: no steps, no trackers */
+		so.layout = -1; /* a plain deduplicating filesystem: no steps, no trackers */
 	} else if (c->layout) {
 		enum layout_kind k;
 
@@ -513,8 +511,9 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 				     "internevo orbax none)", c->layout);
 			return -1;
 		}
-		fs->layout = (int)k;
+		so.layout = (int)k;
 	}
+	steps_configure(fs, &so);
 	if (!c->defer_compress || strcmp(c->defer_compress, "auto") == 0) {
 		fs->defer = FS_DEFER_AUTO;
 	} else if (strcmp(c->defer_compress, "never") == 0) {

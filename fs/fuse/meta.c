@@ -169,6 +169,7 @@ static int claim_cb(int64_t id, const char *tracker, const void *content, size_t
 static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct collect *c,
 			  const struct idx_stats *st)
 {
+	const struct steps_opts *so = steps_settings(fs);
 	struct claim_scan cs = { .steps = c };
 	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
 
@@ -178,11 +179,11 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 	put(o, "ckptfs %s\n", CKPTFS_VERSION);
 	put(o, "store:              %s\n", fs->repo->root);
 	put(o, "layout:             %s\n",
-	    fs->layout < 0 ? "none (plain filesystem)"
-			   : fs->layout ? layout_name((enum layout_kind)fs->layout) : "automatic");
-	put(o, "keep_checkpoint_max: %u%s\n", fs->keep_max, fs->keep_max ? "" : " (keep all)");
-	if (fs->keep_every)
-		put(o, "keep_every:         %" PRId64 "\n", fs->keep_every);
+	    so->layout < 0 ? "none (plain filesystem)"
+			   : so->layout ? layout_name((enum layout_kind)so->layout) : "automatic");
+	put(o, "keep_checkpoint_max: %u%s\n", so->keep_max, so->keep_max ? "" : " (keep all)");
+	if (so->keep_every)
+		put(o, "keep_every:         %" PRId64 "\n", so->keep_every);
 	int schema;
 
 	if (idx_schema_version(fs->ix, &schema) == 0)
@@ -255,7 +256,7 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 		}
 	put(o, "quarantined:        %" PRIu64 " steps, %" PRIu64 " bytes stored, in "
 	       ".ckptfs/quarantine (keep_quarantine=%u%s; not counted by du of the mount)\n",
-	    q_n, q_bytes, fs->keep_quarantine, fs->keep_quarantine ? "" : ": all");
+	    q_n, q_bytes, so->keep_quarantine, so->keep_quarantine ? "" : ": all");
 	if (idx_claim_foreach(fs->ix, claim_cb, &cs) == 0) {
 		put(o, "tracker claims:     %" PRIu64 " recorded, %" PRIu64 " not a step, %" PRIu64
 		       " naming a step that never completed\n", cs.total, cs.junk, cs.unfulfilled);
@@ -359,7 +360,7 @@ static void render_metrics(struct ckfs *fs, struct ckpt_text *o, const struct co
 	}
 	prom_hist(o, "ckptfs_save_seconds",
 		  "A step directory's creation to the step judged complete (every file durable, "
-		  "the claim seen), per step saved since the mount.", &fs->save_hist);
+		  "the claim seen), per step saved since the mount.", steps_save_hist(fs));
 	prom_hist(o, "ckptfs_durable_seconds",
 		  "A written file's close to its content durable (chunks stored and synced, "
 		  "extents in the index), per file since the mount.", &fs->durable_hist);

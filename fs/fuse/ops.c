@@ -45,7 +45,7 @@ static int meta_stat(struct ckfs *fs, int which, const struct idx_stats *stats, 
 	int rc = fs_meta_render(fs, which, stats, &buf, &len);
 
 	free(buf);
-	if (rc < 0 || (rc = idx_inode_get(fs->ix, fs->meta_ino, &a)) < 0)
+	if (rc < 0 || (rc = idx_inode_get(fs->ix, steps_meta_ino(fs), &a)) < 0)
 		return rc;
 	memset(st, 0, sizeof(*st));
 	st->st_ino = VINO_META(which);
@@ -134,7 +134,7 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 	st->st_ino = ino;
 	st->st_mode = a.mode;
 	st->st_nlink = a.nlink;
-	if (ino == fs->meta_ino)
+	if (ino == steps_meta_ino(fs))
 		st->st_nlink++; /* its virtual subdirectory snapshots (view.c) */
 	st->st_uid = a.uid;
 	st->st_gid = a.gid;
@@ -384,24 +384,25 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	if (fs_view_ino(parent) || (parent == fs->meta_ino && strcmp(name, FS_VIEW_DIR) == 0)) {
+	if (fs_view_ino(parent) ||
+	    (parent == steps_meta_ino(fs) && strcmp(name, FS_VIEW_DIR) == 0)) {
 		view_lookup(req, fs, parent, name);
 		return;
 	}
-	if (parent == fs->meta_ino) /* the figures kept, for a size: never a scan (meta.c) */
+	if (parent == steps_meta_ino(fs)) /* the figures kept, for a size: never a scan (meta.c) */
 		mstats = fs_meta_stats(fs, fs_meta_file_by_name(name), false, &mst) > 0;
 	fs_lock(fs);
 	bool step_dir = steps_dir_name(fs, parent, name);
 
 	if (parent == IDX_ROOT_INO || step_dir)
 		fs_settle_for_reader(fs);
-	if (cq_busy(fs) && (parent == fs->meta_ino || steps_tracker_name(fs, parent, name))) {
+	if (cq_busy(fs) && (parent == steps_meta_ino(fs) || steps_tracker_name(fs, parent, name))) {
 		/* a tracker or status read waits for the commits of closed files (commit.c) */
 		fs_unlock(fs);
 		cq_wait_idle(fs);
 		fs_lock(fs);
 	}
-	if (parent == fs->meta_ino && fs_meta_file_by_name(name) >= 0) {
+	if (parent == steps_meta_ino(fs) && fs_meta_file_by_name(name) >= 0) {
 		struct fuse_entry_param e = { .ino = VINO_META(fs_meta_file_by_name(name)) };
 
 		rc = meta_stat(fs, fs_meta_file_by_name(name), mstats ? &mst : NULL, &e.attr);

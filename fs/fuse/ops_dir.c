@@ -207,7 +207,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 		rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
 	if (rc == 0)
 		steps_before_change(fs, parent);
-	if (rc == 0 && ino == fs->meta_ino)
+	if (rc == 0 && ino == steps_meta_ino(fs))
 		rc = -EROFS;
 	if (rc == 0)
 		rc = idx_inode_get(fs->ix, ino, &a);
@@ -297,7 +297,7 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
 	have_dst = rc == 0;
-	if (src == fs->meta_ino || (have_dst && dst == fs->meta_ino))
+	if (src == steps_meta_ino(fs) || (have_dst && dst == steps_meta_ino(fs)))
 		return -EROFS; /* /.ckptfs stays where it is: moved, it would be an ordinary dir */
 	if (have_dst && dst == src)
 		return 0; /* POSIX: same file, nothing to do */
@@ -608,15 +608,15 @@ static int snap_take(struct ckfs *fs, struct dirsnap *d, fuse_ino_t ino)
 		d->taken = true;
 		return 0;
 	}
-	d->hide = ino == IDX_ROOT_INO ? fs->meta_ino : 0;
+	d->hide = ino == IDX_ROOT_INO ? steps_meta_ino(fs) : 0;
 	if (ino != IDX_ROOT_INO)
 		idx_dentry_parent(fs->ix, ino, &up, NULL, 0);
 	if ((rc = snap_add(d, ".", ino, S_IFDIR)) < 0 || (rc = snap_add(d, "..", up, S_IFDIR)) < 0)
 		return rc;
 	rc = idx_dir_list(fs->ix, ino, 0, snap_add_index, d);
-	for (int k = 0; rc == 0 && ino == fs->meta_ino && k < META_FILE_COUNT; k++)
+	for (int k = 0; rc == 0 && ino == steps_meta_ino(fs) && k < META_FILE_COUNT; k++)
 		rc = snap_add(d, fs_meta_file_name(k), VINO_META(k), S_IFREG);
-	if (rc == 0 && ino == fs->meta_ino)
+	if (rc == 0 && ino == steps_meta_ino(fs))
 		rc = snap_add(d, FS_VIEW_DIR, VINO_SNAPS, S_IFDIR);
 	if (rc == 0 && steps_rank_dir(fs, ino) >= 0) {
 		char tmp[LAYOUT_TRACKER_MAX];

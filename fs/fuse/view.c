@@ -117,7 +117,7 @@ static int view_resolve(struct ckfs *fs, uint64_t ino, uint64_t *ret_real)
 		struct idx_step s;
 		uint64_t up;
 
-		if (cur == IDX_ROOT_INO || cur == fs->meta_ino)
+		if (cur == IDX_ROOT_INO || cur == steps_meta_ino(fs))
 			return -ENOENT;
 		if (idx_step_by_dir(fs->ix, cur, &s) == 0) {
 			if (s.state != IDX_STEP_COMPLETE)
@@ -143,7 +143,7 @@ int fs_view_lookup(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	uint64_t real, child;
 	int rc;
 
-	if (parent == fs->meta_ino) {
+	if (parent == steps_meta_ino(fs)) {
 		if (strcmp(name, FS_VIEW_DIR) != 0)
 			return -ENOENT;
 		*ret_ino = VINO_SNAPS;
@@ -182,7 +182,7 @@ int fs_view_stat(struct ckfs *fs, uint64_t ino, struct stat *st)
 		nlink_t subdirs = 0;
 		char vn[NAME_MAX + 1];
 
-		if ((rc = idx_inode_get(fs->ix, fs->meta_ino, &a)) < 0)
+		if ((rc = idx_inode_get(fs->ix, steps_meta_ino(fs), &a)) < 0)
 			return rc;
 		/* POSIX: '.', the entry in /.ckptfs, and each listed step's '..' */
 		if ((rc = view_steps(fs, &l)) < 0) {
@@ -241,7 +241,7 @@ int fs_view_list(struct ckfs *fs, uint64_t ino, fs_view_add_fn add, void *arg)
 
 	if (ino == VINO_SNAPS) {
 		if ((rc = add(arg, ".", VINO_SNAPS, S_IFDIR)) < 0 ||
-		    (rc = add(arg, "..", fs->meta_ino, S_IFDIR)) < 0)
+		    (rc = add(arg, "..", steps_meta_ino(fs), S_IFDIR)) < 0)
 			return rc;
 		rc = view_steps(fs, &l);
 		for (size_t i = 0; rc == 0 && i < l.n; i++) {

@@ -59,6 +59,15 @@
  * the trackers need the newest, retention keep_checkpoint_max of them. */
 #define NODE_RECORD_STEPS 64
 
+/* How many of the newest global steps a node keeps the keys of and records in remote.json:
+ * NODE_RECORD_STEPS, or keep_checkpoint_max when that is larger. Any thread, no lock. */
+static unsigned node_record_steps(const struct ckfs *fs)
+{
+	unsigned keep = steps_settings(fs)->keep_max;
+
+	return keep > NODE_RECORD_STEPS ? keep : NODE_RECORD_STEPS;
+}
+
 /* Most manifests one learn reads in the node thread, the newest first (select_keys). */
 #define NODE_LEARN_MAX 4096
 
@@ -214,13 +223,13 @@ static bool gc_dooms(const struct node *n, int kind, int64_t step)
 	size_t end = key_lower(n->global, n->nglobal, kind + 1, INT64_MIN), newer = 0;
 	bool global = i < n->nglobal && n->global[i].kind == kind && n->global[i].step == step;
 
-	if (!n->fs->keep_max)
+	if (!steps_settings(n->fs)->keep_max)
 		return false;
 	for (size_t j = i + global; j < end; j++)
 		newer += rgc_rule_counts(policy_node_step_number(kind, n->global[j].step),
-					 n->fs->keep_every);
-	return rgc_rule_dooms(global, policy_node_step_number(kind, step), newer, n->fs->keep_max,
-			      n->fs->keep_every);
+					 steps_settings(n->fs)->keep_every);
+	return rgc_rule_dooms(global, policy_node_step_number(kind, step), newer,
+			      steps_settings(n->fs)->keep_max, steps_settings(n->fs)->keep_every);
 }
 
 bool node_is_global(const struct node *n, int kind, int64_t step)
@@ -568,8 +577,7 @@ static int learn(struct node *n, const struct remote_call *call, bool prime)
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	rc = remote_list_with(n->r, "manifests/", learn_cb, &c, call);
 	if (rc == 0)
-		select_keys(&c, prime, n->fs->keep_max > NODE_RECORD_STEPS ? n->fs->keep_max
-									    : NODE_RECORD_STEPS);
+		select_keys(&c, prime, node_record_steps(n->fs));
 	struct node_part *got = NULL;
 	size_t ngot = 0, capgot = 0;
 
@@ -1323,7 +1331,7 @@ static void show_global(struct node *n)
 		if (key_in(n->shown, n->nshown, g.kind, g.step) ||
 		    key_in(n->unlisted, n->nunlisted, g.kind, g.step))
 			continue;
-		if (n->fs->keep_max && newer >= n->fs->keep_max) {
+		if (steps_settings(n->fs)->keep_max && newer >= steps_settings(n->fs)->keep_max) {
 			/* retention has no room for it: never shown again (after a restart, a step
 			 * pruned here long ago stays pruned) */
 			key_add(&n->shown, &n->capshown, &n->nshown, g.kind, g.step);
@@ -2123,6 +2131,7 @@ static bool name_ok(const char *s)
  */
 static int write_remote_json(struct ckfs *fs, struct node *n)
 {
+	const struct steps_opts *so = steps_settings(fs);
 	json_t *parts = json_array(), *shown = json_array(), *o;
 	int rc;
 
@@ -2140,7 +2149,7 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 			kind_n = 0;
 		kind_n++;
 		if (g->kind >= 0 && g->kind < LAYOUT_KIND_COUNT &&
-		    kind_n == (fs->keep_max > NODE_RECORD_STEPS ? fs->keep_max : NODE_RECORD_STEPS))
+		    kind_n == node_record_steps(fs))
 			from[g->kind] = g->step;
 	}
 	for (size_t i = 0; parts && i < n->nparts; i++) {
@@ -2163,8 +2172,8 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 							       (json_int_t)n->shown[i].step));
 	n->parts_changed = false;
 	o = json_pack("{s:s, s:s, s:i, s:i, s:I, s:s, s:I, s:o?, s:o?}", "url", n->url, "node",
-		      n->name, "nodes", (int)n->nodes, "keep_checkpoint_max", (int)fs->keep_max,
-		      "keep_every", (json_int_t)fs->keep_every, "store_id",
+		      n->name, "nodes", (int)n->nodes, "keep_checkpoint_max", (int)so->keep_max,
+		      "keep_every", (json_int_t)so->keep_every, "store_id",
 		      n->store_id, "since_ns", (json_int_t)n->since_ns, "parts", parts, "shown", shown);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (!o)
@@ -2408,7 +2417,7 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	if (n->gc_off)
 		PUT("remote gc:        off (-o remote_gc=off); 'ckptctl %s remote gc' collects by "
 		    "hand\n", fs->repo->root);
-	else if (fs->keep_max == 0)
+	else if (steps_settings(fs)->keep_max == 0)
 		PUT("remote gc:        none: keep_checkpoint_max=0 keeps every step ('ckptctl %s "
 		    "remote gc' removes chunks no manifest names)\n", fs->repo->root);
 	else

@@ -110,7 +110,7 @@ static bool gc_due(struct node *n, unsigned keep)
 	for (size_t i = 0; i < n->nglobal; i++) {
 		const struct node_key *g = &n->global[i];
 		bool counts = rgc_rule_counts(policy_node_step_number(g->kind, g->step),
-					      n->fs->keep_every);
+					      steps_settings(n->fs)->keep_every);
 
 		per_kind = (i > 0 && n->global[i - 1].kind == g->kind ? per_kind : 0) + counts;
 		doomed |= per_kind > keep;
@@ -138,8 +138,8 @@ static int gc_pass(struct node *n, bool full)
 	char who[NODE_NAME_MAX + 32], s1[48], line[sizeof(n->gc_last) - 64], when[32];
 	struct rgc_opts o = {
 		.nodes = n->nodes,
-		.keep = n->fs->keep_max,
-		.keep_every = n->fs->keep_every,
+		.keep = steps_settings(n->fs)->keep_max,
+		.keep_every = steps_settings(n->fs)->keep_every,
 		.holder = who,
 		.root = n->fs->repo->root,
 		.say = gc_say,
@@ -195,7 +195,7 @@ void node_gc(struct node *n)
 	int64_t now = ckpt_mono_ns();
 	bool due, full;
 
-	if (n->gc_off || n->fs->keep_max == 0)
+	if (n->gc_off || steps_settings(n->fs)->keep_max == 0)
 		return;
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	/* nodes that disagree on the job count steps global by another rule: remove nothing */
@@ -203,7 +203,7 @@ void node_gc(struct node *n)
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		return;
 	}
-	due = gc_due(n, n->fs->keep_max);
+	due = gc_due(n, steps_settings(n->fs)->keep_max);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (n->gc_next_ns == 0)
 		n->gc_next_ns = now + NODE_GC_EVERY_NS;

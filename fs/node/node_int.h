@@ -123,8 +123,8 @@ void node_set_error(struct node *n, const char *fmt, ...) __attribute__((format(
 bool node_is_global(const struct node *n, int kind, int64_t step);
 
 /*
- * node_gc - the remote's gc run by this node (node_gc.c says when): with fs->keep_max >= 1 and
- * not -o remote_gc=off, a pass of rgc_run under the remote's gc lease, logged ("remote gc:
+ * node_gc - the remote's gc run by this node (node_gc.c says when): with keep_checkpoint_max >= 1
+ * and not -o remote_gc=off, a pass of rgc_run under the remote's gc lease, logged ("remote gc:
  * removed K manifests, C chunks ...") and kept for .ckptfs/status (gc_last). Failures are
  * logged and tried again later. Node thread only; takes n->mu, never fs->mu; waits on the
  * remote for as long as the pass takes (it renews the lease meanwhile) or until n->stop.

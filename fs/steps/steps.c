@@ -73,14 +73,14 @@ static struct step_rt *rt_get(struct ckfs *fs, int64_t id, bool create)
 {
 	struct step_rt *r;
 
-	for (r = fs->steps_rt; r; r = r->next)
+	for (r = fs->steps.rt; r; r = r->next)
 		if (r->id == id)
 			return r;
 	if (!create || !(r = calloc(1, sizeof(*r))))
 		return NULL;
 	r->id = id;
-	r->next = fs->steps_rt;
-	fs->steps_rt = r;
+	r->next = fs->steps.rt;
+	fs->steps.rt = r;
 	return r;
 }
 
@@ -95,7 +95,7 @@ void steps_rt_empty_grace(struct ckfs *fs, int64_t id, bool on)
 
 void steps_rt_drop(struct ckfs *fs, int64_t id)
 {
-	for (struct step_rt **pp = &fs->steps_rt; *pp; pp = &(*pp)->next) {
+	for (struct step_rt **pp = &fs->steps.rt; *pp; pp = &(*pp)->next) {
 		if ((*pp)->id == id) {
 			struct step_rt *d = *pp;
 
@@ -169,7 +169,7 @@ static bool sealed_by_rename(struct ckfs *fs, uint64_t ino, const char *name, pi
 	struct idx_step s;
 
 	if (idx_step_by_dir(fs->ix, ino, &s) < 0 || !layout_desc(s.kind)->seal_by_rename ||
-	    layout_classify(s.name, fs->layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP))
+	    layout_classify(s.name, fs->steps.opt.layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP))
 		return false;
 	if (idx_begin(fs->ix) < 0)
 		return false;
@@ -190,10 +190,10 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	struct layout_match m;
 	struct idx_step s;
 
-	if (fs->layout < 0)
+	if (fs->steps.opt.layout < 0)
 		return;
 	if (parent == IDX_ROOT_INO) {
-		enum policy_entry pe = policy_entry_of(name, S_IFDIR, fs->layout, &m);
+		enum policy_entry pe = policy_entry_of(name, S_IFDIR, fs->steps.opt.layout, &m);
 
 		if (pe != POLICY_STEP_DIR && pe != POLICY_CANDIDATE)
 			return;
@@ -205,7 +205,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 		return;
 	}
 	if (steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
-	    layout_classify(rel, fs->layout, &m) < 0)
+	    layout_classify(rel, fs->steps.opt.layout, &m) < 0)
 		return;
 	if ((m.flags & LAYOUT_F_SLOT) && m.role == ROLE_STEP_DIR) {
 		if (steps_step_of_path(fs, rel, &m, &s) == 0)
@@ -247,8 +247,8 @@ void steps_reopen_complete(struct ckfs *fs, uint64_t ino, pid_t pid)
 	uint64_t dir;
 	int64_t id;
 
-	if (fs->layout < 0 || steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
-	    layout_classify(rel, fs->layout, &m) < 0 ||
+	if (fs->steps.opt.layout < 0 || steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||
+	    layout_classify(rel, fs->steps.opt.layout, &m) < 0 ||
 	    (m.role != ROLE_STEP_FILE && m.role != ROLE_MARKER) || layout_desc(m.kind)->per_rank ||
 	    (m.flags & LAYOUT_F_SLOT) || m.step_prefix_len == 0 || m.step_prefix_len >= sizeof(dname))
 		return;
@@ -288,11 +288,11 @@ bool steps_commit_at_close(struct ckfs *fs, uint64_t ino)
 	uint64_t dir;
 	bool r = false;
 
-	if (fs->layout < 0)
+	if (fs->steps.opt.layout < 0)
 		return false;
 	fs_lock(fs);
 	if (steps_rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
-	    layout_classify(rel, fs->layout, &m) == 0) {
+	    layout_classify(rel, fs->steps.opt.layout, &m) == 0) {
 		if (m.role == ROLE_MARKER) {
 			r = true;
 		} else if (m.role == ROLE_STEP_FILE && m.step_prefix_len > 0 &&
@@ -318,12 +318,12 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	int rc;
 
 	/* fs->mu NOT held on entry */
-	if (fs->layout < 0)
+	if (fs->steps.opt.layout < 0)
 		return;
 	fs_lock(fs);
 	rc = steps_rel_path(fs, oi->ino, rel, sizeof(rel));
 	if (rc == 0)
-		rc = layout_classify(rel, fs->layout, &m);
+		rc = layout_classify(rel, fs->steps.opt.layout, &m);
 	bool mf1 = rc == 0 && layout_desc(m.kind)->per_rank && m.role == ROLE_STEP_FILE;
 	bool in_step = rc == 0 && (m.role == ROLE_STEP_FILE || m.role == ROLE_MARKER) &&
 		       (m.step_prefix_len > 0 || mf1);
@@ -388,7 +388,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 			 * settle time, so that a resumer scanning for the newest directory (Hugging
 			 * Face, torchtitan) restarted at once does not find it */
 			r->torn = true;
-			pthread_cond_signal(&fs->reaper_cv);
+			pthread_cond_signal(&fs->steps.reaper_cv);
 		}
 	}
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
@@ -403,7 +403,7 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 	const char *slash;
 	int rank;
 
-	if (fs->layout < 0)
+	if (fs->steps.opt.layout < 0)
 		return;
 	if (parent != IDX_ROOT_INO && (rank = steps_rank_dir(fs, parent)) >= 0) {
 		steps_mf1_before_remove(fs, rank, name);
@@ -441,7 +441,7 @@ bool steps_commit_rename(const struct ckfs *fs, const char *name)
 {
 	struct layout_match m;
 
-	return fs->layout >= 0 && layout_classify(name, fs->layout, &m) == 0 &&
+	return fs->steps.opt.layout >= 0 && layout_classify(name, fs->steps.opt.layout, &m) == 0 &&
 	       layout_desc(m.kind)->seal_by_rename && m.role == ROLE_STEP_DIR &&
 	       (m.flags & LAYOUT_F_TMP);
 }
@@ -451,11 +451,12 @@ bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name)
 	enum layout_kind k;
 	int64_t step;
 
-	if (fs->layout < 0)
+	if (fs->steps.opt.layout < 0)
 		return false;
 	if (parent == IDX_ROOT_INO)
-		return layout_parse_name(name, fs->layout, &k, &step) == 1 ||
-		       (layout_slot_dir(fs->layout) && strcmp(name, layout_slot_dir(fs->layout)) == 0);
+		return layout_parse_name(name, fs->steps.opt.layout, &k, &step) == 1 ||
+		       (layout_slot_dir(fs->steps.opt.layout) &&
+			strcmp(name, layout_slot_dir(fs->steps.opt.layout)) == 0);
 	return steps_slot_home(fs, parent);
 }
 
@@ -534,7 +535,7 @@ static size_t orphaned_steps(struct ckfs *fs, int64_t *ids, size_t cap)
 {
 	size_t n = 0;
 
-	for (struct step_rt *r = fs->steps_rt; r && n < cap; r = r->next) {
+	for (struct step_rt *r = fs->steps.rt; r && n < cap; r = r->next) {
 		bool alive = false;
 
 		for (unsigned j = 0; j < r->npids && !alive; j++)
@@ -549,7 +550,7 @@ bool steps_settle_due(struct ckfs *fs)
 {
 	int64_t id;
 
-	return fs->layout >= 0 && fs->steps_rt && orphaned_steps(fs, &id, 1) > 0;
+	return fs->steps.opt.layout >= 0 && fs->steps.rt && orphaned_steps(fs, &id, 1) > 0;
 }
 
 void steps_settle_now(struct ckfs *fs)
@@ -557,7 +558,7 @@ void steps_settle_now(struct ckfs *fs)
 	int64_t ids[64];
 	size_t n;
 
-	if (fs->layout < 0 || !fs->steps_rt)
+	if (fs->steps.opt.layout < 0 || !fs->steps.rt)
 		return;
 	n = orphaned_steps(fs, ids, sizeof(ids) / sizeof(ids[0]));
 	/* what leaves the namespace, the reaper tells the kernel (steps_inval_queue) */
@@ -570,7 +571,7 @@ static void *reaper_main(void *arg)
 	struct ckfs *fs = arg;
 
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	while (!fs->stopping) {
+	while (!fs->steps.stopping) {
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -579,11 +580,11 @@ static void *reaper_main(void *arg)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		ckpt_cond_wait(&fs->reaper_cv, &fs->mu, CKPT_RANK_FS, &ts);
-		if (fs->stopping)
+		ckpt_cond_wait(&fs->steps.reaper_cv, &fs->mu, CKPT_RANK_FS, &ts);
+		if (fs->steps.stopping)
 			break;
 		steps_reap(fs, false);
-		if (fs->ninval) {
+		if (fs->steps.inval.n) {
 			ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 			if (fs->flush_inval)
 				fs->flush_inval(fs);
@@ -858,14 +859,14 @@ static void start_checker(struct ckfs *fs)
 	struct checker_start cs = { .fs = fs };
 
 	if (sem_init(&cs.held, 0, 0) == 0) {
-		if (pthread_create(&fs->checker, NULL, checker_main, &cs) == 0) {
+		if (pthread_create(&fs->steps.checker, NULL, checker_main, &cs) == 0) {
 			while (sem_wait(&cs.held) < 0 && errno == EINTR)
 				;
-			fs->checker_started = true;
+			fs->steps.checker_started = true;
 		}
 		sem_destroy(&cs.held);
 	}
-	if (!fs->checker_started) {
+	if (!fs->steps.checker_started) {
 		ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		verify_newest(fs);
 		steps_report_finish(fs);
@@ -878,19 +879,21 @@ int steps_init(struct ckfs *fs)
 	bool check_later = false;
 	int rc;
 
-	pthread_cond_init(&fs->reaper_cv, NULL);
+	pthread_cond_init(&fs->steps.reaper_cv, NULL);
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	rc = ensure_dir(fs, IDX_ROOT_INO, META_NAME, 0555, &fs->meta_ino);
+	rc = ensure_dir(fs, IDX_ROOT_INO, META_NAME, 0555, &fs->steps.meta_ino);
 	if (rc == 0)
-		rc = ensure_dir(fs, fs->meta_ino, QUARANTINE_NAME, 0555, &fs->quarantine_ino);
+		rc = ensure_dir(fs, fs->steps.meta_ino, QUARANTINE_NAME, 0555,
+				&fs->steps.quarantine_ino);
 	if (rc == 0)
-		rc = ensure_dir(fs, fs->meta_ino, RETAINED_NAME, 0555, &fs->retained_ino);
-	if (rc == 0 && fs->layout >= 0) {
+		rc = ensure_dir(fs, fs->steps.meta_ino, RETAINED_NAME, 0555,
+				&fs->steps.retained_ino);
+	if (rc == 0 && fs->steps.opt.layout >= 0) {
 		idx_claim_foreach(fs->ix, mf1_reload_claim, fs);
 		idx_step_foreach(fs->ix, steps_mf1_judge_cb, fs);
-		fs->crash_recovery = !fs->repo->was_clean;
+		fs->steps.crash_recovery = !fs->repo->was_clean;
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
-		fs->crash_recovery = false;
+		fs->steps.crash_recovery = false;
 		/* a daemon killed inside retention left more complete steps than it keeps */
 		for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
 			steps_retention(fs, k);
@@ -912,14 +915,14 @@ int steps_init(struct ckfs *fs)
 
 void steps_checker_join(struct ckfs *fs)
 {
-	if (fs->checker_started)
-		pthread_join(fs->checker, NULL);
-	fs->checker_started = false;
+	if (fs->steps.checker_started)
+		pthread_join(fs->steps.checker, NULL);
+	fs->steps.checker_started = false;
 }
 
 int steps_start(struct ckfs *fs)
 {
-	int rc = ckpt_workers_start(&fs->reaper, 1, reaper_main, fs);
+	int rc = ckpt_workers_start(&fs->steps.reaper, 1, reaper_main, fs);
 
 	return rc < 0 ? rc : 0;
 }
@@ -927,15 +930,15 @@ int steps_start(struct ckfs *fs)
 void steps_stop(struct ckfs *fs)
 {
 	steps_checker_join(fs);
-	if (fs->reaper.n == 0)
+	if (fs->steps.reaper.n == 0)
 		return;
-	ckpt_workers_stop(&fs->reaper, &fs->mu, &fs->reaper_cv, &fs->stopping);
-	while (fs->steps_rt)
-		steps_rt_drop(fs, fs->steps_rt->id);
-	free(fs->mf1_claim);
-	fs->mf1_claim = NULL;
-	fs->mf1_nranks = 0;
-	free(fs->inval);
-	fs->inval = NULL;
-	fs->ninval = fs->capinval = 0;
+	ckpt_workers_stop(&fs->steps.reaper, &fs->mu, &fs->steps.reaper_cv, &fs->steps.stopping);
+	while (fs->steps.rt)
+		steps_rt_drop(fs, fs->steps.rt->id);
+	free(fs->steps.mf1_claim);
+	fs->steps.mf1_claim = NULL;
+	fs->steps.mf1_nranks = 0;
+	free(fs->steps.inval.v);
+	fs->steps.inval.v = NULL;
+	fs->steps.inval.n = fs->steps.inval.cap = 0;
 }

@@ -11,6 +11,48 @@
 
 #include "fs/write/write.h"
 
+/* ---- the step engine's state read by other layers (struct steps_state, steps_state.h) ---- */
+
+/*
+ * steps_configure - set the step engine's settings from the mount options (*opt copied). Once,
+ * before steps_init and before any other thread runs; no lock.
+ */
+static inline void steps_configure(struct ckfs *fs, const struct steps_opts *opt)
+{
+	fs->steps.opt = *opt;
+}
+
+/*
+ * steps_settings - the step engine's settings (layout, retention, ranks). Borrowed for the
+ * mount's life; read-only after steps_configure, so any thread reads it with no lock.
+ */
+static inline const struct steps_opts *steps_settings(const struct ckfs *fs)
+{
+	return &fs->steps.opt;
+}
+
+/* steps_meta_ino - the inode of /.ckptfs (0 before steps_init). Any thread, no lock: set once
+ * by steps_init before the session starts. */
+static inline uint64_t steps_meta_ino(const struct ckfs *fs)
+{
+	return fs->steps.meta_ino;
+}
+
+/* steps_save_hist - the histogram of a step's creation to complete (seconds), for the metrics.
+ * Borrowed for the mount's life; lock-free (struct ckpt_hist). */
+static inline struct ckpt_hist *steps_save_hist(struct ckfs *fs)
+{
+	return &fs->steps.save_hist;
+}
+
+/* steps_inval_pending - are names queued for the kernel to forget (steps_take_inval would hand
+ * over some)? Any thread, no lock: a hint read atomically, which a sender uses to skip taking
+ * fs->mu when there is nothing to send. */
+static inline bool steps_inval_pending(struct ckfs *fs)
+{
+	return atomic_load(&fs->steps.inval.queued);
+}
+
 /* ---- the step engine: steps*.c (fs->mu held unless said) ---- */
 
 /* Entries of one directory collected by steps_dir_entries; freed by steps_dir_entries_free. */
@@ -39,7 +81,7 @@ void steps_dir_entries_free(struct steps_entries *c);
  * steps_init - create /.ckptfs, judge what an earlier daemon left unfinished, and check the
  * newest complete step of each layout (re-hash its chunks; a damaged one leaves the namespace).
  * Takes mu. With -o remote the check runs here, before the mount; otherwise on a thread of its
- * own (fs->checker) that holds mu from before this returns until the check ends, so the mount
+ * own (fs->steps.checker) that holds mu from before this returns until the check ends, so the mount
  * comes up at once and every request waits on mu until the damaged steps are gone. Returns 0 or
  * the index's -errno.
  */
@@ -65,7 +107,7 @@ void steps_report_begin(struct ckfs *fs, bool unclean, pid_t prev_pid, uint64_t 
 /*
  * steps_report_state - note a state change of step s to state (with its note, may be NULL)
  * while the report is active: a step set aside (incomplete, corrupt), or completed while
- * recovering (fs->crash_recovery). Called by steps_set_state, fs->mu held.
+ * recovering (fs->steps.crash_recovery). Called by steps_set_state, fs->mu held.
  */
 void steps_report_state(struct ckfs *fs, const struct idx_step *s, int state, const char *note);
 
@@ -190,7 +232,7 @@ bool steps_slot_home(struct ckfs *fs, uint64_t dir);
  * a slot in it), whose entry may change under the kernel's cache? fs->mu held. */
 bool steps_dir_name(struct ckfs *fs, uint64_t parent, const char *name);
 /* steps_commit_rename - is renaming root/name a layout's commit (Orbax's
- * `N.orbax-checkpoint-tmp`)? Pure: reads only fs->layout; no lock needed. */
+ * `N.orbax-checkpoint-tmp`)? Pure: reads only fs->steps.opt.layout; no lock needed. */
 bool steps_commit_rename(const struct ckfs *fs, const char *name);
 /* steps_take_inval - take the queue of names the engine moved or removed behind the kernel's
  * back (pruned, quarantined, retained, restored): *ret_v (owned by the caller, free(3); NULL

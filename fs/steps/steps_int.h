@@ -3,9 +3,10 @@
  *
  * The step engine owns checkpoint semantics: which files form a step, when a step is complete,
  * what the virtual trackers say, what `ls` shows, quarantine and retention (states and
- * invariants: steps.c; DESIGN.md "Steps"). It owns the step rows of the index, the per-step
- * runtime facts (fs->steps_rt), the /.ckptfs tree (fs->meta_ino, quarantine, retained) and the
- * queue of names the kernel must forget (fs->inval). It may call the index (index/index.h),
+ * invariants: steps.c; DESIGN.md "Steps"). It owns the step rows of the index and its part of
+ * the daemon's state, fs->steps (struct steps_state, steps_state.h): the per-step runtime facts,
+ * the /.ckptfs tree (meta_ino, quarantine, retained) and the queue of names the kernel must
+ * forget (inval). It may call the index (index/index.h),
  * the store's hashers, layout.h (classification, tracker formats), validate.h (file structure),
  * oinode reads and process facts (fs/ckptfs.h). It never calls FUSE: the names it queues are sent
  * to the kernel by fs_flush_inval (daemon.c).

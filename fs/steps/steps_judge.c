@@ -40,7 +40,7 @@ static int step_facts(struct ckfs *fs, const struct idx_step *s, const struct st
 {
 	struct policy_step_in in = {
 		.settled = settled, .quiet = quiet, .recovering = recovering,
-		.crashed = fs->crash_recovery,
+		.crashed = fs->steps.crash_recovery,
 		/* with many nodes (fs->node) MindFormers 2.0's metadata.json lists every node's
 		 * files and this node holds its own ranks' only: not this node's part to check */
 		.check_listed = !fs->node, .files = sc->fig.files, .open = sc->open,
@@ -161,7 +161,8 @@ static void judge_older_sealed(struct ckfs *fs, int kind, int64_t step)
  */
 static int step_kind_of_marker(struct ckfs *fs, struct idx_step *s, const struct layout_match *m)
 {
-	enum layout_kind k = policy_marker_kind((enum layout_kind)s->kind, s->name, m, fs->layout);
+	enum layout_kind k =
+	    policy_marker_kind((enum layout_kind)s->kind, s->name, m, fs->steps.opt.layout);
 	int rc;
 
 	if ((int)k == s->kind)
@@ -294,8 +295,9 @@ static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 	uint64_t cur;
 	int rc;
 
-	if (!layout_desc(s->kind)->seal_by_rename || layout_classify(s->name, fs->layout, &m) < 0 ||
-	    !(m.flags & LAYOUT_F_TMP) || strchr(s->name, '/'))
+	if (!layout_desc(s->kind)->seal_by_rename ||
+	    layout_classify(s->name, fs->steps.opt.layout, &m) < 0 || !(m.flags & LAYOUT_F_TMP) ||
+	    strchr(s->name, '/'))
 		return 0;
 	if (layout_step_dir_name((enum layout_kind)s->kind, s->step, final, sizeof(final)) < 0)
 		return -ENAMETOOLONG;

@@ -59,7 +59,7 @@ int steps_rank_dir(struct ckfs *fs, uint64_t dir)
 	struct layout_match m;
 	uint64_t parent;
 
-	if (fs->layout < 0 || !layout_per_rank_under(fs->layout) ||
+	if (fs->steps.opt.layout < 0 || !layout_per_rank_under(fs->steps.opt.layout) ||
 	    idx_dentry_parent(fs->ix, dir, &parent, name, sizeof(name)) < 0 ||
 	    parent != IDX_ROOT_INO || layout_classify(name, LAYOUT_NONE, &m) < 0 ||
 	    !layout_desc(m.kind)->per_rank || m.role != ROLE_PLAIN || m.rank < 0)
@@ -81,8 +81,8 @@ static int mf1_world(struct ckfs *fs)
 {
 	int n = 0;
 
-	if (fs->ranks > 0)
-		return fs->ranks;
+	if (fs->steps.opt.ranks > 0)
+		return fs->steps.opt.ranks;
 	if (idx_dir_list(fs->ix, IDX_ROOT_INO, 0, count_rank_dir, &n) < 0)
 		return 0;
 	return n;
@@ -208,13 +208,13 @@ static bool mf1_claimed(struct ckfs *fs, int64_t epoch, int64_t step, int64_t cr
 	for (int i = 0; i < n; i++) {
 		int r = ranks ? ranks[i] : i;
 
-		if (r < 0 || r >= fs->mf1_nranks)
+		if (r < 0 || r >= fs->steps.mf1_nranks)
 			return false;
-		int64_t e = fs->mf1_claim[r].epoch, st = fs->mf1_claim[r].step;
+		int64_t e = fs->steps.mf1_claim[r].epoch, st = fs->steps.mf1_claim[r].step;
 		bool same = e == epoch && st == step;
 		bool later = e > epoch || (e == epoch && st > step);
 
-		if (!same && !(later && fs->mf1_claim[r].ts_ns >= created_ns))
+		if (!same && !(later && fs->steps.mf1_claim[r].ts_ns >= created_ns))
 			return false;
 	}
 	return true;
@@ -288,7 +288,7 @@ static int mf1_ranks(struct ckfs *fs, int **ret)
 		int r = rs.v[i];
 		struct ckfs *probe = fs; /* own_file_cb clears it when it finds one */
 
-		if ((r < fs->mf1_nranks && fs->mf1_claim[r].epoch >= 0) ||
+		if ((r < fs->steps.mf1_nranks && fs->steps.mf1_claim[r].epoch >= 0) ||
 		    (idx_dir_list(fs->ix, rs.dirs[i], 0, own_file_cb, &probe) == 0 && !probe))
 			rs.v[o++] = r;
 	}
@@ -303,20 +303,21 @@ int steps_mf1_note_claim(struct ckfs *fs, int rank, int64_t epoch, int64_t step,
 {
 	if (rank < 0 || rank >= (int)VINO_RANK_MAX)
 		return 0;
-	if (rank >= fs->mf1_nranks) {
+	if (rank >= fs->steps.mf1_nranks) {
 		int n = rank + 1;
-		void *p = realloc(fs->mf1_claim, (size_t)n * sizeof(*fs->mf1_claim));
+		void *p = realloc(fs->steps.mf1_claim, (size_t)n * sizeof(*fs->steps.mf1_claim));
 
 		if (!p)
 			return -ENOMEM;
-		fs->mf1_claim = p;
-		for (int i = fs->mf1_nranks; i < n; i++)
-			fs->mf1_claim[i].epoch = fs->mf1_claim[i].step = fs->mf1_claim[i].ts_ns = -1;
-		fs->mf1_nranks = n;
+		fs->steps.mf1_claim = p;
+		for (int i = fs->steps.mf1_nranks; i < n; i++)
+			fs->steps.mf1_claim[i].epoch = fs->steps.mf1_claim[i].step =
+			    fs->steps.mf1_claim[i].ts_ns = -1;
+		fs->steps.mf1_nranks = n;
 	}
-	fs->mf1_claim[rank].epoch = epoch;
-	fs->mf1_claim[rank].step = step;
-	fs->mf1_claim[rank].ts_ns = ts_ns;
+	fs->steps.mf1_claim[rank].epoch = epoch;
+	fs->steps.mf1_claim[rank].step = step;
+	fs->steps.mf1_claim[rank].ts_ns = ts_ns;
 	return 0;
 }
 
@@ -530,7 +531,7 @@ void steps_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
 	snprintf(qname, sizeof(qname), "%s.%" PRId64, b.s.name, b.s.id);
 	if (idx_begin(fs->ix) < 0)
 		return;
-	rc = clone_dir(fs, fs->retained_ino, qname, IDX_ROOT_INO, &top);
+	rc = clone_dir(fs, fs->steps.retained_ino, qname, IDX_ROOT_INO, &top);
 	for (int r = 0; rc == 0 && r < world; r++) {
 		char dname[32];
 		struct mf1_find f;
@@ -634,7 +635,9 @@ int steps_mf1_meta(struct ckfs *fs, int rank, char *buf, size_t cap)
 	struct mf1_find f;
 
 	if (policy_lineage(fs->ix, mf1_kind(),
-			   fs->layout < 0 ? LAYOUT_NONE : (enum layout_kind)fs->layout, &b.lin) < 0 ||
+			   fs->steps.opt.layout < 0 ? LAYOUT_NONE
+						    : (enum layout_kind)fs->steps.opt.layout,
+			   &b.lin) < 0 ||
 	    idx_step_foreach(fs->ix, mf1_best_cb, &b) < 0 || !b.found)
 		return -ENOENT;
 	steps_mf1_restore(fs, &b.s);

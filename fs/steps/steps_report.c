@@ -36,20 +36,20 @@
 
 void steps_report_init(struct ckfs *fs)
 {
-	pthread_mutex_init(&fs->report.mu, NULL);
-	pthread_cond_init(&fs->report.cv, NULL);
+	pthread_mutex_init(&fs->steps.report.mu, NULL);
+	pthread_cond_init(&fs->steps.report.cv, NULL);
 }
 
 void steps_report_destroy(struct ckfs *fs)
 {
-	pthread_cond_destroy(&fs->report.cv);
-	pthread_mutex_destroy(&fs->report.mu);
+	pthread_cond_destroy(&fs->steps.report.cv);
+	pthread_mutex_destroy(&fs->steps.report.mu);
 }
 
 void steps_report_begin(struct ckfs *fs, bool unclean, pid_t prev_pid, uint64_t files,
 			uint64_t chunks)
 {
-	struct mount_report *r = &fs->report;
+	struct mount_report *r = &fs->steps.report;
 
 	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	r->active = true;
@@ -62,12 +62,13 @@ void steps_report_begin(struct ckfs *fs, bool unclean, pid_t prev_pid, uint64_t 
 
 void steps_report_state(struct ckfs *fs, const struct idx_step *s, int state, const char *note)
 {
-	struct mount_report *r = &fs->report;
+	struct mount_report *r = &fs->steps.report;
 
 	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
 	if (!r->active)
 		goto out;
-	if (fs->crash_recovery && (s->state == IDX_STEP_WRITING || s->state == IDX_STEP_SEALED)) {
+	if (fs->steps.crash_recovery &&
+	    (s->state == IDX_STEP_WRITING || s->state == IDX_STEP_SEALED)) {
 		r->judged++;
 		r->completed += state == IDX_STEP_COMPLETE;
 	}
@@ -90,17 +91,17 @@ out:
 
 void steps_report_malformed(struct ckfs *fs)
 {
-	ckpt_lock(&fs->report.mu, CKPT_RANK_REPORT);
-	if (fs->report.active)
-		fs->report.malformed++;
-	ckpt_unlock(&fs->report.mu, CKPT_RANK_REPORT);
+	ckpt_lock(&fs->steps.report.mu, CKPT_RANK_REPORT);
+	if (fs->steps.report.active)
+		fs->steps.report.malformed++;
+	ckpt_unlock(&fs->steps.report.mu, CKPT_RANK_REPORT);
 }
 
 void steps_report_upgrade(struct ckfs *fs, const char *msg)
 {
-	ckpt_lock(&fs->report.mu, CKPT_RANK_REPORT);
-	snprintf(fs->report.upgrade, sizeof(fs->report.upgrade), "%s", msg);
-	ckpt_unlock(&fs->report.mu, CKPT_RANK_REPORT);
+	ckpt_lock(&fs->steps.report.mu, CKPT_RANK_REPORT);
+	snprintf(fs->steps.report.upgrade, sizeof(fs->steps.report.upgrade), "%s", msg);
+	ckpt_unlock(&fs->steps.report.mu, CKPT_RANK_REPORT);
 }
 
 /* The unclean stop and what recovery did, one line without a newline, into buf. report.mu held. */
@@ -122,11 +123,11 @@ void steps_report_recovered(struct ckfs *fs)
 {
 	char line[512];
 
-	ckpt_lock(&fs->report.mu, CKPT_RANK_REPORT);
-	if (fs->report.unclean)
-		summary(&fs->report, line, sizeof(line));
-	ckpt_unlock(&fs->report.mu, CKPT_RANK_REPORT);
-	if (fs->report.unclean) /* written only before any other thread runs */
+	ckpt_lock(&fs->steps.report.mu, CKPT_RANK_REPORT);
+	if (fs->steps.report.unclean)
+		summary(&fs->steps.report, line, sizeof(line));
+	ckpt_unlock(&fs->steps.report.mu, CKPT_RANK_REPORT);
+	if (fs->steps.report.unclean) /* written only before any other thread runs */
 		ckpt_log("%s", line);
 }
 
@@ -218,7 +219,7 @@ static int report_publish(struct ckfs *fs, json_t *o)
 
 void steps_report_finish(struct ckfs *fs)
 {
-	struct mount_report *r = &fs->report;
+	struct mount_report *r = &fs->steps.report;
 	struct mount_aside aside[MOUNT_REPORT_ASIDE];
 	json_t *o = NULL;
 	unsigned n;
@@ -257,7 +258,7 @@ void steps_report_finish(struct ckfs *fs)
 
 bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns)
 {
-	struct mount_report *r = &fs->report;
+	struct mount_report *r = &fs->steps.report;
 	struct timespec until;
 	bool done;
 
@@ -291,7 +292,7 @@ static void add_line(char *buf, size_t cap, size_t *len, const char *line)
 
 size_t steps_report_notes(struct ckfs *fs, char *buf, size_t cap)
 {
-	struct mount_report *r = &fs->report;
+	struct mount_report *r = &fs->steps.report;
 	char line[1200];
 	size_t len = 0;
 

@@ -96,7 +96,7 @@ bool steps_is_retained(struct ckfs *fs, const struct idx_step *s)
 	uint64_t parent;
 
 	return s->dir_ino && idx_dentry_parent(fs->ix, s->dir_ino, &parent, NULL, 0) == 0 &&
-	       parent == fs->retained_ino;
+	       parent == fs->steps.retained_ino;
 }
 
 /* Sort MF1 step ids by (epoch, step), ascending (insertion sort: a few hundred at most). */
@@ -140,8 +140,8 @@ static void prune_retained(struct ckfs *fs, int kind)
 	struct idx_step newest;
 	bool ok = true, began = false;
 
-	if (!fs->retained_ino || steps_dir_entries(fs, fs->retained_ino, 1, &e) < 0 || e.n == 0 ||
-	    idx_step_newest(fs->ix, 1u << kind, IDX_STEP_COMPLETE, &newest) < 0)
+	if (!fs->steps.retained_ino || steps_dir_entries(fs, fs->steps.retained_ino, 1, &e) < 0 ||
+	    e.n == 0 || idx_step_newest(fs->ix, 1u << kind, IDX_STEP_COMPLETE, &newest) < 0)
 		goto out;
 	for (size_t i = 0; i < e.n && ok; i++) {
 		struct idx_step s;
@@ -195,10 +195,12 @@ void steps_retention(struct ckfs *fs, int kind)
 	bool ok = true;
 
 	prune_retained(fs, kind);
-	if (fs->keep_max == 0)
+	if (fs->steps.opt.keep_max == 0)
 		goto out;
 	if (policy_lineage(fs->ix, (enum layout_kind)kind,
-			   fs->layout < 0 ? LAYOUT_NONE : (enum layout_kind)fs->layout, &c.lin) < 0)
+			   fs->steps.opt.layout < 0 ? LAYOUT_NONE
+						    : (enum layout_kind)fs->steps.opt.layout,
+			   &c.lin) < 0)
 		goto out; /* prune nothing rather than a step of the lineage */
 	if (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_COMPLETE, collect_complete, &c) < 0)
 		goto out;
@@ -218,9 +220,10 @@ void steps_retention(struct ckfs *fs, int kind)
 
 		if (idx_step_get(fs->ix, c.ids[i], &s) < 0)
 			continue;
-		if (s.pinned || (fs->keep_every && s.step >= 0 && s.step % fs->keep_every == 0))
+		if (s.pinned || (fs->steps.opt.keep_every && s.step >= 0 &&
+				 s.step % fs->steps.opt.keep_every == 0))
 			continue; /* kept, and not counted */
-		if (kept < fs->keep_max) {
+		if (kept < fs->steps.opt.keep_max) {
 			/* keep_max >= 1, so the newest unpinned complete step is kept. With many
 			 * nodes only globally complete steps count (policy rule 5): a newer step
 			 * complete here, not yet on every node, is kept beside keep_max global ones */
@@ -257,8 +260,8 @@ static int q_ent_cmp(const void *a, const void *b)
 }
 
 /*
- * Keep at most fs->keep_quarantine steps in /.ckptfs/quarantine (0: all): the ones set aside
- * longest ago are pruned, each logged and recorded in its history. A set-aside step is a save
+ * Keep at most fs->steps.opt.keep_quarantine steps in /.ckptfs/quarantine (0: all): the ones set
+ * aside longest ago are pruned, each logged and recorded in its history. A set-aside step is a save
  * that cannot be resumed (torn, abandoned, corrupt): it is kept for a look, not for ever, or
  * every torn 100 GB save of a long job would stay on the disk. Costs what the quarantine holds.
  */
@@ -270,9 +273,9 @@ void steps_quarantine_limit(struct ckfs *fs)
 	size_t n = 0;
 	bool ok = true;
 
-	if (!fs->keep_quarantine || !fs->quarantine_ino ||
-	    steps_dir_entries(fs, fs->quarantine_ino, 1, &e) < 0 ||
-	    e.n <= fs->keep_quarantine || !(v = calloc(e.n, sizeof(*v))))
+	if (!fs->steps.opt.keep_quarantine || !fs->steps.quarantine_ino ||
+	    steps_dir_entries(fs, fs->steps.quarantine_ino, 1, &e) < 0 ||
+	    e.n <= fs->steps.opt.keep_quarantine || !(v = calloc(e.n, sizeof(*v))))
 		goto out;
 	for (size_t i = 0; i < e.n; i++) {
 		struct idx_step s;
@@ -283,10 +286,10 @@ void steps_quarantine_limit(struct ckfs *fs)
 			v[n++].state_ns = s.state_ns;
 		}
 	}
-	if (n <= fs->keep_quarantine || idx_begin(fs->ix) < 0)
+	if (n <= fs->steps.opt.keep_quarantine || idx_begin(fs->ix) < 0)
 		goto out;
 	qsort(v, n, sizeof(*v), q_ent_cmp);
-	for (size_t i = 0; ok && i < n - fs->keep_quarantine; i++) {
+	for (size_t i = 0; ok && i < n - fs->steps.opt.keep_quarantine; i++) {
 		struct idx_step s;
 
 		if (idx_step_get(fs->ix, v[i].id, &s) < 0)
@@ -369,9 +372,9 @@ int steps_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode 
 	dir_attr->nlink = 2;
 	rc = idx_inode_create(fs->ix, dir_attr, &clone);
 	if (rc == 0)
-		rc = idx_dentry_add(fs->ix, fs->retained_ino, qname, clone);
+		rc = idx_dentry_add(fs->ix, fs->steps.retained_ino, qname, clone);
 	if (rc == 0)
-		rc = steps_dir_links_add(fs, fs->retained_ino, 1, false);
+		rc = steps_dir_links_add(fs, fs->steps.retained_ino, 1, false);
 	if (rc == 0)
 		rc = tree_clone(fs, s->dir_ino, clone, 0);
 	if (rc == 0)
@@ -413,7 +416,7 @@ void steps_restore(struct ckfs *fs, struct idx_step *s)
 	uint64_t home;
 
 	if (!s->dir_ino || idx_dentry_parent(fs->ix, s->dir_ino, &parent, name, sizeof(name)) < 0 ||
-	    parent != fs->retained_ino || steps_step_home(fs, s->name, &home, &leaf) < 0)
+	    parent != fs->steps.retained_ino || steps_step_home(fs, s->name, &home, &leaf) < 0)
 		return;
 	partial = idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0;
 	if (partial && !is_leftover(fs, cur))
@@ -428,14 +431,14 @@ void steps_restore(struct ckfs *fs, struct idx_step *s)
 
 		steps_flat_name(s->name, -1, flat, sizeof(flat));
 		snprintf(pname, sizeof(pname), "%s.partial-%" PRId64, flat, s->id);
-		rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, pname);
+		rc = idx_dentry_move(fs->ix, home, leaf, fs->steps.quarantine_ino, pname);
 		if (rc == 0)
-			rc = steps_dir_links_add(fs, fs->quarantine_ino, 1, true);
+			rc = steps_dir_links_add(fs, fs->steps.quarantine_ino, 1, true);
 	}
 	if (rc == 0)
-		rc = idx_dentry_move(fs->ix, fs->retained_ino, name, home, leaf);
+		rc = idx_dentry_move(fs->ix, fs->steps.retained_ino, name, home, leaf);
 	if (rc == 0)
-		rc = steps_dir_links_add(fs, fs->retained_ino, -1, false);
+		rc = steps_dir_links_add(fs, fs->steps.retained_ino, -1, false);
 	if (rc == 0)
 		rc = steps_dir_links_add(fs, home, partial ? 0 : 1, true);
 	if (rc == 0 && idx_commit(fs->ix) == 0) {

@@ -75,7 +75,8 @@ static int kept_versions(struct ckfs *fs, struct slot_ctx *c)
 	struct steps_entries e = { 0 };
 	int rc = 0;
 
-	if (!fs->retained_ino || (rc = steps_dir_entries(fs, fs->retained_ino, 1, &e)) < 0)
+	if (!fs->steps.retained_ino ||
+	    (rc = steps_dir_entries(fs, fs->steps.retained_ino, 1, &e)) < 0)
 		goto out;
 	for (size_t i = 0; i < e.n; i++) {
 		struct idx_step o;
@@ -152,7 +153,7 @@ out:
  */
 static uint64_t slot_of_dir(struct ckfs *fs, uint64_t dir)
 {
-	const char *sd = fs->layout < 0 ? NULL : layout_slot_dir(fs->layout);
+	const char *sd = fs->steps.opt.layout < 0 ? NULL : layout_slot_dir(fs->steps.opt.layout);
 	uint64_t snap, up, upup;
 
 	if (!sd || dir == IDX_ROOT_INO || idx_dentry_lookup(fs->ix, IDX_ROOT_INO, sd, &snap) < 0 ||
@@ -167,7 +168,7 @@ static uint64_t slot_of_dir(struct ckfs *fs, uint64_t dir)
 
 bool steps_slot_home(struct ckfs *fs, uint64_t dir)
 {
-	const char *sd = fs->layout < 0 ? NULL : layout_slot_dir(fs->layout);
+	const char *sd = fs->steps.opt.layout < 0 ? NULL : layout_slot_dir(fs->steps.opt.layout);
 	uint64_t snap;
 
 	return sd && dir != IDX_ROOT_INO && idx_dentry_lookup(fs->ix, IDX_ROOT_INO, sd, &snap) == 0 &&
@@ -209,7 +210,8 @@ void steps_before_write(struct ckfs *fs, uint64_t ino, pid_t pid)
 	char name[NAME_MAX + 1];
 	uint64_t parent;
 
-	if (fs->layout < 0 || idx_dentry_parent(fs->ix, ino, &parent, name, sizeof(name)) < 0)
+	if (fs->steps.opt.layout < 0 ||
+	    idx_dentry_parent(fs->ix, ino, &parent, name, sizeof(name)) < 0)
 		return;
 	steps_before_change(fs, parent);
 	steps_reopen_complete(fs, ino, pid);

@@ -70,7 +70,8 @@ int steps_vcontent(struct ckfs *fs, uint64_t vino, char *buf, size_t cap, struct
 /* Is name (at the root) a tracker? Returns its kind, or LAYOUT_NONE. */
 static enum layout_kind tracker_kind(struct ckfs *fs, const char *name)
 {
-	return fs->layout < 0 ? LAYOUT_NONE : policy_claim_kind(name, fs->layout);
+	return fs->steps.opt.layout < 0 ? LAYOUT_NONE
+					: policy_claim_kind(name, fs->steps.opt.layout);
 }
 
 struct newest_ctx {
@@ -92,7 +93,9 @@ static int newest_cb(const struct idx_step *s, void *arg)
 		return 0;
 	if (!(c->lin_known & (1u << s->kind))) {
 		int rc = policy_lineage(c->fs->ix, (enum layout_kind)s->kind,
-					c->fs->layout < 0 ? LAYOUT_NONE : (enum layout_kind)c->fs->layout,
+					c->fs->steps.opt.layout < 0
+					    ? LAYOUT_NONE
+					    : (enum layout_kind)c->fs->steps.opt.layout,
 					&c->lin[s->kind]);
 
 		if (rc < 0) {
@@ -300,7 +303,7 @@ void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf
 		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, dname, &dir) == 0) {
 			struct layout_match m;
 
-			if (layout_classify(dname, fs->layout, &m) == 0 &&
+			if (layout_classify(dname, fs->steps.opt.layout, &m) == 0 &&
 			    steps_step_of_path(fs, dname, &m, &s) == 0) {
 				steps_seal(fs, &s, "tracker claim");
 				return;

@@ -30,7 +30,7 @@ bool steps_in_meta(struct ckfs *fs, uint64_t ino)
 	for (int depth = 0; depth < 256 && ino != IDX_ROOT_INO; depth++) {
 		uint64_t up;
 
-		if (ino == fs->meta_ino)
+		if (ino == fs->steps.meta_ino)
 			return true;
 		if (idx_dentry_parent(fs->ix, ino, &up, NULL, 0) < 0)
 			return false;
@@ -62,23 +62,25 @@ int steps_rel_path(struct ckfs *fs, uint64_t ino, char *buf, size_t cap)
  * ATTR_TIMEOUT entry timeout). */
 void steps_inval_queue(struct ckfs *fs, uint64_t parent, const char *name)
 {
-	if (ckpt_grow(&fs->inval, &fs->capinval, fs->ninval, sizeof(*fs->inval)) < 0)
+	if (ckpt_grow(&fs->steps.inval.v, &fs->steps.inval.cap, fs->steps.inval.n,
+		      sizeof(*fs->steps.inval.v)) < 0)
 		return;
-	fs->inval[fs->ninval].parent = parent;
-	snprintf(fs->inval[fs->ninval].name, sizeof(fs->inval[0].name), "%s", name);
-	fs->ninval++;
-	atomic_store(&fs->inval_queued, true);
-	pthread_cond_signal(&fs->reaper_cv);
+	fs->steps.inval.v[fs->steps.inval.n].parent = parent;
+	snprintf(fs->steps.inval.v[fs->steps.inval.n].name, sizeof(fs->steps.inval.v[0].name), "%s",
+		 name);
+	fs->steps.inval.n++;
+	atomic_store(&fs->steps.inval.queued, true);
+	pthread_cond_signal(&fs->steps.reaper_cv);
 }
 
 void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n)
 {
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	*ret_v = fs->inval;
-	*ret_n = fs->ninval;
-	fs->inval = NULL;
-	fs->ninval = fs->capinval = 0;
-	atomic_store(&fs->inval_queued, false);
+	*ret_v = fs->steps.inval.v;
+	*ret_n = fs->steps.inval.n;
+	fs->steps.inval.v = NULL;
+	fs->steps.inval.n = fs->steps.inval.cap = 0;
+	atomic_store(&fs->steps.inval.queued, false);
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 }
 
@@ -281,11 +283,11 @@ int steps_move_to_quarantine(struct ckfs *fs, const struct idx_step *s)
 	    idx_dentry_lookup(fs->ix, home, leaf, &cur) < 0 || cur != s->dir_ino)
 		return 0; /* not at its place in the namespace (already moved, or renamed) */
 	steps_flat_name(s->name, s->id, qname, sizeof(qname));
-	rc = idx_dentry_move(fs->ix, home, leaf, fs->quarantine_ino, qname);
+	rc = idx_dentry_move(fs->ix, home, leaf, fs->steps.quarantine_ino, qname);
 	if (rc == 0)
 		rc = steps_dir_links_add(fs, home, -1, true);
 	if (rc == 0)
-		rc = steps_dir_links_add(fs, fs->quarantine_ino, 1, true);
+		rc = steps_dir_links_add(fs, fs->steps.quarantine_ino, 1, true);
 	if (rc == 0)
 		steps_inval_queue(fs, home, leaf);
 	return rc;
@@ -303,9 +305,9 @@ int steps_move_back(struct ckfs *fs, const struct idx_step *s)
 	if (idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0)
 		return -EEXIST; /* the trainer re-created the name: leave the old one set aside */
 	steps_flat_name(s->name, s->id, qname, sizeof(qname));
-	rc = idx_dentry_move(fs->ix, fs->quarantine_ino, qname, home, leaf);
+	rc = idx_dentry_move(fs->ix, fs->steps.quarantine_ino, qname, home, leaf);
 	if (rc == 0)
-		rc = steps_dir_links_add(fs, fs->quarantine_ino, -1, true);
+		rc = steps_dir_links_add(fs, fs->steps.quarantine_ino, -1, true);
 	if (rc == 0)
 		rc = steps_dir_links_add(fs, home, 1, true);
 	return rc;
@@ -337,8 +339,8 @@ int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *
 	/* a save's duration; not a step a dead daemon left, judged now, nor one learned from
 	 * another node (its creation here is not when its save began) */
 	if (rc == 0 && state == IDX_STEP_COMPLETE && s->state != IDX_STEP_COMPLETE &&
-	    !fs->crash_recovery && s->created_ns > 0)
-		ckpt_hist_observe(&fs->save_hist, now - s->created_ns);
+	    !fs->steps.crash_recovery && s->created_ns > 0)
+		ckpt_hist_observe(&fs->steps.save_hist, now - s->created_ns);
 	if (rc == 0) {
 		steps_report_state(fs, s, state, note);
 		ckpt_log("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
