@@ -31,6 +31,7 @@
 #include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
 #include "fs/steps/steps_state.h"
+#include "fs/write/write_state.h"
 
 struct oinode;
 #define OTAB_BUCKETS 1024
@@ -43,7 +44,6 @@ struct lookup_ent {
 	struct lookup_ent *next;
 };
 
-struct pins;
 
 /* Virtual tracker inodes: VINO_BASE + layout kind (index inodes never get this high). */
 #define VINO_BASE (1ull << 56)
@@ -52,29 +52,17 @@ struct pins;
 #define VINO_RANK_MAX (1u << 20)
 #define VINO_RANK_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
 
-struct wb_pool;
-struct commit_q;
-struct ra_pool;
-struct space;
-
-/* -o defer_compress: when a worker stores a chunk raw, to be compressed when idle (wb.c) */
-enum { FS_DEFER_AUTO = 0, FS_DEFER_NEVER = 1, FS_DEFER_ALWAYS = 2 };
-
 /* Daemon-wide state: one per mount. */
 struct ckfs {
 	struct ckpt_repo *repo;
 	struct idx *ix;          /* borrowed from repo; guarded by mu */
 	struct store *st;        /* borrowed from repo; thread-safe */
-	int staging_dirfd;       /* STORE/staging, for O_TMPFILE staging files */
 	pthread_mutex_t mu;      /* guards ix, otab; after oinode.lock, before pins.mu */
 	struct oinode *otab[OTAB_BUCKETS];
 	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
-	struct pins *pins;
-	struct wb_pool *wb;      /* write-back workers (wb.c); NULL: chunks stored inline */
-	struct commit_q *cq;     /* close-time committer (commit.c); NULL: flush commits itself */
-	struct ra_pool *ra;      /* read-ahead threads (ra.c); NULL: none */
-	struct space *space;     /* free space reserved for bytes not yet on disk (space.c); NULL:
-				    writes are not held to it */
+	struct write_state wr;   /* the write path's (fs/write/write_state.h): its pools, the
+				    staging directory, the mtime clock and counters; no lock of
+				    its own: set before the session, atomics, pools self-locked */
 	/* /.ckptfs/status and metrics' whole-store figures (meta.c fs_meta_stats), read without mu */
 	pthread_mutex_t stats_mu; /* guards the fields below; never held with mu */
 	struct idx *stats_ix;    /* owned, read-only; NULL until the first read or if it failed */
@@ -83,14 +71,8 @@ struct ckfs {
 	int64_t stats_version;
 	struct idx_stats stats;
 	uint64_t ra_window;      /* -o readahead_mb, bytes */
-	_Atomic int64_t last_ns; /* last timestamp handed out (monotonic mtimes) */
-	_Atomic uint64_t n_staging; /* files switched to a staging copy (writes out of order) */
 	char bdi_ra[64];         /* /sys/class/bdi/MAJ:MIN/read_ahead_kb of the mount, or "" */
 	_Atomic bool ra_tuned;   /* fs_tune_read_ahead has run */
-	int defer;               /* -o defer_compress: FS_DEFER_AUTO, _NEVER or _ALWAYS */
-	_Atomic uint64_t n_deferred; /* chunks the workers stored raw for later (STORE_PUT_DEFER) */
-	_Atomic uint64_t n_recoded;  /* deferred chunks compressed since the mount */
-	struct ckpt_hist durable_hist; /* a file's close to its content durable (commit.c) */
 
 	struct steps_state steps; /* the step engine's (fs/steps/steps_state.h): its settings,
 				      threads, /.ckptfs inodes, report, invalidation queue;

@@ -515,11 +515,11 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 	}
 	steps_configure(fs, &so);
 	if (!c->defer_compress || strcmp(c->defer_compress, "auto") == 0) {
-		fs->defer = FS_DEFER_AUTO;
+		write_configure(fs, FS_DEFER_AUTO);
 	} else if (strcmp(c->defer_compress, "never") == 0) {
-		fs->defer = FS_DEFER_NEVER;
+		write_configure(fs, FS_DEFER_NEVER);
 	} else if (strcmp(c->defer_compress, "always") == 0) {
-		fs->defer = FS_DEFER_ALWAYS;
+		write_configure(fs, FS_DEFER_ALWAYS);
 	} else {
 		startup_fail("defer_compress must be auto, never or always, not '%s'",
 			     c->defer_compress);
@@ -627,12 +627,11 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 			     "store of the job)");
 		return -1;
 	}
-	fs->pins = pins_new();
 	fs->on_commit = steps_on_commit;
 	fs->flush_inval = fs_flush_inval;
-	if (!fs->pins || (rc = steps_init(fs)) < 0) {
+	if ((rc = pins_start(fs)) < 0 || (rc = steps_init(fs)) < 0) {
 		startup_fail("cannot prepare the step table of '%s': %s", c->store,
-			     strerror(fs->pins ? -rc : ENOMEM));
+			     strerror(-rc));
 		return -1;
 	}
 	if (fs->node)
@@ -650,10 +649,8 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 		startup_fail("cannot create '%s': %s", path, strerror(errno));
 		return -1;
 	}
-	fs->staging_dirfd = openat(fs->repo->dir_fd, "staging",
-				   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fs->staging_dirfd < 0) {
-		int e = errno;
+	if ((rc = write_staging_open(fs)) < 0) {
+		int e = -rc;
 
 		startup_fail("cannot open '%s': %s%s", path, strerror(e),
 			     e == ELOOP || e == ENOTDIR ? " (it must be a directory, not a link: "
@@ -830,9 +827,7 @@ static void teardown(struct ckfs *fs, int ret)
 	}
 	fs_meta_stats_close(fs); /* before the index's own handle: its close removes the WAL */
 	ckpt_repo_close(fs->repo);
-	pins_free(fs->pins);
-	if (fs->staging_dirfd >= 0)
-		close(fs->staging_dirfd);
+	write_close(fs);
 	steps_report_destroy(fs);
 	pthread_mutex_destroy(&fs->inval_mu);
 	pthread_mutex_destroy(&fs->stats_mu);
@@ -841,7 +836,7 @@ static void teardown(struct ckfs *fs, int ret)
 
 static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts *o)
 {
-	struct ckfs fs = { .staging_dirfd = -1 };
+	struct ckfs fs = { .wr = WRITE_STATE_INIT };
 	struct fs_metrics *metrics = NULL;
 	struct fs_control *control = NULL;
 	uint64_t inodes = 0, chunks = 0;

@@ -171,11 +171,13 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 {
 	const struct steps_opts *so = steps_settings(fs);
 	struct claim_scan cs = { .steps = c };
+	struct write_counts wc;
 	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
 
 	for (size_t i = 0; i < c->n; i++)
 		if (c->v[i].state >= 0 && c->v[i].state < IDX_STEP_STATE_COUNT)
 			by_state[c->v[i].state]++;
+	write_counts(fs, &wc);
 	put(o, "ckptfs %s\n", CKPTFS_VERSION);
 	put(o, "store:              %s\n", fs->repo->root);
 	put(o, "layout:             %s\n",
@@ -205,7 +207,7 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 	size_t wb_budget, wb_used, wb_kept, wb_peak;
 	unsigned wb_threads;
 
-	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
+	wb_figures(fs, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
 	if (wb_threads)
 		put(o,
 		    "write buffer:       %zu MiB, %u workers, %zu MiB in flight now, %zu MiB kept "
@@ -214,13 +216,13 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 	else
 		put(o, "write buffer:       none (chunks stored by the writing requests)\n");
 	put(o, "staging copies:     %" PRIu64 " (files written out of order, cut at close)\n",
-	    atomic_load(&fs->n_staging));
+	    wc.staging);
 	uint64_t c_hits, c_loads, c_warmed, c_rec;
 
 	store_cache_figures(fs->st, &c_hits, &c_loads, &c_warmed, &c_rec);
 	put(o, "chunk reads:        %" PRIu64 " from the cache, %" PRIu64 " loaded by the "
 	       "reader, %" PRIu64 " loaded ahead (readahead_mb=%" PRIu64 ")\n", c_hits, c_loads,
-	    c_warmed, fs->ra ? fs->ra_window >> 20 : 0);
+	    c_warmed, wc.readahead ? fs->ra_window >> 20 : 0);
 	uint64_t k_checked, k_kept, k_primed, k_primed_hits;
 
 	/* the check's reads serve the trainer's first read of the step (store_chunks_verify) */
@@ -231,10 +233,9 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 	put(o, "deferred chunks:    %" PRIu64 " (%" PRIu64 " MiB stored raw, to compress when "
 	       "the workers are idle); since mount %" PRIu64 " deferred, %" PRIu64
 	       " compressed; defer_compress=%s\n", st->codec_chunks[STORE_CODEC_DEFERRED],
-	    st->codec_stored_bytes[STORE_CODEC_DEFERRED] >> 20, atomic_load(&fs->n_deferred),
-	    atomic_load(&fs->n_recoded),
-	    fs->defer == FS_DEFER_NEVER ? "never"
-	    : fs->defer == FS_DEFER_ALWAYS ? "always" : "auto");
+	    st->codec_stored_bytes[STORE_CODEC_DEFERRED] >> 20, wc.deferred, wc.recoded,
+	    wc.defer == FS_DEFER_NEVER ? "never"
+	    : wc.defer == FS_DEFER_ALWAYS ? "always" : "auto");
 	if (fs->node) {
 		char nb[4096];
 
@@ -297,6 +298,7 @@ static void render_metrics(struct ckfs *fs, struct ckpt_text *o, const struct co
 {
 	unsigned by_state[IDX_STEP_STATE_COUNT] = { 0 };
 	const struct idx_step *last = NULL;
+	struct write_counts wc;
 
 	for (size_t i = 0; i < c->n; i++) {
 		if (c->v[i].state >= 0 && c->v[i].state < IDX_STEP_STATE_COUNT)
@@ -322,7 +324,7 @@ static void render_metrics(struct ckfs *fs, struct ckpt_text *o, const struct co
 	size_t wb_budget, wb_used, wb_kept, wb_peak;
 	unsigned wb_threads;
 
-	wb_figures(fs->wb, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
+	wb_figures(fs, &wb_budget, &wb_used, &wb_kept, &wb_peak, &wb_threads);
 	prom_family(o, "ckptfs_write_buffer_bytes", "gauge",
 		    "Written bytes being chunked and compressed in the background, buffers kept for "
 		    "the next writes (now), peak of both, budget.");
@@ -350,7 +352,8 @@ static void render_metrics(struct ckfs *fs, struct ckpt_text *o, const struct co
 	prom_family(o, "ckptfs_staging_copies_total", "counter",
 		    "Files switched to a staging copy because a write was not in order (they are "
 		    "cut into chunks at close, on the closing request).");
-	prom_u64(o, "ckptfs_staging_copies_total", NULL, NULL, atomic_load(&fs->n_staging));
+	write_counts(fs, &wc);
+	prom_u64(o, "ckptfs_staging_copies_total", NULL, NULL, wc.staging);
 	if (st->logical_bytes) {
 		prom_family(o, "ckptfs_stored_logical_ratio", "gauge",
 			    "Stored bytes over logical bytes, the ratio ckptctl status shows: what "
@@ -363,7 +366,7 @@ static void render_metrics(struct ckfs *fs, struct ckpt_text *o, const struct co
 		  "the claim seen), per step saved since the mount.", steps_save_hist(fs));
 	prom_hist(o, "ckptfs_durable_seconds",
 		  "A written file's close to its content durable (chunks stored and synced, "
-		  "extents in the index), per file since the mount.", &fs->durable_hist);
+		  "extents in the index), per file since the mount.", write_durable_hist(fs));
 	if (last) {
 		prom_family(o, "ckptfs_last_save_seconds", "gauge",
 			    "Step directory created to step complete, for the newest complete step.");

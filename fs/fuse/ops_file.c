@@ -476,7 +476,7 @@ void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	/* a committer job not yet started commits everything written before this release
 	 * (commit.c invariant 5): committing here too would only take its sync away from the batch */
-	if (h->wrote && !(fs->cq && atomic_load(&h->oi->cq_waiting) > 0)) {
+	if (h->wrote && !(cq_on(fs) && atomic_load(&h->oi->cq_waiting) > 0)) {
 		int rc = oi_commit(fs, h->oi);
 
 		if (rc < 0)

@@ -70,7 +70,7 @@ struct cjob {
 	struct oinode *oi;
 	pid_t pid;  /* the closing process, for the step engine */
 	bool torn;  /* closed by a dying process */
-	int64_t t0; /* CLOCK_MONOTONIC ns at cq_submit, for fs->durable_hist */
+	int64_t t0; /* CLOCK_MONOTONIC ns at cq_submit, for fs->wr.durable_hist */
 };
 
 struct commit_q {
@@ -90,7 +90,7 @@ struct commit_q {
 static void cq_finish(struct ckfs *fs, struct cjob *j, int rc)
 {
 	if (rc == 0)
-		ckpt_hist_observe(&fs->durable_hist, ckpt_mono_ns() - j->t0);
+		ckpt_hist_observe(&fs->wr.durable_hist, ckpt_mono_ns() - j->t0);
 	if (rc == 0 && fs->on_commit)
 		fs->on_commit(fs, j->oi, j->pid, j->torn);
 	else if (rc < 0)
@@ -183,18 +183,18 @@ int cq_start(struct ckfs *fs)
 		free(q);
 		return rc;
 	}
-	fs->cq = q;
+	fs->wr.cq = q;
 	return 0;
 }
 
 void cq_stop(struct ckfs *fs)
 {
-	struct commit_q *q = fs->cq;
+	struct commit_q *q = fs->wr.cq;
 
 	if (!q)
 		return;
 	ckpt_workers_stop(&q->w, &q->mu, &q->cv_work, &q->stopping);
-	fs->cq = NULL;
+	fs->wr.cq = NULL;
 	pthread_cond_destroy(&q->cv_idle);
 	pthread_cond_destroy(&q->cv_work);
 	pthread_mutex_destroy(&q->mu);
@@ -203,7 +203,7 @@ void cq_stop(struct ckfs *fs)
 
 int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 {
-	struct commit_q *q = fs->cq;
+	struct commit_q *q = fs->wr.cq;
 	struct cjob *j;
 
 	if (!q)
@@ -240,7 +240,7 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 
 bool cq_busy(struct ckfs *fs)
 {
-	struct commit_q *q = fs->cq;
+	struct commit_q *q = fs->wr.cq;
 	bool busy;
 
 	if (!q)
@@ -253,7 +253,7 @@ bool cq_busy(struct ckfs *fs)
 
 void cq_wait_idle(struct ckfs *fs)
 {
-	struct commit_q *q = fs->cq;
+	struct commit_q *q = fs->wr.cq;
 
 	if (!q)
 		return;

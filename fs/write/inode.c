@@ -120,12 +120,12 @@ int ino_drop_link(struct ckfs *fs, uint64_t ino, int64_t now, struct ino_freed *
 int64_t ckfs_now(struct ckfs *fs)
 {
 	int64_t now = ckpt_now_ns();
-	int64_t last = atomic_load(&fs->last_ns);
+	int64_t last = atomic_load(&fs->wr.last_ns);
 
 	for (;;) {
 		int64_t t = now > last ? now : last + 1;
 
-		if (atomic_compare_exchange_weak(&fs->last_ns, &last, t))
+		if (atomic_compare_exchange_weak(&fs->wr.last_ns, &last, t))
 			return t;
 	}
 }

@@ -286,7 +286,8 @@ static void oi_commit_end(struct ckfs *fs, struct oinode *oi, struct oi_cctx *c,
 	if (rc == 0) {
 		for (size_t i = 0; i < c->n_all; i++) {
 			if (c->all[i].codec == STORE_CODEC_DEFERRED) {
-				wb_note_deferred(fs->wb); /* now in the index, where the recoder looks */
+				/* now in the index, where the recoder looks */
+				wb_note_deferred(fs->wr.wb);
 				break;
 			}
 		}

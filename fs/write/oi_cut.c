@@ -84,7 +84,7 @@ static void cut_loop(struct ckfs *fs, struct oinode *oi);
  */
 void oi_cut_kick(struct ckfs *fs, struct oinode *oi, uint64_t min_bytes, bool inline_cut)
 {
-	bool go, queue = fs->wb && !inline_cut;
+	bool go, queue = fs->wr.wb && !inline_cut;
 
 	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
 	go = oi->cut_state == CUT_IDLE && !oi->cut_err &&
@@ -93,7 +93,7 @@ void oi_cut_kick(struct ckfs *fs, struct oinode *oi, uint64_t min_bytes, bool in
 		oi->cut_state = queue ? CUT_QUEUED : CUT_RUNNING;
 	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	if (go && queue)
-		wb_cut_schedule(fs->wb, oi);
+		wb_cut_schedule(fs->wr.wb, oi);
 	else if (go)
 		cut_loop(fs, oi);
 }
@@ -178,7 +178,7 @@ int oi_put_extent(struct ckfs *fs, struct oinode *oi, const uint8_t *buf, size_t
 void oi_job_run(struct ckfs *fs, struct fly_job *j)
 {
 	struct store_chunk_info info;
-	unsigned flags = wb_should_defer(fs->wb) ? STORE_PUT_DEFER : 0;
+	unsigned flags = wb_should_defer(fs->wr.wb) ? STORE_PUT_DEFER : 0;
 	int rc = pins_chunk_put(fs, j->buf, j->len, flags, &info);
 	struct oinode *oi = j->oi;
 	uint32_t held = j->held;
@@ -187,7 +187,7 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j)
 		rc = pins_chunk_put(fs, j->buf, j->len, 0, &info);
 
 	if (rc == 0 && !info.existed && info.codec == STORE_CODEC_DEFERRED)
-		atomic_fetch_add(&fs->n_deferred, 1);
+		atomic_fetch_add(&fs->wr.n_deferred, 1);
 	struct seg *sg = j->seg;
 
 	ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);
@@ -242,7 +242,7 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 			return -ENOMEM;
 		}
 		if (own->resident < len) {
-			wb_charge(fs->wb, len - own->resident);
+			wb_charge(fs->wr.wb, len - own->resident);
 			oi_seg_populate(own->buf + own->resident, len - own->resident);
 			own->resident = len;
 		}
@@ -271,8 +271,8 @@ static int cut_emit(struct ckfs *fs, struct oinode *oi, uint64_t end)
 	oi_segs_trim_locked(oi, &dead);
 	ckpt_unlock(&oi->fly_mu, CKPT_RANK_FLY);
 	oi_segs_put(fs, dead);
-	if (fs->wb)
-		wb_submit(fs->wb, j);
+	if (fs->wr.wb)
+		wb_submit(fs->wr.wb, j);
 	else
 		oi_job_run(fs, j);
 	return 0;

@@ -69,7 +69,7 @@ struct seg *oi_seg_new(struct ckfs *fs, uint64_t off, size_t cap)
 
 	if (!sg)
 		return NULL;
-	if (!(sg->buf = wb_seg_get(fs->wb, cap, &sg->resident))) {
+	if (!(sg->buf = wb_seg_get(fs->wr.wb, cap, &sg->resident))) {
 		sg->buf = malloc(cap);
 		if (!sg->buf) {
 			free(sg);
@@ -89,7 +89,7 @@ void oi_seg_put(struct ckfs *fs, struct seg *sg)
 {
 	if (!sg || atomic_fetch_sub(&sg->refs, 1) != 1)
 		return;
-	wb_seg_free(fs->wb, sg->buf, sg->cap, sg->resident);
+	wb_seg_free(fs->wr.wb, sg->buf, sg->cap, sg->resident);
 	free(sg);
 }
 
@@ -188,7 +188,7 @@ void oi_stream_shrink(struct ckfs *fs, struct oinode *oi)
 		go = false; /* the segment stays: only memory is at stake */
 	if (go) {
 		if (small) {
-			wb_charge(fs->wb, len);
+			wb_charge(fs->wr.wb, len);
 			small->len = small->resident = len;
 		}
 		ckpt_lock(&oi->fly_mu, CKPT_RANK_FLY);

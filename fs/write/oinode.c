@@ -265,7 +265,7 @@ static int stream_append(struct ckfs *fs, struct oinode *oi, const uint8_t *buf,
 		size_t n = sg->cap - sg->len < len ? sg->cap - sg->len : len;
 
 		if (sg->len + n > sg->resident) {
-			wb_reserve(fs->wb, sg->len + n - sg->resident);
+			wb_reserve(fs->wr.wb, sg->len + n - sg->resident);
 			/* pages never touched: one call faults them in (the writer's copy takes no
 			 * trap per page); a kept buffer (resident == cap) never gets here */
 			oi_seg_populate(sg->buf + sg->resident, sg->len + n - sg->resident);
@@ -291,7 +291,7 @@ static int stream_append(struct ckfs *fs, struct oinode *oi, const uint8_t *buf,
 		len -= n;
 		if (buf)
 			buf += n;
-		oi_cut_kick(fs, oi, fs->wb ? CUT_KICK : 1, false);
+		oi_cut_kick(fs, oi, fs->wr.wb ? CUT_KICK : 1, false);
 	}
 	return 0;
 }
@@ -306,7 +306,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 	oi_fly_drain(fs, oi);
 	if (oi->fly_lost)
 		return oi->err; /* the bytes past ext_end are gone */
-	fd = openat(fs->staging_dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	fd = openat(fs->wr.staging_dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	buf = malloc(bufsz);
@@ -346,7 +346,7 @@ static int enter_staging(struct ckfs *fs, struct oinode *oi)
 		return rc;
 	}
 	oi->stage_fd = fd;
-	atomic_fetch_add(&fs->n_staging, 1);
+	atomic_fetch_add(&fs->wr.n_staging, 1);
 	/* the bytes not yet stored are now in the staging file, not yet in chunks: still held
 	 * (invariant 7) */
 	oi->stage_held += oi_uncut_held(oi);
@@ -520,4 +520,20 @@ int oi_punch(struct ckfs *fs, struct oinode *oi, uint64_t off, uint64_t len)
 out:
 	pthread_rwlock_unlock(&oi->lock);
 	return rc;
+}
+
+int write_staging_open(struct ckfs *fs)
+{
+	fs->wr.staging_dirfd = openat(fs->repo->dir_fd, "staging",
+				      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fs->wr.staging_dirfd < 0 ? -errno : 0;
+}
+
+void write_close(struct ckfs *fs)
+{
+	pins_free(fs->wr.pins);
+	fs->wr.pins = NULL;
+	if (fs->wr.staging_dirfd >= 0)
+		close(fs->wr.staging_dirfd);
+	fs->wr.staging_dirfd = -1;
 }

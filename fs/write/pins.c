@@ -43,6 +43,12 @@ struct pins *pins_new(void)
 	return p;
 }
 
+int pins_start(struct ckfs *fs)
+{
+	fs->wr.pins = pins_new();
+	return fs->wr.pins ? 0 : -ENOMEM;
+}
+
 void pins_free(struct pins *p)
 {
 	if (!p)
@@ -70,7 +76,7 @@ static struct pin **pin_slot(struct pins *p, const struct store_hash *h)
 
 void pins_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
 {
-	struct pins *p = fs->pins;
+	struct pins *p = fs->wr.pins;
 	struct pin **pp, *dead;
 
 	ckpt_lock(&p->mu, CKPT_RANK_PINS);
@@ -86,7 +92,7 @@ void pins_chunk_unpin(struct ckfs *fs, const struct store_hash *h)
 int pins_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
 		   struct store_chunk_info *ret)
 {
-	struct pins *p = fs->pins;
+	struct pins *p = fs->wr.pins;
 	struct store_hash h;
 	struct pin **pp;
 	int rc;
@@ -138,7 +144,7 @@ int pins_chunk_put(struct ckfs *fs, const void *buf, size_t len, unsigned flags,
 
 int pins_chunk_free(struct ckfs *fs, const struct store_hash *h)
 {
-	struct pins *p = fs->pins;
+	struct pins *p = fs->wr.pins;
 	int rc = 0;
 
 	ckpt_lock(&p->mu, CKPT_RANK_PINS);
@@ -183,7 +189,7 @@ bool pins_recode_idle(struct ckfs *fs)
 			struct store_hash h;
 			struct store_chunk_info info;
 
-			if (wb_busy(fs->wb)) {
+			if (wb_busy(fs->wr.wb)) {
 				more = true;
 				break;
 			}
@@ -226,7 +232,7 @@ bool pins_recode_idle(struct ckfs *fs)
 				idx_rollback(fs->ix);
 		}
 		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-		atomic_fetch_add(&fs->n_recoded, done);
+		atomic_fetch_add(&fs->wr.n_recoded, done);
 		/* stop on a failure, a yield, or a batch that changed nothing (a row whose file is
 		 * missing stays listed: verify reports it) */
 		if (more || (rc < 0 && rc != -ENOENT && rc != -EBADMSG) || done == 0)

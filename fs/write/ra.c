@@ -117,20 +117,20 @@ int ra_start(struct ckfs *fs, uint64_t window, unsigned nthreads)
 		free(p);
 		return rc;
 	}
-	fs->ra = p;
+	fs->wr.ra = p;
 	return 0;
 }
 
 void ra_stop(struct ckfs *fs)
 {
-	struct ra_pool *p = fs->ra;
+	struct ra_pool *p = fs->wr.ra;
 
 	if (!p)
 		return;
 	ckpt_workers_stop(&p->w, &p->mu, &p->cv, &p->stop);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
-	fs->ra = NULL;
+	fs->wr.ra = NULL;
 	free(p);
 }
 
@@ -175,7 +175,7 @@ static void queue_locked(struct ra_pool *p, const uint8_t *h)
 
 void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len)
 {
-	struct ra_pool *p = fs->ra;
+	struct ra_pool *p = fs->wr.ra;
 	uint64_t end = off + len, last, to, w, want;
 	size_t i;
 

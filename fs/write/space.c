@@ -88,17 +88,17 @@ int space_start(struct ckfs *fs)
 		return -ENOMEM;
 	pthread_mutex_init(&sp->mu, NULL);
 	sp->dir_fd = fs->repo->dir_fd;
-	fs->space = sp;
+	fs->wr.space = sp;
 	return 0;
 }
 
 void space_stop(struct ckfs *fs)
 {
-	struct space *sp = fs->space;
+	struct space *sp = fs->wr.space;
 
 	if (!sp)
 		return;
-	fs->space = NULL;
+	fs->wr.space = NULL;
 	pthread_mutex_destroy(&sp->mu);
 	free(sp);
 }
@@ -175,7 +175,7 @@ static bool space_fits(struct space *sp, uint64_t held, int64_t *ret_at_ns, bool
 
 int space_reserve(struct ckfs *fs, uint64_t n)
 {
-	struct space *sp = fs->space;
+	struct space *sp = fs->wr.space;
 	int64_t now, at_ns;
 	bool roomy;
 
@@ -195,7 +195,7 @@ int space_reserve(struct ckfs *fs, uint64_t n)
 
 void space_release(struct ckfs *fs, uint64_t n)
 {
-	struct space *sp = fs->space;
+	struct space *sp = fs->wr.space;
 
 	if (!sp || n == 0)
 		return;

@@ -327,18 +327,18 @@ int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads)
 		free(p);
 		return rc;
 	}
-	fs->wb = p;
+	fs->wr.wb = p;
 	return 0;
 }
 
 void wb_stop(struct ckfs *fs)
 {
-	struct wb_pool *p = fs->wb;
+	struct wb_pool *p = fs->wr.wb;
 
 	if (!p)
 		return;
 	ckpt_workers_stop(&p->w, &p->mu, &p->cv_work, &p->stopping);
-	fs->wb = NULL;
+	fs->wr.wb = NULL;
 	for (int i = 0; i < 2; i++) { /* the workers are gone: nobody else holds p */
 		size_t charged;
 
@@ -371,9 +371,9 @@ bool wb_should_defer(struct wb_pool *p)
 {
 	bool behind;
 
-	if (!p || p->fs->defer == FS_DEFER_NEVER)
+	if (!p || p->fs->wr.defer == FS_DEFER_NEVER)
 		return false;
-	if (p->fs->defer == FS_DEFER_ALWAYS)
+	if (p->fs->wr.defer == FS_DEFER_ALWAYS)
 		return true;
 	ckpt_lock(&p->mu, CKPT_RANK_WB);
 	behind = p->queued >= WB_DEFER_QUEUE * p->w.n;
@@ -503,9 +503,11 @@ void wb_release(struct wb_pool *p, size_t n)
 	ckpt_unlock(&p->mu, CKPT_RANK_WB);
 }
 
-void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_kept,
+void wb_figures(struct ckfs *fs, size_t *ret_budget, size_t *ret_used, size_t *ret_kept,
 		size_t *ret_peak, unsigned *ret_threads)
 {
+	struct wb_pool *p = fs->wr.wb;
+
 	if (!p) {
 		*ret_budget = *ret_used = *ret_kept = *ret_peak = 0;
 		*ret_threads = 0;

@@ -2,7 +2,8 @@
  * write.h — the write path (fs/write/): the content of open regular files (struct oinode: the
  * bytes written, cut into chunks by the write-back workers and made durable by a commit), the
  * close-time committer, chunk pins in the store, and inode lifetime (the kernel's lookup
- * counts). It owns struct oinode and the open-inode table, the write-back pool and the pins.
+ * counts). It owns struct oinode and the open-inode table, the write-back pool and the pins,
+ * and its part of the daemon's state, fs->wr (struct write_state, write_state.h).
  *
  * May call: core (fs/ckptfs.h), the policy (it does not need to), index/ and store/. It knows
  * nothing of steps or FUSE: the committer tells the layer above of a committed file through
@@ -12,6 +13,58 @@
 #define CKPTFS_FS_WRITE_H
 
 #include "fs/daemon.h"
+
+/* ---- the write path's state (struct write_state, write_state.h) for the layers above ---- */
+
+/* write_configure - set -o defer_compress (FS_DEFER_*). Once, before the session starts. */
+static inline void write_configure(struct ckfs *fs, int defer)
+{
+	fs->wr.defer = defer;
+}
+
+/*
+ * pins_start - make the pin table (fs->wr.pins), before steps_init (the step engine's recovery
+ * pins and releases chunks). Returns 0 or -ENOMEM. One thread, before the session.
+ */
+int pins_start(struct ckfs *fs);
+
+/*
+ * write_staging_open - open STORE/staging (which must exist: the caller makes it) as the
+ * directory of the staging copies of files written out of order (fs->wr.staging_dirfd),
+ * without following a link. Returns 0 or the -errno of openat(2) (-ELOOP, -ENOTDIR: a link or
+ * not a directory). One thread, before the session.
+ */
+int write_staging_open(struct ckfs *fs);
+
+/* write_close - free the pin table and close the staging directory, after every pool has
+ * stopped (teardown, one thread). Safe on a write path never started (WRITE_STATE_INIT). */
+void write_close(struct ckfs *fs);
+
+/* What the write path counted since the mount, for status and metrics (write_counts). */
+struct write_counts {
+	uint64_t staging;        /* files switched to a staging copy (writes out of order) */
+	uint64_t deferred;       /* chunks the workers stored raw for later */
+	uint64_t recoded;        /* deferred chunks compressed since */
+	int defer;               /* -o defer_compress: FS_DEFER_AUTO, _NEVER or _ALWAYS */
+	bool readahead;          /* the read-ahead threads run (ra_start) */
+};
+
+/* write_counts - the write path's counters into *ret. Any thread, no lock (atomics). */
+static inline void write_counts(struct ckfs *fs, struct write_counts *ret)
+{
+	ret->staging = atomic_load(&fs->wr.n_staging);
+	ret->deferred = atomic_load(&fs->wr.n_deferred);
+	ret->recoded = atomic_load(&fs->wr.n_recoded);
+	ret->defer = fs->wr.defer;
+	ret->readahead = fs->wr.ra != NULL;
+}
+
+/* write_durable_hist - the histogram of a file's close to its content durable (seconds), for
+ * the metrics. Borrowed for the mount's life; lock-free (struct ckpt_hist). */
+static inline struct ckpt_hist *write_durable_hist(struct ckfs *fs)
+{
+	return &fs->wr.durable_hist;
+}
 
 /*
  * A buffer of bytes appended to a file (oinode.c stream_append), in file order: WB_SEG bytes of
@@ -54,7 +107,7 @@ struct fly_job {
 	uint32_t len;           /* bytes, 1..STORE_CHUNK_MAX */
 	uint8_t *buf;           /* the raw bytes, inside seg, until done */
 	struct seg *seg;        /* holds a reference until done (then NULL) */
-	uint32_t held;          /* bytes of it reserved in fs->space (struct oinode invariant 7),
+	uint32_t held;          /* bytes of it reserved in fs->wr.space (struct oinode invariant 7),
 				   given back by the worker once it is stored or failed */
 	bool done;
 	int err;                /* when done: 0 or the -errno of pins_chunk_put */
@@ -98,7 +151,7 @@ enum { CUT_IDLE, CUT_QUEUED, CUT_RUNNING };
  *      and schedules the cutter; the cutter (holding no oinode lock: writers wait for budget
  *      with it held) advances cut_start, appends jobs and drops segments below cut_start but
  *      never seg_tail. Both do so under fly_mu, where readers see them.
- *   7. Free space (space.c): the bytes this file holds reserved in fs->space are its stream
+ *   7. Free space (space.c): the bytes this file holds reserved in fs->wr.space are its stream
  *      bytes [max(cut_start, space_mark), data_end) (not yet cut; space_mark <= data_end)
  *      plus stage_held, plus the held bytes of its jobs in flight. A write reserves its raw
  *      bytes before taking them (-ENOSPC when they do not fit); a job gives its bytes back
@@ -202,12 +255,12 @@ bool pins_recode_idle(struct ckfs *fs);
 
 /*
  * wb_start - start nthreads (1..WB_MAX_THREADS, capped) workers cutting and storing chunks with a budget of
- * `budget` bytes of written data in memory (wb.c invariant 1); sets fs->wb. Returns 0, -EINVAL
+ * `budget` bytes of written data in memory (wb.c invariant 1); sets fs->wr.wb. Returns 0, -EINVAL
  * (0 budget or threads), -ENOMEM, or the -errno of pthread_create when not even one worker could
  * start. Call before serving requests.
  */
 int wb_start(struct ckfs *fs, size_t budget, unsigned nthreads);
-/* wb_stop - run every queued cutter and job, join the workers, free the pool (NULL fs->wb is
+/* wb_stop - run every queued cutter and job, join the workers, free the pool (NULL fs->wr.wb is
  * fine). Call after the last request (op_destroy's commits). */
 void wb_stop(struct ckfs *fs);
 /* wb_submit - queue job j (its oinode's fly_busy already counts it) and return; never waits,
@@ -255,9 +308,10 @@ void wb_note_deferred(struct wb_pool *p);
 bool wb_busy(struct wb_pool *p);
 /*
  * wb_figures - budget, bytes in flight now, bytes of buffers kept for reuse now (wb.c invariant
- * 5), peak of the two together, workers; all bytes, all 0 for NULL p.
+ * 5), peak of the two together, workers of fs's write-back pool; all bytes, all 0 without a
+ * pool. Takes the pool's lock (CKPT_RANK_WB). Thread-safe.
  */
-void wb_figures(struct wb_pool *p, size_t *ret_budget, size_t *ret_used, size_t *ret_kept,
+void wb_figures(struct ckfs *fs, size_t *ret_budget, size_t *ret_used, size_t *ret_kept,
 		size_t *ret_peak, unsigned *ret_threads);
 /*
  * wb_default_budget - the default -o write_buffer: RAM/8 clamped to [64 MiB, 16 GiB], bytes.
@@ -276,9 +330,9 @@ unsigned wb_default_threads(void);
 
 /*
  * space_start - start reserving the store's free space for written bytes (space.c); sets
- * fs->space (fs->repo open). Returns 0 or -ENOMEM. Without it (NULL fs->space) every call below
- * is a no-op that succeeds: writes are not held to the free space.
- * space_stop - free it (NULL fs->space is fine). Call after the last write and wb_stop.
+ * fs->wr.space (fs->repo open). Returns 0 or -ENOMEM. Without it (NULL fs->wr.space) every
+ * call below is a no-op that succeeds: writes are not held to the free space.
+ * space_stop - free it (NULL fs->wr.space is fine). Call after the last write and wb_stop.
  */
 int space_start(struct ckfs *fs);
 void space_stop(struct ckfs *fs);
@@ -307,10 +361,11 @@ void space_release(struct ckfs *fs, uint64_t n);
 
 /*
  * ra_start - start nthreads (1..4, capped) threads loading the chunks ahead of sequential readers
- * into the chunk cache, at most window bytes ahead of each (-o readahead_mb); sets fs->ra.
- * window 0 or nthreads 0: no read-ahead, fs->ra stays NULL, returns 0. Returns 0, -ENOMEM, or the
- * -errno of pthread_create when not even one thread could start. Call before serving requests.
- * ra_stop - drop what is queued, join the threads, free the pool (NULL fs->ra is fine). Call
+ * into the chunk cache, at most window bytes ahead of each (-o readahead_mb); sets fs->wr.ra.
+ * window 0 or nthreads 0: no read-ahead, fs->wr.ra stays NULL, returns 0. Returns 0, -ENOMEM,
+ * or the -errno of pthread_create when not even one thread could start. Call before serving
+ * requests.
+ * ra_stop - drop what is queued, join the threads, free the pool (NULL fs->wr.ra is fine). Call
  * after the last request.
  */
 int ra_start(struct ckfs *fs, uint64_t window, unsigned nthreads);
@@ -319,18 +374,18 @@ void ra_stop(struct ckfs *fs);
  * ra_note_read - a read of [off, off + len) of oi (stream mode; staging mode is ignored) was
  * served: when it continues a sequential run, queue the stored chunks up to the window past its
  * end (ra.c). Never waits for a load, never fails. Caller holds oi->lock (read or write); takes
- * the pool's lock (a leaf). NULL fs->ra: no-op.
+ * the pool's lock (a leaf). NULL fs->wr.ra: no-op.
  */
 void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len);
 
 /* ---- commit.c: the close-time committer ---- */
 
 /*
- * cq_start - start the committer thread; sets fs->cq. Returns 0, -ENOMEM, or the -errno of
+ * cq_start - start the committer thread; sets fs->wr.cq. Returns 0, -ENOMEM, or the -errno of
  * pthread_create. Call before serving requests. Without it, flush commits on its own thread.
  */
 int cq_start(struct ckfs *fs);
-/* cq_stop - run every queued commit, join the thread, free the queue (NULL fs->cq is fine).
+/* cq_stop - run every queued commit, join the thread, free the queue (NULL fs->wr.cq is fine).
  * Call after the last request, before op_destroy's own commits and steps_stop. No lock held. */
 void cq_stop(struct ckfs *fs);
 /*
@@ -339,6 +394,12 @@ void cq_stop(struct ckfs *fs);
  * on error nothing is queued and the caller commits itself. Caller holds no lock.
  */
 int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+/* cq_on - does fs have a committer (cq_start ran, cq_stop not yet)? Any thread, no lock: the
+ * queue is made before the session and freed after it. */
+static inline bool cq_on(const struct ckfs *fs)
+{
+	return fs->wr.cq != NULL;
+}
 /* cq_busy - is a commit queued or running? Any lock may be held (cq's lock is a leaf). */
 bool cq_busy(struct ckfs *fs);
 /* cq_wait_idle - wait until every commit queued before the call has finished (returns at once
