@@ -30,6 +30,7 @@
 #include "fs/ckptfs.h"
 #include "fs/core/lockrank.h"
 #include "fs/core/workers.h"
+#include "fs/fuse/fuse_state.h"
 #include "fs/steps/steps_state.h"
 #include "fs/write/write_state.h"
 
@@ -63,22 +64,12 @@ struct ckfs {
 	struct write_state wr;   /* the write path's (fs/write/write_state.h): its pools, the
 				    staging directory, the mtime clock and counters; no lock of
 				    its own: set before the session, atomics, pools self-locked */
-	/* /.ckptfs/status and metrics' whole-store figures (meta.c fs_meta_stats), read without mu */
-	pthread_mutex_t stats_mu; /* guards the fields below; never held with mu */
-	struct idx *stats_ix;    /* owned, read-only; NULL until the first read or if it failed */
-	bool stats_failed;       /* stats_ix could not be opened: figures read under mu */
-	bool stats_valid;        /* stats holds the figures at data version stats_version */
-	int64_t stats_version;
-	struct idx_stats stats;
-	uint64_t ra_window;      /* -o readahead_mb, bytes */
-	char bdi_ra[64];         /* /sys/class/bdi/MAJ:MIN/read_ahead_kb of the mount, or "" */
-	_Atomic bool ra_tuned;   /* fs_tune_read_ahead has run */
-
 	struct steps_state steps; /* the step engine's (fs/steps/steps_state.h): its settings,
 				      threads, /.ckptfs inodes, report, invalidation queue;
 				      mostly guarded by mu, as said there */
-	struct fuse_session *se; /* for kernel cache invalidation (fs_flush_inval) */
-	pthread_mutex_t inval_mu; /* fs_flush_inval: one sender at a time, before fs->mu */
+	struct fuse_state fuse;  /* the FUSE layer's (fs/fuse/fuse_state.h): the session, the
+				    invalidation sender's inval_mu, read-ahead tuning, the
+				    whole-store figures' cache and its stats.mu */
 	/* Upcalls from a lower layer to a higher one, set once before the session starts (the
 	 * FUSE layer wires them; NULL: nothing to tell): the write path's committer tells the step
 	 * engine of a committed file (steps_on_commit), the step engine asks the FUSE layer to send

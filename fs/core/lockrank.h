@@ -10,7 +10,7 @@
  * that mutex again while holding the others); a breach logs both ranks and aborts, so a test
  * that reaches it fails where the order broke, not in a rare deadlock. With NDEBUG the calls
  * are pthread_mutex_lock and friends. The store's and the index's own locks (store/, index/)
- * are below every rank here: they are taken inside them and never call up. fs->inval_mu
+ * are below every rank here: they are taken inside them and never call up. fs->fuse.inval_mu
  * (fuse/daemon.c fs_flush_inval) is outside the order: it is taken with a deadline, before
  * fs->mu, and a wait that passes the deadline gives up.
  *
@@ -36,7 +36,7 @@ enum ckpt_rank {
 	CKPT_RANK_RA,          /* the read-ahead pool (write/ra.c) */
 	CKPT_RANK_SPACE,       /* the space reserve (write/space.c) */
 	CKPT_RANK_REPORT,      /* the mount's report (steps/steps_report.c) */
-	CKPT_RANK_STATS,       /* the daemon's counters (fs->stats_mu) */
+	CKPT_RANK_STATS,       /* the daemon's counters (fs->fuse.stats.mu) */
 	CKPT_RANK_COUNT
 };
 

@@ -422,19 +422,20 @@ void fs_tune_read_ahead(struct ckfs *fs)
 	char val[16];
 	int fd, n, err = 0;
 
-	if (atomic_exchange(&fs->ra_tuned, true) || !fs->bdi_ra[0])
+	if (atomic_exchange(&fs->fuse.ra.tuned, true) || !fs->fuse.ra.bdi[0])
 		return;
 	n = snprintf(val, sizeof(val), "%d\n", FS_READ_AHEAD_KB);
 	errno = 0;
-	fd = open(fs->bdi_ra, O_WRONLY | O_CLOEXEC);
+	fd = open(fs->fuse.ra.bdi, O_WRONLY | O_CLOEXEC);
 	if (fd < 0 || write(fd, val, (size_t)n) != n)
 		err = errno ? errno : EIO;
 	if (fd >= 0)
 		close(fd);
 	if (err)
 		ckpt_log("kernel read-ahead left at its default (cannot write %d to "
-			"'%s': %s); sequential reads are slower. As root: echo %d > %s\n",
-			FS_READ_AHEAD_KB, fs->bdi_ra, strerror(err), FS_READ_AHEAD_KB, fs->bdi_ra);
+			 "'%s': %s); sequential reads are slower. As root: echo %d > %s\n",
+			 FS_READ_AHEAD_KB, fs->fuse.ra.bdi, strerror(err), FS_READ_AHEAD_KB,
+			 fs->fuse.ra.bdi);
 }
 
 void fs_flush_inval(struct ckfs *fs)
@@ -450,20 +451,20 @@ void fs_flush_inval(struct ckfs *fs)
 	 * on a directory lock held by a request no free thread is left to answer. */
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += (time_t)ATTR_TIMEOUT;
-	if (pthread_mutex_timedlock(&fs->inval_mu, &until) != 0)
+	if (pthread_mutex_timedlock(&fs->fuse.inval_mu, &until) != 0)
 		return;
 	/* nothing queued and no send in flight (the lock is ours): every opendir asks */
 	if (!steps_inval_pending(fs)) {
-		pthread_mutex_unlock(&fs->inval_mu);
+		pthread_mutex_unlock(&fs->fuse.inval_mu);
 		return;
 	}
 	steps_take_inval(fs, &v, &n);
 	if (n)
 		ckpt_fault("inval-send");
-	for (size_t i = 0; fs->se && i < n; i++)
-		fuse_lowlevel_notify_inval_entry(fs->se, v[i].parent, v[i].name,
+	for (size_t i = 0; fs->fuse.se && i < n; i++)
+		fuse_lowlevel_notify_inval_entry(fs->fuse.se, v[i].parent, v[i].name,
 						 strlen(v[i].name)); /* -ENOENT: not cached */
-	pthread_mutex_unlock(&fs->inval_mu);
+	pthread_mutex_unlock(&fs->fuse.inval_mu);
 	free(v);
 }
 
@@ -530,8 +531,8 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 			     "G suffix; a bare number is bytes)", c->write_buffer);
 		return -1;
 	}
-	fs->ra_window = (uint64_t)(c->readahead_mb == UINT_MAX ? RA_DEFAULT_MB : c->readahead_mb)
-			<< 20;
+	fs->fuse.ra.window =
+	    (uint64_t)(c->readahead_mb == UINT_MAX ? RA_DEFAULT_MB : c->readahead_mb) << 20;
 	*ret_workers = c->workers ? c->workers : wb_default_threads();
 	*ret_wbuf = wbuf;
 	return 0;
@@ -661,9 +662,9 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 }
 
 /*
- * Create the FUSE session (fs->se, also when a later step fails, for teardown), install the
- * signal handlers and mount at o->mountpoint; find the mount's read-ahead knob (fs->bdi_ra) and
- * name the mount in STORE/lock (ckpt_repo_set_mount), so that a mount of the store waits for
+ * Create the FUSE session (fs->fuse.se, also when a later step fails, for teardown), install the
+ * signal handlers and mount at o->mountpoint; find the mount's read-ahead knob (fs->fuse.ra.bdi)
+ * and name the mount in STORE/lock (ckpt_repo_set_mount), so that a mount of the store waits for
  * this daemon's last writes once this mount is gone instead of refusing.
  * Returns 0, or -1 after reporting the problem.
  */
@@ -672,7 +673,7 @@ static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts 
 {
 	struct fuse_session *se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), fs);
 
-	fs->se = se;
+	fs->fuse.se = se;
 	if (!se) {
 		startup_fail("invalid mount options (see ckptfs --help)");
 		return -1;
@@ -692,7 +693,8 @@ static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts 
 
 	find_mount(o->mountpoint, dev, sizeof(dev), id, sizeof(id));
 	if (dev[0])
-		snprintf(fs->bdi_ra, sizeof(fs->bdi_ra), "/sys/class/bdi/%s/read_ahead_kb", dev);
+		snprintf(fs->fuse.ra.bdi, sizeof(fs->fuse.ra.bdi),
+			 "/sys/class/bdi/%s/read_ahead_kb", dev);
 	if (id[0] && (rc = ckpt_repo_set_mount(fs->repo, id)) < 0)
 		ckpt_log("cannot write '%s/lock': %s; a mount of the store right after this one "
 			 "is unmounted may be refused until this daemon exits\n", fs->repo->root,
@@ -761,7 +763,7 @@ static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
 	if ((rc = wb_start(fs, wbuf, nworkers)) < 0)
 		ckpt_log("cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
-	if ((rc = ra_start(fs, fs->ra_window, RA_THREADS)) < 0)
+	if ((rc = ra_start(fs, fs->fuse.ra.window, RA_THREADS)) < 0)
 		ckpt_log("cannot start the read-ahead threads: %s; each reader loads its "
 			"own chunks\n", strerror(-rc));
 	if ((rc = cq_start(fs)) < 0)
@@ -809,8 +811,9 @@ static void teardown(struct ckfs *fs, int ret)
 		ckpt_repo_set_mount(fs->repo, NULL); /* on failure, it is refused until we exit */
 	steps_checker_join(fs); /* a mount that failed never reached op_destroy's steps_stop */
 	node_stop(fs); /* before the steps' last judgments: it takes fs->mu */
-	if (fs->se)
-		fuse_session_destroy(fs->se); /* calls op_destroy: dirty files become durable */
+	if (fs->fuse.se)
+		/* calls op_destroy: dirty files become durable */
+		fuse_session_destroy(fs->fuse.se);
 	cq_stop(fs);
 	wb_stop(fs);
 	ra_stop(fs);
@@ -829,8 +832,8 @@ static void teardown(struct ckfs *fs, int ret)
 	ckpt_repo_close(fs->repo);
 	write_close(fs);
 	steps_report_destroy(fs);
-	pthread_mutex_destroy(&fs->inval_mu);
-	pthread_mutex_destroy(&fs->stats_mu);
+	pthread_mutex_destroy(&fs->fuse.inval_mu);
+	pthread_mutex_destroy(&fs->fuse.stats.mu);
 	pthread_mutex_destroy(&fs->mu);
 }
 
@@ -847,8 +850,8 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES); /* fails only for an invalid value */
 
 	pthread_mutex_init(&fs.mu, NULL);
-	pthread_mutex_init(&fs.inval_mu, NULL);
-	pthread_mutex_init(&fs.stats_mu, NULL);
+	pthread_mutex_init(&fs.fuse.inval_mu, NULL);
+	pthread_mutex_init(&fs.fuse.stats.mu, NULL);
 	steps_report_init(&fs);
 	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0)
 		goto out;
@@ -868,8 +871,8 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 
 		if (node_start(&fs, err, sizeof(err)) < 0) {
 			startup_fail("remote '%s': %s", c->remote, err);
-			fuse_session_unmount(fs.se); /* leave no dead mount behind */
-			fuse_remove_signal_handlers(fs.se);
+			fuse_session_unmount(fs.fuse.se); /* leave no dead mount behind */
+			fuse_remove_signal_handlers(fs.fuse.se);
 			goto out;
 		}
 	}
@@ -883,7 +886,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	report_ready();
 	ckpt_log("version %s serving '%s' at '%s'", CKPTFS_VERSION, c->store, o->mountpoint);
 	start_threads(&fs, wbuf, nworkers);
-	ret = session_loop(fs.se, o);
+	ret = session_loop(fs.fuse.se, o);
 out:
 	fs_control_stop(control); /* before teardown: a request takes fs->mu */
 	fs_metrics_stop(metrics); /* before teardown: a scrape reads fs */

@@ -65,7 +65,7 @@ int fs_acl_inherit(struct ckfs *fs, uint64_t parent, uint64_t ino, uint32_t *mod
 #define FS_READ_AHEAD_KB 4096
 
 /*
- * fs_tune_read_ahead - the first time it is called, write FS_READ_AHEAD_KB to fs->bdi_ra (the
+ * fs_tune_read_ahead - the first time it is called, write FS_READ_AHEAD_KB to fs->fuse.ra.bdi (the
  * kernel has processed INIT once a file is opened). A failure (not root, no sysfs) is reported
  * once on stderr and otherwise ignored: reads work, only slower. Thread-safe.
  */
@@ -81,7 +81,7 @@ const char *fs_meta_file_name(int which);
 /*
  * fs_meta_stats - the whole-store figures (idx_stats_get) /.ckptfs/<file which> shows, read
  * before fs->mu is taken, on a read-only index handle of fs's own (opened at the first call;
- * fs->stats_mu). Status and metrics show them; the step lists show none.
+ * fs->fuse.stats.mu). Status and metrics show them; the step lists show none.
  * @fresh: true: the figures of now (an open, a scrape): kept ones are used only while SQLite's
  *         data version says no commit happened since they were read, else a scan (5-11 ms at
  *         10^4 files). false: the kept ones, zeros if none (a lookup or getattr: for st_size

@@ -222,7 +222,7 @@ static void render_status(struct ckfs *fs, struct ckpt_text *o, const struct col
 	store_cache_figures(fs->st, &c_hits, &c_loads, &c_warmed, &c_rec);
 	put(o, "chunk reads:        %" PRIu64 " from the cache, %" PRIu64 " loaded by the "
 	       "reader, %" PRIu64 " loaded ahead (readahead_mb=%" PRIu64 ")\n", c_hits, c_loads,
-	    c_warmed, wc.readahead ? fs->ra_window >> 20 : 0);
+	    c_warmed, wc.readahead ? fs->fuse.ra.window >> 20 : 0);
 	uint64_t k_checked, k_kept, k_primed, k_primed_hits;
 
 	/* the check's reads serve the trainer's first read of the step (store_chunks_verify) */
@@ -386,41 +386,41 @@ static bool meta_has_stats(int which)
 	return which == META_STATUS || which == META_METRICS;
 }
 
-/* The figures from fs->stats_ix at its current data version if fresh, else the kept ones (zeros
- * before the first read); stats_mu held. 0 or an index error. */
+/* The figures from fs->fuse.stats.ix at its current data version if fresh, else the kept ones
+ * (zeros before the first read); fs->fuse.stats.mu held. 0 or an index error. */
 static int stats_read(struct ckfs *fs, bool fresh, struct idx_stats *ret)
 {
 	int64_t v;
 	int rc;
 
 	if (!fresh) { /* for a size only: never a scan (fs_meta_stats) */
-		if (fs->stats_valid)
-			*ret = fs->stats;
+		if (fs->fuse.stats.valid)
+			*ret = fs->fuse.stats.figures;
 		else
 			memset(ret, 0, sizeof(*ret));
 		return 0;
 	}
-	if (!fs->stats_ix && !fs->stats_failed &&
-	    (rc = ckpt_repo_open_reader(fs->repo, &fs->stats_ix)) < 0) {
-		fs->stats_failed = true;
+	if (!fs->fuse.stats.ix && !fs->fuse.stats.failed &&
+	    (rc = ckpt_repo_open_reader(fs->repo, &fs->fuse.stats.ix)) < 0) {
+		fs->fuse.stats.failed = true;
 		ckpt_log("status: cannot open a second handle on the index (%s): its figures are "
 			 "read with the daemon's lock held\n", strerror(-rc));
 	}
-	if (!fs->stats_ix)
+	if (!fs->fuse.stats.ix)
 		return -ENOTCONN;
-	if ((rc = idx_data_version(fs->stats_ix, &v)) < 0)
+	if ((rc = idx_data_version(fs->fuse.stats.ix, &v)) < 0)
 		return rc;
-	if (!fs->stats_valid || v != fs->stats_version) {
-		idx_hold(fs->stats_ix); /* both scans in one snapshot */
+	if (!fs->fuse.stats.valid || v != fs->fuse.stats.version) {
+		idx_hold(fs->fuse.stats.ix); /* both scans in one snapshot */
 		ckpt_fault("stats-scan");
-		rc = idx_stats_get(fs->stats_ix, &fs->stats);
-		idx_unhold(fs->stats_ix);
-		fs->stats_valid = rc == 0;
-		fs->stats_version = v;
+		rc = idx_stats_get(fs->fuse.stats.ix, &fs->fuse.stats.figures);
+		idx_unhold(fs->fuse.stats.ix);
+		fs->fuse.stats.valid = rc == 0;
+		fs->fuse.stats.version = v;
 		if (rc < 0)
 			return rc;
 	}
-	*ret = fs->stats;
+	*ret = fs->fuse.stats.figures;
 	return 0;
 }
 
@@ -430,17 +430,17 @@ int fs_meta_stats(struct ckfs *fs, int which, bool fresh, struct idx_stats *ret)
 
 	if (!meta_has_stats(which))
 		return 0;
-	ckpt_lock(&fs->stats_mu, CKPT_RANK_STATS);
+	ckpt_lock(&fs->fuse.stats.mu, CKPT_RANK_STATS);
 	rc = stats_read(fs, fresh, ret);
-	ckpt_unlock(&fs->stats_mu, CKPT_RANK_STATS);
+	ckpt_unlock(&fs->fuse.stats.mu, CKPT_RANK_STATS);
 	return rc == 0 ? 1 : 0; /* failed: fs_meta_render reads them under fs->mu */
 }
 
 void fs_meta_stats_close(struct ckfs *fs)
 {
-	idx_close(fs->stats_ix);
-	fs->stats_ix = NULL;
-	fs->stats_valid = false;
+	idx_close(fs->fuse.stats.ix);
+	fs->fuse.stats.ix = NULL;
+	fs->fuse.stats.valid = false;
 }
 
 int fs_meta_render(struct ckfs *fs, int which, const struct idx_stats *stats, char **ret_buf,

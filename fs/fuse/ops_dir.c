@@ -452,8 +452,9 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 		/* the kernel now has newname pointing at the renamed (dropped) inode: forget it,
 		 * so the next lookup finds the virtual meta.json. After the reply, so the rename
 		 * has the directory lock it needs to finish; this call waits for it. */
-		if (rc == 0 && fs->se)
-			fuse_lowlevel_notify_inval_entry(fs->se, newparent, newname, strlen(newname));
+		if (rc == 0 && fs->fuse.se)
+			fuse_lowlevel_notify_inval_entry(fs->fuse.se, newparent, newname,
+							 strlen(newname));
 		return;
 	}
 	rc = do_rename(fs, parent, name, newparent, newname, flags, &fr);

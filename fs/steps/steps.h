@@ -241,7 +241,7 @@ void steps_take_inval(struct ckfs *fs, struct inval **ret_v, size_t *ret_n);
 /* fs_flush_inval - tell the kernel to forget the names steps_take_inval hands over, so their
  * inodes are released and their space reclaimed (daemon.c: the only FUSE call it needs).
  * Returns once every name queued before the call is sent, by this caller or by one that took
- * it first (fs->inval_mu). fs->mu NOT held, nor by a request the kernel holds a lock of the
+ * it first (fs->fuse.inval_mu). fs->mu NOT held, nor by a request the kernel holds a lock of the
  * names' parent for (a lookup, a create): the kernel's invalidation waits for that lock. */
 void fs_flush_inval(struct ckfs *fs);
 /* steps_in_meta - is ino inside /.ckptfs (read-only)? */

@@ -598,7 +598,7 @@ class CachedStepDirTest(unittest.TestCase):
         the name, the remains set aside (steps_retain.c). The reader walks the step right after:
         the kernel may still hold the name of the remains. The tracker read returns only once
         the kernel was told to forget it, even when the reaper took the name to send first
-        (fs_flush_inval holds fs->inval_mu from the take to the send). The faults hold that
+        (fs_flush_inval holds fs->fuse.inval_mu from the take to the send). The faults hold that
         order open: the reader's send waits 200 ms, the reaper's 600 ms once it holds the name."""
         m = ckfs.Mount()
         try:
