@@ -1,20 +1,25 @@
 /*
- * daemon.h — the daemon's shared state (struct ckfs), one per mount, used by the layers of fs/
- * that run in the daemon: write/, steps/ and fuse/ (docs/architecture.md "Source layout"). Each
+ * daemon.h — the daemon's state (struct ckfs), one per mount, used by the layers of fs/ that run
+ * in the daemon: write/, steps/, node/ and fuse/ (docs/architecture.md "Source layout"). Each
  * layer's own header declares its functions and includes the one below it: daemon.h <-
  * write/write.h <- steps/steps.h <- fuse/fuse_int.h.
  *
- * Lock order (never take a lock to the left while holding one to the right):
- *   oinode.lock  ->  ckfs.mu  ->  pins.mu
- *   oinode.lock  ->  ckfs.mu  ->  wb_pool.mu (a leaf: meta.c reads its figures under mu);
- *   oinode.lock -> oinode.fly_mu (a leaf: the pool's lock is taken after releasing it)
- *   oinode.lock -> ra_pool.mu (a leaf: ra_note_read queues chunks under the read lock)
- *   ckfs.mu -> commit_q.mu (a leaf: cq_busy under mu); cq_wait_idle is called with no lock
- *   held, since the commits it waits for take oinode.lock and ckfs.mu
- *   ckfs.mu -> mount_report.mu (a leaf: the step engine notes what the mount sets aside)
- * ckfs.mu guards the index connection and the open-inode table; oinode.lock guards one file's
- * content state; pins.mu guards the pin table and the unlink of chunk files; fly_mu guards what the
- * writer, the file's cutter, the workers and readers share (struct oinode, invariant 6).
+ * State by owner. struct ckfs holds what the layers share (the store, the index and the tables
+ * ckfs.mu guards, below) and one member per layer, each a struct defined in that layer's
+ * *_state.h, which says which lock guards each field: wr (write/write_state.h), steps
+ * (steps/steps_state.h), fuse (fuse/fuse_state.h); the node layer's state is its own, behind
+ * the pointer node (node/node_int.h). A layer touches only its own member; another layer goes
+ * through the owner's accessors (steps_settings, cq_on, write_counts, ...). The *_state.h
+ * headers hold only definitions, so that this one can embed them by value without their
+ * functions: calls still run one way (the `layers` test checks the libraries' symbols).
+ *
+ * Lock order: every mutex of fs/ has a rank in fs/core/lockrank.h, written once there and
+ * checked in debug builds (ckpt_lock aborts on an out-of-order take). In short: a directory
+ * snapshot and an open file's oinode.lock (a rwlock, not ranked) come before ckfs.mu; after it
+ * come the node's locks, the commit queue's, the pins', an open file's fly_mu, the pools', the
+ * space reserve's, the mount report's and the stats cache's, in that order. fuse.inval_mu is
+ * outside the order: taken with a deadline, before ckfs.mu. cq_wait_idle is called with no lock
+ * held, since the commits it waits for take oinode.lock and ckfs.mu.
  */
 #ifndef CKPTFS_FS_DAEMON_H
 #define CKPTFS_FS_DAEMON_H
@@ -53,14 +58,55 @@ struct lookup_ent {
 #define VINO_RANK_MAX (1u << 20)
 #define VINO_RANK_META(rank) (VINO_BASE + 4096 + (uint64_t)(rank))
 
-/* Daemon-wide state: one per mount. */
+/*
+ * The three calls that run from a lower layer up to a higher one. Each stays a callback because
+ * neither a return value nor a queue can replace it without a change of behaviour, of lock
+ * order, or a new thread:
+ *
+ * on_commit (write -> steps; steps_on_commit, wired by the FUSE layer before the session, read
+ *   without a lock): the committer thread (write/commit.c) is the write path's own thread, so
+ *   no caller above it could take a return value. A queue drained by the step engine would
+ *   need a drainer: the reaper runs every REAP_PERIOD_NS, and cq_wait_idle promises that once
+ *   it returns the steps of the files closed before are judged (a tracker read after a close
+ *   sees the step, commit.c "What still waits"); draining there would move the step engine's
+ *   work, and fs->mu, onto every reader of a tracker. Called with no lock held.
+ * flush_inval (steps -> FUSE; fs_flush_inval, wired like on_commit): the reaper is the step
+ *   engine's own thread and the only sender when no request comes; the names it queues
+ *   (steps_inval_queue) are otherwise sent only by a later opendir or release. A return value
+ *   has nobody to go to. Called with no lock held (the send may wait on a directory lock the
+ *   kernel holds for a request that waits on fs->mu).
+ * global_ok (steps -> node; node.c global_ok): a question the step engine asks in the middle
+ *   of a judgement, retention or a tracker answer, with fs->mu held, about the node layer's
+ *   sets (under node->mu, CKPT_RANK_NODE, after fs->mu). A queue cannot answer a question; a
+ *   copy of the sets kept in the step engine would have the node thread take fs->mu to update
+ *   it. Written under fs->mu (node_open, node_stop), called with fs->mu held; NULL: one node,
+ *   every complete step counts.
+ */
+struct ckfs;
+struct ckfs_upcalls {
+	void (*on_commit)(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
+	void (*flush_inval)(struct ckfs *fs);
+	bool (*global_ok)(struct ckfs *fs, const struct idx_step *s);
+};
+
+/*
+ * Daemon-wide state: one per mount, made by the FUSE layer (fuse/daemon.c serve), which
+ * starts and stops each layer in order; lives until the daemon exits.
+ *
+ * mu (CKPT_RANK_FS) is one lock, by design for now, over the index connection ix, the
+ * open-inode table otab (write/oinode.c), the lookup table ltab (write/inode.c) and the step
+ * engine's state (steps, as steps_state.h says): a step's judgement reads index rows and open
+ * files' state and writes rows in one critical section, and the FUSE requests that resolve
+ * paths read the same rows. Splitting it needs an order between the index and the tables that
+ * every one of those sections keeps; lockrank.h is where such a split would be written.
+ */
 struct ckfs {
-	struct ckpt_repo *repo;
+	struct ckpt_repo *repo;  /* owned; set before the session, then read-only */
 	struct idx *ix;          /* borrowed from repo; guarded by mu */
 	struct store *st;        /* borrowed from repo; thread-safe */
-	pthread_mutex_t mu;      /* guards ix, otab; after oinode.lock, before pins.mu */
-	struct oinode *otab[OTAB_BUCKETS];
-	struct lookup_ent *ltab[LTAB_BUCKETS]; /* guarded by mu */
+	pthread_mutex_t mu;      /* guards ix, otab, ltab and most of steps; after oinode.lock */
+	struct oinode *otab[OTAB_BUCKETS]; /* open inodes (write/oinode.c); guarded by mu */
+	struct lookup_ent *ltab[LTAB_BUCKETS]; /* lookup counts (write/inode.c); guarded by mu */
 	struct write_state wr;   /* the write path's (fs/write/write_state.h): its pools, the
 				    staging directory, the mtime clock and counters; no lock of
 				    its own: set before the session, atomics, pools self-locked */
@@ -70,17 +116,9 @@ struct ckfs {
 	struct fuse_state fuse;  /* the FUSE layer's (fs/fuse/fuse_state.h): the session, the
 				    invalidation sender's inval_mu, read-ahead tuning, the
 				    whole-store figures' cache and its stats.mu */
-	/* Upcalls from a lower layer to a higher one, set once before the session starts (the
-	 * FUSE layer wires them; NULL: nothing to tell): the write path's committer tells the step
-	 * engine of a committed file (steps_on_commit), the step engine asks the FUSE layer to send
-	 * the queued invalidations (fs_flush_inval). Called with no lock held. */
-	void (*on_commit)(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
-	void (*flush_inval)(struct ckfs *fs);
-	/* With -o remote (the node layer, fs/node/): is step row s globally complete (policy
-	 * rule 5), with the other nodes' files of it in this namespace? NULL: one node, every
-	 * complete step counts. Called with mu held. */
-	bool (*global_ok)(struct ckfs *fs, const struct idx_step *s);
-	struct node *node;       /* the node layer's state, or NULL (fs/node/node.c) */
+	struct ckfs_upcalls up;  /* calls from a lower layer up to a higher one (above) */
+	struct node *node;       /* the node layer's state (fs/node/node_int.h), or NULL: set by
+				    node_open before the session, cleared under mu by node_stop */
 };
 
 /*

@@ -628,8 +628,8 @@ static int open_store(const struct cfg *c, struct ckfs *fs, uint64_t *ret_inodes
 			     "store of the job)");
 		return -1;
 	}
-	fs->on_commit = steps_on_commit;
-	fs->flush_inval = fs_flush_inval;
+	fs->up.on_commit = steps_on_commit;
+	fs->up.flush_inval = fs_flush_inval;
 	if ((rc = pins_start(fs)) < 0 || (rc = steps_init(fs)) < 0) {
 		startup_fail("cannot prepare the step table of '%s': %s", c->store,
 			     strerror(-rc));

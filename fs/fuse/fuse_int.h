@@ -2,7 +2,7 @@
  * fuse_int.h — the FUSE layer (fs/fuse/): the low-level operations (ops*.c, private parts in
  * ops_int.h), extended attributes and ACLs (xattr.c), the files of /.ckptfs (meta.c) and the
  * daemon's option parsing, mount and session loop (daemon.c). The only layer that includes
- * libfuse; it wires the upcalls of the layers below (fs->on_commit, fs->flush_inval).
+ * libfuse; it wires the upcalls of the layers below (fs->up.on_commit, fs->up.flush_inval).
  *
  * May call: every layer below (steps.h and what it includes), index/ and store/.
  */

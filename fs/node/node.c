@@ -2075,7 +2075,7 @@ static void *node_main(void *arg)
 	return NULL;
 }
 
-/* fs->global_ok: step is globally complete and its other nodes' files are in this node's
+/* fs->up.global_ok: step is globally complete and its other nodes' files are in this node's
  * namespace (show_global), so a resume that reads any rank's file through this mount finds it
  * once a tracker here names the step. */
 static bool global_ok(struct ckfs *fs, const struct idx_step *s)
@@ -2322,7 +2322,7 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 	/* from now on only global steps count, for the trackers and for the retention that
 	 * steps_init runs: none until node_prime has learnt the remote's manifests */
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	fs->global_ok = global_ok;
+	fs->up.global_ok = global_ok;
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return 0;
 }
@@ -2369,7 +2369,7 @@ void node_stop(struct ckfs *fs)
 	presence_leave(n);
 	store_set_fetch(fs->st, NULL, NULL); /* a read after this finds the chunk missing */
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	fs->global_ok = NULL;
+	fs->up.global_ok = NULL;
 	fs->node = NULL;
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	node_free(n);

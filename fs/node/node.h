@@ -21,7 +21,7 @@
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the
- * daemon's threads ask fs->global_ok (node.c global_ok) under fs->mu.
+ * daemon's threads ask fs->up.global_ok (node.c global_ok) under fs->mu.
  */
 #ifndef CKPTFS_FS_NODE_H
 #define CKPTFS_FS_NODE_H
@@ -50,7 +50,7 @@ struct node_cfg {
  * fail here, with err saying which and what to do), record it in STORE/REMOTE_STORE_RECORD
  * (remote.h; a failure is logged, not fatal), let the store fetch missing chunks from it, so
  * that the step engine's checks at mount (steps_init) find the other nodes' chunks, and wire
- * fs->global_ok, so that trackers and retention count globally complete steps only.
+ * fs->up.global_ok, so that trackers and retention count globally complete steps only.
  * err: errlen bytes, filled on failure. Returns 0, -EINVAL (a bad name or nodes), or the
  * remote's -errno. No lock held; call once the store is open, before steps_init.
  */
@@ -60,7 +60,7 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
  * node_prime - before the mount: learn the remote's manifests and show the other nodes' files
  * of every global step (what the node thread does at each tick), so that the first tracker read
  * after a restart names the newest global step; a trainer finding no tracker starts from
- * scratch. node_open wired fs->global_ok: until this returns, no step counts as global.
+ * scratch. node_open wired fs->up.global_ok: until this returns, no step counts as global.
  * Takes the remote's time: one list and one read per manifest not known yet, one more per
  * manifest of a step to show. A remote error is logged and shown in .ckptfs/status (the node
  * thread tries again); never fails. No lock held; call after steps_init, before node_start.

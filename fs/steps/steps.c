@@ -586,8 +586,8 @@ static void *reaper_main(void *arg)
 		steps_reap(fs, false);
 		if (fs->steps.inval.n) {
 			ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-			if (fs->flush_inval)
-				fs->flush_inval(fs);
+			if (fs->up.flush_inval)
+				fs->up.flush_inval(fs);
 			ckpt_lock(&fs->mu, CKPT_RANK_FS);
 		}
 	}

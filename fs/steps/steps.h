@@ -4,7 +4,7 @@
  * removed; the virtual trackers and rank meta.json files; the reaper and recovery.
  *
  * May call: the write path (write.h), the policy (fs/policy/), core, index/ and store/. Never
- * FUSE: names the kernel must forget are sent through fs->flush_inval (daemon.h).
+ * FUSE: names the kernel must forget are sent through fs->up.flush_inval (daemon.h).
  */
 #ifndef CKPTFS_FS_STEPS_H
 #define CKPTFS_FS_STEPS_H
@@ -171,7 +171,7 @@ void steps_settle_now(struct ckfs *fs);
  * steps_retention - apply fs's retention policy (keep_max, keep_every, pins; invariant 4 in
  * steps.c) to the complete steps of layout kind: steps kept only in retained go once a newer
  * step is complete, then all but the newest keep_max unpinned steps are pruned and their
- * chunks released. With fs->global_ok (many nodes) only globally complete steps count toward
+ * chunks released. With fs->up.global_ok (many nodes) only globally complete steps count toward
  * keep_max: a newer step complete here but not yet everywhere is kept beside them, and every
  * step older than the keep_max-th global one goes. Best effort: on an error the transaction is
  * rolled back and nothing is pruned. fs->mu held; runs its own transactions.

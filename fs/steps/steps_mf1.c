@@ -31,7 +31,7 @@
  * else the number of rank_N directories) has its file under the final name, committed, closed
  * and sound. rank_R/meta.json is virtual: it names the newest step complete on all ranks.
  *
- * Across nodes (-o remote, fs->global_ok set) each node judges its own ranks only (mf1_ranks):
+ * Across nodes (-o remote, fs->up.global_ok set) each node judges its own ranks only (mf1_ranks):
  * MindFormers 1.0 has no barrier between the ranks' saves (callback.py CheckpointMonitor.
  * _save_ckpt: each rank saves and writes its own meta.json), so nothing on one node speaks for
  * another node's ranks. The node layer publishes each node's files of the step (manifest.c),
@@ -263,7 +263,7 @@ static int rank_dir_cb(const char *name, uint64_t ino, uint32_t mode, int64_t co
 
 /*
  * The ranks this node judges its steps over, into *ret (malloc'd, the caller frees; NULL for
- * ranks 0 .. count-1). One node: the world (mf1_world), NULL. Across nodes (fs->global_ok):
+ * ranks 0 .. count-1). One node: the world (mf1_world), NULL. Across nodes (fs->up.global_ok):
  * the ranks whose meta.json was claimed here or whose rank_N directory holds a file written here
  * (not one shown from another node, IDX_INODE_FOREIGN). A rank of this node that has written
  * nothing yet at all (its first save) is not counted: as on one node without -o ranks, where it
@@ -276,7 +276,7 @@ static int mf1_ranks(struct ckfs *fs, int **ret)
 	size_t o = 0;
 
 	*ret = NULL;
-	if (!fs->global_ok)
+	if (!fs->up.global_ok)
 		return mf1_world(fs);
 	/* the rank directories first: a listing is not nested in another (one statement each) */
 	if (idx_dir_list(fs->ix, IDX_ROOT_INO, 0, rank_dir_cb, &rs) < 0 || rs.err < 0) {
@@ -349,7 +349,7 @@ static void mf1_judge(struct ckfs *fs, struct idx_step *sp)
 
 	files = (uint64_t)n;
 	snprintf(note, sizeof(note), "all %" PRIu64 " ranks%s written and claimed", files,
-		 fs->global_ok ? " of this node" : "");
+		 fs->up.global_ok ? " of this node" : "");
 	if (idx_step_set_figures(fs->ix, s.id, files, bytes, stored, NULL) < 0 ||
 	    steps_set_state(fs, &s, IDX_STEP_COMPLETE, note) < 0 || idx_commit(fs->ix) < 0) {
 		idx_rollback(fs->ix);
@@ -445,7 +445,7 @@ static int mf1_best_cb(const struct idx_step *s, void *arg)
 	if (b->found && (e < b->epoch || (e == b->epoch && st <= b->step)))
 		return 0;
 	/* across nodes: every node's part in and every rank's file here (node.c show_step) */
-	if (b->fs->global_ok && !b->fs->global_ok(b->fs, s))
+	if (b->fs->up.global_ok && !b->fs->up.global_ok(b->fs, s))
 		return 0;
 	/* the trainer may have deleted it since (keep_checkpoint_max): still all there, or kept
 	 * in /.ckptfs/retained because it was the newest (steps_mf1_before_remove)? */

@@ -227,7 +227,7 @@ void steps_retention(struct ckfs *fs, int kind)
 			/* keep_max >= 1, so the newest unpinned complete step is kept. With many
 			 * nodes only globally complete steps count (policy rule 5): a newer step
 			 * complete here, not yet on every node, is kept beside keep_max global ones */
-			if (!fs->global_ok || fs->global_ok(fs, &s))
+			if (!fs->up.global_ok || fs->up.global_ok(fs, &s))
 				kept++;
 			continue;
 		}

@@ -108,7 +108,7 @@ static int newest_cb(const struct idx_step *s, void *arg)
 		return 0; /* left behind by a rollback or an earlier run (policy rule 6) */
 	if (steps_version_shadowed(c->fs, s))
 		return 0; /* its name holds a new version being written: not what a reader finds */
-	if (c->fs->global_ok && !c->fs->global_ok(c->fs, s))
+	if (c->fs->up.global_ok && !c->fs->up.global_ok(c->fs, s))
 		return 0; /* complete here, not yet on every node */
 	c->best = *s;
 	c->found = true;

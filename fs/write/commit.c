@@ -1,8 +1,8 @@
 /*
  * commit.c — the close-time committer: one thread that makes files closed by their writers
  * durable (oi_commit: in-flight chunks stored, chunk files synced, extents in the index) and
- * then tells the step engine (fs->on_commit: steps_on_commit), so that close() returns once the bytes are in
- * ckptfs's memory instead of once they are on disk.
+ * then tells the step engine (fs->up.on_commit: steps_on_commit), so that close() returns once
+ * the bytes are in ckptfs's memory instead of once they are on disk.
  *
  * What still waits for durability (DESIGN.md "Steps", issue 5):
  *   - fsync and fdatasync (fs_op_fsync commits itself), and unmount (cq_stop before op_destroy's
@@ -91,8 +91,8 @@ static void cq_finish(struct ckfs *fs, struct cjob *j, int rc)
 {
 	if (rc == 0)
 		ckpt_hist_observe(&fs->wr.durable_hist, ckpt_mono_ns() - j->t0);
-	if (rc == 0 && fs->on_commit)
-		fs->on_commit(fs, j->oi, j->pid, j->torn);
+	if (rc == 0 && fs->up.on_commit)
+		fs->up.on_commit(fs, j->oi, j->pid, j->torn);
 	else if (rc < 0)
 		ckpt_log("cannot make inode %llu durable after its close: %s; "
 			"the step holding it will not complete (fsync reports the error)\n",

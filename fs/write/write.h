@@ -7,7 +7,7 @@
  *
  * May call: core (fs/ckptfs.h), the policy (it does not need to), index/ and store/. It knows
  * nothing of steps or FUSE: the committer tells the layer above of a committed file through
- * fs->on_commit (daemon.h).
+ * fs->up.on_commit (daemon.h).
  */
 #ifndef CKPTFS_FS_WRITE_H
 #define CKPTFS_FS_WRITE_H
