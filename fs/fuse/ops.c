@@ -263,15 +263,10 @@ static void op_destroy(void *userdata)
 	steps_stop(fs);
 	/* Make every dirty file durable (a lazy unmount may leave files open). */
 	for (;;) {
-		struct oinode *dirty = NULL;
+		struct oinode *dirty;
 
 		ckpt_lock(&fs->mu, CKPT_RANK_FS);
-		for (unsigned i = 0; i < OTAB_BUCKETS && !dirty; i++)
-			for (struct oinode *oi = fs->otab[i]; oi && !dirty; oi = oi->next)
-				if (atomic_load(&oi->ov_dirty) && !oi->err) {
-					dirty = oi;
-					dirty->refs++;
-				}
+		dirty = oi_next_dirty(fs);
 		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 		if (!dirty)
 			break;
@@ -295,14 +290,7 @@ static void op_destroy(void *userdata)
 	if (!ok)
 		idx_rollback(fs->ix);
 	ino_release_finish(fs, &fr, ok);
-	for (unsigned i = 0; i < LTAB_BUCKETS; i++) {
-		while (fs->ltab[i]) {
-			struct lookup_ent *n = fs->ltab[i]->next;
-
-			free(fs->ltab[i]);
-			fs->ltab[i] = n;
-		}
-	}
+	ino_lookups_free(fs);
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 }
 

@@ -41,6 +41,18 @@ void ino_lookup_inc(struct ckfs *fs, uint64_t ino)
 	(*pp)->n++;
 }
 
+void ino_lookups_free(struct ckfs *fs)
+{
+	for (unsigned i = 0; i < LTAB_BUCKETS; i++) {
+		while (fs->ltab[i]) {
+			struct lookup_ent *n = fs->ltab[i]->next;
+
+			free(fs->ltab[i]);
+			fs->ltab[i] = n;
+		}
+	}
+}
+
 bool ino_referenced(struct ckfs *fs, uint64_t ino)
 {
 	return *lookup_slot(fs, ino) != NULL || oi_find(fs, ino) != NULL;

@@ -33,6 +33,17 @@ struct oinode *oi_find(struct ckfs *fs, uint64_t ino)
 	return oi;
 }
 
+struct oinode *oi_next_dirty(struct ckfs *fs)
+{
+	for (unsigned i = 0; i < OTAB_BUCKETS; i++)
+		for (struct oinode *oi = fs->otab[i]; oi; oi = oi->next)
+			if (atomic_load(&oi->ov_dirty) && !oi->err) {
+				oi->refs++;
+				return oi;
+			}
+	return NULL;
+}
+
 static void oi_free(struct ckfs *fs, struct oinode *oi)
 {
 	/* drained by the caller (invariant 5): no job left, the cutter idle; what was not stored

@@ -433,6 +433,13 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret);
 struct oinode *oi_find(struct ckfs *fs, uint64_t ino);
 
 /*
+ * oi_next_dirty - an open inode whose content is not durable (ov_dirty) and has not failed
+ * (no err), with a reference taken for the caller (oi_put), or NULL when none is left: the
+ * unmount's last commits (op_destroy). Caller holds fs->mu.
+ */
+struct oinode *oi_next_dirty(struct ckfs *fs);
+
+/*
  * oi_put - drop a reference (fs->mu NOT held; takes it). On the last one: discards uncommitted
  * chunks, frees the state, and deletes the inode from the index when its nlink is 0.
  */
@@ -566,6 +573,9 @@ void ino_lookup_inc(struct ckfs *fs, uint64_t ino);
  * no name left and no open file is deleted from the index (a failure leaves it to idx_recover).
  */
 void ino_forget_locked(struct ckfs *fs, uint64_t ino, uint64_t n);
+/* ino_lookups_free - forget every lookup count (fs->ltab): the kernel holds no inode any more
+ * (op_destroy, after the last request). fs->mu held. */
+void ino_lookups_free(struct ckfs *fs);
 /*
  * ino_forget_count - the kernel dropped n references to ino; true when none is left, and the
  * inode is then to be passed to ino_reap_many. fs->mu held.
