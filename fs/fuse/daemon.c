@@ -811,8 +811,7 @@ static void teardown(struct ckfs *fs, int ret)
 		ckpt_repo_set_mount(fs->repo, NULL); /* on failure, it is refused until we exit */
 	steps_checker_join(fs); /* a mount that failed never reached op_destroy's steps_stop */
 	node_stop(fs); /* before the steps' last judgments: it takes fs->mu */
-	if (fs->fuse.se)
-		/* calls op_destroy: dirty files become durable */
+	if (fs->fuse.se) /* calls op_destroy: dirty files become durable */
 		fuse_session_destroy(fs->fuse.se);
 	cq_stop(fs);
 	wb_stop(fs);
