@@ -3,9 +3,10 @@
  * `steps` of struct ckfs, fs/daemon.h): its settings, its runtime facts, its threads, the
  * special inodes of /.ckptfs, the mount's report and the queue of names the kernel must forget.
  *
- * Owner: the step engine (the files of fs/steps/). Only its files read or write these fields; another
- * layer goes through the accessors of steps.h (steps_opts, steps_meta_ino, steps_save_hist,
- * steps_inval_pending) or fills the settings once through steps_configure, before steps_init.
+ * Owner: the step engine (the files of fs/steps/). Only its files read or write these fields;
+ * another layer goes through the accessors of steps.h (steps_settings, steps_meta_ino,
+ * steps_save_hist, steps_inval_pending) or fills the settings once through steps_configure,
+ * before steps_init.
  * This header holds only definitions (no functions, no include of daemon.h) so that daemon.h
  * can embed the struct by value.
  *
@@ -31,9 +32,9 @@
 struct step_rt;
 
 /*
- * The step engine's settings, from the mount options (fs/fuse/daemon.c fs_configure ->
+ * The step engine's settings, from the mount options (fs/fuse/daemon.c configure ->
  * steps_configure). Written once before the session starts; read without a lock afterwards,
- * by any layer, through steps_opts (steps.h).
+ * by any layer, through steps_settings (steps.h).
  */
 struct steps_opts {
 	int layout;              /* -o layout=NAME; LAYOUT_NONE (0) automatic; -1 none at all */
