@@ -302,19 +302,55 @@ int remote_head(struct remote *r, const char *key, uint64_t *ret_size)
 	return remote_head_with(r, key, NULL, ret_size);
 }
 
-int remote_list_with(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
-		     const struct remote_call *call)
+/* The listing of remote_list_after as its caller asked for it. */
+struct after_ctx {
+	const char *after;
+	remote_list_fn fn;
+	void *arg;
+};
+
+/* Pass on only the keys above after: the contract holds with an S3-compatible endpoint that
+ * ignores start-after and answers the whole listing. */
+static int after_cb(const char *key, uint64_t size, void *arg)
+{
+	const struct after_ctx *c = arg;
+
+	return strcmp(key, c->after) > 0 ? c->fn(key, size, c->arg) : 0;
+}
+
+int remote_list_after_with(struct remote *r, const char *prefix, const char *after,
+			   remote_list_fn fn, void *arg, const struct remote_call *call)
 {
 	struct remote_lim lim;
 	int rc = remote_lim_init(&lim, call);
 
 	if (!prefix)
 		prefix = "";
-	if (rc == 0 && (!fn || strnlen(prefix, REMOTE_KEY_MAX + 1) > REMOTE_KEY_MAX))
+	if (!after)
+		after = "";
+	if (rc == 0 && (!fn || strnlen(prefix, REMOTE_KEY_MAX + 1) > REMOTE_KEY_MAX ||
+			strnlen(after, REMOTE_KEY_MAX + 1) > REMOTE_KEY_MAX))
 		rc = -EINVAL;
-	if (rc == 0)
-		rc = r->ops->list(r, prefix, fn, arg, &lim);
+	if (rc == 0 && after[0]) {
+		struct after_ctx c = { after, fn, arg };
+
+		rc = r->ops->list(r, prefix, after, after_cb, &c, &lim);
+	} else if (rc == 0) {
+		rc = r->ops->list(r, prefix, after, fn, arg, &lim);
+	}
 	return done(&lim, rc, "list the keys starting with", prefix);
+}
+
+int remote_list_after(struct remote *r, const char *prefix, const char *after,
+		      remote_list_fn fn, void *arg)
+{
+	return remote_list_after_with(r, prefix, after, fn, arg, NULL);
+}
+
+int remote_list_with(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
+		     const struct remote_call *call)
+{
+	return remote_list_after_with(r, prefix, NULL, fn, arg, call);
 }
 
 int remote_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg)

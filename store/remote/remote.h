@@ -260,6 +260,26 @@ int remote_list_with(struct remote *r, const char *prefix, remote_list_fn fn, vo
 		     const struct remote_call *call);
 
 /*
+ * remote_list_after - remote_list, but only the objects whose key is above after in byte order
+ * (memcmp of the bytes, a shorter key below any key it begins; S3 calls it "UTF-8 binary
+ * order"): a caller that saw the keys up to K lists only what was put above K since. after ""
+ * or NULL: every key, as remote_list. Keys at or below after that were put or deleted since are
+ * not seen: only a whole listing learns them.
+ * S3: ListObjectsV2 with start-after (AWS S3 API Reference, ListObjectsV2: "StartAfter is where
+ * you want Amazon S3 to start listing from. Amazon S3 starts listing after this specified key";
+ * results "in UTF-8 binary order"), so the endpoint sends only the keys after it; the keys are
+ * also checked here, for an endpoint that ignores the parameter. Directory: the walk skips the
+ * directories whose keys all sort at or below after, so it reads the directories of the newer
+ * keys only. Order and the rest as remote_list.
+ * Returns as remote_list; -EINVAL also when after is longer than REMOTE_KEY_MAX.
+ * Thread-safe (invariant 3).
+ */
+int remote_list_after(struct remote *r, const char *prefix, const char *after,
+		      remote_list_fn fn, void *arg);
+int remote_list_after_with(struct remote *r, const char *prefix, const char *after,
+			   remote_list_fn fn, void *arg, const struct remote_call *call);
+
+/*
  * remote_delete - delete the object at key. Deleting an absent object returns 0 (S3's DELETE
  * cannot tell the two apart). Directory: the file is unlinked and the directory fsynced; empty
  * parent directories are left in place. Returns 0, or the S3 errors above; directory: errors of

@@ -271,9 +271,22 @@ static bool may_match(const char *rel, size_t rlen, const char *prefix)
 	return strncmp(rel, prefix, rlen < plen ? rlen : plen) == 0;
 }
 
-/* Walk the directory whose key prefix is rel (rlen bytes, "" or ending in '/'; PATH_MAX buffer). */
+/*
+ * Whether the walk can find keys above after (byte order) under directory key rel (rlen bytes,
+ * ending in '/'): every key below starts with rel, so when rel is below after and after does
+ * not start with rel, they differ first at a byte where rel's is the smaller, and every key
+ * below is too. Such a directory is not read: a listing after the last key seen costs the
+ * directories of the newer keys, not the whole tree.
+ */
+static bool may_follow(const char *rel, size_t rlen, const char *after)
+{
+	return !after[0] || strncmp(rel, after, rlen) >= 0;
+}
+
+/* Walk the directory whose key prefix is rel (rlen bytes, "" or ending in '/'; PATH_MAX buffer),
+ * calling fn for the keys starting with prefix and above after ("" for all). */
 static int walk(struct remote_dir *d, char *rel, size_t rlen, const char *prefix,
-		remote_list_fn fn, void *arg)
+		const char *after, remote_list_fn fn, void *arg)
 {
 	char path[PATH_MAX];
 	struct dirent *de;
@@ -300,9 +313,11 @@ static int walk(struct remote_dir *d, char *rel, size_t rlen, const char *prefix
 		} else if (S_ISDIR(st.st_mode)) {
 			rel[rlen + nlen] = '/';
 			rel[rlen + nlen + 1] = '\0';
-			if (may_match(rel, rlen + nlen + 1, prefix))
-				rc = walk(d, rel, rlen + nlen + 1, prefix, fn, arg);
-		} else if (S_ISREG(st.st_mode) && strncmp(rel, prefix, strlen(prefix)) == 0) {
+			if (may_match(rel, rlen + nlen + 1, prefix) &&
+			    may_follow(rel, rlen + nlen + 1, after))
+				rc = walk(d, rel, rlen + nlen + 1, prefix, after, fn, arg);
+		} else if (S_ISREG(st.st_mode) && strncmp(rel, prefix, strlen(prefix)) == 0 &&
+			   strcmp(rel, after) > 0) {
 			rc = fn(rel, (uint64_t)st.st_size, arg);
 		}
 		rel[rlen] = '\0';
@@ -313,8 +328,8 @@ static int walk(struct remote_dir *d, char *rel, size_t rlen, const char *prefix
 	return rc;
 }
 
-static int dir_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
-		    const struct remote_lim *lim)
+static int dir_list(struct remote *r, const char *prefix, const char *after, remote_list_fn fn,
+		    void *arg, const struct remote_lim *lim)
 {
 	char rel[PATH_MAX] = "";
 	struct stat st;
@@ -325,7 +340,7 @@ static int dir_list(struct remote *r, const char *prefix, remote_list_fn fn, voi
 		return -errno;
 	if (!S_ISDIR(st.st_mode))
 		return -ENOTDIR;
-	return walk(to_dir(r), rel, 0, prefix, fn, arg);
+	return walk(to_dir(r), rel, 0, prefix, after, fn, arg);
 }
 
 static int dir_del(struct remote *r, const char *key, const struct remote_lim *lim)

@@ -31,8 +31,9 @@ struct remote_ops {
 			 const struct remote_lim *lim, size_t *ret_got);
 	int (*head)(struct remote *r, const char *key, const struct remote_lim *lim,
 		    uint64_t *ret_size);
-	int (*list)(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
-		    const struct remote_lim *lim);
+	/* after: "" for every key, else only keys above it in byte order (remote_list_after) */
+	int (*list)(struct remote *r, const char *prefix, const char *after, remote_list_fn fn,
+		    void *arg, const struct remote_lim *lim);
 	int (*del)(struct remote *r, const char *key, const struct remote_lim *lim);
 	/* the URL requests go to ("http://host:port"), or NULL when none is sent over a network
 	 * (the directory backend: NULL op) */

@@ -281,8 +281,16 @@ static int s3_head(struct remote *r, const char *key, const struct remote_lim *l
 	return rc;
 }
 
-/* The ListObjectsV2 query for prefix pre (full, encoded) after continuation token tok (or NULL). */
-static int list_query(const char *tok, const char *pre, int max_keys, char *q, size_t cap)
+/*
+ * The ListObjectsV2 query for prefix pre (full, encoded) after continuation token tok (or NULL),
+ * starting after key eafter (full, encoded; "" for none). AWS S3 API Reference, ListObjectsV2:
+ * "start-after: StartAfter is where you want Amazon S3 to start listing from. Amazon S3 starts
+ * listing after this specified key", and keys are returned "in UTF-8 binary order"; a page
+ * after the first follows its continuation token, which already carries the position, so
+ * start-after is sent with the first page only.
+ */
+static int list_query(const char *tok, const char *pre, const char *eafter, int max_keys,
+		      char *q, size_t cap)
 {
 	char etok[2048], mk[32] = "";
 	int n;
@@ -291,40 +299,49 @@ static int list_query(const char *tok, const char *pre, int max_keys, char *q, s
 		return -EPROTO;
 	if (max_keys > 0)
 		snprintf(mk, sizeof(mk), "&max-keys=%d", max_keys);
-	/* Names in byte order: continuation-token, list-type, max-keys, prefix. */
-	n = snprintf(q, cap, "%s%s%slist-type=2%s%s%s", tok ? "continuation-token=" : "",
-		     tok ? etok : "", tok ? "&" : "", mk, pre[0] ? "&prefix=" : "", pre);
+	/* Names in byte order (SigV4's canonical query string): continuation-token, list-type,
+	 * max-keys, prefix, start-after. */
+	n = snprintf(q, cap, "%s%s%slist-type=2%s%s%s%s%s", tok ? "continuation-token=" : "",
+		     tok ? etok : "", tok ? "&" : "", mk, pre[0] ? "&prefix=" : "", pre,
+		     !tok && eafter[0] ? "&start-after=" : "", !tok ? eafter : "");
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
 /* One ListObjectsV2 page: the full answer in resp (caller frees resp->body.buf). */
-static int list_page(struct remote_s3 *s, const char *tok, const char *epre, int max_keys,
-		     const struct remote_lim *lim, struct s3_resp *resp)
+static int list_page(struct remote_s3 *s, const char *tok, const char *epre, const char *eafter,
+		     int max_keys, const struct remote_lim *lim, struct s3_resp *resp)
 {
-	char query[8192];
+	char query[16384];
 	struct s3_req req = { .method = "GET", .query = query };
-	int rc = list_query(tok, epre, max_keys, query, sizeof(query));
+	int rc = list_query(tok, epre, eafter, max_keys, query, sizeof(query));
 
 	if (rc == 0)
 		rc = s3_perform(s, &req, lim, resp);
 	return rc;
 }
 
-static int s3_list(struct remote *r, const char *prefix, remote_list_fn fn, void *arg,
-		   const struct remote_lim *lim)
+static int s3_list(struct remote *r, const char *prefix, const char *after, remote_list_fn fn,
+		   void *arg, const struct remote_lim *lim)
 {
 	struct remote_s3 *s = to_s3(r);
-	char full[2 * REMOTE_KEY_MAX + 2], epre[3 * sizeof(full)], *tok = NULL;
+	char full[2 * REMOTE_KEY_MAX + 2], epre[3 * sizeof(full)], eafter[3 * sizeof(full)] = "";
+	char *tok = NULL;
 	int rc;
 
 	snprintf(full, sizeof(full), "%s%s", s->prefix, prefix);
 	if (s3_encode(full, false, epre, sizeof(epre)) < 0)
 		return -EINVAL;
+	/* the bucket's key is PREFIX/after: "" stays "" (no start-after, every key) */
+	if (after[0]) {
+		snprintf(full, sizeof(full), "%s%s", s->prefix, after);
+		if (s3_encode(full, false, eafter, sizeof(eafter)) < 0)
+			return -EINVAL;
+	}
 	do {
 		struct s3_resp resp = { 0 };
 		char *next = NULL;
 
-		rc = list_page(s, tok, epre, 0, lim, &resp);
+		rc = list_page(s, tok, epre, eafter, 0, lim, &resp);
 		if (rc == 0)
 			rc = status_rc(&resp);
 		if (rc == 0)
@@ -483,7 +500,7 @@ static int s3_check(struct remote_s3 *s, const struct s3_conf *c, char *err, siz
 
 	remote_lim_init(&lim, NULL); /* explain() writes the message */
 	if (rc == 0)
-		rc = list_page(s, NULL, epre, 1, &lim, &resp);
+		rc = list_page(s, NULL, epre, "", 1, &lim, &resp);
 	if (rc < 0 || resp.status < 200 || resp.status >= 300) {
 		rc = explain(s, c, rc, &resp, err, errlen);
 	} else {

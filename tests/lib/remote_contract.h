@@ -179,6 +179,71 @@ static __attribute__((unused)) void rc_list(struct remote *r, const char *base)
 	cr_assert_eq(s.n, 0, "%d keys left after deleting all", s.n);
 }
 
+/*
+ * rc_list_after - list after a key: only keys above it in byte order (a shorter key below one
+ * it begins; UTF-8's bytes above ASCII), with and without a prefix, from a key that is not an
+ * object, from the last key (nothing), from "" (everything), and a key put below it later is
+ * not seen while one put above it is.
+ */
+static __attribute__((unused)) void rc_list_after(struct remote *r, const char *base)
+{
+	static const char *names[] = { "m/0/0009/x", "m/0/0010/a", "m/0/0010/b", "m/1/0001/a",
+				       "m/\xc3\xa9", "n" };
+	struct rk_seen s = { .base = base };
+	char key[256], after[256], pre[256], longk[REMOTE_KEY_MAX + 2];
+	size_t i;
+
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		cr_assert_eq(remote_put(r, rk_key(key, sizeof(key), base, names[i]), names[i],
+					strlen(names[i])), 0);
+
+	rk_key(after, sizeof(after), base, "m/0/0010");
+	cr_assert_eq(remote_list_after(r, base, after, rk_collect, &s), 0);
+	cr_assert_eq(s.n, 5, "listed %d keys after 'm/0/0010'", s.n);
+	cr_assert(!rk_has(&s, "m/0/0009/x", 10));
+	for (i = 1; i < sizeof(names) / sizeof(names[0]); i++)
+		cr_assert(rk_has(&s, names[i], strlen(names[i])), "'%s' not listed", names[i]);
+
+	s.n = 0;
+	rk_key(after, sizeof(after), base, "m/0/0010/a");
+	cr_assert_eq(remote_list_after(r, rk_key(pre, sizeof(pre), base, "m/"), after, rk_collect,
+				       &s), 0);
+	cr_assert_eq(s.n, 3, "listed %d keys of 'm/' after 'm/0/0010/a'", s.n);
+	cr_assert(rk_has(&s, "m/0/0010/b", 10) && rk_has(&s, "m/1/0001/a", 10));
+	cr_assert(rk_has(&s, "m/\xc3\xa9", 4), "a UTF-8 key sorts above ASCII ones");
+
+	s.n = 0; /* from a key that is no object, between two */
+	rk_key(after, sizeof(after), base, "m/0/0009/y");
+	cr_assert_eq(remote_list_after(r, base, after, rk_collect, &s), 0);
+	cr_assert_eq(s.n, 5);
+	cr_assert(!rk_has(&s, "m/0/0009/x", 10));
+
+	s.n = 0;
+	rk_key(after, sizeof(after), base, "n");
+	cr_assert_eq(remote_list_after(r, base, after, rk_collect, &s), 0);
+	cr_assert_eq(s.n, 0, "listed %d keys after the last", s.n);
+	cr_assert_eq(remote_list_after(r, base, "", rk_collect, &s), 0);
+	cr_assert_eq(s.n, 6, "listed %d keys after \"\"", s.n);
+
+	/* a key put below the position is not seen, one put above is */
+	cr_assert_eq(remote_put(r, rk_key(key, sizeof(key), base, "m/0/0008/z"), "z", 1), 0);
+	cr_assert_eq(remote_put(r, rk_key(key, sizeof(key), base, "m/0/0011/z"), "z", 1), 0);
+	s.n = 0;
+	rk_key(after, sizeof(after), base, "m/0/0010/b");
+	cr_assert_eq(remote_list_after(r, base, after, rk_collect, &s), 0);
+	cr_assert_eq(s.n, 4, "listed %d keys after 'm/0/0010/b'", s.n);
+	cr_assert(rk_has(&s, "m/0/0011/z", 1) && !rk_has(&s, "m/0/0008/z", 1));
+
+	memset(longk, 'a', REMOTE_KEY_MAX + 1);
+	longk[REMOTE_KEY_MAX + 1] = '\0';
+	cr_assert_eq(remote_list_after(r, base, longk, rk_collect, &s), -EINVAL);
+
+	cr_assert_eq(remote_delete(r, rk_key(key, sizeof(key), base, "m/0/0008/z")), 0);
+	cr_assert_eq(remote_delete(r, rk_key(key, sizeof(key), base, "m/0/0011/z")), 0);
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		cr_assert_eq(remote_delete(r, rk_key(key, sizeof(key), base, names[i])), 0);
+}
+
 struct rk_racer {
 	struct remote *r;
 	const char *key;

@@ -48,6 +48,11 @@ Test(remote_dir, list)
 	rc_list(r, "l/");
 }
 
+Test(remote_dir, list_after)
+{
+	rc_list_after(r, "la/");
+}
+
 Test(remote_dir, race_put_if_absent)
 {
 	struct remote *rs[2] = { r, NULL };

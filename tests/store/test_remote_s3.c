@@ -61,6 +61,16 @@ Test(remote_s3, list)
 	remote_close(r);
 }
 
+Test(remote_s3, list_after)
+{
+	struct remote *r = open_s3(NULL);
+	char base[64];
+
+	rk_base(base, sizeof(base), "list_after");
+	rc_list_after(r, base);
+	remote_close(r);
+}
+
 /* A URL prefix is invisible to keys: s3://B/p/q plus "k" is object p/q/k. */
 Test(remote_s3, url_prefix)
 {
@@ -322,6 +332,8 @@ Test(remote_cephfs, contract)
 	rc_basic(r, base);
 	rk_base(base, sizeof(base), "list");
 	rc_list(r, base);
+	rk_base(base, sizeof(base), "list_after");
+	rc_list_after(r, base);
 	remote_close(r);
 }
 
