@@ -164,12 +164,15 @@ static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, jso
 }
 
 char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const char *node,
-			const char *version)
+			const char *version, bool unpadded)
 {
+	int w = unpadded ? 0 : NODE_STEP_DIGITS;
+
 	if (version[0])
-		snprintf(key, cap, "manifests/%d/%" PRId64 "/%s/%s.json", kind, step, node, version);
+		snprintf(key, cap, "manifests/%d/%0*" PRId64 "/%s/%s.json", kind, w, step, node,
+			 version);
 	else
-		snprintf(key, cap, "manifests/%d/%" PRId64 "/%s.json", kind, step, node);
+		snprintf(key, cap, "manifests/%d/%0*" PRId64 "/%s.json", kind, w, step, node);
 	return key;
 }
 

@@ -68,6 +68,11 @@ static unsigned node_record_steps(const struct ckfs *fs)
 	return keep > NODE_RECORD_STEPS ? keep : NODE_RECORD_STEPS;
 }
 
+/* Longest time between two whole listings of the remote's manifests, ns: the listings between
+ * list only the keys above the newest global step's (learn), and a whole one learns what those
+ * cannot see: manifests removed (remote gc), a part put late for an older step. */
+#define NODE_FULL_LIST_NS (10 * 1000000000LL)
+
 /* Most manifests one learn reads in the node thread, the newest first (select_keys). */
 #define NODE_LEARN_MAX 4096
 
@@ -432,15 +437,16 @@ static void drop_part(struct node *n, size_t i)
 /* ---- learning the remote's manifests ---- */
 
 /* The node, kind, step and version of a manifest's key "manifests/<kind>/<step>/<node>/
- * <version>.json" (or "manifests/<kind>/<step>/<node>.json", version "", from before versions). */
+ * <version>.json" (or "manifests/<kind>/<step>/<node>.json", version "", from before versions),
+ * and whether its step is unpadded (NODE_STEP_DIGITS). */
 static bool parse_key(const char *key, struct node_part *p)
 {
-	int kind, off = 0;
+	int kind, off = 0, at = 0;
 	long long step;
 	const char *node, *slash;
 	size_t len;
 
-	if (sscanf(key, "manifests/%d/%lld/%n", &kind, &step, &off) != 2 || off == 0)
+	if (sscanf(key, "manifests/%d/%n%lld/%n", &kind, &at, &step, &off) != 2 || off == 0)
 		return false;
 	node = key + off;
 	len = strlen(node);
@@ -463,6 +469,7 @@ static bool parse_key(const char *key, struct node_part *p)
 	}
 	p->kind = kind;
 	p->step = step;
+	p->unpadded = off - at - 1 != NODE_STEP_DIGITS;
 	return true;
 }
 
@@ -477,6 +484,7 @@ struct learn_ctx {
 	struct node *n;
 	struct lkey *keys;
 	size_t nkeys, cap;
+	uint64_t listed; /* keys the listing gave */
 };
 
 static int lkey_add(struct learn_ctx *c, const char *key, int kind, int64_t step)
@@ -510,9 +518,9 @@ static int lkey_newest_first(const void *a, const void *b)
  * Keep the keys learn reads now: at mount (prime), those of the newest NODE_RECORD_STEPS (or
  * keep_checkpoint_max) steps of each layout, so that the mount costs what the kept steps have
  * published, not the whole job; in the node thread, the newest NODE_LEARN_MAX, so that a tick
- * stays short and the older ones come at the next ticks.
+ * stays short and the older ones come at the next ticks. Returns whether keys were left out.
  */
-static void select_keys(struct learn_ctx *c, bool prime, unsigned keep)
+static bool select_keys(struct learn_ctx *c, bool prime, unsigned keep)
 {
 	int64_t last[LAYOUT_KIND_COUNT];
 	unsigned steps[LAYOUT_KIND_COUNT] = { 0 };
@@ -538,7 +546,10 @@ static void select_keys(struct learn_ctx *c, bool prime, unsigned keep)
 		else
 			free(x->key);
 	}
+	bool left = o != c->nkeys;
+
 	c->nkeys = o;
+	return left;
 }
 
 static int learn_cb(const char *key, uint64_t size, void *arg)
@@ -548,13 +559,16 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
 	bool known;
 
 	(void)size;
+	c->listed++;
 	if (!parse_key(key, &p))
 		return 0;
 	ckpt_lock(&c->n->mu, CKPT_RANK_NODE);
 	q = find_part(c->n, p.node, p.kind, p.step);
 	known = q && strcmp(q->version, p.version) == 0;
-	if (known)
+	if (known) {
 		q->seen = true;
+		q->unpadded = p.unpadded; /* a part from remote.json: its key as it is */
+	}
 	ckpt_unlock(&c->n->mu, CKPT_RANK_NODE);
 	if (known || strlen(key) > REMOTE_KEY_MAX)
 		return 0;
@@ -562,22 +576,62 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
 }
 
 /*
+ * Where the next partial listing starts (n->list_after): below every key of each layout's newest
+ * global step, or of its oldest step known when none is global, the lowest of these over the
+ * layouts known; "" (a whole listing) when no part is known. What comes after a global step is
+ * its new versions, the parts of the steps after it, and the manifests with unpadded steps
+ * (NODE_STEP_DIGITS), all above it in byte order. n->mu held.
+ */
+static void list_position(struct node *n)
+{
+	char best[REMOTE_KEY_MAX + 1] = "";
+
+	for (size_t i = 0; i < n->nparts;) {
+		int kind = n->parts[i].kind;
+		int64_t low = n->parts[i].step; /* parts sort by (kind, step, node) */
+		size_t g = key_lower(n->global, n->nglobal, kind + 1, INT64_MIN);
+		char k[REMOTE_KEY_MAX + 1];
+
+		if (g > 0 && n->global[g - 1].kind == kind)
+			low = n->global[g - 1].step;
+		snprintf(k, sizeof(k), "manifests/%d/%0*" PRId64, kind, NODE_STEP_DIGITS, low);
+		if (!best[0] || strcmp(k, best) < 0)
+			memcpy(best, k, sizeof(best));
+		while (i < n->nparts && n->parts[i].kind == kind)
+			i++;
+	}
+	memcpy(n->list_after, best, sizeof(best));
+}
+
+/*
  * Read the manifests not known yet, and forget the parts whose manifest is gone (only after a
- * whole listing: a part is never dropped because a listing failed half-way). Returns 0 or the
- * remote's -errno.
+ * whole listing: a part is never dropped because a listing failed half-way or did not look).
+ * The listing is whole at mount (prime), after a failure or a listing that left keys unread,
+ * after this node's gc removed manifests (n->list_full), and NODE_FULL_LIST_NS after the last
+ * whole one; else it starts at n->list_after (list_position), so that a tick lists the parts of
+ * the steps in flight, not every manifest of the job. Returns 0 or the remote's -errno.
  */
 static int learn(struct node *n, const struct remote_call *call, bool prime)
 {
 	struct learn_ctx c = { .n = n };
+	bool whole = prime || n->list_full || !n->list_after[0] ||
+		     ckpt_mono_ns() >= n->next_full_ns;
+	bool left = false;
 	int rc;
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; i < n->nparts; i++)
+	for (size_t i = 0; whole && i < n->nparts; i++)
 		n->parts[i].seen = false;
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	rc = remote_list_with(n->r, "manifests/", learn_cb, &c, call);
+	rc = remote_list_after_with(n->r, "manifests/", whole ? "" : n->list_after, learn_cb, &c,
+				    call);
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
+	n->lists[whole]++;
+	n->listed[whole] += c.listed;
+	n->last_listed = c.listed;
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (rc == 0)
-		select_keys(&c, prime, node_record_steps(n->fs));
+		left = select_keys(&c, prime, node_record_steps(n->fs));
 	struct node_part *got = NULL;
 	size_t ngot = 0, capgot = 0;
 
@@ -604,6 +658,7 @@ static int learn(struct node *n, const struct remote_call *call, bool prime)
 			rc = -ENOMEM;
 		} else {
 			p.seen = true;
+			p.unpadded = k.unpadded;
 			p.learnt_ns = ckfs_now(n->fs);
 			got[ngot++] = p;
 		}
@@ -616,7 +671,7 @@ static int learn(struct node *n, const struct remote_call *call, bool prime)
 		rc = rc ? rc : arc;
 	}
 	free(got);
-	if (rc == 0) {
+	if (rc == 0 && whole) {
 		size_t seen = 0, o = 0;
 
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
@@ -643,6 +698,12 @@ static int learn(struct node *n, const struct remote_call *call, bool prime)
 			node_set_error(n, "the remote lists none of the %zu manifests known here; "
 				       "is it the right remote?", n->nparts);
 	}
+	n->list_full = rc != 0 || left;
+	if (rc == 0 && whole)
+		n->next_full_ns = ckpt_mono_ns() + NODE_FULL_LIST_NS;
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
+	list_position(n);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return rc;
 }
 
@@ -752,7 +813,8 @@ static int64_t part_newest_mtime(struct node *n, const struct node_part *p)
 	size_t len, i;
 	void *buf;
 
-	node_manifest_key(key, sizeof(key), p->kind, p->step, p->node, p->version);
+	node_manifest_key(key, sizeof(key), p->kind, p->step, p->node, p->version,
+			  p->unpadded);
 	if (remote_get(n->r, key, &buf, &len) < 0)
 		return 0;
 	m = json_loadb(buf, len, 0, NULL);
@@ -1274,7 +1336,7 @@ static int show_step(struct node *n, const struct node_key *k)
 
 		/* this node's own manifest too: after its store was lost, its part is there only */
 		node_manifest_key(key, sizeof(key), v[i].kind, v[i].step, v[i].node,
-				  v[i].version);
+				  v[i].version, v[i].unpadded);
 		if ((rc = remote_get(n->r, key, &buf, &len)) < 0)
 			break;
 		m = json_loadb(buf, len, 0, NULL);
@@ -1583,7 +1645,7 @@ static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int6
 	if (!(text = json_dumps(m, JSON_COMPACT)))
 		return -ENOMEM;
 	node_manifest_key(key, sizeof(key), s->kind, policy_node_step(s), n->name,
-			  json_string_value(json_object_get(m, "version")));
+			  json_string_value(json_object_get(m, "version")), false);
 	rc = remote_put_if_absent(n->r, key, text, strlen(text));
 	if (rc == -EEXIST)
 		rc = manifest_there(n, key, text);
@@ -1771,7 +1833,8 @@ static void withdraw(struct node *n, const struct node_key *k)
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	if ((q = find_part(n, n->name, k->kind, k->step))) {
-		node_manifest_key(key, sizeof(key), q->kind, q->step, q->node, q->version);
+		node_manifest_key(key, sizeof(key), q->kind, q->step, q->node, q->version,
+				  q->unpadded);
 		drop_part(n, (size_t)(q - n->parts));
 	}
 	key_del(n->sealed_here, &n->nsealed, k->kind, k->step);
@@ -1833,7 +1896,8 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	q = find_part(n, n->name, s->kind, me.step);
 	if (q && strcmp(q->version, me.version) != 0)
-		node_manifest_key(old, sizeof(old), q->kind, q->step, q->node, q->version);
+		node_manifest_key(old, sizeof(old), q->kind, q->step, q->node, q->version,
+				  q->unpadded);
 	if (q)
 		q->created_ns = me.created_ns - 1; /* the new version replaces it (add_part) */
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
@@ -2158,12 +2222,13 @@ static int write_remote_json(struct ckfs *fs, struct node *n)
 		if (p->kind >= 0 && p->kind < LAYOUT_KIND_COUNT && p->step < from[p->kind])
 			continue;
 
-		json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:b}",
+		json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:b, s:b}",
 						       "node", p->node, "name", p->name, "version",
 						       p->version, "kind", p->kind, "step",
 						       (json_int_t)p->step, "created_ns",
 						       (json_int_t)p->created_ns, "nodes",
-						       (int)p->nodes, "sealed", (int)p->sealed));
+						       (int)p->nodes, "sealed", (int)p->sealed,
+						       "unpadded", (int)p->unpadded));
 	}
 	for (size_t i = 0; shown && i < n->nshown; i++)
 		if (n->shown[i].kind < 0 || n->shown[i].kind >= LAYOUT_KIND_COUNT ||
@@ -2236,6 +2301,9 @@ static size_t read_remote_json(struct ckfs *fs, struct node *n)
 		p.created_ns = json_integer_value(json_object_get(x, "created_ns"));
 		p.nodes = (unsigned)json_integer_value(json_object_get(x, "nodes"));
 		p.sealed = json_is_true(json_object_get(x, "sealed"));
+		/* a record without the field is from before the padding: its parts' keys are */
+		p.unpadded = !json_object_get(x, "unpadded") ||
+			     json_is_true(json_object_get(x, "unpadded"));
 		n->parts[n->nparts++] = p;
 		loaded++;
 	}
@@ -2406,6 +2474,11 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	    n->published, n->chunks_sent, n->bytes_sent, n->chunks_there);
 	PUT("fetched:          %" PRIu64 " chunks (%" PRIu64 " bytes) of other nodes' files\n",
 	    (uint64_t)n->chunks_fetched, (uint64_t)n->bytes_fetched);
+	PUT("listing:          %" PRIu64 " manifests at the last; %" PRIu64 " listings after "
+	    "the newest global step (%" PRIu64 " manifests), %" PRIu64 " whole (%" PRIu64
+	    " manifests); from '%s'\n",
+	    n->last_listed, n->lists[0], n->listed[0], n->lists[1], n->listed[1],
+	    n->list_after[0] ? n->list_after : "the first key");
 	if (n->last_error[0])
 		PUT("remote error:     %s\n", n->last_error);
 	if (n->disagree[0])
@@ -2507,6 +2580,14 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 		    "Failures talking to the remote, by kind.");
 	for (int k = 0; k < NODE_ERR_COUNT; k++)
 		prom_u64(p, "ckptfs_remote_errors_total", "kind", err_kind[k], n->errors[k]);
+	prom_family(p, "ckptfs_remote_listings_total", "counter",
+		    "Listings of the remote's manifests: whole, or after the newest global step.");
+	prom_u64(p, "ckptfs_remote_listings_total", "listing", "after", n->lists[0]);
+	prom_u64(p, "ckptfs_remote_listings_total", "listing", "whole", n->lists[1]);
+	prom_family(p, "ckptfs_remote_listed_manifests_total", "counter",
+		    "Manifest keys those listings returned.");
+	prom_u64(p, "ckptfs_remote_listed_manifests_total", "listing", "after", n->listed[0]);
+	prom_u64(p, "ckptfs_remote_listed_manifests_total", "listing", "whole", n->listed[1]);
 	prom_family(p, "ckptfs_remote_nodes_disagree", "gauge",
 		    "1 when the nodes disagree (node count, a name taken twice): no step becomes "
 		    "global on this node.");

@@ -22,6 +22,17 @@
  * published before versions (key manifests/<kind>/<step>/<node>.json). */
 #define NODE_VERSION_LEN (2 * STORE_HASH_LEN)
 
+/*
+ * The digits of a step in a manifest's key, zero-padded: every step number (policy_node_step,
+ * never negative, below 2^63) fits, and the keys of a layout sort by step in byte order, the
+ * order a listing after a key follows (remote_list_after): a node lists only the manifests from
+ * the newest global step up (node.c, learn). Manifests published before the padding have the
+ * step unpadded ("manifests/1/100/a/V.json"); their keys still parse, and a key of a step
+ * starting with 1-9 sorts above every padded one of its layout, so listings after a padded key
+ * see them too until remote gc removes them.
+ */
+#define NODE_STEP_DIGITS 20
+
 /* One published manifest, as the node thread keeps it. */
 struct node_part {
 	char node[NODE_NAME_MAX + 1];
@@ -34,6 +45,7 @@ struct node_part {
 	bool sealed;                       /* it carries the seal (policy rule 5) */
 	bool seen;                         /* learn: in this tick's listing */
 	bool stale;                        /* of a save older than this node's save of the step */
+	bool unpadded;                     /* its key has the step unpadded (NODE_STEP_DIGITS) */
 	int64_t learnt_ns;                 /* when this node learnt it (ckfs_now) */
 	int64_t row_id;                    /* this node's part: the step row it was made from, 0:
 					      not matched yet (fetched back, or empty) */
@@ -92,6 +104,13 @@ struct node {
 	int64_t since_ns;     /* this store's first mount with the remote (remote.json) */
 	char store_id[17];    /* this store's identity (remote.json), 16 hex digits */
 	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
+	char list_after[REMOTE_KEY_MAX + 1]; /* where learn's next partial listing starts, "":
+						whole; mu (written), node thread (read) */
+	bool list_full;       /* node thread: the next listing is whole (learn) */
+	int64_t next_full_ns; /* node thread: the next listing is whole from then (ckpt_mono_ns) */
+	uint64_t lists[2];    /* listings of the manifests, [0] partial, [1] whole; mu */
+	uint64_t listed[2];   /* keys they gave; mu */
+	uint64_t last_listed; /* keys the last listing gave; mu */
 	bool busy;            /* node thread: a save here in progress or not global yet */
 	int64_t next_idle_ns; /* node thread: no idle listing before (ckpt_mono_ns) */
 	int64_t next_record_ns; /* node thread: no write of remote.json before (ckpt_mono_ns) */
@@ -137,10 +156,12 @@ void node_dirs_retry(struct node *n);
 
 /*
  * node_manifest_key - the key of a node's part (kind, step, node, version) into key (cap bytes):
- * "manifests/<kind>/<step>/<node>/<version>.json". Returns key.
+ * "manifests/<kind>/<step>/<node>/<version>.json", the step zero-padded to NODE_STEP_DIGITS
+ * digits, or unpadded (a manifest published before the padding) when unpadded is true; version
+ * "" (before versions): "manifests/<kind>/<step>/<node>.json". Returns key. Pure, thread-safe.
  */
 char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const char *node,
-			const char *version);
+			const char *version, bool unpadded);
 
 /*
  * node_manifest_json - this node's manifest of step s (its directory's tree: dirs, files, their

@@ -799,6 +799,16 @@ def megatron_save_two_nodes(a, b, step, ranks=4, size=256 << 10):
     return want
 
 
+# The step in a manifest's key, zero-padded to this many digits (NODE_STEP_DIGITS, fs/node/
+# node_int.h): 'manifests/KIND/STEP/NODE/VERSION.json'.
+MANIFEST_STEP_DIGITS = 20
+
+
+def manifest_step(step):
+    """The step's component of a manifest's key, as a daemon publishes it."""
+    return '%0*d' % (MANIFEST_STEP_DIGITS, step)
+
+
 def put_remote_lease(remote, key, holder, host, age_ns, expiry_s, pid=4242):
     """A lease of the gc protocol (fs/node/lease.h's JSON) at key of the directory remote at
     remote, taken and last renewed age_ns ago, written whole (temp file, rename)."""

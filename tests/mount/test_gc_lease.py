@@ -71,8 +71,11 @@ def remote_files(remote):
 
 
 def part_of(key):
-    """'manifests/KIND/STEP/NODE/VERSION.json' as 'STEP/NODE.json' (fs/node/manifest.c)."""
-    return re.sub(r'/[0-9a-f]{32}\.json$', '.json', re.sub(r'^manifests/\d+/', '', key))
+    """'manifests/KIND/STEP/NODE/VERSION.json' as 'STEP/NODE.json', the step unpadded
+    (fs/node/manifest.c)."""
+    key = re.sub(r'/[0-9a-f]{32}\.json$', '.json', re.sub(r'^manifests/\d+/', '', key))
+    step, rest = key.split('/', 1)
+    return '%d/%s' % (int(step), rest)
 
 class GcLease(unittest.TestCase):
     def setUp(self):

@@ -469,7 +469,7 @@ class ThreeNodes(unittest.TestCase):
         import glob
         import json
         out = []
-        for p in glob.glob(os.path.join(self.remote, 'manifests', '*', str(step), node,
+        for p in glob.glob(os.path.join(self.remote, 'manifests', '*', ckfs.manifest_step(step), node,
                                         '*.json')):
             with open(p) as f:
                 for fl in json.load(f)['files']:

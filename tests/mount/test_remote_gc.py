@@ -89,7 +89,8 @@ class RemoteGc(unittest.TestCase):
     def manifests(self, step=None):
         """{path: set of chunk digests named} of the remote's manifests (of step, or all)."""
         out = {}
-        pat = os.path.join(self.remote, 'manifests', '*', str(step) if step else '*', '**',
+        pat = os.path.join(self.remote, 'manifests', '*', ckfs.manifest_step(step) if step else '*',
+                           '**',
                            '*.json')
         for p in glob.glob(pat, recursive=True):
             try:
