@@ -8,6 +8,7 @@
  *   3. What a pass removes is a doomed step's object or a chunk no kept manifest names, so a
  *      pass that stops half way leaves every kept step whole.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -293,6 +294,67 @@ static int gc_delete(struct rgc *c, struct rgc_tally *g, const char *key)
 }
 
 /* Give gc/lease back: removed when it is still this gc's, else left to its new holder. */
+/* Remove this gc's claim of the lease it took over, if any. Only once that lease is gone or
+ * replaced by this gc's own: a gc reading it stale later then finds no claim, claims it, reads
+ * gc/lease again (claim_takeover) and sees that it is no longer the one it claimed. */
+static void drop_claim(struct rgc *c)
+{
+	if (c->hold.claim[0])
+		(void)remote_delete(c->r, c->hold.claim);
+	c->hold.claim[0] = '\0';
+}
+
+/*
+ * Claim the takeover of lease cur (RGC_CLAIM_PREFIX, protocol 3), then check that gc/lease is
+ * still cur: a claim is of one lease, and another gc may have taken it over and released it
+ * since this gc read it. Returns 0 (claimed: c->hold.claim), -EAGAIN (another gc claimed it, or
+ * gc/lease is another lease now: said, RGC_BLOCKED), -EEXIST (gc/lease is gone: take it
+ * afresh), or the remote's -errno (said).
+ */
+static int claim_takeover(struct rgc *c, const struct lease *cur)
+{
+	char host[sizeof(cur->host)];
+	struct lease now;
+	int rc, st;
+
+	/* the host as a key's bytes: a damaged lease must not make an invalid key */
+	for (size_t i = 0; i < sizeof(host); i++) {
+		char ch = cur->host[i];
+
+		host[i] = !ch || isalnum((unsigned char)ch) || ch == '-' || ch == '.' ? ch : '_';
+		if (!ch)
+			break;
+	}
+	snprintf(c->hold.claim, sizeof(c->hold.claim), RGC_CLAIM_PREFIX "%s-%" PRId64 "-%" PRId64,
+		 host[0] ? host : "_", cur->pid, cur->created_ns);
+	rc = lease_put(c->r, c->hold.claim, &c->hold.mine, true);
+	if (rc == -EEXIST) {
+		c->hold.claim[0] = '\0';
+		say(c, RGC_BLOCKED, "another gc took the remote's '%s' over at the same time; let it "
+			"finish", LEASE_GC_KEY);
+		return -EAGAIN;
+	}
+	if (rc < 0) {
+		c->hold.claim[0] = '\0';
+		say_err(c, "cannot claim the remote's '%s': %s", LEASE_GC_KEY, strerror(-rc));
+		return rc;
+	}
+	st = lease_read(c->r, LEASE_GC_KEY, lease_now_ns(), &now);
+	if ((st == LEASE_LIVE || st == LEASE_STALE) && lease_same(&now, cur) &&
+	    now.renewed_ns == cur->renewed_ns)
+		return 0;
+	drop_claim(c);
+	if (st == LEASE_ABSENT)
+		return -EEXIST;
+	if (st < 0 && st != -EBADMSG) {
+		say_err(c, "cannot read the remote's '%s': %s", LEASE_GC_KEY, strerror(-st));
+		return st;
+	}
+	say(c, RGC_BLOCKED, "another gc took the remote's '%s' over at the same time; let it finish",
+	    LEASE_GC_KEY);
+	return -EAGAIN;
+}
+
 static void release_lease(struct rgc *c)
 {
 	struct lease cur;
@@ -308,6 +370,8 @@ static void release_lease(struct rgc *c)
 	if ((rc = remote_delete(c->r, LEASE_GC_KEY)) < 0)
 		say_err(c, "cannot remove the gc's lease '%s': %s; nodes wait until it lapses (%d s) "
 			"or it is removed", LEASE_GC_KEY, strerror(-rc), LEASE_GC_EXPIRY_S);
+	else
+		drop_claim(c);
 }
 
 /* Write a new lease of this gc at gc/lease, put-if-absent unless replace. Returns lease_put's. */
@@ -357,12 +421,22 @@ static int take_lease(struct rgc *c, bool force)
 				"or damaged); if no gc runs, run again with --force", LEASE_GC_KEY);
 			return -EAGAIN;
 		}
-		if ((rc = put_mine(c, true)) < 0)
+		/* of the gcs taking over this lease at once, one claims it and goes on */
+		if (st != -EBADMSG) {
+			if ((rc = claim_takeover(c, &cur)) == -EEXIST)
+				continue; /* gone since: take it afresh */
+			if (rc < 0)
+				return rc;
+		}
+		if ((rc = put_mine(c, true)) < 0) {
+			drop_claim(c);
 			break;
-		/* two gcs taking over the same stale lease at once: the later write wins, the
-		 * other sees it here (or at its first renewal, rgc_keep) and stops */
+		}
+		/* a forced takeover of what is no lease has no claim: of two at once, the later
+		 * write wins, and the other sees it here (or at its first renewal, rgc_keep) */
 		if (lease_read(c->r, LEASE_GC_KEY, lease_now_ns(), &back) != LEASE_LIVE ||
 		    !lease_same(&back, &c->hold.mine)) {
+			drop_claim(c);
 			say(c, RGC_BLOCKED, "another gc took the remote's '%s' over at the same time; let it "
 				"finish", LEASE_GC_KEY);
 			return -EAGAIN;

@@ -20,7 +20,8 @@
  *      once LEASE_GC_DEADLINE_S passed since the renewal it last wrote (rgc_keep): a node
  *      judges the lease stale only LEASE_GC_EXPIRY_S after that renewal, by when the gc's last
  *      delete has landed.
- *   3. A stale lease (a gc that died) is taken over, and said so. A stale marker (a node that
+ *   3. A stale lease (a gc that died) is taken over, and said so: claimed first
+ *      (RGC_CLAIM_PREFIX), then replaced; a gc whose claim another made is turned away. A stale marker (a node that
  *      died in an upload: not renewed for LEASE_UPLOAD_EXPIRY_S) is reported, removed, and
  *      blocks nothing. A live marker, or one that is no lease (the empty markers of an older
  *      ckptfs: age unknown), blocks the gc. force takes any lease and removes any marker: the
@@ -52,6 +53,14 @@
 #include "index/index.h"
 #include "store/remote/remote.h"
 #include "store/store.h"
+
+/*
+ * Where a gc taking over a lease (protocol 3) claims it first: RGC_CLAIM_PREFIX<host>-<pid>-
+ * <created_ns> of the lease taken over, put-if-absent, so that of the gcs taking over one stale
+ * lease at once exactly one writes its own over it (remote.h invariant 2); a replacing write
+ * alone lets two gcs that both read it stale each write, read their own back, and both run.
+ */
+#define RGC_CLAIM_PREFIX "gc/takeover/"
 
 /* One step as the manifests describe it. */
 struct rgc_step {
@@ -94,6 +103,8 @@ struct rgc_opts {
 /* The gc's hold on gc/lease (rgc_keep renews it). */
 struct rgc_hold {
 	bool held;            /* mine is on the remote: renew it, stop when that fails */
+	char claim[REMOTE_KEY_MAX + 1]; /* the claim of the lease this gc took over
+					   (RGC_CLAIM_PREFIX), removed with the lease; "" none */
 	struct lease mine;    /* as last written */
 	int64_t renewed_mono; /* ckpt_mono_ns when mine.renewed_ns was taken */
 };
