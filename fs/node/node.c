@@ -577,14 +577,17 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
 
 /*
  * Where the next partial listing starts (n->list_after): below every key of each layout's newest
- * global step, or of its oldest step known when none is global, the lowest of these over the
- * layouts known; "" (a whole listing) when no part is known. What comes after a global step is
- * its new versions, the parts of the steps after it, and the manifests with unpadded steps
- * (NODE_STEP_DIGITS), all above it in byte order. n->mu held.
+ * global step (its oldest step known when none is global), or of an older step this node
+ * published within NODE_BUSY_NS and not global yet (a save after a resume from an older step:
+ * the other nodes' parts of it come now); the lowest of these over the layouts known; "" (a
+ * whole listing) when no part is known. What comes after that key is the step's new versions,
+ * the parts of the steps after it, and the manifests with unpadded steps (NODE_STEP_DIGITS),
+ * all above it in byte order. n->mu held.
  */
 static void list_position(struct node *n)
 {
 	char best[REMOTE_KEY_MAX + 1] = "";
+	int64_t now = ckfs_now(n->fs);
 
 	for (size_t i = 0; i < n->nparts;) {
 		int kind = n->parts[i].kind;
@@ -594,11 +597,16 @@ static void list_position(struct node *n)
 
 		if (g > 0 && n->global[g - 1].kind == kind)
 			low = n->global[g - 1].step;
+		for (; i < n->nparts && n->parts[i].kind == kind; i++) {
+			const struct node_part *p = &n->parts[i];
+
+			if (p->step < low && strcmp(p->node, n->name) == 0 &&
+			    now - p->learnt_ns < NODE_BUSY_NS && !node_is_global(n, kind, p->step))
+				low = p->step;
+		}
 		snprintf(k, sizeof(k), "manifests/%d/%0*" PRId64, kind, NODE_STEP_DIGITS, low);
 		if (!best[0] || strcmp(k, best) < 0)
 			memcpy(best, k, sizeof(best));
-		while (i < n->nparts && n->parts[i].kind == kind)
-			i++;
 	}
 	memcpy(n->list_after, best, sizeof(best));
 }

@@ -5,8 +5,8 @@ SYNTHETIC remote in a plain shared directory (-o remote=DIR).
 
 For every point N nodes x S steps of the grid (default --nodes 64 256 --steps 100 1000), the
 remote holds what a job of N nodes that saved S Megatron steps would have published: for every
-step s in 1..S and node n0..n{N-1} one manifest, manifests/<kind>/<s>/<node>/<version>.json
-(fs/node/node.h, fs/node/manifest.c), kind 2 (LAYOUT_MEGATRON, fs/policy/layout.h), name
+step s in 1..S and node n0..n{N-1} one manifest, manifests/<kind>/<s>/<node>/<version>.json,
+s zero-padded to 20 digits (fs/node/node_int.h NODE_STEP_DIGITS, fs/node/manifest.c), kind 2 (LAYOUT_MEGATRON, fs/policy/layout.h), name
 iter_%07d, "nodes": N on every part, "sealed": true on node n1's part (n0's when N is 1), and
 "files": [] (a node that wrote nothing of the step: the manifest's own cost, not its chunks').
 The version is the XXH3-128 of "[]", the compact key-sorted "files", as ckptfs computes it
@@ -15,7 +15,8 @@ learn() checks only that the key's version equals the content's). N x S files, w
 point (256,000 at 256 x 1000) and reused by every measure of the point.
 
 One node, n0, is mounted on an empty store (-o remote=DIR,node=n0,nodes=N,keep_checkpoint_max=2:
-it shows the 2 newest global steps, so the cost measured is the remote's, not the shown files').
+it shows the 2 newest global steps, so the cost measured is the remote's, not the shown files';
+remote_gc=off: its gc would remove all but those steps' manifests, the job the point stands for).
 Measured, on a fresh store each point:
   mount      from starting ckptfs to a read of latest_checkpointed_iteration.txt naming S (the
              daemon learns every manifest before the mount answers: node_prime);
@@ -26,7 +27,12 @@ Measured, on a fresh store each point:
   publish    the same while a fake node publishes step S+1, S+2, ... one a second (the N
              manifests of the step, each put as the directory backend puts a key: a temporary
              name, then rename);
-  new step   then one more step published (its N manifests), until the tracker names it.
+  new step   then one more step published (its N manifests), until the tracker names it;
+  listed     manifests per listing of the remote, over the idle and publish windows, from the
+             counters of .ckptfs/status ("listing:"): after = the listings that start at the
+             newest global step (remote_list_after), whole = the whole listings (at mount, then
+             every 10 s), which list every manifest as every listing did before; a node that
+             saves lists once a tick, an idle one every 25 ticks.
 A mount or a new step that passes --cap seconds (default 300) is given up and printed as
 "> cap"; a mount given up has its daemon killed (its pid from STORE/lock), and the measures after
 it are not taken.
@@ -54,6 +60,7 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
@@ -107,7 +114,8 @@ def manifest(node, nodes, step):
          'layout': 'megatron', 'step': step, 'name': 'iter_%07d' % step,
          'sealed': node == sealer(nodes), 'created_ns': CREATED_NS + step * 10 ** 9,
          'version': VERSION, 'dirs': [], 'files': []}
-    key = 'manifests/%d/%d/%s/%s.json' % (KIND_MEGATRON, step, node, VERSION)
+    key = 'manifests/%d/%s/%s/%s.json' % (KIND_MEGATRON, ckfs.manifest_step(step), node,
+                                          VERSION)
     return key, json.dumps(m, separators=(',', ':')).encode()
 
 
@@ -129,7 +137,7 @@ def generate(remote, nodes, steps):
     """Write the remote of a job of nodes x steps (module comment). Returns seconds taken."""
     t0 = time.monotonic()
     for s in range(1, steps + 1):
-        top = os.path.join(remote, 'manifests', str(KIND_MEGATRON), str(s))
+        top = os.path.join(remote, 'manifests', str(KIND_MEGATRON), ckfs.manifest_step(s))
         for i in range(nodes):
             _, text = manifest('n%d' % i, nodes, s)
             d = os.path.join(top, 'n%d' % i)
@@ -193,7 +201,7 @@ def mount(remote, nodes, steps, cap):
     """(Mount, seconds from starting ckptfs to the tracker naming steps). OverCap (the daemon
     killed, nothing left mounted) when that passes cap seconds."""
     m = ckfs.Mount(opts=['remote=' + remote, 'node=' + NODE, 'nodes=%d' % nodes,
-                         'keep_checkpoint_max=2'])
+                         'keep_checkpoint_max=2', 'remote_gc=off'])
     ckfs.MOUNT_TIMEOUT = cap     # read by Mount.start at each call
     t0 = time.monotonic()
     try:
@@ -260,7 +268,23 @@ def tick_cost(m, seconds, publish=None):
     return (cpu_seconds(m.pid) - c0) / (time.monotonic() - t0)
 
 
-MEASURES = ('mount s', 'tracker ms', 'idle cpu s/s', 'publish cpu s/s', 'new step s')
+MEASURES = ('mount s', 'tracker ms', 'idle cpu s/s', 'publish cpu s/s', 'new step s',
+            'listed after', 'listed whole')
+
+
+def listings(m):
+    """((partial listings, their manifests), (whole listings, their manifests)) so far, from
+    .ckptfs/status (fs/node/node.c node_status, "listing:")."""
+    t = re.search(r'listing: +\d+ manifests at the last; (\d+) listings after the newest '
+                  r'global step \((\d+) manifests\), (\d+) whole \((\d+) manifests\)',
+                  m.status_text())
+    v = [int(x) for x in t.groups()]
+    return (v[0], v[1]), (v[2], v[3])
+
+
+def per_listing(a, b):
+    """Manifests per listing between counters a and b ((listings, manifests)), or None."""
+    return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else None
 
 
 def measure_point(cache, nodes, steps, cap, tick_s):
@@ -274,9 +298,13 @@ def measure_point(cache, nodes, steps, cap, tick_s):
         return out
     try:
         out['tracker ms'] = tracker_latency(m, str(steps)) * 1e3
+        l0 = listings(m)
         out['idle cpu s/s'] = tick_cost(m, tick_s)
         out['publish cpu s/s'] = tick_cost(
             m, tick_s, lambda k: publish_step(remote, nodes, steps + 1 + k))
+        l1 = listings(m)
+        out['listed after'] = per_listing(l0[0], l1[0])
+        out['listed whole'] = per_listing(l0[1], l1[1])
         last = steps + int(tick_s) + 1
         t0 = time.monotonic()
         publish_step(remote, nodes, last)

@@ -33,8 +33,10 @@ import sys
 sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
+import glob  # noqa: E402
 import http.server  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
@@ -56,6 +58,7 @@ class TwoNodes(unittest.TestCase):
         ckfs.check_fuse_usable()
         remote = tempfile.mkdtemp(prefix='ckptfs-test-remote-', dir=ckfs.test_tmp_root())
         self.addCleanup(shutil.rmtree, remote, True)
+        self.remote = remote
         self.a, self.b = (ckfs.Mount(opts=['remote=' + remote, 'node=' + n, 'nodes=2'])
                           for n in 'ab')
         # node A's thread waits SHOW_DELAY_MS between learning a step global and showing it
@@ -104,6 +107,72 @@ class TwoNodes(unittest.TestCase):
         self.assertEqual(a.read_text(TRACKER), '1', a.status_text())
         for f, data in want.items():
             self.assertTrue(ckfs.read_bytes(a.path(f)) == data, f)
+
+    def listings(self, m):
+        """{'after': (listings, manifests), 'whole': (...)} so far on m (.ckptfs/status)."""
+        t = re.search(r'(\d+) listings after the newest global step \((\d+) manifests\), '
+                      r'(\d+) whole \((\d+) manifests\)', m.status_text())
+        self.assertIsNotNone(t, m.status_text())
+        v = [int(x) for x in t.groups()]
+        return {'after': (v[0], v[1]), 'whole': (v[2], v[3])}
+
+    def test_a_tick_lists_the_manifests_from_the_newest_global_step(self):
+        """Once steps 1-4 are global, a node's listing between two whole ones gives the
+        parts of step 4 only (remote_list_after from its first key), a whole one every
+        manifest; a step saved next is still learnt from the short listings."""
+        a, b = self.a, self.b
+        for step in (1, 2, 3, 4):
+            self.save(step)
+            for m in (a, b):
+                wait_for('tracker at %d on %s' % (step, m.mnt),
+                         lambda: m.read_text(TRACKER) == str(step), 60, lambda: m.status_text())
+        on_remote = len(glob.glob(os.path.join(self.remote, 'manifests', '*', '*', '*',
+                                               '*.json')))
+        self.assertEqual(on_remote, 8)
+        l0 = self.listings(b)
+        wait_for('a listing after step 4 and a whole one on b', lambda: all(
+            self.listings(b)[k][0] > l0[k][0] for k in ('after', 'whole')), 30,
+            lambda: b.status_text())
+        l1 = self.listings(b)
+        after = (l1['after'][1] - l0['after'][1]) / (l1['after'][0] - l0['after'][0])
+        whole = (l1['whole'][1] - l0['whole'][1]) / (l1['whole'][0] - l0['whole'][0])
+        self.assertEqual(after, 2, 'manifests per listing after the newest global step')
+        self.assertEqual(whole, 8, 'manifests per whole listing')
+        self.save(5)
+        for m in (a, b):
+            wait_for('tracker at 5 on %s' % m.mnt, lambda: m.read_text(TRACKER) == '5', 60,
+                     lambda: m.status_text())
+
+    def test_a_node_with_a_new_store_adopts_its_part_under_an_unpadded_key(self):
+        """A remote written before the step was padded in manifest keys
+        (manifests/KIND/1/NODE/V.json): a node remounted on an empty store finds its own part
+        of step 1 by that key and shows the step; the next save is published padded and
+        becomes global."""
+        a, b = self.a, self.b
+        want = self.save(1)
+        for m in (a, b):
+            wait_for('tracker at 1 on %s' % m.mnt, lambda: m.read_text(TRACKER) == '1', 60,
+                     lambda: m.status_text())
+        a.unmount()
+        b.unmount()
+        for top in glob.glob(os.path.join(self.remote, 'manifests', '*')):
+            os.rename(os.path.join(top, ckfs.manifest_step(1)), os.path.join(top, '1'))
+        # node a's store lost: the remote holds its part only
+        fresh = ckfs.Mount(opts=['remote=' + self.remote, 'node=a', 'nodes=2'])
+        self.addCleanup(fresh.close)
+        fresh.start()
+        b.start()
+        wait_for('tracker at 1 on the new store', lambda: fresh.read_text(TRACKER) == '1', 60,
+                 lambda: fresh.status_text())
+        for f, data in want.items():
+            self.assertTrue(ckfs.read_bytes(fresh.path(f)) == data, f)
+        self.a = fresh
+        self.save(2)
+        for m in (fresh, b):
+            wait_for('tracker at 2 on %s' % m.mnt, lambda: m.read_text(TRACKER) == '2', 60,
+                     lambda: m.status_text())
+        self.assertTrue(glob.glob(os.path.join(self.remote, 'manifests', '*',
+                                               ckfs.manifest_step(2), 'a', '*.json')))
 
     def test_verify_while_another_nodes_step_is_shown_finds_no_damage(self):
         a = self.a
