@@ -12,12 +12,17 @@
  * Remote layout (under the remote's prefix):
  *   chunks/<32 hex digits>                 one chunk, as store_object_encode makes it (store.h:
  *                                          codec, raw size, store_encode's payload)
- *   manifests/<kind>/<step>/<node>.json    one node's part of one step (node_manifest_json)
+ *   manifests/<kind>/<step>/<node>/<version>.json
+ *                                          one node's part of one step (node_manifest_json),
+ *                                          the step zero-padded to 20 digits so that keys sort
+ *                                          by step (node_int.h NODE_STEP_DIGITS)
  *   dirs/<name>                            a step directory made during a save (node_dir.c)
  *   uploads/<node>/<kind>-<step>           a publish in progress (a lease, lease.h; node.c
  *                                          upload_begin)
  *   gc/lease                               a gc runs, a node's or `ckptctl STORE remote gc`
  *                                          (a lease, lease.h; rgc.h)
+ *   gc/takeover/<host>-<pid>-<created_ns>  a gc takes over that stale gc/lease (rgc.h
+ *                                          RGC_CLAIM_PREFIX), removed with its own lease
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the
