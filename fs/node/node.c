@@ -70,8 +70,10 @@ static unsigned node_record_steps(const struct ckfs *fs)
 
 /* Longest time between two whole listings of the remote's manifests, ns: the listings between
  * list only the keys above the newest global step's (learn), and a whole one learns what those
- * cannot see: manifests removed (remote gc), a part put late for an older step. */
-#define NODE_FULL_LIST_NS (10 * 1000000000LL)
+ * cannot see: manifests another node's gc removed (of steps older than every kept one, which
+ * retention here drops too), a part put late for a step older than the newest global one. A
+ * node that saves lists at every tick: one whole listing in 300; an idle one, in 12. */
+#define NODE_FULL_LIST_NS (60 * 1000000000LL)
 
 /* Most manifests one learn reads in the node thread, the newest first (select_keys). */
 #define NODE_LEARN_MAX 4096
@@ -2484,9 +2486,9 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	    (uint64_t)n->chunks_fetched, (uint64_t)n->bytes_fetched);
 	PUT("listing:          %" PRIu64 " manifests at the last; %" PRIu64 " listings after "
 	    "the newest global step (%" PRIu64 " manifests), %" PRIu64 " whole (%" PRIu64
-	    " manifests); from '%s'\n",
+	    " manifests); the next after '%s'\n",
 	    n->last_listed, n->lists[0], n->listed[0], n->lists[1], n->listed[1],
-	    n->list_after[0] ? n->list_after : "the first key");
+	    n->list_after);
 	if (n->last_error[0])
 		PUT("remote error:     %s\n", n->last_error);
 	if (n->disagree[0])

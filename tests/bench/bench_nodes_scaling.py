@@ -31,7 +31,7 @@ Measured, on a fresh store each point:
   listed     manifests per listing of the remote, over the idle and publish windows, from the
              counters of .ckptfs/status ("listing:"): after = the listings that start at the
              newest global step (remote_list_after), whole = the whole listings (at mount, then
-             every 10 s), which list every manifest as every listing did before; a node that
+             every 60 s), which list every manifest as every listing did before; a node that
              saves lists once a tick, an idle one every 25 ticks.
 A mount or a new step that passes --cap seconds (default 300) is given up and printed as
 "> cap"; a mount given up has its daemon killed (its pid from STORE/lock), and the measures after
