@@ -194,18 +194,26 @@ static int count_one(const char *key, uint64_t size, void *arg)
 	return 0;
 }
 
-/* More than one page of ListObjectsV2 (1000 keys): continuation tokens. */
+/* More than one page of ListObjectsV2 (1000 keys): continuation tokens, also after a key. */
 Test(remote_s3, list_1100, .timeout = 120)
 {
 	struct remote *r = open_s3(NULL);
 	struct count c = { 0 };
-	char base[64];
+	char base[64], after[128];
 
 	rk_base(base, sizeof(base), "many");
 	c.base = base;
 	many_run(r, base, 1100, false);
 	cr_assert_eq(remote_list(r, base, count_one, &c), 0);
 	cr_assert_eq(c.n, 1100, "listed %d of 1100 keys", c.n);
+	/* after a key: start-after on the first page, the continuation token on the second */
+	c.n = 0;
+	c.last[0] = '\0';
+	memset(c.seen, 0, sizeof(c.seen));
+	snprintf(after, sizeof(after), "%sk%05d", base, 49);
+	cr_assert_eq(remote_list_after(r, base, after, count_one, &c), 0);
+	cr_assert_eq(c.n, 1050, "listed %d of the 1050 keys after the 50th", c.n);
+	cr_assert(!c.seen[49] && c.seen[50] && c.seen[1099]);
 	many_run(r, base, 1100, true);
 	c.n = 0;
 	c.last[0] = '\0';
