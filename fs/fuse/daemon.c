@@ -235,7 +235,8 @@ static void usage(const char *prog)
 	       "    -o ranks=N             MindFormers 1.0 world size (default: the number of\n"
 	       "                           rank_N directories)\n"
 	       "    -o layout=NAME         only this layout: mf2 megatron mf1 deepspeed hf dcp\n"
-	       "                           internevo orbax (default: detect each path), or\n"
+	       "                           internevo orbax lightning (default: detect each\n"
+	       "                           path), or\n"
 	       "                           none (no checkpoint semantics: a plain filesystem)\n"
 	       "    -o write_buffer=SIZE   bytes of written data being chunked and compressed\n"
 	       "                           in the background (K, M, G suffixes; default RAM/8\n"
@@ -509,7 +510,7 @@ static int configure(const struct cfg *c, struct ckfs *fs, unsigned *ret_workers
 
 		if (layout_from_name(c->layout, &k) < 0) {
 			startup_fail("unknown layout '%s' (one of: mf2 megatron mf1 deepspeed hf dcp "
-				     "internevo orbax none)", c->layout);
+				     "internevo orbax lightning none)", c->layout);
 			return -1;
 		}
 		so.layout = (int)k;

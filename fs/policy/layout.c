@@ -11,7 +11,7 @@
  *      and path[0, step_prefix_len) classifies as ROLE_STEP_DIR with the same step, and the
  *      same kind unless LAYOUT_F_AMBIGUOUS (`N/commit_success.txt` is Orbax, `N/` InternEvo).
  *      InternEvo slots (LAYOUT_F_SLOT) are step directories at depth 2, `snapshot/K`.
- *      MF1 step files (no step directory) have step_prefix_len == 0.
+ *      MF1 and Lightning step files (no step directory) have step_prefix_len == 0.
  *   4. role == ROLE_TRACKER ⇒ kind has a tracker; step == LAYOUT_STEP_NONE;
  *      step_prefix_len == 0.
  *   5. forced != LAYOUT_NONE ⇒ kind ∈ {LAYOUT_NONE, forced}.
@@ -35,6 +35,8 @@ enum rule_shape {
 	SHAPE_DIGITS_DIR, /* top-level <prefix><digits><suffix>: a step directory */
 	SHAPE_NAMED_DIR,  /* top-level <prefix> exactly: a step directory of fixed step */
 	SHAPE_RANK_DIR,   /* top-level <prefix><rank>/ holding per-rank step files (MF1) */
+	SHAPE_KV_FILE,    /* top-level step file: a token <prefix><digits> among the stem's
+			     sep-separated tokens, one of exts (Lightning) */
 };
 
 /* How a rule's tracker is named and written. */
@@ -44,6 +46,8 @@ enum tracker_fmt {
 	TRK_DECIMAL_RELEASE, /* "123" or "release", root file `tracker` (Megatron) */
 	TRK_TAG,             /* "<tag_prefix>123", root file `tracker` (DeepSpeed) */
 	TRK_MF1_JSON,        /* `<rank dir>/<tracker>`, json.dump of three keys (MF1) */
+	TRK_COPY,            /* root `<tracker><anything><exts[0]>`: a full checkpoint or a symlink
+				to a step file, not a text (Lightning last*.ckpt) */
 };
 
 typedef int (*rank_fn)(const char *name, size_t len);
@@ -75,13 +79,21 @@ struct layout_rule {
 	const char *tracker;       /* see enum tracker_fmt */
 	enum tracker_fmt fmt;
 	const char *tag_prefix;    /* TRK_TAG: text before the step in the tracker */
-	const char *const *exts;   /* SHAPE_RANK_DIR: step-file extensions */
+	const char *const *exts;   /* SHAPE_RANK_DIR, SHAPE_KV_FILE: step-file extensions */
+	char sep;                  /* SHAPE_KV_FILE: the separator of the stem's tokens */
+	const char *tmp_prefix;    /* SHAPE_KV_FILE: a root temp `<tmp_prefix>` + TMP_RAND_LEN
+				      of [a-z0-9_], recognised under forced only, or NULL */
 	rank_fn file_rank;         /* a step file's rank from its last component, or NULL */
 };
 
 #define LATEST_ITER "latest_checkpointed_iteration.txt"
 
 static const char *const mf1_exts[] = { ".ckpt", ".safetensors", NULL };
+static const char *const lightning_exts[] = { ".ckpt", NULL };
+
+/* Random characters of a Python tempfile name (tempfile._RandomNameSequence: 8 of
+ * "abcdefghijklmnopqrstuvwxyz0123456789_"). */
+#define TMP_RAND_LEN 8
 
 /* The layout rules (DESIGN.md "Steps"; formats and sources in layout.h). */
 static const struct layout_rule layout_rules[] = {
@@ -121,6 +133,10 @@ static const struct layout_rule layout_rules[] = {
 	/* MindFormers 1.0: rank_{r}/{prefix}-{epoch}_{step}.ckpt|.safetensors, rank_{r}/meta.json. */
 	{ .kind = LAYOUT_MF1, .shape = SHAPE_RANK_DIR, .prefix = "rank_", .min_digits = 1,
 	  .tracker = "meta.json", .fmt = TRK_MF1_JSON, .exts = mf1_exts },
+	/* Lightning ModelCheckpoint: `epoch=E-step=S[-vN].ckpt` at the root, `last*.ckpt`. */
+	{ .kind = LAYOUT_LIGHTNING, .shape = SHAPE_KV_FILE, .prefix = "step=", .min_digits = 1,
+	  .tracker = "last", .fmt = TRK_COPY, .exts = lightning_exts, .sep = '-',
+	  .tmp_prefix = "tmp" },
 };
 
 #define N_RULES (sizeof(layout_rules) / sizeof(layout_rules[0]))
@@ -156,6 +172,11 @@ static const struct layout_desc layout_descs[LAYOUT_KIND_COUNT] = {
 			       .marker_after_all_ranks = true },
 	[LAYOUT_ORBAX] = { .kind = LAYOUT_ORBAX, .name = "orbax", .seal_by_rename = true,
 			   .marker = "commit_success.txt", .marker_after_all_ranks = true },
+	/* rank 0 alone writes each step file and last*.ckpt; resume loads the newest last*.ckpt
+	 * (no file: a fresh start), so the step files are found through the tracker */
+	[LAYOUT_LIGHTNING] = { .kind = LAYOUT_LIGHTNING, .name = "lightning", .top_files = true,
+			       .tracker = LAYOUT_TRACKER_COPY, .tracker_name = "last.ckpt",
+			       .found_by_tracker = true },
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -374,6 +395,79 @@ static bool mf1_file(const struct layout_rule *r, const char *s, size_t n, int64
 	return true;
 }
 
+/* ---- Lightning step files at the root -------------------------------------------------- */
+
+/* s[0, n) is n == TMP_RAND_LEN characters of a Python tempfile name. */
+static bool tmp_rand(const char *s, size_t n)
+{
+	if (n != TMP_RAND_LEN)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || is_digit(s[i]) || s[i] == '_'))
+			return false;
+	return true;
+}
+
+/* The extension of r that s[0, n) ends with, as its length; 0 when none. */
+static size_t ext_len(const struct layout_rule *r, const char *s, size_t n)
+{
+	for (const char *const *e = r->exts; *e; e++)
+		if (has_suffix(s, n, *e) && n > strlen(*e))
+			return strlen(*e);
+	return 0;
+}
+
+/*
+ * A top-level name of a SHAPE_KV_FILE rule (Lightning, layout.h): fills m with ROLE_TRACKER for
+ * `<tracker>*<ext>`, ROLE_STEP_FILE for a stem holding the token `<prefix><digits>` (the first
+ * such token; tokens split on r->sep), flagged LAYOUT_F_TMP for `<name><ext>.XXXXXXXX.tmp`
+ * (lightning.md, cloud_io variant S); a root temp `<tmp_prefix>XXXXXXXX` only when forced.
+ * Returns false, m untouched, when the name is none of these.
+ */
+static bool kv_file(const struct layout_rule *r, enum layout_kind forced, const char *s, size_t n,
+		    struct layout_match *m)
+{
+	unsigned f = 0;
+	size_t pl = strlen(r->prefix);
+
+	if (forced == r->kind && r->tmp_prefix && has_prefix(s, n, r->tmp_prefix) &&
+	    tmp_rand(s + strlen(r->tmp_prefix), n - strlen(r->tmp_prefix))) {
+		m->kind = r->kind;
+		m->flags = LAYOUT_F_TMP;
+		return true;
+	}
+	if (has_suffix(s, n, ".tmp") && n > 4 + 1 + TMP_RAND_LEN &&
+	    s[n - 4 - TMP_RAND_LEN - 1] == '.' && tmp_rand(s + n - 4 - TMP_RAND_LEN, TMP_RAND_LEN)) {
+		n -= 4 + TMP_RAND_LEN + 1;
+		f = LAYOUT_F_TMP;
+	}
+	size_t el = ext_len(r, s, n);
+	if (el == 0)
+		return false;
+	n -= el;
+	if (f == 0 && has_prefix(s, n, r->tracker)) {
+		m->kind = r->kind;
+		m->role = ROLE_TRACKER;
+		return true;
+	}
+	for (size_t i = 0; i < n;) {
+		size_t e = i;
+		while (e < n && s[e] != r->sep)
+			e++;
+		int64_t v;
+		if (e - i > pl && has_prefix(s + i, e - i, r->prefix) && e - i - pl >= r->min_digits &&
+		    parse_digits(s + i + pl, e - i - pl, &v)) {
+			m->kind = r->kind;
+			m->role = ROLE_STEP_FILE;
+			m->step = v;
+			m->flags = f;
+			return true;
+		}
+		i = e + 1;
+	}
+	return false;
+}
+
 /* One path component: s[0, n), not NUL-terminated. */
 struct comp {
 	const char *s;
@@ -521,6 +615,13 @@ static void classify_outside_step(enum layout_kind forced, struct comp c0, struc
 		const struct layout_rule *r = &layout_rules[i];
 		if (!rule_applies(r, forced))
 			continue;
+
+		/* 2a. Step files and trackers at the root (Lightning). */
+		if (r->shape == SHAPE_KV_FILE) {
+			if (ncomp == 1 && kv_file(r, forced, c0.s, c0.n, m))
+				return;
+			continue;
+		}
 
 		/* 2. Root trackers. */
 		if (ncomp == 1 && r->shape != SHAPE_RANK_DIR && r->fmt != TRK_NONE) {
@@ -683,7 +784,7 @@ int layout_step_dir_name(enum layout_kind kind, int64_t step, char *buf, size_t 
 
 	if (!kind_valid(kind) || kind == LAYOUT_NONE || out_init(&o, buf, cap) < 0)
 		return -EINVAL;
-	if (kind == LAYOUT_MF1)
+	if (layout_descs[kind].per_rank || layout_descs[kind].top_files)
 		return -EOPNOTSUPP;
 	for (size_t i = 0; i < N_RULES; i++) {
 		const struct layout_rule *r = &layout_rules[i];
@@ -929,7 +1030,7 @@ int layout_tracker_parse(enum layout_kind kind, const char *name, const char *bu
 	if (ret == NULL || !kind_valid(kind) || kind == LAYOUT_NONE || (buf == NULL && len > 0))
 		return -EINVAL;
 	const struct layout_rule *r = tracker_rule(kind);
-	if (r == NULL)
+	if (r == NULL || r->fmt == TRK_COPY)
 		return -EOPNOTSUPP;
 
 	if (len > LAYOUT_TRACKER_MAX)
@@ -1018,7 +1119,7 @@ int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t,
 	if (t == NULL || !kind_valid(kind) || kind == LAYOUT_NONE || out_init(&o, buf, cap) < 0)
 		return -EINVAL;
 	const struct layout_rule *r = tracker_rule(kind);
-	if (r == NULL)
+	if (r == NULL || r->fmt == TRK_COPY)
 		return -EOPNOTSUPP;
 	if (t->step == LAYOUT_STEP_RELEASE && r->fmt == TRK_DECIMAL_RELEASE) {
 		out_str(&o, "release");
@@ -1092,6 +1193,8 @@ int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf
 		out_str(&o, "/");
 	}
 	out_str(&o, r->tracker);
+	if (r->fmt == TRK_COPY)
+		out_str(&o, r->exts[0]);
 	return out_done(&o);
 }
 
@@ -1103,8 +1206,8 @@ bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind)
 	const struct layout_rule *b = tracker_rule(step_kind);
 	if (a == NULL || b == NULL)
 		return false;
-	return a == b || (a->shape != SHAPE_RANK_DIR && b->shape != SHAPE_RANK_DIR &&
-			  strcmp(a->tracker, b->tracker) == 0);
+	return a == b || (a->fmt != TRK_MF1_JSON && a->fmt != TRK_COPY && b->fmt != TRK_MF1_JSON &&
+			  b->fmt != TRK_COPY && strcmp(a->tracker, b->tracker) == 0);
 }
 
 const char *layout_name(enum layout_kind kind)

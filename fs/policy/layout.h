@@ -45,6 +45,14 @@
  *                      `N.step` wins). No root tracker.
  *   - Orbax            google/orbax 3ff7b24 (`<step>.orbax-checkpoint-tmp…/` renamed to `<step>/`,
  *                      commit = `commit_success.txt` + rename)
+ *   - Lightning        Lightning-AI/pytorch-lightning src/lightning/pytorch/callbacks/
+ *                      model_checkpoint.py 03763c9 (ModelCheckpoint: `epoch=E-step=S[-vN].ckpt` at
+ *                      dirpath, tokens joined by "-", `last[-vN].ckpt` a full copy or a relative
+ *                      symlink; resume takes the newest mtime among `last*.ckpt`), fabric
+ *                      cloud_io.py 014994a `_atomic_save` (temp from tempfile.mkstemp() in
+ *                      $TMPDIR, `tmp` + 8 of [a-z0-9_], moved by shutil.move: across devices an
+ *                      O_TRUNC copy in place) and an unpinned variant (`<final>.XXXXXXXX.tmp` beside
+ *                      the target, os.replace). Trace: tests/traces/lightning.md
  *
  * Paths are relative to the mount root, which is the trainer's save directory (Megatron
  * `--save`, DeepSpeed `save_dir`, HF `output_dir`, MindFormers 1.0 `output/checkpoint`, …):
@@ -68,6 +76,7 @@ enum layout_kind {
 	LAYOUT_DCP,       /* PyTorch DCP / torchtitan */
 	LAYOUT_INTERNEVO, /* InternEvo */
 	LAYOUT_ORBAX,     /* Orbax */
+	LAYOUT_LIGHTNING, /* PyTorch Lightning ModelCheckpoint (step files at the root) */
 	LAYOUT_KIND_COUNT
 };
 
@@ -75,11 +84,12 @@ enum layout_kind {
 enum layout_role {
 	ROLE_PLAIN,     /* belongs to no step */
 	ROLE_STEP_DIR,  /* the step directory itself, e.g. "iter_0000100" */
-	ROLE_STEP_FILE, /* a file (or subdirectory) inside a step, or an MF1 per-rank step file */
+	ROLE_STEP_FILE, /* a file (or subdirectory) inside a step, an MF1 per-rank step file, or
+			   a Lightning step file at the root */
 	ROLE_MARKER,    /* the in-step commit marker (HF trainer_state.json, DCP .metadata,
 			   Orbax commit_success.txt) */
 	ROLE_TRACKER    /* a tracker naming the newest step (latest_checkpointed_iteration.txt,
-			   latest, rank_N/meta.json) */
+			   latest, rank_N/meta.json, Lightning last*.ckpt) */
 };
 
 /* Step value of a path with no step (plain files, most trackers). */
@@ -90,7 +100,9 @@ enum layout_role {
 /* layout_match.flags */
 #define LAYOUT_F_TMP 0x1u       /* an in-progress name that a rename will replace: Orbax
 				   `N.orbax-checkpoint-tmp-*`, HF `tmp-checkpoint-N`, a file
-				   ending in `.tmp` inside a step or an MF1 `name.ckpt.tmp` */
+				   ending in `.tmp` inside a step or an MF1 `name.ckpt.tmp`,
+				   Lightning `<name>.ckpt.XXXXXXXX.tmp` and (under
+				   -o layout=lightning only, ROLE_PLAIN) a root `tmpXXXXXXXX` */
 #define LAYOUT_F_SLOT 0x4u      /* InternEvo snapshot slot `snapshot/K/` (K all digits, the
 				   match's step): a step directory rewritten in place, whose
 				   markers "<digits>.step" inside it name the steps it held */
@@ -119,7 +131,7 @@ struct layout_match {
 	unsigned flags;         /* LAYOUT_F_* */
 	size_t step_prefix_len; /* bytes of path up to and including the step directory's
 				   name, so path[0, step_prefix_len) names the step directory;
-				   0 when there is none (plain, trackers, MF1) */
+				   0 when there is none (plain, trackers, MF1, Lightning) */
 };
 
 /*
@@ -149,6 +161,16 @@ struct layout_match {
  *     `rank_N/{prefix}-{epoch}_{step}.ckpt|.safetensors[.tmp]` is ROLE_STEP_FILE with that step
  *     (the digits after the last '_'), epoch and rank N, and step_prefix_len 0. MF1's step
  *     restarts every epoch: key its steps by (epoch, step).
+ *   - Lightning: a top-level `<stem>.ckpt` whose stem, split on '-', holds a token
+ *     `step=<digits>` is ROLE_STEP_FILE with that step (the global step), step_prefix_len 0 and
+ *     rank -1 (rank 0 alone writes); a trailing `-v<digits>` token is a second file of the same
+ *     step. `<name>.ckpt.XXXXXXXX.tmp` (8 of [a-z0-9_]) is the same step with LAYOUT_F_TMP. A
+ *     top-level `.ckpt` whose stem begins with "last" is its ROLE_TRACKER (Lightning
+ *     _find_last_checkpoints: re.match(r"^last(-(\d+))?", stem), so `lastfoo.ckpt` too), tested
+ *     before the step token. `tmp` + 8 of [a-z0-9_] at the root (tempfile.mkstemp() when $TMPDIR
+ *     is inside the mount) is ROLE_PLAIN with kind LIGHTNING and LAYOUT_F_TMP, only when forced
+ *     is LAYOUT_LIGHTNING: the name is too common to claim by auto-detection. A stem with no
+ *     `step=` token (a user template without {step}) is ROLE_PLAIN.
  *   - an all-digit top-level name is auto-detected as LAYOUT_INTERNEVO with LAYOUT_F_AMBIGUOUS,
  *     except `N/commit_success.txt`, which is LAYOUT_ORBAX ROLE_MARKER (also flagged): the caller
  *     refines the step's kind when it sees that marker or when `N/` came from renaming an Orbax
@@ -194,7 +216,7 @@ int layout_parse_name(const char *name, enum layout_kind forced, enum layout_kin
  * Returns the length written, without the NUL (> 0);
  *   -EINVAL     kind out of range or LAYOUT_NONE, step negative (other than release for Megatron),
  *               buf NULL with cap > 0;
- *   -EOPNOTSUPP MF1, which has no step directory;
+ *   -EOPNOTSUPP MF1 and Lightning, which have no step directory;
  *   -ENOSPC     cap too small (buf contents then unspecified).
  */
 int layout_step_dir_name(enum layout_kind kind, int64_t step, char *buf, size_t cap);
@@ -234,7 +256,8 @@ struct layout_tracker {
  *               an embedded NUL, a path, len > LAYOUT_TRACKER_MAX, NULL ret, NULL buf with
  *               len > 0, kind out of range or LAYOUT_NONE;
  *   -EOPNOTSUPP the layout has no tracker (HF, DCP, Orbax, InternEvo: their marker is inside
- *               the step).
+ *               the step), or its tracker is a checkpoint, not a text (Lightning
+ *               LAYOUT_TRACKER_COPY).
  * Never reads past buf[len - 1]. Thread-safe.
  */
 int layout_tracker_parse(enum layout_kind kind, const char *name, const char *buf, size_t len,
@@ -258,7 +281,7 @@ int layout_tracker_parse(enum layout_kind kind, const char *name, const char *bu
  *   -EINVAL     t NULL, buf NULL with cap > 0, step negative (other than release for Megatron),
  *               MF1 epoch negative or ckpt_file empty, not valid UTF-8, or not a bare file name;
  *               kind out of range or LAYOUT_NONE;
- *   -EOPNOTSUPP HF, DCP, Orbax, InternEvo (no tracker);
+ *   -EOPNOTSUPP HF, DCP, Orbax, InternEvo (no tracker), Lightning (the tracker is a checkpoint);
  *   -ENOSPC     cap too small for content and NUL (buf contents then unspecified).
  */
 int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t, char *buf,
@@ -268,7 +291,8 @@ int layout_tracker_format(enum layout_kind kind, const struct layout_tracker *t,
  * layout_tracker_path - the path, relative to the mount root, of a layout's tracker.
  *
  * @step: unused. @rank: MF1 only (>= 0): "rank_N/meta.json".
- * Megatron and MF2 "latest_checkpointed_iteration.txt"; DeepSpeed "latest".
+ * Megatron and MF2 "latest_checkpointed_iteration.txt"; DeepSpeed "latest"; Lightning
+ * "last.ckpt" (the name a first launch writes; `last-vN.ckpt` and any `last*.ckpt` also count).
  * Returns the length written without the NUL; -EINVAL (kind out of range or NONE, negative
  * rank where used, buf NULL with cap > 0), -EOPNOTSUPP (HF, DCP, Orbax, InternEvo), -ENOSPC (cap
  * too small; buf contents then unspecified). Thread-safe.
@@ -289,6 +313,10 @@ enum layout_tracker_where {
 	LAYOUT_TRACKER_NONE,     /* no tracker: resume scans for the highest complete step */
 	LAYOUT_TRACKER_ROOT,     /* one file at the mount root, naming a step of the whole job */
 	LAYOUT_TRACKER_PER_RANK, /* one file per rank directory, each naming that rank's step */
+	LAYOUT_TRACKER_COPY,     /* real files at the root the trainer writes and resume loads:
+				    a full checkpoint rewritten in place at each save, or a symlink
+				    to a step file (Lightning `last*.ckpt`); never virtual, and its
+				    step is not in its bytes (layout_tracker_parse: -EOPNOTSUPP) */
 };
 
 /*
@@ -304,6 +332,10 @@ struct layout_desc {
 	bool per_rank;               /* no step directory: a step is one file per rank under the
 					rank directories, keyed by (epoch, step), sealed once every
 					rank's tracker names it; fs/steps/steps_mf1.c runs it (MF1) */
+	bool top_files;              /* no step directory and no rank directory: a step is one or
+					more regular files at the mount root, keyed by the step in
+					their name and written by one process (Lightning
+					`epoch=E-step=S.ckpt`) */
 	const char *slot_dir;        /* top-level directory of in-place slots `<slot_dir>/K/`, each
 					a step directory rewritten at every save and sealed by a
 					"<digits>.step" marker (InternEvo "snapshot"); NULL when
@@ -373,7 +405,7 @@ bool layout_per_rank_under(int forced);
 
 /*
  * layout_name - the name of a layout for -o layout=NAME and for logs: "none", "mf2",
- * "megatron", "mf1", "deepspeed", "hf", "dcp", "internevo", "orbax".
+ * "megatron", "mf1", "deepspeed", "hf", "dcp", "internevo", "orbax", "lightning".
  * Returns a static string (never freed), or NULL if kind is out of range. Thread-safe.
  */
 const char *layout_name(enum layout_kind kind);

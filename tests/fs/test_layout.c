@@ -57,6 +57,7 @@ struct pcase {
 #define DCP LAYOUT_DCP
 #define IE LAYOUT_INTERNEVO
 #define ORB LAYOUT_ORBAX
+#define PL LAYOUT_LIGHTNING
 
 static const struct pcase path_cases[] = {
 	/* Megatron-LM */
@@ -200,6 +201,36 @@ static const struct pcase path_cases[] = {
 	P("100.orbax-checkpoint-tmp", A, ORB, ROLE_STEP_DIR, 100, -1, TMP, 24),
 	PLAIN(".orbax-checkpoint-tmp-5", A),
 	PLAIN("100.orbax-checkpoint-tmp-1", IE),
+	/* Lightning (tests/traces/lightning.md): root step files keyed by the `step=` token */
+	P("epoch=0-step=100.ckpt", A, PL, ROLE_STEP_FILE, 100, -1, 0, 0),
+	P("epoch=3-step=100-v1.ckpt", A, PL, ROLE_STEP_FILE, 100, -1, 0, 0),
+	P("step=7.ckpt", A, PL, ROLE_STEP_FILE, 7, -1, 0, 0),
+	P("epoch=1-step=0012-val_loss=-0.12.ckpt", PL, PL, ROLE_STEP_FILE, 12, -1, 0, 0),
+	P("val_loss=-0.12-step=5.ckpt", A, PL, ROLE_STEP_FILE, 5, -1, 0, 0),
+	P("epoch=0-step=100.ckpt.ab_9xyz0.tmp", A, PL, ROLE_STEP_FILE, 100, -1, TMP, 0),
+	P("last.ckpt", A, PL, ROLE_TRACKER, NS, -1, 0, 0),
+	P("last-v1.ckpt", A, PL, ROLE_TRACKER, NS, -1, 0, 0),
+	P("lastfoo.ckpt", PL, PL, ROLE_TRACKER, NS, -1, 0, 0),
+	P("last-step=5.ckpt", A, PL, ROLE_TRACKER, NS, -1, 0, 0),
+	P("tmpab_9xyz0", PL, PL, ROLE_PLAIN, NS, -1, TMP, 0),
+	PLAIN("tmpab_9xyz0", A),
+	PLAIN("tmpAB_9xyz0", PL),
+	PLAIN("tmpab_9xyz", PL),
+	PLAIN("last.ckpt.ab_9xyz0.tmp", PL),
+	PLAIN("epoch=0-step=100.ckpt.ab_9xyz.tmp", A),
+	PLAIN("epoch=0-step=100.pt", A),
+	PLAIN("epoch=0-xstep=100.ckpt", A),
+	PLAIN("epoch=0-step=.ckpt", A),
+	PLAIN("epoch=0-step=1x.ckpt", A),
+	PLAIN("epoch=0-step=99999999999999999999.ckpt", A),
+	PLAIN(".ckpt", A),
+	PLAIN("last", A),
+	PLAIN("dir/epoch=0-step=100.ckpt", A),
+	PLAIN("dir/last.ckpt", A),
+	PLAIN("epoch=0-step=100.ckpt", MF1),
+	PLAIN("last.ckpt", MEG),
+	P("epoch=0-step=100.ckpt", PL, PL, ROLE_STEP_FILE, 100, -1, 0, 0),
+	PLAIN("iter_0000100", PL),
 	/* Edge cases */
 	PLAIN("", A),
 	PLAIN(".", A),
@@ -390,6 +421,7 @@ static const struct dcase dir_cases[] = {
 	{ LAYOUT_HF, INT64_MAX, 30, "checkpoint-9223372036854775807" },
 	{ LAYOUT_DCP, 0, 6, "step-0" },
 	{ LAYOUT_MF1, 100, -EOPNOTSUPP, NULL },
+	{ LAYOUT_LIGHTNING, 100, -EOPNOTSUPP, NULL },
 	{ LAYOUT_HF, -1, -EINVAL, NULL },
 	{ LAYOUT_HF, LAYOUT_STEP_RELEASE, -EINVAL, NULL },
 	{ LAYOUT_MF2, LAYOUT_STEP_RELEASE, -EINVAL, NULL },
@@ -613,8 +645,8 @@ Test(layout, tracker_parse_10mb_junk)
 		for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
 			struct layout_tracker t;
 			int rc = layout_tracker_parse((enum layout_kind)k, "junk", b, n, &t);
-			if (k == LAYOUT_HF || k == LAYOUT_DCP || k == LAYOUT_ORBAX ||
-			    k == LAYOUT_INTERNEVO)
+			if (layout_desc(k)->tracker == LAYOUT_TRACKER_NONE ||
+			    layout_desc(k)->tracker == LAYOUT_TRACKER_COPY)
 				cr_assert_eq(rc, -EOPNOTSUPP);
 			else
 				cr_assert_eq(rc, -EINVAL, "variant %d kind %s: %d", variant,
@@ -743,10 +775,14 @@ Test(layout, tracker_round_trips)
 			char buf[512], path[64];
 			int rc = layout_tracker_format(kind, &t, buf, sizeof(buf));
 			int prc = layout_tracker_path(kind, steps[i], 3, path, sizeof(path));
-			if (kind == LAYOUT_HF || kind == LAYOUT_DCP || kind == LAYOUT_ORBAX ||
-			    kind == LAYOUT_INTERNEVO) {
+			if (layout_desc(kind)->tracker == LAYOUT_TRACKER_NONE) {
 				cr_assert_eq(rc, -EOPNOTSUPP);
 				cr_assert_eq(prc, -EOPNOTSUPP);
+				continue;
+			}
+			if (layout_desc(kind)->tracker == LAYOUT_TRACKER_COPY) {
+				cr_assert_eq(rc, -EOPNOTSUPP); /* a checkpoint, not a text */
+				cr_assert_gt(prc, 0);
 				continue;
 			}
 			cr_assert_gt(prc, 0);
@@ -795,6 +831,8 @@ Test(layout, tracker_paths)
 	cr_assert_str_eq(b, "latest");
 	cr_assert_eq(layout_tracker_path(LAYOUT_MF1, -1, 3, b, sizeof(b)), 16);
 	cr_assert_str_eq(b, "rank_3/meta.json");
+	cr_assert_eq(layout_tracker_path(LAYOUT_LIGHTNING, -1, -1, b, sizeof(b)), 9);
+	cr_assert_str_eq(b, "last.ckpt");
 	cr_assert_eq(layout_tracker_path(LAYOUT_INTERNEVO, 100, -1, b, sizeof(b)), -EOPNOTSUPP);
 	cr_assert_eq(layout_tracker_path(LAYOUT_MF1, -1, -1, b, sizeof(b)), -EINVAL);
 	cr_assert_eq(layout_tracker_path(LAYOUT_HF, 1, 1, b, sizeof(b)), -EOPNOTSUPP);
@@ -813,6 +851,9 @@ Test(layout, tracker_shared)
 	cr_assert(!layout_tracker_shared(LAYOUT_MF1, LAYOUT_MEGATRON));
 	cr_assert(!layout_tracker_shared(LAYOUT_INTERNEVO, LAYOUT_ORBAX));
 	cr_assert(!layout_tracker_shared(LAYOUT_HF, LAYOUT_HF));
+	cr_assert(layout_tracker_shared(LAYOUT_LIGHTNING, LAYOUT_LIGHTNING));
+	cr_assert(!layout_tracker_shared(LAYOUT_LIGHTNING, LAYOUT_MEGATRON));
+	cr_assert(!layout_tracker_shared(LAYOUT_MEGATRON, LAYOUT_LIGHTNING));
 	cr_assert(!layout_tracker_shared(LAYOUT_NONE, LAYOUT_NONE));
 	cr_assert(!layout_tracker_shared((enum layout_kind)30, LAYOUT_MF2));
 }
@@ -847,7 +888,19 @@ Test(layout, descriptions)
 		/* per-rank steps exactly when there is no step directory name */
 		rc = layout_step_dir_name((enum layout_kind)k, 5, dir, sizeof(dir));
 		if (k != LAYOUT_NONE)
-			cr_assert_eq(rc == -EOPNOTSUPP, d->per_rank, "%s", d->name);
+			cr_assert_eq(rc == -EOPNOTSUPP, d->per_rank || d->top_files, "%s", d->name);
+		cr_assert(!(d->per_rank && d->top_files), "%s", d->name);
+		/* a tracker that is a checkpoint is named by the kind's rules, and has no text */
+		if (d->tracker == LAYOUT_TRACKER_COPY) {
+			struct layout_tracker t = { .step = 5, .epoch = -1 };
+
+			cr_assert_eq(layout_classify(d->tracker_name, (enum layout_kind)k, &m), 0);
+			cr_assert_eq(m.role, ROLE_TRACKER, "%s", d->name);
+			cr_assert_eq(layout_tracker_parse((enum layout_kind)k, NULL, "5", 1, &t),
+				     -EOPNOTSUPP);
+			cr_assert_eq(layout_tracker_format((enum layout_kind)k, &t, mk, sizeof(mk)),
+				     -EOPNOTSUPP);
+		}
 		/* the marker classifies as the marker of the kind's step directory */
 		if (d->marker && rc > 0) {
 			snprintf(mk, sizeof(mk), "%s/%s%s", dir, d->marker_step ? "5" : "", d->marker);
@@ -876,7 +929,7 @@ Test(layout, descriptions)
 Test(layout, names)
 {
 	static const char *const want[] = { "none", "mf2", "megatron", "mf1", "deepspeed",
-					    "hf", "dcp", "internevo", "orbax" };
+					    "hf", "dcp", "internevo", "orbax", "lightning" };
 	cr_assert_eq(sizeof(want) / sizeof(want[0]), LAYOUT_KIND_COUNT);
 	for (int k = 0; k < LAYOUT_KIND_COUNT; k++) {
 		cr_assert_str_eq(layout_name((enum layout_kind)k), want[k]);
@@ -927,6 +980,10 @@ static const char *const seeds[] = {
 	"{\"last_epoch\": 3, \"last_step\": 100, \"last_ckpt_file\": \"a-3_100.ckpt\"}",
 	"global_step9223372036854775807",
 	"release",
+	"epoch=3-step=100-v1.ckpt",
+	"last-v2.ckpt",
+	"epoch=0-step=5.ckpt.ab_9xyz0.tmp",
+	"tmpab_9xyz0",
 };
 
 static size_t gen(char *out, size_t cap)
