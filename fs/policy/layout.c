@@ -173,10 +173,10 @@ static const struct layout_desc layout_descs[LAYOUT_KIND_COUNT] = {
 	[LAYOUT_ORBAX] = { .kind = LAYOUT_ORBAX, .name = "orbax", .seal_by_rename = true,
 			   .marker = "commit_success.txt", .marker_after_all_ranks = true },
 	/* rank 0 alone writes each step file and last*.ckpt; resume loads the newest last*.ckpt
-	 * (no file: a fresh start), so the step files are found through the tracker */
+	 * (none: a fresh start). last.ckpt is a checkpoint, not a claim naming a step, so no claim
+	 * ever seals a step (not found_by_tracker): a step file is judged at its close */
 	[LAYOUT_LIGHTNING] = { .kind = LAYOUT_LIGHTNING, .name = "lightning", .top_files = true,
-			       .tracker = LAYOUT_TRACKER_COPY, .tracker_name = "last.ckpt",
-			       .found_by_tracker = true },
+			       .tracker = LAYOUT_TRACKER_COPY, .tracker_name = "last.ckpt" },
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -1204,7 +1204,8 @@ bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind)
 		return false;
 	const struct layout_rule *a = tracker_rule(tracker);
 	const struct layout_rule *b = tracker_rule(step_kind);
-	if (a == NULL || b == NULL)
+	/* a tracker that is a checkpoint makes no claim (LAYOUT_TRACKER_COPY) */
+	if (a == NULL || b == NULL || a->fmt == TRK_COPY || b->fmt == TRK_COPY)
 		return false;
 	return a == b || (a->fmt != TRK_MF1_JSON && a->fmt != TRK_COPY && b->fmt != TRK_MF1_JSON &&
 			  b->fmt != TRK_COPY && strcmp(a->tracker, b->tracker) == 0);

@@ -303,7 +303,9 @@ int layout_tracker_path(enum layout_kind kind, int64_t step, int rank, char *buf
  * layout_tracker_shared - whether a tracker of kind @tracker names steps of kind @step_kind.
  *
  * True when both layouts' rules name the same tracker file (Megatron and MindFormers 2.0 share
- * `latest_checkpointed_iteration.txt`), and for a kind and itself when it has a tracker.
+ * `latest_checkpointed_iteration.txt`), and for a kind and itself when it has a tracker whose
+ * content names a step (not LAYOUT_TRACKER_COPY: a checkpoint makes no claim, so such a
+ * layout's lineage is the one of layouts without a tracker, policy rule 6).
  * Thread-safe.
  */
 bool layout_tracker_shared(enum layout_kind tracker, enum layout_kind step_kind);

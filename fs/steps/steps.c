@@ -195,6 +195,9 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	if (parent == IDX_ROOT_INO) {
 		enum policy_entry pe = policy_entry_of(name, S_IFDIR, fs->steps.opt.layout, &m);
 
+		if (renamed)
+			steps_top_on_rename(fs, ino, name);
+
 		if (pe != POLICY_STEP_DIR && pe != POLICY_CANDIDATE)
 			return;
 		if (renamed && sealed_by_rename(fs, ino, name, pid))
@@ -293,7 +296,8 @@ bool steps_commit_at_close(struct ckfs *fs, uint64_t ino)
 	fs_lock(fs);
 	if (steps_rel_path(fs, ino, rel, sizeof(rel)) == 0 &&
 	    layout_classify(rel, fs->steps.opt.layout, &m) == 0) {
-		if (m.role == ROLE_MARKER) {
+		if (m.role == ROLE_MARKER || steps_top_file(fs, rel, &m)) {
+			/* a root step file or copy tracker: judged at its close (steps_top.c) */
 			r = true;
 		} else if (m.role == ROLE_STEP_FILE && m.step_prefix_len > 0 &&
 			   m.step_prefix_len < sizeof(dname)) {
@@ -325,8 +329,9 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	if (rc == 0)
 		rc = layout_classify(rel, fs->steps.opt.layout, &m);
 	bool mf1 = rc == 0 && layout_desc(m.kind)->per_rank && m.role == ROLE_STEP_FILE;
-	bool in_step = rc == 0 && (m.role == ROLE_STEP_FILE || m.role == ROLE_MARKER) &&
-		       (m.step_prefix_len > 0 || mf1);
+	bool top = rc == 0 && steps_top_file(fs, rel, &m);
+	bool in_step = rc == 0 && (((m.role == ROLE_STEP_FILE || m.role == ROLE_MARKER) &&
+				    (m.step_prefix_len > 0 || mf1)) || top);
 	uint64_t size = 0;
 
 	if (in_step && idx_inode_get(fs->ix, oi->ino, &a) == 0)
@@ -358,6 +363,11 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		a.flags = flags;
 		if (idx_begin(fs->ix) == 0)
 			steps_record(fs, idx_inode_update(fs->ix, &a), "the check of '%s'", rel);
+	}
+	if (top) {
+		steps_top_on_commit(fs, rel, &m, oi->ino, flags, pid);
+		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
+		return;
 	}
 	bool stepped = !mf1 && steps_step_of_path(fs, rel, &m, &s) == 0;
 
@@ -409,6 +419,8 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 		steps_mf1_before_remove(fs, rank, name);
 		return;
 	}
+	if (parent == IDX_ROOT_INO)
+		steps_top_before_remove(fs, name);
 	if (parent == IDX_ROOT_INO) {
 		snprintf(top, sizeof(top), "%s", name);
 	} else {

@@ -288,6 +288,35 @@ int steps_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode 
  */
 void steps_restore(struct ckfs *fs, struct idx_step *s);
 
+/*
+ * steps_clone_file - a second inode with the same content (extents, chunks: nothing is copied),
+ * attributes, times and flags as regular file src, readable by its owner, named dir/name.
+ * In the caller's transaction. Returns 0, -ENOENT (src gone), -EEXIST (the name is taken) or the
+ * index's -errno.
+ */
+int steps_clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *name);
+
+/*
+ * Steps that are files at the mount root (layout_desc()->top_files: Lightning), steps_top.c.
+ * Each runs with fs->mu held.
+ *   steps_top_before_write - ino is opened for writing: keep its sound content (see the file).
+ *   steps_top_on_commit    - root file rel (match m) was committed with inode flags (IDX_INODE_*):
+ *                            judge its step, drop or bring back the kept version.
+ *   steps_top_on_rename    - ino was renamed to root name: a sound file becomes its step.
+ *   steps_top_before_remove- the trainer removes root name.
+ *   steps_top_drop_file    - retention removes step s's file; in the caller's transaction.
+ *   steps_top_file         - is rel a root file these rules cover (a step file, its temp, a
+ *                            copy tracker)? Fills *ret with its classification when so.
+ */
+void steps_top_before_write(struct ckfs *fs, uint64_t ino);
+void steps_top_on_commit(struct ckfs *fs, const char *rel, const struct layout_match *m,
+			 uint64_t ino, uint32_t flags, pid_t pid);
+void steps_top_on_rename(struct ckfs *fs, uint64_t ino, const char *name);
+void steps_top_before_remove(struct ckfs *fs, const char *name);
+int steps_top_drop_file(struct ckfs *fs, const struct idx_step *s, struct ino_freed *fr);
+bool steps_top_file(const struct ckfs *fs, const char *rel, struct layout_match *ret);
+
+
 /* ---- steps_slot.c: InternEvo snapshot slots ---- */
 
 /* steps_slot_number - set slot s's number (and s->step) from the name of the marker sealing it

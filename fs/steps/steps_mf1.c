@@ -476,33 +476,6 @@ static int clone_dir(struct ckfs *fs, uint64_t parent, const char *name, uint64_
 	return idx_inode_update(fs->ix, &pa);
 }
 
-/* A second inode with the same content (extents, chunks), attributes and flags as file src,
- * readable by its owner, named dir/name. In a transaction. */
-static int clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *name)
-{
-	struct idx_extent *ext = NULL;
-	struct idx_inode a;
-	uint64_t ino;
-	size_t n = 0;
-	int rc;
-
-	if ((rc = idx_inode_get(fs->ix, src, &a)) < 0)
-		return rc;
-	a.nlink = 1;
-	a.mode |= S_IRUSR; /* MindSpore makes a .ckpt 0200 (S_IWRITE) before it removes it */
-	if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
-	    (rc = idx_dentry_add(fs->ix, dir, name, ino)) < 0 ||
-	    (rc = idx_file_extents(fs->ix, src, &ext, &n)) < 0)
-		return rc;
-	rc = idx_file_set_content(fs->ix, ino, ext, n, a.size, a.has_hash ? a.hash : NULL,
-				  a.mtime_ns, NULL, NULL);
-	free(ext);
-	if (rc < 0)
-		return rc;
-	a.ino = ino;
-	return idx_inode_update(fs->ix, &a); /* keep the flags and times */
-}
-
 /*
  * The trainer unlinks rank_R/name. MindSpore's keep_checkpoint_max deletes the oldest .ckpt of
  * each rank BEFORE it saves (framework-io.md), so after a crash in the save that follows, the
@@ -545,7 +518,7 @@ void steps_mf1_before_remove(struct ckfs *fs, int rank, const char *name)
 		}
 		rc = clone_dir(fs, top, dname, rdir, &cdir);
 		if (rc == 0)
-			rc = clone_file(fs, f.ino, cdir, f.name);
+			rc = steps_clone_file(fs, f.ino, cdir, f.name);
 	}
 	if (rc == 0)
 		rc = idx_step_set_dir(fs->ix, b.s.id, top);

@@ -84,6 +84,8 @@ int steps_prune(struct ckfs *fs, struct idx_step *s, struct ino_freed *fr)
 
 	if (rc == 0 && layout_desc(s->kind)->per_rank)
 		rc = steps_mf1_drop_files(fs, s, fr); /* its rank files, in the rank directories */
+	if (rc == 0 && layout_desc(s->kind)->top_files)
+		rc = steps_top_drop_file(fs, s, fr); /* its file, at the root */
 
 	if (rc == 0)
 		rc = steps_set_state(fs, s, IDX_STEP_PRUNED, "retention");
@@ -454,4 +456,29 @@ void steps_restore(struct ckfs *fs, struct idx_step *s)
 	} else if (rc < 0) {
 		idx_rollback(fs->ix);
 	}
+}
+
+int steps_clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *name)
+{
+	struct idx_extent *ext = NULL;
+	struct idx_inode a;
+	uint64_t ino;
+	size_t n = 0;
+	int rc;
+
+	if ((rc = idx_inode_get(fs->ix, src, &a)) < 0)
+		return rc;
+	a.nlink = 1;
+	a.mode |= S_IRUSR; /* MindSpore makes a .ckpt 0200 (S_IWRITE) before it removes it */
+	if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
+	    (rc = idx_dentry_add(fs->ix, dir, name, ino)) < 0 ||
+	    (rc = idx_file_extents(fs->ix, src, &ext, &n)) < 0)
+		return rc;
+	rc = idx_file_set_content(fs->ix, ino, ext, n, a.size, a.has_hash ? a.hash : NULL,
+				  a.mtime_ns, NULL, NULL);
+	free(ext);
+	if (rc < 0)
+		return rc;
+	a.ino = ino;
+	return idx_inode_update(fs->ix, &a); /* keep the flags and times */
 }

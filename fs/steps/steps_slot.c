@@ -215,6 +215,7 @@ void steps_before_write(struct ckfs *fs, uint64_t ino, pid_t pid)
 		return;
 	steps_before_change(fs, parent);
 	steps_reopen_complete(fs, ino, pid);
+	steps_top_before_write(fs, ino);
 	/* The step knows its writer now, as at a create (steps_on_name), not only once the
 	 * committer reports the writer's close: a reader that comes after the writer died and
 	 * before its closes are committed finds the step due for judging, so it waits for those

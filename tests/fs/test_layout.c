@@ -851,7 +851,7 @@ Test(layout, tracker_shared)
 	cr_assert(!layout_tracker_shared(LAYOUT_MF1, LAYOUT_MEGATRON));
 	cr_assert(!layout_tracker_shared(LAYOUT_INTERNEVO, LAYOUT_ORBAX));
 	cr_assert(!layout_tracker_shared(LAYOUT_HF, LAYOUT_HF));
-	cr_assert(layout_tracker_shared(LAYOUT_LIGHTNING, LAYOUT_LIGHTNING));
+	cr_assert(!layout_tracker_shared(LAYOUT_LIGHTNING, LAYOUT_LIGHTNING));
 	cr_assert(!layout_tracker_shared(LAYOUT_LIGHTNING, LAYOUT_MEGATRON));
 	cr_assert(!layout_tracker_shared(LAYOUT_MEGATRON, LAYOUT_LIGHTNING));
 	cr_assert(!layout_tracker_shared(LAYOUT_NONE, LAYOUT_NONE));
@@ -884,7 +884,8 @@ Test(layout, descriptions)
 				     d->tracker == LAYOUT_TRACKER_PER_RANK, "%s", d->name);
 		}
 		cr_assert_eq(layout_tracker_shared((enum layout_kind)k, (enum layout_kind)k),
-			     d->tracker != LAYOUT_TRACKER_NONE, "%s", d->name);
+			     d->tracker == LAYOUT_TRACKER_ROOT || d->tracker == LAYOUT_TRACKER_PER_RANK,
+			     "%s", d->name);
 		/* per-rank steps exactly when there is no step directory name */
 		rc = layout_step_dir_name((enum layout_kind)k, 5, dir, sizeof(dir));
 		if (k != LAYOUT_NONE)

@@ -1,0 +1,277 @@
+/*
+ * steps_top.c — layouts whose steps are files at the mount root (layout_desc(kind)->top_files:
+ * PyTorch Lightning's `epoch=E-step=S.ckpt`), and their trackers that are checkpoints
+ * (LAYOUT_TRACKER_COPY: `last.ckpt`, a full checkpoint rewritten in place at every save).
+ *
+ * Lightning's "atomic" save is a copy in place on a mount: fsspec's temp lies in $TMPDIR, the
+ * rename into the mount fails with EXDEV, and shutil.move copies into the final name opened
+ * O_TRUNC (tests/traces/lightning.md, "One save"). One process (rank 0) writes each file. So:
+ *   1. A step is one root file. Its row is named by the file name (a step may have several
+ *      files, `-vN`), has no directory (dir_ino 0) and is complete once its writer closed it
+ *      whole: not torn (the writer alive at its close) and not malformed (validate_file: a torch
+ *      zip whose end of central directory record ends the file, written last by torch.save, so
+ *      a copy cut short lacks it). The close is committed before it returns
+ *      (steps_commit_at_close), so the step is complete when the trainer's close returns, and a
+ *      writer killed in its close is judged before its death is seen by a restarted trainer.
+ *   2. A root file of such a layout that is whole (a step file or a copy tracker) and is opened
+ *      for writing keeps its whole version (same chunks) as `.ckptfs/retained/NAME.kept`. When
+ *      the new version is closed whole, the kept one is dropped; when it is closed torn or
+ *      malformed (the trainer killed during its rewrite of `last.ckpt`), the kept one takes the
+ *      name again and the torn version is dropped, so a resume (`ckpt_path="last"`, the newest
+ *      mtime of `last*.ckpt`) loads the previous whole checkpoint instead of failing in
+ *      torch.load.
+ *   3. A file renamed onto a step name (a temp beside the target, or $TMPDIR inside the mount)
+ *      is judged at the rename from the check made at its close under the temp name.
+ *   4. The trainer's own removal of a step file (Lightning's top-k retention) ends its row
+ *      (pruned, "removed by the trainer"); -o keep_checkpoint_max prunes the older complete
+ *      steps' files (steps_retention).
+ * Readers that open the tracker while it is being rewritten see the new bytes as they come;
+ * only after the writer is gone is the kept version what the name holds.
+ *
+ * Locking: every function here runs with fs->mu held.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fs/steps/steps.h"
+#include "fs/policy/layout.h"
+#include "fs/steps/steps_int.h"
+
+/* The suffix of a kept version's name in /.ckptfs/retained. */
+#define KEPT_SUFFIX ".kept"
+
+bool steps_top_file(const struct ckfs *fs, const char *rel, struct layout_match *ret)
+{
+	struct layout_match m;
+
+	if (fs->steps.opt.layout < 0 || strchr(rel, '/') || layout_classify(rel, fs->steps.opt.layout, &m) < 0 ||
+	    !layout_desc(m.kind)->top_files)
+		return false;
+	if (m.role == ROLE_STEP_FILE ||
+	    (m.role == ROLE_TRACKER && layout_desc(m.kind)->tracker == LAYOUT_TRACKER_COPY) ||
+	    (m.role == ROLE_PLAIN && (m.flags & LAYOUT_F_TMP))) {
+		*ret = m;
+		return true;
+	}
+	return false;
+}
+
+/* The name of name's kept version into buf; false when it does not fit a file name. */
+static bool kept_name(const char *name, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, "%s" KEPT_SUFFIX, name);
+
+	return n > 0 && (size_t)n < cap && (size_t)n <= LAYOUT_NAME_MAX;
+}
+
+/* Is inode a a whole file: committed (a digest), neither torn nor malformed? */
+static bool sound(const struct idx_inode *a)
+{
+	return S_ISREG(a->mode) && a->has_hash &&
+	       !(a->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED));
+}
+
+/* Remove retained/kname, if there, in the caller's transaction. */
+static int drop_kept(struct ckfs *fs, const char *kname, struct ino_freed *fr)
+{
+	uint64_t kino;
+	int rc;
+
+	if (!fs->steps.retained_ino || idx_dentry_lookup(fs->ix, fs->steps.retained_ino, kname, &kino) < 0)
+		return 0;
+	rc = idx_dentry_remove(fs->ix, fs->steps.retained_ino, kname);
+	return rc == 0 ? ino_drop_link(fs, kino, ckfs_now(fs), fr) : rc;
+}
+
+/* Run drop_kept in a transaction of its own. */
+static void drop_kept_now(struct ckfs *fs, const char *name)
+{
+	char kname[LAYOUT_NAME_MAX + 1];
+	struct ino_freed fr = { 0 };
+	uint64_t kino;
+	int rc;
+
+	if (!kept_name(name, kname, sizeof(kname)) || !fs->steps.retained_ino ||
+	    idx_dentry_lookup(fs->ix, fs->steps.retained_ino, kname, &kino) < 0 || idx_begin(fs->ix) < 0)
+		return;
+	rc = drop_kept(fs, kname, &fr);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0)
+		idx_rollback(fs->ix);
+	ino_release_finish(fs, &fr, rc == 0);
+}
+
+void steps_top_before_write(struct ckfs *fs, uint64_t ino)
+{
+	char name[LAYOUT_NAME_MAX + 1], kname[LAYOUT_NAME_MAX + 1];
+	struct layout_match m;
+	struct idx_inode a;
+	struct oinode *oi;
+	uint64_t parent, kino;
+	int rc;
+
+	if (!fs->steps.retained_ino || idx_dentry_parent(fs->ix, ino, &parent, name, sizeof(name)) < 0 ||
+	    parent != IDX_ROOT_INO || !steps_top_file(fs, name, &m) || (m.flags & LAYOUT_F_TMP) ||
+	    !kept_name(name, kname, sizeof(kname)) || idx_inode_get(fs->ix, ino, &a) < 0 ||
+	    !sound(&a) || ((oi = oi_find(fs, ino)) && atomic_load(&oi->ov_dirty)))
+		return;
+	/* a version already kept is the last whole one: the name now holds a rewrite not yet
+	 * closed whole (a second writer, or a reopen during the rewrite) */
+	if (idx_dentry_lookup(fs->ix, fs->steps.retained_ino, kname, &kino) == 0 || idx_begin(fs->ix) < 0)
+		return;
+	rc = steps_clone_file(fs, ino, fs->steps.retained_ino, kname);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0) {
+		idx_rollback(fs->ix);
+		ckpt_log("'%s' is rewritten in place: cannot keep its whole version: %s", name,
+			 strerror(-rc));
+	}
+}
+
+/* Step file name (inode ino) of kind, step number step, is whole: complete its row. */
+static void complete(struct ckfs *fs, enum layout_kind kind, const char *name, int64_t step,
+		     uint64_t ino, const char *why)
+{
+	struct idx_step s;
+	struct idx_inode a;
+	uint64_t stored = 0;
+	int64_t id;
+	int rc;
+
+	if (idx_inode_get(fs->ix, ino, &a) < 0 || idx_begin(fs->ix) < 0)
+		return;
+	(void)idx_file_stored_bytes(fs->ix, ino, &stored);
+	rc = idx_step_by_name(fs->ix, kind, name, &s);
+	if (rc == 0 && s.state == IDX_STEP_COMPLETE && s.step == step) {
+		rc = idx_step_set_figures(fs->ix, s.id, 1, a.size, stored, NULL);
+	} else {
+		rc = idx_step_create(fs->ix, kind, name, step, 0, ckfs_now(fs), &id);
+		if (rc == 0)
+			rc = idx_step_get(fs->ix, id, &s);
+		if (rc == 0)
+			rc = idx_step_set_figures(fs->ix, id, 1, a.size, stored, NULL);
+		if (rc == 0)
+			rc = steps_set_state(fs, &s, IDX_STEP_COMPLETE, why);
+	}
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0) {
+		idx_rollback(fs->ix);
+		ckpt_log("step file '%s': cannot record it complete: %s", name, strerror(-rc));
+		return;
+	}
+	steps_retention(fs, kind);
+}
+
+/*
+ * Root file name holds a version closed torn or malformed: when a whole version is kept, it
+ * takes the name again and the torn one is dropped. Returns true when it did.
+ */
+static bool bring_back(struct ckfs *fs, const char *name, uint64_t ino)
+{
+	char kname[LAYOUT_NAME_MAX + 1];
+	struct ino_freed fr = { 0 };
+	uint64_t kino, cur;
+	int rc;
+
+	if (!kept_name(name, kname, sizeof(kname)) || !fs->steps.retained_ino ||
+	    idx_dentry_lookup(fs->ix, fs->steps.retained_ino, kname, &kino) < 0 ||
+	    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &cur) < 0 || cur != ino ||
+	    idx_begin(fs->ix) < 0)
+		return false;
+	rc = idx_dentry_remove(fs->ix, IDX_ROOT_INO, name);
+	if (rc == 0)
+		rc = ino_drop_link(fs, ino, ckfs_now(fs), &fr);
+	if (rc == 0)
+		rc = idx_dentry_move(fs->ix, fs->steps.retained_ino, kname, IDX_ROOT_INO, name);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0)
+		idx_rollback(fs->ix);
+	ino_release_finish(fs, &fr, rc == 0);
+	if (rc < 0)
+		return false;
+	steps_inval_queue(fs, IDX_ROOT_INO, name); /* the kernel has the torn inode cached */
+	return true;
+}
+
+void steps_top_on_commit(struct ckfs *fs, const char *rel, const struct layout_match *m,
+			 uint64_t ino, uint32_t flags, pid_t pid)
+{
+	if (m->flags & LAYOUT_F_TMP)
+		return; /* judged when renamed to its name (steps_top_on_rename) */
+	if (!(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
+		drop_kept_now(fs, rel);
+		if (m->role == ROLE_STEP_FILE)
+			complete(fs, m->kind, rel, m->step, ino, "closed whole by its writer");
+		return;
+	}
+	if (bring_back(fs, rel, ino))
+		ckpt_log("'%s' was left %s by pid %d during its rewrite: its last whole version is "
+			 "back at its name", rel, (flags & IDX_INODE_TORN) ? "torn" : "malformed",
+			 (int)pid);
+	else
+		ckpt_log("'%s' was left %s by pid %d: not a step", rel,
+			 (flags & IDX_INODE_TORN) ? "torn" : "malformed", (int)pid);
+}
+
+void steps_top_on_rename(struct ckfs *fs, uint64_t ino, const char *name)
+{
+	struct layout_match m;
+	struct idx_inode a;
+
+	if (!steps_top_file(fs, name, &m) || (m.flags & LAYOUT_F_TMP) ||
+	    idx_inode_get(fs->ix, ino, &a) < 0)
+		return;
+	if (!sound(&a)) {
+		if (S_ISREG(a.mode) && a.has_hash)
+			ckpt_log("'%s' is renamed into place torn or malformed: not a step", name);
+		return;
+	}
+	/* the whole file that took the name replaces any version kept of the name */
+	drop_kept_now(fs, name);
+	if (m.role == ROLE_STEP_FILE)
+		complete(fs, m.kind, name, m.step, ino, "renamed into place whole");
+}
+
+void steps_top_before_remove(struct ckfs *fs, const char *name)
+{
+	struct layout_match m;
+	struct idx_step s;
+
+	if (!steps_top_file(fs, name, &m) || (m.flags & LAYOUT_F_TMP))
+		return;
+	drop_kept_now(fs, name);
+	if (m.role != ROLE_STEP_FILE || idx_step_by_name(fs->ix, m.kind, name, &s) < 0 ||
+	    s.state != IDX_STEP_COMPLETE || idx_begin(fs->ix) < 0)
+		return;
+	if (steps_set_state(fs, &s, IDX_STEP_PRUNED, "removed by the trainer") < 0 ||
+	    idx_commit(fs->ix) < 0)
+		idx_rollback(fs->ix);
+}
+
+int steps_top_drop_file(struct ckfs *fs, const struct idx_step *s, struct ino_freed *fr)
+{
+	char kname[LAYOUT_NAME_MAX + 1];
+	struct layout_match m;
+	uint64_t ino;
+	int rc;
+
+	if (!steps_top_file(fs, s->name, &m) || m.role != ROLE_STEP_FILE)
+		return 0;
+	if (kept_name(s->name, kname, sizeof(kname)) && (rc = drop_kept(fs, kname, fr)) < 0)
+		return rc;
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &ino) < 0)
+		return 0; /* removed already */
+	rc = idx_dentry_remove(fs->ix, IDX_ROOT_INO, s->name);
+	if (rc == 0)
+		rc = ino_drop_link(fs, ino, ckfs_now(fs), fr);
+	if (rc == 0)
+		steps_inval_queue(fs, IDX_ROOT_INO, s->name);
+	return rc;
+}
