@@ -10,7 +10,8 @@ Ranks: --ranks R processes (default 2) over gloo, MASTER_ADDR=127.0.0.1 and a fr
 gradients are averaged with all_reduce (data parallel), so every rank holds the same state.
 "Sharded" files (per-rank model/optimizer shards) hold the parameters i with i % world == rank.
 
-    trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo,internevo-snap,orbax}
+    trainer.py --layout {mf2,megatron,mf1,deepspeed,hf,dcp,internevo,internevo-snap,orbax,
+                         lightning,lightning-link}
                --save DIR --steps N
                --save-every K [--keep K] [--resume] [--ranks R] [--log FILE]
                [--slow-save SECONDS] [--exit-in-save N]
@@ -34,7 +35,10 @@ Retention (--keep, 0 = none) as the framework does it: mf2 removes the oldest it
 BEFORE saving, counting the new empty dir; mf1 removes the oldest .ckpt by mtime BEFORE saving
 when count >= keep; hf rotates by directory mtime after saving; dcp (torchtitan) purges the oldest
 step-N after saving, counting incomplete dirs; orbax (max_to_keep) removes the oldest committed
-step dirs after the commit. megatron, deepspeed and internevo keep everything.
+step dirs after the commit; lightning (ModelCheckpoint) removes the previous file after the
+new one is written (keep=1: save_top_k=1, monitor=None; keep=k>=2: monitor="step", mode="max",
+the oldest of the k+1; keep=0: save_top_k=-1, none). megatron, deepspeed and internevo keep
+everything.
 """
 
 import argparse
@@ -59,7 +63,7 @@ from ckptformats import (file_sha256, safetensors_bytes, safetensors_load, sha25
                          tsave_bytes)
 
 LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'internevo-snap',
-           'orbax')
+           'orbax', 'lightning', 'lightning-link')
 TEXT = '/usr/share/common-licenses/GPL-3'
 SEQ = 64
 BATCH = 8
@@ -1080,6 +1084,154 @@ class Job:
         d = os.path.join(self.root, str(step))
         return self.load_shards(d, ['shard_%d.pt' % r for r in range(self.world)],
                                 'shard_%d.pt' % self.rank)
+
+
+    # ---- PyTorch Lightning ModelCheckpoint --------------------------------------------------
+    # tests/traces/lightning.md: Lightning-AI/pytorch-lightning 03763c9 callbacks/
+    # model_checkpoint.py (_save_none_monitor_checkpoint, _update_best_and_save,
+    # _save_last_checkpoint, _link_checkpoint, _find_last_checkpoints), d2bf065 trainer.py
+    # save_checkpoint (dump on every rank, write on rank 0, barrier), fabric 014994a cloud_io.py
+    # _atomic_save (fsspec transaction: a temp from tempfile.mkstemp() in $TMPDIR, moved by
+    # shutil.move: across devices an O_TRUNC copy into the final name, copystat, then chmod).
+    LIGHTNING_CB = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0}"
+
+    def lt_state(self):
+        if not hasattr(self, '_lt'):
+            self._lt = {'best_model_path': '', 'last_model_path': '', 'best_k_models': {}}
+        return self._lt
+
+    def lt_name(self, step, ver=None):
+        # _format_checkpoint_name: "{epoch}-{step}" -> "epoch=E-step=S"; "-v{ver}"; ".ckpt"
+        return os.path.join(self.root, 'epoch=0-step=%d%s.ckpt' %
+                            (step, '' if ver is None else '-v%d' % ver))
+
+    def lt_version(self, first, keep_name):
+        # _get_metric_interpolated_filepath_name: -v1, -v2 ... while the name exists on disk,
+        # unless it is the file about to be deleted (then it is overwritten in place)
+        path, ver = first(None), 1
+        while os.path.exists(path) and path != keep_name:
+            path, ver = first(ver), ver + 1
+        return path
+
+    def lt_bytes(self, step, loss, sd, st):
+        msd, osd = split_model_optim(sd)
+        # rng of every rank: the emulation resumes bit-exact; Lightning keeps rank 0's only
+        rngs = self.gather(self.rng_state())
+        cb = {'monitor': 'step' if self.a.keep >= 2 else None, 'dirpath': self.root,
+              'best_model_path': st['best_model_path'], 'last_model_path': st['last_model_path'],
+              'best_k_models': dict(st['best_k_models'])}
+        return tsave_bytes({'epoch': 0, 'global_step': step, 'pytorch-lightning_version': '2.5.0',
+                            'state_dict': msd, 'optimizer_states': [osd], 'loops': {},
+                            'callbacks': {self.LIGHTNING_CB: cb}, 'lr_schedulers': [],
+                            'loss': loss, 'rng': rngs})
+
+    def lt_atomic_save(self, final, data):
+        """rank 0, TorchCheckpointIO.save_checkpoint: makedirs, then _atomic_save: torch.save
+        into a mkstemp() temp in $TMPDIR, shutil.move onto final (os.rename fails with EXDEV:
+        copy2 = O_TRUNC open + copy + close, utime, chmod 0600 (mkstemp's mode), unlink the
+        temp), then fsspec's chmod(0666 & ~umask). Slow: the copy by hand, in paced pieces."""
+        os.makedirs(self.root, exist_ok=True)
+        fd, tmp = tempfile.mkstemp()
+        os.close(fd)
+        with open(tmp, 'wb') as f:
+            f.write(data)
+        if self.sv.slow > 0:
+            st = os.stat(tmp)
+            self.sv.write(final, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode=0o666,
+                          final=final)
+            os.utime(final, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.chmod(final, 0o600)
+            os.unlink(tmp)
+        else:
+            self.sv.intend(final, data)
+            shutil.move(tmp, final)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(final, 0o666 & ~umask)
+        self.sv.wrote(final, data)
+
+    def save_lightning(self, step, loss, sd):
+        st = self.lt_state()
+        # _save_topk_checkpoint: the file to delete after this save, then the new name
+        dele = None
+        if self.rank == 0:
+            if self.a.keep == 1:
+                dele = st['best_model_path'] or None
+            elif self.a.keep >= 2 and len(st['best_k_models']) == self.a.keep:
+                dele = min(st['best_k_models'], key=st['best_k_models'].get)
+        path = None
+        if self.rank == 0:
+            path = self.lt_version(lambda v: self.lt_name(step, v), dele)
+        path = self.bcast(path)
+        if self.a.keep >= 2:
+            st['best_k_models'].pop(dele, None)
+            st['best_k_models'][path] = step
+        st['best_model_path'] = path
+        data = self.lt_bytes(step, loss, sd, st)
+        if self.rank == 0:
+            self.lt_atomic_save(path, data)
+        self.barrier()                       # Trainer.save_checkpoint
+        if self.rank == 0 and dele and dele != path and os.path.exists(dele):
+            os.remove(dele)                  # _remove_checkpoint, rank 0, no barrier
+        # _save_last_checkpoint
+        last = None
+        if self.rank == 0:
+            last = self.lt_version(
+                lambda v: os.path.join(self.root, 'last%s.ckpt' % ('' if v is None else
+                                                                   '-v%d' % v)),
+                st['last_model_path'])
+        last = self.bcast(last)
+        previous, st['last_model_path'] = st['last_model_path'], last
+        if self.a.layout == 'lightning-link':
+            if self.rank == 0:           # _link_checkpoint: remove, then a relative symlink
+                self.sv.pause()
+                if os.path.islink(last) or os.path.isfile(last):
+                    os.remove(last)
+                self.sv.pause()
+                os.symlink(os.path.relpath(path, os.path.dirname(last)), last)
+            self.barrier()
+        else:
+            data = self.lt_bytes(step, loss, sd, st)
+            if self.rank == 0:
+                self.lt_atomic_save(last, data)
+            self.barrier()
+        if self.rank == 0 and previous and previous != last and os.path.exists(previous):
+            os.remove(previous)
+        if self.rank == 0:
+            self.saved(step, loss)
+
+    def resume_lightning(self):
+        """ckpt_path="last": _find_last_checkpoints lists the directory, keeps the .ckpt whose
+        stem matches ^last(-(\d+))?, drops those that do not exist (a dangling link), takes the
+        newest mtime (a link: its target's); none: a fresh start. Every rank loads it."""
+        if not os.path.isdir(self.root):
+            return None
+        cands = {}
+        for n in os.listdir(self.root):
+            p = os.path.join(self.root, n)
+            if n.endswith('.ckpt') and re.match(r'^last(-(\d+))?', n[:-5]) and os.path.exists(p):
+                cands[p] = os.path.getmtime(p)
+        if not cands:
+            print('.fit(ckpt_path="last") is set, but there is no last checkpoint available. '
+                  'No checkpoint will be loaded.', file=sys.stderr, flush=True)
+            return None
+        path = max(cands, key=cands.get)
+        # torch.load follows the link; the log names the file whose bytes were read
+        ck = self.tload(os.path.realpath(path) if os.path.islink(path) else path)
+        sd = dict(ck['state_dict'])
+        sd.update(ck['optimizer_states'][0])
+        load_full_state(self.model, self.opt, sd)
+        self.set_rng(ck['rng'][self.rank])
+        cb = ck['callbacks'][self.LIGHTNING_CB]
+        st = self.lt_state()
+        if cb['dirpath'] == self.root:   # restored only when dirpath is unchanged
+            st['best_model_path'] = cb['best_model_path']
+            st['last_model_path'] = cb['last_model_path']
+            st['best_k_models'] = dict(cb['best_k_models'])
+        return int(ck['global_step']), float(ck['loss'])
+
+    save_lightning_link = save_lightning
+    resume_lightning_link = resume_lightning
 
 
 def orbax_steps(root):

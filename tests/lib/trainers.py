@@ -24,10 +24,12 @@ import ckfs
 TRAINER = os.path.join(ckfs.REPO_ROOT, 'tests', 'e2e', 'trainer.py')
 PYTHON = '/usr/bin/python3'
 LAYOUTS = ('mf2', 'megatron', 'mf1', 'deepspeed', 'hf', 'dcp', 'internevo', 'internevo-snap',
-           'orbax')
+           'orbax', 'lightning', 'lightning-link')
 # the framework's own retention in the crash tests; mf2 with keep=1 deletes the newest complete
 # step before writing the next one, which ckptfs must survive
-KEEP_CRASH = {'mf2': 1, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2}
+# lightning's default (save_top_k=1) removes the previous step file once the new one is written
+KEEP_CRASH = {'mf2': 1, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2, 'lightning': 1,
+              'lightning-link': 1}
 SEED = int(os.environ.get('CKPTFS_CRASH_SEED') or random.SystemRandom().randrange(1 << 30))
 SLOW = float(os.environ.get('CKPTFS_SLOW_SAVE', '0.15'))
 # where in a save the kill lands, as a fraction of the first save's duration
