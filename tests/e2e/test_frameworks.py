@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Every framework layout, end to end, with a real 2-rank PyTorch training job (trainer.py).
 
-For each layout (mf2 megatron mf1 deepspeed hf dcp internevo orbax):
+For each layout (mf2 megatron mf1 deepspeed hf dcp internevo orbax lightning lightning-link):
   plain   - harness self-test on a plain temporary directory: train with saves (and the
             framework's own retention), then --resume: it must land on the last saved step, the
             loaded files must hash to what the writers logged, the state digest and loss must
@@ -41,7 +41,8 @@ from trainers import (FRAC, KEEP_CRASH, RUN_TIMEOUT, SEED, SLOW, LogView, Traine
                       check_resumed, log_size, read_log, selected_layouts)
 
 # the framework's own retention where it has one
-KEEP_PLAIN = {'mf2': 2, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2}
+KEEP_PLAIN = {'mf2': 2, 'mf1': 2, 'hf': 2, 'dcp': 2, 'orbax': 2, 'lightning': 2,
+              'lightning-link': 2}
 ROUNDS = int(os.environ.get('CKPTFS_CRASH_ROUNDS', '1'))
 SUMMARY = []
 
@@ -67,6 +68,8 @@ def expected_listing(layout, steps, keep, ranks=2):
         return ['snapshot']
     if layout == 'orbax':
         return sorted('%d' % s for s in kept)
+    if layout in ('lightning', 'lightning-link'):
+        return sorted(['epoch=0-step=%d.ckpt' % s for s in kept] + ['last.ckpt'])
     raise ValueError(layout)
 
 

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""PyTorch Lightning's ModelCheckpoint on a mount, killed at the named moments of a save
+(tests/traces/lightning.md, "What a crash leaves"), with the real 2-rank trainer
+(trainer.py --layout lightning): each kill lands where the trace's crash table says Lightning
+alone fails, and the resume (`ckpt_path="last"`: the newest mtime among `last*.ckpt`) must land
+on the newest saved step, bit-exact (trainers.check_resumed).
+
+  last_rewrite   save_last=True: the trainer is killed while it copies `last.ckpt` in place
+                 (O_TRUNC, the copy shutil.move makes across devices). On a plain directory
+                 the resume torch.loads the torn copy and fails; ckptfs gives back the last
+                 whole `last.ckpt` (fs/steps/steps_top.c).
+  step_files     the step files are steps: complete once closed whole, pruned by
+                 -o keep_checkpoint_max, and a torn step file is no complete step.
+
+Environment: CKPTFS_BIN, CKPTCTL_BIN (see ../lib/ckfs.py).
+Run: /usr/bin/python3 tests/e2e/test_lightning.py [-v]
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
+
+import ckfs  # noqa: E402
+from crashround import await_resume  # noqa: E402
+from trainers import (RUN_TIMEOUT, LogView, Trainer, check_resumed, daemon_log,  # noqa: E402
+                      log_size, read_log)
+
+SLOW = 0.8
+
+
+def wait_log(log, pred, deadline):
+    """Poll the side log until a line satisfies pred; returns the line."""
+    while time.monotonic() < deadline:
+        try:
+            with open(log, errors='replace') as f:
+                for ln in f.read().splitlines():
+                    if pred(ln):
+                        return ln
+        except FileNotFoundError:
+            pass
+        time.sleep(0.005)
+    raise AssertionError('no such line in %s' % log)
+
+
+class TestLightning(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        ckfs.check_fuse_usable()
+
+    def run_to_end(self, m, log, steps, resume=False, keep=1):
+        tr = Trainer('lightning', m.mnt, log, steps=steps, every=4, keep=keep, resume=resume)
+        try:
+            self.assertEqual(tr.wait(), 0, tr.tail())
+        finally:
+            tr.close()
+
+    def test_last_rewrite(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            log = os.path.join(m.tmp, 'trainer.log')
+            tr = Trainer('lightning', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                # the second save's copy into last.ckpt has begun: kill inside its paced writes
+                wait_log(log, lambda ln: ln.startswith('WILL step=8 rank=0 path=last.ckpt '),
+                         deadline)
+                time.sleep(SLOW * 0.15)
+                tr.kill()
+            finally:
+                tr.close()
+            off = log_size(log)
+            before = LogView(read_log(log))
+            self.assertEqual(before.saved, [4])
+            tr = Trainer('lightning', m.mnt, log, steps=12, every=4, keep=1, resume=True)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
+                self.assertEqual(check_resumed(tr, before, log, off), 4)
+                self.assertEqual(tr.wait(), 0, tr.tail())
+            finally:
+                tr.close()
+            # step 8's file was whole before the kill; the resumed callback's state (of step 4)
+            # does not know it, so Lightning saves step 8 again as -v1 and never removes it
+            self.assertEqual(sorted(os.listdir(m.mnt)),
+                             ['epoch=0-step=12.ckpt', 'epoch=0-step=8.ckpt', 'last.ckpt'])
+        finally:
+            m.close()
+
+    def test_step_files(self):
+        m = ckfs.Mount(opts=('keep_checkpoint_max=2',))
+        try:
+            m.start()
+            log = os.path.join(m.tmp, 'trainer.log')
+            # keep=0: save_top_k=-1, Lightning keeps every file; ckptfs keeps the newest 2
+            self.run_to_end(m, log, 16, keep=0)
+            m.settle()
+            self.assertEqual(sorted(os.listdir(m.mnt)),
+                             ['epoch=0-step=12.ckpt', 'epoch=0-step=16.ckpt', 'last.ckpt'])
+            # a step file torn by hand: no complete step
+            with open(os.path.join(m.mnt, 'epoch=0-step=99.ckpt'), 'wb') as f:
+                f.write(b'PK\x03\x04' + b'\0' * 1000)
+            m.settle()
+            r = ckfs.ckptctl(m.store, 'steps', json_out=True)
+            st = {s['name']: s['state'] for s in json.loads(r.stdout)['steps']}
+            self.assertEqual(st, {'epoch=0-step=4.ckpt': 'pruned',
+                                  'epoch=0-step=8.ckpt': 'pruned',
+                                  'epoch=0-step=12.ckpt': 'complete',
+                                  'epoch=0-step=16.ckpt': 'complete'})
+        finally:
+            m.close()
+
+
+if __name__ == '__main__':
+    faulthandler.dump_traceback_later(900, exit=True)
+    unittest.main(verbosity=2)
