@@ -24,9 +24,15 @@
  *      is judged at the rename from the check made at its close under the temp name.
  *   4. The trainer's own removal of a step file (Lightning's top-k retention) ends its row
  *      (pruned, "removed by the trainer"); -o keep_checkpoint_max prunes the older complete
- *      steps' files (steps_retention).
- * Readers that open the tracker while it is being rewritten see the new bytes as they come;
- * only after the writer is gone is the kept version what the name holds.
+ *      steps' files (steps_retention), never a file a newer version of the name now holds.
+ *   5. A copy tracker that is a symlink (save_last="link") naming a step file being removed is
+ *      pointed at the newest other complete step file first: Lightning removes the previous
+ *      top-k file after writing the new one and before it links last.ckpt to it, and a link
+ *      left dangling by a crash there makes its resume start from scratch.
+ * Not covered: readers that open the tracker while it is being rewritten see the new bytes as
+ * they come (only after the writer is gone is the kept version what the name holds); and a
+ * crash between Lightning's removal of the link last.ckpt and its new symlink leaves no
+ * last.ckpt (the resume starts from scratch).
  *
  * Locking: every function here runs with fs->mu held.
  */
@@ -239,6 +245,69 @@ void steps_top_on_rename(struct ckfs *fs, uint64_t ino, const char *name)
 		complete(fs, m.kind, name, m.step, ino, "renamed into place whole");
 }
 
+struct newest_other {
+	struct ckfs *fs;
+	const char *not;                  /* the name being removed */
+	char name[LAYOUT_NAME_MAX + 1];   /* the newest complete step file still at the root */
+	bool found;
+};
+
+static int newest_other_cb(const struct idx_step *s, void *arg)
+{
+	struct newest_other *o = arg;
+	uint64_t ino;
+
+	if (strcmp(s->name, o->not) == 0 || strchr(s->name, '/') ||
+	    idx_dentry_lookup(o->fs->ix, IDX_ROOT_INO, s->name, &ino) < 0)
+		return 0;
+	snprintf(o->name, sizeof(o->name), "%s", s->name);
+	o->found = true;
+	return 1;
+}
+
+/* Invariant 5: every root symlink tracker of kind naming name now names the newest other
+ * complete step file, when there is one. */
+static void relink(struct ckfs *fs, enum layout_kind kind, const char *name)
+{
+	struct newest_other o = { .fs = fs, .not = name };
+	struct steps_entries e = { 0 };
+	char target[LAYOUT_NAME_MAX + 1];
+	struct layout_match m;
+	struct idx_inode a;
+	int rc = 0;
+
+	if (steps_dir_entries(fs, IDX_ROOT_INO, 0, &e) < 0)
+		goto out;
+	for (size_t i = 0; i < e.n && rc == 0; i++) {
+		if (!S_ISLNK(e.modes[i]) || !steps_top_file(fs, e.names[i], &m) ||
+		    m.kind != kind || m.role != ROLE_TRACKER ||
+		    idx_symlink_get(fs->ix, e.inos[i], target, sizeof(target)) < 0 ||
+		    strcmp(target, name) != 0)
+			continue;
+		if (!o.found && (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_COMPLETE,
+						      newest_other_cb, &o) < 0 || !o.found))
+			goto out;
+		if (idx_inode_get(fs->ix, e.inos[i], &a) < 0 || idx_begin(fs->ix) < 0)
+			goto out;
+		a.size = strlen(o.name);
+		a.ctime_ns = ckfs_now(fs);
+		rc = idx_symlink_set(fs->ix, e.inos[i], o.name);
+		if (rc == 0)
+			rc = idx_inode_update(fs->ix, &a);
+		if (rc == 0)
+			rc = idx_commit(fs->ix);
+		if (rc < 0) {
+			idx_rollback(fs->ix);
+			break;
+		}
+		steps_inval_queue(fs, IDX_ROOT_INO, e.names[i]);
+		ckpt_log("'%s' is removed while the link '%s' names it: the link now names '%s', "
+			 "the newest complete step", name, e.names[i], o.name);
+	}
+out:
+	steps_dir_entries_free(&e);
+}
+
 void steps_top_before_remove(struct ckfs *fs, const char *name)
 {
 	struct layout_match m;
@@ -247,6 +316,8 @@ void steps_top_before_remove(struct ckfs *fs, const char *name)
 	if (!steps_top_file(fs, name, &m) || (m.flags & LAYOUT_F_TMP))
 		return;
 	drop_kept_now(fs, name);
+	if (m.role == ROLE_STEP_FILE)
+		relink(fs, m.kind, name);
 	if (m.role != ROLE_STEP_FILE || idx_step_by_name(fs->ix, m.kind, name, &s) < 0 ||
 	    s.state != IDX_STEP_COMPLETE || idx_begin(fs->ix) < 0)
 		return;
@@ -259,10 +330,13 @@ int steps_top_drop_file(struct ckfs *fs, const struct idx_step *s, struct ino_fr
 {
 	char kname[LAYOUT_NAME_MAX + 1];
 	struct layout_match m;
+	struct idx_step cur;
 	uint64_t ino;
 	int rc;
 
-	if (!steps_top_file(fs, s->name, &m) || m.role != ROLE_STEP_FILE)
+	/* only the version s is: a newer row of the name owns what the name holds now */
+	if (!steps_top_file(fs, s->name, &m) || m.role != ROLE_STEP_FILE ||
+	    idx_step_by_name(fs->ix, s->kind, s->name, &cur) < 0 || cur.id != s->id)
 		return 0;
 	if (kept_name(s->name, kname, sizeof(kname)) && (rc = drop_kept(fs, kname, fr)) < 0)
 		return rc;

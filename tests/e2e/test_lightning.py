@@ -9,6 +9,10 @@ on the newest saved step, bit-exact (trainers.check_resumed).
                  (O_TRUNC, the copy shutil.move makes across devices). On a plain directory
                  the resume torch.loads the torn copy and fails; ckptfs gives back the last
                  whole `last.ckpt` (fs/steps/steps_top.c).
+  link_dangling  save_last="link": killed after the top-k retention removed the previous
+                 step file and before last.ckpt is linked to the new one. Alone, the link
+                 dangles and the resume starts from scratch; ckptfs points it at the newest
+                 complete step file when its target is removed.
   step_files     the step files are steps: complete once closed whole, pruned by
                  -o keep_checkpoint_max, and a torn step file is no complete step.
 
@@ -95,6 +99,39 @@ class TestLightning(unittest.TestCase):
             # does not know it, so Lightning saves step 8 again as -v1 and never removes it
             self.assertEqual(sorted(os.listdir(m.mnt)),
                              ['epoch=0-step=12.ckpt', 'epoch=0-step=8.ckpt', 'last.ckpt'])
+        finally:
+            m.close()
+
+    def test_link_dangling(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            log = os.path.join(m.tmp, 'trainer.log')
+            tr = Trainer('lightning-link', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                # step 8's file is written; then the barrier, the removal of step 4's file,
+                # and a pause before last.ckpt is removed and linked again: kill in the pause
+                wait_log(log, lambda ln: ln.startswith(
+                    'WROTE step=8 rank=0 path=epoch=0-step=8.ckpt '), deadline)
+                time.sleep(SLOW * 0.5)
+                tr.kill()
+            finally:
+                tr.close()
+            self.assertEqual(os.readlink(os.path.join(m.mnt, 'last.ckpt')),
+                             'epoch=0-step=8.ckpt', daemon_log(m))
+            off = log_size(log)
+            before = LogView(read_log(log))
+            self.assertEqual(before.saved, [4])
+            tr = Trainer('lightning-link', m.mnt, log, steps=12, every=4, keep=1, resume=True)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
+                # step 8 was complete (its file whole) though not SAVED: accepted as killed_step
+                self.assertEqual(check_resumed(tr, before, log, off, killed_step=8), 8)
+                self.assertEqual(tr.wait(), 0, tr.tail())
+            finally:
+                tr.close()
         finally:
             m.close()
 
