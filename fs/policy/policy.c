@@ -48,6 +48,8 @@ enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind
 	if (S_ISREG(mode) && m.step_prefix_len == 0 && m.role == ROLE_STEP_FILE &&
 	    layout_desc(m.kind)->per_rank)
 		return POLICY_RANK_FILE;
+	if (top && S_ISREG(mode) && m.role == ROLE_STEP_FILE && layout_desc(m.kind)->top_files)
+		return POLICY_TOP_FILE;
 	return POLICY_OTHER;
 }
 
@@ -724,6 +726,64 @@ int policy_rank_steps(struct idx *ix, policy_rank_step_fn fn, void *arg)
 	}
 	free(w.dirs);
 	free(w.names);
+	free(w.v);
+	return rc;
+}
+
+bool policy_top_whole(const struct idx_inode *a)
+{
+	return S_ISREG(a->mode) && a->has_hash &&
+	       !(a->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED));
+}
+
+/* The whole step files at the root (policy_top_steps). */
+struct top_walk {
+	struct idx *ix;
+	struct top_step {
+		enum layout_kind kind;
+		int64_t step;
+		uint64_t ino;
+		char name[LAYOUT_NAME_MAX + 1];
+	} *v;
+	size_t n, cap;
+	int err;
+};
+
+/* idx_dir_list callback over the root: its whole top-level step files */
+static int top_file_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie, void *arg)
+{
+	struct top_walk *w = arg;
+	struct layout_match m;
+
+	(void)cookie;
+	if (strlen(name) > LAYOUT_NAME_MAX ||
+	    policy_entry_of(name, mode, LAYOUT_NONE, &m) != POLICY_TOP_FILE ||
+	    (m.flags & LAYOUT_F_TMP))
+		return 0;
+	if (ckpt_grow(&w->v, &w->cap, w->n, sizeof(*w->v)) < 0) {
+		w->err = -ENOMEM;
+		return 1;
+	}
+	w->v[w->n] = (struct top_step){ .kind = m.kind, .step = m.step, .ino = ino };
+	snprintf(w->v[w->n++].name, sizeof(w->v->name), "%s", name);
+	return 0;
+}
+
+int policy_top_steps(struct idx *ix, policy_top_step_fn fn, void *arg)
+{
+	struct top_walk w = { .ix = ix };
+	struct idx_inode a;
+	int rc;
+
+	rc = idx_dir_list(ix, IDX_ROOT_INO, 0, top_file_cb, &w);
+	if (rc >= 0 && w.err < 0)
+		rc = w.err;
+	if (rc > 0)
+		rc = 0;
+	/* fn after the listing: it may write ix */
+	for (size_t i = 0; rc == 0 && i < w.n; i++)
+		if (idx_inode_get(ix, w.v[i].ino, &a) == 0 && policy_top_whole(&a))
+			rc = fn(w.v[i].kind, w.v[i].name, w.v[i].step, w.v[i].ino, arg);
 	free(w.v);
 	return rc;
 }

@@ -149,6 +149,10 @@ enum policy_entry {
 	POLICY_RANK_FILE, /* a per-rank step file (MF1 rank_N/{prefix}-{epoch}_{step}.ckpt, or
 			     its .tmp): checked as a step file; a step of a per-rank layout is the
 			     files of one (epoch, step) across ranks (policy_rank_steps) */
+	POLICY_TOP_FILE,  /* a step file at the root of a layout with no step directory
+			     (layout_desc()->top_files: Lightning `epoch=E-step=S.ckpt`, or its
+			     temp): checked as a step file; the file alone is its step, complete
+			     once whole (policy_top_whole, policy_top_steps) */
 };
 
 /*
@@ -444,6 +448,33 @@ typedef int (*policy_rank_step_fn)(enum layout_kind kind, const char *name, int6
  * write ix. Returns 0, -ENOMEM, -errno of the index, or fn's non-zero value.
  */
 int policy_rank_steps(struct idx *ix, policy_rank_step_fn fn, void *arg);
+
+/*
+ * policy_top_whole - is the file whose index row is a a whole step file of a top_files layout
+ * (Lightning): committed (a whole-file digest), not closed by a dying writer (IDX_INODE_TORN),
+ * and not failing the check of its format (IDX_INODE_MALFORMED: validate_file, for torch.save's
+ * zip the end of central directory record that torch.save writes last). One writer writes it
+ * (rank 0), so nothing else is waited for. Pure; thread-safe.
+ */
+bool policy_top_whole(const struct idx_inode *a);
+
+/*
+ * policy_top_step_fn - called by policy_top_steps for each whole step file at the root: its
+ * layout, file name (the row's name; borrowed for the call), step number and inode. Non-zero
+ * stops the walk and is returned.
+ */
+typedef int (*policy_top_step_fn)(enum layout_kind kind, const char *name, int64_t step,
+				  uint64_t ino, void *arg);
+
+/*
+ * policy_top_steps - the steps of the top_files layouts (Lightning) whose files the root of ix
+ * holds: every regular file at the root that is POLICY_TOP_FILE without LAYOUT_F_TMP and
+ * policy_top_whole. Such a step has no directory: its row, named by the file, is what `ckptctl
+ * import` and `ckptctl fsck` make from the tree, as the daemon makes it when the file is closed
+ * (fs/steps/steps_top.c). fn runs after the listing ends, so it may write ix. Returns 0,
+ * -ENOMEM, -errno of the index, or fn's non-zero value.
+ */
+int policy_top_steps(struct idx *ix, policy_top_step_fn fn, void *arg);
 
 /* policy_is_slot - is step row s an in-place slot (a layout with desc->slot_dir: InternEvo's
  * "snapshot/K", layout.h), a step directory rewritten in place, each of its versions a row of

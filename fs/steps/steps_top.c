@@ -44,6 +44,7 @@
 
 #include "fs/steps/steps.h"
 #include "fs/policy/layout.h"
+#include "fs/policy/policy.h"
 #include "fs/steps/steps_int.h"
 
 /* The suffix of a kept version's name in /.ckptfs/retained. */
@@ -73,11 +74,11 @@ static bool kept_name(const char *name, char *buf, size_t cap)
 	return n > 0 && (size_t)n < cap && (size_t)n <= LAYOUT_NAME_MAX;
 }
 
-/* Is inode a a whole file: committed (a digest), neither torn nor malformed? */
+/* Is inode a a whole file: committed (a digest), neither torn nor malformed? The policy's rule,
+ * which ckptctl import and fsck apply too. */
 static bool sound(const struct idx_inode *a)
 {
-	return S_ISREG(a->mode) && a->has_hash &&
-	       !(a->flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED));
+	return policy_top_whole(a);
 }
 
 /* Remove retained/kname, if there, in the caller's transaction. */

@@ -40,6 +40,9 @@ steps that are not:
              torn); 30 left under its tmp name; 40 written in place with InternEvo's 40.step
              first and Orbax's commit_success.txt after it: Orbax's step (policy_marker_kind).
              Only a live mount sees a rename: elsewhere 10 and 20 are no steps (RENAME_ONLY)
+  lightning  step files at the root (tests/traces/lightning.md): 10 whole, with last.ckpt a
+             copy of it; 20 written torn (half a torch zip: no end of central directory), no
+             step at all; 30 whole under a re-save's name (`-v1`)
 Each step's layout is compared too.
 
 Before the policy module, import judged deepspeed 20 and mf2 20 complete (it checked neither
@@ -164,6 +167,21 @@ elif layout == "mf1":
                 text(os.path.join(d, "meta.json"),
                      json.dumps({"last_epoch": 1, "last_step": step,
                                  "last_ckpt_file": os.path.basename(f)}))
+elif layout == "lightning":
+    import shutil
+    for step, name in ((10, "epoch=0-step=10.ckpt"), (20, "epoch=0-step=20.ckpt"),
+                       (30, "epoch=1-step=30-v1.ckpt")):
+        path = os.path.join(root, name)
+        if step == 20:
+            b = io.BytesIO()
+            torch.manual_seed(step)
+            torch.save({"w": torch.randn(64, 64), "step": step}, b)
+            with open(path, "wb") as f:
+                f.write(b.getvalue()[:len(b.getvalue()) // 2])
+        else:
+            tsave(path, step)
+        if step == 10:
+            shutil.copyfile(path, os.path.join(root, "last.ckpt"))
 elif layout == "orbax":
     for step in (10, 20, 30):
         tmp = os.path.join(root, "%d.orbax-checkpoint-tmp" % step)
@@ -187,6 +205,7 @@ EXPECT = {
     'hf': {10: 'complete', 20: 'incomplete', 30: 'complete', 40: 'complete', 50: 'incomplete'},
     'mf1': {10: 'complete', 20: 'writing', 30: 'writing'},
     'orbax': {10: 'complete', 20: 'incomplete', 30: 'incomplete', 40: 'complete'},
+    'lightning': {10: 'complete', 30: 'complete'},
 }
 
 # the layout of each step, where it is not the store's own: InternEvo's N.step written before
@@ -372,6 +391,9 @@ class PolicyAgreementTest(unittest.TestCase):
 
     def test_orbax(self):
         self.check('orbax')
+
+    def test_lightning(self):
+        self.check('lightning')
 
 
 if __name__ == '__main__':

@@ -243,6 +243,41 @@ int ctl_rank_step_rows(struct idx *ix, int64_t created_ns)
 	return rc < 0 ? rc : r.made;
 }
 
+/* policy_top_steps callback: the complete row of one whole step file, made when missing */
+static int top_row_cb(enum layout_kind kind, const char *name, int64_t step, uint64_t ino,
+		      void *arg)
+{
+	struct rank_rows *r = arg;
+	struct idx_inode a;
+	struct idx_step s;
+	uint64_t stored = 0;
+	int64_t id;
+	int rc;
+
+	if ((rc = idx_step_by_name(r->ix, kind, name, &s)) == 0 && s.state == IDX_STEP_COMPLETE)
+		return 0;
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	if ((rc = idx_inode_get(r->ix, ino, &a)) < 0 ||
+	    (rc = idx_step_create(r->ix, kind, name, step, 0, r->created_ns, &id)) < 0)
+		return rc;
+	(void)idx_file_stored_bytes(r->ix, ino, &stored);
+	if ((rc = idx_step_set_figures(r->ix, id, 1, a.size, stored, NULL)) < 0 ||
+	    (rc = idx_step_set_state(r->ix, id, IDX_STEP_COMPLETE, r->created_ns,
+				     "closed whole by its writer")) < 0)
+		return rc;
+	r->made++;
+	return 0;
+}
+
+int ctl_top_step_rows(struct idx *ix, int64_t created_ns)
+{
+	struct rank_rows r = { .ix = ix, .created_ns = created_ns };
+	int rc = policy_top_steps(ix, top_row_cb, &r);
+
+	return rc < 0 ? rc : r.made;
+}
+
 int ctl_index_err(const char *root, const char *what, int rc)
 {
 	if (rc == -EIO)

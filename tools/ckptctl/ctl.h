@@ -214,6 +214,15 @@ void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 int ctl_rank_step_rows(struct idx *ix, int64_t created_ns);
 
+/*
+ * ctl_top_step_rows - give every whole step file at the root of a layout with no step directory
+ * (Lightning, policy_top_steps) that has no complete row of its name a complete row, named by
+ * the file, dated created_ns, with its figures (1 file, its size and stored bytes), as the daemon
+ * records it when the file is closed whole. In the caller's transaction. Returns the number of
+ * rows made (>= 0) or the index's -errno.
+ */
+int ctl_top_step_rows(struct idx *ix, int64_t created_ns);
+
 /* ctl_verr - ctl_err with its arguments as a va_list (ctl_usage's message). */
 void ctl_verr(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 

@@ -374,6 +374,16 @@ static int fsck_steps(struct fsck_ctx *c)
 		fsck_lost(0, line, c);
 		made += rc;
 	}
+	/* a root step file (Lightning) is its step, complete when whole: its record is made
+	 * again from the file and the check recorded at its close */
+	if (rc >= 0 && (rc = ctl_top_step_rows(c->r->ix, ckpt_now_ns())) > 0) {
+		char line[160];
+
+		snprintf(line, sizeof(line), "%d step%s of whole root step files: their records "
+			 "were lost; made again, complete", rc, rc == 1 ? "" : "s");
+		fsck_lost(0, line, c);
+		made += rc;
+	}
 	if (rc >= 0)
 		rc = idx_commit(c->r->ix);
 	if (rc < 0)

@@ -141,7 +141,7 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 		pe = POLICY_STEP_DIR;
 	if (pe == POLICY_TRACKER || pe == POLICY_RANK_TRACKER) {
 		e->tracker = true; /* a claim, never a file (fs/steps/steps.c invariant 3) */
-	} else if (pe == POLICY_RANK_FILE) {
+	} else if (pe == POLICY_RANK_FILE || pe == POLICY_TOP_FILE) {
 		e->in_step = true; /* checked as the daemon checks it; its step: imp_finish */
 	} else if (pe == POLICY_STEP_DIR) {
 		struct imp_step *s;
@@ -930,6 +930,9 @@ static int imp_finish(struct imp_ctx *c)
 	 * steps (policy rule 2 without history); the daemon judges them at the first mount */
 	if (c->at_root && (rc = imp_txn(c)) == 0)
 		rc = ctl_rank_step_rows(c->r->ix, c->begun_ns);
+	/* a root step file (Lightning) is its step, complete when whole, as the daemon judges it */
+	if (c->at_root && rc >= 0)
+		rc = ctl_top_step_rows(c->r->ix, ckpt_now_ns());
 	if (rc >= 0)
 		rc = imp_judge(c);
 	if (rc == 0 && (rc = imp_txn(c)) == 0) {
