@@ -106,6 +106,61 @@ Test(policy, entries)
 	cr_assert_eq(policy_entry_of("iter_0000010", S_IFDIR, LAYOUT_HF, NULL), POLICY_OTHER);
 	cr_assert_eq(policy_claim_kind("latest", LAYOUT_NONE), LAYOUT_DEEPSPEED);
 	cr_assert_eq(policy_claim_kind("iter_0000010/x", LAYOUT_NONE), LAYOUT_NONE);
+	/* Lightning: a root step file is its own step; last.ckpt is a checkpoint, not a claim */
+	cr_assert_eq(policy_entry_of("epoch=0-step=10.ckpt", S_IFREG, LAYOUT_NONE, &m),
+		     POLICY_TOP_FILE);
+	cr_assert_eq(m.kind, LAYOUT_LIGHTNING);
+	cr_assert_eq(m.step, 10);
+	cr_assert_eq(policy_entry_of("epoch=0-step=10.ckpt", S_IFDIR, LAYOUT_NONE, NULL),
+		     POLICY_OTHER);
+	cr_assert_eq(policy_entry_of("x/epoch=0-step=10.ckpt", S_IFREG, LAYOUT_NONE, NULL),
+		     POLICY_OTHER);
+	cr_assert_eq(policy_entry_of("last.ckpt", S_IFREG, LAYOUT_NONE, NULL), POLICY_OTHER);
+	cr_assert_eq(policy_claim_kind("last.ckpt", LAYOUT_NONE), LAYOUT_NONE);
+}
+
+struct top_seen {
+	char names[8][64];
+	int64_t steps[8];
+	int n;
+};
+
+static int top_seen_cb(enum layout_kind kind, const char *name, int64_t step, uint64_t ino,
+		       void *arg)
+{
+	struct top_seen *t = arg;
+
+	(void)ino;
+	cr_assert_eq(kind, LAYOUT_LIGHTNING);
+	cr_assert_lt(t->n, 8);
+	snprintf(t->names[t->n], sizeof(t->names[0]), "%s", name);
+	t->steps[t->n++] = step;
+	return 0;
+}
+
+/* Whole root step files are steps; torn, malformed, temp, nested or tracker files are not. */
+Test(policy, top_steps, .init = setup, .fini = teardown)
+{
+	uint64_t sub = mk(IDX_ROOT_INO, "sub", true, 0);
+	struct top_seen seen = { 0 };
+	struct idx_inode a = { .mode = S_IFREG | 0644, .has_hash = true };
+
+	mk(IDX_ROOT_INO, "epoch=0-step=10.ckpt", false, IDX_INODE_VALID);
+	mk(IDX_ROOT_INO, "epoch=0-step=20.ckpt", false, IDX_INODE_MALFORMED);
+	mk(IDX_ROOT_INO, "epoch=0-step=30.ckpt", false, IDX_INODE_TORN);
+	mk(IDX_ROOT_INO, "epoch=0-step=40-v1.ckpt", false, 0);
+	mk(IDX_ROOT_INO, "epoch=0-step=50.ckpt.ab_9xyz0.tmp", false, 0);
+	mk(IDX_ROOT_INO, "last.ckpt", false, IDX_INODE_VALID);
+	mk(sub, "epoch=0-step=60.ckpt", false, 0);
+	cr_assert_eq(policy_top_steps(ix, top_seen_cb, &seen), 0);
+	cr_assert_eq(seen.n, 2);
+	cr_assert_str_eq(seen.names[0], "epoch=0-step=10.ckpt");
+	cr_assert_eq(seen.steps[0], 10);
+	cr_assert_str_eq(seen.names[1], "epoch=0-step=40-v1.ckpt");
+	cr_assert_eq(seen.steps[1], 40);
+	cr_assert(policy_top_whole(&a));
+	a.has_hash = false; /* never committed: not closed */
+	cr_assert(!policy_top_whole(&a));
 }
 
 /*
