@@ -905,6 +905,7 @@ int steps_init(struct ckfs *fs)
 		idx_step_foreach(fs->ix, steps_mf1_judge_cb, fs);
 		fs->steps.crash_recovery = !fs->repo->was_clean;
 		steps_reap(fs, true); /* what an earlier daemon left unfinished */
+		steps_top_recover(fs); /* and root files it left half rewritten */
 		fs->steps.crash_recovery = false;
 		/* a daemon killed inside retention left more complete steps than it keeps */
 		for (int k = 0; k < LAYOUT_KIND_COUNT; k++)

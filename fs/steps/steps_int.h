@@ -315,6 +315,9 @@ void steps_top_on_rename(struct ckfs *fs, uint64_t ino, const char *name);
 void steps_top_before_remove(struct ckfs *fs, const char *name);
 int steps_top_drop_file(struct ckfs *fs, const struct idx_step *s, struct ino_freed *fr);
 bool steps_top_file(const struct ckfs *fs, const char *rel, struct layout_match *ret);
+/* steps_top_recover - at mount: each kept version whose name does not hold a whole file takes
+ * the name again; the others are dropped (steps_top.c invariant 2). */
+void steps_top_recover(struct ckfs *fs);
 
 
 /* ---- steps_slot.c: InternEvo snapshot slots ---- */

@@ -15,11 +15,14 @@
  *      writer killed in its close is judged before its death is seen by a restarted trainer.
  *   2. A root file of such a layout that is whole (a step file or a copy tracker) and is opened
  *      for writing keeps its whole version (same chunks) as `.ckptfs/retained/NAME.kept`. When
- *      the new version is closed whole, the kept one is dropped; when it is closed torn or
- *      malformed (the trainer killed during its rewrite of `last.ckpt`), the kept one takes the
- *      name again and the torn version is dropped, so a resume (`ckpt_path="last"`, the newest
+ *      the new version is closed whole, the kept one is dropped; when it is closed torn (the
+ *      trainer killed during its rewrite of `last.ckpt`: the kernel's close from do_exit), the
+ *      kept one takes the name again and the torn version is dropped, so a resume (`ckpt_path="last"`, the newest
  *      mtime of `last*.ckpt`) loads the previous whole checkpoint instead of failing in
  *      torch.load.
+ *      A daemon stopped (killed) during such a rewrite leaves the kept version and the name's
+ *      new one: at the next mount (steps_top_recover) the kept one takes the name again unless
+ *      the name holds a whole file.
  *   3. A file renamed onto a step name (a temp beside the target, or $TMPDIR inside the mount)
  *      is judged at the rename from the check made at its close under the temp name.
  *   4. The trainer's own removal of a step file (Lightning's top-k retention) ends its row
@@ -218,13 +221,47 @@ void steps_top_on_commit(struct ckfs *fs, const char *rel, const struct layout_m
 			complete(fs, m->kind, rel, m->step, ino, "closed whole by its writer");
 		return;
 	}
-	if (bring_back(fs, rel, ino))
-		ckpt_log("'%s' was left %s by pid %d during its rewrite: its last whole version is "
-			 "back at its name", rel, (flags & IDX_INODE_TORN) ? "torn" : "malformed",
-			 (int)pid);
+	/* only a writer that died (its close from do_exit: torn) is surely done with the file: a
+	 * malformed commit may be an fsync in the middle of a copy, and the writer goes on */
+	if ((flags & IDX_INODE_TORN) && bring_back(fs, rel, ino))
+		ckpt_log("'%s' was left torn by pid %d during its rewrite: its last whole version "
+			 "is back at its name", rel, (int)pid);
 	else
-		ckpt_log("'%s' was left %s by pid %d: not a step", rel,
+		ckpt_log("'%s' was left %s by pid %d: not a whole file (a version kept of it comes "
+			 "back at the next mount)", rel,
 			 (flags & IDX_INODE_TORN) ? "torn" : "malformed", (int)pid);
+}
+
+void steps_top_recover(struct ckfs *fs)
+{
+	struct steps_entries e = { 0 };
+	size_t sl = strlen(KEPT_SUFFIX);
+
+	if (fs->steps.opt.layout < 0 || !fs->steps.retained_ino || steps_dir_entries(fs, fs->steps.retained_ino, 1, &e) < 0)
+		return;
+	for (size_t i = 0; i < e.n; i++) {
+		char name[LAYOUT_NAME_MAX + 1];
+		struct layout_match m;
+		struct idx_inode a;
+		size_t n = strlen(e.names[i]);
+		uint64_t cur;
+
+		if (!S_ISREG(e.modes[i]) || n <= sl || n - sl > LAYOUT_NAME_MAX ||
+		    strcmp(e.names[i] + n - sl, KEPT_SUFFIX) != 0)
+			continue;
+		memcpy(name, e.names[i], n - sl);
+		name[n - sl] = '\0';
+		if (!steps_top_file(fs, name, &m))
+			continue;
+		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &cur) == 0 &&
+		    idx_inode_get(fs->ix, cur, &a) == 0 && !sound(&a) && bring_back(fs, name, cur)) {
+			ckpt_log("'%s' was being rewritten when the daemon stopped: its last whole "
+				 "version is back at its name", name);
+			continue;
+		}
+		drop_kept_now(fs, name);
+	}
+	steps_dir_entries_free(&e);
 }
 
 void steps_top_on_rename(struct ckfs *fs, uint64_t ino, const char *name)

@@ -9,10 +9,15 @@ on the newest saved step, bit-exact (trainers.check_resumed).
                  (O_TRUNC, the copy shutil.move makes across devices). On a plain directory
                  the resume torch.loads the torn copy and fails; ckptfs gives back the last
                  whole `last.ckpt` (fs/steps/steps_top.c).
+  daemon_kill    the daemon SIGKILLed during that copy, then a remount of the same store: the
+                 resume lands on the newest saved step (steps_top_recover at the mount).
   link_dangling  save_last="link": killed after the top-k retention removed the previous
                  step file and before last.ckpt is linked to the new one. Alone, the link
                  dangles and the resume starts from scratch; ckptfs points it at the newest
                  complete step file when its target is removed.
+  fsync_midway   a rewrite of last.ckpt that fsyncs half-way (its half is malformed when
+                 committed) goes on into the name: only a writer that died gets the old
+                 version back.
   step_files     the step files are steps: complete once closed whole, pruned by
                  -o keep_checkpoint_max, and a torn step file is no complete step.
 
@@ -102,6 +107,35 @@ class TestLightning(unittest.TestCase):
         finally:
             m.close()
 
+    def test_daemon_kill(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            log = os.path.join(m.tmp, 'trainer.log')
+            tr = Trainer('lightning', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                wait_log(log, lambda ln: ln.startswith('WILL step=8 rank=0 path=last.ckpt '),
+                         deadline)
+                time.sleep(SLOW * 0.15)
+                m.kill_daemon(then=tr.kill)
+            finally:
+                tr.close()
+            off = log_size(log)
+            before = LogView(read_log(log))
+            self.assertEqual(before.saved, [4])
+            m.start()
+            tr = Trainer('lightning', m.mnt, log, steps=12, every=4, keep=1, resume=True)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
+                self.assertEqual(check_resumed(tr, before, log, off), 4)
+                self.assertEqual(tr.wait(), 0, tr.tail())
+            finally:
+                tr.close()
+        finally:
+            m.close()
+
     def test_link_dangling(self):
         m = ckfs.Mount()
         try:
@@ -132,6 +166,32 @@ class TestLightning(unittest.TestCase):
                 self.assertEqual(tr.wait(), 0, tr.tail())
             finally:
                 tr.close()
+        finally:
+            m.close()
+
+    def test_fsync_midway(self):
+        import io
+        import torch
+        m = ckfs.Mount()
+        try:
+            m.start()
+            path = os.path.join(m.mnt, 'last.ckpt')
+            old, new = io.BytesIO(), io.BytesIO()
+            torch.save({'v': torch.zeros(50000)}, old)
+            torch.save({'v': torch.ones(50000)}, new)
+            with open(path, 'wb') as f:
+                f.write(old.getvalue())
+            b = new.getvalue()
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+            try:
+                os.write(fd, b[:len(b) // 2])
+                os.fsync(fd)
+                os.write(fd, b[len(b) // 2:])
+            finally:
+                os.close(fd)
+            with open(path, 'rb') as f:
+                self.assertTrue(f.read() == b, 'last.ckpt does not hold what was written%s' %
+                                daemon_log(m))
         finally:
             m.close()
 
