@@ -202,7 +202,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bo
 	}
 	rc = fs_in_meta(fs, parent) ? -EROFS : 0;
 	if (rc == 0)
-		steps_before_remove(fs, parent, name);
+		steps_before_remove(fs, parent, name, fuse_req_ctx(req)->pid);
 	if (rc == 0)
 		rc = idx_dentry_lookup(fs->ix, parent, name, &ino);
 	if (rc == 0)

@@ -195,8 +195,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	if (parent == IDX_ROOT_INO) {
 		enum policy_entry pe = policy_entry_of(name, S_IFDIR, fs->steps.opt.layout, &m);
 
-		if (renamed)
-			steps_top_on_rename(fs, ino, name);
+		steps_top_on_name(fs, ino, name, renamed);
 
 		if (pe != POLICY_STEP_DIR && pe != POLICY_CANDIDATE)
 			return;
@@ -404,7 +403,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 }
 
-void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
+void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name, pid_t pid)
 {
 	char rel[LAYOUT_PATH_MAX], top[LAYOUT_NAME_MAX + 1], qname[300];
 	struct idx_step s, newest;
@@ -420,7 +419,7 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name)
 		return;
 	}
 	if (parent == IDX_ROOT_INO)
-		steps_top_before_remove(fs, name);
+		steps_top_before_remove(fs, name, pid);
 	if (parent == IDX_ROOT_INO) {
 		snprintf(top, sizeof(top), "%s", name);
 	} else {
@@ -562,7 +561,8 @@ bool steps_settle_due(struct ckfs *fs)
 {
 	int64_t id;
 
-	return fs->steps.opt.layout >= 0 && fs->steps.rt && orphaned_steps(fs, &id, 1) > 0;
+	return fs->steps.opt.layout >= 0 &&
+	       ((fs->steps.rt && orphaned_steps(fs, &id, 1) > 0) || steps_top_link_due(fs));
 }
 
 void steps_settle_now(struct ckfs *fs)
@@ -570,7 +570,10 @@ void steps_settle_now(struct ckfs *fs)
 	int64_t ids[64];
 	size_t n;
 
-	if (fs->steps.opt.layout < 0 || !fs->steps.rt)
+	if (fs->steps.opt.layout < 0)
+		return;
+	steps_top_link_settle(fs);
+	if (!fs->steps.rt)
 		return;
 	n = orphaned_steps(fs, ids, sizeof(ids) / sizeof(ids[0]));
 	/* what leaves the namespace, the reaper tells the kernel (steps_inval_queue) */

@@ -210,10 +210,10 @@ bool steps_commit_at_close(struct ckfs *fs, uint64_t ino);
 /* steps_on_commit - oi's content was committed by pid (torn: closed by a dying process).
  * fs->mu NOT held; oi referenced by the caller. */
 void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
-/* steps_before_remove - the trainer is about to remove parent/name: if that is (in) the newest
- * complete step of its layout, keep a copy in /.ckptfs/retained until a newer step completes,
- * and bring it back when a tracker read resolves to it. */
-void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name);
+/* steps_before_remove - the trainer (thread pid) is about to remove parent/name: if that is (in)
+ * the newest complete step of its layout, keep a copy in /.ckptfs/retained until a newer step
+ * completes, and bring it back when a tracker read resolves to it. */
+void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name, pid_t pid);
 /*
  * steps_before_change - something under directory dir is about to change (an entry created,
  * removed or renamed): if dir is in an InternEvo snapshot slot whose version is complete, keep

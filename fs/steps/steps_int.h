@@ -302,8 +302,11 @@ int steps_clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *na
  *   steps_top_before_write - ino is opened for writing: keep its sound content (see the file).
  *   steps_top_on_commit    - root file rel (match m) was committed with inode flags (IDX_INODE_*):
  *                            judge its step, drop or bring back the kept version.
- *   steps_top_on_rename    - ino was renamed to root name: a sound file becomes its step.
- *   steps_top_before_remove- the trainer removes root name.
+ *   steps_top_on_name      - ino was created at, or renamed to (renamed), root name: a sound file
+ *                            renamed becomes its step; a new tracker drops the kept link.
+ *   steps_top_before_remove- the trainer (thread pid) removes root name.
+ *   steps_top_link_due     - a kept link waits for a remover that is gone (invariant 6).
+ *   steps_top_link_settle  - then it takes its name again if the name is still free.
  *   steps_top_drop_file    - retention removes step s's file; in the caller's transaction.
  *   steps_top_file         - is rel a root file these rules cover (a step file, its temp, a
  *                            copy tracker)? Fills *ret with its classification when so.
@@ -311,8 +314,10 @@ int steps_clone_file(struct ckfs *fs, uint64_t src, uint64_t dir, const char *na
 void steps_top_before_write(struct ckfs *fs, uint64_t ino);
 void steps_top_on_commit(struct ckfs *fs, const char *rel, const struct layout_match *m,
 			 uint64_t ino, uint32_t flags, pid_t pid);
-void steps_top_on_rename(struct ckfs *fs, uint64_t ino, const char *name);
-void steps_top_before_remove(struct ckfs *fs, const char *name);
+void steps_top_on_name(struct ckfs *fs, uint64_t ino, const char *name, bool renamed);
+void steps_top_before_remove(struct ckfs *fs, const char *name, pid_t pid);
+bool steps_top_link_due(struct ckfs *fs);
+void steps_top_link_settle(struct ckfs *fs);
 int steps_top_drop_file(struct ckfs *fs, const struct idx_step *s, struct ino_freed *fr);
 bool steps_top_file(const struct ckfs *fs, const char *rel, struct layout_match *ret);
 /* steps_top_recover - at mount: each kept version whose name does not hold a whole file takes

@@ -107,6 +107,11 @@ struct steps_state {
 	uint64_t quarantine_ino; /* /.ckptfs/quarantine */
 	uint64_t retained_ino;   /* /.ckptfs/retained */
 	struct step_rt *rt;      /* per-step runtime facts (steps_int.h); owned; mu */
+	struct {
+		pid_t pid;               /* the process that removed a root link tracker whose
+					    kept copy waits in /.ckptfs/retained (0: none) */
+		unsigned long long start; /* its start time (ckpt_pid_stat) */
+	} top_unlink;                    /* steps_top.c invariant 6; mu */
 	struct ckpt_workers reaper; /* the step reaper (steps_start) */
 	pthread_cond_t reaper_cv; /* wakes the reaper; waited on with mu */
 	bool stopping;           /* the reaper is to stop; mu */

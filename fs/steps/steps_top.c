@@ -32,10 +32,13 @@
  *      pointed at the newest other complete step file first: Lightning removes the previous
  *      top-k file after writing the new one and before it links last.ckpt to it, and a link
  *      left dangling by a crash there makes its resume start from scratch.
+ *   6. A copy tracker that is a symlink removed by the trainer (Lightning's _link_checkpoint:
+ *      os.remove, then os.symlink) is kept as `.ckptfs/retained/NAME.kept` until a tracker of
+ *      that name is made again (then it is dropped). If the remover is gone first (a crash
+ *      between the two), the next lookup or listing of the root puts it back at its name
+ *      (steps_top_link_settle), as the next mount does after the daemon itself stopped.
  * Not covered: readers that open the tracker while it is being rewritten see the new bytes as
- * they come (only after the writer is gone is the kept version what the name holds); and a
- * crash between Lightning's removal of the link last.ckpt and its new symlink leaves no
- * last.ckpt (the resume starts from scratch).
+ * they come (only after the writer is gone is the kept version what the name holds).
  *
  * Locking: every function here runs with fs->mu held.
  */
@@ -232,7 +235,33 @@ void steps_top_on_commit(struct ckfs *fs, const char *rel, const struct layout_m
 			 (flags & IDX_INODE_TORN) ? "torn" : "malformed", (int)pid);
 }
 
-void steps_top_recover(struct ckfs *fs)
+static void on_rename(struct ckfs *fs, uint64_t ino, const char *name);
+
+/* A kept link (invariant 6) takes its name again if the name is free, else it is dropped. */
+static void link_back(struct ckfs *fs, const char *name, const char *kname)
+{
+	uint64_t cur;
+	int rc;
+
+	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &cur) == 0 || idx_begin(fs->ix) < 0) {
+		drop_kept_now(fs, name);
+		return;
+	}
+	rc = idx_dentry_move(fs->ix, fs->steps.retained_ino, kname, IDX_ROOT_INO, name);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0) {
+		idx_rollback(fs->ix);
+		return;
+	}
+	steps_inval_queue(fs, IDX_ROOT_INO, name); /* the kernel knows the name as free */
+	ckpt_log("the link '%s' was removed by a process that is gone before it made it again: "
+		 "it is back", name);
+}
+
+/* Every kept version in /.ckptfs/retained: links (invariant 6) take their name again if it is
+ * free; with all, files too (invariant 2, at mount). */
+static void settle_kept(struct ckfs *fs, bool files)
 {
 	struct steps_entries e = { 0 };
 	size_t sl = strlen(KEPT_SUFFIX);
@@ -246,12 +275,18 @@ void steps_top_recover(struct ckfs *fs)
 		size_t n = strlen(e.names[i]);
 		uint64_t cur;
 
-		if (!S_ISREG(e.modes[i]) || n <= sl || n - sl > LAYOUT_NAME_MAX ||
-		    strcmp(e.names[i] + n - sl, KEPT_SUFFIX) != 0)
+		if ((!S_ISREG(e.modes[i]) && !S_ISLNK(e.modes[i])) || n <= sl ||
+		    n - sl > LAYOUT_NAME_MAX || strcmp(e.names[i] + n - sl, KEPT_SUFFIX) != 0)
 			continue;
 		memcpy(name, e.names[i], n - sl);
 		name[n - sl] = '\0';
 		if (!steps_top_file(fs, name, &m))
+			continue;
+		if (S_ISLNK(e.modes[i])) {
+			link_back(fs, name, e.names[i]);
+			continue;
+		}
+		if (!files)
 			continue;
 		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &cur) == 0 &&
 		    idx_inode_get(fs->ix, cur, &a) == 0 && !sound(&a) && bring_back(fs, name, cur)) {
@@ -264,7 +299,84 @@ void steps_top_recover(struct ckfs *fs)
 	steps_dir_entries_free(&e);
 }
 
-void steps_top_on_rename(struct ckfs *fs, uint64_t ino, const char *name)
+void steps_top_recover(struct ckfs *fs)
+{
+	fs->steps.top_unlink.pid = 0;
+	settle_kept(fs, true);
+}
+
+bool steps_top_link_due(struct ckfs *fs)
+{
+	return fs->steps.top_unlink.pid > 0 && !ckpt_pid_alive(fs->steps.top_unlink.pid, fs->steps.top_unlink.start);
+}
+
+void steps_top_link_settle(struct ckfs *fs)
+{
+	if (!steps_top_link_due(fs))
+		return;
+	fs->steps.top_unlink.pid = 0;
+	settle_kept(fs, false);
+}
+
+/* Invariant 6: root link tracker name (inode ino) is removed by thread tid: keep it. */
+static void keep_link(struct ckfs *fs, const char *name, uint64_t ino, pid_t tid)
+{
+	char kname[LAYOUT_NAME_MAX + 1], target[LAYOUT_PATH_MAX];
+	struct ino_freed fr = { 0 };
+	struct idx_inode a;
+	unsigned long long start;
+	uint64_t kino;
+	pid_t pid = ckpt_tgid_of(tid);
+	char state;
+	int rc;
+
+	if (pid <= 0 || ckpt_pid_stat(pid, &state, &start) < 0 ||
+	    !kept_name(name, kname, sizeof(kname)) || idx_inode_get(fs->ix, ino, &a) < 0 ||
+	    idx_symlink_get(fs->ix, ino, target, sizeof(target)) < 0 || idx_begin(fs->ix) < 0)
+		return;
+	rc = drop_kept(fs, kname, &fr);
+	a.nlink = 1;
+	if (rc == 0)
+		rc = idx_inode_create(fs->ix, &a, &kino);
+	if (rc == 0)
+		rc = idx_dentry_add(fs->ix, fs->steps.retained_ino, kname, kino);
+	if (rc == 0)
+		rc = idx_symlink_set(fs->ix, kino, target);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0)
+		idx_rollback(fs->ix);
+	ino_release_finish(fs, &fr, rc == 0);
+	if (rc == 0) {
+		fs->steps.top_unlink.pid = pid;
+		fs->steps.top_unlink.start = start;
+	}
+}
+
+void steps_top_on_name(struct ckfs *fs, uint64_t ino, const char *name, bool renamed)
+{
+	struct layout_match m;
+
+	if (renamed) {
+		on_rename(fs, ino, name);
+		return;
+	}
+	char kname[LAYOUT_NAME_MAX + 1];
+	struct idx_inode a;
+	uint64_t kino;
+
+	/* a tracker made again at its name: the link kept of it is not needed (invariant 6). Not
+	 * a kept file: this runs too when a file is opened for writing (steps_before_write) */
+	if (steps_top_file(fs, name, &m) && m.role == ROLE_TRACKER &&
+	    kept_name(name, kname, sizeof(kname)) && fs->steps.retained_ino &&
+	    idx_dentry_lookup(fs->ix, fs->steps.retained_ino, kname, &kino) == 0 &&
+	    idx_inode_get(fs->ix, kino, &a) == 0 && S_ISLNK(a.mode)) {
+		drop_kept_now(fs, name);
+		fs->steps.top_unlink.pid = 0;
+	}
+}
+
+static void on_rename(struct ckfs *fs, uint64_t ino, const char *name)
 {
 	struct layout_match m;
 	struct idx_inode a;
@@ -346,13 +458,20 @@ out:
 	steps_dir_entries_free(&e);
 }
 
-void steps_top_before_remove(struct ckfs *fs, const char *name)
+void steps_top_before_remove(struct ckfs *fs, const char *name, pid_t pid)
 {
 	struct layout_match m;
+	struct idx_inode a;
 	struct idx_step s;
+	uint64_t ino;
 
 	if (!steps_top_file(fs, name, &m) || (m.flags & LAYOUT_F_TMP))
 		return;
+	if (m.role == ROLE_TRACKER && idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &ino) == 0 &&
+	    idx_inode_get(fs->ix, ino, &a) == 0 && S_ISLNK(a.mode)) {
+		keep_link(fs, name, ino, pid);
+		return;
+	}
 	drop_kept_now(fs, name);
 	if (m.role == ROLE_STEP_FILE)
 		relink(fs, m.kind, name);

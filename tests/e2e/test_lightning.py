@@ -15,6 +15,10 @@ on the newest saved step, bit-exact (trainers.check_resumed).
                  step file and before last.ckpt is linked to the new one. Alone, the link
                  dangles and the resume starts from scratch; ckptfs points it at the newest
                  complete step file when its target is removed.
+  link_removed   save_last="link": killed between Lightning's os.remove(last.ckpt) and its
+                 os.symlink. Alone, there is no last.ckpt and the resume starts from scratch;
+                 ckptfs keeps the removed link until its remover makes it again, and puts it
+                 back when the remover is gone.
   fsync_midway   a rewrite of last.ckpt that fsyncs half-way (its half is malformed when
                  committed) goes on into the name: only a writer that died gets the old
                  version back.
@@ -162,6 +166,38 @@ class TestLightning(unittest.TestCase):
                 deadline = time.monotonic() + RUN_TIMEOUT
                 await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
                 # step 8 was complete (its file whole) though not SAVED: accepted as killed_step
+                self.assertEqual(check_resumed(tr, before, log, off, killed_step=8), 8)
+                self.assertEqual(tr.wait(), 0, tr.tail())
+            finally:
+                tr.close()
+        finally:
+            m.close()
+
+    def test_link_removed(self):
+        m = ckfs.Mount()
+        try:
+            m.start()
+            log = os.path.join(m.tmp, 'trainer.log')
+            tr = Trainer('lightning-link', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                # after step 8's file: the barrier, the removal of step 4's file, a pause,
+                # os.remove(last.ckpt), a pause, os.symlink: kill in the second pause
+                wait_log(log, lambda ln: ln.startswith(
+                    'WROTE step=8 rank=0 path=epoch=0-step=8.ckpt '), deadline)
+                time.sleep(SLOW * 1.5)
+                tr.kill()
+            finally:
+                tr.close()
+            self.assertEqual(os.readlink(os.path.join(m.mnt, 'last.ckpt')),
+                             'epoch=0-step=8.ckpt', daemon_log(m))
+            off = log_size(log)
+            before = LogView(read_log(log))
+            self.assertEqual(before.saved, [4])
+            tr = Trainer('lightning-link', m.mnt, log, steps=12, every=4, keep=1, resume=True)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
                 self.assertEqual(check_resumed(tr, before, log, off, killed_step=8), 8)
                 self.assertEqual(tr.wait(), 0, tr.tail())
             finally:
