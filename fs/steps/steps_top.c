@@ -28,8 +28,8 @@
  *   4. The trainer's own removal of a step file (Lightning's top-k retention) ends its row
  *      (pruned, "removed by the trainer"); -o keep_checkpoint_max prunes the older complete
  *      steps' files (steps_retention), never a file a newer version of the name now holds.
- *   5. A copy tracker that is a symlink (save_last="link") naming a step file being removed is
- *      pointed at the newest other complete step file first: Lightning removes the previous
+ *   5. A copy tracker that is a symlink (save_last="link") naming a step file being removed (by
+ *      the trainer or by retention) is pointed at the newest other complete step file first: Lightning removes the previous
  *      top-k file after writing the new one and before it links last.ckpt to it, and a link
  *      left dangling by a crash there makes its resume start from scratch.
  *   6. A copy tracker that is a symlink removed by the trainer (Lightning's _link_checkpoint:
@@ -416,8 +416,10 @@ static int newest_other_cb(const struct idx_step *s, void *arg)
 }
 
 /* Invariant 5: every root symlink tracker of kind naming name now names the newest other
- * complete step file, when there is one. */
-static void relink(struct ckfs *fs, enum layout_kind kind, const char *name)
+ * complete step file, when there is one. own_txn: in a transaction of its own for each link;
+ * else in the caller's, whose commit makes it so (the kernel is told of the new target either
+ * way). Returns 0 or the index's -errno (own_txn: always 0, a failure is rolled back). */
+static int relink(struct ckfs *fs, enum layout_kind kind, const char *name, bool own_txn)
 {
 	struct newest_other o = { .fs = fs, .not = name };
 	struct steps_entries e = { 0 };
@@ -437,17 +439,18 @@ static void relink(struct ckfs *fs, enum layout_kind kind, const char *name)
 		if (!o.found && (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_COMPLETE,
 						      newest_other_cb, &o) < 0 || !o.found))
 			goto out;
-		if (idx_inode_get(fs->ix, e.inos[i], &a) < 0 || idx_begin(fs->ix) < 0)
+		if (idx_inode_get(fs->ix, e.inos[i], &a) < 0 || (own_txn && idx_begin(fs->ix) < 0))
 			goto out;
 		a.size = strlen(o.name);
 		a.ctime_ns = ckfs_now(fs);
 		rc = idx_symlink_set(fs->ix, e.inos[i], o.name);
 		if (rc == 0)
 			rc = idx_inode_update(fs->ix, &a);
-		if (rc == 0)
+		if (rc == 0 && own_txn)
 			rc = idx_commit(fs->ix);
 		if (rc < 0) {
-			idx_rollback(fs->ix);
+			if (own_txn)
+				idx_rollback(fs->ix);
 			break;
 		}
 		steps_inval_queue(fs, IDX_ROOT_INO, e.names[i]);
@@ -456,6 +459,7 @@ static void relink(struct ckfs *fs, enum layout_kind kind, const char *name)
 	}
 out:
 	steps_dir_entries_free(&e);
+	return own_txn ? 0 : rc;
 }
 
 void steps_top_before_remove(struct ckfs *fs, const char *name, pid_t pid)
@@ -474,7 +478,7 @@ void steps_top_before_remove(struct ckfs *fs, const char *name, pid_t pid)
 	}
 	drop_kept_now(fs, name);
 	if (m.role == ROLE_STEP_FILE)
-		relink(fs, m.kind, name);
+		relink(fs, m.kind, name, true);
 	if (m.role != ROLE_STEP_FILE || idx_step_by_name(fs->ix, m.kind, name, &s) < 0 ||
 	    s.state != IDX_STEP_COMPLETE || idx_begin(fs->ix) < 0)
 		return;
@@ -499,6 +503,9 @@ int steps_top_drop_file(struct ckfs *fs, const struct idx_step *s, struct ino_fr
 		return rc;
 	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &ino) < 0)
 		return 0; /* removed already */
+	/* a link last.ckpt naming it (save_last="link" with a monitor names an older step) */
+	if ((rc = relink(fs, s->kind, s->name, false)) < 0)
+		return rc;
 	rc = idx_dentry_remove(fs->ix, IDX_ROOT_INO, s->name);
 	if (rc == 0)
 		rc = ino_drop_link(fs, ino, ckfs_now(fs), fr);

@@ -15,6 +15,8 @@ on the newest saved step, bit-exact (trainers.check_resumed).
                  step file and before last.ckpt is linked to the new one. Alone, the link
                  dangles and the resume starts from scratch; ckptfs points it at the newest
                  complete step file when its target is removed.
+  link_retention the same when -o keep_checkpoint_max prunes the link's target (the trainer
+                 keeps every file, save_top_k=-1): the link names the newest complete step.
   link_removed   save_last="link": killed between Lightning's os.remove(last.ckpt) and its
                  os.symlink. Alone, there is no last.ckpt and the resume starts from scratch;
                  ckptfs keeps the removed link until its remover makes it again, and puts it
@@ -170,6 +172,28 @@ class TestLightning(unittest.TestCase):
                 self.assertEqual(tr.wait(), 0, tr.tail())
             finally:
                 tr.close()
+        finally:
+            m.close()
+
+    def test_link_retention(self):
+        m = ckfs.Mount(opts=('keep_checkpoint_max=1',))
+        try:
+            m.start()
+            log = os.path.join(m.tmp, 'trainer.log')
+            tr = Trainer('lightning-link', m.mnt, log, steps=1000, every=4, keep=0, slow=SLOW)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                # step 8's file complete: ckptfs prunes step 4's, which last.ckpt names until
+                # the trainer links it again after two pauses: kill in the first
+                wait_log(log, lambda ln: ln.startswith(
+                    'WROTE step=8 rank=0 path=epoch=0-step=8.ckpt '), deadline)
+                time.sleep(SLOW * 0.5)
+                tr.kill()
+            finally:
+                tr.close()
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['epoch=0-step=8.ckpt', 'last.ckpt'])
+            self.assertEqual(os.readlink(os.path.join(m.mnt, 'last.ckpt')),
+                             'epoch=0-step=8.ckpt', daemon_log(m))
         finally:
             m.close()
 
