@@ -17,9 +17,9 @@
  *      for writing keeps its whole version (same chunks) as `.ckptfs/retained/NAME.kept`. When
  *      the new version is closed whole, the kept one is dropped; when it is closed torn (the
  *      trainer killed during its rewrite of `last.ckpt`: the kernel's close from do_exit), the
- *      kept one takes the name again and the torn version is dropped, so a resume (`ckpt_path="last"`, the newest
- *      mtime of `last*.ckpt`) loads the previous whole checkpoint instead of failing in
- *      torch.load.
+ *      kept one takes the name again and the torn version is dropped, so a resume
+ *      (`ckpt_path="last"`, the newest mtime of `last*.ckpt`) loads the previous whole
+ *      checkpoint instead of failing in torch.load.
  *      A daemon stopped (killed) during such a rewrite leaves the kept version and the name's
  *      new one: at the next mount (steps_top_recover) the kept one takes the name again unless
  *      the name holds a whole file.
@@ -29,9 +29,10 @@
  *      (pruned, "removed by the trainer"); -o keep_checkpoint_max prunes the older complete
  *      steps' files (steps_retention), never a file a newer version of the name now holds.
  *   5. A copy tracker that is a symlink (save_last="link") naming a step file being removed (by
- *      the trainer or by retention) is pointed at the newest other complete step file first: Lightning removes the previous
- *      top-k file after writing the new one and before it links last.ckpt to it, and a link
- *      left dangling by a crash there makes its resume start from scratch.
+ *      the trainer or by retention) is pointed at the newest other complete step file first:
+ *      Lightning removes the previous top-k file after writing the new one and before it links
+ *      last.ckpt to it, and a link left dangling by a crash there makes its resume start from
+ *      scratch.
  *   6. A copy tracker that is a symlink removed by the trainer (Lightning's _link_checkpoint:
  *      os.remove, then os.symlink) is kept as `.ckptfs/retained/NAME.kept` until a tracker of
  *      that name is made again (then it is dropped). If the remover is gone first (a crash
@@ -60,7 +61,8 @@ bool steps_top_file(const struct ckfs *fs, const char *rel, struct layout_match 
 {
 	struct layout_match m;
 
-	if (fs->steps.opt.layout < 0 || strchr(rel, '/') || layout_classify(rel, fs->steps.opt.layout, &m) < 0 ||
+	if (fs->steps.opt.layout < 0 || strchr(rel, '/') ||
+	    layout_classify(rel, fs->steps.opt.layout, &m) < 0 ||
 	    !layout_desc(m.kind)->top_files)
 		return false;
 	if (m.role == ROLE_STEP_FILE ||
@@ -266,7 +268,8 @@ static void settle_kept(struct ckfs *fs, bool files)
 	struct steps_entries e = { 0 };
 	size_t sl = strlen(KEPT_SUFFIX);
 
-	if (fs->steps.opt.layout < 0 || !fs->steps.retained_ino || steps_dir_entries(fs, fs->steps.retained_ino, 1, &e) < 0)
+	if (fs->steps.opt.layout < 0 || !fs->steps.retained_ino ||
+	    steps_dir_entries(fs, fs->steps.retained_ino, 1, &e) < 0)
 		return;
 	for (size_t i = 0; i < e.n; i++) {
 		char name[LAYOUT_NAME_MAX + 1];
@@ -307,7 +310,8 @@ void steps_top_recover(struct ckfs *fs)
 
 bool steps_top_link_due(struct ckfs *fs)
 {
-	return fs->steps.top_unlink.pid > 0 && !ckpt_pid_alive(fs->steps.top_unlink.pid, fs->steps.top_unlink.start);
+	return fs->steps.top_unlink.pid > 0 &&
+	       !ckpt_pid_alive(fs->steps.top_unlink.pid, fs->steps.top_unlink.start);
 }
 
 void steps_top_link_settle(struct ckfs *fs)
