@@ -22,7 +22,9 @@
  *   gc/lease                               a gc runs, a node's or `ckptctl STORE remote gc`
  *                                          (a lease, lease.h; rgc.h)
  *   gc/takeover/<host>-<pid>-<created_ns>  a gc takes over that stale gc/lease (rgc.h
- *                                          RGC_CLAIM_PREFIX), removed with its own lease
+ *                                          RGC_CLAIM_PREFIX), removed with its own lease,
+ *                                          or when left, by a later gc once older than
+ *                                          the lease expiry
  *
  * May call: the step engine (steps.h), the write path, the policy, core, index/, store/ and
  * store/remote/. Called by the FUSE layer (start, stop, status). One thread of its own; the

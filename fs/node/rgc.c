@@ -304,6 +304,24 @@ static void drop_claim(struct rgc *c)
 	c->hold.claim[0] = '\0';
 }
 
+/* The key of a claim to take over lease l (RGC_CLAIM_PREFIX<host>-<pid>-<created_ns>) into buf
+ * (cap bytes, REMOTE_KEY_MAX + 1 suffice). */
+static void claim_key(const struct lease *l, char *buf, size_t cap)
+{
+	char host[sizeof(l->host)];
+
+	/* the host as a key's bytes: a damaged lease must not make an invalid key */
+	for (size_t i = 0; i < sizeof(host); i++) {
+		char ch = l->host[i];
+
+		host[i] = !ch || isalnum((unsigned char)ch) || ch == '-' || ch == '.' ? ch : '_';
+		if (!ch)
+			break;
+	}
+	snprintf(buf, cap, RGC_CLAIM_PREFIX "%s-%" PRId64 "-%" PRId64, host[0] ? host : "_", l->pid,
+		 l->created_ns);
+}
+
 /*
  * Claim the takeover of lease cur (RGC_CLAIM_PREFIX, protocol 3), then check that gc/lease is
  * still cur: a claim is of one lease, and another gc may have taken it over and released it
@@ -313,20 +331,10 @@ static void drop_claim(struct rgc *c)
  */
 static int claim_takeover(struct rgc *c, const struct lease *cur)
 {
-	char host[sizeof(cur->host)];
 	struct lease now;
 	int rc, st;
 
-	/* the host as a key's bytes: a damaged lease must not make an invalid key */
-	for (size_t i = 0; i < sizeof(host); i++) {
-		char ch = cur->host[i];
-
-		host[i] = !ch || isalnum((unsigned char)ch) || ch == '-' || ch == '.' ? ch : '_';
-		if (!ch)
-			break;
-	}
-	snprintf(c->hold.claim, sizeof(c->hold.claim), RGC_CLAIM_PREFIX "%s-%" PRId64 "-%" PRId64,
-		 host[0] ? host : "_", cur->pid, cur->created_ns);
+	claim_key(cur, c->hold.claim, sizeof(c->hold.claim));
 	rc = lease_put(c->r, c->hold.claim, &c->hold.mine, true);
 	if (rc == -EEXIST) {
 		c->hold.claim[0] = '\0';
@@ -569,6 +577,69 @@ static int doomed_manifests(struct rgc *c, struct rgc_tally *g)
 	return 0;
 }
 
+/*
+ * Remove the takeover claims (RGC_CLAIM_PREFIX) that gcs which died after claiming left behind,
+ * while this gc holds gc/lease (protocol 3). A claim holds the lease of the gc that wrote it,
+ * as it was when written and never renewed; its key names the lease taken over, created before
+ * that lapsed, so the key says nothing of the taker's age. A claim goes when its own lease was
+ * written longer than LEASE_GC_EXPIRY_S ago (and its own expiry_s, if longer): a taker still
+ * alive that long after claiming has either given gc/lease up or lost it, and gc/lease is this
+ * gc's now, so a taker of the lease the claim names finds gc/lease changed when it reads it
+ * back (claim_takeover) whether the claim is there or not. This gc's own claim, a claim of the
+ * lease it holds, and a claim that is no lease (age unknown) stay. Each removal is said.
+ * Returns 0 (a claim that cannot be listed or removed is said and counted in g->errors: the
+ * pass goes on), or -ESTALE or -ECANCELED (rgc_keep).
+ */
+static int old_claims(struct rgc *c, struct rgc_tally *g)
+{
+	char mine[REMOTE_KEY_MAX + 1], held[256], when[32];
+	int rc;
+
+	if (!c->hold.held)
+		return 0;
+	claim_key(&c->hold.mine, mine, sizeof(mine));
+	c->nkeys = 0;
+	if ((rc = rgc_keep(c)) < 0)
+		return rc;
+	if ((rc = remote_list(c->r, RGC_CLAIM_PREFIX, rgc_key_cb, c)) < 0) {
+		say_err(c, "cannot list the remote's '%s': %s", RGC_CLAIM_PREFIX, strerror(-rc));
+		g->errors++;
+		return 0;
+	}
+	for (size_t i = 0; i < c->nkeys; i++) {
+		const char *key = c->keys[i];
+		int64_t now = lease_now_ns(), expiry_s;
+		struct lease l;
+		int st;
+
+		if (strcmp(key, c->hold.claim) == 0 || strcmp(key, mine) == 0)
+			continue;
+		if ((rc = rgc_keep(c)) < 0)
+			return rc;
+		st = lease_read(c->r, key, now, &l);
+		if (st == LEASE_ABSENT || st == -EBADMSG || st == LEASE_LIVE)
+			continue;
+		if (st < 0) {
+			say_err(c, "cannot read the remote's '%s': %s", key, strerror(-st));
+			g->errors++;
+			continue;
+		}
+		expiry_s = l.expiry_s > LEASE_GC_EXPIRY_S ? l.expiry_s : LEASE_GC_EXPIRY_S;
+		if (now <= l.renewed_ns || (uint64_t)now - (uint64_t)l.renewed_ns <=
+						   (uint64_t)expiry_s * NS_PER_S)
+			continue;
+		if ((rc = gc_delete(c, g, key)) == -ESTALE || rc == -ECANCELED)
+			return rc;
+		if (rc == 0) {
+			say_out(c, "claim:     '%s' of %s, written %s (expiry %" PRId64 " s), left by a "
+			       "gc that died: removed", key, lease_describe(&l, held, sizeof(held)),
+			       lease_time(l.renewed_ns, when, sizeof(when)), expiry_s);
+			g->claims++;
+		}
+	}
+	return 0;
+}
+
 struct chunk_pass {
 	struct rgc *c;
 	struct rgc_tally *g;
@@ -693,7 +764,7 @@ int rgc_run(struct rgc *c, struct rgc_tally *ret_tally)
 		release_lease(c);
 		return rc > 0 ? -EAGAIN : rc;
 	}
-	if ((rc = doomed_manifests(c, g)) == 0)
+	if ((rc = old_claims(c, g)) == 0 && (rc = doomed_manifests(c, g)) == 0)
 		rc = unnamed_chunks(c, g);
 	release_lease(c);
 	if (rc < 0 && rc != -ESTALE && rc != -ECANCELED)

@@ -21,7 +21,10 @@
  *      judges the lease stale only LEASE_GC_EXPIRY_S after that renewal, by when the gc's last
  *      delete has landed.
  *   3. A stale lease (a gc that died) is taken over, and said so: claimed first
- *      (RGC_CLAIM_PREFIX), then replaced; a gc whose claim another made is turned away. A stale marker (a node that
+ *      (RGC_CLAIM_PREFIX), then replaced; a gc whose claim another made is turned away. A claim
+ *      goes with the lease of the gc that made it, or, left by a gc that died, once written
+ *      longer than LEASE_GC_EXPIRY_S ago, removed (and said) by a later gc holding the lease.
+ *      A stale marker (a node that
  *      died in an upload: not renewed for LEASE_UPLOAD_EXPIRY_S) is reported, removed, and
  *      blocks nothing. A live marker, or one that is no lease (the empty markers of an older
  *      ckptfs: age unknown), blocks the gc. force takes any lease and removes any marker: the
@@ -130,6 +133,7 @@ struct rgc {
 struct rgc_tally {
 	size_t steps; /* steps doomed */
 	uint64_t manifests, dirs, markers, chunks, chunk_bytes, errors;
+	uint64_t claims; /* takeover claims of gcs that died (RGC_CLAIM_PREFIX) */
 };
 
 /* rgc_key_cb - remote_list_fn appending each key to c->keys (arg: the struct rgc). Returns 0 or

@@ -402,3 +402,57 @@ Test(rgc, two_gcs_taking_over_a_stale_lease_at_once)
 {
 	race_two(true);
 }
+
+/* A say that keeps the report lines, joined, into arg (a char[4096]). */
+static void keep_say(void *arg, enum rgc_say kind, const char *line)
+{
+	char *buf = arg;
+
+	if (kind == RGC_REPORT)
+		snprintf(buf + strlen(buf), 4096 - strlen(buf), "%s\n", line);
+}
+
+/*
+ * Takeover claims left behind by gcs that died after claiming: a gc holding the lease removes a
+ * claim written (its content's renewed_ns) longer than the lease expiry ago, and says so; a
+ * fresh claim (a taker that may be alive: its key names the stale lease it takes over, created
+ * long ago) and a claim that is no lease (its age unknown) stay.
+ */
+Test(rgc, old_takeover_claims_are_removed)
+{
+	char root[256], url[300], err[256], said[4096] = "";
+	const int64_t exp_ns = LEASE_GC_EXPIRY_S * 1000000000LL, now = lease_now_ns();
+	struct rgc_opts o = { .nodes = 2, .keep = 2, .holder = "ckptfs node 'a'", .say = keep_say,
+			      .say_arg = said };
+	struct rgc c = { .o = &o };
+	struct lease old, fresh;
+	struct rgc_tally t;
+	struct remote *r;
+
+	snprintf(root, sizeof(root), "%s/rgc-claims-XXXXXX",
+		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp");
+	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
+	snprintf(url, sizeof(url), "file://%s", root);
+	cr_assert_eq(remote_open(url, NULL, &r, err, sizeof(err)), 0, "%s", err);
+	race_fill(r);
+	lease_init(&old, "ckptfs node 'c'", LEASE_GC_EXPIRY_S, now - 2 * exp_ns - 1000000000LL);
+	cr_assert_eq(lease_put(r, RGC_CLAIM_PREFIX "h1-11-1000", &old, true), 0);
+	lease_init(&fresh, "ckptfs node 'd'", LEASE_GC_EXPIRY_S, now);
+	cr_assert_eq(lease_put(r, RGC_CLAIM_PREFIX "h2-22-1000", &fresh, true), 0);
+	cr_assert_eq(remote_put(r, RGC_CLAIM_PREFIX "h3-33-1000", "{}", 2), 0);
+
+	c.r = r;
+	cr_assert_eq(rgc_read_manifests(&c), 0);
+	cr_assert_eq(rgc_choose_doomed(&c), 0);
+	cr_assert_eq(rgc_run(&c, &t), 0, "%s", said);
+	rgc_release(&c);
+
+	cr_assert(!race_has(r, RGC_CLAIM_PREFIX "h1-11-1000"), "the old claim was left: %s", said);
+	cr_assert(race_has(r, RGC_CLAIM_PREFIX "h2-22-1000"), "a fresh claim was removed");
+	cr_assert(race_has(r, RGC_CLAIM_PREFIX "h3-33-1000"), "a claim of unknown age was removed");
+	cr_assert_not_null(strstr(said, RGC_CLAIM_PREFIX "h1-11-1000"), "not said: %s", said);
+	cr_assert_null(strstr(said, "h2-22-1000"), "said: %s", said);
+	cr_assert_eq(t.manifests, 4);
+	remote_close(r);
+	rm_tree(root);
+}
