@@ -631,8 +631,9 @@ static int old_claims(struct rgc *c, struct rgc_tally *g)
 		if ((rc = gc_delete(c, g, key)) == -ESTALE || rc == -ECANCELED)
 			return rc;
 		if (rc == 0) {
-			say_out(c, "claim:     '%s' of %s, written %s (expiry %" PRId64 " s), left by a "
-			       "gc that died: removed", key, lease_describe(&l, held, sizeof(held)),
+			say_out(c, "claim:     '%s' of %s, written %s (expiry %" PRId64 " s), "
+			       "left by a gc that died: removed", key,
+			       lease_describe(&l, held, sizeof(held)),
 			       lease_time(l.renewed_ns, when, sizeof(when)), expiry_s);
 			g->claims++;
 		}
