@@ -1,6 +1,6 @@
 /*
- * node.c — the node thread: learn the remote's manifests, seal this node's part of a step
- * another node sealed, publish this node's complete steps (node.h).
+ * node.c — the node thread: learn the remote's manifests (node_list.c), seal this node's part of
+ * a step another node sealed, publish this node's complete steps (node.h).
  *
  * Invariants:
  *   1. A manifest is written once (put-if-absent) and only after every chunk it names is on
@@ -47,10 +47,6 @@
  * lists at every tick (node_main). */
 #define NODE_IDLE_LIST_TICKS 25
 
-/* A step completed here this recently and not global yet keeps the node listing at every tick,
- * ns: the other nodes' parts of one save come within seconds of each other. */
-#define NODE_BUSY_NS (120 * 1000000000LL)
-
 /* Most digests kept of the chunks sent ahead (send_chunks): 16 MiB of them, far more than a
  * step in flight has; past it the set starts empty again (a HEAD more per chunk). */
 #define NODE_SENT_MAX (1u << 20)
@@ -59,24 +55,12 @@
  * the trackers need the newest, retention keep_checkpoint_max of them. */
 #define NODE_RECORD_STEPS 64
 
-/* How many of the newest global steps a node keeps the keys of and records in remote.json:
- * NODE_RECORD_STEPS, or keep_checkpoint_max when that is larger. Any thread, no lock. */
-static unsigned node_record_steps(const struct ckfs *fs)
+unsigned node_record_steps(const struct ckfs *fs)
 {
 	unsigned keep = steps_settings(fs)->keep_max;
 
 	return keep > NODE_RECORD_STEPS ? keep : NODE_RECORD_STEPS;
 }
-
-/* Longest time between two whole listings of the remote's manifests, ns: the listings between
- * list only the keys above the newest global step's (learn), and a whole one learns what those
- * cannot see: manifests another node's gc removed (of steps older than every kept one, which
- * retention here drops too), a part put late for a step older than the newest global one. A
- * node that saves lists at every tick: one whole listing in 300; an idle one, in 12. */
-#define NODE_FULL_LIST_NS (60 * 1000000000LL)
-
-/* Most manifests one learn reads in the node thread, the newest first (select_keys). */
-#define NODE_LEARN_MAX 4096
 
 /* Least time between two writes of STORE/remote.json by the node thread, ns. */
 #define NODE_RECORD_EVERY_NS (2 * 1000000000LL)
@@ -107,7 +91,7 @@ static int kcmp(int kind, int64_t step, int kind2, int64_t step2)
 }
 
 /* The first index of v (n sorted keys) not below (kind, step). */
-static size_t key_lower(const struct node_key *v, size_t n, int kind, int64_t step)
+size_t node_key_lower(const struct node_key *v, size_t n, int kind, int64_t step)
 {
 	size_t lo = 0, hi = n;
 
@@ -124,7 +108,7 @@ static size_t key_lower(const struct node_key *v, size_t n, int kind, int64_t st
 
 static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
 {
-	size_t i = key_lower(v, n, kind, step);
+	size_t i = node_key_lower(v, n, kind, step);
 
 	return i < n && v[i].kind == kind && v[i].step == step;
 }
@@ -132,7 +116,7 @@ static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
 /* Add (kind, step) to the sorted set *v (*n keys, *cap allocated). 0 or -ENOMEM. */
 static int key_add(struct node_key **v, size_t *cap, size_t *n, int kind, int64_t step)
 {
-	size_t i = key_lower(*v, *n, kind, step);
+	size_t i = node_key_lower(*v, *n, kind, step);
 
 	if (i < *n && (*v)[i].kind == kind && (*v)[i].step == step)
 		return 0;
@@ -144,9 +128,9 @@ static int key_add(struct node_key **v, size_t *cap, size_t *n, int kind, int64_
 	return 0;
 }
 
-static void key_del(struct node_key *v, size_t *n, int kind, int64_t step)
+void node_key_del(struct node_key *v, size_t *n, int kind, int64_t step)
 {
-	size_t i = key_lower(v, *n, kind, step);
+	size_t i = node_key_lower(v, *n, kind, step);
 
 	if (i < *n && v[i].kind == kind && v[i].step == step) {
 		memmove(v + i, v + i + 1, (*n - i - 1) * sizeof(*v));
@@ -205,7 +189,7 @@ static void step_range(const struct node *n, int kind, int64_t step, size_t *lo,
 
 /* The part node has of (kind, step): one per node, its newest version. Valid until the parts
  * change. mu held. */
-static struct node_part *find_part(struct node *n, const char *node, int kind, int64_t step)
+struct node_part *node_find_part(struct node *n, const char *node, int kind, int64_t step)
 {
 	size_t i = part_lower(n, kind, step, node);
 
@@ -226,8 +210,8 @@ static bool blocked(const struct node *n)
  */
 static bool gc_dooms(const struct node *n, int kind, int64_t step)
 {
-	size_t i = key_lower(n->global, n->nglobal, kind, step);
-	size_t end = key_lower(n->global, n->nglobal, kind + 1, INT64_MIN), newer = 0;
+	size_t i = node_key_lower(n->global, n->nglobal, kind, step);
+	size_t end = node_key_lower(n->global, n->nglobal, kind + 1, INT64_MIN), newer = 0;
 	bool global = i < n->nglobal && n->global[i].kind == kind && n->global[i].step == step;
 
 	if (!steps_settings(n->fs)->keep_max)
@@ -246,7 +230,7 @@ bool node_is_global(const struct node *n, int kind, int64_t step)
 
 static bool has_part(struct node *n, const char *node, int kind, int64_t step)
 {
-	return find_part(n, node, kind, step) != NULL;
+	return node_find_part(n, node, kind, step) != NULL;
 }
 
 void node_count_error(struct node *n, enum node_err k)
@@ -303,11 +287,11 @@ static void recompute_step(struct node *n, int kind, int64_t step)
 	if (global)
 		key_add(&n->global, &n->capglobal, &n->nglobal, kind, step);
 	else
-		key_del(n->global, &n->nglobal, kind, step);
+		node_key_del(n->global, &n->nglobal, kind, step);
 }
 
 /* Recompute every step's globality from the parts (sorted): O(parts). mu held. */
-static void recompute_global(struct node *n)
+void node_recompute_global(struct node *n)
 {
 	n->nglobal = 0;
 	for (size_t i = 0; i < n->nparts; i++)
@@ -345,7 +329,7 @@ static int add_part(struct node *n, const struct node_part *p)
 	int rc = 0;
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	q = find_part(n, p->node, p->kind, p->step);
+	q = node_find_part(n, p->node, p->kind, p->step);
 	if (q && strcmp(q->version, p->version) == 0) {
 		q->seen = true;
 		q->sealed = p->sealed;
@@ -357,8 +341,8 @@ static int add_part(struct node *n, const struct node_part *p)
 		else
 			rc = part_insert(n, p);
 		n->parts_changed = true;
-		key_del(n->shown, &n->nshown, p->kind, p->step);
-		key_del(n->unlisted, &n->nunlisted, p->kind, p->step);
+		node_key_del(n->shown, &n->nshown, p->kind, p->step);
+		node_key_del(n->unlisted, &n->nunlisted, p->kind, p->step);
 		check_nodes(n, p);
 		recompute_step(n, p->kind, p->step);
 	}
@@ -370,7 +354,7 @@ static int add_part(struct node *n, const struct node_part *p)
  * Take the parts v[0, nv) learnt from one listing: as add_part for each, in one pass (new ones
  * appended, then one sort): O((P + nv) log P) rather than a move of the array per part. Takes mu.
  */
-static int add_parts(struct node *n, const struct node_part *v, size_t nv)
+int node_add_parts(struct node *n, const struct node_part *v, size_t nv)
 {
 	size_t sorted, o = 0;
 	int rc = 0;
@@ -397,8 +381,8 @@ static int add_parts(struct node *n, const struct node_part *v, size_t nv)
 		} else {
 			n->parts[n->nparts++] = v[i];
 		}
-		key_del(n->shown, &n->nshown, v[i].kind, v[i].step);
-		key_del(n->unlisted, &n->nunlisted, v[i].kind, v[i].step);
+		node_key_del(n->shown, &n->nshown, v[i].kind, v[i].step);
+		node_key_del(n->unlisted, &n->nunlisted, v[i].kind, v[i].step);
 		n->parts_changed = true;
 	}
 	if (n->nparts > sorted) {
@@ -416,7 +400,7 @@ static int add_parts(struct node *n, const struct node_part *v, size_t nv)
 		n->nparts = o;
 	}
 	if (nv)
-		recompute_global(n);
+		node_recompute_global(n);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return rc;
 }
@@ -428,304 +412,23 @@ static void drop_part(struct node *n, size_t i)
 	int kind = n->parts[i].kind;
 	int64_t step = n->parts[i].step;
 
-	key_del(n->shown, &n->nshown, kind, step);
-	key_del(n->unlisted, &n->nunlisted, kind, step);
+	node_key_del(n->shown, &n->nshown, kind, step);
+	node_key_del(n->unlisted, &n->nunlisted, kind, step);
 	memmove(n->parts + i, n->parts + i + 1, (n->nparts - i - 1) * sizeof(*n->parts));
 	n->nparts--;
 	n->parts_changed = true;
 	recompute_step(n, kind, step);
 }
 
-/* ---- learning the remote's manifests ---- */
-
-/* The node, kind, step and version of a manifest's key "manifests/<kind>/<step>/<node>/
- * <version>.json" (or "manifests/<kind>/<step>/<node>.json", version "", from before versions),
- * and whether its step is unpadded (NODE_STEP_DIGITS). */
-static bool parse_key(const char *key, struct node_part *p)
-{
-	int kind, off = 0, at = 0;
-	long long step;
-	const char *node, *slash;
-	size_t len;
-
-	if (sscanf(key, "manifests/%d/%n%lld/%n", &kind, &at, &step, &off) != 2 || off == 0)
-		return false;
-	node = key + off;
-	len = strlen(node);
-	if (len <= 5 || strcmp(node + len - 5, ".json") != 0)
-		return false;
-	memset(p, 0, sizeof(*p));
-	slash = strchr(node, '/');
-	if (slash) {
-		const char *ver = slash + 1;
-
-		if ((size_t)(slash - node) > NODE_NAME_MAX || slash == node ||
-		    strlen(ver) != NODE_VERSION_LEN + 5 || strchr(ver, '/'))
-			return false;
-		memcpy(p->node, node, (size_t)(slash - node));
-		memcpy(p->version, ver, NODE_VERSION_LEN);
-	} else {
-		if (len - 5 > NODE_NAME_MAX)
-			return false;
-		memcpy(p->node, node, len - 5);
-	}
-	p->kind = kind;
-	p->step = step;
-	p->unpadded = off - at - 1 != NODE_STEP_DIGITS;
-	return true;
-}
-
-/* A key of a listing, with the layout and step a manifest's key names. */
-struct lkey {
-	char *key; /* owned */
-	int kind;
-	int64_t step;
-};
-
-struct learn_ctx {
-	struct node *n;
-	struct lkey *keys;
-	size_t nkeys, cap;
-	uint64_t listed; /* keys the listing gave */
-};
-
-static int lkey_add(struct learn_ctx *c, const char *key, int kind, int64_t step)
-{
-	char *k;
-
-	if (ckpt_grow(&c->keys, &c->cap, c->nkeys, sizeof(*c->keys)) < 0 || !(k = strdup(key)))
-		return -ENOMEM;
-	c->keys[c->nkeys++] = (struct lkey){ k, kind, step };
-	return 0;
-}
-
-static void lkeys_free(struct learn_ctx *c)
-{
-	for (size_t i = 0; i < c->nkeys; i++)
-		free(c->keys[i].key);
-	free(c->keys);
-}
-
-/* Newest step first (then by layout): a learn that reads only some manifests reads those. */
-static int lkey_newest_first(const void *a, const void *b)
-{
-	const struct lkey *x = a, *y = b;
-
-	if (x->step != y->step)
-		return x->step > y->step ? -1 : 1;
-	return (x->kind > y->kind) - (x->kind < y->kind);
-}
-
-/*
- * Keep the keys learn reads now: at mount (prime), those of the newest NODE_RECORD_STEPS (or
- * keep_checkpoint_max) steps of each layout, so that the mount costs what the kept steps have
- * published, not the whole job; in the node thread, the newest NODE_LEARN_MAX, so that a tick
- * stays short and the older ones come at the next ticks. Returns whether keys were left out.
- */
-static bool select_keys(struct learn_ctx *c, bool prime, unsigned keep)
-{
-	int64_t last[LAYOUT_KIND_COUNT];
-	unsigned steps[LAYOUT_KIND_COUNT] = { 0 };
-	size_t o = 0;
-
-	if (c->nkeys)
-		qsort(c->keys, c->nkeys, sizeof(*c->keys), lkey_newest_first);
-	for (int k = 0; k < LAYOUT_KIND_COUNT; k++)
-		last[k] = -1;
-	for (size_t i = 0; i < c->nkeys; i++) {
-		const struct lkey *x = &c->keys[i];
-		bool keep_it = o < NODE_LEARN_MAX;
-
-		if (prime && x->kind >= 0 && x->kind < LAYOUT_KIND_COUNT) {
-			if (x->step != last[x->kind]) {
-				last[x->kind] = x->step;
-				steps[x->kind]++;
-			}
-			keep_it = steps[x->kind] <= keep;
-		}
-		if (keep_it)
-			c->keys[o++] = *x;
-		else
-			free(x->key);
-	}
-	bool left = o != c->nkeys;
-
-	c->nkeys = o;
-	return left;
-}
-
-static int learn_cb(const char *key, uint64_t size, void *arg)
-{
-	struct learn_ctx *c = arg;
-	struct node_part p, *q;
-	bool known;
-
-	(void)size;
-	c->listed++;
-	if (!parse_key(key, &p))
-		return 0;
-	ckpt_lock(&c->n->mu, CKPT_RANK_NODE);
-	q = find_part(c->n, p.node, p.kind, p.step);
-	known = q && strcmp(q->version, p.version) == 0;
-	if (known) {
-		q->seen = true;
-		q->unpadded = p.unpadded; /* a part from remote.json: its key as it is */
-	}
-	ckpt_unlock(&c->n->mu, CKPT_RANK_NODE);
-	if (known || strlen(key) > REMOTE_KEY_MAX)
-		return 0;
-	return lkey_add(c, key, p.kind, p.step);
-}
-
-/*
- * Where the next partial listing starts (n->list_after): below every key of each layout's newest
- * global step (its oldest step known when none is global), or of an older step this node
- * published within NODE_BUSY_NS and not global yet (a save after a resume from an older step:
- * the other nodes' parts of it come now); the lowest of these over the layouts known; "" (a
- * whole listing) when no part is known. What comes after that key is the step's new versions,
- * the parts of the steps after it, and the manifests with unpadded steps (NODE_STEP_DIGITS),
- * all above it in byte order. n->mu held.
- */
-static void list_position(struct node *n)
-{
-	char best[REMOTE_KEY_MAX + 1] = "";
-	int64_t now = ckfs_now(n->fs);
-
-	for (size_t i = 0; i < n->nparts;) {
-		int kind = n->parts[i].kind;
-		int64_t low = n->parts[i].step; /* parts sort by (kind, step, node) */
-		size_t g = key_lower(n->global, n->nglobal, kind + 1, INT64_MIN);
-		char k[REMOTE_KEY_MAX + 1];
-
-		if (g > 0 && n->global[g - 1].kind == kind)
-			low = n->global[g - 1].step;
-		for (; i < n->nparts && n->parts[i].kind == kind; i++) {
-			const struct node_part *p = &n->parts[i];
-
-			if (p->step < low && strcmp(p->node, n->name) == 0 &&
-			    now - p->learnt_ns < NODE_BUSY_NS && !node_is_global(n, kind, p->step))
-				low = p->step;
-		}
-		snprintf(k, sizeof(k), "manifests/%d/%0*" PRId64, kind, NODE_STEP_DIGITS, low);
-		if (!best[0] || strcmp(k, best) < 0)
-			memcpy(best, k, sizeof(best));
-	}
-	memcpy(n->list_after, best, sizeof(best));
-}
-
-/*
- * Read the manifests not known yet, and forget the parts whose manifest is gone (only after a
- * whole listing: a part is never dropped because a listing failed half-way or did not look).
- * The listing is whole at mount (prime), after a failure or a listing that left keys unread,
- * after this node's gc removed manifests (n->list_full), and NODE_FULL_LIST_NS after the last
- * whole one; else it starts at n->list_after (list_position), so that a tick lists the parts of
- * the steps in flight, not every manifest of the job. Returns 0 or the remote's -errno.
- */
-static int learn(struct node *n, const struct remote_call *call, bool prime)
-{
-	struct learn_ctx c = { .n = n };
-	bool whole = prime || n->list_full || !n->list_after[0] ||
-		     ckpt_mono_ns() >= n->next_full_ns;
-	bool left = false;
-	int rc;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; whole && i < n->nparts; i++)
-		n->parts[i].seen = false;
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	rc = remote_list_after_with(n->r, "manifests/", whole ? "" : n->list_after, learn_cb, &c,
-				    call);
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	n->lists[whole]++;
-	n->listed[whole] += c.listed;
-	n->last_listed = c.listed;
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	if (rc == 0)
-		left = select_keys(&c, prime, node_record_steps(n->fs));
-	struct node_part *got = NULL;
-	size_t ngot = 0, capgot = 0;
-
-	for (size_t i = 0; rc == 0 && i < c.nkeys; i++) {
-		struct node_part p, k;
-		char err[256] = "";
-		size_t len;
-		void *buf;
-
-		if ((rc = remote_get_with(n->r, c.keys[i].key, call, &buf, &len)) == -ENOENT) {
-			rc = 0; /* removed since the listing (a new version, gc) */
-			continue;
-		}
-		if (rc < 0)
-			break;
-		if (node_manifest_parse(buf, len, &p, err, sizeof(err)) < 0 ||
-		    !parse_key(c.keys[i].key, &k) ||
-		    strcmp(k.node, p.node) || k.kind != p.kind || k.step != p.step ||
-		    strcmp(k.version, p.version)) {
-			if (!err[0])
-				snprintf(err, sizeof(err), "its key does not match its content");
-			ckpt_log("remote manifest '%s' ignored: %s", c.keys[i].key, err);
-		} else if (ckpt_grow(&got, &capgot, ngot, sizeof(*got)) < 0) {
-			rc = -ENOMEM;
-		} else {
-			p.seen = true;
-			p.unpadded = k.unpadded;
-			p.learnt_ns = ckfs_now(n->fs);
-			got[ngot++] = p;
-		}
-		free(buf);
-	}
-	lkeys_free(&c);
-	if (ngot) {
-		int arc = add_parts(n, got, ngot);
-
-		rc = rc ? rc : arc;
-	}
-	free(got);
-	if (rc == 0 && whole) {
-		size_t seen = 0, o = 0;
-
-		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		for (size_t i = 0; i < n->nparts; i++)
-			seen += n->parts[i].seen;
-		/* a listing with none of the parts known is a remote that is not what it was (a
-		 * shared file system not mounted at its path): keep them rather than lose every
-		 * global step; a gc never removes the newest steps' manifests */
-		for (size_t i = 0; seen && i < n->nparts; i++) {
-			if (!n->parts[i].seen) {
-				key_del(n->shown, &n->nshown, n->parts[i].kind, n->parts[i].step);
-				key_del(n->unlisted, &n->nunlisted, n->parts[i].kind, n->parts[i].step);
-				continue;
-			}
-			n->parts[o++] = n->parts[i];
-		}
-		if (seen && o != n->nparts) {
-			n->nparts = o;
-			n->parts_changed = true;
-			recompute_global(n);
-		}
-		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-		if (!seen && n->nparts)
-			node_set_error(n, "the remote lists none of the %zu manifests known here; "
-				       "is it the right remote?", n->nparts);
-	}
-	n->list_full = rc != 0 || left;
-	if (rc == 0 && whole)
-		n->next_full_ns = ckpt_mono_ns() + NODE_FULL_LIST_NS;
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	list_position(n);
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	return rc;
-}
-
 /* remote_list callback of node_repair: collect the repair/<hex> keys. */
 static int repair_cb(const char *key, uint64_t size, void *arg)
 {
-	struct learn_ctx *c = arg;
+	struct node_learn_ctx *c = arg;
 
 	(void)size;
 	if (strlen(key) != strlen("repair/") + 2 * STORE_HASH_LEN)
 		return 0;
-	return lkey_add(c, key, 0, 0);
+	return node_lkey_add(c, key, 0, 0);
 }
 
 /* ---- sealing this node's part from another node's seal ---- */
@@ -983,7 +686,7 @@ static int ask_repair(struct node *n, const char *hex, const char *why)
  */
 static void node_repair(struct node *n)
 {
-	struct learn_ctx c = { .n = n };
+	struct node_learn_ctx c = { .n = n };
 
 	if (remote_list(n->r, "repair/", repair_cb, &c) < 0)
 		return;
@@ -1012,7 +715,7 @@ static void node_repair(struct node *n)
 			node_set_error(n, "cannot replace chunk '%s' on the remote: %s", hex,
 				       strerror(-rc));
 	}
-	lkeys_free(&c);
+	node_lkeys_free(&c);
 }
 
 /* The directory at path (relative to dir; "a/b"), made as needed. In a transaction, fs->mu. */
@@ -1785,7 +1488,7 @@ static int pending_cb(const struct idx_step *s, void *arg)
 					      steps_version_shadowed(n->fs, s)))
 		return 0;
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	q = find_part(n, n->name, s->kind, step);
+	q = node_find_part(n, n->name, s->kind, step);
 	if (s->state != IDX_STEP_COMPLETE && s->id > p->ahead.id)
 		p->ahead = *s;
 	if (s->state != IDX_STEP_COMPLETE) {
@@ -1802,15 +1505,15 @@ static int pending_cb(const struct idx_step *s, void *arg)
 			    strcmp(n->parts[i].node, n->name) != 0) {
 				n->parts[i].stale = true;
 				recompute_step(n, s->kind, step);
-				key_del(n->shown, &n->nshown, s->kind, step);
-				key_del(n->unlisted, &n->nunlisted, s->kind, step);
+				node_key_del(n->shown, &n->nshown, s->kind, step);
+				node_key_del(n->unlisted, &n->nunlisted, s->kind, step);
 			}
 		withdraw = q && q->row_id != s->id;
 		/* a step being written (not sealed) that this node sealed from another node's
 		 * seal: that seal was of an earlier save (a row set aside since); this save takes
 		 * the seal of its own claim */
 		if (s->state == IDX_STEP_WRITING)
-			key_del(n->sealed_here, &n->nsealed, s->kind, step);
+			node_key_del(n->sealed_here, &n->nsealed, s->kind, step);
 	} else {
 		want = (!q || q->row_id != s->id) && !gc_dooms(n, s->kind, step);
 		/* MindFormers 1.0: a rank of this node that had written nothing yet when the step
@@ -1842,12 +1545,12 @@ static void withdraw(struct node *n, const struct node_key *k)
 	int rc;
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	if ((q = find_part(n, n->name, k->kind, k->step))) {
+	if ((q = node_find_part(n, n->name, k->kind, k->step))) {
 		node_manifest_key(key, sizeof(key), q->kind, q->step, q->node, q->version,
 				  q->unpadded);
 		drop_part(n, (size_t)(q - n->parts));
 	}
-	key_del(n->sealed_here, &n->nsealed, k->kind, k->step);
+	node_key_del(n->sealed_here, &n->nsealed, k->kind, k->step);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (!key[0])
 		return;
@@ -1904,7 +1607,7 @@ static int publish_part(struct node *n, const struct idx_step *s, json_t *m, boo
 	snprintf(me.version, sizeof(me.version), "%s",
 		 json_string_value(json_object_get(m, "version")));
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	q = find_part(n, n->name, s->kind, me.step);
+	q = node_find_part(n, n->name, s->kind, me.step);
 	if (q && strcmp(q->version, me.version) != 0)
 		node_manifest_key(old, sizeof(old), q->kind, q->step, q->node, q->version,
 				  q->unpadded);
@@ -1979,7 +1682,7 @@ static void publish(struct node *n)
 			continue;
 		}
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		q = find_part(n, n->name, s->kind, step);
+		q = node_find_part(n, n->name, s->kind, step);
 		/* the part published (before a restart), or fetched back from the remote (no file
 		 * here is this node's own then: the store was lost, or the part is empty) */
 		same = q && (files == 0 || strcmp(q->version,
@@ -2042,7 +1745,7 @@ static void presence(struct node *n)
 						 : "?",
 					 (int)json_integer_value(json_object_get(o, "pid")));
 				ckpt_log("%s", n->taken);
-				recompute_global(n);
+				node_recompute_global(n);
 			}
 			ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 			json_decref(o);
@@ -2062,7 +1765,7 @@ static void presence(struct node *n)
 		if (n->taken[0]) {
 			ckpt_log("node name '%s' is this store's again", n->name);
 			n->taken[0] = '\0';
-			recompute_global(n);
+			node_recompute_global(n);
 		}
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	}
@@ -2109,7 +1812,7 @@ static void *node_main(void *arg)
 		int64_t t0 = ckpt_mono_ns();
 
 		if ((n->busy || (n->ticks % NODE_IDLE_LIST_TICKS == 0 && t0 >= n->next_idle_ns))) {
-			if ((rc = learn(n, NULL, false)) < 0) {
+			if ((rc = node_learn(n, NULL, false)) < 0) {
 				node_count_error(n, NODE_ERR_LIST);
 				node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 					       strerror(-rc));
@@ -2324,7 +2027,7 @@ static size_t read_remote_json(struct ckfs *fs, struct node *n)
 	json_decref(o);
 	if (n->nparts)
 		qsort(n->parts, n->nparts, sizeof(*n->parts), part_sort_cmp);
-	recompute_global(n);
+	node_recompute_global(n);
 	return loaded;
 }
 
@@ -2414,7 +2117,7 @@ void node_prime(struct ckfs *fs)
 
 	presence(n);
 	n->ticks = 1;
-	if ((rc = learn(n, &call, true)) < 0) {
+	if ((rc = node_learn(n, &call, true)) < 0) {
 		node_set_error(n, "cannot read the remote's manifests: %s; the trackers name no "
 			       "step newer than this node knows global until the remote answers",
 			       strerror(-rc));

@@ -167,7 +167,7 @@ static int gc_pass(struct node *n, bool full)
 	rc = rgc_run(&c, &g);
 	rgc_release(&c);
 	if (g.manifests)
-		n->list_full = true; /* a partial listing would not see them gone (learn) */
+		n->list_full = true; /* a partial listing would not see them gone (node_learn) */
 	if (!n->gc_held)
 		return rc;
 	lease_time(lease_now_ns(), when, sizeof(when));

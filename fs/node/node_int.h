@@ -1,6 +1,7 @@
 /*
  * node_int.h — the node layer's own parts (node.h says what the layer owns): the manifest
- * format (manifest.c) and what the node thread knows of the other nodes (node.c).
+ * format (manifest.c), what the node thread knows of the other nodes (node.c) and how it learns
+ * it from the remote's listings (node_list.c).
  */
 #ifndef CKPTFS_FS_NODE_INT_H
 #define CKPTFS_FS_NODE_INT_H
@@ -26,8 +27,8 @@
  * The digits of a step in a manifest's key, zero-padded: every step number (policy_node_step,
  * never negative, below 2^63) fits, and the keys of a layout sort by step in byte order, the
  * order a listing after a key follows (remote_list_after): a node lists only the manifests from
- * the newest global step up (node.c, learn). Manifests published before the padding have the
- * step unpadded ("manifests/1/100/a/V.json"); their keys still parse, and a key of a step
+ * the newest global step up (node_list.c, node_learn). Manifests published before the padding
+ * have the step unpadded ("manifests/1/100/a/V.json"); their keys still parse, and a key of a step
  * starting with 1-9 sorts above every padded one of its layout, so listings after a padded key
  * see them too until remote gc removes them.
  */
@@ -106,7 +107,7 @@ struct node {
 	unsigned ticks;       /* node thread: ticks so far (presence every NODE_PRESENCE_TICKS) */
 	char list_after[REMOTE_KEY_MAX + 1]; /* where learn's next partial listing starts, "":
 						whole; mu (written), node thread (read) */
-	bool list_full;       /* node thread: the next listing is whole (learn) */
+	bool list_full;       /* node thread: the next listing is whole (node_learn) */
 	int64_t next_full_ns; /* node thread: the next listing is whole from then (ckpt_mono_ns) */
 	uint64_t lists[2];    /* listings of the manifests, [0] partial, [1] whole; mu */
 	uint64_t listed[2];   /* keys they gave; mu */
@@ -134,6 +135,71 @@ struct node {
 	} *dirs_pending; /* node_dir.c: step directories to publish again; mu */
 	size_t ndirs, capdirs;
 };
+
+/* A step completed here this recently and not global yet keeps the node listing at every tick,
+ * ns: the other nodes' parts of one save come within seconds of each other. */
+#define NODE_BUSY_NS (120 * 1000000000LL)
+
+/* A key of a listing, with the layout and step a manifest's key names. */
+struct node_lkey {
+	char *key; /* owned */
+	int kind;
+	int64_t step;
+};
+
+/* The keys one listing collected (node_learn, node.c node_repair). Zero it and set n; free the
+ * keys with node_lkeys_free. */
+struct node_learn_ctx {
+	struct node *n;
+	struct node_lkey *keys;
+	size_t nkeys, cap;
+	uint64_t listed; /* keys the listing gave */
+};
+
+/* node_lkey_add - append a copy of key (with its layout and step) to c->keys. Returns 0 or
+ * -ENOMEM (c unchanged). Node thread. */
+int node_lkey_add(struct node_learn_ctx *c, const char *key, int kind, int64_t step);
+
+/* node_lkeys_free - free c's keys and their array. */
+void node_lkeys_free(struct node_learn_ctx *c);
+
+/*
+ * node_learn - learn the remote's manifests (node_list.c): read the ones not known yet into the
+ * parts, the newest first (all of the newest node_record_steps steps of each layout at mount,
+ * prime; at most NODE_LEARN_MAX in the node thread), and after a whole listing forget the parts
+ * whose manifest is gone. call: the deadline of each request (NULL: the remote's own). Counts
+ * the listing (n->lists, n->listed, n->last_listed) and sets where the next one starts
+ * (n->list_after). Returns 0, -ENOMEM, or the remote's -errno (network errors, -EIO); a
+ * manifest that does not parse is logged and skipped. Node thread (node_prime before it
+ * starts); takes n->mu, never fs->mu.
+ */
+int node_learn(struct node *n, const struct remote_call *call, bool prime);
+
+/* node_record_steps - how many of the newest global steps a node keeps the keys of and records
+ * in remote.json: NODE_RECORD_STEPS (node.c), or keep_checkpoint_max when that is larger. Any
+ * thread, no lock. */
+unsigned node_record_steps(const struct ckfs *fs);
+
+/* node_key_lower - the first index of v (n keys sorted by (kind, step)) not below (kind,
+ * step), 0..n. Pure. */
+size_t node_key_lower(const struct node_key *v, size_t n, int kind, int64_t step);
+
+/* node_key_del - remove (kind, step) from the sorted set v (*n keys), if there. */
+void node_key_del(struct node_key *v, size_t *n, int kind, int64_t step);
+
+/* node_find_part - the part node has of (kind, step): one per node, its newest version; NULL
+ * if none. Borrowed: valid until the parts change. n->mu held. */
+struct node_part *node_find_part(struct node *n, const char *node, int kind, int64_t step);
+
+/*
+ * node_add_parts - take the parts v[0, nv) learnt from one listing: a node's newer version of a
+ * step replaces its older one, an older one than known is left out; O((P + nv) log P). Returns
+ * 0 or -ENOMEM (the parts taken so far stay). Takes n->mu.
+ */
+int node_add_parts(struct node *n, const struct node_part *v, size_t nv);
+
+/* node_recompute_global - every step's globality from the parts: O(parts). n->mu held. */
+void node_recompute_global(struct node *n);
 
 /* Log a failure of the remote and keep it for .ckptfs/status (printf-style). Takes n->mu. */
 void node_set_error(struct node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
