@@ -1,7 +1,7 @@
 /*
  * lease.h — the leases of the gc protocol on the remote (node.h "Remote layout"): the gc's
  * gc/lease and the nodes' upload markers uploads/<node>/<kind>-<step>. One format and one
- * judgement, shared by the daemon (node.c upload_begin) and the gc (rgc.c, run by ckptctl and
+ * judgement, shared by the daemon (node_publish.c upload_begin) and the gc (rgc.c, run by ckptctl and
  * by the node thread), so that they never disagree on whether a lease holds.
  *
  * A lease is a small JSON object (format LEASE_FORMAT):
@@ -61,10 +61,10 @@
 
 /*
  * The expiry of an upload marker: one day. A node holds its marker while it sends one step's
- * chunks (node.c publish_one): a node's part of the largest checkpoints (a 405B-parameter model
+ * chunks (node_publish.c publish_one): a node's part of the largest checkpoints (a 405B-parameter model
  * with Adam states is about 6.5 TB over 16 nodes, 400 GB each) at a congested 50 MB/s takes
  * about 2.2 hours, a tenth of a day. An upload still running after half this expiry starts over
- * under a fresh marker instead of writing its manifest (node.c publish_one), so a gc that judged
+ * under a fresh marker instead of writing its manifest (node_publish.c publish_one), so a gc that judged
  * its marker stale cannot have removed a chunk that manifest names. The cost of the long figure:
  * a node that died in an upload blocks gc for at most a day (gc frees space, no resume needs
  * it), or until `ckptctl STORE remote gc --force`.

@@ -1,6 +1,7 @@
 /*
  * node.c — the node thread: learn the remote's manifests (node_list.c), seal this node's part of
- * a step another node sealed, publish this node's complete steps (node.h).
+ * a step another node sealed, publish this node's complete steps (node_publish.c, which keeps
+ * invariants 1 and 2), show the global steps in the namespace (node.h).
  *
  * Invariants:
  *   1. A manifest is written once (put-if-absent) and only after every chunk it names is on
@@ -35,9 +36,6 @@
 /* zstd level of chunks sent to the remote (store_encode's level; 3 is zstd's default). */
 #define NODE_ZSTD_LEVEL 3
 
-/* Threads sending one step's chunks at once (publish_one). */
-#define NODE_SENDERS 4
-
 /* The longest a call made before the mount answers (node_prime) or by the presence renewal
  * waits for the remote, ms, retries included: a remote that accepts and never answers must not
  * hold the mount, which starts from what remote.json knew; the node thread goes on after it. */
@@ -46,10 +44,6 @@
 /* How often an idle node lists the remote's manifests, in ticks: every 5 s; a node that saves
  * lists at every tick (node_main). */
 #define NODE_IDLE_LIST_TICKS 25
-
-/* Most digests kept of the chunks sent ahead (send_chunks): 16 MiB of them, far more than a
- * step in flight has; past it the set starts empty again (a HEAD more per chunk). */
-#define NODE_SENT_MAX (1u << 20)
 
 /* Global steps per layout whose parts STORE/remote.json keeps (write_remote_json), at least:
  * the trackers need the newest, retention keep_checkpoint_max of them. */
@@ -106,7 +100,7 @@ size_t node_key_lower(const struct node_key *v, size_t n, int kind, int64_t step
 	return lo;
 }
 
-static bool key_in(const struct node_key *v, size_t n, int kind, int64_t step)
+bool node_key_in(const struct node_key *v, size_t n, int kind, int64_t step)
 {
 	size_t i = node_key_lower(v, n, kind, step);
 
@@ -177,7 +171,7 @@ static size_t part_lower(const struct node *n, int kind, int64_t step, const cha
 }
 
 /* The parts of (kind, step): n->parts[*lo, *hi). mu held. */
-static void step_range(const struct node *n, int kind, int64_t step, size_t *lo, size_t *hi)
+void node_step_range(const struct node *n, int kind, int64_t step, size_t *lo, size_t *hi)
 {
 	size_t i = part_lower(n, kind, step, "");
 
@@ -198,7 +192,7 @@ struct node_part *node_find_part(struct node *n, const char *node, int kind, int
 
 /* No step becomes global here, nothing is published or sealed: the nodes disagree. mu or the
  * node thread. */
-static bool blocked(const struct node *n)
+bool node_blocked(const struct node *n)
 {
 	return n->disagree[0] || n->taken[0];
 }
@@ -208,7 +202,7 @@ static bool blocked(const struct node *n)
  * keep_checkpoint_max set: retention prunes it here too, and its part, once a gc removed it, is
  * not published again (it would be garbage for the next gc, and back and forth). mu held.
  */
-static bool gc_dooms(const struct node *n, int kind, int64_t step)
+bool node_gc_dooms(const struct node *n, int kind, int64_t step)
 {
 	size_t i = node_key_lower(n->global, n->nglobal, kind, step);
 	size_t end = node_key_lower(n->global, n->nglobal, kind + 1, INT64_MIN), newer = 0;
@@ -225,7 +219,7 @@ static bool gc_dooms(const struct node *n, int kind, int64_t step)
 
 bool node_is_global(const struct node *n, int kind, int64_t step)
 {
-	return key_in(n->global, n->nglobal, kind, step);
+	return node_key_in(n->global, n->nglobal, kind, step);
 }
 
 static bool has_part(struct node *n, const char *node, int kind, int64_t step)
@@ -269,19 +263,19 @@ static void check_nodes(struct node *n, const struct node_part *a)
 
 /* Whether (kind, step) is globally complete (rule 5) from its parts, the stale ones left out,
  * and the global set made to say so. mu held. */
-static void recompute_step(struct node *n, int kind, int64_t step)
+void node_recompute_step(struct node *n, int kind, int64_t step)
 {
 	struct policy_part pp[64], *v = pp;
 	size_t lo, hi, k = 0;
 	bool global;
 
-	step_range(n, kind, step, &lo, &hi);
+	node_step_range(n, kind, step, &lo, &hi);
 	if (hi - lo > 64 && !(v = calloc(hi - lo, sizeof(*v))))
 		return;
 	for (size_t i = lo; i < hi; i++)
 		if (!n->parts[i].stale)
 			v[k++] = (struct policy_part){ n->parts[i].node, n->parts[i].sealed };
-	global = !blocked(n) && policy_global_complete(v, k, n->nodes);
+	global = !node_blocked(n) && policy_global_complete(v, k, n->nodes);
 	if (v != pp)
 		free(v);
 	if (global)
@@ -296,11 +290,11 @@ void node_recompute_global(struct node *n)
 	n->nglobal = 0;
 	for (size_t i = 0; i < n->nparts; i++)
 		check_nodes(n, &n->parts[i]);
-	for (size_t i = 0; i < n->nparts && !blocked(n);) {
+	for (size_t i = 0; i < n->nparts && !node_blocked(n);) {
 		size_t lo, hi;
 
-		step_range(n, n->parts[i].kind, n->parts[i].step, &lo, &hi);
-		recompute_step(n, n->parts[i].kind, n->parts[i].step);
+		node_step_range(n, n->parts[i].kind, n->parts[i].step, &lo, &hi);
+		node_recompute_step(n, n->parts[i].kind, n->parts[i].step);
 		i = hi;
 	}
 }
@@ -323,7 +317,7 @@ static int part_insert(struct node *n, const struct node_part *p)
  * step saved again), and then the step is shown again (show_global replaces the files of the
  * older version). An older version than the one known is left out. Takes mu.
  */
-static int add_part(struct node *n, const struct node_part *p)
+int node_add_part(struct node *n, const struct node_part *p)
 {
 	struct node_part *q;
 	int rc = 0;
@@ -344,7 +338,7 @@ static int add_part(struct node *n, const struct node_part *p)
 		node_key_del(n->shown, &n->nshown, p->kind, p->step);
 		node_key_del(n->unlisted, &n->nunlisted, p->kind, p->step);
 		check_nodes(n, p);
-		recompute_step(n, p->kind, p->step);
+		node_recompute_step(n, p->kind, p->step);
 	}
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return rc;
@@ -407,7 +401,7 @@ int node_add_parts(struct node *n, const struct node_part *v, size_t nv)
 
 /* Forget part i: its manifest left the remote (withdrawn by a new save, or removed by gc). The
  * step is no longer global until its parts are complete again. mu held. */
-static void drop_part(struct node *n, size_t i)
+void node_drop_part(struct node *n, size_t i)
 {
 	int kind = n->parts[i].kind;
 	int64_t step = n->parts[i].step;
@@ -417,7 +411,7 @@ static void drop_part(struct node *n, size_t i)
 	memmove(n->parts + i, n->parts + i + 1, (n->nparts - i - 1) * sizeof(*n->parts));
 	n->nparts--;
 	n->parts_changed = true;
-	recompute_step(n, kind, step);
+	node_recompute_step(n, kind, step);
 }
 
 /* remote_list callback of node_repair: collect the repair/<hex> keys. */
@@ -433,7 +427,6 @@ static int repair_cb(const char *key, uint64_t size, void *arg)
 
 /* ---- sealing this node's part from another node's seal ---- */
 
-static int publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed);
 static int write_remote_json(struct ckfs *fs, struct node *n);
 
 /* Has this node any row of the step named name (kind)? fs->mu taken. */
@@ -558,7 +551,7 @@ static void seal_from_remote(struct node *n)
 	size_t nv = 0, capv = 0;
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; i < n->nparts && !blocked(n); i++) {
+	for (size_t i = 0; i < n->nparts && !node_blocked(n); i++) {
 		const struct node_part *p = &n->parts[i];
 
 		/* MindFormers 1.0 has no barrier before its claims (each rank's meta.json claims
@@ -566,7 +559,7 @@ static void seal_from_remote(struct node *n)
 		 * says nothing of this node's ranks, whose own claims seal this node's part */
 		if (!p->sealed || p->stale || layout_desc(p->kind)->per_rank ||
 		    strcmp(p->node, n->name) == 0 || has_part(n, n->name, p->kind, p->step) ||
-		    key_in(n->sealed_here, n->nsealed, p->kind, p->step))
+		    node_key_in(n->sealed_here, n->nsealed, p->kind, p->step))
 			continue;
 		if (ckpt_grow(&v, &capv, nv, sizeof(*v)) < 0)
 			break;
@@ -599,7 +592,7 @@ static void seal_from_remote(struct node *n)
 
 			snprintf(e.name, sizeof(e.name), "%s", v[i].name);
 			m = node_manifest_json(n->fs, &e, n->name, n->nodes, false, true, &files);
-			if (!m || publish_part(n, &e, m, false) == 0)
+			if (!m || node_publish_part(n, &e, m, false) == 0)
 				ckpt_log("step '%s': no file of it was written here; published an "
 					 "empty part as node '%s'", e.name, n->name);
 			json_decref(m);
@@ -616,8 +609,8 @@ static int ask_repair(struct node *n, const char *hex, const char *why);
 
 /* Chunk h (raw length len) of the local store as a remote object (store_object_encode) into
  * *ret_body (malloc'd, the caller frees) and *ret_len. 0, or -errno of the read or encode. */
-static int encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
-			size_t *ret_len)
+int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
+		      size_t *ret_len)
 {
 	return store_chunk_object(n->fs->st, h, len, NODE_ZSTD_LEVEL, ret_body, ret_len);
 }
@@ -701,7 +694,7 @@ static void node_repair(struct node *n)
 
 		if (store_hash_parse(hex, &h) < 0 || store_chunk_stat(n->fs->st, &h, &info) < 0 ||
 		    store_chunk_verify(n->fs->st, &h) < 0 ||
-		    encode_chunk(n, &h, info.raw_size, &body, &blen) < 0)
+		    node_encode_chunk(n, &h, info.raw_size, &body, &blen) < 0)
 			continue; /* not here, or not sound here either */
 		snprintf(key, sizeof(key), "chunks/%s", hex);
 		rc = remote_put(n->r, key, body, blen);
@@ -952,7 +945,7 @@ static int mf1_whole_everywhere(struct node *n, const struct node_key *k)
 	int rc, rank = -1;
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	step_range(n, k->kind, k->step, &lo, &hi);
+	node_step_range(n, k->kind, k->step, &lo, &hi);
 	if (lo < hi)
 		memcpy(name, n->parts[lo].name, sizeof(name));
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
@@ -993,7 +986,7 @@ static int listed_everywhere(struct node *n, const struct node_key *k)
 	int rc;
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	step_range(n, k->kind, k->step, &lo, &hi);
+	node_step_range(n, k->kind, k->step, &lo, &hi);
 	if (lo < hi)
 		memcpy(name, n->parts[lo].name, sizeof(name));
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
@@ -1103,8 +1096,8 @@ static void show_global(struct node *n)
 		if (i + 1 < n->nglobal && n->global[i + 1].kind != g.kind)
 			kind_end = i + 1;
 		newer = kind_end - i - 1;
-		if (key_in(n->shown, n->nshown, g.kind, g.step) ||
-		    key_in(n->unlisted, n->nunlisted, g.kind, g.step))
+		if (node_key_in(n->shown, n->nshown, g.kind, g.step) ||
+		    node_key_in(n->unlisted, n->nunlisted, g.kind, g.step))
 			continue;
 		if (steps_settings(n->fs)->keep_max && newer >= steps_settings(n->fs)->keep_max) {
 			/* retention has no room for it: never shown again (after a restart, a step
@@ -1134,7 +1127,7 @@ static void show_global(struct node *n)
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		key_add(&n->shown, &n->capshown, &n->nshown, todo[i].kind, todo[i].step);
 		n->parts_changed = true;
-		step_range(n, todo[i].kind, todo[i].step, &lo, &hi);
+		node_step_range(n, todo[i].kind, todo[i].step, &lo, &hi);
 		if (lo < hi)
 			memcpy(name, n->parts[lo].name, sizeof(name));
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
@@ -1148,563 +1141,6 @@ static void show_global(struct node *n)
 		ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
 	}
 	free(todo);
-}
-
-/* ---- publishing this node's complete steps ---- */
-
-/* Send chunk hex (raw length len, from the local store) unless the remote has it. */
-static int send_chunk(struct node *n, const char *hex, size_t len)
-{
-	char key[80];
-	struct store_hash h;
-	void *body;
-	size_t blen;
-	int rc;
-
-	snprintf(key, sizeof(key), "chunks/%s", hex);
-	if ((rc = remote_head(n->r, key, NULL)) == 0) {
-		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		n->chunks_there++;
-		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-		return 0;
-	}
-	if (rc != -ENOENT || store_hash_parse(hex, &h) < 0)
-		return rc == -ENOENT ? -EBADMSG : rc;
-	if ((rc = encode_chunk(n, &h, len, &body, &blen)) < 0)
-		return rc;
-	rc = remote_put_if_absent(n->r, key, body, blen);
-	free(body);
-	if (rc == -EEXIST)
-		rc = 0; /* a replica on another node sent the same bytes first */
-	if (rc == 0) {
-		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		n->chunks_sent++;
-		n->bytes_sent += blen;
-		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	}
-	return rc;
-}
-
-/* The chunks of one manifest, sent by NODE_SENDERS threads (send_main). */
-struct send_job {
-	struct node *n;
-	json_t **ext;        /* borrowed: the manifest's extents [off, len, hex] */
-	size_t next, count;  /* next: the next extent to send; mu */
-	int rc;              /* the first failure; mu */
-	pthread_mutex_t mu;
-};
-
-static void *send_main(void *arg)
-{
-	struct send_job *j = arg;
-
-	for (;;) {
-		json_t *x;
-		int rc;
-
-		ckpt_lock(&j->mu, CKPT_RANK_NODE_JOB);
-		if (j->rc < 0 || j->next == j->count) {
-			ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
-			return NULL;
-		}
-		x = j->ext[j->next++];
-		ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
-		rc = send_chunk(j->n, json_string_value(json_array_get(x, 2)),
-				(size_t)json_integer_value(json_array_get(x, 1)));
-		if (rc < 0) {
-			ckpt_lock(&j->mu, CKPT_RANK_NODE_JOB);
-			if (j->rc == 0)
-				j->rc = rc;
-			ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
-		}
-	}
-}
-
-/*
- * The manifest at key already exists: published by this node before a restart (the same
- * version of the same files) or by someone else. It counts as published only when it says what
- * this node would write (text); anything else is replaced. Returns 0 or the remote's -errno.
- */
-static int manifest_there(struct node *n, const char *key, const char *text)
-{
-	struct node_part mine, theirs;
-	char err[256];
-	size_t len;
-	void *buf;
-	int rc = remote_get(n->r, key, &buf, &len);
-
-	if (rc == -ENOENT)
-		return remote_put_if_absent(n->r, key, text, strlen(text));
-	if (rc < 0)
-		return rc;
-	rc = node_manifest_parse(text, strlen(text), &mine, err, sizeof(err));
-	if (rc == 0 && node_manifest_parse(buf, len, &theirs, err, sizeof(err)) == 0 &&
-	    strcmp(mine.node, theirs.node) == 0 && strcmp(mine.version, theirs.version) == 0 &&
-	    mine.sealed == theirs.sealed && mine.nodes == theirs.nodes && mine.step == theirs.step &&
-	    mine.kind == theirs.kind && strcmp(mine.name, theirs.name) == 0) {
-		free(buf);
-		return 0;
-	}
-	free(buf);
-	ckpt_log("remote manifest '%s' holds something else than this node's part; replaced",
-		 key);
-	return remote_put(n->r, key, text, strlen(text));
-}
-
-/*
- * The chunks sent ahead of their step's completion (send_ahead), so that a later pass does not
- * look at them again: an open-addressing set of digests, emptied when half full. Node thread.
- */
-static bool sent_has(const struct node *n, const uint8_t *h)
-{
-	uint64_t k;
-
-	if (!n->sent_cap)
-		return false;
-	memcpy(&k, h, sizeof(k));
-	for (size_t i = k & (n->sent_cap - 1);; i = (i + 1) & (n->sent_cap - 1)) {
-		if (!n->sent_used[i])
-			return false;
-		if (memcmp(n->sent[i].b, h, STORE_HASH_LEN) == 0)
-			return true;
-	}
-}
-
-static void sent_add(struct node *n, const uint8_t *h)
-{
-	uint64_t k;
-
-	if (n->sent_n + 1 > n->sent_cap / 2) {
-		size_t cap = n->sent_cap ? n->sent_cap : 1024;
-
-		if (n->sent_cap && n->sent_cap < NODE_SENT_MAX)
-			cap = n->sent_cap * 2;
-		/* rehashing is not worth it: a set of what was sent ahead only saves HEADs */
-		free(n->sent);
-		free(n->sent_used);
-		n->sent = calloc(cap, sizeof(*n->sent));
-		n->sent_used = calloc(cap, sizeof(*n->sent_used));
-		n->sent_n = 0;
-		n->sent_cap = n->sent && n->sent_used ? cap : 0;
-		if (!n->sent_cap)
-			return;
-	}
-	memcpy(&k, h, sizeof(k));
-	for (size_t i = k & (n->sent_cap - 1);; i = (i + 1) & (n->sent_cap - 1)) {
-		if (n->sent_used[i] && memcmp(n->sent[i].b, h, STORE_HASH_LEN) == 0)
-			return;
-		if (!n->sent_used[i]) {
-			memcpy(n->sent[i].b, h, STORE_HASH_LEN);
-			n->sent_used[i] = true;
-			n->sent_n++;
-			return;
-		}
-	}
-}
-
-/* Send every chunk manifest m names, on NODE_SENDERS threads (a HEAD, a local read, a zstd
- * encode and a PUT each, each waiting on something else); ahead: only those not sent ahead
- * yet, remembered once sent. Returns 0 or the first failure's -errno. */
-static int send_chunks(struct node *n, json_t *m, bool ahead)
-{
-	struct send_job job = { .n = n };
-	struct store_hash h;
-	json_t *f, *x;
-	size_t i, j, cap = 0;
-
-	json_array_foreach(json_object_get(m, "files"), i, f)
-	{
-		json_array_foreach(json_object_get(f, "extents"), j, x)
-		{
-			if (ahead && (store_hash_parse(json_string_value(json_array_get(x, 2)), &h) < 0 ||
-				      sent_has(n, h.b)))
-				continue;
-			if (ckpt_grow(&job.ext, &cap, job.count, sizeof(*job.ext)) < 0) {
-				free(job.ext);
-				return -ENOMEM;
-			}
-			job.ext[job.count++] = x;
-		}
-	}
-	pthread_mutex_init(&job.mu, NULL);
-	/* the node thread sends too: NODE_SENDERS requests in flight in all */
-	store_parallel(job.count < NODE_SENDERS ? (unsigned)job.count : NODE_SENDERS, send_main,
-		       &job);
-	pthread_mutex_destroy(&job.mu);
-	for (size_t k = 0; ahead && job.rc == 0 && k < job.count; k++)
-		if (store_hash_parse(json_string_value(json_array_get(job.ext[k], 2)), &h) == 0)
-			sent_add(n, h.b);
-	free(job.ext);
-	return job.rc;
-}
-
-/* Every chunk of manifest m (send_chunks: every one looked at again, since a gc may have removed
- * one sent ahead, before this upload's marker), then m itself (invariant 1). began: when
- * upload_begin put this upload's marker (ckpt_mono_ns). Returns 0 (published), 1 (the chunks
- * took longer than half the marker's expiry: m not written, start over), or the remote's
- * -errno. */
-static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began)
-{
-	char key[REMOTE_KEY_MAX + 1], *text;
-	int rc = send_chunks(n, m, false);
-
-	if (rc < 0)
-		return rc;
-	/* a gc judges the marker stale LEASE_UPLOAD_EXPIRY_S after it was put and may then have
-	 * removed a chunk that a HEAD above found: past half of that, start over under a fresh
-	 * marker (every chunk looked at again) rather than write a manifest naming a lost chunk */
-	if (ckpt_mono_ns() - began > LEASE_UPLOAD_EXPIRY_S / 2 * 1000000000LL)
-		return 1;
-	if (!(text = json_dumps(m, JSON_COMPACT)))
-		return -ENOMEM;
-	node_manifest_key(key, sizeof(key), s->kind, policy_node_step(s), n->name,
-			  json_string_value(json_object_get(m, "version")), false);
-	rc = remote_put_if_absent(n->r, key, text, strlen(text));
-	if (rc == -EEXIST)
-		rc = manifest_there(n, key, text);
-	free(text);
-	return rc;
-}
-
-/*
- * Keep note, what upload_begin last saw of the gc lease, for .ckptfs/status ("" when there is
- * none). upload_begin runs at every tick while a step waits, so a note is logged and made the
- * last error (node_set_error) only when it changed; a publish then clears the last error, the
- * note stays until the lease is gone.
- */
-static void gc_note(struct node *n, const char *note)
-{
-	bool changed, was;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	changed = strcmp(n->gc_note, note) != 0;
-	was = n->gc_note[0] != '\0';
-	snprintf(n->gc_note, sizeof(n->gc_note), "%s", note);
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	if (changed && note[0])
-		node_set_error(n, "%s", note);
-	else if (changed && was)
-		ckpt_log("the remote's gc lease is gone: publishing");
-}
-
-/*
- * The upload side of the gc protocol (rgc.h; a node's gc or `ckptctl STORE remote gc`):
- * put the marker uploads/<node>/<kind>-<step> (key into mark, cap bytes; a lease of this node,
- * lease.h, expiring after LEASE_UPLOAD_EXPIRY_S), then read the gc's lease gc/lease. A gc puts
- * its lease first and then lists uploads/: either it sees this marker and deletes nothing, or
- * this node sees its lease and uploads nothing (S3 and a shared directory are read-after-write
- * consistent, listings included).
- * A stale lease (not renewed within its expiry: a gc that died) is ignored, so a dead gc cannot
- * stop publishing; a live one, or one that does not parse (an older ckptctl's: its age is
- * unknown), makes this node wait. Either is said in .ckptfs/status (gc_note).
- * Returns 0 (upload, then delete the marker), -EAGAIN (a gc runs: the marker is gone, try at
- * the next tick), or the remote's -errno (the marker is gone).
- */
-static int upload_begin(struct node *n, const struct idx_step *s, char *mark, size_t cap)
-{
-	char who[NODE_NAME_MAX + 32], held[256], when[32], note[sizeof(n->gc_note)];
-	const char *root = n->fs->repo->root;
-	struct lease mine, gc;
-	int rc;
-
-	snprintf(mark, cap, "uploads/%s/%d-%" PRId64, n->name, s->kind, policy_node_step(s));
-	snprintf(who, sizeof(who), "ckptfs node '%s'", n->name);
-	lease_init(&mine, who, LEASE_UPLOAD_EXPIRY_S, lease_now_ns());
-	if ((rc = lease_put(n->r, mark, &mine, false)) < 0)
-		return rc;
-	rc = lease_read(n->r, LEASE_GC_KEY, lease_now_ns(), &gc);
-	switch (rc) {
-	case LEASE_ABSENT:
-		gc_note(n, "");
-		return 0;
-	case LEASE_STALE:
-		snprintf(note, sizeof(note), "stale gc lease '%s' ignored: held by %s, not renewed "
-			 "since %s (expiry %" PRId64 " s), a gc that died; the next gc (a node's, "
-			 "or 'ckptctl %s remote gc') takes it over", LEASE_GC_KEY,
-			 lease_describe(&gc, held, sizeof(held)),
-			 lease_time(gc.renewed_ns, when, sizeof(when)), gc.expiry_s, root);
-		gc_note(n, note);
-		return 0;
-	case LEASE_LIVE:
-		snprintf(note, sizeof(note), "waiting for gc lease held by %s: publishing resumes "
-			 "when that gc ends, or %" PRId64 " s after its last renewal if it dies",
-			 lease_describe(&gc, held, sizeof(held)), gc.expiry_s);
-		gc_note(n, note);
-		rc = -EAGAIN;
-		break;
-	case -EBADMSG:
-		snprintf(note, sizeof(note), "waiting: '%s' on the remote is no lease this ckptfs "
-			 "reads (an older ckptctl's, or damaged); if no gc runs, remove it with "
-			 "'ckptctl %s remote gc --force'", LEASE_GC_KEY, root);
-		gc_note(n, note);
-		rc = -EAGAIN;
-		break;
-	}
-	remote_delete(n->r, mark);
-	return rc;
-}
-
-struct pending {
-	struct node *n;
-	bool busy;                /* a save in progress, or a step just complete and not global */
-	struct idx_step *v;       /* complete steps to publish (or to match to a part) */
-	size_t nv, cap;
-	struct node_key *w;       /* steps saved again here: withdraw this node's part */
-	size_t nw, capw;
-	struct idx_step ahead;    /* the newest step being saved here (send_ahead), id 0: none */
-};
-
-static bool quiet_row(const struct node *n, int64_t id)
-{
-	for (size_t i = 0; i < n->nquiet; i++)
-		if (n->quiet_rows[i] == id)
-			return true;
-	return false;
-}
-
-/* idx_step_foreach callback, fs->mu held: which steps have something to publish. */
-static int pending_cb(const struct idx_step *s, void *arg)
-{
-	struct pending *p = arg;
-	struct node *n = p->n;
-	struct node_part *q;
-	bool want = false, withdraw = false;
-	/* MindFormers 1.0's rows have no directory: its part is its ranks' files (manifest.c) */
-	bool mf1 = layout_desc(s->kind)->per_rank;
-	int64_t step = policy_node_step(s);
-
-	if ((s->dir_ino == 0 && !mf1) || step < 0 ||
-	    (s->state != IDX_STEP_COMPLETE && s->state != IDX_STEP_WRITING &&
-	     s->state != IDX_STEP_SEALED))
-		return 0;
-	if (s->state != IDX_STEP_COMPLETE) {
-		p->busy = true; /* a save in progress here */
-	} else if (ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS) {
-		ckpt_lock(&n->mu, CKPT_RANK_NODE); /* just complete here: busy until it is global */
-		p->busy |= !key_in(n->global, n->nglobal, s->kind, step);
-		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	}
-	if (s->state == IDX_STEP_COMPLETE && (quiet_row(n, s->id) ||
-					      steps_version_shadowed(n->fs, s)))
-		return 0;
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	q = node_find_part(n, n->name, s->kind, step);
-	if (s->state != IDX_STEP_COMPLETE && s->id > p->ahead.id)
-		p->ahead = *s;
-	if (s->state != IDX_STEP_COMPLETE) {
-		/* a save of the step in progress here: the other nodes' parts known now are of an
-		 * earlier save (theirs of this one are published after its claim, which comes after
-		 * this node's files, so after this row); this node's part of an earlier save goes.
-		 * Not for MindFormers 1.0, which has no barrier: another node's ranks may have
-		 * saved and claimed the step before this node's ranks began it */
-		size_t lo, hi;
-
-		step_range(n, s->kind, step, &lo, &hi);
-		for (size_t i = lo; i < hi && !mf1; i++)
-			if (n->parts[i].learnt_ns < s->created_ns && !n->parts[i].stale &&
-			    strcmp(n->parts[i].node, n->name) != 0) {
-				n->parts[i].stale = true;
-				recompute_step(n, s->kind, step);
-				node_key_del(n->shown, &n->nshown, s->kind, step);
-				node_key_del(n->unlisted, &n->nunlisted, s->kind, step);
-			}
-		withdraw = q && q->row_id != s->id;
-		/* a step being written (not sealed) that this node sealed from another node's
-		 * seal: that seal was of an earlier save (a row set aside since); this save takes
-		 * the seal of its own claim */
-		if (s->state == IDX_STEP_WRITING)
-			node_key_del(n->sealed_here, &n->nsealed, s->kind, step);
-	} else {
-		want = (!q || q->row_id != s->id) && !gc_dooms(n, s->kind, step);
-		/* MindFormers 1.0: a rank of this node that had written nothing yet when the step
-		 * completed here (steps_mf1.c mf1_ranks) lands its file after it: looked at again
-		 * (publish compares the versions) until the step is global and shown, for as long
-		 * as a save's ranks take */
-		if (mf1 && !want && ckfs_now(n->fs) - s->completed_ns < NODE_BUSY_NS &&
-		    !(key_in(n->global, n->nglobal, s->kind, step) &&
-		      key_in(n->shown, n->nshown, s->kind, step)))
-			want = true;
-	}
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	if (withdraw && ckpt_grow(&p->w, &p->capw, p->nw, sizeof(*p->w)) == 0)
-		p->w[p->nw++] = (struct node_key){ s->kind, step };
-	if (want) {
-		if (ckpt_grow(&p->v, &p->cap, p->nv, sizeof(*p->v)) < 0)
-			return -ENOMEM;
-		p->v[p->nv++] = *s;
-	}
-	return 0;
-}
-
-/* This node saves step k again: its published part (an earlier save) leaves the remote, so
- * that no node pairs it with the other nodes' parts of the new save. */
-static void withdraw(struct node *n, const struct node_key *k)
-{
-	char key[REMOTE_KEY_MAX + 1] = "";
-	struct node_part *q;
-	int rc;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	if ((q = node_find_part(n, n->name, k->kind, k->step))) {
-		node_manifest_key(key, sizeof(key), q->kind, q->step, q->node, q->version,
-				  q->unpadded);
-		drop_part(n, (size_t)(q - n->parts));
-	}
-	node_key_del(n->sealed_here, &n->nsealed, k->kind, k->step);
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	if (!key[0])
-		return;
-	rc = remote_delete(n->r, key);
-	if (rc < 0 && rc != -ENOENT)
-		node_set_error(n, "cannot withdraw '%s' (step %" PRId64 " is saved again here): %s",
-			       key, k->step, strerror(-rc));
-	else
-		ckpt_log("step %" PRId64 " is saved again here: its earlier part '%s' withdrawn",
-			 k->step, key);
-}
-
-/*
- * Publish manifest m (this node's part of step s, its chunks first; invariant 1), under the gc
- * protocol's marker, then take it as this node's part (its earlier version removed from the
- * remote). Returns 0, -EAGAIN (a gc runs), or the remote's -errno (logged, in status).
- */
-static int publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed)
-{
-	struct node_part me = { .kind = s->kind, .step = policy_node_step(s), .sealed = sealed,
-				.created_ns = s->created_ns, .nodes = n->nodes, .seen = true,
-				.row_id = s->id, .learnt_ns = ckfs_now(n->fs) };
-	char mark[REMOTE_KEY_MAX + 1], old[REMOTE_KEY_MAX + 1] = "";
-	int64_t began = ckpt_mono_ns();
-	struct node_part *q;
-	int rc = upload_begin(n, s, mark, sizeof(mark));
-
-	if (rc == -EAGAIN)
-		return rc; /* a gc holds the lease: the next tick */
-	if (rc == 0) {
-		rc = publish_one(n, s, m, began);
-		int drc = remote_delete(n->r, mark);
-
-		if (rc == 0 && drc < 0)
-			node_set_error(n, "cannot remove upload marker '%s': %s; a "
-				       "'ckptctl remote gc' waits for it until it expires "
-				       "(%d s)", mark, strerror(-drc), LEASE_UPLOAD_EXPIRY_S);
-	}
-	if (rc == 1) {
-		node_set_error(n, "the upload of step '%s' took longer than %d s, half its "
-			       "marker's expiry: starting over under a fresh marker, so that "
-			       "no chunk a gc removed meanwhile goes missing", s->name,
-			       LEASE_UPLOAD_EXPIRY_S / 2);
-		return -EAGAIN;
-	}
-	if (rc < 0) {
-		node_count_error(n, NODE_ERR_PUBLISH);
-		node_set_error(n, "cannot publish step '%s' to the remote: %s; retrying", s->name,
-			       strerror(-rc));
-		return rc;
-	}
-	snprintf(me.node, sizeof(me.node), "%s", n->name);
-	snprintf(me.name, sizeof(me.name), "%s", s->name);
-	snprintf(me.version, sizeof(me.version), "%s",
-		 json_string_value(json_object_get(m, "version")));
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	q = node_find_part(n, n->name, s->kind, me.step);
-	if (q && strcmp(q->version, me.version) != 0)
-		node_manifest_key(old, sizeof(old), q->kind, q->step, q->node, q->version,
-				  q->unpadded);
-	if (q)
-		q->created_ns = me.created_ns - 1; /* the new version replaces it (add_part) */
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	add_part(n, &me);
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	n->published++;
-	n->last_error[0] = '\0';
-	if (s->completed_ns)
-		n->upload_lag_ns = ckfs_now(n->fs) - s->completed_ns;
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	if (old[0] && (rc = remote_delete(n->r, old)) < 0 && rc != -ENOENT)
-		ckpt_log("cannot remove the earlier part '%s': %s", old, strerror(-rc));
-	ckpt_log("published step '%s' to the remote as node '%s'", s->name, n->name);
-	return 0;
-}
-
-/*
- * Send the chunks of the files of step s (being saved here) that are durable already, before
- * the step completes: the upload runs beside the save, and once the step is complete its
- * publish finds its chunks there (a HEAD each) and puts only its manifest. A torn save leaves
- * chunks no manifest names, which `ckptctl remote gc` removes. No upload marker: a gc may
- * remove such a chunk meanwhile, and the publish then sends it again.
- */
-static void send_ahead(struct node *n, const struct idx_step *s)
-{
-	size_t files = 0;
-	json_t *m;
-	int rc;
-
-	ckpt_lock(&n->fs->mu, CKPT_RANK_FS);
-	m = node_manifest_json(n->fs, s, n->name, n->nodes, false, false, &files);
-	ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
-	if (!m)
-		return;
-	if (files && (rc = send_chunks(n, m, true)) < 0)
-		ckpt_log("cannot send the chunks of step '%s' ahead of its completion: %s; they go "
-			 "with its publish", s->name, strerror(-rc));
-	json_decref(m);
-}
-
-static void publish(struct node *n)
-{
-	struct ckfs *fs = n->fs;
-	struct pending p = { .n = n };
-
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	idx_step_foreach(fs->ix, pending_cb, &p);
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	n->busy = p.busy;
-	for (size_t i = 0; i < p.nw; i++)
-		withdraw(n, &p.w[i]);
-	if (p.ahead.id && !blocked(n))
-		send_ahead(n, &p.ahead);
-	for (size_t i = 0; i < p.nv && !blocked(n); i++) {
-		const struct idx_step *s = &p.v[i];
-		int64_t step = policy_node_step(s);
-		bool sealed = !key_in(n->sealed_here, n->nsealed, s->kind, step);
-		struct node_part *q;
-		size_t files = 0;
-		bool same;
-		json_t *m;
-
-		ckpt_lock(&fs->mu, CKPT_RANK_FS);
-		m = node_manifest_json(fs, s, n->name, n->nodes, sealed, false, &files);
-		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-		if (!m) {
-			node_set_error(n, "cannot describe step '%s' for the remote: %s", s->name,
-				  strerror(EIO));
-			continue;
-		}
-		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		q = node_find_part(n, n->name, s->kind, step);
-		/* the part published (before a restart), or fetched back from the remote (no file
-		 * here is this node's own then: the store was lost, or the part is empty) */
-		same = q && (files == 0 || strcmp(q->version,
-						  json_string_value(json_object_get(m, "version"))) == 0);
-		if (same)
-			q->row_id = s->id;
-		else if (!q && files == 0 &&
-			 ckpt_grow(&n->quiet_rows, &n->capquiet, n->nquiet, sizeof(*n->quiet_rows)) == 0)
-			n->quiet_rows[n->nquiet++] = s->id; /* nothing of it is this node's */
-		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-		if (same || files == 0) {
-			json_decref(m);
-			continue;
-		}
-		int rc = publish_part(n, s, m, sealed);
-
-		json_decref(m);
-		if (rc < 0)
-			break; /* a gc, or the remote is down: the next tick tries again */
-	}
-	free(p.v);
-	free(p.w);
 }
 
 /*
@@ -1825,7 +1261,7 @@ static void *node_main(void *arg)
 		if (n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 1)
 			node_repair(n);
 		seal_from_remote(n);
-		publish(n);
+		node_publish(n);
 		show_global(n);
 		node_gc(n);
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
@@ -1862,8 +1298,8 @@ static bool global_ok(struct ckfs *fs, const struct idx_step *s)
 	bool ok;
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	ok = key_in(n->global, n->nglobal, s->kind, step) &&
-	     key_in(n->shown, n->nshown, s->kind, step);
+	ok = node_key_in(n->global, n->nglobal, s->kind, step) &&
+	     node_key_in(n->shown, n->nshown, s->kind, step);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return ok;
 }
@@ -2216,7 +1652,7 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	while (from > 0 && shown < NODE_STATUS_STEPS) {
 		size_t lo, hi;
 
-		step_range(n, n->parts[from - 1].kind, n->parts[from - 1].step, &lo, &hi);
+		node_step_range(n, n->parts[from - 1].kind, n->parts[from - 1].step, &lo, &hi);
 		from = lo;
 		shown++;
 	}
@@ -2226,11 +1662,11 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		const struct node_part *a = &n->parts[i];
 		size_t lo, hi;
 
-		step_range(n, a->kind, a->step, &lo, &hi);
+		node_step_range(n, a->kind, a->step, &lo, &hi);
 		PUT("step %s (%" PRId64 "): %s; published by", a->name,
 		    policy_node_step_number(a->kind, a->step),
-		    !key_in(n->global, n->nglobal, a->kind, a->step) ? "waiting for nodes"
-		    : key_in(n->shown, n->nshown, a->kind, a->step)
+		    !node_key_in(n->global, n->nglobal, a->kind, a->step) ? "waiting for nodes"
+		    : node_key_in(n->shown, n->nshown, a->kind, a->step)
 			    ? "globally complete"
 			    : "globally complete, the other nodes' files not shown here yet");
 		for (size_t j = lo; j < hi; j++)
@@ -2304,6 +1740,6 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 	prom_family(p, "ckptfs_remote_nodes_disagree", "gauge",
 		    "1 when the nodes disagree (node count, a name taken twice): no step becomes "
 		    "global on this node.");
-	prom_u64(p, "ckptfs_remote_nodes_disagree", NULL, NULL, blocked(n) ? 1 : 0);
+	prom_u64(p, "ckptfs_remote_nodes_disagree", NULL, NULL, node_blocked(n) ? 1 : 0);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 }

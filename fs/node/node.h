@@ -17,8 +17,8 @@
  *                                          the step zero-padded to 20 digits so that keys sort
  *                                          by step (node_int.h NODE_STEP_DIGITS)
  *   dirs/<name>                            a step directory made during a save (node_dir.c)
- *   uploads/<node>/<kind>-<step>           a publish in progress (a lease, lease.h; node.c
- *                                          upload_begin)
+ *   uploads/<node>/<kind>-<step>           a publish in progress (a lease, lease.h;
+ *                                          node_publish.c upload_begin)
  *   gc/lease                               a gc runs, a node's or `ckptctl STORE remote gc`
  *                                          (a lease, lease.h; rgc.h)
  *   gc/takeover/<host>-<pid>-<created_ns>  a gc takes over that stale gc/lease (rgc.h

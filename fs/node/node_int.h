@@ -1,7 +1,7 @@
 /*
  * node_int.h — the node layer's own parts (node.h says what the layer owns): the manifest
- * format (manifest.c), what the node thread knows of the other nodes (node.c) and how it learns
- * it from the remote's listings (node_list.c).
+ * format (manifest.c), what the node thread knows of the other nodes (node.c), how it learns
+ * it from the remote's listings (node_list.c) and publishes its own part (node_publish.c).
  */
 #ifndef CKPTFS_FS_NODE_INT_H
 #define CKPTFS_FS_NODE_INT_H
@@ -115,7 +115,7 @@ struct node {
 	bool busy;            /* node thread: a save here in progress or not global yet */
 	int64_t next_idle_ns; /* node thread: no idle listing before (ckpt_mono_ns) */
 	int64_t next_record_ns; /* node thread: no write of remote.json before (ckpt_mono_ns) */
-	struct store_hash *sent; /* node thread: chunks sent ahead (send_chunks), open addressing */
+	struct store_hash *sent; /* node thread: chunks sent ahead (node_publish.c send_chunks) */
 	bool *sent_used;
 	size_t sent_n, sent_cap;
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
@@ -200,6 +200,61 @@ int node_add_parts(struct node *n, const struct node_part *v, size_t nv);
 
 /* node_recompute_global - every step's globality from the parts: O(parts). n->mu held. */
 void node_recompute_global(struct node *n);
+
+/* node_key_in - whether (kind, step) is in v (n keys sorted by (kind, step)). Pure. */
+bool node_key_in(const struct node_key *v, size_t n, int kind, int64_t step);
+
+/* node_step_range - the parts of (kind, step): n->parts[*lo, *hi). n->mu held. */
+void node_step_range(const struct node *n, int kind, int64_t step, size_t *lo, size_t *hi);
+
+/* node_recompute_step - whether (kind, step) is globally complete (rule 5) from its parts, the
+ * stale ones left out, and the global set made to say so. n->mu held. */
+void node_recompute_step(struct node *n, int kind, int64_t step);
+
+/*
+ * node_add_part - take part p into the parts known: a node's newer version of a step replaces
+ * its older one, and the step is shown again; an older version than the one known is left out.
+ * Returns 0 or -ENOMEM. Takes n->mu.
+ */
+int node_add_part(struct node *n, const struct node_part *p);
+
+/* node_drop_part - forget part i (0..n->nparts-1): its manifest left the remote; the step is no
+ * longer global until its parts are complete again. n->mu held. */
+void node_drop_part(struct node *n, size_t i);
+
+/* node_blocked - whether the nodes disagree (node count, a name taken twice): no step becomes
+ * global here, nothing is published or sealed. n->mu held, or the node thread. */
+bool node_blocked(const struct node *n);
+
+/* node_gc_dooms - whether the remote's gc removes (kind, step) by what n knows (rgc_rule_dooms),
+ * with keep_checkpoint_max set; false without. n->mu held. */
+bool node_gc_dooms(const struct node *n, int kind, int64_t step);
+
+/*
+ * node_encode_chunk - chunk h (raw length len, bytes) of the local store as a remote object
+ * (store_chunk_object) into *ret_body (owned: the caller frees it) and *ret_len (bytes).
+ * Returns 0, or the -errno of the read (-ENOENT, -EIO, -EBADMSG) or the encode (-ENOMEM, -EIO);
+ * the out-parameters untouched on failure. Any thread.
+ */
+int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
+		      size_t *ret_len);
+
+/*
+ * node_publish - publish this node's steps complete here and not published yet (node_publish.c),
+ * send ahead the chunks of the newest step being saved, withdraw this node's part of a step
+ * saved again, and set n->busy. Failures are logged, kept for .ckptfs/status and tried again
+ * at the next tick. Node thread; takes fs->mu, and n->mu also under it (node.c invariant 3).
+ */
+void node_publish(struct node *n);
+
+/*
+ * node_publish_part - publish manifest m (this node's part of step s; sealed: it carries the
+ * seal), its chunks first, under the gc protocol's upload marker, then take it as this node's
+ * part (its earlier version removed from the remote). m borrowed. Returns 0, -EAGAIN (a gc
+ * holds the lease, or the upload took too long: the next tick), or the remote's -errno
+ * (logged, in status). Node thread; takes n->mu, never fs->mu.
+ */
+int node_publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed);
 
 /* Log a failure of the remote and keep it for .ckptfs/status (printf-style). Takes n->mu. */
 void node_set_error(struct node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -11,7 +11,7 @@
  * not counted, as retention does: steps_retain.c), every step newer than the newest global one
  * (a save still arriving), every chunk a remaining manifest names.
  *
- * The protocol with the nodes (node.c upload_begin):
+ * The protocol with the nodes (node_publish.c upload_begin):
  *   1. The gc puts gc/lease put-if-absent (one gc at a time), then lists uploads/. A node puts
  *      its marker uploads/<node>/<kind>-<step>, then reads gc/lease. So either the gc sees the
  *      marker and removes nothing, or the node sees the lease and waits: no chunk an upload
@@ -187,7 +187,8 @@ int rgc_keep(struct rgc *c);
 
 /*
  * rgc_run - one gc on c (rgc_read_manifests and rgc_choose_doomed done), under the protocol at
- * the top; says each lease or marker taken over, each object with dry_run, and every error.
+ * the top; says each lease or marker taken over, each takeover claim of a gc that died it
+ * removes (protocol 3), each object with dry_run, and every error.
  * *ret_tally: what it removed (or would), also filled when it stopped half way.
  * Returns 0 (done; ret_tally->errors counts objects that could not be removed), -EAGAIN
  * (another gc holds the lease, or a node uploads: nothing removed, said as RGC_BLOCKED),
