@@ -1,7 +1,8 @@
 /*
  * node.c — the node thread: learn the remote's manifests (node_list.c), seal this node's part of
- * a step another node sealed, publish this node's complete steps (node_publish.c, which keeps
- * invariants 1 and 2), show the global steps in the namespace (node.h).
+ * a step another node sealed (node_seal.c), publish this node's complete steps (node_publish.c,
+ * which keeps invariants 1 and 2), show the global steps in the namespace (node_show.c); node.h
+ * says what the layer owns.
  *
  * Invariants:
  *   1. A manifest is written once (put-if-absent) and only after every chunk it names is on
@@ -108,7 +109,7 @@ bool node_key_in(const struct node_key *v, size_t n, int kind, int64_t step)
 }
 
 /* Add (kind, step) to the sorted set *v (*n keys, *cap allocated). 0 or -ENOMEM. */
-static int key_add(struct node_key **v, size_t *cap, size_t *n, int kind, int64_t step)
+int node_key_add(struct node_key **v, size_t *cap, size_t *n, int kind, int64_t step)
 {
 	size_t i = node_key_lower(*v, *n, kind, step);
 
@@ -222,11 +223,6 @@ bool node_is_global(const struct node *n, int kind, int64_t step)
 	return node_key_in(n->global, n->nglobal, kind, step);
 }
 
-static bool has_part(struct node *n, const char *node, int kind, int64_t step)
-{
-	return node_find_part(n, node, kind, step) != NULL;
-}
-
 void node_count_error(struct node *n, enum node_err k)
 {
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
@@ -279,7 +275,7 @@ void node_recompute_step(struct node *n, int kind, int64_t step)
 	if (v != pp)
 		free(v);
 	if (global)
-		key_add(&n->global, &n->capglobal, &n->nglobal, kind, step);
+		node_key_add(&n->global, &n->capglobal, &n->nglobal, kind, step);
 	else
 		node_key_del(n->global, &n->nglobal, kind, step);
 }
@@ -425,183 +421,7 @@ static int repair_cb(const char *key, uint64_t size, void *arg)
 	return node_lkey_add(c, key, 0, 0);
 }
 
-/* ---- sealing this node's part from another node's seal ---- */
-
 static int write_remote_json(struct ckfs *fs, struct node *n);
-
-/* Has this node any row of the step named name (kind)? fs->mu taken. */
-static bool step_known_here(struct ckfs *fs, int kind, const char *name)
-{
-	struct idx_step s;
-	int rc;
-
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	rc = idx_step_by_name(fs->ix, kind, name, &s);
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	return rc != -ENOENT;
-}
-
-/* The files of this node (not shown from another node's manifest) in directory dir. fs->mu. */
-static size_t own_files(struct ckfs *fs, uint64_t dir, const char *name)
-{
-	struct idx_step t = { .dir_ino = dir };
-	size_t files = 0;
-	json_t *m;
-
-	snprintf(t.name, sizeof(t.name), "%s", name);
-	m = node_manifest_json(fs, &t, "", 0, false, false, &files);
-	json_decref(m);
-	return m ? files : 0;
-}
-
-/* Does the root hold a directory name with files of this node? fs->mu taken. */
-static bool dir_has_own_files(struct ckfs *fs, const char *name)
-{
-	struct idx_inode a;
-	uint64_t dir;
-	bool r = false;
-
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, &dir) == 0 &&
-	    idx_inode_get(fs->ix, dir, &a) == 0 && S_ISDIR(a.mode))
-		r = own_files(fs, dir, name) > 0;
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	return r;
-}
-
-/*
- * Another node sealed step p, and this node has a directory of that name holding files of its
- * ranks but no step row for it: a layout whose step directories are known by a file another
- * node's rank wrote (InternEvo's digits-only names need its marker, which rank 0 writes) did not
- * take it for a step here. The other node's part is that evidence: the directory becomes the
- * step, being written, for the seal to apply to and the policy to judge. Returns true if made.
- */
-static bool adopt_step(struct node *n, const struct node_part *p)
-{
-	struct ckfs *fs = n->fs;
-	struct idx_step s;
-	struct idx_inode a;
-	uint64_t dir;
-	int64_t id;
-	bool made = false;
-
-	if (strchr(p->name, '/'))
-		return false;
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	if (idx_step_by_name(fs->ix, p->kind, p->name, &s) == -ENOENT &&
-	    idx_dentry_lookup(fs->ix, IDX_ROOT_INO, p->name, &dir) == 0 &&
-	    idx_inode_get(fs->ix, dir, &a) == 0 && S_ISDIR(a.mode) && own_files(fs, dir, p->name) &&
-	    idx_begin(fs->ix) == 0) {
-		made = idx_step_create(fs->ix, p->kind, p->name, p->step, dir, ckfs_now(fs), &id) == 0 &&
-		       idx_commit(fs->ix) == 0;
-		if (!made)
-			idx_rollback(fs->ix);
-	}
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	if (made)
-		ckpt_log("step '%s': its directory here is a step of node '%s' (%s): taken as this "
-			 "node's part", p->name, p->node,
-			 p->kind >= 0 && p->kind < LAYOUT_KIND_COUNT
-				 ? layout_name((enum layout_kind)p->kind) : "?");
-	return made;
-}
-
-/*
- * The newest mtime (ns since the epoch, the sealing node's clock) of the files of part p, read
- * from its manifest: the time its node sealed it (the marker is a save's last file). 0 when the
- * manifest cannot be read or has no file (the seal is then not applied to a slot: never guess).
- */
-static int64_t part_newest_mtime(struct node *n, const struct node_part *p)
-{
-	char key[REMOTE_KEY_MAX + 1];
-	int64_t newest = 0;
-	json_t *m, *f;
-	size_t len, i;
-	void *buf;
-
-	node_manifest_key(key, sizeof(key), p->kind, p->step, p->node, p->version,
-			  p->unpadded);
-	if (remote_get(n->r, key, &buf, &len) < 0)
-		return 0;
-	m = json_loadb(buf, len, 0, NULL);
-	free(buf);
-	json_array_foreach(json_object_get(m, "files"), i, f)
-	{
-		json_int_t t = json_integer_value(json_object_get(f, "mtime_ns"));
-
-		if (t > newest)
-			newest = t;
-	}
-	json_decref(m);
-	return newest;
-}
-
-/*
- * Seal this node's part of every step another node sealed (the claim came after a barrier every
- * rank passed, so this node's ranks are done too). A node with no row of the step at all wrote
- * nothing of it (Megatron's legacy format writes on data-parallel rank 0 only): it publishes an
- * empty part, so that the step can become global (rule 5 counts parts, not files). Not for a
- * step sealed before this store first mounted with the remote (n->since_ns; the sealer's clock
- * against this node's, so a skew shorter than the time between a store's loss and its remount):
- * a node whose store was lost must not publish an empty part of a step its ranks wrote.
- */
-static void seal_from_remote(struct node *n)
-{
-	struct node_part *v = NULL;
-	size_t nv = 0, capv = 0;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; i < n->nparts && !node_blocked(n); i++) {
-		const struct node_part *p = &n->parts[i];
-
-		/* MindFormers 1.0 has no barrier before its claims (each rank's meta.json claims
-		 * its own file, callback.py CheckpointMonitor._save_ckpt): another node's seal
-		 * says nothing of this node's ranks, whose own claims seal this node's part */
-		if (!p->sealed || p->stale || layout_desc(p->kind)->per_rank ||
-		    strcmp(p->node, n->name) == 0 || has_part(n, n->name, p->kind, p->step) ||
-		    node_key_in(n->sealed_here, n->nsealed, p->kind, p->step))
-			continue;
-		if (ckpt_grow(&v, &capv, nv, sizeof(*v)) < 0)
-			break;
-		v[nv++] = *p;
-	}
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; i < nv; i++) {
-		char why[NODE_NAME_MAX + 32];
-		int64_t marker_ns = strchr(v[i].name, '/') ? part_newest_mtime(n, &v[i]) : 0;
-		int rc;
-
-		snprintf(why, sizeof(why), "sealed by node '%s'", v[i].node);
-		rc = steps_seal_remote(n->fs, v[i].kind, v[i].step, v[i].name, marker_ns, why);
-		if (rc == -ESTALE) { /* a slot rewritten since: this version is not here any more */
-			key_add(&n->sealed_here, &n->capsealed, &n->nsealed, v[i].kind, v[i].step);
-			continue;
-		}
-		if (rc < 0 && (!adopt_step(n, &v[i]) ||
-			       steps_seal_remote(n->fs, v[i].kind, v[i].step, v[i].name, marker_ns,
-						 why) < 0)) {
-			/* no unfinished part here: nothing at all, or a part not finished yet */
-			if (v[i].created_ns < n->since_ns || strchr(v[i].name, '/') ||
-			    step_known_here(n->fs, v[i].kind, v[i].name) ||
-			    dir_has_own_files(n->fs, v[i].name))
-				continue;
-			struct idx_step e = { .kind = v[i].kind, .step = v[i].step,
-					      .created_ns = ckfs_now(n->fs) };
-			size_t files;
-			json_t *m;
-
-			snprintf(e.name, sizeof(e.name), "%s", v[i].name);
-			m = node_manifest_json(n->fs, &e, n->name, n->nodes, false, true, &files);
-			if (!m || node_publish_part(n, &e, m, false) == 0)
-				ckpt_log("step '%s': no file of it was written here; published an "
-					 "empty part as node '%s'", e.name, n->name);
-			json_decref(m);
-			continue;
-		}
-		key_add(&n->sealed_here, &n->capsealed, &n->nsealed, v[i].kind, v[i].step);
-	}
-	free(v);
-}
 
 /* ---- the other nodes' files: in the namespace, fetched on first read ---- */
 
@@ -709,438 +529,6 @@ static void node_repair(struct node *n)
 				       strerror(-rc));
 	}
 	node_lkeys_free(&c);
-}
-
-/* The directory at path (relative to dir; "a/b"), made as needed. In a transaction, fs->mu. */
-static int mkdirs(struct ckfs *fs, uint64_t dir, const char *path, int64_t now,
-		  uint64_t *ret_ino)
-{
-	char part[LAYOUT_PATH_MAX];
-	const char *p = path;
-
-	while (*p) {
-		const char *slash = strchr(p, '/');
-		size_t len = slash ? (size_t)(slash - p) : strlen(p);
-		uint64_t ino;
-		int rc;
-
-		if (len == 0 || len >= sizeof(part))
-			return -EINVAL;
-		memcpy(part, p, len);
-		part[len] = '\0';
-		rc = idx_dentry_lookup(fs->ix, dir, part, &ino);
-		if (rc == -ENOENT) {
-			struct idx_inode a = { .mode = S_IFDIR | 0755, .nlink = 2, .atime_ns = now,
-					       .mtime_ns = now, .ctime_ns = now };
-
-			if ((rc = idx_inode_create(fs->ix, &a, &ino)) < 0 ||
-			    (rc = idx_dentry_add(fs->ix, dir, part, ino)) < 0)
-				return rc;
-		} else if (rc < 0) {
-			return rc;
-		}
-		dir = ino;
-		p += len;
-		if (*p == '/')
-			p++;
-	}
-	*ret_ino = dir;
-	return 0;
-}
-
-/* One file of another node's manifest into the namespace (absent here). fs->mu, transaction. */
-static int show_file(struct ckfs *fs, uint64_t stepdir, json_t *f, int64_t now)
-{
-	const char *path = json_string_value(json_object_get(f, "path"));
-	const char *hex = json_string_value(json_object_get(f, "xxh3_128"));
-	json_t *xs = json_object_get(f, "extents"), *x;
-	struct idx_extent *ext = NULL;
-	struct store_hash h;
-	const char *base;
-	uint64_t dir = stepdir, ino;
-	size_t i, n = json_array_size(xs);
-	int rc;
-
-	if (!path || !*path || path[0] == '/' || strstr(path, ".."))
-		return -EINVAL;
-	base = strrchr(path, '/');
-	if (base) {
-		char sub[LAYOUT_PATH_MAX];
-
-		if ((size_t)(base - path) >= sizeof(sub))
-			return -ENAMETOOLONG;
-		memcpy(sub, path, (size_t)(base - path));
-		sub[base - path] = '\0';
-		if ((rc = mkdirs(fs, stepdir, sub, now, &dir)) < 0)
-			return rc;
-		base++;
-	} else {
-		base = path;
-	}
-	bool replace = false;
-
-	if (idx_dentry_lookup(fs->ix, dir, base, &ino) == 0) {
-		struct idx_inode o;
-
-		/* this node's own file of that name (a file every node writes) stays; another
-		 * node's file of an earlier save of the step is replaced by this save's */
-		if (idx_inode_get(fs->ix, ino, &o) < 0 || !(o.flags & IDX_INODE_FOREIGN) ||
-		    !S_ISREG(o.mode))
-			return 0;
-		if (hex && store_hash_parse(hex, &h) == 0 && o.has_hash &&
-		    memcmp(o.hash, h.b, STORE_HASH_LEN) == 0 &&
-		    o.size == (uint64_t)json_integer_value(json_object_get(f, "size")))
-			return 0;
-		replace = true;
-	}
-	if (n && !(ext = calloc(n, sizeof(*ext))))
-		return -ENOMEM;
-	json_array_foreach(xs, i, x)
-	{
-		ext[i].offset = (uint64_t)json_integer_value(json_array_get(x, 0));
-		ext[i].length = (uint32_t)json_integer_value(json_array_get(x, 1));
-		if (store_hash_parse(json_string_value(json_array_get(x, 2)), &h) < 0) {
-			free(ext);
-			return -EINVAL;
-		}
-		memcpy(ext[i].hash, h.b, STORE_HASH_LEN);
-	}
-	struct idx_inode a = {
-		.mode = S_IFREG | ((uint32_t)json_integer_value(json_object_get(f, "mode")) & 07777),
-		.nlink = 1, .atime_ns = now, .ctime_ns = now,
-		.mtime_ns = json_integer_value(json_object_get(f, "mtime_ns")),
-		.flags = ((uint32_t)json_integer_value(json_object_get(f, "flags")) &
-			  (IDX_INODE_TORN | IDX_INODE_MALFORMED | IDX_INODE_VALID)) |
-			 IDX_INODE_FOREIGN,
-	};
-	if (hex && store_hash_parse(hex, &h) < 0)
-		hex = NULL;
-	rc = replace ? 0 : idx_inode_create(fs->ix, &a, &ino);
-	if (rc == 0 && !replace)
-		rc = idx_dentry_add(fs->ix, dir, base, ino);
-	if (rc == 0)
-		rc = idx_file_set_content(fs->ix, ino, ext, n,
-					  (uint64_t)json_integer_value(json_object_get(f, "size")),
-					  hex ? h.b : NULL, a.mtime_ns, NULL, NULL);
-	if (rc == 0) {
-		/* set_content keeps the flags; restore the writer's verdict (valid, malformed) */
-		struct idx_inode b;
-
-		if ((rc = idx_inode_get(fs->ix, ino, &b)) == 0) {
-			b.flags = a.flags;
-			rc = idx_inode_update(fs->ix, &b);
-		}
-	}
-	free(ext);
-	return rc;
-}
-
-/*
- * The step of part p, as this node has it complete; created complete when this node has no
- * part of it (a node that starts with an empty store: its own part is on the remote only).
- * *ret_dir: the directory its manifests' paths are relative to (MindFormers 1.0, which has no
- * step directory: the root). An InternEvo slot ("snapshot/K", layout.h) is made as its
- * directory only where none is: a slot directory this node has is the step engine's to judge.
- * Its row here holding none of this node's files (a slot this node shows only) takes the number
- * of the version shown, as the sealing node's marker numbered it (steps_slot.c invariant 1).
- * fs->mu held, in a transaction.
- */
-static int local_step(struct ckfs *fs, const struct node_part *p, int64_t now,
-		      struct idx_step *ret, uint64_t *ret_dir)
-{
-	const struct layout_desc *d = layout_desc(p->kind);
-	bool mf1 = d->per_rank, slot = d->slot_dir && strchr(p->name, '/');
-	uint64_t dir = IDX_ROOT_INO;
-	int64_t id;
-	int rc = idx_step_by_name(fs->ix, p->kind, p->name, ret);
-
-	if (rc == 0) {
-		*ret_dir = mf1 ? IDX_ROOT_INO : ret->dir_ino;
-		if (ret->state != IDX_STEP_COMPLETE || !(mf1 || ret->dir_ino))
-			return -EBUSY;
-		if (slot && ret->step != p->step) {
-			if (own_files(fs, ret->dir_ino, ret->name))
-				return -EBUSY; /* this node's ranks wrote another version */
-			if ((rc = idx_step_set_number(fs->ix, ret->id, p->step)) < 0)
-				return rc;
-			ret->step = p->step;
-		}
-		return 0;
-	}
-	if (rc != -ENOENT)
-		return rc;
-	if (strchr(p->name, '/')) {
-		uint64_t top, cur;
-
-		if (!slot)
-			return -EINVAL;
-		if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, d->slot_dir, &top) == 0 &&
-		    idx_dentry_lookup(fs->ix, top, strchr(p->name, '/') + 1, &cur) == 0)
-			return -EBUSY;
-	}
-	struct idx_step probe = { .kind = p->kind, .step = p->step };
-
-	snprintf(probe.name, sizeof(probe.name), "%s", p->name);
-	if (mf1 && policy_node_step(&probe) != p->step)
-		return -EINVAL; /* its name and its number disagree: not a step of the layout */
-	if ((!mf1 && (rc = mkdirs(fs, IDX_ROOT_INO, p->name, now, &dir)) < 0) ||
-	    (rc = idx_step_create(fs->ix, p->kind, p->name,
-				  policy_node_step_number(p->kind, p->step), mf1 ? 0 : dir, now,
-				  &id)) < 0 ||
-	    (rc = idx_step_set_state(fs->ix, id, IDX_STEP_SEALED, now, "sealed on another node")) <
-		    0 ||
-	    (rc = idx_step_set_state(fs->ix, id, IDX_STEP_COMPLETE, now,
-				     "complete on every node (from the remote)")) < 0)
-		return rc;
-	*ret_dir = dir;
-	return idx_step_get(fs->ix, id, ret);
-}
-
-/*
- * May file f of part p go into the namespace? A MindFormers 1.0 part's paths are at the root
- * (manifest.c): only a rank's file of p's step, rank_N/{prefix}-{epoch}_{step}.ckpt under its
- * final name, so that a manifest never names another file of the root. Other layouts' paths are
- * inside the step's directory (show_file checks them).
- */
-static bool file_fits(const struct node_part *p, json_t *f)
-{
-	const char *path = json_string_value(json_object_get(f, "path"));
-	struct layout_match m;
-	struct idx_step probe = { .kind = p->kind };
-
-	if (!layout_desc(p->kind)->per_rank)
-		return true;
-	snprintf(probe.name, sizeof(probe.name), "%s", p->name);
-	return path && layout_classify(path, p->kind, &m) == 0 && (int)m.kind == p->kind &&
-	       m.role == ROLE_STEP_FILE && !(m.flags & LAYOUT_F_TMP) && m.rank >= 0 &&
-	       strchr(path, '/') == strrchr(path, '/') && policy_node_step(&probe) == p->step &&
-	       m.epoch >= 0 && m.epoch < INT32_MAX && m.step >= 0 &&
-	       m.step < POLICY_MF1_EPOCH_SPAN && m.epoch * POLICY_MF1_EPOCH_SPAN + m.step == p->step;
-}
-
-/* Keep global step k unnamed by every tracker (n->unlisted) until a part of it changes: a check
- * over every node's files found one missing. Takes the node lock. */
-static void keep_unnamed(struct node *n, const struct node_key *k)
-{
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	key_add(&n->unlisted, &n->capunlisted, &n->nunlisted, k->kind, k->step);
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-}
-
-/*
- * MindFormers 1.0's resume reads every rank's file of the step meta.json names (mindformers
- * utils/resume_ckpt_utils.py get_resume_ckpt_list: the steps whose files exist for all ranks):
- * once every node's files of global step k are shown, check that every rank of the world has its
- * file (steps_mf1_whole), the check one node makes of its own steps. A rank with none (it wrote
- * nothing of the step, or its node published before the file landed and has not published
- * again yet) keeps the step unnamed (n->unlisted) until a part of it changes. Returns 0,
- * -ENODATA (logged), or an -errno.
- */
-static int mf1_whole_everywhere(struct node *n, const struct node_key *k)
-{
-	struct ckfs *fs = n->fs;
-	char name[IDX_STEP_NAME_MAX + 1] = "";
-	struct idx_step s;
-	size_t lo, hi;
-	int rc, rank = -1;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	node_step_range(n, k->kind, k->step, &lo, &hi);
-	if (lo < hi)
-		memcpy(name, n->parts[lo].name, sizeof(name));
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	rc = idx_step_by_name(fs->ix, k->kind, name, &s);
-	if (rc == 0)
-		rc = steps_mf1_whole(fs, &s, &rank);
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	if (rc < 0)
-		return rc;
-	if (rc == 0) {
-		keep_unnamed(n, k);
-		node_set_error(n, "step '%s': rank %d has no file of it on any node; no meta.json "
-			       "names the step", name, rank);
-		return -ENODATA;
-	}
-	return 0;
-}
-
-/*
- * MindFormers 2.0's metadata.json lists every rank's files, of every node (verify_ckpt_valid in
- * mindformers checkpoint/checkpoint.py @ 8d9e5d7): once every node's files of step k are shown,
- * check the list against all of them (each node checks only what it holds before that,
- * steps_judge.c step_facts). metadata.json's chunks are fetched first, without fs->mu. Returns
- * 0, or -ENODATA (a name no node published: the step is not shown, so no tracker names it;
- * logged) or an -errno.
- */
-static int listed_everywhere(struct node *n, const struct node_key *k)
-{
-	struct ckfs *fs = n->fs;
-	char missing[NAME_MAX + 64] = "", name[IDX_STEP_NAME_MAX + 1] = "";
-	struct idx_extent *ext = NULL;
-	struct idx_step s;
-	struct store_hash h;
-	size_t next = 0, lo, hi;
-	uint64_t ino;
-	uint8_t one;
-	int rc;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	node_step_range(n, k->kind, k->step, &lo, &hi);
-	if (lo < hi)
-		memcpy(name, n->parts[lo].name, sizeof(name));
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	rc = idx_step_by_name(fs->ix, k->kind, name, &s);
-	if (rc == 0 && layout_desc(k->kind)->names_list &&
-	    idx_dentry_lookup(fs->ix, s.dir_ino, layout_desc(k->kind)->names_list, &ino) == 0)
-		idx_file_extents(fs->ix, ino, &ext, &next);
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; i < next; i++) { /* a read fetches a chunk another node wrote */
-		memcpy(h.b, ext[i].hash, STORE_HASH_LEN);
-		store_chunk_pread(fs->st, &h, &one, 1, 0);
-	}
-	free(ext);
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
-	rc = policy_listed_names(fs->ix, fs->st, &s, missing, sizeof(missing));
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	if (rc < 0)
-		return rc;
-	if (rc == 0) {
-		keep_unnamed(n, k);
-		node_set_error(n, "step '%s': metadata.json names '%s', which no node published; "
-			       "no tracker names the step", name, missing);
-		return -ENODATA;
-	}
-	return 0;
-}
-
-/* Put the files of every node's manifest of global step k that this node's namespace lacks
- * into it (show_file skips the names it has). */
-static int show_step(struct node *n, const struct node_key *k)
-{
-	struct ckfs *fs = n->fs;
-	struct node_part *v = NULL;
-	size_t nv = 0, capv = 0;
-	int rc = 0;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; i < n->nparts; i++)
-		if (n->parts[i].kind == k->kind && n->parts[i].step == k->step &&
-		    !n->parts[i].stale && ckpt_grow(&v, &capv, nv, sizeof(*v)) == 0)
-			v[nv++] = n->parts[i];
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; rc == 0 && i < nv; i++) {
-		char key[REMOTE_KEY_MAX + 1];
-		struct idx_step s;
-		uint64_t dir = 0;
-		json_t *m, *f;
-		size_t len, j;
-		void *buf;
-
-		/* this node's own manifest too: after its store was lost, its part is there only */
-		node_manifest_key(key, sizeof(key), v[i].kind, v[i].step, v[i].node,
-				  v[i].version, v[i].unpadded);
-		if ((rc = remote_get(n->r, key, &buf, &len)) < 0)
-			break;
-		m = json_loadb(buf, len, 0, NULL);
-		free(buf);
-		if (!m) {
-			rc = -EBADMSG;
-			break;
-		}
-		int64_t now = ckfs_now(fs);
-
-		ckpt_lock(&fs->mu, CKPT_RANK_FS);
-		if ((rc = idx_begin(fs->ix)) == 0) {
-			rc = local_step(fs, &v[i], now, &s, &dir);
-			json_array_foreach(json_object_get(m, "files"), j, f)
-			{
-				if (rc < 0)
-					break;
-				rc = file_fits(&v[i], f) ? show_file(fs, dir, f, now) : -EBADMSG;
-			}
-			if (rc >= 0)
-				rc = idx_commit(fs->ix);
-			if (rc < 0)
-				idx_rollback(fs->ix);
-		}
-		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-		json_decref(m);
-	}
-	free(v);
-	if (rc == 0 && layout_desc(k->kind)->names_list)
-		rc = listed_everywhere(n, k);
-	if (rc == 0 && layout_desc(k->kind)->per_rank)
-		rc = mf1_whole_everywhere(n, k);
-	return rc;
-}
-
-/* Show every global step not shown yet (its other nodes' files). */
-static void show_global(struct node *n)
-{
-	struct node_key *todo = NULL;
-	size_t nt = 0, capt = 0;
-
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	size_t kind_end = n->nglobal;
-
-	/* backwards: global is sorted by (kind, step), so the steps newer than global[i] of its
-	 * kind are global[i + 1, kind_end) */
-	for (size_t i = n->nglobal; i-- > 0;) {
-		const struct node_key g = n->global[i];
-		size_t newer;
-
-		if (i + 1 < n->nglobal && n->global[i + 1].kind != g.kind)
-			kind_end = i + 1;
-		newer = kind_end - i - 1;
-		if (node_key_in(n->shown, n->nshown, g.kind, g.step) ||
-		    node_key_in(n->unlisted, n->nunlisted, g.kind, g.step))
-			continue;
-		if (steps_settings(n->fs)->keep_max && newer >= steps_settings(n->fs)->keep_max) {
-			/* retention has no room for it: never shown again (after a restart, a step
-			 * pruned here long ago stays pruned) */
-			key_add(&n->shown, &n->capshown, &n->nshown, g.kind, g.step);
-			continue;
-		}
-		if (ckpt_grow(&todo, &capt, nt, sizeof(*todo)) == 0)
-			todo[nt++] = g;
-	}
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	for (size_t i = 0; i < nt; i++) {
-		ckpt_fault("node-show");
-		int rc = show_step(n, &todo[i]);
-
-		if (rc == -EBUSY || rc == -ENODATA)
-			continue; /* this node's part is not complete here yet; said already */
-		if (rc < 0) {
-			node_set_error(n, "cannot show step %" PRId64 " of the other nodes: %s",
-				  todo[i].step, strerror(-rc));
-			continue;
-		}
-		char name[IDX_STEP_NAME_MAX + 1] = "";
-
-		size_t lo, hi;
-
-		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		key_add(&n->shown, &n->capshown, &n->nshown, todo[i].kind, todo[i].step);
-		n->parts_changed = true;
-		node_step_range(n, todo[i].kind, todo[i].step, &lo, &hi);
-		if (lo < hi)
-			memcpy(name, n->parts[lo].name, sizeof(name));
-		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-		/* every node shows it now: its directory object has done its work (node_dir.c);
-		 * MindFormers 1.0 has none */
-		if (name[0] && !layout_desc(todo[i].kind)->per_rank)
-			node_dir_unpublish(n->fs, name);
-		/* a new global step may free a place in retention (rule 5 counts global steps) */
-		ckpt_lock(&n->fs->mu, CKPT_RANK_FS);
-		steps_retention(n->fs, todo[i].kind);
-		ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
-	}
-	free(todo);
 }
 
 /*
@@ -1260,9 +648,9 @@ static void *node_main(void *arg)
 		node_dirs_retry(n);
 		if (n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 1)
 			node_repair(n);
-		seal_from_remote(n);
+		node_seal_from_remote(n);
 		node_publish(n);
-		show_global(n);
+		node_show_global(n);
 		node_gc(n);
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		bool save = n->parts_changed && ckpt_mono_ns() >= n->next_record_ns;
@@ -1457,7 +845,7 @@ static size_t read_remote_json(struct ckfs *fs, struct node *n)
 		loaded++;
 	}
 	json_array_foreach(json_object_get(o, "shown"), i, x)
-		key_add(&n->shown, &n->capshown, &n->nshown,
+		node_key_add(&n->shown, &n->capshown, &n->nshown,
 			(int)json_integer_value(json_array_get(x, 0)),
 			json_integer_value(json_array_get(x, 1)));
 	json_decref(o);
@@ -1559,7 +947,7 @@ void node_prime(struct ckfs *fs)
 			       strerror(-rc));
 		return;
 	}
-	show_global(n);
+	node_show_global(n);
 }
 
 int node_start(struct ckfs *fs, char *err, size_t errlen)

@@ -1,7 +1,9 @@
 /*
  * node_int.h — the node layer's own parts (node.h says what the layer owns): the manifest
  * format (manifest.c), what the node thread knows of the other nodes (node.c), how it learns
- * it from the remote's listings (node_list.c) and publishes its own part (node_publish.c).
+ * it from the remote's listings (node_list.c), seals its part from another's seal
+ * (node_seal.c), publishes its own part (node_publish.c) and shows the others' files
+ * (node_show.c).
  */
 #ifndef CKPTFS_FS_NODE_INT_H
 #define CKPTFS_FS_NODE_INT_H
@@ -201,6 +203,10 @@ int node_add_parts(struct node *n, const struct node_part *v, size_t nv);
 /* node_recompute_global - every step's globality from the parts: O(parts). n->mu held. */
 void node_recompute_global(struct node *n);
 
+/* node_key_add - add (kind, step) to the sorted set *v (*n keys, *cap allocated). Returns 0 or
+ * -ENOMEM (the set unchanged). */
+int node_key_add(struct node_key **v, size_t *cap, size_t *n, int kind, int64_t step);
+
 /* node_key_in - whether (kind, step) is in v (n keys sorted by (kind, step)). Pure. */
 bool node_key_in(const struct node_key *v, size_t n, int kind, int64_t step);
 
@@ -238,6 +244,28 @@ bool node_gc_dooms(const struct node *n, int kind, int64_t step);
  */
 int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
 		      size_t *ret_len);
+
+/* node_own_files - how many files of this node (not shown from another node's manifest,
+ * IDX_INODE_FOREIGN) step directory dir (an inode number) of step name holds; 0 also when it
+ * cannot be read (out of memory, an index error). fs->mu held. */
+size_t node_own_files(struct ckfs *fs, uint64_t dir, const char *name);
+
+/*
+ * node_seal_from_remote - seal this node's part of each step another node published sealed
+ * (node_seal.c); a directory here that no step row names is adopted as the step, and a step
+ * none of this node's ranks wrote anything of gets an empty part published. Failures are logged and tried again at the next tick.
+ * Node thread; takes n->mu and fs->mu, never fs->mu while holding n->mu.
+ */
+void node_seal_from_remote(struct node *n);
+
+/*
+ * node_show_global - show every global step not shown yet (node_show.c): the files of the other
+ * nodes' parts in this node's namespace, then retention of its layout; a step retention has no
+ * room for is marked shown without its files. Failures are logged, kept for .ckptfs/status and
+ * tried again at the next tick. Node thread (node_prime before it starts); takes n->mu and
+ * fs->mu, never fs->mu while holding n->mu.
+ */
+void node_show_global(struct node *n);
 
 /*
  * node_publish - publish this node's steps complete here and not published yet (node_publish.c),
