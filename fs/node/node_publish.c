@@ -350,6 +350,15 @@ static int pending_cb(const struct idx_step *s, void *arg)
 	bool mf1 = layout_desc(s->kind)->per_rank;
 	int64_t step = policy_node_step(s);
 
+	/* a part set aside here lately (its writers gone, never sealed: a job's last save, whose
+	 * ranks exit before the claim's node publishes its seal): another node's seal brings it
+	 * back (steps_seal_remote), so listen for it every tick, not at an idle node's pace */
+	if (s->state == IDX_STEP_INCOMPLETE && step >= 0 &&
+	    ckfs_now(n->fs) - s->state_ns < NODE_BUSY_NS) {
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
+		p->busy |= !node_key_in(n->global, n->nglobal, s->kind, step);
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
+	}
 	if ((s->dir_ino == 0 && !mf1) || step < 0 ||
 	    (s->state != IDX_STEP_COMPLETE && s->state != IDX_STEP_WRITING &&
 	     s->state != IDX_STEP_SEALED))

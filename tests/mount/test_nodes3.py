@@ -45,6 +45,7 @@ sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -219,6 +220,37 @@ class ThreeNodes(unittest.TestCase):
                      for r in (1, 2)})
         self.trackers(30)
         self.serves(want)
+
+    def test_a_part_set_aside_before_the_seal_arrives(self):
+        """The last save of a job whose node b has two ranks: both processes exit right after
+        their files, so b's part (never sealed, every writer gone, two of them: no copy) is set
+        aside before node a's seal arrives. The seal brings it back (rule 5); b must listen for
+        it every tick, not at an idle node's pace (a listing every 5 s or slower): CI at
+        bfc54c6, test_multinode cephfs kill_daemon_b, waited 30 s for b's tracker."""
+        d = self.m['b'].path(os.path.dirname(rank_file(30, 1)))
+
+        def one(name):
+            def w(step):
+                os.makedirs(d, exist_ok=True)
+                with open(os.path.join(d, name), 'wb') as f:
+                    f.write(ckfs.content('last step %d %s' % (step, name), SIZE))
+                return 0
+            return w
+        self.assertEqual(ckfs.in_child(one(os.path.basename(rank_file(30, 1))), 30), ('ok', 0))
+        self.assertEqual(ckfs.in_child(one('distrib_optim.pt'), 30), ('ok', 0))
+        b = self.m['b']
+        wait_for('step 30 set aside on node b', lambda: ' incomplete 1' in b.status_text(), 30,
+                 self.status)
+
+        def listings():
+            m = re.search(r'(\d+) listings after the newest global step.*?(\d+) whole',
+                          b.status_text())
+            return int(m.group(1)) + int(m.group(2)) if m else -1
+        seen = listings()
+        wait_for('a listing by node b', lambda: listings() > seen, 30, self.status)
+        self.save(30, 'last', writers=('a', 'c'))
+        self.trackers(30, nodes=('b',), timeout=3)
+        self.trackers(30)
 
     # ---- MindFormers 2.0's metadata.json over every node (item 4) -------------------------
     def mf2_save(self, step, writers):
