@@ -140,12 +140,17 @@ static bool key_step(const char *key, int *kind, int64_t *step)
 	return sscanf(key, "manifests/%d/%" SCNd64 "/", kind, step) == 2;
 }
 
-static bool is_doomed(const struct rgc *c, int kind, int64_t step)
+static struct rgc_step *doomed_at(const struct rgc *c, int kind, int64_t step)
 {
 	for (size_t i = 0; i < c->ndoomed; i++)
 		if (c->doomed[i].kind == kind && c->doomed[i].step == step)
-			return true;
-	return false;
+			return &c->doomed[i];
+	return NULL;
+}
+
+static bool is_doomed(const struct rgc *c, int kind, int64_t step)
+{
+	return doomed_at(c, kind, step) != NULL;
 }
 
 int rgc_read_manifests(struct rgc *c)
@@ -547,16 +552,18 @@ static int doomed_manifests(struct rgc *c, struct rgc_tally *g)
 		return rc;
 	}
 	for (size_t i = 0; i < c->nkeys; i++) {
+		struct rgc_step *d;
 		int kind;
 		int64_t step;
 
-		if (!key_step(c->keys[i], &kind, &step) || !is_doomed(c, kind, step))
+		if (!key_step(c->keys[i], &kind, &step) || !(d = doomed_at(c, kind, step)))
 			continue;
 		if (c->o->dry_run)
 			say_out(c, "would remove: %s", c->keys[i]);
 		else if ((rc = gc_delete(c, g, c->keys[i])) < 0)
 			return rc;
 		g->manifests++;
+		d->hit = true;
 	}
 	for (size_t i = 0; i < c->ndoomed; i++) {
 		char key[REMOTE_KEY_MAX + 1];
@@ -573,7 +580,12 @@ static int doomed_manifests(struct rgc *c, struct rgc_tally *g)
 		else if ((rc = gc_delete(c, g, key)) < 0)
 			return rc;
 		g->dirs++;
+		c->doomed[i].hit = true;
 	}
+	/* a step chosen from manifests another gc removed since is not this gc's to count */
+	g->steps = 0;
+	for (size_t i = 0; i < c->ndoomed; i++)
+		g->steps += c->doomed[i].hit;
 	return 0;
 }
 
@@ -747,7 +759,7 @@ int rgc_run(struct rgc *c, struct rgc_tally *ret_tally)
 	struct rgc_tally *g = ret_tally;
 	int rc;
 
-	*g = (struct rgc_tally){ .steps = c->ndoomed };
+	*g = (struct rgc_tally){ 0 };
 	if (o->dry_run)
 		return gc_dry_run(c, g);
 	if (o->force_no_lease) {

@@ -74,6 +74,7 @@ struct rgc_step {
 	unsigned parts;
 	bool sealed;
 	uint64_t files, bytes;
+	bool hit; /* doomed: this gc removed (or, dry, would remove) a manifest or dirs/ of it */
 };
 
 /* What a line said through rgc_say_fn is. */
@@ -131,7 +132,7 @@ struct rgc {
 
 /* What a pass removed, or with dry_run would remove. */
 struct rgc_tally {
-	size_t steps; /* steps doomed */
+	size_t steps; /* doomed steps of which a manifest or dirs/ object went (would go) */
 	uint64_t manifests, dirs, markers, chunks, chunk_bytes, errors;
 	uint64_t claims; /* takeover claims of gcs that died (RGC_CLAIM_PREFIX) */
 };

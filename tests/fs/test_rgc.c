@@ -456,3 +456,43 @@ Test(rgc, old_takeover_claims_are_removed)
 	remote_close(r);
 	rm_tree(root);
 }
+
+/*
+ * A gc whose choice was made before another gc removed the same steps (it read the manifests,
+ * then waited for the lease): its pass finds nothing of them left, and its tally says it removed
+ * no step, as it says no manifest, instead of the steps it had chosen.
+ */
+Test(rgc, steps_removed_meanwhile_are_not_counted)
+{
+	char root[256], url[300], err[256], said[4096] = "";
+	struct rgc_opts o = { .nodes = 2, .keep = 2, .holder = "ckptfs node 'a'", .say = keep_say,
+			      .say_arg = said };
+	struct rgc late = { .o = &o }, first = { .o = &o };
+	struct rgc_tally t;
+	struct remote *r;
+
+	snprintf(root, sizeof(root), "%s/rgc-late-XXXXXX",
+		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp");
+	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
+	snprintf(url, sizeof(url), "file://%s", root);
+	cr_assert_eq(remote_open(url, NULL, &r, err, sizeof(err)), 0, "%s", err);
+	race_fill(r);
+	late.r = first.r = r;
+	cr_assert_eq(rgc_read_manifests(&late), 0);
+	cr_assert_eq(rgc_choose_doomed(&late), 0);
+	cr_assert_eq(late.ndoomed, 2);
+
+	cr_assert_eq(rgc_read_manifests(&first), 0);
+	cr_assert_eq(rgc_choose_doomed(&first), 0);
+	cr_assert_eq(rgc_run(&first, &t), 0, "%s", said);
+	cr_assert_eq(t.steps, 2, "the first gc removed steps 10 and 20: %zu", t.steps);
+	cr_assert_eq(t.manifests, 4);
+	rgc_release(&first);
+
+	cr_assert_eq(rgc_run(&late, &t), 0, "%s", said);
+	cr_assert_eq(t.manifests, 0);
+	cr_assert_eq(t.steps, 0, "the late gc counted %zu steps another gc had removed", t.steps);
+	rgc_release(&late);
+	remote_close(r);
+	rm_tree(root);
+}
