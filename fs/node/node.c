@@ -1022,6 +1022,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 		PUT("nodes disagree:   %s\n", n->disagree);
 	if (n->taken[0])
 		PUT("nodes disagree:   %s\n", n->taken);
+	if (n->older[0])
+		PUT("older node:       %s\n", n->older);
 	if (n->gc_note[0])
 		PUT("gc lease:         %s\n", n->gc_note);
 	if (n->gc_off)
@@ -1129,5 +1131,9 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 		    "1 when the nodes disagree (node count, a name taken twice): no step becomes "
 		    "global on this node.");
 	prom_u64(p, "ckptfs_remote_nodes_disagree", NULL, NULL, node_blocked(n) ? 1 : 0);
+	prom_family(p, "ckptfs_remote_older_node", "gauge",
+		    "1 when another node runs an older ckptfs that cannot read this node's "
+		    "manifests (unpadded manifest keys): its tracker stops.");
+	prom_u64(p, "ckptfs_remote_older_node", NULL, NULL, n->older[0] ? 1 : 0);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 }

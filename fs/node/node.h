@@ -120,7 +120,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap);
  * node_metrics - append the node layer's series to p (fs/core/prom.h):
  * ckptfs_remote_bytes_total{direction="up"|"down"}, ckptfs_remote_chunks_total,
  * ckptfs_remote_steps{state="published"|"global"}, ckptfs_remote_last_global_step{layout},
- * ckptfs_remote_upload_lag_seconds, ckptfs_remote_errors_total{kind}, ckptfs_remote_nodes_disagree.
+ * ckptfs_remote_upload_lag_seconds, ckptfs_remote_errors_total{kind}, ckptfs_remote_nodes_disagree,
+ * ckptfs_remote_older_node.
  * Nothing without a remote; an allocation failure is left in p->err. Takes the node lock only.
  */
 void node_metrics(struct ckfs *fs, struct ckpt_text *p);

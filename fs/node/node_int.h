@@ -110,6 +110,9 @@ struct node {
 	char list_after[REMOTE_KEY_MAX + 1]; /* where learn's next partial listing starts, "":
 						whole; mu (written), node thread (read) */
 	bool list_full;       /* node thread: the next listing is whole (node_learn) */
+	bool listed_whole;    /* node thread: a whole listing succeeded since mount (node_learn) */
+	char older[320];      /* a node that runs an older ckptfs, which writes unpadded manifest
+				 keys and cannot read padded ones: what to do; "" if none; mu */
 	int64_t next_full_ns; /* node thread: the next listing is whole from then (ckpt_mono_ns) */
 	uint64_t lists[2];    /* listings of the manifests, [0] partial, [1] whole; mu */
 	uint64_t listed[2];   /* keys they gave; mu */

@@ -158,6 +158,28 @@ static int learn_cb(const char *key, uint64_t size, void *arg)
 }
 
 /*
+ * A manifest with an unpadded step (key, of node) appeared on the remote after this node's first
+ * whole listing: that node's daemon, running now, is older than the padded keys (NODE_STEP_DIGITS)
+ * and builds every manifest key it reads unpadded, so it cannot show the steps this node
+ * publishes (its GETs find nothing) and its tracker stops while this one's goes on. Nothing here
+ * can fix that; say it, once, in status, the log and the metrics. Node thread.
+ */
+static void older_node(struct node *n, const char *key, const char *node)
+{
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
+	if (n->older[0]) {
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
+		return;
+	}
+	snprintf(n->older, sizeof(n->older),
+		 "node '%s' runs an older ckptfs (it wrote '%.80s' with an unpadded step): it "
+		 "cannot read the manifests this node writes, so its tracker stops; run one ckptfs "
+		 "version on every node", node, key);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
+	ckpt_log("%s", n->older);
+}
+
+/*
  * Where the next partial listing starts (n->list_after): below every key of each layout's newest
  * global step (its oldest step known when none is global), or of an older step this node
  * published within NODE_BUSY_NS and not global yet (a save after a resume from an older step:
@@ -249,6 +271,8 @@ int node_learn(struct node *n, const struct remote_call *call, bool prime)
 		} else {
 			p.seen = true;
 			p.unpadded = k.unpadded;
+			if (k.unpadded && n->listed_whole && strcmp(p.node, n->name) != 0)
+				older_node(n, c.keys[i].key, p.node);
 			p.learnt_ns = ckfs_now(n->fs);
 			got[ngot++] = p;
 		}
@@ -289,8 +313,10 @@ int node_learn(struct node *n, const struct remote_call *call, bool prime)
 				       "is it the right remote?", n->nparts);
 	}
 	n->list_full = rc != 0 || left;
-	if (rc == 0 && whole)
+	if (rc == 0 && whole) {
 		n->next_full_ns = ckpt_mono_ns() + NODE_FULL_LIST_NS;
+		n->listed_whole = true;
+	}
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	list_position(n);
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);

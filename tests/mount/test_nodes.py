@@ -35,6 +35,7 @@ sys.dont_write_bytecode = True
 import faulthandler  # noqa: E402
 import glob  # noqa: E402
 import http.server  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -170,6 +171,35 @@ class TwoNodes(unittest.TestCase):
                      lambda: m.status_text())
         self.assertTrue(glob.glob(os.path.join(self.remote, 'manifests', '*',
                                                ckfs.manifest_step(2), 'a', '*.json')))
+        for m in (fresh, b):   # keys there before the mount are no older node running
+            self.assertNotIn('older node', m.status_text())
+
+    def test_an_older_node_writing_unpadded_keys_is_reported(self):
+        """A node whose ckptfs predates the padded keys writes its manifests unpadded
+        (manifests/KIND/2/b/V.json) and rebuilds every key it reads unpadded, so it never shows
+        the steps the other nodes publish padded and its tracker stops (seen with the build of
+        b58a037 as node a: 'cannot show step 1 of the other nodes: No such file or directory').
+        Such a key appearing while node a runs is said in a's status and log."""
+        a = self.a
+        self.save(1)
+        wait_for('tracker at 1 on a', lambda: a.read_text(TRACKER) == '1', 60,
+                 lambda: a.status_text())
+        self.assertNotIn('older node', a.status_text())
+        mine = glob.glob(os.path.join(self.remote, 'manifests', '*', ckfs.manifest_step(1), 'b',
+                                      '*.json'))
+        self.assertEqual(len(mine), 1)
+        with open(mine[0]) as f:
+            doc = json.load(f)
+        doc['step'], doc['name'] = 2, doc['name'].replace('1', '2')
+        kind_dir = os.path.dirname(os.path.dirname(os.path.dirname(mine[0])))
+        os.makedirs(os.path.join(kind_dir, '2', 'b'))
+        with open(os.path.join(kind_dir, '2', 'b', os.path.basename(mine[0])), 'w') as f:
+            json.dump(doc, f)
+        wait_for("node a saying node b runs an older ckptfs",
+                 lambda: "older node:       node 'b' runs an older ckptfs" in a.status_text(),
+                 30, lambda: a.status_text())
+        with open(os.path.join(a.store, 'ckptfs.log')) as f:
+            self.assertIn("node 'b' runs an older ckptfs", f.read())
 
     def test_verify_while_another_nodes_step_is_shown_finds_no_damage(self):
         a = self.a
