@@ -80,32 +80,48 @@ class TestLightning(unittest.TestCase):
         finally:
             tr.close()
 
+    def kill_in_save(self, m, layout, line, after=0.0, keep=1, daemon=False):
+        """Run the trainer on m until its side log has a line starting with line (a point of
+        step 8's save), wait after x SLOW, then SIGKILL it (with daemon, the daemon first).
+        Returns (log path, the log's size, what was logged before)."""
+        log = os.path.join(m.tmp, 'trainer.log')
+        tr = Trainer(layout, m.mnt, log, steps=1000, every=4, keep=keep, slow=SLOW)
+        try:
+            wait_log(log, lambda ln: ln.startswith(line), time.monotonic() + RUN_TIMEOUT)
+            time.sleep(SLOW * after)
+            if daemon:
+                m.kill_daemon(then=tr.kill)
+            else:
+                tr.kill()
+        finally:
+            tr.close()
+        before = LogView(read_log(log))
+        self.assertEqual(before.saved, [4])
+        return log, log_size(log), before
+
+    def resume(self, m, layout, log, off, before, killed_step=None):
+        """Resume (ckpt_path="last") to step 12; returns the step it resumed from, checked
+        bit-exact against what the killed run wrote."""
+        tr = Trainer(layout, m.mnt, log, steps=12, every=4, keep=1, resume=True)
+        try:
+            await_resume(tr, time.monotonic() + RUN_TIMEOUT, 'SAVED ', lambda: daemon_log(m))
+            step = check_resumed(tr, before, log, off, killed_step=killed_step)
+            self.assertEqual(tr.wait(), 0, tr.tail())
+            return step
+        finally:
+            tr.close()
+
+    def link(self, m):
+        return os.readlink(os.path.join(m.mnt, 'last.ckpt'))
+
     def test_last_rewrite(self):
         m = ckfs.Mount()
         try:
             m.start()
-            log = os.path.join(m.tmp, 'trainer.log')
-            tr = Trainer('lightning', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                # the second save's copy into last.ckpt has begun: kill inside its paced writes
-                wait_log(log, lambda ln: ln.startswith('WILL step=8 rank=0 path=last.ckpt '),
-                         deadline)
-                time.sleep(SLOW * 0.15)
-                tr.kill()
-            finally:
-                tr.close()
-            off = log_size(log)
-            before = LogView(read_log(log))
-            self.assertEqual(before.saved, [4])
-            tr = Trainer('lightning', m.mnt, log, steps=12, every=4, keep=1, resume=True)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
-                self.assertEqual(check_resumed(tr, before, log, off), 4)
-                self.assertEqual(tr.wait(), 0, tr.tail())
-            finally:
-                tr.close()
+            # the second save's copy into last.ckpt has begun: kill inside its paced writes
+            log, off, before = self.kill_in_save(m, 'lightning',
+                                                 'WILL step=8 rank=0 path=last.ckpt ', 0.15)
+            self.assertEqual(self.resume(m, 'lightning', log, off, before), 4)
             # step 8's file was whole before the kill; the resumed callback's state (of step 4)
             # does not know it, so Lightning saves step 8 again as -v1 and never removes it
             self.assertEqual(sorted(os.listdir(m.mnt)),
@@ -117,28 +133,11 @@ class TestLightning(unittest.TestCase):
         m = ckfs.Mount()
         try:
             m.start()
-            log = os.path.join(m.tmp, 'trainer.log')
-            tr = Trainer('lightning', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                wait_log(log, lambda ln: ln.startswith('WILL step=8 rank=0 path=last.ckpt '),
-                         deadline)
-                time.sleep(SLOW * 0.15)
-                m.kill_daemon(then=tr.kill)
-            finally:
-                tr.close()
-            off = log_size(log)
-            before = LogView(read_log(log))
-            self.assertEqual(before.saved, [4])
+            log, off, before = self.kill_in_save(m, 'lightning',
+                                                 'WILL step=8 rank=0 path=last.ckpt ', 0.15,
+                                                 daemon=True)
             m.start()
-            tr = Trainer('lightning', m.mnt, log, steps=12, every=4, keep=1, resume=True)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
-                self.assertEqual(check_resumed(tr, before, log, off), 4)
-                self.assertEqual(tr.wait(), 0, tr.tail())
-            finally:
-                tr.close()
+            self.assertEqual(self.resume(m, 'lightning', log, off, before), 4)
         finally:
             m.close()
 
@@ -146,32 +145,14 @@ class TestLightning(unittest.TestCase):
         m = ckfs.Mount()
         try:
             m.start()
-            log = os.path.join(m.tmp, 'trainer.log')
-            tr = Trainer('lightning-link', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                # step 8's file is written; then the barrier, the removal of step 4's file,
-                # and a pause before last.ckpt is removed and linked again: kill in the pause
-                wait_log(log, lambda ln: ln.startswith(
-                    'WROTE step=8 rank=0 path=epoch=0-step=8.ckpt '), deadline)
-                time.sleep(SLOW * 0.5)
-                tr.kill()
-            finally:
-                tr.close()
-            self.assertEqual(os.readlink(os.path.join(m.mnt, 'last.ckpt')),
-                             'epoch=0-step=8.ckpt', daemon_log(m))
-            off = log_size(log)
-            before = LogView(read_log(log))
-            self.assertEqual(before.saved, [4])
-            tr = Trainer('lightning-link', m.mnt, log, steps=12, every=4, keep=1, resume=True)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
-                # step 8 was complete (its file whole) though not SAVED: accepted as killed_step
-                self.assertEqual(check_resumed(tr, before, log, off, killed_step=8), 8)
-                self.assertEqual(tr.wait(), 0, tr.tail())
-            finally:
-                tr.close()
+            # step 8's file is written; the barrier, the removal of step 4's file, then the
+            # pause before last.ckpt is removed and linked again: killed in that pause
+            log, off, before = self.kill_in_save(m, 'lightning-link',
+                                                 'PAUSE step=8 before=remove ')
+            self.assertEqual(self.link(m), 'epoch=0-step=8.ckpt', daemon_log(m))
+            # step 8 was complete (its file whole) though not SAVED: accepted as killed_step
+            self.assertEqual(self.resume(m, 'lightning-link', log, off, before, killed_step=8),
+                             8)
         finally:
             m.close()
 
@@ -179,21 +160,12 @@ class TestLightning(unittest.TestCase):
         m = ckfs.Mount(opts=('keep_checkpoint_max=1',))
         try:
             m.start()
-            log = os.path.join(m.tmp, 'trainer.log')
-            tr = Trainer('lightning-link', m.mnt, log, steps=1000, every=4, keep=0, slow=SLOW)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                # step 8's file complete: ckptfs prunes step 4's, which last.ckpt names until
-                # the trainer links it again after two pauses: kill in the first
-                wait_log(log, lambda ln: ln.startswith(
-                    'WROTE step=8 rank=0 path=epoch=0-step=8.ckpt '), deadline)
-                time.sleep(SLOW * 0.5)
-                tr.kill()
-            finally:
-                tr.close()
+            # keep=0: save_top_k=-1, the trainer keeps every file; step 8's file complete,
+            # ckptfs prunes step 4's, which last.ckpt names until the trainer links it again:
+            # killed before it does
+            self.kill_in_save(m, 'lightning-link', 'PAUSE step=8 before=remove ', keep=0)
             self.assertEqual(sorted(os.listdir(m.mnt)), ['epoch=0-step=8.ckpt', 'last.ckpt'])
-            self.assertEqual(os.readlink(os.path.join(m.mnt, 'last.ckpt')),
-                             'epoch=0-step=8.ckpt', daemon_log(m))
+            self.assertEqual(self.link(m), 'epoch=0-step=8.ckpt', daemon_log(m))
         finally:
             m.close()
 
@@ -201,31 +173,12 @@ class TestLightning(unittest.TestCase):
         m = ckfs.Mount()
         try:
             m.start()
-            log = os.path.join(m.tmp, 'trainer.log')
-            tr = Trainer('lightning-link', m.mnt, log, steps=1000, every=4, keep=1, slow=SLOW)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                # after step 8's file: the barrier, the removal of step 4's file, a pause,
-                # os.remove(last.ckpt), a pause, os.symlink: kill in the second pause
-                wait_log(log, lambda ln: ln.startswith(
-                    'WROTE step=8 rank=0 path=epoch=0-step=8.ckpt '), deadline)
-                time.sleep(SLOW * 1.5)
-                tr.kill()
-            finally:
-                tr.close()
-            self.assertEqual(os.readlink(os.path.join(m.mnt, 'last.ckpt')),
-                             'epoch=0-step=8.ckpt', daemon_log(m))
-            off = log_size(log)
-            before = LogView(read_log(log))
-            self.assertEqual(before.saved, [4])
-            tr = Trainer('lightning-link', m.mnt, log, steps=12, every=4, keep=1, resume=True)
-            try:
-                deadline = time.monotonic() + RUN_TIMEOUT
-                await_resume(tr, deadline, 'SAVED ', lambda: daemon_log(m))
-                self.assertEqual(check_resumed(tr, before, log, off, killed_step=8), 8)
-                self.assertEqual(tr.wait(), 0, tr.tail())
-            finally:
-                tr.close()
+            # killed between os.remove(last.ckpt) and os.symlink
+            log, off, before = self.kill_in_save(m, 'lightning-link',
+                                                 'PAUSE step=8 before=symlink ')
+            self.assertEqual(self.link(m), 'epoch=0-step=8.ckpt', daemon_log(m))
+            self.assertEqual(self.resume(m, 'lightning-link', log, off, before, killed_step=8),
+                             8)
         finally:
             m.close()
 

@@ -1184,9 +1184,14 @@ class Job:
         previous, st['last_model_path'] = st['last_model_path'], last
         if self.a.layout == 'lightning-link':
             if self.rank == 0:           # _link_checkpoint: remove, then a relative symlink
+                # PAUSE lines: where a test's kill lands (test_lightning), named, not timed
+                self.out.log('PAUSE step=%d before=remove path=%s' %
+                             (step, self.sv.rel(last)))
                 self.sv.pause()
                 if os.path.islink(last) or os.path.isfile(last):
                     os.remove(last)
+                self.out.log('PAUSE step=%d before=symlink path=%s' %
+                             (step, self.sv.rel(last)))
                 self.sv.pause()
                 os.symlink(os.path.relpath(path, os.path.dirname(last)), last)
             self.barrier()
