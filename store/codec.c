@@ -427,6 +427,52 @@ static ssize_t planes_payload(struct codec_tls *t, uint8_t *dst, size_t cap, con
 	return (ssize_t)(pos + tail);
 }
 
+/* The sample choose_codec and store_sample_compresses trial: 16 KiB from the middle of raw. */
+static const uint8_t *sample_of(const uint8_t *raw, size_t len, size_t *ret_len)
+{
+	if (len <= SAMPLE_LEN) {
+		*ret_len = len;
+		return raw;
+	}
+	*ret_len = SAMPLE_LEN;
+	/* 4-aligned so the sample's words are the chunk's words. */
+	return raw + (((len - SAMPLE_LEN) / 2) & ~(size_t)3);
+}
+
+/* Whether a trial of total bytes for a sample of slen bytes gives up (stored RAW). */
+static bool trial_gives_up(ssize_t total, size_t slen)
+{
+	return (size_t)total >= slen - (slen >> SAMPLE_GIVE_UP_SHIFT);
+}
+
+/*
+ * Trial of the sample s (slen bytes) as a PLANES payload of w-byte words: each plane's zstd
+ * frame counted when it shrinks the plane by 1/2^SAMPLE_GIVE_UP_SHIFT (its bit set in
+ * *ret_mask), else the plane's own length. Returns the total payload bytes or -EIO.
+ */
+static ssize_t planes_trial(struct codec_tls *t, const uint8_t *s, size_t slen, unsigned w,
+			    int level, unsigned *ret_mask)
+{
+	size_t cap = ZSTD_compressBound(SAMPLE_LEN), n = slen / w;
+	ssize_t total = (ssize_t)(PLANES_HDR(w) + slen - w * n), r;
+	unsigned mask = 0;
+
+	bg_split(s, slen, w, t->sample_planes);
+	for (unsigned p = 0; p < w; p++) {
+		r = zstd_frame(t, t->sample_dst, cap, t->sample_planes + p * n, n, 0, level, true);
+		if (r <= 0 && n > 0)
+			return -EIO;
+		if (n > 0 && (size_t)r < n - (n >> SAMPLE_GIVE_UP_SHIFT)) {
+			mask |= 1u << p;
+			total += r;
+		} else {
+			total += (ssize_t)n;
+		}
+	}
+	*ret_mask = mask;
+	return total;
+}
+
 /*
  * Trial-compress a sample of raw plainly and as byte planes of 2 and 4 bytes and return the
  * best codec (PLANES2/4 with *ret_mask, the planes worth compressing), or RAW when even the
@@ -436,50 +482,62 @@ static int choose_codec(struct codec_tls *t, const uint8_t *raw, size_t len, int
 			unsigned *ret_mask)
 {
 	static const uint8_t planes[] = { STORE_CODEC_PLANES2, STORE_CODEC_PLANES4 };
-	size_t cap = ZSTD_compressBound(SAMPLE_LEN);
-	const uint8_t *s = raw;
-	size_t slen = len;
-	ssize_t r, best_len;
+	size_t slen;
+	const uint8_t *s = sample_of(raw, len, &slen);
+	ssize_t best_len;
 	int best = STORE_CODEC_ZSTD;
-	size_t i;
 
 	*ret_mask = 0;
-	if (len > SAMPLE_LEN) {
-		/* 4-aligned so the sample's words are the chunk's words. */
-		s = raw + (((len - SAMPLE_LEN) / 2) & ~(size_t)3);
-		slen = SAMPLE_LEN;
-	}
-	best_len = zstd_frame(t, t->sample_dst, cap, s, slen, 0, level, false);
+	best_len = zstd_frame(t, t->sample_dst, ZSTD_compressBound(SAMPLE_LEN), s, slen, 0, level,
+			      false);
 	if (best_len <= 0)
 		return -EIO; /* cap is the bound: 0 cannot happen */
-	for (i = 0; i < sizeof(planes); i++) {
-		unsigned w = codec_width(planes[i]), mask = 0;
-		size_t n = slen / w;
-		ssize_t total = (ssize_t)(PLANES_HDR(w) + slen - w * n);
+	for (size_t i = 0; i < sizeof(planes); i++) {
+		unsigned mask;
+		ssize_t total = planes_trial(t, s, slen, codec_width(planes[i]), level, &mask);
 
-		bg_split(s, slen, w, t->sample_planes);
-		for (unsigned p = 0; p < w; p++) {
-			r = zstd_frame(t, t->sample_dst, cap, t->sample_planes + p * n, n, 0, level,
-				       true);
-			if (r <= 0 && n > 0)
-				return -EIO;
-			if (n > 0 && (size_t)r < n - (n >> SAMPLE_GIVE_UP_SHIFT)) {
-				mask |= 1u << p;
-				total += r;
-			} else {
-				total += (ssize_t)n;
-			}
-		}
-		if (best == STORE_CODEC_ZSTD ? total < best_len - (best_len >> BG_MARGIN_SHIFT)
-					     : total < best_len) {
+		if (total < 0)
+			return (int)total;
+		/* a trial that passes where the best so far gives up wins whatever the margin:
+		 * then RAW means that every trial gives up, as store_sample_compresses says */
+		if ((best == STORE_CODEC_ZSTD ? total < best_len - (best_len >> BG_MARGIN_SHIFT)
+					      : total < best_len) ||
+		    (trial_gives_up(best_len, slen) && !trial_gives_up(total, slen))) {
 			best = planes[i];
 			best_len = total;
 			*ret_mask = mask;
 		}
 	}
-	if ((size_t)best_len >= slen - (slen >> SAMPLE_GIVE_UP_SHIFT))
+	if (trial_gives_up(best_len, slen))
 		return STORE_CODEC_RAW;
 	return best;
+}
+
+int store_sample_compresses(const void *raw, size_t len, int level)
+{
+	struct codec_tls *t = tls_get();
+	size_t slen;
+	const uint8_t *s = sample_of(raw, len, &slen);
+	unsigned mask;
+	ssize_t r;
+
+	if (!t)
+		return -ENOMEM;
+	if (level < 1)
+		level = 1;
+	/* the byte-plane trials first: entropy coding only at level 1, and what float data
+	 * passes, so a chunk of weights is settled by the cheapest trial */
+	for (unsigned w = 2; w <= 4; w += 2) {
+		r = planes_trial(t, s, slen, w, level, &mask);
+		if (r < 0)
+			return (int)r;
+		if (!trial_gives_up(r, slen))
+			return 1;
+	}
+	r = zstd_frame(t, t->sample_dst, ZSTD_compressBound(SAMPLE_LEN), s, slen, 0, level, false);
+	if (r <= 0)
+		return -EIO;
+	return !trial_gives_up(r, slen);
 }
 
 /*

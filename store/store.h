@@ -290,8 +290,10 @@ typedef int (*store_fetch_fn)(struct store *st, const struct store_hash *h, void
 void store_set_fetch(struct store *st, store_fetch_fn fn, void *arg);
 
 /* store_chunk_put_hashed flags */
-#define STORE_PUT_DEFER 0x1 /* store a new chunk raw, as STORE_CODEC_DEFERRED, without trying
-			     * to compress it: store_chunk_recode does that later */
+#define STORE_PUT_DEFER 0x1 /* store a new chunk raw, as STORE_CODEC_DEFERRED, without
+			     * compressing it: store_chunk_recode does that later. A chunk whose
+			     * sample does not compress (store_encode would store it RAW) is stored
+			     * as STORE_CODEC_RAW instead, for good: nothing to recode */
 
 /*
  * store_chunk_put_hashed - store_chunk_put for a caller that has already computed h, the

@@ -77,6 +77,17 @@ int store_decode_digested(uint8_t codec, const void *payload, size_t payload_len
 			  size_t raw_size);
 
 /*
+ * store_sample_compresses - whether store_encode would try to compress raw (len bytes, level
+ * as store_encode's) rather than store it RAW from its sample alone: 1 when a trial of the
+ * sample store_encode takes (codec.c, choose_codec) shrinks it by 1/64 or more, 0 when none
+ * does, whichever codec store_encode would then pick. The byte-plane trials come first and
+ * the first that passes answers, so float data costs one or two trials on 16 KiB. A 1 can
+ * still end RAW in store_encode (its 3% rule on the whole payload); a 0 never compresses.
+ * Returns 1, 0, -ENOMEM or -EIO (zstd). Thread-safe (this thread's codec state).
+ */
+int store_sample_compresses(const void *raw, size_t len, int level);
+
+/*
  * store_payload_bound - the largest payload any codec can produce for raw_len raw bytes
  * (store_encode itself never exceeds raw_len). Used to reject impossible chunk headers.
  */
@@ -84,6 +95,7 @@ size_t store_payload_bound(size_t raw_len);
 
 /* Size of the on-disk chunk file header (see store.h). */
 #define STORE_HDR_LEN 32u
+
 
 /* ---- shared by chunkstore.c, chunkfile.c and chunkcache.c ---- */
 

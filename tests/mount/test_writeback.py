@@ -378,6 +378,19 @@ class DeferTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn('removed 0 unlinked inodes and 0 unreferenced chunks', r.stdout)
 
+    def test_incompressible_chunks_are_stored_raw_at_once(self):
+        # bytes whose sample does not compress are stored RAW for good, even with every chunk
+        # deferred: nothing to compress later, nothing written twice
+        with ckfs.Mount(opts=('defer_compress=always', 'layout=none')) as m:
+            data = os.urandom(12 * MiB + 999)
+            write_seq(m.path('r.bin'), data, fsync=True)
+            f = status_figures(m)
+            self.assertEqual(f[:3], (0, 0, 0), f)
+            self.assertEqual(set(extent_codecs(m.store, 'r.bin')), {'raw'})
+            self.assertEqual(read_all(m.path('r.bin')), data)
+            time.sleep(1.5)                 # past the idle second before a recode pass
+            self.assertEqual(status_figures(m)[:3], (0, 0, 0))
+
     def test_killed_daemon_leaves_them_to_the_next_mount(self):
         m = ckfs.Mount(opts=('defer_compress=always', 'layout=none'))
         try:

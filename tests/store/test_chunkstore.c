@@ -282,18 +282,25 @@ Test(chunkstore, deferred_put_and_recode)
 	cr_assert_eq(info.codec, STORE_CODEC_ZSTD);
 	cr_assert_eq(chunk_ino(st, &h), ino);
 
-	/* incompressible: recoded to RAW */
+	/* incompressible: stored RAW at once, for good; the recode writes nothing */
 	tu_fill_random(noise, len, 3);
 	store_hash_buf(noise, len, &hn);
 	cr_assert_eq(store_chunk_put_hashed(st, noise, len, &hn, STORE_PUT_DEFER, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_RAW);
+	cr_assert_eq(info.stored_size, len + STORE_HDR_LEN);
+	ino = chunk_ino(st, &hn);
 	cr_assert_eq(store_chunk_recode(st, &hn, &info), 0);
 	cr_assert_eq(info.codec, STORE_CODEC_RAW);
+	cr_assert_eq(chunk_ino(st, &hn), ino, "nothing was rewritten");
 	check_chunk(st, &hn, noise, len);
-	assert_shard_clean(st, &hn);
-
-	/* deleted before the recode: stays deleted */
 	cr_assert_eq(store_chunk_delete(st, &hn), 0);
+
+	/* deleted before the recode: stays deleted (compressible bytes, so deferred) */
+	for (size_t i = 0; i < len; i++)
+		noise[i] = (uint8_t)(i % 241 < 200 ? 'b' : i);
+	store_hash_buf(noise, len, &hn);
 	cr_assert_eq(store_chunk_put_hashed(st, noise, len, &hn, STORE_PUT_DEFER, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_DEFERRED);
 	cr_assert_eq(store_chunk_delete(st, &hn), 0);
 	cr_assert_eq(store_chunk_recode(st, &hn, &info), -ENOENT);
 	cr_assert_eq(store_chunk_path(st, &hn, path, sizeof(path)), 0);

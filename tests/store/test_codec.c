@@ -250,6 +250,43 @@ Test(codec, random_and_text_choices)
 	free(buf);
 }
 
+/* store_sample_compresses: 0 exactly where store_encode's sample gives up (it then stores RAW),
+ * 1 for float weights, optimizer moments and text. */
+Test(codec, sample_verdict_matches_the_encoder)
+{
+	size_t len = MiB, plen;
+	uint8_t *buf = tu_malloc(len);
+	void *p;
+	uint8_t codec;
+
+	for (int kind = 0; kind < 5; kind++) {
+		int want = kind != 3;
+
+		if (kind == 0)
+			fill_bf16(buf, len, 31);
+		else if (kind == 1)
+			fill_fp32(buf, len, 32);
+		else if (kind == 2)
+			fill_text(buf, len, 33);
+		else if (kind == 3)
+			tu_fill_random(buf, len, 34);
+		else
+			memset(buf, 0, len);
+		cr_assert_eq(store_sample_compresses(buf, len, 1), want, "kind %d", kind);
+		cr_assert_eq(store_encode(buf, len, 1, &p, &plen, &codec), 0);
+		cr_assert_eq(codec == STORE_CODEC_RAW, !want, "kind %d: codec %u", kind, codec);
+		free(p);
+	}
+	/* compressible only in the sample: 1, and store_encode's 3% rule still stores it RAW */
+	tu_fill_random(buf, len, 35);
+	memset(buf + len / 2 - 10000, 0, 20000);
+	cr_assert_eq(store_sample_compresses(buf, len, 1), 1);
+	cr_assert_eq(store_encode(buf, len, 1, &p, &plen, &codec), 0);
+	cr_assert_eq(codec, STORE_CODEC_RAW);
+	free(p);
+	free(buf);
+}
+
 /* store_encode_tls: the same payloads as store_encode, in one buffer of the thread reused from
  * call to call (so a payload is gone at the next call), RAW as the raw bytes themselves. */
 Test(codec, thread_buffer_encode_matches)
