@@ -93,8 +93,9 @@ struct codec_tls {
 	uint8_t *scratch; /* byte planes of a whole chunk */
 	size_t scratch_cap;
 	uint8_t *sample_dst; /* ZSTD_compressBound(SAMPLE_LEN) bytes */
-	uint8_t *out;        /* store_encode_tls's payloads */
-	size_t out_cap;
+	uint8_t *out;        /* STORE_DIRECT_ALIGN-aligned: STORE_HDR_LEN bytes of room for a
+			      * chunk file header, then store_encode_tls's payloads */
+	size_t out_cap;      /* bytes of payload out has room for */
 	uint8_t sample_planes[SAMPLE_LEN];
 };
 
@@ -588,14 +589,15 @@ static int encode_with(uint8_t codec, const void *raw, size_t len, int level, si
 	}
 	if (tls) {
 		if (t->out_cap < cap) {
-			uint8_t *n = realloc(t->out, cap ? cap : 1);
+			void *n; /* not realloc: the old payload is not needed */
 
-			if (!n)
+			if (posix_memalign(&n, STORE_DIRECT_ALIGN, STORE_HDR_LEN + cap) != 0)
 				return -ENOMEM;
+			free(t->out);
 			t->out = n;
 			t->out_cap = cap;
 		}
-		out = t->out;
+		out = t->out + STORE_HDR_LEN;
 	} else if (!(out = malloc(cap ? cap : 1))) {
 		return -ENOMEM;
 	}
@@ -611,6 +613,16 @@ static int encode_with(uint8_t codec, const void *raw, size_t len, int level, si
 	*ret_buf = out;
 	*ret_len = (size_t)r;
 	return 0;
+}
+
+uint8_t *store_encode_tls_head(const void *payload)
+{
+	struct codec_tls *t;
+
+	pthread_once(&tls_once, tls_key_init);
+	if (tls_key_err || !(t = pthread_getspecific(tls_key)) || !t->out)
+		return NULL;
+	return payload == t->out + STORE_HDR_LEN ? t->out : NULL;
 }
 
 size_t store_payload_bound(size_t raw_len)

@@ -96,6 +96,21 @@ size_t store_payload_bound(size_t raw_len);
 /* Size of the on-disk chunk file header (see store.h). */
 #define STORE_HDR_LEN 32u
 
+/* O_DIRECT offset/length/buffer alignment, bytes: a page covers every logical block size Linux
+ * block devices use (512..4096). */
+#define STORE_DIRECT_ALIGN 4096u
+
+/*
+ * store_encode_tls_head - where a chunk file's header goes in front of payload, when payload is
+ * this thread's latest non-RAW store_encode_tls payload: the encoder writes it STORE_HDR_LEN
+ * bytes into a STORE_DIRECT_ALIGN-aligned buffer of its own, so that header and payload can go
+ * to disk with O_DIRECT from there without a copy (store_chunk_write_file). Returns that
+ * aligned address (payload - STORE_HDR_LEN; its STORE_HDR_LEN bytes are the caller's to write
+ * until this thread's next store_encode_tls), or NULL for any other buffer (a RAW payload, the
+ * caller's bytes). Thread-safe: it looks at this thread's buffer only.
+ */
+uint8_t *store_encode_tls_head(const void *payload);
+
 
 /* ---- shared by chunkstore.c, chunkfile.c and chunkcache.c ---- */
 

@@ -312,11 +312,16 @@ Test(codec, thread_buffer_encode_matches)
 	cr_assert_eq(memcmp(out, bf, len), 0);
 	cr_assert_eq(store_encode_tls(fp, len, 1, &t2, &l2, &c2), 0);
 	cr_assert_eq(t2, t1, "the thread's buffer was not reused");
+	/* room for a chunk file header in front, the whole aligned for O_DIRECT */
+	cr_assert_eq(store_encode_tls_head(t2), (const uint8_t *)t2 - STORE_HDR_LEN);
+	cr_assert_eq((uintptr_t)store_encode_tls_head(t2) % STORE_DIRECT_ALIGN, 0);
+	cr_assert_null(store_encode_tls_head(fp));
 	cr_assert_eq(store_decode(c2, t2, l2, out, len), 0);
 	cr_assert_eq(memcmp(out, fp, len), 0);
 	cr_assert_eq(store_encode_tls(rnd, MiB, 1, &t1, &l1, &c1), 0);
 	cr_assert_eq(c1, STORE_CODEC_RAW);
 	cr_assert_eq(t1, (const void *)rnd, "a RAW payload is the raw bytes, not a copy");
+	cr_assert_null(store_encode_tls_head(t1));
 	cr_assert_eq(l1, MiB);
 	free(out);
 	free(rnd);
