@@ -22,7 +22,7 @@
 #include "store/store.h"
 #include "store/store_int.h"
 
-#define DIRECT_ALIGN STORE_DIRECT_ALIGN
+#define DIRECT_ALIGN STORE_DIRECT_ALIGN /* store_int.h */
 
 _Atomic int store_fault_write_errno;
 _Atomic int store_fault_direct_einval;

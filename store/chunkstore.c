@@ -516,12 +516,13 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
 	if (flags & STORE_PUT_DEFER) {
 		/* a chunk whose sample does not compress is stored RAW for good: the recode would
 		 * only write the same bytes again */
-		err = store_sample_compresses(buf, len, st->zstd_level);
-		if (err < 0)
-			return err;
+		int pays = store_sample_compresses(buf, len, st->zstd_level);
+
+		if (pays < 0)
+			return pays;
 		payload = buf;
 		payload_len = len;
-		codec = err ? STORE_CODEC_DEFERRED : STORE_CODEC_RAW;
+		codec = pays ? STORE_CODEC_DEFERRED : STORE_CODEC_RAW;
 	} else {
 		err = store_encode_tls(buf, len, st->zstd_level, &payload, &payload_len, &codec);
 		if (err)

@@ -14,8 +14,9 @@
  *
  * Deferred compression (-o defer_compress, wb_should_defer): while the workers are behind the
  * writer (WB_DEFER_QUEUE jobs per worker wait) and the disk takes a byte sooner than the
- * compressor does (store_defer_pays), a job stores its chunk raw (STORE_CODEC_DEFERRED), so the
- * step is durable at the speed of the disk rather than of zstd on the CPU the trainer leaves.
+ * compressor does (store_defer_pays), a job stores its chunk raw (STORE_CODEC_DEFERRED; RAW for
+ * good when its sample does not compress, store.h STORE_PUT_DEFER), so the step is durable at
+ * the speed of the disk rather than of zstd on the CPU the trainer leaves.
  * Once the pool has been idle WB_IDLE_LAZY_S, one worker compresses the deferred chunks the
  * index lists (pins_recode_idle, store_chunk_recode), yielding between chunks as soon as work
  * arrives. Why: with the CPUs shared with the trainer, a save becomes durable sooner when its
