@@ -489,8 +489,8 @@ static int choose_codec(struct codec_tls *t, const uint8_t *raw, size_t len, int
 	int best = STORE_CODEC_ZSTD;
 
 	*ret_mask = 0;
-	best_len = zstd_frame(t, t->sample_dst, ZSTD_compressBound(SAMPLE_LEN), s, slen, 0, level,
-			      false);
+	best_len =
+	    zstd_frame(t, t->sample_dst, ZSTD_compressBound(SAMPLE_LEN), s, slen, 0, level, false);
 	if (best_len <= 0)
 		return -EIO; /* cap is the bound: 0 cannot happen */
 	for (size_t i = 0; i < sizeof(planes); i++) {
