@@ -21,7 +21,7 @@
 
 /* ---- helpers ---- */
 
-static void mkhash(uint8_t h[IDX_HASH_LEN], uint32_t seed)
+static void steps_hash(uint8_t h[IDX_HASH_LEN], uint32_t seed)
 {
 	for (int i = 0; i < IDX_HASH_LEN; i++)
 		h[i] = (uint8_t)(seed * 13 + 7 * i + 1);
@@ -75,7 +75,7 @@ Test(flags, create_get_update, .init = setup_open_txn, .fini = teardown)
 	cr_assert_eq(b.flags, IDX_INODE_TORN | IDX_INODE_MALFORMED);
 
 	/* set_content leaves the flags alone */
-	mkhash(h, 1);
+	steps_hash(h, 1);
 	cr_assert_eq(idx_file_set_content(ix, ino, NULL, 0, 0, h, 9, NULL, NULL), 0);
 	cr_assert_eq(idx_inode_get(ix, ino, &b), 0);
 	cr_assert_eq(b.flags, IDX_INODE_TORN | IDX_INODE_MALFORMED);
@@ -479,7 +479,7 @@ Test(steps, figures_and_pins, .init = setup_open_txn, .fini = teardown)
 	struct idx_step s;
 	int64_t id = new_step(4, "checkpoint-500", 500, 0, 1);
 
-	mkhash(d, 77);
+	steps_hash(d, 77);
 	cr_assert_eq(idx_step_set_figures(ix, id, 12, 1ull << 40, (1ull << 39) + 5, d), 0);
 	cr_assert_eq(idx_step_get(ix, id, &s), 0);
 	cr_assert_eq(s.files, 12);
@@ -942,7 +942,7 @@ Test(check, step_dir_and_states, .init = setup_open_txn, .fini = teardown)
 	uint8_t h[IDX_HASH_LEN];
 	int64_t id = new_step(0, "step-1", 1, d, 1);
 
-	mkhash(h, 3);
+	steps_hash(h, 3);
 	cr_assert_eq(idx_file_set_content(ix, f, NULL, 0, 0, h, 2, NULL, NULL), 0);
 	cr_assert_eq(idx_step_set_state(ix, id, IDX_STEP_SEALED, 2, NULL), 0);
 	cr_assert_eq(idx_commit(ix), 0);
@@ -982,9 +982,9 @@ Test(chunks, is_bad, .init = setup_open_txn, .fini = teardown)
 	struct idx_extent e = { .offset = 0, .length = 8, .stored_size = 8, .codec = 0 };
 	uint8_t h[IDX_HASH_LEN], other[IDX_HASH_LEN];
 
-	mkhash(e.hash, 5);
-	mkhash(h, 6);
-	mkhash(other, 7);
+	steps_hash(e.hash, 5);
+	steps_hash(h, 6);
+	steps_hash(other, 7);
 	cr_assert_eq(idx_file_set_content(ix, f, &e, 1, 8, h, 2, NULL, NULL), 0);
 	cr_assert_eq(idx_chunk_is_bad(ix, e.hash), 0);
 	cr_assert_eq(idx_chunk_mark_bad(ix, e.hash), 0);
