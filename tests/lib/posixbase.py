@@ -13,8 +13,12 @@ works in a fresh directory named after the test, self.d, mode 0755 under umask 0
 FreshMountTestCase: a new mount per test (self.m), on a plain directory when the class sets
 plain = True.
 
+PosixCase: a MountedTestCase mounted allow_other, with assertChildErrno/assertChildOk for what
+a child process run as NOBODY got (test_posix.py, test_namespace.py).
+
 Helpers: ename (errno name), wfile/rfile (whole-file write and read), renameat2(2),
-new_mount/close_mount (start, and stop and remove, a mount or a plain directory).
+new_mount/close_mount (start, and stop and remove, a mount or a plain directory), read_fd_all,
+raw_readdir (readdir(3) with d_ino and d_type), libc.
 """
 
 import ctypes
@@ -29,7 +33,9 @@ PLAIN = os.environ.get('CKPTFS_POSIX_PLAIN') == '1'
 AT_FDCWD = -100
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 
-_libc = ctypes.CDLL(None, use_errno=True)
+NOBODY = 65534
+
+_libc = libc = ctypes.CDLL(None, use_errno=True)
 _libc.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                             ctypes.c_uint]
 
@@ -140,3 +146,72 @@ class FreshMountTestCase(unittest.TestCase):
 
     def p(self, *parts):
         return self.m.path(*parts)
+
+
+def read_fd_all(fd, bs=1 << 20):
+    """The whole file open at fd, read from offset 0 in bs-byte reads."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    out = []
+    while True:
+        b = os.read(fd, bs)
+        if not b:
+            return b''.join(out)
+        out.append(b)
+
+
+# -- raw readdir, for d_type -------------------------------------------------------------------
+
+class Dirent64(ctypes.Structure):
+    _fields_ = [('d_ino', ctypes.c_uint64), ('d_off', ctypes.c_int64),
+                ('d_reclen', ctypes.c_ushort), ('d_type', ctypes.c_ubyte),
+                ('d_name', ctypes.c_char * 256)]
+
+
+libc.opendir.restype = ctypes.c_void_p
+libc.opendir.argtypes = [ctypes.c_char_p]
+libc.readdir64.restype = ctypes.POINTER(Dirent64)
+libc.readdir64.argtypes = [ctypes.c_void_p]
+libc.closedir.argtypes = [ctypes.c_void_p]
+libc.telldir.restype = ctypes.c_long
+libc.telldir.argtypes = [ctypes.c_void_p]
+libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+libc.rewinddir.argtypes = [ctypes.c_void_p]
+DT_UNKNOWN, DT_DIR, DT_REG, DT_LNK = 0, 4, 8, 10
+
+
+def raw_readdir(path):
+    """[(name, d_ino, d_type)] from readdir(3), including . and .."""
+    d = libc.opendir(os.fsencode(path))
+    if not d:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+    res = []
+    try:
+        while True:
+            ctypes.set_errno(0)
+            ent = libc.readdir64(d)
+            if not ent:
+                e = ctypes.get_errno()
+                if e:
+                    raise OSError(e, os.strerror(e), path)
+                return res
+            ent = ent.contents
+            res.append((os.fsdecode(ent.d_name), ent.d_ino, ent.d_type))
+    finally:
+        libc.closedir(d)
+
+
+class PosixCase(MountedTestCase):
+    """A MountedTestCase mounted allow_other, with the checks of a child run as NOBODY."""
+    mount_opts = ('allow_other',)
+
+    def assertChildErrno(self, res, en, what):
+        self.assertEqual(res[0], 'err', '%s as uid %d: expected %s, but it succeeded (%r)' %
+                         (what, NOBODY, ename(en), res))
+        self.assertEqual(res[1], en, '%s as uid %d: expected %s, got %s' %
+                         (what, NOBODY, ename(en), ename(res[1])))
+
+    def assertChildOk(self, res, what):
+        self.assertEqual(res[0], 'ok', '%s as uid %d: expected success, got %s (%s)' %
+                         (what, NOBODY, ename(res[1]) if len(res) > 1 else '?', res))
+        return res[1]
