@@ -680,19 +680,52 @@ void store_set_fetch(struct store *st, store_fetch_fn fn, void *arg)
 	st->fetch_arg = arg;
 }
 
+/*
+ * The stored copy is sent as it is: its payload was encoded when the chunk was put, and a node
+ * that encoded it again at every upload spent most of its CPU there, beside the trainer and the
+ * remote's own server. Only a deferred copy (never tried for compression) is encoded here, and
+ * never goes out as STORE_CODEC_DEFERRED, which the daemons before it do not decode. The payload
+ * is checked against h before any byte of it goes (invariant 2): decoded into a pool buffer and
+ * hashed, as store_chunk_load does.
+ */
 int store_chunk_object(struct store *st, const struct store_hash *h, size_t len, int level,
 		       void **ret_obj, size_t *ret_len)
 {
-	uint8_t *raw = malloc(len ? len : 1);
-	ssize_t got;
-	int rc;
+	struct chunk_hdr hdr;
+	struct store_hash got;
+	uint8_t *file; /* this thread's (store_thread_buf), not freed here */
+	uint8_t *data = NULL, *obj;
+	uint32_t cap = 0;
+	int err;
 
-	if (!raw)
+	err = store_chunk_read_whole(st, h, STORE_RD_DIRECT, &hdr, &file);
+	if (err)
+		return err;
+	if (hdr.raw_size != len)
+		return -EIO;
+	if (store_codec_is_raw(hdr.codec)) {
+		store_hash_buf(file + STORE_HDR_LEN, len, &got);
+	} else {
+		if (!(data = buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap)))
+			return -ENOMEM;
+		err = store_decode_digested(hdr.codec, file + STORE_HDR_LEN, hdr.payload_size,
+					    data, hdr.raw_size);
+		if (err == 0)
+			store_hash_buf(data, hdr.raw_size, &got);
+		store_buf_put(st, data, cap);
+		if (err)
+			return err == -ENOMEM ? -ENOMEM : -EBADMSG;
+	}
+	if (memcmp(got.b, h->b, STORE_HASH_LEN))
+		return -EBADMSG;
+	if (hdr.codec == STORE_CODEC_DEFERRED)
+		return store_object_encode(file + STORE_HDR_LEN, len, level, ret_obj, ret_len);
+	if (!(obj = malloc(STORE_OBJECT_HEADER + (size_t)hdr.payload_size)))
 		return -ENOMEM;
-	got = store_chunk_pread(st, h, raw, len, 0);
-	rc = got < 0 ? (int)got : (size_t)got != len ? -EIO : 0;
-	if (rc == 0)
-		rc = store_object_encode(raw, len, level, ret_obj, ret_len);
-	free(raw);
-	return rc;
+	obj[0] = hdr.codec;
+	store_put_le32(obj + 1, hdr.raw_size);
+	memcpy(obj + STORE_OBJECT_HEADER, file + STORE_HDR_LEN, hdr.payload_size);
+	*ret_obj = obj;
+	*ret_len = STORE_OBJECT_HEADER + (size_t)hdr.payload_size;
+	return 0;
 }

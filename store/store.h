@@ -378,10 +378,14 @@ ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *bu
 
 /*
  * store_chunk_object - chunk h of this store (len raw bytes, its size) as a remote object
- * (store_object_encode at zstd level): what a node sends and what a repair puts back. Read as
- * store_chunk_pread reads it, so a damaged copy is never sent. *ret_obj: malloc'd, owned by the
- * caller (free(3)), *ret_len bytes. Returns 0, -EIO (shorter than len), or the -errno of
- * store_chunk_pread or store_object_encode. Thread-safe.
+ * (store_object_encode's form): what a node sends and what a repair puts back. The stored
+ * payload goes as it is, in its codec, without encoding it again; a copy stored deferred
+ * (STORE_CODEC_DEFERRED) is encoded at zstd level (1..19), so no object is ever DEFERRED. The
+ * chunk file is read (never fetched: a chunk missing here is -ENOENT) and its bytes checked
+ * against h first, so a damaged copy is never sent. *ret_obj: malloc'd, owned by the caller
+ * (free(3)), *ret_len bytes. Returns 0, -ENOENT (not stored here), -EIO (unreadable, malformed,
+ * or its raw size is not len), -EBADMSG (its bytes do not match h), -ENOMEM, or the -errno of
+ * store_object_encode. Thread-safe; uses this thread's STORE_TBUF_PAYLOAD buffer.
  */
 int store_chunk_object(struct store *st, const struct store_hash *h, size_t len, int level,
 		       void **ret_obj, size_t *ret_len);

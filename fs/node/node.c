@@ -34,7 +34,8 @@
 /* How often the node thread looks at the remote and the index, milliseconds. */
 #define NODE_TICK_MS 200
 
-/* zstd level of chunks sent to the remote (store_encode's level; 3 is zstd's default). */
+/* zstd level of a chunk stored here deferred (never compressed) when it is sent to the remote
+ * (store_chunk_object: every other chunk goes as it is stored); 3 is zstd's default. */
 #define NODE_ZSTD_LEVEL 3
 
 /* The longest a call made before the mount answers (node_prime) or by the presence renewal
@@ -427,8 +428,8 @@ static int write_remote_json(struct ckfs *fs, struct node *n);
 
 static int ask_repair(struct node *n, const char *hex, const char *why);
 
-/* Chunk h (raw length len) of the local store as a remote object (store_object_encode) into
- * *ret_body (malloc'd, the caller frees) and *ret_len. 0, or -errno of the read or encode. */
+/* Chunk h (raw length len) of the local store as a remote object (store_chunk_object: its stored
+ * payload) into *ret_body (malloc'd, the caller frees) and *ret_len. 0, or -errno of the read. */
 int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
 		      size_t *ret_len)
 {

@@ -241,8 +241,10 @@ bool node_gc_dooms(const struct node *n, int kind, int64_t step);
 
 /*
  * node_encode_chunk - chunk h (raw length len, bytes) of the local store as a remote object
- * (store_chunk_object) into *ret_body (owned: the caller frees it) and *ret_len (bytes).
- * Returns 0, or the -errno of the read (-ENOENT, -EIO, -EBADMSG) or the encode (-ENOMEM, -EIO);
+ * (store_chunk_object: the stored payload as it is) into *ret_body (owned: the caller frees
+ * it) and *ret_len (bytes).
+ * Returns 0, or the -errno of the read (-ENOENT, -EIO, -EBADMSG) or the encode of a chunk
+ * stored deferred (-ENOMEM, -EIO);
  * the out-parameters untouched on failure. Any thread.
  */
 int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,

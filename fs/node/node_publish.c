@@ -179,8 +179,8 @@ static void sent_add(struct node *n, const uint8_t *h)
 	}
 }
 
-/* Send every chunk manifest m names, on NODE_SENDERS threads (a HEAD, a local read, a zstd
- * encode and a PUT each, each waiting on something else); ahead: only those not sent ahead
+/* Send every chunk manifest m names, on NODE_SENDERS threads (a HEAD, a local read and check,
+ * and a PUT each, each waiting on something else); ahead: only those not sent ahead
  * yet, remembered once sent. Returns 0 or the first failure's -errno. */
 static int send_chunks(struct node *n, json_t *m, bool ahead)
 {
