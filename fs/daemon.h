@@ -81,12 +81,16 @@ struct lookup_ent {
  *   copy of the sets kept in the step engine would have the node thread take fs->mu to update
  *   it. Written under fs->mu (node_open, node_stop), called with fs->mu held; NULL: one node,
  *   every complete step counts.
+ * step_complete (steps -> node; node.c step_complete): a step became complete here
+ *   (steps_set_state), so the node thread publishes it now rather than at its next tick.
+ *   Wired and called as global_ok (under fs->mu); takes only node->mu, to wake the thread.
  */
 struct ckfs;
 struct ckfs_upcalls {
 	void (*on_commit)(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn);
 	void (*flush_inval)(struct ckfs *fs);
 	bool (*global_ok)(struct ckfs *fs, const struct idx_step *s);
+	void (*step_complete)(struct ckfs *fs);
 };
 
 /*

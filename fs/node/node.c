@@ -34,6 +34,15 @@
 /* How often the node thread looks at the remote and the index, milliseconds. */
 #define NODE_TICK_MS 200
 
+/* While the node may wait on another node (n->waiting: a save in progress here, whose seal may
+ * come from another node, or a step complete here and not global yet), how often it lists the
+ * remote and publishes, milliseconds: a quarter of a tick, so that one node's upload is followed
+ * by the next wave within tens of ms rather than a tick (a save's two waves in a row: the
+ * sealing node's part, then the others' sealed from it). At least NODE_POLL_SPAN times the last
+ * listing, so that the polls keep the remote listing a quarter of the time at most. */
+#define NODE_POLL_MS 50
+#define NODE_POLL_SPAN 3
+
 /* zstd level of a chunk stored here deferred (never compressed) when it is sent to the remote
  * (store_chunk_object: every other chunk goes as it is stored); 3 is zstd's default. */
 #define NODE_ZSTD_LEVEL 3
@@ -622,6 +631,13 @@ static void presence_leave(struct node *n)
 	json_decref(o);
 }
 
+/*
+ * The node thread. A whole tick every NODE_TICK_MS: the listing (every tick while busy, at an
+ * idle node's pace else), presence, repairs, sealing, publishing, showing, gc, the record. In
+ * between, while the node waits on another node (n->waiting), a poll every NODE_POLL_MS does
+ * only the listing, sealing, publishing and showing; a step complete here (step_complete)
+ * starts a pass at once.
+ */
 static void *node_main(void *arg)
 {
 	struct node *n = arg;
@@ -629,32 +645,39 @@ static void *node_main(void *arg)
 
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	while (!n->stop) {
+		n->kick = false;
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		/* a listing costs the remote's time for every manifest: every tick while this
 		 * node saves or waits for a step to become global, else every
 		 * NODE_IDLE_LIST_TICKS (another node's save this node writes nothing of, gc),
 		 * and idle never more than a tenth of the time (a job of many steps and nodes) */
-		int64_t t0 = ckpt_mono_ns();
+		int64_t t0 = ckpt_mono_ns(), listing = 0;
+		bool whole = t0 >= n->next_tick_ns;
 
-		if ((n->busy || (n->ticks % NODE_IDLE_LIST_TICKS == 0 && t0 >= n->next_idle_ns))) {
+		if (n->busy ||
+		    (whole && n->ticks % NODE_IDLE_LIST_TICKS == 0 && t0 >= n->next_idle_ns)) {
 			if ((rc = node_learn(n, NULL, false)) < 0) {
 				node_count_error(n, NODE_ERR_LIST);
 				node_set_error(n, "cannot read the remote's manifests: %s; retrying",
 					       strerror(-rc));
 			}
-			n->next_idle_ns = ckpt_mono_ns() + 9 * (ckpt_mono_ns() - t0);
+			listing = ckpt_mono_ns() - t0;
+			n->next_idle_ns = ckpt_mono_ns() + 9 * listing;
 		}
-		if (n->ticks++ % NODE_PRESENCE_TICKS == 0)
-			presence(n);
-		node_dirs_retry(n);
-		if (n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 1)
-			node_repair(n);
+		if (whole) {
+			if (n->ticks++ % NODE_PRESENCE_TICKS == 0)
+				presence(n);
+			node_dirs_retry(n);
+			if (n->busy || n->ticks % NODE_IDLE_LIST_TICKS == 1)
+				node_repair(n);
+		}
 		node_seal_from_remote(n);
 		node_publish(n);
 		node_show_global(n);
-		node_gc(n);
+		if (whole)
+			node_gc(n);
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		bool save = n->parts_changed && ckpt_mono_ns() >= n->next_record_ns;
+		bool save = whole && n->parts_changed && ckpt_mono_ns() >= n->next_record_ns;
 
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		if (save)
@@ -662,19 +685,37 @@ static void *node_main(void *arg)
 		if (save && (rc = write_remote_json(n->fs, n)) < 0)
 			node_set_error(n, "cannot record the remote's state in '" REMOTE_STORE_RECORD
 				       "': %s; a mount while the remote is away knows less", strerror(-rc));
-		ckpt_lock(&n->mu, CKPT_RANK_NODE);
-		if (!n->stop) {
-			struct timespec t;
+		int64_t poll = NODE_POLL_SPAN * listing, until;
 
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			t.tv_nsec += NODE_TICK_MS * 1000000L;
-			t.tv_sec += t.tv_nsec / 1000000000L;
-			t.tv_nsec %= 1000000000L;
+		if (whole) /* a tick's wait after a whole pass, however long it took */
+			n->next_tick_ns = ckpt_mono_ns() + NODE_TICK_MS * 1000000LL;
+		until = n->next_tick_ns;
+		if (poll < NODE_POLL_MS * 1000000LL)
+			poll = NODE_POLL_MS * 1000000LL;
+		if (n->waiting && ckpt_mono_ns() + poll < until)
+			until = ckpt_mono_ns() + poll;
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
+		if (!n->stop && !n->kick && until > ckpt_mono_ns()) {
+			struct timespec t = { .tv_sec = until / 1000000000LL,
+					      .tv_nsec = until % 1000000000LL };
+
 			ckpt_cond_wait(&n->cv, &n->mu, CKPT_RANK_NODE, &t);
 		}
 	}
 	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	return NULL;
+}
+
+/* fs->up.step_complete: a step became complete here, fs->mu held: wake the node thread, which
+ * publishes it at once (node_publish) rather than at its next tick. */
+static void step_complete(struct ckfs *fs)
+{
+	struct node *n = fs->node;
+
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
+	n->kick = true;
+	pthread_cond_signal(&n->cv);
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 }
 
 /* fs->up.global_ok: step is globally complete and its other nodes' files are in this node's
@@ -929,6 +970,7 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 	 * steps_init runs: none until node_prime has learnt the remote's manifests */
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	fs->up.global_ok = global_ok;
+	fs->up.step_complete = step_complete;
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	return 0;
 }
@@ -976,6 +1018,7 @@ void node_stop(struct ckfs *fs)
 	store_set_fetch(fs->st, NULL, NULL); /* a read after this finds the chunk missing */
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	fs->up.global_ok = NULL;
+	fs->up.step_complete = NULL;
 	fs->node = NULL;
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	node_free(n);

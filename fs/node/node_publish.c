@@ -545,6 +545,8 @@ void node_publish(struct node *n)
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	idx_step_foreach(fs->ix, pending_cb, &p);
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
+	bool failed = false;
+
 	n->busy = p.busy;
 	for (size_t i = 0; i < p.nw; i++)
 		withdraw(n, &p.w[i]);
@@ -586,9 +588,14 @@ void node_publish(struct node *n)
 		int rc = node_publish_part(n, s, m, sealed);
 
 		json_decref(m);
-		if (rc < 0)
+		if (rc < 0) {
+			failed = true;
 			break; /* a gc, or the remote is down: the next tick tries again */
+		}
 	}
+	/* busy, and this node's parts up (or going ahead): what comes next may be another
+	 * node's, its part or the seal of a step saved here */
+	n->waiting = p.busy && !failed && !node_blocked(n);
 	free(p.v);
 	free(p.w);
 }

@@ -341,6 +341,9 @@ int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *
 	if (rc == 0 && state == IDX_STEP_COMPLETE && s->state != IDX_STEP_COMPLETE &&
 	    !fs->steps.crash_recovery && s->created_ns > 0)
 		ckpt_hist_observe(&fs->steps.save_hist, now - s->created_ns);
+	if (rc == 0 && state == IDX_STEP_COMPLETE && s->state != IDX_STEP_COMPLETE &&
+	    fs->up.step_complete)
+		fs->up.step_complete(fs);
 	if (rc == 0) {
 		steps_report_state(fs, s, state, note);
 		ckpt_log("step '%s' (%s): %s -> %s%s%s", s->name, layout_name(s->kind),
