@@ -34,12 +34,13 @@
 /* How often the node thread looks at the remote and the index, milliseconds. */
 #define NODE_TICK_MS 200
 
-/* While the node may wait on another node (n->waiting: a save in progress here, whose seal may
- * come from another node, or a step complete here and not global yet), how often it lists the
- * remote and publishes, milliseconds: a quarter of a tick, so that one node's upload is followed
- * by the next wave within tens of ms rather than a tick (a save's two waves in a row: the
- * sealing node's part, then the others' sealed from it). At least NODE_POLL_SPAN times the last
- * listing, so that the polls keep the remote listing a quarter of the time at most. */
+/* While the node may wait on another node (n->waiting: a save here whose chunks all went
+ * ahead, its seal to come from another node, or a step complete here and not global yet), how
+ * often it lists the remote and publishes, milliseconds: a quarter of a tick, so that one
+ * node's upload is followed by the next wave within tens of ms rather than a tick (a save's two
+ * waves in a row: the sealing node's part, then the others' sealed from it). At least
+ * NODE_POLL_SPAN times the last listing, so that the polls keep the remote listing a quarter
+ * of the time at most. */
 #define NODE_POLL_MS 50
 #define NODE_POLL_SPAN 3
 

@@ -118,8 +118,9 @@ struct node {
 	uint64_t listed[2];   /* keys they gave; mu */
 	uint64_t last_listed; /* keys the last listing gave; mu */
 	bool busy;            /* node thread: a save here in progress or not global yet */
-	bool waiting;         /* node thread: busy and the last publish did not fail: another
-				 node's part or seal may come any moment (node_main polls) */
+	bool waiting;         /* node thread: busy, the last publish did not fail and nothing went
+				 ahead in the last pass: another node's part or seal may come
+				 any moment (node_main polls) */
 	bool kick;            /* a step became complete here: a pass now (step_complete); mu */
 	int64_t next_tick_ns; /* node thread: the next whole tick (ckpt_mono_ns) */
 	int64_t next_idle_ns; /* node thread: no idle listing before (ckpt_mono_ns) */

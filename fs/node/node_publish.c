@@ -181,8 +181,9 @@ static void sent_add(struct node *n, const uint8_t *h)
 
 /* Send every chunk manifest m names, on NODE_SENDERS threads (a HEAD, a local read and check,
  * and a PUT each, each waiting on something else); ahead: only those not sent ahead
- * yet, remembered once sent. Returns 0 or the first failure's -errno. */
-static int send_chunks(struct node *n, json_t *m, bool ahead)
+ * yet, remembered once sent. *ret_count (may be NULL): the chunks it looked at. Returns 0 or the
+ * first failure's -errno. */
+static int send_chunks(struct node *n, json_t *m, bool ahead, size_t *ret_count)
 {
 	struct send_job job = { .n = n };
 	struct store_hash h;
@@ -212,6 +213,8 @@ static int send_chunks(struct node *n, json_t *m, bool ahead)
 		if (store_hash_parse(json_string_value(json_array_get(job.ext[k], 2)), &h) == 0)
 			sent_add(n, h.b);
 	free(job.ext);
+	if (ret_count)
+		*ret_count = job.count;
 	return job.rc;
 }
 
@@ -223,7 +226,7 @@ static int send_chunks(struct node *n, json_t *m, bool ahead)
 static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began)
 {
 	char key[REMOTE_KEY_MAX + 1], *text;
-	int rc = send_chunks(n, m, false);
+	int rc = send_chunks(n, m, false, NULL);
 
 	if (rc < 0)
 		return rc;
@@ -518,11 +521,12 @@ int node_publish_part(struct node *n, const struct idx_step *s, json_t *m, bool 
  * the step completes: the upload runs beside the save, and once the step is complete its
  * publish finds its chunks there (a HEAD each) and puts only its manifest. A torn save leaves
  * chunks no manifest names, which `ckptctl remote gc` removes. No upload marker: a gc may
- * remove such a chunk meanwhile, and the publish then sends it again.
+ * remove such a chunk meanwhile, and the publish then sends it again. Returns whether it found
+ * chunks to send.
  */
-static void send_ahead(struct node *n, const struct idx_step *s)
+static bool send_ahead(struct node *n, const struct idx_step *s)
 {
-	size_t files = 0;
+	size_t files = 0, count = 0;
 	json_t *m;
 	int rc;
 
@@ -530,11 +534,12 @@ static void send_ahead(struct node *n, const struct idx_step *s)
 	m = node_manifest_json(n->fs, s, n->name, n->nodes, false, false, &files);
 	ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
 	if (!m)
-		return;
-	if (files && (rc = send_chunks(n, m, true)) < 0)
+		return false;
+	if (files && (rc = send_chunks(n, m, true, &count)) < 0)
 		ckpt_log("cannot send the chunks of step '%s' ahead of its completion: %s; they go "
 			 "with its publish", s->name, strerror(-rc));
 	json_decref(m);
+	return count > 0;
 }
 
 void node_publish(struct node *n)
@@ -545,13 +550,13 @@ void node_publish(struct node *n)
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	idx_step_foreach(fs->ix, pending_cb, &p);
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
-	bool failed = false;
+	bool failed = false, sending = false;
 
 	n->busy = p.busy;
 	for (size_t i = 0; i < p.nw; i++)
 		withdraw(n, &p.w[i]);
 	if (p.ahead.id && !node_blocked(n))
-		send_ahead(n, &p.ahead);
+		sending = send_ahead(n, &p.ahead);
 	for (size_t i = 0; i < p.nv && !node_blocked(n); i++) {
 		const struct idx_step *s = &p.v[i];
 		int64_t step = policy_node_step(s);
@@ -593,9 +598,10 @@ void node_publish(struct node *n)
 			break; /* a gc, or the remote is down: the next tick tries again */
 		}
 	}
-	/* busy, and this node's parts up (or going ahead): what comes next may be another
-	 * node's, its part or the seal of a step saved here */
-	n->waiting = p.busy && !failed && !node_blocked(n);
+	/* busy, and this node's parts up: what comes next may be another node's, its part or
+	 * the seal of a step saved here. Not while chunks still go ahead: a save is writing, and
+	 * a pass every poll would build its manifest under fs->mu as often, in the writers' way */
+	n->waiting = p.busy && !failed && !sending && !node_blocked(n);
 	free(p.v);
 	free(p.w);
 }
