@@ -299,10 +299,11 @@ void store_cache_drop(struct store *st, const struct store_hash *h)
  * Get chunk h's verified bytes, through the cache. On success *ret is an entry referenced for the
  * caller (release with cache_put); it may be unlinked (too large to cache). warm (a read-ahead,
  * store_chunk_warm): a chunk in the cache or being loaded returns -EALREADY at once, without
- * counting a hit or waiting. Returns 0, -EALREADY (warm only) or the errors of store_chunk_load.
+ * counting a hit or waiting. fetch: a chunk file missing here is fetched (store_chunk_load).
+ * Returns 0, -EALREADY (warm only) or the errors of store_chunk_load.
  */
 static int chunk_get(struct store *st, const struct store_hash *h, struct cache_ent **ret,
-		     bool warm)
+		     bool warm, bool fetch)
 {
 	struct cache_ent *e;
 	uint8_t *data;
@@ -348,7 +349,7 @@ static int chunk_get(struct store *st, const struct store_hash *h, struct cache_
 		st->loads++;
 	pthread_mutex_unlock(&st->cache_lock);
 
-	err = store_chunk_load(st, h, !warm, STORE_RD_DIRECT, &data, &size, &cap);
+	err = store_chunk_load(st, h, fetch, STORE_RD_DIRECT, &data, &size, &cap);
 	e = NULL;
 	if (!err && !(e = calloc(1, sizeof(*e)))) {
 		store_buf_put(st, data, cap);
@@ -382,7 +383,7 @@ ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *bu
 	size_t n;
 	int err;
 
-	err = chunk_get(st, h, &e, false);
+	err = chunk_get(st, h, &e, false, true);
 	if (err)
 		return err;
 	n = 0;
@@ -400,7 +401,7 @@ int store_chunk_hold(struct store *st, const struct store_hash *h, const uint8_t
 		     size_t *ret_size, struct store_hold **ret_hold)
 {
 	struct cache_ent *e;
-	int err = chunk_get(st, h, &e, false);
+	int err = chunk_get(st, h, &e, false, true);
 
 	if (err)
 		return err;
@@ -415,10 +416,10 @@ size_t store_cache_bytes(const struct store *st)
 	return st->cache_cap; /* fixed at store_open */
 }
 
-int store_chunk_warm(struct store *st, const struct store_hash *h)
+int store_chunk_warm(struct store *st, const struct store_hash *h, bool fetch)
 {
 	struct cache_ent *e;
-	int err = chunk_get(st, h, &e, true);
+	int err = chunk_get(st, h, &e, true, fetch);
 
 	if (err == -EALREADY)
 		return 0;

@@ -307,6 +307,18 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
 			   struct store_chunk_info *ret);
 
 /*
+ * store_chunk_put_object - store chunk h from its remote object (store_object_encode's form,
+ * len bytes at obj, as a node sent it), its payload as it is, in its codec, without encoding it
+ * again; a sound copy already stored is left as it is. The object is decoded and its bytes
+ * checked against h first, so nothing else is ever stored under h. Not durable until the next
+ * store_sync, like a put. Returns 0 (*ret filled), -EBADMSG (the object is malformed, does not
+ * decode, or its bytes are not h's: nothing stored), -EROFS, -ENOMEM, or the -errno of the
+ * write (-ENOSPC, -EIO, ...). Thread-safe; uses this thread's STORE_TBUF_WRITE buffer.
+ */
+int store_chunk_put_object(struct store *st, const void *obj, size_t len,
+			   const struct store_hash *h, struct store_chunk_info *ret);
+
+/*
  * store_defer_pays - whether a worker that must keep up with a writer gets a chunk stored
  * sooner by putting it raw (STORE_PUT_DEFER) than by compressing it first: from moving
  * averages of the recent puts' wall time (weight 1/8 per put), true when the time to encode a
@@ -417,14 +429,17 @@ size_t store_cache_bytes(const struct store *st);
  * store_chunk_warm - read-ahead: load, decode and re-hash chunk h into the cache, as
  * store_chunk_hold does, unless it is there already or another thread is loading it (then return
  * at once). Holds nothing afterwards; the entry may be evicted before anyone reads it. A chunk
- * larger than the cache is loaded and dropped. Only a chunk file already here is loaded: a
- * missing one is not fetched (store_set_fetch), since by the time a read-ahead runs its file may
- * have dropped the chunk, and a fetch would then leave a chunk file nothing references.
+ * larger than the cache is loaded and dropped. A chunk file missing here is fetched
+ * (store_set_fetch) only when fetch is true: by the time a read-ahead runs, its file may have
+ * dropped the chunk, and the fetch then leaves a chunk file nothing references (kept until a
+ * sweep); a caller passes true for files no writer here changes (another node's files, whose
+ * every read would fetch the same chunks one at a time).
  * Returns 0 (in the cache, being loaded, or loaded now), -ENOENT, -EBADMSG, -EIO or -ENOMEM as
- * store_chunk_pread: the caller may ignore them, the reader that needs the chunk meets the same
- * error and reports it. Thread-safe; blocks for the chunk file's read and decode.
+ * store_chunk_pread, or the fetch function's error: the caller may ignore them, the reader that
+ * needs the chunk meets the same error and reports it. Thread-safe; blocks for the chunk file's
+ * read and decode, and the fetch.
  */
-int store_chunk_warm(struct store *st, const struct store_hash *h);
+int store_chunk_warm(struct store *st, const struct store_hash *h, bool fetch);
 
 /*
  * store_cache_figures - what the read cache has done since store_open: *ret_hits reads of a

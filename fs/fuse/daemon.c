@@ -764,7 +764,9 @@ static void start_threads(struct ckfs *fs, size_t wbuf, unsigned nworkers)
 	if ((rc = wb_start(fs, wbuf, nworkers)) < 0)
 		ckpt_log("cannot start the write-back workers: %s; chunks are stored "
 			"by the writing requests\n", strerror(-rc));
-	if ((rc = ra_start(fs, fs->fuse.ra.window, RA_THREADS)) < 0)
+	/* a node fetches the chunks it lacks from the remote: a load then waits on a request, not
+	 * on a CPU, and more of them in flight keep a cold reader fed */
+	if ((rc = ra_start(fs, fs->fuse.ra.window, fs->node ? RA_THREADS_REMOTE : RA_THREADS)) < 0)
 		ckpt_log("cannot start the read-ahead threads: %s; each reader loads its "
 			"own chunks\n", strerror(-rc));
 	if ((rc = cq_start(fs)) < 0)

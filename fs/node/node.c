@@ -446,14 +446,13 @@ int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, vo
 	return store_chunk_object(n->fs->st, h, len, NODE_ZSTD_LEVEL, ret_body, ret_len);
 }
 
-/* store_fetch_fn: chunk h from the remote, checked against h, into the local store. */
+/* store_fetch_fn: chunk h from the remote, checked against h, into the local store as it was
+ * encoded by the node that sent it (store_chunk_put_object). */
 static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 {
 	struct node *n = arg;
 	char hex[2 * STORE_HASH_LEN + 1], key[80];
 	struct store_chunk_info info;
-	uint8_t *raw = NULL;
-	uint32_t rawlen = 0;
 	size_t len;
 	void *buf;
 	int rc;
@@ -466,19 +465,17 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 		node_count_error(n, NODE_ERR_FETCH);
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
-	rc = store_object_decode(buf, len, h, &raw, &rawlen);
+	rc = store_chunk_put_object(st, buf, len, h, &info);
 	free(buf);
-	if (rc == -EBADMSG || rc == -EIO) /* the remote's copy is damaged, not this step */
-		return ask_repair(n, hex, rc == -EBADMSG ? "digest mismatch" : "does not decode");
-	if (rc == 0)
-		rc = store_chunk_put_hashed(st, raw, rawlen, h, 0, &info);
+	if (rc == -EBADMSG) /* the remote's copy is damaged, not this step */
+		return ask_repair(n, hex, "does not decode to its digest");
 	if (rc == 0) {
 		n->chunks_fetched++;
 		n->bytes_fetched += len;
 	} else {
-		ckpt_log("chunk '%s' from the remote is unusable: %s", hex, strerror(-rc));
+		ckpt_log("chunk '%s' from the remote cannot be stored here: %s", hex,
+			 strerror(-rc));
 	}
-	free(raw);
 	return rc < 0 ? rc : 0;
 }
 

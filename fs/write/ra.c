@@ -6,7 +6,8 @@
  * daemon reads a chunk file, decodes it and re-hashes it while the reader waits, then the next.
  * Here threads of their own load the chunks that follow into the chunk cache
  * (store_chunk_warm) while the replies of the current one go out, so the disk, zstd and the
- * replies overlap.
+ * replies overlap. On a node of a job (-o remote) they fetch the chunks of other nodes' files
+ * from the remote the same way, several requests in flight ahead of the reader.
  *
  * A read is sequential when it starts within RA_SLACK of where the file's previous read ended
  * (the kernel's read-ahead requests of one window arrive out of order on several threads). Each
@@ -56,6 +57,8 @@ struct ra_pool {
 	bool stop;
 	uint64_t window;         /* -o readahead_mb, bytes */
 	uint64_t half_cache;     /* half the chunk cache, bytes */
+	bool fetch;              /* a node of a job (fs->node): chunks missing here are another
+				  * node's, fetched ahead too (store_chunk_warm) */
 	struct {
 		uint64_t ino;
 		int64_t at_ns;
@@ -87,7 +90,7 @@ static void *ra_main(void *arg)
 		p->head = (p->head + 1) % RA_QUEUE;
 		p->n--;
 		ckpt_unlock(&p->mu, CKPT_RANK_RA);
-		(void)store_chunk_warm(p->fs->st, &h); /* errors: invariant 2 */
+		(void)store_chunk_warm(p->fs->st, &h, p->fetch); /* errors: invariant 2 */
 		ckpt_lock(&p->mu, CKPT_RANK_RA);
 	}
 	ckpt_unlock(&p->mu, CKPT_RANK_RA);
@@ -109,6 +112,7 @@ int ra_start(struct ckfs *fs, uint64_t window, unsigned nthreads)
 	p->fs = fs;
 	p->window = window;
 	p->half_cache = store_cache_bytes(fs->st) / 2;
+	p->fetch = fs->node != NULL;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	if ((rc = ckpt_workers_start(&p->w, nthreads, ra_main, p)) < 0) {

@@ -358,6 +358,8 @@ void space_release(struct ckfs *fs, uint64_t n);
 #define RA_DEFAULT_MB 16
 #define RA_MAX_MB 1024
 #define RA_THREADS 2
+/* the threads on a node of a job (-o remote), whose loads fetch from the remote: ra_start's cap */
+#define RA_THREADS_REMOTE 4
 
 /*
  * ra_start - start nthreads (1..4, capped) threads loading the chunks ahead of sequential readers

@@ -503,12 +503,12 @@ Test(chunkcache, warm_loads_once_for_the_reader)
 	tu_fill_random(b, len, 42);
 	h = put_ok(st, a, len, false);
 	hb = put_ok(st, b, len, false);
-	cr_assert_eq(store_chunk_warm(st, &h), 0);
+	cr_assert_eq(store_chunk_warm(st, &h, false), 0);
 	store_cache_figures(st, &hits, &loads, &warmed, &rec);
 	cr_assert(hits == 0 && loads == 0 && warmed == 1,
 		  "after a warm: hits %" PRIu64 " loads %" PRIu64 " warmed %" PRIu64, hits, loads,
 		  warmed);
-	cr_assert_eq(store_chunk_warm(st, &h), 0, "a cached chunk warms as a no-op");
+	cr_assert_eq(store_chunk_warm(st, &h, false), 0, "a cached chunk warms as a no-op");
 	check_chunk(st, &h, a, len);
 	store_cache_figures(st, &hits, &loads, &warmed, &rec);
 	cr_assert(hits >= 1 && loads == 0 && warmed == 1, /* check_chunk reads in pieces */
@@ -516,11 +516,11 @@ Test(chunkcache, warm_loads_once_for_the_reader)
 		  hits, loads, warmed);
 
 	flip_byte(st, &hb, 32 + 1000);
-	cr_assert_eq(store_chunk_warm(st, &hb), -EBADMSG);
+	cr_assert_eq(store_chunk_warm(st, &hb, false), -EBADMSG);
 	cr_assert_eq(store_chunk_pread(st, &hb, b, 16, 0), -EBADMSG,
 		     "a failed warm cached nothing");
 	memset(missing.b, 0x5a, sizeof(missing.b));
-	cr_assert_eq(store_chunk_warm(st, &missing), -ENOENT);
+	cr_assert_eq(store_chunk_warm(st, &missing, false), -ENOENT);
 	store_close(st);
 	free(a);
 	free(b);

@@ -812,3 +812,89 @@ Test(chunkstore, object_is_the_stored_payload)
 	store_close(st);
 	free(buf);
 }
+
+/* store_chunk_put_object stores a fetched object's payload as it came (here encoded at level 19,
+ * the store's own level being 1), readable and checked like any chunk; an object whose bytes are
+ * not h's, or that does not decode, stores nothing; a second put finds the copy there. */
+Test(chunkstore, put_object_keeps_the_senders_encoding)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 512 * KiB, flen, olen;
+	uint8_t *buf = tu_malloc(len), *file;
+	struct store_chunk_info info;
+	struct store_hash h, other;
+	char path[512];
+	void *obj;
+
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i % 251 < 200 ? 'a' : i * 7);
+	store_hash_buf(buf, len, &h);
+	store_hash_buf("x", 1, &other);
+	cr_assert_eq(store_object_encode(buf, len, 19, &obj, &olen), 0);
+
+	cr_assert_eq(store_chunk_put_object(st, obj, olen, &other, &info), -EBADMSG);
+	cr_assert_eq(store_chunk_put_object(st, obj, olen - 1, &h, &info), -EBADMSG);
+	cr_assert_eq(store_chunk_put_object(st, obj, 3, &h, &info), -EBADMSG);
+	cr_assert_eq(count_in_shards(""), 0, "nothing stored");
+
+	cr_assert_eq(store_chunk_put_object(st, obj, olen, &h, &info), 0);
+	cr_assert_not(info.existed);
+	cr_assert_eq(info.raw_size, len);
+	file = chunk_file(st, &h, &flen);
+	cr_assert_eq(flen - STORE_HDR_LEN, olen - STORE_OBJECT_HEADER);
+	cr_assert_eq(file[4], ((uint8_t *)obj)[0]);
+	cr_assert(memcmp(file + STORE_HDR_LEN, (uint8_t *)obj + STORE_OBJECT_HEADER,
+			 flen - STORE_HDR_LEN) == 0, "the sender's payload, not encoded again");
+	free(file);
+	check_chunk(st, &h, buf, len);
+	cr_assert_eq(store_chunk_verify(st, &h), 0);
+	cr_assert_eq(store_chunk_put_object(st, obj, olen, &h, &info), 0);
+	cr_assert(info.existed);
+	store_close(st);
+
+	st = open_store(0, true);
+	cr_assert_eq(store_chunk_put_object(st, obj, olen, &other, &info), -EROFS);
+	cr_assert_eq(store_chunk_path(st, &h, path, sizeof(path)), 0);
+	store_close(st);
+	free(obj);
+	free(buf);
+}
+
+/* A fetch function for warm_fetches_only_when_asked: puts the bytes at arg as the chunk. */
+static int fetch_calls;
+
+static int fetch_from(struct store *st, const struct store_hash *h, void *arg)
+{
+	struct store_chunk_info info;
+
+	fetch_calls++;
+	return store_chunk_put_hashed(st, arg, 300 * KiB, h, 0, &info);
+}
+
+/* store_chunk_warm fetches a chunk missing here only when the caller says so (read-ahead on a
+ * node of a job, fs/write/ra.c), and then the reader's read is a cache hit. */
+Test(chunkstore, warm_fetches_only_when_asked)
+{
+	struct store *st = open_store(64 * MiB, false);
+	size_t len = 300 * KiB;
+	uint8_t *a = tu_malloc(len);
+	uint64_t hits, loads, rec, warmed;
+	struct store_hash h;
+
+	tu_fill_random(a, len, 43);
+	store_hash_buf(a, len, &h);
+	store_set_fetch(st, fetch_from, a);
+	fetch_calls = 0;
+	cr_assert_eq(store_chunk_warm(st, &h, false), -ENOENT);
+	cr_assert_eq(fetch_calls, 0);
+	cr_assert_eq(store_chunk_warm(st, &h, true), 0);
+	cr_assert_eq(fetch_calls, 1);
+	check_chunk(st, &h, a, len);
+	store_cache_figures(st, &hits, &loads, &warmed, &rec);
+	cr_assert(hits >= 1 && loads == 0 && warmed == 2, /* the failed warm counts too */
+		  "hits %" PRIu64 " loads %" PRIu64 " warmed %" PRIu64, hits, loads, warmed);
+	cr_assert_eq(fetch_calls, 1, "the reader fetched nothing");
+	store_set_fetch(st, NULL, NULL);
+	store_close(st);
+	free(a);
+}
