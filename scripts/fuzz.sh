@@ -25,7 +25,8 @@ cflags=(-std=gnu11 -g -O1 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I"$top"
 
 sources() {
 	case $1 in
-	layout) echo tests/fuzz/fuzz_layout.c fs/policy/layout.c "$(pkg-config --libs jansson)" ;;
+	# the sources of tests/fuzz/meson.build's replay_layout
+	layout) echo tests/fuzz/fuzz_layout.c fs/policy/layout.c fs/policy/layout_mf1.c "$(pkg-config --libs jansson)" ;;
 	validate) echo tests/fuzz/fuzz_validate.c fs/policy/validate.c "$(pkg-config --libs jansson)" ;;
 	# every source of the store library (store/meson.build lists the same files)
 	chunk) echo tests/fuzz/fuzz_chunk.c store/*.c "$(pkg-config --libs libxxhash libzstd)" -lpthread ;;
