@@ -440,6 +440,8 @@ static int ask_repair(struct node *n, const char *hex, const char *why);
 
 /* Chunk h (raw length len) of the local store as a remote object (store_chunk_object: its stored
  * payload) into *ret_body (malloc'd, the caller frees) and *ret_len. 0, or -errno of the read. */
+const struct remote_call node_chunk_call = { .self_checked = true };
+
 int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, void **ret_body,
 		      size_t *ret_len)
 {
@@ -525,7 +527,7 @@ static void node_repair(struct node *n)
 		    node_encode_chunk(n, &h, info.raw_size, &body, &blen) < 0)
 			continue; /* not here, or not sound here either */
 		snprintf(key, sizeof(key), "chunks/%s", hex);
-		rc = remote_put(n->r, key, body, blen);
+		rc = remote_put_with(n->r, key, body, blen, &node_chunk_call);
 		free(body);
 		if (rc == 0)
 			rc = remote_delete(n->r, c.keys[i].key);

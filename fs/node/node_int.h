@@ -244,6 +244,10 @@ bool node_blocked(const struct node *n);
  * with keep_checkpoint_max set; false without. n->mu held. */
 bool node_gc_dooms(const struct node *n, int kind, int64_t step);
 
+/* node_chunk_call - the call of every chunk object's put: its readers check it against its
+ * digest (remote_call.self_checked). Read-only. */
+extern const struct remote_call node_chunk_call;
+
 /*
  * node_encode_chunk - chunk h (raw length len, bytes) of the local store as a remote object
  * (store_chunk_object: the stored payload as it is) into *ret_body (owned: the caller frees

@@ -49,7 +49,7 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 		return rc == -ENOENT ? -EBADMSG : rc;
 	if ((rc = node_encode_chunk(n, &h, len, &body, &blen)) < 0)
 		return rc;
-	rc = remote_put_if_absent(n->r, key, body, blen);
+	rc = remote_put_if_absent_with(n->r, key, body, blen, &node_chunk_call);
 	free(body);
 	if (rc == -EEXIST)
 		rc = 0; /* a replica on another node sent the same bytes first */

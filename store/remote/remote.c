@@ -44,6 +44,7 @@ int remote_lim_init(struct remote_lim *lim, const struct remote_call *call)
 	if (lim->errlen)
 		lim->err[0] = '\0';
 	lim->max_len = call->max_len ? call->max_len : REMOTE_GET_MAX;
+	lim->self_checked = call->self_checked;
 	lim->deadline_ms = call->deadline_ms > 0 ? call->deadline_ms : 0;
 	lim->deadline_ns = 0;
 	if (lim->deadline_ms)

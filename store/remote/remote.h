@@ -119,6 +119,17 @@ struct remote_call {
 	 * (NUL-terminated, truncated to errlen), unspecified on success; NULL when errlen is 0. */
 	char *err;
 	size_t errlen;
+	/*
+	 * Puts only: every reader of the object checks its bytes against a digest of its own (a
+	 * chunk, named by its XXH3-128). S3 then signs the request without the payload's SHA-256
+	 * (x-amz-content-sha256: UNSIGNED-PAYLOAD, AWS's "Signature Calculations for the
+	 * Authorization Header", also accepted by Ceph RGW), which spares a SHA-256 pass over
+	 * every byte on both ends, but only when the endpoint is https:// or this machine's
+	 * loopback (remote_endpoint_plaintext false): there TLS or the host keeps the body as it was
+	 * sent. Over plain http:// to another host the hash is kept, since XXH3 detects damage but
+	 * not a body altered on purpose. The directory backend ignores it.
+	 */
+	bool self_checked;
 };
 
 /*

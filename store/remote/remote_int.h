@@ -18,6 +18,7 @@ struct remote_lim {
 	size_t max_len;       /* bytes, >= 1 */
 	char *err;            /* errlen bytes for the failure's message, or NULL (errlen 0) */
 	size_t errlen;
+	bool self_checked;    /* remote_call.self_checked */
 };
 
 /* One backend's operations; arguments already validated by remote.c. */

@@ -64,7 +64,8 @@ static bool same_bytes(struct remote_s3 *s, const char *key, const void *buf, si
 static int put_single(struct remote_s3 *s, const char *key, const void *buf, size_t len,
 		      bool if_absent, const struct remote_lim *lim)
 {
-	struct s3_req req = { .method = "PUT", .key = key, .body = buf, .body_len = len };
+	struct s3_req req = { .method = "PUT", .key = key, .body = buf, .body_len = len,
+			      .unsigned_payload = lim->self_checked && !s->plaintext };
 	struct s3_resp resp = { 0 };
 	int rc = -EIO, i;
 
@@ -111,7 +112,8 @@ static int mpu_part(struct remote_s3 *s, const char *key, const char *qid, unsig
 {
 	char query[1200];
 	struct s3_req req = { .method = "PUT", .key = key, .query = query, .body = p,
-			      .body_len = plen };
+			      .body_len = plen,
+			      .unsigned_payload = lim->self_checked && !s->plaintext };
 	struct s3_resp resp = { 0 };
 	size_t xl = strlen(xml);
 	int rc;
@@ -421,6 +423,8 @@ static int s3_fill(struct remote_s3 *s, const struct s3_conf *c, const struct re
 	while (elen > 0 && c->endpoint[elen - 1] == '/')
 		elen--;
 	rc = dup_fmt(&s->endpoint, "%.*s", (int)elen, c->endpoint);
+	if (rc == 0)
+		s->plaintext = remote_endpoint_plaintext(s->endpoint);
 	if (rc == 0)
 		rc = dup_fmt(&s->region, "%s", c->region);
 	if (rc == 0)

@@ -8,7 +8,10 @@
  *   - every header in CURLOPT_HTTPHEADER is signed, so an empty "Expect:" (which libcurl then
  *     does not send) breaks the signature: none is ever added;
  *   - RGW requires x-amz-content-sha256: the hex SHA-256 of the payload is added here (so the
- *     server also checks the bytes it stores).
+ *     server also checks the bytes it stores), or UNSIGNED-PAYLOAD for a request that asks for
+ *     it (s3_req.unsigned_payload); libcurl's SigV4 takes the header's value as the payload
+ *     hash of the canonical request (lib/http_aws_sigv4.c, curl 7.88: an x-amz-content-sha256
+ *     header given is used, not computed).
  * Invariants:
  *   1. One easy handle per s3_perform call, never shared between threads; the CURLSH they share
  *      (DNS and connection caches) is locked by the share_mu mutexes (leaf locks).
@@ -331,7 +334,9 @@ static int set_auth(struct call *c)
 	char line[128], hex[65];
 	int i;
 
-	if (sha256_hex(req->body, req->body_len, hex) < 0)
+	if (req->unsigned_payload)
+		snprintf(hex, sizeof(hex), "UNSIGNED-PAYLOAD");
+	else if (sha256_hex(req->body, req->body_len, hex) < 0)
 		return -ENOMEM;
 	snprintf(line, sizeof(line), "x-amz-content-sha256: %s", hex);
 	hdrs = curl_slist_append(NULL, line);

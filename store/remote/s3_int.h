@@ -35,6 +35,7 @@ struct remote_s3 {
 	char *bucket;
 	char *prefix;     /* "" or "p/q/" (with the trailing '/') */
 	char *sigv4;      /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4 */
+	bool plaintext;   /* remote_endpoint_plaintext(endpoint) */
 	pthread_mutex_t creds_mu; /* guards the pointer creds only; a leaf lock */
 	struct s3_creds *creds;   /* in use; creds_mu */
 	bool creds_fixed; /* remote_opts gave them: nothing to read again */
@@ -67,6 +68,8 @@ struct s3_req {
 	const void *body;   /* PUT/POST payload, body_len bytes */
 	size_t body_len;
 	const char *hdr[3]; /* extra request headers ("If-None-Match: *", "Range: ..."), or NULL */
+	bool unsigned_payload; /* sign x-amz-content-sha256: UNSIGNED-PAYLOAD (remote_call's
+				* self_checked, on an endpoint that is not plaintext) */
 };
 
 /* What came back. */

@@ -49,6 +49,7 @@ static struct fault_srv {
 	char reject_code[64];          /* mu */
 	char last_key[64];             /* the access key of the last request; mu */
 	char last_method[16];          /* mu */
+	char last_sha[80];             /* the last request's x-amz-content-sha256; mu */
 	int parked[FAULT_PARKED_MAX];  /* connections never answered: closed at fault_stop */
 	int nparked;
 } srv;
@@ -140,7 +141,7 @@ static bool read_request(int fd, char *req, size_t cap)
 
 static void serve(int fd)
 {
-	char req[16384], key[64] = "", method[16] = "", *cred;
+	char req[16384], key[64] = "", method[16] = "", sha[80] = "", *cred, *sh;
 	bool reject;
 
 	if (!read_request(fd, req, sizeof(req))) {
@@ -152,7 +153,11 @@ static void serve(int fd)
 	cred = strstr(req, "Credential=");
 	if (cred)
 		sscanf(cred + 11, "%63[^/]", key);
+	sh = strcasestr(req, "\r\nx-amz-content-sha256:");
+	if (sh)
+		sscanf(sh + 24, " %79[^\r]", sha);
 	pthread_mutex_lock(&srv.mu);
+	snprintf(srv.last_sha, sizeof(srv.last_sha), "%s", sha);
 	snprintf(srv.last_key, sizeof(srv.last_key), "%s", key);
 	snprintf(srv.last_method, sizeof(srv.last_method), "%s", method);
 	reject = srv.reject_key[0] && strcmp(key, srv.reject_key) == 0;
@@ -558,6 +563,54 @@ Test(remote_fault, endpoint_plaintext)
 	for (size_t i = 0; i < sizeof(not_plain) / sizeof(*not_plain); i++)
 		cr_expect(!remote_endpoint_plaintext(not_plain[i]), "%s is not",
 			  not_plain[i] ? not_plain[i] : "NULL");
+}
+
+static void expect_last_sha(const char *want, const char *why)
+{
+	pthread_mutex_lock(&srv.mu);
+	cr_expect_str_eq(srv.last_sha, want, "x-amz-content-sha256 %s", why);
+	pthread_mutex_unlock(&srv.mu);
+}
+
+/*
+ * A put whose readers check the object themselves (remote_call.self_checked: chunks) is signed
+ * without hashing its body on loopback, and keeps the body's SHA-256 on plain http:// to
+ * another host, reached here through the fault server acting as libcurl's HTTP proxy (the
+ * request is the same; only the endpoint's name differs). An ordinary put always hashes.
+ */
+Test(remote_fault, self_checked_puts_unsigned_unless_plaintext)
+{
+	/* sha256("hello"), sha256sum(1) */
+	static const char hello_sha[] =
+		"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+	const struct remote_call chunk = { .self_checked = true };
+	struct remote_opts o = { .access_key = "AKIDTEST", .secret_key = "secret",
+				 .endpoint = "http://10.1.2.3:7480", .region = "us-east-1" };
+	struct remote *r = open_fault(NULL);
+	char proxy[64], err[512];
+	int before;
+
+	cr_assert_eq(remote_put_with(r, "chunks/ab", "hello", 5, &chunk), 0);
+	expect_last_sha("UNSIGNED-PAYLOAD", "of a chunk put on loopback");
+	cr_assert_eq(remote_put_if_absent_with(r, "chunks/cd", "hello", 5, &chunk), 0);
+	expect_last_sha("UNSIGNED-PAYLOAD", "of a chunk put_if_absent on loopback");
+	cr_assert_eq(remote_put(r, "manifests/x", "hello", 5), 0);
+	expect_last_sha(hello_sha, "of an ordinary put");
+	remote_close(r);
+
+	snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%d", srv.port);
+	setenv("http_proxy", proxy, 1);
+	unsetenv("no_proxy");
+	unsetenv("NO_PROXY");
+	r = NULL;
+	cr_assert_eq(remote_open("s3://ckpt-test", &o, &r, err, sizeof(err)), 0, "%s", err);
+	cr_assert(remote_endpoint_plaintext(remote_endpoint(r)));
+	before = atomic_load(&srv.requests);
+	cr_assert_eq(remote_put_with(r, "chunks/ab", "hello", 5, &chunk), 0);
+	cr_assert_eq(atomic_load(&srv.requests), before + 1, "the put went through the proxy");
+	expect_last_sha(hello_sha, "of a chunk put on plain http:// to another host");
+	remote_close(r);
+	unsetenv("http_proxy");
 }
 
 /*
