@@ -9,6 +9,8 @@
   cold resume a node on an empty STORE reading every file of the step (chunks fetched from the
               bucket, verified, cached) against reading the same bytes from the local disk
               (files in a plain directory, page cache dropped before the read)
+  cpu         the CPU time the two daemons (per GiB written) and radosgw (per GiB sent) used
+              from the first write to global (on a machine of few cores, it bounds the upload)
   bucket      bytes in the bucket under the job's prefix against the bytes written: the
               data-parallel replicas' identical model shards are stored once
 
@@ -105,6 +107,13 @@ def bucket_bytes(m):
     return json.loads(r.stdout)['chunk_bytes']
 
 
+def cpu_s(pid):
+    """CPU seconds (user + system) process pid has used so far, from /proc/PID/stat."""
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--mib-per-rank', type=int, default=64)
@@ -125,6 +134,10 @@ def main():
             m.start()
             mounts.append(m)
         a_, b_ = mounts
+        with open(os.path.join(ceph.dir, 'run', 'rgw.a.pid')) as f:
+            rgw_pid = int(f.read())
+        pids = (a_.pid, b_.pid, rgw_pid)
+        cpu0 = [cpu_s(p) for p in pids]
         t0 = time.monotonic()
         write_step(mounts, files)
         t_local = time.monotonic()
@@ -133,6 +146,7 @@ def main():
                 raise SystemExit('step 2 not global after 600 s')
             time.sleep(0.01)
         t_global = time.monotonic()
+        cpu = [cpu_s(p) - c for p, c in zip(pids, cpu0)]
         sent = sent_bytes(a_) + sent_bytes(b_)
         stored = bucket_bytes(a_)
 
@@ -184,6 +198,10 @@ def main():
                                           t_curl / (t_global - t_local)))
         print('global:      %.2f s from the step complete on both nodes to both trackers '
               'naming it (the local save took %.2f s)' % (t_global - t_local, t_local - t0))
+        print('cpu:         from the first write to global, in %.2f s of wall time: the two '
+              'daemons %.2f s (%.2f per GiB written), radosgw %.2f s (%.2f per GiB sent)'
+              % (t_global - t0, cpu[0] + cpu[1], (cpu[0] + cpu[1]) / (logical / mib / 1024),
+                 cpu[2], cpu[2] / (sent / mib / 1024)))
         print('cold resume: %.2f s from the bucket (%.1f MiB/s) vs %.2f s from the local disk '
               '(%.1f MiB/s): %.2fx' % (t_cold, logical / t_cold / mib, t_disk,
                                        logical / t_disk / mib, t_disk / t_cold))
