@@ -1051,8 +1051,9 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	PUT("remote:           %s\n", n->url);
 	PUT("node:             %s (1 of %u)\n", n->name, n->nodes);
 	PUT("published:        %" PRIu64 " steps, %" PRIu64 " chunks sent (%" PRIu64
-	    " bytes), %" PRIu64 " already there\n",
-	    n->published, n->chunks_sent, n->bytes_sent, n->chunks_there);
+	    " bytes), %" PRIu64 " already there, %" PRIu64 " sent ahead and not looked at "
+	    "again\n",
+	    n->published, n->chunks_sent, n->bytes_sent, n->chunks_there, n->chunks_trusted);
 	PUT("fetched:          %" PRIu64 " chunks (%" PRIu64 " bytes) of other nodes' files\n",
 	    (uint64_t)n->chunks_fetched, (uint64_t)n->bytes_fetched);
 	PUT("listing:          %" PRIu64 " manifests at the last; %" PRIu64 " listings after "
@@ -1139,9 +1140,11 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 	prom_u64(p, "ckptfs_remote_bytes_total", "direction", "up", n->bytes_sent);
 	prom_u64(p, "ckptfs_remote_bytes_total", "direction", "down", n->bytes_fetched);
 	prom_family(p, "ckptfs_remote_chunks_total", "counter",
-		    "Chunks sent, found there already (another node sent them), and fetched.");
+		    "Chunks sent, found there already (another node sent them), relied on by a "
+		    "publish without a HEAD (sent ahead, no gc since), and fetched.");
 	prom_u64(p, "ckptfs_remote_chunks_total", "op", "sent", n->chunks_sent);
 	prom_u64(p, "ckptfs_remote_chunks_total", "op", "there", n->chunks_there);
+	prom_u64(p, "ckptfs_remote_chunks_total", "op", "relied", n->chunks_trusted);
 	prom_u64(p, "ckptfs_remote_chunks_total", "op", "fetched", n->chunks_fetched);
 	prom_family(p, "ckptfs_remote_steps", "gauge",
 		    "Steps this node has published (complete here) and steps globally complete "

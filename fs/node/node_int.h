@@ -16,6 +16,7 @@
 
 #include "fs/node/lease.h"
 #include "fs/node/node.h"
+#include "fs/node/rgc.h"
 #include "fs/policy/layout.h"
 #include "store/remote/remote.h"
 
@@ -97,6 +98,7 @@ struct node {
 				      whose file no node published (mf1_whole_everywhere) */
 	size_t nunlisted, capunlisted;
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
+	uint64_t chunks_trusted; /* publishes' chunks sent ahead, not looked at again; mu */
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
 	char last_error[512]; /* mu; room for the remote's explanation (remote_call.err) */
 	uint64_t errors[NODE_ERR_COUNT]; /* failures by kind (node_metrics); mu */
@@ -128,6 +130,11 @@ struct node {
 	struct store_hash *sent; /* node thread: chunks sent ahead (node_publish.c send_chunks) */
 	bool *sent_used;
 	size_t sent_n, sent_cap;
+	/* node thread: every chunk in sent went up after the gc epoch sent_epoch was read and no
+	 * live gc lease was seen (rgc.h protocol 6): a publish that reads the same epoch relies
+	 * on them without a HEAD */
+	bool sent_trusted;
+	char sent_epoch[RGC_EPOCH_MAX + 1];
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
 	size_t nquiet, capquiet;
 	char gc_note[320];    /* the gc lease as upload_begin last saw it, for .ckptfs/status; "" none; mu */

@@ -179,24 +179,96 @@ static void sent_add(struct node *n, const uint8_t *h)
 	}
 }
 
+/* Forget every chunk sent ahead (the set only spares requests). Node thread. */
+static void sent_clear(struct node *n)
+{
+	if (n->sent_cap)
+		memset(n->sent_used, 0, n->sent_cap * sizeof(*n->sent_used));
+	n->sent_n = 0;
+}
+
+/* The gc epoch (rgc.h protocol 6) into buf (cap bytes, NUL-terminated): "" when no gc has
+ * written one. Returns 0, or the remote's -errno (-EFBIG: not an epoch this ckptfs wrote). */
+static int read_epoch(struct node *n, char *buf, size_t cap)
+{
+	struct remote_call call = { .max_len = cap - 1 };
+	void *v = NULL;
+	size_t len = 0;
+	int rc = remote_get_with(n->r, RGC_EPOCH_KEY, &call, &v, &len);
+
+	buf[0] = '\0';
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	memcpy(buf, v, len);
+	buf[len] = '\0';
+	free(v);
+	return 0;
+}
+
+/*
+ * Before chunks go ahead: unless the chunks sent are trusted already, read the gc epoch, then
+ * the gc lease; with no live lease (absent, or stale: a dead gc's removals have landed,
+ * protocol 2), start a trusted set (rgc.h protocol 6). Two GETs per pass while a gc holds
+ * the lease, none once trusted. Node thread.
+ */
+static void sent_trust_begin(struct node *n)
+{
+	char e[RGC_EPOCH_MAX + 1];
+	struct lease gc;
+	int st;
+
+	if (n->sent_trusted || read_epoch(n, e, sizeof(e)) < 0)
+		return;
+	st = lease_read(n->r, LEASE_GC_KEY, lease_now_ns(), &gc);
+	if (st != LEASE_ABSENT && st != LEASE_STALE)
+		return;
+	sent_clear(n);
+	snprintf(n->sent_epoch, sizeof(n->sent_epoch), "%s", e);
+	n->sent_trusted = true;
+}
+
+/* After the upload marker is put (upload_begin): whether the chunks sent ahead may be relied
+ * on without a HEAD, the gc epoch unchanged since sent_trust_begin. When it changed (a gc may
+ * have removed some) the set is dropped and every chunk is looked at again. Node thread. */
+static bool sent_trust_end(struct node *n)
+{
+	char e[RGC_EPOCH_MAX + 1];
+
+	if (!n->sent_trusted)
+		return false;
+	if (read_epoch(n, e, sizeof(e)) == 0 && strcmp(e, n->sent_epoch) == 0)
+		return true;
+	n->sent_trusted = false;
+	sent_clear(n);
+	return false;
+}
+
 /* Send every chunk manifest m names, on NODE_SENDERS threads (a HEAD, a local read and check,
  * and a PUT each, each waiting on something else); ahead: only those not sent ahead
- * yet, remembered once sent. *ret_count (may be NULL): the chunks it looked at. Returns 0 or the
- * first failure's -errno. */
-static int send_chunks(struct node *n, json_t *m, bool ahead, size_t *ret_count)
+ * yet, remembered once sent; trusted (a publish, sent_trust_end): not those sent ahead either,
+ * counted in chunks_trusted. *ret_count (may be NULL): the chunks it looked at. Returns 0 or
+ * the first failure's -errno. */
+static int send_chunks(struct node *n, json_t *m, bool ahead, bool trusted, size_t *ret_count)
 {
 	struct send_job job = { .n = n };
 	struct store_hash h;
 	json_t *f, *x;
-	size_t i, j, cap = 0;
+	size_t i, j, cap = 0, relied = 0;
 
 	json_array_foreach(json_object_get(m, "files"), i, f)
 	{
 		json_array_foreach(json_object_get(f, "extents"), j, x)
 		{
-			if (ahead && (store_hash_parse(json_string_value(json_array_get(x, 2)), &h) < 0 ||
-				      sent_has(n, h.b)))
+			bool parsed = store_hash_parse(json_string_value(json_array_get(x, 2)), &h) == 0;
+
+			if (ahead && (!parsed || sent_has(n, h.b)))
 				continue;
+			if (trusted && parsed && sent_has(n, h.b)) {
+				relied++;
+				continue;
+			}
 			if (ckpt_grow(&job.ext, &cap, job.count, sizeof(*job.ext)) < 0) {
 				free(job.ext);
 				return -ENOMEM;
@@ -213,20 +285,26 @@ static int send_chunks(struct node *n, json_t *m, bool ahead, size_t *ret_count)
 		if (store_hash_parse(json_string_value(json_array_get(job.ext[k], 2)), &h) == 0)
 			sent_add(n, h.b);
 	free(job.ext);
+	if (relied) {
+		ckpt_lock(&n->mu, CKPT_RANK_NODE);
+		n->chunks_trusted += relied;
+		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
+	}
 	if (ret_count)
 		*ret_count = job.count;
 	return job.rc;
 }
 
 /* Every chunk of manifest m (send_chunks: every one looked at again, since a gc may have removed
- * one sent ahead, before this upload's marker), then m itself (invariant 1). began: when
- * upload_begin put this upload's marker (ckpt_mono_ns). Returns 0 (published), 1 (the chunks
- * took longer than half the marker's expiry: m not written, start over), or the remote's
- * -errno. */
-static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began)
+ * one sent ahead, before this upload's marker; unless trusted: rgc.h protocol 6), then m
+ * itself (invariant 1). began: when upload_begin put this upload's marker (ckpt_mono_ns).
+ * Returns 0 (published), 1 (the chunks took longer than half the marker's expiry: m not
+ * written, start over), or the remote's -errno. */
+static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began,
+		       bool trusted)
 {
 	char key[REMOTE_KEY_MAX + 1], *text;
-	int rc = send_chunks(n, m, false, NULL);
+	int rc = send_chunks(n, m, false, trusted, NULL);
 
 	if (rc < 0)
 		return rc;
@@ -470,7 +548,7 @@ int node_publish_part(struct node *n, const struct idx_step *s, json_t *m, bool 
 	if (rc == -EAGAIN)
 		return rc; /* a gc holds the lease: the next tick */
 	if (rc == 0) {
-		rc = publish_one(n, s, m, began);
+		rc = publish_one(n, s, m, began, sent_trust_end(n));
 		int drc = remote_delete(n->r, mark);
 
 		if (rc == 0 && drc < 0)
@@ -535,7 +613,9 @@ static bool send_ahead(struct node *n, const struct idx_step *s)
 	ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
 	if (!m)
 		return false;
-	if (files && (rc = send_chunks(n, m, true, &count)) < 0)
+	if (files)
+		sent_trust_begin(n);
+	if (files && (rc = send_chunks(n, m, true, false, &count)) < 0)
 		ckpt_log("cannot send the chunks of step '%s' ahead of its completion: %s; they go "
 			 "with its publish", s->name, strerror(-rc));
 	json_decref(m);

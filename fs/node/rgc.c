@@ -7,6 +7,7 @@
  *      that cannot renew stops before a node may judge its lease stale (protocol 2).
  *   3. What a pass removes is a doomed step's object or a chunk no kept manifest names, so a
  *      pass that stops half way leaves every kept step whole.
+ *   4. No chunk is removed before this pass's gc epoch is on the remote (protocol 6).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -683,6 +686,31 @@ static int gc_chunk_cb(const char *key, uint64_t size, void *arg)
 	return 0;
 }
 
+/* Protocol 6: a new gc epoch, before any chunk goes. Returns 0, or -ESTALE, -ECANCELED or the
+ * remote's -errno (said). */
+static int put_epoch(struct rgc *c)
+{
+	char v[RGC_EPOCH_MAX + 1], holder[200];
+	uint64_t r = 0;
+	int rc;
+
+	if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		r = (uint64_t)getpid() << 32 ^ (uint64_t)lease_now_ns();
+	/* one line: the holder's own spaces kept, no newline in it */
+	snprintf(holder, sizeof(holder), "%s", c->o->holder ? c->o->holder : "gc");
+	holder[strcspn(holder, "\n")] = '\0';
+	snprintf(v, sizeof(v), "%s %" PRId64 " %016" PRIx64 "\n", holder, lease_now_ns(), r);
+	if ((rc = rgc_keep(c)) < 0)
+		return rc;
+	rc = remote_put(c->r, RGC_EPOCH_KEY, v, strlen(v));
+	if (rc < 0 && c->o->force_no_lease)
+		return 0; /* every node is stopped: none relies on what it sent before */
+	if (rc < 0)
+		say_err(c, "cannot write '%s' on the remote: %s; no chunk removed (the nodes rely on "
+			"it to know a gc ran), run the gc again", RGC_EPOCH_KEY, strerror(-rc));
+	return rc;
+}
+
 /* The chunks no manifest of a kept step names (c->keys: the manifests' listing). */
 static int unnamed_chunks(struct rgc *c, struct rgc_tally *g)
 {
@@ -691,7 +719,9 @@ static int unnamed_chunks(struct rgc *c, struct rgc_tally *g)
 
 	c->nnamed = 0;
 	c->chunks = c->chunk_bytes = 0;
-	if ((rc = rgc_read_manifests(c)) == 0)
+	if ((rc = rgc_read_manifests(c)) == 0 && !c->o->dry_run && (rc = put_epoch(c)) < 0)
+		return rc;
+	if (rc == 0)
 		rc = remote_list(c->r, "chunks/", gc_chunk_cb, &p);
 	if (rc < 0 && rc != -ESTALE && rc != -ECANCELED)
 		say_err(c, "cannot read the remote: %s", strerror(-rc));

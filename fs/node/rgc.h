@@ -40,6 +40,15 @@
  *      --force-no-lease`: no lease, and every marker is taken as left by a node that died.
  *   5. dry_run takes no lease and removes nothing: it says what a gc would remove now, and
  *      what would stop it (a live lease or marker).
+ *   6. Before it lists chunks to remove, a gc puts RGC_EPOCH_KEY, a value no other pass
+ *      writes. A node that read one value before it sent chunks ahead of their step's
+ *      completion (and then found no live lease) and reads the same value after putting its
+ *      upload marker knows no gc removed a chunk in between, and publishes without a HEAD of
+ *      each chunk it sent (node_publish.c). A gc that took the lease before that first read
+ *      held it at the node's lease read, and one that took it after wrote a new value. A gc
+ *      that cannot write it removes no chunk, except with force_no_lease (every node is
+ *      stopped, and nodes keep what they sent only in memory). ckptctl and ckptfs of one
+ *      version on every node (an older gc writes no epoch).
  *
  * Links the remote, the lease, the policy (rule 5) and jansson; nothing of fs/'s daemon
  * layers, so that ckptctl links it. Does not log: it says each line through the caller's
@@ -64,6 +73,11 @@
  * alone lets two gcs that both read it stale each write, read their own back, and both run.
  */
 #define RGC_CLAIM_PREFIX "gc/takeover/"
+
+/* Protocol 6: the gc epoch, "HOLDER NS RANDOM\n" (a gc pass's holder, its wall clock in ns, 64
+ * random bits in hex), at most RGC_EPOCH_MAX bytes. */
+#define RGC_EPOCH_KEY "gc/epoch"
+#define RGC_EPOCH_MAX 320
 
 /* One step as the manifests describe it. */
 struct rgc_step {

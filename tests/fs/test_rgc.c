@@ -121,6 +121,9 @@ struct race {
 	int active;     /* gcs between RGC_HELD and their rgc_run's return */
 	int most;       /* the most active at once */
 	int blocked;    /* rgc_run calls that returned -EAGAIN */
+	/* the gc epoch on the remote at the first removal of a chunk ("" none; protocol 6) */
+	bool chunk_removed;
+	char epoch_then[RGC_EPOCH_MAX + 1];
 	pthread_barrier_t go;
 };
 
@@ -192,6 +195,16 @@ static int race_del(struct remote *r, const char *key, const struct remote_lim *
 {
 	struct race_remote *w = (struct race_remote *)r;
 
+	if (strncmp(key, "chunks/", 7) == 0 && !w->race->chunk_removed) {
+		void *v = NULL;
+		size_t len = 0;
+
+		w->race->chunk_removed = true;
+		if (w->inner->ops->get(w->inner, RGC_EPOCH_KEY, lim, &v, &len) == 0)
+			snprintf(w->race->epoch_then, sizeof(w->race->epoch_then), "%.*s", (int)len,
+				 (char *)v);
+		free(v);
+	}
 	if (strcmp(key, LEASE_GC_KEY) == 0) {
 		pthread_mutex_lock(&w->race->mu);
 		if (w->holding)
@@ -506,6 +519,70 @@ Test(rgc, steps_removed_meanwhile_are_not_counted)
 	cr_assert_eq(t.manifests, 0);
 	cr_assert_eq(t.steps, 0, "the late gc counted %zu steps another gc had removed", t.steps);
 	rgc_release(&late);
+	remote_close(r);
+	rm_tree(root);
+}
+
+/* The gc epoch (rgc.h protocol 6), or "" when there is none. */
+static void get_epoch(struct remote *r, char *buf, size_t cap)
+{
+	void *v = NULL;
+	size_t len = 0;
+
+	buf[0] = '\0';
+	if (remote_get(r, RGC_EPOCH_KEY, &v, &len) == 0)
+		snprintf(buf, cap, "%.*s", (int)len, (char *)v);
+	free(v);
+}
+
+/*
+ * Protocol 6, the gc's side: a pass that may remove chunks puts a new gc epoch before the first
+ * chunk goes (the nodes rely on chunks they sent ahead while it stays the same); a dry run
+ * writes none; each pass writes another value.
+ */
+Test(rgc, a_gc_writes_a_new_epoch_before_it_removes_a_chunk)
+{
+	struct race x = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	char root[256], url[300], err[256], said[4096] = "", first[RGC_EPOCH_MAX + 1],
+		second[RGC_EPOCH_MAX + 1];
+	struct rgc_opts o = { .nodes = 2, .keep = 2, .holder = "ckptfs node 'a'", .say = keep_say,
+			      .say_arg = said, .dry_run = true };
+	struct race_remote w = { .base = { &race_ops }, .race = &x };
+	struct rgc_tally t;
+	struct remote *r;
+
+	snprintf(root, sizeof(root), "%s/rgc-epoch-XXXXXX",
+		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp");
+	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
+	snprintf(url, sizeof(url), "file://%s", root);
+	cr_assert_eq(remote_open(url, NULL, &r, err, sizeof(err)), 0, "%s", err);
+	w.inner = r;
+	race_fill(r);
+	for (int pass = 0; pass < 3; pass++) {
+		struct rgc c = { .r = &w.base, .o = &o };
+
+		o.dry_run = pass == 0;
+		cr_assert_eq(rgc_read_manifests(&c), 0);
+		cr_assert_eq(rgc_choose_doomed(&c), 0);
+		cr_assert_eq(rgc_run(&c, &t), 0, "%s", said);
+		rgc_release(&c);
+		if (pass == 0) {
+			cr_assert(!race_has(r, RGC_EPOCH_KEY), "a dry run wrote the gc epoch");
+		} else if (pass == 1) {
+			cr_assert_eq(t.chunks, 5, "chunks removed: %" PRIu64, t.chunks);
+			get_epoch(r, first, sizeof(first));
+			cr_assert(x.chunk_removed);
+			cr_assert(first[0], "no gc epoch after a pass that removed chunks");
+			cr_assert_str_eq(x.epoch_then, first,
+					 "the epoch was not there before the first chunk went");
+			cr_assert(strstr(first, "ckptfs node 'a' ") == first, "epoch '%s'", first);
+		} else {
+			cr_assert_eq(t.chunks, 0);
+			get_epoch(r, second, sizeof(second));
+			cr_assert(second[0] && strcmp(first, second) != 0,
+				  "a second pass wrote no new epoch ('%s', then '%s')", first, second);
+		}
+	}
 	remote_close(r);
 	rm_tree(root);
 }

@@ -777,11 +777,12 @@ def megatron_save_per_node(mounts, step, tag, size, writers=None, claim=True):
     return want
 
 
-def megatron_save_two_nodes(a, b, step, ranks=4, size=256 << 10):
+def megatron_save_two_nodes(a, b, step, ranks=4, size=256 << 10, before_tracker=None):
     """Megatron-LM's save of step through two node mounts a and b of one remote, written by this
     process: node A makes iter_N, every rank writes its file (the first half of the ranks
     through A, the others through B, once the directory reached B through the remote), then
-    rank 0 writes the tracker through A after the barrier. Returns {relative path: bytes}."""
+    (after before_tracker() when given) rank 0 writes the tracker through A after the barrier.
+    Returns {relative path: bytes}."""
     os.mkdir(a.path('iter_%07d' % step))
     want = {}
     for r in range(ranks):
@@ -794,6 +795,8 @@ def megatron_save_two_nodes(a, b, step, ranks=4, size=256 << 10):
         with open(p, 'wb') as f:
             f.write(data)
         want[megatron_rank_file(step, r)] = data
+    if before_tracker:
+        before_tracker()
     with open(a.path(TRACKER), 'w') as f:
         f.write(str(step))
     return want

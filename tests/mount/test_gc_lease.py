@@ -8,6 +8,9 @@ directory (-o remote=DIR,node=a|b,nodes=2), with `ckptctl STORE remote gc`:
 - an upload marker a dead node left (uploads/<node>/<kind>-<step>, stale) no longer blocks gc:
   gc reports it, removes it and goes on; a live marker still blocks; gc takes over a stale
   gc/lease;
+- chunks sent ahead of a step's completion are relied on by its publish without a HEAD each,
+  unless gc/epoch changed since they went (a gc ran): then each is looked at again and what a
+  gc removed is sent again (rgc.h protocol 6);
 - `remote gc --dry-run` lists what a gc would remove and removes nothing, takes no lease;
 - a full remote (a tmpfs filled up, so the lease write fails with ENOSPC): gc removes the
   dropped steps' manifests without a lease to make room for it, then collects; with nothing
@@ -137,6 +140,66 @@ class GcLease(unittest.TestCase):
         self.wait_global(1)
         for m in (self.a, self.b):
             self.assertNotIn('gc lease:', m.status_text())
+
+    def test_a_chunks_sent_ahead_are_looked_at_again_only_after_a_gc(self):
+        """rgc.h protocol 6: a publish relies on the chunks its node sent ahead of the step's
+        completion without a HEAD each, unless the gc epoch changed since they went (a gc
+        may have removed some): then it looks at every one again and sends what is missing."""
+        self.start()
+
+        def sent(m):
+            return int(re.search(r'published: +\d+ steps, (\d+) chunks sent',
+                                 m.status_text()).group(1))
+
+        def relied(m):
+            got = re.search(r'(\d+) sent ahead and not looked at again', m.status_text())
+            self.assertIsNotNone(got, m.status_text())
+            return int(got.group(1))
+
+        def sent_ahead():
+            for m in (self.a, self.b):
+                wait_for('chunks sent ahead by node %s' % m.mnt, lambda: sent(m) >= 2, 30,
+                         self.both)
+
+        ckfs.megatron_save_two_nodes(self.a, self.b, 1, before_tracker=sent_ahead)
+        self.wait_global(1)
+        relied_1 = {m: relied(m) for m in (self.a, self.b)}
+        self.assertGreaterEqual(relied_1[self.a], 2, self.both())
+        self.assertGreaterEqual(relied_1[self.b], 2, self.both())
+
+        chunks_before = {k for k in remote_files(self.remote) if k.startswith('chunks/')}
+        removed = []
+
+        def a_gc_runs():
+            # what a gc racing the save would do: a new epoch, then the step's new chunks gone
+            sent_ahead()
+            wait_for('step 2 chunks on the remote', lambda: len(
+                {k for k in remote_files(self.remote) if k.startswith('chunks/')} -
+                chunks_before) >= 4, 30, self.both)
+            put_object(self.remote, 'gc/epoch', b"ckptctl remote gc 1 0000000000000001\n")
+            for k in sorted(remote_files(self.remote)):
+                if k.startswith('chunks/') and k not in chunks_before:
+                    os.unlink(os.path.join(self.remote, k))
+                    removed.append(k)
+
+        want = ckfs.megatron_save_two_nodes(self.a, self.b, 2, before_tracker=a_gc_runs)
+        self.wait_global(2)
+        self.assertGreaterEqual(len(removed), 4)
+        now = remote_files(self.remote)
+        self.assertEqual([k for k in removed if k not in now], [],
+                         'chunks a gc removed after they were sent ahead were not sent again')
+        for m in (self.a, self.b):
+            self.assertEqual(relied(m), relied_1[m], 'relied on chunks sent before a gc')
+        # a cold node reads step 2 whole from the remote
+        self.a.unmount()
+        shutil.rmtree(self.a.store)
+        os.makedirs(self.a.store)
+        self.a.start()
+        wait_for('tracker at 2 on the cold node', lambda: self.a.read_text(TRACKER) == '2', 60,
+                 self.both)
+        for path, data in want.items():
+            with open(self.a.path(path), 'rb') as f:
+                self.assertEqual(f.read(), data, path)
 
     # -- ckptctl remote gc ---------------------------------------------------------------------
 
