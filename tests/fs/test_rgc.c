@@ -344,6 +344,21 @@ static int count_key(const char *key, uint64_t size, void *arg)
 	return 0;
 }
 
+/* A fresh directory under CKPTFS_TEST_TMP (else /tmp) named NAME-XXXXXX into root (cap bytes),
+ * and a directory remote opened on it; fails the test on error. */
+static struct remote *tmp_remote(char *root, size_t cap, const char *name)
+{
+	char url[300], err[256];
+	struct remote *r = NULL;
+
+	snprintf(root, cap, "%s/%s-XXXXXX",
+		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp", name);
+	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
+	snprintf(url, sizeof(url), "file://%s", root);
+	cr_assert_eq(remote_open(url, NULL, &r, err, sizeof(err)), 0, "%s", err);
+	return r;
+}
+
 static bool race_has(struct remote *r, const char *key)
 {
 	return remote_head(r, key, NULL) == 0;
@@ -362,12 +377,9 @@ static void race_two(bool stale)
 	pthread_t th[2];
 	int left = 0;
 
-	snprintf(root, sizeof(root), "%s/rgc-race-XXXXXX",
-		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp");
-	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
+	r[0] = tmp_remote(root, sizeof(root), "rgc-race");
 	snprintf(url, sizeof(url), "file://%s", root);
-	for (int i = 0; i < 2; i++)
-		cr_assert_eq(remote_open(url, NULL, &r[i], err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(remote_open(url, NULL, &r[1], err, sizeof(err)), 0, "%s", err);
 	race_fill(r[0]);
 	if (stale) {
 		struct lease dead;
@@ -446,7 +458,7 @@ static void keep_say(void *arg, enum rgc_say kind, const char *line)
  */
 Test(rgc, old_takeover_claims_are_removed)
 {
-	char root[256], url[300], err[256], said[4096] = "";
+	char root[256], said[4096] = "";
 	const int64_t exp_ns = LEASE_GC_EXPIRY_S * 1000000000LL, now = lease_now_ns();
 	struct rgc_opts o = { .nodes = 2, .keep = 2, .holder = "ckptfs node 'a'", .say = keep_say,
 			      .say_arg = said };
@@ -455,11 +467,7 @@ Test(rgc, old_takeover_claims_are_removed)
 	struct rgc_tally t;
 	struct remote *r;
 
-	snprintf(root, sizeof(root), "%s/rgc-claims-XXXXXX",
-		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp");
-	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
-	snprintf(url, sizeof(url), "file://%s", root);
-	cr_assert_eq(remote_open(url, NULL, &r, err, sizeof(err)), 0, "%s", err);
+	r = tmp_remote(root, sizeof(root), "rgc-claims");
 	race_fill(r);
 	lease_init(&old, "ckptfs node 'c'", LEASE_GC_EXPIRY_S, now - 2 * exp_ns - 1000000000LL);
 	cr_assert_eq(lease_put(r, RGC_CLAIM_PREFIX "h1-11-1000", &old, true), 0);
@@ -490,18 +498,14 @@ Test(rgc, old_takeover_claims_are_removed)
  */
 Test(rgc, steps_removed_meanwhile_are_not_counted)
 {
-	char root[256], url[300], err[256], said[4096] = "";
+	char root[256], said[4096] = "";
 	struct rgc_opts o = { .nodes = 2, .keep = 2, .holder = "ckptfs node 'a'", .say = keep_say,
 			      .say_arg = said };
 	struct rgc late = { .o = &o }, first = { .o = &o };
 	struct rgc_tally t;
 	struct remote *r;
 
-	snprintf(root, sizeof(root), "%s/rgc-late-XXXXXX",
-		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp");
-	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
-	snprintf(url, sizeof(url), "file://%s", root);
-	cr_assert_eq(remote_open(url, NULL, &r, err, sizeof(err)), 0, "%s", err);
+	r = tmp_remote(root, sizeof(root), "rgc-late");
 	race_fill(r);
 	late.r = first.r = r;
 	cr_assert_eq(rgc_read_manifests(&late), 0);
@@ -543,7 +547,7 @@ static void get_epoch(struct remote *r, char *buf, size_t cap)
 Test(rgc, a_gc_writes_a_new_epoch_before_it_removes_a_chunk)
 {
 	struct race x = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
-	char root[256], url[300], err[256], said[4096] = "", first[RGC_EPOCH_MAX + 1],
+	char root[256], said[4096] = "", first[RGC_EPOCH_MAX + 1],
 		second[RGC_EPOCH_MAX + 1];
 	struct rgc_opts o = { .nodes = 2, .keep = 2, .holder = "ckptfs node 'a'", .say = keep_say,
 			      .say_arg = said, .dry_run = true };
@@ -551,11 +555,7 @@ Test(rgc, a_gc_writes_a_new_epoch_before_it_removes_a_chunk)
 	struct rgc_tally t;
 	struct remote *r;
 
-	snprintf(root, sizeof(root), "%s/rgc-epoch-XXXXXX",
-		 getenv("CKPTFS_TEST_TMP") ? getenv("CKPTFS_TEST_TMP") : "/tmp");
-	cr_assert_not_null(mkdtemp(root), "mkdtemp %s", root);
-	snprintf(url, sizeof(url), "file://%s", root);
-	cr_assert_eq(remote_open(url, NULL, &r, err, sizeof(err)), 0, "%s", err);
+	r = tmp_remote(root, sizeof(root), "rgc-epoch");
 	w.inner = r;
 	race_fill(r);
 	for (int pass = 0; pass < 3; pass++) {
