@@ -1054,6 +1054,8 @@ size_t node_status(struct ckfs *fs, char *buf, size_t cap)
 	    " bytes), %" PRIu64 " already there, %" PRIu64 " sent ahead and not looked at "
 	    "again\n",
 	    n->published, n->chunks_sent, n->bytes_sent, n->chunks_there, n->chunks_trusted);
+	PUT("ahead:            %" PRIu64 " passes over steps being saved described %" PRIu64
+	    " files (%" PRIu64 " extents)\n", n->ahead_passes, n->ahead_files, n->ahead_extents);
 	PUT("fetched:          %" PRIu64 " chunks (%" PRIu64 " bytes) of other nodes' files\n",
 	    (uint64_t)n->chunks_fetched, (uint64_t)n->bytes_fetched);
 	PUT("listing:          %" PRIu64 " manifests at the last; %" PRIu64 " listings after "
@@ -1146,6 +1148,7 @@ void node_metrics(struct ckfs *fs, struct ckpt_text *p)
 	prom_u64(p, "ckptfs_remote_chunks_total", "op", "there", n->chunks_there);
 	prom_u64(p, "ckptfs_remote_chunks_total", "op", "relied", n->chunks_trusted);
 	prom_u64(p, "ckptfs_remote_chunks_total", "op", "fetched", n->chunks_fetched);
+	node_ahead_metrics(n, p);
 	prom_family(p, "ckptfs_remote_steps", "gauge",
 		    "Steps this node has published (complete here) and steps globally complete "
 		    "(every node's part on the remote, one sealed).");

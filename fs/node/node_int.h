@@ -99,6 +99,9 @@ struct node {
 	size_t nunlisted, capunlisted;
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
 	uint64_t chunks_trusted; /* publishes' chunks sent ahead, not looked at again; mu */
+	/* the passes over a step being saved that sent its chunks ahead (node_publish.c), and the
+	 * files and extents they described under fs->mu; mu */
+	uint64_t ahead_passes, ahead_files, ahead_extents;
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
 	char last_error[512]; /* mu; room for the remote's explanation (remote_call.err) */
 	uint64_t errors[NODE_ERR_COUNT]; /* failures by kind (node_metrics); mu */
@@ -304,6 +307,10 @@ void node_publish(struct node *n);
  * (logged, in status). Node thread; takes n->mu, never fs->mu.
  */
 int node_publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed);
+
+/* node_ahead_metrics - append the series of the sends ahead (ckptfs_remote_ahead_*) to p.
+ * n->mu held. */
+void node_ahead_metrics(const struct node *n, struct ckpt_text *p);
 
 /* Log a failure of the remote and keep it for .ckptfs/status (printf-style). Takes n->mu. */
 void node_set_error(struct node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -608,9 +608,20 @@ static bool send_ahead(struct node *n, const struct idx_step *s)
 	json_t *m;
 	int rc;
 
+	json_t *f;
+	size_t i, extents = 0;
+
 	ckpt_lock(&n->fs->mu, CKPT_RANK_FS);
 	m = node_manifest_json(n->fs, s, n->name, n->nodes, false, false, &files);
 	ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
+	if (m)
+		json_array_foreach(json_object_get(m, "files"), i, f)
+			extents += json_array_size(json_object_get(f, "extents"));
+	ckpt_lock(&n->mu, CKPT_RANK_NODE);
+	n->ahead_passes++;
+	n->ahead_files += files;
+	n->ahead_extents += extents;
+	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	if (!m)
 		return false;
 	if (files)
@@ -684,4 +695,16 @@ void node_publish(struct node *n)
 	n->waiting = p.busy && !failed && !sending && !node_blocked(n);
 	free(p.v);
 	free(p.w);
+}
+
+void node_ahead_metrics(const struct node *n, struct ckpt_text *p)
+{
+	prom_family(p, "ckptfs_remote_ahead_passes_total", "counter",
+		    "Publish passes that sent ahead the chunks of a step being saved here.");
+	prom_u64(p, "ckptfs_remote_ahead_passes_total", NULL, NULL, n->ahead_passes);
+	prom_family(p, "ckptfs_remote_ahead_described_total", "counter",
+		    "Files and extents those passes described under the daemon's lock, which the "
+		    "trainer's requests wait for.");
+	prom_u64(p, "ckptfs_remote_ahead_described_total", "what", "files", n->ahead_files);
+	prom_u64(p, "ckptfs_remote_ahead_described_total", "what", "extents", n->ahead_extents);
 }

@@ -220,6 +220,56 @@ class TwoNodes(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("another node's, on the remote", r.stdout)
 
+    def ahead(self, m):
+        """(passes, files, extents): the passes of m that sent a step being saved ahead, and the
+        files and extents they described under the daemon's lock (.ckptfs/status)."""
+        t = re.search(r'(\d+) passes over steps being saved described (\d+) files \((\d+) '
+                      r'extents\)', m.status_text())
+        self.assertIsNotNone(t, m.status_text())
+        return tuple(int(x) for x in t.groups())
+
+    def sent(self, m):
+        """Chunks m sent or found on the remote so far (.ckptfs/status)."""
+        t = re.search(r'(\d+) chunks sent \(\d+ bytes\), (\d+) already there', m.status_text())
+        self.assertIsNotNone(t, m.status_text())
+        return int(t.group(1)) + int(t.group(2))
+
+    def test_a_pass_ahead_describes_only_the_files_that_changed(self):
+        """While a step is being saved, every publish pass (50-200 ms) sends ahead the chunks of
+        its files durable already (fs/node/node_publish.c), reading the index under the daemon's
+        lock, which the trainer's writes wait for. A pass describes only the files whose content
+        changed since the last one: once every file's chunks went ahead, the passes that follow
+        describe nothing, however large the step (issue 41)."""
+        a = self.a
+        files = 3
+        os.mkdir(a.path('iter_0000001'))
+        for r in range(files):
+            p = a.path(ckfs.megatron_rank_file(1, r))
+            os.makedirs(os.path.dirname(p))
+            with open(p, 'wb') as f:
+                f.write(ckfs.content('ahead rank %d' % r, 8 << 20))
+        a.settle()
+        chunks = len(ckfs.chunk_files(a.store))
+        self.assertGreater(chunks, files)
+        wait_for('every chunk sent ahead', lambda: self.sent(a) >= chunks, 30,
+                 lambda: a.status_text())
+        p0, f0, e0 = self.ahead(a)
+        wait_for('10 passes more', lambda: self.ahead(a)[0] >= p0 + 10, 30,
+                 lambda: a.status_text())
+        p1, f1, e1 = self.ahead(a)
+        self.assertEqual((f1 - f0, e1 - e0), (0, 0),
+                         '%d passes described files and extents again, nothing having changed'
+                         % (p1 - p0))
+        # each file described at most when created and when its content became durable
+        self.assertLessEqual(f1, 2 * files, a.status_text())
+        self.assertLessEqual(e1, chunks, a.status_text())
+        # the step completes and is published as ever
+        with open(a.path(TRACKER), 'w') as f:
+            f.write('1')
+        wait_for('step 1 published by a', lambda: re.search(
+            r'step iter_0000001 \(1\): [^\n]*published by a', a.status_text()), 30,
+                 lambda: a.status_text())
+
 
 class _Unanswering(http.server.BaseHTTPRequestHandler):
     """An S3 endpoint that answers listings (remote_open's check, the node thread's) with no
