@@ -70,27 +70,33 @@ static json_t *file_json(struct idx *ix, const char *path, uint64_t ino, bool *f
 	return f;
 }
 
-/* Append file path (inode ino) to files, counting it in *own, unless another node wrote it
- * (IDX_INODE_FOREIGN: its own manifest names it). Returns 0, or -EIO when it cannot be
- * described. */
-static int own_file(struct idx *ix, const char *path, uint64_t ino, json_t *files, size_t *own)
+/* node_file_fn of the manifest: file path (inode ino) appended to files (arg) unless another
+ * node wrote it (IDX_INODE_FOREIGN: its own manifest names it). */
+static int manifest_file(struct ckfs *fs, const char *path, uint64_t ino, void *arg)
 {
 	bool foreign;
-	json_t *f = file_json(ix, path, ino, &foreign);
+	json_t *f = file_json(fs->ix, path, ino, &foreign);
 
 	if (foreign)
 		return 0;
-	(*own)++;
-	return f && json_array_append_new(files, f) == 0 ? 0 : -EIO;
+	return f && json_array_append_new(arg, f) == 0 ? 1 : -EIO;
 }
 
-/* Add the tree under dir (its paths prefixed by pre) to dirs and files; *own counts the
- * entries that are this node's (a directory holding only other nodes' files is not). */
-static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, json_t *files,
-		int depth, size_t *own)
+/* One walk of a part (node_part_walk). */
+struct part_walk {
+	struct ckfs *fs;
+	json_t *dirs; /* NULL: not collected */
+	node_file_fn fn;
+	void *arg;
+};
+
+/* Add the tree under dir (its paths prefixed by pre) to w: each regular file through w->fn,
+ * and with w->dirs its directories; *own counts the entries that are this node's (a directory
+ * holding only other nodes' files is not). */
+static int walk(struct part_walk *w, uint64_t dir, const char *pre, int depth, size_t *own)
 {
 	struct steps_entries e = { 0 };
-	int rc = steps_dir_entries(fs, dir, depth, &e);
+	int rc = steps_dir_entries(w->fs, dir, depth, &e);
 
 	for (size_t i = 0; rc >= 0 && i < e.n; i++) {
 		char path[LAYOUT_PATH_MAX];
@@ -101,17 +107,19 @@ static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, js
 			break;
 		}
 		if (S_ISDIR(e.modes[i])) {
-			size_t below = 0, at = json_array_size(dirs);
+			size_t below = 0, at = w->dirs ? json_array_size(w->dirs) : 0;
 
-			rc = walk(fs, e.inos[i], path, dirs, files, depth + 1, &below);
+			rc = walk(w, e.inos[i], path, depth + 1, &below);
 			/* the directory before what is below it; an empty one is this node's */
-			if (rc >= 0 && (below || idx_dir_is_empty(fs->ix, e.inos[i]) == 1)) {
-				if (json_array_insert_new(dirs, at, json_string(path)) < 0)
+			if (rc >= 0 && w->dirs &&
+			    (below || idx_dir_is_empty(w->fs->ix, e.inos[i]) == 1)) {
+				if (json_array_insert_new(w->dirs, at, json_string(path)) < 0)
 					rc = -ENOMEM;
 				(*own)++;
 			}
 		} else if (S_ISREG(e.modes[i])) {
-			rc = own_file(fs->ix, path, e.inos[i], files, own);
+			if ((rc = w->fn(w->fs, path, e.inos[i], w->arg)) > 0)
+				(*own)++;
 		}
 	}
 	steps_dir_entries_free(&e);
@@ -121,10 +129,10 @@ static int walk(struct ckfs *fs, uint64_t dir, const char *pre, json_t *dirs, js
 /*
  * MindFormers 1.0's part (no step directory, steps_mf1.c): this node's files of step s, each
  * rank_N/{prefix}-{epoch}_{step}.ckpt|.safetensors at the root under its final name (a .tmp is a
- * save in progress, MindSpore _exec_save renames it), and the rank_N holding one into dirs.
+ * save in progress, MindSpore _exec_save renames it), through w->fn, and the rank_N holding one
+ * into w->dirs.
  */
-static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, json_t *files,
-		    size_t *own)
+static int walk_mf1(struct part_walk *w, const struct idx_step *s)
 {
 	struct steps_entries top = { 0 };
 	int64_t epoch, step;
@@ -132,17 +140,17 @@ static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, jso
 
 	if (!policy_mf1_key(s, &epoch, &step))
 		return -EINVAL;
-	rc = steps_dir_entries(fs, IDX_ROOT_INO, 0, &top);
+	rc = steps_dir_entries(w->fs, IDX_ROOT_INO, 0, &top);
 	for (size_t i = 0; rc >= 0 && i < top.n; i++) {
 		struct steps_entries e = { 0 };
 		struct layout_match m;
-		size_t at = json_array_size(files);
+		size_t mine = 0;
 
 		if (!S_ISDIR(top.modes[i]) ||
 		    layout_classify(top.names[i], layout_per_rank_kind(), &m) < 0 ||
 		    !layout_desc(m.kind)->per_rank || m.role != ROLE_PLAIN || m.rank < 0)
 			continue;
-		rc = steps_dir_entries(fs, top.inos[i], 1, &e);
+		rc = steps_dir_entries(w->fs, top.inos[i], 1, &e);
 		for (size_t j = 0; rc >= 0 && j < e.n; j++) {
 			char path[LAYOUT_PATH_MAX];
 
@@ -152,15 +160,29 @@ static int walk_mf1(struct ckfs *fs, const struct idx_step *s, json_t *dirs, jso
 			    m.role != ROLE_STEP_FILE || (m.flags & LAYOUT_F_TMP) ||
 			    m.epoch != epoch || m.step != step)
 				continue;
-			rc = own_file(fs->ix, path, e.inos[j], files, own);
+			if ((rc = w->fn(w->fs, path, e.inos[j], w->arg)) > 0)
+				mine++;
 		}
 		steps_dir_entries_free(&e);
-		if (rc >= 0 && json_array_size(files) > at &&
-		    json_array_append_new(dirs, json_string(top.names[i])) < 0)
+		if (rc >= 0 && mine && w->dirs &&
+		    json_array_append_new(w->dirs, json_string(top.names[i])) < 0)
 			rc = -ENOMEM;
 	}
 	steps_dir_entries_free(&top);
 	return rc < 0 ? rc : 0;
+}
+
+int node_part_walk(struct ckfs *fs, const struct idx_step *s, json_t *dirs, node_file_fn fn,
+		   void *arg)
+{
+	struct part_walk w = { .fs = fs, .dirs = dirs, .fn = fn, .arg = arg };
+	size_t own = 0;
+
+	/* a per-rank (MF1) row has no directory, unless retention kept its files
+	 * (steps_mf1_before_remove) */
+	if (layout_desc(s->kind)->per_rank && s->dir_ino == 0)
+		return walk_mf1(&w, s);
+	return walk(&w, s->dir_ino, "", 0, &own);
 }
 
 char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const char *node,
@@ -198,15 +220,10 @@ json_t *node_manifest_json(struct ckfs *fs, const struct idx_step *s, const char
 				     ? layout_name((enum layout_kind)s->kind)
 				     : "?";
 	char version[NODE_VERSION_LEN + 1];
-	size_t own = 0;
 	int64_t step = policy_node_step(s);
-	/* a per-rank (MF1) row has no directory, unless retention kept its files
-	 * (steps_mf1_before_remove) */
-	bool mf1 = layout_desc(s->kind)->per_rank && s->dir_ino == 0;
 
 	if (!dirs || !files || step < 0 ||
-	    (!empty && (mf1 ? walk_mf1(fs, s, dirs, files, &own)
-			    : walk(fs, s->dir_ino, "", dirs, files, 0, &own)) < 0) ||
+	    (!empty && node_part_walk(fs, s, dirs, manifest_file, files) < 0) ||
 	    part_version(files, version) < 0) {
 		json_decref(dirs);
 		json_decref(files);

@@ -747,8 +747,7 @@ static void node_free(struct node *n)
 	free(n->shown);
 	free(n->unlisted);
 	free(n->quiet_rows);
-	free(n->sent);
-	free(n->sent_used);
+	node_ahead_free(n);
 	free(n->dirs_pending);
 	free(n);
 }

@@ -99,7 +99,7 @@ struct node {
 	size_t nunlisted, capunlisted;
 	uint64_t published, chunks_sent, chunks_there, bytes_sent; /* mu */
 	uint64_t chunks_trusted; /* publishes' chunks sent ahead, not looked at again; mu */
-	/* the passes over a step being saved that sent its chunks ahead (node_publish.c), and the
+	/* the passes over a step being saved that sent its chunks ahead (node_ahead.c), and the
 	 * files and extents they described under fs->mu; mu */
 	uint64_t ahead_passes, ahead_files, ahead_extents;
 	_Atomic uint64_t chunks_fetched, bytes_fetched;
@@ -130,7 +130,7 @@ struct node {
 	int64_t next_tick_ns; /* node thread: the next whole tick (ckpt_mono_ns) */
 	int64_t next_idle_ns; /* node thread: no idle listing before (ckpt_mono_ns) */
 	int64_t next_record_ns; /* node thread: no write of remote.json before (ckpt_mono_ns) */
-	struct store_hash *sent; /* node thread: chunks sent ahead (node_publish.c send_chunks) */
+	struct store_hash *sent; /* node thread: chunks sent ahead (node_ahead.c) */
 	bool *sent_used;
 	size_t sent_n, sent_cap;
 	/* node thread: every chunk in sent went up after the gc epoch sent_epoch was read and no
@@ -138,6 +138,10 @@ struct node {
 	 * on them without a HEAD */
 	bool sent_trusted;
 	char sent_epoch[RGC_EPOCH_MAX + 1];
+	int64_t ahead_row;    /* node thread: the step row ahead_done is of, 0: none */
+	struct node_ahead_file *ahead_done; /* node thread: its files whose chunks all went ahead
+					       and are in sent, by inode number (node_ahead.c) */
+	size_t nahead_done;
 	int64_t *quiet_rows;  /* complete rows with no file of this node and no part: not parts */
 	size_t nquiet, capquiet;
 	char gc_note[320];    /* the gc lease as upload_begin last saw it, for .ckptfs/status; "" none; mu */
@@ -308,6 +312,50 @@ void node_publish(struct node *n);
  */
 int node_publish_part(struct node *n, const struct idx_step *s, json_t *m, bool sealed);
 
+/* One chunk to send to the remote: its digest and its raw length, bytes. */
+struct node_chunk {
+	struct store_hash h;
+	size_t len;
+};
+
+/*
+ * node_send_chunks - send each chunk of v[0, count) (from the local store) that the remote does
+ * not have: a HEAD, then a local read and check and a put-if-absent, on NODE_SENDERS threads,
+ * counted in n->chunks_sent, n->chunks_there and n->bytes_sent. v borrowed. Returns 0, or the
+ * first failure's -errno (the remote's; -ENOENT, -EIO, -EBADMSG: the local chunk; -ENOMEM);
+ * the others may have gone meanwhile. Node thread; takes n->mu, never fs->mu.
+ */
+int node_send_chunks(struct node *n, const struct node_chunk *v, size_t count);
+
+/*
+ * node_send_ahead - send the chunks of the files of step s (being saved here) that are durable
+ * already, before the step completes, and only of the files whose content changed since the
+ * last call for s (node_ahead.c). Returns whether it found chunks to send. Failures are logged;
+ * the publish of the step sends its every chunk anyway. Node thread; takes fs->mu, n->mu also
+ * under it; holds neither while it waits on the remote.
+ */
+bool node_send_ahead(struct node *n, const struct idx_step *s);
+
+/* node_sent_has - whether chunk h (STORE_HASH_LEN bytes of digest) is in the set of those sent
+ * ahead (n->sent; node_ahead.c). Node thread. */
+bool node_sent_has(const struct node *n, const uint8_t *h);
+
+/*
+ * node_sent_trust_end - after the upload marker is put (node_publish.c upload_begin): whether
+ * the chunks sent ahead may be relied on without a HEAD, the gc epoch unchanged since they went
+ * (rgc.h protocol 6). When it changed (a gc may have removed some) the set is dropped, with the
+ * files remembered as sent, and every chunk is looked at again. Node thread; a GET of the
+ * remote, no lock held.
+ */
+bool node_sent_trust_end(struct node *n);
+
+/* node_ahead_forget - forget which files of the step being saved went ahead (no step is being
+ * saved here now); n->sent stays. Node thread. */
+void node_ahead_forget(struct node *n);
+
+/* node_ahead_free - free what the sends ahead keep (node_free). Node thread, or after it. */
+void node_ahead_free(struct node *n);
+
 /* node_ahead_metrics - append the series of the sends ahead (ckptfs_remote_ahead_*) to p.
  * n->mu held. */
 void node_ahead_metrics(const struct node *n, struct ckpt_text *p);
@@ -339,6 +387,21 @@ void node_dirs_retry(struct node *n);
  */
 char *node_manifest_key(char *key, size_t cap, int kind, int64_t step, const char *node,
 			const char *version, bool unpadded);
+
+/* What a walk of a part (node_part_walk) does with each regular file: path relative to the
+ * part's root, ino its inode. Returns 1 when the file is this node's, 0 when it is another
+ * node's (IDX_INODE_FOREIGN: not in this part), or a -errno that ends the walk. fs->mu held. */
+typedef int (*node_file_fn)(struct ckfs *fs, const char *path, uint64_t ino, void *arg);
+
+/*
+ * node_part_walk - each regular file of this node's part of step s (manifest.c: its directory's
+ * tree, or MindFormers 1.0's ranks' files of the step) through fn(fs, path, ino, arg), and, when
+ * dirs is not NULL, the part's directories appended to dirs as JSON strings. Returns 0, fn's
+ * -errno, -ENAMETOOLONG, -ELOOP (a tree deeper than STEPS_TREE_DEPTH_MAX), -EINVAL (a
+ * MindFormers 1.0 row whose name is no step), -ENOMEM or the index's -errno. fs->mu held.
+ */
+int node_part_walk(struct ckfs *fs, const struct idx_step *s, json_t *dirs, node_file_fn fn,
+		   void *arg);
 
 /*
  * node_manifest_json - this node's manifest of step s (its directory's tree: dirs, files, their

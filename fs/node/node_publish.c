@@ -1,8 +1,8 @@
 /*
  * node_publish.c — publishing this node's complete steps (node_int.h node_publish): each step
  * complete here and not published yet is sent, its chunks first and then its manifest, under
- * the gc protocol's upload marker (rgc.h); the chunks of a step being saved are sent ahead; a
- * step saved again here withdraws this node's earlier part.
+ * the gc protocol's upload marker (rgc.h); the chunks of a step being saved are sent ahead
+ * (node_ahead.c); a step saved again here withdraws this node's earlier part.
  *
  * Keeps node.c's invariants 1 (a manifest only after its chunks) and 2 (only a step complete
  * here).
@@ -22,32 +22,27 @@
 #include "fs/node/rgc.h"
 #include "fs/policy/policy.h"
 
-/* Threads sending one step's chunks at once (publish_one). */
+/* Threads sending chunks at once (node_send_chunks). */
 #define NODE_SENDERS 4
 
-/* Most digests kept of the chunks sent ahead (send_chunks): 16 MiB of them, far more than a
- * step in flight has; past it the set starts empty again (a HEAD more per chunk). */
-#define NODE_SENT_MAX (1u << 20)
-
-/* Send chunk hex (raw length len, from the local store) unless the remote has it. */
-static int send_chunk(struct node *n, const char *hex, size_t len)
+/* Send chunk c (from the local store) unless the remote has it. */
+static int send_chunk(struct node *n, const struct node_chunk *c)
 {
-	char key[80];
-	struct store_hash h;
+	char key[80], hex[2 * STORE_HASH_LEN + 1];
 	void *body;
 	size_t blen;
 	int rc;
 
-	snprintf(key, sizeof(key), "chunks/%s", hex);
+	snprintf(key, sizeof(key), "chunks/%s", store_hash_hex(&c->h, hex));
 	if ((rc = remote_head(n->r, key, NULL)) == 0) {
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		n->chunks_there++;
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 		return 0;
 	}
-	if (rc != -ENOENT || store_hash_parse(hex, &h) < 0)
-		return rc == -ENOENT ? -EBADMSG : rc;
-	if ((rc = node_encode_chunk(n, &h, len, &body, &blen)) < 0)
+	if (rc != -ENOENT)
+		return rc;
+	if ((rc = node_encode_chunk(n, &c->h, c->len, &body, &blen)) < 0)
 		return rc;
 	rc = remote_put_if_absent_with(n->r, key, body, blen, &node_chunk_call);
 	free(body);
@@ -62,11 +57,11 @@ static int send_chunk(struct node *n, const char *hex, size_t len)
 	return rc;
 }
 
-/* The chunks of one manifest, sent by NODE_SENDERS threads (send_main). */
+/* The chunks of one send (node_send_chunks), sent by NODE_SENDERS threads (send_main). */
 struct send_job {
 	struct node *n;
-	json_t **ext;        /* borrowed: the manifest's extents [off, len, hex] */
-	size_t next, count;  /* next: the next extent to send; mu */
+	const struct node_chunk *v; /* borrowed */
+	size_t next, count;  /* next: the next chunk to send; mu */
 	int rc;              /* the first failure; mu */
 	pthread_mutex_t mu;
 };
@@ -76,7 +71,7 @@ static void *send_main(void *arg)
 	struct send_job *j = arg;
 
 	for (;;) {
-		json_t *x;
+		const struct node_chunk *c;
 		int rc;
 
 		ckpt_lock(&j->mu, CKPT_RANK_NODE_JOB);
@@ -84,10 +79,9 @@ static void *send_main(void *arg)
 			ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
 			return NULL;
 		}
-		x = j->ext[j->next++];
+		c = &j->v[j->next++];
 		ckpt_unlock(&j->mu, CKPT_RANK_NODE_JOB);
-		rc = send_chunk(j->n, json_string_value(json_array_get(x, 2)),
-				(size_t)json_integer_value(json_array_get(x, 1)));
+		rc = send_chunk(j->n, c);
 		if (rc < 0) {
 			ckpt_lock(&j->mu, CKPT_RANK_NODE_JOB);
 			if (j->rc == 0)
@@ -128,183 +122,69 @@ static int manifest_there(struct node *n, const char *key, const char *text)
 	return remote_put(n->r, key, text, strlen(text));
 }
 
-/*
- * The chunks sent ahead of their step's completion (send_ahead), so that a later pass does not
- * look at them again: an open-addressing set of digests, emptied when half full. Node thread.
- */
-static bool sent_has(const struct node *n, const uint8_t *h)
+int node_send_chunks(struct node *n, const struct node_chunk *v, size_t count)
 {
-	uint64_t k;
+	struct send_job job = { .n = n, .v = v, .count = count };
 
-	if (!n->sent_cap)
-		return false;
-	memcpy(&k, h, sizeof(k));
-	for (size_t i = k & (n->sent_cap - 1);; i = (i + 1) & (n->sent_cap - 1)) {
-		if (!n->sent_used[i])
-			return false;
-		if (memcmp(n->sent[i].b, h, STORE_HASH_LEN) == 0)
-			return true;
-	}
+	pthread_mutex_init(&job.mu, NULL);
+	/* the node thread sends too: NODE_SENDERS requests in flight in all */
+	store_parallel(count < NODE_SENDERS ? (unsigned)count : NODE_SENDERS, send_main, &job);
+	pthread_mutex_destroy(&job.mu);
+	return job.rc;
 }
 
-static void sent_add(struct node *n, const uint8_t *h)
+/* Every chunk manifest m names, sent (node_send_chunks); trusted (node_sent_trust_end): not
+ * those sent ahead, counted in chunks_trusted (rgc.h protocol 6). Returns 0, -EBADMSG (an
+ * extent that is no [offset, length, digest]), -ENOMEM, or the first failure's -errno. */
+static int send_manifest_chunks(struct node *n, json_t *m, bool trusted)
 {
-	uint64_t k;
-
-	if (n->sent_n + 1 > n->sent_cap / 2) {
-		size_t cap = n->sent_cap ? n->sent_cap : 1024;
-
-		if (n->sent_cap && n->sent_cap < NODE_SENT_MAX)
-			cap = n->sent_cap * 2;
-		/* rehashing is not worth it: a set of what was sent ahead only saves HEADs */
-		free(n->sent);
-		free(n->sent_used);
-		n->sent = calloc(cap, sizeof(*n->sent));
-		n->sent_used = calloc(cap, sizeof(*n->sent_used));
-		n->sent_n = 0;
-		n->sent_cap = n->sent && n->sent_used ? cap : 0;
-		if (!n->sent_cap)
-			return;
-	}
-	memcpy(&k, h, sizeof(k));
-	for (size_t i = k & (n->sent_cap - 1);; i = (i + 1) & (n->sent_cap - 1)) {
-		if (n->sent_used[i] && memcmp(n->sent[i].b, h, STORE_HASH_LEN) == 0)
-			return;
-		if (!n->sent_used[i]) {
-			memcpy(n->sent[i].b, h, STORE_HASH_LEN);
-			n->sent_used[i] = true;
-			n->sent_n++;
-			return;
-		}
-	}
-}
-
-/* Forget every chunk sent ahead (the set only spares requests). Node thread. */
-static void sent_clear(struct node *n)
-{
-	if (n->sent_cap)
-		memset(n->sent_used, 0, n->sent_cap * sizeof(*n->sent_used));
-	n->sent_n = 0;
-}
-
-/* The gc epoch (rgc.h protocol 6) into buf (cap bytes, NUL-terminated): "" when no gc has
- * written one. Returns 0, or the remote's -errno (-EFBIG: not an epoch this ckptfs wrote). */
-static int read_epoch(struct node *n, char *buf, size_t cap)
-{
-	struct remote_call call = { .max_len = cap - 1 };
-	void *v = NULL;
-	size_t len = 0;
-	int rc = remote_get_with(n->r, RGC_EPOCH_KEY, &call, &v, &len);
-
-	buf[0] = '\0';
-	if (rc == -ENOENT)
-		return 0;
-	if (rc < 0)
-		return rc;
-	memcpy(buf, v, len);
-	buf[len] = '\0';
-	free(v);
-	return 0;
-}
-
-/*
- * Before chunks go ahead: unless the chunks sent are trusted already, read the gc epoch, then
- * the gc lease; with no live lease (absent, or stale: a dead gc's removals have landed,
- * protocol 2), start a trusted set (rgc.h protocol 6). Two GETs per pass while a gc holds
- * the lease, none once trusted. Node thread.
- */
-static void sent_trust_begin(struct node *n)
-{
-	char e[RGC_EPOCH_MAX + 1];
-	struct lease gc;
-	int st;
-
-	if (n->sent_trusted || read_epoch(n, e, sizeof(e)) < 0)
-		return;
-	st = lease_read(n->r, LEASE_GC_KEY, lease_now_ns(), &gc);
-	if (st != LEASE_ABSENT && st != LEASE_STALE)
-		return;
-	sent_clear(n);
-	snprintf(n->sent_epoch, sizeof(n->sent_epoch), "%s", e);
-	n->sent_trusted = true;
-}
-
-/* After the upload marker is put (upload_begin): whether the chunks sent ahead may be relied
- * on without a HEAD, the gc epoch unchanged since sent_trust_begin. When it changed (a gc may
- * have removed some) the set is dropped and every chunk is looked at again. Node thread. */
-static bool sent_trust_end(struct node *n)
-{
-	char e[RGC_EPOCH_MAX + 1];
-
-	if (!n->sent_trusted)
-		return false;
-	if (read_epoch(n, e, sizeof(e)) == 0 && strcmp(e, n->sent_epoch) == 0)
-		return true;
-	n->sent_trusted = false;
-	sent_clear(n);
-	return false;
-}
-
-/* Send every chunk manifest m names, on NODE_SENDERS threads (a HEAD, a local read and check,
- * and a PUT each, each waiting on something else); ahead: only those not sent ahead
- * yet, remembered once sent; trusted (a publish, sent_trust_end): not those sent ahead either,
- * counted in chunks_trusted. *ret_count (may be NULL): the chunks it looked at. Returns 0 or
- * the first failure's -errno. */
-static int send_chunks(struct node *n, json_t *m, bool ahead, bool trusted, size_t *ret_count)
-{
-	struct send_job job = { .n = n };
-	struct store_hash h;
+	struct node_chunk *v = NULL;
+	size_t i, j, count = 0, cap = 0, relied = 0;
 	json_t *f, *x;
-	size_t i, j, cap = 0, relied = 0;
+	int rc = 0;
 
 	json_array_foreach(json_object_get(m, "files"), i, f)
 	{
 		json_array_foreach(json_object_get(f, "extents"), j, x)
 		{
-			bool parsed = store_hash_parse(json_string_value(json_array_get(x, 2)), &h) == 0;
+			const char *hex = json_string_value(json_array_get(x, 2));
 
-			if (ahead && (!parsed || sent_has(n, h.b)))
-				continue;
-			if (trusted && parsed && sent_has(n, h.b)) {
+			if (ckpt_grow(&v, &cap, count, sizeof(*v)) < 0) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			if (!hex || store_hash_parse(hex, &v[count].h) < 0) {
+				rc = -EBADMSG;
+				goto out;
+			}
+			if (trusted && node_sent_has(n, v[count].h.b)) {
 				relied++;
 				continue;
 			}
-			if (ckpt_grow(&job.ext, &cap, job.count, sizeof(*job.ext)) < 0) {
-				free(job.ext);
-				return -ENOMEM;
-			}
-			job.ext[job.count++] = x;
+			v[count++].len = (size_t)json_integer_value(json_array_get(x, 1));
 		}
 	}
-	pthread_mutex_init(&job.mu, NULL);
-	/* the node thread sends too: NODE_SENDERS requests in flight in all */
-	store_parallel(job.count < NODE_SENDERS ? (unsigned)job.count : NODE_SENDERS, send_main,
-		       &job);
-	pthread_mutex_destroy(&job.mu);
-	for (size_t k = 0; ahead && job.rc == 0 && k < job.count; k++)
-		if (store_hash_parse(json_string_value(json_array_get(job.ext[k], 2)), &h) == 0)
-			sent_add(n, h.b);
-	free(job.ext);
 	if (relied) {
 		ckpt_lock(&n->mu, CKPT_RANK_NODE);
 		n->chunks_trusted += relied;
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	}
-	if (ret_count)
-		*ret_count = job.count;
-	return job.rc;
+	rc = node_send_chunks(n, v, count);
+out:
+	free(v);
+	return rc;
 }
 
-/* Every chunk of manifest m (send_chunks: every one looked at again, since a gc may have removed
- * one sent ahead, before this upload's marker; unless trusted: rgc.h protocol 6), then m
- * itself (invariant 1). began: when upload_begin put this upload's marker (ckpt_mono_ns).
+/* Every chunk of manifest m (every one looked at again, since a gc may have removed one sent
+ * ahead, before this upload's marker; unless trusted: rgc.h protocol 6), then m itself
+ * (invariant 1). began: when upload_begin put this upload's marker (ckpt_mono_ns).
  * Returns 0 (published), 1 (the chunks took longer than half the marker's expiry: m not
  * written, start over), or the remote's -errno. */
 static int publish_one(struct node *n, const struct idx_step *s, json_t *m, int64_t began,
 		       bool trusted)
 {
 	char key[REMOTE_KEY_MAX + 1], *text;
-	int rc = send_chunks(n, m, false, trusted, NULL);
+	int rc = send_manifest_chunks(n, m, trusted);
 
 	if (rc < 0)
 		return rc;
@@ -409,7 +289,8 @@ struct pending {
 	size_t nv, cap;
 	struct node_key *w;       /* steps saved again here: withdraw this node's part */
 	size_t nw, capw;
-	struct idx_step ahead;    /* the newest step being saved here (send_ahead), id 0: none */
+	struct idx_step ahead;    /* the newest step being saved here (node_send_ahead); id 0:
+				     none */
 };
 
 static bool quiet_row(const struct node *n, int64_t id)
@@ -548,7 +429,7 @@ int node_publish_part(struct node *n, const struct idx_step *s, json_t *m, bool 
 	if (rc == -EAGAIN)
 		return rc; /* a gc holds the lease: the next tick */
 	if (rc == 0) {
-		rc = publish_one(n, s, m, began, sent_trust_end(n));
+		rc = publish_one(n, s, m, began, node_sent_trust_end(n));
 		int drc = remote_delete(n->r, mark);
 
 		if (rc == 0 && drc < 0)
@@ -594,45 +475,6 @@ int node_publish_part(struct node *n, const struct idx_step *s, json_t *m, bool 
 	return 0;
 }
 
-/*
- * Send the chunks of the files of step s (being saved here) that are durable already, before
- * the step completes: the upload runs beside the save, and once the step is complete its
- * publish finds its chunks there (a HEAD each) and puts only its manifest. A torn save leaves
- * chunks no manifest names, which `ckptctl remote gc` removes. No upload marker: a gc may
- * remove such a chunk meanwhile, and the publish then sends it again. Returns whether it found
- * chunks to send.
- */
-static bool send_ahead(struct node *n, const struct idx_step *s)
-{
-	size_t files = 0, count = 0;
-	json_t *m;
-	int rc;
-
-	json_t *f;
-	size_t i, extents = 0;
-
-	ckpt_lock(&n->fs->mu, CKPT_RANK_FS);
-	m = node_manifest_json(n->fs, s, n->name, n->nodes, false, false, &files);
-	ckpt_unlock(&n->fs->mu, CKPT_RANK_FS);
-	if (m)
-		json_array_foreach(json_object_get(m, "files"), i, f)
-			extents += json_array_size(json_object_get(f, "extents"));
-	ckpt_lock(&n->mu, CKPT_RANK_NODE);
-	n->ahead_passes++;
-	n->ahead_files += files;
-	n->ahead_extents += extents;
-	ckpt_unlock(&n->mu, CKPT_RANK_NODE);
-	if (!m)
-		return false;
-	if (files)
-		sent_trust_begin(n);
-	if (files && (rc = send_chunks(n, m, true, false, &count)) < 0)
-		ckpt_log("cannot send the chunks of step '%s' ahead of its completion: %s; they go "
-			 "with its publish", s->name, strerror(-rc));
-	json_decref(m);
-	return count > 0;
-}
-
 void node_publish(struct node *n)
 {
 	struct ckfs *fs = n->fs;
@@ -646,8 +488,10 @@ void node_publish(struct node *n)
 	n->busy = p.busy;
 	for (size_t i = 0; i < p.nw; i++)
 		withdraw(n, &p.w[i]);
-	if (p.ahead.id && !node_blocked(n))
-		sending = send_ahead(n, &p.ahead);
+	if (!p.ahead.id)
+		node_ahead_forget(n); /* no save here: what went ahead of the last one is done */
+	else if (!node_blocked(n))
+		sending = node_send_ahead(n, &p.ahead);
 	for (size_t i = 0; i < p.nv && !node_blocked(n); i++) {
 		const struct idx_step *s = &p.v[i];
 		int64_t step = policy_node_step(s);
@@ -691,20 +535,8 @@ void node_publish(struct node *n)
 	}
 	/* busy, and this node's parts up: what comes next may be another node's, its part or
 	 * the seal of a step saved here. Not while chunks still go ahead: a save is writing, and
-	 * a pass every poll would build its manifest under fs->mu as often, in the writers' way */
+	 * a pass every poll would walk its tree under fs->mu as often, in the writers' way */
 	n->waiting = p.busy && !failed && !sending && !node_blocked(n);
 	free(p.v);
 	free(p.w);
-}
-
-void node_ahead_metrics(const struct node *n, struct ckpt_text *p)
-{
-	prom_family(p, "ckptfs_remote_ahead_passes_total", "counter",
-		    "Publish passes that sent ahead the chunks of a step being saved here.");
-	prom_u64(p, "ckptfs_remote_ahead_passes_total", NULL, NULL, n->ahead_passes);
-	prom_family(p, "ckptfs_remote_ahead_described_total", "counter",
-		    "Files and extents those passes described under the daemon's lock, which the "
-		    "trainer's requests wait for.");
-	prom_u64(p, "ckptfs_remote_ahead_described_total", "what", "files", n->ahead_files);
-	prom_u64(p, "ckptfs_remote_ahead_described_total", "what", "extents", n->ahead_extents);
 }

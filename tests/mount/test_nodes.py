@@ -12,6 +12,9 @@ test_multinode.py) hits only by chance:
 - `ckptctl verify` on a mounted node while the daemon shows another node's step reports that
   step's unfetched chunks as notes, never as damage: it lists chunks and files from one snapshot
   of the index;
+- while a step is being saved, a publish pass reads under the daemon's lock only the files
+  whose content changed since the last pass (the chunks sent ahead, fs/node/node_ahead.c), not
+  the whole step every 50-200 ms;
 - a mkdir of a step directory and a lookup at the root that misses, which wait for the remote
   inside the rank's system call (fs/node/node_dir.c), return within their deadline when the
   remote is an S3 endpoint that accepts and never answers (a tiny server here that answers
@@ -236,7 +239,7 @@ class TwoNodes(unittest.TestCase):
 
     def test_a_pass_ahead_describes_only_the_files_that_changed(self):
         """While a step is being saved, every publish pass (50-200 ms) sends ahead the chunks of
-        its files durable already (fs/node/node_publish.c), reading the index under the daemon's
+        its files durable already (fs/node/node_ahead.c), reading the index under the daemon's
         lock, which the trainer's writes wait for. A pass describes only the files whose content
         changed since the last one: once every file's chunks went ahead, the passes that follow
         describe nothing, however large the step (issue 41)."""
