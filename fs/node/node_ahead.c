@@ -120,12 +120,18 @@ static void sent_add(struct node *n, const uint8_t *h)
 	}
 }
 
-/* Forget every chunk sent ahead, and so the files remembered as sent (invariant 2). */
-static void sent_clear(struct node *n)
+/* Empty n->sent, the digests sent ahead. */
+static void sent_empty(struct node *n)
 {
 	if (n->sent_cap)
 		memset(n->sent_used, 0, n->sent_cap * sizeof(*n->sent_used));
 	n->sent_n = 0;
+}
+
+/* Forget every chunk sent ahead, and so the files remembered as sent (invariant 2). */
+static void sent_clear(struct node *n)
+{
+	sent_empty(n);
 	node_ahead_forget(n);
 }
 
@@ -166,9 +172,7 @@ static bool sent_trust_begin(struct node *n)
 	st = lease_read(n->r, LEASE_GC_KEY, lease_now_ns(), &gc);
 	if (st != LEASE_ABSENT && st != LEASE_STALE)
 		return false;
-	if (n->sent_cap)
-		memset(n->sent_used, 0, n->sent_cap * sizeof(*n->sent_used));
-	n->sent_n = 0;
+	sent_empty(n);
 	snprintf(n->sent_epoch, sizeof(n->sent_epoch), "%s", e);
 	n->sent_trusted = true;
 	return true;
