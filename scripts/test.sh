@@ -23,10 +23,15 @@ rm -f "$build/meson-logs/testlog-all.json" "${build}-asan/meson-logs/testlog-all
 	"$build/torture-long.ok" "$build/torture-long.log"
 rc=0
 args=("$@")
+loop_after=0
 if [ $# -eq 0 ] && [ -z "${CKPTFS_NO_LONG:-}" ]; then
 	args=(--no-suite crash-loop) # the crash loop below runs every layout: a longer copy
+	# and the single crash and daemon-kill rounds per layout of 'frameworks' and 'scenarios'
+	# are its first rounds over again (tests/lib/crashround.py)
+	loop_after=1
 fi
-meson test -C "$build" --setup all --print-errorlogs --num-processes 1 "${args[@]}" || rc=$?
+CKPTFS_CRASH_LOOP_AFTER=$loop_after \
+	meson test -C "$build" --setup all --print-errorlogs --num-processes 1 "${args[@]}" || rc=$?
 
 # The crash loop over every layout (the meson subset covers four at 3 rounds): each layout's real
 # trainer SIGKILLed inside a save 5 times, the daemon at the 5th (~6 s a round, ~4 min on 2
