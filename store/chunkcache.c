@@ -20,13 +20,8 @@
 
 /* ---- buffer pool (invariant 9) ---- */
 
-/*
- * A buffer of at least len (1..STORE_CHUNK_MAX) bytes for a chunk's raw bytes: the smallest
- * pooled one of len..2*len bytes (so an entry never holds more than twice its size); else, when
- * every pooled one is smaller than len, the largest grown to len (realloc keeps its mapped
- * pages); else a new malloc. *ret_cap gets its size. Returns NULL when out of memory.
- */
-static uint8_t *buf_get(struct store *st, uint32_t len, uint32_t *ret_cap)
+/* The pool's choice of buffer: store_int.h's store_buf_get. */
+uint8_t *store_buf_get(struct store *st, uint32_t len, uint32_t *ret_cap)
 {
 	unsigned i, best = STORE_POOL_BUFS, big = STORE_POOL_BUFS;
 	uint8_t *p = NULL;
@@ -65,7 +60,7 @@ static uint8_t *buf_get(struct store *st, uint32_t len, uint32_t *ret_cap)
 	return n;
 }
 
-/* Give back a buffer of buf_get: to the pool, in place of a smaller one when it is full. */
+/* Give back a buffer of store_buf_get: to the pool, in place of a smaller one when it is full. */
 void store_buf_put(struct store *st, uint8_t *p, uint32_t cap)
 {
 	unsigned i, small = 0;
@@ -95,7 +90,7 @@ void store_buf_put(struct store *st, uint8_t *p, uint32_t cap)
  * Load chunk h from disk as how says (store_chunk_read_whole; fetched first when missing, fetch
  * true and a fetch function set),
  * decode it and check its digest (invariants 2 and 7). On success *ret_data is a buffer of
- * buf_get (give it back with store_buf_put(st, data, *ret_cap)) holding *ret_size bytes.
+ * store_buf_get (give it back with store_buf_put(st, data, *ret_cap)) holding *ret_size bytes.
  * Returns 0, -ENOENT, -EIO, -EBADMSG, -ENOMEM, or the fetch function's -EAGAIN.
  */
 int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, unsigned how,
@@ -109,11 +104,23 @@ int store_chunk_load(struct store *st, const struct store_hash *h, bool fetch, u
 	int err;
 
 	err = store_chunk_read_whole(st, h, how, &hdr, &file);
-	if (err == -ENOENT && fetch && st->fetch && (err = st->fetch(st, h, st->fetch_arg)) == 0)
-		err = store_chunk_read_whole(st, h, how, &hdr, &file);
+	if (err == -ENOENT && fetch && st->fetch) {
+		struct store_fetched f = { 0 };
+
+		if ((err = st->fetch(st, h, st->fetch_arg, &f)) == 0 && f.data) {
+			*ret_data = f.data; /* checked against h by store_chunk_put_object */
+			*ret_size = f.size;
+			*ret_cap = f.cap;
+			return 0;
+		}
+		if (f.data) /* a fetch function that stored the chunk, then failed */
+			store_buf_put(st, f.data, f.cap);
+		if (err == 0)
+			err = store_chunk_read_whole(st, h, how, &hdr, &file);
+	}
 	if (err)
 		return err;
-	data = buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap);
+	data = store_buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap);
 	if (!data)
 		return -ENOMEM;
 	if (store_codec_is_raw(hdr.codec)) {
@@ -707,7 +714,7 @@ int store_chunk_object(struct store *st, const struct store_hash *h, size_t len,
 	if (store_codec_is_raw(hdr.codec)) {
 		store_hash_buf(file + STORE_HDR_LEN, len, &got);
 	} else {
-		if (!(data = buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap)))
+		if (!(data = store_buf_get(st, hdr.raw_size ? hdr.raw_size : 1, &cap)))
 			return -ENOMEM;
 		err = store_decode_digested(hdr.codec, file + STORE_HDR_LEN, hdr.payload_size,
 					    data, hdr.raw_size);

@@ -548,21 +548,25 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
 /*
  * The object's payload is stored as it came: it was encoded by the node that sent it, and
  * encoding the decoded bytes again here would spend a cold reader's CPU on what it already has.
- * Decoded once into a buffer of our own (the caller's thread buffers may hold its reply) to
- * check the digest (invariant 2 holds on every later read anyway).
+ * Decoded once into a pooled buffer (the caller's thread buffers may hold its reply) to check
+ * the digest (invariant 2 holds on every later read anyway); that buffer is then the reader's
+ * (got), or goes back to the pool.
  */
 int store_chunk_put_object(struct store *st, const void *obj, size_t len,
-			   const struct store_hash *h, struct store_chunk_info *ret)
+			   const struct store_hash *h, struct store_chunk_info *ret,
+			   struct store_fetched *got)
 {
 	const uint8_t *b = obj, *payload = b + STORE_OBJECT_HEADER;
 	size_t plen = len - STORE_OBJECT_HEADER;
 	uint8_t raw_hdr[STORE_HDR_LEN], *data;
 	char path[PATH_MAX];
 	struct chunk_hdr hdr;
-	struct store_hash got;
-	uint32_t rawlen;
+	struct store_hash got_h;
+	uint32_t rawlen, cap;
 	int err;
 
+	if (got)
+		got->data = NULL;
 	if (st->read_only)
 		return -EROFS;
 	if (len < STORE_OBJECT_HEADER)
@@ -571,12 +575,12 @@ int store_chunk_put_object(struct store *st, const void *obj, size_t len,
 	if (b[0] > STORE_CODEC_MAX || rawlen == 0 || rawlen > STORE_CHUNK_MAX ||
 	    (store_codec_is_raw(b[0]) ? plen != rawlen : plen > store_payload_bound(rawlen)))
 		return -EBADMSG;
-	if (!(data = malloc(rawlen)))
+	if (!(data = store_buf_get(st, rawlen, &cap)))
 		return -ENOMEM;
 	err = store_decode_digested(b[0], payload, plen, data, rawlen);
 	if (err == 0) {
-		store_hash_buf(data, rawlen, &got);
-		err = memcmp(got.b, h->b, STORE_HASH_LEN) ? -EBADMSG : 0;
+		store_hash_buf(data, rawlen, &got_h);
+		err = memcmp(got_h.b, h->b, STORE_HASH_LEN) ? -EBADMSG : 0;
 	} else if (err != -ENOMEM) {
 		err = -EBADMSG;
 	}
@@ -585,21 +589,26 @@ int store_chunk_put_object(struct store *st, const void *obj, size_t len,
 		err = store_chunk_path(st, &hdr.hash, path, sizeof(path));
 	if (err == 0)
 		err = put_existing(st, &hdr.hash, data, rawlen, &hdr);
-	free(data);
-	if (err < 0)
-		return err;
-	if (err == 1) {
-		info_from_hdr(&hdr, true, ret);
-		return 0;
+	if (err == 0) {
+		hdr.codec = b[0];
+		hdr.raw_size = rawlen;
+		hdr.payload_size = (uint32_t)plen;
+		store_hdr_encode(&hdr, raw_hdr);
+		err = publish(st, store_shard_of(&hdr.hash), path, raw_hdr, payload, plen, false,
+			      false);
 	}
-	hdr.codec = b[0];
-	hdr.raw_size = rawlen;
-	hdr.payload_size = (uint32_t)plen;
-	store_hdr_encode(&hdr, raw_hdr);
-	err = publish(st, store_shard_of(&hdr.hash), path, raw_hdr, payload, plen, false, false);
-	if (err)
+	if (err < 0) {
+		store_buf_put(st, data, cap);
 		return err;
-	info_from_hdr(&hdr, false, ret);
+	}
+	info_from_hdr(&hdr, err == 1, ret);
+	if (got) {
+		got->data = data;
+		got->size = rawlen;
+		got->cap = cap;
+	} else {
+		store_buf_put(st, data, cap);
+	}
 	return 0;
 }
 

@@ -270,14 +270,29 @@ void store_close(struct store *st);
 int store_chunk_put(struct store *st, const void *buf, size_t len, struct store_chunk_info *ret);
 
 /*
+ * struct store_fetched - the raw bytes of a chunk a fetch function has just stored, checked
+ * against its digest, which the read that asked for the chunk serves at once instead of reading
+ * the chunk's file back, decoding and hashing it a second time. Filled only by
+ * store_chunk_put_object; a fetch function passes it on and touches nothing in it. data NULL:
+ * nothing kept, the read reads the stored file. The buffer is the store's (its pool).
+ */
+struct store_fetched {
+	uint8_t *data;
+	uint32_t size; /* bytes of the chunk at data */
+	uint32_t cap;  /* the buffer's capacity, bytes */
+};
+
+/*
  * store_fetch_fn - asked for chunk h when its file is missing from the store: fetch the chunk's
- * raw bytes from elsewhere (a remote copy) and store them with store_chunk_put_hashed. Returns
+ * raw bytes from elsewhere (a remote copy) and store them with store_chunk_put_hashed, or its
+ * object with store_chunk_put_object(..., got), which hands the checked bytes to the read. Returns
  * 0 when it did, -ENOENT when it has no copy either, -EAGAIN when the copy could not be reached
  * (the remote did not answer: the chunk is not known to be bad, a later read may succeed), or
- * another -errno (the copy is bad: -EBADMSG, -EIO). Called from any thread
- * that reads a chunk, with no store lock held; it must not read chunk h itself.
+ * another -errno (the copy is bad: -EBADMSG, -EIO); got is ignored unless it returns 0. Called
+ * from any thread that reads a chunk, with no store lock held; it must not read chunk h itself.
  */
-typedef int (*store_fetch_fn)(struct store *st, const struct store_hash *h, void *arg);
+typedef int (*store_fetch_fn)(struct store *st, const struct store_hash *h, void *arg,
+			      struct store_fetched *got);
 
 /*
  * store_set_fetch - from now on, a read of a chunk whose file is missing (-ENOENT) first asks
@@ -311,12 +326,16 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
  * len bytes at obj, as a node sent it), its payload as it is, in its codec, without encoding it
  * again; a sound copy already stored is left as it is. The object is decoded and its bytes
  * checked against h first, so nothing else is ever stored under h. Not durable until the next
- * store_sync, like a put. Returns 0 (*ret filled), -EBADMSG (the object is malformed, does not
- * decode, or its bytes are not h's: nothing stored), -EROFS, -ENOMEM, or the -errno of the
- * write (-ENOSPC, -EIO, ...). Thread-safe; uses this thread's STORE_TBUF_WRITE buffer.
+ * store_sync, like a put. got NULL, or a fetch function's (store_fetch_fn): on success the
+ * decoded bytes go there for the read that fetched the chunk (struct store_fetched), so a cold
+ * read decodes and hashes each fetched chunk once. Returns 0 (*ret filled), -EBADMSG (the
+ * object is malformed, does not decode, or its bytes are not h's: nothing stored), -EROFS,
+ * -ENOMEM, or the -errno of the write (-ENOSPC, -EIO, ...); on failure got->data is NULL.
+ * Thread-safe; uses this thread's STORE_TBUF_WRITE buffer.
  */
 int store_chunk_put_object(struct store *st, const void *obj, size_t len,
-			   const struct store_hash *h, struct store_chunk_info *ret);
+			   const struct store_hash *h, struct store_chunk_info *ret,
+			   struct store_fetched *got);
 
 /*
  * store_defer_pays - whether a worker that must keep up with a writer gets a chunk stored

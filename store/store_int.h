@@ -305,7 +305,18 @@ bool store_primed_has(struct store *st, const struct store_hash *h);
 void store_primed_hit(struct store *st);
 
 /*
- * store_buf_put - give back a buffer of cap bytes obtained from store_chunk_load, to the pool
+ * store_buf_get - a buffer of at least len (1..STORE_CHUNK_MAX) bytes for a chunk's raw bytes,
+ * from the pool (invariant 9): the smallest pooled one of len..2*len bytes (so a cache entry
+ * never holds more than twice its size); else, when every pooled one is smaller than len, the
+ * largest grown to len (realloc keeps its mapped pages, which a fresh malloc of a chunk's size
+ * would fault in again); else a new malloc. *ret_cap gets its size. Returns the buffer, owned
+ * by the caller until store_buf_put, or NULL when out of memory. Thread-safe (pool_lock).
+ */
+uint8_t *store_buf_get(struct store *st, uint32_t len, uint32_t *ret_cap);
+
+/*
+ * store_buf_put - give back a buffer of cap bytes obtained from store_buf_get (or
+ * store_chunk_load, store_chunk_put_object's got), to the pool
  * (invariant 9) or to free(3). Takes ownership of p. Thread-safe (pool_lock).
  */
 void store_buf_put(struct store *st, uint8_t *p, uint32_t cap);

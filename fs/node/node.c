@@ -449,8 +449,10 @@ int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, vo
 }
 
 /* store_fetch_fn: chunk h from the remote, checked against h, into the local store as it was
- * encoded by the node that sent it (store_chunk_put_object). */
-static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
+ * encoded by the node that sent it, and its bytes to the read that asked (store_chunk_put_object,
+ * got). */
+static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
+		       struct store_fetched *got)
 {
 	struct node *n = arg;
 	char hex[2 * STORE_HASH_LEN + 1], key[80];
@@ -467,7 +469,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg)
 		node_count_error(n, NODE_ERR_FETCH);
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
-	rc = store_chunk_put_object(st, buf, len, h, &info);
+	rc = store_chunk_put_object(st, buf, len, h, &info, got);
 	free(buf);
 	if (rc == -EBADMSG) /* the remote's copy is damaged, not this step */
 		return ask_repair(n, hex, "does not decode to its digest");

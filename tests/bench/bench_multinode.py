@@ -10,7 +10,8 @@
               bucket, verified, cached) against reading the same bytes from the local disk
               (files in a plain directory, page cache dropped before the read)
   cpu         the CPU time the two daemons (per GiB written) and radosgw (per GiB sent) used
-              from the first write to global (on a machine of few cores, it bounds the upload)
+              from the first write to global (on a machine of few cores, it bounds the upload),
+              and the cold node's daemon and radosgw during the cold resume
   bucket      bytes in the bucket under the job's prefix against the bytes written: the
               data-parallel replicas' identical model shards are stored once
 
@@ -170,12 +171,14 @@ def main():
         while a_.read_text(TRACKER) != '2':
             time.sleep(0.01)
         drop_caches()
+        cold_cpu0 = (cpu_s(a_.pid), cpu_s(rgw_pid))
         t = time.monotonic()
         got = 0
         for path in files:
             with open(a_.path(path), 'rb') as f:
                 got += len(f.read())
         t_cold = time.monotonic() - t
+        cold_cpu = (cpu_s(a_.pid) - cold_cpu0[0], cpu_s(rgw_pid) - cold_cpu0[1])
         drop_caches()
         t = time.monotonic()
         for path in files:
@@ -205,6 +208,8 @@ def main():
         print('cold resume: %.2f s from the bucket (%.1f MiB/s) vs %.2f s from the local disk '
               '(%.1f MiB/s): %.2fx' % (t_cold, logical / t_cold / mib, t_disk,
                                        logical / t_disk / mib, t_disk / t_cold))
+        print('             CPU during it: the daemon %.2f s, radosgw %.2f s (of %.2f s on %d '
+              'CPUs)' % (cold_cpu[0], cold_cpu[1], t_cold * os.cpu_count(), os.cpu_count()))
         print('bucket:      %.1f MiB in the bucket for %.1f MiB written: %.3f (replicas\' '
               'identical model shards stored once)' % (stored / mib, logical / mib,
                                                        stored / logical))
