@@ -703,6 +703,7 @@ int store_chunk_object(struct store *st, const struct store_hash *h, size_t len,
 	struct store_hash got;
 	uint8_t *file; /* this thread's (store_thread_buf), not freed here */
 	uint8_t *data = NULL, *obj;
+	const void *payload;
 	uint32_t cap = 0;
 	int err;
 
@@ -726,13 +727,19 @@ int store_chunk_object(struct store *st, const struct store_hash *h, size_t len,
 	}
 	if (memcmp(got.b, h->b, STORE_HASH_LEN))
 		return -EBADMSG;
-	if (hdr.codec == STORE_CODEC_DEFERRED)
-		return store_object_encode(file + STORE_HDR_LEN, len, level, ret_obj, ret_len);
+	payload = file + STORE_HDR_LEN;
+	/* a copy stored deferred is compressed once, for this store and the remote alike: sent
+	 * encoded on its own, the idle recode would encode it a second time. A store that cannot
+	 * take the new copy (read-only, full) still sends one, encoded at level. */
+	if (hdr.codec == STORE_CODEC_DEFERRED &&
+	    (err = store_recode_loaded(st, h, &hdr, file, &payload)) != 0)
+		return err == -ENOMEM ? err :
+		       store_object_encode(file + STORE_HDR_LEN, len, level, ret_obj, ret_len);
 	if (!(obj = malloc(STORE_OBJECT_HEADER + (size_t)hdr.payload_size)))
 		return -ENOMEM;
 	obj[0] = hdr.codec;
 	store_put_le32(obj + 1, hdr.raw_size);
-	memcpy(obj + STORE_OBJECT_HEADER, file + STORE_HDR_LEN, hdr.payload_size);
+	memcpy(obj + STORE_OBJECT_HEADER, payload, hdr.payload_size);
 	*ret_obj = obj;
 	*ret_len = STORE_OBJECT_HEADER + (size_t)hdr.payload_size;
 	return 0;

@@ -624,16 +624,46 @@ bool store_defer_pays(struct store *st)
 	return wr * (1000000 - (ratio < 1000000 ? ratio : 1000000)) / 1000000 < enc;
 }
 
-int store_chunk_recode(struct store *st, const struct store_hash *h,
-		       struct store_chunk_info *ret)
+int store_recode_loaded(struct store *st, const struct store_hash *h, struct chunk_hdr *hdr,
+			const uint8_t *file, const void **ret_payload)
 {
 	char path[PATH_MAX];
 	uint8_t raw_hdr[STORE_HDR_LEN];
+	const void *payload;
+	size_t payload_len;
+	uint8_t codec;
+	int err;
+
+	if (st->read_only)
+		return -EROFS;
+	/* file stays in the caller's buffer: the encoder and the write below use buffers of
+	 * their own (codec.c's, STORE_TBUF_WRITE) */
+	err = store_encode_tls(file + STORE_HDR_LEN, hdr->raw_size, st->zstd_level, &payload,
+			       &payload_len, &codec);
+	if (!err)
+		err = store_chunk_path(st, h, path, sizeof(path));
+	if (err)
+		return err;
+	hdr->codec = codec;
+	hdr->payload_size = (uint32_t)payload_len;
+	store_hdr_encode(hdr, raw_hdr);
+	/* a chunk the mount's check left in the page cache for its reader (invariant 13): its new
+	 * copy goes there too, or the reader would find it only on the disk */
+	err = publish(st, store_shard_of(h), path, raw_hdr, payload, payload_len, true,
+		      store_primed_has(st, h));
+	if (err)
+		return err;
+	*ret_payload = payload;
+	return 0;
+}
+
+int store_chunk_recode(struct store *st, const struct store_hash *h,
+		       struct store_chunk_info *ret)
+{
 	struct chunk_hdr hdr;
 	struct store_hash got;
 	const void *payload;
-	size_t payload_len;
-	uint8_t codec, *file;
+	uint8_t *file;
 	int err;
 
 	if (st->read_only)
@@ -648,22 +678,7 @@ int store_chunk_recode(struct store *st, const struct store_hash *h,
 	store_hash_buf(file + STORE_HDR_LEN, hdr.raw_size, &got);
 	if (memcmp(got.b, h->b, STORE_HASH_LEN))
 		return -EBADMSG;
-	/* file stays in this thread's STORE_TBUF_PAYLOAD slot: the encoder and the write below
-	 * use buffers of their own (codec.c's, STORE_TBUF_WRITE) */
-	err = store_encode_tls(file + STORE_HDR_LEN, hdr.raw_size, st->zstd_level, &payload,
-			       &payload_len, &codec);
-	if (!err)
-		err = store_chunk_path(st, h, path, sizeof(path));
-	if (!err) {
-		hdr.codec = codec;
-		hdr.payload_size = (uint32_t)payload_len;
-		store_hdr_encode(&hdr, raw_hdr);
-		/* a chunk the mount's check left in the page cache for its reader (invariant 13):
-		 * its new copy goes there too, or the reader would find it only on the disk */
-		err = publish(st, store_shard_of(h), path, raw_hdr, payload, payload_len, true,
-			      store_primed_has(st, h));
-	}
-	if (err)
+	if ((err = store_recode_loaded(st, h, &hdr, file, &payload)) != 0)
 		return err;
 	info_from_hdr(&hdr, true, ret);
 	return 0;

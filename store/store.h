@@ -411,7 +411,9 @@ ssize_t store_chunk_pread(struct store *st, const struct store_hash *h, void *bu
  * store_chunk_object - chunk h of this store (len raw bytes, its size) as a remote object
  * (store_object_encode's form): what a node sends and what a repair puts back. The stored
  * payload goes as it is, in its codec, without encoding it again; a copy stored deferred
- * (STORE_CODEC_DEFERRED) is encoded at zstd level (1..19), so no object is ever DEFERRED. The
+ * (STORE_CODEC_DEFERRED) is compressed first, as store_chunk_recode does, and goes as then
+ * stored (one encode for the store and the remote), or, when the store cannot take the new copy
+ * (read-only, full, ...), is encoded at zstd level (1..19): no object is ever DEFERRED. The
  * chunk file is read (never fetched: a chunk missing here is -ENOENT) and its bytes checked
  * against h first, so a damaged copy is never sent. *ret_obj: malloc'd, owned by the caller
  * (free(3)), *ret_len bytes. Returns 0, -ENOENT (not stored here), -EIO (unreadable, malformed,

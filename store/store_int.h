@@ -284,6 +284,18 @@ int store_cache_init(struct store *st);
 void store_cache_free(struct store *st);
 
 /*
+ * store_recode_loaded - store_chunk_recode for a caller that has read chunk h's file whole
+ * (store_chunk_read_whole: its header *hdr, codec STORE_CODEC_DEFERRED, and file) and checked
+ * its bytes against h: encodes them at the store's level, swaps the new file in (as
+ * store_chunk_recode does) and updates *hdr to it. *ret_payload: the stored payload,
+ * hdr->payload_size bytes, in this thread's encoder buffer or in file itself (RAW), valid until
+ * this thread's next encode or read into that slot. Returns 0, -EROFS, or the errors of
+ * store_chunk_recode's write; on failure the old file is left as it was. Thread-safe.
+ */
+int store_recode_loaded(struct store *st, const struct store_hash *h, struct chunk_hdr *hdr,
+			const uint8_t *file, const void **ret_payload);
+
+/*
  * store_chunk_load - load chunk h from disk (read as how says: store_chunk_read_whole), decode
  * it and check its XXH3-128 against h (invariants 2 and 7), bypassing the cache. A chunk file missing here is fetched through
  * store_set_fetch's function when fetch is true and one is set. On success *ret_data is a pooled

@@ -45,7 +45,8 @@
 #define NODE_POLL_SPAN 3
 
 /* zstd level of a chunk stored here deferred (never compressed) when it is sent to the remote
- * (store_chunk_object: every other chunk goes as it is stored); 3 is zstd's default. */
+ * and the store cannot take a compressed copy (full): store_chunk_object compresses it for the
+ * store and sends that, as it sends every other chunk as stored. 3 is zstd's default. */
 #define NODE_ZSTD_LEVEL 3
 
 /* The longest a call made before the mount answers (node_prime) or by the presence renewal

@@ -792,16 +792,26 @@ Test(chunkstore, object_is_the_stored_payload)
 	free(file);
 	cr_assert_eq(store_chunk_object(st, &h, len - 1, 1, &obj, &olen), -EIO);
 
-	buf[0] ^= 1; /* another chunk, stored deferred */
+	/* another chunk, stored deferred: compressed once, the copy stored here and the object
+	 * the same payload, nothing left for the idle recode */
+	buf[0] ^= 1;
 	store_hash_buf(buf, len, &hd);
 	cr_assert_eq(store_chunk_put_hashed(st, buf, len, &hd, STORE_PUT_DEFER, &info), 0);
+	cr_assert_eq(info.codec, STORE_CODEC_DEFERRED);
 	cr_assert_eq(store_chunk_object(st, &hd, len, 1, &obj, &olen), 0);
 	cr_assert_neq(((uint8_t *)obj)[0], STORE_CODEC_DEFERRED);
 	cr_assert_lt(olen, len / 4, "encoded");
 	cr_assert_eq(store_object_decode(obj, olen, &hd, &raw, &rlen), 0);
 	cr_assert(memcmp(raw, buf, len) == 0);
 	free(raw);
+	file = chunk_file(st, &hd, &flen);
+	cr_assert_eq(file[4], ((uint8_t *)obj)[0], "the stored copy was compressed too");
+	cr_assert(flen - STORE_HDR_LEN == olen - STORE_OBJECT_HEADER &&
+		  memcmp(file + STORE_HDR_LEN, (uint8_t *)obj + STORE_OBJECT_HEADER,
+			 olen - STORE_OBJECT_HEADER) == 0, "one encode for both");
+	free(file);
 	free(obj);
+	check_chunk(st, &hd, buf, len);
 
 	flip_byte(st, &h, STORE_HDR_LEN + 100);
 	cr_assert_eq(store_chunk_object(st, &h, len, 1, &obj, &olen), -EBADMSG);

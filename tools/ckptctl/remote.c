@@ -24,8 +24,9 @@
 #include "remote_int.h"
 #include "fs/policy/policy.h"
 
-/* zstd level of a chunk put back by --repair: the daemon's (fs/node/node.c NODE_ZSTD_LEVEL,
- * zstd's default); any level decodes the same. */
+/* zstd level of a chunk stored deferred put back by --repair from a store opened read-only
+ * (store_chunk_object): the daemon's (fs/node/node.c NODE_ZSTD_LEVEL, zstd's default); any level
+ * decodes the same. */
 #define CTL_REMOTE_ZSTD_LEVEL 3
 
 static int dir_cb(const char *key, uint64_t size, void *arg)
