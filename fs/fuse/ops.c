@@ -9,6 +9,7 @@
  * (durable when it returns: synchronous=FULL; a file created by open(O_CREAT) is durable at its
  * first close or fsync: ops_dir.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -121,6 +122,32 @@ static void ts_of(int64_t ns, struct timespec *ts)
 	ts->tv_nsec = ns % 1000000000;
 }
 
+/* The attributes of inode a->ino into st; st_blocks left to the caller. fs->mu held. */
+static void stat_of_attr(struct ckfs *fs, const struct idx_inode *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->ino;
+	st->st_mode = a->mode;
+	st->st_nlink = a->nlink;
+	if (a->ino == steps_meta_ino(fs))
+		st->st_nlink++; /* its virtual subdirectory snapshots (view.c) */
+	st->st_uid = a->uid;
+	st->st_gid = a->gid;
+	st->st_size = (off_t)a->size;
+	st->st_rdev = a->rdev;
+	st->st_blksize = 1 << 20;
+	ts_of(a->atime_ns, &st->st_atim);
+	ts_of(a->mtime_ns, &st->st_mtim);
+	ts_of(a->ctime_ns, &st->st_ctim);
+}
+
+void fs_stat_created(struct ckfs *fs, const struct idx_inode *a, struct stat *st)
+{
+	assert(S_ISREG(a->mode) && a->size == 0);
+	stat_of_attr(fs, a, st);
+	st->st_blocks = 0;
+}
+
 /* Fill st from the index (+ the open-file overlay). Caller holds fs->mu. */
 int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 {
@@ -130,20 +157,7 @@ int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st)
 
 	if (rc < 0)
 		return rc;
-	memset(st, 0, sizeof(*st));
-	st->st_ino = ino;
-	st->st_mode = a.mode;
-	st->st_nlink = a.nlink;
-	if (ino == steps_meta_ino(fs))
-		st->st_nlink++; /* its virtual subdirectory snapshots (view.c) */
-	st->st_uid = a.uid;
-	st->st_gid = a.gid;
-	st->st_size = (off_t)a.size;
-	st->st_rdev = a.rdev;
-	st->st_blksize = 1 << 20;
-	ts_of(a.atime_ns, &st->st_atim);
-	ts_of(a.mtime_ns, &st->st_mtim);
-	ts_of(a.ctime_ns, &st->st_ctim);
+	stat_of_attr(fs, &a, st);
 	if (S_ISREG(a.mode)) {
 		struct oinode *oi = oi_find(fs, ino);
 
@@ -206,6 +220,12 @@ int fs_check_name(const char *name)
 	return 0;
 }
 
+void fs_touch_dir_attr(struct idx_inode *a, int64_t now, int nlink_delta)
+{
+	a->mtime_ns = a->ctime_ns = now;
+	a->nlink = (uint32_t)((int64_t)a->nlink + nlink_delta);
+}
+
 /* Set mtime and ctime of directory dir to now. In a transaction, fs->mu held. */
 int fs_touch_dir(struct ckfs *fs, uint64_t dir, int64_t now, int nlink_delta)
 {
@@ -214,8 +234,7 @@ int fs_touch_dir(struct ckfs *fs, uint64_t dir, int64_t now, int nlink_delta)
 
 	if (rc < 0)
 		return rc;
-	a.mtime_ns = a.ctime_ns = now;
-	a.nlink = (uint32_t)((int64_t)a.nlink + nlink_delta);
+	fs_touch_dir_attr(&a, now, nlink_delta);
 	return idx_inode_update(fs->ix, &a);
 }
 
@@ -311,7 +330,7 @@ static int lookup_shared_dir(fuse_req_t req, struct ckfs *fs, const char *name, 
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	if (rc <= 0)
 		return -ENOENT;
-	rc = fs_make_node(req, fs, IDX_ROOT_INO, name, S_IFDIR | mode, 0, NULL, false, ino);
+	rc = fs_make_node(req, fs, IDX_ROOT_INO, name, S_IFDIR | mode, 0, NULL, false, ino, NULL);
 	if (rc == -EEXIST) /* made meanwhile, by a rank here or another lookup */
 		rc = idx_dentry_lookup(fs->ix, IDX_ROOT_INO, name, ino);
 	return rc;

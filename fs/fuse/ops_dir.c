@@ -34,7 +34,7 @@
  */
 int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char *name,
 		     mode_t mode, dev_t rdev, const char *link_target, bool committed_empty,
-		     uint64_t *ret_ino)
+		     uint64_t *ret_ino, struct idx_inode *ret_attr)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct idx_inode a = { 0 }, pa;
@@ -58,7 +58,9 @@ int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char 
 		return -EEXIST;
 	if (steps_tracker_name(fs, parent, name))
 		return -EEXIST; /* a tracker name is taken by the virtual tracker */
-	steps_before_change(fs, parent); /* an InternEvo slot keeps its complete version */
+	/* an InternEvo slot keeps its complete version; pa is read again if that wrote rows */
+	if (steps_before_change(fs, parent) && (rc = idx_inode_get(fs->ix, parent, &pa)) < 0)
+		return rc;
 	a.mode = mode;
 	a.uid = ctx->uid;
 	a.gid = (pa.mode & S_ISGID) ? pa.gid : ctx->gid;
@@ -85,26 +87,31 @@ int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char 
 	if (rc < 0)
 		return rc;
 	rc = idx_inode_create(fs->ix, &a, &ino);
+	if (rc == 0)
+		a.ino = ino;
 	if (rc == 0 && !link_target) {
 		/* a default ACL of the parent, else the umask (FUSE_CAP_DONT_MASK: ours) */
 		uint32_t mode0 = a.mode;
 
 		rc = fs_acl_inherit(fs, parent, ino, &a.mode, ctx->umask);
-		if (rc == 0 && a.mode != mode0) {
-			a.ino = ino;
+		if (rc == 0 && a.mode != mode0)
 			rc = idx_inode_update(fs->ix, &a);
-		}
 	}
 	if (rc == 0 && link_target)
 		rc = idx_symlink_set(fs->ix, ino, link_target);
 	if (rc == 0)
 		rc = idx_dentry_add(fs->ix, parent, name, ino);
-	if (rc == 0)
-		rc = fs_touch_dir(fs, parent, now, S_ISDIR(mode) ? 1 : 0);
+	if (rc == 0) {
+		/* pa is the parent's row of this section: nothing above changed it */
+		fs_touch_dir_attr(&pa, now, S_ISDIR(mode) ? 1 : 0);
+		rc = idx_inode_update(fs->ix, &pa);
+	}
 	if ((rc = fs_commit_or_rollback(fs, rc)) < 0)
 		return rc;
 	steps_on_name(fs, parent, name, ino, fuse_req_ctx(req)->pid, false);
 	*ret_ino = ino;
+	if (ret_attr)
+		*ret_attr = a;
 	return 0;
 }
 
@@ -116,7 +123,7 @@ static void node_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	int rc;
 
 	fs_lock(fs);
-	rc = fs_make_node(req, fs, parent, name, mode, rdev, target, S_ISREG(mode), &ino);
+	rc = fs_make_node(req, fs, parent, name, mode, rdev, target, S_ISREG(mode), &ino, NULL);
 	if (rc < 0) {
 		fs_unlock(fs);
 		fuse_reply_err(req, -rc);

@@ -5,6 +5,7 @@
  *
  * Handlers reply exactly once, a positive errno on error; helpers return -errno.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -34,6 +35,22 @@ static void fh_free(struct fh *h)
 }
 
 /* ---- files ---- */
+
+/* Hand handle h of a regular file to the kernel in fi; privs: the file's mode has set-user-ID or
+ * set-group-ID. */
+static void handle_set(struct fuse_file_info *fi, struct fh *h, bool privs)
+{
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = 0; /* close-to-open: drop pages cached from an earlier open */
+	/* A write-only handle cannot be mapped, so nothing needs its pages: its writes go straight
+	 * to the daemon (no page-cache copy: a faster transport, perf-anchors.md). Handles
+	 * that can read keep the page cache, which MAP_SHARED mappings need (libfuse 3.14 cannot
+	 * ask for FUSE_DIRECT_IO_ALLOW_MMAP), and so do files with set-user-ID or set-group-ID:
+	 * the kernel clears those bits on a cached write only (we leave that to it, op_init). */
+	if ((fi->flags & O_ACCMODE) == O_WRONLY && !privs)
+		fi->direct_io = 1;
+	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY; /* fs_op_flush: nothing to do */
+}
 
 /* A handle of regular file ino opened with fi->flags. writer: the caller's thread id for an
  * open; 0 for a create, whose name already told the step engine (fs_make_node). */
@@ -72,16 +89,7 @@ static int open_handle(struct ckfs *fs, uint64_t ino, struct fuse_file_info *fi,
 		}
 		h->wrote = true;
 	}
-	fi->fh = (uint64_t)(uintptr_t)h;
-	fi->keep_cache = 0; /* close-to-open: drop pages cached from an earlier open */
-	/* A write-only handle cannot be mapped, so nothing needs its pages: its writes go straight
-	 * to the daemon (no page-cache copy: a faster transport, perf-anchors.md). Handles
-	 * that can read keep the page cache, which MAP_SHARED mappings need (libfuse 3.14 cannot
-	 * ask for FUSE_DIRECT_IO_ALLOW_MMAP), and so do files with set-user-ID or set-group-ID:
-	 * the kernel clears those bits on a cached write only (we leave that to it, op_init). */
-	if ((fi->flags & O_ACCMODE) == O_WRONLY && !privs)
-		fi->direct_io = 1;
-	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY; /* fs_op_flush: nothing to do */
+	handle_set(fi, h, privs);
 	return 0;
 }
 
@@ -233,23 +241,32 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	reply_opened(req, fs, fi, open_handle(fs, ino, fi, fuse_req_ctx(req)->pid));
 }
 
+/*
+ * open(O_CREAT) of a new name: a virtual tracker's handle, or a new regular file. The file's
+ * creation, its attributes for the reply and its open-inode state are made in one fs->mu
+ * section from the row just written, without reading it back.
+ */
 void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fs_req_fs(req);
 	struct fuse_entry_param e = { 0 };
+	struct idx_inode a;
+	struct fh *h;
 	uint64_t ino;
 	int rc;
 
 	fs_lock(fs);
 	int tk = steps_tracker_name(fs, parent, name);
 	uint64_t vino = tk ? steps_tracker_vino(fs, parent, tk) : 0;
-	char cname[300];
 
-	if (parent == IDX_ROOT_INO || steps_tracker_path(fs, parent, tk, cname, sizeof(cname)) < 0)
-		snprintf(cname, sizeof(cname), "%s", name);
-	fs_unlock(fs);
 	if (tk && vino) {
+		char cname[300];
+
+		if (parent == IDX_ROOT_INO ||
+		    steps_tracker_path(fs, parent, tk, cname, sizeof(cname)) < 0)
+			snprintf(cname, sizeof(cname), "%s", name);
+		fs_unlock(fs);
 		rc = open_tracker(fs, vino, tk, cname, true, fi);
 		if (rc < 0) {
 			fuse_reply_err(req, -rc);
@@ -262,31 +279,30 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 		fuse_reply_create(req, &e, fi); /* timeouts 0 */
 		return;
 	}
-	fs_lock(fs);
-	rc = fs_make_node(req, fs, parent, name, S_IFREG | (mode & 07777), 0, NULL, false, &ino);
+	h = calloc(1, sizeof(*h));
+	rc = h ? fs_make_node(req, fs, parent, name, S_IFREG | (mode & 07777), 0, NULL, false,
+			      &ino, &a) : -ENOMEM;
 	if (rc == 0)
-		rc = fs_stat_locked(fs, ino, &e.attr);
-	if (rc == 0)
+		rc = oi_get_created(fs, &a, &h->oi);
+	if (rc == 0) {
+		fs_stat_created(fs, &a, &e.attr);
 		ino_lookup_inc(fs, ino);
+	}
 	fs_unlock(fs);
 	if (rc < 0) {
+		/* a name made without its open is removed by recovery, as any file never closed */
+		free(h);
 		fuse_reply_err(req, -rc);
 		return;
 	}
+	fs_tune_read_ahead(fs);
 	/* A created file becomes durable (even if empty) at its first close or fsync; until then a
-	 * crash leaves no trace of it (idx_recover). */
-	rc = open_handle(fs, ino, fi, 0);
-	if (rc == 0) {
-		struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-
-		h->wrote = true;
-		fi->noflush = 0; /* even read-only, the creating handle's close commits the file */
-		rc = oi_truncate(fs, h->oi, 0);
-	}
-	if (rc < 0) {
-		fuse_reply_err(req, -rc);
-		return;
-	}
+	 * crash leaves no trace of it (idx_recover). Truncating the empty file sets its overlay. */
+	h->wrote = true;
+	rc = oi_truncate(fs, h->oi, 0);
+	assert(rc == 0); /* to size 0: nothing to cut, no staging file */
+	handle_set(fi, h, (a.mode & (S_ISUID | S_ISGID)) != 0);
+	fi->noflush = 0; /* even read-only, the creating handle's close commits the file */
 	e.ino = ino;
 	e.attr_timeout = ATTR_TIMEOUT;
 	e.entry_timeout = ATTR_TIMEOUT;

@@ -56,6 +56,13 @@ bool fs_in_meta(struct ckfs *fs, uint64_t ino);
 int fs_stat_locked(struct ckfs *fs, uint64_t ino, struct stat *st);
 
 /*
+ * fs_stat_created - fill *st for a regular file created in the caller's fs->mu section from the
+ * attributes fs_make_node returned (*a: size 0, nothing stored or written yet, so st_blocks 0),
+ * without reading the index. fs->mu held. Never fails.
+ */
+void fs_stat_created(struct ckfs *fs, const struct idx_inode *a, struct stat *st);
+
+/*
  * fs_reply_entry - reply an entry for ino: the kernel keeps the name and the attributes for
  * ATTR_TIMEOUT seconds (a name the daemon moves behind the kernel's back, a step directory's,
  * is forgotten sooner: steps_inval_queue). Takes one
@@ -75,6 +82,13 @@ int fs_check_name(const char *name);
  * index's -errno.
  */
 int fs_touch_dir(struct ckfs *fs, uint64_t dir, int64_t now, int nlink_delta);
+
+/*
+ * fs_touch_dir_attr - fs_touch_dir on attributes *a already read in the caller's transaction:
+ * sets its mtime and ctime to now and adds nlink_delta to its link count, in memory only (the
+ * caller writes *a with idx_inode_update). Pure.
+ */
+void fs_touch_dir_attr(struct idx_inode *a, int64_t now, int nlink_delta);
 
 /*
  * fs_settle_for_reader - before a lookup or listing of the root (or of InternEvo's
@@ -99,12 +113,14 @@ static inline bool fs_shared_step_dir(struct ckfs *fs, fuse_ino_t parent, const 
  * fs_make_node - create an inode of mode under parent/name in one transaction, with the parent's
  * default ACL or the caller's umask, rdev for a device node, link_target (NUL-terminated) for a
  * symlink. committed_empty: a regular file created without an open (mknod) is durable and empty
- * at once. fs->mu held; replies nothing. Returns 0 and *ret_ino, or -ENOENT, -ENAMETOOLONG,
- * -ENOTDIR, -EROFS (in /.ckptfs), -EEXIST (also a tracker's name), or the index's -errno.
+ * at once. fs->mu held; replies nothing. Returns 0 and *ret_ino, and, when ret_attr is not
+ * NULL, the new inode's attributes as committed in *ret_attr (ino included); or -ENOENT,
+ * -ENAMETOOLONG, -ENOTDIR, -EROFS (in /.ckptfs), -EEXIST (also a tracker's name), or the
+ * index's -errno.
  */
 int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char *name,
 		 mode_t mode, dev_t rdev, const char *link_target, bool committed_empty,
-		 uint64_t *ret_ino);
+		 uint64_t *ret_ino, struct idx_inode *ret_attr);
 
 /*
  * Namespace and directory handlers (struct fuse_lowlevel_ops, libfuse's fuse_lowlevel.h for

@@ -219,9 +219,11 @@ void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name, pid
  * removed or renamed): if dir is in an InternEvo snapshot slot whose version is complete, keep
  * that version (a clone sharing its chunks, in /.ckptfs/retained) until the slot's new version
  * completes, and start the new version (steps_slot.c). Best effort: on an index error it logs
- * and the change goes on unprotected. fs->mu held.
+ * and the change goes on unprotected. fs->mu held. Returns true when it wrote to the index (a
+ * version kept, or tried to), after which rows the caller read before may be stale; false when
+ * it changed nothing.
  */
-void steps_before_change(struct ckfs *fs, uint64_t dir);
+bool steps_before_change(struct ckfs *fs, uint64_t dir);
 /* steps_before_write - file ino is about to be written or truncated by pid (a thread id, as
  * FUSE gives it): steps_before_change of its directory, and pid recorded as a writer of the
  * file's step, if the file is in one (steps_on_name). fs->mu held. */

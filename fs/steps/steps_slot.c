@@ -175,7 +175,7 @@ bool steps_slot_home(struct ckfs *fs, uint64_t dir)
 	       snap == dir;
 }
 
-void steps_before_change(struct ckfs *fs, uint64_t dir)
+bool steps_before_change(struct ckfs *fs, uint64_t dir)
 {
 	char qname[300];
 	struct idx_step s;
@@ -186,9 +186,9 @@ void steps_before_change(struct ckfs *fs, uint64_t dir)
 
 	if (!slot || idx_step_by_dir(fs->ix, slot, &s) < 0 || s.state != IDX_STEP_COMPLETE ||
 	    !steps_is_slot(&s) || idx_inode_get(fs->ix, slot, &a) < 0)
-		return;
+		return false;
 	if (idx_begin(fs->ix) < 0)
-		return;
+		return false;
 	rc = steps_keep_copy(fs, &s, &a, qname, sizeof(qname));
 	if (rc == 0)
 		rc = idx_step_create(fs->ix, s.kind, s.name, 0, slot, ckfs_now(fs), &id);
@@ -203,6 +203,7 @@ void steps_before_change(struct ckfs *fs, uint64_t dir)
 	else
 		ckpt_log("slot '%s': cannot keep its last complete version before it is "
 			 "rewritten: %s", s.name, strerror(-rc));
+	return true;
 }
 
 void steps_before_write(struct ckfs *fs, uint64_t ino, pid_t pid)

@@ -10,6 +10,7 @@
  * and their chunks stored by the write-back pool (wb.c) while the writer goes on; commit drains
  * them first.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -141,9 +142,57 @@ static void trim_zeros_from(struct ckfs *fs, struct oinode *oi, uint64_t off)
 	oi_stream_cut_back(fs, oi, oi->ext_end);
 }
 
+/*
+ * Make the state of regular file attr->ino, absent from the table, from its attributes and
+ * extents (ext: owned by the new state on success, freed here on failure), with one reference.
+ * fs->mu held.
+ */
+static int oi_make(struct ckfs *fs, const struct idx_inode *attr, struct idx_extent *ext,
+		   size_t n_ext, struct oinode **ret)
+{
+	struct oinode *oi = calloc(1, sizeof(*oi));
+
+	if (!oi) {
+		free(ext);
+		return -ENOMEM;
+	}
+	oi->ino = attr->ino;
+	oi->stage_fd = -1;
+	pthread_rwlock_init(&oi->lock, NULL);
+	pthread_mutex_init(&oi->fly_mu, NULL);
+	pthread_cond_init(&oi->fly_cv, NULL);
+	oi->ext = ext;
+	oi->n_ext = oi->cap_ext = n_ext;
+	oi->hasher = store_hasher_new();
+	if (!oi->hasher) {
+		oi_free(fs, oi);
+		return -ENOMEM;
+	}
+	oi->size = attr->size;
+	oi->ext_end = oi->n_ext ? oi->ext[oi->n_ext - 1].offset + oi->ext[oi->n_ext - 1].length : 0;
+	if (oi->ext_end > oi->size ||
+	    (oi->ext_end != oi->size && !(attr->flags & IDX_INODE_SPARSE))) {
+		/* index invariant 4 broken: refuse rather than serve wrong bytes */
+		oi_free(fs, oi);
+		return -EIO;
+	}
+	/* a sparse file's trailing hole [ext_end, size) is the zeros after data_end (invariant 1) */
+	oi->hash_ok = oi->size == 0;
+	trim_zero_tail(oi, 0);
+	/* no lock: nobody else sees oi yet */
+	oi->cut_start = oi->data_end = oi->space_mark = oi->ext_end;
+	oi->refs = 1;
+	oi->next = fs->otab[attr->ino % OTAB_BUCKETS];
+	fs->otab[attr->ino % OTAB_BUCKETS] = oi;
+	*ret = oi;
+	return 0;
+}
+
 int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 {
 	struct idx_inode attr;
+	struct idx_extent *ext = NULL;
+	size_t n_ext = 0;
 	struct oinode *oi = oi_find(fs, ino);
 	int rc;
 
@@ -156,43 +205,15 @@ int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret)
 		return rc;
 	if (!S_ISREG(attr.mode))
 		return -EISDIR;
-	oi = calloc(1, sizeof(*oi));
-	if (!oi)
-		return -ENOMEM;
-	oi->ino = ino;
-	oi->stage_fd = -1;
-	pthread_rwlock_init(&oi->lock, NULL);
-	pthread_mutex_init(&oi->fly_mu, NULL);
-	pthread_cond_init(&oi->fly_cv, NULL);
-	oi->hasher = store_hasher_new();
-	if (!oi->hasher) {
-		oi_free(fs, oi);
-		return -ENOMEM;
-	}
-	rc = idx_file_extents(fs->ix, ino, &oi->ext, &oi->n_ext);
-	if (rc < 0) {
-		oi_free(fs, oi);
+	if ((rc = idx_file_extents(fs->ix, ino, &ext, &n_ext)) < 0)
 		return rc;
-	}
-	oi->cap_ext = oi->n_ext;
-	oi->size = attr.size;
-	oi->ext_end = oi->n_ext ? oi->ext[oi->n_ext - 1].offset + oi->ext[oi->n_ext - 1].length : 0;
-	if (oi->ext_end > oi->size ||
-	    (oi->ext_end != oi->size && !(attr.flags & IDX_INODE_SPARSE))) {
-		/* index invariant 4 broken: refuse rather than serve wrong bytes */
-		oi_free(fs, oi);
-		return -EIO;
-	}
-	/* a sparse file's trailing hole [ext_end, size) is the zeros after data_end (invariant 1) */
-	oi->hash_ok = oi->size == 0;
-	trim_zero_tail(oi, 0);
-	/* no lock: nobody else sees oi yet */
-	oi->cut_start = oi->data_end = oi->space_mark = oi->ext_end;
-	oi->refs = 1;
-	oi->next = fs->otab[ino % OTAB_BUCKETS];
-	fs->otab[ino % OTAB_BUCKETS] = oi;
-	*ret = oi;
-	return 0;
+	return oi_make(fs, &attr, ext, n_ext, ret);
+}
+
+int oi_get_created(struct ckfs *fs, const struct idx_inode *attr, struct oinode **ret)
+{
+	assert(S_ISREG(attr->mode) && attr->size == 0 && !oi_find(fs, attr->ino));
+	return oi_make(fs, attr, NULL, 0, ret);
 }
 
 /* Drop every pin taken since the last commit; delete chunk files that nothing references. */

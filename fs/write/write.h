@@ -431,6 +431,14 @@ void oi_job_run(struct ckfs *fs, struct fly_job *j);
  */
 int oi_get(struct ckfs *fs, uint64_t ino, struct oinode **ret);
 
+/*
+ * oi_get_created - the open-inode state of regular file attr->ino, created (size 0, no extents:
+ * idx_inode_create) in the caller's fs->mu section and not yet in the table: made from *attr
+ * without reading the index; takes the first reference. Caller holds fs->mu.
+ * Returns 0 or -ENOMEM.
+ */
+int oi_get_created(struct ckfs *fs, const struct idx_inode *attr, struct oinode **ret);
+
 /* oi_find - the state of ino if it exists (no reference taken), else NULL. Caller holds fs->mu. */
 struct oinode *oi_find(struct ckfs *fs, uint64_t ino);
 
