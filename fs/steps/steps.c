@@ -356,7 +356,9 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 			flags |= IDX_INODE_MALFORMED;
 	}
 
-	ckpt_lock(&fs->mu, CKPT_RANK_FS);
+	/* one read transaction for the section's reads (fs_lock): the inode, the step's path and
+	 * row, read for every file committed */
+	fs_lock(fs);
 	/* the flags are kept even in a directory not yet a step: its marker may come (rule 1) */
 	if (idx_inode_get(fs->ix, oi->ino, &a) == 0 && a.flags != flags) {
 		a.flags = flags;
@@ -365,7 +367,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 	}
 	if (top) {
 		steps_top_on_commit(fs, rel, &m, oi->ino, flags, pid);
-		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
+		fs_unlock(fs);
 		return;
 	}
 	bool stepped = !mf1 && steps_step_of_path(fs, rel, &m, &s) == 0;
@@ -400,7 +402,7 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 			pthread_cond_signal(&fs->steps.reaper_cv);
 		}
 	}
-	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
+	fs_unlock(fs);
 }
 
 void steps_before_remove(struct ckfs *fs, uint64_t parent, const char *name, pid_t pid)
