@@ -10,7 +10,7 @@ binary A and binary B in turn, --pairs times, ABBA order (A B, B A, ...), each o
 and store, and deletes nothing until the end (ext4 without a journal scans past inodes freed
 in the last 60-300 s: fs/ext4/ialloc.c recently_deleted). Prints, per binary, files/s and the
 daemon's CPU per file (/proc/PID/stat, from before the writer to after every file is
-committed), median (min-max).
+committed), and the writer's open and close in microseconds per file, median (min-max).
 
 Usage: /usr/bin/python3 tests/bench/ab_small.py A_BINARY B_BINARY [--files 3000] [--pairs 4]
                                                                 [--dir DIR]
@@ -30,11 +30,14 @@ import ckfs  # noqa: E402
 from bench_small import rep_ckptfs, summary  # noqa: E402
 
 
+COLS = ('files/s', 'daemon cpu us/file', 'open us', 'close us')
+
+
 def rep(binary, base, n):
-    """(files/s, daemon CPU us per file) of one writer through a fresh mount of binary"""
+    """COLS of one writer through a fresh mount of binary"""
     os.environ['CKPTFS_BIN'] = binary
     r = rep_ckptfs(tempfile.mkdtemp(prefix='ab-', dir=base), n)
-    return r['files/s'], r['daemon cpu us/file']
+    return tuple(r[c] for c in COLS)
 
 
 def main():
@@ -53,14 +56,15 @@ def main():
             for b in (bins if i % 2 == 0 else bins[::-1]):
                 r = rep(b, base, a.files)
                 res[b].append(r)
-                print('%s files/s %.0f daemon CPU us/file %.0f' % (b, r[0], r[1]), flush=True)
+                print('%s %s' % (b, ' '.join('%s %.0f' % (c, v) for c, v in zip(COLS, r))),
+                      flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print('| binary | files/s | daemon CPU us/file |')
-    print('|---|---:|---:|')
+    print('| binary | files/s | daemon CPU us/file | open us | close us |')
+    print('|---|---:|---:|---:|---:|')
     for b in bins:
-        print('| %s | %s | %s |' % (b, summary([x[0] for x in res[b]]),
-                                    summary([x[1] for x in res[b]])))
+        print('| %s | %s |' % (b, ' | '.join(summary([x[i] for x in res[b]])
+                                             for i in range(len(COLS)))))
 
 
 if __name__ == '__main__':
