@@ -102,6 +102,12 @@
 #include "index/index_int.h"
 
 #define IX_BUSY_TIMEOUT_MS 5000
+/* WAL frames after which idx_checkpoint copies the WAL into the database: SQLite's own
+ * autocheckpoint threshold (SQLITE_DEFAULT_WAL_AUTOCHECKPOINT, sqlite.org/wal.html#ckpt). */
+#define IX_WAL_CHECKPOINT 1000
+/* WAL frames after which a commit checkpoints inline anyway, when idx_checkpoint is not called
+ * (a store changed by namespace operations alone): 64 MiB of 4 KiB pages. */
+#define IX_WAL_BACKSTOP 16384
 #define IX_CACHE_KIB "-65536" /* PRAGMA cache_size: negative = KiB, here 64 MiB */
 
 /* literals in the steps SQL below: states 1 (sealed), 2 (complete), 3 (pruned), 4 (incomplete),
@@ -956,6 +962,10 @@ void idx_close(struct idx *ix)
 {
 	if (!ix)
 		return;
+	/* first: the handle's own close, the last connection's, then checkpoints and removes the
+	 * WAL, as without a checkpointer */
+	sqlite3_close_v2(ix->ck_db);
+	free(ix->ck_path);
 	if (ix->wal_fd >= 0)
 		close(ix->wal_fd);
 	for (size_t i = 0; i < IX__COUNT; i++)
@@ -1019,6 +1029,68 @@ int idx_sync(struct idx *ix)
 	if (ix->wal_fd < 0)
 		return -EROFS;
 	return fdatasync(ix->wal_fd) < 0 ? -errno : 0;
+}
+
+/* sqlite3_wal_hook of a handle whose checkpoints are apart: note the WAL's length for
+ * idx_checkpoint; checkpoint here only past the backstop. Runs in the committing thread, under
+ * the handle's lock. */
+static int ix_wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
+{
+	struct idx *ix = arg;
+
+	atomic_store(&ix->wal_frames, frames);
+	if (frames >= IX_WAL_BACKSTOP)
+		sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+	return SQLITE_OK;
+}
+
+int idx_checkpoint_apart(struct idx *ix)
+{
+	const char *path;
+
+	if (ix->rdonly)
+		return -EROFS;
+	if (ix->ck_path)
+		return 0;
+	path = sqlite3_db_filename(ix->db, "main");
+	if (!path || !(ix->ck_path = strdup(path)))
+		return -ENOMEM;
+	sqlite3_wal_hook(ix->db, ix_wal_hook, ix); /* replaces SQLite's autocheckpoint hook */
+	return 0;
+}
+
+int idx_checkpoint(struct idx *ix)
+{
+	int frames = atomic_load(&ix->wal_frames);
+	int rc, log = -1;
+
+	if (!ix->ck_path || frames < IX_WAL_CHECKPOINT)
+		return 0;
+	if (!ix->ck_db) {
+		rc = sqlite3_open_v2(ix->ck_path, &ix->ck_db,
+				     SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+		/* a connection opens its file at its first statement: before that, a checkpoint
+		 * does not know the database is in WAL mode, and does nothing */
+		if (rc == SQLITE_OK)
+			rc = sqlite3_busy_timeout(ix->ck_db, IX_BUSY_TIMEOUT_MS);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_exec(ix->ck_db, "PRAGMA schema_version", NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			sqlite3_close_v2(ix->ck_db);
+			ix->ck_db = NULL;
+			return ix_err(NULL, rc); /* NULL: ix->db is the handle's, not this thread's */
+		}
+	}
+	rc = sqlite3_wal_checkpoint_v2(ix->ck_db, "main", SQLITE_CHECKPOINT_PASSIVE, &log, NULL);
+	if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+		return 0; /* the backstop's checkpoint runs: it does the work */
+	if (rc != SQLITE_OK)
+		return ix_err(NULL, rc);
+	if (log < 0)
+		return -EIO; /* not in WAL mode: idx_open sets it, so something else changed it */
+	/* done up to the length seen; a commit since has stored a newer one */
+	atomic_compare_exchange_strong(&ix->wal_frames, &frames, 0);
+	return 1;
 }
 
 int idx_commit(struct idx *ix)

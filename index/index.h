@@ -197,6 +197,33 @@ int idx_begin_lazy(struct idx *ix);
 int idx_sync(struct idx *ix);
 
 /*
+ * idx_checkpoint_apart - from now on, checkpoint the WAL (copy its pages into the database) only
+ * in idx_checkpoint, on a connection of its own, instead of in the commit that makes the WAL pass
+ * SQLite's 1,000 frames: that commit is made by a caller holding the lock that guards the handle,
+ * and a checkpoint copies up to megabytes and syncs the WAL and the database (2-50 ms measured,
+ * RESULTS.md "Small files"). A commit still checkpoints inline past 16,384 frames, in case
+ * idx_checkpoint is not called. Durability is unchanged: what a checkpoint copies is already
+ * durable in the WAL, and a crash in either checkpoint leaves the WAL to be copied again at the
+ * next open. Call once, before idx_checkpoint, under the handle's lock. Returns 0, -EROFS (a
+ * read-only handle), -ENOMEM.
+ */
+int idx_checkpoint_apart(struct idx *ix);
+
+/*
+ * idx_checkpoint - when the WAL has 1,000 frames or more at the handle's last commit, copy what
+ * no open read transaction still needs into the database, on the checkpointer's connection
+ * (opened at the first call), without blocking the handle's readers or writer (SQLite's PASSIVE
+ * checkpoint: sqlite.org/c3ref/wal_checkpoint_v2.html); the handle's next write transaction
+ * restarts the WAL from its beginning once all of it is copied. Syncs the WAL before copying and
+ * the database after. Thread-safety: needs NOT the handle's lock and may run while another thread
+ * uses the handle, but from one thread at a time, and not after idx_close begins. Returns 1 (a
+ * checkpoint ran), 0 (nothing due, idx_checkpoint_apart not called, or another checkpoint
+ * running), -ENOMEM, -ENOSPC, -ENOENT (the database file cannot be opened), -EIO (it could not
+ * be read or synced): on an error the WAL is kept, and the next call tries again.
+ */
+int idx_checkpoint(struct idx *ix);
+
+/*
  * idx_hold, idx_unhold - run the read calls between them in one read transaction instead of one
  * each. Outside a hold every read call is a transaction of its own, and each costs SQLite's WAL
  * read lock and unlock (two fcntl(2) calls on STORE/index.db-shm); a FUSE request that resolves a

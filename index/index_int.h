@@ -16,6 +16,7 @@
 
 #include <limits.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -163,6 +164,12 @@ struct idx {
 	int64_t opened_version; /* PRAGMA user_version found by idx_open (idx_opened_version) */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */
 	struct ix_pent pc[IX_PCACHE]; /* dentry parents, read-write handles only (above) */
+	/* idx_checkpoint_apart: the checkpointer's own connection and what it needs, touched only
+	 * by idx_checkpoint's one thread (ck_path set before, read-only after) but for wal_frames,
+	 * which ix_wal_hook stores under the handle's lock */
+	char *ck_path;            /* the database file's path; NULL: SQLite's own autocheckpoint */
+	sqlite3 *ck_db;           /* opened by the first idx_checkpoint */
+	_Atomic int wal_frames;   /* frames in the WAL at this handle's last commit */
 };
 
 /* ix_pcache_clear - empty ix's cache of dentry parents. */

@@ -44,6 +44,11 @@
  *      KiB). cq_submit wakes the thread only for the first job or a full batch, so a lingering
  *      thread is not woken per close. Someone waiting (cq_wait_idle: a tracker read, a step's
  *      last close, a status read) or stopping ends the linger at once: no reader waits for it.
+ *   7. The index's WAL is checkpointed by this thread, after a batch, with no lock held
+ *      (idx_checkpoint_apart at cq_start, idx_checkpoint), never inside a commit made under
+ *      fs->mu: SQLite's own autocheckpoint ran in whichever commit passed 1,000 WAL frames, a
+ *      small file's create as often as not, and held fs->mu through a checkpoint of 2-50 ms
+ *      with its syncs while every request waited.
  *
  * Lock order: cq.mu is a leaf (taken under fs->mu by cq_busy); the thread holds no lock while
  * it commits.
@@ -101,6 +106,20 @@ static void cq_finish(struct ckfs *fs, struct cjob *j, int rc)
 	free(j);
 }
 
+/*
+ * Checkpoint the index's WAL if due, no lock held (invariant 7). *err: the last attempt's error,
+ * so that a failure that persists is logged once, not after every batch.
+ */
+static void cq_checkpoint(struct ckfs *fs, int *err)
+{
+	int rc = idx_checkpoint(fs->ix);
+
+	if (rc < 0 && rc != *err)
+		ckpt_log("cannot checkpoint the index's write-ahead log: %s; it is kept and grows "
+			 "until a checkpoint succeeds\n", strerror(-rc));
+	*err = rc < 0 ? rc : 0;
+}
+
 static void *cq_main(void *arg)
 {
 	struct commit_q *q = arg;
@@ -108,6 +127,7 @@ static void *cq_main(void *arg)
 	struct cjob *batch[CQ_BATCH];
 	struct oinode *ois[CQ_BATCH];
 	int rcs[CQ_BATCH];
+	int ck_err = 0;
 
 	for (;;) {
 		size_t n = 0, m;
@@ -158,6 +178,7 @@ static void *cq_main(void *arg)
 		q->done += m;
 		pthread_cond_broadcast(&q->cv_idle);
 		ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
+		cq_checkpoint(fs, &ck_err); /* invariant 7 */
 	}
 }
 
@@ -176,7 +197,12 @@ int cq_start(struct ckfs *fs)
 	pthread_cond_init(&q->cv_work, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&q->cv_idle, NULL);
-	if ((rc = ckpt_workers_start(&q->w, 1, cq_main, q)) < 0) {
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
+	rc = idx_checkpoint_apart(fs->ix); /* invariant 7 */
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
+	if (rc == -EROFS)
+		rc = 0; /* a read-only index has no WAL of its own to checkpoint */
+	if (rc < 0 || (rc = ckpt_workers_start(&q->w, 1, cq_main, q)) < 0) {
 		pthread_cond_destroy(&q->cv_idle);
 		pthread_cond_destroy(&q->cv_work);
 		pthread_mutex_destroy(&q->mu);

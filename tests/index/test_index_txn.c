@@ -385,3 +385,66 @@ Test(txn, hold_shares_one_read_and_never_delays_a_write, .init = setup_open, .fi
 	cr_assert(sqlite3_get_autocommit(ix->db));
 	idx_close(other);
 }
+
+/* ---- checkpoints apart (idx_checkpoint_apart, idx_checkpoint) ---- */
+
+static off_t db_size(void)
+{
+	struct stat sb;
+
+	cr_assert_eq(stat(dbpath, &sb), 0);
+	return sb.st_size;
+}
+
+/* commits rewriting a 60,000-byte attribute of one file, about 16 WAL frames each */
+static void fill_wal(int commits)
+{
+	static char v[60000];
+	uint64_t f;
+
+	cr_assert_eq(idx_begin(ix), 0);
+	f = new_file(IDX_ROOT_INO, "big");
+	cr_assert_eq(idx_commit(ix), 0);
+	for (int i = 0; i < commits; i++) {
+		memset(v, 'a' + i % 26, sizeof(v));
+		cr_assert_eq(idx_begin(ix), 0);
+		cr_assert_eq(idx_xattr_set(ix, f, "user.x", v, sizeof(v), 0), 0);
+		cr_assert_eq(idx_commit(ix), 0);
+	}
+}
+
+Test(txn, commits_checkpoint_by_default, .init = setup_open, .fini = teardown)
+{
+	off_t s0 = db_size();
+
+	fill_wal(100); /* past SQLite's 1,000 frames: a commit copies them into the database */
+	cr_assert_gt(db_size(), s0);
+	cr_assert_eq(idx_checkpoint(ix), 0, "not apart: idx_checkpoint does nothing");
+}
+
+Test(txn, checkpoint_apart_only_in_idx_checkpoint, .init = setup_open, .fini = teardown)
+{
+	static char value[60000];
+	struct idx *ro = NULL;
+	uint64_t big, got;
+	off_t s0;
+
+	cr_assert_eq(idx_checkpoint_apart(ix), 0);
+	cr_assert_eq(idx_checkpoint(ix), 0, "nothing due");
+	s0 = db_size();
+	fill_wal(100);
+	cr_assert_eq(db_size(), s0, "a commit checkpointed");
+	cr_assert_eq(idx_checkpoint(ix), 1);
+	cr_assert_gt(db_size(), s0);
+	cr_assert_eq(idx_checkpoint(ix), 0, "done: not due until the WAL grows again");
+	/* the writer goes on, and what was copied reads back on another handle */
+	cr_assert_eq(idx_begin(ix), 0);
+	new_file(IDX_ROOT_INO, "after");
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ro), 0);
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "big", &big), 0);
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "after", &got), 0);
+	cr_assert_eq(idx_xattr_get(ro, big, "user.x", value, sizeof(value)), 60000);
+	cr_assert_eq(value[0], 'a' + 99 % 26);
+	idx_close(ro);
+}
