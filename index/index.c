@@ -1064,7 +1064,9 @@ int idx_checkpoint(struct idx *ix)
 	int frames = atomic_load(&ix->wal_frames);
 	int rc, log = -1;
 
-	if (!ix->ck_path || frames < IX_WAL_CHECKPOINT)
+	if (frames < ix->ck_frames)
+		ix->ck_frames = 0; /* the WAL restarted from its beginning */
+	if (!ix->ck_path || frames - ix->ck_frames < IX_WAL_CHECKPOINT)
 		return 0;
 	if (!ix->ck_db) {
 		rc = sqlite3_open_v2(ix->ck_path, &ix->ck_db,
@@ -1088,8 +1090,7 @@ int idx_checkpoint(struct idx *ix)
 		return ix_err(NULL, rc);
 	if (log < 0)
 		return -EIO; /* not in WAL mode: idx_open sets it, so something else changed it */
-	/* done up to the length seen; a commit since has stored a newer one */
-	atomic_compare_exchange_strong(&ix->wal_frames, &frames, 0);
+	ix->ck_frames = log;
 	return 1;
 }
 

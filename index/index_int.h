@@ -169,6 +169,7 @@ struct idx {
 	 * which ix_wal_hook stores under the handle's lock */
 	char *ck_path;            /* the database file's path; NULL: SQLite's own autocheckpoint */
 	sqlite3 *ck_db;           /* opened by the first idx_checkpoint */
+	int ck_frames;            /* the WAL's frames at the last checkpoint, 0 after a restart */
 	_Atomic int wal_frames;   /* frames in the WAL at this handle's last commit */
 };
 
