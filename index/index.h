@@ -200,8 +200,8 @@ int idx_sync(struct idx *ix);
  * idx_checkpoint_apart - from now on, checkpoint the WAL (copy its pages into the database) only
  * in idx_checkpoint, on a connection of its own, instead of in the commit that makes the WAL pass
  * SQLite's 1,000 frames: that commit is made by a caller holding the lock that guards the handle,
- * and a checkpoint copies up to megabytes and syncs the WAL and the database (2-50 ms measured,
- * RESULTS.md "Small files"). A commit still checkpoints inline past 16,384 frames, in case
+ * and a checkpoint copies up to megabytes and syncs the WAL and the database (RESULTS.md "Small
+ * files"). A commit still checkpoints inline past 16,384 frames, in case
  * idx_checkpoint is not called. Durability is unchanged: what a checkpoint copies is already
  * durable in the WAL, and a crash in either checkpoint leaves the WAL to be copied again at the
  * next open. Call once, before idx_checkpoint, under the handle's lock. Returns 0, -EROFS (a

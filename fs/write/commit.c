@@ -46,9 +46,9 @@
  *      last close, a status read) or stopping ends the linger at once: no reader waits for it.
  *   7. The index's WAL is checkpointed by this thread, after a batch, with no lock held
  *      (idx_checkpoint_apart at cq_start, idx_checkpoint), never inside a commit made under
- *      fs->mu: SQLite's own autocheckpoint ran in whichever commit passed 1,000 WAL frames, a
- *      small file's create as often as not, and held fs->mu through a checkpoint of 2-50 ms
- *      with its syncs while every request waited.
+ *      fs->mu: SQLite's own autocheckpoint runs in whichever commit passes 1,000 WAL frames, a
+ *      small file's create as often as not, and would hold fs->mu through the copy and its
+ *      syncs while every request waits.
  *
  * Lock order: cq.mu is a leaf (taken under fs->mu by cq_busy); the thread holds no lock while
  * it commits.
