@@ -116,7 +116,7 @@ static void cq_checkpoint(struct ckfs *fs, int *err)
 
 	if (rc < 0 && rc != *err)
 		ckpt_log("cannot checkpoint the index's write-ahead log: %s; it is kept and grows "
-			 "until a checkpoint succeeds\n", strerror(-rc));
+			 "until a checkpoint succeeds", strerror(-rc));
 	*err = rc < 0 ? rc : 0;
 }
 
