@@ -213,12 +213,13 @@ int idx_checkpoint_apart(struct idx *ix);
  * idx_checkpoint - when the handle's commits added 1,000 WAL frames or more since the last
  * checkpoint (or the WAL's restart), copy what no open read transaction still needs into the
  * database, on the checkpointer's connection (opened at the first call), without blocking the
- * handle's readers or writer (SQLite's PASSIVE checkpoint: sqlite.org/c3ref/wal_checkpoint_v2.html).
- * The handle's next write transaction restarts the WAL from its beginning once all of it is
- * copied; a writer that commits during every checkpoint leaves it growing until the backstop's
- * checkpoint, whose copy is then short (what this one has not copied yet). Syncs the WAL before copying and
- * the database after. Thread-safety: needs NOT the handle's lock and may run while another thread
- * uses the handle, but from one thread at a time, and not after idx_close begins. Returns 1 (a
+ * handle's readers or writer (SQLite's PASSIVE checkpoint:
+ * sqlite.org/c3ref/wal_checkpoint_v2.html). The handle's next write transaction restarts the
+ * WAL from its beginning once all of it is copied; a writer that commits during every
+ * checkpoint leaves it growing until the backstop's checkpoint, whose copy is then short (what
+ * this one has not copied yet). Syncs the WAL before copying and the database after.
+ * Thread-safety: does not need the handle's lock and may run while another thread uses the
+ * handle, but from one thread at a time, and not after idx_close begins. Returns 1 (a
  * checkpoint ran), 0 (nothing due, idx_checkpoint_apart not called, or another checkpoint
  * running), -ENOMEM, -ENOSPC, -ENOENT (the database file cannot be opened), -EIO (it could not
  * be read or synced): on an error the WAL is kept, and the next call tries again.

@@ -384,8 +384,9 @@ void ra_note_read(struct ckfs *fs, struct oinode *oi, uint64_t off, size_t len);
 
 /*
  * cq_start - start the committer thread, which also checkpoints the index's WAL from then on
- * (commit.c invariant 7); sets fs->wr.cq. Returns 0, -ENOMEM, or the -errno of pthread_create. Call before serving requests. Without it, flush commits on its own
- * thread and commits checkpoint as SQLite does by default.
+ * (commit.c invariant 7); sets fs->wr.cq. Returns 0, -ENOMEM, or the -errno of pthread_create.
+ * Call before serving requests. Without it, flush commits on its own thread and commits
+ * checkpoint as SQLite does by default.
  */
 int cq_start(struct ckfs *fs);
 /* cq_stop - run every queued commit, join the thread, free the queue (NULL fs->wr.cq is fine).
