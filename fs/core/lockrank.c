@@ -16,7 +16,7 @@ static _Thread_local uint32_t held;
 
 static const char *const rank_names[CKPT_RANK_COUNT] = {
 	"dirsnap", "fs", "node", "node job", "commit", "pins", "fly", "write-back",
-	"read-ahead", "space", "report", "stats",
+	"read-ahead", "space", "report", "stats", "stats kept",
 };
 
 static void breach(const char *what, enum ckpt_rank r)

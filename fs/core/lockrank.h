@@ -36,7 +36,10 @@ enum ckpt_rank {
 	CKPT_RANK_RA,          /* the read-ahead pool (write/ra.c) */
 	CKPT_RANK_SPACE,       /* the space reserve (write/space.c) */
 	CKPT_RANK_REPORT,      /* the mount's report (steps/steps_report.c) */
-	CKPT_RANK_STATS,       /* the daemon's counters (fs->fuse.stats.mu) */
+	CKPT_RANK_STATS,       /* the whole-store figures' scan (fs->fuse.stats.mu): held across
+				  a scan of the index on the figures' own reader handle */
+	CKPT_RANK_STATS_KEPT,  /* the figures kept (fs->fuse.stats.kept_mu): held only to copy
+				  them, so a stat(2) never waits for a scan */
 	CKPT_RANK_COUNT
 };
 

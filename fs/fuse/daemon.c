@@ -836,6 +836,7 @@ static void teardown(struct ckfs *fs, int ret)
 	steps_report_destroy(fs);
 	pthread_mutex_destroy(&fs->fuse.inval_mu);
 	pthread_mutex_destroy(&fs->fuse.stats.mu);
+	pthread_mutex_destroy(&fs->fuse.stats.kept_mu);
 	pthread_mutex_destroy(&fs->mu);
 }
 
@@ -854,6 +855,7 @@ static int serve(struct cfg *c, struct fuse_args *args, struct fuse_cmdline_opts
 	pthread_mutex_init(&fs.mu, NULL);
 	pthread_mutex_init(&fs.fuse.inval_mu, NULL);
 	pthread_mutex_init(&fs.fuse.stats.mu, NULL);
+	pthread_mutex_init(&fs.fuse.stats.kept_mu, NULL);
 	steps_report_init(&fs);
 	if (configure(c, &fs, &nworkers, &wbuf) < 0 || open_store(c, &fs, &inodes, &chunks) < 0)
 		goto out;

@@ -80,12 +80,12 @@ int fs_meta_file_by_name(const char *name);
 const char *fs_meta_file_name(int which);
 /*
  * fs_meta_stats - the whole-store figures (idx_stats_get) /.ckptfs/<file which> shows, read
- * before fs->mu is taken, on a read-only index handle of fs's own (opened at the first call;
- * fs->fuse.stats.mu). Status and metrics show them; the step lists show none.
+ * before fs->mu is taken, on a read-only index handle of fs's own (opened at the first fresh
+ * call; fs->fuse.stats.mu, .kept_mu). Status and metrics show them; the step lists show none.
  * @fresh: true: the figures of now (an open, a scrape): kept ones are used only while SQLite's
  *         data version says no commit happened since they were read, else a scan (5-11 ms at
- *         10^4 files). false: the kept ones, zeros if none (a lookup or getattr: for st_size
- *         only, never a scan).
+ *         10^4 files), one scan at a time. false: the kept ones, zeros if none (a lookup or
+ *         getattr: for st_size only, never a scan nor a wait for one).
  * Returns 1 with *ret filled, or 0: the file shows none, or they could not be read here
  * (logged once if the handle cannot be opened), and fs_meta_render reads them under fs->mu.
  * Thread-safety: any thread, fs->mu not held.

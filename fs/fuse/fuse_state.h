@@ -9,8 +9,8 @@
  * that daemon.h can embed the struct by value.
  *
  * Locks: each part says which guards it. inval_mu is outside the lock order (lockrank.h): it
- * is taken with a deadline, before ckfs.mu. stats.mu (CKPT_RANK_STATS) is a leaf never held
- * with ckfs.mu.
+ * is taken with a deadline, before ckfs.mu. stats.mu (CKPT_RANK_STATS) and stats.kept_mu
+ * (CKPT_RANK_STATS_KEPT) are leaves never held with ckfs.mu.
  */
 #ifndef CKPTFS_FS_FUSE_STATE_H
 #define CKPTFS_FS_FUSE_STATE_H
@@ -29,8 +29,12 @@ struct fuse_session;
  * reader connection of their own so that a scan of the index does not hold ckfs.mu.
  */
 struct fs_stats_cache {
-	pthread_mutex_t mu;      /* guards the fields below (CKPT_RANK_STATS); never held with
-				    ckfs.mu */
+	pthread_mutex_t mu;      /* held across a scan (CKPT_RANK_STATS); guards ix, failed and
+				    version; never held with ckfs.mu */
+	pthread_mutex_t kept_mu; /* guards valid and figures (CKPT_RANK_STATS_KEPT), written with
+				    mu held too; held only to copy them: a lookup of
+				    /.ckptfs/status waiting for a scan held every other lookup in
+				    /.ckptfs (meta.c) */
 	struct idx *ix;          /* owned, read-only; NULL until the first read or if it failed */
 	bool failed;             /* ix could not be opened: figures read under ckfs.mu */
 	bool valid;              /* figures holds the figures at data version `version` */

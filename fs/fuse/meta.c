@@ -6,7 +6,8 @@
  * at 10^4 files: tests/bench/bench_meta.py). An open or a scrape reads them on a read-only index
  * handle of their own, before the daemon's lock is taken, and keeps them while the index does not
  * change (fs_meta_stats): a scrape or a `cat` does not stall the mount's other requests. A
- * stat(2) renders with the figures kept (zeros before the first open), without a scan: a lookup
+ * stat(2) renders with the figures kept (zeros before the first open), without a scan and
+ * without waiting for one (stats.kept_mu, not the scan's stats.mu): a lookup
  * of /.ckptfs/status holding a scan held every other new lookup in /.ckptfs on this kernel (6.18,
  * FUSE_CAP_PARALLEL_DIROPS on; test_prometheus.py FiguresOutsideTheLockTest).
  * The directory itself is a real directory of the index that readdir of the root does not list
@@ -386,20 +387,27 @@ static bool meta_has_stats(int which)
 	return which == META_STATUS || which == META_METRICS;
 }
 
-/* The figures from fs->fuse.stats.ix at its current data version if fresh, else the kept ones
- * (zeros before the first read); fs->fuse.stats.mu held. 0 or an index error. */
-static int stats_read(struct ckfs *fs, bool fresh, struct idx_stats *ret)
+/* The figures kept (zeros before the first scan); any thread. Takes only stats.kept_mu, never
+ * held across a scan: a lookup of /.ckptfs/status waiting for a scrape's scan held every other
+ * lookup in /.ckptfs with it (test_prometheus.py FiguresOutsideTheLockTest). */
+static void stats_kept(struct ckfs *fs, struct idx_stats *ret)
 {
+	ckpt_lock(&fs->fuse.stats.kept_mu, CKPT_RANK_STATS_KEPT);
+	if (fs->fuse.stats.valid)
+		*ret = fs->fuse.stats.figures;
+	else
+		memset(ret, 0, sizeof(*ret));
+	ckpt_unlock(&fs->fuse.stats.kept_mu, CKPT_RANK_STATS_KEPT);
+}
+
+/* The figures from fs->fuse.stats.ix at its current data version, scanned if it changed since
+ * the kept ones; fs->fuse.stats.mu held (one scan at a time). 0 or an index error. */
+static int stats_read(struct ckfs *fs, struct idx_stats *ret)
+{
+	struct idx_stats got;
 	int64_t v;
 	int rc;
 
-	if (!fresh) { /* for a size only: never a scan (fs_meta_stats) */
-		if (fs->fuse.stats.valid)
-			*ret = fs->fuse.stats.figures;
-		else
-			memset(ret, 0, sizeof(*ret));
-		return 0;
-	}
 	if (!fs->fuse.stats.ix && !fs->fuse.stats.failed &&
 	    (rc = ckpt_repo_open_reader(fs->repo, &fs->fuse.stats.ix)) < 0) {
 		fs->fuse.stats.failed = true;
@@ -410,17 +418,23 @@ static int stats_read(struct ckfs *fs, bool fresh, struct idx_stats *ret)
 		return -ENOTCONN;
 	if ((rc = idx_data_version(fs->fuse.stats.ix, &v)) < 0)
 		return rc;
-	if (!fs->fuse.stats.valid || v != fs->fuse.stats.version) {
-		idx_hold(fs->fuse.stats.ix); /* both scans in one snapshot */
-		ckpt_fault("stats-scan");
-		rc = idx_stats_get(fs->fuse.stats.ix, &fs->fuse.stats.figures);
-		idx_unhold(fs->fuse.stats.ix);
-		fs->fuse.stats.valid = rc == 0;
-		fs->fuse.stats.version = v;
-		if (rc < 0)
-			return rc;
+	if (fs->fuse.stats.valid && v == fs->fuse.stats.version) {
+		*ret = fs->fuse.stats.figures; /* written only with stats.mu held, as now */
+		return 0;
 	}
-	*ret = fs->fuse.stats.figures;
+	idx_hold(fs->fuse.stats.ix); /* both scans in one snapshot */
+	ckpt_fault("stats-scan");
+	rc = idx_stats_get(fs->fuse.stats.ix, &got);
+	idx_unhold(fs->fuse.stats.ix);
+	ckpt_lock(&fs->fuse.stats.kept_mu, CKPT_RANK_STATS_KEPT);
+	fs->fuse.stats.valid = rc == 0;
+	if (rc == 0)
+		fs->fuse.stats.figures = got;
+	ckpt_unlock(&fs->fuse.stats.kept_mu, CKPT_RANK_STATS_KEPT);
+	fs->fuse.stats.version = v;
+	if (rc < 0)
+		return rc;
+	*ret = got;
 	return 0;
 }
 
@@ -430,8 +444,12 @@ int fs_meta_stats(struct ckfs *fs, int which, bool fresh, struct idx_stats *ret)
 
 	if (!meta_has_stats(which))
 		return 0;
+	if (!fresh) { /* for a size only: never a scan, never a wait for one */
+		stats_kept(fs, ret);
+		return 1;
+	}
 	ckpt_lock(&fs->fuse.stats.mu, CKPT_RANK_STATS);
-	rc = stats_read(fs, fresh, ret);
+	rc = stats_read(fs, ret);
 	ckpt_unlock(&fs->fuse.stats.mu, CKPT_RANK_STATS);
 	return rc == 0 ? 1 : 0; /* failed: fs_meta_render reads them under fs->mu */
 }
