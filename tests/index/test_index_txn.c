@@ -396,14 +396,14 @@ static off_t db_size(void)
 	return sb.st_size;
 }
 
-/* commits rewriting a 60,000-byte attribute of one file, about 16 WAL frames each */
-static void fill_wal(int commits)
+/* commits rewriting a 60,000-byte attribute of a new file `name`, about 16 WAL frames each */
+static void fill_wal_named(const char *name, int commits)
 {
 	static char v[60000];
 	uint64_t f;
 
 	cr_assert_eq(idx_begin(ix), 0);
-	f = new_file(IDX_ROOT_INO, "big");
+	f = new_file(IDX_ROOT_INO, name);
 	cr_assert_eq(idx_commit(ix), 0);
 	for (int i = 0; i < commits; i++) {
 		memset(v, 'a' + i % 26, sizeof(v));
@@ -411,6 +411,11 @@ static void fill_wal(int commits)
 		cr_assert_eq(idx_xattr_set(ix, f, "user.x", v, sizeof(v), 0), 0);
 		cr_assert_eq(idx_commit(ix), 0);
 	}
+}
+
+static void fill_wal(int commits)
+{
+	fill_wal_named("big", commits);
 }
 
 Test(txn, commits_checkpoint_by_default, .init = setup_open, .fini = teardown)
@@ -447,4 +452,51 @@ Test(txn, checkpoint_apart_only_in_idx_checkpoint, .init = setup_open, .fini = t
 	cr_assert_eq(idx_xattr_get(ro, big, "user.x", value, sizeof(value)), 60000);
 	cr_assert_eq(value[0], 'a' + 99 % 26);
 	idx_close(ro);
+}
+
+static off_t wal_size(void)
+{
+	char p[PATH_MAX];
+	struct stat sb;
+
+	snprintf(p, sizeof(p), "%s-wal", dbpath);
+	cr_assert_eq(stat(p, &sb), 0);
+	return sb.st_size;
+}
+
+/*
+ * A checkpoint that copied all of the WAL cuts its file to nothing, unless a reader still reads
+ * from it. Before: only a transaction begun with the WAL fully copied restarted it, a writer
+ * that began one during every checkpoint never did, and the file grew to 64 MiB while one
+ * writer streamed small files (67.5 MB) and kept that size.
+ */
+Test(txn, a_copied_wal_is_cut_unless_read, .init = setup_open, .fini = teardown)
+{
+	struct idx *ro = NULL;
+	uint64_t got;
+
+	cr_assert_eq(idx_checkpoint_apart(ix), 0);
+	fill_wal(100);
+	cr_assert_gt(wal_size(), 1000 * 4096);
+	cr_assert_eq(idx_checkpoint(ix), 1);
+	cr_assert_eq(wal_size(), 0, "all of it copied, nobody reading: the WAL is cut");
+
+	/* a reader's snapshot in the WAL keeps it, and what it holds still reads back */
+	cr_assert_eq(idx_begin(ix), 0);
+	new_file(IDX_ROOT_INO, "seen");
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 0, 0, 0, &ro), 0);
+	idx_hold(ro);
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "seen", &got), 0);
+	fill_wal_named("big2", 100);
+	cr_assert_eq(idx_checkpoint(ix), 1);
+	cr_assert_gt(wal_size(), 1000 * 4096, "a reader still reads from it: kept");
+	cr_assert_eq(idx_dentry_lookup(ro, IDX_ROOT_INO, "seen", &got), 0);
+	idx_unhold(ro);
+	idx_close(ro);
+	cr_assert_eq(idx_begin(ix), 0);
+	new_file(IDX_ROOT_INO, "later");
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "seen", &got), 0);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "later", &got), 0);
 }
