@@ -214,11 +214,12 @@ int idx_checkpoint_apart(struct idx *ix);
  * checkpoint (or the WAL's restart), copy what no open read transaction still needs into the
  * database, on the checkpointer's connection (opened at the first call), without blocking the
  * handle's readers or writer (SQLite's PASSIVE checkpoint:
- * sqlite.org/c3ref/wal_checkpoint_v2.html). When all of it was copied, it then restarts the
- * WAL and cuts its file to 0 bytes (TRUNCATE) if no transaction is writing and no reader reads
- * from it at that moment, without waiting for either: a writer that began a transaction during
- * every checkpoint never restarted it itself, and the file grew to the backstop's 64 MiB.
- * Syncs the WAL before copying and the database after.
+ * sqlite.org/c3ref/wal_checkpoint_v2.html). When all of it was copied and no transaction is
+ * writing and no reader reads from it at that moment, the next write transaction restarts the
+ * WAL from its beginning (RESTART, without waiting for either): a writer that began a
+ * transaction during every checkpoint never restarted it itself, and the file grew to the
+ * backstop's 64 MiB. The file keeps its largest size (not cut: a WAL that grows again costs
+ * every fdatasync its size). Syncs the WAL before copying and the database after.
  * Thread-safety: does not need the handle's lock and may run while another thread uses the
  * handle, but from one thread at a time, and not after idx_close begins. Returns 1 (a
  * checkpoint ran), 0 (nothing due, idx_checkpoint_apart not called, or another checkpoint
