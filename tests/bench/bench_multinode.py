@@ -18,7 +18,8 @@
 The step: a Megatron-layout save of 4 ranks, ranks 0-1 through node A and 2-3 through node B;
 each rank's model_optim_rng.pt is torch.save of {model: the same bf16 tensor on every rank
 (data-parallel replicas), optim: a float32 tensor of its own}, then rank 0's tracker.
-Usage: scripts/bench.sh --multinode [--mib-per-rank N]   (root: drops the page cache)
+Usage: scripts/bench.sh --multinode [--mib-per-rank N] [--opt NAME=VALUE ...]
+       (root: drops the page cache)
 """
 import sys
 
@@ -118,6 +119,8 @@ def cpu_s(pid):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--mib-per-rank', type=int, default=64)
+    ap.add_argument('--opt', action='append', default=[],
+                    help='a mount option for both nodes, e.g. readahead_mb=64 (repeatable)')
     a = ap.parse_args()
     ckfs.check_fuse_usable()
     files = rank_files(a.mib_per_rank)
@@ -131,7 +134,7 @@ def main():
     mounts = []
     try:
         for node in ('a', 'b'):
-            m = ckfs.Mount(opts=['remote=' + url, 'node=' + node, 'nodes=2'])
+            m = ckfs.Mount(opts=['remote=' + url, 'node=' + node, 'nodes=2'] + a.opt)
             m.start()
             mounts.append(m)
         a_, b_ = mounts
