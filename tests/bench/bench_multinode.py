@@ -30,6 +30,7 @@ import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import json  # noqa: E402
 
@@ -41,6 +42,25 @@ from ceph import Ceph  # noqa: E402
 
 TRACKER = 'latest_checkpointed_iteration.txt'
 RANKS = 4
+
+
+def read_all(paths, parallel):
+    """Bytes read from every file of paths: one after another, or each in a thread of its own
+    (file reads release the GIL) started together."""
+    def one(p, out):
+        with open(p, 'rb') as f:
+            out.append(len(f.read()))
+    got = []
+    if not parallel:
+        for p in paths:
+            one(p, got)
+        return sum(got)
+    threads = [threading.Thread(target=one, args=(p, got)) for p in paths]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(got)
 
 
 def drop_caches():
@@ -119,6 +139,9 @@ def cpu_s(pid):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--mib-per-rank', type=int, default=64)
+    ap.add_argument('--parallel', action='store_true',
+                    help='the cold resume and its disk baseline read every file at once, one '
+                    'thread each (as the ranks of a resumed job do), not one after another')
     ap.add_argument('--opt', action='append', default=[],
                     help='a mount option for both nodes, e.g. readahead_mb=64 (repeatable)')
     a = ap.parse_args()
@@ -176,17 +199,14 @@ def main():
         drop_caches()
         cold_cpu0 = (cpu_s(a_.pid), cpu_s(rgw_pid))
         t = time.monotonic()
-        got = 0
-        for path in files:
-            with open(a_.path(path), 'rb') as f:
-                got += len(f.read())
+        got = read_all([a_.path(path) for path in files], a.parallel)
         t_cold = time.monotonic() - t
         cold_cpu = (cpu_s(a_.pid) - cold_cpu0[0], cpu_s(rgw_pid) - cold_cpu0[1])
+        st = a_.read_text('.ckptfs/status')
+        cold_loads = [ln.strip() for ln in st.splitlines() if ln.startswith('chunk reads:')]
         drop_caches()
         t = time.monotonic()
-        for path in files:
-            with open(os.path.join(plain, path), 'rb') as f:
-                f.read()
+        read_all([os.path.join(plain, path) for path in files], a.parallel)
         t_disk = time.monotonic() - t
         if got != logical:
             raise SystemExit('cold read returned %d bytes, %d written' % (got, logical))
@@ -209,10 +229,12 @@ def main():
               % (t_global - t0, cpu[0] + cpu[1], (cpu[0] + cpu[1]) / (logical / mib / 1024),
                  cpu[2], cpu[2] / (sent / mib / 1024)))
         print('cold resume: %.2f s from the bucket (%.1f MiB/s) vs %.2f s from the local disk '
-              '(%.1f MiB/s): %.2fx' % (t_cold, logical / t_cold / mib, t_disk,
-                                       logical / t_disk / mib, t_disk / t_cold))
+              '(%.1f MiB/s): %.2fx; files read %s' % (
+                  t_cold, logical / t_cold / mib, t_disk, logical / t_disk / mib,
+                  t_disk / t_cold, 'all at once' if a.parallel else 'one after another'))
         print('             CPU during it: the daemon %.2f s, radosgw %.2f s (of %.2f s on %d '
-              'CPUs)' % (cold_cpu[0], cold_cpu[1], t_cold * os.cpu_count(), os.cpu_count()))
+              'CPUs); the cold node\'s %s' % (cold_cpu[0], cold_cpu[1], t_cold * os.cpu_count(),
+                                              os.cpu_count(), ''.join(cold_loads)))
         print('bucket:      %.1f MiB in the bucket for %.1f MiB written: %.3f (replicas\' '
               'identical model shards stored once)' % (stored / mib, logical / mib,
                                                        stored / logical))

@@ -538,6 +538,31 @@ class ThreeNodes(unittest.TestCase):
         with open(os.path.join(self.m['a'].store, 'ckptfs.log')) as f:
             self.assertIn("replaced chunk '%s'" % os.path.basename(chunks[0]), f.read())
 
+    def test_an_object_longer_than_any_chunk_is_damaged_not_cut(self):
+        """A node fetches a chunk's object into a pooled buffer one byte longer than any
+        chunk's object (node.c fetch_chunk, store_object_buf_get): an object grown past it
+        (a chunk's bytes followed by more) must be found damaged and replaced, never cut to
+        the buffer's size and taken: the first 4,210,758 bytes of such an object still hold
+        the chunk's own header and payload."""
+        want = self.save(10, 'first')
+        self.trackers(10)
+        chunks = self.remote_chunks_of('a', 10)
+        self.assertTrue(chunks, 'no chunk of node a on the remote')
+        with open(chunks[0], 'ab') as f:
+            f.write(b'\0' * (5 << 20))
+        c, f0 = self.m['c'], rank_file(10, 0)
+
+        def read():
+            try:
+                return ckfs.read_bytes(c.path(f0))
+            except OSError:
+                return None
+        got = read()
+        wait_for('node c reading rank 0 of step 10 whole', lambda: read() == want[f0], 30,
+                 self.status)
+        self.assertIsNone(got, 'node c took a grown object as the chunk')
+        self.assertLess(os.path.getsize(chunks[0]), 5 << 20, 'the object was not replaced')
+
     def test_remote_verify_repair(self):
         """`ckptctl STORE remote verify --repair` puts the store's sound copy over a chunk
         damaged on the remote; on a node that does not hold it, it says so and exits 1."""
