@@ -30,9 +30,8 @@
  *   4. cache_used = sum of the buffer capacities of linked entries <= cache_cap after every
  *      insert. A chunk whose buffer is larger than cache_cap is served without being cached.
  *   9. An entry's buffer, when the entry is freed, goes to a pool of at most STORE_POOL_BUFS
- *      buffers (each at most a remote object's, store_object_buf_get: STORE_CHUNK_MAX and 16,454
- *      bytes, so about 32 MiB besides the cache) that the next loads decode into, and fetches
- *      receive objects into. A fresh 1-4 MiB malloc is a fresh mapping in the daemon (mmap
+ *      buffers (each <= STORE_CHUNK_MAX bytes, so at most 32 MiB besides the cache) that the next
+ *      loads decode into. A fresh 1-4 MiB malloc is a fresh mapping in the daemon (mmap
  *      threshold 128 KiB, fs/fuse/daemon.c) that page-faults page by page as it is filled and is
  *      unmapped at eviction.
  *      pool_lock is a leaf lock, taken with no other store lock held.
@@ -553,19 +552,6 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
  * the digest (invariant 2 holds on every later read anyway); that buffer is then the reader's
  * (got), or goes back to the pool.
  */
-uint8_t *store_object_buf_get(struct store *st, size_t *ret_len, uint32_t *ret_cap)
-{
-	size_t len = STORE_OBJECT_HEADER + store_payload_bound(STORE_CHUNK_MAX) + 1;
-
-	*ret_len = len;
-	return store_buf_get(st, (uint32_t)len, ret_cap);
-}
-
-void store_object_buf_put(struct store *st, uint8_t *p, uint32_t cap)
-{
-	store_buf_put(st, p, cap);
-}
-
 int store_chunk_put_object(struct store *st, const void *obj, size_t len,
 			   const struct store_hash *h, struct store_chunk_info *ret,
 			   struct store_fetched *got)

@@ -242,21 +242,6 @@ int store_object_decode(const void *obj, size_t len, const struct store_hash *wa
 			uint8_t **ret_raw, uint32_t *ret_len);
 
 /*
- * store_object_buf_get - a buffer of the store's pool (chunkcache.c, invariant 9) to receive one
- * chunk's object from a remote. *ret_len is the largest object any chunk has plus one byte (the
- * header and the largest payload a codec makes of STORE_CHUNK_MAX bytes: 4,210,757 bytes with
- * zstd 1.5.4, and one), so a read that fills it names no chunk's object, which
- * store_chunk_put_object refuses (-EBADMSG). A pooled buffer keeps its pages mapped; a body
- * allocated afresh for every object had each page faulted in and cleared (12% of a cold node's
- * daemon CPU: tests/bench/RESULTS.md, "A fetched object into a pooled buffer"). Returns the
- * buffer, owned by the caller until store_object_buf_put(st, p, *ret_cap), or NULL when out of
- * memory. Thread-safe.
- * store_object_buf_put - give back a buffer of store_object_buf_get; takes ownership of p.
- */
-uint8_t *store_object_buf_get(struct store *st, size_t *ret_len, uint32_t *ret_cap);
-void store_object_buf_put(struct store *st, uint8_t *p, uint32_t cap);
-
-/*
  * store_open - open (creating when absent and !read_only) the chunk store under root.
  * @root: the ckptfs STORE directory; chunks live in root/chunks (created mode 0700).
  * @opts: may be NULL for defaults.

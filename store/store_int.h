@@ -317,9 +317,9 @@ bool store_primed_has(struct store *st, const struct store_hash *h);
 void store_primed_hit(struct store *st);
 
 /*
- * store_buf_get - a buffer of at least len bytes (1..STORE_CHUNK_MAX for a chunk's raw bytes, or
- * store_object_buf_get's length for a remote object), from the pool (invariant 9): the smallest
- * pooled one of len..2*len bytes (so a cache entry never holds more than twice its size); else, when every pooled one is smaller than len, the
+ * store_buf_get - a buffer of at least len (1..STORE_CHUNK_MAX) bytes for a chunk's raw bytes,
+ * from the pool (invariant 9): the smallest pooled one of len..2*len bytes (so a cache entry
+ * never holds more than twice its size); else, when every pooled one is smaller than len, the
  * largest grown to len (realloc keeps its mapped pages, which a fresh malloc of a chunk's size
  * would fault in again); else a new malloc. *ret_cap gets its size. Returns the buffer, owned
  * by the caller until store_buf_put, or NULL when out of memory. Thread-safe (pool_lock).

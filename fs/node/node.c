@@ -458,18 +458,12 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
 	struct node *n = arg;
 	char hex[2 * STORE_HASH_LEN + 1], key[80];
 	struct store_chunk_info info;
-	size_t cap, len;
-	uint32_t bcap;
-	uint8_t *buf;
+	size_t len;
+	void *buf;
 	int rc;
 
 	snprintf(key, sizeof(key), "chunks/%s", store_hash_hex(h, hex));
-	/* into a pooled buffer of the largest object's size and one byte more: a longer object
-	 * fills it and is refused below as no chunk's (-EBADMSG), as it would be whole */
-	if (!(buf = store_object_buf_get(st, &cap, &bcap)))
-		return -ENOMEM;
-	if ((rc = remote_get_range(n->r, key, 0, buf, cap, &len)) < 0) {
-		store_object_buf_put(st, buf, bcap);
+	if ((rc = remote_get(n->r, key, &buf, &len)) < 0) {
 		if (rc == -ENOENT) /* a manifest names it (invariant 1): lost on the remote */
 			return ask_repair(n, hex, "missing");
 		ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
@@ -477,7 +471,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
 	rc = store_chunk_put_object(st, buf, len, h, &info, got);
-	store_object_buf_put(st, buf, bcap);
+	free(buf);
 	if (rc == -EBADMSG) /* the remote's copy is damaged, not this step */
 		return ask_repair(n, hex, "does not decode to its digest");
 	if (rc == 0) {

@@ -539,11 +539,12 @@ class ThreeNodes(unittest.TestCase):
             self.assertIn("replaced chunk '%s'" % os.path.basename(chunks[0]), f.read())
 
     def test_an_object_longer_than_any_chunk_is_damaged_not_cut(self):
-        """A node fetches a chunk's object into a pooled buffer one byte longer than any
-        chunk's object (node.c fetch_chunk, store_object_buf_get): an object grown past it
-        (a chunk's bytes followed by more) must be found damaged and replaced, never cut to
-        the buffer's size and taken: the first 4,210,758 bytes of such an object still hold
-        the chunk's own header and payload."""
+        """An object grown past any chunk's (its chunk's header and payload, then 5 MiB
+        more) is damaged like one with a flipped bit (store_chunk_put_object: the payload
+        longer than any codec makes of the chunk's size): replaced by the node that holds the
+        chunk, never taken. A guard for a fetch into a buffer of the largest object's size,
+        tried (RESULTS.md "A cold node's fetches"): such a fetch must not cut the object to
+        its buffer and take the chunk's own bytes at its start."""
         want = self.save(10, 'first')
         self.trackers(10)
         chunks = self.remote_chunks_of('a', 10)
