@@ -508,16 +508,16 @@ class ThreeNodes(unittest.TestCase):
                     out += [os.path.join(self.remote, 'chunks', x[2]) for x in fl['extents']]
         return out
 
-    def test_a_damaged_chunk_on_the_remote_is_replaced(self):
+    def damaged_then_replaced(self, damage):
+        """Save step 10, damage(path) the first chunk of node a's part on the remote, and read
+        rank 0 on node c: the first read fails (the damaged object never taken), and a read
+        succeeds once node a has put its sound copy back; node c never sets the step aside
+        alone (every tracker stays on 10). Returns the chunk's path on the remote."""
         want = self.save(10, 'first')
         self.trackers(10)
         chunks = self.remote_chunks_of('a', 10)
         self.assertTrue(chunks, 'no chunk of node a on the remote')
-        with open(chunks[0], 'r+b') as f:      # bit rot on the remote
-            f.seek(20)
-            b = f.read(1)
-            f.seek(20)
-            f.write(bytes([b[0] ^ 0xff]))
+        damage(chunks[0])
         c, f0 = self.m['c'], rank_file(10, 0)
 
         def read():
@@ -526,17 +526,25 @@ class ThreeNodes(unittest.TestCase):
             except OSError:
                 return None
         got = read()
-        # node c never sets the step aside alone: every tracker stays on 10, and the read
-        # succeeds once node a has put its sound copy back
         wait_for('node c reading rank 0 of step 10 whole', lambda: read() == want[f0], 30,
                  self.status)
         self.trackers(10, timeout=1)
-        r = self.m['b'].ckptctl('remote', 'verify', json_out=True)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn('"damaged_chunks": 0', r.stdout.replace(' ', '').replace(':', ': '))
         self.assertIsNone(got, 'node c read the damaged chunk as sound')
         with open(os.path.join(self.m['a'].store, 'ckptfs.log')) as f:
             self.assertIn("replaced chunk '%s'" % os.path.basename(chunks[0]), f.read())
+        return chunks[0]
+
+    def test_a_damaged_chunk_on_the_remote_is_replaced(self):
+        def bit_rot(path):
+            with open(path, 'r+b') as f:
+                f.seek(20)
+                b = f.read(1)
+                f.seek(20)
+                f.write(bytes([b[0] ^ 0xff]))
+        self.damaged_then_replaced(bit_rot)
+        r = self.m['b'].ckptctl('remote', 'verify', json_out=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn('"damaged_chunks": 0', r.stdout.replace(' ', '').replace(':', ': '))
 
     def test_an_object_longer_than_any_chunk_is_damaged_not_cut(self):
         """An object grown past any chunk's (its chunk's header and payload, then 5 MiB
@@ -545,24 +553,11 @@ class ThreeNodes(unittest.TestCase):
         chunk, never taken. A guard for a fetch into a buffer of the largest object's size,
         tried (RESULTS.md "A cold node's fetches"): such a fetch must not cut the object to
         its buffer and take the chunk's own bytes at its start."""
-        want = self.save(10, 'first')
-        self.trackers(10)
-        chunks = self.remote_chunks_of('a', 10)
-        self.assertTrue(chunks, 'no chunk of node a on the remote')
-        with open(chunks[0], 'ab') as f:
-            f.write(b'\0' * (5 << 20))
-        c, f0 = self.m['c'], rank_file(10, 0)
-
-        def read():
-            try:
-                return ckfs.read_bytes(c.path(f0))
-            except OSError:
-                return None
-        got = read()
-        wait_for('node c reading rank 0 of step 10 whole', lambda: read() == want[f0], 30,
-                 self.status)
-        self.assertIsNone(got, 'node c took a grown object as the chunk')
-        self.assertLess(os.path.getsize(chunks[0]), 5 << 20, 'the object was not replaced')
+        def grow(path):
+            with open(path, 'ab') as f:
+                f.write(b'\0' * (5 << 20))
+        chunk = self.damaged_then_replaced(grow)
+        self.assertLess(os.path.getsize(chunk), 5 << 20, 'the object was not replaced')
 
     def test_remote_verify_repair(self):
         """`ckptctl STORE remote verify --repair` puts the store's sound copy over a chunk
