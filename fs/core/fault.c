@@ -43,6 +43,7 @@ static const char *const points[] = {
 	"sweep-orphan",        /* repo.c: recovery/gc between deleting two orphan chunk files */
 	"node-show",           /* node.c: a step learnt global, the other nodes' files not shown */
 	"verify-listed",       /* ckptctl verify.c: chunks listed, files not yet (one snapshot) */
+	"ls-resolved",         /* ckptctl ls.c: a path looked up, its inode not read yet */
 	"mount-check",         /* steps.c: the newest step's check holds fs->mu, not begun; the
 				* mount comes up meanwhile */
 	"inval-send",          /* daemon.c: names the kernel must forget taken, not yet sent */

@@ -13,6 +13,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 
 import faulthandler  # noqa: E402
 import json  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
 import unittest  # noqa: E402
 
 import ckfs  # noqa: E402
@@ -79,6 +81,29 @@ class CkptctlTest(ckfs.CkptctlCase, unittest.TestCase):
         self.assertFalse(st['mounted'])
         self.assertTrue(st['stopped_cleanly'])
         self.assertIn('not mounted, clean', self.ctl('status').stdout)
+
+    def test_ls_of_a_file_unlinked_meanwhile_is_one_snapshot(self):
+        """ckptctl ls FILE on a mounted store whose daemon unlinks FILE between ls's lookup of
+        the path and its read of the inode (CI of stop 54: the torture suite's ckptctl loop got
+        "cannot read an inode ... No such file or directory", exit 2). ls reads one snapshot:
+        the file as it was when looked up, whole."""
+        m = self.m
+        path = m.path('bystander.bin')
+        env = dict(os.environ, CKPTFS_FAULT='ls-resolved@3000')
+        p = subprocess.Popen([ckfs.ckptctl_bin(), m.store, '--json', 'ls', '/bystander.bin'],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        time.sleep(1.0)
+        os.unlink(path)
+        m.settle()
+        self.assertFalse(os.path.exists(path))
+        out, err = p.communicate(timeout=120)
+        self.assertIn("at 'ls-resolved'", err)
+        self.assertEqual(p.returncode, 0, out + err)
+        f = json.loads(out)
+        self.assertEqual(f['size'], 3 * MiB)
+        self.assertEqual(sum(x['logical_bytes'] for x in f['extents']), 3 * MiB)
+        r = self.ctl('ls', '/bystander.bin', rc=2)
+        self.assertIn("'/bystander.bin' does not exist in store", r.stderr)
 
     def test_verify_tamper(self):
         m = self.m

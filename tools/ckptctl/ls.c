@@ -213,7 +213,7 @@ static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino, bool json
 {
 	struct ls_list l = { .dir = ino };
 	struct ls_widths w = { 0 };
-	size_t i, kept = 0;
+	size_t i;
 	int rc, status = EXIT_ERROR;
 
 	rc = idx_dir_list(r->ix, ino, 0, ls_collect, &l);
@@ -223,20 +223,12 @@ static int ls_dir(struct ckpt_repo *r, const char *root, uint64_t ino, bool json
 	}
 	for (i = 0; i < l.n; i++) {
 		rc = ls_fill(r->ix, &l.v[i]);
-		if (rc == -ENOENT && r->mounted) {
-			/* removed by the daemon since the listing: drop it */
-			free(l.v[i].name);
-			free(l.v[i].target);
-			continue;
-		}
 		if (rc < 0) {
 			l.n = i + 1;
 			status = ctl_index_err(root, "read an inode", rc);
 			goto out;
 		}
-		l.v[kept++] = l.v[i];
 	}
-	l.n = kept;
 	if (l.n)
 		qsort(l.v, l.n, sizeof(*l.v), ls_cmp);
 
@@ -369,7 +361,11 @@ static int ls_run(const char *root, const char *path, bool json)
 
 	if (ctl_open_read(root, &r) < 0)
 		return EXIT_ERROR;
+	/* One snapshot from the lookup to the last line: on a mounted store the daemon may unlink
+	 * the path, or a file of the directory, between two reads (CI of stop 54). */
+	idx_hold(r->ix);
 	rc = resolve_path(r->ix, path, &ino);
+	ckpt_fault("ls-resolved");
 	if (rc == -ENOENT || rc == -ENOTDIR) {
 		ctl_err("'%s' does not exist in store '%s'%s", path, root,
 			rc == -ENOTDIR ? " (a component of it is not a directory)" : "");
@@ -392,6 +388,7 @@ static int ls_run(const char *root, const char *path, bool json)
 	else
 		status = ls_other(r, root, ino, json);
 out:
+	idx_unhold(r->ix);
 	ckpt_repo_close(r);
 	return status;
 }
