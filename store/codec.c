@@ -823,6 +823,11 @@ int store_decode_digested(uint8_t codec, const void *payload, size_t payload_len
 
 /* ---- a chunk as one self-contained object (store.h, store_object_*) ---- */
 
+size_t store_object_max(void)
+{
+	return STORE_OBJECT_HEADER + store_payload_bound(STORE_CHUNK_MAX);
+}
+
 int store_object_encode(const void *raw, size_t len, int level, void **ret_obj, size_t *ret_len)
 {
 	uint8_t codec, *obj;

@@ -237,6 +237,14 @@ int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *o
  * bytes do not match want), -ENOMEM. Thread-safe.
  */
 #define STORE_OBJECT_HEADER 5
+
+/*
+ * store_object_max - the largest object any chunk has, in bytes: the header and the largest
+ * payload a codec may make of STORE_CHUNK_MAX raw bytes (store_object_decode refuses a longer
+ * one; 4,210,757 bytes with zstd 1.5.4, whose ZSTD_compressBound sets it). For a reader that
+ * receives objects into one buffer (remote_get_into). Thread-safe.
+ */
+size_t store_object_max(void);
 int store_object_encode(const void *raw, size_t len, int level, void **ret_obj, size_t *ret_len);
 int store_object_decode(const void *obj, size_t len, const struct store_hash *want,
 			uint8_t **ret_raw, uint32_t *ret_len);

@@ -40,6 +40,8 @@ enum ckpt_rank {
 				  a scan of the index on the figures' own reader handle */
 	CKPT_RANK_STATS_KEPT,  /* the figures kept (fs->fuse.stats.kept_mu): held only to copy
 				  them, so a stat(2) never waits for a scan */
+	CKPT_RANK_NODE_FETCH,  /* the node's idle object buffers (node/node.c fetch_buf_get):
+				  held only to take or give back one */
 	CKPT_RANK_COUNT
 };
 

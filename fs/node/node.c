@@ -449,6 +449,33 @@ int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, vo
 	return store_chunk_object(n->fs->st, h, len, NODE_ZSTD_LEVEL, ret_body, ret_len);
 }
 
+/* A buffer of store_object_max() bytes for one fetched object: an idle one, else a new one.
+ * Kept buffers keep their pages mapped; a body allocated afresh for every object (a mapping of
+ * its own: the daemon's mmap threshold is 128 KiB, fs/fuse/daemon.c) had each page faulted in
+ * and cleared (tests/bench/RESULTS.md, "A cold node's fetches"). NULL when out of memory. */
+static void *fetch_buf_get(struct node *n)
+{
+	void *p = NULL;
+
+	ckpt_lock(&n->fetch_mu, CKPT_RANK_NODE_FETCH);
+	if (n->nfetch_bufs)
+		p = n->fetch_bufs[--n->nfetch_bufs];
+	ckpt_unlock(&n->fetch_mu, CKPT_RANK_NODE_FETCH);
+	return p ? p : malloc(store_object_max());
+}
+
+/* Give back a buffer of fetch_buf_get: kept while fewer than NODE_FETCH_BUFS are idle. */
+static void fetch_buf_put(struct node *n, void *p)
+{
+	ckpt_lock(&n->fetch_mu, CKPT_RANK_NODE_FETCH);
+	if (n->nfetch_bufs < NODE_FETCH_BUFS) {
+		n->fetch_bufs[n->nfetch_bufs++] = p;
+		p = NULL;
+	}
+	ckpt_unlock(&n->fetch_mu, CKPT_RANK_NODE_FETCH);
+	free(p);
+}
+
 /* store_fetch_fn: chunk h from the remote, checked against h, into the local store as it was
  * encoded by the node that sent it, and its bytes to the read that asked (store_chunk_put_object,
  * got). */
@@ -463,7 +490,15 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
 	int rc;
 
 	snprintf(key, sizeof(key), "chunks/%s", store_hash_hex(h, hex));
-	if ((rc = remote_get(n->r, key, &buf, &len)) < 0) {
+	if (!(buf = fetch_buf_get(n)))
+		return -ENOMEM;
+	rc = remote_get_into(n->r, key, buf, store_object_max(), &len);
+	if (rc == -EFBIG) { /* longer than any chunk's object: not this chunk's */
+		fetch_buf_put(n, buf);
+		return ask_repair(n, hex, "is longer than any chunk's object");
+	}
+	if (rc < 0) {
+		fetch_buf_put(n, buf);
 		if (rc == -ENOENT) /* a manifest names it (invariant 1): lost on the remote */
 			return ask_repair(n, hex, "missing");
 		ckpt_log("cannot fetch chunk '%s' from the remote: %s", hex, strerror(-rc));
@@ -471,7 +506,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
 	rc = store_chunk_put_object(st, buf, len, h, &info, got);
-	free(buf);
+	fetch_buf_put(n, buf);
 	if (rc == -EBADMSG) /* the remote's copy is damaged, not this step */
 		return ask_repair(n, hex, "does not decode to its digest");
 	if (rc == 0) {
@@ -744,6 +779,9 @@ static void node_free(struct node *n)
 	remote_close(n->r);
 	pthread_mutex_destroy(&n->mu);
 	pthread_cond_destroy(&n->cv);
+	pthread_mutex_destroy(&n->fetch_mu);
+	while (n->nfetch_bufs)
+		free(n->fetch_bufs[--n->nfetch_bufs]);
 	free(n->parts);
 	free(n->global);
 	free(n->sealed_here);
@@ -909,6 +947,7 @@ int node_open(struct ckfs *fs, const struct node_cfg *cfg, char *err, size_t err
 	pthread_condattr_t ca;
 
 	pthread_mutex_init(&n->mu, NULL);
+	pthread_mutex_init(&n->fetch_mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the tick, not the wall clock */
 	pthread_cond_init(&n->cv, &ca);

@@ -74,6 +74,10 @@ struct node_key {
 };
 
 /* The node layer's state (fs->node); the locking is node.c's invariant 3. */
+/* Idle buffers a node keeps for the chunks it fetches (node.c fetch_buf_get): one per rank of
+ * a 4-rank node reading at once (bench_multinode --parallel); a fetch beyond them allocates. */
+#define NODE_FETCH_BUFS 4
+
 struct node {
 	struct ckfs *fs;
 	struct remote *r;
@@ -153,6 +157,9 @@ struct node {
 	int64_t gc_retry_ns;  /* node thread: a pass is due then (node_gc.c), 0: none */
 	int64_t gc_wait_ns;   /* node thread: the wait before gc_retry_ns, doubled per failure */
 	char gc_last[512];    /* what this node's gc did last, for .ckptfs/status; "" none; mu */
+	pthread_mutex_t fetch_mu; /* guards fetch_bufs (CKPT_RANK_NODE_FETCH, a leaf) */
+	void *fetch_bufs[NODE_FETCH_BUFS]; /* idle buffers of store_object_max() bytes */
+	size_t nfetch_bufs;
 	struct node_dir_pending {
 		char name[IDX_STEP_NAME_MAX + 1];
 		mode_t mode;

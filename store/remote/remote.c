@@ -285,6 +285,40 @@ int remote_get_range(struct remote *r, const char *key, uint64_t off, void *buf,
 	return remote_get_range_with(r, key, off, buf, len, NULL, ret_got);
 }
 
+int remote_get_into_with(struct remote *r, const char *key, const struct remote_call *call,
+			 void *buf, size_t cap, size_t *ret_len)
+{
+	struct remote_lim lim;
+	int rc = remote_lim_init(&lim, call);
+
+	if (rc == 0 && (!key_ok(key) || (!buf && cap) || !ret_len))
+		rc = -EINVAL;
+	/* the call's bound is the buffer's, for the backend's checks and messages alike */
+	if (cap && cap < lim.max_len)
+		lim.max_len = cap;
+	if (rc == 0 && r->ops->get_into) {
+		rc = r->ops->get_into(r, key, buf, cap, &lim, ret_len);
+	} else if (rc == 0) {
+		void *p = NULL;
+		size_t len = 0;
+
+		rc = r->ops->get(r, key, &lim, &p, &len);
+		if (rc == 0 && len > cap)
+			rc = -EFBIG; /* cap 0: max_len is at least 1 */
+		if (rc == 0) {
+			memcpy(buf, p, len);
+			*ret_len = len;
+		}
+		free(p);
+	}
+	return done(&lim, rc, "read", key ? key : "");
+}
+
+int remote_get_into(struct remote *r, const char *key, void *buf, size_t cap, size_t *ret_len)
+{
+	return remote_get_into_with(r, key, NULL, buf, cap, ret_len);
+}
+
 int remote_head_with(struct remote *r, const char *key, const struct remote_call *call,
 		     uint64_t *ret_size)
 {

@@ -241,6 +241,21 @@ int remote_get_range_with(struct remote *r, const char *key, uint64_t off, void 
 			  const struct remote_call *call, size_t *ret_got);
 
 /*
+ * remote_get_into - read the whole object at key into the caller's buf of cap bytes (owned by the
+ * caller throughout), for a reader that receives many objects of a known largest size and keeps
+ * one buffer for them: a body allocated afresh for each has every page faulted in and cleared
+ * again (tests/bench/RESULTS.md, "A cold node's fetches"). One GET without a Range header (RGW
+ * serves a ranged GET slower: the same RESULTS.md section). *ret_len gets the object's length.
+ * Returns 0, or -EFBIG (the object has more than cap bytes: S3 by its Content-Length before a
+ * byte of the body is read, or by the bytes received; directory by the file's size; buf's
+ * content is then undefined), -ENOENT, the S3 errors above, directory: errors of open, fstat,
+ * pread. Thread-safe as remote_get.
+ */
+int remote_get_into(struct remote *r, const char *key, void *buf, size_t cap, size_t *ret_len);
+int remote_get_into_with(struct remote *r, const char *key, const struct remote_call *call,
+			 void *buf, size_t cap, size_t *ret_len);
+
+/*
  * remote_head - the size in bytes of the object at key, into *ret_size (may be NULL to test for
  * existence). Returns 0, or -ENOENT, the S3 errors above, directory: errors of stat.
  */

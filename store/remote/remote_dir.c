@@ -232,6 +232,30 @@ static int dir_get(struct remote *r, const char *key, const struct remote_lim *l
 	return 0;
 }
 
+static int dir_get_into(struct remote *r, const char *key, void *buf, size_t cap,
+			const struct remote_lim *lim, size_t *ret_len)
+{
+	struct stat st;
+	size_t got;
+	int rc, fd = open_key(r, key, &st);
+
+	if (fd < 0)
+		return fd;
+	if ((uint64_t)st.st_size > cap) {
+		close(fd);
+		return remote_errf(lim->err, lim->errlen, -EFBIG,
+				   "the remote object '%s' is %lld bytes, more than the %zu this "
+				   "read accepts", key, (long long)st.st_size, cap);
+	}
+	rc = read_fd(fd, 0, buf, (size_t)st.st_size, &got);
+	close(fd);
+	if (rc == 0 && got != (size_t)st.st_size)
+		rc = -EIO; /* objects are immutable: a short read means something else wrote */
+	if (rc == 0)
+		*ret_len = got;
+	return rc;
+}
+
 static int dir_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
 			 const struct remote_lim *lim, size_t *ret_got)
 {
@@ -366,6 +390,7 @@ static const struct remote_ops dir_ops = {
 	.put = dir_put,
 	.get = dir_get,
 	.get_range = dir_get_range,
+	.get_into = dir_get_into,
 	.head = dir_head,
 	.list = dir_list,
 	.del = dir_del,

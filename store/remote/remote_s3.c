@@ -240,6 +240,23 @@ static int s3_get(struct remote *r, const char *key, const struct remote_lim *li
 	return 0;
 }
 
+static int s3_get_into(struct remote *r, const char *key, void *buf, size_t cap,
+		       const struct remote_lim *lim, size_t *ret_len)
+{
+	struct s3_req req = { .method = "GET", .key = key };
+	struct s3_resp resp = { .body = { .fixed = buf, .cap = cap, .whole = true } };
+	int rc = s3_perform(to_s3(r), &req, lim, &resp);
+
+	if (rc == 0)
+		rc = status_rc(&resp);
+	if (rc == 0 && resp.content_length >= 0 && (uint64_t)resp.content_length != resp.body.len)
+		rc = -EIO;
+	free(resp.body.buf);
+	if (rc == 0)
+		*ret_len = resp.body.len;
+	return rc;
+}
+
 static int s3_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
 			const struct remote_lim *lim, size_t *ret_got)
 {
@@ -394,6 +411,7 @@ static const struct remote_ops s3_ops = {
 	.put = s3_put,
 	.get = s3_get,
 	.get_range = s3_get_range,
+	.get_into = s3_get_into,
 	.head = s3_head,
 	.list = s3_list,
 	.del = s3_del,

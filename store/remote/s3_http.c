@@ -225,6 +225,11 @@ static size_t on_write(char *src, size_t size, size_t n, void *p)
 	if (b->fixed && status >= 200 && status < 300) {
 		size_t take = len < b->cap - b->len ? len : b->cap - b->len;
 
+		if (b->whole && take < len) {
+			b->too_big = true;
+			return 0; /* CURLE_WRITE_ERROR */
+		}
+
 		memcpy(b->fixed + b->len, src, take);
 		b->len += take;
 		b->overflow |= take < len;
@@ -273,11 +278,13 @@ static bool headers_done(struct call *c)
 
 	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
 	/* 1xx: another header block follows. HEAD: Content-Length is the object's, no body. A
-	 * fixed buffer never grows: what does not fit is dropped (on_write). */
-	if (status < 200 || b->fixed || strcmp(c->req->method, "HEAD") == 0)
+	 * fixed buffer for a range never grows: what does not fit is dropped (on_write). */
+	if (status < 200 || (b->fixed && !b->whole) || strcmp(c->req->method, "HEAD") == 0)
 		return true;
+	if (b->fixed && status >= 300)
+		return true; /* an error document in place of the object: errdoc keeps its start */
 	if (curl_easy_getinfo(c->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
-	    cl > 0 && (uint64_t)cl > b->limit) {
+	    cl > 0 && (uint64_t)cl > (b->fixed ? b->cap : b->limit)) {
 		c->resp->content_length = cl;
 		b->too_big = true;
 		return false;

@@ -53,7 +53,9 @@ struct s3_body {
 	char *buf;
 	size_t len;
 	size_t cap;
-	char *fixed;      /* remote_get_range: write here, at most cap bytes */
+	char *fixed;      /* remote_get_range, remote_get_into: write here, at most cap bytes */
+	bool whole;       /* fixed holds a whole object (remote_get_into): more than cap bytes,
+			   * said or sent, stops the transfer (too_big) */
 	bool overflow;    /* the server sent more than a fixed buffer holds */
 	size_t limit;     /* a growable body's most bytes (remote_lim.max_len); set by s3_perform */
 	bool too_big;     /* the answer said or sent more than limit: the transfer was stopped */

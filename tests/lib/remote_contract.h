@@ -52,7 +52,7 @@ static __attribute__((unused)) void rk_expect(struct remote *r, const char *key,
 	cr_assert_eq(size, len);
 }
 
-/* rc_basic - put_if_absent twice, put, get, get_range, head, delete, absent objects. */
+/* rc_basic - put_if_absent twice, put, get, get_range, get_into, head, delete, absent objects. */
 static __attribute__((unused)) void rc_basic(struct remote *r, const char *base)
 {
 	char key[256], miss[256];
@@ -79,6 +79,18 @@ static __attribute__((unused)) void rc_basic(struct remote *r, const char *base)
 	cr_assert_eq(got, 0);
 	cr_assert_eq(remote_get_range(r, key, 1000, rbuf, sizeof(rbuf), &got), 0);
 	cr_assert_eq(got, 0);
+
+	/* the whole object into the caller's buffer: an exact fit, room to spare, one byte short */
+	memset(rbuf, 'x', sizeof(rbuf));
+	cr_assert_eq(remote_get_into(r, key, rbuf, strlen(one), &got), 0);
+	cr_assert_eq(got, strlen(one));
+	cr_assert_eq(memcmp(rbuf, one, strlen(one)), 0);
+	got = 99;
+	cr_assert_eq(remote_get_into(r, key, rbuf, sizeof(rbuf), &got), 0);
+	cr_assert_eq(got, strlen(one));
+	cr_assert_eq(rbuf[strlen(one)], 'x', "a byte past the object was written");
+	cr_assert_eq(remote_get_into(r, key, rbuf, strlen(one) - 1, &got), -EFBIG);
+	cr_assert_eq(remote_get_into(r, miss, rbuf, sizeof(rbuf), &got), -ENOENT);
 
 	cr_assert_eq(remote_put(r, key, two, strlen(two)), 0);
 	rk_expect(r, key, two, strlen(two));

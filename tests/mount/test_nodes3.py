@@ -550,14 +550,17 @@ class ThreeNodes(unittest.TestCase):
         """An object grown past any chunk's (its chunk's header and payload, then 5 MiB
         more) is damaged like one with a flipped bit (store_chunk_put_object: the payload
         longer than any codec makes of the chunk's size): replaced by the node that holds the
-        chunk, never taken. A guard for a fetch into a buffer of the largest object's size,
-        tried (RESULTS.md "A cold node's fetches"): such a fetch must not cut the object to
-        its buffer and take the chunk's own bytes at its start."""
+        chunk, never taken. A fetch receives an object into a buffer of the largest object's
+        size (node.c fetch_chunk, remote_get_into): it must refuse a longer one (-EFBIG), not
+        cut it to its buffer and take the chunk's own bytes at its start."""
         def grow(path):
             with open(path, 'ab') as f:
                 f.write(b'\0' * (5 << 20))
         chunk = self.damaged_then_replaced(grow)
         self.assertLess(os.path.getsize(chunk), 5 << 20, 'the object was not replaced')
+        with open(os.path.join(self.m['c'].store, 'ckptfs.log')) as f:
+            self.assertIn("chunk '%s' on the remote: is longer than any chunk's object"
+                          % os.path.basename(chunk), f.read())
 
     def test_remote_verify_repair(self):
         """`ckptctl STORE remote verify --repair` puts the store's sound copy over a chunk
