@@ -202,7 +202,7 @@ static int dir_get(struct remote *r, const char *key, const struct remote_lim *l
 		   void **ret_buf, size_t *ret_len)
 {
 	struct stat st;
-	size_t got;
+	size_t got = 0;
 	void *buf;
 	int rc, fd = open_key(r, key, &st);
 
@@ -236,7 +236,7 @@ static int dir_get_into(struct remote *r, const char *key, void *buf, size_t cap
 			const struct remote_lim *lim, size_t *ret_len)
 {
 	struct stat st;
-	size_t got;
+	size_t got = 0;
 	int rc, fd = open_key(r, key, &st);
 
 	if (fd < 0)

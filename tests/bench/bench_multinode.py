@@ -8,7 +8,9 @@
               tracker claim) to its being globally complete (both trackers name it)
   cold resume a node on an empty STORE reading every file of the step (chunks fetched from the
               bucket, verified, cached) against reading the same bytes from the local disk
-              (files in a plain directory, page cache dropped before the read)
+              (files in a plain directory, page cache dropped before the read), against the
+              same node reading them again from its own STORE, and against `curl` GETs of
+              the same files from the bucket (the remote's own rate here)
   cpu         the CPU time the two daemons (per GiB written) and radosgw (per GiB sent) used
               from the first write to global (on a machine of few cores, it bounds the upload),
               and the cold node's daemon and radosgw during the cold resume
@@ -112,6 +114,8 @@ def s3_curl(v, method, key, src=None, out=None):
             '-H', 'x-amz-content-sha256: UNSIGNED-PAYLOAD', '-X', method, url]
     if src:
         argv[-3:-3] = ['-T', src]
+    if out:
+        argv[-3:-3] = ['-o', out]
     r = subprocess.run(argv, capture_output=True, timeout=600)
     body, _, code = r.stdout.rpartition(b'\n')
     if r.returncode != 0 or not code.startswith(b'2'):
@@ -204,12 +208,34 @@ def main():
         cold_cpu = (cpu_s(a_.pid) - cold_cpu0[0], cpu_s(rgw_pid) - cold_cpu0[1])
         st = a_.read_text('.ckptfs/status')
         cold_loads = [ln.strip() for ln in st.splitlines() if ln.startswith('chunk reads:')]
+        # the same node reading the step again, its chunks now in its own STORE: what the
+        # fetches add to a read through ckptfs
+        drop_caches()
+        t = time.monotonic()
+        read_all([a_.path(path) for path in files], a.parallel)
+        t_again = time.monotonic() - t
         drop_caches()
         t = time.monotonic()
         read_all([os.path.join(plain, path) for path in files], a.parallel)
         t_disk = time.monotonic() - t
         if got != logical:
             raise SystemExit('cold read returned %d bytes, %d written' % (got, logical))
+
+        # the plain S3 download of the same files (curl into /dev/null): what the remote
+        # serves on this machine, the ceiling of any cold resume from it
+        def get(path):
+            s3_curl(v, 'GET', 'curl-%s/%s' % (job, path), out='/dev/null')
+        t = time.monotonic()
+        if a.parallel:
+            threads = [threading.Thread(target=get, args=(path,)) for path in files]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        else:
+            for path in files:
+                get(path)
+        t_get = time.monotonic() - t
 
         mib = 1024 * 1024
         print('bench_multinode: 4 ranks x %.1f MiB (%.1f MiB logical), 2 nodes, Ceph S3 on '
@@ -232,6 +258,11 @@ def main():
               '(%.1f MiB/s): %.2fx; files read %s' % (
                   t_cold, logical / t_cold / mib, t_disk, logical / t_disk / mib,
                   t_disk / t_cold, 'all at once' if a.parallel else 'one after another'))
+        print('             the same node again, the chunks in its STORE now (page cache '
+              'dropped): %.2f s (%.1f MiB/s)' % (t_again, logical / t_again / mib))
+        print('             curl GET of the same files into /dev/null: %.2f s (%.1f MiB/s); '
+              'the cold resume took %.2fx its time' % (t_get, logical / t_get / mib,
+                                                       t_cold / t_get))
         print('             CPU during it: the daemon %.2f s, radosgw %.2f s (of %.2f s on %d '
               'CPUs); the cold node\'s %s' % (cold_cpu[0], cold_cpu[1], t_cold * os.cpu_count(),
                                               os.cpu_count(), ''.join(cold_loads)))
