@@ -237,6 +237,29 @@ def main():
                 get(path)
         t_get = time.monotonic() - t
 
+        # the chunk objects the cold node fetched, by one curl each way: one after another on
+        # one connection, and 4 (as many as the node's read-ahead threads ask at once) and 8 at
+        # a time: the remote's cost per object, apart from the node
+        objs = sorted(n for d in os.listdir(os.path.join(a_.store, 'chunks'))
+                      if len(d) == 2
+                      for n in os.listdir(os.path.join(a_.store, 'chunks', d)) if len(n) == 32)
+        t_objs = []
+        for par in (0, 4, 8):
+            argv = ['curl', '-s', '-f', '--aws-sigv4', 'aws:amz:%s:s3' % v['AWS_REGION'],
+                    '--user', '%s:%s' % (v['AWS_ACCESS_KEY_ID'], v['AWS_SECRET_ACCESS_KEY']),
+                    '-H', 'x-amz-content-sha256: UNSIGNED-PAYLOAD']
+            if par:
+                argv += ['-Z', '--parallel-max', str(par)]
+            for o in objs:
+                argv += ['-o', '/dev/null', '%s/%s/%s/chunks/%s' % (
+                    v['AWS_ENDPOINT_URL'], v['CKPTFS_TEST_BUCKET'], job, o)]
+            t = time.monotonic()
+            r = subprocess.run(argv, capture_output=True, timeout=600)
+            t_objs.append(time.monotonic() - t)
+            if r.returncode != 0:
+                raise SystemExit('curl GET of the chunk objects failed (exit %d): %s'
+                                 % (r.returncode, r.stderr[-500:]))
+
         mib = 1024 * 1024
         print('bench_multinode: 4 ranks x %.1f MiB (%.1f MiB logical), 2 nodes, Ceph S3 on '
               '127.0.0.1 (memstore OSD)' % (logical / RANKS / mib, logical / mib))
@@ -263,6 +286,9 @@ def main():
         print('             curl GET of the same files into /dev/null: %.2f s (%.1f MiB/s); '
               'the cold resume took %.2fx its time' % (t_get, logical / t_get / mib,
                                                        t_cold / t_get))
+        print('             curl GET of the %d chunk objects it fetched: %.2f s one after '
+              'another on one connection, %.2f s 4 at a time, %.2f s 8 at a time'
+              % (len(objs), t_objs[0], t_objs[1], t_objs[2]))
         print('             CPU during it: the daemon %.2f s, radosgw %.2f s (of %.2f s on %d '
               'CPUs); the cold node\'s %s' % (cold_cpu[0], cold_cpu[1], t_cold * os.cpu_count(),
                                               os.cpu_count(), ''.join(cold_loads)))
