@@ -238,6 +238,10 @@ static size_t on_write(char *src, size_t size, size_t n, void *p)
 	if (b->fixed)
 		return len; /* an error document in place of the range: errdoc has its start */
 	if (len > b->limit - b->len) {
+		/* an error document past the call's bound, which is the object's: errdoc has its
+		 * start, the rest is dropped and the status decides */
+		if (status < 200 || status >= 300)
+			return len;
 		/* more than the Content-Length on_header checked, or a body without one */
 		b->too_big = true;
 		return 0; /* CURLE_WRITE_ERROR */
@@ -281,8 +285,8 @@ static bool headers_done(struct call *c)
 	 * fixed buffer for a range never grows: what does not fit is dropped (on_write). */
 	if (status < 200 || (b->fixed && !b->whole) || strcmp(c->req->method, "HEAD") == 0)
 		return true;
-	if (b->fixed && status >= 300)
-		return true; /* an error document in place of the object: errdoc keeps its start */
+	if (status >= 300)
+		return true; /* an error document, not the object the bound is for: on_write */
 	if (curl_easy_getinfo(c->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
 	    cl > 0 && (uint64_t)cl > (b->fixed ? b->cap : b->limit)) {
 		c->resp->content_length = cl;

@@ -270,6 +270,30 @@ static double now_s(void)
 }
 
 /*
+ * A small bound on a read is the object's, not the error document's: a missing object is
+ * -ENOENT whatever the bound, although RGW's 404 document (NoSuchKey) is longer than it.
+ */
+Test(remote_s3, a_missing_object_under_a_small_bound)
+{
+	struct remote *r = open_s3(NULL);
+	char base[64], key[128], err[512], buf[3];
+	struct remote_call call = { .max_len = 3, .err = err, .errlen = sizeof(err) };
+	void *p = NULL;
+	size_t len = 0;
+
+	rk_base(base, sizeof(base), "bound");
+	rk_key(key, sizeof(key), base, "missing");
+	err[0] = '\0';
+	cr_assert_eq(remote_get_with(r, key, &call, &p, &len), -ENOENT, "%s", err);
+	cr_assert_null(p);
+	cr_assert_eq(remote_get_into(r, key, buf, sizeof(buf), &len), -ENOENT);
+	cr_assert_eq(remote_put(r, key, "abcd", 4), 0);
+	cr_assert_eq(remote_get_with(r, key, &call, &p, &len), -EFBIG);
+	cr_assert_eq(remote_delete(r, key), 0);
+	remote_close(r);
+}
+
+/*
  * Connection errors are retried with backoff (s3_http.c: the waits before tries 2..4 are at
  * least 50, 100 and 200 ms); a 403 is not retried at all (8 tries would wait at least 3.5 s).
  */
