@@ -248,8 +248,9 @@ int remote_get_range_with(struct remote *r, const char *key, uint64_t off, void 
  * serves a ranged GET slower: the same RESULTS.md section). *ret_len gets the object's length.
  * Returns 0, or -EFBIG (the object has more than cap bytes: S3 by its Content-Length before a
  * byte of the body is read, or by the bytes received; directory by the file's size; buf's
- * content is then undefined), -ENOENT, the S3 errors above, directory: errors of open, fstat,
- * pread. Thread-safe as remote_get.
+ * content is then undefined), -ENOENT, -EOPNOTSUPP (a backend without the op: only a test's
+ * wrapper), the S3 errors above, directory: errors of open, fstat, pread. Thread-safe as
+ * remote_get.
  */
 int remote_get_into(struct remote *r, const char *key, void *buf, size_t cap, size_t *ret_len);
 int remote_get_into_with(struct remote *r, const char *key, const struct remote_call *call,

@@ -198,24 +198,26 @@ static int open_key(struct remote *r, const char *key, struct stat *st)
 	return fd;
 }
 
-static int dir_get(struct remote *r, const char *key, const struct remote_lim *lim,
-		   void **ret_buf, size_t *ret_len)
+/* Read the whole object at key into *io_buf: a buffer of the object's own size when alloc (the
+ * caller frees *io_buf), else the caller's *io_buf of at least bound bytes. An object longer than
+ * bound is -EFBIG before a byte is read. */
+static int read_whole(struct remote *r, const char *key, size_t bound, const struct remote_lim *lim,
+		      bool alloc, void **io_buf, size_t *ret_len)
 {
 	struct stat st;
 	size_t got = 0;
-	void *buf;
+	void *buf = *io_buf;
 	int rc, fd = open_key(r, key, &st);
 
 	if (fd < 0)
 		return fd;
-	if ((uint64_t)st.st_size > lim->max_len) {
+	if ((uint64_t)st.st_size > bound) {
 		close(fd);
 		return remote_errf(lim->err, lim->errlen, -EFBIG,
 				   "the remote object '%s' is %lld bytes, more than the %zu this "
-				   "read accepts", key, (long long)st.st_size, lim->max_len);
+				   "read accepts", key, (long long)st.st_size, bound);
 	}
-	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!buf) {
+	if (alloc && !(buf = malloc(st.st_size ? (size_t)st.st_size : 1))) {
 		close(fd);
 		return -ENOMEM;
 	}
@@ -224,36 +226,26 @@ static int dir_get(struct remote *r, const char *key, const struct remote_lim *l
 	if (rc == 0 && got != (size_t)st.st_size)
 		rc = -EIO; /* objects are immutable: a short read means something else wrote */
 	if (rc < 0) {
-		free(buf);
+		if (alloc)
+			free(buf);
 		return rc;
 	}
-	*ret_buf = buf;
+	*io_buf = buf;
 	*ret_len = got;
 	return 0;
+}
+
+static int dir_get(struct remote *r, const char *key, const struct remote_lim *lim,
+		   void **ret_buf, size_t *ret_len)
+{
+	*ret_buf = NULL;
+	return read_whole(r, key, lim->max_len, lim, true, ret_buf, ret_len);
 }
 
 static int dir_get_into(struct remote *r, const char *key, void *buf, size_t cap,
 			const struct remote_lim *lim, size_t *ret_len)
 {
-	struct stat st;
-	size_t got = 0;
-	int rc, fd = open_key(r, key, &st);
-
-	if (fd < 0)
-		return fd;
-	if ((uint64_t)st.st_size > cap) {
-		close(fd);
-		return remote_errf(lim->err, lim->errlen, -EFBIG,
-				   "the remote object '%s' is %lld bytes, more than the %zu this "
-				   "read accepts", key, (long long)st.st_size, cap);
-	}
-	rc = read_fd(fd, 0, buf, (size_t)st.st_size, &got);
-	close(fd);
-	if (rc == 0 && got != (size_t)st.st_size)
-		rc = -EIO; /* objects are immutable: a short read means something else wrote */
-	if (rc == 0)
-		*ret_len = got;
-	return rc;
+	return read_whole(r, key, cap, lim, false, &buf, ret_len);
 }
 
 static int dir_get_range(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,

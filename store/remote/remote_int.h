@@ -30,7 +30,7 @@ struct remote_ops {
 		   size_t *ret_len);
 	int (*get_range)(struct remote *r, const char *key, uint64_t off, void *buf, size_t len,
 			 const struct remote_lim *lim, size_t *ret_got);
-	/* remote_get_into; NULL: remote.c does a get and copies (a wrapper's backend) */
+	/* remote_get_into; NULL (a test's wrapper): remote_get_into is -EOPNOTSUPP */
 	int (*get_into)(struct remote *r, const char *key, void *buf, size_t cap,
 			const struct remote_lim *lim, size_t *ret_len);
 	int (*head)(struct remote *r, const char *key, const struct remote_lim *lim,
