@@ -73,11 +73,11 @@ struct node_key {
 	int64_t step; /* its number across nodes (policy_node_step): MF1's holds its epoch */
 };
 
-/* The node layer's state (fs->node); the locking is node.c's invariant 3. */
 /* Idle buffers a node keeps for the chunks it fetches (node.c fetch_buf_get): one per rank of
  * a 4-rank node reading at once (bench_multinode --parallel); a fetch beyond them allocates. */
 #define NODE_FETCH_BUFS 4
 
+/* The node layer's state (fs->node); the locking is node.c's invariant 3. */
 struct node {
 	struct ckfs *fs;
 	struct remote *r;
