@@ -28,6 +28,10 @@ struct s3_creds {
  * The backend. Immutable after remote_s3_open except share, which libcurl locks via share_mu,
  * and creds, replaced whole under creds_mu (remote.h invariant 4).
  */
+/* Connections of one remote whose sockets s3_http.c tracks: more than libcurl's connection cache
+ * keeps (its default, 5 per handle or share, CURLOPT_MAXCONNECTS) plus those in use. */
+#define S3_SOCKS_MAX 64
+
 struct remote_s3 {
 	struct remote base;
 	char *endpoint;   /* "http://host:port", no trailing '/' */
@@ -46,6 +50,9 @@ struct remote_s3 {
 	size_t part_size;
 	CURLSH *share;          /* DNS and connection caches shared by all calls' easy handles */
 	pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST]; /* leaf locks, one per curl_lock_data */
+	pthread_mutex_t socks_mu; /* guards socks; a leaf lock */
+	int socks[S3_SOCKS_MAX]; /* the open connections' sockets, -1 a free slot (s3_http.c
+				    invariant 6); one past the table is not acknowledged early */
 };
 
 /* A growable response body, or a caller's fixed buffer (fixed != NULL). */
@@ -137,7 +144,7 @@ int s3_creds_refresh(struct remote_s3 *s, unsigned gen);
  * when keep_slash). Returns 0 or -ENAMETOOLONG. */
 int s3_encode(const char *s, bool keep_slash, char *out, size_t cap);
 
-/* s3_init_share / s3_free_share - the CURLSH of s and its mutexes. */
+/* s3_init_share / s3_free_share - the CURLSH of s, its mutexes and the table of sockets. */
 int s3_init_share(struct remote_s3 *s);
 void s3_free_share(struct remote_s3 *s);
 
