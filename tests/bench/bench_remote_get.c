@@ -9,8 +9,8 @@
  *        objects "lat-SIZE" are put under it and deleted after
  *   N    GETs per size (default 40)
  *
- * Prints, per size (1 B, 1 KiB, 900 KB: a chunk's average, 4 MB: a chunk's largest), the GETs'
- * min, median, mean and max in ms, then the mean of N HEADs. Figures and the runs that produced
+ * Prints, per size (1 B, 1 KiB, 900 KB: a chunk's average, 4 MB: a chunk's largest), the PUTs'
+ * and the GETs' min, median, mean and max in ms, then the mean of N HEADs. Figures and the runs that produced
  * them: tests/bench/RESULTS.md, "Nagle and the delayed ACK".
  */
 #include <stdint.h>
@@ -34,6 +34,13 @@ static int cmp(const void *a, const void *b)
 	double x = *(const double *)a, y = *(const double *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+static void report(const char *what, size_t size, double *t, int n, double sum)
+{
+	qsort(t, (size_t)n, sizeof(*t), cmp);
+	printf("%s %8zu bytes: ms min %.2f median %.2f mean %.2f max %.2f (%d on one connection)\n",
+	       what, size, t[0], t[n / 2], sum / n, t[n - 1], n);
 }
 
 int main(int argc, char **argv)
@@ -63,10 +70,18 @@ int main(int argc, char **argv)
 
 		memset(buf, 'a' + (int)k, sizes[k]);
 		snprintf(key, sizeof(key), "lat-%zu", sizes[k]);
-		if (remote_put(r, key, buf, sizes[k]) < 0) {
-			fprintf(stderr, "bench_remote_get: cannot put %s\n", key);
-			return 1;
+		for (int i = 0; i < n; i++) {
+			double a = now_ms();
+
+			if (remote_put(r, key, buf, sizes[k]) < 0) {
+				fprintf(stderr, "bench_remote_get: cannot put %s\n", key);
+				return 1;
+			}
+			t[i] = now_ms() - a;
+			sum += t[i];
 		}
+		report("PUT", sizes[k], t, n, sum);
+		sum = 0;
 		for (int i = 0; i < n; i++) {
 			double a = now_ms();
 
@@ -77,9 +92,7 @@ int main(int argc, char **argv)
 			t[i] = now_ms() - a;
 			sum += t[i];
 		}
-		qsort(t, (size_t)n, sizeof(*t), cmp);
-		printf("GET %8zu bytes: ms min %.2f median %.2f mean %.2f max %.2f (%d on one "
-		       "connection)\n", sizes[k], t[0], t[n / 2], sum / n, t[n - 1], n);
+		report("GET", sizes[k], t, n, sum);
 	}
 	double a = now_ms();
 
