@@ -10,8 +10,8 @@
  *   N    GETs per size (default 40)
  *
  * Prints, per size (1 B, 1 KiB, 900 KB: a chunk's average, 4 MB: a chunk's largest), the PUTs'
- * and the GETs' min, median, mean and max in ms, then the mean of N HEADs. Figures and the runs that produced
- * them: tests/bench/RESULTS.md, "Nagle and the delayed ACK".
+ * and the GETs' min, median, mean and max in ms, then the mean of N HEADs. Figures and the runs
+ * that produced them: tests/bench/RESULTS.md, "Nagle and the delayed ACK".
  */
 #include <stdint.h>
 #include <stdio.h>
