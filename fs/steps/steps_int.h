@@ -289,6 +289,16 @@ int steps_keep_copy(struct ckfs *fs, const struct idx_step *s, struct idx_inode 
 void steps_restore(struct ckfs *fs, struct idx_step *s);
 
 /*
+ * steps_unrestore - undo steps_restore for step s, set aside and now sealed after all (another
+ * node's seal arrived after s's ranks here exited): the older complete version of s that was
+ * put back at s's name (same kind and name, a smaller id) goes back to /.ckptfs/retained as
+ * NAME.ID, where the completion of s prunes it (steps_versions_done). Returns 0 (moved), -EEXIST
+ * when the name is held by anything else (a directory the trainer made, a step being written):
+ * never moved, or the index's -errno. In a transaction, fs->mu held.
+ */
+int steps_unrestore(struct ckfs *fs, const struct idx_step *s);
+
+/*
  * steps_clone_file - a second inode with the same content (extents, chunks: nothing is copied),
  * attributes, times and flags as regular file src, readable by its owner, named dir/name.
  * In the caller's transaction. Returns 0, -ENOENT (src gone), -EEXIST (the name is taken) or the

@@ -214,23 +214,47 @@ int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_mat
 	return idx_step_get(fs->ix, id, ret);
 }
 
+/*
+ * A seal (a marker, or another node's) for step s, set aside in quarantine: bring it back to its
+ * name if its files are sound. Its name may hold the version put back when s was set aside (a
+ * slot, a step rewritten in place: steps_restore); s is newer and sealed, so that one goes back
+ * to /.ckptfs/retained (steps_unrestore). Returns true when s is back and sealed; false when it
+ * stays set aside (logged when its files are sound). fs->mu held; runs its own transaction.
+ */
+static bool seal_set_aside(struct ckfs *fs, struct idx_step *s, const char *why)
+{
+	struct step_scan sc;
+	const char *leaf;
+	uint64_t home;
+	int rc;
+
+	if (steps_scan_tree(fs, s->dir_ino, false, &sc) < 0 || sc.unsound || sc.uncommitted ||
+	    sc.fig.files == 0 || idx_begin(fs->ix) < 0)
+		return false;
+	rc = steps_move_back(fs, s);
+	if (rc == -EEXIST && (rc = steps_unrestore(fs, s)) == 0)
+		rc = steps_move_back(fs, s);
+	if (rc == 0)
+		rc = steps_set_state(fs, s, IDX_STEP_SEALED, why);
+	if (rc == 0)
+		rc = idx_commit(fs->ix);
+	if (rc < 0) {
+		idx_rollback(fs->ix);
+		ckpt_log("step '%s': %s, but it stays set aside in .ckptfs/quarantine: %s", s->name,
+			 why, rc == -EEXIST ? "its name is taken by another directory"
+					    : strerror(-rc));
+		return false;
+	}
+	if (steps_step_home(fs, s->name, &home, &leaf) == 0)
+		steps_inval_queue(fs, home, leaf); /* the kernel may hold the older version */
+	return true;
+}
+
 void steps_seal(struct ckfs *fs, struct idx_step *s, const char *why)
 {
 	if (s->state == IDX_STEP_INCOMPLETE) {
-		/* a marker for a step set aside: bring it back if its files are sound */
-		struct step_scan sc;
-
-		if (steps_scan_tree(fs, s->dir_ino, false, &sc) < 0)
+		if (!seal_set_aside(fs, s, why))
 			return;
-		if (sc.unsound || sc.uncommitted || sc.fig.files == 0)
-			return;
-		if (idx_begin(fs->ix) < 0)
-			return;
-		if (steps_move_back(fs, s) < 0 ||
-		    steps_set_state(fs, s, IDX_STEP_SEALED, why) < 0 || idx_commit(fs->ix) < 0) {
-			idx_rollback(fs->ix);
-			return;
-		}
 	} else if (s->state == IDX_STEP_WRITING || s->state == IDX_STEP_COPIED) {
 		/* a copy's claim: the user or the trainer names it (policy rule 3) */
 		if (idx_begin(fs->ix) < 0)

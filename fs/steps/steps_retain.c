@@ -308,6 +308,32 @@ out:
 	steps_dir_entries_free(&e);
 }
 
+int steps_unrestore(struct ckfs *fs, const struct idx_step *s)
+{
+	char qname[300];
+	const char *leaf;
+	struct idx_step o;
+	uint64_t home, cur;
+	int rc;
+
+	if ((rc = steps_step_home(fs, s->name, &home, &leaf)) < 0 ||
+	    (rc = idx_dentry_lookup(fs->ix, home, leaf, &cur)) < 0)
+		return rc;
+	rc = idx_step_by_dir(fs->ix, cur, &o);
+	if (rc == -ENOENT || (rc == 0 && (o.state != IDX_STEP_COMPLETE || o.kind != s->kind ||
+					  o.id >= s->id || strcmp(o.name, s->name) != 0)))
+		return -EEXIST;
+	if (rc < 0 || !fs->steps.retained_ino)
+		return rc < 0 ? rc : -ENOENT;
+	steps_flat_name(o.name, o.id, qname, sizeof(qname));
+	rc = idx_dentry_move(fs->ix, home, leaf, fs->steps.retained_ino, qname);
+	if (rc == 0)
+		rc = steps_dir_links_add(fs, home, -1, true);
+	if (rc == 0)
+		rc = steps_dir_links_add(fs, fs->steps.retained_ino, 1, false);
+	return rc;
+}
+
 /* ---- the trainer deleting the newest complete step (MindFormers 2.0 with keep=1) ---- */
 
 /* Copy the tree under src into the new directory dst: inodes are new, chunks are shared. */

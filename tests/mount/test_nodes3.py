@@ -33,6 +33,9 @@ Scenarios:
   rank_R/meta.json), ranks 0-1 through node a, 2-3 through b, 4-5 through c: every node names a
   step in every rank's meta.json only once every node's ranks saved it, and serves every rank's
   file; two epochs' steps of one number stay apart.
+- a_slot_sealed_after_its_ranks_exited: the ranks of nodes b and c rewrite InternEvo's snapshot
+  slot 0 and exit before node a's seal reaches them; their part is set aside and the slot's
+  last complete version put back; the late seal must still bring the new version back.
 - a_cold_node_shows_a_slot: a node whose store was lost shows an InternEvo snapshot slot (a step
   named "snapshot/K") it has no row of, from the parts on the remote.
 
@@ -467,6 +470,45 @@ class ThreeNodes(unittest.TestCase):
         self.assertNotIn('snapshot/0 (2): globally complete', b.status_text())
         self.assertNotIn(' b', [ln for ln in b.status_text().splitlines()
                                 if 'snapshot/0 (2)' in ln][0].split('published by')[1])
+
+    def test_a_slot_sealed_after_its_ranks_exited(self):
+        """The last snapshot of a job: nodes b and c rewrite slot 0 for step 4 and their ranks
+        exit before node a's marker of step 4 reaches them (the job's end, as in
+        tests/e2e/test_three_nodes.py internevo-snap). Their part, never sealed and without a
+        writer, is set aside and the slot's last complete version (step 2) put back at its name;
+        a's seal, arriving after that, must still bring step 4 back on b and c and make it
+        global, with every node serving step 4's bytes. Before the fix the seal found the name
+        taken by step 2 and was dropped without a word: step 4 never became global."""
+        import subprocess
+        for r, n in enumerate(NAMES):
+            self.slot_write(n, r, 'step 2')
+        with open(self.m['a'].path('snapshot', '0', '2.step'), 'wb') as f:
+            f.write(b'step 2')
+        wait_for('slot 0 at step 2 global on every node',
+                 lambda: all('snapshot/0 (2): globally complete;' in self.m[n].status_text()
+                             for n in NAMES), 30, self.status)
+        want = {os.path.join('snapshot', '0', 'optimizer_tp0_pp0_zo0.pt'):
+                self.slot_write('a', 0, 'step 4')}   # rank 0 lives on to write the marker
+        for r, n in list(enumerate(NAMES))[1:]:
+            rel = os.path.join('snapshot', '0', 'optimizer_tp0_pp0_zo%d.pt' % r)
+            want[rel] = ckfs.content('step 4 rank %d' % r, SIZE)
+            # the rank's own process, which exits after its write (the trainer's end)
+            code = ('import os,sys\nwith open(sys.argv[1], "wb") as f:\n'
+                    '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
+            subprocess.run([sys.executable, '-c', code, self.m[n].path(rel)], input=want[rel],
+                           check=True, timeout=60)
+        for n in ('b', 'c'):
+            wait_for('node %s setting its unsealed part aside' % n,
+                     lambda: 'never sealed, no writer left' in self.m[n].log_tail(50), 30,
+                     lambda: self.m[n].log_tail(30) + self.status())
+        with open(self.m['a'].path('snapshot', '0', '4.step'), 'wb') as f:
+            f.write(b'step 4')
+        want[os.path.join('snapshot', '0', '4.step')] = b'step 4'
+        wait_for('slot 0 at step 4 global on every node',
+                 lambda: all('snapshot/0 (4): globally complete;' in self.m[n].status_text()
+                             for n in NAMES), 30,
+                 lambda: self.status() + ''.join(self.m[n].log_tail(10) for n in NAMES))
+        self.serves(want)
 
     def test_a_cold_node_shows_a_slot(self):
         """Snapshot slot 0 holds step 2 on every node, then node c's store is lost and c is
