@@ -308,15 +308,16 @@ static int find_part_cb(const struct idx_step *s, void *arg)
  * rename moves every host's shards; here it happened in the primary's node only, and the other
  * nodes' shards are still under the tmp name in theirs. Another node's seal of step s is that
  * rename: s, still under its tmp name here, takes the final name, as sealed_by_rename (steps.c)
- * does for a local rename. Returns 0 (renamed, or nothing to rename), -EEXIST when the final
+ * does for a local rename; set aside already (its ranks here exited before the seal arrived), it
+ * takes it in quarantine, for steps_seal to bring it back under it. Returns 0 (renamed, or nothing to rename), -EEXIST when the final
  * name is taken here (then s is not sealed: two directories would hold the step), or the
  * index's -errno. fs->mu held; runs its own transaction.
  */
 static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 {
 	struct layout_match m;
-	char final[IDX_STEP_NAME_MAX + 1];
-	uint64_t cur;
+	char final[IDX_STEP_NAME_MAX + 1], from[300], to[300];
+	uint64_t cur, dir = IDX_ROOT_INO;
 	int rc;
 
 	if (!layout_desc(s->kind)->seal_by_rename ||
@@ -325,8 +326,18 @@ static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 		return 0;
 	if (layout_step_dir_name((enum layout_kind)s->kind, s->step, final, sizeof(final)) < 0)
 		return -ENAMETOOLONG;
-	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, s->name, &cur) < 0 || cur != s->dir_ino)
-		return 0; /* not at its tmp name (moved or set aside): nothing to rename */
+	/* set aside (its ranks here exited before the seal arrived): renamed in quarantine, so
+	 * that the seal brings it back under its final name (steps_seal, steps_move_back) */
+	if (s->state == IDX_STEP_INCOMPLETE) {
+		steps_flat_name(s->name, s->id, from, sizeof(from));
+		steps_flat_name(final, s->id, to, sizeof(to));
+		dir = fs->steps.quarantine_ino;
+	} else {
+		snprintf(from, sizeof(from), "%s", s->name);
+		snprintf(to, sizeof(to), "%s", final);
+	}
+	if (idx_dentry_lookup(fs->ix, dir, from, &cur) < 0 || cur != s->dir_ino)
+		return 0; /* not at its tmp name (moved): nothing to rename */
 	if (idx_dentry_lookup(fs->ix, IDX_ROOT_INO, final, &cur) == 0) {
 		ckpt_log("step '%s': sealed by another node, but '%s' is taken here: not renamed "
 			 "and not sealed, so the step cannot become global", s->name, final);
@@ -334,7 +345,7 @@ static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 	}
 	if ((rc = idx_begin(fs->ix)) < 0)
 		return rc;
-	rc = idx_dentry_move(fs->ix, IDX_ROOT_INO, s->name, IDX_ROOT_INO, final);
+	rc = idx_dentry_move(fs->ix, dir, from, dir, to);
 	if (rc == 0)
 		rc = idx_step_set_name(fs->ix, s->id, final);
 	if (rc == 0)
@@ -345,7 +356,8 @@ static int remote_commit_rename(struct ckfs *fs, struct idx_step *s)
 			 strerror(-rc));
 		return rc;
 	}
-	steps_inval_queue(fs, IDX_ROOT_INO, s->name);
+	if (dir == IDX_ROOT_INO)
+		steps_inval_queue(fs, IDX_ROOT_INO, s->name);
 	ckpt_log("step '%s': renamed to '%s', as its primary host's rename did on its node",
 		 s->name, final);
 	snprintf(s->name, sizeof(s->name), "%s", final);

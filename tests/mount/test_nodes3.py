@@ -36,6 +36,8 @@ Scenarios:
 - a_slot_sealed_after_its_ranks_exited: the ranks of nodes b and c rewrite InternEvo's snapshot
   slot 0 and exit before node a's seal reaches them; their part is set aside and the slot's
   last complete version put back; the late seal must still bring the new version back.
+- an_orbax_rename_after_the_ranks_exited: Orbax's primary host renames the tmp directory after
+  the ranks of b and c exited; their set-aside part must come back under the final name.
 - a_cold_node_shows_a_slot: a node whose store was lost shows an InternEvo snapshot slot (a step
   named "snapshot/K") it has no row of, from the parts on the remote.
 
@@ -509,6 +511,46 @@ class ThreeNodes(unittest.TestCase):
                              for n in NAMES), 30,
                  lambda: self.status() + ''.join(self.m[n].log_tail(10) for n in NAMES))
         self.serves(want)
+
+    def test_an_orbax_rename_after_the_ranks_exited(self):
+        """Orbax's save (orbax checkpoint_manager.py save, _src/path/atomicity.py
+        AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md): every host writes its shards
+        into 4.orbax-checkpoint-tmp/, then the primary host renames it to 4/. Here the ranks of
+        nodes b and c exit before node a's rename reaches them: their part, never sealed and
+        without a writer, is set aside under its tmp name. The late seal must bring it back
+        under the final name 4/, where every node serves every shard. Before the fix it came
+        back as 4.orbax-checkpoint-tmp/, was published under that name, and a resume reading
+        4/shard_1.pt on node a or c found no such file (test_three_nodes orbax, 2 runs in 3)."""
+        import subprocess
+        tmp, final = '4.orbax-checkpoint-tmp', '4'
+        want = {}
+        os.makedirs(self.m['a'].path(tmp))
+        with open(self.m['a'].path(tmp, 'shard_0.pt'), 'wb') as f:
+            want['shard_0.pt'] = ckfs.content('orbax 4 rank 0', SIZE)
+            f.write(want['shard_0.pt'])
+            f.flush()
+            os.fsync(f.fileno())
+        code = ('import os,sys\nos.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\n'
+                'with open(sys.argv[1], "wb") as f:\n'
+                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
+        for r, n in list(enumerate(NAMES))[1:]:
+            name = 'shard_%d.pt' % r
+            want[name] = ckfs.content('orbax 4 rank %d' % r, SIZE)
+            subprocess.run([sys.executable, '-c', code, self.m[n].path(tmp, name)],
+                           input=want[name], check=True, timeout=60)
+        for n in ('b', 'c'):
+            wait_for('node %s setting its unsealed part aside' % n,
+                     lambda: 'never sealed, no writer left' in self.m[n].log_tail(50), 30,
+                     lambda: self.m[n].log_tail(30) + self.status())
+        os.rename(self.m['a'].path(tmp), self.m['a'].path(final))
+        wait_for('step 4 global on every node',
+                 lambda: all('step 4 (4): globally complete;' in self.m[n].status_text()
+                             for n in NAMES), 30,
+                 lambda: self.status() + ''.join(self.m[n].log_tail(10) for n in NAMES))
+        self.serves({os.path.join(final, k): v for k, v in want.items()})
+        for n in NAMES:
+            self.assertFalse(os.path.exists(self.m[n].path(tmp)),
+                             'node %s still shows %s' % (n, tmp))
 
     def test_a_cold_node_shows_a_slot(self):
         """Snapshot slot 0 holds step 2 on every node, then node c's store is lost and c is
