@@ -333,7 +333,8 @@ static int pending_cb(const struct idx_step *s, void *arg)
 		ckpt_unlock(&n->mu, CKPT_RANK_NODE);
 	}
 	if (s->state == IDX_STEP_COMPLETE && (quiet_row(n, s->id) ||
-					      steps_version_shadowed(n->fs, s)))
+					      steps_version_shadowed(n->fs, s) ||
+					      steps_version_superseded(n->fs, s)))
 		return 0;
 	ckpt_lock(&n->mu, CKPT_RANK_NODE);
 	q = node_find_part(n, n->name, s->kind, step);

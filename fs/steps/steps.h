@@ -326,4 +326,15 @@ int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap);
  */
 bool steps_version_shadowed(struct ckfs *fs, const struct idx_step *s);
 
+/*
+ * steps_version_superseded - whether complete step s has a newer version that is not over: the
+ * newest row of its kind and name is another one, never completed and not pruned (being written,
+ * sealed, a copy waiting for a claim, or set aside unsealed). A save of the step began after s;
+ * on many nodes another node's seal of that save may still arrive (steps_seal_remote), so s is
+ * not this node's part of the step any more, even once put back at its name (steps_restore):
+ * published again, other nodes would pair it with their parts of the newer save. fs->mu held;
+ * reads the index only.
+ */
+bool steps_version_superseded(struct ckfs *fs, const struct idx_step *s);
+
 #endif /* CKPTFS_FS_STEPS_H */

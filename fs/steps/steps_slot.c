@@ -238,3 +238,13 @@ bool steps_version_shadowed(struct ckfs *fs, const struct idx_step *s)
 	       (o.state == IDX_STEP_WRITING || o.state == IDX_STEP_SEALED ||
 		o.state == IDX_STEP_COMPLETE);
 }
+
+bool steps_version_superseded(struct ckfs *fs, const struct idx_step *s)
+{
+	struct idx_step o;
+
+	return s->state == IDX_STEP_COMPLETE &&
+	       idx_step_by_name(fs->ix, s->kind, s->name, &o) == 0 && o.id > s->id &&
+	       (o.state == IDX_STEP_WRITING || o.state == IDX_STEP_SEALED ||
+		o.state == IDX_STEP_COPIED || o.state == IDX_STEP_INCOMPLETE);
+}

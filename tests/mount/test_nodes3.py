@@ -18,6 +18,8 @@ Scenarios:
   published; a guard for the withdrawal path, which must not hold the second save back).
 - rewrite_of_global: step 20 is global, then saved again (Megatron saves the last iteration
   again at the end of training, a restarted job re-saves it): every node serves the new bytes.
+- the_last_rewrite_of_a_job: the same for a global step saved again: the version put back must
+  not be published again, and the claim must bring the second save to every node.
 - the_last_save_of_a_job: the ranks of nodes b and c exit before node a's seal reaches them
   (their part looks like a copy, policy rule 3); the seal must still make it global.
 - empty_node: node c writes nothing; the step becomes global on all three, c shows every rank's
@@ -38,6 +40,8 @@ Scenarios:
   last complete version put back; the late seal must still bring the new version back.
 - an_orbax_rename_after_the_ranks_exited: Orbax's primary host renames the tmp directory after
   the ranks of b and c exited; their set-aside part must come back under the final name.
+- a_rewrite_sealed_after_its_ranks_exited: the same for a global DCP step saved again in place:
+  the set-aside new version must replace the complete one put back at its name.
 - a_cold_node_shows_a_slot: a node whose store was lost shows an InternEvo snapshot slot (a step
   named "snapshot/K") it has no row of, from the parts on the remote.
 
@@ -175,6 +179,39 @@ class ThreeNodes(unittest.TestCase):
         wait_for('every node serving the new bytes of step 20',
                  lambda: all(ckfs.read_bytes(self.m[n].path(f)) == d
                              for n in NAMES for f, d in want.items()), 30, self.status)
+        self.trackers(20)
+
+    def test_the_last_rewrite_of_a_job(self):
+        """Megatron saves the last iteration again at the end of training (training.py: the
+        final save_checkpoint after the loop, when it was saved at its interval too) and the
+        job exits: here the ranks of nodes b and c exit before node a's claim of the second
+        save reaches them. Their new version, unclaimed and without a writer (not a copy: a
+        rewrite), is set aside and the complete version put back; that one must not be
+        published again (the other nodes would pair it with their parts of the second save),
+        and the claim must bring the second save to every node."""
+        import subprocess
+        self.save(10, 'first')
+        self.save(20, 'first')
+        self.trackers(20)
+        code = ('import os,sys\nwith open(sys.argv[1], "wb") as f:\n'
+                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
+        want = self.save(20, 'final', writers=('a',), claim=False)
+        for r, n in list(enumerate(NAMES))[1:]:
+            rel = rank_file(20, r)
+            want[rel] = ckfs.content('final step 20 rank %d' % r, SIZE)
+            subprocess.run([sys.executable, '-c', code, self.m[n].path(rel)], input=want[rel],
+                           check=True, timeout=60)
+        for n in ('b', 'c'):
+            wait_for('node %s setting its unclaimed new version aside' % n,
+                     lambda: 'never sealed, no writer left' in self.m[n].log_tail(50), 30,
+                     lambda: self.m[n].log_tail(30) + self.status())
+        time.sleep(1)   # a kept version published again would be on the remote by now
+        with open(self.m['a'].path(TRACKER), 'w') as f:
+            f.write('20')
+        wait_for('every node serving the new bytes of step 20',
+                 lambda: all(ckfs.read_bytes(self.m[n].path(f)) == d
+                             for n in NAMES for f, d in want.items()), 30,
+                 lambda: self.status() + ''.join(self.m[n].log_tail(10) for n in NAMES))
         self.trackers(20)
 
     # ---- uploads beside the save (item 11) ------------------------------------------------
@@ -551,6 +588,73 @@ class ThreeNodes(unittest.TestCase):
         for n in NAMES:
             self.assertFalse(os.path.exists(self.m[n].path(tmp)),
                              'node %s still shows %s' % (n, tmp))
+
+    def dcp_save(self, step, tag, exiting=()):
+        """torchtitan's DCP save of step (tests/traces/dcp.md; trainer_layouts.py save_dcp):
+        rank r writes step-N/__r_0.distcp through node NAMES[r] (in a process of its own that
+        exits after its write when that node is in exiting), then rank 0 writes .metadata.tmp,
+        unlinks an old .metadata and renames .metadata.tmp over it through node a (the seal).
+        Returns {relative path: bytes}, .metadata excepted; the seal is the caller's
+        (dcp_seal), so that it can come after what the test waits for."""
+        import subprocess
+        d = 'step-%d' % step
+        want = {}
+        code = ('import os,sys\nos.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\n'
+                'with open(sys.argv[1], "wb") as f:\n'
+                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
+        for r, n in enumerate(NAMES):
+            rel = os.path.join(d, '__%d_0.distcp' % r)
+            want[rel] = ckfs.content('%s rank %d' % (tag, r), SIZE)
+            p = self.m[n].path(rel)
+            if n in exiting:
+                subprocess.run([sys.executable, '-c', code, p], input=want[rel], check=True,
+                               timeout=60)
+                continue
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, 'wb') as f:
+                f.write(want[rel])
+                f.flush()
+                os.fsync(f.fileno())
+        return want
+
+    def dcp_seal(self, step, tag):
+        d = self.m['a'].path('step-%d' % step)
+        with open(os.path.join(d, '.metadata.tmp'), 'wb') as f:
+            f.write(ckfs.content('%s metadata' % tag, 4096))
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(os.path.join(d, '.metadata')):
+            os.unlink(os.path.join(d, '.metadata'))
+        os.rename(os.path.join(d, '.metadata.tmp'), os.path.join(d, '.metadata'))
+
+    def test_a_rewrite_sealed_after_its_ranks_exited(self):
+        """A global DCP step saved again in place (a job resumed before it, or a final save of
+        the same step), whose ranks on nodes b and c exit before node a's seal of the new save
+        reaches them: their new version is set aside and the step's complete version put back
+        at its name (steps_versions_done); the late seal must still bring the new version back
+        on b and c, and every node must serve the second save's bytes of every rank."""
+        self.dcp_save(4, 'first')
+        self.dcp_seal(4, 'first')
+        wait_for('step-4 global on every node',
+                 lambda: all('(4): globally complete;' in self.m[n].status_text()
+                             for n in NAMES), 30, self.status)
+        want = self.dcp_save(4, 'second', exiting=('b', 'c'))
+        for n in ('b', 'c'):
+            wait_for('node %s setting its unsealed new version aside' % n,
+                     lambda: 'restored' in self.m[n].log_tail(50), 30,
+                     lambda: self.m[n].log_tail(30) + self.status())
+        self.dcp_seal(4, 'second')
+
+        def served():
+            try:
+                return all(ckfs.read_bytes(self.m[n].path(f)) == data
+                           for n in NAMES for f, data in want.items())
+            except OSError:
+                return False
+        wait_for('every node serving the second save', served, 30,
+                 lambda: self.status() + ''.join(self.m[n].log_tail(10) for n in NAMES))
+        for n in NAMES:
+            self.assertIn('(4): globally complete;', self.m[n].status_text())
 
     def test_a_cold_node_shows_a_slot(self):
         """Snapshot slot 0 holds step 2 on every node, then node c's store is lost and c is
