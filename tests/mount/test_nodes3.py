@@ -187,8 +187,9 @@ class ThreeNodes(unittest.TestCase):
         job exits: here the ranks of nodes b and c exit before node a's claim of the second
         save reaches them. Their new version, unclaimed and without a writer (not a copy: a
         rewrite), is set aside and the complete version put back; that one must not be
-        published again (the other nodes would pair it with their parts of the second save),
-        and the claim must bring the second save to every node."""
+        published again, and the claim must bring the second save to every node. Before the
+        fix b and c published the first save again, so they never applied the late claim (their
+        part was known) and the step waited for nodes for good."""
         import subprocess
         self.save(10, 'first')
         self.save(20, 'first')
