@@ -9,7 +9,9 @@ without a trainer (tests/e2e and the crash loop drive the real sequences):
   in .ckptfs/retained goes;
 - a step directory whose writer exits unsealed leaves the root listing at the very next
   listing or lookup by someone else, with no timer in between (Hugging Face's
-  get_last_checkpoint right after a crash).
+  get_last_checkpoint right after a crash);
+- a complete step saved again by writers that exit before the claim (Megatron's async save):
+  the claim takes the second save back over the first, put back meanwhile.
 
 The slot sequence follows InternLM/InternEvo 05bbd8f internlm/checkpoint/checkpoint_manager.py
 CheckpointManager.save_checkpoint (tests/traces/internevo.md): files torch.saved in place into
@@ -252,6 +254,38 @@ class SlotTest(unittest.TestCase):
             self.assertIn("step '300' (internevo): sealed -> complete", m.log_tail())
             self.assertEqual(slot_view(m.path('300')), expected([300], 300))
 
+
+class LateClaimTest(unittest.TestCase):
+    """A complete Megatron step saved again in place by writers that exit before the trainer's
+    claim (Megatron's async save: forked writer processes write the shards and exit, the
+    trainer writes latest_checkpointed_iteration.txt afterwards; megatron/training/
+    checkpointing.py save_checkpoint, finalize_fn; tests/traces/megatron.md): the second save is
+    set aside once its writers are gone and the first put back, and the claim that arrives then
+    must bring the second save back over it, not leave the first one named."""
+
+    def test_a_claim_after_the_writers_exited_takes_the_second_save(self):
+        ckfs.check_fuse_usable()
+        m = ckfs.Mount()
+        m.start()
+        self.addCleanup(m.close)
+        want = ckfs.megatron_save_per_node([m, m], 20, 'first', 64 << 10)
+        ckfs.wait_for('step 20 complete', lambda: m.read_text(ckfs.TRACKER) == '20', 20,
+                      m.log_tail)
+        code = ('import os,sys\nwith open(sys.argv[1], "wb") as f:\n'
+                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
+        for r in (0, 1):
+            rel = ckfs.megatron_rank_file(20, r)
+            want[rel] = ckfs.content('second step 20 rank %d' % r, 64 << 10)
+            subprocess.run([PYTHON, '-c', code, m.path(rel)], input=want[rel], check=True,
+                           timeout=60)
+        ckfs.wait_for('the second save set aside', lambda: 'restored' in m.log_tail(50), 20,
+                      m.log_tail)
+        with open(m.path(ckfs.TRACKER), 'w') as f:
+            f.write('20')
+        ckfs.wait_for('the second save at iter_0000020',
+                      lambda: all(ckfs.read_bytes(m.path(f)) == d for f, d in want.items()),
+                      20, lambda: m.log_tail(20) + m.status_text())
+        self.assertEqual(m.read_text(ckfs.TRACKER), '20')
 
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(500, exit=True)
