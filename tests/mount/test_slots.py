@@ -257,11 +257,13 @@ class SlotTest(unittest.TestCase):
 
 class LateClaimTest(unittest.TestCase):
     """A complete Megatron step saved again in place by writers that exit before the trainer's
-    claim (Megatron's async save: forked writer processes write the shards and exit, the
-    trainer writes latest_checkpointed_iteration.txt afterwards; megatron/training/
-    checkpointing.py save_checkpoint, finalize_fn; tests/traces/megatron.md): the second save is
-    set aside once its writers are gone and the first put back, and the claim that arrives then
-    must bring the second save back over it, not leave the first one named."""
+    claim. Megatron's async save (--async-save) writes each file in a forked process that
+    fsyncs it and exits (megatron/core/dist_checkpointing/strategies/filesystem_async.py @
+    00caa53, FileSystemWriterAsync.write_preloaded_data_multiproc: mp.get_context("fork"),
+    one ctx.Process per bucket running write_preloaded_data), and the trainer writes
+    latest_checkpointed_iteration.txt afterwards (iter_finalize_fn; tests/traces/megatron.md).
+    The second save is set aside once its writers are gone and the first put back; the claim
+    that arrives then must bring the second save back over it, not leave the first one named."""
 
     def test_a_claim_after_the_writers_exited_takes_the_second_save(self):
         ckfs.check_fuse_usable()
