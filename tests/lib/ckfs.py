@@ -330,6 +330,20 @@ def content(key, n):
     return hashlib.shake_128(key.encode()).digest(n)
 
 
+_WRITE_AND_EXIT = ('import os, sys\n'
+                   'os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\n'
+                   'with open(sys.argv[1], "wb") as f:\n'
+                   '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
+
+
+def write_exiting(path, data):
+    """Write data to path (its directory made as needed), fsynced, from a process of its own
+    that exits after the write: a rank whose process ends with the job, or one of Megatron's
+    forked async writers. The daemon then sees the file's writer gone."""
+    subprocess.run([sys.executable, '-c', _WRITE_AND_EXIT, path], input=data, check=True,
+                   timeout=60)
+
+
 _live = set()
 
 

@@ -126,6 +126,14 @@ class ThreeNodes(unittest.TestCase):
                 self.assertTrue(got == data, 'node %s serves other bytes for %s\n%s' %
                                 (n, f, self.status()))
 
+    def set_aside_on(self, *nodes):
+        """Wait until each of nodes has set its unsealed part aside, its writers gone (a job's
+        last save, its ranks exited before the seal reached the node)."""
+        for n in nodes:
+            wait_for('node %s setting its unsealed part aside' % n,
+                     lambda: 'never sealed, no writer left' in self.m[n].log_tail(50), 30,
+                     lambda: self.m[n].log_tail(30) + self.status())
+
     # ---- versions (issue 41 item 1) --------------------------------------------------------
     def test_resave_after_an_unclaimed_save(self):
         want = self.save(10, 'first')
@@ -190,22 +198,15 @@ class ThreeNodes(unittest.TestCase):
         published again, and the claim must bring the second save to every node. Before the
         fix b and c published the first save again, so they never applied the late claim (their
         part was known) and the step waited for nodes for good."""
-        import subprocess
         self.save(10, 'first')
         self.save(20, 'first')
         self.trackers(20)
-        code = ('import os,sys\nwith open(sys.argv[1], "wb") as f:\n'
-                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
         want = self.save(20, 'final', writers=('a',), claim=False)
         for r, n in list(enumerate(NAMES))[1:]:
             rel = rank_file(20, r)
             want[rel] = ckfs.content('final step 20 rank %d' % r, SIZE)
-            subprocess.run([sys.executable, '-c', code, self.m[n].path(rel)], input=want[rel],
-                           check=True, timeout=60)
-        for n in ('b', 'c'):
-            wait_for('node %s setting its unclaimed new version aside' % n,
-                     lambda: 'never sealed, no writer left' in self.m[n].log_tail(50), 30,
-                     lambda: self.m[n].log_tail(30) + self.status())
+            ckfs.write_exiting(self.m[n].path(rel), want[rel])
+        self.set_aside_on('b', 'c')
         time.sleep(1)   # a kept version published again would be on the remote by now
         with open(self.m['a'].path(TRACKER), 'w') as f:
             f.write('20')
@@ -519,7 +520,6 @@ class ThreeNodes(unittest.TestCase):
         a's seal, arriving after that, must still bring step 4 back on b and c and make it
         global, with every node serving step 4's bytes. Before the fix the seal found the name
         taken by step 2 and was dropped without a word: step 4 never became global."""
-        import subprocess
         for r, n in enumerate(NAMES):
             self.slot_write(n, r, 'step 2')
         with open(self.m['a'].path('snapshot', '0', '2.step'), 'wb') as f:
@@ -532,15 +532,8 @@ class ThreeNodes(unittest.TestCase):
         for r, n in list(enumerate(NAMES))[1:]:
             rel = os.path.join('snapshot', '0', 'optimizer_tp0_pp0_zo%d.pt' % r)
             want[rel] = ckfs.content('step 4 rank %d' % r, SIZE)
-            # the rank's own process, which exits after its write (the trainer's end)
-            code = ('import os,sys\nwith open(sys.argv[1], "wb") as f:\n'
-                    '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
-            subprocess.run([sys.executable, '-c', code, self.m[n].path(rel)], input=want[rel],
-                           check=True, timeout=60)
-        for n in ('b', 'c'):
-            wait_for('node %s setting its unsealed part aside' % n,
-                     lambda: 'never sealed, no writer left' in self.m[n].log_tail(50), 30,
-                     lambda: self.m[n].log_tail(30) + self.status())
+            ckfs.write_exiting(self.m[n].path(rel), want[rel])   # the job's end
+        self.set_aside_on('b', 'c')
         with open(self.m['a'].path('snapshot', '0', '4.step'), 'wb') as f:
             f.write(b'step 4')
         want[os.path.join('snapshot', '0', '4.step')] = b'step 4'
@@ -559,7 +552,6 @@ class ThreeNodes(unittest.TestCase):
         under the final name 4/, where every node serves every shard. Before the fix it came
         back as 4.orbax-checkpoint-tmp/, was published under that name, and a resume reading
         4/shard_1.pt on node a or c found no such file (test_three_nodes orbax, 2 runs in 3)."""
-        import subprocess
         tmp, final = '4.orbax-checkpoint-tmp', '4'
         want = {}
         os.makedirs(self.m['a'].path(tmp))
@@ -568,18 +560,11 @@ class ThreeNodes(unittest.TestCase):
             f.write(want['shard_0.pt'])
             f.flush()
             os.fsync(f.fileno())
-        code = ('import os,sys\nos.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\n'
-                'with open(sys.argv[1], "wb") as f:\n'
-                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
         for r, n in list(enumerate(NAMES))[1:]:
             name = 'shard_%d.pt' % r
             want[name] = ckfs.content('orbax 4 rank %d' % r, SIZE)
-            subprocess.run([sys.executable, '-c', code, self.m[n].path(tmp, name)],
-                           input=want[name], check=True, timeout=60)
-        for n in ('b', 'c'):
-            wait_for('node %s setting its unsealed part aside' % n,
-                     lambda: 'never sealed, no writer left' in self.m[n].log_tail(50), 30,
-                     lambda: self.m[n].log_tail(30) + self.status())
+            ckfs.write_exiting(self.m[n].path(tmp, name), want[name])
+        self.set_aside_on('b', 'c')
         os.rename(self.m['a'].path(tmp), self.m['a'].path(final))
         wait_for('step 4 global on every node',
                  lambda: all('step 4 (4): globally complete;' in self.m[n].status_text()
@@ -597,19 +582,14 @@ class ThreeNodes(unittest.TestCase):
         unlinks an old .metadata and renames .metadata.tmp over it through node a (the seal).
         Returns {relative path: bytes}, .metadata excepted; the seal is the caller's
         (dcp_seal), so that it can come after what the test waits for."""
-        import subprocess
         d = 'step-%d' % step
         want = {}
-        code = ('import os,sys\nos.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\n'
-                'with open(sys.argv[1], "wb") as f:\n'
-                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
         for r, n in enumerate(NAMES):
             rel = os.path.join(d, '__%d_0.distcp' % r)
             want[rel] = ckfs.content('%s rank %d' % (tag, r), SIZE)
             p = self.m[n].path(rel)
             if n in exiting:
-                subprocess.run([sys.executable, '-c', code, p], input=want[rel], check=True,
-                               timeout=60)
+                ckfs.write_exiting(p, want[rel])
                 continue
             os.makedirs(os.path.dirname(p), exist_ok=True)
             with open(p, 'wb') as f:

@@ -273,13 +273,10 @@ class LateClaimTest(unittest.TestCase):
         want = ckfs.megatron_save_per_node([m, m], 20, 'first', 64 << 10)
         ckfs.wait_for('step 20 complete', lambda: m.read_text(ckfs.TRACKER) == '20', 20,
                       m.log_tail)
-        code = ('import os,sys\nwith open(sys.argv[1], "wb") as f:\n'
-                '    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n')
         for r in (0, 1):
             rel = ckfs.megatron_rank_file(20, r)
             want[rel] = ckfs.content('second step 20 rank %d' % r, 64 << 10)
-            subprocess.run([PYTHON, '-c', code, m.path(rel)], input=want[rel], check=True,
-                           timeout=60)
+            ckfs.write_exiting(m.path(rel), want[rel])
         ckfs.wait_for('the second save set aside', lambda: 'restored' in m.log_tail(50), 20,
                       m.log_tail)
         with open(m.path(ckfs.TRACKER), 'w') as f:
