@@ -9,8 +9,10 @@
   cold resume a node on an empty STORE reading every file of the step (chunks fetched from the
               bucket, verified, cached) against reading the same bytes from the local disk
               (files in a plain directory, page cache dropped before the read), against the
-              same node reading them again from its own STORE, and against `curl` GETs of
-              the same files from the bucket (the remote's own rate here)
+              same node reading them again from its own STORE, against libfuse's
+              passthrough_ll reading the local files (the FUSE floor; with the kernel's
+              read-ahead and with ckptfs's 4 MiB), and against `curl` GETs of the same files
+              from the bucket (the remote's own rate here)
   cpu         the CPU time the two daemons (per GiB written) and radosgw (per GiB sent) used
               from the first write to global (on a machine of few cores, it bounds the upload),
               and the cold node's daemon and radosgw during the cold resume
@@ -41,6 +43,8 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
 from ceph import Ceph  # noqa: E402
+from bench_io import page_reporting_off  # noqa: E402
+from bench_small import build_passthrough, passthrough_mount  # noqa: E402
 
 TRACKER = 'latest_checkpointed_iteration.txt'
 RANKS = 4
@@ -150,6 +154,7 @@ def main():
                     help='a mount option for both nodes, e.g. readahead_mb=64 (repeatable)')
     a = ap.parse_args()
     ckfs.check_fuse_usable()
+    print(page_reporting_off())
     files = rank_files(a.mib_per_rank)
     logical = sum(len(d) for d in files.values())
     ceph = Ceph()
@@ -157,7 +162,10 @@ def main():
     v = ceph.vars
     job = 'bench-%d' % int(time.time())
     url = 's3://%s/%s' % (v['CKPTFS_TEST_BUCKET'], job)
-    plain = tempfile.mkdtemp(prefix='ckptfs-bench-plain-')
+    # the step's files written to the local disk: passthrough_ll serves them from there later
+    pt_base = tempfile.mkdtemp(prefix='ckptfs-bench-plain-')
+    plain = os.path.join(pt_base, 'src')
+    pt = build_passthrough(pt_base)
     mounts = []
     try:
         for node in ('a', 'b'):
@@ -218,6 +226,25 @@ def main():
         t = time.monotonic()
         read_all([os.path.join(plain, path) for path in files], a.parallel)
         t_disk = time.monotonic() - t
+        # the same files through libfuse's passthrough_ll over the local disk: what FUSE itself
+        # costs a reader here, the floor of any FUSE file system's read (None: not built)
+        # costs a reader here, the floor of any FUSE file system's read (None: not built), with
+        # the kernel's read-ahead as it leaves it (128 KiB) and as ckptfs sets its own (4 MiB,
+        # FS_READ_AHEAD_KB in fs/fuse/fuse_int.h)
+        t_pt = {}
+        for ra_kb in ((None, 4096) if pt else ()):
+            with passthrough_mount(pt_base, pt) as pt_mnt:
+                st_dev = os.stat(pt_mnt).st_dev
+                if ra_kb:
+                    with open('/sys/class/bdi/%d:%d/read_ahead_kb'
+                              % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
+                        f.write('%d\n' % ra_kb)
+                drop_caches()
+                t = time.monotonic()
+                n_pt = read_all([os.path.join(pt_mnt, path) for path in files], a.parallel)
+                t_pt[ra_kb] = time.monotonic() - t
+            if n_pt != logical:
+                raise SystemExit('passthrough_ll read %d bytes, %d written' % (n_pt, logical))
         if got != logical:
             raise SystemExit('cold read returned %d bytes, %d written' % (got, logical))
 
@@ -283,6 +310,12 @@ def main():
                   t_disk / t_cold, 'all at once' if a.parallel else 'one after another'))
         print('             the same node again, the chunks in its STORE now (page cache '
               'dropped): %.2f s (%.1f MiB/s)' % (t_again, logical / t_again / mib))
+        for ra_kb, tp in t_pt.items():
+            print('             passthrough_ll over the local disk (the FUSE floor, page cache '
+                  'dropped, read-ahead %s): %.2f s (%.1f MiB/s), %.2fx the local disk\'s time; '
+                  'the cold resume took %.2fx its time'
+                  % ('%d KiB' % ra_kb if ra_kb else 'the kernel\'s', tp, logical / tp / mib,
+                     tp / t_disk, t_cold / tp))
         print('             curl GET of the same files into /dev/null: %.2f s (%.1f MiB/s); '
               'the cold resume took %.2fx its time' % (t_get, logical / t_get / mib,
                                                        t_cold / t_get))
@@ -298,7 +331,7 @@ def main():
     finally:
         for m in mounts:
             m.close()
-        shutil.rmtree(plain, ignore_errors=True)
+        shutil.rmtree(pt_base, ignore_errors=True)
         ceph.stop()
 
 

@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
-from bench_io import drop_caches  # noqa: E402
+from bench_io import drop_caches, page_reporting_off  # noqa: E402
 
 PY = '/usr/bin/python3'
 TRACKER = 'latest_checkpointed_iteration.txt'
@@ -136,6 +136,7 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit('bench_restore: run as root (it drops the page cache)')
+    print(page_reporting_off())
     direct_root = tempfile.mkdtemp(prefix='ckptfs-bench-direct-', dir=ckfs.test_tmp_root())
     rows = {'remount_s': [], 'resume_s': [], 'direct_load_s': [], 'end_to_end_s': [],
             'direct_wall_s': [], 'read_ratio': []}

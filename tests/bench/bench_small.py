@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 sys.path.insert(0, HERE)
 
 import ckfs  # noqa: E402
-from bench_io import machine_line, proc_cpu_s  # noqa: E402
+from bench_io import machine_line, page_reporting_off, proc_cpu_s  # noqa: E402
 
 PT_SRC = '/usr/share/doc/libfuse3-dev/examples'
 NAMES = ('ckptfs', 'passthrough_ll+dp', 'passthrough_ll', 'ext4')   # the table's rows
@@ -113,12 +113,12 @@ def rep_ext4(base, n):
 
 @contextlib.contextmanager
 def passthrough_mount(base, binary, preexec_fn=None, opts=()):
-    """binary (build_passthrough's) mounted at base/mnt over base/src, both created, with the
+    """binary (build_passthrough's) mounted at base/mnt over base/src, both made, with the
     -o options opts besides source= (e.g. ('default_permissions',)); yields the mount point,
     unmounted on exit. preexec_fn runs in the daemon before it starts."""
     src, mnt = os.path.join(base, 'src'), os.path.join(base, 'mnt')
-    os.makedirs(src)
-    os.makedirs(mnt)
+    os.makedirs(src, exist_ok=True)    # may hold the files to serve already
+    os.makedirs(mnt, exist_ok=True)
     subprocess.run([binary, '-o', ','.join(('source=' + src,) + tuple(opts)), mnt],
                    check=True, timeout=30, preexec_fn=preexec_fn)
     try:
@@ -168,6 +168,7 @@ def main():
         return
     base = tempfile.mkdtemp(prefix='ckptfs-bench-small-', dir=a.dir)
     tools = tempfile.mkdtemp(prefix='ckptfs-bench-pt-')
+    print(page_reporting_off())
     print(machine_line(base))
     print('%d files of 1 KiB, one writer, %d reps, alternating order' % (a.files, a.reps))
     pt = build_passthrough(tools)

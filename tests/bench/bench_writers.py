@@ -77,6 +77,7 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit('bench: run as root (it drops the page cache between runs)')
+    print(bench_io.page_reporting_off())
     t_start = time.perf_counter()
     base = os.path.realpath(os.environ.get('CKPTFS_BENCH_DIR',
                                            os.path.join(os.getcwd(), 'output', 'bench')))
