@@ -836,6 +836,21 @@ static int mf1_reload_claim(int64_t id, const char *tracker, const void *content
 	return 0;
 }
 
+/* Stored bytes of the newest complete step of each layout: what verify_newest reads first.
+ * fs->mu held. */
+static uint64_t newest_stored(struct ckfs *fs)
+{
+	uint64_t sum = 0;
+
+	for (int k = 1; k < LAYOUT_KIND_COUNT; k++) {
+		struct idx_step s;
+
+		if (idx_step_newest(fs->ix, 1u << k, IDX_STEP_COMPLETE, &s) == 0 && s.dir_ino)
+			sum += s.stored_bytes;
+	}
+	return sum;
+}
+
 struct checker_start {
 	struct ckfs *fs;
 	sem_t held; /* posted once the checker holds fs->mu */
@@ -855,6 +870,8 @@ static void *checker_main(void *arg)
 			 "newest step may show it as before the check", fs->repo->root,
 			 strerror(-lockfd));
 	sem_post(&cs->held); /* cs lives on the starter's stack: not touched after this */
+	/* the `ckptfs` command waits for a short check only (daemon.c report_notes) */
+	steps_report_checking(fs, newest_stored(fs));
 	ckpt_fault("mount-check");
 	verify_newest(fs);
 	steps_report_finish(fs); /* before STORE/check is let go: ckptctl status reads it next */

@@ -136,10 +136,20 @@ void steps_report_upgrade(struct ckfs *fs, const char *msg);
 void steps_report_finish(struct ckfs *fs);
 
 /*
- * steps_report_wait - wait until steps_report_finish ran or timeout_ns (nanoseconds) passed.
- * Returns true when it ran. No lock held (the check holds fs->mu until it ends).
+ * steps_report_checking - the check of the newest steps is about to read bytes (stored bytes,
+ * the newest complete step of each layout in use; more when one of them is damaged and the
+ * next is checked). Wakes steps_report_wait. Any thread; takes report.mu (a leaf).
  */
-bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns);
+void steps_report_checking(struct ckfs *fs, uint64_t bytes);
+
+/*
+ * steps_report_wait - wait until steps_report_finish ran, timeout_ns (nanoseconds) passed, or
+ * steps_report_checking said the check reads more than max_bytes (stored bytes): a check
+ * that long would hold up what the mount's user starts next, which it is meant to overlap.
+ * Returns true when steps_report_finish ran. No lock held (the check holds fs->mu until it
+ * ends).
+ */
+bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns, uint64_t max_bytes);
 
 /*
  * steps_report_notes - what the `ckptfs` command tells its user about this mount, one line each

@@ -256,7 +256,18 @@ void steps_report_finish(struct ckfs *fs)
 	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
 }
 
-bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns)
+void steps_report_checking(struct ckfs *fs, uint64_t bytes)
+{
+	struct mount_report *r = &fs->steps.report;
+
+	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
+	r->check_sized = true;
+	r->check_bytes = bytes;
+	pthread_cond_broadcast(&r->cv);
+	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
+}
+
+bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns, uint64_t max_bytes)
 {
 	struct mount_report *r = &fs->steps.report;
 	struct timespec until;
@@ -270,7 +281,8 @@ bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns)
 		until.tv_nsec -= 1000000000L;
 	}
 	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
-	while (!r->done && ckpt_cond_wait(&r->cv, &r->mu, CKPT_RANK_REPORT, &until) == 0)
+	while (!r->done && !(r->check_sized && r->check_bytes > max_bytes) &&
+	       ckpt_cond_wait(&r->cv, &r->mu, CKPT_RANK_REPORT, &until) == 0)
 		;
 	done = r->done;
 	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
