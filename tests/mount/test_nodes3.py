@@ -578,10 +578,9 @@ class ThreeNodes(unittest.TestCase):
     def dcp_save(self, step, tag, exiting=()):
         """torchtitan's DCP save of step (tests/traces/dcp.md; trainer_layouts.py save_dcp):
         rank r writes step-N/__r_0.distcp through node NAMES[r] (in a process of its own that
-        exits after its write when that node is in exiting), then rank 0 writes .metadata.tmp,
-        unlinks an old .metadata and renames .metadata.tmp over it through node a (the seal).
-        Returns {relative path: bytes}, .metadata excepted; the seal is the caller's
-        (dcp_seal), so that it can come after what the test waits for."""
+        exits after its write when that node is in exiting). Returns {relative path: bytes}.
+        The seal, rank 0's .metadata through node a, is the caller's (dcp_seal), so that it
+        can come after what the test waits for."""
         d = 'step-%d' % step
         want = {}
         for r, n in enumerate(NAMES):
@@ -599,6 +598,8 @@ class ThreeNodes(unittest.TestCase):
         return want
 
     def dcp_seal(self, step, tag):
+        """Rank 0 seals dcp_save's step through node a: writes .metadata.tmp, unlinks an old
+        .metadata and renames .metadata.tmp over it."""
         d = self.m['a'].path('step-%d' % step)
         with open(os.path.join(d, '.metadata.tmp'), 'wb') as f:
             f.write(ckfs.content('%s metadata' % tag, 4096))
