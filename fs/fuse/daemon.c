@@ -709,8 +709,8 @@ static int mount_session(struct fuse_args *args, const struct fuse_cmdline_opts 
  * not at all when the check reads more than REPORT_WAIT_BYTES (stored). The check of a small
  * step ends within a few tens of milliseconds; a bigger one goes on after the command returns
  * (as the mount was designed to: a trainer's start overlaps it), and the command says so.
- * Without the byte bound a step checked within 1 s (822 MiB took 0.25-0.49 s cold here) was
- * checked wholly before the trainer could start (tests/bench/RESULTS.md, "The whole restore").
+ * Without the byte bound a step checked within the second (a GiB or so) was checked wholly
+ * before the trainer could start (tests/bench/RESULTS.md, "The whole restore").
  */
 #define REPORT_WAIT_NS 1000000000LL
 #define REPORT_WAIT_BYTES (16ull << 20)

@@ -136,9 +136,9 @@ void steps_report_upgrade(struct ckfs *fs, const char *msg);
 void steps_report_finish(struct ckfs *fs);
 
 /*
- * steps_report_checking - the check of the newest steps is about to read bytes (stored bytes,
- * the newest complete step of each layout in use; more when one of them is damaged and the
- * next is checked). Wakes steps_report_wait. Any thread; takes report.mu (a leaf).
+ * steps_report_checking - the check of the newest steps is about to read bytes (stored bytes
+ * of the newest complete step of each layout in use; a damaged one makes it read the next
+ * newest as well, not counted). Wakes steps_report_wait. Any thread; takes report.mu (a leaf).
  */
 void steps_report_checking(struct ckfs *fs, uint64_t bytes);
 

@@ -61,7 +61,7 @@ struct mount_aside {
 struct mount_report {
 	pthread_mutex_t mu;      /* guards every field below; a leaf (CKPT_RANK_REPORT), taken
 				    under ckfs.mu */
-	pthread_cond_t cv;       /* signalled when done becomes true */
+	pthread_cond_t cv;       /* signalled when done or check_sized becomes true */
 	bool active;             /* between steps_report_begin and steps_report_finish */
 	bool done;               /* steps_report_finish ran: the check of the newest steps ended */
 	bool check_sized;        /* steps_report_checking ran: check_bytes is known */

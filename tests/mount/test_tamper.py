@@ -284,11 +284,10 @@ class MountCheckTest(unittest.TestCase):
 
     def test_the_command_does_not_wait_for_the_check_of_a_big_step(self):
         """`ckptfs` waits for the check (up to 1 s, fs/fuse/daemon.c REPORT_WAIT_NS) only to say
-        on its terminal what the check set aside. For a step over REPORT_WAIT_BYTES (16 MiB)
-        stored, that wait was the whole check of a step checked within 1 s (822 MiB in
-        0.25-0.49 s here, tests/bench/RESULTS.md "The whole restore"), paid before the trainer
-        could start, instead of overlapping its start: the command returns at once and says the
-        check goes on."""
+        on its terminal what the check set aside. For a step checked within that second, the
+        wait was the whole check, paid before the trainer could start instead of overlapping
+        its start (tests/bench/RESULTS.md "The whole restore"). Over REPORT_WAIT_BYTES (16 MiB)
+        stored, the command returns at once and says the check goes on."""
         m = ckfs.Mount()
         try:
             m.start()
