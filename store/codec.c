@@ -833,10 +833,12 @@ _Static_assert(STORE_OBJECT_BUF_AT + STORE_OBJECT_HEADER == STORE_HDR_LEN,
 
 void *store_object_buf_new(void)
 {
+	size_t size = STORE_OBJECT_BUF_AT + store_object_max();
 	void *p;
 
-	return posix_memalign(&p, STORE_DIRECT_ALIGN, STORE_OBJECT_BUF_AT + store_object_max()) ? NULL
-												: p;
+	if (posix_memalign(&p, STORE_DIRECT_ALIGN, size) != 0)
+		return NULL;
+	return p;
 }
 
 int store_object_encode(const void *raw, size_t len, int level, void **ret_obj, size_t *ret_len)

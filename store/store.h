@@ -250,10 +250,10 @@ size_t store_object_max(void);
  * A buffer for one fetched object that store_chunk_put_object_in_place stores without copying
  * its payload again: STORE_OBJECT_BUF_AT bytes of room, then the object (at most
  * store_object_max() bytes), the room and the object's header being exactly a chunk file's
- * header, so that header and payload go to the disk with O_DIRECT from there (the copy into an
- * aligned buffer was 8.8% of a cold node's daemon CPU: tests/bench/RESULTS.md "Fifteen runs").
- * store_object_buf_new returns one (aligned for O_DIRECT; free() it), NULL when out of memory.
- * Thread-safe.
+ * header, so that header and payload go to the disk with O_DIRECT from there instead of being
+ * copied into an aligned buffer first (a cold node's fetches: tests/bench/RESULTS.md "Fifteen
+ * runs"). store_object_buf_new returns one, STORE_OBJECT_BUF_AT + store_object_max() bytes
+ * aligned for O_DIRECT, owned by the caller (free() it); NULL when out of memory. Thread-safe.
  */
 #define STORE_OBJECT_BUF_AT 27
 void *store_object_buf_new(void);
