@@ -422,9 +422,8 @@ static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err
 /*
  * Write a new chunk file's bytes, header then payload, to fd (empty, offset 0). Its whole
  * DIRECT_ALIGN blocks go with O_DIRECT from this thread's STORE_TBUF_WRITE buffer (header and
- * payload copied into it) or, for a payload of this thread's store_encode_tls or one in the
- * caller's head (a fetched object's buffer), from that buffer (only the header copied, into the
- * room before the payload); the last
+ * payload copied into it) or, for a payload of this thread's store_encode_tls, from the
+ * encoder's own buffer (only the header copied, into the room before the payload); the last
  * partial block goes through the page cache. Written through the
  * page cache alone, the kernel copies the bytes into freshly allocated page-cache pages
  * (copy_folio_from_iter_atomic, clear_page) that are then written back anyway; O_DIRECT moves
@@ -436,25 +435,18 @@ static size_t pwrite_direct(int fd, const uint8_t *buf, size_t len, int *ret_err
  * file's size. Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
 int store_chunk_write_file(int fd, const uint8_t *hdr, const void *payload, size_t payload_len,
-			   bool keep_pages, uint8_t *head)
+			   bool keep_pages)
 {
 	size_t size = STORE_HDR_LEN + payload_len;
 	size_t whole = keep_pages ? 0 : size / DIRECT_ALIGN * DIRECT_ALIGN, done = 0;
-
-	if (head && (head + STORE_HDR_LEN != (const uint8_t *)payload ||
-		     (uintptr_t)head % DIRECT_ALIGN))
-		head = NULL; /* not the room before this payload, or not aligned: copy */
-	if (!whole)
-		head = NULL;
-	else if (!head)
-		head = store_encode_tls_head(payload);
+	uint8_t *head = whole ? store_encode_tls_head(payload) : NULL;
 	uint8_t *b = head ? head : whole ? store_thread_buf(STORE_TBUF_WRITE, whole) : NULL;
 	int fl = b ? fcntl(fd, F_GETFL) : -1;
 	int err = 0;
 
 	if (fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0) {
 		memcpy(b, hdr, STORE_HDR_LEN);
-		if (!head) /* else the payload already sits in place after the header */
+		if (!head) /* the encoder's payload already sits in place after the header */
 			memcpy(b + STORE_HDR_LEN, payload, whole - STORE_HDR_LEN);
 		done = pwrite_direct(fd, b, whole, &err);
 		if (fcntl(fd, F_SETFL, fl) < 0 && !err)

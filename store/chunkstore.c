@@ -423,13 +423,11 @@ static void ewma(_Atomic uint64_t *avg, uint64_t v)
  * it to path (durable at the next store_sync, invariant 8). With swap (store_chunk_recode), the
  * file is fdatasync'd instead and exchanged with the copy at path (-ENOENT, nothing changed, when there
  * is none), and the old copy unlinked. keep_pages: written through the page cache alone, its
- * pages left there (store_chunk_write_file). head: NULL, or the caller's writable, aligned room
- * before payload (store_chunk_write_file). On failure the file written is gone.
+ * pages left there (store_chunk_write_file). On failure the file written is gone.
  * Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
 static int publish(struct store *st, unsigned s, const char *path, const uint8_t *hdr,
-		   const void *payload, size_t payload_len, bool swap, bool keep_pages,
-		   uint8_t *head)
+		   const void *payload, size_t payload_len, bool swap, bool keep_pages)
 {
 	char tmp[PATH_MAX];
 	unsigned from = s;
@@ -446,7 +444,7 @@ static int publish(struct store *st, unsigned s, const char *path, const uint8_t
 		if (fd < 0)
 			return -errno;
 	}
-	err = store_chunk_write_file(fd, hdr, payload, payload_len, keep_pages, head);
+	err = store_chunk_write_file(fd, hdr, payload, payload_len, keep_pages);
 	/* start writeback now so the disk works while the writer goes on; store_sync waits for it.
 	 * A small file is left to store_sync, which writes many of them in one plugged batch: one
 	 * disk request each here is a measurable part of a small file's save (RESULTS.md, "Small
@@ -539,7 +537,7 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
 	hdr.payload_size = (uint32_t)payload_len;
 	store_hdr_encode(&hdr, raw_hdr);
 	err = publish(st, store_shard_of(&hdr.hash), path, raw_hdr, payload, payload_len, false,
-		      false, NULL);
+		      false);
 	if (err)
 		return err;
 	ewma(&st->wr_ps, (now_ns() - t0) * 1000 / (payload_len + STORE_HDR_LEN));
@@ -554,8 +552,9 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
  * the digest (invariant 2 holds on every later read anyway); that buffer is then the reader's
  * (got), or goes back to the pool.
  */
-static int put_object(struct store *st, const void *obj, size_t len, const struct store_hash *h,
-		      struct store_chunk_info *ret, struct store_fetched *got, uint8_t *head)
+int store_chunk_put_object(struct store *st, const void *obj, size_t len,
+			   const struct store_hash *h, struct store_chunk_info *ret,
+			   struct store_fetched *got)
 {
 	const uint8_t *b = obj, *payload = b + STORE_OBJECT_HEADER;
 	size_t plen = len - STORE_OBJECT_HEADER;
@@ -596,7 +595,7 @@ static int put_object(struct store *st, const void *obj, size_t len, const struc
 		hdr.payload_size = (uint32_t)plen;
 		store_hdr_encode(&hdr, raw_hdr);
 		err = publish(st, store_shard_of(&hdr.hash), path, raw_hdr, payload, plen, false,
-			      false, head);
+			      false);
 	}
 	if (err < 0) {
 		store_buf_put(st, data, cap);
@@ -611,20 +610,6 @@ static int put_object(struct store *st, const void *obj, size_t len, const struc
 		store_buf_put(st, data, cap);
 	}
 	return 0;
-}
-
-int store_chunk_put_object(struct store *st, const void *obj, size_t len,
-			   const struct store_hash *h, struct store_chunk_info *ret,
-			   struct store_fetched *got)
-{
-	return put_object(st, obj, len, h, ret, got, NULL);
-}
-
-int store_chunk_put_object_in_place(struct store *st, uint8_t *buf, size_t len,
-				    const struct store_hash *h, struct store_chunk_info *ret,
-				    struct store_fetched *got)
-{
-	return put_object(st, buf + STORE_OBJECT_BUF_AT, len, h, ret, got, buf);
 }
 
 bool store_defer_pays(struct store *st)
@@ -665,7 +650,7 @@ int store_recode_loaded(struct store *st, const struct store_hash *h, struct chu
 	/* a chunk the mount's check left in the page cache for its reader (invariant 13): its new
 	 * copy goes there too, or the reader would find it only on the disk */
 	err = publish(st, store_shard_of(h), path, raw_hdr, payload, payload_len, true,
-		      store_primed_has(st, h), NULL);
+		      store_primed_has(st, h));
 	if (err)
 		return err;
 	*ret_payload = payload;

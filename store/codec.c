@@ -828,19 +828,6 @@ size_t store_object_max(void)
 	return STORE_OBJECT_HEADER + store_payload_bound(STORE_CHUNK_MAX);
 }
 
-_Static_assert(STORE_OBJECT_BUF_AT + STORE_OBJECT_HEADER == STORE_HDR_LEN,
-	       "an object in a store_object_buf_new buffer ends its header where a chunk file's does");
-
-void *store_object_buf_new(void)
-{
-	size_t size = STORE_OBJECT_BUF_AT + store_object_max();
-	void *p;
-
-	if (posix_memalign(&p, STORE_DIRECT_ALIGN, size) != 0)
-		return NULL;
-	return p;
-}
-
 int store_object_encode(const void *raw, size_t len, int level, void **ret_obj, size_t *ret_len)
 {
 	uint8_t codec, *obj;

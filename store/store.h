@@ -245,18 +245,6 @@ int store_decode(uint8_t codec, const void *payload, size_t payload_len, void *o
  * receives objects into one buffer (remote_get_into). Thread-safe.
  */
 size_t store_object_max(void);
-
-/*
- * A buffer for one fetched object that store_chunk_put_object_in_place stores without copying
- * its payload again: STORE_OBJECT_BUF_AT bytes of room, then the object (at most
- * store_object_max() bytes), the room and the object's header being exactly a chunk file's
- * header, so that header and payload go to the disk with O_DIRECT from there instead of being
- * copied into an aligned buffer first (a cold node's fetches: tests/bench/RESULTS.md "Fifteen
- * runs"). store_object_buf_new returns one, STORE_OBJECT_BUF_AT + store_object_max() bytes
- * aligned for O_DIRECT, owned by the caller (free() it); NULL when out of memory. Thread-safe.
- */
-#define STORE_OBJECT_BUF_AT 27
-void *store_object_buf_new(void);
 int store_object_encode(const void *raw, size_t len, int level, void **ret_obj, size_t *ret_len);
 int store_object_decode(const void *obj, size_t len, const struct store_hash *want,
 			uint8_t **ret_raw, uint32_t *ret_len);
@@ -356,15 +344,6 @@ int store_chunk_put_hashed(struct store *st, const void *buf, size_t len,
 int store_chunk_put_object(struct store *st, const void *obj, size_t len,
 			   const struct store_hash *h, struct store_chunk_info *ret,
 			   struct store_fetched *got);
-/*
- * store_chunk_put_object_in_place - store_chunk_put_object of the len-byte object at
- * buf + STORE_OBJECT_BUF_AT, buf from store_object_buf_new: the same checks, returns and
- * thread-safety, but the chunk file is written from buf itself, its first STORE_OBJECT_BUF_AT +
- * STORE_OBJECT_HEADER bytes overwritten by the file's header. buf stays the caller's.
- */
-int store_chunk_put_object_in_place(struct store *st, uint8_t *buf, size_t len,
-				    const struct store_hash *h, struct store_chunk_info *ret,
-				    struct store_fetched *got);
 
 /*
  * store_defer_pays - whether a worker that must keep up with a writer gets a chunk stored

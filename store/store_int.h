@@ -262,14 +262,12 @@ int store_chunk_read_whole(struct store *st, const struct store_hash *h, unsigne
  * payload_len bytes of payload, to fd (an empty file open for writing, at offset 0). Whole
  * 4096-byte blocks go with O_DIRECT where possible, the rest through the page cache; with
  * keep_pages all of it goes through the page cache and stays there (chunkstore.c invariant 13).
- * head: NULL, or payload - STORE_HDR_LEN when those bytes are the caller's to overwrite and
- * STORE_DIRECT_ALIGN-aligned (a store_object_buf_new buffer): written from there, no copy.
  * Not durable: store_sync's syncfs (or the caller's fdatasync) makes it so.
  * Returns 0 or -errno (-ENOSPC, -EIO, ...); honours store_fault_write_errno and
  * store_fault_direct_einval. Thread-safe; uses this thread's STORE_TBUF_WRITE buffer.
  */
 int store_chunk_write_file(int fd, const uint8_t *hdr, const void *payload, size_t payload_len,
-			   bool keep_pages, uint8_t *head);
+			   bool keep_pages);
 
 /* ---- chunkcache.c: the read cache and its buffer pool ---- */
 

@@ -446,7 +446,7 @@ int node_encode_chunk(struct node *n, const struct store_hash *h, size_t len, vo
 	return store_chunk_object(n->fs->st, h, len, NODE_ZSTD_LEVEL, ret_body, ret_len);
 }
 
-/* A buffer for one fetched object (store_object_buf_new): an idle one, else a new one.
+/* A buffer of store_object_max() bytes for one fetched object: an idle one, else a new one.
  * Kept buffers keep their pages mapped; a body allocated afresh for every object (a mapping of
  * its own: the daemon's mmap threshold is 128 KiB, fs/fuse/daemon.c) had each page faulted in
  * and cleared (tests/bench/RESULTS.md, "A cold node's fetches"). NULL when out of memory. */
@@ -458,7 +458,7 @@ static void *fetch_buf_get(struct node *n)
 	if (n->nfetch_bufs)
 		p = n->fetch_bufs[--n->nfetch_bufs];
 	ckpt_unlock(&n->fetch_mu, CKPT_RANK_NODE_FETCH);
-	return p ? p : store_object_buf_new();
+	return p ? p : malloc(store_object_max());
 }
 
 /* Give back a buffer of fetch_buf_get: kept while fewer than NODE_FETCH_BUFS are idle. */
@@ -474,8 +474,8 @@ static void fetch_buf_put(struct node *n, void *p)
 }
 
 /* store_fetch_fn: chunk h from the remote, checked against h, into the local store as it was
- * encoded by the node that sent it, and its bytes to the read that asked
- * (store_chunk_put_object_in_place, got). */
+ * encoded by the node that sent it, and its bytes to the read that asked (store_chunk_put_object,
+ * got). */
 static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
 		       struct store_fetched *got)
 {
@@ -489,8 +489,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
 	snprintf(key, sizeof(key), "chunks/%s", store_hash_hex(h, hex));
 	if (!(buf = fetch_buf_get(n)))
 		return -ENOMEM;
-	rc = remote_get_into(n->r, key, (uint8_t *)buf + STORE_OBJECT_BUF_AT, store_object_max(),
-			     &len);
+	rc = remote_get_into(n->r, key, buf, store_object_max(), &len);
 	if (rc == -EFBIG) { /* longer than any chunk's object: not this chunk's */
 		fetch_buf_put(n, buf);
 		return ask_repair(n, hex, "is longer than any chunk's object");
@@ -503,7 +502,7 @@ static int fetch_chunk(struct store *st, const struct store_hash *h, void *arg,
 		node_count_error(n, NODE_ERR_FETCH);
 		return -EAGAIN; /* says nothing of the chunk (store_fetch_fn) */
 	}
-	rc = store_chunk_put_object_in_place(st, buf, len, h, &info, got);
+	rc = store_chunk_put_object(st, buf, len, h, &info, got);
 	fetch_buf_put(n, buf);
 	if (rc == -EBADMSG) /* the remote's copy is damaged, not this step */
 		return ask_repair(n, hex, "does not decode to its digest");

@@ -158,7 +158,7 @@ struct node {
 	int64_t gc_wait_ns;   /* node thread: the wait before gc_retry_ns, doubled per failure */
 	char gc_last[512];    /* what this node's gc did last, for .ckptfs/status; "" none; mu */
 	pthread_mutex_t fetch_mu; /* guards fetch_bufs (CKPT_RANK_NODE_FETCH, a leaf) */
-	void *fetch_bufs[NODE_FETCH_BUFS]; /* idle store_object_buf_new buffers */
+	void *fetch_bufs[NODE_FETCH_BUFS]; /* idle buffers of store_object_max() bytes */
 	size_t nfetch_bufs;
 	struct node_dir_pending {
 		char name[IDX_STEP_NAME_MAX + 1];

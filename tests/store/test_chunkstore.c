@@ -875,67 +875,6 @@ Test(chunkstore, put_object_keeps_the_senders_encoding)
 	free(buf);
 }
 
-/* store_chunk_put_object_in_place writes the chunk file from the fetched object's own buffer
- * (store_object_buf_new): the same file as store_chunk_put_object, for an encoded object and a
- * RAW one, each longer than one O_DIRECT block and not a multiple of it; a wrong digest stores
- * nothing. */
-Test(chunkstore, put_object_in_place_writes_the_same_file)
-{
-	size_t len = 300 * KiB + 123, flen, olen, rlen;
-	uint8_t *raw = tu_malloc(len), *file, *buf;
-	struct store_chunk_info info;
-	struct store_fetched got = { 0 };
-	struct store_hash h, hr, other;
-	void *obj;
-
-	for (size_t i = 0; i < len; i++) /* 6 bits of 8: compresses, to more than a block */
-		raw[i] = (uint8_t)(((i * 2654435761u) >> 13) & 0x3f);
-	store_hash_buf(raw, len, &h);
-	store_hash_buf("x", 1, &other);
-	cr_assert_eq(store_object_encode(raw, len, 3, &obj, &olen), 0);
-	cr_assert_neq(((uint8_t *)obj)[0], STORE_CODEC_RAW);
-	cr_assert_gt(olen, 2 * 4096);
-	cr_assert_not_null(buf = store_object_buf_new());
-	cr_assert_eq((uintptr_t)buf % 4096, 0);
-
-	struct store *st = open_store(0, false);
-
-	memcpy(buf + STORE_OBJECT_BUF_AT, obj, olen);
-	cr_assert_eq(store_chunk_put_object_in_place(st, buf, olen, &other, &info, NULL), -EBADMSG);
-	cr_assert_eq(count_in_shards(""), 0, "nothing stored");
-	memcpy(buf + STORE_OBJECT_BUF_AT, obj, olen);
-	cr_assert_eq(store_chunk_put_object_in_place(st, buf, olen, &h, &info, &got), 0);
-	cr_assert(got.data && got.size == len && memcmp(got.data, raw, len) == 0);
-	store_buf_put(st, got.data, got.cap);
-	file = chunk_file(st, &h, &flen);
-	cr_assert_eq(flen, STORE_HDR_LEN + olen - STORE_OBJECT_HEADER);
-	cr_assert_eq(file[4], ((uint8_t *)obj)[0]);
-	cr_assert(memcmp(file + STORE_HDR_LEN, (uint8_t *)obj + STORE_OBJECT_HEADER,
-			 flen - STORE_HDR_LEN) == 0, "the payload as it came");
-	free(file);
-	check_chunk(st, &h, raw, len);
-	cr_assert_eq(store_chunk_verify(st, &h), 0);
-
-	/* a RAW object: bytes that do not compress */
-	for (size_t i = 0; i < len; i++)
-		raw[i] = (uint8_t)((i * 2654435761u) >> 13);
-	store_hash_buf(raw, len, &hr);
-	rlen = STORE_OBJECT_HEADER + len;
-	buf[STORE_OBJECT_BUF_AT] = STORE_CODEC_RAW;
-	store_put_le32(buf + STORE_OBJECT_BUF_AT + 1, (uint32_t)len);
-	memcpy(buf + STORE_HDR_LEN, raw, len);
-	cr_assert_eq(store_chunk_put_object_in_place(st, buf, rlen, &hr, &info, NULL), 0);
-	file = chunk_file(st, &hr, &flen);
-	cr_assert_eq(flen, STORE_HDR_LEN + len);
-	cr_assert(memcmp(file + STORE_HDR_LEN, raw, len) == 0);
-	free(file);
-	check_chunk(st, &hr, raw, len);
-	store_close(st);
-	free(buf);
-	free(obj);
-	free(raw);
-}
-
 /* A fetch function for warm_fetches_only_when_asked: puts the bytes at arg as the chunk. */
 static int fetch_calls;
 
