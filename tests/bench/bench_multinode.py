@@ -227,7 +227,6 @@ def main():
         read_all([os.path.join(plain, path) for path in files], a.parallel)
         t_disk = time.monotonic() - t
         # the same files through libfuse's passthrough_ll over the local disk: what FUSE itself
-        # costs a reader here, the floor of any FUSE file system's read (None: not built)
         # costs a reader here, the floor of any FUSE file system's read (None: not built), with
         # the kernel's read-ahead as it leaves it (128 KiB) and as ckptfs sets its own (4 MiB,
         # FS_READ_AHEAD_KB in fs/fuse/fuse_int.h)
