@@ -261,7 +261,6 @@ void steps_report_checking(struct ckfs *fs, uint64_t bytes)
 	struct mount_report *r = &fs->steps.report;
 
 	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
-	r->check_sized = true;
 	r->check_bytes = bytes;
 	pthread_cond_broadcast(&r->cv);
 	ckpt_unlock(&r->mu, CKPT_RANK_REPORT);
@@ -281,7 +280,7 @@ bool steps_report_wait(struct ckfs *fs, int64_t timeout_ns, uint64_t max_bytes)
 		until.tv_nsec -= 1000000000L;
 	}
 	ckpt_lock(&r->mu, CKPT_RANK_REPORT);
-	while (!r->done && !(r->check_sized && r->check_bytes > max_bytes) &&
+	while (!r->done && r->check_bytes <= max_bytes &&
 	       ckpt_cond_wait(&r->cv, &r->mu, CKPT_RANK_REPORT, &until) == 0)
 		;
 	done = r->done;

@@ -61,11 +61,11 @@ struct mount_aside {
 struct mount_report {
 	pthread_mutex_t mu;      /* guards every field below; a leaf (CKPT_RANK_REPORT), taken
 				    under ckfs.mu */
-	pthread_cond_t cv;       /* signalled when done or check_sized becomes true */
+	pthread_cond_t cv;       /* signalled when done becomes true or check_bytes is set */
 	bool active;             /* between steps_report_begin and steps_report_finish */
 	bool done;               /* steps_report_finish ran: the check of the newest steps ended */
-	bool check_sized;        /* steps_report_checking ran: check_bytes is known */
-	uint64_t check_bytes;    /* stored bytes of the steps the check reads first */
+	uint64_t check_bytes;    /* stored bytes of the steps the check reads first; 0 until
+				    steps_report_checking says */
 	bool unclean;            /* the previous daemon did not stop cleanly */
 	pid_t prev_pid;          /* its pid, 0 if unknown */
 	uint64_t files_removed, chunks_removed; /* the recovery sweep (ckpt_repo_sweep) */
