@@ -170,6 +170,8 @@ struct idx {
 	char *ck_path;            /* the database file's path; NULL: SQLite's own autocheckpoint */
 	sqlite3 *ck_db;           /* opened by the first idx_checkpoint */
 	int ck_frames;            /* the WAL's frames at the last checkpoint, 0 after a restart */
+	bool ck_owed;             /* the last checkpoint copied all of the WAL but could not
+				   * restart it: the next call tries again, due or not */
 	_Atomic int wal_frames;   /* frames in the WAL at this handle's last commit */
 };
 

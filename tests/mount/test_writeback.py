@@ -687,8 +687,12 @@ class SmallFilesTest(unittest.TestCase):
         """The committer checkpoints the index's WAL apart from the writers (index.c
         idx_checkpoint), and a checkpoint that copied all of it cuts the file: a writer that
         began a transaction during every checkpoint never restarted the WAL itself, and
-        STORE/index.db-wal grew to 67.5 MB over 6,000 1 KiB files and kept that size (8 MB now
-        at its largest, SQLite's 1,000-frame threshold twice over)."""
+        STORE/index.db-wal grew to 67.5 MB over 6,000 1 KiB files and kept that size: the
+        backstop's 64 MiB (index.c IX_WAL_BACKSTOP), which these 3,000 files also pass. Fixed, it
+        peaks at 4-5 MB on a quiet machine. It grows further while the committer waits for the
+        disk, since it checkpoints between batches and a batch syncs the store: 13-17 MB beside
+        a loop of `dd conv=fsync` and a busy CPU, 25 MB once in CI's meson pass. The bound is
+        half the backstop: above what load does, below what the bug does."""
         with ckfs.Mount() as m:
             wal = os.path.join(m.store, 'index.db-wal')
             peak = 0
@@ -698,7 +702,7 @@ class SmallFilesTest(unittest.TestCase):
                 if i % 100 == 0:
                     peak = max(peak, os.path.getsize(wal))
             self.assertGreater(peak, 0)  # the figure is real: the WAL is where the rows go
-            self.assertLess(peak, 24 << 20, 'index.db-wal reached %d bytes' % peak)
+            self.assertLess(peak, 32 << 20, 'index.db-wal reached %d bytes' % peak)
 
     def test_a_small_file_in_a_step_costs_seven_requests(self):
         """Python's open(path, 'wb') + write + close of a file in a step directory: GETATTR of
