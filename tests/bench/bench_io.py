@@ -31,15 +31,23 @@ What is measured, and how (issue 5's list, made trustworthy):
      (ckptctl status --json) over the logical bytes written;
   6. the daemon's peak RSS (VmHWM, the maximum over its lifetimes: it is remounted for every
      cold read) vs its write buffer (-o write_buffer, printed);
-  7. daemon CPU seconds (user+sys, /proc/PID/stat) per GB saved, deferred compression included.
+  7. daemon CPU seconds (user+sys, /proc/PID/stat) per GB saved, deferred compression included;
+  8. the FUSE floor: the saves and cold loads of 1-3b also through libfuse's passthrough_ll
+     example (compiled from libfuse3-dev's copy, bench_small.build_passthrough) mounted over a
+     directory of the same disk, with -o default_permissions and a 4 MiB read-ahead, as ckptfs
+     mounts itself (FS_READ_AHEAD_KB, fs/fuse/fuse_int.h). It does nothing but pass each
+     request to the disk, so what it takes over the direct path is what FUSE itself costs on
+     this machine, and each ckptfs figure is printed also as a ratio to it. Skipped (said) when
+     passthrough_ll cannot be built.
 
 How the timings are kept honest:
   - every torch.save and torch.load runs in a fresh process (this file with --worker): it
     imports torch and builds its state (seeded, not timed), says "ready", the parent drops the
     page cache (and has remounted ckptfs, for a cold read), says "go", and the worker times
     only the save or the load itself and prints the times as JSON;
-  - within each rep the direct path and ckptfs alternate which goes first (rep 0 direct
-    first, rep 1 ckptfs first, ...), for the saves and for the loads;
+  - within each rep the direct path, ckptfs and passthrough_ll take turns going first (rep 0
+    direct first, rep 1 ckptfs first, rep 2 passthrough_ll first, ...), for the saves and for
+    the loads;
   - each rep saves a state of its own seed (the same for direct and ckptfs), so that no save
     is stored as duplicates of an earlier rep's chunks; nothing is deleted from the store
     before the end, so the store's growth during a save is that save's;
@@ -89,6 +97,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import ckfs  # noqa: E402
 
 STRAY = 0.20           # a direct baseline further than this from the disk's rate is flagged
+FLOOR = 'passthrough_ll'
+READ_AHEAD_KB = 4096   # ckptfs's own mount's (FS_READ_AHEAD_KB, fs/fuse/fuse_int.h)
 
 
 def drop_caches():
@@ -529,6 +539,7 @@ def main():
     os.makedirs(base, exist_ok=True)
     base = os.path.realpath(base)
     direct = tempfile.mkdtemp(prefix='direct-', dir=base)
+    pt_dir = tempfile.mkdtemp(prefix='passthrough-', dir=base)
     rows = {}          # metric -> list over reps
 
     def add(name, v):
@@ -540,8 +551,20 @@ def main():
         os.environ['CKPTFS_TEST_TMP'] = base
         opts = ((f'write_buffer={a.write_buffer}',) if a.write_buffer else ()) + \
             ((f'defer_compress={a.defer_compress}',) if a.defer_compress else ())
-        with ckfs.Mount(opts=opts) as m, evidence_on_failure(m):
+        # imported here: bench_small imports this module
+        from bench_small import build_passthrough, passthrough_mount
+        pt_bin = build_passthrough(pt_dir)
+        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',)) if pt_bin
+                 else contextlib.nullcontext())
+        with ckfs.Mount(opts=opts) as m, evidence_on_failure(m), floor as pt_mnt:
             cpu_s, saved_b, hwm = 0.0, 0, 0.0
+            sides = ('direct', 'ckptfs')
+            if pt_mnt:
+                st_dev = os.stat(pt_mnt).st_dev
+                with open('/sys/class/bdi/%d:%d/read_ahead_kb'
+                          % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
+                    f.write('%d\n' % READ_AHEAD_KB)
+                sides += (FLOOR,)
 
             def remount():
                 nonlocal hwm
@@ -553,10 +576,13 @@ def main():
 
             for r in range(a.reps):
                 pd, pm = os.path.join(direct, 'model.pt'), m.path(f'model{r}.pt')
-                order = ('direct', 'ckptfs') if r % 2 == 0 else ('ckptfs', 'direct')
+                pp = os.path.join(pt_mnt, 'model.pt') if pt_mnt else None
+                order = sides[r % len(sides):] + sides[:r % len(sides)]
                 for side in order:                      # saves
                     if side == 'direct':
                         res = run_worker('save', pd, a.size_mib, r)
+                    elif side == FLOOR:
+                        res = run_worker('save', pp, a.size_mib, r)
                     else:
                         c0, b0 = proc_cpu_s(m.pid), stored_bytes(m)
                         res = run_worker('save', pm, a.size_mib, r)
@@ -577,6 +603,8 @@ def main():
                 for side in order:                      # cold loads
                     if side == 'direct':
                         res = run_worker('load', pd, a.size_mib)
+                    elif side == FLOOR:
+                        res = run_worker('load', pp, a.size_mib)
                     else:
                         remount()                       # the daemon's chunk cache cold too
                         res = run_worker('load', pm, a.size_mib)
@@ -585,19 +613,21 @@ def main():
                     add(f'load:minflt:{side}', res['minflt'])
                 # safetensors' mmap load: a file of its own seed (its chunks not the
                 # torch.save's), written untimed, then loaded cold the same way
-                ps, pms = os.path.join(direct, 'model.safetensors'), m.path(f'model{r}.safetensors')
+                st = {'direct': os.path.join(direct, 'model.safetensors'),
+                      'ckptfs': m.path(f'model{r}.safetensors'),
+                      FLOOR: pt_mnt and os.path.join(pt_mnt, 'model.safetensors')}
                 for side in order:
-                    run_worker('stsave', ps if side == 'direct' else pms, a.size_mib, 1000 + r,
-                               before_go=lambda: None)
+                    run_worker('stsave', st[side], a.size_mib, 1000 + r, before_go=lambda: None)
                 wait_compressed(m)
                 for side in order:
-                    if side == 'direct':
-                        res = run_worker('mmload', ps, a.size_mib)
-                    else:
+                    if side == 'ckptfs':
                         remount()
-                        res = run_worker('mmload', pms, a.size_mib)
+                    res = run_worker('mmload', st[side], a.size_mib)
                     add(f'mmload:cold:{side}', res['load_s'])
-                os.unlink(ps)
+                os.unlink(st['direct'])
+                if pt_mnt:
+                    os.unlink(st[FLOOR])
+                    os.unlink(pp)
                 if a.inprocess_load:
                     # the old way: load in the process that built and saved the state
                     res = run_worker('inproc_load', pd, a.size_mib, r)
@@ -648,6 +678,7 @@ def main():
     finally:
         if not ckfs.keep_tmp():
             shutil.rmtree(direct, ignore_errors=True)
+            shutil.rmtree(pt_dir, ignore_errors=True)
 
     report(a, base, rows, disk0, disk1, wbuf, time.perf_counter() - t_start)
 
@@ -659,7 +690,8 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
     s_over_l = med['bf16 stored/logical']
     # physical limits in logical MB/s: a durable save writes at most at the disk's rate; a
     # cold load reads the stored bytes at the disk's read rate
-    lim_load = {'direct': disk_r, 'ckptfs': disk_r / s_over_l}
+    lim_load = {'direct': disk_r, 'ckptfs': disk_r / s_over_l, FLOOR: disk_r}
+    sides = ('direct', 'ckptfs') + ((FLOOR,) if f'load:cold:{FLOOR}' in rows else ())
 
     # (label, key, unit, key of the direct figure for the ratio, physical limit or None)
     table = []
@@ -667,7 +699,7 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
                         ('torch.save to durable (+fsync)', 'save:durable'),
                         ('torch.load, cold', 'load:cold'),
                         ('safetensors mmap load, cold', 'mmload:cold')):
-        for side in ('direct', 'ckptfs'):
+        for side in sides:
             lim = (lim_load[side] if kind in ('load:cold', 'mmload:cold') else
                    disk_w if kind == 'save:durable' else None)
             table.append((f'{label} ({side})', f'{kind}:{side}', 's', f'{kind}:direct', lim))
@@ -693,6 +725,12 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
     def ratio(key, dkey):
         return med[key] / med[dkey] if dkey and key != dkey else None
 
+    def floor_ratio(key):
+        """A ckptfs figure over passthrough_ll's, the FUSE floor (None: not a ckptfs figure of
+        the four, or no floor in this run)."""
+        fk = key.replace(':ckptfs', f':{FLOOR}')
+        return med[key] / med[fk] if key.endswith(':ckptfs') and fk in med else None
+
     # -- plain listing ------------------------------------------------------------------------
     print(f'\nckptfs benchmark: {a.size_mib} MiB bf16 state ({logical / 1e6:.0f} MB as saved), '
           f'{a.reps} reps, medians (min-max); store and direct dir on the same disk ({base}); '
@@ -712,10 +750,12 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
                 f'{x / y:.2f}' for x, y in zip(v, rows[dkey])) + ')'
         if lim is not None:
             extra += f'  {fraction(key, unit, lim):.2f} of physical limit'
+        if floor_ratio(key) is not None:
+            extra += f'  {floor_ratio(key):.2f}x {FLOOR}'
         spread = f'({min(v):.3f}-{max(v):.3f})' if len(v) > 1 else ''
         print(f'  {label:62s} {med[key]:9.3f} {spread}{extra}')
     # where a load's time goes: the kernel filling fresh pages (one minor fault per 4 KiB)
-    for side in ('direct', 'ckptfs'):
+    for side in sides:
         t, st, f = (med[f'load:{x}:{side}'] for x in ('cold', 'sys', 'minflt'))
         print(f'  cold load ({side}): {st:.2f} s of its {t:.2f} s in the kernel, '
               f'{f:.0f} page faults ({st / f * 1e6:.1f} us of kernel time per fault)')
@@ -748,6 +788,8 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
         print(f'direct baselines within {STRAY:.0%} of the disk\'s rates')
     print('targets (issue 5): save <= 1.1x, durable <= 0.9x, cold load <= 1.0x, bf16 <= 0.72, '
           'Adam <= 0.92, LoRA <= 0.25, RSS <= write buffer + 64 MiB')
+    print('targets (issue 45): durable <= 1.0x, cold load <= 1.0x, safetensors mmap <= 1.2x '
+          'direct; daemon CPU <= 1.5 s per GB saved')
     if wbuf:
         print(f'  {wbuf}')
 
@@ -756,7 +798,7 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
     print('\n---- markdown (tests/bench/RESULTS.md) ----\n')
     print(f'`{cmd}`, {time.strftime("%Y-%m-%d")}, {machine_line(base)}; {a.size_mib} MiB bf16 '
           f'state ({logical / 1e6:.0f} MB saved), {a.reps} reps, {elapsed / 60:.1f} min. Every '
-          f'save and load in a fresh process, direct and ckptfs alternating which goes first, '
+          f'save and load in a fresh process, {", ".join(sides)} taking turns going first, '
           f'the page cache dropped before every cold read and ckptfs remounted for it.')
     print(f'Disk (fio, 1 MiB sequential, decimal MB/s): write with end_fsync {disk0[0]:.0f} '
           f'(start) / {disk1[0]:.0f} (end), mean {disk_w:.0f}; cold read {disk0[1]:.0f} / '
@@ -766,17 +808,21 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
           f'read / stored/logical {s_over_l:.3f}). Cold loads: ' + '; '.join(
               f'{side} {med[f"load:sys:{side}"]:.2f} s of {med[f"load:cold:{side}"]:.2f} s in '
               f'the kernel, {med[f"load:minflt:{side}"]:.0f} page faults'
-              for side in ('direct', 'ckptfs')) + '.' + (f' {wbuf}.' if wbuf else ''))
+              for side in sides) + '.' + (f' {wbuf}.' if wbuf else '') +
+          (f' {FLOOR}: libfuse\'s example over the same disk, -o default_permissions, read-ahead '
+           f'{READ_AHEAD_KB} KiB (the FUSE floor).' if FLOOR in sides else
+           f' No {FLOOR} floor in this run (it could not be built).'))
     print()
-    print('| metric | median | range | ratio to direct | of physical limit |')
-    print('|---|---:|---:|---:|---:|')
+    print(f'| metric | median | range | ratio to direct | of physical limit | ratio to {FLOOR} |')
+    print('|---|---:|---:|---:|---:|---:|')
     for label, key, unit, dkey, lim in table:
         v = rows[key]
         u = f' {unit}' if unit else ''
         r = f'{fmt(min(v), unit)}-{fmt(max(v), unit)}' if len(v) > 1 else ''
         rt = '' if ratio(key, dkey) is None else f'{ratio(key, dkey):.2f}x'
         fr = '' if lim is None else f'{fraction(key, unit, lim):.2f}'
-        print(f'| {label} | {fmt(med[key], unit)}{u} | {r} | {rt} | {fr} |')
+        fl = '' if floor_ratio(key) is None else f'{floor_ratio(key):.2f}x'
+        print(f'| {label} | {fmt(med[key], unit)}{u} | {r} | {rt} | {fr} | {fl} |')
     for w in warnings:
         print(f'\n{w}')
 
