@@ -15,8 +15,13 @@ with the weights loaded, its interpreter's start and `import torch` included, ag
 direct process's own start to exit. The mount's check of the newest step runs while that
 process starts (fs/steps/steps.c start_checker). Also what the daemon read from the disk from
 its start to the resume's end (/proc/PID/io read_bytes) over the step's stored size: 1 when the
-check and the resume share each chunk's read (issue 45), 2 when each reads it. A benchmark, not
-a test: it prints figures.
+check and the resume share each chunk's read (issue 45), 2 when each reads it. And the FUSE
+floor, the same way: libfuse's passthrough_ll example (bench_small.build_passthrough) mounted
+over the directory of the direct files, -o default_permissions and a 4 MiB read-ahead as ckptfs
+mounts itself, and the same fresh resuming process reading through it, from the mount's start
+to the process's exit: what a restart through a file system that does nothing but pass reads to
+the disk costs here. The three take turns going first. A benchmark, not a test: it prints
+figures.
 
 Before each cold phase the whole page cache is dropped: a restart on a fresh node. With
 --same-node only the checkpoint's bytes are evicted (the direct file and the store's chunk
@@ -44,7 +49,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
-from bench_io import drop_caches, page_reporting_off  # noqa: E402
+from bench_io import READ_AHEAD_KB, drop_caches, page_reporting_off  # noqa: E402
+from bench_small import build_passthrough  # noqa: E402
 
 PY = '/usr/bin/python3'
 TRACKER = 'latest_checkpointed_iteration.txt'
@@ -137,19 +143,39 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit('bench_restore: run as root (it drops the page cache)')
     print(page_reporting_off())
-    direct_root = tempfile.mkdtemp(prefix='ckptfs-bench-direct-', dir=ckfs.test_tmp_root())
+    pt_base = tempfile.mkdtemp(prefix='ckptfs-bench-direct-', dir=ckfs.test_tmp_root())
+    direct_root = os.path.join(pt_base, 'src')     # passthrough_ll serves this directory
+    pt_mnt = os.path.join(pt_base, 'mnt')
+    os.makedirs(direct_root)
+    os.makedirs(pt_mnt)
     rows = {'remount_s': [], 'resume_s': [], 'direct_load_s': [], 'end_to_end_s': [],
-            'direct_wall_s': [], 'read_ratio': []}
+            'direct_wall_s': [], 'read_ratio': [], 'pt_resume_s': [], 'pt_end_to_end_s': []}
     nbytes = 0
     try:
+        pt = build_passthrough(pt_base)
         worker('save', direct_root, a.size_mib)
         with ckfs.Mount() as m:
             worker('save', m.mnt, a.size_mib)
+            sides = ('direct', 'ckptfs') + (('passthrough_ll',) if pt else ())
             for rep in range(a.reps):
-                order = ('direct', 'ckptfs') if rep % 2 == 0 else ('ckptfs', 'direct')
+                order = sides[rep % len(sides):] + sides[:rep % len(sides)]
                 for which in order:
                     make_cold(a.same_node, direct_root, m.store)
-                    if which == 'direct':
+                    if which == 'passthrough_ll':
+                        t = time.perf_counter()
+                        subprocess.run([pt, '-o', 'source=%s,default_permissions' % direct_root,
+                                        pt_mnt], check=True, timeout=30)
+                        try:
+                            st_dev = os.stat(pt_mnt).st_dev
+                            with open('/sys/class/bdi/%d:%d/read_ahead_kb'
+                                      % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
+                                f.write('%d\n' % READ_AHEAD_KB)
+                            r = worker('resume', pt_mnt, a.size_mib)
+                            rows['pt_end_to_end_s'].append(time.perf_counter() - t)
+                            rows['pt_resume_s'].append(r['resume_s'])
+                        finally:
+                            subprocess.run(['fusermount3', '-u', pt_mnt], timeout=60)
+                    elif which == 'direct':
                         r = worker('resume', direct_root, a.size_mib)
                         rows['direct_load_s'].append(r['resume_s'])
                         rows['direct_wall_s'].append(r['wall_s'])
@@ -168,7 +194,7 @@ def main():
                     if r['iteration'] != 100:
                         raise SystemExit('resumed onto iteration %d, not 100' % r['iteration'])
     finally:
-        shutil.rmtree(direct_root, ignore_errors=True)
+        shutil.rmtree(pt_base, ignore_errors=True)
     print('restore after a crash: %d MiB of bf16 weights (%d tensor bytes), %d reps, '
           'median (min-max), %s' % (a.size_mib, nbytes, a.reps,
                                     'same node: only the checkpoint evicted' if a.same_node
@@ -178,11 +204,16 @@ def main():
     for k, label in (('remount_s', 'remount after SIGKILL (recovery)'),
                      ('resume_s', 'tracker + torch.load through ckptfs, cold'),
                      ('direct_load_s', 'torch.load from the disk directly, cold'),
+                     ('pt_resume_s', 'tracker + torch.load through passthrough_ll, cold'),
                      ('end_to_end_s', 'end to end: remount, then a fresh resuming process'),
-                     ('direct_wall_s', 'end to end: a fresh process loading directly')):
+                     ('direct_wall_s', 'end to end: a fresh process loading directly'),
+                     ('pt_end_to_end_s', 'end to end: passthrough_ll mounted, then a fresh '
+                      'resuming process')):
         v = rows[k]
+        if not v:
+            continue
         rate = '%.2f' % (nbytes / statistics.median(v) / 1e9) if k in (
-            'resume_s', 'direct_load_s') else ''
+            'resume_s', 'direct_load_s', 'pt_resume_s') else ''
         print('| %s | %.2f (%.2f-%.2f) | %s |' % (label, statistics.median(v), min(v), max(v),
                                                  rate))
     total = statistics.median(rows['remount_s']) + statistics.median(rows['resume_s'])
@@ -191,6 +222,15 @@ def main():
     print('crash to weights, end to end (the process\'s start and import torch included): '
           '%.2f s through ckptfs, %.2f s direct' % (statistics.median(rows['end_to_end_s']),
                                                    statistics.median(rows['direct_wall_s'])))
+    med = {k: statistics.median(v) for k, v in rows.items() if v}
+    print('whole restore, ckptfs / direct: %.2fx (bar 1.1x)' % (med['end_to_end_s'] /
+                                                               med['direct_wall_s']))
+    if 'pt_end_to_end_s' in med:
+        print('whole restore, passthrough_ll / direct: %.2fx (the FUSE floor); ckptfs / '
+              'passthrough_ll: %.2fx; the load alone, ckptfs / passthrough_ll: %.2fx'
+              % (med['pt_end_to_end_s'] / med['direct_wall_s'],
+                 med['end_to_end_s'] / med['pt_end_to_end_s'],
+                 med['resume_s'] / med['pt_resume_s']))
     print('daemon read_bytes from its start to the resume\'s end / stored bytes: %s' %
           ', '.join('%.2f' % x for x in rows['read_ratio']))
 
