@@ -12,9 +12,14 @@ W moves the same bytes and the figures differ only by concurrency):
       ckptfs, the store remounted first (the mount's check of the newest step is waited for
       before the clock starts: a mount's cost, measured by bench_restore.py), timed the same
       way.
-For each, direct and ckptfs alternate which goes first (odd W ckptfs first). Printed per W: the
-seconds, ckptfs/direct, logical GB/s, and the daemon's CPU seconds (user+sys, /proc/PID/stat)
-per GiB saved (deferred compression included: the bench waits for it) and per GiB loaded.
+The same saves and loads also through libfuse's passthrough_ll example over a directory of the
+same disk (-o default_permissions, 4 MiB read-ahead, as ckptfs mounts itself; built as
+bench_small.build_passthrough does, skipped when it cannot be): the FUSE floor, what a file
+system that only passes each request to the disk costs W writers here.
+Direct, ckptfs and passthrough_ll take turns going first. Printed per W: the seconds,
+ckptfs/direct, passthrough_ll/direct, ckptfs/passthrough_ll, logical GB/s, and the daemon's CPU
+seconds (user+sys, /proc/PID/stat) per GiB saved (deferred compression included: the bench
+waits for it) and per GiB loaded.
 The ckptfs files of each W go into a step directory of their own (iter_000000W/, Megatron's
 naming) and the tracker then names it, so the step engine sees what a real save looks like.
 
@@ -24,6 +29,7 @@ Usage: scripts/bench.sh --writers [--total-mib 1024] [--procs 1 2 4 8] [--reps 1
 Root is needed (the page cache is dropped). At the end a markdown table for RESULTS.md.
 """
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -38,6 +44,9 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 sys.path.insert(0, HERE)
 import ckfs      # noqa: E402
 import bench_io  # noqa: E402
+from bench_small import build_passthrough, passthrough_mount  # noqa: E402
+
+FLOOR = 'passthrough_ll'
 
 
 def run_many(mode, paths, mib, seeds):
@@ -83,6 +92,7 @@ def main():
                                            os.path.join(os.getcwd(), 'output', 'bench')))
     os.makedirs(base, exist_ok=True)
     direct = tempfile.mkdtemp(prefix='direct-', dir=base)
+    pt_dir = tempfile.mkdtemp(prefix='passthrough-', dir=base)
     os.environ['CKPTFS_TEST_TMP'] = base
     rows = {}    # (W, metric) -> [values over reps]
 
@@ -92,7 +102,17 @@ def main():
     try:
         disk = bench_io.disk_rates(direct, a.total_mib)
         bench_io.print_rates('disk', disk)
-        with ckfs.Mount() as m, bench_io.evidence_on_failure(m):
+        pt_bin = build_passthrough(pt_dir)
+        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',)) if pt_bin
+                 else contextlib.nullcontext())
+        with ckfs.Mount() as m, bench_io.evidence_on_failure(m), floor as pt_mnt:
+            sides = ('direct', 'ckptfs')
+            if pt_mnt:
+                st_dev = os.stat(pt_mnt).st_dev
+                with open('/sys/class/bdi/%d:%d/read_ahead_kb'
+                          % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
+                    f.write('%d\n' % bench_io.READ_AHEAD_KB)
+                sides += (FLOOR,)
             for r in range(a.reps):
                 for w in a.procs:
                     mib = max(1, a.total_mib // w)
@@ -101,12 +121,15 @@ def main():
                     os.makedirs(sd)
                     pm = [os.path.join(sd, f'mp_rank_{i:02d}_model_states.pt') for i in range(w)]
                     pd = [os.path.join(direct, f'w{w}-r{i}.pt') for i in range(w)]
+                    pp = [os.path.join(pt_mnt, f'w{w}-r{i}.pt') for i in range(w)] if pt_mnt \
+                        else []
                     seeds = [1000 * step + i for i in range(w)]
-                    order = ('ckptfs', 'direct') if (w + r) % 2 else ('direct', 'ckptfs')
+                    k = (a.procs.index(w) + r) % len(sides)
+                    order = sides[k:] + sides[:k]
                     logical = 0
                     for side in order:
-                        if side == 'direct':
-                            t, _ = run_many('save', pd, mib, seeds)
+                        if side in ('direct', FLOOR):
+                            t, _ = run_many('save', pd if side == 'direct' else pp, mib, seeds)
                         else:
                             c0 = bench_io.proc_cpu_s(m.pid)
                             t, _ = run_many('save', pm, mib, seeds)
@@ -120,8 +143,8 @@ def main():
                                 (logical / (1 << 30)))
                         add(w, f'save:{side}', t)
                     for side in order:
-                        if side == 'direct':
-                            t, _ = run_many('load', pd, mib, seeds)
+                        if side in ('direct', FLOOR):
+                            t, _ = run_many('load', pd if side == 'direct' else pp, mib, seeds)
                         else:
                             m.remount()
                             os.stat(m.mnt)     # the mount's check done before the clock
@@ -131,15 +154,15 @@ def main():
                                 (logical / (1 << 30)))
                         add(w, f'load:{side}', t)
                     add(w, 'logical', logical)
-                    for p in pd:
+                    for p in pd + pp:
                         os.unlink(p)
-                    print(f'W={w} rep {r}: save direct {rows[(w, "save:direct")][-1]:.2f} s, '
-                          f'ckptfs {rows[(w, "save:ckptfs")][-1]:.2f} s; cold load direct '
-                          f'{rows[(w, "load:direct")][-1]:.2f} s, ckptfs '
-                          f'{rows[(w, "load:ckptfs")][-1]:.2f} s', flush=True)
+                    print(f'W={w} rep {r}: ' + '; '.join(
+                        f'{side} save {rows[(w, "save:" + side)][-1]:.2f} s, cold load '
+                        f'{rows[(w, "load:" + side)][-1]:.2f} s' for side in sides), flush=True)
     finally:
         if not ckfs.keep_tmp():
             shutil.rmtree(direct, ignore_errors=True)
+            shutil.rmtree(pt_dir, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in rows.items()}
     print('\n---- markdown (tests/bench/RESULTS.md) ----\n')
@@ -148,16 +171,26 @@ def main():
           f'{bench_io.machine_line(base)}; {time.perf_counter() - t_start:.0f} s. Disk (fio, '
           f'1 MiB sequential): write with end_fsync {disk[0]:.0f} MB/s, cold read '
           f'{disk[1]:.0f} MB/s; fresh memory {disk[2]:.0f} MB/s. Medians of {a.reps} rep(s); '
-          f'W processes each save or load total/W MiB, all at once.\n')
-    print('| W | save+fsync direct | ckptfs | ckptfs/direct | cold load direct | ckptfs | '
-          'ckptfs/direct | daemon CPU s/GiB saved | /GiB loaded |')
-    print('|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+          f'W processes each save or load total/W MiB, all at once. '
+          + (f'{FLOOR}: libfuse\'s example over the same disk, -o default_permissions, '
+             f'read-ahead {bench_io.READ_AHEAD_KB} KiB (the FUSE floor); pt in the table.\n'
+             if (a.procs[0], f'save:{FLOOR}') in med else f'No {FLOOR} in this run.\n'))
+    print('| W | save+fsync direct | ckptfs | ckptfs/direct | pt/direct | ckptfs/pt | '
+          'cold load direct | ckptfs | ckptfs/direct | pt/direct | ckptfs/pt | '
+          'daemon CPU s/GiB saved | /GiB loaded |')
+    print('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+
+    def floor_cols(w, kind, c, d):
+        f = med.get((w, f'{kind}:{FLOOR}'))
+        return f'{f / d:.2f}x | {c / f:.2f}x' if f else ' | '
+
     for w in a.procs:
         g = med[(w, 'logical')] / 1e9
         sd, sc = med[(w, 'save:direct')], med[(w, 'save:ckptfs')]
         ld, lc = med[(w, 'load:direct')], med[(w, 'load:ckptfs')]
         print(f'| {w} | {sd:.2f} s ({g / sd:.2f} GB/s) | {sc:.2f} s | {sc / sd:.2f}x | '
-              f'{ld:.2f} s | {lc:.2f} s | {lc / ld:.2f}x | {med[(w, "cpu_save")]:.2f} | '
+              f'{floor_cols(w, "save", sc, sd)} | {ld:.2f} s | {lc:.2f} s | {lc / ld:.2f}x | '
+              f'{floor_cols(w, "load", lc, ld)} | {med[(w, "cpu_save")]:.2f} | '
               f'{med[(w, "cpu_load")]:.2f} |')
 
 
