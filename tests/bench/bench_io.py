@@ -559,17 +559,12 @@ def main():
         # imported here: bench_small imports this module
         from bench_small import build_passthrough, passthrough_mount
         pt_bin = build_passthrough(pt_dir)
-        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',)) if pt_bin
+        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',),
+                                   read_ahead_kb=READ_AHEAD_KB) if pt_bin
                  else contextlib.nullcontext())
         with ckfs.Mount(opts=opts) as m, evidence_on_failure(m), floor as pt_mnt:
             cpu_s, saved_b, hwm = 0.0, 0, 0.0
-            sides = ('direct', 'ckptfs')
-            if pt_mnt:
-                st_dev = os.stat(pt_mnt).st_dev
-                with open('/sys/class/bdi/%d:%d/read_ahead_kb'
-                          % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
-                    f.write('%d\n' % READ_AHEAD_KB)
-                sides += (FLOOR,)
+            sides = ('direct', 'ckptfs') + ((FLOOR,) if pt_mnt else ())
 
             def remount():
                 nonlocal hwm

@@ -232,12 +232,7 @@ def main():
         # FS_READ_AHEAD_KB in fs/fuse/fuse_int.h)
         t_pt = {}
         for ra_kb in ((None, 4096) if pt else ()):
-            with passthrough_mount(pt_base, pt) as pt_mnt:
-                st_dev = os.stat(pt_mnt).st_dev
-                if ra_kb:
-                    with open('/sys/class/bdi/%d:%d/read_ahead_kb'
-                              % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
-                        f.write('%d\n' % ra_kb)
+            with passthrough_mount(pt_base, pt, read_ahead_kb=ra_kb) as pt_mnt:
                 drop_caches()
                 t = time.monotonic()
                 n_pt = read_all([os.path.join(pt_mnt, path) for path in files], a.parallel)

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
 from bench_io import READ_AHEAD_KB, drop_caches, page_reporting_off  # noqa: E402
-from bench_small import build_passthrough  # noqa: E402
+from bench_small import build_passthrough, passthrough_mount  # noqa: E402
 
 PY = '/usr/bin/python3'
 TRACKER = 'latest_checkpointed_iteration.txt'
@@ -145,9 +145,7 @@ def main():
     print(page_reporting_off())
     pt_base = tempfile.mkdtemp(prefix='ckptfs-bench-direct-', dir=ckfs.test_tmp_root())
     direct_root = os.path.join(pt_base, 'src')     # passthrough_ll serves this directory
-    pt_mnt = os.path.join(pt_base, 'mnt')
     os.makedirs(direct_root)
-    os.makedirs(pt_mnt)
     rows = {'remount_s': [], 'resume_s': [], 'direct_load_s': [], 'end_to_end_s': [],
             'direct_wall_s': [], 'read_ratio': [], 'pt_resume_s': [], 'pt_end_to_end_s': []}
     nbytes = 0
@@ -163,18 +161,11 @@ def main():
                     make_cold(a.same_node, direct_root, m.store)
                     if which == 'passthrough_ll':
                         t = time.perf_counter()
-                        subprocess.run([pt, '-o', 'source=%s,default_permissions' % direct_root,
-                                        pt_mnt], check=True, timeout=30)
-                        try:
-                            st_dev = os.stat(pt_mnt).st_dev
-                            with open('/sys/class/bdi/%d:%d/read_ahead_kb'
-                                      % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
-                                f.write('%d\n' % READ_AHEAD_KB)
+                        with passthrough_mount(pt_base, pt, opts=('default_permissions',),
+                                               read_ahead_kb=READ_AHEAD_KB) as pt_mnt:
                             r = worker('resume', pt_mnt, a.size_mib)
                             rows['pt_end_to_end_s'].append(time.perf_counter() - t)
                             rows['pt_resume_s'].append(r['resume_s'])
-                        finally:
-                            subprocess.run(['fusermount3', '-u', pt_mnt], timeout=60)
                     elif which == 'direct':
                         r = worker('resume', direct_root, a.size_mib)
                         rows['direct_load_s'].append(r['resume_s'])

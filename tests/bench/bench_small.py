@@ -112,16 +112,23 @@ def rep_ext4(base, n):
 
 
 @contextlib.contextmanager
-def passthrough_mount(base, binary, preexec_fn=None, opts=()):
+def passthrough_mount(base, binary, preexec_fn=None, opts=(), read_ahead_kb=None):
     """binary (build_passthrough's) mounted at base/mnt over base/src, both made, with the
     -o options opts besides source= (e.g. ('default_permissions',)); yields the mount point,
-    unmounted on exit. preexec_fn runs in the daemon before it starts."""
+    unmounted on exit. preexec_fn runs in the daemon before it starts. read_ahead_kb: the
+    mount's read-ahead (its bdi's read_ahead_kb; the kernel's default, 128 KiB, when None), e.g.
+    ckptfs's own 4096 (FS_READ_AHEAD_KB, fs/fuse/fuse_int.h) to compare like with like."""
     src, mnt = os.path.join(base, 'src'), os.path.join(base, 'mnt')
     os.makedirs(src, exist_ok=True)    # may hold the files to serve already
     os.makedirs(mnt, exist_ok=True)
     subprocess.run([binary, '-o', ','.join(('source=' + src,) + tuple(opts)), mnt],
                    check=True, timeout=30, preexec_fn=preexec_fn)
     try:
+        if read_ahead_kb:
+            st_dev = os.stat(mnt).st_dev
+            with open('/sys/class/bdi/%d:%d/read_ahead_kb'
+                      % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
+                f.write('%d\n' % read_ahead_kb)
         yield mnt
     finally:
         subprocess.run(['fusermount3', '-u', mnt], timeout=60)

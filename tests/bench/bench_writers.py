@@ -103,16 +103,11 @@ def main():
         disk = bench_io.disk_rates(direct, a.total_mib)
         bench_io.print_rates('disk', disk)
         pt_bin = build_passthrough(pt_dir)
-        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',)) if pt_bin
+        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',),
+                                   read_ahead_kb=bench_io.READ_AHEAD_KB) if pt_bin
                  else contextlib.nullcontext())
         with ckfs.Mount() as m, bench_io.evidence_on_failure(m), floor as pt_mnt:
-            sides = ('direct', 'ckptfs')
-            if pt_mnt:
-                st_dev = os.stat(pt_mnt).st_dev
-                with open('/sys/class/bdi/%d:%d/read_ahead_kb'
-                          % (os.major(st_dev), os.minor(st_dev)), 'w') as f:
-                    f.write('%d\n' % bench_io.READ_AHEAD_KB)
-                sides += (FLOOR,)
+            sides = ('direct', 'ckptfs') + ((FLOOR,) if pt_mnt else ())
             for r in range(a.reps):
                 for w in a.procs:
                     mib = max(1, a.total_mib // w)
