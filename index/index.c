@@ -1101,7 +1101,7 @@ int idx_checkpoint(struct idx *ix)
 	 * or not at all (no busy handler: it would hold the writer's lock while it waited).
 	 * Without this, a writer that begins a transaction during each checkpoint never finds the
 	 * WAL fully copied at its begin, never restarts it, and the file grew to the backstop's
-	 * 64 MiB (1 KiB files streamed by one writer: 67.5 MB; 8-13 MB now). Not TRUNCATE: a WAL
+	 * 64 MiB (1 KiB files streamed by one writer: 67.5 MB). Not TRUNCATE: a WAL
 	 * cut to 0 bytes grows again with every commit, and each fdatasync of a file that grew
 	 * writes its size too (small files 2,553 -> 2,145 files/s, RESULTS.md).
 	 * A restart that could not be made (a writer inside its transaction) is owed: the next

@@ -219,8 +219,9 @@ int idx_checkpoint_apart(struct idx *ix);
  * WAL from its beginning (RESTART, without waiting for either): a writer that began a
  * transaction during every checkpoint never restarted it itself, and the file grew to the
  * backstop's 64 MiB. A restart that could not be made is tried again at the next call, due
- * or not (it copies what was written since first). The file keeps its largest size (not cut: a WAL that grows again costs
- * every fdatasync its size). Syncs the WAL before copying and the database after.
+ * or not (it copies what was written since first). The file keeps its largest size (not cut:
+ * a WAL that grows again costs every fdatasync its size). Syncs the WAL before copying and the
+ * database after.
  * Thread-safety: does not need the handle's lock and may run while another thread uses the
  * handle, but from one thread at a time, and not after idx_close begins. Returns 1 (a
  * checkpoint ran), 0 (nothing due, idx_checkpoint_apart not called, or another checkpoint

@@ -322,6 +322,8 @@ def worker(mode, path, size_mib, seed):
     save: build the state (seed), then time open + torch.save + close (close_s) and an fsync
           on a descriptor opened after the close (durable_s, from the same open).
     load: time torch.load only (load_s; the result is freed after the clock stops).
+    Both also give end_mono, CLOCK_MONOTONIC (the same in every process) when their timed
+    part ended, for a parent that times several workers at once (bench_writers.py).
     inproc_load: the old bench's way, to measure what it measured: build the state, save it
           to path with fsync in this process, keep it, then (after "go") time torch.load of it
           here, result dropped inside the timing as the old bench did (load_s), and the
@@ -357,7 +359,7 @@ def worker(mode, path, size_mib, seed):
         os.fsync(fd)
         os.close(fd)
         t2 = time.perf_counter()
-        res.update(close_s=t1 - t0, durable_s=t2 - t0)
+        res.update(close_s=t1 - t0, durable_s=t2 - t0, end_mono=time.monotonic())
     elif mode == 'touch':
         res['touch_s'] = touch_fresh(size_mib)
     elif mode == 'stsave':
@@ -370,6 +372,7 @@ def worker(mode, path, size_mib, seed):
         t0 = time.perf_counter()
         out = torch.load(path)
         t1 = time.perf_counter()
+        res['end_mono'] = time.monotonic()
         n = len(out)
         del out
         t2 = time.perf_counter()
