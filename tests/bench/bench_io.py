@@ -103,7 +103,6 @@ import ckfs  # noqa: E402
 
 STRAY = 0.20           # a direct baseline further than this from the disk's rate is flagged
 FLOOR = 'passthrough_ll'
-READ_AHEAD_KB = 4096   # ckptfs's own mount's (FS_READ_AHEAD_KB, fs/fuse/fuse_int.h)
 
 
 def drop_caches():
@@ -559,13 +558,8 @@ def main():
         os.environ['CKPTFS_TEST_TMP'] = base
         opts = ((f'write_buffer={a.write_buffer}',) if a.write_buffer else ()) + \
             ((f'defer_compress={a.defer_compress}',) if a.defer_compress else ())
-        # imported here: bench_small imports this module
-        from bench_small import build_passthrough, passthrough_mount
-        pt_bin = build_passthrough(pt_dir)
-        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',),
-                                   read_ahead_kb=READ_AHEAD_KB) if pt_bin
-                 else contextlib.nullcontext())
-        with ckfs.Mount(opts=opts) as m, evidence_on_failure(m), floor as pt_mnt:
+        from bench_small import floor_mount  # here: bench_small imports this module
+        with ckfs.Mount(opts=opts) as m, evidence_on_failure(m), floor_mount(pt_dir) as pt_mnt:
             cpu_s, saved_b, hwm = 0.0, 0, 0.0
             sides = ('direct', 'ckptfs') + ((FLOOR,) if pt_mnt else ())
 
@@ -697,6 +691,7 @@ def main():
 
 
 def report(a, base, rows, disk0, disk1, wbuf, elapsed):
+    from bench_small import FLOOR_READ_AHEAD_KB  # here: bench_small imports this module
     med = {k: statistics.median(v) for k, v in rows.items()}
     disk_w, disk_r, mem = ((x + y) / 2 for x, y in zip(disk0, disk1))
     logical = med['logical bytes']
@@ -770,8 +765,9 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
         spread = f'({min(v):.3f}-{max(v):.3f})' if len(v) > 1 else ''
         print(f'  {label:62s} {med[key]:9.3f} {spread}{extra}')
     warm = med['load:warm:direct']
-    print('  cold torch.load as a fraction of the reader\'s warm ceiling (warm s / cold s): ' +
-          ', '.join(f'{side} {warm / med[f"load:cold:{side}"]:.2f}' for side in sides))
+    of_warm = ', '.join(f'{side} {warm / med[f"load:cold:{side}"]:.2f}' for side in sides)
+    print(f'  cold torch.load as a fraction of the reader\'s warm ceiling (warm s / cold s): '
+          f'{of_warm}')
     # where a load's time goes: the kernel filling fresh pages (one minor fault per 4 KiB)
     for side in sides:
         t, st, f = (med[f'load:{x}:{side}'] for x in ('cold', 'sys', 'minflt'))
@@ -827,10 +823,9 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
               f'{side} {med[f"load:sys:{side}"]:.2f} s of {med[f"load:cold:{side}"]:.2f} s in '
               f'the kernel, {med[f"load:minflt:{side}"]:.0f} page faults'
               for side in sides) + '. Cold torch.load as a fraction of the warm ceiling (warm '
-          's / cold s): ' + ', '.join(f'{side} {warm / med[f"load:cold:{side}"]:.2f}'
-                                      for side in sides) + '.' + (f' {wbuf}.' if wbuf else '') +
+          f's / cold s): {of_warm}.' + (f' {wbuf}.' if wbuf else '') +
           (f' {FLOOR}: libfuse\'s example over the same disk, -o default_permissions, read-ahead '
-           f'{READ_AHEAD_KB} KiB (the FUSE floor).' if FLOOR in sides else
+           f'{FLOOR_READ_AHEAD_KB} KiB (the FUSE floor).' if FLOOR in sides else
            f' No {FLOOR} floor in this run (it could not be built).'))
     print()
     print(f'| metric | median | range | ratio to direct | of physical limit | ratio to {FLOOR} |')

@@ -49,8 +49,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 
 import ckfs  # noqa: E402
-from bench_io import READ_AHEAD_KB, drop_caches, page_reporting_off  # noqa: E402
-from bench_small import build_passthrough, passthrough_mount  # noqa: E402
+from bench_io import drop_caches, page_reporting_off  # noqa: E402
+from bench_small import (FLOOR_READ_AHEAD_KB, build_passthrough,  # noqa: E402
+                         passthrough_mount)
 
 PY = '/usr/bin/python3'
 TRACKER = 'latest_checkpointed_iteration.txt'
@@ -162,7 +163,7 @@ def main():
                     if which == 'passthrough_ll':
                         t = time.perf_counter()
                         with passthrough_mount(pt_base, pt, opts=('default_permissions',),
-                                               read_ahead_kb=READ_AHEAD_KB) as pt_mnt:
+                                               read_ahead_kb=FLOOR_READ_AHEAD_KB) as pt_mnt:
                             r = worker('resume', pt_mnt, a.size_mib)
                             rows['pt_end_to_end_s'].append(time.perf_counter() - t)
                             rows['pt_resume_s'].append(r['resume_s'])

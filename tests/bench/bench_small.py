@@ -134,6 +134,23 @@ def passthrough_mount(base, binary, preexec_fn=None, opts=(), read_ahead_kb=None
         subprocess.run(['fusermount3', '-u', mnt], timeout=60)
 
 
+FLOOR_READ_AHEAD_KB = 4096  # ckptfs's own mount's (FS_READ_AHEAD_KB, fs/fuse/fuse_int.h)
+
+
+@contextlib.contextmanager
+def floor_mount(base):
+    """The FUSE floor of a bench: passthrough_ll built into base and mounted at base/mnt over
+    base/src as ckptfs mounts itself (-o default_permissions, its 4 MiB read-ahead); yields the
+    mount point, or None when passthrough_ll cannot be built (build_passthrough says why)."""
+    binary = build_passthrough(base)
+    if not binary:
+        yield None
+        return
+    with passthrough_mount(base, binary, opts=('default_permissions',),
+                           read_ahead_kb=FLOOR_READ_AHEAD_KB) as mnt:
+        yield mnt
+
+
 def rep_passthrough(base, n, binary, opts=()):
     with passthrough_mount(base, binary, opts=opts) as mnt:
         return run_worker(mnt, n)

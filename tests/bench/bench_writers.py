@@ -29,7 +29,6 @@ Usage: scripts/bench.sh --writers [--total-mib 1024] [--procs 1 2 4 8] [--reps 1
 Root is needed (the page cache is dropped). At the end a markdown table for RESULTS.md.
 """
 import argparse
-import contextlib
 import os
 import shutil
 import statistics
@@ -44,7 +43,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 'lib'))
 sys.path.insert(0, HERE)
 import ckfs      # noqa: E402
 import bench_io  # noqa: E402
-from bench_small import build_passthrough, passthrough_mount  # noqa: E402
+from bench_small import FLOOR_READ_AHEAD_KB, floor_mount  # noqa: E402
 
 FLOOR = 'passthrough_ll'
 
@@ -106,11 +105,7 @@ def main():
     try:
         disk = bench_io.disk_rates(direct, a.total_mib)
         bench_io.print_rates('disk', disk)
-        pt_bin = build_passthrough(pt_dir)
-        floor = (passthrough_mount(pt_dir, pt_bin, opts=('default_permissions',),
-                                   read_ahead_kb=bench_io.READ_AHEAD_KB) if pt_bin
-                 else contextlib.nullcontext())
-        with ckfs.Mount() as m, bench_io.evidence_on_failure(m), floor as pt_mnt:
+        with ckfs.Mount() as m, bench_io.evidence_on_failure(m), floor_mount(pt_dir) as pt_mnt:
             sides = ('direct', 'ckptfs') + ((FLOOR,) if pt_mnt else ())
             for r in range(a.reps):
                 for w in a.procs:
@@ -172,7 +167,7 @@ def main():
           f'{disk[1]:.0f} MB/s; fresh memory {disk[2]:.0f} MB/s. Medians of {a.reps} rep(s); '
           f'W processes each save or load total/W MiB, all at once. '
           + (f'{FLOOR}: libfuse\'s example over the same disk, -o default_permissions, '
-             f'read-ahead {bench_io.READ_AHEAD_KB} KiB (the FUSE floor); pt in the table.\n'
+             f'read-ahead {FLOOR_READ_AHEAD_KB} KiB (the FUSE floor); pt in the table.\n'
              if (a.procs[0], f'save:{FLOOR}') in med else f'No {FLOOR} in this run.\n'))
     print('| W | save+fsync direct | ckptfs | ckptfs/direct | pt/direct | ckptfs/pt | '
           'cold load direct | ckptfs | ckptfs/direct | pt/direct | ckptfs/pt | '
