@@ -51,6 +51,8 @@ static const char *const points[] = {
 				* it moved not yet sent */
 	"stats-scan",          /* meta.c: a status or metrics read about to scan the store for
 				* its figures (with fs->mu held only if its own handle failed) */
+	"top-dir-made",        /* ops_dir.c: a top-level directory's mkdir committed, its writer
+				* not yet noted by the step engine */
 };
 #define NPOINTS (sizeof(points) / sizeof(points[0]))
 

@@ -101,6 +101,8 @@ int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char 
 		rc = idx_symlink_set(fs->ix, ino, link_target);
 	if (rc == 0)
 		rc = idx_dentry_add(fs->ix, parent, name, ino);
+	if (rc == 0 && S_ISDIR(mode))
+		rc = steps_on_mkdir(fs, parent, name, ino);
 	if (rc == 0) {
 		/* pa is the parent's row of this section: nothing above changed it */
 		fs_touch_dir_attr(&pa, now, S_ISDIR(mode) ? 1 : 0);
@@ -108,6 +110,8 @@ int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char 
 	}
 	if ((rc = fs_commit_or_rollback(fs, rc)) < 0)
 		return rc;
+	if (parent == IDX_ROOT_INO && S_ISDIR(mode))
+		ckpt_fault("top-dir-made");
 	steps_on_name(fs, parent, name, ino, fuse_req_ctx(req)->pid, false);
 	*ret_ino = ino;
 	if (ret_attr)

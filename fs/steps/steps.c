@@ -183,6 +183,25 @@ static bool sealed_by_rename(struct ckfs *fs, uint64_t ino, const char *name, pi
 	return true;
 }
 
+int steps_on_mkdir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino)
+{
+	struct layout_match m;
+	int64_t id;
+	int rc;
+
+	fs->steps.made_id = 0;
+	if (fs->steps.opt.layout < 0 || parent != IDX_ROOT_INO ||
+	    policy_entry_of(name, S_IFDIR, fs->steps.opt.layout, &m) != POLICY_STEP_DIR ||
+	    m.step_prefix_len == 0)
+		return 0;
+	/* as steps_step_of_path makes it: a slot's number is its newest sealed version's */
+	rc = idx_step_create(fs->ix, m.kind, name, (m.flags & LAYOUT_F_SLOT) ? 0 : m.step, ino,
+			     ckfs_now(fs), &id);
+	if (rc == 0)
+		fs->steps.made_id = id;
+	return rc;
+}
+
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed)
 {
@@ -190,6 +209,10 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	struct layout_match m;
 	struct idx_step s;
 
+	/* a row steps_on_mkdir made is this mkdir's; any other call finds none to judge */
+	int64_t made = fs->steps.made_id;
+
+	fs->steps.made_id = 0;
 	if (fs->steps.opt.layout < 0)
 		return;
 	if (parent == IDX_ROOT_INO) {
@@ -202,8 +225,11 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 		if (renamed && sealed_by_rename(fs, ino, name, pid))
 			return;
 		/* a candidate is looked up only: its marker makes it a step (policy rule 1) */
-		if (steps_step_of_path(fs, name, &m, &s) == 0)
+		if (steps_step_of_path(fs, name, &m, &s) == 0) {
+			if (made == s.id)
+				steps_judge_older_sealed(fs, &m);
 			steps_note_writer(fs, &s, pid);
+		}
 		return;
 	}
 	if (steps_rel_path(fs, ino, rel, sizeof(rel)) < 0 ||

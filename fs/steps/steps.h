@@ -203,6 +203,20 @@ void steps_retention(struct ckfs *fs, int kind);
  */
 int steps_seal_remote(struct ckfs *fs, int kind, int64_t step, const char *name,
 		      int64_t marker_ns, const char *why);
+/*
+ * steps_on_mkdir - directory parent/name (inode ino) is being made by mkdir, inside the caller's
+ * open index transaction: if it is a top-level step directory (policy_entry_of says
+ * POLICY_STEP_DIR), its step row is made in that transaction, so that the directory and its row
+ * are committed together. A directory committed without its row is a step the index does not
+ * know: recovery never judges it, and a resume that picks the newest step directory by name
+ * (transformers' get_last_checkpoint) lands on it (tests/mount/test_crash.py StepDirMadeTest).
+ * The caller then calls steps_on_name once committed, which notes the writer and judges older
+ * sealed steps as for a row it made itself. An all-digit directory that is a step only on its
+ * marker's evidence (POLICY_CANDIDATE) gets no row here.
+ * Returns 0 (also when the directory is no step directory, or no layout is used) or the index's
+ * -errno (the caller rolls its transaction back). fs->mu held.
+ */
+int steps_on_mkdir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino);
 /* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed);

@@ -201,8 +201,10 @@ int steps_ctl_rollback(struct ckfs *fs, const char *arg, char *msg, size_t cap)
 		       "('ckptctl STORE drop STEP')", s.name, layout_name(s.kind));
 		goto out;
 	}
-	/* as if the trainer wrote its tracker: a claim, the head of a new lineage (rule 6) */
-	steps_on_claim(fs, s.kind, tracker, content, (size_t)n, 0);
+	/* as if the trainer wrote its tracker: a claim, the head of a new lineage (rule 6). Of
+	 * version s, the complete one at the step's name (find_step): a claim by name would seal
+	 * the newest version of that name, which may be a rewrite set aside (steps_seal). */
+	steps_claim_record(fs, s.kind, tracker, content, (size_t)n, &t);
 	steps_inval_queue(fs, IDX_ROOT_INO, tracker);
 	ckpt_msg(msg, cap, "'%s' now names step %" PRId64 " ('%s'); the newer steps are kept as "
 	       "another lineage", tracker, s.step, s.name);

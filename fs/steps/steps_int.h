@@ -236,6 +236,15 @@ int steps_set_state(struct ckfs *fs, struct idx_step *s, int state, const char *
 void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, bool quiet);
 
 /*
+ * steps_judge_older_sealed - the row of step m->step of layout m->kind (a layout_classify match)
+ * was just made: if that layout's step directories hold the same names at every step
+ * (policy_names_repeat: DeepSpeed, HF), judge its sealed steps older than m->step now (at most
+ * 16, newest first). fs->mu held; each judgement runs its own transaction; index errors leave
+ * those steps to be judged later.
+ */
+void steps_judge_older_sealed(struct ckfs *fs, const struct layout_match *m);
+
+/*
  * steps_step_of_path - the step whose directory is rel[0, m->step_prefix_len), into *ret,
  * creating its row if needed (then older sealed steps of a policy_names_repeat layout are judged).
  * A directory that is a step only on evidence (policy_needs_evidence) gets its row from its
@@ -246,6 +255,17 @@ void steps_evaluate(struct ckfs *fs, int64_t id, bool settled, bool recovering, 
  */
 int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_match *m,
 		       struct idx_step *ret);
+
+/*
+ * steps_claim_record - record the claim buf[0, len) (bytes, not NUL-terminated) written into the
+ * tracker at path name (relative to the mount root) of layout kind, parsed into *t; what it
+ * seals is the caller's (steps_on_claim; a rollback seals nothing: it names a complete version).
+ * Returns layout_tracker_parse's answer: 0, or -errno (recorded all the same, as a claim of no
+ * step). An index error is logged and the claim is not recorded. fs->mu held; runs its own
+ * transaction.
+ */
+int steps_claim_record(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
+		       struct layout_tracker *t);
 
 /*
  * steps_seal - a marker or a tracker claim says step s was saved (why: for the log): seal it and

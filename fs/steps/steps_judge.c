@@ -138,16 +138,16 @@ static int older_sealed_cb(const struct idx_step *o, void *arg)
 	return 0;
 }
 
-/*
- * A DeepSpeed or HF step `step` was just started: every rank is done with the sealed steps
- * before it (newer_step_started), which may complete now rather than once quiet, so the new
- * step has a complete one to be compared with when its own marker comes.
- */
-static void judge_older_sealed(struct ckfs *fs, int kind, int64_t step)
+/* Every rank is done with the sealed steps before a new one (newer_step_started): they may
+ * complete now rather than once quiet, so the new step has a complete one to be compared with
+ * when its own marker comes. */
+void steps_judge_older_sealed(struct ckfs *fs, const struct layout_match *m)
 {
-	struct older_ctx c = { .step = step };
+	struct older_ctx c = { .step = m->step };
 
-	if (idx_step_newest_each(fs->ix, 1u << kind, IDX_STEP_SEALED, older_sealed_cb, &c) < 0)
+	if (!policy_names_repeat(m->kind))
+		return;
+	if (idx_step_newest_each(fs->ix, 1u << m->kind, IDX_STEP_SEALED, older_sealed_cb, &c) < 0)
 		return;
 	for (size_t i = 0; i < c.n; i++)
 		steps_evaluate(fs, c.ids[i], false, false, false);
@@ -209,27 +209,62 @@ int steps_step_of_path(struct ckfs *fs, const char *rel, const struct layout_mat
 		idx_rollback(fs->ix);
 	if (rc < 0)
 		return rc;
-	if (policy_names_repeat(m->kind))
-		judge_older_sealed(fs, m->kind, m->step);
+	steps_judge_older_sealed(fs, m);
 	return idx_step_get(fs->ix, id, ret);
+}
+
+/*
+ * Is step s a new version of a complete step (a rewrite in place)? Its complete version is the
+ * one put back at s's name when s was set aside (steps_restore: same kind and name, older), or
+ * one still kept in /.ckptfs/retained (steps_kept_version_dir); its directory into *ret_dir.
+ */
+static bool rewrite_of(struct ckfs *fs, const struct idx_step *s, uint64_t *ret_dir)
+{
+	const char *leaf;
+	struct idx_step o;
+	uint64_t home, cur;
+
+	if (steps_step_home(fs, s->name, &home, &leaf) == 0 &&
+	    idx_dentry_lookup(fs->ix, home, leaf, &cur) == 0 && cur != s->dir_ino &&
+	    idx_step_by_dir(fs->ix, cur, &o) == 0 && o.state == IDX_STEP_COMPLETE &&
+	    o.kind == s->kind && o.id < s->id && strcmp(o.name, s->name) == 0) {
+		*ret_dir = cur;
+		return true;
+	}
+	return steps_kept_version_dir(fs, s, ret_dir);
 }
 
 /*
  * A seal (a marker, or another node's) for step s, set aside in quarantine: bring it back to its
  * name if its files are sound. Its name may hold the version put back when s was set aside (a
  * slot, a step rewritten in place: steps_restore); s is newer and sealed, so that one goes back
- * to /.ckptfs/retained (steps_unrestore). Returns true when s is back and sealed; false when it
- * stays set aside (logged when its files are sound). fs->mu held; runs its own transaction.
+ * to /.ckptfs/retained (steps_unrestore), unless s is a rewrite cut short (rewrite_of). Returns
+ * true when s is back and sealed; false when it stays set aside (logged when its files are
+ * sound). fs->mu held; runs its own transaction.
  */
 static bool seal_set_aside(struct ckfs *fs, struct idx_step *s, const char *why)
 {
+	char missing[LAYOUT_PATH_MAX];
 	struct step_scan sc;
 	const char *leaf;
-	uint64_t home;
+	uint64_t home, kept;
 	int rc;
 
 	if (steps_scan_tree(fs, s->dir_ino, false, &sc) < 0 || sc.unsound || sc.uncommitted ||
-	    sc.fig.files == 0 || idx_begin(fs->ix) < 0)
+	    sc.fig.files == 0)
+		return false;
+	/* A rewrite in place starts with every file of its complete version (steps_reopen_complete):
+	 * a save cut short leaves some of them as they were, each whole, and the step a mix of two
+	 * saves. Its writers are gone, so the seal may not be theirs (`ckptctl rollback`, a user's
+	 * `echo N >` tracker): it brings the rewrite back only if every name was written again. */
+	if (rewrite_of(fs, s, &kept) &&
+	    policy_rewritten_names(fs->ix, s, kept, missing, sizeof(missing)) != POLICY_PREV_ALL) {
+		ckpt_log("step '%s': %s, but it stays set aside in .ckptfs/quarantine: a rewrite cut "
+			 "short (%s), so the complete version keeps its name", s->name, why,
+			 missing);
+		return false;
+	}
+	if (idx_begin(fs->ix) < 0)
 		return false;
 	rc = steps_move_back(fs, s);
 	if (rc == -EEXIST && (rc = steps_unrestore(fs, s)) == 0)

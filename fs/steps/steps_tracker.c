@@ -259,17 +259,26 @@ uint64_t steps_tracker_vino(struct ckfs *fs, uint64_t parent, int kind)
 	return VINO_BASE + (uint64_t)kind;
 }
 
+int steps_claim_record(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
+		       struct layout_tracker *t)
+{
+	int64_t id;
+	int rc = layout_tracker_parse((enum layout_kind)kind, name, buf, len, t);
+
+	if (idx_begin(fs->ix) == 0)
+		steps_record(fs, idx_claim_add(fs->ix, name, buf, len, rc == 0 ? t->step : -1,
+					       ckfs_now(fs), &id),
+			     "the claim of tracker '%s'", name);
+	return rc;
+}
+
 void steps_on_claim(struct ckfs *fs, int kind, const char *name, const char *buf, size_t len,
 		    pid_t pid)
 {
 	struct layout_tracker t;
-	int64_t id;
-	int rc = layout_tracker_parse((enum layout_kind)kind, name, buf, len, &t);
+	int rc = steps_claim_record(fs, kind, name, buf, len, &t);
 	int64_t step = rc == 0 ? t.step : -1, now = ckfs_now(fs);
 
-	if (idx_begin(fs->ix) == 0)
-		steps_record(fs, idx_claim_add(fs->ix, name, buf, len, step, now, &id),
-			     "the claim of tracker '%s'", name);
 	if (rc < 0) {
 		ckpt_log("tracker '%s': ignored a claim that is not a step (%zu bytes)", name, len);
 		return;

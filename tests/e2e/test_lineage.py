@@ -235,6 +235,56 @@ class TestLineage(unittest.TestCase):
             self.assertEqual(states, ['complete', 'incomplete', 'pruned'],
                              'the earlier version is pruned once the new one is complete')
 
+    def test_rollback_to_a_step_whose_rewrite_was_set_aside(self):
+        """A rollback names the version of the step at its name, never a rewrite set aside. Found
+        by the crash loop of rollbacks (tests/torture/test_crash_lineage.py, a3bbc51, round 5): a
+        trainer killed while saving step 4 again left a rewrite whose files were each whole (a
+        sound file from the new save, the rest as they were), set aside with the complete version
+        back at the name; `ckptctl rollback 4` then wrote a claim of step 4 whose seal went to the
+        newest row of that name, the rewrite: "incomplete -> sealed: tracker claim", the complete
+        version sent back to retained, and the resume read the mix. Here a rewrite is step 2's
+        files copied over step 4's by a process that exits without a claim: first rank 0's only
+        (a save cut short), then a rollback by a tracker write, which seals step 4 but brings no
+        mix back; then both ranks' (whole, but never claimed), then `ckptctl rollback 4`, which
+        names the version `ckptctl steps` shows at the name."""
+        layout = 'megatron'
+        tracker = LAYOUTS[layout][0]
+        with ckfs.Mount() as m:
+            log = os.path.join(m.tmp, 'run.log')
+            run(layout, m.mnt, log, steps=6, every=2)                      # 2 4 6
+            ranks = ['mp_rank_00', 'mp_rank_01']
+            saved = {r: ckfs.read_bytes(m.path('iter_0000004', r, 'model_optim_rng.pt'))
+                     for r in ranks}
+
+            def rewrite(rs, aside):
+                for r in rs:
+                    p = ckfs.run(['cp', m.path('iter_0000002', r, 'model_optim_rng.pt'),
+                                  m.path('iter_0000004', r, 'model_optim_rng.pt')], timeout=60)
+                    self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                ckfs.wait_for('the rewrite set aside', lambda: sorted(
+                    s['state'] for s in json.loads(m.ckptctl('steps', json_out=True).stdout)[
+                        'steps'] if s['name'] == 'iter_0000004') ==
+                    ['complete'] + ['incomplete'] * aside, extra=m.log_tail)
+
+            def check(how):
+                self.assertEqual(self.read_tracker(m, layout), '4', how)
+                self.assertNotIn('incomplete -> sealed', m.log_tail(50),
+                                 '%s sealed the rewrite set aside' % how)
+                for r in ranks:
+                    self.assertTrue(ckfs.read_bytes(m.path('iter_0000004', r,
+                                                           'model_optim_rng.pt')) == saved[r],
+                                    '%s: step 4 %s is not the version saved' % (how, r))
+
+            rewrite(ranks[:1], 1)
+            with open(m.path(tracker), 'w') as t:
+                t.write('4')
+            check('a tracker write')
+            rewrite(ranks, 2)
+            r = ckfs.run([ckfs.ckptctl_bin(), m.mnt, 'rollback', '4'], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            check('ckptctl rollback')
+            self.resume_lands_on(m, layout, log, 4)
+
     def test_complete_step_appended_or_unlinked(self):
         """Issue 40.3, the other two changes: `echo >>` into a file of a complete step only set a
         `malformed` flag on cb3ae28, and an unlink took the file from the step the tracker names.

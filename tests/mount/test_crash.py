@@ -35,6 +35,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import signal  # noqa: E402
+import struct  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -622,6 +623,75 @@ class CachedStepDirTest(unittest.TestCase):
             self.assertEqual(sorted(got), sorted(want), m.log_tail())
             self.assertTrue(got == want, 'restored bytes differ')
             self.assertIn('restored', m.log_tail())
+        finally:
+            m.close()
+
+
+class StepDirMadeTest(unittest.TestCase):
+    """A trainer's save begins with the mkdir of its step directory (Hugging Face: the
+    `checkpoint-N/` that transformers' `get_last_checkpoint` picks at resume, the newest
+    `checkpoint-N` in the listing, whatever it holds). The daemon is killed right after that
+    mkdir is committed (CKPTFS_FAULT=top-dir-made, fs/fuse/ops_dir.c): the index must know the
+    directory as a step from the same transaction, so recovery sets it aside as a step never
+    sealed and the listing's newest `checkpoint-N` is the complete one. Found by the crash
+    loop's `hf` round (a3bbc51): `checkpoint-12/` left with no step row stayed in the listing
+    and the resumed trainer failed on its missing `model.safetensors`."""
+
+    def save(self, m, n):
+        """Step n as the Trainer writes it: the weights (safetensors: u64 LE header length,
+        JSON header, the bytes), then trainer_state.json, its marker."""
+        d = m.path('checkpoint-%d' % n)
+        os.mkdir(d)
+        w = ckfs.content('weights-%d' % n, 4096 + 8 * n)
+        h = json.dumps({'w': {'dtype': 'U8', 'shape': [len(w)],
+                              'data_offsets': [0, len(w)]}}).encode()
+        h += b' ' * (-len(h) % 8)
+        with open(os.path.join(d, 'model.safetensors'), 'wb') as f:
+            f.write(struct.pack('<Q', len(h)) + h + w)
+        with open(os.path.join(d, 'trainer_state.json'), 'w') as f:
+            json.dump({'global_step': n}, f)
+
+    def wait_complete(self, m, name):
+        """Wait (30 s at most) until `ckptctl steps` calls step name complete: the saving
+        process lives on, so the step completes once it has been quiet (the reaper)."""
+        deadline = time.monotonic() + 30
+        while True:
+            r = m.ckptctl('steps', json_out=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            st = {s['name']: s['state'] for s in json.loads(r.stdout)['steps']}
+            if st.get(name) == 'complete':
+                return
+            self.assertLess(time.monotonic(), deadline, 'step %s never completed: %s%s'
+                            % (name, st, m.log_tail()))
+            time.sleep(0.2)
+
+    def test_a_step_dir_made_just_before_a_kill_is_set_aside(self):
+        m = ckfs.Mount()
+        try:
+            m.env['CKPTFS_FAULT'] = 'top-dir-made:2'
+            m.start()
+            self.save(m, 10)
+            self.wait_complete(m, 'checkpoint-10')
+            with self.assertRaises(OSError):
+                os.mkdir(m.path('checkpoint-12'))  # the daemon dies inside it
+            self.assertTrue(m.wait_daemon_death(), 'the fault did not kill the daemon: %s'
+                            % m.log_tail())
+            m.env = {}
+            m.start()
+            names = sorted(os.listdir(m.mnt))
+            self.assertNotIn('checkpoint-12', names, 'the step directory made before the kill '
+                             'is listed, where a resume takes it for the newest step: %s'
+                             % m.log_tail())
+            self.assertIn('checkpoint-10', names)
+            q = os.listdir(m.path('.ckptfs', 'quarantine'))
+            self.assertTrue(any('checkpoint-12' in n for n in q), (q, m.log_tail()))
+            r = m.ckptctl('steps', json_out=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            st = {s['name']: s['state'] for s in json.loads(r.stdout)['steps']}
+            self.assertEqual(st.get('checkpoint-10'), 'complete', st)
+            # the save begun again after the restart completes under the same name
+            self.save(m, 12)
+            self.wait_complete(m, 'checkpoint-12')
         finally:
             m.close()
 
