@@ -52,14 +52,17 @@
  *     previous complete step of its layout, or, when there is none, nothing was written into it
  *     for a while (the caller's `quiet`); a new version of a complete step of those layouts (a
  *     rewrite in place) holds every name of its kept version, each written again since it
- *     began (policy_rewritten_names). Those names are not asked for once a newer step of its
- *     layout was started after its seal: a trainer trains on only after every rank finished a
- *     save. Only a daemon that saw the steps written knows that order; `ckptctl import` of a
- *     plain directory and `ckptctl fsck`, which see a tree (where a later step may be an
- *     earlier run's), judge by the names alone, so a sealed step missing a name of the
- *     previous one is complete to the first and incomplete to the others. A step that cannot
- *     be complete once its writers are gone is incomplete; the daemon sets it aside, import
- *     leaves that to the daemon's first mount (which owns the namespace).
+ *     began (policy_rewritten_names); of any layout, a rewrite set aside is brought back by a
+ *     later claim or seal only under that condition (a save cut short is a mix of two saves,
+ *     each file whole; fs/steps/steps_judge.c seal_set_aside). Those names are not asked for
+ *     once a newer step of its layout was started after its seal: a trainer trains on only
+ *     after every rank finished a save. Only a daemon that saw the steps written knows that
+ *     order; `ckptctl import` of a plain directory and `ckptctl fsck`, which see a tree (where
+ *     a later step may be an earlier run's), judge by the names alone, so a sealed step
+ *     missing a name of the previous one is complete to the first and incomplete to the
+ *     others. A step that cannot be complete once its writers are gone is incomplete; the
+ *     daemon sets it aside, import leaves that to the daemon's first mount (which owns the
+ *     namespace).
  *     A copy is the exception: a step never sealed, of a layout whose trainer finds its steps
  *     only through a tracker (policy_found_by_tracker: Megatron, MindFormers 2.0, DeepSpeed),
  *     whose files are all whole (closed by a live writer, committed, sound) and were all written
