@@ -53,6 +53,8 @@ static const char *const points[] = {
 				* its figures (with fs->mu held only if its own handle failed) */
 	"top-dir-made",        /* ops_dir.c: a top-level directory's mkdir committed, its writer
 				* not yet noted by the step engine */
+	"top-renamed",         /* ops_dir.c: a rename into the root committed, the step engine
+				* not yet told (a tmp step directory's commit rename) */
 };
 #define NPOINTS (sizeof(points) / sizeof(points[0]))
 

@@ -375,6 +375,8 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 		}
 		if (rc == 0)
 			rc = idx_dentry_move(fs->ix, parent, name, newparent, newname);
+		if (rc == 0 && S_ISDIR(sa.mode))
+			rc = steps_on_rename(fs, parent, src, newparent, newname);
 		if (rc == 0 && parent != newparent) {
 			int d = S_ISDIR(sa.mode) ? 1 : 0;
 
@@ -473,6 +475,8 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 	if (rc == 0) {
 		uint64_t ino;
 
+		if (newparent == IDX_ROOT_INO)
+			ckpt_fault("top-renamed");
 		if (idx_dentry_lookup(fs->ix, newparent, newname, &ino) == 0)
 			steps_on_name(fs, newparent, newname, ino, fuse_req_ctx(req)->pid, true);
 	}

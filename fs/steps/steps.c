@@ -156,31 +156,33 @@ void steps_note_writer(struct ckfs *fs, struct idx_step *s, pid_t pid)
 
 /* ---- hooks ---- */
 
-/*
- * A layout with desc->seal_by_rename commits a step by renaming its tmp directory to the final
- * name, with no commit file (Orbax on a local filesystem: `<step>.orbax-checkpoint-tmp` to
- * `<step>`, orbax atomicity.py AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md).
- * Directory ino was just renamed to root/name: if it is such a step still under its tmp name,
- * the step takes the final name and is sealed. Returns whether it was.
- */
-static bool sealed_by_rename(struct ckfs *fs, uint64_t ino, const char *name, pid_t pid)
+int steps_on_rename(struct ckfs *fs, uint64_t parent, uint64_t ino, uint64_t newparent,
+		    const char *newname)
 {
-	struct layout_match was;
+	struct layout_match was, now;
 	struct idx_step s;
+	int rc;
 
-	if (idx_step_by_dir(fs->ix, ino, &s) < 0 || !layout_desc(s.kind)->seal_by_rename ||
-	    layout_classify(s.name, fs->steps.opt.layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP))
-		return false;
-	if (idx_begin(fs->ix) < 0)
-		return false;
-	if (steps_record(fs, idx_step_set_name(fs->ix, s.id, name), "the rename of step '%s'",
-			 name) < 0) {
-		return false;
+	fs->steps.renamed_id = 0;
+	if (fs->steps.opt.layout < 0 || parent != IDX_ROOT_INO || newparent != IDX_ROOT_INO ||
+	    idx_step_by_dir(fs->ix, ino, &s) < 0 ||
+	    layout_classify(s.name, fs->steps.opt.layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP) ||
+	    layout_classify(newname, (enum layout_kind)s.kind, &now) < 0 ||
+	    (now.flags & LAYOUT_F_TMP) || now.role != ROLE_STEP_DIR || (int)now.kind != s.kind ||
+	    now.step != s.step)
+		return 0;
+	if ((rc = idx_step_set_name(fs->ix, s.id, newname)) < 0)
+		return rc;
+	/* Orbax on a local filesystem commits a step by this rename, with no commit file (orbax
+	 * atomicity.py AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md) */
+	if (layout_desc(s.kind)->seal_by_rename && (s.state == IDX_STEP_WRITING ||
+						    s.state == IDX_STEP_COPIED)) {
+		snprintf(s.name, sizeof(s.name), "%s", newname);
+		if ((rc = steps_set_state(fs, &s, IDX_STEP_SEALED, "renamed from its tmp name")) < 0)
+			return rc;
+		fs->steps.renamed_id = s.id;
 	}
-	snprintf(s.name, sizeof(s.name), "%s", name);
-	steps_rt_note(fs, s.id, pid);
-	steps_seal(fs, &s, "renamed from its tmp name");
-	return true;
+	return 0;
 }
 
 int steps_on_mkdir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino)
@@ -210,9 +212,9 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	struct idx_step s;
 
 	/* a row steps_on_mkdir made is this mkdir's; any other call finds none to judge */
-	int64_t made = fs->steps.made_id;
+	int64_t made = fs->steps.made_id, sealed = fs->steps.renamed_id;
 
-	fs->steps.made_id = 0;
+	fs->steps.made_id = fs->steps.renamed_id = 0;
 	if (fs->steps.opt.layout < 0)
 		return;
 	if (parent == IDX_ROOT_INO) {
@@ -222,8 +224,11 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 
 		if (pe != POLICY_STEP_DIR && pe != POLICY_CANDIDATE)
 			return;
-		if (renamed && sealed_by_rename(fs, ino, name, pid))
+		if (renamed && sealed && idx_step_by_dir(fs->ix, ino, &s) == 0 && s.id == sealed) {
+			steps_rt_note(fs, s.id, pid);
+			steps_seal(fs, &s, "renamed from its tmp name");
 			return;
+		}
 		/* a candidate is looked up only: its marker makes it a step (policy rule 1) */
 		if (steps_step_of_path(fs, name, &m, &s) == 0) {
 			if (made == s.id)

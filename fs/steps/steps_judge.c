@@ -342,7 +342,7 @@ static int find_part_cb(const struct idx_step *s, void *arg)
  * AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md). On one shared filesystem that one
  * rename moves every host's shards; here it happened in the primary's node only, and the other
  * nodes' shards are still under the tmp name in theirs. Another node's seal of step s is that
- * rename: s, still under its tmp name here, takes the final name, as sealed_by_rename (steps.c)
+ * rename: s, still under its tmp name here, takes the final name, as steps_on_rename (steps.c)
  * does for a local rename; set aside already (its ranks here exited before the seal arrived), it
  * takes it in quarantine, for steps_seal to bring it back under it. Returns 0 (renamed, or
  * nothing to rename), -EEXIST when the final name is taken here (then s is not sealed: two

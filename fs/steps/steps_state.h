@@ -122,6 +122,8 @@ struct steps_state {
 	bool crash_recovery;     /* judging what a daemon that died left (steps_init only); mu */
 	int64_t made_id;         /* the step row steps_on_mkdir made in a mkdir's transaction,
 				    judged by the steps_on_name that follows it; 0 none; mu */
+	int64_t renamed_id;      /* the step steps_on_rename sealed in a rename's transaction,
+				    judged by the steps_on_name that follows it; 0 none; mu */
 	struct mount_report report; /* what the mount found and did (steps_report.c); report.mu */
 	struct ckpt_hist save_hist; /* a step's creation to complete (steps_set_state); lock-free */
 	struct inval_queue inval; /* names the kernel must forget (above) */

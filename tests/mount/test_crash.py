@@ -20,6 +20,10 @@ CachedStepDirTest: the kernel caches a step directory's name as any other; a ste
 after its writer was killed, or removed by retention, becomes unreachable through the cached
 name at once (the daemon tells the kernel), not when the entry times out.
 
+StepDirMadeTest: the daemon killed right after a step directory's mkdir, or its commit rename
+(tmp-checkpoint-N to checkpoint-N, N.orbax-checkpoint-tmp to N), is committed: the index knew the
+step from the same transaction, so the restart sets an empty one aside and completes a renamed one.
+
 Environment: CKPTFS_CRASH_ROUNDS (default 3), CKPTFS_SEED (default 1234).
 Run: /usr/bin/python3 tests/mount/test_crash.py
 """
@@ -41,6 +45,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 import unittest  # noqa: E402
+import zipfile  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 
@@ -637,10 +642,11 @@ class StepDirMadeTest(unittest.TestCase):
     loop's `hf` round (a3bbc51): `checkpoint-12/` left with no step row stayed in the listing
     and the resumed trainer failed on its missing `model.safetensors`."""
 
-    def save(self, m, n):
+    def save(self, m, n, tmp=False):
         """Step n as the Trainer writes it: the weights (safetensors: u64 LE header length,
-        JSON header, the bytes), then trainer_state.json, its marker."""
-        d = m.path('checkpoint-%d' % n)
+        JSON header, the bytes), then trainer_state.json, its marker. tmp: into
+        tmp-checkpoint-N/, then renamed to checkpoint-N/ (transformers 4.36-4.38)."""
+        d = m.path(('tmp-checkpoint-%d' if tmp else 'checkpoint-%d') % n)
         os.mkdir(d)
         w = ckfs.content('weights-%d' % n, 4096 + 8 * n)
         h = json.dumps({'w': {'dtype': 'U8', 'shape': [len(w)],
@@ -650,6 +656,8 @@ class StepDirMadeTest(unittest.TestCase):
             f.write(struct.pack('<Q', len(h)) + h + w)
         with open(os.path.join(d, 'trainer_state.json'), 'w') as f:
             json.dump({'global_step': n}, f)
+        if tmp:
+            os.rename(d, m.path('checkpoint-%d' % n))
 
     def wait_complete(self, m, name):
         """Wait (30 s at most) until `ckptctl steps` calls step name complete: the saving
@@ -692,6 +700,64 @@ class StepDirMadeTest(unittest.TestCase):
             # the save begun again after the restart completes under the same name
             self.save(m, 12)
             self.wait_complete(m, 'checkpoint-12')
+        finally:
+            m.close()
+
+
+    def test_a_step_renamed_into_place_just_before_a_kill_stays(self):
+        """The rename of tmp-checkpoint-N/ to checkpoint-N/ is the trainer's commit of the
+        step (policy rule 1, LAYOUT_F_TMP). The daemon is killed right after that rename is
+        committed (CKPTFS_FAULT=top-renamed): the step is complete under its name after the
+        restart, as the trainer left it. On 32afc31 its row kept the tmp name, killed or not
+        (only Orbax's rename renamed the row, in a second transaction), so `ckptctl steps` and
+        a restore of the step named tmp-checkpoint-12."""
+        m = ckfs.Mount()
+        try:
+            m.env['CKPTFS_FAULT'] = 'top-renamed:1'
+            m.start()
+            self.save(m, 10)
+            self.wait_complete(m, 'checkpoint-10')
+            with self.assertRaises(OSError):
+                self.save(m, 12, tmp=True)  # the daemon dies inside its rename
+            self.assertTrue(m.wait_daemon_death(), 'the fault did not kill the daemon: %s'
+                            % m.log_tail())
+            m.env = {}
+            m.start()
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-10', 'checkpoint-12'],
+                             m.log_tail())
+            self.wait_complete(m, 'checkpoint-12')
+        finally:
+            m.close()
+
+
+    def test_an_orbax_step_renamed_into_place_just_before_a_kill_is_complete(self):
+        """Orbax on a local filesystem commits a step by renaming N.orbax-checkpoint-tmp/ to N/,
+        with no commit file (orbax atomicity.py AtomicRenameTemporaryPath.finalize;
+        tests/traces/orbax.md). Killed right after that rename is committed, the daemon must
+        find N/ sealed at the restart, and complete it: on 32afc31 its seal was a second
+        transaction, and the restart judged the committed step incomplete, under its tmp
+        name."""
+        m = ckfs.Mount()
+        try:
+            m.env['CKPTFS_FAULT'] = 'top-renamed:2'
+            m.start()
+            for n in (10, 12):
+                tmp = m.path('%d.orbax-checkpoint-tmp' % n)
+                os.mkdir(tmp)
+                with zipfile.ZipFile(os.path.join(tmp, 'shard_0.pt'), 'w') as z:
+                    z.writestr('archive/data.pkl', ckfs.content('shard-%d' % n, 4096))
+                if n == 10:
+                    os.rename(tmp, m.path('10'))
+                    self.wait_complete(m, '10')
+                else:
+                    with self.assertRaises(OSError):
+                        os.rename(tmp, m.path('12'))  # the daemon dies inside it
+            self.assertTrue(m.wait_daemon_death(), 'the fault did not kill the daemon: %s'
+                            % m.log_tail())
+            m.env = {}
+            m.start()
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['10', '12'], m.log_tail())
+            self.wait_complete(m, '12')
         finally:
             m.close()
 
