@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -269,11 +270,38 @@ void *store_thread_buf(unsigned slot, size_t len)
 }
 
 /*
+ * Is all of the file fd (size bytes) in the page cache, up to date? Asked with mincore(2) of a
+ * mapping, which reads nothing: preadv2 with RWF_NOWAIT, which fails on a page it does not
+ * find, first starts the read-ahead of it (Linux mm/filemap.c filemap_get_pages: only the
+ * kernel's own IOCB_NOIO skips it), so a file the kernel had reclaimed would be read from the
+ * disk twice, by that read-ahead and by the O_DIRECT read that follows the failed try.
+ */
+static bool all_cached(int fd, size_t size)
+{
+	unsigned char vec[2048];
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = (size + pg - 1) / pg;
+	void *map;
+	bool all;
+
+	if (size == 0 || np > sizeof(vec))
+		return false;
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		return false;
+	all = mincore(map, size, vec) == 0;
+	for (size_t i = 0; all && i < np; i++)
+		all = vec[i] & 1;
+	munmap(map, size);
+	return all;
+}
+
+/*
  * Read chunk h's file of size bytes from the page cache into buf, if all of it is there: the
  * mount's check left it there (invariant 13). fd is open with O_DIRECT; it is taken off for the
- * try (RWF_NOWAIT: a page not cached fails the read instead of waiting for the disk) and put back
- * after it. The pages stay: a chunk evicted from the chunk cache before its reader is done with
- * it (read-ahead, other files) is loaded from them again. Returns true when buf holds the file.
+ * try (RWF_NOWAIT: a page reclaimed between all_cached and the read fails it instead of waiting
+ * for the disk) and put back after it. The pages stay: a chunk evicted from the chunk cache
+ * before its reader is done with it (read-ahead, other files) is loaded from them again.
+ * Returns true when buf holds the file.
  */
 static bool read_primed(int fd, uint8_t *buf, size_t size)
 {
@@ -281,6 +309,8 @@ static bool read_primed(int fd, uint8_t *buf, size_t size)
 	struct iovec iov = { .iov_base = buf, .iov_len = size };
 	ssize_t r = -1;
 
+	if (!all_cached(fd, size))
+		return false;
 	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) < 0)
 		return false;
 	do

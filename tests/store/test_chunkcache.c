@@ -447,6 +447,75 @@ Test(chunkcache, verify_keeps_for_the_reader)
 		free(data[i]);
 }
 
+/* Pages of the file at path in the page cache and up to date (mincore of a mapping). */
+static size_t resident_pages(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat sb;
+	size_t n = 0, pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	cr_assert(fd >= 0 && fstat(fd, &sb) == 0 && sb.st_size > 0, "%s", path);
+	size_t np = ((size_t)sb.st_size + pg - 1) / pg;
+	void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	unsigned char *vec = tu_malloc(np);
+
+	cr_assert(map != MAP_FAILED);
+	cr_assert_eq(mincore(map, (size_t)sb.st_size, vec), 0);
+	for (size_t i = 0; i < np; i++)
+		n += vec[i] & 1;
+	munmap(map, (size_t)sb.st_size);
+	free(vec);
+	close(fd);
+	return n;
+}
+
+/*
+ * A chunk the mount's check left in the page cache whose pages the kernel then reclaimed (the
+ * trainer's own data, memory pressure; a benchmark's drop_caches) is read from the disk once,
+ * with O_DIRECT: the try of the page cache starts no read of its own. It did: preadv2 with
+ * RWF_NOWAIT starts the read-ahead of a page it does not find before it fails, so the disk read
+ * those bytes a second time, into the page cache, beside the O_DIRECT read (a 1 GiB step's cold
+ * load through a remounted, cache-dropped mount read 1,334 MiB from the disk instead of its 882
+ * MiB stored; RESULTS.md, "Two cold loads that disagreed").
+ */
+Test(chunkcache, a_checked_chunk_evicted_from_the_page_cache_is_read_once)
+{
+	struct store *st = open_store(0, false);
+	size_t len = 2 * MiB;
+	uint8_t *data = tu_malloc(len), *got = tu_malloc(len);
+	char path[PATH_MAX];
+	struct store_hash h;
+	uint64_t checked, kept, primed, back;
+	int res, fd;
+
+	tu_fill_random(data, len, 77); /* incompressible: a raw file of 2 MiB and a header */
+	h = put_ok(st, data, len, false);
+	store_close(st);
+	st = open_store(0, false);
+	struct store_keep keep = { .cache_bytes = 0, .page_bytes = 8 * len };
+
+	store_chunks_verify(st, &h, 1, 1, &keep, &res);
+	cr_assert_eq(res, 0);
+	cr_assert_eq(store_chunk_path(st, &h, path, sizeof(path)), 0);
+	cr_assert_gt(resident_pages(path), 0, "the check left nothing in the page cache");
+	fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	cr_assert_eq(resident_pages(path), 0, "the page cache kept the chunk file");
+	cr_assert_eq(store_chunk_pread(st, &h, got, len, 0), (ssize_t)len);
+	cr_assert_eq(memcmp(got, data, len), 0);
+	usleep(100 * 1000); /* a read-ahead started by the load would complete meanwhile */
+	cr_assert_eq(resident_pages(path), 0, "the load of an evicted chunk read it into the page "
+		     "cache too");
+	store_check_figures(st, &checked, &kept, &primed, &back);
+	cr_assert(checked == 1 && primed == 1 && back == 0,
+		  "checked %" PRIu64 " primed %" PRIu64 " back %" PRIu64, checked, primed, back);
+	store_close(st);
+	free(data);
+	free(got);
+}
+
 /*
  * A chunk the mount's check left in the page cache and then compressed (store_chunk_recode of a
  * deferred chunk, the daemon's idle work) is read back from the page cache all the same: the
