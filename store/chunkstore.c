@@ -71,7 +71,8 @@
  *      nothing is evicted for it (the first chunks in the order given stay for the reader, who
  *      reads in that order). A load of a listed chunk (STORE_RD_DIRECT: its reader's, when it
  *      is not in the cache) takes the file from the page cache if all of it is still there
- *      (RWF_NOWAIT), else reads the disk; the bytes are re-hashed before use either way
+ *      (mincore, then RWF_NOWAIT; chunkfile.c all_cached), else reads the disk once, with
+ *      O_DIRECT; the bytes are re-hashed before use either way
  *      (invariant 2): the page cache holds what the check read from the disk, and a copy that
  *      differs fails the digest as the disk's would. store_chunk_recode of a listed chunk
  *      writes its new copy through the page cache too, so that the reader finds that one
