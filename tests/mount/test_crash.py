@@ -673,19 +673,33 @@ class StepDirMadeTest(unittest.TestCase):
                             % (name, st, m.log_tail()))
             time.sleep(0.2)
 
-    def test_a_step_dir_made_just_before_a_kill_is_set_aside(self):
+    def mount_with_a_step(self, fault):
+        """A started mount with CKPTFS_FAULT=fault, holding checkpoint-10, complete."""
         m = ckfs.Mount()
         try:
-            m.env['CKPTFS_FAULT'] = 'top-dir-made:2'
+            m.env['CKPTFS_FAULT'] = fault
             m.start()
             self.save(m, 10)
             self.wait_complete(m, 'checkpoint-10')
-            with self.assertRaises(OSError):
-                os.mkdir(m.path('checkpoint-12'))  # the daemon dies inside it
-            self.assertTrue(m.wait_daemon_death(), 'the fault did not kill the daemon: %s'
-                            % m.log_tail())
-            m.env = {}
-            m.start()
+        except BaseException:
+            m.close()
+            raise
+        return m
+
+    def killed_in(self, m, fn):
+        """fn() fails, the daemon dying inside it at its fault point; then the daemon is
+        started again without the fault (recovery runs)."""
+        with self.assertRaises(OSError):
+            fn()
+        self.assertTrue(m.wait_daemon_death(), 'the fault did not kill the daemon: %s'
+                        % m.log_tail())
+        m.env = {}
+        m.start()
+
+    def test_a_step_dir_made_just_before_a_kill_is_set_aside(self):
+        m = self.mount_with_a_step('top-dir-made:2')
+        try:
+            self.killed_in(m, lambda: os.mkdir(m.path('checkpoint-12')))
             names = sorted(os.listdir(m.mnt))
             self.assertNotIn('checkpoint-12', names, 'the step directory made before the kill '
                              'is listed, where a resume takes it for the newest step: %s'
@@ -703,7 +717,6 @@ class StepDirMadeTest(unittest.TestCase):
         finally:
             m.close()
 
-
     def test_a_step_renamed_into_place_just_before_a_kill_stays(self):
         """The rename of tmp-checkpoint-N/ to checkpoint-N/ is the trainer's commit of the
         step (policy rule 1, LAYOUT_F_TMP). The daemon is killed right after that rename is
@@ -711,18 +724,9 @@ class StepDirMadeTest(unittest.TestCase):
         restart, as the trainer left it. On 32afc31 its row kept the tmp name, killed or not
         (only Orbax's rename renamed the row, in a second transaction), so `ckptctl steps` and
         a restore of the step named tmp-checkpoint-12."""
-        m = ckfs.Mount()
+        m = self.mount_with_a_step('top-renamed:1')
         try:
-            m.env['CKPTFS_FAULT'] = 'top-renamed:1'
-            m.start()
-            self.save(m, 10)
-            self.wait_complete(m, 'checkpoint-10')
-            with self.assertRaises(OSError):
-                self.save(m, 12, tmp=True)  # the daemon dies inside its rename
-            self.assertTrue(m.wait_daemon_death(), 'the fault did not kill the daemon: %s'
-                            % m.log_tail())
-            m.env = {}
-            m.start()
+            self.killed_in(m, lambda: self.save(m, 12, tmp=True))  # in its rename
             self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-10', 'checkpoint-12'],
                              m.log_tail())
             self.wait_complete(m, 'checkpoint-12')
@@ -750,12 +754,7 @@ class StepDirMadeTest(unittest.TestCase):
                     os.rename(tmp, m.path('10'))
                     self.wait_complete(m, '10')
                 else:
-                    with self.assertRaises(OSError):
-                        os.rename(tmp, m.path('12'))  # the daemon dies inside it
-            self.assertTrue(m.wait_daemon_death(), 'the fault did not kill the daemon: %s'
-                            % m.log_tail())
-            m.env = {}
-            m.start()
+                    self.killed_in(m, lambda: os.rename(tmp, m.path('12')))
             self.assertEqual(sorted(os.listdir(m.mnt)), ['10', '12'], m.log_tail())
             self.wait_complete(m, '12')
         finally:
