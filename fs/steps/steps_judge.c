@@ -258,10 +258,13 @@ static bool seal_set_aside(struct ckfs *fs, struct idx_step *s, const char *why)
 	 * saves. Its writers are gone, so the seal may not be theirs (`ckptctl rollback`, a user's
 	 * `echo N >` tracker): it brings the rewrite back only if every name was written again. */
 	if (rewrite_of(fs, s, &kept) &&
-	    policy_rewritten_names(fs->ix, s, kept, missing, sizeof(missing)) != POLICY_PREV_ALL) {
-		ckpt_log("step '%s': %s, but it stays set aside in .ckptfs/quarantine: a rewrite cut "
-			 "short (%s), so the complete version keeps its name", s->name, why,
-			 missing);
+	    (rc = policy_rewritten_names(fs->ix, s, kept, missing, sizeof(missing))) !=
+		    POLICY_PREV_ALL) {
+		ckpt_log("step '%s': %s, but it stays set aside in .ckptfs/quarantine: %s%s%s, so "
+			 "the complete version keeps its name", s->name, why,
+			 rc < 0 ? "its files could not be compared with the complete version's: " :
+				  "a rewrite cut short (",
+			 rc < 0 ? strerror(-rc) : missing, rc < 0 ? "" : ")");
 		return false;
 	}
 	if (idx_begin(fs->ix) < 0)
