@@ -173,10 +173,16 @@ int steps_on_rename(struct ckfs *fs, uint64_t parent, uint64_t ino, uint64_t new
 		return 0;
 	if ((rc = idx_step_set_name(fs->ix, s.id, newname)) < 0)
 		return rc;
-	/* Orbax on a local filesystem commits a step by this rename, with no commit file (orbax
-	 * atomicity.py AtomicRenameTemporaryPath.finalize; tests/traces/orbax.md) */
-	if (layout_desc(s.kind)->seal_by_rename && (s.state == IDX_STEP_WRITING ||
-						    s.state == IDX_STEP_COPIED)) {
+	/* The rename is the commit of a step under its in-progress name: Orbax on a local
+	 * filesystem, with no commit file (orbax atomicity.py AtomicRenameTemporaryPath.finalize;
+	 * tests/traces/orbax.md); transformers 4.36's Trainer, whose marker is already inside
+	 * (the marker of a tmp directory seals nothing: steps_on_commit) */
+	const struct layout_desc *d = layout_desc(s.kind);
+	uint64_t marker;
+
+	if ((d->seal_by_rename || (d->marker && !d->marker_step &&
+				   idx_dentry_lookup(fs->ix, ino, d->marker, &marker) == 0)) &&
+	    (s.state == IDX_STEP_WRITING || s.state == IDX_STEP_COPIED)) {
 		snprintf(s.name, sizeof(s.name), "%s", newname);
 		if ((rc = steps_set_state(fs, &s, IDX_STEP_SEALED, "renamed from its tmp name")) < 0)
 			return rc;
@@ -254,8 +260,9 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	    steps_step_of_path(fs, rel, &m, &s) < 0)
 		return;
 	steps_note_writer(fs, &s, pid);
-	/* a marker renamed into place (DCP .metadata.tmp -> .metadata) seals its step */
-	if (renamed && m.role == ROLE_MARKER)
+	/* a marker renamed into place (DCP .metadata.tmp -> .metadata) seals its step; one in a
+	 * directory under its in-progress name does not (steps_on_rename) */
+	if (renamed && m.role == ROLE_MARKER && !(m.flags & LAYOUT_F_TMP))
 		steps_seal(fs, &s, "marker");
 }
 
@@ -412,7 +419,10 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		steps_mf1_on_file(fs, &m, pid);
 	} else if (stepped) {
 		steps_note_writer(fs, &s, pid);
-		if (m.role == ROLE_MARKER && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
+		/* a directory under its in-progress name (LAYOUT_F_TMP) is sealed by its rename
+		 * only, whatever it holds (policy rule 1; steps_on_rename) */
+		if (m.role == ROLE_MARKER && !(m.flags & LAYOUT_F_TMP) &&
+		    !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
 			if (m.flags & LAYOUT_F_SLOT)
 				steps_slot_number(fs, &s, strrchr(rel, '/') + 1);
 			steps_seal(fs, &s, "marker");

@@ -632,6 +632,16 @@ class CachedStepDirTest(unittest.TestCase):
             m.close()
 
 
+# a Trainer's save into tmp-checkpoint-14/ (transformers 4.36), its process gone before the rename
+SAVE_TMP = r"""
+import json, os, sys
+d = os.path.join(sys.argv[1], 'tmp-checkpoint-14')
+os.mkdir(d)
+open(os.path.join(d, 'model.safetensors'), 'wb').write(b'\x08' + bytes(7) + b'{}      ')
+json.dump({'global_step': 14}, open(os.path.join(d, 'trainer_state.json'), 'w'))
+"""
+
+
 class StepDirMadeTest(unittest.TestCase):
     """A trainer's save begins with the mkdir of its step directory (Hugging Face: the
     `checkpoint-N/` that transformers' `get_last_checkpoint` picks at resume, the newest
@@ -645,8 +655,9 @@ class StepDirMadeTest(unittest.TestCase):
     def save(self, m, n, tmp=False):
         """Step n as the Trainer writes it: the weights (safetensors: u64 LE header length,
         JSON header, the bytes), then trainer_state.json, its marker. tmp: into
-        tmp-checkpoint-N/, then renamed to checkpoint-N/ (transformers 4.36-4.38)."""
-        d = m.path(('tmp-checkpoint-%d' if tmp else 'checkpoint-%d') % n)
+        tmp-checkpoint-N/, then renamed to checkpoint-N/ (transformers 4.36-4.38); None:
+        into tmp-checkpoint-N/, not renamed."""
+        d = m.path(('tmp-checkpoint-%d' if tmp is not False else 'checkpoint-%d') % n)
         os.mkdir(d)
         w = ckfs.content('weights-%d' % n, 4096 + 8 * n)
         h = json.dumps({'w': {'dtype': 'U8', 'shape': [len(w)],
@@ -659,14 +670,18 @@ class StepDirMadeTest(unittest.TestCase):
         if tmp:
             os.rename(d, m.path('checkpoint-%d' % n))
 
+    def states(self, m):
+        """{step directory name: state} from ckptctl steps --json (the newest row of each)."""
+        r = m.ckptctl('steps', json_out=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return {s['name']: s['state'] for s in json.loads(r.stdout)['steps']}
+
     def wait_complete(self, m, name):
         """Wait (30 s at most) until `ckptctl steps` calls step name complete: the saving
         process lives on, so the step completes once it has been quiet (the reaper)."""
         deadline = time.monotonic() + 30
         while True:
-            r = m.ckptctl('steps', json_out=True)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            st = {s['name']: s['state'] for s in json.loads(r.stdout)['steps']}
+            st = self.states(m)
             if st.get(name) == 'complete':
                 return
             self.assertLess(time.monotonic(), deadline, 'step %s never completed: %s%s'
@@ -707,9 +722,7 @@ class StepDirMadeTest(unittest.TestCase):
             self.assertIn('checkpoint-10', names)
             q = os.listdir(m.path('.ckptfs', 'quarantine'))
             self.assertTrue(any('checkpoint-12' in n for n in q), (q, m.log_tail()))
-            r = m.ckptctl('steps', json_out=True)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            st = {s['name']: s['state'] for s in json.loads(r.stdout)['steps']}
+            st = self.states(m)
             self.assertEqual(st.get('checkpoint-10'), 'complete', st)
             # the save begun again after the restart completes under the same name
             self.save(m, 12)
@@ -757,6 +770,39 @@ class StepDirMadeTest(unittest.TestCase):
                     self.killed_in(m, lambda: os.rename(tmp, m.path('12')))
             self.assertEqual(sorted(os.listdir(m.mnt)), ['10', '12'], m.log_tail())
             self.wait_complete(m, '12')
+        finally:
+            m.close()
+
+
+    def test_a_tmp_step_is_not_complete_before_its_rename(self):
+        """transformers 4.36's Trainer saves into tmp-checkpoint-N/, trainer_state.json among
+        the first files, and renames it to checkpoint-N/ last; get_last_checkpoint sees only
+        checkpoint-N/. A step under its tmp name is sealed by that rename only (policy rule 1):
+        on 8f652fa the marker sealed and completed it, and with keep_checkpoint_max=1 retention
+        pruned checkpoint-10 then, before the rename, so a trainer killed before it left no
+        checkpoint to resume from. Now checkpoint-10 stays until checkpoint-12 is renamed into
+        place, and a tmp step whose writer died unrenamed is set aside."""
+        m = ckfs.Mount(opts=('keep_checkpoint_max=1',))
+        try:
+            m.start()
+            self.save(m, 10)
+            self.wait_complete(m, 'checkpoint-10')
+            d = m.path('tmp-checkpoint-12')
+            self.save(m, 12, tmp=None)                      # written, not renamed yet
+            time.sleep(1.5)
+            st = self.states(m)
+            self.assertEqual((st.get('checkpoint-10'), st.get('tmp-checkpoint-12')),
+                             ('complete', 'writing'), m.log_tail())
+            os.rename(d, m.path('checkpoint-12'))
+            self.wait_complete(m, 'checkpoint-12')
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-12'], m.log_tail())
+            # a save whose process died before its rename: set aside, checkpoint-12 kept
+            r = subprocess.run([sys.executable, '-c', SAVE_TMP, m.mnt], timeout=60)
+            self.assertEqual(r.returncode, 0)
+            ckfs.wait_for('tmp-checkpoint-14 set aside', lambda: self.states(m).get(
+                'tmp-checkpoint-14') == 'incomplete', extra=m.log_tail)
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-12'], m.log_tail())
+            self.assertEqual(self.states(m).get('checkpoint-12'), 'complete')
         finally:
             m.close()
 
