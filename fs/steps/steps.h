@@ -223,11 +223,12 @@ int steps_on_mkdir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
  * directory under its in-progress name (LAYOUT_F_TMP: HF's tmp-checkpoint-N, Orbax's
  * N.orbax-checkpoint-tmp...) renamed to its step's final name takes that name in its row in the
  * same transaction, and is sealed in it: that rename is the step's commit (policy rule 1), for
- * Orbax (desc->seal_by_rename) always, for a layout with an in-step marker (HF) when the
- * marker is inside, the marker of a tmp directory sealing nothing by itself. Done after the commit instead, a daemon killed in between left a row under the tmp
- * name (restored there, named so by `ckptctl steps`) and an Orbax step never sealed, set aside
- * at the restart (tests/mount/test_crash.py StepDirMadeTest). The caller then calls
- * steps_on_name once committed, which judges a step sealed here.
+ * Orbax (desc->seal_by_rename) always, for a layout with an in-step marker (HF) when the marker is
+ * inside, the marker of a tmp directory sealing nothing by itself. Done after the commit instead,
+ * a daemon killed in between left a row under the tmp name (restored there, named so by `ckptctl
+ * steps`) and an Orbax step never sealed, set aside at the restart (tests/mount/test_crash.py
+ * StepDirMadeTest). The caller then calls steps_on_name once committed, which judges a step sealed
+ * here.
  * Returns 0 (also for any other rename) or the index's -errno (the caller rolls back). fs->mu
  * held.
  */
