@@ -32,7 +32,11 @@ steps that are not:
              named by digits with no InternEvo evidence: no steps at all
   hf         10 and 40 complete; 20 and 50 without their trainer_state.json; 30 sealed but one
              rank's rng_state never written: complete to a daemon that saw step 40 started
-             after its seal, incomplete by the previous step's names elsewhere (ORDER_ONLY)
+             after its seal, incomplete by the previous step's names elsewhere (ORDER_ONLY);
+             60 and 70 saved as transformers 4.36 does, into tmp-checkpoint-N/ with its
+             trainer_state.json, 70 renamed to checkpoint-70/ (complete), 60 left under its
+             tmp name (incomplete: a tmp directory is sealed by its rename only, rule 1; on
+             6d11687 import and fsck sealed it by its marker)
   mf1        per-rank files, no step directory, each rank's meta.json naming 20 last: 10
              complete on both ranks; 20 with rank 1's file torn half-way and 30 saved by rank 0
              only stay writing (a rank may still save them: MF1 steps are never set aside)
@@ -154,6 +158,16 @@ elif layout == "hf":
                 tsave(os.path.join(d, "rng_state_%d.pth" % r), step)
         if step not in (20, 50):
             text(os.path.join(d, "trainer_state.json"), json.dumps({"global_step": step}))
+    # transformers 4.36: into tmp-checkpoint-N/, renamed to checkpoint-N/ last (70); 60 left
+    # under its tmp name, its trainer_state.json inside
+    for step in (60, 70):
+        d = os.path.join(root, "tmp-checkpoint-%d" % step)
+        tsave(os.path.join(d, "optimizer.pt"), step)
+        for r in (0, 1):
+            tsave(os.path.join(d, "rng_state_%d.pth" % r), step)
+        text(os.path.join(d, "trainer_state.json"), json.dumps({"global_step": step}))
+        if step == 70:
+            os.rename(d, os.path.join(root, "checkpoint-%d" % step))
 elif layout == "mf1":
     for step in (10, 20, 30):
         for r in (0, 1):
@@ -202,7 +216,8 @@ EXPECT = {
     'mf2': {10: 'complete', 20: 'incomplete'},
     'dcp': {10: 'complete', 20: 'incomplete'},
     'internevo': {10: 'complete', 30: 'incomplete'},
-    'hf': {10: 'complete', 20: 'incomplete', 30: 'complete', 40: 'complete', 50: 'incomplete'},
+    'hf': {10: 'complete', 20: 'incomplete', 30: 'complete', 40: 'complete', 50: 'incomplete',
+           60: 'incomplete', 70: 'complete'},
     'mf1': {10: 'complete', 20: 'writing', 30: 'writing'},
     'orbax': {10: 'complete', 20: 'incomplete', 30: 'incomplete', 40: 'complete'},
     'lightning': {10: 'complete', 30: 'complete'},
