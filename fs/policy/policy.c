@@ -59,6 +59,11 @@ bool policy_needs_evidence(const struct layout_match *m)
 	return (m->flags & LAYOUT_F_AMBIGUOUS) != 0;
 }
 
+bool policy_marker_seals(const struct layout_match *m)
+{
+	return m->role == ROLE_MARKER && !(m->flags & LAYOUT_F_TMP);
+}
+
 enum layout_kind policy_marker_kind(enum layout_kind kind, const char *dir,
 				    const struct layout_match *m, enum layout_kind forced)
 {

@@ -177,6 +177,15 @@ enum policy_entry policy_entry_of(const char *rel, mode_t mode, enum layout_kind
 bool policy_needs_evidence(const struct layout_match *m);
 
 /*
+ * policy_marker_seals - does the marker m (layout_classify's match, m not NULL) seal its step
+ * once whole? Not one inside a directory under its in-progress name (LAYOUT_F_TMP: HF's
+ * tmp-checkpoint-N, Orbax's N.orbax-checkpoint-tmp): that directory is sealed by its rename
+ * only (rule 1), so left at that name its marker is a file of a save that did not finish.
+ * False for anything that is not a marker. Thread-safe.
+ */
+bool policy_marker_seals(const struct layout_match *m);
+
+/*
  * policy_marker_kind - the layout of the step directory named dir (a top-level name) once its
  * marker m (layout_classify's match, m->role ROLE_MARKER) is seen, given the layout kind it has
  * now (rule 1): an all-digit name is InternEvo's by default (LAYOUT_F_AMBIGUOUS), and a marker

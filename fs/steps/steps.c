@@ -262,7 +262,7 @@ void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
 	steps_note_writer(fs, &s, pid);
 	/* a marker renamed into place (DCP .metadata.tmp -> .metadata) seals its step; one in a
 	 * directory under its in-progress name does not (steps_on_rename) */
-	if (renamed && m.role == ROLE_MARKER && !(m.flags & LAYOUT_F_TMP))
+	if (renamed && policy_marker_seals(&m))
 		steps_seal(fs, &s, "marker");
 }
 
@@ -419,10 +419,8 @@ void steps_on_commit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		steps_mf1_on_file(fs, &m, pid);
 	} else if (stepped) {
 		steps_note_writer(fs, &s, pid);
-		/* a directory under its in-progress name (LAYOUT_F_TMP) is sealed by its rename
-		 * only, whatever it holds (policy rule 1; steps_on_rename) */
-		if (m.role == ROLE_MARKER && !(m.flags & LAYOUT_F_TMP) &&
-		    !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
+		/* a tmp directory's marker seals nothing: its rename does (steps_on_rename) */
+		if (policy_marker_seals(&m) && !(flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED))) {
 			if (m.flags & LAYOUT_F_SLOT)
 				steps_slot_number(fs, &s, strrchr(rel, '/') + 1);
 			steps_seal(fs, &s, "marker");

@@ -259,8 +259,7 @@ static int fsck_marker_cb(const char *name, uint64_t ino, uint32_t mode, int64_t
 	if (!S_ISREG(mode))
 		return 0;
 	snprintf(rel, sizeof(rel), "%s/%s", k->dir, name);
-	/* a directory under its in-progress name is sealed by its rename only (policy rule 1) */
-	if (policy_entry_of(rel, mode, LAYOUT_NONE, &m) != POLICY_MARKER || (m.flags & LAYOUT_F_TMP))
+	if (policy_entry_of(rel, mode, LAYOUT_NONE, &m) != POLICY_MARKER || !policy_marker_seals(&m))
 		return 0;
 	/* every marker, whole or not, says whose the step is, as it does to the daemon, which
 	 * takes the kind when the marker is named */

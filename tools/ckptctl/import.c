@@ -157,9 +157,7 @@ static int imp_classify(struct imp_ctx *c, size_t i)
 	} else if ((pe == POLICY_STEP_FILE || pe == POLICY_MARKER) &&
 		   (e->step >= 0 || !policy_needs_evidence(&m))) {
 		e->in_step = true;
-		/* a directory under its in-progress name is sealed by its rename only (policy
-		 * rule 1): left at that name, its marker is a file of a save that did not finish */
-		if (pe == POLICY_MARKER && e->step >= 0 && !(m.flags & LAYOUT_F_TMP)) {
+		if (pe == POLICY_MARKER && e->step >= 0 && policy_marker_seals(&m)) {
 			struct imp_step *s = &c->steps[e->step];
 
 			e->marker = true;
