@@ -21,8 +21,10 @@
  *      which remote_s3.c checks with a HEAD).
  *   3. A call ends by its deadline (remote_lim), measured like every backoff wait on
  *      CLOCK_MONOTONIC: each attempt's CURLOPT_TIMEOUT_MS is what is left of it, and no wait
- *      starts that would reach it. Without one, an attempt ends only when no byte moved for
- *      timeout_ms (CURLOPT_LOW_SPEED_TIME) or a connection took connect_timeout_ms.
+ *      starts that would reach it. Whether the deadline ended a call is recorded as it happens
+ *      (call.out_of_time), not read from the clock after. Without one, an attempt ends only
+ *      when no byte moved for timeout_ms (CURLOPT_LOW_SPEED_TIME) or a connection took
+ *      connect_timeout_ms.
  *   4. A body kept in memory never grows past lim->max_len: on_header refuses a Content-Length
  *      above it before any allocation, on_write the byte that would pass it (a body without a
  *      Content-Length, or longer than it said). Either stops the transfer: -EFBIG, not retried.
@@ -255,6 +257,12 @@ struct call {
 	struct curl_slist *hdrs;
 	size_t sent;           /* payload bytes handed to libcurl in this attempt */
 	int ack_fd;            /* this attempt's socket (ack_now): -1 not looked up, -2 not found */
+	/* The call's deadline ended it: no time left for an attempt or a backoff wait, or libcurl
+	 * timed out an attempt given what was left. Kept rather than asked of the clock at the end:
+	 * libcurl ends an attempt by its own clock, CLOCK_MONOTONIC_RAW in whole milliseconds
+	 * (curl 7.88 lib/timeval.c Curl_now, Curl_timediff), which need not agree to the
+	 * millisecond with remote_now_ns's CLOCK_MONOTONIC. */
+	bool out_of_time;
 };
 
 /* Acknowledge what this attempt's connection received now, not after the delayed-ACK timer
@@ -611,8 +619,10 @@ static int attempt(struct remote_s3 *s, struct call *c, int try, bool *retry)
 	int rc;
 
 	*retry = false;
-	if (left == 0)
+	if (left == 0) {
+		c->out_of_time = true;
 		return -ETIMEDOUT;
+	}
 	/* the whole transfer, not only a stall, within the deadline; none without one */
 	curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, left == LONG_MAX ? 0L : left);
 	curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS,
@@ -644,6 +654,11 @@ static int attempt(struct remote_s3 *s, struct call *c, int try, bool *retry)
 	if (resp->body.too_big)
 		return -EFBIG;
 	rc = curl_errno(c->h, cc, retry);
+	/* a timeout is the deadline's when no other limit of the attempt came first: the
+	 * connection's (connect_timeout_ms) and a stall's (timeout_ms) were no shorter than left */
+	if (cc == CURLE_OPERATION_TIMEDOUT && left != LONG_MAX && left <= s->connect_timeout_ms &&
+	    left <= s->timeout_ms)
+		c->out_of_time = true;
 	if (!resp->curl_msg[0])
 		snprintf(resp->curl_msg, sizeof(resp->curl_msg), "%s", curl_easy_strerror(cc));
 	return rc;
@@ -664,7 +679,7 @@ static void describe(struct remote_s3 *s, const struct call *c, int rc)
 
 	if (!lim->errlen || (rc == 0 && resp->status >= 200 && resp->status < 300))
 		return;
-	if (rc == -ETIMEDOUT && lim->deadline_ns && remote_lim_left_ms(lim) == 0)
+	if (rc == -ETIMEDOUT && c->out_of_time)
 		remote_errf(lim->err, lim->errlen, rc,
 			    "no answer from the S3 endpoint '%s' to %s '%s' within the call's "
 			    "deadline of %ld ms (%d attempt%s)", s->endpoint, m, what(c->req),
@@ -736,8 +751,12 @@ int s3_perform(struct remote_s3 *s, const struct s3_req *req, const struct remot
 			if (rc < 0)
 				break;
 		}
-		if (!retry || try >= s->max_tries || !backoff(try, lim))
+		if (!retry || try >= s->max_tries)
 			break;
+		if (!backoff(try, lim)) {
+			c.out_of_time = true;
+			break;
+		}
 		rc = 0;
 	}
 	if (rc == 0 && creds_rejected(req, resp))

@@ -331,6 +331,30 @@ Test(remote_fault, deadline_no_answer)
 	remote_close(r);
 }
 
+/*
+ * The message names the deadline every time it ended the call, however close libcurl's own clock
+ * (CLOCK_MONOTONIC_RAW, whole milliseconds) put the attempt's end to the deadline as ckptfs's
+ * clock sees it. Short deadlines, many calls: each ends within a few milliseconds of it.
+ */
+Test(remote_fault, deadline_named_every_time)
+{
+	struct remote *r = open_fault(NULL);
+	char err[512], want[64];
+	struct remote_call call = { .deadline_ms = 15, .err = err, .errlen = sizeof(err) };
+	void *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	atomic_store(&srv.mode, FAULT_HANG);
+	snprintf(want, sizeof(want), "deadline of %ld ms", call.deadline_ms);
+	for (int i = 0; i < FAULT_PARKED_MAX - 4; i++) {
+		rc = remote_get_with(r, "dirs/iter_0000100", &call, &buf, &len);
+		cr_assert_eq(rc, -ETIMEDOUT, "call %d: get: %d (%s)", i, rc, err);
+		cr_assert_not_null(strstr(err, want), "call %d: message: %s", i, err);
+	}
+	remote_close(r);
+}
+
 /* An endpoint that answers 503 forever: retries go on only while the deadline leaves time. */
 Test(remote_fault, deadline_covers_retries)
 {
