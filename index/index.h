@@ -585,7 +585,8 @@ enum idx_step_state {
 	IDX_STEP_WRITING = 0,    /* files being written, no commit marker yet */
 	IDX_STEP_SEALED = 1,     /* the trainer's commit marker was seen */
 	IDX_STEP_COMPLETE = 2,   /* every file closed normally, whole, durable and checksummed */
-	IDX_STEP_PRUNED = 3,     /* removed by retention or by the trainer; terminal */
+	IDX_STEP_PRUNED = 3,     /* removed by retention or by the trainer, or its directory
+				    renamed away by the user (dir_ino kept); terminal */
 	IDX_STEP_INCOMPLETE = 4, /* found unfinished (abandoned, crash, remount) */
 	IDX_STEP_CORRUPT = 5,    /* a checksum or structure check failed */
 	IDX_STEP_COPIED = 6,     /* never sealed, every file whole, its one writer gone: copied in,
@@ -606,7 +607,7 @@ struct idx_step {
 	char name[IDX_STEP_NAME_MAX + 1]; /* step directory name as the trainer wrote it, NUL-ended */
 	int64_t step;          /* step number, >= 0 */
 	int state;             /* enum idx_step_state */
-	uint64_t dir_ino;      /* inode of the step directory (0 when none / moved away) */
+	uint64_t dir_ino;      /* inode of the step directory (0 when none / removed) */
 	int64_t created_ns;    /* idx_step_create */
 	int64_t sealed_ns;     /* last entry into IDX_STEP_SEALED, 0 if never */
 	int64_t completed_ns;  /* last entry into IDX_STEP_COMPLETE, 0 if never */

@@ -376,7 +376,7 @@ static int do_rename(struct ckfs *fs, fuse_ino_t parent, const char *name, fuse_
 		if (rc == 0)
 			rc = idx_dentry_move(fs->ix, parent, name, newparent, newname);
 		if (rc == 0 && S_ISDIR(sa.mode))
-			rc = steps_on_rename(fs, parent, src, newparent, newname);
+			rc = steps_on_rename(fs, parent, name, src, newparent, newname);
 		if (rc == 0 && parent != newparent) {
 			int d = S_ISDIR(sa.mode) ? 1 : 0;
 

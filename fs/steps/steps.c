@@ -156,16 +156,87 @@ void steps_note_writer(struct ckfs *fs, struct idx_step *s, pid_t pid)
 
 /* ---- hooks ---- */
 
-int steps_on_rename(struct ckfs *fs, uint64_t parent, uint64_t ino, uint64_t newparent,
-		    const char *newname)
+/* Is directory parent/name where step s lives (steps_step_home)? */
+static bool at_its_name(struct ckfs *fs, const struct idx_step *s, uint64_t parent,
+			const char *name)
+{
+	const char *leaf;
+	uint64_t home;
+
+	return steps_step_home(fs, s->name, &home, &leaf) == 0 && home == parent &&
+	       strcmp(leaf, name) == 0;
+}
+
+/*
+ * Step s's directory, renamed by hand from parent/name to newparent/newname (policy rule 6): a
+ * complete version renamed away from its name leaves the lineage, and one that left comes back
+ * renamed to its name again. In the rename's transaction.
+ */
+static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, const char *name,
+			  uint64_t newparent, const char *newname)
+{
+	bool was = at_its_name(fs, s, parent, name), is = at_its_name(fs, s, newparent, newname);
+	struct layout_match m;
+	enum policy_entry pe;
+	char where[LAYOUT_PATH_MAX], note[LAYOUT_PATH_MAX + 96];
+	uint64_t dir = s->dir_ino;
+	size_t len;
+	int64_t id;
+	int rc;
+
+	if (s->state == IDX_STEP_COMPLETE && was && !is) {
+		/* pruned, its dir_ino kept: retention, the quarantine and the trackers no longer act
+		 * on the directory, which stays the user's, and its rename back finds the version */
+		if (newparent == IDX_ROOT_INO ||
+		    steps_rel_path(fs, newparent, where, sizeof(where)) < 0 ||
+		    (len = strlen(where)) + 1 + strlen(newname) >= sizeof(where))
+			snprintf(where, sizeof(where), "%s", newname);
+		else
+			snprintf(where + len, sizeof(where) - len, "/%s", newname);
+		snprintf(note, sizeof(note), "its directory was renamed to '%s': it leaves the "
+			 "lineage, its files stay there", where);
+		if ((rc = steps_set_state(fs, s, IDX_STEP_PRUNED, note)) < 0)
+			return rc;
+	}
+	if (s->state != IDX_STEP_PRUNED)
+		return 0;
+	if (is) {
+		/* back at its name: a new version of the step, sealed by the rename as a tmp
+		 * directory's commit is; steps_on_name then judges it complete as any sealed one */
+		rc = idx_step_set_dir(fs->ix, s->id, 0);
+		if (rc == 0)
+			rc = idx_step_create(fs->ix, s->kind, s->name, s->step, dir, ckfs_now(fs),
+					     &id);
+		if (rc == 0)
+			rc = idx_step_get(fs->ix, id, s);
+		if (rc == 0)
+			rc = steps_set_state(fs, s, IDX_STEP_SEALED, "its directory is back at its name");
+		if (rc == 0)
+			fs->steps.renamed_id = id;
+		return rc;
+	}
+	/* at another step's name it is a new directory of that step (steps_on_name) */
+	if (newparent != IDX_ROOT_INO)
+		return 0;
+	pe = policy_entry_of(newname, S_IFDIR, fs->steps.opt.layout, &m);
+	return pe == POLICY_STEP_DIR || pe == POLICY_CANDIDATE ? idx_step_set_dir(fs->ix, s->id, 0)
+							       : 0;
+}
+
+int steps_on_rename(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino,
+		    uint64_t newparent, const char *newname)
 {
 	struct layout_match was, now;
 	struct idx_step s;
 	int rc;
 
 	fs->steps.renamed_id = 0;
-	if (fs->steps.opt.layout < 0 || parent != IDX_ROOT_INO || newparent != IDX_ROOT_INO ||
-	    idx_step_by_dir(fs->ix, ino, &s) < 0 ||
+	if (fs->steps.opt.layout < 0 || idx_step_by_dir(fs->ix, ino, &s) < 0)
+		return 0;
+	if (!steps_is_slot(&s) && !layout_desc(s.kind)->per_rank && !layout_desc(s.kind)->top_files &&
+	    (s.state == IDX_STEP_COMPLETE || s.state == IDX_STEP_PRUNED))
+		return rename_by_hand(fs, &s, parent, name, newparent, newname);
+	if (parent != IDX_ROOT_INO || newparent != IDX_ROOT_INO ||
 	    layout_classify(s.name, fs->steps.opt.layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP) ||
 	    layout_classify(newname, (enum layout_kind)s.kind, &now) < 0 ||
 	    (now.flags & LAYOUT_F_TMP) || now.role != ROLE_STEP_DIR || (int)now.kind != s.kind ||

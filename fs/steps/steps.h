@@ -229,11 +229,17 @@ int steps_on_mkdir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
  * steps`) and an Orbax step never sealed, set aside at the restart (tests/mount/test_crash.py
  * StepDirMadeTest). The caller then calls steps_on_name once committed, which judges a step sealed
  * here.
+ * A directory renamed by hand (policy rule 6), other than a slot's or a layout's whose step is a
+ * file: a complete step's renamed away from its name leaves the lineage, pruned with its
+ * directory left in place and its dir_ino kept; renamed back to its name, it comes back as a new
+ * version of the step, sealed here and judged by steps_on_name; renamed to another step's name,
+ * it is a new directory there, which steps_on_name judges as any other.
+ * parent/name: where the directory was, name borrowed for the call.
  * Returns 0 (also for any other rename) or the index's -errno (the caller rolls back). fs->mu
  * held.
  */
-int steps_on_rename(struct ckfs *fs, uint64_t parent, uint64_t ino, uint64_t newparent,
-		    const char *newname);
+int steps_on_rename(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino,
+		    uint64_t newparent, const char *newname);
 /* steps_on_name - parent/name (inode ino) was created or renamed into place by pid. */
 void steps_on_name(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino, pid_t pid,
 		   bool renamed);

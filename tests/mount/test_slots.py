@@ -11,7 +11,10 @@ without a trainer (tests/e2e and the crash loop drive the real sequences):
   listing or lookup by someone else, with no timer in between (Hugging Face's
   get_last_checkpoint right after a crash);
 - a complete step saved again by writers that exit before the claim (Megatron's async save):
-  the claim takes the second save back over the first, put back meanwhile.
+  the claim takes the second save back over the first, put back meanwhile;
+- a complete step directory renamed by hand (`mv checkpoint-20 checkpoint-20.spike`, a loss
+  spike kept to look at) leaves the lineage: retention no longer counts or removes it, the
+  tracker no longer names it, and renamed back it is a complete step again.
 
 The slot sequence follows InternLM/InternEvo 05bbd8f internlm/checkpoint/checkpoint_manager.py
 CheckpointManager.save_checkpoint (tests/traces/internevo.md): files torch.saved in place into
@@ -26,7 +29,9 @@ sys.dont_write_bytecode = True
 
 import faulthandler  # noqa: E402
 import hashlib  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
+import struct  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
@@ -285,6 +290,103 @@ class LateClaimTest(unittest.TestCase):
                       lambda: all(ckfs.read_bytes(m.path(f)) == d for f, d in want.items()),
                       20, lambda: m.log_tail(20) + m.status_text())
         self.assertEqual(m.read_text(ckfs.TRACKER), '20')
+
+def hf_save(m, n):
+    """Step n as transformers' Trainer writes it into checkpoint-N/: the weights (safetensors:
+    u64 LE header length, JSON header, the bytes), then trainer_state.json, its marker.
+    Returns {relative path: bytes}."""
+    d = 'checkpoint-%d' % n
+    os.mkdir(m.path(d))
+    w = ckfs.content('weights-%d' % n, 4096 + 8 * n)
+    h = json.dumps({'w': {'dtype': 'U8', 'shape': [len(w)],
+                          'data_offsets': [0, len(w)]}}).encode()
+    h += b' ' * (-len(h) % 8)
+    want = {os.path.join(d, 'model.safetensors'): struct.pack('<Q', len(h)) + h + w,
+            os.path.join(d, 'trainer_state.json'): json.dumps({'global_step': n}).encode()}
+    for rel, data in want.items():
+        with open(m.path(rel), 'wb') as f:
+            f.write(data)
+    return want
+
+
+def renamed(want, old, new):
+    """want with the directory old of its paths renamed to new."""
+    return {new + rel[len(old):] if rel.startswith(old + '/') else rel: d
+            for rel, d in want.items()}
+
+
+class RenamedAwayTest(unittest.TestCase):
+    """A complete step directory renamed by hand within the mount: what a user does to keep a
+    step out of the way (a loss spike to look at, a rollback without stopping the job). Its
+    version leaves the lineage and its files stay as they are; renamed back to its name, it is
+    a step of the lineage again."""
+
+    def mount(self, opts=()):
+        ckfs.check_fuse_usable()
+        m = ckfs.Mount(opts=list(opts))
+        m.start()
+        self.addCleanup(m.close)
+        return m
+
+    def files_equal(self, m, want):
+        for rel, data in want.items():
+            self.assertEqual(summary(ckfs.read_bytes(m.path(rel))), summary(data), rel)
+
+    def complete(self, m, name):
+        """Wait until ckptctl steps lists a complete step at name (the newest row of it)."""
+        def state():
+            r = m.ckptctl('steps', json_out=True)
+            rows = [s for s in json.loads(r.stdout)['steps'] if s['name'] == name]
+            return rows and rows[-1]['state'] == 'complete'
+        ckfs.wait_for('step %s complete' % name, state, 20, m.log_tail)
+
+    def test_retention_keeps_a_step_renamed_out_of_the_lineage(self):
+        m = self.mount(['layout=hf', 'keep_checkpoint_max=2'])
+        kept = hf_save(m, 10)
+        spike = hf_save(m, 20)
+        self.complete(m, 'checkpoint-20')
+        os.rename(m.path('checkpoint-20'), m.path('checkpoint-20.spike'))
+        spike = renamed(spike, 'checkpoint-20', 'checkpoint-20.spike')
+        os.mkdir(m.path('keep'))
+        os.rename(m.path('checkpoint-10'), m.path('keep', 'checkpoint-10'))
+        kept = renamed(kept, 'checkpoint-10', 'keep/checkpoint-10')
+        for n in (20, 30, 40):
+            hf_save(m, n)
+            self.complete(m, 'checkpoint-%d' % n)
+        # retention kept two steps of the lineage; the directories moved away are not of it
+        top = ['checkpoint-20.spike', 'checkpoint-30', 'checkpoint-40', 'keep']
+        self.assertEqual(sorted(os.listdir(m.mnt)), top, m.log_tail(30))
+        self.files_equal(m, spike)
+        self.files_equal(m, kept)
+        m.remount()
+        self.assertEqual(sorted(os.listdir(m.mnt)), top, m.log_tail(30))
+        self.files_equal(m, spike)
+        self.files_equal(m, kept)
+        log = m.log_tail(60)
+        self.assertIn("its directory was renamed to 'checkpoint-20.spike'", log)
+        self.assertIn("its directory was renamed to 'keep/checkpoint-10'", log)
+
+    def test_the_tracker_skips_a_step_renamed_away_and_names_it_once_back(self):
+        m = self.mount()
+        ckfs.megatron_save_per_node([m, m], 10, 'a', 64 << 10)
+        want = ckfs.megatron_save_per_node([m, m], 20, 'a', 64 << 10)
+        ckfs.wait_for('step 20 complete', lambda: m.read_text(ckfs.TRACKER) == '20', 20,
+                      m.log_tail)
+        os.rename(m.path('iter_0000020'), m.path('iter_0000020.bad'))
+        # Megatron's resume reads the tracker and opens iter_<N>/: it must name a directory
+        # that is there
+        self.assertEqual(m.read_text(ckfs.TRACKER), '10', m.log_tail(20))
+        self.files_equal(m, renamed(want, 'iter_0000020', 'iter_0000020.bad'))
+        os.rename(m.path('iter_0000020.bad'), m.path('iter_0000020'))
+        ckfs.wait_for('the tracker naming 20 again', lambda: m.read_text(ckfs.TRACKER) == '20',
+                      20, lambda: m.log_tail(20))
+        self.complete(m, 'iter_0000020')
+        m.remount()
+        self.assertEqual(m.read_text(ckfs.TRACKER), '20', m.log_tail(20))
+        self.assertEqual(sorted(os.listdir(m.mnt)),
+                         ['iter_0000010', 'iter_0000020', ckfs.TRACKER])
+        self.files_equal(m, want)
+
 
 if __name__ == '__main__':
     faulthandler.dump_traceback_later(500, exit=True)
