@@ -746,6 +746,32 @@ class StepDirMadeTest(unittest.TestCase):
         finally:
             m.close()
 
+    def test_a_step_renamed_away_and_back_each_just_before_a_kill(self):
+        """A complete step's directory renamed away by hand leaves the lineage, and renamed
+        back is a new version of the step, sealed, in the rename's own transaction
+        (steps_on_rename). The daemon is killed right after each rename is committed
+        (CKPTFS_FAULT=top-renamed): after the first restart the directory stays where the
+        user put it and no step row claims it; after the second the step is complete at its
+        name again, not set aside as a save never sealed."""
+        m = self.mount_with_a_step('top-renamed:1')
+        try:
+            self.save(m, 12)
+            self.wait_complete(m, 'checkpoint-12')
+            self.killed_in(m, lambda: os.rename(m.path('checkpoint-12'),
+                                                m.path('checkpoint-12.spike')))
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-10', 'checkpoint-12.spike'],
+                             m.log_tail())
+            self.assertEqual(self.states(m).get('checkpoint-12'), 'pruned', m.log_tail())
+            m.env['CKPTFS_FAULT'] = 'top-renamed:1'
+            m.remount()
+            self.killed_in(m, lambda: os.rename(m.path('checkpoint-12.spike'),
+                                                m.path('checkpoint-12')))
+            self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-10', 'checkpoint-12'],
+                             m.log_tail())
+            self.wait_complete(m, 'checkpoint-12')
+            self.assertEqual(os.listdir(m.path('.ckptfs', 'quarantine')), [], m.log_tail())
+        finally:
+            m.close()
 
     def test_an_orbax_step_renamed_into_place_just_before_a_kill_is_complete(self):
         """Orbax on a local filesystem commits a step by renaming N.orbax-checkpoint-tmp/ to N/,
