@@ -37,7 +37,10 @@
  *     every such directory of a user's a step, judged and set aside.
  *
  *  2. Sealing. A step is sealed by its whole marker (closed, not torn, not malformed), or by a
- *     claim that names it, of a tracker its layout shares (layout_tracker_shared). Trainers
+ *     claim that names it, of a tracker its layout shares (layout_tracker_shared). A marker
+ *     closed under another name seals at the rename that brings its directory to a step's
+ *     name (a copy staged, then `mv staging checkpoint-20`), as a plain directory's marker does
+ *     to import and fsck, which see only the tree (steps_on_rename). Trainers
  *     write one claim per save, and the index keeps every claim it saw; so where the claims are
  *     known (the daemon, and fsck, which reads the recorded claims) a claim seals exactly the
  *     step it names: an earlier step nobody claimed is a save that did not finish. A plain

@@ -223,6 +223,41 @@ static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, 
 							       : 0;
 }
 
+/*
+ * Directory ino, with no step row, renamed to newparent/newname: at a step directory's name (a
+ * step copied in under a staging name, `mv staging checkpoint-20`) it gets its row in the
+ * rename's transaction, as a mkdir does (steps_on_mkdir), and is sealed there when its layout's
+ * marker is inside and whole: that marker's close, under the staging name, sealed nothing.
+ */
+static int rename_in(struct ckfs *fs, uint64_t ino, uint64_t newparent, const char *newname)
+{
+	char rel[LAYOUT_PATH_MAX];
+	const struct layout_desc *d;
+	struct layout_match mm;
+	struct idx_inode a;
+	struct idx_step s;
+	uint64_t marker;
+	int rc = steps_on_mkdir(fs, newparent, newname, ino);
+
+	if (rc < 0 || !fs->steps.made_id)
+		return rc;
+	if ((rc = idx_step_get(fs->ix, fs->steps.made_id, &s)) < 0)
+		return rc;
+	d = layout_desc(s.kind);
+	if (!d->marker || d->marker_step ||
+	    snprintf(rel, sizeof(rel), "%s/%s", newname, d->marker) >= (int)sizeof(rel) ||
+	    layout_classify(rel, (enum layout_kind)s.kind, &mm) < 0 || !policy_marker_seals(&mm) ||
+	    idx_dentry_lookup(fs->ix, ino, d->marker, &marker) < 0 ||
+	    idx_inode_get(fs->ix, marker, &a) < 0 || !S_ISREG(a.mode) ||
+	    (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+		return 0;
+	if ((rc = steps_set_state(fs, &s, IDX_STEP_SEALED, "marker, renamed into place")) < 0)
+		return rc;
+	fs->steps.made_id = 0;
+	fs->steps.renamed_id = s.id;
+	return 0;
+}
+
 int steps_on_rename(struct ckfs *fs, uint64_t parent, const char *name, uint64_t ino,
 		    uint64_t newparent, const char *newname)
 {
@@ -231,8 +266,11 @@ int steps_on_rename(struct ckfs *fs, uint64_t parent, const char *name, uint64_t
 	int rc;
 
 	fs->steps.renamed_id = 0;
-	if (fs->steps.opt.layout < 0 || idx_step_by_dir(fs->ix, ino, &s) < 0)
+	fs->steps.made_id = 0;
+	if (fs->steps.opt.layout < 0)
 		return 0;
+	if (idx_step_by_dir(fs->ix, ino, &s) < 0)
+		return rename_in(fs, ino, newparent, newname);
 	if (!steps_is_slot(&s) && !layout_desc(s.kind)->per_rank && !layout_desc(s.kind)->top_files &&
 	    (s.state == IDX_STEP_COMPLETE || s.state == IDX_STEP_PRUNED))
 		return rename_by_hand(fs, &s, parent, name, newparent, newname);

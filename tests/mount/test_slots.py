@@ -291,21 +291,27 @@ class LateClaimTest(unittest.TestCase):
                       20, lambda: m.log_tail(20) + m.status_text())
         self.assertEqual(m.read_text(ckfs.TRACKER), '20')
 
-def hf_save(m, n):
-    """Step n as transformers' Trainer writes it into checkpoint-N/: the weights (safetensors:
-    u64 LE header length, JSON header, the bytes), then trainer_state.json, its marker.
-    Returns {relative path: bytes}."""
-    d = 'checkpoint-%d' % n
-    os.mkdir(m.path(d))
+def hf_save_files(n):
+    """{name: bytes} of step n as transformers' Trainer writes it, in that order: the weights
+    (safetensors: u64 LE header length, JSON header, the bytes), then trainer_state.json, its
+    marker."""
     w = ckfs.content('weights-%d' % n, 4096 + 8 * n)
     h = json.dumps({'w': {'dtype': 'U8', 'shape': [len(w)],
                           'data_offsets': [0, len(w)]}}).encode()
     h += b' ' * (-len(h) % 8)
-    want = {os.path.join(d, 'model.safetensors'): struct.pack('<Q', len(h)) + h + w,
-            os.path.join(d, 'trainer_state.json'): json.dumps({'global_step': n}).encode()}
-    for rel, data in want.items():
-        with open(m.path(rel), 'wb') as f:
+    return {'model.safetensors': struct.pack('<Q', len(h)) + h + w,
+            'trainer_state.json': json.dumps({'global_step': n}).encode()}
+
+
+def hf_save(m, n):
+    """Step n saved into checkpoint-N/ (hf_save_files). Returns {relative path: bytes}."""
+    d = 'checkpoint-%d' % n
+    os.mkdir(m.path(d))
+    want = {}
+    for name, data in hf_save_files(n).items():
+        with open(m.path(d, name), 'wb') as f:
             f.write(data)
+        want[os.path.join(d, name)] = data
     return want
 
 
@@ -365,6 +371,31 @@ class RenamedAwayTest(unittest.TestCase):
         log = m.log_tail(60)
         self.assertIn("its directory was renamed to 'checkpoint-20.spike'", log)
         self.assertIn("its directory was renamed to 'keep/checkpoint-10'", log)
+
+    def test_a_whole_step_staged_under_another_name_and_renamed_into_place_is_complete(self):
+        """A step copied in under a staging name, then renamed to its step's name (`cp -r
+        /backup/checkpoint-20 staging && mv staging checkpoint-20`): its files, the marker
+        among them, were committed before the rename, so no close seals it afterwards; its
+        marker inside seals it at the rename, as the marker's close seals a step copied in
+        under its own name. On 237ae20 the step was 'writing -> incomplete: never sealed, no
+        writer left' and set aside in .ckptfs/quarantine, out of the trainer's sight."""
+        m = self.mount(['layout=hf'])
+        hf_save(m, 10)
+        self.complete(m, 'checkpoint-10')
+        want = {}
+        os.mkdir(m.path('staging'))
+        for rel, data in hf_save_files(20).items():
+            with open(m.path('staging', rel), 'wb') as f:
+                f.write(data)
+            want[os.path.join('checkpoint-20', rel)] = data
+        m.settle()   # every file committed under the staging name
+        os.rename(m.path('staging'), m.path('checkpoint-20'))
+        self.complete(m, 'checkpoint-20')
+        m.remount()
+        self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-10', 'checkpoint-20'],
+                         m.log_tail(20))
+        self.assertEqual(os.listdir(m.path('.ckptfs', 'quarantine')), [], m.log_tail(20))
+        self.files_equal(m, want)
 
     def test_the_tracker_skips_a_step_renamed_away_and_names_it_once_back(self):
         m = self.mount()
