@@ -223,6 +223,19 @@ static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, 
 							       : 0;
 }
 
+/* Does directory dir hold its layout d's in-step marker, whole (closed, not torn, not
+ * malformed, as policy rule 2 asks of a marker that seals)? */
+static bool whole_marker_inside(struct ckfs *fs, const struct layout_desc *d, uint64_t dir)
+{
+	struct idx_inode a;
+	uint64_t marker;
+
+	return d->marker && !d->marker_step &&
+	       idx_dentry_lookup(fs->ix, dir, d->marker, &marker) == 0 &&
+	       idx_inode_get(fs->ix, marker, &a) == 0 && S_ISREG(a.mode) &&
+	       !(a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED));
+}
+
 /*
  * Directory ino, with no step row, renamed to newparent/newname: at a step directory's name (a
  * step copied in under a staging name, `mv staging checkpoint-20`) it gets its row in the
@@ -234,9 +247,7 @@ static int rename_in(struct ckfs *fs, uint64_t ino, uint64_t newparent, const ch
 	char rel[LAYOUT_PATH_MAX];
 	const struct layout_desc *d;
 	struct layout_match mm;
-	struct idx_inode a;
 	struct idx_step s;
-	uint64_t marker;
 	int rc = steps_on_mkdir(fs, newparent, newname, ino);
 
 	if (rc < 0 || !fs->steps.made_id)
@@ -244,12 +255,9 @@ static int rename_in(struct ckfs *fs, uint64_t ino, uint64_t newparent, const ch
 	if ((rc = idx_step_get(fs->ix, fs->steps.made_id, &s)) < 0)
 		return rc;
 	d = layout_desc(s.kind);
-	if (!d->marker || d->marker_step ||
+	if (!whole_marker_inside(fs, d, ino) ||
 	    snprintf(rel, sizeof(rel), "%s/%s", newname, d->marker) >= (int)sizeof(rel) ||
-	    layout_classify(rel, (enum layout_kind)s.kind, &mm) < 0 || !policy_marker_seals(&mm) ||
-	    idx_dentry_lookup(fs->ix, ino, d->marker, &marker) < 0 ||
-	    idx_inode_get(fs->ix, marker, &a) < 0 || !S_ISREG(a.mode) ||
-	    (a.flags & (IDX_INODE_TORN | IDX_INODE_MALFORMED)))
+	    layout_classify(rel, (enum layout_kind)s.kind, &mm) < 0 || !policy_marker_seals(&mm))
 		return 0;
 	if ((rc = steps_set_state(fs, &s, IDX_STEP_SEALED, "marker, renamed into place")) < 0)
 		return rc;
@@ -287,10 +295,8 @@ int steps_on_rename(struct ckfs *fs, uint64_t parent, const char *name, uint64_t
 	 * tests/traces/orbax.md); transformers 4.36's Trainer, whose marker is already inside
 	 * (the marker of a tmp directory seals nothing: steps_on_commit) */
 	const struct layout_desc *d = layout_desc(s.kind);
-	uint64_t marker;
 
-	if ((d->seal_by_rename || (d->marker && !d->marker_step &&
-				   idx_dentry_lookup(fs->ix, ino, d->marker, &marker) == 0)) &&
+	if ((d->seal_by_rename || whole_marker_inside(fs, d, ino)) &&
 	    (s.state == IDX_STEP_WRITING || s.state == IDX_STEP_COPIED)) {
 		snprintf(s.name, sizeof(s.name), "%s", newname);
 		if ((rc = steps_set_state(fs, &s, IDX_STEP_SEALED, "renamed from its tmp name")) < 0)
