@@ -233,7 +233,9 @@ int steps_on_mkdir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
  * file: a complete step's renamed away from its name leaves the lineage, pruned with its
  * directory left in place and its dir_ino kept; renamed back to its name, it comes back as a new
  * version of the step, sealed here and judged by steps_on_name; renamed to another step's name,
- * it is a new directory there, which steps_on_name judges as any other.
+ * it is a new directory there. A directory with no step row renamed to a step directory's name
+ * (a copy staged under another name) gets its row here, as steps_on_mkdir makes it, and is
+ * sealed here when its layout's marker is inside and whole (policy rule 2).
  * parent/name: where the directory was, name borrowed for the call.
  * Returns 0 (also for any other rename) or the index's -errno (the caller rolls back). fs->mu
  * held.
