@@ -143,6 +143,9 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_SP_BEGIN] = "SAVEPOINT ix_op",
 	[IX_SP_ROLLBACK] = "ROLLBACK TO ix_op",
 	[IX_SP_RELEASE] = "RELEASE ix_op",
+	[IX_DEF_BEGIN] = "SAVEPOINT ix_defer",
+	[IX_DEF_ROLLBACK] = "ROLLBACK TO ix_defer",
+	[IX_DEF_RELEASE] = "RELEASE ix_defer",
 
 	[IX_INODE_GET] = "SELECT mode, uid, gid, nlink, size, atime_ns, mtime_ns, ctime_ns, rdev, "
 			 "hash, flags FROM inodes WHERE ino = ?1",
@@ -475,7 +478,9 @@ static bool ix_is_txn_stmt(const struct idx *ix, const sqlite3_stmt *st)
 {
 	return st == ix->st[IX_BEGIN] || st == ix->st[IX_BEGIN_READ] || st == ix->st[IX_COMMIT] ||
 	       st == ix->st[IX_ROLLBACK] || st == ix->st[IX_SP_BEGIN] ||
-	       st == ix->st[IX_SP_ROLLBACK] || st == ix->st[IX_SP_RELEASE];
+	       st == ix->st[IX_SP_ROLLBACK] || st == ix->st[IX_SP_RELEASE] ||
+	       st == ix->st[IX_DEF_BEGIN] || st == ix->st[IX_DEF_ROLLBACK] ||
+	       st == ix->st[IX_DEF_RELEASE];
 }
 
 /*
@@ -509,6 +514,12 @@ int ix_step(struct idx *ix, sqlite3_stmt *st)
 {
 	int rc;
 
+	/* a change outside any caller's transaction (index.h forbids it) must not join the
+	 * deferred one: commit that first, so the change commits on its own as before */
+	if (ix->defer == IX_DEFER_IDLE &&
+	    (st == ix->st[IX_SP_BEGIN] || (!ix_is_txn_stmt(ix, st) && !sqlite3_stmt_readonly(st))) &&
+	    (rc = idx_flush(ix)) < 0)
+		return rc;
 	if (ix->hold)
 		ix_read_open(ix, st);
 	rc = sqlite3_step(st);
@@ -962,6 +973,8 @@ void idx_close(struct idx *ix)
 {
 	if (!ix)
 		return;
+	/* a file created and never closed is removed by recovery whether this commits or not */
+	(void)idx_flush(ix);
 	/* first: the handle's own close, the last connection's, then checkpoints and removes the
 	 * WAL, as without a checkpointer */
 	sqlite3_close_v2(ix->ck_db);
@@ -996,12 +1009,28 @@ static int ix_sync_full(struct idx *ix)
 	return rc;
 }
 
+/* BEGIN a write transaction with synchronous=NORMAL (idx_begin_lazy) */
+static int ix_begin_normal(struct idx *ix)
+{
+	int rc;
+
+	ix_read_close(ix);
+	if (!ix->sync_normal) {
+		ix->sync_normal = true; /* set before: a pragma that fails may have been applied */
+		if ((rc = ix_exec_const(ix, "PRAGMA synchronous = NORMAL")) < 0)
+			return rc;
+	}
+	return ix_run(ix, ix_stmt(ix, IX_BEGIN));
+}
+
 int idx_begin(struct idx *ix)
 {
 	int rc;
 
 	if (ix->rdonly)
 		return -EROFS;
+	if ((rc = idx_flush(ix)) < 0)
+		return rc;
 	ix_read_close(ix);
 	/* a lazy transaction before could not set FULL back: never let this one be lazy too */
 	if ((rc = ix_sync_full(ix)) < 0)
@@ -1015,13 +1044,77 @@ int idx_begin_lazy(struct idx *ix)
 
 	if (ix->rdonly)
 		return -EROFS;
-	ix_read_close(ix);
-	if (!ix->sync_normal) {
-		ix->sync_normal = true; /* set before: a pragma that fails may have been applied */
-		if ((rc = ix_exec_const(ix, "PRAGMA synchronous = NORMAL")) < 0)
+	if ((rc = idx_flush(ix)) < 0)
+		return rc;
+	return ix_begin_normal(ix);
+}
+
+int idx_begin_deferred(struct idx *ix)
+{
+	int rc, opened = 0;
+
+	if (ix->rdonly)
+		return -EROFS;
+	assert(ix->defer != IX_DEFER_IN);
+	if (ix->defer == IX_DEFER_NONE) {
+		if ((rc = ix_begin_normal(ix)) < 0)
 			return rc;
+		ix->defer = IX_DEFER_IDLE;
+		ix->defer_max_ino = 0;
+		opened = 1;
 	}
-	return ix_run(ix, ix_stmt(ix, IX_BEGIN));
+	if ((rc = ix_run(ix, ix_stmt(ix, IX_DEF_BEGIN))) < 0) {
+		if (opened) { /* nothing in it yet */
+			ix->defer = IX_DEFER_NONE;
+			ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
+		}
+		return rc;
+	}
+	ix->defer = IX_DEFER_IN;
+	return opened;
+}
+
+int idx_commit_deferred(struct idx *ix)
+{
+	int rc;
+
+	assert(ix->defer == IX_DEFER_IN);
+	if ((rc = ix_run(ix, ix_stmt(ix, IX_DEF_RELEASE))) < 0) {
+		idx_rollback_deferred(ix);
+		return rc;
+	}
+	ix->defer = IX_DEFER_IDLE;
+	return 0;
+}
+
+void idx_rollback_deferred(struct idx *ix)
+{
+	assert(ix->defer == IX_DEFER_IN);
+	ix_pcache_clear(ix); /* it may hold what the change made */
+	ix_run(ix, ix_stmt(ix, IX_DEF_ROLLBACK));
+	ix_run(ix, ix_stmt(ix, IX_DEF_RELEASE));
+	ix->defer = IX_DEFER_IDLE;
+	if (sqlite3_get_autocommit(ix->db))
+		ix->defer = IX_DEFER_NONE; /* SQLite rolled the whole transaction back (an I/O error) */
+}
+
+int idx_flush(struct idx *ix)
+{
+	int rc;
+
+	if (ix->defer != IX_DEFER_IDLE)
+		return 0;
+	assert(!ix->in_read);
+	ix->defer = IX_DEFER_NONE;
+	if ((rc = ix_run(ix, ix_stmt(ix, IX_COMMIT))) == 0)
+		return 0;
+	/* lost: never hand out its inode numbers again, the kernel may still know them */
+	if (ix->defer_max_ino > ix->ino_floor)
+		ix->ino_floor = ix->defer_max_ino;
+	ix_pcache_clear(ix);
+	if (!sqlite3_get_autocommit(ix->db))
+		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
+	return rc;
 }
 
 int idx_sync(struct idx *ix)
@@ -1129,6 +1222,9 @@ int idx_checkpoint(struct idx *ix)
 
 int idx_commit(struct idx *ix)
 {
+	assert(ix->defer != IX_DEFER_IN);
+	if (ix->defer == IX_DEFER_IDLE) /* no transaction of the caller's: idx_begin flushes */
+		return idx_flush(ix);
 	return ix_run(ix, ix_stmt(ix, IX_COMMIT));
 }
 
@@ -1146,6 +1242,9 @@ void idx_unhold(struct idx *ix)
 
 void idx_rollback(struct idx *ix)
 {
+	assert(ix->defer != IX_DEFER_IN);
+	if (ix->defer == IX_DEFER_IDLE) /* no transaction of the caller's to abandon */
+		return;
 	ix->in_read = false; /* a held read transaction ends with the rollback too */
 	ix_pcache_clear(ix); /* it may hold what the transaction changed */
 	if (!sqlite3_get_autocommit(ix->db))

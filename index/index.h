@@ -186,6 +186,38 @@ void idx_rollback(struct idx *ix);
 int idx_begin_lazy(struct idx *ix);
 
 /*
+ * Deferred changes: a change that may wait uncommitted, for a few milliseconds, inside one open
+ * write transaction that the changes after it join, so that many share one COMMIT (one write of
+ * each page they touch into the WAL) instead of paying one each. For a change whose loss at a
+ * crash recovery already handles (a created file not yet closed: idx_recover) and that other
+ * connections need not see at once (they see it at the flush). A create that committed alone
+ * was most of the gap between ckptfs and the FUSE floor on small files (tests/bench/RESULTS.md,
+ * "Creates share one commit").
+ *
+ * idx_begin_deferred - begin a change: opens the deferred transaction (BEGIN IMMEDIATE,
+ *   synchronous=NORMAL as idx_begin_lazy) unless open, then SAVEPOINT ix_defer around this
+ *   change. Returns 1 if it opened the transaction (the caller must arrange an idx_flush soon:
+ *   the transaction holds the database's write lock), 0 if it joined it, -EROFS, or SQLite's
+ *   errors as idx_begin's. Mutating calls may run until idx_commit_deferred or
+ *   idx_rollback_deferred; nothing else may begin in between.
+ * idx_commit_deferred - end the change, kept (RELEASE): it commits with the transaction.
+ *   Returns 0, or an error after which the change was undone as by idx_rollback_deferred.
+ * idx_rollback_deferred - undo this change only (ROLLBACK TO), not the earlier ones.
+ * idx_flush - COMMIT the deferred transaction if one is open; 0 otherwise. Returns 0 or -errno:
+ *   then every change in it is lost (rolled back), its inode numbers are never handed out again
+ *   (the kernel may still know them), and the caller should log what was lost.
+ * idx_begin, idx_begin_lazy, idx_backup and idx_close flush first (their error, if any, is
+ * idx_flush's), as does a mutating statement that runs outside any transaction: a transaction
+ * of the caller's never holds deferred changes of others, and its rollback cannot undo them.
+ * Reads on this handle see deferred changes; other connections see them after the flush.
+ * Thread-safety: as every call on the handle (the caller's lock, fs->mu in the daemon).
+ */
+int idx_begin_deferred(struct idx *ix);
+int idx_commit_deferred(struct idx *ix);
+void idx_rollback_deferred(struct idx *ix);
+int idx_flush(struct idx *ix);
+
+/*
  * idx_sync - make every transaction this handle committed so far durable, lazy ones included:
  * fdatasync(2) of the WAL file, which holds them until a checkpoint, and a checkpoint syncs
  * the WAL before copying it and the database after (sqlite.org/pragma.html#pragma_synchronous,

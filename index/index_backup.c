@@ -53,6 +53,8 @@ int idx_backup(struct idx *ix, const char *dst_path)
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", dst_path) >= (int)sizeof(tmp) ||
 	    snprintf(dir, sizeof(dir), "%s", dst_path) >= (int)sizeof(dir))
 		return -ENAMETOOLONG;
+	if ((rc = idx_flush(ix)) < 0) /* a backup copies what is committed */
+		return rc;
 	ix_unlink_db(tmp); /* left by a backup that was interrupted */
 	r = sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
 	if (r != SQLITE_OK) {

@@ -46,6 +46,9 @@ enum ix_stmt {
 	IX_SP_BEGIN,
 	IX_SP_ROLLBACK,
 	IX_SP_RELEASE,
+	IX_DEF_BEGIN,
+	IX_DEF_ROLLBACK,
+	IX_DEF_RELEASE,
 	/* inodes */
 	IX_INODE_GET,
 	IX_INODE_CREATE,
@@ -160,6 +163,13 @@ struct idx {
 			   * (idx_begin_lazy); idx_begin sets FULL back (ix_sync_full) */
 	int hold;         /* idx_hold depth: > 0 keeps one read transaction across read calls */
 	bool in_read;     /* a deferred transaction opened by ix_step for a hold is open */
+	/* idx_begin_deferred's transaction: NONE (none open), IN (inside a caller's change, its
+	 * SAVEPOINT ix_defer open) or IDLE (open, holding committed-to-it changes, no caller in it;
+	 * idx_flush commits it) */
+	enum { IX_DEFER_NONE, IX_DEFER_IN, IX_DEFER_IDLE } defer;
+	uint64_t defer_max_ino; /* the largest inode created in the deferred transaction */
+	uint64_t ino_floor;     /* after a deferred transaction was lost: inode numbers up to this
+				 * were handed out, and idx_inode_create never hands them out again */
 	int wal_fd;       /* the WAL file, read-only, for idx_sync; -1 on a read-only handle */
 	int64_t opened_version; /* PRAGMA user_version found by idx_open (idx_opened_version) */
 	sqlite3_stmt *st[IX__COUNT]; /* all prepared in idx_open, all reset between calls */

@@ -86,6 +86,26 @@ static int ix_bind_attr(struct idx *ix, sqlite3_stmt *st, int first, const struc
 			   attr->flags & ~(uint32_t)IDX_INODE_SPARSE);
 }
 
+/*
+ * Raise the inodes' AUTOINCREMENT counter to ix->ino_floor: a deferred transaction that could not
+ * be committed (idx_flush) took its counter back with it, and the kernel may still hold the
+ * inode numbers it handed out. Runs inside the caller's transaction; rare, so prepared here.
+ */
+static int ix_ino_floor(struct idx *ix)
+{
+	sqlite3_stmt *st = NULL;
+	int r = sqlite3_prepare_v2(ix->db, "UPDATE sqlite_sequence SET seq = ?1 "
+				   "WHERE name = 'inodes' AND seq < ?1", -1, &st, NULL);
+
+	if (r != SQLITE_OK)
+		return ix_err(ix, r);
+	r = ix_bind_i64(ix, st, 1, (int64_t)ix->ino_floor);
+	if (r == 0)
+		r = ix_step(ix, st);
+	sqlite3_finalize(st);
+	return r < 0 ? r : 0;
+}
+
 int idx_inode_create(struct idx *ix, const struct idx_inode *attr, uint64_t *ret_ino)
 {
 	sqlite3_stmt *st = ix_stmt(ix, IX_INODE_CREATE);
@@ -93,6 +113,8 @@ int idx_inode_create(struct idx *ix, const struct idx_inode *attr, uint64_t *ret
 
 	if (ix->rdonly)
 		return -EROFS;
+	if (ix->ino_floor && (r = ix_ino_floor(ix)) < 0)
+		return r;
 	if ((r = ix_bind_attr(ix, st, 1, attr)) < 0) {
 		ix_done(st);
 		return r;
@@ -100,6 +122,8 @@ int idx_inode_create(struct idx *ix, const struct idx_inode *attr, uint64_t *ret
 	if ((r = ix_run(ix, st)) < 0)
 		return r;
 	*ret_ino = (uint64_t)sqlite3_last_insert_rowid(ix->db);
+	if (ix->defer == IX_DEFER_IN && *ret_ino > ix->defer_max_ino)
+		ix->defer_max_ino = *ret_ino;
 	return 0;
 }
 

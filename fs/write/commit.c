@@ -50,6 +50,12 @@
  *      small file's create as often as not, and would hold fs->mu through the copy and its
  *      syncs while every request waits.
  *
+ *   8. A create's index rows wait in the index's deferred transaction (fs_make_node,
+ *      idx_begin_deferred) until some commit flushes it: this thread's next batch (its
+ *      idx_begin_lazy), any other transaction, or, when nothing else comes, this thread
+ *      CQ_LINGER_NS after cq_flush_soon, so that the database's write lock is never held
+ *      longer than that by changes nobody commits. A flush that fails is logged here.
+ *
  * Lock order: cq.mu is a leaf (taken under fs->mu by cq_busy); the thread holds no lock while
  * it commits.
  */
@@ -86,6 +92,7 @@ struct commit_q {
 	struct cjob *head, *tail;
 	size_t len;              /* jobs in head..tail */
 	unsigned waiters;        /* threads in cq_wait_idle (invariant 6) */
+	bool flush_due;          /* cq_flush_soon was called since the last flush (invariant 8) */
 	uint64_t queued, done;   /* jobs ever queued / ever finished (FIFO: done counts a prefix) */
 	bool stopping;
 	struct ckpt_workers w;   /* the one committer thread (commits are made in order) */
@@ -120,6 +127,22 @@ static void cq_checkpoint(struct ckfs *fs, int *err)
 	*err = rc < 0 ? rc : 0;
 }
 
+/* Commit the index's deferred transaction (invariant 8), with fs->mu, and log what a failure
+ * lost. Caller holds no lock. */
+static void cq_flush(struct ckfs *fs)
+{
+	int rc;
+
+	ckpt_lock(&fs->mu, CKPT_RANK_FS);
+	rc = idx_flush(fs->ix);
+	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
+	if (rc < 0)
+		ckpt_log("cannot commit the index rows of the files created in the last "
+			 "milliseconds: %s; those files are gone (their writers' closes fail and "
+			 "are logged); free space or repair the index's disk, then save again",
+			 strerror(-rc));
+}
+
 static void *cq_main(void *arg)
 {
 	struct commit_q *q = arg;
@@ -133,9 +156,9 @@ static void *cq_main(void *arg)
 		size_t n = 0, m;
 
 		ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
-		while (!q->head && !q->stopping)
+		while (!q->head && !q->stopping && !q->flush_due)
 			ckpt_cond_wait(&q->cv_work, &q->mu, CKPT_RANK_COMMIT, NULL);
-		if (q->head && !q->stopping && !q->waiters && q->len < CQ_BATCH) { /* invariant 6 */
+		if (!q->stopping && !q->waiters && q->len < CQ_BATCH) { /* invariants 6 and 8 */
 			struct timespec until;
 			int64_t t = ckpt_mono_ns() + CQ_LINGER_NS;
 
@@ -144,6 +167,16 @@ static void *cq_main(void *arg)
 			while (!q->stopping && !q->waiters && q->len < CQ_BATCH &&
 			       ckpt_cond_wait(&q->cv_work, &q->mu, CKPT_RANK_COMMIT, &until) == 0)
 				;
+		}
+		if (q->flush_due) { /* invariant 8: a batch's own transaction flushes too; cheap */
+			q->flush_due = false;
+			ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
+			cq_flush(fs);
+			ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
+		}
+		if (!q->head && !q->stopping) {
+			ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
+			continue;
 		}
 		if (!q->head) { /* stopping and nothing left (invariant 3) */
 			ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
@@ -262,6 +295,20 @@ int cq_submit(struct ckfs *fs, struct oinode *oi, pid_t pid, bool torn)
 		pthread_cond_signal(&q->cv_work);
 	ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 	return 0;
+}
+
+void cq_flush_soon(struct ckfs *fs)
+{
+	struct commit_q *q = fs->wr.cq;
+
+	if (!q)
+		return;
+	ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
+	if (!q->flush_due) {
+		q->flush_due = true;
+		pthread_cond_signal(&q->cv_work);
+	}
+	ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
 }
 
 bool cq_busy(struct ckfs *fs)

@@ -337,6 +337,69 @@ Test(txn, lazy_commit_is_kept_and_full_comes_back, .init = setup_open, .fini = t
 	cr_assert_eq(synchronous(), 2);
 }
 
+/* ---- deferred changes (idx_begin_deferred) ---- */
+
+Test(txn, deferred_changes_share_one_commit_and_roll_back_alone, .init = setup_open,
+     .fini = teardown)
+{
+	struct idx *other = NULL;
+	struct idx_inode a;
+	uint64_t f, g, h, x;
+
+	cr_assert_eq(idx_open(dbpath, IDX_RDONLY, 1000, 1001, 123, &other), 0);
+	cr_assert_eq(idx_begin_deferred(ix), 1, "the first change opens the transaction");
+	f = new_inode(IDX_ROOT_INO, "first", S_IFREG | 0644);
+	cr_assert_eq(idx_commit_deferred(ix), 0);
+	cr_assert_eq(idx_begin_deferred(ix), 0, "the next one joins it");
+	g = new_inode(IDX_ROOT_INO, "undone", S_IFREG | 0644);
+	idx_rollback_deferred(ix);
+	cr_assert_eq(idx_begin_deferred(ix), 0);
+	h = new_inode(IDX_ROOT_INO, "third", S_IFREG | 0644);
+	cr_assert_eq(idx_commit_deferred(ix), 0);
+
+	/* this handle reads its deferred changes; another connection does not, yet */
+	cr_assert_eq(idx_inode_get(ix, f, &a), 0);
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "undone", &x), -ENOENT,
+		     "a rollback undoes its own change");
+	cr_assert_eq(g, h, "its inode number is free again: it was never handed out");
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "first", &x), -ENOENT);
+	/* a caller's rollback without a transaction of its own leaves them */
+	idx_rollback(ix);
+	cr_assert_eq(idx_inode_get(ix, h, &a), 0);
+
+	/* any transaction of a caller commits them first: its rollback cannot undo them */
+	cr_assert_eq(idx_begin(ix), 0);
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "first", &x), 0);
+	cr_assert_eq(x, f);
+	new_inode(IDX_ROOT_INO, "abandoned", S_IFREG | 0644);
+	idx_rollback(ix);
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "third", &x), 0);
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "undone", &x), -ENOENT);
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "abandoned", &x), -ENOENT);
+
+	/* idx_flush commits; with nothing open it does nothing */
+	cr_assert_eq(idx_begin_deferred(ix), 1);
+	new_inode(IDX_ROOT_INO, "flushed", S_IFREG | 0644);
+	cr_assert_eq(idx_commit_deferred(ix), 0);
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "flushed", &x), -ENOENT);
+	cr_assert_eq(idx_flush(ix), 0);
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "flushed", &x), 0);
+	cr_assert_eq(idx_flush(ix), 0);
+	cr_assert(sqlite3_get_autocommit(ix->db), "no transaction left open");
+
+	/* a deferred change left open at close is committed by it */
+	cr_assert_eq(idx_begin_deferred(ix), 1);
+	new_inode(IDX_ROOT_INO, "at-close", S_IFREG | 0644);
+	cr_assert_eq(idx_commit_deferred(ix), 0);
+	idx_close(ix);
+	ix = NULL;
+	cr_assert_eq(idx_dentry_lookup(other, IDX_ROOT_INO, "at-close", &x), 0);
+	char msg[512];
+
+	cr_assert_eq(idx_check(other, msg, sizeof(msg)), 0, "%s", msg);
+	idx_close(other);
+}
+
 /* ---- held read transactions (idx_hold) ---- */
 
 Test(txn, hold_shares_one_read_and_never_delays_a_write, .init = setup_open, .fini = teardown)
