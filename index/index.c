@@ -1049,6 +1049,15 @@ int idx_begin_lazy(struct idx *ix)
 	return ix_begin_normal(ix);
 }
 
+/* The deferred transaction was rolled back: never hand out its inode numbers again (the kernel
+ * may still hold them, idx_inode_create), and forget the parents it cached. */
+static void ix_defer_lost(struct idx *ix)
+{
+	if (ix->defer_max_ino > ix->ino_floor)
+		ix->ino_floor = ix->defer_max_ino;
+	ix_pcache_clear(ix);
+}
+
 int idx_begin_deferred(struct idx *ix)
 {
 	int rc, opened = 0;
@@ -1094,8 +1103,10 @@ void idx_rollback_deferred(struct idx *ix)
 	ix_run(ix, ix_stmt(ix, IX_DEF_ROLLBACK));
 	ix_run(ix, ix_stmt(ix, IX_DEF_RELEASE));
 	ix->defer = IX_DEFER_IDLE;
-	if (sqlite3_get_autocommit(ix->db))
-		ix->defer = IX_DEFER_NONE; /* SQLite rolled the whole transaction back (an I/O error) */
+	if (sqlite3_get_autocommit(ix->db)) { /* SQLite rolled all of it back (an I/O error) */
+		ix->defer = IX_DEFER_NONE;
+		ix_defer_lost(ix);
+	}
 }
 
 int idx_flush(struct idx *ix)
@@ -1108,12 +1119,9 @@ int idx_flush(struct idx *ix)
 	ix->defer = IX_DEFER_NONE;
 	if ((rc = ix_run(ix, ix_stmt(ix, IX_COMMIT))) == 0)
 		return 0;
-	/* lost: never hand out its inode numbers again, the kernel may still know them */
-	if (ix->defer_max_ino > ix->ino_floor)
-		ix->ino_floor = ix->defer_max_ino;
-	ix_pcache_clear(ix);
 	if (!sqlite3_get_autocommit(ix->db))
 		ix_run(ix, ix_stmt(ix, IX_ROLLBACK));
+	ix_defer_lost(ix);
 	return rc;
 }
 

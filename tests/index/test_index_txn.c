@@ -400,6 +400,32 @@ Test(txn, deferred_changes_share_one_commit_and_roll_back_alone, .init = setup_o
 	idx_close(other);
 }
 
+Test(txn, a_deferred_transaction_lost_never_hands_its_inode_numbers_out_again,
+     .init = setup_open, .fini = teardown)
+{
+	uint64_t f, g, x;
+
+	cr_assert_eq(idx_begin_deferred(ix), 1);
+	f = new_inode(IDX_ROOT_INO, "lost", S_IFREG | 0644);
+	/* a row whose foreign key is checked only at COMMIT, which then fails */
+	cr_assert_eq(sqlite3_exec(ix->db, "PRAGMA defer_foreign_keys = ON; INSERT INTO dentries"
+				  "(parent, name, ino) VALUES (987654, x'78', 1)", NULL, NULL, NULL),
+		     SQLITE_OK);
+	cr_assert_eq(idx_commit_deferred(ix), 0);
+	cr_assert_eq(idx_flush(ix), -EEXIST, "a constraint broken at COMMIT");
+	cr_assert(sqlite3_get_autocommit(ix->db), "rolled back, nothing left open");
+	cr_assert_eq(idx_dentry_lookup(ix, IDX_ROOT_INO, "lost", &x), -ENOENT);
+
+	/* the kernel may still hold inode f: the next create must not be given it */
+	cr_assert_eq(idx_begin(ix), 0);
+	g = new_inode(IDX_ROOT_INO, "next", S_IFREG | 0644);
+	cr_assert_eq(idx_commit(ix), 0);
+	cr_assert_gt(g, f, "inode %lu handed out again", (unsigned long)g);
+	char msg[512];
+
+	cr_assert_eq(idx_check(ix, msg, sizeof(msg)), 0, "%s", msg);
+}
+
 /* ---- held read transactions (idx_hold) ---- */
 
 Test(txn, hold_shares_one_read_and_never_delays_a_write, .init = setup_open, .fini = teardown)
