@@ -448,6 +448,7 @@ int fs_meta_stats(struct ckfs *fs, int which, bool fresh, struct idx_stats *ret)
 		stats_kept(fs, ret);
 		return 1;
 	}
+	cq_flush_now(fs); /* the files created before this read count: their rows may wait */
 	ckpt_lock(&fs->fuse.stats.mu, CKPT_RANK_STATS);
 	rc = stats_read(fs, ret);
 	ckpt_unlock(&fs->fuse.stats.mu, CKPT_RANK_STATS);

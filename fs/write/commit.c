@@ -127,12 +127,12 @@ static void cq_checkpoint(struct ckfs *fs, int *err)
 	*err = rc < 0 ? rc : 0;
 }
 
-/* Commit the index's deferred transaction (invariant 8), with fs->mu, and log what a failure
- * lost. Caller holds no lock. */
-static void cq_flush(struct ckfs *fs)
+void cq_flush_now(struct ckfs *fs)
 {
 	int rc;
 
+	if (!fs->ix)
+		return;
 	ckpt_lock(&fs->mu, CKPT_RANK_FS);
 	rc = idx_flush(fs->ix);
 	ckpt_unlock(&fs->mu, CKPT_RANK_FS);
@@ -171,7 +171,7 @@ static void *cq_main(void *arg)
 		if (q->flush_due) { /* invariant 8: a batch's own transaction flushes too; cheap */
 			q->flush_due = false;
 			ckpt_unlock(&q->mu, CKPT_RANK_COMMIT);
-			cq_flush(fs);
+			cq_flush_now(fs);
 			ckpt_lock(&q->mu, CKPT_RANK_COMMIT);
 		}
 		if (!q->head && !q->stopping) {

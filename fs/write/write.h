@@ -408,6 +408,10 @@ static inline bool cq_on(const struct ckfs *fs)
  * about CQ_LINGER_NS, unless another commit does first (commit.c invariant 8). Any lock may be
  * held (cq's lock is a leaf); no-op without a committer. */
 void cq_flush_soon(struct ckfs *fs);
+/* cq_flush_now - commit the index's deferred transaction now (idx_flush under fs->mu), for a
+ * reader on another index handle that must see every file created before it; logs what a
+ * failure lost. Caller holds no lock. */
+void cq_flush_now(struct ckfs *fs);
 /* cq_busy - is a commit queued or running? Any lock may be held (cq's lock is a leaf). */
 bool cq_busy(struct ckfs *fs);
 /* cq_wait_idle - wait until every commit queued before the call has finished (returns at once

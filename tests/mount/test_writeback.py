@@ -712,12 +712,20 @@ class SmallFilesTest(unittest.TestCase):
         for minutes, the committer commits them a millisecond later (commit.c invariant 8): the
         transaction never holds the database's write lock for long, and another connection
         (ckptctl, a backup) sees the files. Checked from another connection, by name: the
-        files appear within seconds, and their bytes are whole after a remount."""
+        files appear within seconds, and their bytes are whole after a remount. A status read
+        counts them at once."""
+        def files_in_status(m):
+            return int(re.search(rb'^files: +(\d+)$', read_all(m.path('.ckptfs', 'status')),
+                                 re.M).group(1))
+
         with ckfs.Mount() as m:
             os.makedirs(m.path('held'))
-            read_all(m.path('.ckptfs', 'status'))  # nothing but the mkdir before
+            before = files_in_status(m)
             fs = [open(m.path('held', 'open%d' % i), 'wb') for i in range(3)]
             try:
+                # status reads its figures on an index handle of its own: it commits the
+                # waiting rows first, so the files created before it count at once
+                self.assertEqual(files_in_status(m), before + 3)
                 db = sqlite3.connect('file:%s?mode=ro' % os.path.join(m.store, 'index.db'),
                                      uri=True, timeout=5)
                 try:
