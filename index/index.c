@@ -29,6 +29,17 @@
  *      meta('format') = 'ckptfs-index'; at version 0 it is empty (no schema objects at all).
  *      migrations[v] takes version v to v + 1, in its own transaction, and sets user_version.
  *      Before the first of them, a database at v >= 1 is copied whole to PATH.vV.bak.
+ *  10. The deferred transaction (idx_begin_deferred) is in one of three states, ix->defer:
+ *
+ *        NONE --idx_begin_deferred--> IN --idx_commit_deferred / idx_rollback_deferred--> IDLE
+ *        IDLE --idx_begin_deferred--> IN;   IDLE --idx_flush (COMMIT, or lost)--> NONE
+ *
+ *      IN and IDLE hold a write transaction begun with synchronous=NORMAL, IN also SAVEPOINT
+ *      ix_defer. Only deferred changes are ever in it: idx_begin, idx_begin_lazy, idx_backup,
+ *      idx_close and a mutating statement in IDLE flush first; idx_commit in IDLE flushes and
+ *      idx_rollback in IDLE leaves it (neither has a transaction of its caller's to end). An
+ *      inode number it handed out is never handed out again once
+ *      it is lost (ix->ino_floor).
  *
  * Schema v1:
  *   meta(key TEXT PRIMARY KEY, value)                       'format' -> 'ckptfs-index'
