@@ -66,11 +66,15 @@
  * Schema v3 (migration v2 -> v3 adds):
  *   xattrs(id INTEGER PRIMARY KEY, ino -> inodes ON DELETE CASCADE, name BLOB, value BLOB,
  *          UNIQUE(ino, name))        extended attributes; id keeps listxattr in creation order
- * Besides, every read-write open creates the partial index chunks_bad ON chunks(hash) WHERE
- * bad <> 0 if it is missing (ix_optional_indexes): the chunks marked bad, found without a scan
- * of every chunk (idx_dir_has_bad_chunk). It is no schema change: every query works without it
- * (a read-only handle on a store no read-write open has touched scans instead), and SQLite keeps
- * it up to date for an older ckptfs too.
+ * Besides, every read-write open creates two indexes if they are missing (ix_optional_indexes):
+ * the partial index chunks_bad ON chunks(hash) WHERE bad <> 0, the chunks marked bad found
+ * without a scan of every chunk (idx_dir_has_bad_chunk); and steps_kind_name_created ON
+ * steps(kind, name, created_ns), the version of a name at a time (IX_STEP_BY_NAME_AT, once per
+ * claim at every tracker read) read in order from the index instead of sorted in a temporary
+ * b-tree, which SQLite opens, allocates and frees at every run of the statement. They are no
+ * schema change: every query works without them (a read-only handle on a store no read-write
+ * open has touched scans or sorts instead), and SQLite keeps them up to date for an older
+ * ckptfs too.
  * Names and symlink targets are BLOBs: byte-exact, compared with memcmp, never UTF-8 checked.
  * So are step names, tracker paths, claim contents and event notes.
  * AUTOINCREMENT makes inode numbers and readdir cookies never reused.
@@ -193,6 +197,9 @@ static const char *const ix_sql[IX__COUNT] = {
 			  "WHERE hash IN (SELECT hash FROM extents WHERE ino = ?1)",
 	[IX_EXT_ZEROS] = "SELECT hash FROM chunks WHERE refs = 0 "
 			 "AND hash IN (SELECT hash FROM extents WHERE ino = ?1)",
+	/* before the three above, which SQLite 3.40 runs with a temporary table each: a file
+	 * committed for the first time has no extents to drop */
+	[IX_EXT_ANY] = "SELECT 1 FROM extents WHERE ino = ?1 LIMIT 1",
 	[IX_EXT_DELETE] = "DELETE FROM extents WHERE ino = ?1",
 	[IX_EXT_INSERT] = "INSERT INTO extents(ino, offset, length, hash) VALUES(?1, ?2, ?3, ?4)",
 	/* no row changed (sqlite3_changes() = 0): a known chunk with another raw size */
@@ -256,10 +263,11 @@ static const char *const ix_sql[IX__COUNT] = {
 	[IX_STEP_BY_DIR] = "SELECT " IX_STEP_COLS " FROM steps WHERE dir_ino = ?1 AND dir_ino <> 0",
 	[IX_STEP_BY_NAME] = "SELECT " IX_STEP_COLS " FROM steps WHERE kind = ?1 AND name = ?2 "
 			    "AND state <> 3 ORDER BY id DESC LIMIT 1",
-	/* steps_kind_name narrows to the rows of one name: a few versions. States 3, 4, 5:
-	 * pruned, incomplete, corrupt (the rows that leave the name) */
+	/* steps_kind_name_created gives the rows of one name newest first: no sort. States 3, 4,
+	 * 5: pruned, incomplete, corrupt (the rows that leave the name); BETWEEN, not IN (...),
+	 * which SQLite 3.40 evaluates with a temporary table built at every run */
 	[IX_STEP_BY_NAME_AT] = "SELECT " IX_STEP_COLS " FROM steps WHERE kind = ?1 AND name = ?2 "
-			       "AND created_ns <= ?3 AND NOT (state IN (3, 4, 5) AND "
+			       "AND created_ns <= ?3 AND NOT (state BETWEEN 3 AND 5 AND "
 			       "state_ns <= ?3) ORDER BY created_ns DESC, id DESC LIMIT 1",
 	[IX_STEP_STATE_OF] = "SELECT state FROM steps WHERE id = ?1",
 	/* the right-hand sides see the old row: "state <> ?2" means the state changes */
@@ -437,7 +445,8 @@ static const char ix_schema_v3[] =
 /* Indexes that speed queries up and change no result, created at every read-write open (see
  * the schema above) */
 static const char ix_optional_indexes[] =
-	"CREATE INDEX IF NOT EXISTS chunks_bad ON chunks(hash) WHERE bad <> 0;";
+	"CREATE INDEX IF NOT EXISTS chunks_bad ON chunks(hash) WHERE bad <> 0;"
+	"CREATE INDEX IF NOT EXISTS steps_kind_name_created ON steps(kind, name, created_ns);";
 
 /* migrations[v] upgrades a database at user_version v to v + 1 (invariant 9). */
 static const struct ix_migration migrations[] = {

@@ -43,8 +43,13 @@ int ix_drop_extents(struct idx *ix, uint64_t ino, uint8_t (**zeros)[IDX_HASH_LEN
 {
 	sqlite3_stmt *st;
 	size_t cap = *nzeros;
+	int64_t one;
 	int r;
 
+	if ((r = ix_scalar(ix, IX_EXT_ANY, &one, "i", (int64_t)ino)) == -ENOENT)
+		return 0; /* nothing to drop (a new file's first commit) */
+	if (r < 0)
+		return r;
 	st = ix_stmt(ix, IX_EXT_DECREF);
 	if ((r = ix_bind_i64(ix, st, 1, (int64_t)ino)) < 0) {
 		ix_done(st);

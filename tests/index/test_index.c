@@ -180,6 +180,50 @@ static int list_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cookie
 	return l->n == l->stop_at ? 7 : 0;
 }
 
+/*
+ * A temporary table (OpenEphemeral: an IN list or subquery, a sort no index gives) or a sorter
+ * is opened, allocated and freed at every run of a statement: IX_STEP_BY_NAME_AT's two made a
+ * tracker read cost 2.5x passthrough_ll's (tests/bench/RESULTS.md, "A tracker read without
+ * temporary tables"). Only the statements listed may have one, each for the reason given; EXPLAIN
+ * of every prepared statement of the handle, on a database as idx_open leaves it.
+ */
+Test(schema, temporary_tables_only_where_listed, .init = setup_open, .fini = teardown)
+{
+	static const enum ix_stmt allowed[] = {
+		IX_EXT_DECREF, IX_EXT_ZEROS, IX_EXT_DELETE, /* after IX_EXT_ANY found extents */
+		IX_DIR_HAS_BAD_CHUNK,            /* a recursion, once per readdir of a damaged store */
+		IX_STORED_BYTES,                 /* GROUP BY the chunks of one file (a sorter) */
+		IX_RECOVER_UNCOMMITTED_DENTRIES, /* recovery, once per mount */
+		IX_STEP_ALL, IX_XATTR_LIST,      /* listings, ordered by what no index holds */
+		IX_CHECK_TILE_GAP,               /* idx_check */
+	};
+	char found[4096] = "";
+
+	for (int i = 0; i < IX__COUNT; i++) {
+		sqlite3_stmt *st;
+		char q[8192];
+		int n = 0;
+		bool ok = false;
+
+		if (!ix->st[i])
+			continue;
+		snprintf(q, sizeof(q), "EXPLAIN %s", sqlite3_sql(ix->st[i]));
+		cr_assert_eq(sqlite3_prepare_v2(ix->db, q, -1, &st, NULL), SQLITE_OK, "%s", q);
+		while (sqlite3_step(st) == SQLITE_ROW) {
+			const char *op = (const char *)sqlite3_column_text(st, 1);
+
+			n += !strcmp(op, "OpenEphemeral") || !strcmp(op, "SorterOpen");
+		}
+		sqlite3_finalize(st);
+		for (size_t k = 0; k < sizeof(allowed) / sizeof(allowed[0]); k++)
+			ok |= allowed[k] == (enum ix_stmt)i;
+		if (n && !ok)
+			snprintf(found + strlen(found), sizeof(found) - strlen(found), "\n%d: %.100s", i,
+				 sqlite3_sql(ix->st[i]));
+	}
+	cr_assert_str_empty(found, "statements with a temporary table or sorter:%s", found);
+}
+
 Test(ns, dentries_lookup_move_remove_list, .init = setup_open, .fini = teardown)
 {
 	struct list_log l = { 0 }, l2 = { 0 };
