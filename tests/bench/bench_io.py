@@ -36,7 +36,8 @@ What is measured, and how (issue 5's list, made trustworthy):
      (ckptctl status --json) over the logical bytes written;
   6. the daemon's peak RSS (VmHWM, the maximum over its lifetimes: it is remounted for every
      cold read) vs its write buffer (-o write_buffer, printed);
-  7. daemon CPU seconds (user+sys, /proc/PID/stat) per GB saved, deferred compression included;
+  7. daemon CPU seconds (user+sys, /proc/PID/stat) per GB saved, deferred compression included,
+     and passthrough_ll's for its saves (8): what FUSE itself costs the daemon per GB;
   8. the FUSE floor: the saves and cold loads of 1-3b also through libfuse's passthrough_ll
      example (compiled from libfuse3-dev's copy, bench_small.build_passthrough) mounted over a
      directory of the same disk, with -o default_permissions and a 4 MiB read-ahead, as ckptfs
@@ -558,10 +559,13 @@ def main():
         os.environ['CKPTFS_TEST_TMP'] = base
         opts = ((f'write_buffer={a.write_buffer}',) if a.write_buffer else ()) + \
             ((f'defer_compress={a.defer_compress}',) if a.defer_compress else ())
-        from bench_small import floor_mount  # here: bench_small imports this module
+        # here: bench_small imports this module
+        from bench_small import floor_mount, mount_daemon_pid
         with ckfs.Mount(opts=opts) as m, evidence_on_failure(m), floor_mount(pt_dir) as pt_mnt:
             cpu_s, saved_b, hwm = 0.0, 0, 0.0
+            pt_cpu_s, pt_saved_b = 0.0, 0
             sides = ('direct', 'ckptfs') + ((FLOOR,) if pt_mnt else ())
+            pt_pid = mount_daemon_pid(pt_mnt) if pt_mnt else None
 
             def remount():
                 nonlocal hwm
@@ -579,7 +583,11 @@ def main():
                     if side == 'direct':
                         res = run_worker('save', pd, a.size_mib, r)
                     elif side == FLOOR:
+                        c0 = proc_cpu_s(pt_pid) if pt_pid else 0.0
                         res = run_worker('save', pp, a.size_mib, r)
+                        if pt_pid:
+                            pt_cpu_s += proc_cpu_s(pt_pid) - c0
+                            pt_saved_b += os.path.getsize(pp)
                     else:
                         c0, b0 = proc_cpu_s(m.pid), stored_bytes(m)
                         res = run_worker('save', pm, a.size_mib, r)
@@ -657,6 +665,8 @@ def main():
             hwm = max(hwm, proc_hwm_mib(m.pid))
             add('daemon peak RSS MiB (VmHWM)', hwm)
             add('daemon CPU s per GB saved', cpu_s / (saved_b / 1e9))
+            if pt_saved_b:  # the FUSE floor's own: two copies of every byte, no chunking
+                add(f'daemon CPU s per GB saved, {FLOOR}', pt_cpu_s / (pt_saved_b / 1e9))
             wbuf = None
             try:
                 with open(m.path('.ckptfs', 'status')) as f:
@@ -722,8 +732,10 @@ def report(a, base, rows, disk0, disk1, wbuf, elapsed):
     for k in ('bf16 stored/logical right after durable', 'bf16 stored/logical',
               'compressed s after durable (deferred chunks)', 'fp32 Adam stored/logical',
               'LoRA 5-step stored/logical', 'daemon peak RSS MiB (VmHWM)',
-              'daemon CPU s per GB saved', 'daemon CPU s per GiB restored (cold torch.load)'):
-        table.append((k, k, 'MiB' if 'MiB' in k else '', None, None))
+              'daemon CPU s per GB saved', f'daemon CPU s per GB saved, {FLOOR}',
+              'daemon CPU s per GiB restored (cold torch.load)'):
+        if k in med:
+            table.append((k, k, 'MiB' if 'MiB' in k else '', None, None))
 
     def fraction(key, unit, lim):
         """The median as a fraction of the physical limit (rates in logical MB/s)."""

@@ -134,6 +134,21 @@ def passthrough_mount(base, binary, preexec_fn=None, opts=(), read_ahead_kb=None
         subprocess.run(['fusermount3', '-u', mnt], timeout=60)
 
 
+def mount_daemon_pid(mnt):
+    """the pid of the FUSE daemon serving mnt (the process whose command line names mnt, as
+    passthrough_mount starts it), or None"""
+    want = os.fsencode(os.path.abspath(mnt))
+    for pid in os.listdir('/proc'):
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as f:
+                args = f.read().split(b'\0')
+        except OSError:
+            continue
+        if pid.isdigit() and want in args and int(pid) != os.getpid():
+            return int(pid)
+    return None
+
+
 FLOOR_READ_AHEAD_KB = 4096  # ckptfs's own mount's (FS_READ_AHEAD_KB, fs/fuse/fuse_int.h)
 
 
