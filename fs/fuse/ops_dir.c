@@ -82,11 +82,12 @@ int fs_make_node(fuse_req_t req, struct ckfs *fs, fuse_ino_t parent, const char 
 	 * creation does not wait for the disk with fs->mu held, nor commit on its own: its rows
 	 * wait in the index's deferred transaction, which the committer flushes with the next
 	 * batch or within a millisecond (commit.c invariant 8): one COMMIT for many creates. */
-	bool deferred = S_ISREG(mode) && !committed_empty && !link_target && cq_on(fs);
+	bool lazy = S_ISREG(mode) && !committed_empty && !link_target;
+	bool deferred = lazy && cq_on(fs);
 
 	if (deferred)
 		rc = idx_begin_deferred(fs->ix);
-	else if (S_ISREG(mode) && !committed_empty && !link_target)
+	else if (lazy)
 		rc = idx_begin_lazy(fs->ix);
 	else
 		rc = idx_begin(fs->ix);
