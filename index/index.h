@@ -586,6 +586,7 @@ struct idx_repair_stats {
 	uint64_t relinked;         /* inodes linked again under /lost+found */
 	uint64_t nlink_fixed;      /* inodes whose link count was recounted */
 	uint64_t steps_reset;      /* steps whose directory was gone */
+	uint64_t root_fixed;       /* 1 when the root inode was missing or not a directory */
 };
 
 /*

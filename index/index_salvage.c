@@ -13,6 +13,7 @@
  * and `ckptctl verify` re-marks bad chunks.
  *
  * Invariants after idx_repair (index.h's 1-4, 6 and 7, which idx_check verifies):
+ *   0. Inode 1 is a directory (the root).
  *   1. Every dentry names an existing inode, under an existing directory.
  *   2. Every extent belongs to a regular file and names a chunk row; chunk refs = extents naming
  *      it; chunk rows no extent names are deleted (their files are then orphans for the sweep).
@@ -397,6 +398,45 @@ static int64_t ix_now(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * 1. the root: inode 1 is a directory. A salvage keeps the old root row where it was readable, so
+ * a damaged mode arrives here as a root that is not a directory (found by the index fuzzer,
+ * tests/fuzz/corpus/index/crash-6dc7de606a4fe756). The root can only ever be a directory, so its
+ * type is set back, not the row dropped: every entry under it stays where it was. A root row that
+ * is missing altogether is made again as the fresh index makes it (0755, owned by root).
+ */
+static int ix_fix_root(struct idx *ix, const struct idx_repair_ops *ops,
+		       struct idx_repair_stats *s)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t mode = -1;
+	int r = ix_prep(ix, "SELECT mode FROM inodes WHERE ino = 1", &st);
+
+	if (r < 0)
+		return r;
+	r = sqlite3_step(st);
+	if (r == SQLITE_ROW)
+		mode = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	if (r != SQLITE_ROW && r != SQLITE_DONE)
+		return ix_err(ix, r);
+	if (mode >= 0 && S_ISDIR((mode_t)mode))
+		return 0;
+	if (mode < 0) {
+		ix_lost(ops, IDX_ROOT_INO, "the root directory's inode was lost: made again");
+		r = ix_exec(ix, "INSERT INTO inodes(ino, mode, uid, gid, nlink, size, atime_ns, "
+				"mtime_ns, ctime_ns, rdev) VALUES(1, 16877, 0, 0, 2, 0, 0, 0, 0, 0)");
+	} else {
+		ix_lost(ops, IDX_ROOT_INO, "the root directory's inode had type %llo: set back to a "
+			"directory", (unsigned long long)(mode & S_IFMT));
+		r = ix_exec(ix, "UPDATE inodes SET mode = 16384 | (mode & 4095), size = 0 "
+				"WHERE ino = 1");
+	}
+	if (r == 0)
+		s->root_fixed = 1;
+	return r;
 }
 
 /* 1. dentries naming a missing inode, or under something that is not a directory */
@@ -822,6 +862,8 @@ int idx_repair(struct idx *ix, const struct idx_repair_ops *ops, struct idx_repa
 		goto out;
 	r = ix_exec_count(ix, "INSERT OR IGNORE INTO meta(key, value) VALUES('format', '"
 			  IX_FORMAT "')", NULL);
+	if (r == 0)
+		r = ix_fix_root(ix, ops, &s);
 	if (r == 0)
 		r = ix_fix_dentries(ix, ops, &s);
 	/* 2. extents of inodes that are gone or not regular files */
