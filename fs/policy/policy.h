@@ -122,10 +122,11 @@
  *     of those: the lineage is the steps completed after that one. So retention counts a new
  *     run's own steps and keeps an earlier run's, as with a tracker. InternEvo's slots
  *     (policy_is_slot), rewritten in place at every snapshot, take no part.
- *     A complete step whose directory the user renames away from its name (in the top
+ *     A complete or copied step whose directory the user renames away from its name (in the top
  *     directory or into a directory of it) leaves the lineage: pruned, the directory left where
  *     the user put it, so no tracker, retention or quarantine acts on it again; renamed back to
- *     its name it is a new version of the step, sealed by that rename (steps_on_rename).
+ *     its name a complete one is a new version of the step, sealed by that rename, and a copied
+ *     one a copy again (steps_on_rename).
  *     Known limits: a claim of a newer step of an abandoned lineage (a roll forward), or a
  *     scanned layout's new run saving past the earlier run's highest step, makes every step at
  *     most its number a member again, the other run's included.

@@ -169,9 +169,12 @@ static bool at_its_name(struct ckfs *fs, const struct idx_step *s, uint64_t pare
 
 /*
  * Step s's directory, renamed by hand from parent/name to newparent/newname (policy rule 6): a
- * complete version renamed away from its name leaves the lineage, and one that left comes back
- * renamed to its name again. In the rename's transaction.
+ * complete version, or a copy no claim has completed yet (copied), renamed away from its name
+ * leaves the lineage, and one that left comes back renamed to its name again. In the rename's
+ * transaction.
  */
+static int rename_in(struct ckfs *fs, uint64_t ino, uint64_t newparent, const char *newname);
+
 static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, const char *name,
 			  uint64_t newparent, const char *newname)
 {
@@ -184,7 +187,7 @@ static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, 
 	int64_t id;
 	int rc;
 
-	if (s->state == IDX_STEP_COMPLETE && was && !is) {
+	if ((s->state == IDX_STEP_COMPLETE || s->state == IDX_STEP_COPIED) && was && !is) {
 		/* pruned, its dir_ino kept: retention, the quarantine and the trackers no longer act
 		 * on the directory, which stays the user's, and its rename back finds the version */
 		if (newparent == IDX_ROOT_INO ||
@@ -200,6 +203,14 @@ static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, 
 	}
 	if (s->state != IDX_STEP_PRUNED)
 		return 0;
+	if (is && s->completed_ns == 0) {
+		/* a copy that left before any claim completed it comes back as what it was: a
+		 * directory copied in under another name and renamed to its step's name, judged as
+		 * one (rename_in: its own row, sealed by a whole marker inside, else copied) */
+		if ((rc = idx_step_set_dir(fs->ix, s->id, 0)) < 0)
+			return rc;
+		return rename_in(fs, dir, newparent, newname);
+	}
 	if (is) {
 		/* back at its name: a new version of the step, sealed by the rename as a tmp
 		 * directory's commit is; steps_on_name then judges it complete as any sealed one */
@@ -280,7 +291,8 @@ int steps_on_rename(struct ckfs *fs, uint64_t parent, const char *name, uint64_t
 	if (idx_step_by_dir(fs->ix, ino, &s) < 0)
 		return rename_in(fs, ino, newparent, newname);
 	if (!steps_is_slot(&s) && !layout_desc(s.kind)->per_rank && !layout_desc(s.kind)->top_files &&
-	    (s.state == IDX_STEP_COMPLETE || s.state == IDX_STEP_PRUNED))
+	    (s.state == IDX_STEP_COMPLETE || s.state == IDX_STEP_COPIED ||
+	     s.state == IDX_STEP_PRUNED))
 		return rename_by_hand(fs, &s, parent, name, newparent, newname);
 	if (parent != IDX_ROOT_INO || newparent != IDX_ROOT_INO ||
 	    layout_classify(s.name, fs->steps.opt.layout, &was) < 0 || !(was.flags & LAYOUT_F_TMP) ||

@@ -322,8 +322,8 @@ def renamed(want, old, new):
 
 
 class RenamedAwayTest(unittest.TestCase):
-    """A complete step directory renamed by hand within the mount: what a user does to keep a
-    step out of the way (a loss spike to look at, a rollback without stopping the job). Its
+    """A complete (or copied) step directory renamed by hand within the mount: what a user does to
+    keep a step out of the way (a loss spike to look at, a rollback without stopping the job). Its
     version leaves the lineage and its files stay as they are; renamed back to its name, it is
     a step of the lineage again."""
 
@@ -338,13 +338,16 @@ class RenamedAwayTest(unittest.TestCase):
         for rel, data in want.items():
             self.assertEqual(summary(ckfs.read_bytes(m.path(rel))), summary(data), rel)
 
-    def complete(self, m, name):
-        """Wait until ckptctl steps lists a complete step at name (the newest row of it)."""
-        def state():
-            r = m.ckptctl('steps', json_out=True)
-            rows = [s for s in json.loads(r.stdout)['steps'] if s['name'] == name]
-            return rows and rows[-1]['state'] == 'complete'
-        ckfs.wait_for('step %s complete' % name, state, 20, m.log_tail)
+    def state(self, m, name):
+        """The state ckptctl steps lists for the newest row of step name, or None."""
+        r = m.ckptctl('steps', json_out=True)
+        rows = [s for s in json.loads(r.stdout)['steps'] if s['name'] == name]
+        return rows[-1]['state'] if rows else None
+
+    def complete(self, m, name, state='complete'):
+        """Wait until ckptctl steps lists step name (its newest row) in state."""
+        ckfs.wait_for('step %s %s' % (name, state), lambda: self.state(m, name) == state, 20,
+                      m.log_tail)
 
     def test_retention_keeps_a_step_renamed_out_of_the_lineage(self):
         m = self.mount(['layout=hf', 'keep_checkpoint_max=2'])
@@ -416,6 +419,59 @@ class RenamedAwayTest(unittest.TestCase):
         self.assertEqual(m.read_text(ckfs.TRACKER), '20', m.log_tail(20))
         self.assertEqual(sorted(os.listdir(m.mnt)),
                          ['iter_0000010', 'iter_0000020', ckfs.TRACKER])
+        self.files_equal(m, want)
+
+    def test_a_copied_step_renamed_away_is_neither_claimed_nor_removed(self):
+        """A step copied in (`cp -r`, no claim yet: `copied`) and then renamed away by hand
+        (`mv iter_0000020 iter_0000020.keep`). On e100190 its row kept its name: `echo 20 >` the
+        tracker then completed it, so the tracker read 20 with no iter_0000020 to load, and
+        retention then removed the user's iter_0000020.keep ('complete -> pruned: retention').
+        Now it leaves the lineage as a complete step does: the claim is not taken, retention
+        keeps the directory, across a crash of the daemon too; renamed back it is a copy again,
+        which a claim completes."""
+        m = self.mount(['keep_checkpoint_max=1'])
+        ckfs.megatron_save_per_node([m, m], 10, 'a', 64 << 10)
+        ckfs.wait_for('step 10 claimed', lambda: m.read_text(ckfs.TRACKER) == '10', 20,
+                      m.log_tail)
+        plain = os.path.join(m.tmp, 'plain')
+        want = {}
+        for r in range(2):   # a backup made outside the mount, copied in by another process
+            rel = ckfs.megatron_rank_file(20, r)
+            want[rel] = ckfs.content('backup step 20 rank %d' % r, 64 << 10)
+            os.makedirs(os.path.dirname(os.path.join(plain, rel)))
+            with open(os.path.join(plain, rel), 'wb') as f:
+                f.write(want[rel])
+        r = ckfs.run(['cp', '-r', os.path.join(plain, 'iter_0000020'), m.mnt + '/'], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.complete(m, 'iter_0000020', 'copied')
+        os.rename(m.path('iter_0000020'), m.path('iter_0000020.keep'))
+        kept = renamed(want, 'iter_0000020', 'iter_0000020.keep')
+        self.assertEqual(self.state(m, 'iter_0000020'), 'pruned', m.log_tail(20))
+        m.kill_daemon()
+        m.start()
+        # a claim of the step names no directory: the tracker keeps naming a step that is there
+        with open(m.path(ckfs.TRACKER), 'w') as f:
+            f.write('20')
+        self.assertEqual(m.read_text(ckfs.TRACKER), '10', m.log_tail(20))
+        for n in (30, 40):   # retention (keep 1) prunes 10 and 30, not the directory kept
+            ckfs.megatron_save_per_node([m, m], n, 'a', 64 << 10)
+            self.complete(m, 'iter_%07d' % n)
+        ckfs.wait_for('step 30 pruned', lambda: self.state(m, 'iter_0000030') == 'pruned', 20,
+                      m.log_tail)
+        self.assertEqual(sorted(os.listdir(m.mnt)),
+                         ['iter_0000020.keep', 'iter_0000040', ckfs.TRACKER], m.log_tail(20))
+        self.files_equal(m, kept)
+        self.assertIn("its directory was renamed to 'iter_0000020.keep'", m.log_tail(60))
+        # back at its name it is the copy it was: named by no tracker until a claim. `mv`, a
+        # process that exits: a directory renamed in is judged once its renamer is gone
+        r = ckfs.run(['mv', m.path('iter_0000020.keep'), m.path('iter_0000020')], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.complete(m, 'iter_0000020', 'copied')
+        self.assertEqual(m.read_text(ckfs.TRACKER), '40', m.log_tail(20))
+        with open(m.path(ckfs.TRACKER), 'w') as f:
+            f.write('20')
+        self.assertEqual(m.read_text(ckfs.TRACKER), '20', m.log_tail(20))
+        self.complete(m, 'iter_0000020')
         self.files_equal(m, want)
 
 
