@@ -26,6 +26,8 @@ struct ctl_find {
 	struct idx_step best;
 	bool best_home; /* best is the version at the step's name */
 	unsigned n;     /* steps matched, pruned ones left out */
+	struct idx_step left; /* the newest pruned version matched whose directory is kept: one
+			       * renamed away by hand (policy rule 6); id 0 when none */
 };
 
 /* Is version s of a step the one at the step's name (not kept in retained, not set aside)? */
@@ -43,10 +45,13 @@ static int find_cb(const struct idx_step *s, void *arg)
 	struct ctl_find *f = arg;
 	bool home;
 
-	if (s->state == IDX_STEP_PRUNED)
-		return 0;
 	if (strcmp(s->name, f->arg) != 0 && (f->number < 0 || s->step != f->number))
 		return 0;
+	if (s->state == IDX_STEP_PRUNED) {
+		if (s->dir_ino && s->id > f->left.id)
+			f->left = *s;
+		return 0;
+	}
 	home = at_home(f->fs, s);
 	/* one step saved more than once (a kept version and its new one, a rewrite set aside):
 	 * the version at its name answers, what a resume reads; else the newest row */
@@ -73,6 +78,15 @@ static int find_step(struct ckfs *fs, const char *arg, struct idx_step *ret, cha
 		f.number = v;
 	if (idx_step_foreach(fs->ix, find_cb, &f) < 0) {
 		ckpt_msg(msg, cap, "cannot read the step table");
+		return -1;
+	}
+	char where[LAYOUT_PATH_MAX];
+
+	if (f.n == 0 && f.left.id && steps_rel_path(fs, f.left.dir_ino, where, sizeof(where)) == 0) {
+		/* what a user who renamed the step away needs: where it is, and how it comes back */
+		ckpt_msg(msg, cap, "step '%s' left the lineage: its directory was renamed to '%s'; "
+		       "rename it back to '%s' to make it a step again", f.left.name, where,
+		       f.left.name);
 		return -1;
 	}
 	if (f.n == 0) {

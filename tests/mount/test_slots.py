@@ -411,6 +411,12 @@ class RenamedAwayTest(unittest.TestCase):
         # that is there
         self.assertEqual(m.read_text(ckfs.TRACKER), '10', m.log_tail(20))
         self.files_equal(m, renamed(want, 'iter_0000020', 'iter_0000020.bad'))
+        # a rollback to it says where it went and how it comes back (it said "no step '20'")
+        r = m.ckptctl('rollback', '20')
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("step 'iter_0000020' left the lineage: its directory was renamed to "
+                      "'iter_0000020.bad'; rename it back to 'iter_0000020'", r.stderr)
+        self.assertEqual(m.read_text(ckfs.TRACKER), '10', m.log_tail(20))
         os.rename(m.path('iter_0000020.bad'), m.path('iter_0000020'))
         ckfs.wait_for('the tracker naming 20 again', lambda: m.read_text(ckfs.TRACKER) == '20',
                       20, lambda: m.log_tail(20))
