@@ -230,9 +230,10 @@ int steps_on_mkdir(struct ckfs *fs, uint64_t parent, const char *name, uint64_t 
  * StepDirMadeTest). The caller then calls steps_on_name once committed, which judges a step sealed
  * here.
  * A directory renamed by hand (policy rule 6), other than a slot's or a layout's whose step is a
- * file: a complete step's renamed away from its name leaves the lineage, pruned with its
- * directory left in place and its dir_ino kept; renamed back to its name, it comes back as a new
- * version of the step, sealed here and judged by steps_on_name; renamed to another step's name,
+ * file: a complete or copied step's renamed away from its name leaves the lineage, pruned with its
+ * directory left in place and its dir_ino kept; renamed back to its name, a complete one comes
+ * back as a new version of the step, sealed here and judged by steps_on_name, and a copied one
+ * (never completed) as a directory with no row (below); renamed to another step's name,
  * it is a new directory there. A directory with no step row renamed to a step directory's name
  * (a copy staged under another name) gets its row here, as steps_on_mkdir makes it, and is
  * sealed here when its layout's marker is inside and whole (policy rule 2).
