@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,83 @@ bool ckpt_pid_alive(pid_t pid, unsigned long long start)
 	return now_start == start && state != 'Z' && state != 'X';
 }
 
+/*
+ * The /proc/PID/stat a thread read last, kept open: ckpt_pid_flags runs at every flush of a
+ * written file, nearly always for the pid of the flush before, and its open(2) and close(2) were
+ * two thirds of its 16 us a flush (RESULTS.md "Five runs of one build"). A descriptor of
+ * /proc/PID/stat stays bound to the process it was opened for: once that process is reaped its
+ * read fails with ESRCH (fs/proc/base.c proc_single_show), never rendering a new process that
+ * reuses the number, and the file is then opened again by number. One per thread (a pthread
+ * key; closed when the thread exits), so no lock.
+ */
+struct stat_fd {
+	pid_t pid;
+	int fd;
+};
+
+static pthread_key_t stat_fd_key;
+static pthread_once_t stat_fd_once = PTHREAD_ONCE_INIT;
+static bool stat_fd_ok;
+
+static void stat_fd_free(void *p)
+{
+	struct stat_fd *c = p;
+
+	close(c->fd);
+	free(c);
+}
+
+static void stat_fd_init(void)
+{
+	stat_fd_ok = pthread_key_create(&stat_fd_key, stat_fd_free) == 0;
+}
+
+/* read_stat through this thread's kept descriptor; the same returns. */
+static int read_stat_kept(pid_t pid, char *buf, size_t cap, const char **ret_rest)
+{
+	struct stat_fd *c;
+	char path[32];
+	const char *p;
+	ssize_t n = -1;
+
+	pthread_once(&stat_fd_once, stat_fd_init);
+	if (!stat_fd_ok)
+		return read_stat(pid, buf, cap, ret_rest);
+	c = pthread_getspecific(stat_fd_key);
+	if (c && c->pid == pid)
+		n = pread(c->fd, buf, cap - 1, 0);
+	if (n < 0) {
+		int fd;
+
+		if (c) { /* another pid, or the process read last is gone */
+			pthread_setspecific(stat_fd_key, NULL);
+			stat_fd_free(c);
+			c = NULL;
+		}
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			return -errno;
+		if ((n = pread(fd, buf, cap - 1, 0)) < 0) {
+			int e = errno;
+
+			close(fd);
+			return -e;
+		}
+		if ((c = malloc(sizeof(*c))) && pthread_setspecific(stat_fd_key, c) == 0) {
+			c->pid = pid;
+			c->fd = fd;
+		} else {
+			free(c);
+			close(fd);
+		}
+	}
+	buf[n] = 0;
+	if (!(p = strrchr(buf, ')')))
+		return -EIO;
+	*ret_rest = p + 1;
+	return 0;
+}
+
 int ckpt_pid_flags(pid_t pid, unsigned long *ret)
 {
 	unsigned long long flags;
@@ -134,7 +212,7 @@ int ckpt_pid_flags(pid_t pid, unsigned long *ret)
 	int rc;
 
 	/* fields after "(comm)": state ppid pgrp session tty_nr tpgid flags (proc(5)) */
-	if ((rc = read_stat(pid, buf, sizeof(buf), &rest)) < 0 ||
+	if ((rc = read_stat_kept(pid, buf, sizeof(buf), &rest)) < 0 ||
 	    (rc = stat_ull(rest, 7, &flags)) < 0)
 		return rc;
 	*ret = (unsigned long)flags;

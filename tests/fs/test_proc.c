@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unit tests of fs/core/proc.c on real processes: /proc/PID/stat read with open(2) and read(2)
- * and split by hand (ckpt_pid_flags runs at every flush of a written file). The expected values
+ * and split by hand (ckpt_pid_flags runs at every flush of a written file, through a descriptor
+ * each thread keeps open: read again, and failing once the process is reaped). The expected values
  * come from the same file parsed independently here with sscanf, as proc.c did before, and from
  * what the kernel must say of a process the test itself made a zombie.
  */
@@ -93,6 +94,10 @@ Test(proc, comm_with_parens_zombie_and_reaped)
 		usleep(10000);
 	cr_assert_eq(st, 'Z');
 	cr_assert_not(ckpt_pid_alive(pid, start));
+	/* read again through the descriptor this thread kept from the read above: the kernel
+	 * renders the file anew, the zombie's PF_EXITING in it */
+	cr_assert_eq(ckpt_pid_flags(pid, &flags), 0);
+	cr_assert_neq(flags & 0x4UL, 0, "PF_EXITING not set on a zombie: a stale rendering");
 	cr_assert_eq(waitpid(pid, NULL, 0), pid);
 	cr_assert_eq(ckpt_pid_stat(pid, &st, &start), -ENOENT);
 	cr_assert_eq(ckpt_pid_flags(pid, &flags), -ENOENT);
