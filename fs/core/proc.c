@@ -35,6 +35,18 @@ pid_t ckpt_tgid_of(pid_t tid)
 	return tgid;
 }
 
+/* The n bytes read into buf ended; *ret_rest past the ")" ending comm. 0 or -EIO. */
+static int stat_rest(char *buf, ssize_t n, const char **ret_rest)
+{
+	const char *p;
+
+	buf[n] = 0;
+	if (!(p = strrchr(buf, ')')))
+		return -EIO;
+	*ret_rest = p + 1;
+	return 0;
+}
+
 /*
  * /proc/PID/stat into buf (cap bytes, NUL-terminated); *ret_rest points just past the ")" that
  * ends its comm field, which may itself hold spaces and parentheses (proc(5)). open(2) and
@@ -46,7 +58,6 @@ pid_t ckpt_tgid_of(pid_t tid)
 static int read_stat(pid_t pid, char *buf, size_t cap, const char **ret_rest)
 {
 	char path[32];
-	const char *p;
 	ssize_t n;
 	int fd, e;
 
@@ -58,11 +69,7 @@ static int read_stat(pid_t pid, char *buf, size_t cap, const char **ret_rest)
 	close(fd);
 	if (n < 0)
 		return -e;
-	buf[n] = 0;
-	if (!(p = strrchr(buf, ')')))
-		return -EIO;
-	*ret_rest = p + 1;
-	return 0;
+	return stat_rest(buf, n, ret_rest);
 }
 
 /*
@@ -163,7 +170,6 @@ static int read_stat_kept(pid_t pid, char *buf, size_t cap, const char **ret_res
 {
 	struct stat_fd *c;
 	char path[32];
-	const char *p;
 	ssize_t n = -1;
 
 	pthread_once(&stat_fd_once, stat_fd_init);
@@ -197,11 +203,7 @@ static int read_stat_kept(pid_t pid, char *buf, size_t cap, const char **ret_res
 			close(fd);
 		}
 	}
-	buf[n] = 0;
-	if (!(p = strrchr(buf, ')')))
-		return -EIO;
-	*ret_rest = p + 1;
-	return 0;
+	return stat_rest(buf, n, ret_rest);
 }
 
 int ckpt_pid_flags(pid_t pid, unsigned long *ret)
