@@ -452,7 +452,9 @@ void ckpt_logv_limited(struct ckpt_ratelimit *rl, const char *fmt, va_list ap)
 /*
  * Process facts from /proc (core/proc.c). Any thread, no lock.
  * ckpt_pid_flags - the flags field of /proc/PID/stat (PF_* bits) into *ret. Returns 0, -EIO when
- * the file cannot be parsed, or open(2)'s or read(2)'s -errno (-ENOENT: no such process).
+ * the file cannot be parsed, or open(2)'s or pread(2)'s -errno (-ENOENT: no such process). Keeps
+ * the file of the last pid it read open in the calling thread (one descriptor a thread, closed
+ * when the thread exits; dropped when the process is reaped), read again at each call.
  * ckpt_tgid_of - the process (thread group) of thread tid: FUSE requests carry the calling
  * thread's id, and a trainer's helper thread may exit while its process goes on writing.
  * Returns the tgid, or 0 when unknown (tid <= 0, gone, unreadable).
