@@ -247,6 +247,7 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 {
 	struct names_walk *w = arg;
 	char want[NAME_MAX + 1];
+	struct idx_step other;
 	struct idx_inode a;
 	uint64_t mine;
 
@@ -255,6 +256,9 @@ static int names_cb(const char *name, uint64_t ino, uint32_t mode, int64_t cooki
 		return 0;
 	if (S_ISREG(mode) && idx_inode_get(w->ix, ino, &a) == 0 && (a.flags & IDX_INODE_FOREIGN))
 		return 0; /* another node's file (rule 5): this node's ranks never write it */
+	if (S_ISDIR(mode) && idx_step_by_dir(w->ix, ino, &other) == 0)
+		return 0; /* another step's directory moved inside by hand (`mv checkpoint-10
+			   * checkpoint-20`, rule 6): never a file a save of this step writes */
 	if (renumber(name, w->from, w->to, want, sizeof(want)) < 0)
 		return 0; /* no name it could have here */
 	/* a digit run equal to the step by chance (DeepSpeed's "bf16_" at step 16) is not the

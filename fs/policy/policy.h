@@ -355,7 +355,8 @@ bool policy_found_by_tracker(enum layout_kind kind);
  * previous step is matched with every run of digits equal to that step's number renumbered to
  * s's (zero-padded to the run's width when it starts with 0), or unchanged. Files another node
  * wrote (IDX_INODE_FOREIGN, shown from its manifest) are not asked for: this node's ranks never
- * write them (rule 5).
+ * write them (rule 5); nor is a directory that is another step's (one moved inside by hand, rule
+ * 6), nor anything under it.
  * @missing: receives the first name not found (with " (in step N)"), NUL-terminated, truncated.
  * Returns POLICY_PREV_ALL, POLICY_PREV_NONE, POLICY_PREV_MISSING, or -ENOMEM / -errno of the index.
  */

@@ -175,13 +175,29 @@ static bool at_its_name(struct ckfs *fs, const struct idx_step *s, uint64_t pare
  */
 static int rename_in(struct ckfs *fs, uint64_t ino, uint64_t newparent, const char *newname);
 
+/* Is path rel (from the root) below the directory of a step not pruned? Its row into *ret. */
+static bool inside_step(struct ckfs *fs, const char *rel, struct idx_step *ret)
+{
+	const char *slash = strchr(rel, '/');
+	char top[LAYOUT_NAME_MAX + 1];
+	uint64_t ino;
+
+	if (!slash || (size_t)(slash - rel) >= sizeof(top))
+		return false;
+	memcpy(top, rel, (size_t)(slash - rel));
+	top[slash - rel] = 0;
+	return idx_dentry_lookup(fs->ix, IDX_ROOT_INO, top, &ino) == 0 &&
+	       idx_step_by_dir(fs->ix, ino, ret) == 0 && ret->state != IDX_STEP_PRUNED;
+}
+
 static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, const char *name,
 			  uint64_t newparent, const char *newname)
 {
 	bool was = at_its_name(fs, s, parent, name), is = at_its_name(fs, s, newparent, newname);
 	struct layout_match m;
 	enum policy_entry pe;
-	char where[LAYOUT_PATH_MAX], note[LAYOUT_PATH_MAX + 96];
+	char where[LAYOUT_PATH_MAX], note[LAYOUT_PATH_MAX + IDX_STEP_NAME_MAX + 160];
+	struct idx_step host;
 	uint64_t dir = s->dir_ino;
 	size_t len;
 	int64_t id;
@@ -196,8 +212,16 @@ static int rename_by_hand(struct ckfs *fs, struct idx_step *s, uint64_t parent, 
 			snprintf(where, sizeof(where), "%s", newname);
 		else
 			snprintf(where + len, sizeof(where) - len, "/%s", newname);
-		snprintf(note, sizeof(note), "its directory was renamed to '%s': it leaves the "
-			 "lineage, its files stay there", where);
+		/* into another step's directory (`mv iter_0000004 iter_0000006` when that exists,
+		 * as mv nests it): its files are that step's tree now, removed with it when retention
+		 * prunes it, as a trainer's own rotation (an rmtree of the step) would */
+		if (inside_step(fs, where, &host))
+			snprintf(note, sizeof(note), "its directory was renamed to '%s', inside step "
+				 "'%s': it leaves the lineage, and its files go with that step when "
+				 "retention removes it", where, host.name);
+		else
+			snprintf(note, sizeof(note), "its directory was renamed to '%s': it leaves the "
+				 "lineage, its files stay there", where);
 		if ((rc = steps_set_state(fs, s, IDX_STEP_PRUNED, note)) < 0)
 			return rc;
 	}

@@ -375,6 +375,33 @@ class RenamedAwayTest(unittest.TestCase):
         self.assertIn("its directory was renamed to 'checkpoint-20.spike'", log)
         self.assertIn("its directory was renamed to 'keep/checkpoint-10'", log)
 
+    def test_a_step_moved_into_another_step_goes_with_it_and_says_so(self):
+        """`mv checkpoint-10 checkpoint-20` when checkpoint-20 exists moves step 10 inside
+        step 20, as mv does. Step 10 leaves the lineage, but its files are step 20's tree now:
+        retention's pruning of step 20 removes them, as a trainer's own rotation (an rmtree of
+        the step) would. On 715ed37 the log said "its files stay there" all the same, and worse:
+        every later save was compared with step 20's names, the moved step's among them, so
+        checkpoint-30 stayed sealed, "waiting for its writers" for files no save writes (rule
+        2's check against the previous complete step), and would be quarantined once its
+        writer is gone."""
+        m = self.mount(['layout=hf', 'keep_checkpoint_max=2'])
+        hf_save(m, 10)
+        self.complete(m, 'checkpoint-10')
+        hf_save(m, 20)
+        self.complete(m, 'checkpoint-20')
+        os.rename(m.path('checkpoint-10'), m.path('checkpoint-20', 'checkpoint-10'))
+        self.assertEqual(self.state(m, 'checkpoint-10'), 'pruned', m.log_tail(20))
+        self.assertIn("its directory was renamed to 'checkpoint-20/checkpoint-10', inside step "
+                      "'checkpoint-20': it leaves the lineage, and its files go with that step "
+                      "when retention removes it", m.log_tail(20))
+        for n in (30, 40):
+            hf_save(m, n)
+            self.complete(m, 'checkpoint-%d' % n)
+        ckfs.wait_for('step 20 pruned', lambda: self.state(m, 'checkpoint-20') == 'pruned', 20,
+                      m.log_tail)
+        self.assertEqual(sorted(os.listdir(m.mnt)), ['checkpoint-30', 'checkpoint-40'],
+                         m.log_tail(20))
+
     def test_a_whole_step_staged_under_another_name_and_renamed_into_place_is_complete(self):
         """A step copied in under a staging name, then renamed to its step's name (`cp -r
         /backup/checkpoint-20 staging && mv staging checkpoint-20`): its files, the marker
