@@ -1248,6 +1248,11 @@ int idx_checkpoint(struct idx *ix)
 	return 1;
 }
 
+bool idx_checkpoint_owed(const struct idx *ix)
+{
+	return ix->ck_owed;
+}
+
 int idx_commit(struct idx *ix)
 {
 	assert(ix->defer != IX_DEFER_IN);

@@ -263,6 +263,13 @@ int idx_checkpoint_apart(struct idx *ix);
 int idx_checkpoint(struct idx *ix);
 
 /*
+ * idx_checkpoint_owed - did the last idx_checkpoint copy the whole WAL but fail to make the
+ * restart (a transaction was writing, or a reader reading from the WAL, at that moment)? Then
+ * the next call tries it again. Same thread rules as idx_checkpoint.
+ */
+bool idx_checkpoint_owed(const struct idx *ix);
+
+/*
  * idx_hold, idx_unhold - run the read calls between them in one read transaction instead of one
  * each. Outside a hold every read call is a transaction of its own, and each costs SQLite's WAL
  * read lock and unlock (two fcntl(2) calls on STORE/index.db-shm); a FUSE request that resolves a
