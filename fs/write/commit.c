@@ -116,12 +116,23 @@ static void cq_finish(struct ckfs *fs, struct cjob *j, int rc)
 	free(j);
 }
 
+/* idx_flush, fs->mu held; a failure logged. Returns idx_flush's answer. */
+static int cq_flush_locked(struct ckfs *fs)
+{
+	int rc = idx_flush(fs->ix);
+
+	if (rc < 0)
+		ckpt_log("cannot commit the index rows of the files created in the last "
+			 "milliseconds: %s; those files are gone (their writers' closes fail and "
+			 "are logged); free space or repair the index's disk, then save again",
+			 strerror(-rc));
+	return rc;
+}
+
 /*
  * Checkpoint the index's WAL if due, no lock held (invariant 7). *err: the last attempt's error,
  * so that a failure that persists is logged once, not after every batch.
  */
-static int cq_flush_locked(struct ckfs *fs);
-
 static void cq_checkpoint(struct ckfs *fs, int *err)
 {
 	int rc = idx_checkpoint(fs->ix);
@@ -135,8 +146,7 @@ static void cq_checkpoint(struct ckfs *fs, int *err)
 	 * the frames written since the one above. */
 	if (rc >= 0 && idx_checkpoint_owed(fs->ix)) {
 		ckpt_lock(&fs->mu, CKPT_RANK_FS);
-		rc = cq_flush_locked(fs);
-		if (rc == 0)
+		if (cq_flush_locked(fs) == 0) /* a failed flush is logged there, not as ours */
 			rc = idx_checkpoint(fs->ix);
 		ckpt_unlock(&fs->mu, CKPT_RANK_FS);
 	}
@@ -145,19 +155,6 @@ static void cq_checkpoint(struct ckfs *fs, int *err)
 		ckpt_log("cannot checkpoint the index's write-ahead log: %s; it is kept and grows "
 			 "until a checkpoint succeeds", strerror(-rc));
 	*err = rc < 0 ? rc : 0;
-}
-
-/* idx_flush, fs->mu held; a failure logged. Returns idx_flush's answer. */
-static int cq_flush_locked(struct ckfs *fs)
-{
-	int rc = idx_flush(fs->ix);
-
-	if (rc < 0)
-		ckpt_log("cannot commit the index rows of the files created in the last "
-			 "milliseconds: %s; those files are gone (their writers' closes fail and "
-			 "are logged); free space or repair the index's disk, then save again",
-			 strerror(-rc));
-	return rc;
 }
 
 void cq_flush_now(struct ckfs *fs)
